@@ -1,0 +1,263 @@
+//! The backing store: host memory behind emulated RAM and behind the `struct page` array.
+//!
+//! One host reservation of the emulated RAM size, made with `MAP_NORESERVE` so that a 512 GiB
+//! machine constructs on a 24 GiB host: the host commits a page only when we touch it. Frame
+//! `pfn` lives at `base + pfn * 4096`.
+//!
+//! - **Page-table pages are always real**: a table page is 512 `AtomicU64` entries in its frame's
+//!   host memory, zeroed on allocation. Entries are only ever accessed atomically.
+//! - **Data frames** depend on [`BackingMode`]. `Full`: allocation zeroes the frame with a real
+//!   memset, reads and writes copy real bytes. `Sparse`: data frames are never touched — reads
+//!   return zeros, writes are dropped — so 320 GiB of "touched" memory costs the host only its
+//!   page tables and metadata. (The host's transparent huge pages are disabled on a sparse
+//!   reservation, or every scattered page-table page would commit a 2 MiB host page.)
+//!
+//! This module and [`ZeroedArray`] are the only places with `unsafe` in the physical-memory
+//! layer. The rules they keep:
+//! 1. A frame's memory is accessed as `AtomicU64`/`AtomicU8` while it may be shared (mapped data,
+//!    page tables), so racing user threads are defined behaviour, as on real hardware.
+//! 2. Plain memset/copy is used only on a frame the caller owns exclusively: one just allocated
+//!    (zeroing) — the allocator hands each frame to exactly one owner.
+//! 3. Every index is bounds-checked against the reservation before a pointer is formed.
+//!
+//! # Differences from Linux
+//! No direct map, no highmem, no struct page for the backing's own pages. Memory freed to the
+//! emulated buddy stays committed on the host (like RAM stays RAM).
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+use crate::addr::{Pfn, PAGE_SIZE, PTRS_PER_TABLE};
+use crate::config::BackingMode;
+
+/// An anonymous private host mapping, unmapped on drop.
+#[derive(Debug)]
+struct HostMapping {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; all access through it is either
+// atomic or to frames owned exclusively by the caller (rule 2 above), so sharing the handle
+// between threads is sound.
+unsafe impl Send for HostMapping {}
+// SAFETY: see `Send`.
+unsafe impl Sync for HostMapping {}
+
+impl HostMapping {
+    fn new(len: usize, no_thp: bool) -> std::io::Result<Self> {
+        assert!(len > 0);
+        // SAFETY: an anonymous mapping with a null hint has no preconditions; we check the result.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        if no_thp {
+            // SAFETY: `p..p+len` is the mapping just created; madvise only changes advice.
+            unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };
+        }
+        Ok(Self { base: NonNull::new(p.cast()).expect("mmap returned NULL"), len })
+    }
+}
+
+impl Drop for HostMapping {
+    fn drop(&mut self) {
+        // SAFETY: `base..base+len` is our own mapping; no reference into it outlives `self`
+        // because every borrow handed out is tied to `&self` of the owner.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Types whose all-zero bit pattern is a valid value (atomics and integers).
+///
+/// # Safety
+/// Implementors must be valid when every byte is zero, and contain no references.
+pub unsafe trait ZeroValid: Sync {}
+// SAFETY: atomics of integers are plain integers in memory; zero is valid.
+unsafe impl ZeroValid for AtomicU64 {}
+
+/// A large array of `T` in a lazily-zeroed host mapping: the emulated `mem_map`.
+///
+/// Construction costs nothing per element: the host supplies zero pages on first touch, and the
+/// all-zero element is the meaning of "untouched" (for [`crate::page_alloc::PageMeta`]: a frame
+/// that is neither free nor allocated yet, inside a max-order block whose head is free).
+#[derive(Debug)]
+pub struct ZeroedArray<T: ZeroValid> {
+    map: HostMapping,
+    len: usize,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: ZeroValid> ZeroedArray<T> {
+    pub fn new(len: usize) -> std::io::Result<Self> {
+        let bytes = len.checked_mul(std::mem::size_of::<T>()).expect("array size overflows");
+        let map = HostMapping::new(bytes.max(1), false)?;
+        Ok(Self { map, len, _t: std::marker::PhantomData })
+    }
+
+    #[inline]
+    pub fn as_slice(&self) -> &[T] {
+        // SAFETY: the mapping is `len * size_of::<T>()` bytes, page aligned (so aligned for T),
+        // zero-initialised by the host, and T is valid at all-zero (ZeroValid). We only hand out
+        // shared references; T is Sync and mutated only through its own interior mutability.
+        unsafe { std::slice::from_raw_parts(self.map.base.as_ptr().cast::<T>(), self.len) }
+    }
+}
+
+/// One page-table page: 512 entries.
+pub type TablePage = [AtomicU64; PTRS_PER_TABLE];
+
+/// Host memory for every frame of emulated RAM.
+#[derive(Debug)]
+pub struct Backing {
+    map: HostMapping,
+    nr_frames: u64,
+    mode: BackingMode,
+}
+
+impl Backing {
+    pub fn new(nr_frames: u64, mode: BackingMode) -> std::io::Result<Self> {
+        let len = usize::try_from(nr_frames * PAGE_SIZE).expect("64-bit host");
+        let map = HostMapping::new(len, mode == BackingMode::Sparse)?;
+        Ok(Self { map, nr_frames, mode })
+    }
+
+    pub fn mode(&self) -> BackingMode {
+        self.mode
+    }
+
+    #[inline]
+    fn frame_ptr(&self, pfn: Pfn) -> *mut u8 {
+        assert!(pfn.0 < self.nr_frames, "pfn {:#x} beyond the backing", pfn.0);
+        // SAFETY: `pfn < nr_frames`, so the offset stays inside the mapping.
+        unsafe { self.map.base.as_ptr().add(pfn.index() * PAGE_SIZE as usize) }
+    }
+
+    /// The 512 entries of a page-table page.
+    #[inline]
+    pub fn table(&self, pfn: Pfn) -> &TablePage {
+        let p = self.frame_ptr(pfn);
+        // SAFETY: the frame is 4 KiB of mapped memory, page aligned, and lives as long as
+        // `self`. Entries are only accessed through atomics (rule 1), so aliasing shared
+        // references is sound; AtomicU64 is valid at any bit pattern of initialised memory.
+        unsafe { &*p.cast::<TablePage>() }
+    }
+
+    /// Zero a frame that the caller owns exclusively (rule 2): a new page-table page.
+    pub fn zero_table(&self, pfn: Pfn) {
+        for e in self.table(pfn) {
+            e.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Zero `nr` data frames from `pfn`, owned exclusively by the caller (a fresh allocation
+    /// with `__GFP_ZERO`). A no-op with sparse backing.
+    pub fn zero_data(&self, pfn: Pfn, nr: u64) {
+        if self.mode == BackingMode::Sparse {
+            return;
+        }
+        assert!(pfn.0 + nr <= self.nr_frames);
+        let p = self.frame_ptr(pfn);
+        // SAFETY: the range is inside the mapping (checked), and the caller owns these frames
+        // exclusively (just allocated), so no other access can race with the memset.
+        unsafe { std::ptr::write_bytes(p, 0, (nr * PAGE_SIZE) as usize) };
+    }
+
+    #[inline]
+    fn bytes(&self, pfn: Pfn) -> &[AtomicU8] {
+        let p = self.frame_ptr(pfn);
+        // SAFETY: a frame is 4 KiB of mapped memory living as long as `self`; AtomicU8 has
+        // alignment 1 and is valid for any initialised byte; all access is atomic (rule 1).
+        unsafe { std::slice::from_raw_parts(p.cast::<AtomicU8>(), PAGE_SIZE as usize) }
+    }
+
+    /// Copy bytes `off..off+buf.len()` of a data frame into `buf` (zeros when sparse).
+    pub fn read(&self, pfn: Pfn, off: usize, buf: &mut [u8]) {
+        if self.mode == BackingMode::Sparse {
+            buf.fill(0);
+            return;
+        }
+        let src = &self.bytes(pfn)[off..off + buf.len()];
+        for (d, s) in buf.iter_mut().zip(src) {
+            *d = s.load(Ordering::Relaxed);
+        }
+    }
+
+    /// Copy `data` into a data frame at `off` (dropped when sparse).
+    pub fn write(&self, pfn: Pfn, off: usize, data: &[u8]) {
+        if self.mode == BackingMode::Sparse {
+            return;
+        }
+        let dst = &self.bytes(pfn)[off..off + data.len()];
+        for (d, s) in dst.iter().zip(data) {
+            d.store(*s, Ordering::Relaxed);
+        }
+    }
+
+    /// Copy a whole data frame (copy-on-write). `dst` is owned exclusively by the caller.
+    pub fn copy_frame(&self, src: Pfn, dst: Pfn) {
+        if self.mode == BackingMode::Sparse {
+            return;
+        }
+        let (s, d) = (self.table(src), self.table(dst));
+        for (d, s) in d.iter().zip(s) {
+            d.store(s.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn full_backing_keeps_bytes_and_zeroes() {
+        let b = Backing::new(16, BackingMode::Full).unwrap();
+        b.write(Pfn(3), 100, b"hello");
+        let mut buf = [0u8; 5];
+        b.read(Pfn(3), 100, &mut buf);
+        assert_eq!(&buf, b"hello");
+        b.copy_frame(Pfn(3), Pfn(4));
+        b.read(Pfn(4), 100, &mut buf);
+        assert_eq!(&buf, b"hello");
+        b.zero_data(Pfn(3), 1);
+        b.read(Pfn(3), 100, &mut buf);
+        assert_eq!(buf, [0; 5]);
+    }
+
+    #[test]
+    fn sparse_backing_reads_zeros_but_tables_are_real() {
+        let b = Backing::new(16, BackingMode::Sparse).unwrap();
+        b.write(Pfn(3), 0, b"x");
+        let mut buf = [1u8; 1];
+        b.read(Pfn(3), 0, &mut buf);
+        assert_eq!(buf, [0]);
+        b.table(Pfn(5))[7].store(42, Ordering::Relaxed);
+        assert_eq!(b.table(Pfn(5))[7].load(Ordering::Relaxed), 42);
+        b.zero_table(Pfn(5));
+        assert_eq!(b.table(Pfn(5))[7].load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "beyond the backing")]
+    fn out_of_range_frame_is_refused() {
+        let b = Backing::new(4, BackingMode::Full).unwrap();
+        b.table(Pfn(4));
+    }
+
+    #[test]
+    fn huge_sparse_reservation_constructs() {
+        // 512 GiB of emulated RAM on a much smaller host.
+        let b = Backing::new((512u64 << 30) / PAGE_SIZE, BackingMode::Sparse).unwrap();
+        b.table(Pfn(100_000_000))[0].store(1, Ordering::Relaxed);
+    }
+}

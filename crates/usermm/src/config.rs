@@ -1,0 +1,491 @@
+//! `MachineConfig`: every size and every policy of an emulated machine, fixed at construction.
+//!
+//! One serde struct, printed verbatim in every report, built by the CLI from flags, presets and
+//! `--set key=value`. Nothing reads it after [`crate::Machine::new`]: each policy is resolved
+//! once into the object that carries it (the free policy into the gather, the reference policy
+//! into the huge zero page, ...).
+//!
+//! The "vanilla" value of each mechanism is the kernel before the seed's patch; "patched" is the
+//! patch. [`MachineConfig::preset`] names both, plus the seeds' machines.
+
+use serde::{Deserialize, Serialize};
+
+use crate::addr::{MAX_PAGE_ORDER, PAGE_SIZE};
+
+/// Emulated RAM we refuse to go beyond: PFN links in [`crate::page_alloc::PageMeta`] are 32-bit.
+pub const MAX_MEM_BYTES: u64 = 16 << 40;
+/// Smallest machine: one max-order block per node, plus room for page tables.
+pub const MIN_MEM_BYTES: u64 = 16 << 20;
+pub const MAX_CPUS: u16 = 4096;
+pub const MAX_NODES: u16 = 64;
+
+/// Does a data frame hold real bytes?
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackingMode {
+    /// Data frames are real memory: allocation zeroes with a memset, reads and writes copy bytes.
+    Full,
+    /// Data frames are never touched (reads return zeros, writes are dropped). Page-table pages
+    /// are real in both modes. For the 100–320 GiB experiments on a 24 GiB host.
+    Sparse,
+}
+
+/// `/sys/kernel/mm/transparent_hugepage/enabled`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThpMode {
+    Always,
+    Madvise,
+    Never,
+}
+
+/// Which rule makes `tlb_next_batch` switch to a new batch page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BatchSwitch {
+    /// v4.11: switch when `nr == max` (510 entries per batch page).
+    V2017,
+    /// Modern: switch at `nr >= max - 1`, so a two-slot "page + nr" pair always fits.
+    Modern,
+}
+
+/// How the gather frees the pages of a full batch list (seeds 000/001).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FreePolicy {
+    /// Vanilla: the zapping task frees every batch itself.
+    Inline,
+    /// Aaron Lu's "mm: support parallel free of memory": lists of ≥ threshold pages go to a
+    /// dedicated workqueue.
+    Parallel,
+}
+
+/// What a write fault on a huge-zero PMD does (kernel eras, seed 002 background).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HugeZeroWriteFault {
+    /// ≤ 5.7 and 6.13+: allocate a THP for the whole PMD, fall back to splitting.
+    AllocThp,
+    /// 5.8–6.12: split the PMD into 4 KiB zero-page PTEs and COW the one page.
+    Split,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PcpConfig {
+    /// `pcp->high`: free to the buddy once a CPU's list holds this many pages (v4.11: 6 × batch).
+    pub high: u32,
+    /// `pcp->batch`: pages moved per refill or drain (v4.11 `zone_batchsize()` on a big zone: 31).
+    pub batch: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LruConfig {
+    /// Pages a CPU batches before taking the LRU lock to add them (`PAGEVEC_SIZE`: 15 in 2017).
+    pub add_batch: u32,
+    /// `SWAP_CLUSTER_MAX`: `release_pages` drops and retakes the LRU lock after this many pages.
+    pub lock_batch: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FreeConfig {
+    pub policy: FreePolicy,
+    /// `ASYNC_FREE_THRESHOLD`: gathered pages that make a job (256K pages = 1 GiB).
+    pub threshold_pages: u64,
+    /// `max_active` of `batch_free_wq`.
+    pub max_active: u32,
+    /// Fault injection: fail every Nth job allocation (0 = never) to exercise the fallback.
+    pub fail_job_alloc_every: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GatherConfig {
+    /// `MAX_GATHER_BATCH_COUNT`: 19 vanilla, 515 with the patch, 1030 as Aaron suggested.
+    pub max_batch_count: u32,
+    pub batch_switch: BatchSwitch,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HugeZeroConfig {
+    /// `MMF_HUGE_ZERO_PAGE`: one reference per mm instead of one per fault (seed 002).
+    pub per_mm_ref: bool,
+    pub write_fault: HugeZeroWriteFault,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MunmapConfig {
+    /// Zap under a downgraded (read) mmap lock (seed 003).
+    pub downgrade: bool,
+    /// v4.20 era option: mappings smaller than this keep the exclusive path (0 = all sizes).
+    pub downgrade_min_bytes: u64,
+    /// v4.20 era: no downgrade when the next VMA is a stack growing down into the hole.
+    pub stack_veto: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PcpuConfig {
+    /// 5.14 partial chunk depopulation (seed 004).
+    pub depopulate: bool,
+    /// Bytes per unit (per CPU) in a chunk; a multiple of the page size.
+    pub unit_size: u64,
+    /// Size of the static (first chunk) area in use at boot.
+    pub static_size: u64,
+    /// Size of the reserved chunk.
+    pub reserved_size: u64,
+    /// `PCPU_EMPTY_POP_PAGES_LOW` / `_HIGH`.
+    pub empty_pop_pages_low: u32,
+    pub empty_pop_pages_high: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TlbConfig {
+    /// Modelled cost of one flush on the initiating CPU, in ns (0 = only counted).
+    pub flush_cost_ns: u64,
+}
+
+/// Every size and policy of one emulated machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineConfig {
+    /// Bytes of emulated RAM (`MemTotal`).
+    pub mem: u64,
+    /// `nr_possible_cpus`.
+    pub cpus: u16,
+    /// NUMA nodes; each has one zone and one LRU (the contention domains).
+    pub nodes: u16,
+    pub backing: BackingMode,
+    pub thp: ThpMode,
+    /// `vm.max_map_count`.
+    pub max_map_count: u32,
+    /// Order-9 pages reserved for `MAP_HUGETLB` (`nr_hugepages`).
+    pub nr_hugepages: u32,
+    pub pcp: PcpConfig,
+    pub lru: LruConfig,
+    pub free: FreeConfig,
+    pub gather: GatherConfig,
+    pub huge_zero: HugeZeroConfig,
+    pub munmap: MunmapConfig,
+    pub pcpu: PcpuConfig,
+    pub tlb: TlbConfig,
+}
+
+impl Default for MachineConfig {
+    /// A small vanilla machine: 1 GiB, 4 CPUs, 1 node, full backing, THP madvise.
+    fn default() -> Self {
+        Self {
+            mem: 1 << 30,
+            cpus: 4,
+            nodes: 1,
+            backing: BackingMode::Full,
+            thp: ThpMode::Madvise,
+            max_map_count: 65530,
+            nr_hugepages: 0,
+            pcp: PcpConfig { high: 186, batch: 31 },
+            lru: LruConfig { add_batch: 15, lock_batch: 32 },
+            free: FreeConfig {
+                policy: FreePolicy::Inline,
+                threshold_pages: 256 * 1024,
+                max_active: 4,
+                fail_job_alloc_every: 0,
+            },
+            gather: GatherConfig { max_batch_count: 19, batch_switch: BatchSwitch::Modern },
+            huge_zero: HugeZeroConfig {
+                per_mm_ref: false,
+                write_fault: HugeZeroWriteFault::AllocThp,
+            },
+            munmap: MunmapConfig { downgrade: false, downgrade_min_bytes: 0, stack_veto: false },
+            pcpu: PcpuConfig {
+                depopulate: false,
+                unit_size: 256 << 10,
+                static_size: 96 << 10,
+                reserved_size: 8 << 10,
+                empty_pop_pages_low: 2,
+                empty_pop_pages_high: 4,
+            },
+            tlb: TlbConfig { flush_cost_ns: 0 },
+        }
+    }
+}
+
+/// A configuration that cannot make a machine, or a `--set` that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError(msg.into()))
+}
+
+/// Parse a size the way the kernel's `memparse` does: decimal, `0x` hex or `0` octal, with an
+/// optional binary suffix `k K m M g G t T p P` (and an optional trailing `b`/`B` or `iB`).
+pub fn parse_size(s: &str) -> Result<u64, ConfigError> {
+    let t = s.trim();
+    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix("B")).unwrap_or(t);
+    let t = t.strip_suffix('b').unwrap_or(t);
+    let (num, shift) = match t.chars().last() {
+        Some(c @ ('k' | 'K' | 'm' | 'M' | 'g' | 'G' | 't' | 'T' | 'p' | 'P'))
+            if !t.starts_with("0x") || !c.is_ascii_hexdigit() =>
+        {
+            let shift = match c.to_ascii_lowercase() {
+                'k' => 10,
+                'm' => 20,
+                'g' => 30,
+                't' => 40,
+                _ => 50,
+            };
+            (&t[..t.len() - 1], shift)
+        }
+        _ => (t, 0),
+    };
+    let v = if let Some(h) = num.strip_prefix("0x").or_else(|| num.strip_prefix("0X")) {
+        u64::from_str_radix(h, 16)
+    } else if num.len() > 1 && num.starts_with('0') {
+        u64::from_str_radix(&num[1..], 8)
+    } else {
+        num.parse::<u64>()
+    };
+    let v = v.map_err(|_| ConfigError(format!("invalid size '{s}'")))?;
+    v.checked_mul(1u64 << shift).ok_or_else(|| ConfigError(format!("size '{s}' overflows")))
+}
+
+fn parse_bool(key: &str, v: &str) -> Result<bool, ConfigError> {
+    match v {
+        "on" | "true" | "1" | "yes" => Ok(true),
+        "off" | "false" | "0" | "no" => Ok(false),
+        _ => err(format!("{key}: expected on|off, got '{v}'")),
+    }
+}
+
+fn parse_num<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, ConfigError> {
+    v.parse().map_err(|_| ConfigError(format!("{key}: expected a number, got '{v}'")))
+}
+
+impl MachineConfig {
+    /// The named presets: `vanilla` (every mechanism off), `patched` (every seed patch on),
+    /// `seed-000` (the parallel-free box: 4 nodes, 144 CPUs, 512 GiB sparse).
+    pub fn preset(name: &str) -> Result<MachineConfig, ConfigError> {
+        let mut c = MachineConfig::default();
+        match name {
+            "vanilla" => {}
+            "patched" => c.set_patched(true),
+            "seed-000" | "seed-001" => {
+                c.mem = 512 << 30;
+                c.cpus = 144;
+                c.nodes = 4;
+                c.backing = BackingMode::Sparse;
+                c.thp = ThpMode::Never;
+            }
+            "seed-002" => {
+                c.cpus = 72;
+                c.nodes = 2;
+                c.backing = BackingMode::Sparse;
+                c.thp = ThpMode::Always;
+            }
+            "seed-003" => {
+                c.cpus = 32;
+                c.nodes = 2;
+                c.backing = BackingMode::Sparse;
+            }
+            _ => return err(format!("unknown preset '{name}' (vanilla, patched, seed-000..003)")),
+        }
+        Ok(c)
+    }
+
+    /// Turn every seed mechanism on (`true`) or off: the A/B switch of the experiments.
+    pub fn set_patched(&mut self, on: bool) {
+        self.free.policy = if on { FreePolicy::Parallel } else { FreePolicy::Inline };
+        self.gather.max_batch_count = if on { 515 } else { 19 };
+        self.huge_zero.per_mm_ref = on;
+        self.munmap.downgrade = on;
+        self.pcpu.depopulate = on;
+    }
+
+    /// Apply one `key=value` (the CLI's `--set`).
+    pub fn set(&mut self, assignment: &str) -> Result<(), ConfigError> {
+        let Some((key, v)) = assignment.split_once('=') else {
+            return err(format!("--set expects key=value, got '{assignment}'"));
+        };
+        let (key, v) = (key.trim(), v.trim());
+        match key {
+            "mem" => self.mem = parse_size(v)?,
+            "cpus" => self.cpus = parse_num(key, v)?,
+            "nodes" => self.nodes = parse_num(key, v)?,
+            "backing" => {
+                self.backing = match v {
+                    "full" => BackingMode::Full,
+                    "sparse" => BackingMode::Sparse,
+                    _ => return err(format!("backing: expected full|sparse, got '{v}'")),
+                }
+            }
+            "thp" => {
+                self.thp = match v {
+                    "always" => ThpMode::Always,
+                    "madvise" => ThpMode::Madvise,
+                    "never" => ThpMode::Never,
+                    _ => return err(format!("thp: expected always|madvise|never, got '{v}'")),
+                }
+            }
+            "max_map_count" => self.max_map_count = parse_num(key, v)?,
+            "nr_hugepages" => self.nr_hugepages = parse_num(key, v)?,
+            "pcp.high" => self.pcp.high = parse_num(key, v)?,
+            "pcp.batch" => self.pcp.batch = parse_num(key, v)?,
+            "lru.add_batch" => self.lru.add_batch = parse_num(key, v)?,
+            "lru.lock_batch" => self.lru.lock_batch = parse_num(key, v)?,
+            "free.parallel" => {
+                self.free.policy =
+                    if parse_bool(key, v)? { FreePolicy::Parallel } else { FreePolicy::Inline }
+            }
+            "free.threshold_pages" => self.free.threshold_pages = parse_num(key, v)?,
+            "free.max_active" => self.free.max_active = parse_num(key, v)?,
+            "free.fail_job_alloc_every" => self.free.fail_job_alloc_every = parse_num(key, v)?,
+            "gather.max_batch_count" => self.gather.max_batch_count = parse_num(key, v)?,
+            "gather.batch_switch" => {
+                self.gather.batch_switch = match v {
+                    "2017" | "v2017" => BatchSwitch::V2017,
+                    "modern" => BatchSwitch::Modern,
+                    _ => return err(format!("gather.batch_switch: expected 2017|modern, got '{v}'")),
+                }
+            }
+            "huge_zero.per_mm_ref" => self.huge_zero.per_mm_ref = parse_bool(key, v)?,
+            "huge_zero.write_fault" => {
+                self.huge_zero.write_fault = match v {
+                    "alloc_thp" => HugeZeroWriteFault::AllocThp,
+                    "split" => HugeZeroWriteFault::Split,
+                    _ => {
+                        return err(format!(
+                            "huge_zero.write_fault: expected alloc_thp|split, got '{v}'"
+                        ))
+                    }
+                }
+            }
+            "munmap.downgrade" => self.munmap.downgrade = parse_bool(key, v)?,
+            "munmap.downgrade_min_bytes" => self.munmap.downgrade_min_bytes = parse_size(v)?,
+            "munmap.stack_veto" => self.munmap.stack_veto = parse_bool(key, v)?,
+            "pcpu.depopulate" => self.pcpu.depopulate = parse_bool(key, v)?,
+            "pcpu.unit_size" => self.pcpu.unit_size = parse_size(v)?,
+            "pcpu.static_size" => self.pcpu.static_size = parse_size(v)?,
+            "pcpu.reserved_size" => self.pcpu.reserved_size = parse_size(v)?,
+            "pcpu.empty_pop_pages_low" => self.pcpu.empty_pop_pages_low = parse_num(key, v)?,
+            "pcpu.empty_pop_pages_high" => self.pcpu.empty_pop_pages_high = parse_num(key, v)?,
+            "tlb.flush_cost_ns" => self.tlb.flush_cost_ns = parse_num(key, v)?,
+            _ => return err(format!("unknown config key '{key}'")),
+        }
+        Ok(())
+    }
+
+    /// Check that a machine can be built from this configuration.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.mem < MIN_MEM_BYTES {
+            return err(format!("mem {} is below the minimum of 16 MiB", self.mem));
+        }
+        if self.mem > MAX_MEM_BYTES {
+            return err(format!("mem {} is above the maximum of 16 TiB", self.mem));
+        }
+        if self.mem % PAGE_SIZE != 0 {
+            return err("mem must be a multiple of 4 KiB");
+        }
+        if self.cpus == 0 || self.cpus > MAX_CPUS {
+            return err(format!("cpus must be 1..={MAX_CPUS}, got {}", self.cpus));
+        }
+        if self.nodes == 0 || self.nodes > MAX_NODES || self.nodes > self.cpus {
+            return err(format!(
+                "nodes must be 1..={} and at most cpus, got {}",
+                MAX_NODES, self.nodes
+            ));
+        }
+        let per_node = self.mem / self.nodes as u64;
+        if per_node < (PAGE_SIZE << MAX_PAGE_ORDER) {
+            return err("each node needs at least 4 MiB of memory");
+        }
+        if self.pcp.batch == 0 || self.pcp.high < self.pcp.batch {
+            return err("pcp.batch must be ≥ 1 and pcp.high ≥ pcp.batch");
+        }
+        if self.lru.add_batch == 0 || self.lru.lock_batch == 0 {
+            return err("lru.add_batch and lru.lock_batch must be ≥ 1");
+        }
+        if self.free.threshold_pages == 0 {
+            return err("free.threshold_pages must be ≥ 1");
+        }
+        if self.free.max_active == 0 || self.free.max_active > 1024 {
+            return err("free.max_active must be 1..=1024");
+        }
+        if self.gather.max_batch_count == 0 {
+            return err("gather.max_batch_count must be ≥ 1");
+        }
+        if self.max_map_count == 0 {
+            return err("max_map_count must be ≥ 1");
+        }
+        let hugetlb_bytes = self.nr_hugepages as u64 * (2 << 20);
+        if hugetlb_bytes > self.mem / 2 {
+            return err("nr_hugepages may reserve at most half of mem");
+        }
+        let p = &self.pcpu;
+        if p.unit_size == 0 || p.unit_size % PAGE_SIZE != 0 || p.unit_size > (64 << 20) {
+            return err("pcpu.unit_size must be a non-zero multiple of 4 KiB, at most 64 MiB");
+        }
+        if p.static_size + p.reserved_size >= p.unit_size {
+            return err("pcpu.static_size + pcpu.reserved_size must be below pcpu.unit_size");
+        }
+        if p.empty_pop_pages_low > p.empty_pop_pages_high {
+            return err("pcpu.empty_pop_pages_low must be ≤ pcpu.empty_pop_pages_high");
+        }
+        Ok(())
+    }
+
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn memparse_suffixes_and_bases() {
+        assert_eq!(parse_size("4G").unwrap(), 4 << 30);
+        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
+        assert_eq!(parse_size("0x200000").unwrap(), 2 << 20);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("320GiB").unwrap(), 320 << 30);
+        assert_eq!(parse_size("1t").unwrap(), 1 << 40);
+        assert!(parse_size("abc").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn set_and_validate() {
+        let mut c = MachineConfig::default();
+        c.set("free.parallel=on").unwrap();
+        assert_eq!(c.free.policy, FreePolicy::Parallel);
+        c.set("mem=8G").unwrap();
+        assert_eq!(c.mem, 8 << 30);
+        assert!(c.set("nonsense=1").is_err());
+        assert!(c.set("free.parallel=maybe").is_err());
+        assert!(c.set("noequals").is_err());
+        c.validate().unwrap();
+        c.free.max_active = 0;
+        assert!(c.validate().is_err());
+        let mut c = MachineConfig { mem: 0, ..Default::default() };
+        assert!(c.validate().is_err());
+        c.mem = 1 << 30;
+        c.nodes = 8;
+        c.cpus = 4;
+        assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn presets_differ_only_in_what_they_name() {
+        let v = MachineConfig::preset("vanilla").unwrap();
+        let p = MachineConfig::preset("patched").unwrap();
+        assert_ne!(v, p);
+        let mut back = p.clone();
+        back.set_patched(false);
+        assert_eq!(back, v);
+        assert!(MachineConfig::preset("nope").is_err());
+        MachineConfig::preset("seed-000").unwrap().validate().unwrap();
+    }
+}

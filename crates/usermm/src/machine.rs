@@ -1,0 +1,126 @@
+//! `Machine`: one emulated box — CPUs, nodes, physical memory, and the machine-wide services
+//! built on them. Everything hangs off it; there is no process-global state, so two machines
+//! (vanilla and patched) run side by side in one process.
+//!
+//! Construction validates the [`MachineConfig`] and resolves every policy into the object that
+//! carries it; the config is kept only to be printed in reports.
+
+use std::sync::Arc;
+
+use crate::addr::{Pfn, PAGE_SIZE};
+use crate::config::{ConfigError, MachineConfig};
+use crate::cpu::{CpuId, Cpus};
+use crate::page_alloc::{meta::PG_RESERVED, Gfp, PhysMem};
+use crate::stats::{MemInfo, VmItem, VmStat, VmStatSnapshot};
+use crate::Order;
+
+/// Why a machine could not be built.
+#[derive(Debug)]
+pub enum MachineError {
+    Config(ConfigError),
+    /// The host refused the reservation.
+    Host(std::io::Error),
+}
+
+impl std::fmt::Display for MachineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MachineError::Config(e) => write!(f, "{e}"),
+            MachineError::Host(e) => write!(f, "host memory reservation failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for MachineError {}
+
+impl From<ConfigError> for MachineError {
+    fn from(e: ConfigError) -> Self {
+        MachineError::Config(e)
+    }
+}
+
+/// One emulated machine.
+#[derive(Debug)]
+pub struct Machine {
+    config: MachineConfig,
+    cpus: Cpus,
+    stat: Arc<VmStat>,
+    phys: PhysMem,
+    /// The 4 KiB zero page (`ZERO_PAGE(0)`), reserved at boot.
+    zero_pfn: Pfn,
+}
+
+impl Machine {
+    /// Build a machine. Fails on a configuration that cannot work (with a message naming the
+    /// key), or when the host cannot reserve the address space.
+    pub fn new(config: MachineConfig) -> Result<Arc<Machine>, MachineError> {
+        config.validate()?;
+        let cpus = Cpus::new(config.cpus, config.nodes);
+        let stat = Arc::new(VmStat::new(cpus.nr_possible()));
+        let phys = PhysMem::new(&config, cpus.clone(), Arc::clone(&stat)).map_err(MachineError::Host)?;
+        let zero_pfn = phys
+            .alloc_pages(CpuId(0), Order(0), Gfp::ZERO)
+            .map_err(|_| MachineError::Config(ConfigError("no memory for the zero page".into())))?;
+        phys.meta(zero_pfn).set(PG_RESERVED);
+        Ok(Arc::new(Machine { config, cpus, stat, phys, zero_pfn }))
+    }
+
+    pub fn config(&self) -> &MachineConfig {
+        &self.config
+    }
+
+    pub fn cpus(&self) -> &Cpus {
+        &self.cpus
+    }
+
+    /// The CPU numbered `n`, or `None` beyond `nr_possible_cpus`.
+    pub fn cpu(&self, n: usize) -> Option<CpuId> {
+        self.cpus.get(n)
+    }
+
+    pub fn phys(&self) -> &PhysMem {
+        &self.phys
+    }
+
+    pub fn vmstat(&self) -> &VmStat {
+        &self.stat
+    }
+
+    pub fn vmstat_snapshot(&self) -> VmStatSnapshot {
+        self.stat.snapshot()
+    }
+
+    #[doc(alias = "ZERO_PAGE")]
+    pub fn zero_pfn(&self) -> Pfn {
+        self.zero_pfn
+    }
+
+    /// `/proc/meminfo` figures.
+    pub fn meminfo(&self) -> MemInfo {
+        let kb = |pages: i64| (pages.max(0) as u64) * (PAGE_SIZE / 1024);
+        let free = self.phys.nr_free_pages() as i64;
+        let huge_kb = 2048;
+        MemInfo {
+            mem_total: kb((self.phys.nr_frames()) as i64),
+            mem_free: kb(free),
+            mem_available: kb(free + self.phys.nr_pcp_pages() as i64),
+            active_anon: 0,
+            inactive_anon: kb(self.stat.get(VmItem::NrInactiveAnon)),
+            unevictable: kb(self.stat.get(VmItem::NrUnevictable)),
+            mlocked: kb(self.stat.get(VmItem::NrMlock)),
+            anon_pages: kb(self.stat.get(VmItem::NrAnonPages)),
+            page_tables: kb(self.stat.get(VmItem::NrPageTablePages)),
+            percpu: 0,
+            anon_huge_pages: kb(self.stat.get(VmItem::NrAnonTransparentHugepages) * 512),
+            huge_pages_total: self.phys.hugetlb_total(),
+            huge_pages_free: self.phys.hugetlb_free(),
+            hugepagesize: huge_kb,
+            hugetlb: self.phys.hugetlb_total() * huge_kb,
+        }
+    }
+
+    /// Every machine-wide invariant (physical memory for now).
+    pub fn validate(&self) -> Result<(), String> {
+        self.phys.validate().map(|_| ())
+    }
+}

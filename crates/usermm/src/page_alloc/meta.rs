@@ -1,0 +1,263 @@
+//! `struct page`: the per-frame metadata, and lists of frames linked through it.
+//!
+//! Mirrors `include/linux/mm_types.h` (`struct page`), `include/linux/page-flags.h` and the
+//! `lru`/`buddy_list`/`pcp_list` unions: a frame is on at most one list at a time (buddy free
+//! list, a per-CPU list, or an LRU list), so one pair of links serves all three.
+//!
+//! # Layout (≤ 32 bytes, asserted by a test; the kernel spends 64)
+//! | field | meaning |
+//! |---|---|
+//! | `flags` | `PG_*` bits below |
+//! | `refcount` | `_refcount`: 0 when free |
+//! | `mapcount` | `_mapcount` + 1: page-table entries mapping the page (0 when unmapped) |
+//! | `private` | buddy head: its order; tail page: the head's PFN; table page: entries in use |
+//! | `next`, `prev` | list links as PFNs ([`NIL`] = none) — 32-bit, so at most 16 TiB |
+//! | `order` | compound order on a head page, or the order of a block on a pcp list |
+//! | `ptl` | the split page-table lock (`ptdesc->ptl`) of a page-table page |
+//!
+//! # Invariants
+//! 1. Every frame is exactly one of: the head of a free buddy block (`PG_buddy`, order in
+//!    `private`), inside a free block (all zero), on a pcp list (`PG_pcp`), or allocated
+//!    (`refcount > 0` on the head, `PG_tail` on the tails of a compound page).
+//! 2. Links are written only under the lock of the list the frame is on: `zone.lock` (buddy),
+//!    the pcp lock, the node's `lru_lock`.
+//! 3. All-zero is "inside a free block": the metadata array is lazily zeroed host memory.
+//!
+//! # Differences from Linux
+//! `_mapcount` is 0-based (Linux starts at −1). There are no migratetypes and no page
+//! owner/memcg fields. `PG_pcp` does not exist in Linux; it makes `validate()` exact.
+
+use std::sync::atomic::{AtomicI32, AtomicU16, AtomicU32, AtomicU8, Ordering::Relaxed};
+
+use crate::addr::Pfn;
+use crate::backing::ZeroValid;
+
+/// No frame: the end of a list.
+pub const NIL: u32 = u32::MAX;
+
+/// `PG_buddy`: head of a free block in a buddy free list.
+pub const PG_BUDDY: u32 = 1 << 0;
+/// On a per-CPU free list (engine-only flag).
+pub const PG_PCP: u32 = 1 << 1;
+/// `PG_lru`: on a node's LRU list.
+pub const PG_LRU: u32 = 1 << 2;
+/// `PG_head`: first page of a compound page.
+pub const PG_HEAD: u32 = 1 << 3;
+/// Tail page of a compound page (`compound_head` bit 0 in Linux).
+pub const PG_TAIL: u32 = 1 << 4;
+/// `PG_table` (`PageTable`): a page-table page.
+pub const PG_PGTABLE: u32 = 1 << 5;
+/// `PageAnon`: mapped anonymous memory (Linux tags `page->mapping`).
+pub const PG_ANON: u32 = 1 << 6;
+/// `PG_reserved`: never freed (the zero page, the huge zero page while held).
+pub const PG_RESERVED: u32 = 1 << 7;
+/// Held in a per-CPU LRU-add batch, not yet on the LRU.
+pub const PG_LRU_BATCH: u32 = 1 << 8;
+/// `PG_mlocked` / `PG_unevictable`.
+pub const PG_MLOCKED: u32 = 1 << 9;
+/// Backs a populated percpu chunk page.
+pub const PG_PERCPU: u32 = 1 << 10;
+/// A hugetlb page from the `nr_hugepages` pool.
+pub const PG_HUGETLB: u32 = 1 << 11;
+/// Gather batch page of an `mmu_gather` (kernel memory, not user memory).
+pub const PG_KERNEL: u32 = 1 << 12;
+
+/// Metadata of one 4 KiB frame.
+#[derive(Debug)]
+#[repr(C)]
+pub struct PageMeta {
+    pub flags: AtomicU32,
+    pub refcount: AtomicI32,
+    pub mapcount: AtomicI32,
+    pub private: AtomicU32,
+    pub next: AtomicU32,
+    pub prev: AtomicU32,
+    pub pt_entries: AtomicU16,
+    pub order: AtomicU8,
+    /// The split PTE-page lock of a page-table page (`ptlock_ptr`).
+    pub ptl: parking_lot::Mutex<()>,
+}
+
+// SAFETY: every field is an integer atomic (valid at zero) or a `parking_lot::Mutex<()>`,
+// which is one `AtomicU8` state byte whose unlocked initial state is 0 (checked by the test
+// `ptl_zero_is_unlocked`) plus a zero-sized `UnsafeCell<()>`.
+unsafe impl ZeroValid for PageMeta {}
+
+impl PageMeta {
+    #[inline]
+    pub fn flags(&self) -> u32 {
+        self.flags.load(Relaxed)
+    }
+    #[inline]
+    pub fn test(&self, f: u32) -> bool {
+        self.flags.load(Relaxed) & f != 0
+    }
+    #[inline]
+    pub fn set(&self, f: u32) {
+        self.flags.fetch_or(f, Relaxed);
+    }
+    #[inline]
+    pub fn clear(&self, f: u32) {
+        self.flags.fetch_and(!f, Relaxed);
+    }
+    #[inline]
+    pub fn ref_count(&self) -> i32 {
+        self.refcount.load(Relaxed)
+    }
+    #[inline]
+    pub fn map_count(&self) -> i32 {
+        self.mapcount.load(Relaxed)
+    }
+}
+
+/// A doubly linked list of frames, linked through [`PageMeta::next`]/[`PageMeta::prev`]. The
+/// list head lives in the structure that owns the list (a free area, a pcp, an lruvec), under
+/// that structure's lock.
+#[derive(Debug)]
+pub struct PfnList {
+    head: u32,
+    tail: u32,
+    len: u64,
+}
+
+impl Default for PfnList {
+    fn default() -> Self {
+        Self { head: NIL, tail: NIL, len: 0 }
+    }
+}
+
+impl PfnList {
+    #[inline]
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    #[inline]
+    pub fn push_front(&mut self, meta: &[PageMeta], pfn: Pfn) {
+        let p = pfn.0 as u32;
+        let m = &meta[pfn.index()];
+        m.prev.store(NIL, Relaxed);
+        m.next.store(self.head, Relaxed);
+        if self.head == NIL {
+            self.tail = p;
+        } else {
+            meta[self.head as usize].prev.store(p, Relaxed);
+        }
+        self.head = p;
+        self.len += 1;
+    }
+
+    #[inline]
+    pub fn push_back(&mut self, meta: &[PageMeta], pfn: Pfn) {
+        let p = pfn.0 as u32;
+        let m = &meta[pfn.index()];
+        m.next.store(NIL, Relaxed);
+        m.prev.store(self.tail, Relaxed);
+        if self.tail == NIL {
+            self.head = p;
+        } else {
+            meta[self.tail as usize].next.store(p, Relaxed);
+        }
+        self.tail = p;
+        self.len += 1;
+    }
+
+    /// Unlink `pfn`, which must be on this list.
+    #[inline]
+    pub fn remove(&mut self, meta: &[PageMeta], pfn: Pfn) {
+        let m = &meta[pfn.index()];
+        let (n, p) = (m.next.load(Relaxed), m.prev.load(Relaxed));
+        if p == NIL {
+            debug_assert_eq!(self.head, pfn.0 as u32);
+            self.head = n;
+        } else {
+            meta[p as usize].next.store(n, Relaxed);
+        }
+        if n == NIL {
+            debug_assert_eq!(self.tail, pfn.0 as u32);
+            self.tail = p;
+        } else {
+            meta[n as usize].prev.store(p, Relaxed);
+        }
+        m.next.store(NIL, Relaxed);
+        m.prev.store(NIL, Relaxed);
+        self.len -= 1;
+    }
+
+    #[inline]
+    pub fn pop_front(&mut self, meta: &[PageMeta]) -> Option<Pfn> {
+        (self.head != NIL).then(|| {
+            let pfn = Pfn(self.head as u64);
+            self.remove(meta, pfn);
+            pfn
+        })
+    }
+
+    #[inline]
+    pub fn pop_back(&mut self, meta: &[PageMeta]) -> Option<Pfn> {
+        (self.tail != NIL).then(|| {
+            let pfn = Pfn(self.tail as u64);
+            self.remove(meta, pfn);
+            pfn
+        })
+    }
+
+    /// Walk the list head to tail (for `validate()`; the caller holds the list's lock).
+    pub fn iter<'a>(&self, meta: &'a [PageMeta]) -> impl Iterator<Item = Pfn> + 'a {
+        let mut cur = self.head;
+        std::iter::from_fn(move || {
+            (cur != NIL).then(|| {
+                let p = cur;
+                cur = meta[p as usize].next.load(Relaxed);
+                Pfn(p as u64)
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+    use crate::backing::ZeroedArray;
+
+    #[test]
+    fn page_meta_fits_in_32_bytes() {
+        assert!(std::mem::size_of::<PageMeta>() <= 32, "{}", std::mem::size_of::<PageMeta>());
+    }
+
+    #[test]
+    fn ptl_zero_is_unlocked() {
+        let arr = ZeroedArray::<PageMeta>::new(4).unwrap();
+        let m = &arr.as_slice()[2];
+        assert_eq!(m.flags(), 0);
+        let g = m.ptl.try_lock().expect("an all-zero ptl must be unlocked");
+        assert!(m.ptl.try_lock().is_none());
+        drop(g);
+        assert!(m.ptl.try_lock().is_some());
+    }
+
+    #[test]
+    fn list_push_pop_remove() {
+        let arr = ZeroedArray::<PageMeta>::new(8).unwrap();
+        let meta = arr.as_slice();
+        let mut l = PfnList::default();
+        for i in 0..5 {
+            l.push_back(meta, Pfn(i));
+        }
+        l.push_front(meta, Pfn(7));
+        assert_eq!(l.iter(meta).map(|p| p.0).collect::<Vec<_>>(), [7, 0, 1, 2, 3, 4]);
+        l.remove(meta, Pfn(2));
+        l.remove(meta, Pfn(7));
+        l.remove(meta, Pfn(4));
+        assert_eq!(l.iter(meta).map(|p| p.0).collect::<Vec<_>>(), [0, 1, 3]);
+        assert_eq!(l.pop_back(meta), Some(Pfn(3)));
+        assert_eq!(l.pop_front(meta), Some(Pfn(0)));
+        assert_eq!(l.pop_front(meta), Some(Pfn(1)));
+        assert_eq!(l.pop_front(meta), None);
+        assert!(l.is_empty());
+    }
+}

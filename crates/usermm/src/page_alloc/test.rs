@@ -1,0 +1,282 @@
+//! Unit tests of the physical page allocator. Every test ends with `validate()`.
+
+use std::sync::Arc;
+
+use super::meta::*;
+use super::*;
+use crate::config::{BackingMode, MachineConfig};
+use crate::cpu::Cpus;
+
+fn phys_with(mem: u64, cpus: u16, nodes: u16, f: impl FnOnce(&mut MachineConfig)) -> PhysMem {
+    let mut cfg = MachineConfig { mem, cpus, nodes, ..Default::default() };
+    f(&mut cfg);
+    cfg.validate().unwrap();
+    let stat = Arc::new(VmStat::new(cpus as usize));
+    PhysMem::new(&cfg, Cpus::new(cpus, nodes), stat).unwrap()
+}
+
+fn phys(mem: u64) -> PhysMem {
+    phys_with(mem, 2, 1, |_| {})
+}
+
+const C0: CpuId = CpuId(0);
+const C1: CpuId = CpuId(1);
+
+mod buddy {
+    use super::*;
+
+    #[test]
+    fn boot_frees_everything_in_max_order_blocks() {
+        let p = phys(64 << 20);
+        let r = p.validate().unwrap();
+        assert_eq!(r.buddy_free, 16384);
+        assert_eq!(p.nr_free_pages(), 16384);
+        let fa = p.nodes[0].zone.lock.lock();
+        assert_eq!(fa.lists[10].len(), 16);
+        assert!(fa.lists[..10].iter().all(|l| l.is_empty()));
+    }
+
+    #[test]
+    fn split_then_merge_back_to_one_block() {
+        let p = phys(16 << 20);
+        // order 5 isn't a pcp order: straight from the buddy, splitting a 4 MiB block.
+        let a = p.alloc_pages(C0, Order(5), Gfp::KERNEL).unwrap();
+        {
+            let fa = p.nodes[0].zone.lock.lock();
+            // 1024 = 32 + 32 + 64 + 128 + 256 + 512: one free block each of orders 5..=9.
+            for o in 5..=9 {
+                assert_eq!(fa.lists[o].len(), 1, "order {o}");
+            }
+            assert_eq!(fa.lists[10].len(), 3);
+        }
+        assert!(p.meta(a).test(PG_HEAD));
+        assert!(p.meta(a.add(31)).test(PG_TAIL));
+        p.validate().unwrap();
+        p.free_pages(C0, a, Order(5)).unwrap();
+        let fa = p.nodes[0].zone.lock.lock();
+        assert_eq!(fa.lists[10].len(), 4, "buddies must coalesce back to order 10");
+        drop(fa);
+        p.validate().unwrap();
+    }
+
+    #[test]
+    fn bad_orders_and_double_frees_are_errors() {
+        let p = phys(16 << 20);
+        assert_eq!(p.alloc_pages(C0, Order(11), Gfp::KERNEL), Err(AllocError::BadOrder));
+        let a = p.alloc_pages(C0, Order(4), Gfp::KERNEL).unwrap();
+        assert_eq!(p.free_pages(C0, a.add(1), Order(0)), Err(PageError::TailPage));
+        assert_eq!(p.free_pages(C0, a, Order(3)), Err(PageError::BadOrder));
+        p.free_pages(C0, a, Order(4)).unwrap();
+        assert_eq!(p.free_pages(C0, a, Order(4)), Err(PageError::NotAllocated));
+        assert_eq!(p.free_pages(C0, Pfn(1 << 40), Order(0)), Err(PageError::OutOfRange));
+        p.validate().unwrap();
+    }
+
+    #[test]
+    fn exhaustion_is_an_error_and_everything_comes_back() {
+        let p = phys(16 << 20);
+        let mut got = vec![];
+        while let Ok(pfn) = p.alloc_pages(C0, Order(0), Gfp::KERNEL) {
+            got.push(pfn);
+        }
+        assert_eq!(got.len(), 4096);
+        assert_eq!(p.nr_free_pages(), 0);
+        p.validate().unwrap();
+        p.release_pages(C1, &got);
+        p.drain_all_pages();
+        assert_eq!(p.nr_free_pages(), 4096);
+        let fa = p.nodes[0].zone.lock.lock();
+        assert_eq!(fa.lists[10].len(), 4);
+        drop(fa);
+        p.validate().unwrap();
+    }
+
+    #[test]
+    fn zeroing_is_real_with_full_backing() {
+        let p = phys(16 << 20);
+        let a = p.alloc_pages(C0, Order(0), Gfp::KERNEL).unwrap();
+        p.backing().write(a, 0, &[0xaa; 64]);
+        p.free_pages(C0, a, Order(0)).unwrap();
+        // LIFO pcp: the same frame comes back, and __GFP_ZERO clears it.
+        let b = p.alloc_pages(C0, Order(0), Gfp::ZERO).unwrap();
+        assert_eq!(a, b);
+        let mut buf = [1u8; 64];
+        p.backing().read(b, 0, &mut buf);
+        assert_eq!(buf, [0; 64]);
+        p.free_pages(C0, b, Order(0)).unwrap();
+        p.validate().unwrap();
+    }
+}
+
+mod pcp {
+    use super::*;
+
+    #[test]
+    fn refill_takes_batch_and_drain_starts_at_high() {
+        let p = phys_with(64 << 20, 2, 1, |c| {
+            c.pcp.high = 8;
+            c.pcp.batch = 4;
+        });
+        let a = p.alloc_pages(C0, Order(0), Gfp::KERNEL).unwrap();
+        // One refill of `batch` pages, one handed out.
+        assert_eq!(p.nodes[0].zone.pcp[C0].lock().count, 3);
+        assert_eq!(p.nr_free_pages(), 16384 - 4);
+        let mut pages = vec![a];
+        for _ in 0..9 {
+            pages.push(p.alloc_pages(C0, Order(0), Gfp::KERNEL).unwrap());
+        }
+        p.validate().unwrap();
+        // Free all 10 on CPU 1: its list grows to high (8) and drains batch (4) each time.
+        for &pg in &pages {
+            p.free_pages(C1, pg, Order(0)).unwrap();
+            let c = p.nodes[0].zone.pcp[C1].lock().count;
+            assert!(c < 8, "pcp count {c} reached high without draining");
+        }
+        // 1..=7, then 8 → drain 4 → 4, then 5, 6.
+        assert_eq!(p.nodes[0].zone.pcp[C1].lock().count, 6);
+        assert_eq!(p.stat.get(VmItem::PcpDrain), 1);
+        p.validate().unwrap();
+        p.drain_all_pages();
+        assert_eq!(p.nr_free_pages(), 16384);
+        p.validate().unwrap();
+    }
+
+    #[test]
+    fn thp_order_uses_the_pcp_too() {
+        let p = phys(64 << 20);
+        let t = p.alloc_pages(C0, HPAGE_PMD_ORDER, Gfp::KERNEL).unwrap();
+        assert_eq!(t.0 % 512, 0);
+        assert!(p.meta(t).test(PG_HEAD));
+        assert_eq!(p.meta(t.add(511)).private.load(Relaxed), t.0 as u32);
+        p.validate().unwrap();
+        p.free_pages(C0, t, HPAGE_PMD_ORDER).unwrap();
+        p.validate().unwrap();
+    }
+}
+
+mod lru {
+    use super::*;
+
+    #[test]
+    fn add_is_batched_and_release_takes_pages_off() {
+        let p = phys_with(64 << 20, 2, 1, |c| c.lru.add_batch = 4);
+        let pages: Vec<_> =
+            (0..6).map(|_| p.alloc_pages(C0, Order(0), Gfp::KERNEL).unwrap()).collect();
+        for &pg in &pages {
+            p.lru_cache_add(C0, pg);
+        }
+        // 4 went to the LRU when the batch filled; 2 wait in the batch holding a reference.
+        assert_eq!(p.stat.get(VmItem::NrInactiveAnon), 4);
+        assert!(p.meta(pages[5]).test(PG_LRU_BATCH));
+        assert_eq!(p.meta(pages[5]).ref_count(), 2);
+        assert_eq!(p.validate().unwrap().on_lru, 4);
+        // The owner drops its references: LRU pages are freed now, batched ones on drain.
+        p.release_pages(C0, &pages);
+        assert_eq!(p.stat.get(VmItem::NrInactiveAnon), 0);
+        assert_eq!(p.meta(pages[5]).ref_count(), 1);
+        p.lru_add_drain(C0);
+        assert_eq!(p.meta(pages[5]).ref_count(), 0);
+        let r = p.validate().unwrap();
+        assert_eq!(r.allocated, 0);
+        assert_eq!(r.on_lru, 0);
+    }
+
+    #[test]
+    fn pages_go_to_their_own_nodes_lru() {
+        let p = phys_with(64 << 20, 4, 2, |c| c.lru.add_batch = 1);
+        let a = p.alloc_pages(CpuId(0), Order(0), Gfp::KERNEL).unwrap();
+        let b = p.alloc_pages(CpuId(3), Order(0), Gfp::KERNEL).unwrap();
+        assert_eq!(p.node_of(a), 0);
+        assert_eq!(p.node_of(b), 1);
+        p.lru_cache_add(CpuId(0), a);
+        p.lru_cache_add(CpuId(0), b);
+        assert_eq!(p.nodes[0].lru.lock().inactive_anon.len(), 1);
+        assert_eq!(p.nodes[1].lru.lock().inactive_anon.len(), 1);
+        p.validate().unwrap();
+        p.put_page(CpuId(1), a).unwrap();
+        p.put_page(CpuId(1), b).unwrap();
+        assert_eq!(p.validate().unwrap().allocated, 0);
+    }
+}
+
+mod concurrent {
+    use super::*;
+
+    #[test]
+    fn racing_alloc_free_keeps_accounting() {
+        let p = Arc::new(phys_with(64 << 20, 4, 2, |c| c.lru.add_batch = 7));
+        let threads: Vec<_> = (0..4u16)
+            .map(|t| {
+                let p = Arc::clone(&p);
+                std::thread::spawn(move || {
+                    let cpu = CpuId(t);
+                    let mut held: Vec<Pfn> = vec![];
+                    let mut rng = 0x9e3779b97f4a7c15u64.wrapping_mul(t as u64 + 1);
+                    for i in 0..20_000 {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        if rng % 3 != 0 || held.is_empty() {
+                            let order = Order(if rng % 17 == 0 { (rng >> 8) as u8 % 10 } else { 0 });
+                            if let Ok(pfn) = p.alloc_pages(cpu, order, Gfp::KERNEL) {
+                                if order.0 == 0 && i % 2 == 0 {
+                                    p.lru_cache_add(cpu, pfn);
+                                }
+                                held.push(pfn);
+                            }
+                        } else {
+                            let k = (rng as usize >> 3) % held.len();
+                            let pfn = held.swap_remove(k);
+                            p.put_page(cpu, pfn).unwrap();
+                        }
+                    }
+                    let batch: Vec<_> = held.drain(..).collect();
+                    p.release_pages(cpu, &batch);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        p.lru_add_drain_all();
+        let r = p.validate().unwrap();
+        assert_eq!(r.allocated, 0, "{r:?}");
+        p.drain_all_pages();
+        assert_eq!(p.nr_free_pages(), 16384);
+    }
+}
+
+mod scale {
+    use super::*;
+
+    #[test]
+    fn sparse_512g_machine_constructs_and_allocates() {
+        let p = phys_with(512 << 30, 144, 4, |c| c.backing = BackingMode::Sparse);
+        assert_eq!(p.nr_free_pages(), (512u64 << 30) / PAGE_SIZE);
+        let mut v = vec![];
+        for cpu in [0u16, 50, 100, 143] {
+            for _ in 0..1000 {
+                v.push(p.alloc_pages(CpuId(cpu), Order(0), Gfp::ZERO).unwrap());
+            }
+        }
+        // CPU 143 sits on node 3, whose frames are the last quarter.
+        assert_eq!(p.node_of(*v.last().unwrap()), 3);
+        p.release_pages(CpuId(7), &v);
+        p.drain_all_pages();
+        assert_eq!(p.nr_free_pages(), (512u64 << 30) / PAGE_SIZE);
+    }
+
+    #[test]
+    fn hugetlb_pool_is_filled_and_recycled() {
+        let p = phys_with(64 << 20, 2, 1, |c| c.nr_hugepages = 4);
+        assert_eq!(p.hugetlb_free(), 4);
+        let r = p.validate().unwrap();
+        assert_eq!(r.hugetlb_pool, 2048);
+        let h = p.alloc_hugetlb_page().unwrap();
+        assert_eq!(p.hugetlb_free(), 3);
+        p.validate().unwrap();
+        p.put_page(C0, h).unwrap();
+        assert_eq!(p.hugetlb_free(), 4);
+        p.validate().unwrap();
+    }
+}

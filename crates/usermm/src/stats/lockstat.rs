@@ -1,0 +1,246 @@
+//! lock_stat-style figures for the engine's instrumented locks.
+//!
+//! Mirrors the columns of `/proc/lock_stat` (`kernel/locking/lockdep_proc.c`, `lock_stat_show`):
+//! contentions, acquisitions, and wait/hold time min, max and total, per lock class. The kernel
+//! keeps these per CPU and folds them on read; we keep one set of relaxed atomics per lock class
+//! (a zone lock, an LRU lock, an mm's mmap lock), which is where the kernel's figures end up too.
+//!
+//! # Differences from Linux
+//! - Times are host nanoseconds from [`std::time::Instant`], not `local_clock()`.
+//! - A "contention" is counted when the first `try_lock` fails; the wait is the time from there
+//!   to acquisition. Uncontended acquisitions record a zero wait but are not timed.
+//! - Classes are per lock instance, not per lock *class*: the engine has few instances of each.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use serde::Serialize;
+
+/// Accumulated contention and hold figures of one lock. All fields are relaxed atomics: the
+/// figures are statistics, never used to make a decision.
+#[derive(Debug)]
+pub struct LockStat {
+    name: &'static str,
+    acquisitions: AtomicU64,
+    contentions: AtomicU64,
+    wait_min_ns: AtomicU64,
+    wait_max_ns: AtomicU64,
+    wait_total_ns: AtomicU64,
+    hold_min_ns: AtomicU64,
+    hold_max_ns: AtomicU64,
+    hold_total_ns: AtomicU64,
+    holds: AtomicU64,
+}
+
+/// A copy of a [`LockStat`] at one moment, in the columns of `/proc/lock_stat`.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct LockStatSnapshot {
+    pub name: String,
+    pub con_bounces: u64,
+    pub contentions: u64,
+    pub waittime_min_ns: u64,
+    pub waittime_max_ns: u64,
+    pub waittime_total_ns: u64,
+    pub acquisitions: u64,
+    pub holdtime_min_ns: u64,
+    pub holdtime_max_ns: u64,
+    pub holdtime_total_ns: u64,
+}
+
+impl LockStat {
+    pub const fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            acquisitions: AtomicU64::new(0),
+            contentions: AtomicU64::new(0),
+            wait_min_ns: AtomicU64::new(u64::MAX),
+            wait_max_ns: AtomicU64::new(0),
+            wait_total_ns: AtomicU64::new(0),
+            hold_min_ns: AtomicU64::new(u64::MAX),
+            hold_max_ns: AtomicU64::new(0),
+            hold_total_ns: AtomicU64::new(0),
+            holds: AtomicU64::new(0),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// An acquisition that got the lock at once.
+    #[inline]
+    pub fn record_uncontended(&self) {
+        self.acquisitions.fetch_add(1, Relaxed);
+    }
+
+    /// An acquisition that had to wait `wait_ns`.
+    #[inline]
+    pub fn record_contended(&self, wait_ns: u64) {
+        self.acquisitions.fetch_add(1, Relaxed);
+        self.contentions.fetch_add(1, Relaxed);
+        self.wait_total_ns.fetch_add(wait_ns, Relaxed);
+        self.wait_min_ns.fetch_min(wait_ns, Relaxed);
+        self.wait_max_ns.fetch_max(wait_ns, Relaxed);
+    }
+
+    /// The lock was held for `hold_ns` before release.
+    #[inline]
+    pub fn record_hold(&self, hold_ns: u64) {
+        self.holds.fetch_add(1, Relaxed);
+        self.hold_total_ns.fetch_add(hold_ns, Relaxed);
+        self.hold_min_ns.fetch_min(hold_ns, Relaxed);
+        self.hold_max_ns.fetch_max(hold_ns, Relaxed);
+    }
+
+    pub fn snapshot(&self) -> LockStatSnapshot {
+        let min = |a: &AtomicU64| match a.load(Relaxed) {
+            u64::MAX => 0,
+            v => v,
+        };
+        let contentions = self.contentions.load(Relaxed);
+        LockStatSnapshot {
+            name: self.name.to_string(),
+            con_bounces: contentions,
+            contentions,
+            waittime_min_ns: min(&self.wait_min_ns),
+            waittime_max_ns: self.wait_max_ns.load(Relaxed),
+            waittime_total_ns: self.wait_total_ns.load(Relaxed),
+            acquisitions: self.acquisitions.load(Relaxed),
+            holdtime_min_ns: min(&self.hold_min_ns),
+            holdtime_max_ns: self.hold_max_ns.load(Relaxed),
+            holdtime_total_ns: self.hold_total_ns.load(Relaxed),
+        }
+    }
+
+    /// Zero every figure (like `echo 0 > /proc/lock_stat`).
+    pub fn reset(&self) {
+        for a in [
+            &self.acquisitions,
+            &self.contentions,
+            &self.wait_max_ns,
+            &self.wait_total_ns,
+            &self.hold_max_ns,
+            &self.hold_total_ns,
+            &self.holds,
+        ] {
+            a.store(0, Relaxed);
+        }
+        self.wait_min_ns.store(u64::MAX, Relaxed);
+        self.hold_min_ns.store(u64::MAX, Relaxed);
+    }
+}
+
+impl LockStatSnapshot {
+    /// The figures accumulated between `earlier` and `self`, for a before/after report.
+    /// Min and max cannot be differenced and are kept from `self`.
+    pub fn since(&self, earlier: &LockStatSnapshot) -> LockStatSnapshot {
+        LockStatSnapshot {
+            name: self.name.clone(),
+            con_bounces: self.con_bounces - earlier.con_bounces,
+            contentions: self.contentions - earlier.contentions,
+            waittime_total_ns: self.waittime_total_ns - earlier.waittime_total_ns,
+            acquisitions: self.acquisitions - earlier.acquisitions,
+            holdtime_total_ns: self.holdtime_total_ns - earlier.holdtime_total_ns,
+            ..self.clone()
+        }
+    }
+}
+
+/// A `parking_lot::Mutex` that records lock_stat figures: the zone lock and the LRU lock.
+#[derive(Debug)]
+pub struct StatMutex<T> {
+    inner: parking_lot::Mutex<T>,
+    stat: LockStat,
+}
+
+/// Guard of a [`StatMutex`]; records the hold time when dropped.
+#[derive(Debug)]
+pub struct StatMutexGuard<'a, T> {
+    guard: parking_lot::MutexGuard<'a, T>,
+    stat: &'a LockStat,
+    since: std::time::Instant,
+}
+
+impl<T> StatMutex<T> {
+    pub const fn new(name: &'static str, value: T) -> Self {
+        Self { inner: parking_lot::Mutex::new(value), stat: LockStat::new(name) }
+    }
+
+    #[inline]
+    pub fn lock(&self) -> StatMutexGuard<'_, T> {
+        let guard = match self.inner.try_lock() {
+            Some(g) => {
+                self.stat.record_uncontended();
+                g
+            }
+            None => {
+                let t0 = std::time::Instant::now();
+                let g = self.inner.lock();
+                self.stat.record_contended(t0.elapsed().as_nanos() as u64);
+                g
+            }
+        };
+        StatMutexGuard { guard, stat: &self.stat, since: std::time::Instant::now() }
+    }
+
+    pub fn stat(&self) -> &LockStat {
+        &self.stat
+    }
+
+    /// Access without locking, through exclusive ownership.
+    pub fn get_mut(&mut self) -> &mut T {
+        self.inner.get_mut()
+    }
+}
+
+impl<T> std::ops::Deref for StatMutexGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for StatMutexGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
+impl<T> Drop for StatMutexGuard<'_, T> {
+    fn drop(&mut self) {
+        self.stat.record_hold(self.since.elapsed().as_nanos() as u64);
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[test]
+    fn uncontended_and_contended_are_counted() {
+        let m = Arc::new(StatMutex::new("test_lock", 0u64));
+        {
+            let mut g = m.lock();
+            *g += 1;
+        }
+        let s = m.stat().snapshot();
+        assert_eq!(s.acquisitions, 1);
+        assert_eq!(s.contentions, 0);
+        // Hold one thread inside, make another wait.
+        let g = m.lock();
+        let m2 = Arc::clone(&m);
+        let t = std::thread::spawn(move || {
+            *m2.lock() += 1;
+        });
+        while m.inner.is_locked() && !m.inner.is_locked() {}
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        drop(g);
+        t.join().unwrap();
+        let s = m.stat().snapshot();
+        assert_eq!(s.acquisitions, 3);
+        assert_eq!(s.contentions, 1);
+        assert!(s.waittime_max_ns > 0);
+        assert_eq!(*m.lock(), 2);
+    }
+}

@@ -1,0 +1,1 @@
+//! (placeholder; the sync facade is being written)
