@@ -45,7 +45,7 @@ pub struct Machine {
     config: MachineConfig,
     cpus: Cpus,
     stat: Arc<VmStat>,
-    phys: PhysMem,
+    phys: Arc<PhysMem>,
     /// The 4 KiB zero page (`ZERO_PAGE(0)`), reserved at boot.
     zero_pfn: Pfn,
 }
@@ -57,7 +57,9 @@ impl Machine {
         config.validate()?;
         let cpus = Cpus::new(config.cpus, config.nodes);
         let stat = Arc::new(VmStat::new(cpus.nr_possible()));
-        let phys = PhysMem::new(&config, cpus.clone(), Arc::clone(&stat)).map_err(MachineError::Host)?;
+        let phys = Arc::new(
+            PhysMem::new(&config, cpus.clone(), Arc::clone(&stat)).map_err(MachineError::Host)?,
+        );
         let zero_pfn = phys
             .alloc_pages(CpuId(0), Order(0), Gfp::ZERO)
             .map_err(|_| MachineError::Config(ConfigError("no memory for the zero page".into())))?;
@@ -80,6 +82,11 @@ impl Machine {
 
     pub fn phys(&self) -> &PhysMem {
         &self.phys
+    }
+
+    /// A shared handle on physical memory, for services that outlive a borrow (async work).
+    pub fn phys_arc(&self) -> Arc<PhysMem> {
+        Arc::clone(&self.phys)
     }
 
     pub fn vmstat(&self) -> &VmStat {
