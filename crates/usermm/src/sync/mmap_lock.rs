@@ -1,0 +1,1053 @@
+//! The mm's `mmap_lock`: a downgradable reader-writer lock, instrumented.
+//!
+//! Mirrors `include/linux/mmap_lock.h` (the `mmap_*_lock` wrappers every caller goes through),
+//! `mm/mmap_lock.c` (the tracepoints hung on those wrappers) and the `rw_semaphore` underneath
+//! (`kernel/locking/rwsem.c`, in particular `downgrade_write`). One [`MmapLock`] protects one
+//! address space's VMA tree: faults take it for read, `mmap`/`munmap`/`mprotect` for write.
+//!
+//! ```text
+//!   mmap_read_lock ──► MmapReadGuard ──drop──► mmap_read_unlock
+//!   mmap_write_lock ─► MmapWriteGuard ─drop / unlock()──► mmap_write_unlock
+//!                           │
+//!                           └─ downgrade() ──► MmapReadGuard (is_downgraded)  ── mmap_write_downgrade
+//! ```
+//!
+//! # Why downgrade exists (seed 003)
+//! `munmap` of a large range used to zap every PTE with the lock held for write, so every fault on
+//! every *other* VMA of the mm stalled for the whole zap (seconds for 80 GB). Since Linux 4.20
+//! ("mm: mmap: zap pages with read mmap_sem in munmap"; today `vms_complete_munmap_vmas` in
+//! `mm/vma.c`) munmap only splits and detaches under the write lock, then downgrades and zaps
+//! under the read lock. That is sound because of this sequence, which callers must keep:
+//! 1. Under the write lock, detach the VMAs from the tree. From here no fault can find them.
+//! 2. Downgrade. The downgrade is *atomic*: the lock goes from "one writer" to "one reader (us)"
+//!    with no instant at which it is free, so no other writer (an `mmap` reusing the hole) can get
+//!    in between, while readers (faults elsewhere in the mm) may now proceed.
+//! 3. Zap the PTEs and free the page tables of the detached range under the read lock. A fault
+//!    racing in the range finds no VMA and gets `SIGSEGV`; it can never repopulate the range,
+//!    because it would need the VMA to do so (modelled in `tests/loom_mmap_lock.rs`).
+//! 4. Unlock.
+//!
+//! # Invariants
+//! - At any moment the lock is free, held by any number of readers, or held by one writer.
+//! - A write guard's exclusive hold ends exactly once: at [`MmapWriteGuard::downgrade`], at
+//!   [`MmapWriteGuard::unlock`] or at its drop. That length is recorded in the exclusive-hold
+//!   histogram and published in [`MmapLock::last_exclusive_hold_ns`].
+//! - Like an `rw_semaphore`, the lock is not recursive: a thread holding it for read that asks for
+//!   it again may deadlock behind a queued writer (the lock is task-fair).
+//!
+//! # Instrumentation
+//! Every acquisition goes through this file, so the counters live here, as the kernel hangs its
+//! `mmap_lock` tracepoints on the wrappers in `mmap_lock.h`:
+//! - two [`LockStat`] classes, `mmap_lock-R` and `mmap_lock-W`, in the columns of
+//!   `/proc/lock_stat` (acquisitions, contentions, wait and hold times). A downgrade counts as an
+//!   uncontended read acquisition, so read acquisitions and read holds pair up;
+//! - an HDR histogram of exclusive (write-side) hold times in ns, 1 ns ..= 1 h, 3 significant
+//!   digits: the figure seed 003 is about. A downgraded write's exclusive hold ends at the
+//!   downgrade, not at the final unlock;
+//! - [`MmapLock::is_contended`] (`mmap_lock_is_contended`): a count of threads that failed the
+//!   fast path and are waiting.
+//!
+//! The uncontended read path adds one `try_read`, one relaxed counter increment and one
+//! `Instant::now()` to the bare lock; the read unlock adds one `Instant::elapsed` and the
+//! `record_hold` atomics. Nothing allocates. Slow paths are out of line.
+//!
+//! # Locks
+//! The histogram is a leaf `parking_lot::Mutex`. It is taken after the write lock is released, or
+//! (at a downgrade) while holding the lock for read:
+//! `mmap_lock (read) -> exclusive-hold histogram`. Nothing is ever taken under the histogram.
+//!
+//! # Loom
+//! Under `--cfg loom` the same API is built on a `loom::sync::Mutex` state machine
+//! (`readers`, `writer`, `waiters`) and a `loom::sync::Condvar`, with the value in a
+//! `loom::cell::UnsafeCell` so that loom checks that guards never overlap a writer. The
+//! instrumentation is a no-op there (stats read as zero).
+//!
+//! # Differences from Linux
+//! - Built on `parking_lot::RwLock` (task-fair: new readers queue behind a parked writer, as
+//!   rwsem readers queue behind a waiting writer), without the rwsem's optimistic spinning on
+//!   the owner or its reader-stealing rules.
+//! - No `_killable` variants and no per-VMA locks (DESIGN.md §8).
+//! - The statistics are per lock instance (one per mm), not per lock class as in lockdep.
+//! - Times are host nanoseconds from [`std::time::Instant`].
+
+use serde::Serialize;
+
+#[cfg(not(loom))]
+use crate::stats::lockstat::LockStat;
+use crate::stats::lockstat::LockStatSnapshot;
+
+pub use imp::{MmapLock, MmapReadGuard, MmapWriteGuard};
+
+/// Lowest value the exclusive-hold histogram distinguishes: 1 ns.
+#[cfg(not(loom))]
+const HOLD_HIST_LOW_NS: u64 = 1;
+/// Highest value the exclusive-hold histogram tracks: one hour; longer holds saturate.
+#[cfg(not(loom))]
+const HOLD_HIST_HIGH_NS: u64 = 3_600 * 1_000_000_000;
+/// Significant decimal digits of the exclusive-hold histogram (0.1 % resolution).
+#[cfg(not(loom))]
+const HOLD_HIST_SIGFIG: u8 = 3;
+
+/// The figures of one [`MmapLock`], for a report.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct MmapLockStats {
+    /// Read-side lock_stat (`mmap_lock-R`); includes downgrades as acquisitions.
+    pub read: LockStatSnapshot,
+    /// Write-side lock_stat (`mmap_lock-W`); hold times are exclusive holds.
+    pub write: LockStatSnapshot,
+    /// Distribution of exclusive hold times.
+    pub exclusive_hold: HoldTimeSummary,
+}
+
+/// Summary of a hold-time histogram, in nanoseconds. All zero when nothing was recorded.
+///
+/// Quantiles are HDR-histogram values: exact to 3 significant digits.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct HoldTimeSummary {
+    pub count: u64,
+    pub min_ns: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub max_ns: u64,
+}
+
+#[cfg(not(loom))]
+impl HoldTimeSummary {
+    fn from_histogram(h: &hdrhistogram::Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Self::default();
+        }
+        Self {
+            count: h.len(),
+            min_ns: h.min(),
+            p50_ns: h.value_at_quantile(0.50),
+            p99_ns: h.value_at_quantile(0.99),
+            p999_ns: h.value_at_quantile(0.999),
+            max_ns: h.max(),
+        }
+    }
+}
+
+#[cfg(not(loom))]
+#[inline]
+fn elapsed_ns(since: std::time::Instant) -> u64 {
+    u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(not(loom))]
+mod imp {
+    use std::{
+        fmt,
+        ops::{Deref, DerefMut},
+        sync::atomic::{
+            AtomicU64, AtomicUsize,
+            Ordering::{Acquire, Relaxed, Release},
+        },
+        time::Instant,
+    };
+
+    use crossbeam_utils::CachePadded;
+    use hdrhistogram::Histogram;
+    use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+    use super::{
+        elapsed_ns, HoldTimeSummary, LockStat, MmapLockStats, HOLD_HIST_HIGH_NS, HOLD_HIST_LOW_NS,
+        HOLD_HIST_SIGFIG,
+    };
+
+    /// An mm's `mmap_lock`: a task-fair, downgradable reader-writer lock around `T` (the VMA
+    /// tree), with lock_stat figures and an exclusive-hold histogram.
+    ///
+    /// See the [module documentation](crate::sync::mmap_lock) for the downgrade protocol and the
+    /// instrumentation.
+    #[doc(alias = "mmap_lock")]
+    #[doc(alias = "mmap_sem")]
+    #[doc(alias = "rw_semaphore")]
+    pub struct MmapLock<T> {
+        /// The lock and the data it protects.
+        rwsem: RwLock<T>,
+        /// Threads past a failed fast path and not yet holding the lock (`rwsem_is_contended`).
+        waiters: AtomicUsize,
+        /// Read-side figures; padded away from the lock word, which readers also write.
+        read_stat: CachePadded<LockStat>,
+        /// Write-side figures; hold times are exclusive holds.
+        write_stat: CachePadded<LockStat>,
+        /// Exclusive hold times in ns. A leaf lock: see the module's "Locks".
+        exclusive_hold: Mutex<Histogram<u64>>,
+        /// Length of the most recently ended exclusive hold, in ns.
+        last_exclusive_hold_ns: AtomicU64,
+    }
+
+    /// Shared access to an [`MmapLock`]'s value; dropping it is `mmap_read_unlock`.
+    #[doc(alias = "mmap_read_unlock")]
+    #[must_use = "if unused the MmapLock is released at once"]
+    pub struct MmapReadGuard<'a, T> {
+        guard: RwLockReadGuard<'a, T>,
+        lock: &'a MmapLock<T>,
+        since: Instant,
+        /// `Some(exclusive hold in ns)` when this guard came from a downgrade.
+        downgraded_from_ns: Option<u64>,
+    }
+
+    /// Exclusive access to an [`MmapLock`]'s value; dropping it is `mmap_write_unlock`.
+    #[doc(alias = "mmap_write_unlock")]
+    #[must_use = "if unused the MmapLock is released at once"]
+    pub struct MmapWriteGuard<'a, T> {
+        /// `None` only after the exclusive hold has ended (downgrade or unlock), i.e. never while
+        /// the guard is reachable by a caller.
+        guard: Option<RwLockWriteGuard<'a, T>>,
+        lock: &'a MmapLock<T>,
+        since: Instant,
+    }
+
+    impl<T> MmapLock<T> {
+        /// An unlocked lock around `value`, with zeroed statistics.
+        #[doc(alias = "mmap_init_lock")]
+        pub fn new(value: T) -> Self {
+            let histogram =
+                Histogram::new_with_bounds(HOLD_HIST_LOW_NS, HOLD_HIST_HIGH_NS, HOLD_HIST_SIGFIG)
+                    .expect("constant histogram bounds are valid");
+            Self {
+                rwsem: RwLock::new(value),
+                waiters: AtomicUsize::new(0),
+                read_stat: CachePadded::new(LockStat::new("mmap_lock-R")),
+                write_stat: CachePadded::new(LockStat::new("mmap_lock-W")),
+                exclusive_hold: Mutex::new(histogram),
+                last_exclusive_hold_ns: AtomicU64::new(0),
+            }
+        }
+
+        /// Take the lock for read, blocking while a writer holds it or waits for it.
+        #[doc(alias = "mmap_read_lock")]
+        #[inline]
+        pub fn read(&self) -> MmapReadGuard<'_, T> {
+            let guard = match self.rwsem.try_read() {
+                Some(guard) => {
+                    self.read_stat.record_uncontended();
+                    guard
+                }
+                None => self.read_contended(),
+            };
+            MmapReadGuard {
+                guard,
+                lock: self,
+                since: Instant::now(),
+                downgraded_from_ns: None,
+            }
+        }
+
+        #[cold]
+        #[inline(never)]
+        fn read_contended(&self) -> RwLockReadGuard<'_, T> {
+            let t0 = Instant::now();
+            self.waiters.fetch_add(1, Release);
+            let guard = self.rwsem.read();
+            self.waiters.fetch_sub(1, Release);
+            self.read_stat.record_contended(elapsed_ns(t0));
+            guard
+        }
+
+        /// Take the lock for read if that needs no waiting.
+        #[doc(alias = "mmap_read_trylock")]
+        #[inline]
+        pub fn try_read(&self) -> Option<MmapReadGuard<'_, T>> {
+            let guard = self.rwsem.try_read()?;
+            self.read_stat.record_uncontended();
+            Some(MmapReadGuard {
+                guard,
+                lock: self,
+                since: Instant::now(),
+                downgraded_from_ns: None,
+            })
+        }
+
+        /// Take the lock for write, blocking while anyone holds it.
+        #[doc(alias = "mmap_write_lock")]
+        #[inline]
+        pub fn write(&self) -> MmapWriteGuard<'_, T> {
+            let guard = match self.rwsem.try_write() {
+                Some(guard) => {
+                    self.write_stat.record_uncontended();
+                    guard
+                }
+                None => self.write_contended(),
+            };
+            MmapWriteGuard {
+                guard: Some(guard),
+                lock: self,
+                since: Instant::now(),
+            }
+        }
+
+        #[cold]
+        #[inline(never)]
+        fn write_contended(&self) -> RwLockWriteGuard<'_, T> {
+            let t0 = Instant::now();
+            self.waiters.fetch_add(1, Release);
+            let guard = self.rwsem.write();
+            self.waiters.fetch_sub(1, Release);
+            self.write_stat.record_contended(elapsed_ns(t0));
+            guard
+        }
+
+        /// Take the lock for write if that needs no waiting.
+        #[doc(alias = "mmap_write_trylock")]
+        #[inline]
+        pub fn try_write(&self) -> Option<MmapWriteGuard<'_, T>> {
+            let guard = self.rwsem.try_write()?;
+            self.write_stat.record_uncontended();
+            Some(MmapWriteGuard {
+                guard: Some(guard),
+                lock: self,
+                since: Instant::now(),
+            })
+        }
+
+        /// Whether some thread is waiting for the lock. Long read-side walks may poll this and
+        /// back off. Advisory: the answer can be stale by the time it is used.
+        #[doc(alias = "mmap_lock_is_contended")]
+        #[doc(alias = "rwsem_is_contended")]
+        pub fn is_contended(&self) -> bool {
+            self.waiters.load(Acquire) != 0
+        }
+
+        /// Whether anyone holds the lock (for `vm_bug_on!`-style assertions).
+        #[doc(alias = "rwsem_is_locked")]
+        #[doc(alias = "mmap_assert_locked")]
+        pub fn is_locked(&self) -> bool {
+            self.rwsem.is_locked()
+        }
+
+        /// Whether a writer holds the lock (for `vm_bug_on!`-style assertions).
+        #[doc(alias = "mmap_assert_write_locked")]
+        pub fn is_write_locked(&self) -> bool {
+            self.rwsem.is_locked_exclusive()
+        }
+
+        /// The lock_stat figures and the exclusive-hold distribution accumulated so far.
+        pub fn stats(&self) -> MmapLockStats {
+            let exclusive_hold = HoldTimeSummary::from_histogram(&self.exclusive_hold.lock());
+            MmapLockStats {
+                read: self.read_stat.snapshot(),
+                write: self.write_stat.snapshot(),
+                exclusive_hold,
+            }
+        }
+
+        /// Zero every figure (like `echo 0 > /proc/lock_stat`). Holds in progress are still
+        /// recorded when they end.
+        pub fn reset_stats(&self) {
+            self.read_stat.reset();
+            self.write_stat.reset();
+            self.exclusive_hold.lock().reset();
+            self.last_exclusive_hold_ns.store(0, Relaxed);
+        }
+
+        /// Length in ns of the most recently ended exclusive hold (0 if none yet).
+        ///
+        /// Read while holding a guard returned by [`MmapWriteGuard::downgrade`], this is that
+        /// write's own hold: no other writer can have ended a hold since. Otherwise a concurrent
+        /// writer may have overwritten it; use [`MmapWriteGuard::unlock`] or
+        /// [`MmapReadGuard::exclusive_hold_ns`] for a per-call figure.
+        pub fn last_exclusive_hold_ns(&self) -> u64 {
+            self.last_exclusive_hold_ns.load(Relaxed)
+        }
+
+        /// The value, by ownership: no lock needed.
+        pub fn into_inner(self) -> T {
+            self.rwsem.into_inner()
+        }
+
+        /// Record the end of an exclusive hold of `hold_ns`.
+        fn exclusive_hold_ended(&self, hold_ns: u64) {
+            self.write_stat.record_hold(hold_ns);
+            self.last_exclusive_hold_ns.store(hold_ns, Relaxed);
+            self.exclusive_hold
+                .lock()
+                .saturating_record(hold_ns.max(HOLD_HIST_LOW_NS));
+        }
+    }
+
+    impl<T: Default> Default for MmapLock<T> {
+        fn default() -> Self {
+            Self::new(T::default())
+        }
+    }
+
+    impl<T> fmt::Debug for MmapLock<T> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("MmapLock")
+                .field("locked", &self.is_locked())
+                .field("write_locked", &self.is_write_locked())
+                .field("contended", &self.is_contended())
+                .finish_non_exhaustive()
+        }
+    }
+
+    impl<'a, T> MmapWriteGuard<'a, T> {
+        /// Turn this write hold into a read hold, atomically: readers may enter from now on, but
+        /// no writer can acquire the lock between the write hold and the read hold. Ends (and
+        /// records) the exclusive hold.
+        #[doc(alias = "mmap_write_downgrade")]
+        #[doc(alias = "downgrade_write")]
+        pub fn downgrade(mut self) -> MmapReadGuard<'a, T> {
+            let guard = self
+                .guard
+                .take()
+                .expect("write guard holds the lock until it ends");
+            let hold_ns = elapsed_ns(self.since);
+            let guard = RwLockWriteGuard::downgrade(guard);
+            let since = Instant::now();
+            // Lock order: mmap_lock (read) -> exclusive-hold histogram.
+            self.lock.exclusive_hold_ended(hold_ns);
+            self.lock.read_stat.record_uncontended();
+            MmapReadGuard {
+                guard,
+                lock: self.lock,
+                since,
+                downgraded_from_ns: Some(hold_ns),
+            }
+        }
+
+        /// Release the lock and return the length of this exclusive hold in ns (the same figure
+        /// the histogram records). Dropping the guard does the same, discarding the figure.
+        #[doc(alias = "mmap_write_unlock")]
+        pub fn unlock(mut self) -> u64 {
+            self.release()
+                .expect("write guard holds the lock until it ends")
+        }
+
+        /// Nanoseconds since this write hold began.
+        pub fn held_ns(&self) -> u64 {
+            elapsed_ns(self.since)
+        }
+
+        /// End the exclusive hold if it has not ended yet; the histogram is updated after the
+        /// lock is released.
+        fn release(&mut self) -> Option<u64> {
+            let guard = self.guard.take()?;
+            let hold_ns = elapsed_ns(self.since);
+            drop(guard);
+            self.lock.exclusive_hold_ended(hold_ns);
+            Some(hold_ns)
+        }
+    }
+
+    impl<T> Deref for MmapWriteGuard<'_, T> {
+        type Target = T;
+        #[inline]
+        fn deref(&self) -> &T {
+            match &self.guard {
+                Some(guard) => guard,
+                None => unreachable!("write guard used after its hold ended"),
+            }
+        }
+    }
+
+    impl<T> DerefMut for MmapWriteGuard<'_, T> {
+        #[inline]
+        fn deref_mut(&mut self) -> &mut T {
+            match &mut self.guard {
+                Some(guard) => guard,
+                None => unreachable!("write guard used after its hold ended"),
+            }
+        }
+    }
+
+    impl<T> Drop for MmapWriteGuard<'_, T> {
+        fn drop(&mut self) {
+            self.release();
+        }
+    }
+
+    impl<T: fmt::Debug> fmt::Debug for MmapWriteGuard<'_, T> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("MmapWriteGuard")
+                .field("value", &**self)
+                .finish()
+        }
+    }
+
+    impl<T> MmapReadGuard<'_, T> {
+        /// Whether this read hold came from [`MmapWriteGuard::downgrade`].
+        pub fn is_downgraded(&self) -> bool {
+            self.downgraded_from_ns.is_some()
+        }
+
+        /// For a downgraded guard, the length in ns of the exclusive hold that preceded it.
+        pub fn exclusive_hold_ns(&self) -> Option<u64> {
+            self.downgraded_from_ns
+        }
+
+        /// Nanoseconds since this read hold began (at the downgrade, for a downgraded guard).
+        pub fn held_ns(&self) -> u64 {
+            elapsed_ns(self.since)
+        }
+    }
+
+    impl<T> Deref for MmapReadGuard<'_, T> {
+        type Target = T;
+        #[inline]
+        fn deref(&self) -> &T {
+            &self.guard
+        }
+    }
+
+    impl<T> Drop for MmapReadGuard<'_, T> {
+        #[inline]
+        fn drop(&mut self) {
+            self.lock.read_stat.record_hold(elapsed_ns(self.since));
+        }
+    }
+
+    impl<T: fmt::Debug> fmt::Debug for MmapReadGuard<'_, T> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("MmapReadGuard")
+                .field("value", &**self)
+                .field("downgraded", &self.is_downgraded())
+                .finish()
+        }
+    }
+}
+
+#[cfg(loom)]
+mod imp {
+    use std::{
+        fmt,
+        ops::{Deref, DerefMut},
+    };
+
+    use loom::{
+        cell::{ConstPtr, MutPtr, UnsafeCell},
+        sync::{Condvar, Mutex, MutexGuard},
+    };
+
+    use super::MmapLockStats;
+
+    /// The lock word, as a small state machine protected by a loom mutex.
+    #[derive(Debug, Default)]
+    struct State {
+        /// Readers holding the lock.
+        readers: usize,
+        /// A writer holds the lock. Never true while `readers > 0`.
+        writer: bool,
+        /// Threads blocked in `read` or `write`.
+        waiters: usize,
+    }
+
+    /// Loom model of the mm's `mmap_lock`; same API as the instrumented one, statistics read as
+    /// zero.
+    pub struct MmapLock<T> {
+        state: Mutex<State>,
+        /// Signalled when the lock may have become available.
+        wake: Condvar,
+        value: UnsafeCell<T>,
+    }
+
+    // SAFETY: the value is only reached through guards. The state machine hands out either one
+    // `MutPtr` (writer) or any number of `ConstPtr`s (readers), never both, so sharing the lock
+    // between threads gives them `&T` concurrently (needs `T: Sync`) or `&mut T` to one of them
+    // at a time (needs `T: Send`) — the bounds of `std::sync::RwLock`.
+    unsafe impl<T: Send + Sync> Sync for MmapLock<T> {}
+
+    /// Shared access to a loom [`MmapLock`]'s value.
+    #[must_use = "if unused the MmapLock is released at once"]
+    pub struct MmapReadGuard<'a, T> {
+        lock: &'a MmapLock<T>,
+        /// Taken and dropped in `Drop::drop` before `readers` is decremented.
+        ptr: Option<ConstPtr<T>>,
+        downgraded: bool,
+    }
+
+    /// Exclusive access to a loom [`MmapLock`]'s value.
+    #[must_use = "if unused the MmapLock is released at once"]
+    pub struct MmapWriteGuard<'a, T> {
+        lock: &'a MmapLock<T>,
+        /// `None` once the exclusive hold has ended (downgrade or unlock).
+        ptr: Option<MutPtr<T>>,
+    }
+
+    impl<T> MmapLock<T> {
+        pub fn new(value: T) -> Self {
+            Self {
+                state: Mutex::new(State::default()),
+                wake: Condvar::new(),
+                value: UnsafeCell::new(value),
+            }
+        }
+
+        fn state(&self) -> MutexGuard<'_, State> {
+            self.state
+                .lock()
+                .expect("no model thread panics while holding the state")
+        }
+
+        /// Wait on the condvar while `busy(state)`, counted as a waiter.
+        fn wait_while<'s>(
+            &'s self,
+            mut st: MutexGuard<'s, State>,
+            busy: impl Fn(&State) -> bool,
+        ) -> MutexGuard<'s, State> {
+            if busy(&st) {
+                st.waiters += 1;
+                while busy(&st) {
+                    st = self
+                        .wake
+                        .wait(st)
+                        .expect("no model thread panics while holding the state");
+                }
+                st.waiters -= 1;
+            }
+            st
+        }
+
+        pub fn read(&self) -> MmapReadGuard<'_, T> {
+            let mut st = self.wait_while(self.state(), |s| s.writer);
+            st.readers += 1;
+            drop(st);
+            MmapReadGuard {
+                lock: self,
+                ptr: Some(self.value.get()),
+                downgraded: false,
+            }
+        }
+
+        pub fn try_read(&self) -> Option<MmapReadGuard<'_, T>> {
+            let mut st = self.state();
+            if st.writer {
+                return None;
+            }
+            st.readers += 1;
+            drop(st);
+            Some(MmapReadGuard {
+                lock: self,
+                ptr: Some(self.value.get()),
+                downgraded: false,
+            })
+        }
+
+        pub fn write(&self) -> MmapWriteGuard<'_, T> {
+            let mut st = self.wait_while(self.state(), |s| s.writer || s.readers > 0);
+            st.writer = true;
+            drop(st);
+            MmapWriteGuard {
+                lock: self,
+                ptr: Some(self.value.get_mut()),
+            }
+        }
+
+        pub fn try_write(&self) -> Option<MmapWriteGuard<'_, T>> {
+            let mut st = self.state();
+            if st.writer || st.readers > 0 {
+                return None;
+            }
+            st.writer = true;
+            drop(st);
+            Some(MmapWriteGuard {
+                lock: self,
+                ptr: Some(self.value.get_mut()),
+            })
+        }
+
+        pub fn is_contended(&self) -> bool {
+            self.state().waiters != 0
+        }
+
+        pub fn is_locked(&self) -> bool {
+            let st = self.state();
+            st.writer || st.readers > 0
+        }
+
+        pub fn is_write_locked(&self) -> bool {
+            self.state().writer
+        }
+
+        pub fn stats(&self) -> MmapLockStats {
+            MmapLockStats::default()
+        }
+
+        pub fn reset_stats(&self) {}
+
+        pub fn last_exclusive_hold_ns(&self) -> u64 {
+            0
+        }
+
+        pub fn into_inner(self) -> T {
+            self.value.into_inner()
+        }
+
+        /// Wake every waiter if there is one; called with the state locked.
+        fn wake_waiters(&self, st: &State) {
+            if st.waiters != 0 {
+                self.wake.notify_all();
+            }
+        }
+    }
+
+    impl<T: Default> Default for MmapLock<T> {
+        fn default() -> Self {
+            Self::new(T::default())
+        }
+    }
+
+    impl<T> fmt::Debug for MmapLock<T> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("MmapLock").finish_non_exhaustive()
+        }
+    }
+
+    impl<'a, T> MmapWriteGuard<'a, T> {
+        pub fn downgrade(mut self) -> MmapReadGuard<'a, T> {
+            // The write access ends before any reader can be admitted.
+            drop(
+                self.ptr
+                    .take()
+                    .expect("write guard holds the lock until it ends"),
+            );
+            let mut st = self.lock.state();
+            st.writer = false;
+            st.readers += 1;
+            self.lock.wake_waiters(&st);
+            drop(st);
+            MmapReadGuard {
+                lock: self.lock,
+                ptr: Some(self.lock.value.get()),
+                downgraded: true,
+            }
+        }
+
+        pub fn unlock(mut self) -> u64 {
+            self.release();
+            0
+        }
+
+        pub fn held_ns(&self) -> u64 {
+            0
+        }
+
+        fn release(&mut self) {
+            if let Some(ptr) = self.ptr.take() {
+                drop(ptr);
+                let mut st = self.lock.state();
+                st.writer = false;
+                self.lock.wake_waiters(&st);
+            }
+        }
+    }
+
+    impl<T> Deref for MmapWriteGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            let ptr = self
+                .ptr
+                .as_ref()
+                .expect("write guard used after its hold ended");
+            // SAFETY: `ptr` exists only while this guard holds the lock for write (`writer` set,
+            // no readers), so no other pointer to the value is live; the reference is bounded by
+            // the borrow of the guard, which outlives neither `ptr` nor the lock.
+            unsafe { ptr.deref() }
+        }
+    }
+
+    impl<T> DerefMut for MmapWriteGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            let ptr = self
+                .ptr
+                .as_ref()
+                .expect("write guard used after its hold ended");
+            // SAFETY: as for `deref`, and `&mut self` makes this the only reference the guard
+            // hands out until it is released.
+            unsafe { ptr.deref() }
+        }
+    }
+
+    impl<T> Drop for MmapWriteGuard<'_, T> {
+        fn drop(&mut self) {
+            self.release();
+        }
+    }
+
+    impl<T: fmt::Debug> fmt::Debug for MmapWriteGuard<'_, T> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("MmapWriteGuard")
+                .field("value", &**self)
+                .finish()
+        }
+    }
+
+    impl<T> MmapReadGuard<'_, T> {
+        pub fn is_downgraded(&self) -> bool {
+            self.downgraded
+        }
+
+        pub fn exclusive_hold_ns(&self) -> Option<u64> {
+            self.downgraded.then_some(0)
+        }
+
+        pub fn held_ns(&self) -> u64 {
+            0
+        }
+    }
+
+    impl<T> Deref for MmapReadGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            let ptr = self
+                .ptr
+                .as_ref()
+                .expect("read guard holds its pointer until dropped");
+            // SAFETY: `ptr` exists only while this guard is counted in `readers`, so no writer
+            // (no `MutPtr`) can exist; the reference is bounded by the borrow of the guard.
+            unsafe { ptr.deref() }
+        }
+    }
+
+    impl<T> Drop for MmapReadGuard<'_, T> {
+        fn drop(&mut self) {
+            // The read access ends before a writer can be admitted.
+            drop(self.ptr.take());
+            let mut st = self.lock.state();
+            st.readers -= 1;
+            if st.readers == 0 {
+                self.lock.wake_waiters(&st);
+            }
+        }
+    }
+
+    impl<T: fmt::Debug> fmt::Debug for MmapReadGuard<'_, T> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("MmapReadGuard")
+                .field("value", &**self)
+                .field("downgraded", &self.downgraded)
+                .finish()
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod test {
+    use std::{
+        sync::{mpsc, Arc},
+        thread,
+    };
+
+    use super::*;
+
+    /// Spin (yielding) until `cond` holds. Never an assertion about time: the test would hang,
+    /// not fail, if the condition never came.
+    #[track_caller]
+    fn wait_until(mut cond: impl FnMut() -> bool) {
+        while !cond() {
+            thread::yield_now();
+        }
+    }
+
+    mod downgrade {
+        use super::*;
+
+        #[test]
+        fn readers_enter_but_no_writer_until_the_downgraded_guard_drops() {
+            let lock = Arc::new(MmapLock::new(0u32));
+            let mut w = lock.write();
+            *w = 1;
+            let r = w.downgrade();
+            assert!(r.is_downgraded());
+            assert!(r.exclusive_hold_ns().is_some());
+            assert!(!lock.is_write_locked());
+
+            // Another reader gets in while the downgraded guard is held.
+            let (tx, rx) = mpsc::channel();
+            let l = Arc::clone(&lock);
+            thread::spawn(move || {
+                let g = l.read();
+                tx.send(*g).unwrap();
+            })
+            .join()
+            .unwrap();
+            assert_eq!(rx.recv().unwrap(), 1);
+
+            // A writer has to wait.
+            let (acquired_tx, acquired_rx) = mpsc::channel();
+            let l = Arc::clone(&lock);
+            let writer = thread::spawn(move || {
+                let mut g = l.write();
+                acquired_tx.send(*g).unwrap();
+                *g = 2;
+            });
+            wait_until(|| lock.is_contended());
+            assert!(
+                acquired_rx.try_recv().is_err(),
+                "writer got in beside a downgraded reader"
+            );
+            assert!(lock.try_write().is_none());
+            assert_eq!(*r, 1);
+            drop(r);
+
+            // Once it is gone, the writer proceeds, and sees the downgrader's value.
+            assert_eq!(acquired_rx.recv().unwrap(), 1);
+            writer.join().unwrap();
+            assert_eq!(*lock.read(), 2);
+        }
+
+        #[test]
+        fn downgraded_guard_reads_its_own_write_under_a_waiting_writer() {
+            let lock = Arc::new(MmapLock::new(0u32));
+            let mut w = lock.write();
+            let l = Arc::clone(&lock);
+            let other = thread::spawn(move || *l.write() = 7);
+            wait_until(|| lock.is_contended());
+            *w = 5;
+            let r = w.downgrade();
+            assert_eq!(*r, 5, "a waiting writer slipped in during the downgrade");
+            drop(r);
+            other.join().unwrap();
+            assert_eq!(Arc::into_inner(lock).unwrap().into_inner(), 7);
+        }
+
+        #[test]
+        fn exclusive_hold_ends_at_the_downgrade() {
+            let lock = MmapLock::new(());
+            let r = lock.write().downgrade();
+            let s = lock.stats();
+            assert_eq!(
+                s.exclusive_hold.count, 1,
+                "recorded at the downgrade, not at unlock"
+            );
+            assert_eq!(
+                lock.last_exclusive_hold_ns(),
+                r.exclusive_hold_ns().unwrap()
+            );
+            drop(r);
+            let s = lock.stats();
+            assert_eq!(
+                s.exclusive_hold.count, 1,
+                "the read hold is not an exclusive hold"
+            );
+            assert_eq!(s.write.acquisitions, 1);
+            assert_eq!(s.read.acquisitions, 1, "a downgrade is a read acquisition");
+        }
+    }
+
+    mod trylock {
+        use super::*;
+
+        #[test]
+        fn try_write_fails_while_read_held() {
+            let lock = MmapLock::new(0u8);
+            let r = lock.read();
+            assert!(lock.try_write().is_none());
+            let r2 = lock.try_read().expect("readers share");
+            drop((r, r2));
+            assert!(lock.try_write().is_some());
+        }
+
+        #[test]
+        fn try_read_fails_while_write_held() {
+            let lock = Arc::new(MmapLock::new(0u8));
+            let _w = lock.write();
+            let l = Arc::clone(&lock);
+            let got = thread::spawn(move || l.try_read().is_some())
+                .join()
+                .unwrap();
+            assert!(!got);
+            assert!(lock.try_write().is_none());
+            assert!(lock.is_write_locked());
+        }
+    }
+
+    mod stats {
+        use super::*;
+
+        #[test]
+        fn acquisitions_are_counted() {
+            let lock = MmapLock::new(0u64);
+            for _ in 0..3 {
+                drop(lock.read());
+            }
+            drop(lock.try_read());
+            *lock.write() += 1;
+            drop(lock.try_write());
+            let s = lock.stats();
+            assert_eq!(s.read.name, "mmap_lock-R");
+            assert_eq!(s.write.name, "mmap_lock-W");
+            assert_eq!((s.read.acquisitions, s.read.contentions), (4, 0));
+            assert_eq!((s.write.acquisitions, s.write.contentions), (2, 0));
+        }
+
+        #[test]
+        fn contentions_are_counted() {
+            let lock = Arc::new(MmapLock::new(0u64));
+
+            // A reader behind a writer.
+            let w = lock.write();
+            let l = Arc::clone(&lock);
+            let reader = thread::spawn(move || *l.read());
+            wait_until(|| lock.is_contended());
+            drop(w);
+            reader.join().unwrap();
+
+            // A writer behind a reader.
+            let r = lock.read();
+            let l = Arc::clone(&lock);
+            let writer = thread::spawn(move || *l.write() += 1);
+            wait_until(|| lock.is_contended());
+            drop(r);
+            writer.join().unwrap();
+
+            assert!(!lock.is_contended());
+            let s = lock.stats();
+            assert_eq!((s.read.acquisitions, s.read.contentions), (2, 1));
+            assert_eq!((s.write.acquisitions, s.write.contentions), (2, 1));
+            assert!(s.read.waittime_max_ns >= s.read.waittime_min_ns);
+            assert_eq!(s.read.waittime_total_ns, s.read.waittime_max_ns);
+        }
+
+        #[test]
+        fn histogram_records_every_exclusive_hold() {
+            let lock = MmapLock::new(0u64);
+            let mut returned = Vec::new();
+            for i in 0..5 {
+                let mut w = lock.write();
+                *w += i;
+                returned.push(w.unlock());
+                assert_eq!(lock.last_exclusive_hold_ns(), *returned.last().unwrap());
+            }
+            drop(lock.write()); // dropped, not unlocked
+            drop(lock.write().downgrade());
+            drop(lock.read()); // not an exclusive hold
+
+            let s = lock.stats();
+            let h = s.exclusive_hold;
+            assert_eq!(h.count, 7);
+            assert!(h.min_ns <= h.p50_ns && h.p50_ns <= h.p99_ns);
+            assert!(h.p99_ns <= h.p999_ns && h.p999_ns <= h.max_ns);
+            // The histogram's max is its bucket's upper edge: never below the largest hold.
+            assert!(h.max_ns >= *returned.iter().max().unwrap());
+            assert!(s.write.holdtime_total_ns >= returned.iter().sum::<u64>());
+        }
+
+        #[test]
+        fn reset_zeroes_everything() {
+            let lock = MmapLock::new(());
+            drop(lock.write());
+            drop(lock.read());
+            lock.reset_stats();
+            let s = lock.stats();
+            assert_eq!(s.read.acquisitions + s.write.acquisitions, 0);
+            assert_eq!(s.exclusive_hold, HoldTimeSummary::default());
+            assert_eq!(lock.last_exclusive_hold_ns(), 0);
+            drop(lock.write());
+            assert_eq!(lock.stats().exclusive_hold.count, 1);
+        }
+
+        #[test]
+        fn stats_serialize() {
+            let lock = MmapLock::new(());
+            drop(lock.write());
+            let json = serde_json::to_value(lock.stats()).unwrap();
+            assert_eq!(json["write"]["acquisitions"], 1);
+            assert_eq!(json["exclusive_hold"]["count"], 1);
+        }
+    }
+}

@@ -1,0 +1,786 @@
+//! Bounded worker pools: the engine's `workqueue`.
+//!
+//! Mirrors `kernel/workqueue.c` as the parallel-free seeds (000, 001) use it: a dedicated
+//! `alloc_workqueue(name, WQ_UNBOUND, max_active)` to which `tlb_finish_mmu` hands batch lists of
+//! gathered pages with `queue_work`, then waits for them (`flush_work`), and which is torn down with
+//! `destroy_workqueue`.
+//!
+//! ```text
+//!   queue() ──► [ FIFO channel: w0 w1 w2 … ] ──► kworker/u:<name>/0  (bound to cpus[0])
+//!      │                                   ├──► kworker/u:<name>/1  (bound to cpus[1 % n])
+//!      │ WorkHandle                        └──► …  max_active workers in all
+//!      └── wait() ◄── completion ◄────────────── each item runs f(cpu), is timed, completes
+//! ```
+//!
+//! # Lifecycle
+//! | here | kernel |
+//! |---|---|
+//! | [`Workqueue::new`] | `alloc_workqueue(name, WQ_UNBOUND, max_active)` |
+//! | [`Workqueue::queue`] | `queue_work` |
+//! | [`WorkHandle::wait`] | `flush_work` |
+//! | [`Workqueue::flush`] | `flush_workqueue` |
+//! | [`Workqueue::destroy`] / drop | `destroy_workqueue` (drains, then stops the workers) |
+//!
+//! # Invariants
+//! 1. Exactly `max_active` worker threads exist from `new` to drop, so at most `max_active` items
+//!    run at once, and with enough queued work exactly `max_active` do.
+//! 2. Items are taken from one FIFO queue in the order they were queued (each gets a sequence
+//!    number under the flush lock, and is sent under it). With `max_active == 1` they also *run*
+//!    and finish in that order.
+//! 3. Worker `i` always passes `cpus[i % cpus.len()]` to the items it runs: an emulated CPU is a
+//!    name a thread carries (see `cpu.rs`), and this is how work picks its per-CPU lists.
+//! 4. Every queued item completes: it runs, or it panics and the panic is caught, counted in
+//!    [`WorkqueueStats::panicked`] and reported by [`WorkHandle::wait`]. The statistics include an
+//!    item before its handle completes.
+//! 5. Dropping the workqueue runs everything already queued, then joins every worker.
+//!
+//! # Accounting ("who did the work")
+//! Each worker measures every item's CPU time (`CLOCK_THREAD_CPUTIME_ID`, see
+//! [`thread_cpu_time_ns`]) and wall time, into per-worker cache-padded counters folded when read
+//! ([`Workqueue::stats`]). The CPU time is the worker thread's own, so freeing that happened on a
+//! worker is charged to the worker, not to the thread that queued it: the sum of the queuing
+//! thread's CPU time and `cpu_ns` is the total work done.
+//!
+//! # Locks
+//! The flush state is a leaf `parking_lot::Mutex`, held while a sequence number is assigned and
+//! the item sent (the channel's internal lock nests inside: `flush lock -> channel`), and while a
+//! worker marks an item complete. Items run with no workqueue lock held.
+//!
+//! # Differences from Linux
+//! - The pool is fixed: `max_active` threads spawned up front, each pinned to one emulated CPU.
+//!   The kernel creates unbound workers on demand, lets them run on any CPU of their pod, and uses
+//!   `max_active` only to limit how many items are active at once.
+//! - One FIFO queue; no per-CPU pools, priorities, ordered or freezable queues, no rescuer.
+//! - `flush_workqueue` tracks sequence numbers instead of the kernel's flush colours; it waits for
+//!   items queued before the call only, never for later ones.
+//! - Each `queue` call makes a new item (the closure is boxed); there is no `work_struct` to
+//!   re-queue, so "already pending" never happens.
+//! - A panicking item is caught and counted; in the kernel an oops kills the worker.
+//! - Waiting for the queue from one of its own items deadlocks (lockdep warns in the kernel).
+
+use std::{
+    collections::VecDeque,
+    fmt,
+    panic::{self, AssertUnwindSafe},
+    sync::{
+        atomic::{AtomicU64, Ordering::Relaxed},
+        Arc,
+    },
+    thread::{self, JoinHandle},
+    time::Instant,
+};
+
+use crossbeam_channel::{Receiver, Sender};
+use crossbeam_utils::CachePadded;
+use parking_lot::{Condvar, Mutex};
+use serde::Serialize;
+
+use crate::cpu::CpuId;
+
+/// CPU time consumed so far by the calling thread, in ns (`CLOCK_THREAD_CPUTIME_ID`).
+///
+/// Differences of two calls on one thread give the CPU time spent between them, excluding time
+/// the thread was blocked or preempted. Returns 0 if the clock is unavailable.
+#[doc(alias = "CLOCK_THREAD_CPUTIME_ID")]
+#[doc(alias = "task_cputime")]
+pub fn thread_cpu_time_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `clock_gettime` writes one `timespec` through the pointer, which points to a live,
+    // writable, properly aligned local; it keeps no reference to it after returning.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nsecs = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1_000_000_000).saturating_add(nsecs)
+}
+
+/// A work item: what `queue_work` carries in a `work_struct`.
+type WorkFn = Box<dyn FnOnce(CpuId) + Send + 'static>;
+
+struct Work {
+    f: WorkFn,
+    /// Position in queue order; see [`FlushState`].
+    seq: u64,
+    done: Arc<Completion>,
+}
+
+/// How a work item ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum WorkOutcome {
+    /// The item returned.
+    Completed,
+    /// The item panicked; the panic was caught and counted in [`WorkqueueStats::panicked`].
+    Panicked,
+}
+
+/// One item's completion, signalled by its worker once.
+#[derive(Debug, Default)]
+struct Completion {
+    outcome: Mutex<Option<WorkOutcome>>,
+    cond: Condvar,
+}
+
+impl Completion {
+    fn complete(&self, outcome: WorkOutcome) {
+        *self.outcome.lock() = Some(outcome);
+        self.cond.notify_all();
+    }
+
+    fn wait(&self) -> WorkOutcome {
+        let mut outcome = self.outcome.lock();
+        loop {
+            if let Some(o) = *outcome {
+                return o;
+            }
+            self.cond.wait(&mut outcome);
+        }
+    }
+}
+
+/// Which items have completed, for [`Workqueue::flush`].
+///
+/// Items complete out of order when `max_active > 1`, so "everything before `n` is done" is kept
+/// as a low-water mark plus a window of flags for the items at and after it.
+#[derive(Debug, Default)]
+struct FlushState {
+    /// Sequence number of the next item queued.
+    next_seq: u64,
+    /// Every item with `seq < done_below` has completed.
+    done_below: u64,
+    /// `window[i]`: item `done_below + i` has completed. `len() == next_seq - done_below`, and
+    /// the front is `false` whenever the window is not empty.
+    window: VecDeque<bool>,
+}
+
+/// One worker's counters. Written only by that worker; read (relaxed) by `stats`.
+#[derive(Debug, Default)]
+struct WorkerCounters {
+    items_done: AtomicU64,
+    panicked: AtomicU64,
+    cpu_ns: AtomicU64,
+    busy_wall_ns: AtomicU64,
+}
+
+/// What the workqueue and its workers share.
+#[derive(Debug)]
+struct Shared {
+    flush: Mutex<FlushState>,
+    /// Signalled when [`FlushState::done_below`] advances.
+    flushed: Condvar,
+    /// Indexed by worker number; padded because each is written by a different thread.
+    workers: Box<[CachePadded<WorkerCounters>]>,
+}
+
+impl Shared {
+    /// Mark item `seq` complete and advance the low-water mark over the completed prefix.
+    fn complete(&self, seq: u64) {
+        let mut fs = self.flush.lock();
+        let idx = usize::try_from(seq - fs.done_below).expect("window fits in memory");
+        fs.window[idx] = true;
+        let mut advanced = false;
+        while fs.window.front() == Some(&true) {
+            fs.window.pop_front();
+            fs.done_below += 1;
+            advanced = true;
+        }
+        if advanced {
+            self.flushed.notify_all();
+        }
+    }
+}
+
+/// Figures of one worker thread, for the "who did the work" question.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Worker number `i` (thread `kworker/u:<name>/<i>`).
+    pub worker: usize,
+    /// The emulated CPU the worker is bound to.
+    pub cpu: CpuId,
+    pub items_done: u64,
+    pub panicked: u64,
+    pub cpu_ns: u64,
+    pub busy_wall_ns: u64,
+}
+
+/// Figures of a [`Workqueue`]; the totals are the sums over [`Self::workers`].
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct WorkqueueStats {
+    pub name: String,
+    pub max_active: usize,
+    /// Items queued so far.
+    pub items_queued: u64,
+    /// Items finished so far, including the ones that panicked.
+    pub items_done: u64,
+    /// Items that panicked (counted in `items_done` too).
+    pub panicked: u64,
+    /// CPU time the workers spent running items (`CLOCK_THREAD_CPUTIME_ID`).
+    pub cpu_ns: u64,
+    /// Wall time the workers spent running items, summed over workers.
+    pub busy_wall_ns: u64,
+    pub workers: Vec<WorkerStats>,
+}
+
+/// A bounded pool of `max_active` worker threads taking work items from one FIFO queue.
+///
+/// See the [module documentation](self) for the invariants and the accounting.
+#[doc(alias = "workqueue_struct")]
+#[doc(alias = "alloc_workqueue")]
+pub struct Workqueue {
+    name: String,
+    /// Emulated CPU of each worker, by worker number.
+    worker_cpus: Box<[CpuId]>,
+    /// `None` only while dropping: closing the channel tells the workers to drain and exit.
+    tx: Option<Sender<Work>>,
+    threads: Vec<JoinHandle<()>>,
+    shared: Arc<Shared>,
+}
+
+/// A queued item, to wait for.
+///
+/// Dropping it does not cancel the item.
+#[derive(Debug)]
+pub struct WorkHandle {
+    done: Arc<Completion>,
+}
+
+impl Workqueue {
+    /// Start a pool of exactly `max_active` workers named `kworker/u:<name>/<i>`, worker `i`
+    /// bound to the emulated CPU `cpus[i % cpus.len()]`.
+    ///
+    /// # Panics
+    /// If `max_active` is 0, `cpus` is empty, or the host refuses to create a thread.
+    #[doc(alias = "alloc_workqueue")]
+    pub fn new(name: &str, max_active: usize, cpus: Vec<CpuId>) -> Self {
+        assert!(
+            max_active >= 1,
+            "workqueue {name}: max_active must be at least 1"
+        );
+        assert!(
+            !cpus.is_empty(),
+            "workqueue {name}: no CPU to bind workers to"
+        );
+        let worker_cpus: Box<[CpuId]> = (0..max_active).map(|i| cpus[i % cpus.len()]).collect();
+        let shared = Arc::new(Shared {
+            flush: Mutex::new(FlushState::default()),
+            flushed: Condvar::new(),
+            workers: (0..max_active)
+                .map(|_| CachePadded::new(WorkerCounters::default()))
+                .collect(),
+        });
+        let (tx, rx) = crossbeam_channel::unbounded::<Work>();
+        let threads = worker_cpus
+            .iter()
+            .enumerate()
+            .map(|(i, &cpu)| {
+                let rx = rx.clone();
+                let shared = Arc::clone(&shared);
+                thread::Builder::new()
+                    .name(format!("kworker/u:{name}/{i}"))
+                    .spawn(move || worker_loop(&rx, cpu, &shared, i))
+                    .unwrap_or_else(|e| panic!("workqueue {name}: cannot spawn worker {i}: {e}"))
+            })
+            .collect();
+        Self {
+            name: name.to_owned(),
+            worker_cpus,
+            tx: Some(tx),
+            threads,
+            shared,
+        }
+    }
+
+    /// Queue `f` to run on a worker, which passes it its emulated CPU. Returns at once.
+    #[doc(alias = "queue_work")]
+    pub fn queue(&self, f: impl FnOnce(CpuId) + Send + 'static) -> WorkHandle {
+        let done = Arc::new(Completion::default());
+        let f: WorkFn = Box::new(f);
+        let tx = self.tx.as_ref().expect("the queue is open until drop");
+        let mut fs = self.shared.flush.lock();
+        let seq = fs.next_seq;
+        fs.next_seq += 1;
+        fs.window.push_back(false);
+        // Lock order: workqueue flush lock -> channel. Sending under the lock keeps queue order
+        // equal to sequence order.
+        if tx
+            .send(Work {
+                f,
+                seq,
+                done: Arc::clone(&done),
+            })
+            .is_err()
+        {
+            unreachable!("workers hold the receiver until the queue is dropped");
+        }
+        drop(fs);
+        WorkHandle { done }
+    }
+
+    /// Wait until every item queued before this call has finished. Items queued meanwhile (by
+    /// other threads, or by the items themselves) are not waited for.
+    #[doc(alias = "flush_workqueue")]
+    #[doc(alias = "drain_workqueue")]
+    pub fn flush(&self) {
+        let mut fs = self.shared.flush.lock();
+        let target = fs.next_seq;
+        while fs.done_below < target {
+            self.shared.flushed.wait(&mut fs);
+        }
+    }
+
+    /// Run everything queued, stop and join the workers. Same as dropping the workqueue.
+    #[doc(alias = "destroy_workqueue")]
+    pub fn destroy(self) {}
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Number of workers, which is the most items that run at once.
+    pub fn max_active(&self) -> usize {
+        self.worker_cpus.len()
+    }
+
+    /// The emulated CPU of each worker, by worker number.
+    pub fn worker_cpus(&self) -> &[CpuId] {
+        &self.worker_cpus
+    }
+
+    /// Items queued and not yet finished.
+    pub fn nr_pending(&self) -> u64 {
+        let fs = self.shared.flush.lock();
+        fs.next_seq - fs.done_below - fs.window.iter().filter(|&&done| done).count() as u64
+    }
+
+    /// The counters so far, per worker and summed.
+    pub fn stats(&self) -> WorkqueueStats {
+        let items_queued = self.shared.flush.lock().next_seq;
+        let workers: Vec<WorkerStats> = self
+            .shared
+            .workers
+            .iter()
+            .zip(self.worker_cpus.iter())
+            .enumerate()
+            .map(|(worker, (c, &cpu))| WorkerStats {
+                worker,
+                cpu,
+                items_done: c.items_done.load(Relaxed),
+                panicked: c.panicked.load(Relaxed),
+                cpu_ns: c.cpu_ns.load(Relaxed),
+                busy_wall_ns: c.busy_wall_ns.load(Relaxed),
+            })
+            .collect();
+        WorkqueueStats {
+            name: self.name.clone(),
+            max_active: self.max_active(),
+            items_queued,
+            items_done: workers.iter().map(|w| w.items_done).sum(),
+            panicked: workers.iter().map(|w| w.panicked).sum(),
+            cpu_ns: workers.iter().map(|w| w.cpu_ns).sum(),
+            busy_wall_ns: workers.iter().map(|w| w.busy_wall_ns).sum(),
+            workers,
+        }
+    }
+}
+
+impl Drop for Workqueue {
+    fn drop(&mut self) {
+        // Closing the channel lets each worker drain what is queued, then see the disconnect.
+        drop(self.tx.take());
+        for t in self.threads.drain(..) {
+            // Workers catch item panics, so a join error would be a bug in this file; there is
+            // nothing useful to do with it while dropping.
+            let _ = t.join();
+        }
+    }
+}
+
+impl fmt::Debug for Workqueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Workqueue")
+            .field("name", &self.name)
+            .field("worker_cpus", &self.worker_cpus)
+            .field("pending", &self.nr_pending())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkHandle {
+    /// Block until the item has finished, and say how.
+    #[doc(alias = "flush_work")]
+    pub fn wait(self) -> WorkOutcome {
+        self.done.wait()
+    }
+
+    /// Whether the item has finished (without waiting).
+    #[doc(alias = "work_pending")]
+    pub fn is_done(&self) -> bool {
+        self.done.outcome.lock().is_some()
+    }
+}
+
+/// Body of worker `idx`: run items until the queue is closed and empty.
+#[doc(alias = "worker_thread")]
+#[doc(alias = "process_one_work")]
+fn worker_loop(rx: &Receiver<Work>, cpu: CpuId, shared: &Shared, idx: usize) {
+    let counters = &shared.workers[idx];
+    while let Ok(Work { f, seq, done }) = rx.recv() {
+        let wall0 = Instant::now();
+        let cpu0 = thread_cpu_time_ns();
+        let result = panic::catch_unwind(AssertUnwindSafe(move || f(cpu)));
+        let cpu_ns = thread_cpu_time_ns().saturating_sub(cpu0);
+        let wall_ns = u64::try_from(wall0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let outcome = match result {
+            Ok(()) => WorkOutcome::Completed,
+            Err(payload) => {
+                // A payload whose own drop panics must not take the worker down either.
+                let _ = panic::catch_unwind(AssertUnwindSafe(move || drop(payload)));
+                counters.panicked.fetch_add(1, Relaxed);
+                WorkOutcome::Panicked
+            }
+        };
+        counters.cpu_ns.fetch_add(cpu_ns, Relaxed);
+        counters.busy_wall_ns.fetch_add(wall_ns, Relaxed);
+        counters.items_done.fetch_add(1, Relaxed);
+        done.complete(outcome);
+        shared.complete(seq);
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use std::{
+        cell::RefCell,
+        collections::{BTreeMap, BTreeSet},
+        sync::{atomic::AtomicUsize, Barrier, Mutex as StdMutex},
+        time::Duration,
+    };
+
+    use super::*;
+
+    fn cpus(ids: &[u16]) -> Vec<CpuId> {
+        ids.iter().copied().map(CpuId).collect()
+    }
+
+    /// A barrier for `n` items that panics (failing the item, hence the test) instead of hanging
+    /// if the pool never runs `n` of them at once. The timeout is a safety net, not an assertion
+    /// about speed.
+    struct Rendezvous {
+        arrived: StdMutex<usize>,
+        cond: std::sync::Condvar,
+        n: usize,
+    }
+
+    impl Rendezvous {
+        fn new(n: usize) -> Arc<Self> {
+            Arc::new(Self {
+                arrived: StdMutex::new(0),
+                cond: std::sync::Condvar::new(),
+                n,
+            })
+        }
+
+        fn arrive(&self) {
+            let mut arrived = self.arrived.lock().unwrap();
+            *arrived += 1;
+            self.cond.notify_all();
+            let (arrived, timeout) = self
+                .cond
+                .wait_timeout_while(arrived, Duration::from_secs(60), |a| *a < self.n)
+                .unwrap();
+            assert!(
+                !timeout.timed_out(),
+                "only {} of {} items ran at once",
+                *arrived,
+                self.n
+            );
+        }
+    }
+
+    /// Track how many items run at once, and the most ever seen.
+    #[derive(Default)]
+    struct Concurrency {
+        running: AtomicUsize,
+        max: AtomicUsize,
+    }
+
+    impl Concurrency {
+        fn enter(&self) {
+            let now = self.running.fetch_add(1, Relaxed) + 1;
+            self.max.fetch_max(now, Relaxed);
+        }
+        fn leave(&self) {
+            self.running.fetch_sub(1, Relaxed);
+        }
+    }
+
+    #[test]
+    fn fifo_order_with_one_worker() {
+        let wq = Workqueue::new("fifo", 1, cpus(&[0]));
+        let order = Arc::new(StdMutex::new(Vec::new()));
+        for i in 0..200 {
+            let order = Arc::clone(&order);
+            wq.queue(move |_| order.lock().unwrap().push(i));
+        }
+        wq.flush();
+        assert_eq!(*order.lock().unwrap(), (0..200).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn concurrency_reaches_but_never_exceeds_max_active() {
+        for max_active in [1, 2, 4] {
+            let wq = Workqueue::new("conc", max_active, cpus(&[0, 1]));
+            let conc = Arc::new(Concurrency::default());
+            let meet = Rendezvous::new(max_active);
+            let names = Arc::new(StdMutex::new(BTreeSet::new()));
+            for i in 0..max_active * 8 {
+                let (conc, meet, names) =
+                    (Arc::clone(&conc), Arc::clone(&meet), Arc::clone(&names));
+                wq.queue(move |_| {
+                    conc.enter();
+                    names
+                        .lock()
+                        .unwrap()
+                        .insert(thread::current().name().unwrap().to_owned());
+                    if i < max_active {
+                        meet.arrive();
+                    }
+                    conc.leave();
+                });
+            }
+            wq.flush();
+            assert_eq!(
+                wq.stats().panicked,
+                0,
+                "the first max_active items never met"
+            );
+            assert_eq!(conc.max.load(Relaxed), max_active);
+            let expected: BTreeSet<String> = (0..max_active)
+                .map(|i| format!("kworker/u:conc/{i}"))
+                .collect();
+            assert_eq!(*names.lock().unwrap(), expected);
+        }
+    }
+
+    #[test]
+    fn flush_waits_for_everything_queued_before_it() {
+        let wq = Workqueue::new("flush", 3, cpus(&[0]));
+        let done = Arc::new(AtomicUsize::new(0));
+        // Item 0 blocks until released, so later items finish before it (out of order).
+        let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(0);
+        {
+            let done = Arc::clone(&done);
+            wq.queue(move |_| {
+                release_rx.recv().unwrap();
+                done.fetch_add(1, Relaxed);
+            });
+        }
+        for _ in 0..50 {
+            let done = Arc::clone(&done);
+            wq.queue(move |_| {
+                done.fetch_add(1, Relaxed);
+            });
+        }
+        let seen_by_flusher = thread::scope(|s| {
+            let flusher = s.spawn(|| {
+                wq.flush();
+                done.load(Relaxed)
+            });
+            thread::yield_now();
+            // Item 0 is held back, so the flush cannot have returned.
+            assert!(!flusher.is_finished());
+            release_tx.send(()).unwrap();
+            flusher.join().unwrap()
+        });
+        assert_eq!(
+            seen_by_flusher, 51,
+            "flush returned before every earlier item finished"
+        );
+        assert_eq!(wq.nr_pending(), 0);
+        let s = wq.stats();
+        assert_eq!((s.items_queued, s.items_done), (51, 51));
+    }
+
+    #[test]
+    fn workers_pass_their_bound_cpu() {
+        let max_active = 5;
+        let wq = Workqueue::new("bind", max_active, cpus(&[3, 7]));
+        assert_eq!(wq.worker_cpus(), &cpus(&[3, 7, 3, 7, 3])[..]);
+        let meet = Rendezvous::new(max_active);
+        let seen = Arc::new(StdMutex::new(BTreeMap::new()));
+        for _ in 0..max_active {
+            let (meet, seen) = (Arc::clone(&meet), Arc::clone(&seen));
+            wq.queue(move |cpu| {
+                let name = thread::current().name().unwrap().to_owned();
+                let worker: usize = name.rsplit('/').next().unwrap().parse().unwrap();
+                seen.lock().unwrap().insert(worker, cpu);
+                meet.arrive();
+            });
+        }
+        wq.flush();
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), max_active, "every worker ran one item");
+        for (&worker, &cpu) in seen.iter() {
+            assert_eq!(cpu, [CpuId(3), CpuId(7)][worker % 2], "worker {worker}");
+        }
+        let stats = wq.stats();
+        for w in &stats.workers {
+            assert_eq!(w.cpu, seen[&w.worker]);
+            assert_eq!(w.items_done, 1);
+        }
+    }
+
+    #[test]
+    fn handles_complete_even_when_an_item_panics() {
+        let wq = Workqueue::new("panic", 1, cpus(&[0]));
+        let bad = wq.queue(|_| panic!("deliberate panic in a work item"));
+        let ran = Arc::new(AtomicUsize::new(0));
+        let good = {
+            let ran = Arc::clone(&ran);
+            wq.queue(move |_| {
+                ran.fetch_add(1, Relaxed);
+            })
+        };
+        assert_eq!(bad.wait(), WorkOutcome::Panicked);
+        assert_eq!(good.wait(), WorkOutcome::Completed);
+        assert_eq!(ran.load(Relaxed), 1, "the pool survived the panic");
+        wq.flush();
+        let s = wq.stats();
+        assert_eq!((s.items_done, s.panicked), (2, 1));
+    }
+
+    #[test]
+    fn wait_returns_after_the_item_ran() {
+        let wq = Workqueue::new("wait", 2, cpus(&[0]));
+        let flag = Arc::new(AtomicUsize::new(0));
+        let h = {
+            let flag = Arc::clone(&flag);
+            wq.queue(move |_| flag.store(1, Relaxed))
+        };
+        assert_eq!(h.wait(), WorkOutcome::Completed);
+        assert_eq!(flag.load(Relaxed), 1);
+        // The item's statistics are in before its handle completes.
+        assert_eq!(wq.stats().items_done, 1);
+    }
+
+    #[test]
+    fn drop_drains_and_joins() {
+        thread_local! {
+            static EXIT: RefCell<Option<ExitSignal>> = const { RefCell::new(None) };
+        }
+        struct ExitSignal(Arc<AtomicUsize>);
+        impl Drop for ExitSignal {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Relaxed);
+            }
+        }
+
+        let max_active = 3;
+        let exited = Arc::new(AtomicUsize::new(0));
+        let ran = Arc::new(AtomicUsize::new(0));
+        let wq = Workqueue::new("drop", max_active, cpus(&[0, 1]));
+        let meet = Rendezvous::new(max_active);
+        for _ in 0..max_active {
+            let (exited, meet) = (Arc::clone(&exited), Arc::clone(&meet));
+            wq.queue(move |_| {
+                // Destroyed when the worker thread exits.
+                EXIT.with(|e| *e.borrow_mut() = Some(ExitSignal(exited)));
+                meet.arrive();
+            });
+        }
+        for _ in 0..100 {
+            let ran = Arc::clone(&ran);
+            wq.queue(move |_| {
+                ran.fetch_add(1, Relaxed);
+            });
+        }
+        drop(wq);
+        assert_eq!(
+            ran.load(Relaxed),
+            100,
+            "queued items run before the workers exit"
+        );
+        assert_eq!(
+            exited.load(Relaxed),
+            max_active,
+            "every worker thread has exited"
+        );
+    }
+
+    #[test]
+    fn cpu_time_is_charged_to_the_worker() {
+        let wq = Workqueue::new("acct", 2, cpus(&[0]));
+        let inner_cpu = Arc::new(AtomicU64::new(0));
+        let inner_wall = Arc::new(AtomicU64::new(0));
+        for _ in 0..4 {
+            let (inner_cpu, inner_wall) = (Arc::clone(&inner_cpu), Arc::clone(&inner_wall));
+            wq.queue(move |_| {
+                let wall0 = Instant::now();
+                let t0 = thread_cpu_time_ns();
+                let mut x = 0u64;
+                while thread_cpu_time_ns() == t0 {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+                inner_cpu.fetch_add(thread_cpu_time_ns() - t0, Relaxed);
+                inner_wall.fetch_add(wall0.elapsed().as_nanos() as u64, Relaxed);
+            });
+        }
+        wq.flush();
+        let s = wq.stats();
+        let (inner_cpu, inner_wall) = (inner_cpu.load(Relaxed), inner_wall.load(Relaxed));
+        assert!(inner_cpu > 0);
+        // The worker's brackets enclose the item's own: its figures can only be larger.
+        assert!(s.cpu_ns >= inner_cpu, "{} < {}", s.cpu_ns, inner_cpu);
+        assert!(
+            s.busy_wall_ns >= inner_wall,
+            "{} < {}",
+            s.busy_wall_ns,
+            inner_wall
+        );
+        assert_eq!(s.cpu_ns, s.workers.iter().map(|w| w.cpu_ns).sum::<u64>());
+        assert_eq!(
+            s.items_done,
+            s.workers.iter().map(|w| w.items_done).sum::<u64>()
+        );
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["items_done"], 4);
+    }
+
+    #[test]
+    fn thread_cpu_time_is_monotonic_and_per_thread() {
+        let a = thread_cpu_time_ns();
+        let b = thread_cpu_time_ns();
+        assert!(a > 0 && b >= a);
+        // A fresh thread starts near zero, far below a thread that has burnt CPU first.
+        let mut x = 0u64;
+        let t0 = thread_cpu_time_ns();
+        while thread_cpu_time_ns() < t0 + 5_000_000 {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let mine = thread_cpu_time_ns();
+        let fresh = thread::spawn(thread_cpu_time_ns).join().unwrap();
+        assert!(fresh < mine);
+    }
+
+    #[test]
+    fn concurrent_flushes_all_return() {
+        let wq = Workqueue::new("multi", 2, cpus(&[0]));
+        for _ in 0..20 {
+            wq.queue(|_| {});
+        }
+        let barrier = Barrier::new(4);
+        thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    barrier.wait();
+                    wq.flush();
+                });
+            }
+        });
+        assert_eq!(wq.stats().items_done, 20);
+    }
+}
