@@ -1,1 +1,41 @@
-fn main(){}
+//! `usermm`: parse, run, map the outcome to an exit status.
+//!
+//! Every error is printed as one line, `usermm: error: ...`. Mistakes in the arguments (clap's
+//! usage errors and [`UsageError`]) exit with 2, failures while running with 1.
+//!
+//! A closed stdout (`usermm vmstat | head -1`) is not an error: like the coreutils we stop
+//! quietly with status 0 rather than report a broken pipe nobody will read.
+
+use std::process::ExitCode;
+
+use usermm_cli::args::{self, UsageError};
+
+fn main() -> ExitCode {
+    let cli = match args::parse() {
+        Ok(cli) => cli,
+        Err(status) => return status,
+    };
+    match usermm_cli::cmd::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            let status = if e.downcast_ref::<UsageError>().is_some() {
+                2
+            } else {
+                1
+            };
+            eprintln!("usermm: error: {}", one_line(&format!("{e:#}")));
+            ExitCode::from(status)
+        }
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<std::io::Error>())
+        .any(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+}

@@ -1,0 +1,72 @@
+//! One module per subcommand, each with its argument struct and a `run`. [`run`] dispatches.
+//!
+//! A command builds one record (a serde value) and renders it either as kernel-style text or,
+//! with `--json`, as JSON on stdout ([`emit`]). Progress goes to stderr
+//! ([`crate::report::Progress`]); nothing else is printed.
+
+use std::io::Write;
+
+use serde::Serialize;
+
+use crate::args::{Cli, Command, GlobalArgs};
+
+pub mod bigfree;
+pub mod meminfo;
+pub mod munmap_test;
+pub mod percpu_test;
+pub mod reproduce;
+pub mod usemem;
+pub mod vmstat;
+
+/// Run the command the user asked for.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    let g = &cli.global;
+    match &cli.command {
+        Command::Meminfo(a) => meminfo::run(a, g),
+        Command::Vmstat(a) => vmstat::run(a, g),
+        Command::Usemem(a) => usemem::run(a, g),
+        Command::Bigfree(a) => bigfree::run(a, g),
+        Command::MunmapTest(a) => munmap_test::run(a, g),
+        Command::PercpuTest(a) => percpu_test::run(a, g),
+        Command::Reproduce(a) => reproduce::run(a, g),
+    }
+}
+
+/// Write `text` to stdout as is.
+pub fn print(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()
+}
+
+/// Write `record` to stdout as pretty JSON followed by a newline.
+pub fn print_json(record: &impl Serialize) -> anyhow::Result<()> {
+    let mut s = serde_json::to_string_pretty(record)?;
+    s.push('\n');
+    Ok(print(&s)?)
+}
+
+/// Print a command's record: JSON with `--json`, otherwise the text `render` makes of it.
+pub fn emit<R: Serialize>(
+    g: &GlobalArgs,
+    record: &R,
+    render: impl FnOnce(&R) -> String,
+) -> anyhow::Result<()> {
+    if g.json {
+        print_json(record)
+    } else {
+        Ok(print(&render(record))?)
+    }
+}
+
+/// Boot a machine, turning a configuration the engine rejects into a usage error.
+pub fn boot(config: usermm::MachineConfig) -> anyhow::Result<std::sync::Arc<usermm::Machine>> {
+    use usermm::machine::MachineError;
+    match usermm::Machine::new(config) {
+        Ok(m) => Ok(m),
+        Err(MachineError::Config(e)) => {
+            crate::args::usage(format!("invalid machine configuration: {e}"))
+        }
+        Err(e) => Err(anyhow::Error::new(e).context("cannot boot the machine")),
+    }
+}

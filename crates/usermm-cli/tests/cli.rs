@@ -1,0 +1,193 @@
+//! The `usermm` binary from the outside: output formats, exit statuses, error lines.
+
+use std::process::{Command, Output};
+
+fn usermm(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_usermm"))
+        .args(args)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("cannot run usermm")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).expect("stdout is UTF-8")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).expect("stderr is UTF-8")
+}
+
+/// Exit status 2, nothing on stdout, and exactly one `usermm: error:` line on stderr.
+#[track_caller]
+fn assert_usage_error(args: &[&str], mentions: &str) {
+    let o = usermm(args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert!(o.stdout.is_empty(), "{args:?} printed on stdout");
+    assert_eq!(err.lines().count(), 1, "{args:?}: not one line: {err}");
+    assert!(err.starts_with("usermm: error: "), "{args:?}: {err}");
+    assert!(
+        err.contains(mentions),
+        "{args:?}: '{mentions}' not in {err}"
+    );
+}
+
+#[test]
+fn meminfo_kernel_format() {
+    let o = usermm(&["meminfo", "--mem", "4G", "--cpus", "8"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.lines().any(|l| l == "MemTotal:        4194304 kB"),
+        "{out}"
+    );
+    assert!(out.lines().any(|l| l.starts_with("MemFree:")), "{out}");
+    assert!(o.stderr.is_empty());
+}
+
+#[test]
+fn meminfo_json_parses() {
+    for args in [
+        &["meminfo", "--mem", "64M", "--json"][..],
+        &[
+            "--json",
+            "meminfo",
+            "--mem",
+            "64M",
+            "--nodes",
+            "2",
+            "--backing",
+            "sparse",
+        ],
+    ] {
+        let o = usermm(args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout is JSON");
+        assert_eq!(v["meminfo"]["MemTotal"], 65536);
+        assert_eq!(v["config"]["mem"], 64u64 << 20);
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&usermm(&["--json", "meminfo", "--backing", "sparse"]).stdout)
+            .unwrap();
+    assert_eq!(v["config"]["backing"], "sparse");
+}
+
+#[test]
+fn vmstat_prints_kernel_names() {
+    let o = usermm(&["vmstat", "--mem", "64M"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).lines().any(|l| l.starts_with("nr_free_pages ")));
+    let o = usermm(&["vmstat", "--mem", "64M", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["vmstat"]["pgfault"].is_i64());
+}
+
+#[test]
+fn bad_sizes_exit_2() {
+    assert_usage_error(&["meminfo", "--mem", "0"], "--mem");
+    assert_usage_error(&["meminfo", "--mem", "1"], "--mem");
+    assert_usage_error(&["meminfo", "--mem", "99999T"], "--mem");
+    assert_usage_error(&["meminfo", "--mem", "abc"], "abc");
+    assert_usage_error(&["meminfo", "--mem", ""], "--mem");
+    assert_usage_error(&["bigfree", "0"], "SIZE");
+}
+
+#[test]
+fn bad_cpus_exit_2() {
+    assert_usage_error(&["meminfo", "--cpus", "0"], "--cpus");
+    assert_usage_error(&["meminfo", "--cpus", "4097"], "--cpus");
+    assert_usage_error(&["meminfo", "--cpus", "99999999"], "--cpus");
+    assert_usage_error(&["meminfo", "--cpus", "two"], "--cpus");
+    assert_usage_error(&["meminfo", "--cpus", "2", "--nodes", "4"], "nodes");
+}
+
+#[test]
+fn bad_config_exit_2() {
+    assert_usage_error(&["meminfo", "--set", "nonsense=1"], "--set nonsense=1");
+    assert_usage_error(
+        &["meminfo", "--set", "free.parallel=maybe"],
+        "free.parallel",
+    );
+    assert_usage_error(&["meminfo", "--set", "noequals"], "--set noequals");
+    assert_usage_error(&["meminfo", "--preset", "nope"], "--preset nope");
+    assert_usage_error(&["meminfo", "--backing", "dense"], "--backing");
+    assert_usage_error(&["meminfo", "--bogus"], "--bogus");
+}
+
+#[test]
+fn subcommand_flags_are_checked() {
+    assert_usage_error(&["usemem"], "SIZE");
+    assert_usage_error(&["usemem", "-n", "0", "1G"], "--nproc");
+    assert_usage_error(&["bigfree", "1G", "--max-active", "1,0,4"], "--max-active");
+    assert_usage_error(&["bigfree", "1G", "--threshold", "0"], "--threshold");
+    assert_usage_error(
+        &["bigfree", "1G", "--batch-switch", "2018"],
+        "--batch-switch",
+    );
+    assert_usage_error(&["percpu-test", "--cgroups", "1000"], "--cgroups");
+    assert_usage_error(&["percpu-test", "--recipe", "2020"], "--recipe");
+    assert_usage_error(&["reproduce", "--only", "bigfree,nope"], "--only");
+    assert_usage_error(&["reproduce", "--scale", "huge"], "--scale");
+}
+
+#[test]
+fn unbuilt_commands_fail_at_run_time() {
+    for args in [
+        &[
+            "usemem", "-n", "2", "-t", "4", "-o", "-j", "0x200000", "-s", "-1", "-O", "100G",
+        ][..],
+        &[
+            "bigfree",
+            "320G",
+            "--max-active",
+            "1,2,4",
+            "--exit",
+            "--batch-switch",
+            "2017",
+        ],
+        &["munmap-test", "80G", "--faulters", "4", "--repeat", "2"],
+        &[
+            "percpu-test",
+            "--cgroups",
+            "1000x10",
+            "--recipe",
+            "modern",
+            "--cpus",
+            "8",
+        ],
+        &[
+            "reproduce",
+            "--scale",
+            "seed",
+            "--only",
+            "bigfree,munmap",
+            "--only",
+            "percpu",
+        ],
+    ] {
+        let o = usermm(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with("usermm: error: ") && err.contains("not built yet"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    for args in [
+        &["--help"][..],
+        &["--version"],
+        &["usemem", "--help"],
+        &["bigfree", "-h"],
+    ] {
+        let o = usermm(args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}");
+        assert!(!o.stdout.is_empty());
+    }
+    assert_eq!(usermm(&[]).status.code(), Some(2));
+}
