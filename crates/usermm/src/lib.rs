@@ -19,6 +19,9 @@
 //! | [`page_alloc`] | `mm/page_alloc.c`, `include/linux/mmzone.h`, `mm/swap.c` (LRU, `release_pages`) |
 //! | [`stats`] | `/proc/vmstat`, `/proc/meminfo`, `/proc/lock_stat` |
 //! | [`sync`] | `include/linux/mmap_lock.h`, `kernel/workqueue.c` |
+//! | [`pgtable`] | `arch/x86/include/asm/pgtable*.h`, the table allocators of `mm/memory.c` |
+//! | [`mm`] | `mm_types.h`, `mm/mmap.c`, `mm/vma.c`, `mm/memory.c`, `mm/mmu_gather.c`, `mm/mprotect.c`, `mm/madvise.c`, `mm/mlock.c` |
+//! | [`huge_memory`] | the huge zero page of `mm/huge_memory.c` |
 //!
 //! # Lock ordering
 //! Written once here; every place where two of these nest repeats the edge in a one-line
@@ -45,8 +48,11 @@ pub mod cpu;
 #[macro_use]
 pub mod debug;
 pub mod error;
+pub mod huge_memory;
 pub mod machine;
+pub mod mm;
 pub mod page_alloc;
+pub mod pgtable;
 pub mod stats;
 pub mod sync;
 
@@ -55,3 +61,4 @@ pub use config::MachineConfig;
 pub use cpu::{CpuId, NodeId};
 pub use error::{AllocError, Errno};
 pub use machine::Machine;
+pub use mm::{Fault, Mm, SegvCode, Task};

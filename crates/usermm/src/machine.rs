@@ -7,7 +7,12 @@
 
 use std::sync::Arc;
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
 use crate::addr::{Pfn, PAGE_SIZE};
+use crate::huge_memory::HugeZeroPage;
+use crate::mm::mmap::MunmapPolicy;
+use crate::mm::mmu_gather::GatherPolicy;
 use crate::config::{ConfigError, MachineConfig};
 use crate::cpu::{CpuId, Cpus};
 use crate::page_alloc::{meta::PG_RESERVED, Gfp, PhysMem};
@@ -48,6 +53,11 @@ pub struct Machine {
     phys: Arc<PhysMem>,
     /// The 4 KiB zero page (`ZERO_PAGE(0)`), reserved at boot.
     zero_pfn: Pfn,
+    huge_zero: Arc<HugeZeroPage>,
+    gather: GatherPolicy,
+    munmap: MunmapPolicy,
+    tlb_flush_cost_ns: u64,
+    next_mm_id: AtomicU64,
 }
 
 impl Machine {
@@ -64,7 +74,34 @@ impl Machine {
             .alloc_pages(CpuId(0), Order(0), Gfp::ZERO)
             .map_err(|_| MachineError::Config(ConfigError("no memory for the zero page".into())))?;
         phys.meta(zero_pfn).set(PG_RESERVED);
-        Ok(Arc::new(Machine { config, cpus, stat, phys, zero_pfn }))
+        let huge_zero = Arc::new(HugeZeroPage::new(
+            Arc::clone(&phys),
+            config.huge_zero.per_mm_ref,
+            config.huge_zero.write_fault,
+        ));
+        let weak: std::sync::Weak<dyn crate::page_alloc::Shrinker> =
+            Arc::downgrade(&(Arc::clone(&huge_zero) as Arc<dyn crate::page_alloc::Shrinker>));
+        phys.register_shrinker(weak);
+        let worker_cpus = cpus.all().collect();
+        let gather = GatherPolicy::new(&config.gather, &config.free, worker_cpus);
+        let munmap = MunmapPolicy {
+            downgrade: config.munmap.downgrade,
+            min_bytes: config.munmap.downgrade_min_bytes,
+            stack_veto: config.munmap.stack_veto,
+        };
+        let tlb_flush_cost_ns = config.tlb.flush_cost_ns;
+        Ok(Arc::new(Machine {
+            config,
+            cpus,
+            stat,
+            phys,
+            zero_pfn,
+            huge_zero,
+            gather,
+            munmap,
+            tlb_flush_cost_ns,
+            next_mm_id: AtomicU64::new(1),
+        }))
     }
 
     pub fn config(&self) -> &MachineConfig {
@@ -100,6 +137,41 @@ impl Machine {
     #[doc(alias = "ZERO_PAGE")]
     pub fn zero_pfn(&self) -> Pfn {
         self.zero_pfn
+    }
+
+    pub fn huge_zero(&self) -> &HugeZeroPage {
+        &self.huge_zero
+    }
+
+    pub fn gather_policy(&self) -> &GatherPolicy {
+        &self.gather
+    }
+
+    pub fn munmap_policy(&self) -> MunmapPolicy {
+        self.munmap
+    }
+
+    pub(crate) fn tlb_flush_cost_ns(&self) -> u64 {
+        self.tlb_flush_cost_ns
+    }
+
+    pub(crate) fn next_mm_id(&self) -> u64 {
+        self.next_mm_id.fetch_add(1, Relaxed)
+    }
+
+    /// `echo 3 > /proc/sys/vm/drop_caches`: run the shrinkers (the huge zero page's) and
+    /// drain the per-CPU lists. Returns the pages the shrinkers freed.
+    pub fn drop_caches(&self, cpu: CpuId) -> u64 {
+        self.stat.inc(cpu, VmItem::DropPagecache);
+        let n = self.phys.shrink_all(cpu);
+        self.phys.lru_add_drain_all();
+        self.phys.drain_all_pages();
+        n
+    }
+
+    /// A new, empty address space (`mm_alloc`).
+    pub fn new_mm(self: &Arc<Self>, cpu: CpuId) -> Result<Arc<crate::mm::Mm>, crate::Errno> {
+        crate::mm::Mm::new(self, cpu)
     }
 
     /// `/proc/meminfo` figures.

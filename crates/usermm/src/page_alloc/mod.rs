@@ -753,12 +753,13 @@ impl PhysMem {
                     lru = Some((nid, self.nodes[nid].lru.lock()));
                 }
                 let vec = &mut lru.as_mut().expect("locked").1;
+                let nr = if f & PG_HEAD != 0 { 1i64 << m.order.load(Relaxed) } else { 1 };
                 if f & PG_MLOCKED != 0 {
                     vec.unevictable.remove(meta, pfn);
-                    unevictable_removed += 1;
+                    unevictable_removed += nr;
                 } else {
                     vec.inactive_anon.remove(meta, pfn);
-                    lru_removed += 1;
+                    lru_removed += nr;
                 }
                 m.clear(PG_LRU);
             }
@@ -841,12 +842,13 @@ impl PhysMem {
             }
             let vec = &mut held.as_mut().expect("locked").1;
             let m = &meta[pfn.index()];
+            let nr = if m.test(PG_HEAD) { 1i64 << m.order.load(Relaxed) } else { 1 };
             if m.test(PG_MLOCKED) {
                 vec.unevictable.push_back(meta, pfn);
-                unevictable += 1;
+                unevictable += nr;
             } else {
                 vec.inactive_anon.push_back(meta, pfn);
-                anon += 1;
+                anon += nr;
             }
             m.clear(PG_LRU_BATCH);
             m.set(PG_LRU);
@@ -894,7 +896,8 @@ impl PhysMem {
                 vec.unevictable.remove(meta, pfn);
                 vec.inactive_anon.push_back(meta, pfn);
             }
-            let d = if mlocked { 1 } else { -1 };
+            let nr = if m.test(PG_HEAD) { 1i64 << m.order.load(Relaxed) } else { 1 };
+            let d = if mlocked { nr } else { -nr };
             self.stat.add(cpu, VmItem::NrUnevictable, d);
             self.stat.add(cpu, VmItem::NrInactiveAnon, -d);
         }
@@ -903,6 +906,31 @@ impl PhysMem {
         } else {
             m.clear(PG_MLOCKED);
         }
+    }
+
+    /// `__split_huge_page`, reduced: turn an allocated compound page into `1 << order`
+    /// independent order-0 pages. The head keeps its references (and its LRU place); each tail
+    /// gets one reference, for the caller to hand on.
+    pub fn split_compound(&self, cpu: CpuId, head: Pfn) {
+        let m = self.meta(head);
+        vm_bug_on!(!m.test(PG_HEAD), "split of a non-compound page");
+        let order = m.order.load(Relaxed);
+        let keep = m.flags() & (PG_ANON | PG_MLOCKED);
+        for i in 1..(1u64 << order) {
+            let t = self.meta(head.add(i));
+            t.private.store(0, Relaxed);
+            t.mapcount.store(0, Relaxed);
+            t.flags.store(keep, Relaxed);
+            t.refcount.store(1, Relaxed);
+        }
+        // The LRU counted the whole compound page: re-count the head alone.
+        if m.test(PG_LRU) {
+            let d = (1i64 << order) - 1;
+            let item = if m.test(PG_MLOCKED) { VmItem::NrUnevictable } else { VmItem::NrInactiveAnon };
+            self.stat.add(cpu, item, -d);
+        }
+        m.clear(PG_HEAD);
+        m.order.store(0, Relaxed);
     }
 
     // ----- hugetlb pool -----------------------------------------------------------------

@@ -1,0 +1,554 @@
+//! Tearing mappings down: the zap walk, `free_pgtables`, `exit_mmap`; and the page-table
+//! walkers that other paths share (protection changes, THP splits, validation).
+//!
+//! Mirrors `mm/memory.c` (`unmap_vmas`, `unmap_page_range`, `zap_pud_range`, `zap_pmd_range`,
+//! `zap_pte_range`, `free_pgd_range`, `free_pgtables`), `mm/huge_memory.c` (`zap_huge_pmd`,
+//! `__split_huge_pmd`, `change_huge_pmd`), `mm/mprotect.c` (`change_protection`) and
+//! `mm/mmap.c` (`exit_mmap`).
+//!
+//! # zap_pte_range, as here
+//! Lock the PTE page's PTL; for each entry: clear it, widen the gather's range, and — for a
+//! normal page — drop its mapcount and queue it in the gather; count the rss change locally.
+//! Publish the rss deltas while the PTL is held. If the gather reported full: flush the TLB
+//! *before* dropping the PTL, then free after unlocking, and resume at the next address.
+//!
+//! # free_pgd_range, floor and ceiling
+//! A table is freed only when the whole aligned span it maps lies between `floor` (end of the
+//! previous VMA) and `ceiling` (start of the next; 0 = top of the address space). Arithmetic is
+//! on `x − 1` so that a ceiling of 0 means the top, as in the kernel.
+//!
+//! # Differences from Linux
+//! A PMD split also splits the THP itself into 512 order-0 pages at once (`__split_huge_page`),
+//! where Linux keeps the folio PTE-mapped and splits it later (deferred split). No
+//! `need_resched` break-outs: the walk never yields mid-table.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::mmu_gather::{FullMm, MmuGather};
+use super::pgtable_alias::*;
+use super::{Mm, RssItem, UnmapStats};
+use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PUD_SIZE, PTRS_PER_TABLE};
+use crate::cpu::CpuId;
+use crate::page_alloc::meta::{PG_ANON, PG_HUGETLB, PG_MLOCKED};
+use crate::page_alloc::PhysMem;
+use crate::pgtable::{_PAGE_PROTNONE, _PAGE_PSE, _PAGE_RW, _PAGE_SPECIAL};
+use crate::stats::VmItem;
+
+#[inline]
+fn addr_end(addr: u64, size: u64, end: u64) -> u64 {
+    ((addr & !(size - 1)) + size).min(end)
+}
+
+/// Zap every mapping in `[start, end)` (`unmap_page_range` over all levels).
+pub(crate) fn zap_range(tlb: &mut MmuGather<'_>, mm: &Mm, start: u64, end: u64) -> u64 {
+    let phys = mm.machine().phys();
+    let mut zapped = 0;
+    let mut addr = start;
+    while addr < end {
+        let next = addr_end(addr, PGDIR_SIZE, end);
+        let e = Slot { table: mm.pgd(), index: pgd_index(addr) }.load(phys);
+        if !e.is_none() {
+            let mut a = addr;
+            while a < next {
+                let n = addr_end(a, PUD_SIZE, next);
+                let pud = Slot { table: e.pfn(), index: pud_index(a) }.load(phys);
+                if !pud.is_none() {
+                    zapped += zap_pmd_range(tlb, mm, pud.pfn(), a, n);
+                }
+                a = n;
+            }
+        }
+        addr = next;
+    }
+    zapped
+}
+
+fn zap_pmd_range(tlb: &mut MmuGather<'_>, mm: &Mm, pmd_table: Pfn, start: u64, end: u64) -> u64 {
+    let phys = mm.machine().phys();
+    let mut zapped = 0;
+    let mut addr = start;
+    while addr < end {
+        let next = addr_end(addr, PMD_SIZE, end);
+        let slot = Slot { table: pmd_table, index: pmd_index(addr) };
+        let mut e = slot.load(phys);
+        if e.huge() {
+            if addr % PMD_SIZE == 0 && next - addr == PMD_SIZE {
+                zapped += zap_huge_pmd(tlb, mm, slot, addr);
+                addr = next;
+                continue;
+            }
+            split_huge_pmd(mm, tlb.cpu(), slot, addr & !(PMD_SIZE - 1));
+            e = slot.load(phys);
+        }
+        if !e.is_none() {
+            zapped += zap_pte_range(tlb, mm, e.pfn(), addr, next);
+        }
+        addr = next;
+    }
+    zapped
+}
+
+fn zap_pte_range(tlb: &mut MmuGather<'_>, mm: &Mm, pte_table: Pfn, start: u64, end: u64) -> u64 {
+    let machine = mm.machine();
+    let phys = machine.phys();
+    let cpu = tlb.cpu();
+    let table = phys.backing().table(pte_table);
+    let mut addr = start;
+    let mut zapped = 0;
+    loop {
+        let mut force_flush = false;
+        let (mut anon, mut shmem, mut mlocked) = (0i64, 0i64, 0i64);
+        let ptl = phys.meta(pte_table).ptl.lock();
+        while addr < end {
+            let slot = &table[pte_index(addr)];
+            if slot.load(Relaxed) == 0 {
+                addr += PAGE_SIZE;
+                continue;
+            }
+            let old = Entry(slot.swap(0, Relaxed));
+            tlb.remove_tlb_entry(addr, PAGE_SIZE);
+            addr += PAGE_SIZE;
+            zapped += 1;
+            if old.special() {
+                continue;
+            }
+            let pfn = old.pfn();
+            let m = phys.meta(pfn);
+            m.mapcount.fetch_sub(1, Relaxed);
+            if m.test(PG_ANON) {
+                anon += 1;
+            } else {
+                shmem += 1;
+            }
+            if m.test(PG_MLOCKED) {
+                mlocked += 1;
+            }
+            if tlb.remove_page(pfn) {
+                force_flush = true;
+                break;
+            }
+        }
+        // add_mm_rss_vec under the PTL.
+        mm.add_rss(cpu, RssItem::AnonPages, -anon);
+        mm.add_rss(cpu, RssItem::ShmemPages, -shmem);
+        machine.vmstat().add(cpu, VmItem::NrAnonPages, -anon);
+        if mlocked != 0 {
+            machine.vmstat().add(cpu, VmItem::NrMlock, -mlocked);
+        }
+        if force_flush {
+            tlb.flush_tlbonly();
+        }
+        drop(ptl);
+        if force_flush {
+            tlb.forced_flush();
+        }
+        if addr >= end {
+            return zapped;
+        }
+    }
+}
+
+/// `zap_huge_pmd`: a whole 2 MiB mapping (THP, huge zero page, hugetlb).
+fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u64) -> u64 {
+    let machine = mm.machine();
+    let phys = machine.phys();
+    let cpu = tlb.cpu();
+    let ptl = phys.meta(slot.table).ptl.lock();
+    let old = slot.take(phys);
+    if !old.huge() {
+        // Raced with a split; nothing to do at this level (caller moves on).
+        slot.store(phys, old);
+        return 0;
+    }
+    tlb.remove_tlb_entry(addr, PMD_SIZE);
+    let deposit = withdraw_deposit(mm, slot);
+    drop(ptl);
+    if let Some(t) = deposit {
+        // zap_deposited_table: the withdrawn table was never a live table.
+        crate::pgtable::free_deposit_table(phys, cpu, t);
+        mm.nr_tables.fetch_sub(1, Relaxed);
+    }
+    let pfn = old.pfn();
+    if old.special() {
+        machine.huge_zero().zap_put(cpu);
+        return 512;
+    }
+    let m = phys.meta(pfn);
+    m.mapcount.fetch_sub(1, Relaxed);
+    if !m.test(PG_HUGETLB) {
+        let rss = if m.test(PG_ANON) { RssItem::AnonPages } else { RssItem::ShmemPages };
+        mm.add_rss(cpu, rss, -512);
+        machine.vmstat().add(cpu, VmItem::NrAnonPages, -512);
+        machine.vmstat().add(cpu, VmItem::NrAnonTransparentHugepages, -1);
+        if m.test(PG_MLOCKED) {
+            machine.vmstat().add(cpu, VmItem::NrMlock, -512);
+        }
+    }
+    if tlb.remove_page(pfn) {
+        tlb.forced_flush();
+    }
+    512
+}
+
+/// Deposit a table for a huge PMD (`pgtable_trans_huge_deposit`). Caller holds the PMD lock.
+pub(crate) fn deposit(mm: &Mm, slot: Slot, table: Pfn) {
+    // Lock order: PMD lock -> page_table_lock (the deposit list's lock)
+    let prev = mm.deposits.lock().insert((slot.table, slot.index), table);
+    vm_bug_on!(prev.is_some(), "two deposits for one PMD");
+}
+
+/// `pgtable_trans_huge_withdraw`. Caller holds the PMD lock.
+pub(crate) fn withdraw_deposit(mm: &Mm, slot: Slot) -> Option<Pfn> {
+    mm.deposits.lock().remove(&(slot.table, slot.index))
+}
+
+/// `__split_huge_pmd`: replace a huge PMD by its deposited PTE table mapping the same memory
+/// 4 KiB at a time. A THP is split into 512 order-0 pages; the huge zero page becomes 512
+/// zero-page PTEs; hugetlb PMDs are never split.
+pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
+    let machine = mm.machine();
+    let phys = machine.phys();
+    let ptl = phys.meta(slot.table).ptl.lock();
+    let old = slot.load(phys);
+    if !old.huge() {
+        return;
+    }
+    let Some(table) = withdraw_deposit(mm, slot) else {
+        vm_bug_on!(true, "huge PMD without a deposited table");
+        return;
+    };
+    let bits = old.0 & !(_PAGE_PSE) & 0x8000_0000_0000_0fff;
+    let pfn = old.pfn();
+    let entries = phys.backing().table(table);
+    if old.special() {
+        // The huge zero page: 512 read-only zero-page PTEs. The PMD's reference goes away.
+        let zero = machine.zero_pfn();
+        let b = (bits & !_PAGE_RW) | _PAGE_SPECIAL;
+        for e in entries.iter() {
+            e.store(Entry::new(zero, b).0, Relaxed);
+        }
+        machine.huge_zero().zap_put(cpu);
+    } else {
+        vm_bug_on!(phys.meta(pfn).test(PG_HUGETLB), "splitting a hugetlb PMD");
+        let mlocked = phys.meta(pfn).test(PG_MLOCKED);
+        phys.split_compound(cpu, pfn);
+        for (i, e) in entries.iter().enumerate() {
+            let p = pfn.add(i as u64);
+            let m = phys.meta(p);
+            m.mapcount.store(1, Relaxed);
+            m.set(PG_ANON);
+            if mlocked {
+                m.set(PG_MLOCKED);
+            }
+            if i > 0 {
+                phys.lru_cache_add(cpu, p);
+            }
+            e.store(Entry::new(p, bits).0, Relaxed);
+        }
+        machine.vmstat().add(cpu, VmItem::NrAnonTransparentHugepages, -1);
+    }
+    // pmdp_invalidate + populate: the TLB may hold the 2 MiB translation.
+    slot.store(phys, Entry::NONE);
+    mm.flush_tlb(cpu, Some(512));
+    slot.store(phys, Entry::new(table, crate::pgtable::TABLE_BITS));
+    drop(ptl);
+    machine.vmstat().inc(cpu, VmItem::ThpSplitPmd);
+    let _ = haddr;
+}
+
+/// `free_pgd_range`: free the tables that map only `[addr, end)`, within `floor`/`ceiling`.
+pub(crate) fn free_pgd_range(tlb: &mut MmuGather<'_>, mm: &Mm, addr: u64, end: u64, floor: u64, ceiling: u64) {
+    let phys = mm.machine().phys();
+    let mut addr = addr & !(PMD_SIZE - 1);
+    if addr < floor {
+        addr += PMD_SIZE;
+        if addr == 0 {
+            return;
+        }
+    }
+    let mut end = end;
+    if ceiling != 0 {
+        let c = ceiling & !(PMD_SIZE - 1);
+        if c == 0 {
+            return;
+        }
+        if end.wrapping_sub(1) > c.wrapping_sub(1) {
+            end -= PMD_SIZE;
+        }
+    } else if end.wrapping_sub(1) > ceiling.wrapping_sub(1) {
+        end -= PMD_SIZE;
+    }
+    if addr > end.wrapping_sub(1) {
+        return;
+    }
+    let mut a = addr;
+    while a < end {
+        let next = addr_end(a, PGDIR_SIZE, end);
+        let slot = Slot { table: mm.pgd(), index: pgd_index(a) };
+        let e = slot.load(phys);
+        if !e.is_none() {
+            free_pud_range(tlb, mm, slot, e.pfn(), a, next, floor, ceiling);
+        }
+        a = next;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn free_pud_range(
+    tlb: &mut MmuGather<'_>,
+    mm: &Mm,
+    pgd_slot: Slot,
+    pud_table: Pfn,
+    start: u64,
+    end: u64,
+    floor: u64,
+    ceiling: u64,
+) {
+    let phys = mm.machine().phys();
+    let mut a = start;
+    while a < end {
+        let next = addr_end(a, PUD_SIZE, end);
+        let slot = Slot { table: pud_table, index: pud_index(a) };
+        let e = slot.load(phys);
+        if !e.is_none() {
+            free_pmd_range(tlb, mm, slot, e.pfn(), a, next, floor, ceiling);
+        }
+        a = next;
+    }
+    if !span_free(start, end, PGDIR_SIZE, floor, ceiling) {
+        return;
+    }
+    let _g = mm.page_table_lock.lock();
+    pgd_slot.store(phys, Entry::NONE);
+    drop(_g);
+    mm.nr_tables.fetch_sub(1, Relaxed);
+    tlb.remove_table(pud_table);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn free_pmd_range(
+    tlb: &mut MmuGather<'_>,
+    mm: &Mm,
+    pud_slot: Slot,
+    pmd_table: Pfn,
+    start: u64,
+    end: u64,
+    floor: u64,
+    ceiling: u64,
+) {
+    let phys = mm.machine().phys();
+    let mut a = start;
+    while a < end {
+        let next = addr_end(a, PMD_SIZE, end);
+        let slot = Slot { table: pmd_table, index: pmd_index(a) };
+        let e = slot.load(phys);
+        if !e.is_none() && !e.huge() {
+            // free_pte_range
+            slot.store(phys, Entry::NONE);
+            mm.nr_tables.fetch_sub(1, Relaxed);
+            tlb.remove_table(e.pfn());
+        }
+        a = next;
+    }
+    if !span_free(start, end, PUD_SIZE, floor, ceiling) {
+        return;
+    }
+    let _g = mm.page_table_lock.lock();
+    pud_slot.store(phys, Entry::NONE);
+    drop(_g);
+    mm.nr_tables.fetch_sub(1, Relaxed);
+    tlb.remove_table(pmd_table);
+}
+
+/// May the table mapping the `size`-aligned span around `[start, end)` go?
+fn span_free(start: u64, end: u64, size: u64, floor: u64, ceiling: u64) -> bool {
+    let s = start & !(size - 1);
+    if s < floor {
+        return false;
+    }
+    if ceiling != 0 {
+        let c = ceiling & !(size - 1);
+        if c == 0 {
+            return false;
+        }
+        if end.wrapping_sub(1) > c.wrapping_sub(1) {
+            return false;
+        }
+    }
+    true
+}
+
+/// `free_pgtables` for a list of detached ranges (address order), between `floor` and
+/// `ceiling`: ranges closer than a PMD share one `free_pgd_range` call.
+pub(crate) fn free_pgtables(tlb: &mut MmuGather<'_>, mm: &Mm, ranges: &[(u64, u64)], floor: u64, ceiling: u64) {
+    let mut i = 0;
+    while i < ranges.len() {
+        let start = ranges[i].0;
+        let mut end = ranges[i].1;
+        let mut j = i + 1;
+        while j < ranges.len() && ranges[j].0 <= end + PMD_SIZE {
+            end = ranges[j].1;
+            j += 1;
+        }
+        let ceil = if j < ranges.len() { ranges[j].0 } else { ceiling };
+        free_pgd_range(tlb, mm, start, end, floor, ceil);
+        i = j;
+    }
+}
+
+/// `exit_mmap`: zap everything with a full-mm gather, free every table but the PGD, free the
+/// VMAs.
+pub(crate) fn exit_mmap(mm: &Mm, cpu: CpuId) -> UnmapStats {
+    let t0 = std::time::Instant::now();
+    let machine = mm.machine();
+    machine.phys().lru_add_drain(cpu);
+    let mut tree = mm.mmap_lock.write();
+    let ranges: Vec<(u64, u64)> = tree.intersecting(0, u64::MAX).map(|v| (v.start, v.end)).collect();
+    // VM_LOCKED pages need no munlock pass: the zap drops NR_MLOCK and release_pages takes
+    // them off the unevictable list.
+    let mut tlb = MmuGather::new(mm, cpu, FullMm::Yes);
+    let mut zapped = 0;
+    for &(s, e) in &ranges {
+        zapped += zap_range(&mut tlb, mm, s, e);
+    }
+    free_pgtables(&mut tlb, mm, &ranges, 0, 0);
+    let gs = tlb.finish();
+    tree.clear();
+    drop(tree);
+    UnmapStats {
+        total_ns: t0.elapsed().as_nanos() as u64,
+        exclusive_ns: t0.elapsed().as_nanos() as u64,
+        read_ns: 0,
+        downgraded: false,
+        pages_zapped: zapped,
+        tlb_flushes: gs.tlb_flushes,
+    }
+}
+
+/// Rewrite the permission bits of every mapping in `[start, end)` (`change_protection`).
+/// Exclusive anonymous pages become writable at once when the VMA allows writing; the zero
+/// pages never do.
+pub(crate) fn change_protection(mm: &Mm, cpu: CpuId, start: u64, end: u64, read: bool, write: bool, exec: bool) {
+    let machine = mm.machine();
+    let phys = machine.phys();
+    let leaf = crate::pgtable::leaf_bits(read, write, exec);
+    let leaf_ro = crate::pgtable::leaf_bits(read, false, exec);
+    let mut changed = false;
+    let mut addr = start;
+    while addr < end {
+        match crate::pgtable::walk(phys, mm.pgd(), addr) {
+            crate::pgtable::Walk::Hole { level, .. } => {
+                let size = match level {
+                    crate::pgtable::Level::Pgd => PGDIR_SIZE,
+                    crate::pgtable::Level::Pud => PUD_SIZE,
+                    _ => PMD_SIZE,
+                };
+                addr = addr_end(addr, size, end);
+            }
+            crate::pgtable::Walk::HugePmd { pmd, .. } => {
+                let next = addr_end(addr, PMD_SIZE, end);
+                if addr % PMD_SIZE != 0 || next - addr != PMD_SIZE {
+                    split_huge_pmd(mm, cpu, pmd, addr & !(PMD_SIZE - 1));
+                    continue;
+                }
+                let ptl = phys.meta(pmd.table).ptl.lock();
+                let e = pmd.load(phys);
+                if e.huge() {
+                    let keep = e.0 & (_PAGE_SPECIAL | _PAGE_PSE);
+                    let w = write && !e.special();
+                    let b = if w { leaf } else { leaf_ro };
+                    pmd.store(phys, Entry::new(e.pfn(), b | keep));
+                    changed = true;
+                }
+                drop(ptl);
+                addr = next;
+            }
+            crate::pgtable::Walk::Pte { pmd, .. } => {
+                let next = addr_end(addr, PMD_SIZE, end);
+                let table = pmd.load(phys).pfn();
+                let ptl = phys.meta(table).ptl.lock();
+                let entries = phys.backing().table(table);
+                while addr < next {
+                    let s = &entries[pte_index(addr)];
+                    let e = Entry(s.load(Relaxed));
+                    if e.maps_frame() {
+                        let w = write && !e.special();
+                        let b = if w { leaf } else { leaf_ro };
+                        s.store(Entry::new(e.pfn(), b | (e.0 & _PAGE_SPECIAL)).0, Relaxed);
+                        changed = true;
+                    }
+                    addr += PAGE_SIZE;
+                }
+                drop(ptl);
+            }
+        }
+    }
+    if changed {
+        mm.flush_tlb(cpu, Some((end - start) / PAGE_SIZE));
+    }
+    let _ = _PAGE_PROTNONE;
+}
+
+/// Visit every mapped leaf (`(addr, entry, is_huge)`), for reports and validation. The
+/// caller keeps the page tables stable (mmap lock).
+pub(crate) fn for_each_leaf(phys: &PhysMem, pgd: Pfn, mut f: impl FnMut(u64, Entry, bool)) {
+    let t = phys.backing().table(pgd);
+    for (i, e) in t.iter().enumerate() {
+        let e = Entry(e.load(Relaxed));
+        if e.is_none() {
+            continue;
+        }
+        let a0 = (i as u64) * PGDIR_SIZE;
+        for (j, e) in phys.backing().table(e.pfn()).iter().enumerate() {
+            let e = Entry(e.load(Relaxed));
+            if e.is_none() {
+                continue;
+            }
+            let a1 = a0 + j as u64 * PUD_SIZE;
+            for (k, e) in phys.backing().table(e.pfn()).iter().enumerate() {
+                let e = Entry(e.load(Relaxed));
+                if e.is_none() {
+                    continue;
+                }
+                let a2 = a1 + k as u64 * PMD_SIZE;
+                if e.huge() {
+                    f(a2, e, true);
+                    continue;
+                }
+                for (l, e) in phys.backing().table(e.pfn()).iter().enumerate() {
+                    let e = Entry(e.load(Relaxed));
+                    if e.maps_frame() {
+                        f(a2 + l as u64 * PAGE_SIZE, e, false);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Visit every table page below the PGD: `(base address, span it maps, table pfn)`.
+pub(crate) fn for_each_table(phys: &PhysMem, pgd: Pfn, mut f: impl FnMut(u64, u64, Pfn)) {
+    for (i, e) in phys.backing().table(pgd).iter().enumerate() {
+        let e = Entry(e.load(Relaxed));
+        if e.is_none() {
+            continue;
+        }
+        let a0 = i as u64 * PGDIR_SIZE;
+        f(a0, PGDIR_SIZE, e.pfn());
+        for (j, e) in phys.backing().table(e.pfn()).iter().enumerate() {
+            let e = Entry(e.load(Relaxed));
+            if e.is_none() {
+                continue;
+            }
+            let a1 = a0 + j as u64 * PUD_SIZE;
+            f(a1, PUD_SIZE, e.pfn());
+            for (k, e) in phys.backing().table(e.pfn()).iter().enumerate() {
+                let e = Entry(e.load(Relaxed));
+                if !e.is_none() && !e.huge() {
+                    f(a1 + k as u64 * PMD_SIZE, PMD_SIZE, e.pfn());
+                }
+            }
+        }
+    }
+    let _ = PTRS_PER_TABLE;
+}

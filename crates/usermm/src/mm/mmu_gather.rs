@@ -1,0 +1,395 @@
+//! `mmu_gather`: batching the pages and tables that teardown frees, so the TLB is flushed once
+//! per batch rather than once per page — and, optionally, freeing the batches in parallel.
+//!
+//! Mirrors `include/asm-generic/tlb.h` and `mm/mmu_gather.c` (`tlb_gather_mmu`,
+//! `__tlb_remove_page_size`, `tlb_next_batch`, `tlb_flush_mmu_tlbonly`, `tlb_flush_mmu_free`,
+//! `tlb_batch_pages_flush`, `tlb_remove_table`, `tlb_finish_mmu`), and the unmerged 2017 series
+//! "mm: support parallel free of memory" (Aaron Lu), patches 1–3 and 5.
+//!
+//! ```text
+//!  local: 8 on-stack slots ─next→ batch page (510 slots) ─next→ batch page ─ … (≤ max_batch_count)
+//!  remove_page(): append; when the active batch is full, move to the next (reused, or a new page
+//!  taken from the buddy with GFP_NOWAIT); when none can be had, report "full": the caller
+//!  flushes (TLB, then free) before it goes on.
+//! ```
+//!
+//! # Ordering (the rule the whole file exists for)
+//! 1. The PTE is cleared (and the range widened) before the page is queued.
+//! 2. The TLB flush of the range ([`MmuGather::flush_tlbonly`]) precedes every free and every
+//!    hand-off to a worker — no CPU can reach a page once it is being freed.
+//! 3. [`MmuGather::finish`] returns only after every page was freed, including those handed to
+//!    workers (jobs are joined oldest first).
+//!
+//! # The two free policies (`free.policy`, resolved once in [`GatherPolicy`])
+//! - `inline`: `tlb_flush_mmu_free` releases every batch in the zapping task, in chunks of at
+//!   most 512 entries (`MAX_NR_FOLIOS_PER_FREE`).
+//! - `parallel`: once `page_nr ≥ free.threshold_pages` (256K), the batch list after `local` is
+//!   detached into a job (allocation may fail — fault injection — and then the list is freed
+//!   inline), queued on the machine's `batch_free_wq` (`max_active` workers), and the zapping
+//!   task goes on with fresh batch pages. The 8 local slots are always freed inline. Workers free
+//!   the pages *and* the batch pages. With this policy `max_batch_count` must be large enough
+//!   for the threshold to be reached (the patch raises it to 515).
+//!
+//! # Differences from Linux
+//! Batch pages are real frames from the buddy (counted), but the slots live in a Rust vector
+//! beside them. Page-table pages go to their own batch (`MMU_GATHER_TABLE_FREE`) and are freed
+//! right after the TLB flush, with no RCU delay (no lockless walker outlives a flush here: see
+//! the TLB gate in `mm/mod.rs`). No delayed rmap, no encoded "page + nr" pairs: a THP is one
+//! entry.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::addr::{Order, Pfn};
+use crate::config::{BatchSwitch, FreeConfig, FreePolicy, GatherConfig};
+use crate::cpu::CpuId;
+use crate::mm::Mm;
+use crate::page_alloc::meta::PG_KERNEL;
+use crate::page_alloc::{Gfp, PhysMem};
+use crate::stats::VmItem;
+use crate::sync::workqueue::{WorkHandle, Workqueue};
+
+/// `MMU_GATHER_BUNDLE`: on-stack slots of `tlb->local`.
+pub const MMU_GATHER_BUNDLE: usize = 8;
+/// `MAX_GATHER_BATCH`: slots in a batch page: (4096 − 16-byte header) / 8.
+pub const MAX_GATHER_BATCH: usize = 510;
+/// `MAX_TABLE_BATCH`: page-table pages per table batch.
+pub const MAX_TABLE_BATCH: usize = 509;
+/// `MAX_NR_FOLIOS_PER_FREE`: entries released between two yield points.
+pub const MAX_NR_FOLIOS_PER_FREE: usize = 512;
+
+/// Aaron Lu's job: a detached list of batches being freed by a worker.
+struct ParallelFree {
+    wq: Workqueue,
+    threshold: u64,
+    fail_every: u64,
+    attempts: AtomicU64,
+}
+
+enum BatchFree {
+    Inline,
+    Parallel(ParallelFree),
+}
+
+/// The gather's policy, resolved once per machine.
+pub struct GatherPolicy {
+    max_batch_count: u32,
+    switch_at_full: bool,
+    free: BatchFree,
+}
+
+impl std::fmt::Debug for GatherPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatherPolicy")
+            .field("max_batch_count", &self.max_batch_count)
+            .field("parallel", &matches!(self.free, BatchFree::Parallel(_)))
+            .finish()
+    }
+}
+
+impl GatherPolicy {
+    pub(crate) fn new(g: &GatherConfig, f: &FreeConfig, worker_cpus: Vec<CpuId>) -> Self {
+        let free = match f.policy {
+            FreePolicy::Inline => BatchFree::Inline,
+            FreePolicy::Parallel => BatchFree::Parallel(ParallelFree {
+                wq: Workqueue::new("batch_free_wq", f.max_active as usize, worker_cpus),
+                threshold: f.threshold_pages,
+                fail_every: f.fail_job_alloc_every as u64,
+                attempts: AtomicU64::new(0),
+            }),
+        };
+        Self {
+            max_batch_count: g.max_batch_count,
+            switch_at_full: g.batch_switch == BatchSwitch::V2017,
+            free,
+        }
+    }
+
+    /// The workqueue of the parallel policy (its CPU-time accounting), if any.
+    pub fn workqueue(&self) -> Option<&Workqueue> {
+        match &self.free {
+            BatchFree::Parallel(p) => Some(&p.wq),
+            BatchFree::Inline => None,
+        }
+    }
+}
+
+/// One batch page: its frame, and its slots.
+struct Batch {
+    frame: Pfn,
+    pages: Vec<Pfn>,
+}
+
+/// Release `pages` in chunks of `MAX_NR_FOLIOS_PER_FREE` (`tlb_batch_pages_flush`).
+fn free_batch_pages(phys: &PhysMem, cpu: CpuId, pages: &[Pfn]) {
+    for chunk in pages.chunks(MAX_NR_FOLIOS_PER_FREE) {
+        phys.release_pages(cpu, chunk);
+    }
+}
+
+/// Counters of one gather's life, for the experiments.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct GatherStats {
+    pub pages: u64,
+    pub forced_flushes: u64,
+    pub tlb_flushes: u64,
+    pub jobs: u64,
+    pub job_alloc_failures: u64,
+    pub batch_pages: u64,
+}
+
+/// Whether the gather covers the whole address space (exit) or a range (munmap, DONTNEED).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FullMm {
+    Yes,
+    No,
+}
+
+impl std::fmt::Debug for MmuGather<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MmuGather")
+            .field("fullmm", &self.fullmm)
+            .field("batches", &self.batches.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `struct mmu_gather`.
+#[must_use = "a gather must be finished with finish()"]
+pub struct MmuGather<'a> {
+    mm: &'a Mm,
+    phys: &'a PhysMem,
+    policy: &'a GatherPolicy,
+    cpu: CpuId,
+    fullmm: bool,
+    start: u64,
+    end: u64,
+    cleared: bool,
+    freed_tables: bool,
+    local: Vec<Pfn>,
+    batches: Vec<Batch>,
+    /// Index of the active batch in `batches`; `None` = `local`.
+    active: Option<usize>,
+    /// Entries added since the last free (`tlb->page_nr` of the patch).
+    page_nr: u64,
+    tables: Vec<Pfn>,
+    jobs: Vec<WorkHandle>,
+    finished: bool,
+    pub stats: GatherStats,
+}
+
+impl<'a> MmuGather<'a> {
+    /// `tlb_gather_mmu` / `tlb_gather_mmu_fullmm`.
+    pub fn new(mm: &'a Mm, cpu: CpuId, full: FullMm) -> Self {
+        let machine = mm.machine();
+        Self {
+            mm,
+            phys: machine.phys(),
+            policy: machine.gather_policy(),
+            cpu,
+            fullmm: full == FullMm::Yes,
+            start: u64::MAX,
+            end: 0,
+            cleared: false,
+            freed_tables: false,
+            local: Vec::with_capacity(MMU_GATHER_BUNDLE),
+            batches: Vec::new(),
+            active: None,
+            page_nr: 0,
+            tables: Vec::new(),
+            jobs: Vec::new(),
+            finished: false,
+            stats: GatherStats::default(),
+        }
+    }
+
+    pub fn cpu(&self) -> CpuId {
+        self.cpu
+    }
+
+    /// `tlb_remove_tlb_entry`: widen the range to flush by one cleared entry of `size` bytes.
+    #[inline]
+    pub fn remove_tlb_entry(&mut self, addr: u64, size: u64) {
+        self.start = self.start.min(addr);
+        self.end = self.end.max(addr + size);
+        self.cleared = true;
+    }
+
+    /// `__tlb_remove_page_size`: queue a page whose PTE was cleared. Returns `true` when the
+    /// gather is full and the caller must flush before queueing more.
+    #[doc(alias = "tlb_remove_page")]
+    #[inline]
+    #[must_use]
+    pub fn remove_page(&mut self, pfn: Pfn) -> bool {
+        self.page_nr += 1;
+        self.stats.pages += 1;
+        let (len, max) = match self.active {
+            None => {
+                self.local.push(pfn);
+                (self.local.len(), MMU_GATHER_BUNDLE)
+            }
+            Some(i) => {
+                let b = &mut self.batches[i].pages;
+                b.push(pfn);
+                (b.len(), MAX_GATHER_BATCH)
+            }
+        };
+        let full_at = if self.policy.switch_at_full { max } else { max - 1 };
+        if len >= full_at && !self.next_batch() {
+            return true;
+        }
+        false
+    }
+
+    /// `tlb_next_batch`: reuse the next batch page or allocate one (never blocking).
+    fn next_batch(&mut self) -> bool {
+        let next = self.active.map_or(0, |i| i + 1);
+        if next < self.batches.len() {
+            self.active = Some(next);
+            return true;
+        }
+        if self.batches.len() as u32 >= self.policy.max_batch_count {
+            return false;
+        }
+        let Ok(frame) = self.phys.alloc_pages(self.cpu, Order(0), Gfp::NOWAIT) else {
+            return false;
+        };
+        self.phys.meta(frame).set(PG_KERNEL);
+        self.phys.stat().inc(self.cpu, VmItem::GatherBatchAlloc);
+        self.stats.batch_pages += 1;
+        self.batches.push(Batch { frame, pages: Vec::with_capacity(MAX_GATHER_BATCH) });
+        self.active = Some(next);
+        true
+    }
+
+    /// `tlb_remove_table`: queue a page-table page whose parent entry was cleared.
+    pub fn remove_table(&mut self, table: Pfn) {
+        self.freed_tables = true;
+        self.tables.push(table);
+        if self.tables.len() >= MAX_TABLE_BATCH {
+            self.flush_tlbonly();
+            self.free_tables();
+        }
+    }
+
+    /// `tlb_flush_mmu_tlbonly`: flush the TLB for what was cleared since the last flush.
+    pub fn flush_tlbonly(&mut self) {
+        if !self.cleared && !self.freed_tables {
+            return;
+        }
+        let pages = if self.fullmm || self.end <= self.start {
+            None
+        } else {
+            Some((self.end - self.start) / crate::PAGE_SIZE)
+        };
+        self.mm.flush_tlb(self.cpu, pages);
+        self.stats.tlb_flushes += 1;
+        self.start = u64::MAX;
+        self.end = 0;
+        self.cleared = false;
+    }
+
+    fn free_tables(&mut self) {
+        for t in self.tables.drain(..) {
+            crate::pgtable::free_table(self.phys, self.cpu, t);
+        }
+        self.freed_tables = false;
+    }
+
+    /// `tlb_flush_mmu_free`: free the tables, then the gathered pages — inline, or by handing
+    /// the batch list to a worker (parallel policy).
+    fn flush_free(&mut self) {
+        self.free_tables();
+        if let BatchFree::Parallel(p) = &self.policy.free {
+            if self.page_nr >= p.threshold && !self.batches.is_empty() {
+                self.hand_off(p);
+            }
+        }
+        free_batch_pages(self.phys, self.cpu, &self.local);
+        self.local.clear();
+        for b in &mut self.batches {
+            if b.pages.is_empty() {
+                break;
+            }
+            free_batch_pages(self.phys, self.cpu, &b.pages);
+            b.pages.clear();
+        }
+        self.active = None;
+        self.page_nr = 0;
+    }
+
+    /// Patch 2/5: detach the list after `local` into a job and queue it.
+    fn hand_off(&mut self, p: &ParallelFree) {
+        let n = p.attempts.fetch_add(1, Relaxed) + 1;
+        if p.fail_every != 0 && n % p.fail_every == 0 {
+            // kmalloc(GFP_NOWAIT) failed: free synchronously below.
+            self.stats.job_alloc_failures += 1;
+            self.phys.stat().inc(self.cpu, VmItem::FreeJobAllocFailed);
+            return;
+        }
+        let batches = std::mem::take(&mut self.batches);
+        let phys = self.mm.machine().phys_arc();
+        let handle = p.wq.queue(move |cpu| {
+            for b in &batches {
+                free_batch_pages(&phys, cpu, &b.pages);
+            }
+            let frames: Vec<Pfn> = batches.iter().map(|b| b.frame).collect();
+            for &f in &frames {
+                phys.meta(f).clear(PG_KERNEL);
+            }
+            phys.release_pages(cpu, &frames);
+        });
+        self.jobs.push(handle);
+        self.stats.jobs += 1;
+        self.phys.stat().inc(self.cpu, VmItem::FreeJobsQueued);
+    }
+
+    /// `tlb_flush_mmu`: TLB first, then free.
+    pub fn flush(&mut self) {
+        self.flush_tlbonly();
+        self.flush_free();
+    }
+
+    /// Called by the zap walk when [`MmuGather::remove_page`] reported full.
+    pub(crate) fn forced_flush(&mut self) {
+        self.stats.forced_flushes += 1;
+        self.phys.stat().inc(self.cpu, VmItem::GatherForcedFlush);
+        self.flush();
+    }
+
+    /// `tlb_finish_mmu`: flush, wait for every job (oldest first), free the batch pages.
+    pub fn finish(mut self) -> GatherStats {
+        self.finish_inner();
+        self.stats
+    }
+
+    fn finish_inner(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.flush();
+        for j in self.jobs.drain(..) {
+            j.wait();
+        }
+        let frames: Vec<Pfn> = self.batches.drain(..).map(|b| b.frame).collect();
+        for &f in &frames {
+            self.phys.meta(f).clear(PG_KERNEL);
+        }
+        self.phys.release_pages(self.cpu, &frames);
+        self.finished = true;
+    }
+}
+
+impl Drop for MmuGather<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            vm_warn_on!(true);
+            self.finish_inner();
+        }
+    }
+}
+
+/// The parallel policy keeps its workers' CPU time; a handle for reports.
+pub fn worker_cpu_ns(policy: &GatherPolicy) -> u64 {
+    policy.workqueue().map_or(0, |wq| wq.stats().cpu_ns)
+}

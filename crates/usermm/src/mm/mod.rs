@@ -1,0 +1,619 @@
+//! Address spaces: `mm_struct`, its VMAs, page tables, faults, munmap and exit.
+//!
+//! Mirrors `include/linux/mm_types.h` (`struct mm_struct`), `kernel/fork.c` (`mm_alloc`,
+//! `mmget`, `mmput`, `__mmput`), `mm/mmap.c` (`exit_mmap`) and `fs/proc/task_mmu.c`
+//! (`smaps_rollup`).
+//!
+//! ```text
+//!  Mm ── mmap_lock: MmapLock<VmaTree>   the only way to the VMAs
+//!     ├─ pgd ─ PUD ─ PMD ─ PTE pages    lockless walks; split PTLs for changes (pgtable.rs)
+//!     ├─ page_table_lock                PGD/PUD entries, deposited tables
+//!     ├─ rss per CPU                    MM_FILEPAGES, MM_ANONPAGES, MM_SWAPENTS, MM_SHMEMPAGES
+//!     ├─ mm_users / flags               MMF_HUGE_ZERO_PAGE
+//!     └─ cpumask + TLB gates            which CPUs may cache translations; shootdown
+//! ```
+//!
+//! A [`Task`] is what a workload thread holds: `(Arc<Mm>, CpuId)`. Its reads and writes walk the
+//! page tables like the MMU and fault on demand through [`fault`].
+//!
+//! # TLB model
+//! Accesses by a task run inside a per-CPU *TLB gate* (a read lock); a TLB flush of the mm
+//! takes every gate of the CPUs in `mm_cpumask` for writing, which waits out every access
+//! that may have used the old translation — the acknowledgement of a shootdown IPI. After the
+//! flush, an access re-walks the page tables and sees the cleared entry. So no access can reach
+//! a frame after `flush -> free` (invariant I1 of the gather), and racing faults see
+//! `SEGV_MAPERR`, never a stale page.
+//!
+//! # Invariants (checked by [`Mm::validate`])
+//! 1. VMAs sorted, non-overlapping, page aligned; `map_count ≤ max_map_count`.
+//! 2. Every mapped leaf lies inside a VMA; every normal page it maps is allocated, and its
+//!    mapcount equals the number of leaves mapping it.
+//! 3. `MM_ANONPAGES` = anonymous pages mapped (512 per THP); `MM_SHMEMPAGES` likewise.
+//! 4. Every table page lies in the reach of some VMA (nothing left behind by munmap); after
+//!    exit, none at all.
+//!
+//! # Locks
+//! `mmap_lock -> page_table_lock -> PMD lock -> PTE lock -> (pcp lock -> zone.lock)`; the TLB
+//! gates are taken alone (a flush never holds a PTL while waiting on them... except the forced
+//! flush under a PTE lock, which is safe because accesses never take a PTL).
+//!
+//! # Differences from Linux
+//! No fork (every anonymous page is exclusive), no swap, no file mappings besides `/dev/zero`,
+//! shared anonymous memory is a minimal shmem object, no rmap trees (mapcount only), no
+//! per-VMA locks (everything uses the mmap lock).
+
+pub mod fault;
+pub mod memory;
+pub mod mmap;
+pub mod mmu_gather;
+pub mod shmem;
+pub mod vma;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use serde::Serialize;
+
+pub use self::fault::{Fault, SegvCode};
+use self::vma::{VmaKind, VmaTree};
+use crate::addr::{Pfn, PAGE_SIZE, PMD_SIZE, PUD_SIZE, PGDIR_SIZE};
+use crate::cpu::{CpuId, PerCpu};
+use crate::machine::Machine;
+use crate::page_alloc::meta::{PG_ANON, PG_PGTABLE};
+use crate::stats::VmItem;
+use crate::sync::mmap_lock::MmapLock;
+
+mod pgtable_alias {
+    pub use crate::pgtable::{pgd_index, pmd_index, pte_index, pud_index, Entry, Slot};
+}
+
+/// `NR_MM_COUNTERS`: the rss counter indexes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum RssItem {
+    FilePages = 0,
+    AnonPages = 1,
+    SwapEnts = 2,
+    ShmemPages = 3,
+}
+
+/// `MMF_HUGE_ZERO_PAGE`: this mm holds a reference on the huge zero page (seed 002).
+pub const MMF_HUGE_ZERO_PAGE: u64 = 1 << 23;
+
+/// What a `munmap` or exit did, for the experiments.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct UnmapStats {
+    pub total_ns: u64,
+    /// Time the mmap lock was held for writing.
+    pub exclusive_ns: u64,
+    /// Time spent zapping and freeing page tables under the read lock after a downgrade.
+    pub read_ns: u64,
+    pub downgraded: bool,
+    pub pages_zapped: u64,
+    pub tlb_flushes: u64,
+}
+
+/// One address space (`struct mm_struct`).
+pub struct Mm {
+    machine: Arc<Machine>,
+    id: u64,
+    pub(crate) mmap_lock: MmapLock<VmaTree>,
+    pgd: Pfn,
+    /// `mm->page_table_lock`: PGD and PUD entries, and the deposited tables.
+    pub(crate) page_table_lock: Mutex<()>,
+    /// Tables withdrawn for huge PMDs (`pgtable_trans_huge_deposit`), by PMD slot.
+    pub(crate) deposits: Mutex<HashMap<(Pfn, usize), Pfn>>,
+    rss: PerCpu<[AtomicI64; 4]>,
+    /// `mm_pgtables_bytes` in pages: table pages of this mm, deposits and PGD included.
+    pub(crate) nr_tables: AtomicI64,
+    pub(crate) flags: AtomicU64,
+    mm_users: AtomicI32,
+    exited: AtomicBool,
+    /// `mm_cpumask`: CPUs that have run this mm (and may cache its translations).
+    cpumask: Box<[AtomicU64]>,
+    tlb_gate: PerCpu<RwLock<()>>,
+    pub(crate) tlb_flushes: AtomicU64,
+    pub(crate) anon_vma_ids: AtomicU64,
+    hiwater_rss: AtomicI64,
+}
+
+impl std::fmt::Debug for Mm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mm").field("id", &self.id).field("pgd", &self.pgd).finish_non_exhaustive()
+    }
+}
+
+impl Mm {
+    /// `mm_alloc` + `mm_init` + `pgd_alloc`: an empty address space with `mm_users` = 1.
+    pub fn new(machine: &Arc<Machine>, cpu: CpuId) -> Result<Arc<Mm>, crate::Errno> {
+        let phys = machine.phys();
+        let pgd = crate::pgtable::alloc_table(phys, cpu)?;
+        let nr = machine.cpus().nr_possible();
+        let id = machine.next_mm_id();
+        Ok(Arc::new(Mm {
+            machine: Arc::clone(machine),
+            id,
+            mmap_lock: MmapLock::new(VmaTree::new(mmap::MMAP_BASE)),
+            pgd,
+            page_table_lock: Mutex::new(()),
+            deposits: Mutex::new(HashMap::new()),
+            rss: PerCpu::new(nr, |_| Default::default()),
+            nr_tables: AtomicI64::new(1),
+            flags: AtomicU64::new(0),
+            mm_users: AtomicI32::new(1),
+            exited: AtomicBool::new(false),
+            cpumask: (0..nr.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            tlb_gate: PerCpu::new(nr, |_| RwLock::new(())),
+            tlb_flushes: AtomicU64::new(0),
+            anon_vma_ids: AtomicU64::new(1),
+            hiwater_rss: AtomicI64::new(0),
+        }))
+    }
+
+    pub fn machine(&self) -> &Arc<Machine> {
+        &self.machine
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    #[inline]
+    pub(crate) fn pgd(&self) -> Pfn {
+        self.pgd
+    }
+
+    /// The mmap lock (for the experiments' statistics).
+    pub fn mmap_lock(&self) -> &MmapLock<VmaTree> {
+        &self.mmap_lock
+    }
+
+    // ----- rss ---------------------------------------------------------------------------
+
+    #[doc(alias = "add_mm_counter")]
+    #[inline]
+    pub(crate) fn add_rss(&self, cpu: CpuId, item: RssItem, delta: i64) {
+        if delta != 0 {
+            self.rss[cpu][item as usize].fetch_add(delta, Relaxed);
+        }
+    }
+
+    /// `get_mm_counter`: pages.
+    pub fn rss(&self, item: RssItem) -> i64 {
+        self.rss.iter().map(|c| c[item as usize].load(Relaxed)).sum()
+    }
+
+    /// `get_mm_rss`: resident pages of every kind.
+    pub fn rss_total(&self) -> i64 {
+        self.rss(RssItem::FilePages) + self.rss(RssItem::AnonPages) + self.rss(RssItem::ShmemPages)
+    }
+
+    /// `update_hiwater_rss`.
+    pub(crate) fn update_hiwater_rss(&self) {
+        self.hiwater_rss.fetch_max(self.rss_total(), Relaxed);
+    }
+
+    pub fn hiwater_rss(&self) -> i64 {
+        self.hiwater_rss.load(Relaxed).max(self.rss_total())
+    }
+
+    pub fn nr_page_tables(&self) -> i64 {
+        self.nr_tables.load(Relaxed)
+    }
+
+    pub fn has_flag(&self, f: u64) -> bool {
+        self.flags.load(Relaxed) & f != 0
+    }
+
+    pub fn tlb_flushes(&self) -> u64 {
+        self.tlb_flushes.load(Relaxed)
+    }
+
+    pub fn map_count(&self) -> usize {
+        self.mmap_lock.read().map_count()
+    }
+
+    // ----- TLB ---------------------------------------------------------------------------
+
+    /// Note that `cpu` runs this mm (`cpumask_set_cpu(cpu, mm_cpumask(mm))` at switch_mm).
+    #[inline]
+    fn mark_cpu(&self, cpu: CpuId) {
+        let (w, b) = (cpu.index() / 64, 1u64 << (cpu.index() % 64));
+        if self.cpumask[w].load(Relaxed) & b == 0 {
+            self.cpumask[w].fetch_or(b, Relaxed);
+        }
+    }
+
+    fn cpus_in_mask(&self) -> impl Iterator<Item = CpuId> + '_ {
+        self.cpumask.iter().enumerate().flat_map(|(w, word)| {
+            let bits = word.load(Relaxed);
+            (0..64).filter(move |b| bits & (1 << b) != 0).map(move |b| CpuId((w * 64 + b) as u16))
+        })
+    }
+
+    /// Run `f` as one access on `cpu`, inside its TLB gate.
+    #[inline]
+    pub(crate) fn with_tlb_gate<R>(&self, cpu: CpuId, f: impl FnOnce() -> R) -> R {
+        self.mark_cpu(cpu);
+        let _g = self.tlb_gate[cpu].read();
+        f()
+    }
+
+    /// `flush_tlb_mm_range`: count the flush and wait for every CPU that may hold a
+    /// translation of this mm (the shootdown). `pages` is the size of the range, or `None`
+    /// for a full flush.
+    #[doc(alias = "flush_tlb_mm_range")]
+    pub(crate) fn flush_tlb(&self, cpu: CpuId, pages: Option<u64>) {
+        let stat = self.machine.vmstat();
+        self.tlb_flushes.fetch_add(1, Relaxed);
+        // tlb_single_page_flush_ceiling: above 33 pages x86 flushes everything.
+        match pages {
+            Some(n) if n <= 33 => stat.add(cpu, VmItem::NrTlbLocalFlushOne, n as i64),
+            _ => stat.inc(cpu, VmItem::NrTlbLocalFlushAll),
+        }
+        let mut remote = false;
+        for c in self.cpus_in_mask() {
+            remote |= c != cpu;
+            drop(self.tlb_gate[c].write());
+        }
+        if remote {
+            stat.inc(cpu, VmItem::NrTlbRemoteFlush);
+        }
+        let cost = self.machine.tlb_flush_cost_ns();
+        if cost > 0 {
+            let t = std::time::Instant::now();
+            while (t.elapsed().as_nanos() as u64) < cost {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    // ----- lifetime ----------------------------------------------------------------------
+
+    /// `mmget`: one more user of the address space.
+    pub fn mmget(&self) {
+        self.mm_users.fetch_add(1, Relaxed);
+    }
+
+    /// `mmput`: drop a user; the last one tears the address space down (`__mmput`:
+    /// `exit_mmap`, then the huge zero page reference). Returns the teardown's figures when
+    /// this call did it.
+    pub fn mmput(&self, cpu: CpuId) -> Option<UnmapStats> {
+        let old = self.mm_users.fetch_sub(1, Relaxed);
+        vm_bug_on!(old <= 0, "mmput below zero");
+        (old == 1).then(|| self.exit(cpu))
+    }
+
+    pub fn users(&self) -> i32 {
+        self.mm_users.load(Relaxed)
+    }
+
+    pub fn is_exited(&self) -> bool {
+        self.exited.load(Relaxed)
+    }
+
+    fn exit(&self, cpu: CpuId) -> UnmapStats {
+        if self.exited.swap(true, Relaxed) {
+            return UnmapStats::default();
+        }
+        let st = memory::exit_mmap(self, cpu);
+        self.machine.huge_zero().mm_put(self, cpu);
+        // pgd_free
+        let phys = self.machine.phys();
+        crate::pgtable::free_table(phys, cpu, self.pgd);
+        self.nr_tables.fetch_sub(1, Relaxed);
+        st
+    }
+
+    // ----- reports -----------------------------------------------------------------------
+
+    /// `/proc/<pid>/maps`.
+    pub fn maps(&self) -> String {
+        self.mmap_lock.read().render_maps()
+    }
+
+    /// `/proc/<pid>/smaps_rollup` figures, from the rss counters (the walk agrees: see
+    /// [`Mm::validate`]).
+    pub fn smaps_rollup(&self) -> SmapsRollup {
+        let kb = PAGE_SIZE as i64 / 1024;
+        let thp = self.count_thp_mappings();
+        SmapsRollup {
+            rss_kb: (self.rss_total() * kb) as u64,
+            anonymous_kb: (self.rss(RssItem::AnonPages) * kb) as u64,
+            anon_huge_pages_kb: thp * 2048,
+            shmem_kb: (self.rss(RssItem::ShmemPages) * kb) as u64,
+            locked_kb: self.locked_pages() * PAGE_SIZE / 1024,
+        }
+    }
+
+    fn count_thp_mappings(&self) -> u64 {
+        let tree = self.mmap_lock.read();
+        let phys = self.machine.phys();
+        let hz = self.machine.huge_zero().pfn();
+        let mut n = 0;
+        memory::for_each_leaf(phys, self.pgd, |_, e, huge| {
+            if huge && Some(e.pfn()) != hz && !phys.meta(e.pfn()).test(crate::page_alloc::meta::PG_HUGETLB) {
+                n += 1;
+            }
+        });
+        drop(tree);
+        n
+    }
+
+    fn locked_pages(&self) -> u64 {
+        let tree = self.mmap_lock.read();
+        let phys = self.machine.phys();
+        let mut n = 0;
+        memory::for_each_leaf(phys, self.pgd, |addr, e, huge| {
+            if let Some(v) = tree.find_vma(addr) {
+                if v.start <= addr && v.flags.contains(vma::VmFlags::VM_LOCKED) && !e.special() {
+                    n += if huge { 512 } else { 1 };
+                }
+            }
+        });
+        n
+    }
+
+    /// `validate_mm` plus the page-table checks of the module doc.
+    pub fn validate(&self) -> Result<(), String> {
+        let tree = self.mmap_lock.write();
+        let machine = &self.machine;
+        let phys = machine.phys();
+        tree.validate(machine.config().max_map_count as usize)?;
+        let zero = machine.zero_pfn();
+        let huge_zero = machine.huge_zero().pfn();
+        let mut mapped: HashMap<u64, i32> = HashMap::new();
+        let (mut anon, mut shmem) = (0i64, 0i64);
+        let mut err = None;
+        memory::for_each_leaf(phys, self.pgd, |addr, e, huge| {
+            if err.is_some() {
+                return;
+            }
+            let Some(v) = tree.find_vma(addr).filter(|v| v.start <= addr) else {
+                err = Some(format!("leaf {e:?} at {addr:#x} outside every VMA"));
+                return;
+            };
+            let pfn = e.pfn();
+            if e.special() {
+                let ok = pfn == zero
+                    || Some(pfn) == huge_zero
+                    || matches!(v.kind, VmaKind::PfnMap);
+                if !ok {
+                    err = Some(format!("special leaf at {addr:#x} maps {pfn:?}"));
+                }
+                if e.writable() && (pfn == zero || Some(pfn) == huge_zero) {
+                    err = Some(format!("writable zero page at {addr:#x}"));
+                }
+                return;
+            }
+            let m = phys.meta(pfn);
+            if m.ref_count() <= 0 {
+                err = Some(format!("leaf at {addr:#x} maps free frame {pfn:?}"));
+                return;
+            }
+            *mapped.entry(pfn.0).or_default() += 1;
+            let n = if huge { 512 } else { 1 };
+            if m.test(crate::page_alloc::meta::PG_HUGETLB) {
+                return;
+            }
+            if m.test(PG_ANON) {
+                anon += n;
+            } else {
+                shmem += n;
+            }
+        });
+        if let Some(e) = err {
+            return Err(e);
+        }
+        for (pfn, count) in &mapped {
+            let mc = phys.meta(Pfn(*pfn)).map_count();
+            if mc != *count {
+                return Err(format!("pfn {pfn:#x}: mapcount {mc}, mapped {count} times"));
+            }
+        }
+        if anon != self.rss(RssItem::AnonPages) {
+            return Err(format!("MM_ANONPAGES {} ≠ {anon} mapped", self.rss(RssItem::AnonPages)));
+        }
+        if shmem != self.rss(RssItem::ShmemPages) {
+            return Err(format!("MM_SHMEMPAGES {} ≠ {shmem}", self.rss(RssItem::ShmemPages)));
+        }
+        // Tables: within reach of a VMA, flagged, and counted.
+        let mut tables = 1i64;
+        let mut err = None;
+        memory::for_each_table(phys, self.pgd, |base, span, pfn| {
+            tables += 1;
+            if !phys.meta(pfn).test(PG_PGTABLE) {
+                err = Some(format!("table {pfn:?} for {base:#x} is not PG_table"));
+            }
+            let reach_end = base.saturating_add(span);
+            if tree.intersecting(base, reach_end).next().is_none() {
+                err = Some(format!("table {pfn:?} covering {base:#x}+{span:#x} outlives its VMAs"));
+            }
+        });
+        if let Some(e) = err {
+            return Err(e);
+        }
+        tables += self.deposits.lock().len() as i64;
+        if self.is_exited() {
+            tables -= 1;
+        }
+        if tables != self.nr_tables.load(Relaxed) {
+            return Err(format!("{tables} tables reachable, mm counts {}", self.nr_tables.load(Relaxed)));
+        }
+        let _ = (PMD_SIZE, PUD_SIZE, PGDIR_SIZE);
+        Ok(())
+    }
+}
+
+impl Drop for Mm {
+    /// `mmdrop` of the last reference: an mm never put by its users is torn down here.
+    fn drop(&mut self) {
+        if !self.exited.load(Relaxed) {
+            self.exit(CpuId(0));
+        }
+    }
+}
+
+/// `/proc/<pid>/smaps_rollup`, the lines the engine models (kB).
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct SmapsRollup {
+    pub rss_kb: u64,
+    pub anonymous_kb: u64,
+    pub anon_huge_pages_kb: u64,
+    pub shmem_kb: u64,
+    pub locked_kb: u64,
+}
+
+impl SmapsRollup {
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let mut line = |l: &str, v: u64| s.push_str(&format!("{:<16}{:>8} kB\n", format!("{l}:"), v));
+        line("Rss", self.rss_kb);
+        line("Pss", self.rss_kb);
+        line("Pss_Anon", self.anonymous_kb);
+        line("Pss_Shmem", self.shmem_kb);
+        line("Anonymous", self.anonymous_kb);
+        line("AnonHugePages", self.anon_huge_pages_kb);
+        line("Locked", self.locked_kb);
+        s
+    }
+}
+
+/// A workload thread's handle: an address space and the CPU it runs on.
+#[derive(Debug, Clone)]
+pub struct Task {
+    mm: Arc<Mm>,
+    cpu: CpuId,
+}
+
+impl Task {
+    pub fn new(mm: Arc<Mm>, cpu: CpuId) -> Task {
+        Task { mm, cpu }
+    }
+
+    pub fn mm(&self) -> &Arc<Mm> {
+        &self.mm
+    }
+
+    pub fn cpu(&self) -> CpuId {
+        self.cpu
+    }
+
+    /// Translate `addr` for an access, faulting until it can be made (the MMU + page fault
+    /// loop), then run `f(pfn, huge_offset)` inside the TLB gate.
+    #[inline]
+    fn access<R>(&self, addr: u64, write: bool, mut f: impl FnMut(Pfn) -> R) -> Result<R, Fault> {
+        let phys = self.mm.machine.phys();
+        let mut tries = 0;
+        loop {
+            let got = self.mm.with_tlb_gate(self.cpu, || {
+                fault::translate(phys, self.mm.pgd, addr, write).map(&mut f)
+            });
+            if let Some(r) = got {
+                return Ok(r);
+            }
+            tries += 1;
+            vm_bug_on!(tries > 64, "fault loop at {addr:#x}");
+            fault::handle_mm_fault(&self.mm, self.cpu, addr, write)?;
+        }
+    }
+
+    /// Copy `buf.len()` bytes from user address `addr` (a `copy_from_user`).
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Fault> {
+        let backing = self.mm.machine.phys().backing();
+        let mut done = 0usize;
+        while done < buf.len() {
+            let a = addr + done as u64;
+            let off = (a % PAGE_SIZE) as usize;
+            let n = (PAGE_SIZE as usize - off).min(buf.len() - done);
+            let chunk = &mut buf[done..done + n];
+            let mut tmp = vec![0u8; n];
+            self.access(a, false, |pfn| backing.read(pfn, off, &mut tmp))?;
+            chunk.copy_from_slice(&tmp);
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Copy `data` to user address `addr` (a `copy_to_user`).
+    pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), Fault> {
+        let backing = self.mm.machine.phys().backing();
+        let mut done = 0usize;
+        while done < data.len() {
+            let a = addr + done as u64;
+            let off = (a % PAGE_SIZE) as usize;
+            let n = (PAGE_SIZE as usize - off).min(data.len() - done);
+            let chunk = &data[done..done + n];
+            self.access(a, true, |pfn| backing.write(pfn, off, chunk))?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Touch one byte-range's pages: the access pattern of `usemem`'s walk, done page by page.
+    /// `step` bytes apart, reading or writing 8-byte words (`value(word_index)` when writing).
+    /// Returns the number of words accessed.
+    pub fn walk(
+        &self,
+        start: u64,
+        len: u64,
+        step: u64,
+        write: bool,
+        value: impl Fn(u64) -> u64,
+    ) -> Result<u64, Fault> {
+        let backing = self.mm.machine.phys().backing();
+        let step = step.max(8);
+        let mut words = 0u64;
+        let mut a = start;
+        let end = start + len;
+        while a < end {
+            let page_end = ((a / PAGE_SIZE) + 1) * PAGE_SIZE;
+            let stop = page_end.min(end);
+            let first = a;
+            let n = (stop - first).div_ceil(step);
+            let base = first - start;
+            self.access(first, write, |pfn| {
+                if backing.mode() == crate::config::BackingMode::Sparse {
+                    return;
+                }
+                let mut x = first;
+                while x < stop {
+                    let off = (x % PAGE_SIZE) as usize;
+                    if off + 8 <= PAGE_SIZE as usize {
+                        if write {
+                            backing.write(pfn, off, &value((x - start) / 8).to_ne_bytes());
+                        } else {
+                            let mut w = [0u8; 8];
+                            backing.read(pfn, off, &mut w);
+                            std::hint::black_box(w);
+                        }
+                    }
+                    x += step;
+                }
+            })?;
+            let _ = base;
+            words += n;
+            a = first + n * step;
+        }
+        Ok(words)
+    }
+
+    pub fn read_u64(&self, addr: u64) -> Result<u64, Fault> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_ne_bytes(b))
+    }
+
+    pub fn write_u64(&self, addr: u64, v: u64) -> Result<(), Fault> {
+        self.write(addr, &v.to_ne_bytes())
+    }
+
+    /// Can the page at `addr` be read / written without a SIGSEGV? (Faults it in if so.)
+    pub fn probe(&self, addr: u64) -> (bool, bool) {
+        let r = self.access(addr, false, |_| ()).is_ok();
+        let w = self.access(addr, true, |_| ()).is_ok();
+        (r, w)
+    }
+}

@@ -1,0 +1,265 @@
+//! Page tables: 4 levels of x86-64-shaped entries in real memory, with split locks.
+//!
+//! Mirrors `arch/x86/include/asm/pgtable_types.h` (the entry bits), `include/linux/pgtable.h`,
+//! `mm/memory.c` (`__pte_alloc`, `__pmd_alloc`, `__pud_alloc`, `pte_offset_map_lock`) and
+//! `include/linux/mm.h` (`pte_lockptr`, `pmd_lockptr`, split PTLs in the `ptdesc`).
+//!
+//! ```text
+//!  PGD page ─[47:39]→ PUD page ─[38:30]→ PMD page ─[29:21]→ PTE page ─[20:12]→ 4 KiB frame
+//!                                            └─ PSE set: 2 MiB THP / huge zero page
+//! ```
+//! Every table page is a frame from [`PhysMem`](crate::page_alloc::PhysMem), flagged `PG_table`,
+//! counted in `nr_page_table_pages`, whose 512 entries are `AtomicU64` in the backing store.
+//!
+//! # Entry layout (x86-64)
+//! bit 0 present, 1 RW, 2 user, 5 accessed, 6 dirty, 7 PSE (huge, at the PMD), 8 PROTNONE
+//! (x86 reuses the global bit for `PROT_NONE` entries with present clear), 9 special
+//! (`_PAGE_SPECIAL`: no `struct page` behind it — zero page, PFN maps), 12–51 the PFN,
+//! 63 NX.
+//!
+//! # Locks and invariants
+//! 1. Entries are read locklessly (a hardware walk), written only under a lock:
+//!    PGD and PUD entries under `mm.page_table_lock`; a PMD entry under the PMD table page's
+//!    split lock (`pmd_lock`); a PTE under its PTE table page's split lock (`pte_lockptr`).
+//! 2. A table page is freed only after its parent entry was cleared and the range flushed
+//!    from the TLB (`free_pgtables` via the gather).
+//! 3. Lock order: `page_table_lock -> PMD lock -> PTE lock` (parent before child).
+//!
+//! # Differences from Linux
+//! No p4d (folded, as with 4-level paging). The PGD page is counted in `PageTables` too.
+
+use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+
+use crate::addr::{Order, Pfn, PGDIR_SHIFT, PMD_SHIFT, PUD_SHIFT, PAGE_SHIFT};
+use crate::cpu::CpuId;
+use crate::error::AllocError;
+use crate::page_alloc::meta::PG_PGTABLE;
+use crate::page_alloc::{Gfp, PhysMem};
+use crate::stats::VmItem;
+
+pub const _PAGE_PRESENT: u64 = 1 << 0;
+pub const _PAGE_RW: u64 = 1 << 1;
+pub const _PAGE_USER: u64 = 1 << 2;
+pub const _PAGE_ACCESSED: u64 = 1 << 5;
+pub const _PAGE_DIRTY: u64 = 1 << 6;
+pub const _PAGE_PSE: u64 = 1 << 7;
+pub const _PAGE_PROTNONE: u64 = 1 << 8;
+pub const _PAGE_SPECIAL: u64 = 1 << 9;
+pub const _PAGE_NX: u64 = 1 << 63;
+const PFN_MASK: u64 = ((1u64 << 52) - 1) & !((1u64 << PAGE_SHIFT) - 1);
+
+/// A table entry value at any level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry(pub u64);
+
+impl Entry {
+    pub const NONE: Entry = Entry(0);
+
+    #[inline]
+    pub fn new(pfn: Pfn, bits: u64) -> Entry {
+        Entry((pfn.0 << PAGE_SHIFT) & PFN_MASK | bits)
+    }
+    #[inline]
+    pub fn is_none(self) -> bool {
+        self.0 == 0
+    }
+    #[inline]
+    pub fn present(self) -> bool {
+        self.0 & _PAGE_PRESENT != 0
+    }
+    /// Present, or a `PROT_NONE` entry that still maps a frame.
+    #[inline]
+    pub fn maps_frame(self) -> bool {
+        self.0 & (_PAGE_PRESENT | _PAGE_PROTNONE) != 0
+    }
+    #[inline]
+    pub fn writable(self) -> bool {
+        self.0 & _PAGE_RW != 0
+    }
+    #[inline]
+    pub fn huge(self) -> bool {
+        self.0 & _PAGE_PSE != 0
+    }
+    #[inline]
+    pub fn special(self) -> bool {
+        self.0 & _PAGE_SPECIAL != 0
+    }
+    #[inline]
+    pub fn pfn(self) -> Pfn {
+        Pfn((self.0 & PFN_MASK) >> PAGE_SHIFT)
+    }
+    #[inline]
+    pub fn with_bits(self, set: u64, clear: u64) -> Entry {
+        Entry((self.0 | set) & !clear)
+    }
+}
+
+/// The leaf bits for a mapping with these permissions (`vm_get_page_prot` + `mk_pte`).
+/// `write` must already account for copy-on-write (no RW on the zero page).
+#[inline]
+pub fn leaf_bits(read: bool, write: bool, exec: bool) -> u64 {
+    if !read && !write && !exec {
+        // PROT_NONE: not present to the hardware, but still mapping the frame.
+        return _PAGE_PROTNONE | _PAGE_USER | _PAGE_ACCESSED;
+    }
+    let mut b = _PAGE_PRESENT | _PAGE_USER | _PAGE_ACCESSED;
+    if write {
+        b |= _PAGE_RW | _PAGE_DIRTY;
+    }
+    if !exec {
+        b |= _PAGE_NX;
+    }
+    b
+}
+
+/// Bits of a table (non-leaf) entry.
+pub const TABLE_BITS: u64 = _PAGE_PRESENT | _PAGE_RW | _PAGE_USER | _PAGE_ACCESSED;
+
+#[inline]
+pub fn pgd_index(addr: u64) -> usize {
+    ((addr >> PGDIR_SHIFT) & 511) as usize
+}
+#[inline]
+pub fn pud_index(addr: u64) -> usize {
+    ((addr >> PUD_SHIFT) & 511) as usize
+}
+#[inline]
+pub fn pmd_index(addr: u64) -> usize {
+    ((addr >> PMD_SHIFT) & 511) as usize
+}
+#[inline]
+pub fn pte_index(addr: u64) -> usize {
+    ((addr >> PAGE_SHIFT) & 511) as usize
+}
+
+/// One entry slot: a table page and an index in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    pub table: Pfn,
+    pub index: usize,
+}
+
+impl Slot {
+    #[inline]
+    pub fn atomic<'a>(&self, phys: &'a PhysMem) -> &'a AtomicU64 {
+        &phys.backing().table(self.table)[self.index]
+    }
+    #[inline]
+    pub fn load(&self, phys: &PhysMem) -> Entry {
+        Entry(self.atomic(phys).load(Acquire))
+    }
+    /// Write the entry. The caller holds the lock that protects this level (invariant 1).
+    #[inline]
+    pub fn store(&self, phys: &PhysMem, e: Entry) {
+        self.atomic(phys).store(e.0, Release)
+    }
+    /// Clear and return the old value (`ptep_get_and_clear`).
+    #[inline]
+    pub fn take(&self, phys: &PhysMem) -> Entry {
+        Entry(self.atomic(phys).swap(0, Relaxed))
+    }
+}
+
+/// Allocate a zeroed table page (`pagetable_alloc` + the level's ctor).
+pub fn alloc_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError> {
+    let pfn = phys.alloc_pages(cpu, Order(0), Gfp::KERNEL)?;
+    phys.backing().zero_table(pfn);
+    phys.meta(pfn).set(PG_PGTABLE);
+    phys.stat().inc(cpu, VmItem::NrPageTablePages);
+    Ok(pfn)
+}
+
+/// Allocate a table to deposit under a huge PMD (`pte_alloc_one` for
+/// `pgtable_trans_huge_deposit`). It is not zeroed: a split writes all 512 entries before the
+/// table is used, and a withdrawn table is freed with [`free_deposit_table`]. So with sparse
+/// backing a deposit costs the host nothing until it is used.
+pub fn alloc_deposit_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError> {
+    let pfn = phys.alloc_pages(cpu, Order(0), Gfp::KERNEL)?;
+    phys.meta(pfn).set(PG_PGTABLE);
+    phys.stat().inc(cpu, VmItem::NrPageTablePages);
+    Ok(pfn)
+}
+
+/// Free a deposited table that was never used as a table.
+pub fn free_deposit_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
+    phys.meta(pfn).clear(PG_PGTABLE);
+    phys.stat().add(cpu, VmItem::NrPageTablePages, -1);
+    phys.release_pages(cpu, &[pfn]);
+}
+
+/// Free a table page whose entries are all clear (`pagetable_free` after the dtor).
+pub fn free_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
+    debug_assert!(phys.backing().table(pfn).iter().all(|e| e.load(Relaxed) == 0));
+    phys.meta(pfn).clear(PG_PGTABLE);
+    phys.stat().add(cpu, VmItem::NrPageTablePages, -1);
+    phys.release_pages(cpu, &[pfn]);
+}
+
+/// Where a lockless walk stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walk {
+    /// No table at this level: the PGD/PUD/PMD entry at `slot` is none.
+    Hole { level: Level, slot: Slot },
+    /// A huge PMD entry.
+    HugePmd { pmd: Slot, entry: Entry },
+    /// The PTE slot (its value may be none).
+    Pte { pmd: Slot, pte: Slot, entry: Entry },
+}
+
+/// Page-table level names for reports and holes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Pgd,
+    Pud,
+    Pmd,
+    Pte,
+}
+
+/// A lockless walk from the PGD (what the MMU does): follows present table entries.
+#[inline]
+pub fn walk(phys: &PhysMem, pgd: Pfn, addr: u64) -> Walk {
+    let s = Slot { table: pgd, index: pgd_index(addr) };
+    let e = s.load(phys);
+    if e.is_none() {
+        return Walk::Hole { level: Level::Pgd, slot: s };
+    }
+    let s = Slot { table: e.pfn(), index: pud_index(addr) };
+    let e = s.load(phys);
+    if e.is_none() {
+        return Walk::Hole { level: Level::Pud, slot: s };
+    }
+    let pmd = Slot { table: e.pfn(), index: pmd_index(addr) };
+    let e = pmd.load(phys);
+    if e.is_none() {
+        return Walk::Hole { level: Level::Pmd, slot: pmd };
+    }
+    if e.huge() {
+        return Walk::HugePmd { pmd, entry: e };
+    }
+    let pte = Slot { table: e.pfn(), index: pte_index(addr) };
+    Walk::Pte { pmd, pte, entry: pte.load(phys) }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn entry_bits_round_trip() {
+        let e = Entry::new(Pfn(0x12345), leaf_bits(true, true, false));
+        assert!(e.present() && e.writable() && !e.huge() && !e.special());
+        assert_eq!(e.pfn(), Pfn(0x12345));
+        assert_ne!(e.0 & _PAGE_NX, 0);
+        let n = Entry::new(Pfn(7), leaf_bits(false, false, false));
+        assert!(!n.present() && n.maps_frame());
+        assert_eq!(n.pfn(), Pfn(7));
+        let ro = e.with_bits(0, _PAGE_RW);
+        assert!(!ro.writable() && ro.present());
+    }
+
+    #[test]
+    fn indexes_split_the_address() {
+        let a = (3u64 << 39) | (5 << 30) | (7 << 21) | (11 << 12) | 0x123;
+        assert_eq!((pgd_index(a), pud_index(a), pmd_index(a), pte_index(a)), (3, 5, 7, 11));
+    }
+}
