@@ -125,7 +125,7 @@ pub(crate) fn fault_locked(mm: &Mm, tree: &VmaTree, cpu: CpuId, addr: u64, write
         return Err(Fault { addr, code: SegvCode::AccErr });
     }
     mm.machine().vmstat().inc(cpu, VmItem::Pgfault);
-    handle_vma_fault(mm, vma, cpu, addr, write)
+    handle_vma_fault(mm, tree, vma, cpu, addr, write)
         .map_err(|_| Fault { addr, code: SegvCode::MapErr })
 }
 
@@ -192,7 +192,14 @@ pub(crate) fn pte_alloc_pub(mm: &Mm, cpu: CpuId, pmd: Slot) -> Result<Pfn, Oom> 
 }
 
 /// `__handle_mm_fault` for one VMA.
-pub(crate) fn handle_vma_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64, write: bool) -> Result<(), Oom> {
+pub(crate) fn handle_vma_fault(
+    mm: &Mm,
+    tree: &VmaTree,
+    vma: &Vma,
+    cpu: CpuId,
+    addr: u64,
+    write: bool,
+) -> Result<(), Oom> {
     let machine = mm.machine();
     let phys = machine.phys();
     if matches!(vma.kind, VmaKind::Hugetlb) {
@@ -205,12 +212,12 @@ pub(crate) fn handle_vma_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64, write:
     let pmd = pmd_alloc(mm, cpu, addr)?;
     let e = pmd.load(phys);
     if e.is_none() && thp_eligible(mm, vma, addr) {
-        if let Some(()) = huge_anonymous_fault(mm, vma, cpu, pmd, addr, write) {
+        if let Some(()) = huge_anonymous_fault(mm, tree, vma, cpu, pmd, addr, write) {
             return Ok(());
         }
     } else if e.huge() {
         if write && !e.writable() {
-            return huge_wp_fault(mm, vma, cpu, pmd, addr);
+            return huge_wp_fault(mm, tree, vma, cpu, pmd, addr);
         }
         return Ok(()); // spurious: someone else mapped it
     }
@@ -220,7 +227,7 @@ pub(crate) fn handle_vma_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64, write:
         Err(o) => return Err(o),
     };
     let pte = Slot { table: pte_table, index: pte_index(addr) };
-    handle_pte_fault(mm, vma, cpu, pte, addr, write)
+    handle_pte_fault(mm, tree, vma, cpu, pte, addr, write)
 }
 
 /// Permission bits of a leaf for `vma`, before copy-on-write is considered.
@@ -234,7 +241,7 @@ fn vma_leaf_bits(vma: &Vma, writable: bool) -> u64 {
     )
 }
 
-fn handle_pte_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64, write: bool) -> Result<(), Oom> {
+fn handle_pte_fault(mm: &Mm, tree: &VmaTree, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64, write: bool) -> Result<(), Oom> {
     let machine = mm.machine();
     let phys = machine.phys();
     let e = pte.load(phys);
@@ -251,7 +258,7 @@ fn handle_pte_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64, write:
             }
             return Ok(());
         }
-        vma.anon_vma_prepare(&mm.anon_vma_ids);
+        tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
         let page = phys.alloc_pages(cpu, Order(0), Gfp::ZERO).map_err(|_| Oom)?;
         let ptl = phys.meta(pte.table).ptl.lock();
         if !pte.load(phys).is_none() {
@@ -266,7 +273,7 @@ fn handle_pte_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64, write:
         return Ok(());
     }
     if write && e.present() && !e.writable() {
-        return do_wp_page(mm, vma, cpu, pte, addr, e);
+        return do_wp_page(mm, tree, vma, cpu, pte, addr, e);
     }
     if e.maps_frame() && !e.present() {
         // PROT_NONE entry in a VMA that now allows the access: a stale protection.
@@ -295,7 +302,7 @@ fn map_new_anon(mm: &Mm, vma: &Vma, cpu: CpuId, page: Pfn, nr: i64) {
 }
 
 /// `do_wp_page`: write to a present read-only PTE in a writable VMA.
-fn do_wp_page(mm: &Mm, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64, e: Entry) -> Result<(), Oom> {
+fn do_wp_page(mm: &Mm, tree: &VmaTree, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64, e: Entry) -> Result<(), Oom> {
     let machine = mm.machine();
     let phys = machine.phys();
     if !e.special() && phys.meta(e.pfn()).map_count() == 1 {
@@ -307,7 +314,7 @@ fn do_wp_page(mm: &Mm, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64, e: Entry) ->
         return Ok(());
     }
     // wp_page_copy from the zero page (the only shared page here): a new zeroed page.
-    vma.anon_vma_prepare(&mm.anon_vma_ids);
+    tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
     let page = phys.alloc_pages(cpu, Order(0), Gfp::ZERO).map_err(|_| Oom)?;
     if !e.special() {
         phys.backing().copy_frame(e.pfn(), page);
@@ -350,7 +357,7 @@ fn shmem_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64) -> Result<(
 }
 
 /// `do_huge_pmd_anonymous_page`. `None` means "fall back to 4 KiB".
-fn huge_anonymous_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, addr: u64, write: bool) -> Option<()> {
+fn huge_anonymous_fault(mm: &Mm, tree: &VmaTree, vma: &Vma, cpu: CpuId, pmd: Slot, addr: u64, write: bool) -> Option<()> {
     let machine = mm.machine();
     let phys = machine.phys();
     let stat = machine.vmstat();
@@ -374,7 +381,7 @@ fn huge_anonymous_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, addr: u64, wr
         pmd.store(phys, Entry::new(zero, b));
         return Some(());
     }
-    vma.anon_vma_prepare(&mm.anon_vma_ids);
+    tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
     let Ok(page) = phys.alloc_pages(cpu, HPAGE_PMD_ORDER, Gfp::ZERO.union(Gfp::NOWAIT)) else {
         stat.inc(cpu, VmItem::ThpFaultFallback);
         pgtable::free_deposit_table(phys, cpu, table);
@@ -400,7 +407,7 @@ fn huge_anonymous_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, addr: u64, wr
 }
 
 /// `do_huge_pmd_wp_page`: write to a read-only huge PMD.
-fn huge_wp_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, addr: u64) -> Result<(), Oom> {
+fn huge_wp_fault(mm: &Mm, tree: &VmaTree, vma: &Vma, cpu: CpuId, pmd: Slot, addr: u64) -> Result<(), Oom> {
     let machine = mm.machine();
     let phys = machine.phys();
     let e = pmd.load(phys);
@@ -414,7 +421,7 @@ fn huge_wp_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, addr: u64) -> Result
     }
     let haddr = addr & !(PMD_SIZE - 1);
     if machine.huge_zero().write_fault_policy() == HugeZeroWriteFault::AllocThp {
-        vma.anon_vma_prepare(&mm.anon_vma_ids);
+        tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
         if let Ok(page) = phys.alloc_pages(cpu, HPAGE_PMD_ORDER, Gfp::ZERO.union(Gfp::NOWAIT)) {
             let ptl = phys.meta(pmd.table).ptl.lock();
             if pmd.load(phys) != e {
@@ -443,7 +450,7 @@ fn huge_wp_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, addr: u64) -> Result
         return Ok(());
     }
     let pte = Slot { table: table.pfn(), index: pte_index(addr) };
-    handle_pte_fault(mm, vma, cpu, pte, addr, true)
+    handle_pte_fault(mm, tree, vma, cpu, pte, addr, true)
 }
 
 /// A fault in a `MAP_HUGETLB` VMA: a 2 MiB page from the pool, PMD-mapped.

@@ -166,9 +166,13 @@ impl Mm {
             }
             addr
         } else {
-            let thp_align = anon && !shared && len % PMD_SIZE == 0 || hugetlb;
-            let hint = if addr % PAGE_SIZE != 0 { align_up(addr, PAGE_SIZE).unwrap_or(0) } else { addr };
-            tree.get_unmapped_area(len, hint, thp_align)?
+            if !anon && !shared {
+                // get_unmapped_area_zero: a private /dev/zero mapping is placed by its offset.
+                tree.thp_get_unmapped_area(len, addr, 0)?
+            } else {
+                let thp_align = anon && !shared && len % PMD_SIZE == 0 || hugetlb;
+                tree.get_unmapped_area(len, addr, thp_align)?
+            }
         };
         let end = start + len;
         if flags & MAP_FIXED_NOREPLACE != 0 && tree.intersecting(start, end).next().is_some() {
@@ -253,7 +257,7 @@ impl Mm {
                 let ok = self.with_tlb_gate(cpu, || fault::translate(phys, self.pgd(), addr, w).is_some());
                 if !ok && vma.flags.intersects(VM_RWX) {
                     self.machine().vmstat().inc(cpu, VmItem::Pgfault);
-                    if fault::handle_vma_fault(self, vma, cpu, addr, w).is_err() {
+                    if fault::handle_vma_fault(self, &tree, vma, cpu, addr, w).is_err() {
                         return;
                     }
                 }
@@ -399,26 +403,7 @@ impl Mm {
     /// Give `[start, end)` (inside one VMA) the flags `newflags`: split, set, merge
     /// (`vma_modify_flags`). Fails with ENOMEM, changing nothing, at the map_count limit.
     fn vma_modify_flags(&self, tree: &mut VmaTree, start: u64, end: u64, newflags: VmFlags, max: usize) -> Result<(), Errno> {
-        let vma = tree.find_vma(start).expect("caller found it");
-        if vma.flags == newflags {
-            return Ok(());
-        }
-        let splits = (start > vma.start) as usize + (end < vma.end) as usize;
-        if splits > 0 && tree.map_count() + splits > max {
-            // Merging may avoid a split; try before failing.
-            if !tree.would_merge(start, end, newflags) {
-                return Err(Errno::ENOMEM);
-            }
-        }
-        if start > vma.start {
-            tree.split(start, usize::MAX)?;
-        }
-        if end < tree.find_vma(start).expect("present").end {
-            tree.split(end, usize::MAX)?;
-        }
-        tree.set_flags(start, newflags);
-        tree.merge_after_change(start);
-        Ok(())
+        tree.vma_modify_flags(start, end, newflags, max).map(|_| ())
     }
 
     /// `madvise(addr, len, advice)`.
