@@ -5,11 +5,13 @@
 //! Sizes are `memparse`d like usemem's (`0x`/octal accepted, binary `k/m/g/t` suffixes). Unlike
 //! usemem, a missing SIZE is a usage error (exit 2), and `-O` also has a long form.
 
-use anyhow::anyhow;
 use clap::Args;
 use serde::Serialize;
+use usermm::config::{BackingMode, MachineConfig, ThpMode};
+use usermm::stats::VmItem;
+use usermm_workloads::usemem::{self, UsememError, UsememOpts, UsememResult};
 
-use crate::args::{parse_size_arg, EngineArgs, GlobalArgs};
+use crate::args::{parse_size_arg, usage, EngineArgs, GlobalArgs};
 
 #[derive(Debug, Clone, Args, Serialize)]
 pub struct UsememArgs {
@@ -80,7 +82,175 @@ pub struct UsememArgs {
     pub engine: EngineArgs,
 }
 
+impl UsememArgs {
+    fn opts(&self) -> UsememOpts {
+        UsememOpts {
+            size: self.size,
+            nproc: self.nproc,
+            threads: self.thread.unwrap_or(0),
+            readonly: self.readonly,
+            open_rw: self.open_rw,
+            step: self.step.max(8),
+            repeat: self.repeat,
+            unit: self.unit.unwrap_or(0),
+            anonymous: self.anonymous,
+            prealloc: self.prealloc,
+            prefault: self.prefault,
+            mlock: self.mlock,
+            sleep_secs: self.sleep.unwrap_or(0).max(0) as f64,
+            sync_rw: self.sync_rw,
+            sync_free: self.sync_free,
+            madv_thp: self.madv_thp,
+            random: self.random,
+        }
+    }
+
+    /// The machine a run needs when the user does not size it: one emulated CPU per worker,
+    /// enough RAM for what the walk writes plus page tables (sparse backing beyond 4 GiB), and
+    /// THP as on this host (`madvise`) — except for `--ab`, which replays seed 002 on a
+    /// THP-`always` machine as the seed's was.
+    fn default_config(&self) -> MachineConfig {
+        let o = self.opts();
+        let workers = o.nproc as u64 * o.threads.max(1) as u64;
+        let tables = o.size / 512 + (64 << 10);
+        let data = if o.readonly { 0 } else { o.size };
+        let need = workers * (data + tables) + (256 << 20);
+        let mem = need.div_ceil(1 << 30) << 30;
+        MachineConfig {
+            mem,
+            cpus: workers.clamp(2, 4096) as u16,
+            backing: if mem > (4 << 30) { BackingMode::Sparse } else { BackingMode::Full },
+            thp: if self.ab { ThpMode::Always } else { ThpMode::Madvise },
+            ..MachineConfig::default()
+        }
+    }
+}
+
+/// Vanilla vs patched, and the ratios seed 002 is about.
+#[derive(Debug, Serialize)]
+pub struct UsememAb {
+    pub vanilla: UsememResult,
+    pub patched: UsememResult,
+    pub ratio: AbRatio,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AbRatio {
+    /// patched throughput / vanilla throughput.
+    pub throughput: f64,
+    /// Global huge-zero refcount operations per mm, vanilla and patched.
+    pub global_ops_per_mm_vanilla: f64,
+    pub global_ops_per_mm_patched: f64,
+    pub faults_vanilla: i64,
+    pub faults_patched: i64,
+}
+
+fn render(r: &UsememResult) -> String {
+    let mut s = String::new();
+    for w in &r.workers {
+        s.push_str(&w.line);
+        s.push('\n');
+    }
+    for w in &r.workers {
+        s.push_str(&w.free_line);
+        s.push('\n');
+    }
+    s
+}
+
+fn render_summary(label: &str, r: &UsememResult) -> String {
+    let v = &r.vmstat_delta;
+    format!(
+        "{label:<8} throughput {:>12} KB/s  pgfault {:>9}  thp_zero_page_alloc {}  \
+         huge-zero global ops {} ({:.2}/mm)  max rss {} pages\n",
+        r.throughput_kbps,
+        v.get(VmItem::Pgfault),
+        v.get(VmItem::ThpZeroPageAlloc),
+        r.huge_zero.global_ops,
+        r.huge_zero.ops_per_mm,
+        r.workers.iter().map(|w| w.rss_pages_before_free).max().unwrap_or(0),
+    )
+}
+
 pub fn run(args: &UsememArgs, g: &GlobalArgs) -> anyhow::Result<()> {
-    let _ = (args, g);
-    Err(anyhow!("usemem is not built yet"))
+    if args.size < 4096 {
+        return usage("usemem: SIZE must be at least 4096 bytes");
+    }
+    if args.sync_rw && args.unit.is_some_and(|u| u != args.size) {
+        return usage("usemem: --sync-rw needs --unit equal to SIZE");
+    }
+    if args.host {
+        return run_host(args, g);
+    }
+    let config = args.engine.to_config(args.default_config())?;
+    let opts = args.opts();
+    if args.ab {
+        let mut v = config.clone();
+        v.set_patched(false);
+        let mut p = config.clone();
+        p.set_patched(true);
+        let vanilla = usemem::run(&super::boot(v)?, &opts).map_err(map_err)?;
+        let patched = usemem::run(&super::boot(p)?, &opts).map_err(map_err)?;
+        let ratio = AbRatio {
+            throughput: patched.throughput_kbps as f64 / vanilla.throughput_kbps.max(1) as f64,
+            global_ops_per_mm_vanilla: vanilla.huge_zero.ops_per_mm,
+            global_ops_per_mm_patched: patched.huge_zero.ops_per_mm,
+            faults_vanilla: vanilla.vmstat_delta.get(VmItem::Pgfault),
+            faults_patched: patched.vmstat_delta.get(VmItem::Pgfault),
+        };
+        let rec = UsememAb { vanilla, patched, ratio };
+        return super::emit(g, &rec, |r| {
+            let mut s = String::from("# vanilla (huge_zero.per_mm_ref=off)\n");
+            s += &render(&r.vanilla);
+            s += "# patched (huge_zero.per_mm_ref=on)\n";
+            s += &render(&r.patched);
+            s += &render_summary("vanilla", &r.vanilla);
+            s += &render_summary("patched", &r.patched);
+            s += &format!("throughput ratio patched/vanilla: {:.3}\n", r.ratio.throughput);
+            s
+        });
+    }
+    let machine = super::boot(config)?;
+    let r = usemem::run(&machine, &opts).map_err(map_err)?;
+    super::emit(g, &r, render)
+}
+
+fn map_err(e: UsememError) -> anyhow::Error {
+    match e {
+        UsememError::ZeroSize | UsememError::NoProcesses | UsememError::TooBig { .. } => {
+            anyhow::Error::new(crate::args::UsageError(format!("usemem: {e}")))
+        }
+        other => anyhow::anyhow!("usemem: {other}"),
+    }
+}
+
+/// `--host`: the same shape on the real kernel (one worker; anonymous memory).
+fn run_host(args: &UsememArgs, g: &GlobalArgs) -> anyhow::Result<()> {
+    use usermm_workloads::host::measure;
+    if args.readonly {
+        let r = measure::host_usemem_readonly(args.size, args.step.max(8))
+            .map_err(|e| anyhow::anyhow!("host usemem: {e}"))?;
+        super::emit(g, &r, |r| {
+            let usecs = (r.ns / 1000).max(1);
+            let bytes = r.size / 8 + r.accesses * 8;
+            format!(
+                "{bytes} bytes / {usecs} usecs = {} KB/s\nhost: {} faults, {:.0} faults/s\n",
+                usemem::kb_per_sec(bytes, usecs),
+                r.faults,
+                r.faults as f64 * 1e9 / r.ns.max(1) as f64
+            )
+        })
+    } else {
+        let r = measure::host_touch_and_munmap(args.size, args.madv_thp)
+            .map_err(|e| anyhow::anyhow!("host usemem: {e}"))?;
+        super::emit(g, &r, |r| {
+            format!(
+                "host: {} pages: populate {:.1} ns/page, munmap {:.1} ns/page\n{} usecs to free memory\n",
+                r.pages,
+                r.populate_ns_per_page(),
+                r.munmap_ns_per_page(),
+                r.munmap_ns / 1000
+            )
+        })
+    }
 }

@@ -1,0 +1,542 @@
+//! The forked child of a [`super::HostBackend`]: a loop over requests on a socket.
+//!
+//! The parent is multi-threaded, so between `fork` and `_exit` this code may only do what is
+//! async-signal-safe: raw system calls on preallocated buffers. It never allocates, takes no
+//! locks, never prints and must not panic (all indexing below stays within bounds by
+//! construction). It never returns: it `_exit`s when the socket reaches EOF, when the parent
+//! process is gone, or when a send fails.
+//!
+//! Loads and stores of arena memory go through a private pipe (the "loopback"): `write(lw, addr,
+//! n)` makes the kernel load from `addr` and `read(lr, addr, n)` makes it store to `addr`, with
+//! EFAULT instead of SIGSEGV when the page is not accessible. Every copy stays inside one page, so
+//! a copy either succeeds completely or faults completely.
+
+use super::proto::*;
+use super::sys::{self, Fd};
+use crate::ops::{ARENA_BASE, ARENA_END, ARENA_SIZE, PAGE_SIZE};
+use std::time::Duration;
+
+const PAGE: usize = PAGE_SIZE as usize;
+
+struct Child<'a> {
+    sock: Fd,
+    parent: libc::pid_t,
+    /// Loopback pipe (read end, write end).
+    lr: Fd,
+    lw: Fd,
+    /// `/dev/zero`, opened `O_RDWR`, for `MapSource::DevZero`.
+    zero_fd: Fd,
+    /// Preallocated I/O buffer (allocated by the parent before the fork).
+    buf: &'a mut [u8],
+    /// One page for draining the loopback pipe.
+    scratch: [u8; PAGE],
+    /// `ru_minflt` when the child became ready.
+    baseline_minflt: u64,
+}
+
+/// The child's entry point. `keep` is the child's end of the socket pair; every other inherited
+/// fd is closed first.
+pub(super) fn run(keep: Fd, parent: libc::pid_t, buf: &mut [u8]) -> ! {
+    // Drop every fd inherited from the (multi-threaded) parent except ours, so this child does
+    // not hold other backends' sockets open.
+    let keep_u = keep as u32;
+    if keep_u > 3 {
+        sys::close_range(3, keep_u - 1);
+    }
+    sys::close_range(keep_u + 1, u32::MAX);
+    let Ok((lr, lw)) = sys::pipe() else {
+        sys::exit_now(2)
+    };
+    let zero_fd = sys::open(c"/dev/zero", libc::O_RDWR).unwrap_or(-1);
+    let mut c = Child {
+        sock: keep,
+        parent,
+        lr,
+        lw,
+        zero_fd,
+        buf,
+        scratch: [0; PAGE],
+        baseline_minflt: 0,
+    };
+    c.warm_up();
+    c.baseline_minflt = sys::minflt();
+    c.frame(F_READY, 0, sys::getpid() as u64, &[]);
+    c.serve()
+}
+
+impl Child<'_> {
+    // ----------------------------------------------------------------------------------------
+    // Socket I/O
+    // ----------------------------------------------------------------------------------------
+
+    /// Fill `dst` from the socket; `_exit(0)` on EOF or when the parent process is gone.
+    fn recv_exact(sock: Fd, parent: libc::pid_t, dst: &mut [u8]) {
+        let mut have = 0;
+        while have < dst.len() {
+            match sys::poll1(sock, libc::POLLIN, Duration::from_secs(1)) {
+                Ok(0) => {
+                    if sys::getppid() != parent {
+                        sys::exit_now(0);
+                    }
+                    continue;
+                }
+                Ok(_) => {}
+                Err(_) => sys::exit_now(3),
+            }
+            match sys::read(sock, &mut dst[have..]) {
+                Ok(0) => sys::exit_now(0),
+                Ok(n) => have += n,
+                Err(libc::EINTR) | Err(libc::EAGAIN) => {}
+                Err(_) => sys::exit_now(3),
+            }
+        }
+    }
+
+    fn send_all(sock: Fd, mut b: &[u8]) {
+        while !b.is_empty() {
+            match sys::send(sock, b) {
+                Ok(n) => b = &b[n..],
+                Err(libc::EINTR) => {}
+                Err(_) => sys::exit_now(4),
+            }
+        }
+    }
+
+    fn frame_to(sock: Fd, kind: u32, errno: i32, value: u64, payload: &[u8]) {
+        let f = Frame {
+            kind,
+            errno,
+            value,
+            len: payload.len() as u64,
+        };
+        Self::send_all(sock, &f.encode());
+        Self::send_all(sock, payload);
+    }
+
+    fn frame(&self, kind: u32, errno: i32, value: u64, payload: &[u8]) {
+        Self::frame_to(self.sock, kind, errno, value, payload);
+    }
+
+    fn reply(&self, r: Result<u64, i32>) {
+        match r {
+            Ok(v) => self.frame(F_OK, 0, v, &[]),
+            Err(e) => self.frame(F_ERR, e, 0, &[]),
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Loads and stores through the loopback pipe
+    // ----------------------------------------------------------------------------------------
+
+    /// Throw away `n` bytes sitting in the loopback pipe.
+    fn drain(&mut self, mut n: usize) {
+        while n > 0 {
+            let k = n.min(PAGE);
+            match sys::read(self.lr, &mut self.scratch[..k]) {
+                Ok(0) => return,
+                Ok(got) => n -= got,
+                Err(libc::EINTR) => {}
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Load `dst.len()` (≤ one page, not crossing a page) bytes from `addr` into `dst`.
+    /// `Err(addr_of_fault)` if the page is not readable.
+    fn load(&mut self, addr: u64, dst: &mut [u8]) -> Result<(), u64> {
+        let n = dst.len();
+        let put = loop {
+            match sys::write_from_addr(self.lw, addr, n) {
+                Err(libc::EINTR) => continue,
+                r => break r,
+            }
+        };
+        let put = match put {
+            Ok(k) => k,
+            Err(_) => return Err(addr),
+        };
+        let mut got = 0;
+        while got < put {
+            match sys::read(self.lr, &mut dst[got..put]) {
+                Ok(0) => break,
+                Ok(k) => got += k,
+                Err(libc::EINTR) => {}
+                Err(_) => break,
+            }
+        }
+        if put < n {
+            return Err(addr + put as u64);
+        }
+        Ok(())
+    }
+
+    /// Store `src` (≤ one page, not crossing a page) at `addr`, or `Err(addr_of_fault)` (nothing
+    /// stored) if the page is not writable.
+    fn store(&mut self, addr: u64, src: &[u8]) -> Result<(), u64> {
+        let n = src.len();
+        let mut put = 0;
+        while put < n {
+            match sys::write(self.lw, &src[put..]) {
+                Ok(k) => put += k,
+                Err(libc::EINTR) => {}
+                Err(_) => break,
+            }
+        }
+        let mut done = 0;
+        while done < put {
+            // SAFETY: `addr` comes from a test op and names arena memory (or, if the test says
+            // so, anything else); no Rust object of this child lives in the arena. An op aimed
+            // at the child's own memory is documented as undefined and can only break this
+            // disposable process, which the parent then reports.
+            match unsafe { sys::read_to_addr(self.lr, addr + done as u64, put - done) } {
+                Ok(0) => break,
+                Ok(k) => done += k,
+                Err(libc::EINTR) => {}
+                Err(_) => break,
+            }
+        }
+        if done < put {
+            self.drain(put - done);
+        }
+        if done < n {
+            return Err(addr + done as u64);
+        }
+        Ok(())
+    }
+
+    /// (readable, writable) of the page at `page`: load one byte, then store it back unchanged.
+    fn probe_page(&mut self, page: u64) -> (bool, bool) {
+        let mut b = [0u8; 1];
+        if self.load(page, &mut b).is_err() {
+            return (false, false);
+        }
+        (true, self.store(page, &b).is_ok())
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Requests
+    // ----------------------------------------------------------------------------------------
+
+    fn serve(&mut self) -> ! {
+        loop {
+            let mut hdr = [0u8; REQ_BYTES];
+            Self::recv_exact(self.sock, self.parent, &mut hdr);
+            let req = Req::decode(&hdr);
+            let a = req.args;
+            match req.code {
+                REQ_MMAP => self.do_mmap(a),
+                REQ_MUNMAP => self.reply(mm(libc::SYS_munmap, [a[0], a[1], 0])),
+                REQ_MPROTECT => self.reply(mm(libc::SYS_mprotect, [a[0], a[1], a[2]])),
+                REQ_MADVISE => self.reply(mm(libc::SYS_madvise, [a[0], a[1], a[2]])),
+                REQ_MLOCK => self.reply(mm(libc::SYS_mlock, [a[0], a[1], 0])),
+                REQ_MUNLOCK => self.reply(mm(libc::SYS_munlock, [a[0], a[1], 0])),
+                REQ_READ => self.do_read(a[0], a[1]),
+                REQ_WRITE => self.do_write(a[0], a[1]),
+                REQ_PROBE => self.do_probe(a[0], a[1]),
+                REQ_MAPS => {
+                    let r = self.stream_file(c"/proc/self/maps", STREAM_MAIN, true);
+                    self.reply(r.map(|_| 0));
+                }
+                REQ_COUNTERS => self.do_counters(),
+                _ => self.frame(F_ERR, libc::ENOSYS, 0, &[]),
+            }
+        }
+    }
+
+    fn do_mmap(&mut self, a: [u64; 6]) {
+        let (addr, len, prot, flags, source, offset) = (a[0], a[1], a[2], a[3], a[4], a[5]);
+        let fd = if source == SRC_DEV_ZERO {
+            self.zero_fd as i64 as u64
+        } else {
+            u64::MAX // fd -1
+        };
+        // SAFETY: see `mm`; the op's address is an arena address or a hint.
+        let r = unsafe { sys::syscall6(libc::SYS_mmap, [addr, len, prot, flags, fd, offset]) };
+        let got = match r {
+            Ok(v) => v,
+            Err(e) => return self.frame(F_ERR, e, 0, &[]),
+        };
+        let fixed = (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE) as u64;
+        let rounded = len.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        let inside = (ARENA_BASE..=ARENA_END).contains(&got) && rounded <= ARENA_END - got;
+        if flags & fixed == 0 && !inside {
+            // The hint was not honoured and the kernel put the mapping somewhere in the child's
+            // own address space: take it away again.
+            // SAFETY: `got..got+len` is the mapping the kernel just created for this op.
+            let _ = unsafe { sys::syscall6(libc::SYS_munmap, [got, len, 0, 0, 0, 0]) };
+            return self.frame(F_MISPLACED, 0, got, &[]);
+        }
+        self.frame(F_OK, 0, got, &[])
+    }
+
+    /// Page-bounded chunk length at `a` with `left` bytes to go, at most `cap`.
+    fn chunk(a: u64, left: u64, cap: usize) -> usize {
+        let to_page_end = PAGE_SIZE - (a & (PAGE_SIZE - 1));
+        to_page_end.min(left).min(cap as u64) as usize
+    }
+
+    fn do_read(&mut self, addr: u64, len: u64) {
+        if addr.checked_add(len).is_none() {
+            return self.frame(F_ERR, libc::EINVAL, 0, &[]);
+        }
+        let cap = self.buf.len();
+        let mut off = 0u64;
+        let mut fill = 0usize;
+        while off < len {
+            let a = addr + off;
+            let n = Self::chunk(a, len - off, cap - fill);
+            // Move the buffer out of `self` for the duration of the load (no allocation).
+            let buf = std::mem::take(&mut self.buf);
+            let r = self.load(a, &mut buf[fill..fill + n]);
+            self.buf = buf;
+            if let Err(at) = r {
+                return self.frame(F_FAULT, 0, at, &[]);
+            }
+            fill += n;
+            off += n as u64;
+            if fill == cap {
+                Self::frame_to(self.sock, F_CHUNK, 0, STREAM_MAIN, &self.buf[..fill]);
+                fill = 0;
+            }
+        }
+        if fill > 0 {
+            Self::frame_to(self.sock, F_CHUNK, 0, STREAM_MAIN, &self.buf[..fill]);
+        }
+        self.frame(F_OK, 0, len, &[])
+    }
+
+    fn do_write(&mut self, addr: u64, len: u64) {
+        // The payload must be consumed whatever happens, to keep the stream in step.
+        let bad = addr.checked_add(len).is_none();
+        let cap = self.buf.len();
+        let mut fault = None;
+        let mut off = 0u64;
+        while off < len {
+            let a = addr.wrapping_add(off);
+            let n = Self::chunk(a, len - off, cap);
+            Self::recv_exact(self.sock, self.parent, &mut self.buf[..n]);
+            if !bad && fault.is_none() {
+                let buf = std::mem::take(&mut self.buf);
+                let r = self.store(a, &buf[..n]);
+                self.buf = buf;
+                if let Err(at) = r {
+                    fault = Some(at);
+                }
+            }
+            off += n as u64;
+        }
+        match (bad, fault) {
+            (true, _) => self.frame(F_ERR, libc::EINVAL, 0, &[]),
+            (false, Some(at)) => self.frame(F_FAULT, 0, at, &[]),
+            (false, None) => self.frame(F_OK, 0, len, &[]),
+        }
+    }
+
+    fn do_probe(&mut self, addr: u64, len: u64) {
+        if len == 0 {
+            return self.frame(F_OK, 0, 0, &[]);
+        }
+        let (first, end) = match addr.checked_add(len) {
+            Some(e) if len <= ARENA_SIZE => match e.checked_add(PAGE_SIZE - 1) {
+                Some(x) => (addr & !(PAGE_SIZE - 1), x & !(PAGE_SIZE - 1)),
+                None => return self.frame(F_ERR, libc::EINVAL, 0, &[]),
+            },
+            _ => return self.frame(F_ERR, libc::EINVAL, 0, &[]),
+        };
+        let cap = self.buf.len();
+        let mut fill = 0;
+        let mut page = first;
+        while page < end {
+            let (r, w) = self.probe_page(page);
+            self.buf[fill] = if r { PROBE_R } else { 0 } | if w { PROBE_W } else { 0 };
+            fill += 1;
+            if fill == cap {
+                Self::frame_to(self.sock, F_CHUNK, 0, STREAM_MAIN, &self.buf[..fill]);
+                fill = 0;
+            }
+            page += PAGE_SIZE;
+        }
+        if fill > 0 {
+            Self::frame_to(self.sock, F_CHUNK, 0, STREAM_MAIN, &self.buf[..fill]);
+        }
+        self.frame(F_OK, 0, (end - first) / PAGE_SIZE, &[])
+    }
+
+    fn do_counters(&mut self) {
+        let minflt = sys::minflt().saturating_sub(self.baseline_minflt);
+        if let Err(e) = self.stream_file(c"/proc/self/smaps_rollup", STREAM_ROLLUP, true) {
+            return self.frame(F_ERR, e, 0, &[]);
+        }
+        if let Err(e) = self.stream_file(c"/proc/self/smaps", STREAM_SMAPS, true) {
+            return self.frame(F_ERR, e, 0, &[]);
+        }
+        self.frame(F_OK, 0, minflt, &[])
+    }
+
+    /// Copy a file to the parent as `CHUNK` frames of `stream` (or just read it, if `!send`).
+    fn stream_file(&mut self, path: &std::ffi::CStr, stream: u64, send: bool) -> Result<(), i32> {
+        let fd = sys::open(path, libc::O_RDONLY)?;
+        let r = loop {
+            match sys::read(fd, self.buf) {
+                Ok(0) => break Ok(()),
+                Ok(n) => {
+                    if send {
+                        Self::frame_to(self.sock, F_CHUNK, 0, stream, &self.buf[..n]);
+                    }
+                }
+                Err(libc::EINTR) => {}
+                Err(e) => break Err(e),
+            }
+        };
+        sys::close(fd);
+        r
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Warm-up: make the fault counter count the arena only
+    // ----------------------------------------------------------------------------------------
+
+    /// Take, before the baseline is read, every fault that serving requests would otherwise take
+    /// outside the arena: COW-break the buffer and the stack, map the code, run each path once.
+    fn warm_up(&mut self) {
+        for i in (0..self.buf.len()).step_by(PAGE) {
+            self.buf[i] = 0x5a;
+        }
+        std::hint::black_box(&mut *self.buf);
+        touch_stack();
+        self.populate_file_mappings();
+
+        // Run each request path once, on the last two pages of the arena.
+        let p = ARENA_END - 2 * PAGE_SIZE;
+        let len = 2 * PAGE_SIZE;
+        let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        let noreplace = libc::MAP_FIXED_NOREPLACE as u64;
+        for (flags, fd) in [
+            ((libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64, u64::MAX),
+            (libc::MAP_PRIVATE as u64, self.zero_fd as i64 as u64),
+        ] {
+            // SAFETY: the arena holds no Rust object; NOREPLACE refuses to clobber anything.
+            let r =
+                unsafe { sys::syscall6(libc::SYS_mmap, [p, len, rw, flags | noreplace, fd, 0]) };
+            if r != Ok(p) {
+                // Occupied (the parent will notice a non-empty arena) or unusable: stop here.
+                return;
+            }
+            let mut b = [0u8; 16];
+            let _ = self.store(p, &b);
+            let _ = self.load(p, &mut b);
+            let _ = self.probe_page(p);
+            let _ = mm(libc::SYS_mprotect, [p + PAGE_SIZE, PAGE_SIZE, 0]);
+            let _ = self.probe_page(p + PAGE_SIZE);
+            let _ = self.store(p + PAGE_SIZE, &b);
+            let _ = self.load(p + PAGE_SIZE, &mut b);
+            let _ = mm(libc::SYS_madvise, [p, len, libc::MADV_DONTNEED as u64]);
+            let _ = mm(libc::SYS_mlock, [p, PAGE_SIZE, 0]);
+            let _ = mm(libc::SYS_munlock, [p, PAGE_SIZE, 0]);
+            let _ = mm(libc::SYS_munmap, [p, len, 0]);
+        }
+        let _ = self.stream_file(c"/proc/self/maps", STREAM_MAIN, false);
+        let _ = self.stream_file(c"/proc/self/smaps_rollup", STREAM_ROLLUP, false);
+        let _ = self.stream_file(c"/proc/self/smaps", STREAM_SMAPS, false);
+        let _ = sys::minflt();
+    }
+
+    /// `MADV_POPULATE_READ` every read-only file mapping (program text, rodata, libraries): fork
+    /// does not copy their page tables, so the child would otherwise fault on code it runs for
+    /// the first time.
+    fn populate_file_mappings(&mut self) {
+        let Ok(fd) = sys::open(c"/proc/self/maps", libc::O_RDONLY) else {
+            return;
+        };
+        let mut have = 0;
+        loop {
+            let n = match sys::read(fd, &mut self.buf[have..]) {
+                Ok(n) => n,
+                Err(libc::EINTR) => continue,
+                Err(_) => 0,
+            };
+            let eof = n == 0;
+            have += n;
+            let mut start = 0;
+            while let Some(pos) = self.buf[start..have].iter().position(|&b| b == b'\n') {
+                populate_line(&self.buf[start..start + pos]);
+                start += pos + 1;
+            }
+            if eof {
+                if start < have {
+                    populate_line(&self.buf[start..have]);
+                }
+                break;
+            }
+            self.buf.copy_within(start..have, 0);
+            have -= start;
+            if have == self.buf.len() {
+                have = 0; // an absurdly long line: skip it
+            }
+        }
+        sys::close(fd);
+    }
+}
+
+/// An arena memory-management call with three arguments.
+fn mm(nr: libc::c_long, a: [u64; 3]) -> Result<u64, i32> {
+    // SAFETY: the addresses come from a test op and name the arena, where no Rust object of this
+    // child lives. Ops aimed elsewhere are documented as undefined: they can only damage this
+    // disposable process, whose death the parent reports as a backend failure.
+    unsafe { sys::syscall6(nr, [a[0], a[1], a[2], 0, 0, 0]) }
+}
+
+/// COW-break the next 64 KiB of stack below the current frame.
+#[inline(never)]
+fn touch_stack() {
+    let mut a = [0u8; 64 * 1024];
+    for i in (0..a.len()).step_by(PAGE) {
+        a[i] = 1;
+    }
+    std::hint::black_box(&mut a);
+}
+
+fn hex(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 16 {
+        return None;
+    }
+    let mut v = 0u64;
+    for &b in s {
+        let d = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            b'A'..=b'F' => b - b'A' + 10,
+            _ => return None,
+        };
+        v = (v << 4) | u64::from(d);
+    }
+    Some(v)
+}
+
+/// Populate one maps line's VMA if it is a non-writable file mapping.
+fn populate_line(line: &[u8]) {
+    let Some(dash) = line.iter().position(|&b| b == b'-') else {
+        return;
+    };
+    let Some(sp) = line.iter().position(|&b| b == b' ') else {
+        return;
+    };
+    if dash >= sp || line.len() < sp + 5 {
+        return;
+    }
+    let perms = &line[sp + 1..sp + 5];
+    let file_backed = line.contains(&b'/');
+    if !file_backed || perms[0] != b'r' || perms[1] == b'w' {
+        return;
+    }
+    let (Some(start), Some(end)) = (hex(&line[..dash]), hex(&line[dash + 1..sp])) else {
+        return;
+    };
+    // Bound the work: code and rodata are small; anything huge is somebody's data file.
+    if end > start && end - start <= 256 << 20 && (end <= ARENA_BASE || start >= ARENA_END) {
+        let _ = mm(
+            libc::SYS_madvise,
+            [start, end - start, libc::MADV_POPULATE_READ as u64],
+        );
+    }
+}

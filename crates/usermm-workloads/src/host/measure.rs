@@ -1,0 +1,338 @@
+//! Host-kernel measurement workloads, the real-kernel side of the engine's fault-rate and
+//! free-rate numbers.
+//!
+//! Each workload runs in a freshly forked, single-threaded child so that the timings do not
+//! include TLB shootdowns to the other threads of the (multi-threaded) calling process, and so
+//! that its faults are the only ones `getrusage` sees. The child works on memory it maps itself
+//! (no arena), only issues raw system calls, and hands back a fixed array of `u64`s through a
+//! pipe. Nothing here asserts a time; callers compare ratios.
+
+use super::sys;
+use super::{child_field_kb, ChildProc, HostError};
+use crate::ops::{HPAGE_SIZE, PAGE_SIZE};
+use serde::{Deserialize, Serialize};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+/// Longest a measurement child may run.
+const MEASURE_TIMEOUT: Duration = Duration::from_secs(600);
+/// Most `u64` results a child can return.
+const MAX_WORDS: usize = 32;
+
+/// Result of [`host_touch_and_munmap`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostFreeResult {
+    /// Bytes mapped (the request rounded up to whole pages).
+    pub size: u64,
+    /// THP was allowed (`MADV_HUGEPAGE` on a 2 MiB-aligned range) rather than refused
+    /// (`MADV_NOHUGEPAGE`).
+    pub thp: bool,
+    /// 4 KiB pages touched.
+    pub pages: u64,
+    /// Minor faults taken while touching.
+    pub faults: u64,
+    /// Nanoseconds to write one byte per 4 KiB page (faults included).
+    pub populate_ns: u64,
+    /// Nanoseconds for the `munmap` of the whole range.
+    pub munmap_ns: u64,
+    /// Growth of the process's `AnonHugePages` while populated, in kB.
+    pub anon_huge_kb: u64,
+}
+
+impl HostFreeResult {
+    /// Populate cost per 4 KiB page.
+    pub fn populate_ns_per_page(&self) -> f64 {
+        self.populate_ns as f64 / self.pages.max(1) as f64
+    }
+
+    /// munmap cost per 4 KiB page.
+    pub fn munmap_ns_per_page(&self) -> f64 {
+        self.munmap_ns as f64 / self.pages.max(1) as f64
+    }
+}
+
+/// Result of [`host_usemem_readonly`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostUsememResult {
+    /// Bytes mapped (rounded up to whole pages).
+    pub size: u64,
+    /// Distance between reads (clamped to ≥ 8, as usemem does).
+    pub step: u64,
+    /// 8-byte reads done.
+    pub accesses: u64,
+    /// Minor faults taken by the walk.
+    pub faults: u64,
+    /// Nanoseconds for the walk.
+    pub ns: u64,
+    /// Change of the process's `Anonymous` memory (`/proc/self/smaps_rollup`, an exact page-table
+    /// walk) over the walk, in kB: ≈ 0, since zero pages are not counted (the child's own stack
+    /// may add a page or two).
+    pub anon_rss_delta_kb: i64,
+}
+
+/// Fork a single-threaded child that runs `work` and returns its words.
+///
+/// # Safety
+/// `work` runs in a child forked from a possibly multi-threaded process and must be
+/// async-signal-safe: raw system calls, no allocation, no locks, no stdio, no panics.
+unsafe fn run_forked<const N: usize, F: FnOnce() -> [u64; N]>(
+    work: F,
+) -> Result<[u64; N], HostError> {
+    const { assert!(N <= MAX_WORDS) };
+    let (r, w) = sys::pipe().map_err(|errno| HostError::Sys {
+        what: "pipe",
+        errno,
+    })?;
+    // SAFETY: both fds were just returned by pipe2 and are owned by nobody else.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(r), OwnedFd::from_raw_fd(w)) };
+    let wfd = w.as_raw_fd();
+    // SAFETY: the closure only closes fds, runs `work` (async-signal-safe by our caller's
+    // contract), encodes into a stack array and writes it to a pipe before `_exit`.
+    let mut proc = unsafe {
+        ChildProc::fork(move || {
+            let keep = wfd as u32;
+            if keep > 3 {
+                sys::close_range(3, keep - 1);
+            }
+            sys::close_range(keep + 1, u32::MAX);
+            let out = work();
+            let mut bytes = [0u8; MAX_WORDS * 8];
+            for (i, v) in out.iter().enumerate() {
+                bytes[8 * i..8 * i + 8].copy_from_slice(&v.to_ne_bytes());
+            }
+            let _ = sys::write(wfd, &bytes[..N * 8]);
+            sys::exit_now(0)
+        })?
+    };
+    drop(w);
+    let deadline = Instant::now() + MEASURE_TIMEOUT;
+    let mut bytes = [0u8; MAX_WORDS * 8];
+    let mut have = 0;
+    while have < N * 8 {
+        proc.wait_fd(r.as_raw_fd(), libc::POLLIN, deadline)
+            .map_err(HostError::Child)?;
+        match sys::read(r.as_raw_fd(), &mut bytes[have..N * 8]) {
+            Ok(0) => return Err(HostError::Child(proc.reap_after_eof())),
+            Ok(n) => have += n,
+            Err(libc::EINTR) => {}
+            Err(errno) => {
+                return Err(HostError::Sys {
+                    what: "read from measurement child",
+                    errno,
+                })
+            }
+        }
+    }
+    let _ = proc.reap_after_eof();
+    let mut out = [0u64; N];
+    for (i, o) in out.iter_mut().enumerate() {
+        let mut w8 = [0u8; 8];
+        w8.copy_from_slice(&bytes[8 * i..8 * i + 8]);
+        *o = u64::from_ne_bytes(w8);
+    }
+    Ok(out)
+}
+
+/// mmap a private anonymous range of `len` bytes; 2 MiB-aligned if `align`. Child-safe.
+fn map_anon(len: u64, prot: i32, align: bool) -> Result<u64, i32> {
+    let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as u64;
+    let total = if align { len + HPAGE_SIZE } else { len };
+    // SAFETY: a non-fixed mapping never replaces existing memory.
+    let p = unsafe { sys::syscall6(libc::SYS_mmap, [0, total, prot as u64, flags, u64::MAX, 0]) }?;
+    if !align {
+        return Ok(p);
+    }
+    let start = p.next_multiple_of(HPAGE_SIZE);
+    if start > p {
+        // SAFETY: trims the head of the mapping just created, which nothing uses.
+        let _ = unsafe { sys::syscall6(libc::SYS_munmap, [p, start - p, 0, 0, 0, 0]) };
+    }
+    let tail = p + total - (start + len);
+    if tail > 0 {
+        // SAFETY: trims the tail of the mapping just created, which nothing uses.
+        let _ = unsafe { sys::syscall6(libc::SYS_munmap, [start + len, tail, 0, 0, 0, 0]) };
+    }
+    Ok(start)
+}
+
+fn madvise(p: u64, len: u64, advice: i32) {
+    // SAFETY: advice on a mapping this child created; no Rust object lives there.
+    let _ = unsafe { sys::syscall6(libc::SYS_madvise, [p, len, advice as u64, 0, 0, 0]) };
+}
+
+fn munmap(p: u64, len: u64) {
+    // SAFETY: unmaps a mapping this child created; no Rust object lives there.
+    let _ = unsafe { sys::syscall6(libc::SYS_munmap, [p, len, 0, 0, 0, 0]) };
+}
+
+fn rollup_kb(key: &[u8]) -> u64 {
+    let mut buf = [0u8; 4096];
+    child_field_kb(c"/proc/self/smaps_rollup", key, &mut buf)
+}
+
+fn check_size(size: u64) -> Result<u64, HostError> {
+    match size.checked_next_multiple_of(PAGE_SIZE) {
+        Some(len) if len > 0 && len <= 1 << 46 => Ok(len),
+        _ => Err(HostError::Sys {
+            what: "size check",
+            errno: libc::EINVAL,
+        }),
+    }
+}
+
+/// mmap `size` bytes of private anonymous memory (`MADV_NOHUGEPAGE` unless `thp`, in which case
+/// the range is 2 MiB-aligned and `MADV_HUGEPAGE`), write one byte per 4 KiB page, then time the
+/// munmap.
+pub fn host_touch_and_munmap(size: u64, thp: bool) -> Result<HostFreeResult, HostError> {
+    let len = check_size(size)?;
+    let work = move || -> [u64; 6] {
+        let p = match map_anon(len, libc::PROT_READ | libc::PROT_WRITE, thp) {
+            Ok(p) => p,
+            Err(e) => return [e as u64, 0, 0, 0, 0, 0],
+        };
+        madvise(
+            p,
+            len,
+            if thp {
+                libc::MADV_HUGEPAGE
+            } else {
+                libc::MADV_NOHUGEPAGE
+            },
+        );
+        let thp0 = rollup_kb(b"AnonHugePages:");
+        let f0 = sys::minflt();
+        let t0 = Instant::now();
+        let mut off = 0;
+        while off < len {
+            // SAFETY: p..p+len is a private read-write mapping owned by this child alone.
+            unsafe { std::ptr::write_volatile((p + off) as usize as *mut u8, 1) };
+            off += PAGE_SIZE;
+        }
+        let populate = t0.elapsed().as_nanos() as u64;
+        let faults = sys::minflt() - f0;
+        let thp1 = rollup_kb(b"AnonHugePages:");
+        let t1 = Instant::now();
+        munmap(p, len);
+        let unmap = t1.elapsed().as_nanos() as u64;
+        [0, faults, populate, unmap, thp1.saturating_sub(thp0), 0]
+    };
+    // SAFETY: `work` only issues raw system calls, volatile stores into its own fresh mapping,
+    // reads the clock (vDSO) and reads a /proc file into a stack buffer.
+    let w = unsafe { run_forked(work)? };
+    if w[0] != 0 {
+        return Err(HostError::Sys {
+            what: "mmap in measurement child",
+            errno: w[0] as i32,
+        });
+    }
+    Ok(HostFreeResult {
+        size: len,
+        thp,
+        pages: len / PAGE_SIZE,
+        faults: w[1],
+        populate_ns: w[2],
+        munmap_ns: w[3],
+        anon_huge_kb: w[4],
+    })
+}
+
+/// usemem `--readonly` on the host: mmap `size` bytes of private anonymous memory read-only
+/// (2 MiB-aligned, `MADV_HUGEPAGE`), read one 8-byte word every `step` bytes, and report the
+/// minor faults and the time of the walk. On untouched anonymous memory this is a pure zero-page
+/// (or huge-zero-page) fault workload.
+pub fn host_usemem_readonly(size: u64, step: u64) -> Result<HostUsememResult, HostError> {
+    let len = check_size(size)?;
+    let step = step.max(8);
+    let work = move || -> [u64; 6] {
+        let p = match map_anon(len, libc::PROT_READ, true) {
+            Ok(p) => p,
+            Err(e) => return [e as u64, 0, 0, 0, 0, 0],
+        };
+        madvise(p, len, libc::MADV_HUGEPAGE);
+        let rss0 = rollup_kb(b"Anonymous:");
+        let f0 = sys::minflt();
+        let t0 = Instant::now();
+        let mut sum = 0u64;
+        let mut n = 0u64;
+        let mut off = 0;
+        while off + 8 <= len {
+            // SAFETY: p..p+len is a readable private mapping owned by this child alone;
+            // off + 8 <= len and off is 8-aligned when step is (usemem's words).
+            let v = unsafe { std::ptr::read_volatile((p + off) as usize as *const u64) };
+            sum = sum.wrapping_add(v);
+            n += 1;
+            off += step;
+        }
+        let ns = t0.elapsed().as_nanos() as u64;
+        let faults = sys::minflt() - f0;
+        let rss1 = rollup_kb(b"Anonymous:");
+        std::hint::black_box(sum);
+        munmap(p, len);
+        [0, n, faults, ns, rss0, rss1]
+    };
+    // SAFETY: `work` only issues raw system calls, volatile loads from its own fresh mapping,
+    // reads the clock (vDSO) and reads a /proc file into a stack buffer.
+    let w = unsafe { run_forked(work)? };
+    if w[0] != 0 {
+        return Err(HostError::Sys {
+            what: "mmap in measurement child",
+            errno: w[0] as i32,
+        });
+    }
+    Ok(HostUsememResult {
+        size: len,
+        step,
+        accesses: w[1],
+        faults: w[2],
+        ns: w[3],
+        anon_rss_delta_kb: w[5] as i64 - w[4] as i64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SIZE: u64 = 64 << 20;
+
+    #[test]
+    fn host_touch_and_munmap_small() {
+        let r = host_touch_and_munmap(SIZE, false).unwrap();
+        assert_eq!(r.pages, SIZE / PAGE_SIZE);
+        // One fault per page without THP (a handful of extra faults from the child itself).
+        assert!(r.faults >= r.pages && r.faults < r.pages + 64, "{r:?}");
+        assert_eq!(r.anon_huge_kb, 0, "{r:?}");
+        assert!(r.populate_ns > 0 && r.munmap_ns > 0);
+        serde_json::to_string(&r).unwrap();
+
+        let t = host_touch_and_munmap(SIZE, true).unwrap();
+        assert!(
+            t.faults >= SIZE / HPAGE_SIZE && t.faults <= t.pages + 64,
+            "{t:?}"
+        );
+        if super::super::facts().thp_enabled != "never" && t.anon_huge_kb > 0 {
+            // THP worked: far fewer faults than pages.
+            assert!(t.faults < t.pages / 4, "{t:?}");
+        }
+    }
+
+    #[test]
+    fn host_usemem_readonly_small() {
+        let r = host_usemem_readonly(SIZE, 4096).unwrap();
+        assert_eq!(r.accesses, SIZE / 4096);
+        assert!(
+            r.faults >= SIZE / HPAGE_SIZE && r.faults <= r.accesses + 64,
+            "{r:?}"
+        );
+        // Zero pages are not counted in Rss (a few kB of the child's own stack may be).
+        assert!(r.anon_rss_delta_kb < 64, "{r:?}");
+        let r8 = host_usemem_readonly(1 << 20, 0).unwrap();
+        assert_eq!(r8.step, 8);
+        assert_eq!(r8.accesses, (1 << 20) / 8);
+    }
+
+    #[test]
+    fn host_measure_rejects_zero_size() {
+        assert!(host_touch_and_munmap(0, false).is_err());
+    }
+}
