@@ -13,6 +13,7 @@ use crate::addr::{Pfn, PAGE_SIZE};
 use crate::huge_memory::HugeZeroPage;
 use crate::mm::mmap::MunmapPolicy;
 use crate::mm::mmu_gather::GatherPolicy;
+use crate::pcpu::PcpuAllocator;
 use crate::config::{ConfigError, MachineConfig};
 use crate::cpu::{CpuId, Cpus};
 use crate::page_alloc::{meta::PG_RESERVED, Gfp, PhysMem};
@@ -58,6 +59,8 @@ pub struct Machine {
     munmap: MunmapPolicy,
     tlb_flush_cost_ns: u64,
     next_mm_id: AtomicU64,
+    /// The percpu allocator (`mm/percpu.c`): first and reserved chunks built at boot.
+    pcpu: Arc<PcpuAllocator>,
 }
 
 impl Machine {
@@ -90,6 +93,11 @@ impl Machine {
             stack_veto: config.munmap.stack_veto,
         };
         let tlb_flush_cost_ns = config.tlb.flush_cost_ns;
+        let pcpu = Arc::new(
+            PcpuAllocator::new(&config.pcpu, cpus.clone(), Arc::clone(&phys)).map_err(|e| {
+                MachineError::Config(ConfigError(format!("percpu first chunk: {e}")))
+            })?,
+        );
         Ok(Arc::new(Machine {
             config,
             cpus,
@@ -101,6 +109,7 @@ impl Machine {
             munmap,
             tlb_flush_cost_ns,
             next_mm_id: AtomicU64::new(1),
+            pcpu,
         }))
     }
 
@@ -137,6 +146,11 @@ impl Machine {
     #[doc(alias = "ZERO_PAGE")]
     pub fn zero_pfn(&self) -> Pfn {
         self.zero_pfn
+    }
+
+    /// The percpu allocator.
+    pub fn pcpu(&self) -> &Arc<PcpuAllocator> {
+        &self.pcpu
     }
 
     pub fn huge_zero(&self) -> &HugeZeroPage {
@@ -189,7 +203,7 @@ impl Machine {
             mlocked: kb(self.stat.get(VmItem::NrMlock)),
             anon_pages: kb(self.stat.get(VmItem::NrAnonPages)),
             page_tables: kb(self.stat.get(VmItem::NrPageTablePages)),
-            percpu: 0,
+            percpu: self.pcpu.percpu_kb(),
             anon_huge_pages: kb(self.stat.get(VmItem::NrAnonTransparentHugepages) * 512),
             huge_pages_total: self.phys.hugetlb_total(),
             huge_pages_free: self.phys.hugetlb_free(),
@@ -200,6 +214,7 @@ impl Machine {
 
     /// Every machine-wide invariant (physical memory for now).
     pub fn validate(&self) -> Result<(), String> {
+        self.pcpu.validate()?;
         self.phys.validate().map(|_| ())
     }
 }

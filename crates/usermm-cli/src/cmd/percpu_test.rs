@@ -5,6 +5,11 @@ use anyhow::anyhow;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
+use usermm::MachineConfig;
+use usermm::memcg::RecipeEra;
+use usermm_workloads::percpu_test::{self, PercpuAbResult, PercpuTestOpts};
+
+use crate::report::Table;
 use crate::args::{EngineArgs, GlobalArgs};
 
 /// `--cgroups NxM`: N parent cgroups, each with M children (the seed: 1000x10 = 11 000 cgroups,
@@ -69,9 +74,67 @@ pub struct PercpuTestArgs {
     pub engine: EngineArgs,
 }
 
+impl PercpuTestArgs {
+    /// The workload's options: the seed's script with this shape, recipe and CPU count.
+    pub fn opts(&self) -> PercpuTestOpts {
+        PercpuTestOpts {
+            parents: self.cgroups.parents as usize,
+            children: self.cgroups.children as usize,
+            cpus: self.engine.cpus,
+            recipe: match self.recipe {
+                Recipe::V2021 => RecipeEra::V2021,
+                Recipe::Modern => RecipeEra::Modern,
+            },
+            ..PercpuTestOpts::default()
+        }
+    }
+}
+
+/// The seed's three rows both ways, beside ours, with the ideal and the ratio.
+pub fn table(r: &PercpuAbResult) -> Table {
+    let mut t = Table::new(
+        "Percpu (kB) — 1000 cg_i each followed by 10 cg_i_j; every cg_i_j removed; settle",
+        ["", "seed vanilla", "seed patched", "usermm vanilla", "usermm patched", "ideal"],
+    );
+    let sv = r.seed_vanilla_kb;
+    let sp = r.seed_patched_kb;
+    let (v, p) = (&r.vanilla.rows, &r.patched.rows);
+    let rows = [
+        ("at start", sv[0], sp[0], v.start_kb, p.start_kb, String::new()),
+        ("after creating", sv[1], sp[1], v.after_create_kb, p.after_create_kb, String::new()),
+        (
+            "after deleting",
+            sv[2],
+            sp[2],
+            v.after_delete_kb,
+            p.after_delete_kb,
+            r.vanilla.ideal_after_delete_kb.to_string(),
+        ),
+    ];
+    for (label, a, b, c, d, ideal) in rows {
+        t.push_row([label.to_string(), a.to_string(), b.to_string(), c.to_string(), d.to_string(), ideal]);
+    }
+    t.push_row([
+        "vanilla / patched after deleting".to_string(),
+        format!("{:.2}", sv[2] as f64 / sp[2] as f64),
+        String::new(),
+        format!("{:.2}", r.ratio_after_delete),
+        String::new(),
+        String::new(),
+    ]);
+    t
+}
+
 pub fn run(args: &PercpuTestArgs, g: &GlobalArgs) -> anyhow::Result<()> {
-    let _ = (args, g);
-    Err(anyhow!("percpu-test is not built yet"))
+    let cfg = args.engine.to_config(MachineConfig::default())?;
+    let r = percpu_test::run_ab(&args.opts(), &cfg).map_err(|e| anyhow!("percpu-test: {e}"))?;
+    super::emit(g, &r, |r| {
+        format!(
+            "{}\nvanilla after deleting / after creating: {:.3} (seed 1.000)\n",
+            table(r).render_text(),
+            r.vanilla_plateau
+        )
+    })
 }
 
 #[cfg(test)]

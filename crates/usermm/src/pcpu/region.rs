@@ -1,0 +1,131 @@
+//! Host memory behind a chunk: the emulated `vmalloc` area of `pcpu_get_vm_areas`.
+//!
+//! Each dynamic chunk owns one anonymous private host mapping of `unit_size × nr_units` bytes,
+//! made with `MAP_NORESERVE`: unit `u` is the byte range `[u × unit_size, (u + 1) × unit_size)`,
+//! so the copies of one allocation in different units are different host pages, as different
+//! CPUs' copies are different physical pages in the kernel. The first and reserved chunks share
+//! one such region (the boot area). Populating a page index allocates emulated frames (that is
+//! the accounting); the host supplies the bytes on first touch. Depopulating discards the page
+//! of every unit with `MADV_DONTNEED`, so the host memory really goes back and the next touch
+//! reads zeros.
+//!
+//! This is the only file of `pcpu` with `unsafe`. The rules it keeps:
+//! 1. Every access to the bytes is through `AtomicU8` (`&[AtomicU8]` views), so a holder of a
+//!    stale [`super::PcpuSlice`] racing with the allocator's zeroing or with another CPU's
+//!    writes is defined behaviour, as on hardware.
+//! 2. Every view is bounds-checked against the mapping before a pointer is formed, and borrows
+//!    the region, which is kept alive by `Arc` as long as any view or chunk refers to it.
+//! 3. `MADV_DONTNEED` keeps the range mapped; it only replaces its contents with zeros, which
+//!    to the atomics above is indistinguishable from another thread storing zeros.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+
+use crate::addr::PAGE_SIZE;
+
+/// One anonymous host mapping, unmapped on drop.
+#[derive(Debug)]
+pub struct PcpuRegion {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value and every access to it is atomic
+// (rule 1), so the handle may move between threads.
+unsafe impl Send for PcpuRegion {}
+// SAFETY: shared access is through `&[AtomicU8]` only (rule 1).
+unsafe impl Sync for PcpuRegion {}
+
+impl PcpuRegion {
+    /// Reserve `len` bytes (a multiple of the page size) of zero-filled host memory.
+    pub(crate) fn new(len: usize) -> std::io::Result<Self> {
+        assert!(
+            len > 0 && len % PAGE_SIZE as usize == 0,
+            "region of {len} bytes"
+        );
+        // SAFETY: an anonymous mapping with a null hint has no preconditions; the result is
+        // checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `p..p+len` is the mapping just made; madvise only changes advice. No host
+        // huge pages, so discarding one 4 KiB page really returns its memory.
+        unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };
+        let base = NonNull::new(p.cast::<u8>()).ok_or_else(std::io::Error::last_os_error)?;
+        Ok(Self { base, len })
+    }
+
+    /// The bytes `[start, start + len)` as atomics.
+    ///
+    /// # Panics
+    /// If the range is not inside the region.
+    pub(crate) fn bytes(&self, start: usize, len: usize) -> &[AtomicU8] {
+        let end = start.checked_add(len).expect("range overflows");
+        assert!(
+            end <= self.len,
+            "bytes {start}..{end} beyond a region of {}",
+            self.len
+        );
+        // SAFETY: the range is inside the mapping (checked), which lives as long as `&self`;
+        // `AtomicU8` has alignment 1 and is valid for any initialised byte (anonymous memory is
+        // zero-filled); all access is atomic (rule 1), so shared views may alias.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(start).cast::<AtomicU8>(), len) }
+    }
+
+    /// Give the page-aligned range `[start, start + len)` back to the host (`MADV_DONTNEED`).
+    pub(crate) fn discard(&self, start: usize, len: usize) {
+        let end = start.checked_add(len).expect("range overflows");
+        assert!(
+            end <= self.len,
+            "discard {start}..{end} beyond a region of {}",
+            self.len
+        );
+        assert!(start % PAGE_SIZE as usize == 0 && len % PAGE_SIZE as usize == 0);
+        if len == 0 {
+            return;
+        }
+        // SAFETY: the page-aligned range is inside our mapping (checked). DONTNEED keeps it
+        // mapped and makes it read as zeros (rule 3); no non-atomic reference into it exists.
+        let rc = unsafe {
+            libc::madvise(
+                self.base.as_ptr().add(start).cast(),
+                len,
+                libc::MADV_DONTNEED,
+            )
+        };
+        debug_assert_eq!(
+            rc,
+            0,
+            "madvise(DONTNEED) failed: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// Zero `[start, start + len)`, storing only into bytes that are not zero already, so that
+    /// never-written host pages stay uncommitted (the result is the kernel's `memset`).
+    pub(crate) fn zero(&self, start: usize, len: usize) {
+        for b in self.bytes(start, len) {
+            if b.load(Relaxed) != 0 {
+                b.store(0, Relaxed);
+            }
+        }
+    }
+}
+
+impl Drop for PcpuRegion {
+    fn drop(&mut self) {
+        // SAFETY: `base..base+len` is our own mapping; every view borrows `&self` and every
+        // owner holds the `Arc`, so none outlives this drop.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}

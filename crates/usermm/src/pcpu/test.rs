@@ -1,0 +1,436 @@
+//! Unit tests of the percpu allocator. Every test ends with `validate()`.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::config::MachineConfig;
+use crate::page_alloc::meta::PG_PERCPU;
+use crate::Machine;
+
+mod test_utils {
+    use super::*;
+
+    /// A small machine: 4 CPUs, 64 MiB, 64 KiB units (16 pages) with 16 KiB static and 4 KiB
+    /// reserved.
+    #[track_caller]
+    pub fn machine(depopulate: bool) -> (Arc<Machine>, PcpuAllocator) {
+        let mut cfg = MachineConfig {
+            mem: 64 << 20,
+            cpus: 4,
+            ..Default::default()
+        };
+        cfg.pcpu.unit_size = 64 << 10;
+        cfg.pcpu.static_size = 16 << 10;
+        cfg.pcpu.reserved_size = 4 << 10;
+        cfg.pcpu.depopulate = depopulate;
+        let m = Machine::new(cfg.clone()).unwrap();
+        let p = PcpuAllocator::new(&cfg.pcpu, m.cpus().clone(), m.phys_arc()).unwrap();
+        p.validate().unwrap();
+        (m, p)
+    }
+
+    pub const C0: CpuId = CpuId(0);
+    pub const C1: CpuId = CpuId(1);
+
+    /// Allocate `n` objects of `size` bytes (align 8).
+    #[track_caller]
+    pub fn fill(p: &PcpuAllocator, n: usize, size: usize) -> Vec<PcpuPtr> {
+        (0..n).map(|_| p.alloc(C0, size, 8).unwrap()).collect()
+    }
+
+    /// Pages per unit that `stats` says chunk `id` has populated.
+    pub fn populated(p: &PcpuAllocator, id: u32) -> u32 {
+        p.stats()
+            .chunks
+            .iter()
+            .find(|c| c.id == id)
+            .map_or(0, |c| c.nr_populated)
+    }
+}
+
+use test_utils::*;
+
+mod geometry {
+    use super::*;
+
+    #[test]
+    fn boot_area_is_populated_and_counted() {
+        let (m, p) = machine(false);
+        assert_eq!(p.nr_units(), 4);
+        assert_eq!(p.percpu_kb(), 4 * 64, "Percpu: = units × unit size at boot");
+        let s = p.stats();
+        assert_eq!(s.chunks.len(), 2);
+        let first = s
+            .chunks
+            .iter()
+            .find(|c| c.kind == ChunkKind::First)
+            .unwrap();
+        let reserved = s
+            .chunks
+            .iter()
+            .find(|c| c.kind == ChunkKind::Reserved)
+            .unwrap();
+        assert_eq!(first.free_bytes, (64 - 20) << 10);
+        assert_eq!(reserved.free_bytes, 4 << 10);
+        assert_eq!(reserved.slot, None, "the reserved chunk is on no list");
+        assert_eq!(first.nr_populated, first.nr_pages);
+        // 16 pages × 4 units of frames left MemFree, flagged PG_percpu.
+        let percpu_frames = (0..m.phys().nr_frames())
+            .filter(|&f| m.phys().meta(crate::addr::Pfn(f)).test(PG_PERCPU))
+            .count();
+        assert_eq!(percpu_frames, 16 * 4);
+        p.validate().unwrap();
+    }
+
+    #[test]
+    fn dropping_the_allocator_gives_every_frame_back() {
+        let (m, p) = machine(true);
+        let before = m.phys().nr_free_pages() + m.phys().nr_pcp_pages();
+        let ptrs = fill(&p, 100, 1000);
+        assert!(m.phys().nr_free_pages() + m.phys().nr_pcp_pages() < before);
+        drop(ptrs);
+        drop(p);
+        let after = m.phys().nr_free_pages() + m.phys().nr_pcp_pages();
+        assert_eq!(after, before + 16 * 4, "boot frames come back too");
+        m.validate().unwrap();
+    }
+
+    #[test]
+    fn illegal_requests_are_errors() {
+        let (_m, p) = machine(false);
+        assert_eq!(p.alloc(C0, 0, 8), Err(PcpuError::InvalidSize { size: 0 }));
+        assert!(matches!(
+            p.alloc(C0, (32 << 10) + 1, 8),
+            Err(PcpuError::InvalidSize { .. })
+        ));
+        assert!(
+            p.alloc(C0, 32 << 10, 8).is_ok(),
+            "32 KiB is the largest request"
+        );
+        assert!(
+            p.alloc(C0, 8, 3).is_ok(),
+            "alignments below 4 are raised to 4, as in the kernel"
+        );
+        assert!(matches!(
+            p.alloc(C0, 8, 24),
+            Err(PcpuError::InvalidAlign { .. })
+        ));
+        assert!(matches!(
+            p.alloc(C0, 8, 8192),
+            Err(PcpuError::InvalidAlign { .. })
+        ));
+        assert_eq!(p.alloc(CpuId(4), 8, 8), Err(PcpuError::BadCpu));
+        let a = p.alloc(C0, 1, 1).unwrap();
+        assert_eq!(a.size(), 4, "sizes round up to the 4-byte granule");
+        p.free(C0, a).unwrap();
+        assert_eq!(p.free(C0, a), Err(PcpuError::BadPointer), "double free");
+        p.validate().unwrap();
+    }
+}
+
+mod alloc_free {
+    use super::*;
+
+    #[test]
+    fn alignment_is_honoured_in_every_unit() {
+        let (_m, p) = machine(false);
+        for align in [4, 8, 16, 64, 256, 4096] {
+            let _pad = p.alloc(C0, 4, 4).unwrap();
+            let a = p.alloc(C0, 24, align).unwrap();
+            // Chunk offsets of dynamic chunks and of the first chunk are unit-relative up to a
+            // page-aligned base, so alignment ≤ PAGE_SIZE carries over.
+            assert_eq!(a.chunk_offset() as usize % align, 0, "align {align}");
+        }
+        p.validate().unwrap();
+    }
+
+    #[test]
+    fn units_are_separate_writable_memory_and_allocations_are_zeroed() {
+        let (_m, p) = machine(false);
+        let a = p.alloc(C0, 64, 8).unwrap();
+        for cpu in 0..4u16 {
+            p.write(a, CpuId(cpu), 0, &[cpu as u8 + 1; 64]).unwrap();
+        }
+        for cpu in 0..4u16 {
+            let mut buf = [0u8; 64];
+            p.read(a, CpuId(cpu), 0, &mut buf).unwrap();
+            assert_eq!(buf, [cpu as u8 + 1; 64], "cpu {cpu} sees only its own copy");
+        }
+        let slice = p.per_cpu_ptr(a, C1).unwrap();
+        assert_eq!(slice.len(), 64);
+        assert_eq!(slice[0].load(std::sync::atomic::Ordering::Relaxed), 2);
+        // Free and reallocate: the same offset comes back, zeroed in every unit.
+        let off = a.chunk_offset();
+        p.free(C0, a).unwrap();
+        assert_eq!(p.per_cpu_ptr(a, C0).unwrap_err(), PcpuError::BadPointer);
+        let b = p.alloc(C0, 64, 8).unwrap();
+        assert_eq!((b.chunk_id(), b.chunk_offset()), (a.chunk_id(), off));
+        for cpu in 0..4u16 {
+            let mut buf = [0xffu8; 64];
+            p.read(b, CpuId(cpu), 0, &mut buf).unwrap();
+            assert_eq!(buf, [0; 64]);
+        }
+        assert!(
+            p.write(b, C0, 60, &[0; 8]).is_err(),
+            "writes stay inside the allocation"
+        );
+        p.validate().unwrap();
+    }
+
+    #[test]
+    fn reserved_requests_use_the_reserved_chunk_only() {
+        let (_m, p) = machine(false);
+        let r = p.alloc_reserved(C0, 1024, 8).unwrap();
+        let reserved = p
+            .stats()
+            .chunks
+            .into_iter()
+            .find(|c| c.kind == ChunkKind::Reserved)
+            .unwrap();
+        assert_eq!(r.chunk_id(), reserved.id);
+        let more: Vec<_> = (0..3)
+            .map(|_| p.alloc_reserved(C0, 1024, 8).unwrap())
+            .collect();
+        assert_eq!(
+            p.alloc_reserved(C0, 4, 4),
+            Err(PcpuError::NoMem),
+            "4 KiB reserved, all used"
+        );
+        p.write(r, CpuId(3), 0, b"module").unwrap();
+        p.free(C0, more[0]).unwrap();
+        assert!(p.alloc_reserved(C0, 1024, 8).is_ok());
+        p.validate().unwrap();
+    }
+
+    #[test]
+    fn dynamic_chunks_are_created_and_populated_on_demand() {
+        let (_m, p) = machine(false);
+        let boot_kb = p.percpu_kb();
+        // The first chunk has 44 KiB; this fills it and spills into a new chunk.
+        let ptrs = fill(&p, 12, 4096);
+        p.flush();
+        let s = p.stats();
+        assert!(s.counters.chunks_created >= 1);
+        let dynamic: Vec<_> = s
+            .chunks
+            .iter()
+            .filter(|c| c.kind == ChunkKind::Dynamic)
+            .collect();
+        assert!(!dynamic.is_empty());
+        // Only the touched pages (plus the balance reserve) are populated, in all 4 units.
+        let pop: u64 = dynamic.iter().map(|c| c.nr_populated as u64).sum();
+        assert_eq!(p.percpu_kb(), boot_kb + pop * 4 * 4);
+        assert!(pop < 16 * dynamic.len() as u64);
+        drop(ptrs);
+        p.validate_settled().unwrap();
+    }
+
+    #[test]
+    fn atomic_requests_only_take_populated_pages() {
+        let (_m, p) = machine(false);
+        // Use up the first chunk so only an unpopulated dynamic chunk could serve.
+        let big = fill(&p, 11, 4096);
+        let _ = p.stats();
+        p.flush();
+        // Soak up every empty populated page with atomic allocations.
+        let mut atomic = Vec::new();
+        while let Ok(a) = p.alloc_gfp(C0, 4096, 4096, PcpuGfp::ATOMIC) {
+            atomic.push(a);
+            assert!(atomic.len() < 1000);
+        }
+        let failures = p.stats().counters.atomic_alloc_failures;
+        assert!(failures >= 1);
+        // The failure scheduled the balance work, which populates HIGH pages.
+        p.flush();
+        assert!(p.nr_empty_pop_pages() >= 4);
+        assert!(p.alloc_gfp(C0, 4096, 4096, PcpuGfp::ATOMIC).is_ok());
+        drop(big);
+        p.validate_settled().unwrap();
+    }
+}
+
+mod depopulation {
+    use super::*;
+
+    /// Fill three dynamic chunks with page-sized objects, then free all but every 8th:
+    /// chunks keep a live object every 8 pages.
+    fn sparse_scenario(p: &PcpuAllocator) -> (Vec<PcpuPtr>, u64) {
+        let ptrs = fill(p, 11 + 48, 4096);
+        p.flush();
+        let full_kb = p.percpu_kb();
+        let mut keep = Vec::new();
+        for (i, a) in ptrs.into_iter().enumerate() {
+            if i < 11 || i % 8 == 0 {
+                keep.push(a);
+            } else {
+                p.free(C0, a).unwrap();
+            }
+        }
+        p.flush();
+        (keep, full_kb)
+    }
+
+    #[test]
+    fn vanilla_keeps_pages_of_partly_used_chunks() {
+        let (_m, p) = machine(false);
+        let (_keep, full_kb) = sparse_scenario(&p);
+        assert_eq!(
+            p.percpu_kb(),
+            full_kb,
+            "pre-5.14: no page goes back while a chunk has a user"
+        );
+        assert_eq!(p.stats().counters.pages_depopulated, 0);
+        p.validate_settled().unwrap();
+    }
+
+    #[test]
+    fn patched_depopulates_empty_pages_from_the_top() {
+        let (_m, p) = machine(true);
+        let (keep, full_kb) = sparse_scenario(&p);
+        let s = p.stats();
+        assert!(s.counters.isolations >= 1);
+        assert!(s.counters.pages_depopulated > 0);
+        assert!(
+            p.percpu_kb() < full_kb,
+            "{} kB not below {full_kb} kB",
+            p.percpu_kb()
+        );
+        assert!(s.counters.tlb_flushes >= 1);
+        // Depopulated chunks are sidelined; the first chunk is untouched.
+        let first = s
+            .chunks
+            .iter()
+            .find(|c| c.kind == ChunkKind::First)
+            .unwrap();
+        assert_eq!(first.nr_populated, first.nr_pages);
+        assert!(s.nr_sidelined >= 1);
+        p.validate_settled().unwrap();
+        // Data in live objects survived depopulation of their neighbours.
+        for a in &keep {
+            p.write(*a, C1, 0, &[7; 16]).unwrap();
+        }
+        // Once the active chunks are full, allocations go to sidelined chunks (before the free
+        // one) and reintegrate them.
+        let s = p.stats();
+        let (reint, sidelined) = (s.counters.reintegrations, s.nr_sidelined);
+        let active_free: u32 = s
+            .chunks
+            .iter()
+            .filter(|c| c.kind == ChunkKind::Dynamic && !c.isolated && c.free_bytes < 64 << 10)
+            .map(|c| c.free_bytes / 4096)
+            .sum();
+        let more = fill(&p, active_free as usize + 1, 4096);
+        let s = p.stats();
+        assert_eq!(s.counters.reintegrations, reint + 1);
+        assert_eq!(s.nr_sidelined, sidelined - 1);
+        drop(more);
+        p.validate_settled().unwrap();
+    }
+
+    #[test]
+    fn fully_free_chunks_are_destroyed_but_one_in_both_policies() {
+        for depop in [false, true] {
+            let (_m, p) = machine(depop);
+            let boot_kb = p.percpu_kb();
+            let ptrs = fill(&p, 11 + 40, 4096);
+            let created = p.stats().counters.chunks_created;
+            assert!(created >= 3);
+            for a in ptrs {
+                p.free(C0, a).unwrap();
+            }
+            p.validate_settled().unwrap();
+            let s = p.stats();
+            assert!(
+                s.nr_free_chunks <= 2,
+                "depopulate={depop}: {} free chunks",
+                s.nr_free_chunks
+            );
+            assert!(s.counters.chunks_destroyed >= created - 1);
+            assert!(p.percpu_kb() <= boot_kb + 2 * 16 * 4 * 4);
+        }
+    }
+
+    #[test]
+    fn boot_chunks_are_never_depopulated_or_isolated() {
+        let (_m, p) = machine(true);
+        // Churn in the first chunk only: it empties completely, repeatedly.
+        for _ in 0..5 {
+            let v = fill(&p, 10, 4096);
+            for a in v {
+                p.free(C0, a).unwrap();
+            }
+            p.flush();
+        }
+        let r = p.alloc_reserved(C0, 512, 8).unwrap();
+        p.free(C0, r).unwrap();
+        p.flush();
+        let s = p.stats();
+        for c in s.chunks.iter().filter(|c| c.kind != ChunkKind::Dynamic) {
+            assert_eq!(c.nr_populated, c.nr_pages);
+            assert!(!c.isolated);
+        }
+        p.validate_settled().unwrap();
+    }
+
+    #[test]
+    fn reclaim_reintegrates_when_the_reserve_runs_low() {
+        // With HIGH raised to the whole machine's worth, no chunk can be isolated at all.
+        let mut cfg = MachineConfig {
+            mem: 64 << 20,
+            cpus: 2,
+            ..Default::default()
+        };
+        cfg.pcpu.unit_size = 64 << 10;
+        cfg.pcpu.static_size = 16 << 10;
+        cfg.pcpu.reserved_size = 4 << 10;
+        cfg.pcpu.depopulate = true;
+        cfg.pcpu.empty_pop_pages_high = 1000;
+        cfg.pcpu.empty_pop_pages_low = 1;
+        let m = Machine::new(cfg.clone()).unwrap();
+        let p = PcpuAllocator::new(&cfg.pcpu, m.cpus().clone(), m.phys_arc()).unwrap();
+        let ptrs = fill(&p, 40, 4096);
+        for (i, a) in ptrs.into_iter().enumerate() {
+            if i % 8 != 0 {
+                p.free(C0, a).unwrap();
+            }
+        }
+        p.flush();
+        assert_eq!(p.stats().counters.isolations, 0);
+        p.validate_settled().unwrap();
+    }
+}
+
+mod hints {
+    use super::*;
+
+    #[test]
+    fn a_free_in_a_later_block_leaves_the_chunk_hint_understated() {
+        // The kernel folds a one-block free into chunk_md with a block-relative end; for
+        // block > 0 only first_free moves. Reproduced on purpose: it decides placement.
+        let (_m, p) = machine(false);
+        let _ = fill(&p, 11, 4096);
+        let ptrs: Vec<_> = (0..64).map(|_| p.alloc(C0, 256, 8).unwrap()).collect();
+        let id = ptrs[0].chunk_id();
+        assert!(ptrs.iter().all(|a| a.chunk_id() == id));
+        // Free one 256-byte object in page 2 of the chunk: a 256-byte hole, but the chunk's
+        // contig hint does not grow to cover it if it was smaller.
+        let in_page2 = ptrs
+            .iter()
+            .find(|a| a.chunk_offset() / 4096 == 2)
+            .copied()
+            .unwrap();
+        p.free(C0, in_page2).unwrap();
+        let c = p.stats().chunks.into_iter().find(|c| c.id == id).unwrap();
+        assert!(c.first_free_bytes <= in_page2.chunk_offset() as u64);
+        p.validate().unwrap();
+    }
+
+    #[test]
+    fn populated_counts_track_allocations() {
+        let (_m, p) = machine(false);
+        let _ = fill(&p, 11, 4096);
+        let a = p.alloc(C0, 8192, 4096).unwrap();
+        assert!(populated(&p, a.chunk_id()) >= 2);
+        p.validate().unwrap();
+    }
+}
