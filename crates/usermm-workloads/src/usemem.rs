@@ -163,7 +163,7 @@ struct Lcg(u64);
 impl Lcg {
     fn next(&mut self, m: u64) -> u64 {
         self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        ((self.0 >> 33) as u128 * (m.saturating_sub(1)) as u128 >> 31) as u64
+        (((self.0 >> 33) as u128 * (m.saturating_sub(1)) as u128) >> 31) as u64
     }
 }
 
@@ -226,7 +226,7 @@ fn do_unit(task: &Task, opts: &UsememOpts, len: u64, shared: Option<u64>) -> Res
 
 /// `"%lu bytes / %lu usecs = %lu KB/s"`.
 pub fn kb_per_sec(bytes: u64, usecs: u64) -> u64 {
-    ((bytes as u128 * 1_000_000 >> 10) / usecs.max(1) as u128) as u64
+    (((bytes as u128 * 1_000_000) >> 10) / usecs.max(1) as u128) as u64
 }
 
 /// Run usemem on `machine`.

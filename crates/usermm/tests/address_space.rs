@@ -280,7 +280,7 @@ fn racing_faulters_against_munmap_and_mprotect_keep_invariants() {
             let mut n = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-                let off = (x >> 20) % region & !7;
+                let off = ((x >> 20) % region) & !7;
                 let _ = if x & 1 == 0 { t.write_u64(base + off, off).map(|_| ()) } else { t.read_u64(base + off).map(|_| ()) };
                 n += 1;
                 started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

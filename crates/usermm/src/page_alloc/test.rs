@@ -230,8 +230,7 @@ mod concurrent {
                             p.put_page(cpu, pfn).unwrap();
                         }
                     }
-                    let batch: Vec<_> = held.drain(..).collect();
-                    p.release_pages(cpu, &batch);
+                    p.release_pages(cpu, &held);
                 })
             })
             .collect();
