@@ -1,12 +1,24 @@
 //! `usermm bigfree`: seeds 000/001. Touch one big mapping (THP off), free it, and time the free
-//! inline and with the free workqueue at each `max_active`.
+//! inline and with the free workqueue at each `max_active`; print the seed's table beside ours.
+//!
+//! Every row runs on a fresh machine built from the engine flags on top of
+//! [`bigfree::default_config`] (sparse backing, THP never, 4 nodes, SIZE + 25 % of RAM). With
+//! `--host`, the host kernel's munmap of touched 4 KiB memory of the same size (capped to what
+//! this machine can hold safely) is measured too, for the ns-per-page comparison.
 
-use anyhow::anyhow;
+use std::fmt::Write as _;
+
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use usermm::config::BatchSwitch;
+use usermm_workloads::bigfree::{self, BigfreeError, BigfreeOpts, BigfreeResult, Event, FreeBy};
+use usermm_workloads::host::measure::{host_touch_and_munmap, HostFreeResult};
 
-use crate::args::{parse_nonzero_size_arg, EngineArgs, GlobalArgs};
+use crate::args::{human_bytes, parse_nonzero_size_arg, usage, EngineArgs, GlobalArgs};
+use crate::report::{Progress, Series, Table};
+
+/// The largest host mapping `--host` touches.
+pub const HOST_CAP_BYTES: u64 = 8 << 30;
 
 /// `--batch-switch`: when `tlb_next_batch` moves to a new batch page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -30,6 +42,31 @@ impl From<BatchSwitchArg> for BatchSwitch {
     }
 }
 
+fn parse_max_active(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(n @ 1..=1024) => Ok(n),
+        Ok(0) => Err("max_active must be at least 1 (a workqueue needs a worker)".into()),
+        Ok(n) => Err(format!("max_active must be at most 1024, got {n}")),
+        Err(_) => Err(format!("expected a number of workers, got '{s}'")),
+    }
+}
+
+fn parse_threshold(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err("the threshold must be at least 1 page".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("expected a number of pages, got '{s}'")),
+    }
+}
+
+fn parse_batch_count(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(0) => Err("max_batch_count must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("expected a number of batch pages, got '{s}'")),
+    }
+}
+
 #[derive(Debug, Clone, Args, Serialize)]
 pub struct BigfreeArgs {
     /// Bytes of the mapping to touch and free, e.g. 320G.
@@ -37,32 +74,399 @@ pub struct BigfreeArgs {
     pub size: u64,
     /// max_active values of the free workqueue to measure (comma list).
     #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "1,2,4,8,16,32",
-          value_parser = clap::value_parser!(u32).range(1..=1024))]
+          value_parser = parse_max_active)]
     pub max_active: Vec<u32>,
-    /// Gathered pages that make one free job (the kernel's 256K pages = 1 GiB).
-    #[arg(long, value_name = "PAGES", value_parser = clap::value_parser!(u64).range(1..))]
+    /// Gathered pages that make one free job (the patch's 256K pages = 1 GiB).
+    #[arg(long, value_name = "PAGES", value_parser = parse_threshold)]
     pub threshold: Option<u64>,
-    /// Runs per configuration.
+    /// Runs per row (median and MAD are reported).
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: u32,
     /// Free by exiting the mm (exit_mmap) instead of munmap.
     #[arg(long)]
     pub exit: bool,
-    /// Run against the host kernel instead of the engine.
+    /// Also time the host kernel's munmap of touched 4 KiB memory (at most 8G).
     #[arg(long)]
     pub host: bool,
-    /// When the gather switches to a new batch page.
+    /// When the gather switches to a new batch page (default 2017, the seed's kernel).
     #[arg(long, value_name = "ERA")]
     pub batch_switch: Option<BatchSwitchArg>,
-    /// MAX_GATHER_BATCH_COUNT (19 vanilla, 515 patched).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    /// MAX_GATHER_BATCH_COUNT of the parallel rows (the patch: 515; Aaron's suggestion: 1030).
+    #[arg(long, value_name = "N", value_parser = parse_batch_count)]
     pub max_batch_count: Option<u32>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
 
+/// The host kernel's figures beside ours.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostRow {
+    /// Bytes touched and unmapped on the host.
+    pub size: u64,
+    /// The size asked for (the host run is capped).
+    pub requested: u64,
+    pub capped: bool,
+    pub runs: Vec<HostFreeResult>,
+    /// Median munmap time, s, and per page, ns.
+    pub munmap_s: f64,
+    pub munmap_ns_per_page: f64,
+    pub populate_ns_per_page: f64,
+    /// The munmap time scaled to the engine's SIZE (linear in pages), s.
+    pub munmap_s_scaled: f64,
+}
+
+/// What `usermm bigfree` prints (with `--json`, as is).
+#[derive(Debug, Clone, Serialize)]
+pub struct BigfreeRecord {
+    pub args: BigfreeArgs,
+    pub bigfree: BigfreeResult,
+    pub host: Option<HostRow>,
+    pub host_error: Option<String>,
+}
+
+/// The options of the run the flags describe.
+pub fn opts(args: &BigfreeArgs) -> anyhow::Result<BigfreeOpts> {
+    let defaults = bigfree::default_config(
+        args.size,
+        &args.max_active,
+        args.engine.cpus,
+        args.engine.nodes,
+    );
+    let base = args.engine.to_config(defaults)?;
+    let o = BigfreeOpts {
+        size: args.size,
+        max_active: args.max_active.clone(),
+        threshold_pages: args.threshold.unwrap_or(bigfree::DEFAULT_THRESHOLD_PAGES),
+        max_batch_count: args
+            .max_batch_count
+            .unwrap_or(bigfree::PATCHED_MAX_BATCH_COUNT),
+        batch_switch: args.batch_switch.map_or(BatchSwitch::V2017, Into::into),
+        repeat: args.repeat,
+        free_by: if args.exit {
+            FreeBy::Exit
+        } else {
+            FreeBy::Munmap
+        },
+        base,
+    };
+    if let Err(e) = bigfree::check(&o) {
+        return match e {
+            BigfreeError::TooBig { size, mem, need } => usage(format!(
+                "SIZE {} does not fit in the emulated RAM of {} ({} needed with page tables); pass a larger --mem",
+                human_bytes(size),
+                human_bytes(mem),
+                human_bytes(need.next_multiple_of(1 << 20))
+            )),
+            e => usage(e.to_string()),
+        };
+    }
+    Ok(o)
+}
+
+/// `MemAvailable` of the host, bytes.
+fn host_mem_available() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = s.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// The host size for `size`: at most [`HOST_CAP_BYTES`] and half of what the host has free.
+pub fn host_size(size: u64) -> u64 {
+    let avail = host_mem_available().unwrap_or(HOST_CAP_BYTES * 2) / 2;
+    size.min(HOST_CAP_BYTES)
+        .min(avail.max(64 << 20))
+        .next_multiple_of(2 << 20)
+}
+
+/// Time the host kernel's munmap of `size` (capped) touched 4 KiB pages, `repeat` times.
+pub fn run_host(size: u64, repeat: u32) -> anyhow::Result<HostRow> {
+    let hs = host_size(size);
+    let mut runs = Vec::new();
+    for _ in 0..repeat.max(1) {
+        runs.push(host_touch_and_munmap(hs, false)?);
+    }
+    let ns: Vec<f64> = runs.iter().map(|r| r.munmap_ns as f64).collect();
+    let per: Vec<f64> = runs
+        .iter()
+        .map(HostFreeResult::munmap_ns_per_page)
+        .collect();
+    let pop: Vec<f64> = runs
+        .iter()
+        .map(HostFreeResult::populate_ns_per_page)
+        .collect();
+    let munmap_ns_per_page = bigfree::median(&per);
+    Ok(HostRow {
+        size: hs,
+        requested: size,
+        capped: hs < size,
+        munmap_s: bigfree::median(&ns) / 1e9,
+        munmap_ns_per_page,
+        populate_ns_per_page: bigfree::median(&pop),
+        munmap_s_scaled: munmap_ns_per_page * (size / usermm::PAGE_SIZE) as f64 / 1e9,
+        runs,
+    })
+}
+
 pub fn run(args: &BigfreeArgs, g: &GlobalArgs) -> anyhow::Result<()> {
-    let _ = (args, g);
-    Err(anyhow!("bigfree is not built yet"))
+    let o = opts(args)?;
+    let record = measure(args, &o)?;
+    super::emit(g, &record, render)
+}
+
+/// Run the engine table (with a progress bar) and, with `--host`, the host measurement.
+pub fn measure(args: &BigfreeArgs, o: &BigfreeOpts) -> anyhow::Result<BigfreeRecord> {
+    let pages = o.size.div_ceil(usermm::PAGE_SIZE);
+    let runs = (o.max_active.len() as u64 + 1) * u64::from(o.repeat);
+    let bar = Progress::bar(runs * pages, "bigfree");
+    let mut on_event = |e: Event<'_>| match e {
+        Event::Start { label, rep, .. } => {
+            bar.set_message(format!("{label} #{} populate", rep + 1))
+        }
+        Event::Populated { pages } => bar.inc(pages),
+        Event::Freeing { label, rep } => bar.set_message(format!("{label} #{} free", rep + 1)),
+        Event::Done { .. } => {}
+    };
+    let result = bigfree::run_with(o, &mut on_event);
+    bar.finish();
+    let result = result?;
+    let (host, host_error) = if args.host {
+        let hb = Progress::bar(1, "host munmap");
+        let h = run_host(o.size, o.repeat);
+        hb.finish();
+        match h {
+            Ok(h) => (Some(h), None),
+            Err(e) => (None, Some(format!("{e:#}"))),
+        }
+    } else {
+        (None, None)
+    };
+    Ok(BigfreeRecord {
+        args: args.clone(),
+        bigfree: result,
+        host,
+        host_error,
+    })
+}
+
+fn secs(s: f64) -> String {
+    if s >= 10.0 {
+        format!("{s:.1}")
+    } else if s >= 0.1 {
+        format!("{s:.2}")
+    } else {
+        format!("{s:.3}")
+    }
+}
+
+/// The seed's free times beside ours, one row per configuration.
+pub fn free_table(b: &BigfreeResult) -> Table {
+    let seed = &b.seed;
+    let mut t = Table::new(
+        format!(
+            "free time vs max_active (seed: {} on {})",
+            human_bytes(seed.size),
+            seed.machine
+        ),
+        [
+            "row",
+            "seed (s)",
+            "seed ±%",
+            "seed speedup",
+            "time (s)",
+            "±%",
+            "speedup",
+            "ns/page",
+            "CPU ns/page",
+            "workers' CPU",
+            "CPUs busy",
+            "task ns/page",
+            "workers busy",
+            "jobs",
+        ],
+    );
+    for row in &b.rows {
+        let (st, sp) = match row.max_active {
+            None => (Some(seed.vanilla_s), Some(seed.vanilla_spread_pct)),
+            Some(m) => seed
+                .rows
+                .iter()
+                .find(|s| s.0 == m)
+                .map_or((None, None), |s| (Some(s.1), Some(s.2))),
+        };
+        let jobs = bigfree::median(
+            &row.samples
+                .iter()
+                .map(|s| s.jobs as f64)
+                .collect::<Vec<_>>(),
+        );
+        t.push_row([
+            row.label.clone(),
+            st.map_or("-".into(), |v| format!("{v:.2}")),
+            sp.map_or("-".into(), |v| format!("{v:.1}")),
+            st.map_or("-".into(), |v| format!("{:.2}x", seed.vanilla_s / v)),
+            secs(row.time_s),
+            format!("{:.1}", row.spread_pct),
+            format!("{:.2}x", row.speedup),
+            format!("{:.1}", row.ns_per_page),
+            format!("{:.1}", row.cpu_ns_per_page),
+            format!("{:.0}%", row.worker_cpu_share * 100.0),
+            format!("{:.2}", row.cpus_busy),
+            format!("{:.1}", row.task_cpu_ns_per_page),
+            match row.max_active {
+                Some(_) => format!("{:.0}%", row.workers_busy * 100.0),
+                None => "-".into(),
+            },
+            format!("{jobs:.0}"),
+        ]);
+    }
+    t
+}
+
+/// Where the time goes: lock_stat of the free and who spent the CPU time, per row.
+pub fn lock_table(b: &BigfreeResult) -> Table {
+    let mut l = Table::new(
+        "where the time goes: lock_stat of the free, summed over nodes (median of runs)",
+        [
+            "row",
+            "zone.lock acq",
+            "contended",
+            "wait (ms)",
+            "hold (ms)",
+            "lru_lock acq",
+            "contended",
+            "wait (ms)",
+            "hold (ms)",
+            "task CPU (s)",
+            "workers CPU (s)",
+            "preempted",
+            "slept",
+            "host load",
+        ],
+    );
+    for row in &b.rows {
+        let m = |f: &dyn Fn(&bigfree::RunSample) -> f64| {
+            bigfree::median(&row.samples.iter().map(f).collect::<Vec<_>>())
+        };
+        l.push_row([
+            row.label.clone(),
+            format!("{:.0}", m(&|s| s.zone_lock.acquisitions as f64)),
+            format!("{}", row.zone_contentions),
+            format!("{:.1}", row.zone_wait_ms),
+            format!("{:.1}", m(&|s| s.zone_lock.hold_ns as f64) / 1e6),
+            format!("{:.0}", m(&|s| s.lru_lock.acquisitions as f64)),
+            format!("{}", row.lru_contentions),
+            format!("{:.1}", row.lru_wait_ms),
+            format!("{:.1}", m(&|s| s.lru_lock.hold_ns as f64) / 1e6),
+            secs(m(&|s| s.task_cpu_ns as f64) / 1e9),
+            secs(m(&|s| s.worker_cpu_ns as f64) / 1e9),
+            format!("{:.0}", m(&|s| s.host_preemptions as f64)),
+            format!("{:.0}", m(&|s| s.host_sleeps as f64)),
+            format!("{:.2}", m(&|s| s.host_loadavg)),
+        ]);
+    }
+    l
+}
+
+/// Speedup over vanilla against `max_active`, the seed's and ours (for a line plot).
+pub fn speedup_series(b: &BigfreeResult) -> Vec<Series> {
+    let seed = &b.seed;
+    let ours = b
+        .rows
+        .iter()
+        .filter_map(|r| r.max_active.map(|m| (f64::from(m), r.speedup)));
+    vec![
+        Series {
+            name: format!("seed ({}, 4 nodes / 144 threads)", human_bytes(seed.size)),
+            points: seed
+                .rows
+                .iter()
+                .map(|r| (f64::from(r.0), seed.vanilla_s / r.1))
+                .collect(),
+            dashed: true,
+        },
+        Series {
+            name: format!(
+                "engine ({}, {} nodes, {} host threads)",
+                human_bytes(b.size),
+                b.config.nodes,
+                b.host_cpus
+            ),
+            points: ours.collect(),
+            dashed: false,
+        },
+    ]
+}
+
+/// The seed's table beside ours, the lock_stat table, the host line and the warnings.
+pub fn render(r: &BigfreeRecord) -> String {
+    let b = &r.bigfree;
+    let c = &b.config;
+    let mut out = String::new();
+    let how = match b.free_by {
+        FreeBy::Munmap => "munmap",
+        FreeBy::Exit => "exit (mmput)",
+    };
+    let _ = writeln!(
+        out,
+        "bigfree {}: one anonymous mapping, THP off, every page written, freed by {how}",
+        human_bytes(b.size)
+    );
+    let _ = writeln!(
+        out,
+        "engine: {} nodes, {} CPUs, {} {:?} RAM, pcp high/batch {}/{}, {:?} batch switch, threshold {} pages, max_batch_count 19 vanilla / {} parallel; {} run(s) per row, median ±MAD; host: {} hardware threads",
+        c.nodes,
+        c.cpus,
+        human_bytes(c.mem),
+        c.backing,
+        c.pcp.high,
+        c.pcp.batch,
+        b.batch_switch,
+        b.rows.get(1).map_or(c.free.threshold_pages, |r| r.threshold_pages),
+        b.rows.get(1).map_or(0, |r| r.max_batch_count),
+        b.repeat,
+        b.host_cpus,
+    );
+    out.push('\n');
+    out += &free_table(b).render_text();
+    out.push('\n');
+    out += &lock_table(b).render_text();
+    out.push('\n');
+    if let Some(p) = &b.patched {
+        let _ = writeln!(
+            out,
+            "vanilla {} s → best parallel ({}) {} s: {:.2}x (seed: 10.8 s → 4.77 s at max_active 8, 2.26x)",
+            secs(b.vanilla_s),
+            p.label,
+            secs(p.time_s),
+            b.ratio
+        );
+    }
+    let pop = b.rows.first().map_or(0.0, |r| r.populate_ns_per_page);
+    let _ = writeln!(
+        out,
+        "engine populate: {pop:.0} ns/page (write faults, vanilla row)"
+    );
+    if let Some(h) = &r.host {
+        let engine = b.rows.first().map_or(0.0, |r| r.ns_per_page);
+        let _ = writeln!(
+            out,
+            "host kernel munmap of {} touched 4K pages{}: {} s, {:.1} ns/page (populate {:.0} ns/page); engine vanilla {engine:.1} ns/page ({:.2}x the host's){}",
+            human_bytes(h.size),
+            if h.capped { format!(" (capped from {}; at most 8G and half of MemAvailable)", human_bytes(h.requested)) } else { String::new() },
+            secs(h.munmap_s),
+            h.munmap_ns_per_page,
+            h.populate_ns_per_page,
+            engine / h.munmap_ns_per_page.max(1e-9),
+            if h.capped { format!("; scaled to {}: {} s", human_bytes(h.requested), secs(h.munmap_s_scaled)) } else { String::new() },
+        );
+    }
+    if let Some(e) = &r.host_error {
+        let _ = writeln!(out, "host measurement failed: {e}");
+    }
+    for w in &b.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    out
 }

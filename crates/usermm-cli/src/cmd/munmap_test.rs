@@ -1,29 +1,478 @@
 //! `usermm munmap-test`: seed 003. munmap a big touched mapping while other threads fault on
 //! other VMAs; measure the exclusive mmap-lock hold and the faulters' latency.
+//!
+//! Both policies run, `munmap.downgrade=off` (vanilla) then `on` (patched), each run on a
+//! freshly booted machine; the record is [`MunmapTestResult`]. The text output puts the seed's
+//! ftrace excerpt and figures beside ours.
 
-use anyhow::anyhow;
 use clap::Args;
 use serde::Serialize;
+use usermm_workloads::munmap_test::{
+    self, default_machine, Latency, MunmapTestOpts, MunmapTestResult, PolicyResult,
+};
 
-use crate::args::{parse_nonzero_size_arg, EngineArgs, GlobalArgs};
+use crate::args::{human_bytes, parse_nonzero_size_arg, usage, EngineArgs, GlobalArgs};
+use crate::report::{Progress, Table};
 
 #[derive(Debug, Clone, Args, Serialize)]
 pub struct MunmapTestArgs {
     /// Bytes of the mapping to unmap, e.g. 80G.
     #[arg(value_name = "SIZE", value_parser = parse_nonzero_size_arg)]
     pub size: u64,
-    /// Threads faulting on other VMAs during the munmap.
-    #[arg(long, value_name = "N")]
+    /// Threads faulting on other VMAs during the munmap (default 1; 0 times the munmap alone).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=4096))]
     pub faulters: Option<u32>,
     /// Runs per configuration.
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: u32,
+    /// Size of each faulter's VMA (a write fault per page, then MADV_DONTNEED).
+    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_nonzero_size_arg)]
+    pub faulter_size: u64,
+    /// Length of each baseline window (faulters without a munmap), ms.
+    #[arg(long, value_name = "MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub baseline_ms: u64,
+    /// Skip the baseline under CPU load (a spinning thread standing in for the zapper).
+    #[arg(long)]
+    pub no_loaded_baseline: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
 
+impl MunmapTestArgs {
+    /// The workload's options: the munmap-test machine (sparse, THP off, 32 CPUs, RAM for SIZE)
+    /// with the engine flags on top.
+    pub fn opts(&self) -> anyhow::Result<MunmapTestOpts> {
+        let faulters = self.faulters.unwrap_or(1);
+        let machine = self
+            .engine
+            .to_config(default_machine(self.size, faulters))?;
+        if self.size % usermm::PAGE_SIZE != 0 {
+            return usage(format!("SIZE {} is not a multiple of 4 KiB", self.size));
+        }
+        if self.faulter_size % usermm::PAGE_SIZE != 0 || self.faulter_size > 512 << 20 {
+            return usage("--faulter-size must be a multiple of 4 KiB, at most 512M");
+        }
+        let need = self.size + u64::from(faulters) * self.faulter_size + (64 << 20);
+        if machine.mem < need {
+            return usage(format!(
+                "--mem {} is too small for SIZE {} and the faulters' VMAs (need ≥ {})",
+                human_bytes(machine.mem),
+                human_bytes(self.size),
+                human_bytes(need.next_multiple_of(1 << 20))
+            ));
+        }
+        if machine.cpus < 2 {
+            return usage("munmap-test needs --cpus ≥ 2 (the munmapping CPU and the faulters')");
+        }
+        Ok(MunmapTestOpts {
+            machine,
+            size: self.size,
+            faulters,
+            faulter_bytes: self.faulter_size,
+            repeat: self.repeat,
+            baseline_ms: self.baseline_ms,
+            loaded_baseline: !self.no_loaded_baseline,
+            populate_threads: std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .min(4) as u32,
+        })
+    }
+}
+
 pub fn run(args: &MunmapTestArgs, g: &GlobalArgs) -> anyhow::Result<()> {
-    let _ = (args, g);
-    Err(anyhow!("munmap-test is not built yet"))
+    let opts = args.opts()?;
+    let bar = Progress::bar(2 * u64::from(opts.repeat), "munmap-test");
+    let quiet = !bar.is_hidden() || g.json;
+    let r = munmap_test::run_with_progress(&opts, |down, i| {
+        let name = if down { "patched" } else { "vanilla" };
+        bar.set_message(format!("{name} run {}/{}", i + 1, opts.repeat));
+        if i > 0 || down {
+            bar.inc(1);
+        }
+        if !quiet {
+            eprintln!(
+                "munmap-test: {name} (munmap.downgrade={}) run {}/{} ...",
+                if down { "on" } else { "off" },
+                i + 1,
+                opts.repeat
+            );
+        }
+    })
+    .map_err(|e| anyhow::anyhow!("munmap-test: {e}"))?;
+    bar.finish();
+    super::emit(g, &r, render)
+}
+
+/// Microseconds the way the seed's ftrace prints them: whole µs with digit groups above 10 ms,
+/// one decimal below.
+pub fn us(ns: u64) -> String {
+    if ns >= 10_000_000 {
+        group(ns / 1000) + " µs"
+    } else {
+        format!("{:.1} µs", ns as f64 / 1e3)
+    }
+}
+
+fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(' ');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn times(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{}×", group(x.round() as u64))
+    } else {
+        format!("{x:.2}×")
+    }
+}
+
+/// The function_graph lines of one munmap, in the seed's layout.
+fn ftrace(
+    comm: &str,
+    cpu: u32,
+    t0_s: f64,
+    func: &str,
+    total_ns: u64,
+    region_ns: Option<u64>,
+    region_at_ns: u64,
+) -> String {
+    let dur = |ns: u64| format!("{:>9} us", (ns / 1000).max(if ns > 0 { 1 } else { 0 }));
+    let bang = |ns: u64| {
+        if ns >= 1_000_000_000 {
+            "!"
+        } else if ns >= 100_000 {
+            "+"
+        } else {
+            " "
+        }
+    };
+    let mut s = format!(
+        "  {comm} [{cpu:03}] {:.6}: funcgraph_entry: {:>14} |  {func}() {{\n",
+        t0_s, ""
+    );
+    if let Some(r) = region_ns {
+        s += &format!(
+            "  {comm} [{cpu:03}] {:.6}: funcgraph_entry: {} {} |    unmap_region();\n",
+            t0_s + region_at_ns as f64 / 1e9,
+            bang(r),
+            dur(r)
+        );
+    }
+    s += &format!(
+        "  {comm} [{cpu:03}] {:.6}: funcgraph_exit:  {} {} |  }}\n",
+        t0_s + total_ns as f64 / 1e9,
+        bang(total_ns),
+        dur(total_ns)
+    );
+    s
+}
+
+fn lat_cells(l: &Latency) -> [String; 5] {
+    [
+        l.count.to_string(),
+        us(l.p50_ns),
+        us(l.p99_ns),
+        us(l.p999_ns),
+        us(l.max_ns),
+    ]
+}
+
+/// The text rendering of a run.
+pub fn render(r: &MunmapTestResult) -> String {
+    let o = &r.opts;
+    let m = &o.machine;
+    let (v, p) = (&r.vanilla.median, &r.patched.median);
+    let mut s = format!(
+        "usermm munmap-test {}: one mapping of {} pages (4 KiB, thp={:?}, backing={:?}) unmapped while {} thread(s) \
+write-fault in VMAs of their own (each {}; MADV_DONTNEED after each pass). Machine: {} CPUs, {} node(s), mem {}; \
+host: {} CPU(s). {} run(s) per policy, each on a fresh machine; figures are medians.\n\n",
+        human_bytes(o.size),
+        o.size / usermm::PAGE_SIZE,
+        m.thp,
+        m.backing,
+        o.faulters,
+        human_bytes(o.faulter_bytes),
+        m.cpus,
+        m.nodes,
+        human_bytes(m.mem),
+        r.host_cpus,
+        o.repeat,
+    );
+    s += "The seed (v7 cover letter, 80 GB, 32 × E5-2680 @ 2.70 GHz), patched kernel:\n";
+    s += "  munmap_test-15002 [008] 594.380138: funcgraph_entry:                |  vm_munmap_zap_rlock() {\n";
+    s += "  munmap_test-15002 [008] 594.380146: funcgraph_entry: ! 2485684 us   |    unmap_region();\n";
+    s += "  munmap_test-15002 [008] 596.865836: funcgraph_exit:  ! 2485692 us   |  }\n\n";
+    s += "usermm, munmap.downgrade=on (zap under the read lock):\n";
+    s += &ftrace(
+        "usermm-munmap",
+        0,
+        0.0,
+        "__vm_munmap",
+        p.total_ns,
+        Some(p.read_ns),
+        p.exclusive_ns,
+    );
+    s += "usermm, munmap.downgrade=off (the whole munmap under the write lock):\n";
+    s += &ftrace("usermm-munmap", 0, 0.0, "__vm_munmap", v.total_ns, None, 0);
+    s += "\n";
+
+    let mut t = Table::new(
+        format!("munmap of {} (medians)", human_bytes(o.size)),
+        [
+            "",
+            "seed vanilla",
+            "seed patched",
+            "usermm vanilla",
+            "usermm patched",
+            "vanilla / patched",
+        ],
+    );
+    t.push_row([
+        "exclusive hold (mmap_lock write)".to_string(),
+        format!("≈ {}", us(r.seed.exclusive_vanilla_us * 1000)),
+        format!("≈ {}", us(r.seed.exclusive_patched_us * 1000)),
+        us(v.exclusive_ns),
+        us(p.exclusive_ns),
+        times(r.ratio.exclusive_hold),
+    ]);
+    t.push_row([
+        "zap under the read lock (unmap_region)".to_string(),
+        "—".into(),
+        us(r.seed.unmap_region_us * 1000),
+        "—".into(),
+        us(p.read_ns),
+        "".into(),
+    ]);
+    t.push_row([
+        "total".to_string(),
+        format!("≈ {}", us(r.seed.total_us * 1000)),
+        us(r.seed.total_us * 1000),
+        us(v.total_ns),
+        us(p.total_ns),
+        times(div(v.total_ns as f64, p.total_ns as f64)),
+    ]);
+    t.push_row([
+        "pages zapped".to_string(),
+        "".into(),
+        "".into(),
+        group(v.pages_zapped),
+        group(p.pages_zapped),
+        "".into(),
+    ]);
+    t.push_row([
+        "TLB flushes".to_string(),
+        "".into(),
+        "".into(),
+        group(v.tlb_flushes),
+        group(p.tlb_flushes),
+        "".into(),
+    ]);
+    t.push_row([
+        "runs that downgraded".to_string(),
+        "".into(),
+        "".into(),
+        format!("{}/{}", v.downgraded_runs, o.repeat),
+        format!("{}/{}", p.downgraded_runs, o.repeat),
+        "".into(),
+    ]);
+    s += &t.render_text();
+    s += "\n";
+
+    let mut t = Table::new(
+        "faulters' write faults in their own VMAs: latency (medians over runs)",
+        ["", "faults", "p50", "p99", "p99.9", "max"],
+    );
+    for (name, pol) in [("vanilla", &r.vanilla), ("patched", &r.patched)] {
+        let med = &pol.median;
+        let mut row = |label: &str, l: &Latency| {
+            let mut cells = vec![format!("{name}: {label}")];
+            cells.extend(lat_cells(l));
+            t.push_row(cells);
+        };
+        row("baseline, no munmap", &med.baseline);
+        if o.loaded_baseline {
+            row("baseline, a CPU busy (no lock)", &med.baseline_loaded);
+        }
+        row("during the munmap", &med.during);
+    }
+    s += &t.render_text();
+    s += "\n";
+
+    let mut t = Table::new(
+        "mmap_lock over the munmap window (lock_stat; median run of each policy)",
+        ["", "vanilla", "patched"],
+    );
+    let (lv, lp) = (median_run(&r.vanilla), median_run(&r.patched));
+    let both = |f: &dyn Fn(&munmap_test::RunResult) -> String| [f(lv), f(lp)];
+    let mut row = |label: &str, cells: [String; 2]| {
+        t.push_row([label.to_string(), cells[0].clone(), cells[1].clone()]);
+    };
+    row(
+        "write: acquisitions",
+        both(&|x| x.lock_munmap.write.acquisitions.to_string()),
+    );
+    row(
+        "write: holdtime-max",
+        both(&|x| us(x.lock_munmap.write.holdtime_max_ns)),
+    );
+    row(
+        "exclusive-hold histogram: count / max",
+        both(&|x| {
+            format!(
+                "{} / {}",
+                x.lock_munmap.exclusive_hold.count,
+                us(x.lock_munmap.exclusive_hold.max_ns)
+            )
+        }),
+    );
+    row(
+        "read: acquisitions",
+        both(&|x| group(x.lock_munmap.read.acquisitions)),
+    );
+    row(
+        "read: contentions",
+        both(&|x| group(x.lock_munmap.read.contentions)),
+    );
+    row(
+        "read: waittime-max",
+        both(&|x| us(x.lock_munmap.read.waittime_max_ns)),
+    );
+    row(
+        "read: waittime-total",
+        both(&|x| us(x.lock_munmap.read.waittime_total_ns)),
+    );
+    row(
+        "read: holdtime-max",
+        both(&|x| us(x.lock_munmap.read.holdtime_max_ns)),
+    );
+    row(
+        "munmap: waiting for the lock + overhead",
+        both(&|x| us(x.other_ns)),
+    );
+    row(
+        "faults/s during the munmap (all faulters)",
+        both(&|x| format!("{:.0}", x.during.faults_per_sec())),
+    );
+    row(
+        "faults/s in the idle baseline",
+        both(&|x| format!("{:.0}", x.baseline.faults_per_sec())),
+    );
+    let nf = o.faulters;
+    row(
+        "faulters' time stalled ≥ 1 ms: during the munmap",
+        both(&|x| format!("{:.1} %", 100.0 * x.during.stalled_share(nf))),
+    );
+    row(
+        "faulters' time stalled ≥ 1 ms: idle baseline",
+        both(&|x| format!("{:.1} %", 100.0 * x.baseline.stalled_share(nf))),
+    );
+    if o.loaded_baseline {
+        row(
+            "faulters' time stalled ≥ 1 ms: loaded baseline",
+            both(&|x| {
+                let w = x.baseline_loaded.unwrap_or_default();
+                format!("{:.1} %", 100.0 * w.stalled_share(nf))
+            }),
+        );
+    }
+    s += &t.render_text();
+    s += "\n";
+
+    let q = &r.ratio;
+    s += &format!(
+        "exclusive hold: {} vanilla → {} patched ({} shorter); the zap ({}) moved under the read lock.\n",
+        us(v.exclusive_ns),
+        us(p.exclusive_ns),
+        times(q.exclusive_hold),
+        us(p.read_ns)
+    );
+    s += &format!(
+        "faulters' p99 during the munmap: vanilla {} ({} the idle baseline), patched {} ({} the idle baseline{}).\n",
+        us(v.during.p99_ns),
+        times(q.vanilla_p99_vs_baseline),
+        us(p.during.p99_ns),
+        times(q.patched_p99_vs_baseline),
+        if o.loaded_baseline { format!(", {} the loaded baseline", times(q.patched_p99_vs_loaded)) } else { String::new() },
+    );
+    s
+}
+
+fn div(a: f64, b: f64) -> f64 {
+    if b == 0.0 {
+        0.0
+    } else {
+        a / b
+    }
+}
+
+/// The run whose total time is the median of the policy's runs.
+fn median_run(p: &PolicyResult) -> &munmap_test::RunResult {
+    let mut idx: Vec<usize> = (0..p.runs.len()).collect();
+    idx.sort_by_key(|&i| p.runs[i].unmap.total_ns);
+    &p.runs[idx[idx.len() / 2]]
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn microseconds() {
+        assert_eq!(us(2_485_692_000), "2 485 692 µs");
+        assert_eq!(us(8_000), "8.0 µs");
+        assert_eq!(us(12_345_678), "12 345 µs");
+        assert_eq!(group(1_000), "1 000");
+        assert_eq!(group(999), "999");
+    }
+
+    #[test]
+    fn small_run_renders() {
+        let args = MunmapTestArgs {
+            size: 16 << 20,
+            faulters: Some(1),
+            repeat: 1,
+            faulter_size: 64 << 10,
+            baseline_ms: 10,
+            no_loaded_baseline: false,
+            engine: EngineArgs {
+                cpus: Some(4),
+                ..Default::default()
+            },
+        };
+        let opts = args.opts().unwrap();
+        let r = munmap_test::run(&opts).unwrap();
+        let text = render(&r);
+        assert!(text.contains("unmap_region();"), "{text}");
+        assert!(text.contains("exclusive hold"), "{text}");
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(json["patched"]["median"]["exclusive_ns"].as_u64().is_some());
+        assert_eq!(json["vanilla"]["downgrade"], false);
+    }
+
+    #[test]
+    fn mem_too_small_is_a_usage_error() {
+        let args = MunmapTestArgs {
+            size: 1 << 30,
+            faulters: None,
+            repeat: 1,
+            faulter_size: 1 << 20,
+            baseline_ms: 10,
+            no_loaded_baseline: false,
+            engine: EngineArgs {
+                mem: Some(512 << 20),
+                ..Default::default()
+            },
+        };
+        let e = args.opts().unwrap_err();
+        assert!(e.downcast_ref::<crate::args::UsageError>().is_some(), "{e}");
+    }
 }

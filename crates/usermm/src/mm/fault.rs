@@ -109,11 +109,66 @@ fn access_ok(vma: &Vma, write: bool) -> bool {
     }
 }
 
-/// `handle_mm_fault` under the mmap read lock.
+/// `handle_mm_fault` under the mmap read lock. An access below a `VM_GROWSDOWN` VMA first
+/// grows it down to the faulting page under the write lock (`lock_mm_and_find_vma` →
+/// `expand_stack_locked`), then faults as usual.
 #[doc(alias = "do_user_addr_fault")]
 pub fn handle_mm_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<(), Fault> {
+    {
+        let tree = mm.mmap_lock.read();
+        let below_stack = tree
+            .find_vma(addr)
+            .is_some_and(|v| v.start > addr && v.flags.contains(VmFlags::VM_GROWSDOWN));
+        if !below_stack {
+            return fault_locked(mm, &tree, cpu, addr, write);
+        }
+    }
+    {
+        let mut tree = mm.mmap_lock.write();
+        expand_downwards(mm, &mut tree, addr).map_err(|_| Fault { addr, code: SegvCode::MapErr })?;
+    }
     let tree = mm.mmap_lock.read();
     fault_locked(mm, &tree, cpu, addr, write)
+}
+
+/// `RLIMIT_STACK` (the usual 8 MiB soft limit): a stack VMA may not grow beyond it.
+pub const STACK_RLIMIT: u64 = 8 << 20;
+
+/// `expand_downwards` (mmap write lock held): grow the `VM_GROWSDOWN` VMA above `addr` down to
+/// `addr`'s page. Refused below `mmap_min_addr`, closer than `stack_guard_gap` to an accessible
+/// non-stack VMA below, or past [`STACK_RLIMIT`]. The VMA gets its anon_vma first. `Ok` also
+/// when somebody else already covered `addr`.
+#[doc(alias = "expand_stack_locked")]
+fn expand_downwards(mm: &Mm, tree: &mut VmaTree, addr: u64) -> Result<(), ()> {
+    let address = addr & !(crate::addr::PAGE_SIZE - 1);
+    let (prev, vma) = tree.find_vma_prev(addr);
+    let Some(vma) = vma else { return Err(()) };
+    if vma.start <= addr {
+        return Ok(());
+    }
+    if !vma.flags.contains(VmFlags::VM_GROWSDOWN) || address < crate::addr::MMAP_MIN_ADDR {
+        return Err(());
+    }
+    let rwx = VmFlags(VmFlags::VM_READ.0 | VmFlags::VM_WRITE.0 | VmFlags::VM_EXEC.0);
+    if let Some(p) = prev {
+        if !p.flags.contains(VmFlags::VM_GROWSDOWN)
+            && p.flags.intersects(rwx)
+            && address - p.end < super::vma::STACK_GUARD_GAP
+        {
+            return Err(());
+        }
+    }
+    let grow = (vma.start - address) >> 12;
+    if grow > vma.pgoff || vma.end - address > STACK_RLIMIT {
+        return Err(());
+    }
+    tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
+    let start = vma.start;
+    if tree.move_start_down(start, address) {
+        Ok(())
+    } else {
+        Err(())
+    }
 }
 
 /// The fault, with the mmap lock already held (read or write).
@@ -230,12 +285,14 @@ pub(crate) fn handle_vma_fault(
     handle_pte_fault(mm, tree, vma, cpu, pte, addr, write)
 }
 
-/// Permission bits of a leaf for `vma`, before copy-on-write is considered.
+/// Permission bits of a leaf for `vma`, before copy-on-write is considered. x86 has no
+/// write-only pages: `VM_WRITE` alone maps readable (`protection_map[VM_WRITE]` is
+/// `PAGE_COPY`), also while copy-on-write keeps the entry read-only.
 #[inline]
 fn vma_leaf_bits(vma: &Vma, writable: bool) -> u64 {
     let f = vma.flags;
     leaf_bits(
-        f.contains(VmFlags::VM_READ),
+        f.intersects(VmFlags::VM_READ | VmFlags::VM_WRITE),
         writable && f.contains(VmFlags::VM_WRITE),
         f.contains(VmFlags::VM_EXEC),
     )
@@ -342,6 +399,10 @@ fn shmem_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64) -> Result<(
     let phys = machine.phys();
     let Some(obj) = vma.shmem.as_ref() else { return Err(Oom) };
     let index = vma.pgoff + ((addr - vma.start) >> 12);
+    if vma.shmem_size != 0 && index >= vma.shmem_size {
+        // Beyond the object's i_size (a shared /dev/zero mapping at an offset): SIGBUS.
+        return Err(Oom);
+    }
     let page = obj.get_page(cpu, index).map_err(|_| Oom)?;
     let ptl = phys.meta(pte.table).ptl.lock();
     if !pte.load(phys).is_none() {
@@ -362,6 +423,9 @@ fn huge_anonymous_fault(mm: &Mm, tree: &VmaTree, vma: &Vma, cpu: CpuId, pmd: Slo
     let phys = machine.phys();
     let stat = machine.vmstat();
     let table = pgtable::alloc_deposit_table(phys, cpu).ok()?;
+    // vmf_anon_prepare comes first, also for a read that maps the huge zero page: the VMA
+    // gets its anon_vma (which then keeps VM_ACCOUNT across mprotect and decides merges).
+    tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
     if !write {
         let hz = machine.huge_zero();
         let Some(zero) = hz.fault_get(mm, cpu) else {
@@ -381,7 +445,6 @@ fn huge_anonymous_fault(mm: &Mm, tree: &VmaTree, vma: &Vma, cpu: CpuId, pmd: Slo
         pmd.store(phys, Entry::new(zero, b));
         return Some(());
     }
-    tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
     let Ok(page) = phys.alloc_pages(cpu, HPAGE_PMD_ORDER, Gfp::ZERO.union(Gfp::NOWAIT)) else {
         stat.inc(cpu, VmItem::ThpFaultFallback);
         pgtable::free_deposit_table(phys, cpu, table);

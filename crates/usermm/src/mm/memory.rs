@@ -256,6 +256,70 @@ pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
     let _ = haddr;
 }
 
+/// `split_folio` of a PMD-mapped anonymous THP (what `MADV_FREE`, `MADV_COLD` and
+/// `MADV_PAGEOUT` do to a THP they cover only in part): split the PMD, then
+/// `remap_page(.., RMP_USE_SHARED_ZEROPAGE)` — every subpage whose data is all zero is
+/// replaced by the shared zero page (read-only, not in Rss) and freed. Mlocked THPs are left
+/// alone (the callers refuse `VM_LOCKED` VMAs anyway); the huge zero page is never split here.
+pub(crate) fn split_thp_remap_zero(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
+    let machine = mm.machine();
+    let phys = machine.phys();
+    let old = slot.load(phys);
+    if !old.huge() || old.special() || phys.meta(old.pfn()).test(PG_HUGETLB) || phys.meta(old.pfn()).test(PG_MLOCKED) {
+        return;
+    }
+    split_huge_pmd(mm, cpu, slot, haddr);
+    let table = slot.load(phys);
+    if table.is_none() || table.huge() {
+        return;
+    }
+    let zero = machine.zero_pfn();
+    let entries = phys.backing().table(table.pfn());
+    let mut tlb = MmuGather::new(mm, cpu, FullMm::No);
+    let mut data = vec![0u8; PAGE_SIZE as usize];
+    let mut i = 0;
+    while i < PTRS_PER_TABLE {
+        let mut force_flush = false;
+        let mut freed = 0i64;
+        let ptl = phys.meta(table.pfn()).ptl.lock();
+        while i < PTRS_PER_TABLE {
+            let addr = haddr + i as u64 * PAGE_SIZE;
+            let e = Entry(entries[i].load(Relaxed));
+            i += 1;
+            if !e.maps_frame() || e.special() {
+                continue;
+            }
+            let m = phys.meta(e.pfn());
+            if !m.test(PG_ANON) || m.test(PG_MLOCKED) || m.map_count() != 1 {
+                continue;
+            }
+            phys.backing().read(e.pfn(), 0, &mut data);
+            if data.iter().any(|&b| b != 0) {
+                continue;
+            }
+            let bits = e.0 & 0x8000_0000_0000_0fff;
+            entries[i - 1].store(Entry::new(zero, (bits & !_PAGE_RW) | _PAGE_SPECIAL).0, Relaxed);
+            tlb.remove_tlb_entry(addr, PAGE_SIZE);
+            m.mapcount.fetch_sub(1, Relaxed);
+            freed += 1;
+            if tlb.remove_page(e.pfn()) {
+                force_flush = true;
+                break;
+            }
+        }
+        mm.add_rss(cpu, RssItem::AnonPages, -freed);
+        machine.vmstat().add(cpu, VmItem::NrAnonPages, -freed);
+        if force_flush {
+            tlb.flush_tlbonly();
+        }
+        drop(ptl);
+        if force_flush {
+            tlb.forced_flush();
+        }
+    }
+    let _ = tlb.finish();
+}
+
 /// `free_pgd_range`: free the tables that map only `[addr, end)`, within `floor`/`ceiling`.
 pub(crate) fn free_pgd_range(tlb: &mut MmuGather<'_>, mm: &Mm, addr: u64, end: u64, floor: u64, ceiling: u64) {
     let phys = mm.machine().phys();
@@ -432,7 +496,9 @@ pub(crate) fn change_protection(mm: &Mm, cpu: CpuId, start: u64, end: u64, read:
     let machine = mm.machine();
     let phys = machine.phys();
     let leaf = crate::pgtable::leaf_bits(read, write, exec);
-    let leaf_ro = crate::pgtable::leaf_bits(read, false, exec);
+    // x86 has no write-only pages: a write-only VMA's read-only entries (zero page, COW) stay
+    // readable.
+    let leaf_ro = crate::pgtable::leaf_bits(read || write, false, exec);
     let mut changed = false;
     let mut addr = start;
     while addr < end {

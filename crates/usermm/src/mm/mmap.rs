@@ -60,6 +60,11 @@ pub const MAP_POPULATE: u32 = 0x8000;
 pub const MAP_NONBLOCK: u32 = 0x1_0000;
 pub const MAP_HUGETLB: u32 = 0x4_0000;
 pub const MAP_FIXED_NOREPLACE: u32 = 0x10_0000;
+/// `LEGACY_MAP_MASK`: the flags `MAP_SHARED_VALIDATE` accepts on a file without `MAP_SYNC`
+/// (`MAP_SHARED`, `MAP_PRIVATE`, `MAP_FIXED`, `MAP_ANONYMOUS`, `MAP_DENYWRITE`,
+/// `MAP_EXECUTABLE`, `MAP_UNINITIALIZED`, `MAP_GROWSDOWN`, `MAP_LOCKED`, `MAP_NORESERVE`,
+/// `MAP_POPULATE`, `MAP_NONBLOCK`, `MAP_STACK`, `MAP_HUGETLB`). Not `MAP_FIXED_NOREPLACE`.
+pub const LEGACY_MAP_MASK: u32 = 0x01 | 0x02 | 0x10 | 0x20 | 0x800 | 0x1000 | 0x400_0000 | 0x100 | 0x2000 | 0x4000 | 0x8000 | 0x1_0000 | 0x2_0000 | 0x4_0000;
 
 pub const MADV_NORMAL: i32 = 0;
 pub const MADV_RANDOM: i32 = 1;
@@ -122,8 +127,15 @@ const VM_RWX: VmFlags = VmFlags(VmFlags::VM_READ.0 | VmFlags::VM_WRITE.0 | VmFla
 
 impl Mm {
     /// `mmap(addr, len, prot, flags, fd, 0)`.
-    #[doc(alias = "do_mmap")]
     pub fn mmap(&self, cpu: CpuId, addr: u64, len: u64, prot: u32, flags: u32, file: MapFile) -> Result<u64, Errno> {
+        self.mmap_pgoff(cpu, addr, len, prot, flags, file, 0)
+    }
+
+    /// `mmap(addr, len, prot, flags, fd, pgoff << PAGE_SHIFT)`: `pgoff` is the file offset in
+    /// pages (it places and names a `/dev/zero` mapping; anonymous memory ignores it).
+    #[doc(alias = "do_mmap")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn mmap_pgoff(&self, cpu: CpuId, addr: u64, len: u64, prot: u32, flags: u32, file: MapFile, pgoff: u64) -> Result<u64, Errno> {
         if flags & MAP_ANONYMOUS == 0 && file == MapFile::None {
             return Err(Errno::EBADF);
         }
@@ -136,6 +148,10 @@ impl Mm {
         let hugetlb = flags & MAP_HUGETLB != 0 && flags & MAP_ANONYMOUS != 0;
         let align = if hugetlb { PMD_SIZE } else { PAGE_SIZE };
         let len = align_up(len, align).ok_or(Errno::ENOMEM)?;
+        // offset overflow?
+        if pgoff.checked_add(len >> 12).is_none() {
+            return Err(Errno::EOVERFLOW);
+        }
         let mut flags = flags;
         if flags & MAP_FIXED_NOREPLACE != 0 {
             flags |= MAP_FIXED;
@@ -143,12 +159,15 @@ impl Mm {
         let fixed = flags & MAP_FIXED != 0;
         let anon = flags & MAP_ANONYMOUS != 0;
         let map_type = flags & MAP_TYPE;
-        let shared = match (anon, map_type) {
-            (_, MAP_PRIVATE) => false,
-            (true, MAP_SHARED) => true,
-            (false, MAP_SHARED | MAP_SHARED_VALIDATE) => true,
-            _ => None.ok_or(Errno::EINVAL)?,
+        // The map type is only checked after the placement (do_mmap's switch); the placement
+        // looks at the MAP_SHARED bit alone (__get_unmapped_area, get_unmapped_area_zero).
+        let shared_type = match (anon, map_type) {
+            (_, MAP_PRIVATE) => Some(false),
+            (true, MAP_SHARED) => Some(true),
+            (false, MAP_SHARED | MAP_SHARED_VALIDATE) => Some(true),
+            _ => None,
         };
+        let shared = flags & MAP_SHARED != 0;
         let mut tree = self.mmap_lock.write();
         if tree.map_count() > self.machine().config().max_map_count as usize {
             return Err(Errno::ENOMEM);
@@ -168,7 +187,7 @@ impl Mm {
         } else {
             if !anon && !shared {
                 // get_unmapped_area_zero: a private /dev/zero mapping is placed by its offset.
-                tree.thp_get_unmapped_area(len, addr, 0)?
+                tree.thp_get_unmapped_area(len, addr, pgoff << 12)?
             } else {
                 let thp_align = anon && !shared && len % PMD_SIZE == 0 || hugetlb;
                 tree.get_unmapped_area(len, addr, thp_align)?
@@ -177,6 +196,21 @@ impl Mm {
         let end = start + len;
         if flags & MAP_FIXED_NOREPLACE != 0 && tree.intersecting(start, end).next().is_some() {
             return Err(Errno::EEXIST);
+        }
+        if !anon {
+            // file_mmap_ok for a character device (size limit ULONG_MAX).
+            if pgoff > (u64::MAX - len) >> 12 {
+                return Err(Errno::EOVERFLOW);
+            }
+            // MAP_SHARED_VALIDATE refuses what /dev/zero does not know (it has no MAP_SYNC).
+            if map_type == MAP_SHARED_VALIDATE && flags & !LEGACY_MAP_MASK != 0 {
+                return Err(Errno::EOPNOTSUPP);
+            }
+        }
+        let shared = shared_type.ok_or(Errno::EINVAL)?;
+        // Neither file mappings nor shared anonymous ones may grow down.
+        if flags & MAP_GROWSDOWN != 0 && (shared || !anon) {
+            return Err(Errno::EINVAL);
         }
         let mut vmf = prot_to_vm(prot)
             .union(VmFlags::VM_MAYREAD)
@@ -222,11 +256,14 @@ impl Mm {
         }
         let pgoff = match kind {
             VmaKind::Anon => start >> 12,
+            // /dev/zero keeps the file offset, also when shared (shmem_zero_setup).
+            VmaKind::DevZero | VmaKind::SharedAnon if !anon => pgoff,
             _ => 0,
         };
         let mut vma = Vma::new(start, end, vmf, kind, pgoff);
         if shared {
             vma.shmem = Some(super::shmem::Shmem::new(self.machine().phys_arc()));
+            vma.shmem_size = len >> 12;
         }
         tree.insert_or_merge(vma);
         drop(tree);
@@ -243,6 +280,13 @@ impl Mm {
     #[doc(alias = "__mm_populate")]
     pub fn populate(&self, cpu: CpuId, start: u64, end: u64, write: bool) {
         let tree = self.mmap_lock.read();
+        let _ = self.populate_locked(&tree, cpu, start, end, write);
+    }
+
+    /// [`Mm::populate`] with the mmap lock held (read or write): fault in `[start, end)` VMA by
+    /// VMA, going on past holes. PROT_NONE VMAs are skipped. `Err(EFAULT)` when a fault fails
+    /// (a SIGBUS, or no memory), after populating what came before.
+    fn populate_locked(&self, tree: &VmaTree, cpu: CpuId, start: u64, end: u64, write: bool) -> Result<(), Errno> {
         let phys = self.machine().phys();
         let mut addr = start;
         while addr < end {
@@ -257,8 +301,8 @@ impl Mm {
                 let ok = self.with_tlb_gate(cpu, || fault::translate(phys, self.pgd(), addr, w).is_some());
                 if !ok && vma.flags.intersects(VM_RWX) {
                     self.machine().vmstat().inc(cpu, VmItem::Pgfault);
-                    if fault::handle_vma_fault(self, &tree, vma, cpu, addr, w).is_err() {
-                        return;
+                    if fault::handle_vma_fault(self, tree, vma, cpu, addr, w).is_err() {
+                        return Err(Errno::EFAULT);
                     }
                 }
                 // A huge mapping covers the rest of its 2 MiB.
@@ -266,6 +310,7 @@ impl Mm {
                 addr = if huge { (addr & !(PMD_SIZE - 1)) + PMD_SIZE } else { addr + PAGE_SIZE };
             }
         }
+        Ok(())
     }
 
     /// `munmap(addr, len)`.
@@ -297,13 +342,21 @@ impl Mm {
         }
         let vmas = tree.detach_range(start, end, self.machine().config().max_map_count as usize)?;
         if vmas.is_empty() {
-            return Ok(UnmapStats { total_ns: t0.elapsed().as_nanos() as u64, exclusive_ns: t0.elapsed().as_nanos() as u64, ..Default::default() });
+            let exclusive_ns = tree.unlock();
+            return Ok(UnmapStats { total_ns: t0.elapsed().as_nanos() as u64, exclusive_ns, ..Default::default() });
+        }
+        // munlock_vma_pages_all, under the write lock before the zap (v4.20): the pages leave
+        // the unevictable list and count as munlocked.
+        for v in vmas.iter().filter(|v| v.flags.contains(VmFlags::VM_LOCKED)) {
+            self.mlock_pages(cpu, v.start, v.end, false);
         }
         let (floor, ceiling) = floor_ceiling(&tree, start, end);
         let policy = self.machine().munmap_policy();
         let special = vmas.iter().any(|v| v.is_special());
         let size: u64 = vmas.iter().map(|v| v.end - v.start).sum();
-        let stack_next = tree.find_vma(end).is_some_and(|n| n.flags.contains(VmFlags::VM_GROWSDOWN) && n.start == end);
+        // The veto looks at the next VMA wherever it is: a stack above a gap can still grow
+        // down into the range under the read lock (detach_vmas_to_be_unmapped, 2020).
+        let stack_next = tree.find_vma(end).is_some_and(|n| n.flags.contains(VmFlags::VM_GROWSDOWN));
         let downgrade = policy.downgrade
             && !special
             && size >= policy.min_bytes
@@ -311,7 +364,8 @@ impl Mm {
         let mut st = UnmapStats { downgraded: downgrade, ..Default::default() };
         if downgrade {
             let read = tree.downgrade();
-            st.exclusive_ns = t0.elapsed().as_nanos() as u64;
+            // The lock's own figure: the hold, without the wait for the write lock.
+            st.exclusive_ns = read.exclusive_hold_ns().unwrap_or(0);
             let t1 = Instant::now();
             let (z, f) = self.unmap_region(cpu, &vmas, floor, ceiling);
             st.pages_zapped = z;
@@ -324,8 +378,7 @@ impl Mm {
             st.pages_zapped = z;
             st.tlb_flushes = f;
             drop(vmas);
-            st.exclusive_ns = t0.elapsed().as_nanos() as u64;
-            drop(tree);
+            st.exclusive_ns = tree.unlock();
         }
         st.total_ns = t0.elapsed().as_nanos() as u64;
         Ok(st)
@@ -379,9 +432,27 @@ impl Mm {
             if (newflags.0 & !(newflags.0 >> 4)) & VM_RWX.0 != 0 {
                 return Err(Errno::EACCES);
             }
+            // mprotect_fixup's commit accounting: a private mapping made writable is charged
+            // (VM_ACCOUNT); an anonymous one made read-only before its first fault (no anon_vma)
+            // is uncharged. VM_ACCOUNT takes part in merging.
+            let newflags = if newflags.contains(VmFlags::VM_WRITE) {
+                let exempt = VmFlags(
+                    VmFlags::VM_ACCOUNT.0 | VmFlags::VM_WRITE.0 | VmFlags::VM_HUGETLB.0 | VmFlags::VM_SHARED.0 | VmFlags::VM_NORESERVE.0,
+                );
+                if vma.flags.intersects(exempt) { newflags } else { newflags.union(VmFlags::VM_ACCOUNT) }
+            } else if vma.flags.contains(VmFlags::VM_ACCOUNT) && vma.is_anonymous() && vma.anon_vma() == 0 {
+                newflags.minus(VmFlags::VM_ACCOUNT)
+            } else {
+                newflags
+            };
             let tmp = vma.end.min(end);
             let changed = vma.flags != newflags;
-            self.vma_modify_flags(&mut tree, nstart, tmp, newflags, max)?;
+            // mprotect_fixup: a locked private mapping made writable has its pages
+            // populated for writing (copy-on-write broken now, not at the first store).
+            let lock_populate = vma.flags.0 & (VmFlags::VM_WRITE.0 | VmFlags::VM_SHARED.0 | VmFlags::VM_LOCKED.0)
+                == VmFlags::VM_LOCKED.0
+                && newflags.contains(VmFlags::VM_WRITE);
+            self.vma_modify_flags(cpu, &mut tree, nstart, tmp, newflags, max)?;
             if changed {
                 change_protection(
                     self,
@@ -393,6 +464,9 @@ impl Mm {
                     newflags.contains(VmFlags::VM_EXEC),
                 );
             }
+            if lock_populate {
+                let _ = self.populate_locked(&tree, cpu, nstart, tmp, true);
+            }
             nstart = tmp;
             if nstart >= end {
                 return Ok(());
@@ -402,8 +476,35 @@ impl Mm {
 
     /// Give `[start, end)` (inside one VMA) the flags `newflags`: split, set, merge
     /// (`vma_modify_flags`). Fails with ENOMEM, changing nothing, at the map_count limit.
-    fn vma_modify_flags(&self, tree: &mut VmaTree, start: u64, end: u64, newflags: VmFlags, max: usize) -> Result<(), Errno> {
-        tree.vma_modify_flags(start, end, newflags, max).map(|_| ())
+    ///
+    /// A new VMA boundary inside a 2 MiB block splits a huge PMD mapping that block first
+    /// (`__split_vma`/`commit_merge` → `vma_adjust_trans_huge`): no huge mapping straddles VMAs.
+    fn vma_modify_flags(&self, cpu: CpuId, tree: &mut VmaTree, start: u64, end: u64, newflags: VmFlags, max: usize) -> Result<(), Errno> {
+        let Some((vs, ve, changed)) = tree.vma_lookup(start).map(|v| (v.start, v.end, v.flags != newflags)) else {
+            return tree.vma_modify_flags(start, end, newflags, max).map(|_| ());
+        };
+        tree.vma_modify_flags(start, end, newflags, max)?;
+        if changed {
+            if start > vs {
+                self.split_huge_pmd_address(cpu, start);
+            }
+            if end < ve {
+                self.split_huge_pmd_address(cpu, end);
+            }
+        }
+        Ok(())
+    }
+
+    /// `split_huge_pmd_address` for an address that is not 2 MiB aligned: split the huge PMD
+    /// (THP or huge zero page) mapping it, if any.
+    fn split_huge_pmd_address(&self, cpu: CpuId, addr: u64) {
+        if addr % PMD_SIZE == 0 {
+            return;
+        }
+        let phys = self.machine().phys();
+        if let crate::pgtable::Walk::HugePmd { pmd, .. } = crate::pgtable::walk(phys, self.pgd(), addr) {
+            super::memory::split_huge_pmd(self, cpu, pmd, addr & !(PMD_SIZE - 1));
+        }
     }
 
     /// `madvise(addr, len, advice)`.
@@ -421,9 +522,11 @@ impl Mm {
             MADV_KEEPONFORK => (VmFlags(0), VmFlags::VM_WIPEONFORK),
             MADV_HUGEPAGE => (VmFlags::VM_HUGEPAGE, VmFlags::VM_NOHUGEPAGE),
             MADV_NOHUGEPAGE => (VmFlags::VM_NOHUGEPAGE, VmFlags::VM_HUGEPAGE),
+            // ksm_madvise (CONFIG_KSM=y): only the flag; there is no KSM daemon.
+            MADV_MERGEABLE => (VmFlags::VM_MERGEABLE, VmFlags(0)),
+            MADV_UNMERGEABLE => (VmFlags(0), VmFlags::VM_MERGEABLE),
             MADV_WILLNEED | MADV_DONTNEED | MADV_FREE | MADV_COLD | MADV_PAGEOUT
-            | MADV_POPULATE_READ | MADV_POPULATE_WRITE | MADV_MERGEABLE | MADV_UNMERGEABLE
-            | MADV_REMOVE => (VmFlags(0), VmFlags(0)),
+            | MADV_POPULATE_READ | MADV_POPULATE_WRITE | MADV_REMOVE => (VmFlags(0), VmFlags(0)),
             _ => return Err(Errno::EINVAL),
         };
         if addr % PAGE_SIZE != 0 {
@@ -436,6 +539,9 @@ impl Mm {
         let end = addr.checked_add(alen).ok_or(Errno::EINVAL)?;
         if end == addr {
             return Ok(());
+        }
+        if matches!(advice, MADV_POPULATE_READ | MADV_POPULATE_WRITE) {
+            return self.madvise_populate(cpu, addr, end, advice == MADV_POPULATE_WRITE);
         }
         let flag_change = set.0 != 0 || clear.0 != 0;
         let max = self.machine().config().max_map_count as usize;
@@ -474,6 +580,10 @@ impl Mm {
                     match advice {
                         MADV_DONTNEED => self.zap_page_range(cpu, start, tmp),
                         MADV_FREE if !matches!(vkind, VmaKind::Anon | VmaKind::DevZero) => return Err(Errno::EINVAL),
+                        MADV_FREE => self.split_partial_thps(cpu, start, tmp),
+                        // madvise_remove: no file → EINVAL; a file not mapped shared-writable
+                        // (private /dev/zero) → EACCES.
+                        MADV_REMOVE if matches!(vkind, VmaKind::DevZero) => return Err(Errno::EACCES),
                         MADV_REMOVE if !matches!(vkind, VmaKind::SharedAnon) => return Err(Errno::EINVAL),
                         MADV_REMOVE => {
                             self.zap_page_range(cpu, start, tmp);
@@ -484,18 +594,32 @@ impl Mm {
                         _ => {}
                     }
                 }
-                MADV_WIPEONFORK if !matches!(vkind, VmaKind::Anon | VmaKind::DevZero) => return Err(Errno::EINVAL),
+                // Only memory without a file (not even /dev/zero) can be wiped on fork.
+                MADV_WIPEONFORK if !matches!(vkind, VmaKind::Anon) => return Err(Errno::EINVAL),
                 MADV_HUGEPAGE | MADV_NOHUGEPAGE if matches!(vkind, VmaKind::Hugetlb | VmaKind::PfnMap) => {}
-                MADV_POPULATE_READ | MADV_POPULATE_WRITE => {
-                    drop(rtree.take());
-                    self.populate(cpu, start, tmp, advice == MADV_POPULATE_WRITE);
-                    rtree = Some(self.mmap_lock.read());
+                // can_madv_lru_vma.
+                MADV_COLD | MADV_PAGEOUT
+                    if vflags.intersects(VmFlags(VmFlags::VM_LOCKED.0 | VmFlags::VM_PFNMAP.0 | VmFlags::VM_HUGETLB.0)) =>
+                {
+                    return Err(Errno::EINVAL)
                 }
+                MADV_COLD | MADV_PAGEOUT => self.split_partial_thps(cpu, start, tmp),
+                // vma_ksm_compatible: the advice is ignored elsewhere.
+                MADV_MERGEABLE
+                    if vflags.intersects(VmFlags(
+                        VmFlags::VM_SHARED.0
+                            | VmFlags::VM_MAYSHARE.0
+                            | VmFlags::VM_PFNMAP.0
+                            | VmFlags::VM_IO.0
+                            | VmFlags::VM_DONTEXPAND.0
+                            | VmFlags::VM_HUGETLB.0
+                            | VmFlags::VM_MIXEDMAP.0,
+                    )) => {}
                 _ if flag_change => {
                     let newflags = vflags.minus(clear).union(set);
                     if newflags != vflags {
                         let w = wtree.as_mut().expect("write lock for flag changes");
-                        self.vma_modify_flags(w, start, tmp, newflags, max)?;
+                        self.vma_modify_flags(cpu, w, start, tmp, newflags, max)?;
                     }
                 }
                 _ => {}
@@ -509,6 +633,46 @@ impl Mm {
             Err(Errno::ENOMEM)
         } else {
             Ok(())
+        }
+    }
+
+    /// `madvise_populate`: fault `[start, end)` in VMA by VMA (`faultin_page_range` with
+    /// `FOLL_MADV_POPULATE`). A hole is `ENOMEM`; a VMA that does not allow the access
+    /// (no `VM_WRITE` for a write, no `VM_READ` for a read, or `VM_IO`/`VM_PFNMAP`) is `EINVAL`;
+    /// what came before stays populated.
+    #[doc(alias = "faultin_page_range")]
+    fn madvise_populate(&self, cpu: CpuId, start: u64, end: u64, write: bool) -> Result<(), Errno> {
+        let mut addr = start;
+        while addr < end {
+            let tree = self.mmap_lock.read();
+            let Some(vma) = tree.vma_lookup(addr) else { return Err(Errno::ENOMEM) };
+            let need = if write { VmFlags::VM_WRITE } else { VmFlags::VM_READ };
+            if vma.flags.intersects(VmFlags(VmFlags::VM_IO.0 | VmFlags::VM_PFNMAP.0)) || !vma.flags.contains(need) {
+                return Err(Errno::EINVAL);
+            }
+            let stop = vma.end.min(end);
+            // VM_FAULT_SIGBUS while populating: EFAULT.
+            self.populate_locked(&tree, cpu, addr, stop, write)?;
+            addr = stop;
+        }
+        Ok(())
+    }
+
+    /// The THP handling of `MADV_FREE`/`MADV_COLD`/`MADV_PAGEOUT` over `[start, end)` (inside
+    /// one VMA): a PMD-mapped THP the range covers only in part is split, its zero-filled
+    /// subpages going to the shared zero page (`split_folio`; see
+    /// [`super::memory::split_thp_remap_zero`]). Whole THPs stay as they are (lazily freed,
+    /// deactivated: nothing an observer sees without memory pressure).
+    fn split_partial_thps(&self, cpu: CpuId, start: u64, end: u64) {
+        let phys = self.machine().phys();
+        for haddr in [start & !(PMD_SIZE - 1), (end - 1) & !(PMD_SIZE - 1)] {
+            let whole = haddr >= start && haddr + PMD_SIZE <= end;
+            if whole {
+                continue;
+            }
+            if let crate::pgtable::Walk::HugePmd { pmd, .. } = crate::pgtable::walk(phys, self.pgd(), haddr) {
+                super::memory::split_thp_remap_zero(self, cpu, pmd, haddr);
+            }
         }
     }
 
@@ -559,15 +723,31 @@ impl Mm {
             let newflags = if on { vma.flags.union(VmFlags::VM_LOCKED) } else { vma.flags.minus(VmFlags::VM_LOCKED) };
             let special = vma.flags.intersects(VmFlags(VmFlags::VM_PFNMAP.0 | VmFlags::VM_HUGETLB.0));
             if !special && newflags != vma.flags {
-                self.vma_modify_flags(&mut tree, nstart, tmp, newflags, max)?;
+                self.vma_modify_flags(cpu, &mut tree, nstart, tmp, newflags, max)?;
                 self.mlock_pages(cpu, nstart, tmp, on);
             }
             nstart = tmp;
         }
         drop(tree);
-        if on {
-            // __mm_populate of what was locked.
-            self.populate(cpu, start, nstart, true);
+        if on && result.is_ok() {
+            // do_mlock's __mm_populate(start, len, 0), only after every VMA was locked. It skips
+            // VM_IO/VM_PFNMAP and VM_LOCKONFAULT VMAs; a PROT_NONE one stops it with EFAULT,
+            // which mlock reports as ENOMEM (__mlock_posix_error_return).
+            let mut addr = start;
+            while addr < end {
+                let tree = self.mmap_lock.read();
+                let Some(v) = tree.find_vma(addr).filter(|v| v.start < end) else { break };
+                let (s, e) = (addr.max(v.start), v.end.min(end));
+                let skip = VmFlags(VmFlags::VM_IO.0 | VmFlags::VM_PFNMAP.0 | VmFlags::VM_LOCKONFAULT.0);
+                if !v.flags.intersects(skip) {
+                    if !v.flags.intersects(VM_RWX) {
+                        return Err(Errno::ENOMEM);
+                    }
+                    // A failed fault is EFAULT, reported as ENOMEM too.
+                    self.populate_locked(&tree, cpu, s, e, true).map_err(|_| Errno::ENOMEM)?;
+                }
+                addr = e;
+            }
         }
         result
     }

@@ -413,6 +413,10 @@ pub struct Vma {
     pub shmem: Option<Arc<Shmem>>,
     /// `PfnMap`: the frame mapped at `start` (advances with `start` on a split).
     pub pfn_base: u64,
+    /// `SharedAnon`: the size of the shmem object in pages (its `i_size`: the size of the
+    /// mapping that created it, `shmem_zero_setup`); a fault at a larger object index is a
+    /// SIGBUS. 0 = no limit.
+    pub shmem_size: u64,
     /// `anon_vma` as an id (0 = none). Set by the first fault under the *read* lock with a
     /// compare-exchange (the kernel serialises that with `page_table_lock`); changed by merges
     /// under the write lock.
@@ -430,6 +434,7 @@ impl Clone for Vma {
             file: self.file,
             shmem: self.shmem.clone(),
             pfn_base: self.pfn_base,
+            shmem_size: self.shmem_size,
             anon_vma: AtomicU64::new(self.anon_vma()),
         }
     }
@@ -452,6 +457,7 @@ impl Vma {
             },
             shmem: None,
             pfn_base: 0,
+            shmem_size: 0,
             anon_vma: AtomicU64::new(0),
         }
     }
@@ -1143,6 +1149,25 @@ impl VmaTree {
         }
         self.vmas.get_mut(&start).expect("middle").flags = new_flags;
         Ok(start)
+    }
+
+    /// The tree half of `expand_downwards`: the VMA starting at `start` now starts at
+    /// `new_start` (page aligned, below, and free down to there), its `pgoff` moved back by as
+    /// many pages. The caller checked the stack rules. Returns false if no VMA starts at
+    /// `start` or `new_start` is not below it.
+    pub fn move_start_down(&mut self, start: u64, new_start: u64) -> bool {
+        if new_start >= start || !page_aligned(new_start) || !self.vmas.contains_key(&start) {
+            return false;
+        }
+        vm_bug_on!(
+            self.find_vma_intersection(new_start, start).is_some(),
+            "stack expansion over a mapping"
+        );
+        let mut v = self.vmas.remove(&start).expect("key just checked");
+        v.pgoff -= (start - new_start) >> PAGE_SHIFT;
+        v.start = new_start;
+        self.vmas.insert(new_start, v);
+        true
     }
 
     /// After the flags of the VMA containing `addr` changed in place (e.g. after a

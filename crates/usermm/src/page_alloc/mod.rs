@@ -414,7 +414,9 @@ impl PhysMem {
                     hm.private.store(high as u32, Relaxed);
                     fa.lists[high as usize].push_front(meta, half);
                 }
-                zone.free_pages.fetch_sub(order.nr_pages(), Relaxed);
+                // Written only under zone.lock (held): a plain update, no locked RMW.
+                let nr = zone.free_pages.load(Relaxed) - order.nr_pages();
+                zone.free_pages.store(nr, Relaxed);
                 return Some(pfn);
             }
         }
@@ -426,7 +428,8 @@ impl PhysMem {
     fn free_one_page_locked(&self, zone: &Zone, fa: &mut FreeArea, pfn: Pfn, order: Order) {
         let meta = self.meta_slice();
         let (mut pfn, mut order) = (pfn.0, order.0);
-        zone.free_pages.fetch_add(1 << order, Relaxed);
+        // Written only under zone.lock (held): a plain update, no locked RMW per page.
+        zone.free_pages.store(zone.free_pages.load(Relaxed) + (1 << order), Relaxed);
         while order < MAX_PAGE_ORDER {
             let buddy = pfn ^ (1 << order);
             if buddy < zone.start_pfn || buddy + (1 << order) > zone.end_pfn {
@@ -501,6 +504,12 @@ impl PhysMem {
         let mut pcp = zone.pcp[cpu].lock();
         if pcp.lists[idx].is_empty() {
             let blocks = if order.0 == 0 { self.pcp_batch } else { (self.pcp_batch >> order.0).max(2) };
+            // The lockless check of zone_watermark_fast (with a watermark of 0): an exhausted
+            // zone is skipped without taking its lock, or every allocation that falls back to
+            // another node would first take the full node's zone.lock.
+            if zone.free_pages.load(Relaxed) == 0 {
+                return None;
+            }
             // Lock order: pcp lock -> zone.lock
             let mut fa = zone.lock.lock();
             let mut got = 0u64;
@@ -576,6 +585,7 @@ impl PhysMem {
             let zone = &self.nodes[nid.index()].zone;
             let got = match pcp_index(order) {
                 Some(idx) => self.rmqueue_pcplist(cpu, zone, order, idx),
+                None if zone.free_pages.load(Relaxed) < order.nr_pages() => None,
                 None => {
                     let mut fa = zone.lock.lock();
                     let p = self.rmqueue_smallest(zone, &mut fa, order);
@@ -761,7 +771,8 @@ impl PhysMem {
                     vec.inactive_anon.remove(meta, pfn);
                     lru_removed += nr;
                 }
-                m.clear(PG_LRU);
+                // __ClearPageLRU: the last reference is gone, nobody else writes the flags.
+                m.flags.store(f & !PG_LRU, Relaxed);
             }
             let order = if f & PG_HEAD != 0 { Order(m.order.load(Relaxed)) } else { Order(0) };
             to_free.push((pfn, order));

@@ -10,7 +10,12 @@ use usermm::{CpuId, Machine, Mm, Task};
 pub const C0: CpuId = CpuId(0);
 
 pub fn machine_with(f: impl FnOnce(&mut MachineConfig)) -> Arc<Machine> {
-    let mut c = MachineConfig { mem: 256 << 20, cpus: 4, nodes: 1, ..Default::default() };
+    let mut c = MachineConfig {
+        mem: 256 << 20,
+        cpus: 4,
+        nodes: 1,
+        ..Default::default()
+    };
     f(&mut c);
     Machine::new(c).expect("machine")
 }
@@ -31,8 +36,15 @@ pub fn thp_always() -> Arc<Machine> {
 }
 
 pub fn anon(mm: &Mm, len: u64) -> u64 {
-    mm.mmap(C0, 0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, MapFile::None)
-        .expect("mmap")
+    mm.mmap(
+        C0,
+        0,
+        len,
+        PROT_READ | PROT_WRITE,
+        MAP_PRIVATE | MAP_ANONYMOUS,
+        MapFile::None,
+    )
+    .expect("mmap")
 }
 
 pub fn task(mm: &Arc<Mm>) -> Task {
@@ -48,7 +60,11 @@ pub fn exit_and_check(machine: &Arc<Machine>, mm: Arc<Mm>, free_before: u64) {
     drop(mm);
     // The huge zero page lives on with the shrinker's reference until a shrink.
     machine.drop_caches(C0);
-    assert_eq!(machine.huge_zero().refcount(), 0, "huge zero page still referenced");
+    assert_eq!(
+        machine.huge_zero().refcount(),
+        0,
+        "huge zero page still referenced"
+    );
     machine.phys().lru_add_drain_all();
     machine.phys().drain_all_pages();
     machine.validate().expect("PhysMem::validate after exit");

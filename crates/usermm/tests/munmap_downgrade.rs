@@ -1,0 +1,716 @@
+//! Seed 003: munmap zaps under a downgraded mmap lock.
+//!
+//! - `policy`: which munmaps downgrade — the policy switch, special mappings (VM_LOCKED after a
+//!   munlock, VM_HUGETLB, VM_PFNMAP keep the exclusive path), and the era options (the size
+//!   threshold, the stack veto).
+//! - `racing_faults`: the correctness property, under stress. While a munmap runs, threads hammer
+//!   the range with reads, writes and direct faults. Every access must either see the page's own
+//!   data (its PTE is not zapped yet: the access is ordered before the unmap, as on Linux where
+//!   the MMU still translates it) or get `SEGV_MAPERR` — never the zero page, never a fresh page,
+//!   never a stale page of an earlier mapping, and no fault may succeed once any thread has seen
+//!   the range unmapped. Run under both policies.
+//! - `negative_control`: the same checker pointed at the wrong order (zap under the read lock
+//!   with the VMA still in the tree, *then* detach — MADV_DONTNEED followed by munmap) must find
+//!   violations, so the checker is known to be able to fail.
+//! - `bystanders`: faults in other VMAs of the same mm complete while a downgraded munmap zaps.
+
+mod common;
+
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, AtomicU8,
+    Ordering::{Acquire, Relaxed, Release, SeqCst},
+};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use common::*;
+use usermm::config::{BackingMode, MachineConfig, ThpMode};
+use usermm::mm::fault::handle_mm_fault;
+use usermm::mm::mmap::*;
+use usermm::page_alloc::Gfp;
+use usermm::stats::VmItem;
+use usermm::{CpuId, Machine, Mm, Order, SegvCode, Task};
+
+const RW: u32 = PROT_READ | PROT_WRITE;
+const ANON: u32 = MAP_PRIVATE | MAP_ANONYMOUS;
+
+fn machine(downgrade: bool, f: impl FnOnce(&mut MachineConfig)) -> Arc<Machine> {
+    machine_with(|c| {
+        c.munmap.downgrade = downgrade;
+        f(c);
+    })
+}
+
+/// Map `len` bytes at a fixed address and write a word in every page (each a write fault).
+fn populated(mm: &Arc<Mm>, addr: u64, len: u64, flags: u32) -> u64 {
+    let a = mm
+        .mmap(C0, addr, len, RW, ANON | flags, MapFile::None)
+        .expect("mmap");
+    let t = task(mm);
+    for p in (a..a + len).step_by(4096) {
+        t.write_u64(p, p | 1).expect("populate");
+    }
+    a
+}
+
+mod policy {
+    use super::*;
+
+    #[test]
+    fn the_switch_decides_and_the_lock_records_the_exclusive_hold() {
+        for down in [false, true] {
+            let m = machine(down, |_| {});
+            let free0 = free_pages(&m);
+            let mm = Mm::new(&m, C0).unwrap();
+            let a = populated(&mm, 0x10_0000_0000, 8 << 20, 0);
+            mm.mmap_lock().reset_stats();
+            let st = mm.munmap_stats(C0, a, 8 << 20).unwrap();
+            let lock = mm.mmap_lock().stats();
+            assert_eq!(st.downgraded, down);
+            assert_eq!(st.pages_zapped, 2048);
+            assert!(st.tlb_flushes >= 1);
+            assert_eq!(lock.write.acquisitions, 1);
+            assert_eq!(lock.exclusive_hold.count, 1);
+            // The record is the lock's own figure (histogram: 3 significant digits).
+            let (h, e) = (lock.exclusive_hold.max_ns as f64, st.exclusive_ns as f64);
+            assert!(
+                (h - e).abs() <= e * 0.002 + 1.0,
+                "histogram {h} vs munmap's {e}"
+            );
+            assert!(st.exclusive_ns + st.read_ns <= st.total_ns);
+            if down {
+                assert!(st.read_ns > 0);
+                assert_eq!(
+                    lock.read.acquisitions, 1,
+                    "the downgrade counts as one read acquisition"
+                );
+            } else {
+                assert_eq!(st.read_ns, 0);
+            }
+            assert_eq!(task(&mm).read_u64(a).unwrap_err().code, SegvCode::MapErr);
+            exit_and_check(&m, mm, free0);
+        }
+    }
+
+    #[test]
+    fn nothing_to_unmap_is_no_downgrade() {
+        let m = machine(true, |_| {});
+        let mm = Mm::new(&m, C0).unwrap();
+        let st = mm.munmap_stats(C0, 0x10_0000_0000, 1 << 20).unwrap();
+        assert!(!st.downgraded);
+        assert_eq!(st.pages_zapped, 0);
+        assert!(!mm.mmap_lock().is_locked(), "the lock is dropped");
+    }
+
+    #[test]
+    fn vm_locked_is_munlocked_first_and_keeps_the_exclusive_path() {
+        let m = machine(true, |_| {});
+        let free0 = free_pages(&m);
+        let mm = Mm::new(&m, C0).unwrap();
+        // MAP_LOCKED populates the whole mapping and mlocks it.
+        let a = mm
+            .mmap(
+                C0,
+                0x10_0000_0000,
+                64 * 4096,
+                RW,
+                ANON | MAP_LOCKED,
+                MapFile::None,
+            )
+            .unwrap();
+        m.phys().lru_add_drain_all();
+        assert_eq!(m.vmstat().get(VmItem::NrMlock), 64);
+        assert_eq!(m.vmstat().get(VmItem::NrUnevictable), 64);
+        let munlocked0 = m.vmstat().get(VmItem::UnevictablePgsMunlocked);
+        let st = mm.munmap_stats(C0, a, 64 * 4096).unwrap();
+        assert!(!st.downgraded, "VM_LOCKED keeps the write lock");
+        assert_eq!(st.pages_zapped, 64);
+        assert_eq!(m.vmstat().get(VmItem::NrMlock), 0);
+        assert_eq!(m.vmstat().get(VmItem::NrUnevictable), 0);
+        assert_eq!(
+            m.vmstat().get(VmItem::UnevictablePgsMunlocked) - munlocked0,
+            64,
+            "munlocked before the zap"
+        );
+        exit_and_check(&m, mm, free0);
+    }
+
+    #[test]
+    fn a_locked_part_decides_for_the_range_only() {
+        let m = machine(true, |_| {});
+        let free0 = free_pages(&m);
+        let mm = Mm::new(&m, C0).unwrap();
+        let a = populated(&mm, 0x10_0000_0000, 32 * 4096, MAP_FIXED_NOREPLACE);
+        mm.mlock(C0, a, 8 * 4096).unwrap();
+        assert_eq!(mm.map_count(), 2);
+        // The unlocked tail alone: downgrade.
+        let st = mm.munmap_stats(C0, a + 16 * 4096, 16 * 4096).unwrap();
+        assert!(st.downgraded);
+        // A range that covers the locked head: exclusive.
+        let st = mm.munmap_stats(C0, a, 16 * 4096).unwrap();
+        assert!(!st.downgraded);
+        assert_eq!(st.pages_zapped, 16);
+        assert_eq!(m.vmstat().get(VmItem::NrMlock), 0);
+        exit_and_check(&m, mm, free0);
+    }
+
+    #[test]
+    fn vm_hugetlb_keeps_the_exclusive_path() {
+        let m = machine(true, |c| c.nr_hugepages = 4);
+        let free0 = free_pages(&m);
+        let mm = Mm::new(&m, C0).unwrap();
+        let a = mm
+            .mmap(C0, 0, 4 << 20, RW, ANON | MAP_HUGETLB, MapFile::None)
+            .unwrap();
+        let t = task(&mm);
+        t.write_u64(a, 1).unwrap();
+        t.write_u64(a + (2 << 20), 2).unwrap();
+        assert_eq!(m.phys().hugetlb_free(), 2);
+        let st = mm.munmap_stats(C0, a, 4 << 20).unwrap();
+        assert!(!st.downgraded, "VM_HUGETLB keeps the write lock");
+        assert_eq!(
+            m.phys().hugetlb_free(),
+            4,
+            "both huge pages back in the pool"
+        );
+        assert_eq!(t.read_u64(a).unwrap_err().code, SegvCode::MapErr);
+        exit_and_check(&m, mm, free0);
+    }
+
+    #[test]
+    fn vm_pfnmap_keeps_the_exclusive_path() {
+        let m = machine(true, |_| {});
+        let free0 = free_pages(&m);
+        let mm = Mm::new(&m, C0).unwrap();
+        let pfn = m.phys().alloc_pages(C0, Order(2), Gfp::ZERO).unwrap();
+        let a = mm.map_pfn_range(C0, pfn, 4, RW).unwrap();
+        let t = task(&mm);
+        t.write_u64(a + 4096, 0xfeed).unwrap();
+        let st = mm.munmap_stats(C0, a, 4 * 4096).unwrap();
+        assert!(!st.downgraded, "VM_PFNMAP keeps the write lock");
+        assert_eq!(st.pages_zapped, 4);
+        assert_eq!(t.read_u64(a + 4096).unwrap_err().code, SegvCode::MapErr);
+        assert_eq!(
+            m.phys().meta(pfn).ref_count(),
+            1,
+            "the driver's frames are not freed by munmap"
+        );
+        m.phys().free_pages(C0, pfn, Order(2)).unwrap();
+        exit_and_check(&m, mm, free0);
+    }
+
+    #[test]
+    fn size_threshold_keeps_small_unmaps_exclusive() {
+        let m = machine(true, |c| c.munmap.downgrade_min_bytes = 1 << 20);
+        let free0 = free_pages(&m);
+        let mm = Mm::new(&m, C0).unwrap();
+        let a = populated(&mm, 0x10_0000_0000, 4 << 20, MAP_FIXED_NOREPLACE);
+        let st = mm.munmap_stats(C0, a, (1 << 20) - 4096).unwrap();
+        assert!(!st.downgraded, "below the threshold");
+        let st = mm.munmap_stats(C0, a + (1 << 20), 1 << 20).unwrap();
+        assert!(st.downgraded, "at the threshold");
+        // The threshold counts the bytes mapped in the range, not the length asked: of these
+        // 2 MiB only the one page left at a + 1 MiB − 4 KiB is mapped.
+        let st = mm.munmap_stats(C0, a, 2 << 20).unwrap();
+        assert!(!st.downgraded, "{st:?}");
+        let st = mm.munmap_stats(C0, a + (2 << 20), 2 << 20).unwrap();
+        assert!(st.downgraded);
+        exit_and_check(&m, mm, free0);
+    }
+
+    /// A `VM_GROWSDOWN` VMA after the range vetoes the downgrade (2020, CVE-2020-29369), whether
+    /// it starts right at the end of the range or above a gap; one before the range does not.
+    #[test]
+    fn stack_veto_looks_at_the_next_vma() {
+        for veto in [false, true] {
+            for gap in [0u64, 64 << 20] {
+                let m = machine(true, |c| c.munmap.stack_veto = veto);
+                let free0 = free_pages(&m);
+                let mm = Mm::new(&m, C0).unwrap();
+                let base = 0x10_0000_0000;
+                let a = populated(&mm, base, 1 << 20, MAP_FIXED_NOREPLACE);
+                let stack = base + (1 << 20) + gap;
+                mm.mmap(
+                    C0,
+                    stack,
+                    1 << 20,
+                    RW,
+                    ANON | MAP_FIXED | MAP_GROWSDOWN,
+                    MapFile::None,
+                )
+                .unwrap();
+                let st = mm.munmap_stats(C0, a, 1 << 20).unwrap();
+                assert_eq!(st.downgraded, !veto, "veto={veto} gap={gap:#x}");
+                // A stack *below* the range cannot grow into it.
+                let b = populated(&mm, stack + (256 << 20), 1 << 20, MAP_FIXED_NOREPLACE);
+                let st = mm.munmap_stats(C0, b, 1 << 20).unwrap();
+                assert!(st.downgraded, "veto={veto}: stack below");
+                exit_and_check(&m, mm, free0);
+            }
+        }
+    }
+
+    /// `mmap(MAP_FIXED)` over a mapping unmaps it inside mmap's own write hold: never downgraded.
+    #[test]
+    fn map_fixed_over_a_mapping_stays_exclusive() {
+        let m = machine(true, |_| {});
+        let free0 = free_pages(&m);
+        let mm = Mm::new(&m, C0).unwrap();
+        let a = populated(&mm, 0x10_0000_0000, 4 << 20, MAP_FIXED_NOREPLACE);
+        mm.mmap_lock().reset_stats();
+        mm.mmap(C0, a, 4 << 20, RW, ANON | MAP_FIXED, MapFile::None)
+            .unwrap();
+        let lock = mm.mmap_lock().stats();
+        assert_eq!(lock.write.acquisitions, 1);
+        assert_eq!(lock.read.acquisitions, 0, "no downgrade inside mmap");
+        assert_eq!(task(&mm).read_u64(a).unwrap(), 0, "fresh mapping");
+        exit_and_check(&m, mm, free0);
+    }
+}
+
+// ----- the racing-fault property --------------------------------------------------------------
+
+/// The word each page holds: its own, per round, never zero.
+fn pattern(round: u64, page: u64) -> u64 {
+    0xa5a5_0000_0000_0000 | (round << 24) | page
+}
+
+/// Byte offset of the pattern word in a page (varies, so a page's other words stay zero).
+fn pattern_off(page: u64) -> u64 {
+    (page % 500) * 8
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    /// Accesses (reads, writes, direct faults) started after the unmap began.
+    racing: AtomicU64,
+    /// Of those, the ones that ended in SEGV_MAPERR.
+    maperr: AtomicU64,
+    /// Of those, the ones started before munmap returned (they raced the zap itself).
+    maperr_during: AtomicU64,
+    /// Of those, reads that saw the page's own pattern (PTE not zapped yet).
+    pattern: AtomicU64,
+    /// Accesses started after the unmap returned (all must fault).
+    after: AtomicU64,
+    /// Everything else. Must stay 0 (except in the negative control).
+    violations: AtomicU64,
+    /// Zero-page reads and other wrong values among the violations.
+    zero_reads: AtomicU64,
+}
+
+/// Round state, shared by the driver and the racers.
+struct Round {
+    /// 0: populating, 1: unmap running, 2: unmap returned, 3: round over.
+    state: AtomicU8,
+    /// Some racer got SEGV_MAPERR in this round: the VMAs are detached.
+    seen_unmapped: AtomicBool,
+    /// The round the racers may start (0: none yet).
+    round: AtomicU64,
+    /// Racers done with rounds, summed over rounds.
+    done: AtomicU64,
+    quit: AtomicBool,
+    /// A racer panicked: the driver stops waiting and fails.
+    broken: AtomicBool,
+}
+
+/// Sets [`Round::broken`] if a racer unwinds, so that nobody waits for it forever.
+struct PanicFlag<'a>(&'a AtomicBool);
+
+impl Drop for PanicFlag<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, SeqCst);
+        }
+    }
+}
+
+/// Wait (politely) until `ready()`; panic if a racer died.
+#[track_caller]
+fn wait_until(r: &Round, ready: impl Fn() -> bool) {
+    while !ready() {
+        assert!(
+            !r.broken.load(SeqCst),
+            "a racer thread panicked (see its message above)"
+        );
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+const POPULATING: u8 = 0;
+const UNMAPPING: u8 = 1;
+const UNMAPPED: u8 = 2;
+const OVER: u8 = 3;
+
+/// One racer: random pages of `[base, base + len)`, until the round is over.
+fn racer(task: Task, base: u64, len: u64, seed: u64, r: &Round, c: &Counts) {
+    let _flag = PanicFlag(&r.broken);
+    let pages = len / 4096;
+    let mut x = seed | 1;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut faulted = vec![false; pages as usize];
+    let violation = |what: String| {
+        if c.violations.fetch_add(1, Relaxed) < 5 {
+            eprintln!("violation: {what}");
+        }
+    };
+    let mut round = 0;
+    loop {
+        wait_until(r, || r.quit.load(Acquire) || r.round.load(Acquire) > round);
+        if r.quit.load(Acquire) {
+            return;
+        }
+        round = r.round.load(Acquire);
+        faulted.iter_mut().for_each(|f| *f = false);
+        loop {
+            let state = r.state.load(SeqCst);
+            if state == OVER {
+                break;
+            }
+            let unmapped_seen = r.seen_unmapped.load(SeqCst);
+            let p = next() % pages;
+            let addr = base + p * 4096 + pattern_off(p);
+            let racing = state >= UNMAPPING;
+            if racing {
+                c.racing.fetch_add(1, Relaxed);
+            }
+            if state == UNMAPPED {
+                c.after.fetch_add(1, Relaxed);
+            }
+            let op = next() % 8;
+            let res: Result<Option<u64>, usermm::Fault> = match op {
+                // Reads: the pattern, or SEGV_MAPERR.
+                0..=4 => task.read_u64(addr).map(Some),
+                // A write beside the pattern, then a read-back of the pattern.
+                5 => task
+                    .write_u64(addr + 8, !0)
+                    .and_then(|()| task.read_u64(addr).map(Some)),
+                // The fault handler itself, read or write.
+                _ => handle_mm_fault(task.mm(), task.cpu(), addr, op == 7).map(|()| None),
+            };
+            match res {
+                Err(f) if f.code == SegvCode::MapErr => {
+                    if racing {
+                        c.maperr.fetch_add(1, Relaxed);
+                    }
+                    if state == UNMAPPING {
+                        c.maperr_during.fetch_add(1, Relaxed);
+                    }
+                    faulted[p as usize] = true;
+                    r.seen_unmapped.store(true, SeqCst);
+                }
+                Err(f) => violation(format!("round {round}: {f} (expected SEGV_MAPERR)")),
+                Ok(v) => {
+                    if state == UNMAPPED {
+                        violation(format!(
+                            "round {round}: access at {addr:#x} succeeded after munmap returned"
+                        ));
+                    } else if faulted[p as usize] {
+                        violation(format!(
+                            "round {round}: page {p} mapped again after SEGV_MAPERR"
+                        ));
+                    } else if unmapped_seen && v.is_none() {
+                        violation(format!("round {round}: a fault at {addr:#x} succeeded after the detach was seen"));
+                    }
+                    match v {
+                        Some(v) if v == pattern(round, p) && racing => {
+                            c.pattern.fetch_add(1, Relaxed);
+                        }
+                        Some(v) if v == pattern(round, p) => {}
+                        Some(v) => {
+                            c.zero_reads.fetch_add(1, Relaxed);
+                            violation(format!(
+                                "round {round}: read {v:#x} at page {p}, expected {:#x} or SEGV_MAPERR",
+                                pattern(round, p)
+                            ))
+                        }
+                        None => {}
+                    }
+                }
+            }
+        }
+        r.done.fetch_add(1, SeqCst);
+    }
+}
+
+/// How the driver takes the range away.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Unmap {
+    /// `munmap`: detach, (downgrade), zap.
+    Munmap,
+    /// The wrong order: zap with the VMA still in the tree (MADV_DONTNEED), let the racers run,
+    /// then munmap.
+    ZapBeforeDetach,
+}
+
+struct Outcome {
+    rounds: u64,
+    downgraded: u64,
+    racing: u64,
+    maperr: u64,
+    maperr_during: u64,
+    pattern: u64,
+    after: u64,
+    violations: u64,
+    zero_reads: u64,
+}
+
+/// Rounds of populate → unmap while `racers` threads hammer the range, for about `budget`.
+fn race(
+    downgrade: bool,
+    thp: ThpMode,
+    how: Unmap,
+    racers: usize,
+    len: u64,
+    budget: Duration,
+) -> Outcome {
+    let m = machine(downgrade, |c| {
+        c.mem = 512 << 20;
+        c.cpus = racers as u16 + 1;
+        c.backing = BackingMode::Full;
+        c.thp = thp;
+    });
+    let free0 = free_pages(&m);
+    let mm = Mm::new(&m, C0).unwrap();
+    let base = 0x10_0000_0000u64;
+    let r = Round {
+        state: AtomicU8::new(POPULATING),
+        seen_unmapped: AtomicBool::new(false),
+        round: AtomicU64::new(0),
+        done: AtomicU64::new(0),
+        quit: AtomicBool::new(false),
+        broken: AtomicBool::new(false),
+    };
+    let c = Counts::default();
+    let mut rounds = 0u64;
+    let mut downgraded = 0u64;
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        for i in 0..racers {
+            let t = Task::new(Arc::clone(&mm), CpuId(1 + i as u16));
+            let (r, c) = (&r, &c);
+            s.spawn(move || {
+                racer(
+                    t,
+                    base,
+                    len,
+                    0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i as u64 + 1),
+                    r,
+                    c,
+                )
+            });
+        }
+        let t = task(&mm);
+        while rounds < 4 || t0.elapsed() < budget {
+            rounds += 1;
+            let round = rounds;
+            // The same address every round: a stale page of an earlier round would show.
+            let a = mm
+                .mmap(C0, base, len, RW, ANON | MAP_FIXED_NOREPLACE, MapFile::None)
+                .unwrap();
+            assert_eq!(a, base);
+            for p in 0..len / 4096 {
+                t.write_u64(base + p * 4096 + pattern_off(p), pattern(round, p))
+                    .unwrap();
+            }
+            r.seen_unmapped.store(false, SeqCst);
+            r.state.store(POPULATING, SeqCst);
+            r.round.store(round, Release);
+            // Let the racers get going on the populated range.
+            std::thread::sleep(Duration::from_micros(200));
+            r.state.store(UNMAPPING, SeqCst);
+            match how {
+                Unmap::Munmap => {
+                    let st = mm.munmap_stats(C0, base, len).unwrap();
+                    downgraded += u64::from(st.downgraded);
+                }
+                Unmap::ZapBeforeDetach => {
+                    mm.madvise(C0, base, len, MADV_DONTNEED).unwrap();
+                    std::thread::sleep(Duration::from_millis(2));
+                    mm.munmap(C0, base, len).unwrap();
+                }
+            }
+            r.state.store(UNMAPPED, SeqCst);
+            std::thread::sleep(Duration::from_micros(200));
+            r.state.store(OVER, SeqCst);
+            wait_until(&r, || r.done.load(SeqCst) == round * racers as u64);
+            assert_eq!(mm.rss_total(), 0, "round {round}: pages left mapped");
+            mm.validate().unwrap();
+        }
+        r.quit.store(true, Release);
+    });
+    exit_and_check(&m, mm, free0);
+    Outcome {
+        rounds,
+        downgraded,
+        racing: c.racing.load(Relaxed),
+        maperr: c.maperr.load(Relaxed),
+        maperr_during: c.maperr_during.load(Relaxed),
+        pattern: c.pattern.load(Relaxed),
+        after: c.after.load(Relaxed),
+        violations: c.violations.load(Relaxed),
+        zero_reads: c.zero_reads.load(Relaxed),
+    }
+}
+
+mod racing_faults {
+    use super::*;
+
+    fn check(downgrade: bool, thp: ThpMode) {
+        let o = race(
+            downgrade,
+            thp,
+            Unmap::Munmap,
+            3,
+            16 << 20,
+            Duration::from_millis(1500),
+        );
+        let msg = format!(
+            "munmap.downgrade={downgrade} thp={thp:?}: {} rounds ({} downgraded), {} racing accesses checked: \
+{} racing faults got SEGV_MAPERR ({} of them started before munmap returned), {} reads saw their page's own \
+data before its zap, {} accesses after munmap returned; violations: {}",
+            o.rounds, o.downgraded, o.racing, o.maperr, o.maperr_during, o.pattern, o.after, o.violations
+        );
+        eprintln!("{msg}");
+        assert_eq!(o.violations, 0, "{msg}");
+        assert_eq!(o.downgraded, if downgrade { o.rounds } else { 0 }, "{msg}");
+        assert!(o.maperr_during > 0, "no fault raced the munmap: {msg}");
+    }
+
+    #[test]
+    fn downgraded_munmap_4k() {
+        check(true, ThpMode::Never);
+    }
+
+    #[test]
+    fn exclusive_munmap_4k() {
+        check(false, ThpMode::Never);
+    }
+
+    #[test]
+    fn downgraded_munmap_thp() {
+        check(true, ThpMode::Always);
+    }
+}
+
+mod negative_control {
+    use super::*;
+
+    /// Zap first, detach later: racing reads get the zero page, and the checker says so.
+    #[test]
+    fn zap_before_detach_is_caught() {
+        let o = race(
+            true,
+            ThpMode::Never,
+            Unmap::ZapBeforeDetach,
+            2,
+            4 << 20,
+            Duration::from_millis(300),
+        );
+        let msg = format!(
+            "zap-before-detach: {} rounds, {} racing accesses, {} violations ({} wrong reads)",
+            o.rounds, o.racing, o.violations, o.zero_reads
+        );
+        eprintln!("{msg}");
+        assert!(
+            o.violations > 0 && o.zero_reads > 0,
+            "the checker missed the wrong order: {msg}"
+        );
+    }
+}
+
+mod bystanders {
+    use super::*;
+
+    /// While a downgraded munmap zaps (after the detach, before its read unlock), a thread
+    /// faulting in its own VMA of the same mm completes faults; under the write lock it cannot.
+    /// Progress, not time, is asserted.
+    #[test]
+    fn faults_elsewhere_proceed_during_the_zap() {
+        let mut seen = [0u64; 2];
+        for (i, down) in [false, true].into_iter().enumerate() {
+            let m = machine(down, |c| {
+                c.mem = 2 << 30;
+                c.backing = BackingMode::Sparse;
+                c.thp = ThpMode::Never;
+            });
+            let mm = Mm::new(&m, C0).unwrap();
+            let len = 1u64 << 30;
+            let mine = mm
+                .mmap(
+                    C0,
+                    0x20_0000_0000,
+                    64 * 4096,
+                    RW,
+                    ANON | MAP_FIXED_NOREPLACE,
+                    MapFile::None,
+                )
+                .unwrap();
+            for _ in 0..3 {
+                let big = mm
+                    .mmap(
+                        C0,
+                        0x10_0000_0000,
+                        len,
+                        RW,
+                        ANON | MAP_FIXED_NOREPLACE,
+                        MapFile::None,
+                    )
+                    .unwrap();
+                mm.populate(C0, big, big + len, true);
+                let unmap_done = AtomicBool::new(false);
+                let started = Barrier::new(2);
+                // Passes that began after the detach: when each one completed.
+                let mut passes: Vec<Instant> = Vec::new();
+                std::thread::scope(|s| {
+                    let bystander = s.spawn(|| {
+                        let t = Task::new(Arc::clone(&mm), CpuId(1));
+                        let mut passes = Vec::new();
+                        started.wait();
+                        while !unmap_done.load(SeqCst) {
+                            // The big VMA is gone (a read-locked lookup says so) ...
+                            let detached = !mm.maps().contains("1000000000-");
+                            for p in (mine..mine + 64 * 4096).step_by(4096) {
+                                t.write_u64(p, 1).unwrap();
+                            }
+                            mm.madvise(CpuId(1), mine, 64 * 4096, MADV_DONTNEED)
+                                .unwrap();
+                            if detached {
+                                passes.push(Instant::now());
+                            }
+                        }
+                        passes
+                    });
+                    started.wait();
+                    std::thread::sleep(Duration::from_millis(5));
+                    let t_call = Instant::now();
+                    let st = mm.munmap_stats(C0, big, len).unwrap();
+                    assert_eq!(st.downgraded, down);
+                    unmap_done.store(true, SeqCst);
+                    // ... and its 64 faults completed before the lock was released: the write
+                    // lock was taken after t_call and held ≥ exclusive_ns, the read hold that
+                    // follows a downgrade lasted ≥ read_ns. For vanilla (read_ns = 0) no pass
+                    // can qualify: its detach is visible only after the write unlock.
+                    let end = t_call + Duration::from_nanos(st.exclusive_ns + st.read_ns);
+                    passes = bystander.join().unwrap();
+                    passes.retain(|&p| p < end);
+                });
+                seen[i] += passes.len() as u64;
+            }
+        }
+        eprintln!(
+            "bystander passes of 64 faults that began after the detach and completed before the mmap lock \
+was released: vanilla {}, patched {}",
+            seen[0], seen[1]
+        );
+        assert_eq!(seen[0], 0, "a fault completed inside an exclusive hold");
+        assert!(
+            seen[1] > 0,
+            "no bystander fault completed during a downgraded zap"
+        );
+    }
+}
