@@ -138,10 +138,21 @@ fn experiment_commands_run_small_and_reject_bad_input() {
         &["percpu-test", "--cgroups", "20x3"][..],
         &["usemem", "-n", "2", "-O", "-j", "4096", "8M"],
         &["munmap-test", "64M", "--faulters", "1"],
-        &["bigfree", "64M", "--max-active", "1,2", "--threshold", "4096"],
+        &[
+            "bigfree",
+            "64M",
+            "--max-active",
+            "1,2",
+            "--threshold",
+            "4096",
+        ],
     ] {
         let o = usermm(args);
-        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         assert!(!o.stdout.is_empty(), "{args:?} printed nothing");
     }
     for args in [
@@ -151,7 +162,12 @@ fn experiment_commands_run_small_and_reject_bad_input() {
         &["usemem", "0"],
     ] {
         let o = usermm(args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
 }
 

@@ -162,7 +162,10 @@ pub enum UsememError {
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self, m: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (((self.0 >> 33) as u128 * (m.saturating_sub(1)) as u128) >> 31) as u64
     }
 }
@@ -173,13 +176,22 @@ struct Unit {
 }
 
 /// Map one unit and walk it; returns bytes accounted (usemem's formula) and words touched.
-fn do_unit(task: &Task, opts: &UsememOpts, len: u64, shared: Option<u64>) -> Result<(Unit, u64), UsememError> {
+fn do_unit(
+    task: &Task,
+    opts: &UsememOpts,
+    len: u64,
+    shared: Option<u64>,
+) -> Result<(Unit, u64), UsememError> {
     let mm = task.mm();
     let cpu = task.cpu();
     let addr = match shared {
         Some(a) => a,
         None => {
-            let prot = if opts.readonly && !opts.open_rw { PROT_READ } else { PROT_READ | PROT_WRITE };
+            let prot = if opts.readonly && !opts.open_rw {
+                PROT_READ
+            } else {
+                PROT_READ | PROT_WRITE
+            };
             let mut flags = MAP_PRIVATE;
             let file = if opts.anonymous {
                 flags |= MAP_ANONYMOUS;
@@ -190,9 +202,12 @@ fn do_unit(task: &Task, opts: &UsememOpts, len: u64, shared: Option<u64>) -> Res
             if opts.prefault {
                 flags |= MAP_POPULATE;
             }
-            let a = mm.mmap(cpu, 0, len, prot, flags, file).map_err(UsememError::Mmap)?;
+            let a = mm
+                .mmap(cpu, 0, len, prot, flags, file)
+                .map_err(UsememError::Mmap)?;
             if opts.madv_thp {
-                mm.madvise(cpu, a, len, MADV_HUGEPAGE).map_err(UsememError::Mmap)?;
+                mm.madvise(cpu, a, len, MADV_HUGEPAGE)
+                    .map_err(UsememError::Mmap)?;
             }
             a
         }
@@ -209,12 +224,14 @@ fn do_unit(task: &Task, opts: &UsememOpts, len: u64, shared: Option<u64>) -> Res
                 if opts.readonly {
                     task.read_u64(addr + w * 8).map_err(UsememError::Access)?;
                 } else {
-                    task.write_u64(addr + w * 8, w).map_err(UsememError::Access)?;
+                    task.write_u64(addr + w * 8, w)
+                        .map_err(UsememError::Access)?;
                 }
             }
             n
         } else {
-            task.walk(addr, len, step, !opts.readonly, |w| w).map_err(UsememError::Access)?
+            task.walk(addr, len, step, !opts.readonly, |w| w)
+                .map_err(UsememError::Access)?
         };
         bytes += words * 8;
     }
@@ -241,7 +258,11 @@ pub fn run(machine: &Arc<Machine>, opts: &UsememOpts) -> Result<UsememResult, Us
     let workers = opts.nproc as u64 * threads as u64;
     let mem = machine.config().mem;
     if !opts.readonly && opts.size.saturating_mul(workers) > mem {
-        return Err(UsememError::TooBig { size: opts.size, workers, mem });
+        return Err(UsememError::TooBig {
+            size: opts.size,
+            workers,
+            mem,
+        });
     }
     let vm0 = machine.vmstat_snapshot();
     let meminfo_before = machine.meminfo();
@@ -258,8 +279,16 @@ pub fn run(machine: &Arc<Machine>, opts: &UsememOpts) -> Result<UsememResult, Us
             let t = Task::new(Arc::clone(&mm), mm_cpu);
             let prot = PROT_READ | PROT_WRITE;
             let flags = MAP_PRIVATE | if opts.anonymous { MAP_ANONYMOUS } else { 0 };
-            let file = if opts.anonymous { MapFile::None } else { MapFile::DevZero };
-            Some(t.mm().mmap(mm_cpu, 0, opts.size, prot, flags, file).map_err(UsememError::Mmap)?)
+            let file = if opts.anonymous {
+                MapFile::None
+            } else {
+                MapFile::DevZero
+            };
+            Some(
+                t.mm()
+                    .mmap(mm_cpu, 0, opts.size, prot, flags, file)
+                    .map_err(UsememError::Mmap)?,
+            )
         } else {
             None
         };
@@ -272,7 +301,9 @@ pub fn run(machine: &Arc<Machine>, opts: &UsememOpts) -> Result<UsememResult, Us
             }
             let opts = opts.clone();
             let (barrier, free_barrier) = (Arc::clone(&barrier), Arc::clone(&free_barrier));
-            handles.push(std::thread::spawn(move || worker(k, task, &opts, t0, prealloc, &barrier, &free_barrier)));
+            handles.push(std::thread::spawn(move || {
+                worker(k, task, &opts, t0, prealloc, &barrier, &free_barrier)
+            }));
         }
     }
     let mut results = Vec::new();
@@ -394,7 +425,10 @@ fn worker(
 }
 
 /// Run the same usemem on a vanilla and a patched machine built from `base`.
-pub fn run_ab(base: &MachineConfig, opts: &UsememOpts) -> Result<(UsememResult, UsememResult), Box<dyn std::error::Error>> {
+pub fn run_ab(
+    base: &MachineConfig,
+    opts: &UsememOpts,
+) -> Result<(UsememResult, UsememResult), Box<dyn std::error::Error>> {
     let mut v = base.clone();
     v.set_patched(false);
     let mut p = base.clone();

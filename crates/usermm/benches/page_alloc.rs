@@ -12,8 +12,13 @@ use usermm::page_alloc::Gfp;
 use usermm::{CpuId, Machine, Order};
 
 fn machine() -> Arc<Machine> {
-    Machine::new(MachineConfig { mem: 1 << 30, cpus: 2, backing: BackingMode::Sparse, ..Default::default() })
-        .unwrap()
+    Machine::new(MachineConfig {
+        mem: 1 << 30,
+        cpus: 2,
+        backing: BackingMode::Sparse,
+        ..Default::default()
+    })
+    .unwrap()
 }
 
 /// `iters` alloc+free pairs on each of `threads` threads, in batches of 64 so that the pcp

@@ -40,7 +40,10 @@ impl Pfn {
         self.0 as usize
     }
     #[inline]
-    #[expect(clippy::should_implement_trait, reason = "PFN plus a page count, not Pfn + Pfn")]
+    #[expect(
+        clippy::should_implement_trait,
+        reason = "PFN plus a page count, not Pfn + Pfn"
+    )]
     pub fn add(self, n: u64) -> Pfn {
         Pfn(self.0 + n)
     }

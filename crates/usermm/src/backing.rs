@@ -65,7 +65,10 @@ impl HostMapping {
             // SAFETY: `p..p+len` is the mapping just created; madvise only changes advice.
             unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };
         }
-        Ok(Self { base: NonNull::new(p.cast()).expect("mmap returned NULL"), len })
+        Ok(Self {
+            base: NonNull::new(p.cast()).expect("mmap returned NULL"),
+            len,
+        })
     }
 }
 
@@ -99,9 +102,15 @@ pub struct ZeroedArray<T: ZeroValid> {
 
 impl<T: ZeroValid> ZeroedArray<T> {
     pub fn new(len: usize) -> std::io::Result<Self> {
-        let bytes = len.checked_mul(std::mem::size_of::<T>()).expect("array size overflows");
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .expect("array size overflows");
         let map = HostMapping::new(bytes.max(1), false)?;
-        Ok(Self { map, len, _t: std::marker::PhantomData })
+        Ok(Self {
+            map,
+            len,
+            _t: std::marker::PhantomData,
+        })
     }
 
     #[inline]
@@ -128,7 +137,11 @@ impl Backing {
     pub fn new(nr_frames: u64, mode: BackingMode) -> std::io::Result<Self> {
         let len = usize::try_from(nr_frames * PAGE_SIZE).expect("64-bit host");
         let map = HostMapping::new(len, mode == BackingMode::Sparse)?;
-        Ok(Self { map, nr_frames, mode })
+        Ok(Self {
+            map,
+            nr_frames,
+            mode,
+        })
     }
 
     pub fn mode(&self) -> BackingMode {
@@ -137,7 +150,11 @@ impl Backing {
 
     #[inline]
     fn frame_ptr(&self, pfn: Pfn) -> *mut u8 {
-        assert!(pfn.0 < self.nr_frames, "pfn {:#x} beyond the backing", pfn.0);
+        assert!(
+            pfn.0 < self.nr_frames,
+            "pfn {:#x} beyond the backing",
+            pfn.0
+        );
         // SAFETY: `pfn < nr_frames`, so the offset stays inside the mapping.
         unsafe { self.map.base.as_ptr().add(pfn.index() * PAGE_SIZE as usize) }
     }

@@ -178,20 +178,33 @@ impl Default for MachineConfig {
             thp: ThpMode::Madvise,
             max_map_count: 65530,
             nr_hugepages: 0,
-            pcp: PcpConfig { high: 186, batch: 31 },
-            lru: LruConfig { add_batch: 15, lock_batch: 32 },
+            pcp: PcpConfig {
+                high: 186,
+                batch: 31,
+            },
+            lru: LruConfig {
+                add_batch: 15,
+                lock_batch: 32,
+            },
             free: FreeConfig {
                 policy: FreePolicy::Inline,
                 threshold_pages: 256 * 1024,
                 max_active: 4,
                 fail_job_alloc_every: 0,
             },
-            gather: GatherConfig { max_batch_count: 19, batch_switch: BatchSwitch::Modern },
+            gather: GatherConfig {
+                max_batch_count: 19,
+                batch_switch: BatchSwitch::Modern,
+            },
             huge_zero: HugeZeroConfig {
                 per_mm_ref: false,
                 write_fault: HugeZeroWriteFault::AllocThp,
             },
-            munmap: MunmapConfig { downgrade: false, downgrade_min_bytes: 0, stack_veto: false },
+            munmap: MunmapConfig {
+                downgrade: false,
+                downgrade_min_bytes: 0,
+                stack_veto: false,
+            },
             pcpu: PcpuConfig {
                 depopulate: false,
                 unit_size: 256 << 10,
@@ -225,7 +238,10 @@ fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
 /// optional binary suffix `k K m M g G t T p P` (and an optional trailing `b`/`B` or `iB`).
 pub fn parse_size(s: &str) -> Result<u64, ConfigError> {
     let t = s.trim();
-    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix("B")).unwrap_or(t);
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix("B"))
+        .unwrap_or(t);
     let t = t.strip_suffix('b').unwrap_or(t);
     let (num, shift) = match t.chars().last() {
         Some(c @ ('k' | 'K' | 'm' | 'M' | 'g' | 'G' | 't' | 'T' | 'p' | 'P'))
@@ -250,7 +266,8 @@ pub fn parse_size(s: &str) -> Result<u64, ConfigError> {
         num.parse::<u64>()
     };
     let v = v.map_err(|_| ConfigError(format!("invalid size '{s}'")))?;
-    v.checked_mul(1u64 << shift).ok_or_else(|| ConfigError(format!("size '{s}' overflows")))
+    v.checked_mul(1u64 << shift)
+        .ok_or_else(|| ConfigError(format!("size '{s}' overflows")))
 }
 
 fn parse_bool(key: &str, v: &str) -> Result<bool, ConfigError> {
@@ -262,7 +279,8 @@ fn parse_bool(key: &str, v: &str) -> Result<bool, ConfigError> {
 }
 
 fn parse_num<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, ConfigError> {
-    v.parse().map_err(|_| ConfigError(format!("{key}: expected a number, got '{v}'")))
+    v.parse()
+        .map_err(|_| ConfigError(format!("{key}: expected a number, got '{v}'")))
 }
 
 impl MachineConfig {
@@ -291,14 +309,22 @@ impl MachineConfig {
                 c.nodes = 2;
                 c.backing = BackingMode::Sparse;
             }
-            _ => return err(format!("unknown preset '{name}' (vanilla, patched, seed-000..003)")),
+            _ => {
+                return err(format!(
+                    "unknown preset '{name}' (vanilla, patched, seed-000..003)"
+                ))
+            }
         }
         Ok(c)
     }
 
     /// Turn every seed mechanism on (`true`) or off: the A/B switch of the experiments.
     pub fn set_patched(&mut self, on: bool) {
-        self.free.policy = if on { FreePolicy::Parallel } else { FreePolicy::Inline };
+        self.free.policy = if on {
+            FreePolicy::Parallel
+        } else {
+            FreePolicy::Inline
+        };
         self.gather.max_batch_count = if on { 515 } else { 19 };
         self.huge_zero.per_mm_ref = on;
         self.munmap.downgrade = on;
@@ -337,8 +363,11 @@ impl MachineConfig {
             "lru.add_batch" => self.lru.add_batch = parse_num(key, v)?,
             "lru.lock_batch" => self.lru.lock_batch = parse_num(key, v)?,
             "free.parallel" => {
-                self.free.policy =
-                    if parse_bool(key, v)? { FreePolicy::Parallel } else { FreePolicy::Inline }
+                self.free.policy = if parse_bool(key, v)? {
+                    FreePolicy::Parallel
+                } else {
+                    FreePolicy::Inline
+                }
             }
             "free.threshold_pages" => self.free.threshold_pages = parse_num(key, v)?,
             "free.max_active" => self.free.max_active = parse_num(key, v)?,
@@ -348,7 +377,11 @@ impl MachineConfig {
                 self.gather.batch_switch = match v {
                     "2017" | "v2017" => BatchSwitch::V2017,
                     "modern" => BatchSwitch::Modern,
-                    _ => return err(format!("gather.batch_switch: expected 2017|modern, got '{v}'")),
+                    _ => {
+                        return err(format!(
+                            "gather.batch_switch: expected 2017|modern, got '{v}'"
+                        ))
+                    }
                 }
             }
             "huge_zero.per_mm_ref" => self.huge_zero.per_mm_ref = parse_bool(key, v)?,
@@ -436,7 +469,6 @@ impl MachineConfig {
         }
         Ok(())
     }
-
 }
 
 #[cfg(test)]
@@ -469,7 +501,10 @@ mod test {
         c.validate().unwrap();
         c.free.max_active = 0;
         assert!(c.validate().is_err());
-        let mut c = MachineConfig { mem: 0, ..Default::default() };
+        let mut c = MachineConfig {
+            mem: 0,
+            ..Default::default()
+        };
         assert!(c.validate().is_err());
         c.mem = 1 << 30;
         c.nodes = 8;
@@ -486,6 +521,9 @@ mod test {
         back.set_patched(false);
         assert_eq!(back, v);
         assert!(MachineConfig::preset("nope").is_err());
-        MachineConfig::preset("seed-000").unwrap().validate().unwrap();
+        MachineConfig::preset("seed-000")
+            .unwrap()
+            .validate()
+            .unwrap();
     }
 }

@@ -108,7 +108,9 @@ pub struct PerCpu<T> {
 
 impl<T> PerCpu<T> {
     pub fn new(nr_cpus: usize, mut init: impl FnMut(CpuId) -> T) -> Self {
-        let slots = (0..nr_cpus).map(|i| CachePadded::new(init(CpuId(i as u16)))).collect();
+        let slots = (0..nr_cpus)
+            .map(|i| CachePadded::new(init(CpuId(i as u16))))
+            .collect();
         Self { slots }
     }
 

@@ -32,7 +32,9 @@
 //! `CONFIG_PERSISTENT_HUGE_ZERO_FOLIO` is not modelled. Every operation on the global counter
 //! is counted (`usermm_huge_zero_ref_get`/`_put`), which the kernel exposes only through perf.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{
+    AtomicI64, AtomicU64, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use std::sync::Arc;
 
 use crate::addr::{Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER};
@@ -58,8 +60,18 @@ pub struct HugeZeroPage {
 }
 
 impl HugeZeroPage {
-    pub(crate) fn new(phys: Arc<PhysMem>, per_mm_ref: bool, write_fault: HugeZeroWriteFault) -> Self {
-        Self { pfn: AtomicU64::new(NO_PFN), refcount: AtomicI64::new(0), per_mm_ref, write_fault, phys }
+    pub(crate) fn new(
+        phys: Arc<PhysMem>,
+        per_mm_ref: bool,
+        write_fault: HugeZeroWriteFault,
+    ) -> Self {
+        Self {
+            pfn: AtomicU64::new(NO_PFN),
+            refcount: AtomicI64::new(0),
+            per_mm_ref,
+            write_fault,
+            phys,
+        }
     }
 
     /// The frame, while it exists (`is_huge_zero_pfn`).
@@ -97,7 +109,10 @@ impl HugeZeroPage {
             // atomic_inc_not_zero
             let mut cur = self.refcount.load(Relaxed);
             while cur != 0 {
-                match self.refcount.compare_exchange_weak(cur, cur + 1, AcqRel, Relaxed) {
+                match self
+                    .refcount
+                    .compare_exchange_weak(cur, cur + 1, AcqRel, Relaxed)
+                {
                     Ok(_) => {
                         stat.inc(cpu, VmItem::HugeZeroRefGet);
                         // Refcount ≥ 2 pins the pfn (invariant 2).
@@ -106,12 +121,18 @@ impl HugeZeroPage {
                     Err(v) => cur = v,
                 }
             }
-            let Ok(page) = self.phys.alloc_pages(cpu, HPAGE_PMD_ORDER, Gfp::ZERO.union(Gfp::NOWAIT))
+            let Ok(page) =
+                self.phys
+                    .alloc_pages(cpu, HPAGE_PMD_ORDER, Gfp::ZERO.union(Gfp::NOWAIT))
             else {
                 stat.inc(cpu, VmItem::ThpZeroPageAllocFailed);
                 return None;
             };
-            if self.pfn.compare_exchange(NO_PFN, page.0, AcqRel, Relaxed).is_err() {
+            if self
+                .pfn
+                .compare_exchange(NO_PFN, page.0, AcqRel, Relaxed)
+                .is_err()
+            {
                 // Lost the race: someone else installed one.
                 let _ = self.phys.free_pages(cpu, page, HPAGE_PMD_ORDER);
                 continue;
@@ -130,7 +151,10 @@ impl HugeZeroPage {
     pub fn put_huge_zero_page(&self, cpu: CpuId) {
         let old = self.refcount.fetch_sub(1, AcqRel);
         self.phys.stat().inc(cpu, VmItem::HugeZeroRefPut);
-        vm_bug_on!(old <= 1, "put_huge_zero_page dropped the shrinker's reference");
+        vm_bug_on!(
+            old <= 1,
+            "put_huge_zero_page dropped the shrinker's reference"
+        );
     }
 
     /// The reference a read fault takes to map the page: per fault (vanilla) or once per mm.
@@ -166,7 +190,8 @@ impl HugeZeroPage {
 
     /// `mm_put_huge_zero_page` from `__mmput`.
     pub(crate) fn mm_put(&self, mm: &Mm, cpu: CpuId) {
-        if self.per_mm_ref && mm.flags.fetch_and(!MMF_HUGE_ZERO_PAGE, AcqRel) & MMF_HUGE_ZERO_PAGE != 0
+        if self.per_mm_ref
+            && mm.flags.fetch_and(!MMF_HUGE_ZERO_PAGE, AcqRel) & MMF_HUGE_ZERO_PAGE != 0
         {
             self.put_huge_zero_page(cpu);
         }
@@ -189,7 +214,11 @@ impl Shrinker for HugeZeroPage {
 
     /// `shrink_huge_zero_page_scan`: 1 → 0, then free the page.
     fn scan(&self, cpu: CpuId) -> u64 {
-        if self.refcount.compare_exchange(1, 0, AcqRel, Relaxed).is_err() {
+        if self
+            .refcount
+            .compare_exchange(1, 0, AcqRel, Relaxed)
+            .is_err()
+        {
             return 0;
         }
         let pfn = self.pfn.swap(NO_PFN, AcqRel);

@@ -10,13 +10,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::addr::{Pfn, PAGE_SIZE};
+use crate::config::{ConfigError, MachineConfig};
+use crate::cpu::{CpuId, Cpus};
 use crate::huge_memory::HugeZeroPage;
 use crate::mm::mmap::MunmapPolicy;
 use crate::mm::mmu_gather::GatherPolicy;
-use crate::pcpu::PcpuAllocator;
-use crate::config::{ConfigError, MachineConfig};
-use crate::cpu::{CpuId, Cpus};
 use crate::page_alloc::{meta::PG_RESERVED, Gfp, PhysMem};
+use crate::pcpu::PcpuAllocator;
 use crate::stats::{MemInfo, VmItem, VmStat, VmStatSnapshot};
 use crate::Order;
 

@@ -30,7 +30,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
-use crate::addr::{Order, Pfn, PGDIR_SHIFT, PMD_SHIFT, PUD_SHIFT, PAGE_SHIFT};
+use crate::addr::{Order, Pfn, PAGE_SHIFT, PGDIR_SHIFT, PMD_SHIFT, PUD_SHIFT};
 use crate::cpu::CpuId;
 use crate::error::AllocError;
 use crate::page_alloc::meta::PG_PGTABLE;
@@ -189,7 +189,11 @@ pub fn free_deposit_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
 
 /// Free a table page whose entries are all clear (`pagetable_free` after the dtor).
 pub fn free_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
-    debug_assert!(phys.backing().table(pfn).iter().all(|e| e.load(Relaxed) == 0));
+    debug_assert!(phys
+        .backing()
+        .table(pfn)
+        .iter()
+        .all(|e| e.load(Relaxed) == 0));
     phys.meta(pfn).clear(PG_PGTABLE);
     phys.stat().add(cpu, VmItem::NrPageTablePages, -1);
     phys.release_pages(cpu, &[pfn]);
@@ -218,26 +222,51 @@ pub enum Level {
 /// A lockless walk from the PGD (what the MMU does): follows present table entries.
 #[inline]
 pub fn walk(phys: &PhysMem, pgd: Pfn, addr: u64) -> Walk {
-    let s = Slot { table: pgd, index: pgd_index(addr) };
+    let s = Slot {
+        table: pgd,
+        index: pgd_index(addr),
+    };
     let e = s.load(phys);
     if e.is_none() {
-        return Walk::Hole { level: Level::Pgd, slot: s };
+        return Walk::Hole {
+            level: Level::Pgd,
+            slot: s,
+        };
     }
-    let s = Slot { table: e.pfn(), index: pud_index(addr) };
+    let s = Slot {
+        table: e.pfn(),
+        index: pud_index(addr),
+    };
     let e = s.load(phys);
     if e.is_none() {
-        return Walk::Hole { level: Level::Pud, slot: s };
+        return Walk::Hole {
+            level: Level::Pud,
+            slot: s,
+        };
     }
-    let pmd = Slot { table: e.pfn(), index: pmd_index(addr) };
+    let pmd = Slot {
+        table: e.pfn(),
+        index: pmd_index(addr),
+    };
     let e = pmd.load(phys);
     if e.is_none() {
-        return Walk::Hole { level: Level::Pmd, slot: pmd };
+        return Walk::Hole {
+            level: Level::Pmd,
+            slot: pmd,
+        };
     }
     if e.huge() {
         return Walk::HugePmd { pmd, entry: e };
     }
-    let pte = Slot { table: e.pfn(), index: pte_index(addr) };
-    Walk::Pte { pmd, pte, entry: pte.load(phys) }
+    let pte = Slot {
+        table: e.pfn(),
+        index: pte_index(addr),
+    };
+    Walk::Pte {
+        pmd,
+        pte,
+        entry: pte.load(phys),
+    }
 }
 
 #[cfg(test)]
@@ -260,6 +289,9 @@ mod test {
     #[test]
     fn indexes_split_the_address() {
         let a = (3u64 << 39) | (5 << 30) | (7 << 21) | (11 << 12) | 0x123;
-        assert_eq!((pgd_index(a), pud_index(a), pmd_index(a), pte_index(a)), (3, 5, 7, 11));
+        assert_eq!(
+            (pgd_index(a), pud_index(a), pmd_index(a), pte_index(a)),
+            (3, 5, 7, 11)
+        );
     }
 }

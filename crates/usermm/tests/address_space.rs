@@ -56,7 +56,16 @@ fn bad_accesses_are_segv_with_the_right_code() {
     let free0 = free_pages(&m);
     let mm = Mm::new(&m, C0).unwrap();
     let t = task(&mm);
-    let a = mm.mmap(C0, 0, 8192, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, MapFile::None).unwrap();
+    let a = mm
+        .mmap(
+            C0,
+            0,
+            8192,
+            PROT_READ,
+            MAP_PRIVATE | MAP_ANONYMOUS,
+            MapFile::None,
+        )
+        .unwrap();
     let e = t.write_u64(a, 1).unwrap_err();
     assert_eq!(e.code, SegvCode::AccErr);
     assert_eq!(t.read_u64(a).unwrap(), 0);
@@ -74,7 +83,11 @@ fn thp_write_fault_maps_a_pmd_and_partial_munmap_splits_it() {
     let free0 = free_pages(&m);
     let mm = Mm::new(&m, C0).unwrap();
     let a = anon(&mm, 4 << 20);
-    assert_eq!(a % (2 << 20), 0, "2 MiB-multiple anonymous lengths are 2 MiB aligned");
+    assert_eq!(
+        a % (2 << 20),
+        0,
+        "2 MiB-multiple anonymous lengths are 2 MiB aligned"
+    );
     let t = task(&mm);
     let vm0 = m.vmstat_snapshot();
     t.write_u64(a, 1).unwrap();
@@ -107,9 +120,19 @@ fn munmap_frees_tables_between_floor_and_ceiling() {
     let fixed = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
     // Three VMAs: [a][b][c] in one 1 GiB span, each touched.
     let rw = PROT_READ | PROT_WRITE;
-    mm.mmap(C0, base, 2 << 20, rw, fixed, MapFile::None).unwrap();
-    mm.mmap(C0, base + (8 << 20), 4 << 20, PROT_READ, fixed, MapFile::None).unwrap();
-    mm.mmap(C0, base + (16 << 20), 2 << 20, rw, fixed, MapFile::None).unwrap();
+    mm.mmap(C0, base, 2 << 20, rw, fixed, MapFile::None)
+        .unwrap();
+    mm.mmap(
+        C0,
+        base + (8 << 20),
+        4 << 20,
+        PROT_READ,
+        fixed,
+        MapFile::None,
+    )
+    .unwrap();
+    mm.mmap(C0, base + (16 << 20), 2 << 20, rw, fixed, MapFile::None)
+        .unwrap();
     for off in [0u64, 8 << 20, (10 << 20) + 4096, 16 << 20] {
         t.read_u64(base + off).unwrap();
     }
@@ -138,17 +161,59 @@ fn munmap_and_mmap_errnos() {
     assert_eq!(mm.munmap(C0, 0, 4096), Ok(()));
     assert_eq!(mm.munmap(C0, u64::MAX - 4095, 4096), Err(Errno::EINVAL));
     assert_eq!(mm.mmap(C0, 0, 0, rw, pa, MapFile::None), Err(Errno::EINVAL));
-    assert_eq!(mm.mmap(C0, 0x1001, 4096, rw, pa | MAP_FIXED, MapFile::None), Err(Errno::EINVAL));
-    assert_eq!(mm.mmap(C0, 0, 4096, rw, MAP_ANONYMOUS, MapFile::None), Err(Errno::EINVAL));
-    assert_eq!(mm.mmap(C0, 0, 4096, rw, MAP_ANONYMOUS | MAP_SHARED_VALIDATE, MapFile::None), Err(Errno::EINVAL));
-    assert_eq!(mm.mmap(C0, 0, 1 << 62, rw, pa, MapFile::None), Err(Errno::ENOMEM));
-    assert_eq!(mm.mmap(C0, 0, u64::MAX - 100, rw, pa, MapFile::None), Err(Errno::ENOMEM));
-    assert_eq!(mm.mmap(C0, 0, 4096, rw, MAP_PRIVATE, MapFile::None), Err(Errno::EBADF));
-    assert!(mm.mmap(C0, 0, 4096, 0x80 | PROT_READ, pa, MapFile::None).is_ok(), "unknown prot bits are accepted");
-    let a = mm.mmap(C0, 0x5000_0000, 3 * 4096, rw, pa | MAP_FIXED, MapFile::None).unwrap();
-    assert_eq!(mm.mmap(C0, a + 4096, 4096, rw, pa | MAP_FIXED_NOREPLACE, MapFile::None), Err(Errno::EEXIST));
+    assert_eq!(
+        mm.mmap(C0, 0x1001, 4096, rw, pa | MAP_FIXED, MapFile::None),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        mm.mmap(C0, 0, 4096, rw, MAP_ANONYMOUS, MapFile::None),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        mm.mmap(
+            C0,
+            0,
+            4096,
+            rw,
+            MAP_ANONYMOUS | MAP_SHARED_VALIDATE,
+            MapFile::None
+        ),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        mm.mmap(C0, 0, 1 << 62, rw, pa, MapFile::None),
+        Err(Errno::ENOMEM)
+    );
+    assert_eq!(
+        mm.mmap(C0, 0, u64::MAX - 100, rw, pa, MapFile::None),
+        Err(Errno::ENOMEM)
+    );
+    assert_eq!(
+        mm.mmap(C0, 0, 4096, rw, MAP_PRIVATE, MapFile::None),
+        Err(Errno::EBADF)
+    );
+    assert!(
+        mm.mmap(C0, 0, 4096, 0x80 | PROT_READ, pa, MapFile::None)
+            .is_ok(),
+        "unknown prot bits are accepted"
+    );
+    let a = mm
+        .mmap(C0, 0x5000_0000, 3 * 4096, rw, pa | MAP_FIXED, MapFile::None)
+        .unwrap();
+    assert_eq!(
+        mm.mmap(
+            C0,
+            a + 4096,
+            4096,
+            rw,
+            pa | MAP_FIXED_NOREPLACE,
+            MapFile::None
+        ),
+        Err(Errno::EEXIST)
+    );
     // MAP_FIXED over the middle splits the old VMA in three.
-    mm.mmap(C0, a + 4096, 4096, PROT_READ, pa | MAP_FIXED, MapFile::None).unwrap();
+    mm.mmap(C0, a + 4096, 4096, PROT_READ, pa | MAP_FIXED, MapFile::None)
+        .unwrap();
     assert_eq!(mm.map_count(), 4);
     mm.validate().unwrap();
 }
@@ -161,13 +226,20 @@ fn mprotect_over_a_hole_changes_the_head_and_fails() {
     let fixed = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
     let base = 0x6000_0000u64;
     mm.mmap(C0, base, 4096, rw, fixed, MapFile::None).unwrap();
-    mm.mmap(C0, base + 8192, 4096, PROT_READ, fixed, MapFile::None).unwrap();
-    assert_eq!(mm.mprotect(C0, base, 3 * 4096, PROT_NONE), Err(Errno::ENOMEM));
+    mm.mmap(C0, base + 8192, 4096, PROT_READ, fixed, MapFile::None)
+        .unwrap();
+    assert_eq!(
+        mm.mprotect(C0, base, 3 * 4096, PROT_NONE),
+        Err(Errno::ENOMEM)
+    );
     let maps = mm.maps();
     assert!(maps.lines().next().unwrap().contains(" ---p "), "{maps}");
     assert!(maps.lines().nth(1).unwrap().contains(" r--p "), "{maps}");
     // First page unmapped: nothing changes.
-    assert_eq!(mm.mprotect(C0, base - 4096, 2 * 4096, rw), Err(Errno::ENOMEM));
+    assert_eq!(
+        mm.mprotect(C0, base - 4096, 2 * 4096, rw),
+        Err(Errno::ENOMEM)
+    );
     assert!(mm.maps().lines().next().unwrap().contains(" ---p "));
     assert_eq!(mm.mprotect(C0, base + 1, 4096, rw), Err(Errno::EINVAL));
     assert_eq!(mm.mprotect(C0, base, 4096, 0x80), Err(Errno::EINVAL));
@@ -192,20 +264,37 @@ fn madvise_dontneed_zaps_both_sides_of_a_hole() {
     let fixed = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
     let base = 0x7000_0000u64;
     mm.mmap(C0, base, 4096, rw, fixed, MapFile::None).unwrap();
-    mm.mmap(C0, base + 8192, 4096, rw, fixed, MapFile::None).unwrap();
+    mm.mmap(C0, base + 8192, 4096, rw, fixed, MapFile::None)
+        .unwrap();
     t.write_u64(base, 5).unwrap();
     t.write_u64(base + 8192, 6).unwrap();
-    assert_eq!(mm.madvise(C0, base, 3 * 4096, MADV_DONTNEED), Err(Errno::ENOMEM));
+    assert_eq!(
+        mm.madvise(C0, base, 3 * 4096, MADV_DONTNEED),
+        Err(Errno::ENOMEM)
+    );
     assert_eq!(t.read_u64(base).unwrap(), 0);
     assert_eq!(t.read_u64(base + 8192).unwrap(), 0);
     assert_eq!(mm.rss(RssItem::AnonPages), 0);
     assert_eq!(mm.madvise(C0, base, 4096, 999), Err(Errno::EINVAL));
-    assert_eq!(mm.madvise(C0, base + 1, 4096, MADV_NORMAL), Err(Errno::EINVAL));
+    assert_eq!(
+        mm.madvise(C0, base + 1, 4096, MADV_NORMAL),
+        Err(Errno::EINVAL)
+    );
     assert_eq!(mm.madvise(C0, base, 0, MADV_DONTNEED), Ok(()));
-    assert_eq!(mm.madvise(C0, 0x1_0000_0000, 4096, MADV_NORMAL), Err(Errno::ENOMEM));
+    assert_eq!(
+        mm.madvise(C0, 0x1_0000_0000, 4096, MADV_NORMAL),
+        Err(Errno::ENOMEM)
+    );
     mm.mlock(C0, base, 4096).unwrap();
-    assert_eq!(mm.madvise(C0, base, 4096, MADV_DONTNEED), Err(Errno::EINVAL));
-    assert_eq!(m.vmstat().get(VmItem::NrMlock), 1, "mlock populated the page");
+    assert_eq!(
+        mm.madvise(C0, base, 4096, MADV_DONTNEED),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        m.vmstat().get(VmItem::NrMlock),
+        1,
+        "mlock populated the page"
+    );
     mm.munlock(C0, base, 4096).unwrap();
     assert_eq!(m.vmstat().get(VmItem::NrMlock), 0);
     exit_and_check(&m, mm, free0);
@@ -217,12 +306,25 @@ fn shared_anonymous_memory_survives_dontneed() {
     let free0 = free_pages(&m);
     let mm = Mm::new(&m, C0).unwrap();
     let t = task(&mm);
-    let a = mm.mmap(C0, 0, 4 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, MapFile::None).unwrap();
+    let a = mm
+        .mmap(
+            C0,
+            0,
+            4 * 4096,
+            PROT_READ | PROT_WRITE,
+            MAP_SHARED | MAP_ANONYMOUS,
+            MapFile::None,
+        )
+        .unwrap();
     t.write_u64(a + 4096, 42).unwrap();
     assert_eq!(mm.rss(RssItem::ShmemPages), 1);
     mm.madvise(C0, a, 4 * 4096, MADV_DONTNEED).unwrap();
     assert_eq!(mm.rss(RssItem::ShmemPages), 0);
-    assert_eq!(t.read_u64(a + 4096).unwrap(), 42, "shmem data outlives DONTNEED");
+    assert_eq!(
+        t.read_u64(a + 4096).unwrap(),
+        42,
+        "shmem data outlives DONTNEED"
+    );
     assert!(mm.maps().contains("/dev/zero (deleted)"), "{}", mm.maps());
     exit_and_check(&m, mm, free0);
 }
@@ -246,12 +348,21 @@ fn populate_and_exit_return_every_frame() {
     let free0 = free_pages(&m);
     let mm = Mm::new(&m, C0).unwrap();
     let a = mm
-        .mmap(C0, 0, 8 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, MapFile::None)
+        .mmap(
+            C0,
+            0,
+            8 << 20,
+            PROT_READ | PROT_WRITE,
+            MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+            MapFile::None,
+        )
         .unwrap();
     assert_eq!(mm.rss(RssItem::AnonPages), 2048);
     assert_eq!(m.vmstat().get(VmItem::NrAnonPages), 2048);
     let _ = a;
-    let dz = mm.mmap(C0, 0, 1 << 20, PROT_READ, MAP_PRIVATE, MapFile::DevZero).unwrap();
+    let dz = mm
+        .mmap(C0, 0, 1 << 20, PROT_READ, MAP_PRIVATE, MapFile::DevZero)
+        .unwrap();
     task(&mm).walk(dz, 1 << 20, 4096, false, |_| 0).unwrap();
     assert!(mm.maps().contains("/dev/zero"));
     exit_and_check(&m, mm, free0);
@@ -281,7 +392,11 @@ fn racing_faulters_against_munmap_and_mprotect_keep_invariants() {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
                 let off = ((x >> 20) % region) & !7;
-                let _ = if x & 1 == 0 { t.write_u64(base + off, off).map(|_| ()) } else { t.read_u64(base + off).map(|_| ()) };
+                let _ = if x & 1 == 0 {
+                    t.write_u64(base + off, off).map(|_| ())
+                } else {
+                    t.read_u64(base + off).map(|_| ())
+                };
                 n += 1;
                 started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
@@ -300,9 +415,22 @@ fn racing_faulters_against_munmap_and_mprotect_keep_invariants() {
         let off = ((y >> 16) % (region / 4096)) * 4096;
         let len = ((y >> 40) % 64 + 1) * 4096;
         match y % 3 {
-            0 => { let _ = mm.munmap(C0, base + off, len); }
-            1 => { let _ = mm.mprotect(C0, base + off, len, PROT_READ); }
-            _ => { let _ = mm.mmap(C0, base + off, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, MapFile::None); }
+            0 => {
+                let _ = mm.munmap(C0, base + off, len);
+            }
+            1 => {
+                let _ = mm.mprotect(C0, base + off, len, PROT_READ);
+            }
+            _ => {
+                let _ = mm.mmap(
+                    C0,
+                    base + off,
+                    len,
+                    PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                    MapFile::None,
+                );
+            }
         }
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

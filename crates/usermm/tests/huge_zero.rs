@@ -20,8 +20,19 @@ fn hz_machine(per_mm_ref: bool, wf: HugeZeroWriteFault) -> Arc<Machine> {
 }
 
 fn ro_walk(mm: &Arc<Mm>, cpu: CpuId, len: u64) -> u64 {
-    let a = mm.mmap(cpu, 0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, MapFile::None).unwrap();
-    Task::new(Arc::clone(mm), cpu).walk(a, len, 2 << 20, false, |_| 0).unwrap();
+    let a = mm
+        .mmap(
+            cpu,
+            0,
+            len,
+            PROT_READ | PROT_WRITE,
+            MAP_PRIVATE | MAP_ANONYMOUS,
+            MapFile::None,
+        )
+        .unwrap();
+    Task::new(Arc::clone(mm), cpu)
+        .walk(a, len, 2 << 20, false, |_| 0)
+        .unwrap();
     a
 }
 
@@ -172,19 +183,35 @@ fn allocation_failure_falls_back_to_4k_zero_pages() {
     let mm = Mm::new(&m, C0).unwrap();
     // Pin one page in every 2 MiB block so that no order-9 block is free.
     let mut pinned = vec![];
-    while let Ok(p) = m.phys().alloc_pages(C0, usermm::Order(0), usermm::page_alloc::Gfp::NOWAIT) {
+    while let Ok(p) = m
+        .phys()
+        .alloc_pages(C0, usermm::Order(0), usermm::page_alloc::Gfp::NOWAIT)
+    {
         pinned.push(p);
     }
     let keep: Vec<_> = pinned.iter().copied().filter(|p| p.0 % 512 == 0).collect();
     let rest: Vec<_> = pinned.iter().copied().filter(|p| p.0 % 512 != 0).collect();
     m.phys().release_pages(C0, &rest);
-    let a = mm.mmap(C0, 0, 2 << 20, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, MapFile::None).unwrap();
+    let a = mm
+        .mmap(
+            C0,
+            0,
+            2 << 20,
+            PROT_READ,
+            MAP_PRIVATE | MAP_ANONYMOUS,
+            MapFile::None,
+        )
+        .unwrap();
     let t = task(&mm);
     assert_eq!(t.read_u64(a).unwrap(), 0);
     assert_eq!(m.vmstat().get(VmItem::ThpZeroPageAllocFailed), 1);
     assert_eq!(m.vmstat().get(VmItem::Pgfault), 1);
     assert_eq!(t.read_u64(a + 4096).unwrap(), 0);
-    assert_eq!(m.vmstat().get(VmItem::Pgfault), 2, "4 KiB zero pages: one fault per page");
+    assert_eq!(
+        m.vmstat().get(VmItem::Pgfault),
+        2,
+        "4 KiB zero pages: one fault per page"
+    );
     mm.validate().unwrap();
     m.phys().release_pages(C0, &keep);
 }

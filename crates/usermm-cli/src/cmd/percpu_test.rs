@@ -5,12 +5,12 @@ use anyhow::anyhow;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use usermm::MachineConfig;
 use usermm::memcg::RecipeEra;
+use usermm::MachineConfig;
 use usermm_workloads::percpu_test::{self, PercpuAbResult, PercpuTestOpts};
 
-use crate::report::Table;
 use crate::args::{EngineArgs, GlobalArgs};
+use crate::report::Table;
 
 /// `--cgroups NxM`: N parent cgroups, each with M children (the seed: 1000x10 = 11 000 cgroups,
 /// 10 000 of them removed).
@@ -94,14 +94,35 @@ impl PercpuTestArgs {
 pub fn table(r: &PercpuAbResult) -> Table {
     let mut t = Table::new(
         "Percpu (kB) — 1000 cg_i each followed by 10 cg_i_j; every cg_i_j removed; settle",
-        ["", "seed vanilla", "seed patched", "usermm vanilla", "usermm patched", "ideal"],
+        [
+            "",
+            "seed vanilla",
+            "seed patched",
+            "usermm vanilla",
+            "usermm patched",
+            "ideal",
+        ],
     );
     let sv = r.seed_vanilla_kb;
     let sp = r.seed_patched_kb;
     let (v, p) = (&r.vanilla.rows, &r.patched.rows);
     let rows = [
-        ("at start", sv[0], sp[0], v.start_kb, p.start_kb, String::new()),
-        ("after creating", sv[1], sp[1], v.after_create_kb, p.after_create_kb, String::new()),
+        (
+            "at start",
+            sv[0],
+            sp[0],
+            v.start_kb,
+            p.start_kb,
+            String::new(),
+        ),
+        (
+            "after creating",
+            sv[1],
+            sp[1],
+            v.after_create_kb,
+            p.after_create_kb,
+            String::new(),
+        ),
         (
             "after deleting",
             sv[2],
@@ -112,7 +133,14 @@ pub fn table(r: &PercpuAbResult) -> Table {
         ),
     ];
     for (label, a, b, c, d, ideal) in rows {
-        t.push_row([label.to_string(), a.to_string(), b.to_string(), c.to_string(), d.to_string(), ideal]);
+        t.push_row([
+            label.to_string(),
+            a.to_string(),
+            b.to_string(),
+            c.to_string(),
+            d.to_string(),
+            ideal,
+        ]);
     }
     t.push_row([
         "vanilla / patched after deleting".to_string(),

@@ -90,7 +90,12 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
             Experiment::Munmap => munmap(args.scale, out)?,
             Experiment::Percpu => percpu(args.scale, out)?,
         };
-        eprintln!("usermm reproduce: {} done in {:.1} s: {}", e.name(), te.elapsed().as_secs_f64(), o.verdict);
+        eprintln!(
+            "usermm reproduce: {} done in {:.1} s: {}",
+            e.name(),
+            te.elapsed().as_secs_f64(),
+            o.verdict
+        );
         if !g.json {
             println!("== {} ==", o.section.heading);
             for t in &o.section.tables {
@@ -113,12 +118,20 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     let mut results = serde_json::Map::new();
     results.insert("scale".into(), serde_json::to_value(args.scale)?);
     results.insert("wall_seconds".into(), t0.elapsed().as_secs_f64().into());
-    results.insert("host_facts".into(), serde_json::to_value(usermm_workloads::host::facts())?);
+    results.insert(
+        "host_facts".into(),
+        serde_json::to_value(usermm_workloads::host::facts())?,
+    );
     for o in &outcomes {
         results.insert(o.name.into(), o.json.clone());
     }
     let results = serde_json::Value::Object(results);
-    write_report(out, "usermm: the seed experiments, vanilla vs patched", &sections, &results)?;
+    write_report(
+        out,
+        "usermm: the seed experiments, vanilla vs patched",
+        &sections,
+        &results,
+    )?;
     if g.json {
         super::print_json(&results)?;
     } else {
@@ -147,7 +160,13 @@ fn pct(x: f64) -> String {
 fn huge_zero(_scale: Scale, out: &std::path::Path) -> anyhow::Result<Outcome> {
     use usermm::config::{BackingMode, MachineConfig, ThpMode};
     use usermm_workloads::usemem::{self, UsememOpts};
-    let opts = UsememOpts { size: 100 << 30, nproc: 72, readonly: true, step: 2 << 20, ..UsememOpts::default() };
+    let opts = UsememOpts {
+        size: 100 << 30,
+        nproc: 72,
+        readonly: true,
+        step: 2 << 20,
+        ..UsememOpts::default()
+    };
     let base = MachineConfig {
         mem: 16 << 30,
         cpus: 72,
@@ -163,7 +182,13 @@ fn huge_zero(_scale: Scale, out: &std::path::Path) -> anyhow::Result<Outcome> {
     let engine_fps = faults_v as f64 / (v.wall_usecs.max(1) as f64 / 1e6);
     let mut t = Table::new(
         "usemem -n 72 --readonly -j 0x200000 100G (72 mms on this machine's cores)",
-        ["", "seed vanilla (4.8)", "seed patched", "usermm vanilla", "usermm patched"],
+        [
+            "",
+            "seed vanilla (4.8)",
+            "seed patched",
+            "usermm vanilla",
+            "usermm patched",
+        ],
     );
     t.push_row([
         "get/put_huge_zero_page share of cycles".to_string(),
@@ -184,7 +209,9 @@ fn huge_zero(_scale: Scale, out: &std::path::Path) -> anyhow::Result<Outcome> {
         "3 686 400".into(),
         "3 686 400".into(),
         faults_v.to_string(),
-        p.vmstat_delta.get(usermm::stats::VmItem::Pgfault).to_string(),
+        p.vmstat_delta
+            .get(usermm::stats::VmItem::Pgfault)
+            .to_string(),
     ]);
     t.push_row([
         "thp_zero_page_alloc".to_string(),
@@ -214,8 +241,17 @@ fn huge_zero(_scale: Scale, out: &std::path::Path) -> anyhow::Result<Outcome> {
         "Huge zero page: global refcount operations per mm (log-free view: vanilla vs patched)",
         "operations per mm",
         &[
-            ("seed (expected)".into(), vec![("vanilla".into(), 102_400.0), ("patched".into(), 2.0)]),
-            ("usermm".into(), vec![("vanilla".into(), v.huge_zero.ops_per_mm), ("patched".into(), p.huge_zero.ops_per_mm)]),
+            (
+                "seed (expected)".into(),
+                vec![("vanilla".into(), 102_400.0), ("patched".into(), 2.0)],
+            ),
+            (
+                "usermm".into(),
+                vec![
+                    ("vanilla".into(), v.huge_zero.ops_per_mm),
+                    ("patched".into(), p.huge_zero.ops_per_mm),
+                ],
+            ),
         ],
     )?;
     let plot2 = out.join("huge_zero_throughput.svg");
@@ -224,8 +260,14 @@ fn huge_zero(_scale: Scale, out: &std::path::Path) -> anyhow::Result<Outcome> {
         "usemem --readonly throughput, patched relative to vanilla",
         "relative throughput",
         &[
-            ("seed (72 procs, Haswell-EP)".into(), vec![("vanilla".into(), 1.0), ("patched".into(), 2.64)]),
-            ("usermm (72 mms, this machine)".into(), vec![("vanilla".into(), 1.0), ("patched".into(), ratio)]),
+            (
+                "seed (72 procs, Haswell-EP)".into(),
+                vec![("vanilla".into(), 1.0), ("patched".into(), 2.64)],
+            ),
+            (
+                "usermm (72 mms, this machine)".into(),
+                vec![("vanilla".into(), 1.0), ("patched".into(), ratio)],
+            ),
         ],
     )?;
     let reproduced = v.huge_zero.global_ops == 2 * faults_v && p.huge_zero.ops_per_mm == 2.0;
@@ -244,7 +286,12 @@ patched takes one per mm (`MMF_HUGE_ZERO_PAGE`) and drops it in `mmput`.\n\n{hos
     );
     Ok(Outcome {
         name: "huge-zero",
-        section: Section { heading: "Seed 002: huge zero page reference per mm".into(), text, tables: vec![t], plots: vec![plot, plot2] },
+        section: Section {
+            heading: "Seed 002: huge zero page reference per mm".into(),
+            text,
+            tables: vec![t],
+            plots: vec![plot, plot2],
+        },
         json: serde_json::json!({
             "seed": {"cycles_share_vanilla": 0.5403, "cycles_share_patched": 0.0011, "throughput_ratio": 2.64},
             "vanilla": {"throughput_kbps": v.throughput_kbps, "global_ops": v.huge_zero.global_ops, "ops_per_mm": v.huge_zero.ops_per_mm, "faults": faults_v, "thp_zero_page_alloc": v.huge_zero.thp_zero_page_alloc, "wall_usecs": v.wall_usecs},
@@ -271,8 +318,20 @@ fn bigfree(scale: Scale, out: &std::path::Path) -> anyhow::Result<Outcome> {
         .map_err(|e| anyhow::anyhow!("bigfree: {e}"))?;
     let seed = &r.seed;
     let mut t = Table::new(
-        format!("free() of one touched {} GiB mapping, THP off (seed: 320 GiB, 4 nodes / 144 threads)", size >> 30),
-        ["", "seed time (s)", "usermm time (s)", "± spread", "speedup", "ns/page", "worker CPU share", "zone.lock contentions"],
+        format!(
+            "free() of one touched {} GiB mapping, THP off (seed: 320 GiB, 4 nodes / 144 threads)",
+            size >> 30
+        ),
+        [
+            "",
+            "seed time (s)",
+            "usermm time (s)",
+            "± spread",
+            "speedup",
+            "ns/page",
+            "worker CPU share",
+            "zone.lock contentions",
+        ],
     );
     for row in &r.rows {
         let st = match row.max_active {
@@ -291,17 +350,32 @@ fn bigfree(scale: Scale, out: &std::path::Path) -> anyhow::Result<Outcome> {
         ]);
     }
     let plot = out.join("bigfree.svg");
-    let mut ours = Series { name: "usermm (this machine)".into(), ..Default::default() };
-    let mut theirs = Series { name: "seed (144 threads), scaled to vanilla = 1".into(), dashed: true, ..Default::default() };
+    let mut ours = Series {
+        name: "usermm (this machine)".into(),
+        ..Default::default()
+    };
+    let mut theirs = Series {
+        name: "seed (144 threads), scaled to vanilla = 1".into(),
+        dashed: true,
+        ..Default::default()
+    };
     for row in &r.rows {
         if let Some(m) = row.max_active {
-            ours.points.push((m as f64, row.time_s / r.vanilla_s.max(1e-9)));
+            ours.points
+                .push((m as f64, row.time_s / r.vanilla_s.max(1e-9)));
             if let Some(x) = seed.time_of(m) {
                 theirs.points.push((m as f64, x / seed.vanilla_s));
             }
         }
     }
-    line_plot(&plot, "Free time vs max_active, relative to vanilla", "max_active", "time / vanilla time", &[ours, theirs], true)?;
+    line_plot(
+        &plot,
+        "Free time vs max_active, relative to vanilla",
+        "max_active",
+        "time / vanilla time",
+        &[ours, theirs],
+        true,
+    )?;
     let best = r.patched.as_ref();
     let verdict = match best {
         Some(b) => format!(
@@ -316,7 +390,12 @@ Contention is real: `zone.lock` and `lru_lock` per node on the free path. The wo
 review's question of who pays for the work.\n".to_string();
     Ok(Outcome {
         name: "bigfree",
-        section: Section { heading: "Seeds 000/001: parallel free at teardown".into(), text, tables: vec![t], plots: vec![plot] },
+        section: Section {
+            heading: "Seeds 000/001: parallel free at teardown".into(),
+            text,
+            tables: vec![t],
+            plots: vec![plot],
+        },
         json: serde_json::json!({
             "seed": seed,
             "vanilla": {"time_s": r.vanilla_s, "row": r.rows.first()},
@@ -344,23 +423,77 @@ fn munmap(scale: Scale, out: &std::path::Path) -> anyhow::Result<Outcome> {
     let (v, p) = (&r.vanilla.median, &r.patched.median);
     let us = |ns: u64| format!("{:.1}", ns as f64 / 1000.0);
     let mut t = Table::new(
-        format!("munmap of {} GiB of 4K pages, 1 faulter in its own VMA (seed: 80 GB, 32 cores)", size >> 30),
-        ["", "seed vanilla", "seed patched", "usermm vanilla", "usermm patched"],
+        format!(
+            "munmap of {} GiB of 4K pages, 1 faulter in its own VMA (seed: 80 GB, 32 cores)",
+            size >> 30
+        ),
+        [
+            "",
+            "seed vanilla",
+            "seed patched",
+            "usermm vanilla",
+            "usermm patched",
+        ],
     );
-    t.push_row(["exclusive mmap_lock hold (µs)".to_string(), "2 485 692".into(), "< 10 (\"µs level\")".into(), us(v.exclusive_ns), us(p.exclusive_ns)]);
-    t.push_row(["zap under the read lock (µs)".to_string(), "0".into(), "2 485 684".into(), us(v.read_ns), us(p.read_ns)]);
-    t.push_row(["total munmap (µs)".to_string(), "".into(), "2 485 692".into(), us(v.total_ns), us(p.total_ns)]);
-    t.push_row(["faulter p99 during munmap (µs)".to_string(), "".into(), "".into(), us(v.during.p99_ns), us(p.during.p99_ns)]);
-    t.push_row(["faulter p99 without munmap (µs)".to_string(), "".into(), "".into(), us(v.baseline.p99_ns), us(p.baseline.p99_ns)]);
-    t.push_row(["faulter max during munmap (µs)".to_string(), "".into(), "".into(), us(v.during.max_ns), us(p.during.max_ns)]);
+    t.push_row([
+        "exclusive mmap_lock hold (µs)".to_string(),
+        "2 485 692".into(),
+        "< 10 (\"µs level\")".into(),
+        us(v.exclusive_ns),
+        us(p.exclusive_ns),
+    ]);
+    t.push_row([
+        "zap under the read lock (µs)".to_string(),
+        "0".into(),
+        "2 485 684".into(),
+        us(v.read_ns),
+        us(p.read_ns),
+    ]);
+    t.push_row([
+        "total munmap (µs)".to_string(),
+        "".into(),
+        "2 485 692".into(),
+        us(v.total_ns),
+        us(p.total_ns),
+    ]);
+    t.push_row([
+        "faulter p99 during munmap (µs)".to_string(),
+        "".into(),
+        "".into(),
+        us(v.during.p99_ns),
+        us(p.during.p99_ns),
+    ]);
+    t.push_row([
+        "faulter p99 without munmap (µs)".to_string(),
+        "".into(),
+        "".into(),
+        us(v.baseline.p99_ns),
+        us(p.baseline.p99_ns),
+    ]);
+    t.push_row([
+        "faulter max during munmap (µs)".to_string(),
+        "".into(),
+        "".into(),
+        us(v.during.max_ns),
+        us(p.during.max_ns),
+    ]);
     let plot = out.join("munmap_hold.svg");
     bar_plot(
         &plot,
         "munmap: exclusive mmap_lock hold (ms)",
         "ms",
         &[
-            ("seed (80 GB)".into(), vec![("vanilla".into(), 2485.692), ("patched".into(), 0.01)]),
-            (format!("usermm ({} GiB)", size >> 30), vec![("vanilla".into(), v.exclusive_ns as f64 / 1e6), ("patched".into(), p.exclusive_ns as f64 / 1e6)]),
+            (
+                "seed (80 GB)".into(),
+                vec![("vanilla".into(), 2485.692), ("patched".into(), 0.01)],
+            ),
+            (
+                format!("usermm ({} GiB)", size >> 30),
+                vec![
+                    ("vanilla".into(), v.exclusive_ns as f64 / 1e6),
+                    ("patched".into(), p.exclusive_ns as f64 / 1e6),
+                ],
+            ),
         ],
     )?;
     let ok = r.ratio.exclusive_hold >= 1000.0 && p.exclusive_ns < 1_000_000;
@@ -378,7 +511,12 @@ and detaches the VMAs under the write lock, downgrades, then zaps and frees page
 racing fault finds no VMA (SEGV_MAPERR).\n".to_string();
     Ok(Outcome {
         name: "munmap",
-        section: Section { heading: "Seed 003: munmap under a downgraded mmap lock".into(), text, tables: vec![t], plots: vec![plot] },
+        section: Section {
+            heading: "Seed 003: munmap under a downgraded mmap lock".into(),
+            text,
+            tables: vec![t],
+            plots: vec![plot],
+        },
         json: serde_json::json!({
             "seed": munmap_test::SEED,
             "vanilla": r.vanilla,
@@ -416,8 +554,20 @@ fn percpu(_scale: Scale, out: &std::path::Path) -> anyhow::Result<Outcome> {
         "Percpu (MiB)",
         &[
             phase("start", sv[0], sp[0], v.start_kb, p.start_kb),
-            phase("after creating", sv[1], sp[1], v.after_create_kb, p.after_create_kb),
-            phase("after deleting", sv[2], sp[2], v.after_delete_kb, p.after_delete_kb),
+            phase(
+                "after creating",
+                sv[1],
+                sp[1],
+                v.after_create_kb,
+                p.after_create_kb,
+            ),
+            phase(
+                "after deleting",
+                sv[2],
+                sp[2],
+                v.after_delete_kb,
+                p.after_delete_kb,
+            ),
         ],
     )?;
     let ok = (r.vanilla_plateau - 1.0).abs() <= 0.01 && r.ratio_after_delete >= 3.0;
@@ -436,7 +586,12 @@ chunk is free; patched isolates chunks with ≥ ¼ empty populated pages and dep
         .to_string();
     Ok(Outcome {
         name: "percpu",
-        section: Section { heading: "Seed 004: percpu partial chunk depopulation".into(), text, tables: vec![t], plots: vec![plot] },
+        section: Section {
+            heading: "Seed 004: percpu partial chunk depopulation".into(),
+            text,
+            tables: vec![t],
+            plots: vec![plot],
+        },
         json: serde_json::json!({
             "seed": {"vanilla_kb": sv, "patched_kb": sp, "ratio_after_delete": sv[2] as f64 / sp[2] as f64},
             "vanilla": r.vanilla,

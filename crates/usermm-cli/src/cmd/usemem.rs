@@ -119,8 +119,16 @@ impl UsememArgs {
         MachineConfig {
             mem,
             cpus: workers.clamp(2, 4096) as u16,
-            backing: if mem > (4 << 30) { BackingMode::Sparse } else { BackingMode::Full },
-            thp: if self.ab { ThpMode::Always } else { ThpMode::Madvise },
+            backing: if mem > (4 << 30) {
+                BackingMode::Sparse
+            } else {
+                BackingMode::Full
+            },
+            thp: if self.ab {
+                ThpMode::Always
+            } else {
+                ThpMode::Madvise
+            },
             ..MachineConfig::default()
         }
     }
@@ -168,7 +176,11 @@ fn render_summary(label: &str, r: &UsememResult) -> String {
         v.get(VmItem::ThpZeroPageAlloc),
         r.huge_zero.global_ops,
         r.huge_zero.ops_per_mm,
-        r.workers.iter().map(|w| w.rss_pages_before_free).max().unwrap_or(0),
+        r.workers
+            .iter()
+            .map(|w| w.rss_pages_before_free)
+            .max()
+            .unwrap_or(0),
     )
 }
 
@@ -198,7 +210,11 @@ pub fn run(args: &UsememArgs, g: &GlobalArgs) -> anyhow::Result<()> {
             faults_vanilla: vanilla.vmstat_delta.get(VmItem::Pgfault),
             faults_patched: patched.vmstat_delta.get(VmItem::Pgfault),
         };
-        let rec = UsememAb { vanilla, patched, ratio };
+        let rec = UsememAb {
+            vanilla,
+            patched,
+            ratio,
+        };
         return super::emit(g, &rec, |r| {
             let mut s = String::from("# vanilla (huge_zero.per_mm_ref=off)\n");
             s += &render(&r.vanilla);
@@ -206,7 +222,10 @@ pub fn run(args: &UsememArgs, g: &GlobalArgs) -> anyhow::Result<()> {
             s += &render(&r.patched);
             s += &render_summary("vanilla", &r.vanilla);
             s += &render_summary("patched", &r.patched);
-            s += &format!("throughput ratio patched/vanilla: {:.3}\n", r.ratio.throughput);
+            s += &format!(
+                "throughput ratio patched/vanilla: {:.3}\n",
+                r.ratio.throughput
+            );
             s
         });
     }

@@ -29,7 +29,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use serde::Serialize;
 
 use super::pgtable_alias::*;
-use super::vma::{Vma, VmaKind, VmaTree, VmFlags};
+use super::vma::{VmFlags, Vma, VmaKind, VmaTree};
 use super::{Mm, RssItem};
 use crate::addr::{Order, Pfn, HPAGE_PMD_ORDER, PMD_SIZE};
 use crate::config::{HugeZeroWriteFault, ThpMode};
@@ -105,7 +105,8 @@ fn access_ok(vma: &Vma, write: bool) -> bool {
     if write {
         vma.flags.contains(VmFlags::VM_WRITE)
     } else {
-        vma.flags.intersects(VmFlags::VM_READ | VmFlags::VM_WRITE | VmFlags::VM_EXEC)
+        vma.flags
+            .intersects(VmFlags::VM_READ | VmFlags::VM_WRITE | VmFlags::VM_EXEC)
     }
 }
 
@@ -125,7 +126,10 @@ pub fn handle_mm_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<()
     }
     {
         let mut tree = mm.mmap_lock.write();
-        expand_downwards(mm, &mut tree, addr).map_err(|_| Fault { addr, code: SegvCode::MapErr })?;
+        expand_downwards(mm, &mut tree, addr).map_err(|_| Fault {
+            addr,
+            code: SegvCode::MapErr,
+        })?;
     }
     let tree = mm.mmap_lock.read();
     fault_locked(mm, &tree, cpu, addr, write)
@@ -172,16 +176,30 @@ fn expand_downwards(mm: &Mm, tree: &mut VmaTree, addr: u64) -> Result<(), ()> {
 }
 
 /// The fault, with the mmap lock already held (read or write).
-pub(crate) fn fault_locked(mm: &Mm, tree: &VmaTree, cpu: CpuId, addr: u64, write: bool) -> Result<(), Fault> {
+pub(crate) fn fault_locked(
+    mm: &Mm,
+    tree: &VmaTree,
+    cpu: CpuId,
+    addr: u64,
+    write: bool,
+) -> Result<(), Fault> {
     let Some(vma) = tree.find_vma(addr).filter(|v| v.start <= addr) else {
-        return Err(Fault { addr, code: SegvCode::MapErr });
+        return Err(Fault {
+            addr,
+            code: SegvCode::MapErr,
+        });
     };
     if !access_ok(vma, write) {
-        return Err(Fault { addr, code: SegvCode::AccErr });
+        return Err(Fault {
+            addr,
+            code: SegvCode::AccErr,
+        });
     }
     mm.machine().vmstat().inc(cpu, VmItem::Pgfault);
-    handle_vma_fault(mm, tree, vma, cpu, addr, write)
-        .map_err(|_| Fault { addr, code: SegvCode::MapErr })
+    handle_vma_fault(mm, tree, vma, cpu, addr, write).map_err(|_| Fault {
+        addr,
+        code: SegvCode::MapErr,
+    })
 }
 
 /// Out of memory inside a fault (`VM_FAULT_OOM`); reported to the task as a failed access.
@@ -191,12 +209,21 @@ pub(crate) struct Oom;
 /// Find or allocate the PMD slot for `addr` (`pud_alloc` + `pmd_alloc`).
 fn pmd_alloc(mm: &Mm, cpu: CpuId, addr: u64) -> Result<Slot, Oom> {
     let phys = mm.machine().phys();
-    let pgd_slot = Slot { table: mm.pgd(), index: pgd_index(addr) };
+    let pgd_slot = Slot {
+        table: mm.pgd(),
+        index: pgd_index(addr),
+    };
     let pud_table = table_alloc(mm, cpu, pgd_slot, None)?;
-    let pud_slot = Slot { table: pud_table, index: pud_index(addr) };
+    let pud_slot = Slot {
+        table: pud_table,
+        index: pud_index(addr),
+    };
     let pmd_table = table_alloc(mm, cpu, pud_slot, None)?;
     let _ = phys;
-    Ok(Slot { table: pmd_table, index: pmd_index(addr) })
+    Ok(Slot {
+        table: pmd_table,
+        index: pmd_index(addr),
+    })
 }
 
 /// Return the table `slot` points to, allocating and installing one if it is none. The
@@ -281,7 +308,10 @@ pub(crate) fn handle_vma_fault(
         Err(Oom) if pmd.load(phys).huge() => return Ok(()), // raced with a huge mapping
         Err(o) => return Err(o),
     };
-    let pte = Slot { table: pte_table, index: pte_index(addr) };
+    let pte = Slot {
+        table: pte_table,
+        index: pte_index(addr),
+    };
     handle_pte_fault(mm, tree, vma, cpu, pte, addr, write)
 }
 
@@ -298,7 +328,15 @@ fn vma_leaf_bits(vma: &Vma, writable: bool) -> u64 {
     )
 }
 
-fn handle_pte_fault(mm: &Mm, tree: &VmaTree, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64, write: bool) -> Result<(), Oom> {
+fn handle_pte_fault(
+    mm: &Mm,
+    tree: &VmaTree,
+    vma: &Vma,
+    cpu: CpuId,
+    pte: Slot,
+    addr: u64,
+    write: bool,
+) -> Result<(), Oom> {
     let machine = mm.machine();
     let phys = machine.phys();
     let e = pte.load(phys);
@@ -316,7 +354,9 @@ fn handle_pte_fault(mm: &Mm, tree: &VmaTree, vma: &Vma, cpu: CpuId, pte: Slot, a
             return Ok(());
         }
         tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
-        let page = phys.alloc_pages(cpu, Order(0), Gfp::ZERO).map_err(|_| Oom)?;
+        let page = phys
+            .alloc_pages(cpu, Order(0), Gfp::ZERO)
+            .map_err(|_| Oom)?;
         let ptl = phys.meta(pte.table).ptl.lock();
         if !pte.load(phys).is_none() {
             drop(ptl);
@@ -337,7 +377,13 @@ fn handle_pte_fault(mm: &Mm, tree: &VmaTree, vma: &Vma, cpu: CpuId, pte: Slot, a
         let _ptl = phys.meta(pte.table).ptl.lock();
         let cur = pte.load(phys);
         if cur == e {
-            pte.store(phys, Entry::new(e.pfn(), vma_leaf_bits(vma, !e.special()) | (e.0 & _PAGE_SPECIAL)));
+            pte.store(
+                phys,
+                Entry::new(
+                    e.pfn(),
+                    vma_leaf_bits(vma, !e.special()) | (e.0 & _PAGE_SPECIAL),
+                ),
+            );
         }
     }
     Ok(())
@@ -359,7 +405,15 @@ fn map_new_anon(mm: &Mm, vma: &Vma, cpu: CpuId, page: Pfn, nr: i64) {
 }
 
 /// `do_wp_page`: write to a present read-only PTE in a writable VMA.
-fn do_wp_page(mm: &Mm, tree: &VmaTree, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64, e: Entry) -> Result<(), Oom> {
+fn do_wp_page(
+    mm: &Mm,
+    tree: &VmaTree,
+    vma: &Vma,
+    cpu: CpuId,
+    pte: Slot,
+    addr: u64,
+    e: Entry,
+) -> Result<(), Oom> {
     let machine = mm.machine();
     let phys = machine.phys();
     if !e.special() && phys.meta(e.pfn()).map_count() == 1 {
@@ -372,7 +426,9 @@ fn do_wp_page(mm: &Mm, tree: &VmaTree, vma: &Vma, cpu: CpuId, pte: Slot, addr: u
     }
     // wp_page_copy from the zero page (the only shared page here): a new zeroed page.
     tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
-    let page = phys.alloc_pages(cpu, Order(0), Gfp::ZERO).map_err(|_| Oom)?;
+    let page = phys
+        .alloc_pages(cpu, Order(0), Gfp::ZERO)
+        .map_err(|_| Oom)?;
     if !e.special() {
         phys.backing().copy_frame(e.pfn(), page);
     }
@@ -397,7 +453,9 @@ fn do_wp_page(mm: &Mm, tree: &VmaTree, vma: &Vma, cpu: CpuId, pte: Slot, addr: u
 fn shmem_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64) -> Result<(), Oom> {
     let machine = mm.machine();
     let phys = machine.phys();
-    let Some(obj) = vma.shmem.as_ref() else { return Err(Oom) };
+    let Some(obj) = vma.shmem.as_ref() else {
+        return Err(Oom);
+    };
     let index = vma.pgoff + ((addr - vma.start) >> 12);
     if vma.shmem_size != 0 && index >= vma.shmem_size {
         // Beyond the object's i_size (a shared /dev/zero mapping at an offset): SIGBUS.
@@ -418,7 +476,15 @@ fn shmem_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64) -> Result<(
 }
 
 /// `do_huge_pmd_anonymous_page`. `None` means "fall back to 4 KiB".
-fn huge_anonymous_fault(mm: &Mm, tree: &VmaTree, vma: &Vma, cpu: CpuId, pmd: Slot, addr: u64, write: bool) -> Option<()> {
+fn huge_anonymous_fault(
+    mm: &Mm,
+    tree: &VmaTree,
+    vma: &Vma,
+    cpu: CpuId,
+    pmd: Slot,
+    addr: u64,
+    write: bool,
+) -> Option<()> {
     let machine = mm.machine();
     let phys = machine.phys();
     let stat = machine.vmstat();
@@ -470,7 +536,14 @@ fn huge_anonymous_fault(mm: &Mm, tree: &VmaTree, vma: &Vma, cpu: CpuId, pmd: Slo
 }
 
 /// `do_huge_pmd_wp_page`: write to a read-only huge PMD.
-fn huge_wp_fault(mm: &Mm, tree: &VmaTree, vma: &Vma, cpu: CpuId, pmd: Slot, addr: u64) -> Result<(), Oom> {
+fn huge_wp_fault(
+    mm: &Mm,
+    tree: &VmaTree,
+    vma: &Vma,
+    cpu: CpuId,
+    pmd: Slot,
+    addr: u64,
+) -> Result<(), Oom> {
     let machine = mm.machine();
     let phys = machine.phys();
     let e = pmd.load(phys);
@@ -478,7 +551,10 @@ fn huge_wp_fault(mm: &Mm, tree: &VmaTree, vma: &Vma, cpu: CpuId, pmd: Slot, addr
         // An exclusive THP that lost its write bit to mprotect: reuse it.
         let _ptl = phys.meta(pmd.table).ptl.lock();
         if pmd.load(phys) == e {
-            pmd.store(phys, Entry::new(e.pfn(), vma_leaf_bits(vma, true) | _PAGE_PSE));
+            pmd.store(
+                phys,
+                Entry::new(e.pfn(), vma_leaf_bits(vma, true) | _PAGE_PSE),
+            );
         }
         return Ok(());
     }
@@ -496,7 +572,9 @@ fn huge_wp_fault(mm: &Mm, tree: &VmaTree, vma: &Vma, cpu: CpuId, pmd: Slot, addr
             pmd.store(phys, Entry::NONE);
             mm.flush_tlb(cpu, Some(512));
             map_new_anon(mm, vma, cpu, page, 512);
-            machine.vmstat().inc(cpu, VmItem::NrAnonTransparentHugepages);
+            machine
+                .vmstat()
+                .inc(cpu, VmItem::NrAnonTransparentHugepages);
             machine.vmstat().inc(cpu, VmItem::ThpFaultAlloc);
             pmd.store(phys, Entry::new(page, vma_leaf_bits(vma, true) | _PAGE_PSE));
             drop(ptl);
@@ -512,7 +590,10 @@ fn huge_wp_fault(mm: &Mm, tree: &VmaTree, vma: &Vma, cpu: CpuId, pmd: Slot, addr
     if table.is_none() || table.huge() {
         return Ok(());
     }
-    let pte = Slot { table: table.pfn(), index: pte_index(addr) };
+    let pte = Slot {
+        table: table.pfn(),
+        index: pte_index(addr),
+    };
     handle_pte_fault(mm, tree, vma, cpu, pte, addr, true)
 }
 

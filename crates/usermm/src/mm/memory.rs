@@ -27,7 +27,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::mmu_gather::{FullMm, MmuGather};
 use super::pgtable_alias::*;
 use super::{Mm, RssItem, UnmapStats};
-use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PUD_SIZE, PTRS_PER_TABLE};
+use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PTRS_PER_TABLE, PUD_SIZE};
 use crate::cpu::CpuId;
 use crate::page_alloc::meta::{PG_ANON, PG_HUGETLB, PG_MLOCKED};
 use crate::page_alloc::PhysMem;
@@ -46,12 +46,20 @@ pub(crate) fn zap_range(tlb: &mut MmuGather<'_>, mm: &Mm, start: u64, end: u64) 
     let mut addr = start;
     while addr < end {
         let next = addr_end(addr, PGDIR_SIZE, end);
-        let e = Slot { table: mm.pgd(), index: pgd_index(addr) }.load(phys);
+        let e = Slot {
+            table: mm.pgd(),
+            index: pgd_index(addr),
+        }
+        .load(phys);
         if !e.is_none() {
             let mut a = addr;
             while a < next {
                 let n = addr_end(a, PUD_SIZE, next);
-                let pud = Slot { table: e.pfn(), index: pud_index(a) }.load(phys);
+                let pud = Slot {
+                    table: e.pfn(),
+                    index: pud_index(a),
+                }
+                .load(phys);
                 if !pud.is_none() {
                     zapped += zap_pmd_range(tlb, mm, pud.pfn(), a, n);
                 }
@@ -69,7 +77,10 @@ fn zap_pmd_range(tlb: &mut MmuGather<'_>, mm: &Mm, pmd_table: Pfn, start: u64, e
     let mut addr = start;
     while addr < end {
         let next = addr_end(addr, PMD_SIZE, end);
-        let slot = Slot { table: pmd_table, index: pmd_index(addr) };
+        let slot = Slot {
+            table: pmd_table,
+            index: pmd_index(addr),
+        };
         let mut e = slot.load(phys);
         if e.huge() {
             if addr % PMD_SIZE == 0 && next - addr == PMD_SIZE {
@@ -176,10 +187,16 @@ fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u64) -> u64 
     let m = phys.meta(pfn);
     m.mapcount.fetch_sub(1, Relaxed);
     if !m.test(PG_HUGETLB) {
-        let rss = if m.test(PG_ANON) { RssItem::AnonPages } else { RssItem::ShmemPages };
+        let rss = if m.test(PG_ANON) {
+            RssItem::AnonPages
+        } else {
+            RssItem::ShmemPages
+        };
         mm.add_rss(cpu, rss, -512);
         machine.vmstat().add(cpu, VmItem::NrAnonPages, -512);
-        machine.vmstat().add(cpu, VmItem::NrAnonTransparentHugepages, -1);
+        machine
+            .vmstat()
+            .add(cpu, VmItem::NrAnonTransparentHugepages, -1);
         if m.test(PG_MLOCKED) {
             machine.vmstat().add(cpu, VmItem::NrMlock, -512);
         }
@@ -245,7 +262,9 @@ pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
             }
             e.store(Entry::new(p, bits).0, Relaxed);
         }
-        machine.vmstat().add(cpu, VmItem::NrAnonTransparentHugepages, -1);
+        machine
+            .vmstat()
+            .add(cpu, VmItem::NrAnonTransparentHugepages, -1);
     }
     // pmdp_invalidate + populate: the TLB may hold the 2 MiB translation.
     slot.store(phys, Entry::NONE);
@@ -265,7 +284,11 @@ pub(crate) fn split_thp_remap_zero(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) 
     let machine = mm.machine();
     let phys = machine.phys();
     let old = slot.load(phys);
-    if !old.huge() || old.special() || phys.meta(old.pfn()).test(PG_HUGETLB) || phys.meta(old.pfn()).test(PG_MLOCKED) {
+    if !old.huge()
+        || old.special()
+        || phys.meta(old.pfn()).test(PG_HUGETLB)
+        || phys.meta(old.pfn()).test(PG_MLOCKED)
+    {
         return;
     }
     split_huge_pmd(mm, cpu, slot, haddr);
@@ -298,7 +321,10 @@ pub(crate) fn split_thp_remap_zero(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) 
                 continue;
             }
             let bits = e.0 & 0x8000_0000_0000_0fff;
-            entries[i - 1].store(Entry::new(zero, (bits & !_PAGE_RW) | _PAGE_SPECIAL).0, Relaxed);
+            entries[i - 1].store(
+                Entry::new(zero, (bits & !_PAGE_RW) | _PAGE_SPECIAL).0,
+                Relaxed,
+            );
             tlb.remove_tlb_entry(addr, PAGE_SIZE);
             m.mapcount.fetch_sub(1, Relaxed);
             freed += 1;
@@ -321,7 +347,14 @@ pub(crate) fn split_thp_remap_zero(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) 
 }
 
 /// `free_pgd_range`: free the tables that map only `[addr, end)`, within `floor`/`ceiling`.
-pub(crate) fn free_pgd_range(tlb: &mut MmuGather<'_>, mm: &Mm, addr: u64, end: u64, floor: u64, ceiling: u64) {
+pub(crate) fn free_pgd_range(
+    tlb: &mut MmuGather<'_>,
+    mm: &Mm,
+    addr: u64,
+    end: u64,
+    floor: u64,
+    ceiling: u64,
+) {
     let phys = mm.machine().phys();
     let mut addr = addr & !(PMD_SIZE - 1);
     if addr < floor {
@@ -348,7 +381,10 @@ pub(crate) fn free_pgd_range(tlb: &mut MmuGather<'_>, mm: &Mm, addr: u64, end: u
     let mut a = addr;
     while a < end {
         let next = addr_end(a, PGDIR_SIZE, end);
-        let slot = Slot { table: mm.pgd(), index: pgd_index(a) };
+        let slot = Slot {
+            table: mm.pgd(),
+            index: pgd_index(a),
+        };
         let e = slot.load(phys);
         if !e.is_none() {
             free_pud_range(tlb, mm, slot, e.pfn(), a, next, floor, ceiling);
@@ -372,7 +408,10 @@ fn free_pud_range(
     let mut a = start;
     while a < end {
         let next = addr_end(a, PUD_SIZE, end);
-        let slot = Slot { table: pud_table, index: pud_index(a) };
+        let slot = Slot {
+            table: pud_table,
+            index: pud_index(a),
+        };
         let e = slot.load(phys);
         if !e.is_none() {
             free_pmd_range(tlb, mm, slot, e.pfn(), a, next, floor, ceiling);
@@ -404,7 +443,10 @@ fn free_pmd_range(
     let mut a = start;
     while a < end {
         let next = addr_end(a, PMD_SIZE, end);
-        let slot = Slot { table: pmd_table, index: pmd_index(a) };
+        let slot = Slot {
+            table: pmd_table,
+            index: pmd_index(a),
+        };
         let e = slot.load(phys);
         if !e.is_none() && !e.huge() {
             // free_pte_range
@@ -444,7 +486,13 @@ fn span_free(start: u64, end: u64, size: u64, floor: u64, ceiling: u64) -> bool 
 
 /// `free_pgtables` for a list of detached ranges (address order), between `floor` and
 /// `ceiling`: ranges closer than a PMD share one `free_pgd_range` call.
-pub(crate) fn free_pgtables(tlb: &mut MmuGather<'_>, mm: &Mm, ranges: &[(u64, u64)], floor: u64, ceiling: u64) {
+pub(crate) fn free_pgtables(
+    tlb: &mut MmuGather<'_>,
+    mm: &Mm,
+    ranges: &[(u64, u64)],
+    floor: u64,
+    ceiling: u64,
+) {
     let mut i = 0;
     while i < ranges.len() {
         let start = ranges[i].0;
@@ -454,7 +502,11 @@ pub(crate) fn free_pgtables(tlb: &mut MmuGather<'_>, mm: &Mm, ranges: &[(u64, u6
             end = ranges[j].1;
             j += 1;
         }
-        let ceil = if j < ranges.len() { ranges[j].0 } else { ceiling };
+        let ceil = if j < ranges.len() {
+            ranges[j].0
+        } else {
+            ceiling
+        };
         free_pgd_range(tlb, mm, start, end, floor, ceil);
         i = j;
     }
@@ -467,7 +519,10 @@ pub(crate) fn exit_mmap(mm: &Mm, cpu: CpuId) -> UnmapStats {
     let machine = mm.machine();
     machine.phys().lru_add_drain(cpu);
     let mut tree = mm.mmap_lock.write();
-    let ranges: Vec<(u64, u64)> = tree.intersecting(0, u64::MAX).map(|v| (v.start, v.end)).collect();
+    let ranges: Vec<(u64, u64)> = tree
+        .intersecting(0, u64::MAX)
+        .map(|v| (v.start, v.end))
+        .collect();
     // VM_LOCKED pages need no munlock pass: the zap drops NR_MLOCK and release_pages takes
     // them off the unevictable list.
     let mut tlb = MmuGather::new(mm, cpu, FullMm::Yes);
@@ -492,7 +547,15 @@ pub(crate) fn exit_mmap(mm: &Mm, cpu: CpuId) -> UnmapStats {
 /// Rewrite the permission bits of every mapping in `[start, end)` (`change_protection`).
 /// Exclusive anonymous pages become writable at once when the VMA allows writing; the zero
 /// pages never do.
-pub(crate) fn change_protection(mm: &Mm, cpu: CpuId, start: u64, end: u64, read: bool, write: bool, exec: bool) {
+pub(crate) fn change_protection(
+    mm: &Mm,
+    cpu: CpuId,
+    start: u64,
+    end: u64,
+    read: bool,
+    write: bool,
+    exec: bool,
+) {
     let machine = mm.machine();
     let phys = machine.phys();
     let leaf = crate::pgtable::leaf_bits(read, write, exec);

@@ -31,7 +31,7 @@ use std::time::Instant;
 
 use super::memory::{change_protection, free_pgtables, zap_range};
 use super::mmu_gather::{FullMm, MmuGather};
-use super::vma::{Vma, VmaKind, VmaTree, VmFlags};
+use super::vma::{VmFlags, Vma, VmaKind, VmaTree};
 use super::{fault, Mm, UnmapStats};
 use crate::addr::{align_up, Pfn, HPAGE_PMD_NR, PAGE_SIZE, PMD_SIZE, TASK_SIZE};
 use crate::cpu::CpuId;
@@ -64,7 +64,20 @@ pub const MAP_FIXED_NOREPLACE: u32 = 0x10_0000;
 /// (`MAP_SHARED`, `MAP_PRIVATE`, `MAP_FIXED`, `MAP_ANONYMOUS`, `MAP_DENYWRITE`,
 /// `MAP_EXECUTABLE`, `MAP_UNINITIALIZED`, `MAP_GROWSDOWN`, `MAP_LOCKED`, `MAP_NORESERVE`,
 /// `MAP_POPULATE`, `MAP_NONBLOCK`, `MAP_STACK`, `MAP_HUGETLB`). Not `MAP_FIXED_NOREPLACE`.
-pub const LEGACY_MAP_MASK: u32 = 0x01 | 0x02 | 0x10 | 0x20 | 0x800 | 0x1000 | 0x400_0000 | 0x100 | 0x2000 | 0x4000 | 0x8000 | 0x1_0000 | 0x2_0000 | 0x4_0000;
+pub const LEGACY_MAP_MASK: u32 = 0x01
+    | 0x02
+    | 0x10
+    | 0x20
+    | 0x800
+    | 0x1000
+    | 0x400_0000
+    | 0x100
+    | 0x2000
+    | 0x4000
+    | 0x8000
+    | 0x1_0000
+    | 0x2_0000
+    | 0x4_0000;
 
 pub const MADV_NORMAL: i32 = 0;
 pub const MADV_RANDOM: i32 = 1;
@@ -127,7 +140,15 @@ const VM_RWX: VmFlags = VmFlags(VmFlags::VM_READ.0 | VmFlags::VM_WRITE.0 | VmFla
 
 impl Mm {
     /// `mmap(addr, len, prot, flags, fd, 0)`.
-    pub fn mmap(&self, cpu: CpuId, addr: u64, len: u64, prot: u32, flags: u32, file: MapFile) -> Result<u64, Errno> {
+    pub fn mmap(
+        &self,
+        cpu: CpuId,
+        addr: u64,
+        len: u64,
+        prot: u32,
+        flags: u32,
+        file: MapFile,
+    ) -> Result<u64, Errno> {
         self.mmap_pgoff(cpu, addr, len, prot, flags, file, 0)
     }
 
@@ -135,7 +156,16 @@ impl Mm {
     /// pages (it places and names a `/dev/zero` mapping; anonymous memory ignores it).
     #[doc(alias = "do_mmap")]
     #[allow(clippy::too_many_arguments)]
-    pub fn mmap_pgoff(&self, cpu: CpuId, addr: u64, len: u64, prot: u32, flags: u32, file: MapFile, pgoff: u64) -> Result<u64, Errno> {
+    pub fn mmap_pgoff(
+        &self,
+        cpu: CpuId,
+        addr: u64,
+        len: u64,
+        prot: u32,
+        flags: u32,
+        file: MapFile,
+        pgoff: u64,
+    ) -> Result<u64, Errno> {
         if flags & MAP_ANONYMOUS == 0 && file == MapFile::None {
             return Err(Errno::EBADF);
         }
@@ -245,7 +275,8 @@ impl Mm {
         };
         // mmap_region: clear what is there (MAP_FIXED), then insert or merge.
         let old = if tree.intersecting(start, end).next().is_some() {
-            let vmas = tree.detach_range(start, end, self.machine().config().max_map_count as usize)?;
+            let vmas =
+                tree.detach_range(start, end, self.machine().config().max_map_count as usize)?;
             Some(vmas)
         } else {
             None
@@ -267,7 +298,8 @@ impl Mm {
         }
         tree.insert_or_merge(vma);
         drop(tree);
-        let populate = (flags & MAP_POPULATE != 0 && flags & MAP_NONBLOCK == 0) || vmf.contains(VmFlags::VM_LOCKED);
+        let populate = (flags & MAP_POPULATE != 0 && flags & MAP_NONBLOCK == 0)
+            || vmf.contains(VmFlags::VM_LOCKED);
         if populate {
             let write = vmf.contains(VmFlags::VM_WRITE) && !shared;
             self.populate(cpu, start, end, write);
@@ -286,11 +318,20 @@ impl Mm {
     /// [`Mm::populate`] with the mmap lock held (read or write): fault in `[start, end)` VMA by
     /// VMA, going on past holes. PROT_NONE VMAs are skipped. `Err(EFAULT)` when a fault fails
     /// (a SIGBUS, or no memory), after populating what came before.
-    fn populate_locked(&self, tree: &VmaTree, cpu: CpuId, start: u64, end: u64, write: bool) -> Result<(), Errno> {
+    fn populate_locked(
+        &self,
+        tree: &VmaTree,
+        cpu: CpuId,
+        start: u64,
+        end: u64,
+        write: bool,
+    ) -> Result<(), Errno> {
         let phys = self.machine().phys();
         let mut addr = start;
         while addr < end {
-            let Some(vma) = tree.find_vma(addr) else { break };
+            let Some(vma) = tree.find_vma(addr) else {
+                break;
+            };
             if vma.start >= end {
                 break;
             }
@@ -298,7 +339,9 @@ impl Mm {
             let stop = vma.end.min(end);
             let w = write && vma.flags.contains(VmFlags::VM_WRITE);
             while addr < stop {
-                let ok = self.with_tlb_gate(cpu, || fault::translate(phys, self.pgd(), addr, w).is_some());
+                let ok = self.with_tlb_gate(cpu, || {
+                    fault::translate(phys, self.pgd(), addr, w).is_some()
+                });
                 if !ok && vma.flags.intersects(VM_RWX) {
                     self.machine().vmstat().inc(cpu, VmItem::Pgfault);
                     if fault::handle_vma_fault(self, tree, vma, cpu, addr, w).is_err() {
@@ -306,8 +349,15 @@ impl Mm {
                     }
                 }
                 // A huge mapping covers the rest of its 2 MiB.
-                let huge = matches!(crate::pgtable::walk(phys, self.pgd(), addr), crate::pgtable::Walk::HugePmd { .. });
-                addr = if huge { (addr & !(PMD_SIZE - 1)) + PMD_SIZE } else { addr + PAGE_SIZE };
+                let huge = matches!(
+                    crate::pgtable::walk(phys, self.pgd(), addr),
+                    crate::pgtable::Walk::HugePmd { .. }
+                );
+                addr = if huge {
+                    (addr & !(PMD_SIZE - 1)) + PMD_SIZE
+                } else {
+                    addr + PAGE_SIZE
+                };
             }
         }
         Ok(())
@@ -335,7 +385,8 @@ impl Mm {
         // Hugetlb VMAs split only at 2 MiB boundaries (hugetlb_vm_op_split).
         for v in tree.intersecting(start, end) {
             if matches!(v.kind, VmaKind::Hugetlb)
-                && ((start > v.start && start % PMD_SIZE != 0) || (end < v.end && end % PMD_SIZE != 0))
+                && ((start > v.start && start % PMD_SIZE != 0)
+                    || (end < v.end && end % PMD_SIZE != 0))
             {
                 return Err(Errno::EINVAL);
             }
@@ -343,7 +394,11 @@ impl Mm {
         let vmas = tree.detach_range(start, end, self.machine().config().max_map_count as usize)?;
         if vmas.is_empty() {
             let exclusive_ns = tree.unlock();
-            return Ok(UnmapStats { total_ns: t0.elapsed().as_nanos() as u64, exclusive_ns, ..Default::default() });
+            return Ok(UnmapStats {
+                total_ns: t0.elapsed().as_nanos() as u64,
+                exclusive_ns,
+                ..Default::default()
+            });
         }
         // munlock_vma_pages_all, under the write lock before the zap (v4.20): the pages leave
         // the unevictable list and count as munlocked.
@@ -356,12 +411,17 @@ impl Mm {
         let size: u64 = vmas.iter().map(|v| v.end - v.start).sum();
         // The veto looks at the next VMA wherever it is: a stack above a gap can still grow
         // down into the range under the read lock (detach_vmas_to_be_unmapped, 2020).
-        let stack_next = tree.find_vma(end).is_some_and(|n| n.flags.contains(VmFlags::VM_GROWSDOWN));
+        let stack_next = tree
+            .find_vma(end)
+            .is_some_and(|n| n.flags.contains(VmFlags::VM_GROWSDOWN));
         let downgrade = policy.downgrade
             && !special
             && size >= policy.min_bytes
             && !(policy.stack_veto && stack_next);
-        let mut st = UnmapStats { downgraded: downgrade, ..Default::default() };
+        let mut st = UnmapStats {
+            downgraded: downgrade,
+            ..Default::default()
+        };
         if downgrade {
             let read = tree.downgrade();
             // The lock's own figure: the hold, without the wait for the write lock.
@@ -417,13 +477,17 @@ impl Mm {
         let want = prot_to_vm(prot);
         let mut tree = self.mmap_lock.write();
         let max = self.machine().config().max_map_count as usize;
-        let Some(first) = tree.find_vma(addr) else { return Err(Errno::ENOMEM) };
+        let Some(first) = tree.find_vma(addr) else {
+            return Err(Errno::ENOMEM);
+        };
         if first.start > addr {
             return Err(Errno::ENOMEM);
         }
         let mut nstart = addr;
         loop {
-            let Some(vma) = tree.find_vma(nstart) else { return Err(Errno::ENOMEM) };
+            let Some(vma) = tree.find_vma(nstart) else {
+                return Err(Errno::ENOMEM);
+            };
             if vma.start > nstart {
                 return Err(Errno::ENOMEM);
             }
@@ -437,10 +501,21 @@ impl Mm {
             // is uncharged. VM_ACCOUNT takes part in merging.
             let newflags = if newflags.contains(VmFlags::VM_WRITE) {
                 let exempt = VmFlags(
-                    VmFlags::VM_ACCOUNT.0 | VmFlags::VM_WRITE.0 | VmFlags::VM_HUGETLB.0 | VmFlags::VM_SHARED.0 | VmFlags::VM_NORESERVE.0,
+                    VmFlags::VM_ACCOUNT.0
+                        | VmFlags::VM_WRITE.0
+                        | VmFlags::VM_HUGETLB.0
+                        | VmFlags::VM_SHARED.0
+                        | VmFlags::VM_NORESERVE.0,
                 );
-                if vma.flags.intersects(exempt) { newflags } else { newflags.union(VmFlags::VM_ACCOUNT) }
-            } else if vma.flags.contains(VmFlags::VM_ACCOUNT) && vma.is_anonymous() && vma.anon_vma() == 0 {
+                if vma.flags.intersects(exempt) {
+                    newflags
+                } else {
+                    newflags.union(VmFlags::VM_ACCOUNT)
+                }
+            } else if vma.flags.contains(VmFlags::VM_ACCOUNT)
+                && vma.is_anonymous()
+                && vma.anon_vma() == 0
+            {
                 newflags.minus(VmFlags::VM_ACCOUNT)
             } else {
                 newflags
@@ -449,7 +524,8 @@ impl Mm {
             let changed = vma.flags != newflags;
             // mprotect_fixup: a locked private mapping made writable has its pages
             // populated for writing (copy-on-write broken now, not at the first store).
-            let lock_populate = vma.flags.0 & (VmFlags::VM_WRITE.0 | VmFlags::VM_SHARED.0 | VmFlags::VM_LOCKED.0)
+            let lock_populate = vma.flags.0
+                & (VmFlags::VM_WRITE.0 | VmFlags::VM_SHARED.0 | VmFlags::VM_LOCKED.0)
                 == VmFlags::VM_LOCKED.0
                 && newflags.contains(VmFlags::VM_WRITE);
             self.vma_modify_flags(cpu, &mut tree, nstart, tmp, newflags, max)?;
@@ -479,8 +555,19 @@ impl Mm {
     ///
     /// A new VMA boundary inside a 2 MiB block splits a huge PMD mapping that block first
     /// (`__split_vma`/`commit_merge` → `vma_adjust_trans_huge`): no huge mapping straddles VMAs.
-    fn vma_modify_flags(&self, cpu: CpuId, tree: &mut VmaTree, start: u64, end: u64, newflags: VmFlags, max: usize) -> Result<(), Errno> {
-        let Some((vs, ve, changed)) = tree.vma_lookup(start).map(|v| (v.start, v.end, v.flags != newflags)) else {
+    fn vma_modify_flags(
+        &self,
+        cpu: CpuId,
+        tree: &mut VmaTree,
+        start: u64,
+        end: u64,
+        newflags: VmFlags,
+        max: usize,
+    ) -> Result<(), Errno> {
+        let Some((vs, ve, changed)) = tree
+            .vma_lookup(start)
+            .map(|v| (v.start, v.end, v.flags != newflags))
+        else {
             return tree.vma_modify_flags(start, end, newflags, max).map(|_| ());
         };
         tree.vma_modify_flags(start, end, newflags, max)?;
@@ -502,7 +589,9 @@ impl Mm {
             return;
         }
         let phys = self.machine().phys();
-        if let crate::pgtable::Walk::HugePmd { pmd, .. } = crate::pgtable::walk(phys, self.pgd(), addr) {
+        if let crate::pgtable::Walk::HugePmd { pmd, .. } =
+            crate::pgtable::walk(phys, self.pgd(), addr)
+        {
             super::memory::split_huge_pmd(self, cpu, pmd, addr & !(PMD_SIZE - 1));
         }
     }
@@ -511,7 +600,10 @@ impl Mm {
     #[doc(alias = "do_madvise")]
     pub fn madvise(&self, cpu: CpuId, addr: u64, len: u64, advice: i32) -> Result<(), Errno> {
         let (set, clear): (VmFlags, VmFlags) = match advice {
-            MADV_NORMAL => (VmFlags(0), VmFlags(VmFlags::VM_SEQ_READ.0 | VmFlags::VM_RAND_READ.0)),
+            MADV_NORMAL => (
+                VmFlags(0),
+                VmFlags(VmFlags::VM_SEQ_READ.0 | VmFlags::VM_RAND_READ.0),
+            ),
             MADV_RANDOM => (VmFlags::VM_RAND_READ, VmFlags::VM_SEQ_READ),
             MADV_SEQUENTIAL => (VmFlags::VM_SEQ_READ, VmFlags::VM_RAND_READ),
             MADV_DONTFORK => (VmFlags::VM_DONTCOPY, VmFlags(0)),
@@ -561,7 +653,9 @@ impl Mm {
                 (_, Some(r)) => r,
                 _ => unreachable!(),
             };
-            let Some(vma) = tree.find_vma(start) else { return Err(Errno::ENOMEM) };
+            let Some(vma) = tree.find_vma(start) else {
+                return Err(Errno::ENOMEM);
+            };
             if start < vma.start {
                 unmapped = true;
                 start = vma.start;
@@ -574,21 +668,32 @@ impl Mm {
             let _ = vstart;
             match advice {
                 MADV_DONTNEED | MADV_FREE | MADV_REMOVE => {
-                    if vflags.intersects(VmFlags(VmFlags::VM_LOCKED.0 | VmFlags::VM_PFNMAP.0 | VmFlags::VM_HUGETLB.0)) {
+                    if vflags.intersects(VmFlags(
+                        VmFlags::VM_LOCKED.0 | VmFlags::VM_PFNMAP.0 | VmFlags::VM_HUGETLB.0,
+                    )) {
                         return Err(Errno::EINVAL);
                     }
                     match advice {
                         MADV_DONTNEED => self.zap_page_range(cpu, start, tmp),
-                        MADV_FREE if !matches!(vkind, VmaKind::Anon | VmaKind::DevZero) => return Err(Errno::EINVAL),
+                        MADV_FREE if !matches!(vkind, VmaKind::Anon | VmaKind::DevZero) => {
+                            return Err(Errno::EINVAL)
+                        }
                         MADV_FREE => self.split_partial_thps(cpu, start, tmp),
                         // madvise_remove: no file → EINVAL; a file not mapped shared-writable
                         // (private /dev/zero) → EACCES.
-                        MADV_REMOVE if matches!(vkind, VmaKind::DevZero) => return Err(Errno::EACCES),
-                        MADV_REMOVE if !matches!(vkind, VmaKind::SharedAnon) => return Err(Errno::EINVAL),
+                        MADV_REMOVE if matches!(vkind, VmaKind::DevZero) => {
+                            return Err(Errno::EACCES)
+                        }
+                        MADV_REMOVE if !matches!(vkind, VmaKind::SharedAnon) => {
+                            return Err(Errno::EINVAL)
+                        }
                         MADV_REMOVE => {
                             self.zap_page_range(cpu, start, tmp);
                             if let Some(obj) = &vma.shmem {
-                                obj.punch_hole(vma.pgoff + ((start - vma.start) >> 12), (tmp - start) >> 12);
+                                obj.punch_hole(
+                                    vma.pgoff + ((start - vma.start) >> 12),
+                                    (tmp - start) >> 12,
+                                );
                             }
                         }
                         _ => {}
@@ -596,10 +701,13 @@ impl Mm {
                 }
                 // Only memory without a file (not even /dev/zero) can be wiped on fork.
                 MADV_WIPEONFORK if !matches!(vkind, VmaKind::Anon) => return Err(Errno::EINVAL),
-                MADV_HUGEPAGE | MADV_NOHUGEPAGE if matches!(vkind, VmaKind::Hugetlb | VmaKind::PfnMap) => {}
+                MADV_HUGEPAGE | MADV_NOHUGEPAGE
+                    if matches!(vkind, VmaKind::Hugetlb | VmaKind::PfnMap) => {}
                 // can_madv_lru_vma.
                 MADV_COLD | MADV_PAGEOUT
-                    if vflags.intersects(VmFlags(VmFlags::VM_LOCKED.0 | VmFlags::VM_PFNMAP.0 | VmFlags::VM_HUGETLB.0)) =>
+                    if vflags.intersects(VmFlags(
+                        VmFlags::VM_LOCKED.0 | VmFlags::VM_PFNMAP.0 | VmFlags::VM_HUGETLB.0,
+                    )) =>
                 {
                     return Err(Errno::EINVAL)
                 }
@@ -645,9 +753,19 @@ impl Mm {
         let mut addr = start;
         while addr < end {
             let tree = self.mmap_lock.read();
-            let Some(vma) = tree.vma_lookup(addr) else { return Err(Errno::ENOMEM) };
-            let need = if write { VmFlags::VM_WRITE } else { VmFlags::VM_READ };
-            if vma.flags.intersects(VmFlags(VmFlags::VM_IO.0 | VmFlags::VM_PFNMAP.0)) || !vma.flags.contains(need) {
+            let Some(vma) = tree.vma_lookup(addr) else {
+                return Err(Errno::ENOMEM);
+            };
+            let need = if write {
+                VmFlags::VM_WRITE
+            } else {
+                VmFlags::VM_READ
+            };
+            if vma
+                .flags
+                .intersects(VmFlags(VmFlags::VM_IO.0 | VmFlags::VM_PFNMAP.0))
+                || !vma.flags.contains(need)
+            {
                 return Err(Errno::EINVAL);
             }
             let stop = vma.end.min(end);
@@ -670,7 +788,9 @@ impl Mm {
             if whole {
                 continue;
             }
-            if let crate::pgtable::Walk::HugePmd { pmd, .. } = crate::pgtable::walk(phys, self.pgd(), haddr) {
+            if let crate::pgtable::Walk::HugePmd { pmd, .. } =
+                crate::pgtable::walk(phys, self.pgd(), haddr)
+            {
                 super::memory::split_thp_remap_zero(self, cpu, pmd, haddr);
             }
         }
@@ -697,14 +817,17 @@ impl Mm {
     fn apply_vma_lock_flags(&self, cpu: CpuId, addr: u64, len: u64, on: bool) -> Result<(), Errno> {
         let off = addr % PAGE_SIZE;
         let start = addr - off;
-        let len = align_up(len.checked_add(off).ok_or(Errno::ENOMEM)?, PAGE_SIZE).ok_or(Errno::ENOMEM)?;
+        let len =
+            align_up(len.checked_add(off).ok_or(Errno::ENOMEM)?, PAGE_SIZE).ok_or(Errno::ENOMEM)?;
         let end = start.checked_add(len).ok_or(Errno::ENOMEM)?;
         if end == start {
             return Ok(());
         }
         let max = self.machine().config().max_map_count as usize;
         let mut tree = self.mmap_lock.write();
-        let Some(first) = tree.find_vma(start) else { return Err(Errno::ENOMEM) };
+        let Some(first) = tree.find_vma(start) else {
+            return Err(Errno::ENOMEM);
+        };
         if first.start > start {
             return Err(Errno::ENOMEM);
         }
@@ -720,8 +843,14 @@ impl Mm {
                 break;
             }
             let tmp = vma.end.min(end);
-            let newflags = if on { vma.flags.union(VmFlags::VM_LOCKED) } else { vma.flags.minus(VmFlags::VM_LOCKED) };
-            let special = vma.flags.intersects(VmFlags(VmFlags::VM_PFNMAP.0 | VmFlags::VM_HUGETLB.0));
+            let newflags = if on {
+                vma.flags.union(VmFlags::VM_LOCKED)
+            } else {
+                vma.flags.minus(VmFlags::VM_LOCKED)
+            };
+            let special = vma
+                .flags
+                .intersects(VmFlags(VmFlags::VM_PFNMAP.0 | VmFlags::VM_HUGETLB.0));
             if !special && newflags != vma.flags {
                 self.vma_modify_flags(cpu, &mut tree, nstart, tmp, newflags, max)?;
                 self.mlock_pages(cpu, nstart, tmp, on);
@@ -736,15 +865,19 @@ impl Mm {
             let mut addr = start;
             while addr < end {
                 let tree = self.mmap_lock.read();
-                let Some(v) = tree.find_vma(addr).filter(|v| v.start < end) else { break };
+                let Some(v) = tree.find_vma(addr).filter(|v| v.start < end) else {
+                    break;
+                };
                 let (s, e) = (addr.max(v.start), v.end.min(end));
-                let skip = VmFlags(VmFlags::VM_IO.0 | VmFlags::VM_PFNMAP.0 | VmFlags::VM_LOCKONFAULT.0);
+                let skip =
+                    VmFlags(VmFlags::VM_IO.0 | VmFlags::VM_PFNMAP.0 | VmFlags::VM_LOCKONFAULT.0);
                 if !v.flags.intersects(skip) {
                     if !v.flags.intersects(VM_RWX) {
                         return Err(Errno::ENOMEM);
                     }
                     // A failed fault is EFAULT, reported as ENOMEM too.
-                    self.populate_locked(&tree, cpu, s, e, true).map_err(|_| Errno::ENOMEM)?;
+                    self.populate_locked(&tree, cpu, s, e, true)
+                        .map_err(|_| Errno::ENOMEM)?;
                 }
                 addr = e;
             }
@@ -762,7 +895,9 @@ impl Mm {
                 return;
             }
             let m = phys.meta(e.pfn());
-            if m.test(crate::page_alloc::meta::PG_HUGETLB) || m.test(crate::page_alloc::meta::PG_MLOCKED) == on {
+            if m.test(crate::page_alloc::meta::PG_HUGETLB)
+                || m.test(crate::page_alloc::meta::PG_MLOCKED) == on
+            {
                 return;
             }
             phys.lru_set_mlocked(cpu, e.pfn(), on);
@@ -798,12 +933,19 @@ impl Mm {
         let mut vma = Vma::new(start, start + len, flags, VmaKind::PfnMap, pfn.0);
         vma.pfn_base = pfn.0;
         let phys = self.machine().phys();
-        let bits = leaf_bits(prot & PROT_READ != 0, prot & PROT_WRITE != 0, prot & PROT_EXEC != 0) | _PAGE_SPECIAL;
+        let bits = leaf_bits(
+            prot & PROT_READ != 0,
+            prot & PROT_WRITE != 0,
+            prot & PROT_EXEC != 0,
+        ) | _PAGE_SPECIAL;
         for i in 0..nr {
             let addr = start + i * PAGE_SIZE;
             let pmd = fault::pmd_alloc_pub(self, cpu, addr).map_err(|_| Errno::ENOMEM)?;
             let pte_table = fault::pte_alloc_pub(self, cpu, pmd).map_err(|_| Errno::ENOMEM)?;
-            let slot = Slot { table: pte_table, index: crate::pgtable::pte_index(addr) };
+            let slot = Slot {
+                table: pte_table,
+                index: crate::pgtable::pte_index(addr),
+            };
             let _ptl = phys.meta(pte_table).ptl.lock();
             slot.store(phys, crate::pgtable::Entry::new(pfn.add(i), bits));
         }

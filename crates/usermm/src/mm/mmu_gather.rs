@@ -234,7 +234,11 @@ impl<'a> MmuGather<'a> {
                 (b.len(), MAX_GATHER_BATCH)
             }
         };
-        let full_at = if self.policy.switch_at_full { max } else { max - 1 };
+        let full_at = if self.policy.switch_at_full {
+            max
+        } else {
+            max - 1
+        };
         if len >= full_at && !self.next_batch() {
             return true;
         }
@@ -257,7 +261,10 @@ impl<'a> MmuGather<'a> {
         self.phys.meta(frame).set(PG_KERNEL);
         self.phys.stat().inc(self.cpu, VmItem::GatherBatchAlloc);
         self.stats.batch_pages += 1;
-        self.batches.push(Batch { frame, pages: Vec::with_capacity(MAX_GATHER_BATCH) });
+        self.batches.push(Batch {
+            frame,
+            pages: Vec::with_capacity(MAX_GATHER_BATCH),
+        });
         self.active = Some(next);
         true
     }

@@ -58,7 +58,7 @@ use serde::Serialize;
 
 pub use self::fault::{Fault, SegvCode};
 use self::vma::{VmaKind, VmaTree};
-use crate::addr::{Pfn, PAGE_SIZE, PMD_SIZE, PUD_SIZE, PGDIR_SIZE};
+use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::cpu::{CpuId, PerCpu};
 use crate::machine::Machine;
 use crate::page_alloc::meta::{PG_ANON, PG_PGTABLE};
@@ -121,7 +121,10 @@ pub struct Mm {
 
 impl std::fmt::Debug for Mm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Mm").field("id", &self.id).field("pgd", &self.pgd).finish_non_exhaustive()
+        f.debug_struct("Mm")
+            .field("id", &self.id)
+            .field("pgd", &self.pgd)
+            .finish_non_exhaustive()
     }
 }
 
@@ -182,7 +185,10 @@ impl Mm {
 
     /// `get_mm_counter`: pages.
     pub fn rss(&self, item: RssItem) -> i64 {
-        self.rss.iter().map(|c| c[item as usize].load(Relaxed)).sum()
+        self.rss
+            .iter()
+            .map(|c| c[item as usize].load(Relaxed))
+            .sum()
     }
 
     /// `get_mm_rss`: resident pages of every kind.
@@ -229,7 +235,9 @@ impl Mm {
     fn cpus_in_mask(&self) -> impl Iterator<Item = CpuId> + '_ {
         self.cpumask.iter().enumerate().flat_map(|(w, word)| {
             let bits = word.load(Relaxed);
-            (0..64).filter(move |b| bits & (1 << b) != 0).map(move |b| CpuId((w * 64 + b) as u16))
+            (0..64)
+                .filter(move |b| bits & (1 << b) != 0)
+                .map(move |b| CpuId((w * 64 + b) as u16))
         })
     }
 
@@ -334,7 +342,10 @@ impl Mm {
         let hz = self.machine.huge_zero().pfn();
         let mut n = 0;
         memory::for_each_leaf(phys, self.pgd, |_, e, huge| {
-            if huge && Some(e.pfn()) != hz && !phys.meta(e.pfn()).test(crate::page_alloc::meta::PG_HUGETLB) {
+            if huge
+                && Some(e.pfn()) != hz
+                && !phys.meta(e.pfn()).test(crate::page_alloc::meta::PG_HUGETLB)
+            {
                 n += 1;
             }
         });
@@ -377,9 +388,7 @@ impl Mm {
             };
             let pfn = e.pfn();
             if e.special() {
-                let ok = pfn == zero
-                    || Some(pfn) == huge_zero
-                    || matches!(v.kind, VmaKind::PfnMap);
+                let ok = pfn == zero || Some(pfn) == huge_zero || matches!(v.kind, VmaKind::PfnMap);
                 if !ok {
                     err = Some(format!("special leaf at {addr:#x} maps {pfn:?}"));
                 }
@@ -414,10 +423,16 @@ impl Mm {
             }
         }
         if anon != self.rss(RssItem::AnonPages) {
-            return Err(format!("MM_ANONPAGES {} ≠ {anon} mapped", self.rss(RssItem::AnonPages)));
+            return Err(format!(
+                "MM_ANONPAGES {} ≠ {anon} mapped",
+                self.rss(RssItem::AnonPages)
+            ));
         }
         if shmem != self.rss(RssItem::ShmemPages) {
-            return Err(format!("MM_SHMEMPAGES {} ≠ {shmem}", self.rss(RssItem::ShmemPages)));
+            return Err(format!(
+                "MM_SHMEMPAGES {} ≠ {shmem}",
+                self.rss(RssItem::ShmemPages)
+            ));
         }
         // Tables: within reach of a VMA, flagged, and counted.
         let mut tables = 1i64;
@@ -429,7 +444,9 @@ impl Mm {
             }
             let reach_end = base.saturating_add(span);
             if tree.intersecting(base, reach_end).next().is_none() {
-                err = Some(format!("table {pfn:?} covering {base:#x}+{span:#x} outlives its VMAs"));
+                err = Some(format!(
+                    "table {pfn:?} covering {base:#x}+{span:#x} outlives its VMAs"
+                ));
             }
         });
         if let Some(e) = err {
@@ -440,7 +457,10 @@ impl Mm {
             tables -= 1;
         }
         if tables != self.nr_tables.load(Relaxed) {
-            return Err(format!("{tables} tables reachable, mm counts {}", self.nr_tables.load(Relaxed)));
+            return Err(format!(
+                "{tables} tables reachable, mm counts {}",
+                self.nr_tables.load(Relaxed)
+            ));
         }
         let _ = (PMD_SIZE, PUD_SIZE, PGDIR_SIZE);
         Ok(())
@@ -469,7 +489,8 @@ pub struct SmapsRollup {
 impl SmapsRollup {
     pub fn render(&self) -> String {
         let mut s = String::new();
-        let mut line = |l: &str, v: u64| s.push_str(&format!("{:<16}{:>8} kB\n", format!("{l}:"), v));
+        let mut line =
+            |l: &str, v: u64| s.push_str(&format!("{:<16}{:>8} kB\n", format!("{l}:"), v));
         line("Rss", self.rss_kb);
         line("Pss", self.rss_kb);
         line("Pss_Anon", self.anonymous_kb);

@@ -30,13 +30,18 @@ pub struct Shmem {
 
 impl std::fmt::Debug for Shmem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shmem").field("pages", &self.pages.lock().len()).finish()
+        f.debug_struct("Shmem")
+            .field("pages", &self.pages.lock().len())
+            .finish()
     }
 }
 
 impl Shmem {
     pub fn new(phys: Arc<PhysMem>) -> Arc<Shmem> {
-        Arc::new(Shmem { phys, pages: Mutex::new(HashMap::new()) })
+        Arc::new(Shmem {
+            phys,
+            pages: Mutex::new(HashMap::new()),
+        })
     }
 
     /// The page at `index`, allocated zeroed on first use, with a reference for the caller.
@@ -58,7 +63,9 @@ impl Shmem {
     /// `[index, index + nr)` (mapped ones live on until their PTEs are zapped).
     pub fn punch_hole(&self, index: u64, nr: u64) {
         let mut pages = self.pages.lock();
-        let gone: Vec<Pfn> = (index..index + nr).filter_map(|i| pages.remove(&i)).collect();
+        let gone: Vec<Pfn> = (index..index + nr)
+            .filter_map(|i| pages.remove(&i))
+            .collect();
         drop(pages);
         self.phys.release_pages(CpuId(0), &gone);
     }

@@ -122,7 +122,11 @@ pub struct PfnList {
 
 impl Default for PfnList {
     fn default() -> Self {
-        Self { head: NIL, tail: NIL, len: 0 }
+        Self {
+            head: NIL,
+            tail: NIL,
+            len: 0,
+        }
     }
 }
 
@@ -226,7 +230,11 @@ mod test {
 
     #[test]
     fn page_meta_fits_in_32_bytes() {
-        assert!(std::mem::size_of::<PageMeta>() <= 32, "{}", std::mem::size_of::<PageMeta>());
+        assert!(
+            std::mem::size_of::<PageMeta>() <= 32,
+            "{}",
+            std::mem::size_of::<PageMeta>()
+        );
     }
 
     #[test]
@@ -249,7 +257,10 @@ mod test {
             l.push_back(meta, Pfn(i));
         }
         l.push_front(meta, Pfn(7));
-        assert_eq!(l.iter(meta).map(|p| p.0).collect::<Vec<_>>(), [7, 0, 1, 2, 3, 4]);
+        assert_eq!(
+            l.iter(meta).map(|p| p.0).collect::<Vec<_>>(),
+            [7, 0, 1, 2, 3, 4]
+        );
         l.remove(meta, Pfn(2));
         l.remove(meta, Pfn(7));
         l.remove(meta, Pfn(4));

@@ -51,8 +51,8 @@ use std::sync::{Arc, Weak};
 use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 
-pub use self::meta::{PageMeta, PfnList};
 use self::meta::*;
+pub use self::meta::{PageMeta, PfnList};
 use crate::addr::{Order, Pfn, HPAGE_PMD_ORDER, MAX_PAGE_ORDER, PAGE_SIZE};
 use crate::backing::{Backing, ZeroedArray};
 use crate::config::MachineConfig;
@@ -232,7 +232,11 @@ impl PhysMem {
         let nodes = (0..nr_nodes)
             .map(|n| {
                 let start = n * frames_per_node;
-                let end = if n + 1 == nr_nodes { nr_frames } else { start + frames_per_node };
+                let end = if n + 1 == nr_nodes {
+                    nr_frames
+                } else {
+                    start + frames_per_node
+                };
                 let fallback = std::iter::once(n)
                     .chain((0..nr_nodes).filter(|&o| o != n))
                     .map(|o| NodeId(o as u16))
@@ -348,7 +352,10 @@ impl PhysMem {
 
     /// `NR_FREE_PAGES`: pages free in the buddy of every zone (pcp lists excluded).
     pub fn nr_free_pages(&self) -> u64 {
-        self.nodes.iter().map(|n| n.zone.free_pages.load(Relaxed)).sum()
+        self.nodes
+            .iter()
+            .map(|n| n.zone.free_pages.load(Relaxed))
+            .sum()
     }
 
     /// Pages sitting on per-CPU lists.
@@ -370,7 +377,11 @@ impl PhysMem {
 
     pub fn lock_stats(&self) -> PhysLockStats {
         PhysLockStats {
-            zone_lock: self.nodes.iter().map(|n| n.zone.lock.stat().snapshot()).collect(),
+            zone_lock: self
+                .nodes
+                .iter()
+                .map(|n| n.zone.lock.stat().snapshot())
+                .collect(),
             lru_lock: self.nodes.iter().map(|n| n.lru.stat().snapshot()).collect(),
         }
     }
@@ -390,8 +401,16 @@ impl PhysMem {
     /// Run every shrinker once (`drop_caches`-like / allocation pressure); pages freed.
     #[doc(alias = "shrink_slab")]
     pub fn shrink_all(&self, cpu: CpuId) -> u64 {
-        let list: Vec<_> = self.shrinkers.read().iter().filter_map(Weak::upgrade).collect();
-        list.iter().filter(|s| s.count() > 0).map(|s| s.scan(cpu)).sum()
+        let list: Vec<_> = self
+            .shrinkers
+            .read()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        list.iter()
+            .filter(|s| s.count() > 0)
+            .map(|s| s.scan(cpu))
+            .sum()
     }
 
     // ----- buddy ------------------------------------------------------------------------
@@ -429,7 +448,8 @@ impl PhysMem {
         let meta = self.meta_slice();
         let (mut pfn, mut order) = (pfn.0, order.0);
         // Written only under zone.lock (held): a plain update, no locked RMW per page.
-        zone.free_pages.store(zone.free_pages.load(Relaxed) + (1 << order), Relaxed);
+        zone.free_pages
+            .store(zone.free_pages.load(Relaxed) + (1 << order), Relaxed);
         while order < MAX_PAGE_ORDER {
             let buddy = pfn ^ (1 << order);
             if buddy < zone.start_pfn || buddy + (1 << order) > zone.end_pfn {
@@ -503,7 +523,11 @@ impl PhysMem {
         let meta = self.meta_slice();
         let mut pcp = zone.pcp[cpu].lock();
         if pcp.lists[idx].is_empty() {
-            let blocks = if order.0 == 0 { self.pcp_batch } else { (self.pcp_batch >> order.0).max(2) };
+            let blocks = if order.0 == 0 {
+                self.pcp_batch
+            } else {
+                (self.pcp_batch >> order.0).max(2)
+            };
             // The lockless check of zone_watermark_fast (with a watermark of 0): an exhausted
             // zone is skipped without taking its lock, or every allocation that falls back to
             // another node would first take the full node's zone.lock.
@@ -514,7 +538,9 @@ impl PhysMem {
             let mut fa = zone.lock.lock();
             let mut got = 0u64;
             for _ in 0..blocks {
-                let Some(pfn) = self.rmqueue_smallest(zone, &mut fa, order) else { break };
+                let Some(pfn) = self.rmqueue_smallest(zone, &mut fa, order) else {
+                    break;
+                };
                 let m = &meta[pfn.index()];
                 m.flags.store(PG_PCP, Relaxed);
                 m.order.store(order.0, Relaxed);
@@ -568,14 +594,16 @@ impl PhysMem {
                 self.drain_all_pages();
                 self.shrink_all(cpu);
                 self.drain_all_pages();
-                self.get_page_from_freelist(cpu, order).ok_or(AllocError::NoMem)?
+                self.get_page_from_freelist(cpu, order)
+                    .ok_or(AllocError::NoMem)?
             }
         };
         self.prep_new_page(pfn, order);
         if gfp.has(Gfp::ZERO) {
             self.backing.zero_data(pfn, order.nr_pages());
         }
-        self.stat.add(cpu, VmItem::PgallocNormal, order.nr_pages() as i64);
+        self.stat
+            .add(cpu, VmItem::PgallocNormal, order.nr_pages() as i64);
         Ok(pfn)
     }
 
@@ -591,7 +619,8 @@ impl PhysMem {
                     let p = self.rmqueue_smallest(zone, &mut fa, order);
                     drop(fa);
                     if p.is_some() {
-                        self.stat.add(cpu, VmItem::NrFreePages, -(order.nr_pages() as i64));
+                        self.stat
+                            .add(cpu, VmItem::NrFreePages, -(order.nr_pages() as i64));
                     }
                     p
                 }
@@ -649,7 +678,11 @@ impl PhysMem {
         if f & (PG_BUDDY | PG_PCP) != 0 || m.ref_count() <= 0 {
             return Err(PageError::NotAllocated);
         }
-        let actual = if f & PG_HEAD != 0 { Order(m.order.load(Relaxed)) } else { Order(0) };
+        let actual = if f & PG_HEAD != 0 {
+            Order(m.order.load(Relaxed))
+        } else {
+            Order(0)
+        };
         match order {
             Some(o) if o != actual => Err(PageError::BadOrder),
             _ => Ok(actual),
@@ -716,7 +749,8 @@ impl PhysMem {
             let mut fa = zone.lock.lock();
             self.free_one_page_locked(zone, &mut fa, pfn, order);
             drop(fa);
-            self.stat.add(cpu, VmItem::NrFreePages, order.nr_pages() as i64);
+            self.stat
+                .add(cpu, VmItem::NrFreePages, order.nr_pages() as i64);
         }
     }
 
@@ -763,7 +797,11 @@ impl PhysMem {
                     lru = Some((nid, self.nodes[nid].lru.lock()));
                 }
                 let vec = &mut lru.as_mut().expect("locked").1;
-                let nr = if f & PG_HEAD != 0 { 1i64 << m.order.load(Relaxed) } else { 1 };
+                let nr = if f & PG_HEAD != 0 {
+                    1i64 << m.order.load(Relaxed)
+                } else {
+                    1
+                };
                 if f & PG_MLOCKED != 0 {
                     vec.unevictable.remove(meta, pfn);
                     unevictable_removed += nr;
@@ -774,7 +812,11 @@ impl PhysMem {
                 // __ClearPageLRU: the last reference is gone, nobody else writes the flags.
                 m.flags.store(f & !PG_LRU, Relaxed);
             }
-            let order = if f & PG_HEAD != 0 { Order(m.order.load(Relaxed)) } else { Order(0) };
+            let order = if f & PG_HEAD != 0 {
+                Order(m.order.load(Relaxed))
+            } else {
+                Order(0)
+            };
             to_free.push((pfn, order));
         }
         drop(lru);
@@ -782,7 +824,8 @@ impl PhysMem {
             self.stat.add(cpu, VmItem::NrInactiveAnon, -lru_removed);
         }
         if unevictable_removed != 0 {
-            self.stat.add(cpu, VmItem::NrUnevictable, -unevictable_removed);
+            self.stat
+                .add(cpu, VmItem::NrUnevictable, -unevictable_removed);
         }
         self.free_unref_page_list(cpu, &to_free);
     }
@@ -806,7 +849,8 @@ impl PhysMem {
                 let mut fa = zone.lock.lock();
                 self.free_one_page_locked(zone, &mut fa, pfn, order);
                 drop(fa);
-                self.stat.add(cpu, VmItem::NrFreePages, order.nr_pages() as i64);
+                self.stat
+                    .add(cpu, VmItem::NrFreePages, order.nr_pages() as i64);
                 continue;
             }
             if held.as_ref().map(|(n, _)| *n) != Some(nid) {
@@ -853,7 +897,11 @@ impl PhysMem {
             }
             let vec = &mut held.as_mut().expect("locked").1;
             let m = &meta[pfn.index()];
-            let nr = if m.test(PG_HEAD) { 1i64 << m.order.load(Relaxed) } else { 1 };
+            let nr = if m.test(PG_HEAD) {
+                1i64 << m.order.load(Relaxed)
+            } else {
+                1
+            };
             if m.test(PG_MLOCKED) {
                 vec.unevictable.push_back(meta, pfn);
                 unevictable += nr;
@@ -907,7 +955,11 @@ impl PhysMem {
                 vec.unevictable.remove(meta, pfn);
                 vec.inactive_anon.push_back(meta, pfn);
             }
-            let nr = if m.test(PG_HEAD) { 1i64 << m.order.load(Relaxed) } else { 1 };
+            let nr = if m.test(PG_HEAD) {
+                1i64 << m.order.load(Relaxed)
+            } else {
+                1
+            };
             let d = if mlocked { nr } else { -nr };
             self.stat.add(cpu, VmItem::NrUnevictable, d);
             self.stat.add(cpu, VmItem::NrInactiveAnon, -d);
@@ -937,7 +989,11 @@ impl PhysMem {
         // The LRU counted the whole compound page: re-count the head alone.
         if m.test(PG_LRU) {
             let d = (1i64 << order) - 1;
-            let item = if m.test(PG_MLOCKED) { VmItem::NrUnevictable } else { VmItem::NrInactiveAnon };
+            let item = if m.test(PG_MLOCKED) {
+                VmItem::NrUnevictable
+            } else {
+                VmItem::NrInactiveAnon
+            };
             self.stat.add(cpu, item, -d);
         }
         m.clear(PG_HEAD);
@@ -960,7 +1016,10 @@ impl PhysMem {
     #[doc(alias = "check_pages")]
     pub fn validate(&self) -> Result<PhysReport, String> {
         let meta = self.meta_slice();
-        let mut r = PhysReport { total: self.nr_frames, ..Default::default() };
+        let mut r = PhysReport {
+            total: self.nr_frames,
+            ..Default::default()
+        };
         let mut lru_listed = 0u64;
         let mut pcp_listed = 0u64;
         let mut buddy_listed = 0u64;
@@ -1018,7 +1077,10 @@ impl PhysMem {
                     }
                 }
                 if pages != pcp.count as u64 {
-                    return Err(format!("{cpu} node {}: pcp count {} ≠ {pages}", z.node.0, pcp.count));
+                    return Err(format!(
+                        "{cpu} node {}: pcp count {} ≠ {pages}",
+                        z.node.0, pcp.count
+                    ));
                 }
             }
             let lru = node.lru.lock();
@@ -1026,7 +1088,11 @@ impl PhysMem {
                 for pfn in list.iter(meta) {
                     let m = &meta[pfn.index()];
                     if !m.test(PG_LRU) || m.ref_count() <= 0 {
-                        return Err(format!("pfn {:#x} on the LRU: flags {:#x}", pfn.0, m.flags()));
+                        return Err(format!(
+                            "pfn {:#x} on the LRU: flags {:#x}",
+                            pfn.0,
+                            m.flags()
+                        ));
                     }
                     if self.node_of(pfn) != z.node.index() {
                         return Err(format!("pfn {:#x} on the wrong node's LRU", pfn.0));
@@ -1071,7 +1137,10 @@ impl PhysMem {
                 span = 1 << o;
                 let in_pool = f & PG_HUGETLB != 0 && hugetlb.contains(&pfn);
                 if m.ref_count() <= 0 && !in_pool {
-                    return Err(format!("compound head {pfn:#x} with refcount {}", m.ref_count()));
+                    return Err(format!(
+                        "compound head {pfn:#x} with refcount {}",
+                        m.ref_count()
+                    ));
                 }
                 for i in 1..span {
                     let t = &meta[(pfn + i) as usize];
@@ -1109,7 +1178,10 @@ impl PhysMem {
         r.on_lru = lru_listed;
         let vm_free = self.stat.get(VmItem::NrFreePages);
         if vm_free != r.buddy_free as i64 {
-            return Err(format!("vmstat nr_free_pages {vm_free} ≠ buddy {}", r.buddy_free));
+            return Err(format!(
+                "vmstat nr_free_pages {vm_free} ≠ buddy {}",
+                r.buddy_free
+            ));
         }
         if r.buddy_free + r.pcp + r.allocated + r.hugetlb_pool != r.total {
             return Err(format!("frames do not add up: {r:?}"));

@@ -8,7 +8,12 @@ use crate::config::{BackingMode, MachineConfig};
 use crate::cpu::Cpus;
 
 fn phys_with(mem: u64, cpus: u16, nodes: u16, f: impl FnOnce(&mut MachineConfig)) -> PhysMem {
-    let mut cfg = MachineConfig { mem, cpus, nodes, ..Default::default() };
+    let mut cfg = MachineConfig {
+        mem,
+        cpus,
+        nodes,
+        ..Default::default()
+    };
     f(&mut cfg);
     cfg.validate().unwrap();
     let stat = Arc::new(VmStat::new(cpus as usize));
@@ -54,7 +59,11 @@ mod buddy {
         p.validate().unwrap();
         p.free_pages(C0, a, Order(5)).unwrap();
         let fa = p.nodes[0].zone.lock.lock();
-        assert_eq!(fa.lists[10].len(), 4, "buddies must coalesce back to order 10");
+        assert_eq!(
+            fa.lists[10].len(),
+            4,
+            "buddies must coalesce back to order 10"
+        );
         drop(fa);
         p.validate().unwrap();
     }
@@ -62,13 +71,22 @@ mod buddy {
     #[test]
     fn bad_orders_and_double_frees_are_errors() {
         let p = phys(16 << 20);
-        assert_eq!(p.alloc_pages(C0, Order(11), Gfp::KERNEL), Err(AllocError::BadOrder));
+        assert_eq!(
+            p.alloc_pages(C0, Order(11), Gfp::KERNEL),
+            Err(AllocError::BadOrder)
+        );
         let a = p.alloc_pages(C0, Order(4), Gfp::KERNEL).unwrap();
-        assert_eq!(p.free_pages(C0, a.add(1), Order(0)), Err(PageError::TailPage));
+        assert_eq!(
+            p.free_pages(C0, a.add(1), Order(0)),
+            Err(PageError::TailPage)
+        );
         assert_eq!(p.free_pages(C0, a, Order(3)), Err(PageError::BadOrder));
         p.free_pages(C0, a, Order(4)).unwrap();
         assert_eq!(p.free_pages(C0, a, Order(4)), Err(PageError::NotAllocated));
-        assert_eq!(p.free_pages(C0, Pfn(1 << 40), Order(0)), Err(PageError::OutOfRange));
+        assert_eq!(
+            p.free_pages(C0, Pfn(1 << 40), Order(0)),
+            Err(PageError::OutOfRange)
+        );
         p.validate().unwrap();
     }
 
@@ -160,8 +178,9 @@ mod lru {
     #[test]
     fn add_is_batched_and_release_takes_pages_off() {
         let p = phys_with(64 << 20, 2, 1, |c| c.lru.add_batch = 4);
-        let pages: Vec<_> =
-            (0..6).map(|_| p.alloc_pages(C0, Order(0), Gfp::KERNEL).unwrap()).collect();
+        let pages: Vec<_> = (0..6)
+            .map(|_| p.alloc_pages(C0, Order(0), Gfp::KERNEL).unwrap())
+            .collect();
         for &pg in &pages {
             p.lru_cache_add(C0, pg);
         }
@@ -217,7 +236,11 @@ mod concurrent {
                         rng ^= rng >> 7;
                         rng ^= rng << 17;
                         if rng % 3 != 0 || held.is_empty() {
-                            let order = Order(if rng % 17 == 0 { (rng >> 8) as u8 % 10 } else { 0 });
+                            let order = Order(if rng % 17 == 0 {
+                                (rng >> 8) as u8 % 10
+                            } else {
+                                0
+                            });
                             if let Ok(pfn) = p.alloc_pages(cpu, order, Gfp::KERNEL) {
                                 if order.0 == 0 && i % 2 == 0 {
                                     p.lru_cache_add(cpu, pfn);

@@ -162,7 +162,10 @@ pub struct StatMutexGuard<'a, T> {
 
 impl<T> StatMutex<T> {
     pub const fn new(name: &'static str, value: T) -> Self {
-        Self { inner: parking_lot::Mutex::new(value), stat: LockStat::new(name) }
+        Self {
+            inner: parking_lot::Mutex::new(value),
+            stat: LockStat::new(name),
+        }
     }
 
     #[inline]
@@ -179,7 +182,11 @@ impl<T> StatMutex<T> {
                 g
             }
         };
-        StatMutexGuard { guard, stat: &self.stat, since: std::time::Instant::now() }
+        StatMutexGuard {
+            guard,
+            stat: &self.stat,
+            since: std::time::Instant::now(),
+        }
     }
 
     pub fn stat(&self) -> &LockStat {
@@ -207,7 +214,8 @@ impl<T> std::ops::DerefMut for StatMutexGuard<'_, T> {
 
 impl<T> Drop for StatMutexGuard<'_, T> {
     fn drop(&mut self) {
-        self.stat.record_hold(self.since.elapsed().as_nanos() as u64);
+        self.stat
+            .record_hold(self.since.elapsed().as_nanos() as u64);
     }
 }
 

@@ -79,7 +79,11 @@ mod test {
 
     #[test]
     fn kernel_column_layout() {
-        let m = MemInfo { mem_total: 4194304, hugepagesize: 2048, ..Default::default() };
+        let m = MemInfo {
+            mem_total: 4194304,
+            hugepagesize: 2048,
+            ..Default::default()
+        };
         let r = m.render();
         assert!(r.starts_with("MemTotal:        4194304 kB\n"), "{r}");
         assert!(r.contains("\nHugePages_Total:       0\n"), "{r}");

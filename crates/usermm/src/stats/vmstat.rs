@@ -79,7 +79,9 @@ pub struct VmStat {
 
 impl VmStat {
     pub fn new(nr_cpus: usize) -> Self {
-        Self { percpu: PerCpu::new(nr_cpus, |_| std::array::from_fn(|_| AtomicI64::new(0))) }
+        Self {
+            percpu: PerCpu::new(nr_cpus, |_| std::array::from_fn(|_| AtomicI64::new(0))),
+        }
     }
 
     #[doc(alias = "count_vm_event")]
@@ -98,11 +100,16 @@ impl VmStat {
     /// The folded value of one item.
     #[doc(alias = "global_zone_page_state")]
     pub fn get(&self, item: VmItem) -> i64 {
-        self.percpu.iter().map(|c| c[item as usize].load(Relaxed)).sum()
+        self.percpu
+            .iter()
+            .map(|c| c[item as usize].load(Relaxed))
+            .sum()
     }
 
     pub fn snapshot(&self) -> VmStatSnapshot {
-        VmStatSnapshot { values: VmItem::ALL.iter().map(|&i| self.get(i)).collect() }
+        VmStatSnapshot {
+            values: VmItem::ALL.iter().map(|&i| self.get(i)).collect(),
+        }
     }
 }
 
@@ -120,7 +127,12 @@ impl VmStatSnapshot {
     /// `self − earlier`, item by item.
     pub fn since(&self, earlier: &VmStatSnapshot) -> VmStatSnapshot {
         VmStatSnapshot {
-            values: self.values.iter().zip(&earlier.values).map(|(a, b)| a - b).collect(),
+            values: self
+                .values
+                .iter()
+                .zip(&earlier.values)
+                .map(|(a, b)| a - b)
+                .collect(),
         }
     }
 
