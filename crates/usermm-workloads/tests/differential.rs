@@ -9,6 +9,10 @@
 //!
 //! Disagreements listed in `usermm_workloads::divergences` end a sequence as "known"; anything
 //! else fails.
+//!
+//! The generated tests are deterministic (fixed seeds). To explore further, set `DIFF_SEED`
+//! (any number, mixed into each test's seed) and `DIFF_CASES` (sequences per test), e.g.
+//! `DIFF_SEED=7 DIFF_CASES=2000 cargo test -p usermm-workloads --test differential -- --nocapture`.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
