@@ -76,6 +76,10 @@ pub struct PcpConfig {
     pub high: u32,
     /// `pcp->batch`: pages moved per refill or drain (v4.11 `zone_batchsize()` on a big zone: 31).
     pub batch: u32,
+    /// 6.7+ free-side auto-tuning: `high` grows from `high` (as `high_min`) while frees run,
+    /// and a drain frees the run's length (up to `batch << 5`) instead of `batch`.
+    #[serde(default)]
+    pub auto_tune: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -181,6 +185,7 @@ impl Default for MachineConfig {
             pcp: PcpConfig {
                 high: 186,
                 batch: 31,
+                auto_tune: false,
             },
             lru: LruConfig {
                 add_batch: 15,
@@ -360,6 +365,7 @@ impl MachineConfig {
             "nr_hugepages" => self.nr_hugepages = parse_num(key, v)?,
             "pcp.high" => self.pcp.high = parse_num(key, v)?,
             "pcp.batch" => self.pcp.batch = parse_num(key, v)?,
+            "pcp.auto_tune" => self.pcp.auto_tune = parse_bool(key, v)?,
             "lru.add_batch" => self.lru.add_batch = parse_num(key, v)?,
             "lru.lock_batch" => self.lru.lock_batch = parse_num(key, v)?,
             "free.parallel" => {
@@ -497,6 +503,10 @@ mod test {
         assert_eq!(c.mem, 8 << 30);
         assert!(c.set("nonsense=1").is_err());
         assert!(c.set("free.parallel=maybe").is_err());
+        assert!(!c.pcp.auto_tune);
+        c.set("pcp.auto_tune=on").unwrap();
+        assert!(c.pcp.auto_tune);
+        assert!(c.set("pcp.auto_tune=2").is_err());
         assert!(c.set("noequals").is_err());
         c.validate().unwrap();
         c.free.max_active = 0;

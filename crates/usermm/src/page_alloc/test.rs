@@ -159,6 +159,74 @@ mod pcp {
         p.validate().unwrap();
     }
 
+    /// Free `n` pages allocated on CPU 0 from CPU 1, one by one; return the largest pcp count
+    /// seen on CPU 1 and the number of drains.
+    fn free_run(p: &PhysMem, n: usize) -> (u32, i64) {
+        let pages: Vec<_> = (0..n)
+            .map(|_| p.alloc_pages(C0, Order(0), Gfp::KERNEL).unwrap())
+            .collect();
+        let drains0 = p.stat.get(VmItem::PcpDrain);
+        let mut peak = 0;
+        for &pg in &pages {
+            p.free_pages(C1, pg, Order(0)).unwrap();
+            peak = peak.max(p.nodes[0].zone.pcp[C1].lock().count);
+        }
+        (peak, p.stat.get(VmItem::PcpDrain) - drains0)
+    }
+
+    #[test]
+    fn auto_tune_grows_drains_with_a_run_of_frees() {
+        let tuned = phys_with(64 << 20, 2, 1, |c| {
+            c.pcp.high = 8;
+            c.pcp.batch = 4;
+            c.pcp.auto_tune = true;
+        });
+        // high_max: 16384 pages / 8 / 2 CPUs on the node.
+        assert_eq!(tuned.pcp_high_max, 1024);
+        let (peak, drains) = free_run(&tuned, 4096);
+        // Drains of 4, 8, 16, 32, 64, then 128 (= batch << PCP_BATCH_SCALE_MAX) each: high
+        // settles at free_count + batch, and a free that reaches it drains at once.
+        assert_eq!(peak, 4 * 32 + 4 - 1);
+        assert_eq!(tuned.nodes[0].zone.pcp[C1].lock().high, 132);
+        let fixed = phys_with(64 << 20, 2, 1, |c| {
+            c.pcp.high = 8;
+            c.pcp.batch = 4;
+        });
+        let (fixed_peak, fixed_drains) = free_run(&fixed, 4096);
+        assert_eq!(fixed_peak, 8 - 1);
+        assert!(
+            drains * 16 < fixed_drains,
+            "auto-tuned drains {drains} vs fixed {fixed_drains}"
+        );
+        // An allocation on CPU 1 halves the run.
+        let fc = tuned.nodes[0].zone.pcp[C1].lock().free_count;
+        let a = tuned.alloc_pages(C1, Order(0), Gfp::KERNEL).unwrap();
+        assert_eq!(tuned.nodes[0].zone.pcp[C1].lock().free_count, fc / 2);
+        tuned.free_pages(C1, a, Order(0)).unwrap();
+        for p in [&tuned, &fixed] {
+            p.validate().unwrap();
+            p.drain_all_pages();
+            assert_eq!(p.nr_free_pages(), 16384);
+            p.validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn auto_tune_with_high_below_two_batches_never_underflows() {
+        // high - batch < batch: the clamp keeps the drain at high - batch (clamp_t's order).
+        let p = phys_with(64 << 20, 2, 1, |c| {
+            c.pcp.high = 5;
+            c.pcp.batch = 4;
+            c.pcp.auto_tune = true;
+        });
+        let (peak, drains) = free_run(&p, 1000);
+        assert!(peak <= 4 * 32 + 4, "peak {peak}");
+        assert!(drains > 0);
+        p.drain_all_pages();
+        assert_eq!(p.nr_free_pages(), 16384);
+        p.validate().unwrap();
+    }
+
     #[test]
     fn thp_order_uses_the_pcp_too() {
         let p = phys(64 << 20);
