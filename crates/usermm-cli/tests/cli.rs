@@ -185,3 +185,34 @@ fn help_and_version_exit_0() {
     }
     assert_eq!(usermm(&[]).status.code(), Some(2));
 }
+
+#[test]
+fn bigfree_json_has_the_pcp_tune_rows_unless_seed_only() {
+    let base = ["bigfree", "64M", "--max-active", "2", "--threshold", "4096"];
+    let rows = |extra: &[&str]| {
+        let o = usermm(&[&base[..], extra, &["--json"]].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+        let b = &v["bigfree"];
+        let rows: Vec<(String, bool)> = b["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .map(|r| {
+                (
+                    r["label"].as_str().unwrap().to_string(),
+                    r["pcp_auto_tune"].as_bool().unwrap(),
+                )
+            })
+            .collect();
+        (rows, b["beyond"].is_null())
+    };
+    let (all, no_beyond) = rows(&[]);
+    assert_eq!(all.len(), 4, "{all:?}");
+    assert!(!no_beyond);
+    assert!(all[2].1 && all[3].1 && !all[0].1 && !all[1].1, "{all:?}");
+    assert!(all[3].0.ends_with("+ pcp tune"), "{all:?}");
+    let (seed, no_beyond) = rows(&["--seed-only"]);
+    assert_eq!(seed.len(), 2, "{seed:?}");
+    assert!(no_beyond);
+}

@@ -22,6 +22,14 @@
 //!   (freeing charged outside the exiting task's cgroup).
 //! - lock_stat of every node's `zone.lock` and `lru_lock` over the free only (reset before).
 //!
+//! # Beyond the seed: pcp auto-tuning (`pcp.auto_tune`)
+//! The review's verdict (Dave Hansen) was that the real bottleneck is the allocator's locks,
+//! and Linux answered on that side: since 6.7 a run of frees grows the pcp drain from `batch`
+//! to up to `batch << 5` pages per `zone.lock` round trip (see `usermm::page_alloc`). Unless
+//! [`BigfreeOpts::pcp_tune_rows`] is off, two more rows run with it: inline (what a modern
+//! kernel does with this teardown) and parallel at `min(nodes, host threads)` workers (the
+//! patch on top of it: one worker per zone lock, no more than the host can run at once).
+//!
 //! # Differences from the seed's test
 //! The seed timed `free()` of a `malloc(320G)` (glibc munmaps it) on 4 nodes / 144 threads;
 //! here the mapping is `mmap`ed and `munmap`ed directly on the emulated machine, and the
@@ -93,6 +101,8 @@ pub struct BigfreeOpts {
     /// Runs per row; the row reports the median.
     pub repeat: u32,
     pub free_by: FreeBy,
+    /// Add the two pcp auto-tune rows (see the module doc); skipped when `base` tunes already.
+    pub pcp_tune_rows: bool,
     pub base: MachineConfig,
 }
 
@@ -108,6 +118,7 @@ impl BigfreeOpts {
             batch_switch: BatchSwitch::V2017,
             repeat: 1,
             free_by: FreeBy::Munmap,
+            pcp_tune_rows: true,
             base: default_config(size, max_active, None, None),
         }
     }
@@ -246,10 +257,12 @@ pub fn host_loadavg() -> f64 {
 /// One configuration: the vanilla row or one `max_active`.
 #[derive(Debug, Clone, Serialize)]
 pub struct BigfreeRow {
-    /// `vanilla` or `max_active N`.
+    /// `vanilla` or `max_active N`, with ` + pcp tune` on the auto-tuned rows.
     pub label: String,
     pub policy: FreePolicy,
     pub max_active: Option<u32>,
+    /// Whether the row ran with `pcp.auto_tune` (the rows beyond the seed, unless `base` had it).
+    pub pcp_auto_tune: bool,
     pub max_batch_count: u32,
     pub threshold_pages: u64,
     pub samples: Vec<RunSample>,
@@ -289,6 +302,23 @@ pub struct PatchedBest {
     pub label: String,
     pub max_active: u32,
     pub time_s: f64,
+}
+
+/// The pcp auto-tune rows against the seed's rows.
+#[derive(Debug, Clone, Serialize)]
+pub struct Beyond {
+    /// Inline free with auto-tuning: vanilla's time over it.
+    pub inline_s: f64,
+    pub inline_speedup: f64,
+    /// Parallel free at `max_active` with auto-tuning.
+    pub max_active: u32,
+    pub parallel_s: f64,
+    pub parallel_speedup: f64,
+    /// The same `max_active` without auto-tuning, if measured: its time over the tuned one.
+    pub over_patch: Option<f64>,
+    /// zone.lock acquisitions (median) of vanilla and of the tuned inline row.
+    pub vanilla_zone_acq: f64,
+    pub inline_zone_acq: f64,
 }
 
 /// The seed's published table, for printing beside ours.
@@ -337,6 +367,8 @@ pub struct BigfreeResult {
     pub patched: Option<PatchedBest>,
     /// vanilla / patched.
     pub ratio: f64,
+    /// The pcp auto-tune rows, if run.
+    pub beyond: Option<Beyond>,
     /// Host threads available (`available_parallelism`) while measuring.
     pub host_cpus: usize,
     pub seed: SeedTable,
@@ -433,6 +465,31 @@ pub fn gather_capacity(count: u32, switch: BatchSwitch) -> u64 {
         BatchSwitch::V2017 => BUNDLE + u64::from(count) * BATCH,
         BatchSwitch::Modern => BUNDLE - 1 + u64::from(count) * (BATCH - 1),
     }
+}
+
+/// `max_active` of the tuned parallel row: one worker per node's zone lock, at most the
+/// host's hardware threads.
+pub fn tuned_max_active(base: &MachineConfig) -> u32 {
+    let host = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    u32::from(base.nodes).min(host).max(1)
+}
+
+/// The rows of a run: `(label, max_active, pcp auto-tune)`, vanilla first.
+pub fn row_specs(opts: &BigfreeOpts) -> Vec<(String, Option<u32>, bool)> {
+    let base_tuned = opts.base.pcp.auto_tune;
+    let mut v: Vec<(String, Option<u32>, bool)> = std::iter::once(None)
+        .chain(opts.max_active.iter().map(|&m| Some(m)))
+        .map(|ma| {
+            let label = ma.map_or_else(|| "vanilla".to_string(), |m| format!("max_active {m}"));
+            (label, ma, base_tuned)
+        })
+        .collect();
+    if opts.pcp_tune_rows && !base_tuned {
+        let m = tuned_max_active(&opts.base);
+        v.push(("vanilla + pcp tune".into(), None, true));
+        v.push((format!("max_active {m} + pcp tune"), Some(m), true));
+    }
+    v
 }
 
 /// The configuration of the vanilla row (`max_active: None`) or of one parallel row.
@@ -592,6 +649,7 @@ fn summarize(
     max_active: Option<u32>,
     samples: Vec<RunSample>,
 ) -> BigfreeRow {
+    let pcp_auto_tune = cfg.pcp.auto_tune;
     let f = |g: &dyn Fn(&RunSample) -> f64| median(&samples.iter().map(g).collect::<Vec<_>>());
     let times: Vec<f64> = samples.iter().map(|s| s.free_ns as f64 / 1e9).collect();
     let pages = samples.first().map_or(1, |s| s.pages_mapped.max(1)) as f64;
@@ -599,6 +657,7 @@ fn summarize(
         label,
         policy: cfg.free.policy,
         max_active,
+        pcp_auto_tune,
         max_batch_count: cfg.gather.max_batch_count,
         threshold_pages: cfg.free.threshold_pages,
         time_s: median(&times),
@@ -639,11 +698,12 @@ pub fn run_with(
 ) -> Result<BigfreeResult, BigfreeError> {
     check(opts)?;
     let size = opts.size.next_multiple_of(PAGE_SIZE);
-    let configs: Vec<(String, Option<u32>, MachineConfig)> = std::iter::once(None)
-        .chain(opts.max_active.iter().map(|&m| Some(m)))
-        .map(|ma| {
-            let label = ma.map_or_else(|| "vanilla".to_string(), |m| format!("max_active {m}"));
-            (label, ma, row_config(opts, ma))
+    let configs: Vec<(String, Option<u32>, MachineConfig)> = row_specs(opts)
+        .into_iter()
+        .map(|(label, ma, tune)| {
+            let mut c = row_config(opts, ma);
+            c.pcp.auto_tune = tune;
+            (label, ma, c)
         })
         .collect();
     let mut samples: Vec<Vec<RunSample>> = configs.iter().map(|_| Vec::new()).collect();
@@ -665,8 +725,11 @@ pub fn run_with(
             0.0
         };
     }
+    let seed_rows =
+        |r: &&BigfreeRow| r.max_active.is_some() && r.pcp_auto_tune == rows[0].pcp_auto_tune;
     let patched = rows[1..]
         .iter()
+        .filter(seed_rows)
         .min_by(|a, b| a.time_s.total_cmp(&b.time_s))
         .map(|r| PatchedBest {
             label: r.label.clone(),
@@ -680,6 +743,7 @@ pub fn run_with(
             0.0
         }
     });
+    let beyond = beyond_of(&rows);
     let mut warnings = Vec::new();
     let cap = gather_capacity(opts.max_batch_count, opts.batch_switch);
     if cap < opts.threshold_pages {
@@ -688,8 +752,9 @@ pub fn run_with(
             opts.max_batch_count, opts.batch_switch, opts.threshold_pages
         ));
     }
-    if rows[1..]
+    if rows
         .iter()
+        .filter(|r| r.max_active.is_some())
         .any(|r| r.samples.iter().all(|s| s.jobs == 0))
         && cap >= opts.threshold_pages
     {
@@ -725,9 +790,44 @@ pub fn run_with(
         vanilla_s,
         patched,
         ratio,
+        beyond,
         host_cpus,
         seed: SeedTable::published(),
         warnings,
+    })
+}
+
+/// The pcp auto-tune rows' summary, when they ran (vanilla untuned, two tuned rows after).
+fn beyond_of(rows: &[BigfreeRow]) -> Option<Beyond> {
+    let vanilla = rows.first().filter(|r| !r.pcp_auto_tune)?;
+    let inline = rows
+        .iter()
+        .find(|r| r.pcp_auto_tune && r.max_active.is_none())?;
+    let par = rows
+        .iter()
+        .find(|r| r.pcp_auto_tune && r.max_active.is_some())?;
+    let m = par.max_active.unwrap_or(0);
+    let untuned = rows
+        .iter()
+        .find(|r| !r.pcp_auto_tune && r.max_active == Some(m));
+    let acq = |r: &BigfreeRow| {
+        median(
+            &r.samples
+                .iter()
+                .map(|s| s.zone_lock.acquisitions as f64)
+                .collect::<Vec<_>>(),
+        )
+    };
+    let over = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    Some(Beyond {
+        inline_s: inline.time_s,
+        inline_speedup: over(vanilla.time_s, inline.time_s),
+        max_active: m,
+        parallel_s: par.time_s,
+        parallel_speedup: over(vanilla.time_s, par.time_s),
+        over_patch: untuned.map(|u| over(u.time_s, par.time_s)),
+        vanilla_zone_acq: acq(vanilla),
+        inline_zone_acq: acq(inline),
     })
 }
 
@@ -754,6 +854,7 @@ pub fn run_table(
         batch_switch: BatchSwitch::V2017,
         repeat,
         free_by: FreeBy::Munmap,
+        pcp_tune_rows: true,
         base: base.clone(),
     };
     run_with(&opts, on_event)
@@ -797,17 +898,44 @@ mod test {
         o.threshold_pages = 2048;
         o.max_batch_count = 8;
         let r = run(&o).unwrap();
-        assert_eq!(r.rows.len(), 3);
+        // vanilla, max_active 1 and 2, then the two pcp auto-tune rows.
+        assert_eq!(r.rows.len(), 5);
         assert_eq!(r.rows[0].samples[0].jobs, 0);
-        for row in &r.rows[1..] {
+        for row in r.rows.iter().filter(|r| r.max_active.is_some()) {
             assert!(row.samples[0].jobs > 0, "{row:?}");
             assert!(row.samples[0].worker_cpu_ns > 0);
         }
+        assert_eq!(
+            r.rows.iter().map(|r| r.pcp_auto_tune).collect::<Vec<_>>(),
+            [false, false, false, true, true]
+        );
+        let b = r.beyond.as_ref().expect("tuned rows ran");
+        // 16K pages drained 31 at a time vs up to 992: far fewer zone.lock round trips.
+        assert!(
+            b.inline_zone_acq * 4.0 < b.vanilla_zone_acq,
+            "tuned {} vs vanilla {}",
+            b.inline_zone_acq,
+            b.vanilla_zone_acq
+        );
+        assert!(!r.patched.as_ref().unwrap().label.contains("pcp"));
         for row in &r.rows {
             // Every data page, every PTE page, and (parallel) the batch pages come back.
             assert!(row.samples[0].pgfree >= r.pages, "{row:?}");
         }
         assert!(r.patched.is_some());
+    }
+
+    #[test]
+    fn tuned_rows_are_skipped_when_the_base_tunes_or_when_asked() {
+        let mut o = BigfreeOpts::new(64 << 20, &[1]);
+        assert_eq!(row_specs(&o).len(), 4);
+        o.pcp_tune_rows = false;
+        assert_eq!(row_specs(&o).len(), 2);
+        o.pcp_tune_rows = true;
+        o.base.pcp.auto_tune = true;
+        let specs = row_specs(&o);
+        assert_eq!(specs.len(), 2);
+        assert!(specs.iter().all(|s| s.2));
     }
 
     #[test]

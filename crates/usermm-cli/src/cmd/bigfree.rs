@@ -95,6 +95,9 @@ pub struct BigfreeArgs {
     /// MAX_GATHER_BATCH_COUNT of the parallel rows (the patch: 515; Aaron's suggestion: 1030).
     #[arg(long, value_name = "N", value_parser = parse_batch_count)]
     pub max_batch_count: Option<u32>,
+    /// Only the seed's rows: skip the two rows with 6.7+ pcp auto-tuning (`pcp.auto_tune`).
+    #[arg(long)]
+    pub seed_only: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -148,6 +151,7 @@ pub fn opts(args: &BigfreeArgs) -> anyhow::Result<BigfreeOpts> {
         } else {
             FreeBy::Munmap
         },
+        pcp_tune_rows: !args.seed_only,
         base,
     };
     if let Err(e) = bigfree::check(&o) {
@@ -218,7 +222,7 @@ pub fn run(args: &BigfreeArgs, g: &GlobalArgs) -> anyhow::Result<()> {
 /// Run the engine table (with a progress bar) and, with `--host`, the host measurement.
 pub fn measure(args: &BigfreeArgs, o: &BigfreeOpts) -> anyhow::Result<BigfreeRecord> {
     let pages = o.size.div_ceil(usermm::PAGE_SIZE);
-    let runs = (o.max_active.len() as u64 + 1) * u64::from(o.repeat);
+    let runs = bigfree::row_specs(o).len() as u64 * u64::from(o.repeat);
     let bar = Progress::bar(runs * pages, "bigfree");
     let mut on_event = |e: Event<'_>| match e {
         Event::Start { label, rep, .. } => {
@@ -287,7 +291,9 @@ pub fn free_table(b: &BigfreeResult) -> Table {
         ],
     );
     for row in &b.rows {
+        let seed_row = row.pcp_auto_tune == b.config.pcp.auto_tune;
         let (st, sp) = match row.max_active {
+            _ if !seed_row => (None, None),
             None => (Some(seed.vanilla_s), Some(seed.vanilla_spread_pct)),
             Some(m) => seed
                 .rows
@@ -375,6 +381,7 @@ pub fn speedup_series(b: &BigfreeResult) -> Vec<Series> {
     let ours = b
         .rows
         .iter()
+        .filter(|r| r.pcp_auto_tune == b.config.pcp.auto_tune)
         .filter_map(|r| r.max_active.map(|m| (f64::from(m), r.speedup)));
     vec![
         Series {
@@ -441,6 +448,21 @@ pub fn render(r: &BigfreeRecord) -> String {
             p.label,
             secs(p.time_s),
             b.ratio
+        );
+    }
+    if let Some(x) = &b.beyond {
+        let _ = writeln!(
+            out,
+            "beyond the seed, pcp auto-tuning (6.7+): inline {} s ({:.2}x vanilla; zone.lock taken {:.0} times instead of {:.0}); with max_active {}: {} s ({:.2}x vanilla{})",
+            secs(x.inline_s),
+            x.inline_speedup,
+            x.inline_zone_acq,
+            x.vanilla_zone_acq,
+            x.max_active,
+            secs(x.parallel_s),
+            x.parallel_speedup,
+            x.over_patch
+                .map_or(String::new(), |o| format!(", {o:.2}x the patch alone at that max_active")),
         );
     }
     let pop = b.rows.first().map_or(0.0, |r| r.populate_ns_per_page);
