@@ -487,7 +487,6 @@ fn huge_anonymous_fault(
 ) -> Option<()> {
     let machine = mm.machine();
     let phys = machine.phys();
-    let stat = machine.vmstat();
     let table = pgtable::alloc_deposit_table(phys, cpu).ok()?;
     // vmf_anon_prepare comes first, also for a read that maps the huge zero page: the VMA
     // gets its anon_vma (which then keeps VM_ACCOUNT across mprotect and decides merges).
@@ -511,8 +510,7 @@ fn huge_anonymous_fault(
         pmd.store(phys, Entry::new(zero, b));
         return Some(());
     }
-    let Ok(page) = phys.alloc_pages(cpu, HPAGE_PMD_ORDER, Gfp::ZERO.union(Gfp::NOWAIT)) else {
-        stat.inc(cpu, VmItem::ThpFaultFallback);
+    let Some(page) = alloc_anon_thp(mm, cpu) else {
         pgtable::free_deposit_table(phys, cpu, table);
         return None;
     };
@@ -525,14 +523,43 @@ fn huge_anonymous_fault(
     }
     super::memory::deposit(mm, pmd, table);
     mm.nr_tables.fetch_add(1, Relaxed);
-    map_new_anon(mm, vma, cpu, page, 512);
-    stat.inc(cpu, VmItem::NrAnonTransparentHugepages);
-    stat.inc(cpu, VmItem::ThpFaultAlloc);
-    pmd.store(phys, Entry::new(page, vma_leaf_bits(vma, true) | _PAGE_PSE));
+    map_anon_thp_pmd(mm, vma, cpu, pmd, page);
     drop(ptl);
     phys.lru_cache_add(cpu, page);
     let _ = addr;
     Some(())
+}
+
+/// `vma_alloc_anon_folio_pmd`: a zeroed THP, never waiting; a failure counts
+/// `thp_fault_fallback` and the caller falls back to 4 KiB pages.
+fn alloc_anon_thp(mm: &Mm, cpu: CpuId) -> Option<Pfn> {
+    let machine = mm.machine();
+    match machine
+        .phys()
+        .alloc_pages(cpu, HPAGE_PMD_ORDER, Gfp::ZERO.union(Gfp::NOWAIT))
+    {
+        Ok(page) => Some(page),
+        Err(_) => {
+            machine.vmstat().inc(cpu, VmItem::ThpFaultFallback);
+            None
+        }
+    }
+}
+
+/// `map_anon_folio_pmd`: map a fresh THP writable at an empty `pmd` whose PTL the caller
+/// holds — rmap, rss and the THP counters first, the PMD last. The caller adds the page to
+/// the LRU once the PTL is dropped.
+fn map_anon_thp_pmd(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, page: Pfn) {
+    let machine = mm.machine();
+    map_new_anon(mm, vma, cpu, page, 512);
+    machine
+        .vmstat()
+        .inc(cpu, VmItem::NrAnonTransparentHugepages);
+    machine.vmstat().inc(cpu, VmItem::ThpFaultAlloc);
+    pmd.store(
+        machine.phys(),
+        Entry::new(page, vma_leaf_bits(vma, true) | _PAGE_PSE),
+    );
 }
 
 /// `do_huge_pmd_wp_page`: write to a read-only huge PMD.
@@ -561,7 +588,7 @@ fn huge_wp_fault(
     let haddr = addr & !(PMD_SIZE - 1);
     if machine.huge_zero().write_fault_policy() == HugeZeroWriteFault::AllocThp {
         tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
-        if let Ok(page) = phys.alloc_pages(cpu, HPAGE_PMD_ORDER, Gfp::ZERO.union(Gfp::NOWAIT)) {
+        if let Some(page) = alloc_anon_thp(mm, cpu) {
             let ptl = phys.meta(pmd.table).ptl.lock();
             if pmd.load(phys) != e {
                 drop(ptl);
@@ -571,18 +598,12 @@ fn huge_wp_fault(
             // Replace the huge zero PMD: clear, flush, install. The deposit stays.
             pmd.store(phys, Entry::NONE);
             mm.flush_tlb(cpu, Some(512));
-            map_new_anon(mm, vma, cpu, page, 512);
-            machine
-                .vmstat()
-                .inc(cpu, VmItem::NrAnonTransparentHugepages);
-            machine.vmstat().inc(cpu, VmItem::ThpFaultAlloc);
-            pmd.store(phys, Entry::new(page, vma_leaf_bits(vma, true) | _PAGE_PSE));
+            map_anon_thp_pmd(mm, vma, cpu, pmd, page);
             drop(ptl);
             machine.huge_zero().zap_put(cpu);
             phys.lru_cache_add(cpu, page);
             return Ok(());
         }
-        machine.vmstat().inc(cpu, VmItem::ThpFaultFallback);
     }
     // Split to zero-page PTEs, then COW the one page.
     super::memory::split_huge_pmd(mm, cpu, pmd, haddr);
