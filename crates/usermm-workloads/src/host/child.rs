@@ -402,6 +402,10 @@ impl Child<'_> {
         for i in (0..self.buf.len()).step_by(PAGE) {
             self.buf[i] = 0x5a;
         }
+        // The buffer need not be page-aligned: its last byte may sit on one more page.
+        if let Some(b) = self.buf.last_mut() {
+            *b = 0x5a;
+        }
         std::hint::black_box(&mut *self.buf);
         touch_stack();
         self.populate_file_mappings();
