@@ -149,6 +149,31 @@ fn parallel_frees_exactly_what_inline_frees() {
 }
 
 #[test]
+fn pcp_auto_tune_frees_exactly_what_fixed_pcp_frees_under_both_policies() {
+    // Auto-tuning changes how many pages each drain returns to the buddy, never which pages
+    // are freed: the frames free after teardown (buddy + pcp) and every counter match.
+    for how in [Teardown::Munmap, Teardown::Exit] {
+        let fixed = run(&machine(FreePolicy::Inline, |_| {}), how);
+        for policy in [FreePolicy::Inline, FreePolicy::Parallel] {
+            let tuned = run(&machine(policy, |c| c.pcp.auto_tune = true), how);
+            assert_same_frees(&fixed, &tuned);
+            assert_eq!(
+                tuned.jobs > 0,
+                policy == FreePolicy::Parallel,
+                "{how:?} {policy:?}"
+            );
+            // Larger drains: fewer of them than with the fixed v4.11 batch.
+            assert!(
+                tuned.delta.get(VmItem::PcpDrain) < fixed.delta.get(VmItem::PcpDrain),
+                "{how:?} {policy:?}: {} drains tuned vs {} fixed",
+                tuned.delta.get(VmItem::PcpDrain),
+                fixed.delta.get(VmItem::PcpDrain)
+            );
+        }
+    }
+}
+
+#[test]
 fn munmap_returns_only_after_every_job_finished() {
     // One worker, many jobs: if munmap returned early, the count below would be short.
     let m = machine(FreePolicy::Parallel, |c| c.free.max_active = 1);
