@@ -215,11 +215,13 @@ impl Mm {
             }
             addr
         } else {
-            if !anon && !shared {
+            if hugetlb {
+                tree.hugetlb_get_unmapped_area(len, addr)?
+            } else if !anon && !shared {
                 // get_unmapped_area_zero: a private /dev/zero mapping is placed by its offset.
                 tree.thp_get_unmapped_area(len, addr, pgoff << 12)?
             } else {
-                let thp_align = anon && !shared && len % PMD_SIZE == 0 || hugetlb;
+                let thp_align = anon && !shared && len % PMD_SIZE == 0;
                 tree.get_unmapped_area(len, addr, thp_align)?
             }
         };

@@ -814,14 +814,19 @@ impl VmaTree {
     }
 
     /// `split_vma`: [`VmaTree::split_unchecked`] at `addr`, but `ENOMEM` (and no change) when
-    /// `map_count() >= max_map_count`. A no-op `Ok` when `addr` needs no split.
+    /// `map_count() >= max_map_count`, and `EINVAL` when `addr` is not on a huge-page boundary
+    /// of a hugetlb VMA (`vm_ops->may_split`, `hugetlb_vm_op_split`). A no-op `Ok` when `addr`
+    /// needs no split.
     #[doc(alias = "split_vma")]
     pub fn split(&mut self, addr: u64, max_map_count: usize) -> Result<(), Errno> {
-        if self.key_strictly_inside(addr).is_none() {
+        let Some(key) = self.key_strictly_inside(addr) else {
             return Ok(());
-        }
+        };
         if self.map_count() >= max_map_count {
             return Err(Errno::ENOMEM);
+        }
+        if matches!(self.vmas[&key].kind, VmaKind::Hugetlb) && addr % PMD_SIZE != 0 {
+            return Err(Errno::EINVAL);
         }
         self.split_unchecked(addr);
         Ok(())
@@ -1275,6 +1280,25 @@ impl VmaTree {
             self.arch_get_unmapped_area_topdown(len, hint)
                 .ok_or(Errno::ENOMEM)?
         };
+        Self::check_result(addr, len)
+    }
+
+    /// `hugetlb_get_unmapped_area`: the hint rounded *up* to 2 MiB if that range is free,
+    /// else a top-down search for a 2 MiB-aligned range. `len` is already a multiple of 2 MiB.
+    /// (A hint used as given would put a hugetlb VMA off its huge-page boundary, and its
+    /// faults would map a PMD partly outside the VMA.)
+    pub fn hugetlb_get_unmapped_area(&self, len: u64, hint: u64) -> Result<u64, Errno> {
+        let len = Self::check_len(len)?;
+        vm_bug_on!(len % PMD_SIZE != 0);
+        let hint = round_hint_to_min(hint);
+        if hint != 0 {
+            if let Some(a) = crate::addr::align_up(hint, PMD_SIZE) {
+                if self.arch_get_unmapped_area_topdown(len, a) == Some(a) {
+                    return Self::check_result(a, len);
+                }
+            }
+        }
+        let addr = self.thp_area(len, 0, 0).ok_or(Errno::ENOMEM)?;
         Self::check_result(addr, len)
     }
 
