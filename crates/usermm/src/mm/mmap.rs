@@ -385,14 +385,7 @@ impl Mm {
         let t0 = Instant::now();
         let mut tree = self.mmap_lock.write();
         // Hugetlb VMAs split only at 2 MiB boundaries (hugetlb_vm_op_split).
-        for v in tree.intersecting(start, end) {
-            if matches!(v.kind, VmaKind::Hugetlb)
-                && ((start > v.start && start % PMD_SIZE != 0)
-                    || (end < v.end && end % PMD_SIZE != 0))
-            {
-                return Err(Errno::EINVAL);
-            }
-        }
+        tree.may_split_range(start, end)?;
         let vmas = tree.detach_range(start, end, self.machine().config().max_map_count as usize)?;
         if vmas.is_empty() {
             let exclusive_ns = tree.unlock();

@@ -832,6 +832,19 @@ impl VmaTree {
         Ok(())
     }
 
+    /// `vm_ops->may_split` for the two cuts an unmap of `[start, end)` makes: a hugetlb VMA
+    /// cut off a 2 MiB boundary is `EINVAL` (`hugetlb_vm_op_split`). Changes nothing.
+    pub fn may_split_range(&self, start: u64, end: u64) -> Result<(), Errno> {
+        for cut in [start, end] {
+            if let Some(key) = self.key_strictly_inside(cut) {
+                if matches!(self.vmas[&key].kind, VmaKind::Hugetlb) && cut % PMD_SIZE != 0 {
+                    return Err(Errno::EINVAL);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// munmap's first phase (`vms_gather_munmap_vmas` + `vma_iter_clear_gfp`): split at `start`
     /// and `end` where they fall inside VMAs, remove every VMA in `[start, end)` and return them
     /// in address order. The caller zaps their pages, frees page tables and drops them.
@@ -855,6 +868,7 @@ impl VmaTree {
         if start > first.start && end < first.end && self.map_count() >= max_map_count {
             return Err(Errno::ENOMEM);
         }
+        self.may_split_range(start, end)?;
         self.split_unchecked(start);
         self.split_unchecked(end);
         let keys: Vec<u64> = self.vmas.range(start..end).map(|(&k, _)| k).collect();
