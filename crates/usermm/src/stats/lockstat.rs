@@ -92,22 +92,36 @@ impl LockStat {
     }
 
     pub fn snapshot(&self) -> LockStatSnapshot {
-        let min = |a: &AtomicU64| match a.load(Relaxed) {
-            u64::MAX => 0,
-            v => v,
-        };
-        let contentions = self.contentions.load(Relaxed);
+        Self::fold(self.name, std::slice::from_ref(self))
+    }
+
+    /// One snapshot of several sets of figures of the same lock (the stripes of a
+    /// [`StripedLockStat`]): counts and totals add up, minima and maxima combine.
+    fn fold<'a>(name: &str, parts: impl IntoIterator<Item = &'a LockStat>) -> LockStatSnapshot {
+        let (mut acq, mut con, mut wt, mut ht) = (0, 0, 0, 0);
+        let (mut wmin, mut wmax, mut hmin, mut hmax) = (u64::MAX, 0, u64::MAX, 0);
+        for p in parts {
+            acq += p.acquisitions.load(Relaxed);
+            con += p.contentions.load(Relaxed);
+            wt += p.wait_total_ns.load(Relaxed);
+            ht += p.hold_total_ns.load(Relaxed);
+            wmin = wmin.min(p.wait_min_ns.load(Relaxed));
+            hmin = hmin.min(p.hold_min_ns.load(Relaxed));
+            wmax = wmax.max(p.wait_max_ns.load(Relaxed));
+            hmax = hmax.max(p.hold_max_ns.load(Relaxed));
+        }
+        let min = |v: u64| if v == u64::MAX { 0 } else { v };
         LockStatSnapshot {
-            name: self.name.to_string(),
-            con_bounces: contentions,
-            contentions,
-            waittime_min_ns: min(&self.wait_min_ns),
-            waittime_max_ns: self.wait_max_ns.load(Relaxed),
-            waittime_total_ns: self.wait_total_ns.load(Relaxed),
-            acquisitions: self.acquisitions.load(Relaxed),
-            holdtime_min_ns: min(&self.hold_min_ns),
-            holdtime_max_ns: self.hold_max_ns.load(Relaxed),
-            holdtime_total_ns: self.hold_total_ns.load(Relaxed),
+            name: name.to_string(),
+            con_bounces: con,
+            contentions: con,
+            waittime_min_ns: min(wmin),
+            waittime_max_ns: wmax,
+            waittime_total_ns: wt,
+            acquisitions: acq,
+            holdtime_min_ns: min(hmin),
+            holdtime_max_ns: hmax,
+            holdtime_total_ns: ht,
         }
     }
 
@@ -126,6 +140,74 @@ impl LockStat {
         }
         self.wait_min_ns.store(u64::MAX, Relaxed);
         self.hold_min_ns.store(u64::MAX, Relaxed);
+    }
+}
+
+/// Stripes of a [`StripedLockStat`] (a power of two).
+const STRIPES: usize = 16;
+
+/// This thread's stripe: a Fibonacci hash of the address of a thread-local, so that threads
+/// spread over the stripes with no shared counter.
+#[inline]
+fn stripe() -> usize {
+    thread_local!(static SLOT: u8 = const { 0 });
+    SLOT.with(|s| {
+        let a = std::ptr::from_ref(s) as usize;
+        a.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - STRIPES.trailing_zeros())
+    })
+}
+
+/// The figures of one lock that many threads take at once for read (an mm's `mmap_lock`
+/// read side), striped by thread so that recording them adds no shared cache line the lock
+/// itself does not have — as the kernel's per-CPU lock_stat does. Read through [`Self::snapshot`].
+#[derive(Debug)]
+pub struct StripedLockStat {
+    name: &'static str,
+    stripes: Box<[crossbeam_utils::CachePadded<LockStat>]>,
+}
+
+impl StripedLockStat {
+    pub fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            stripes: (0..STRIPES)
+                .map(|_| crossbeam_utils::CachePadded::new(LockStat::new(name)))
+                .collect(),
+        }
+    }
+
+    #[inline]
+    fn mine(&self) -> &LockStat {
+        &self.stripes[stripe()]
+    }
+
+    /// See [`LockStat::record_uncontended`].
+    #[inline]
+    pub fn record_uncontended(&self) {
+        self.mine().record_uncontended();
+    }
+
+    /// See [`LockStat::record_contended`].
+    #[inline]
+    pub fn record_contended(&self, wait_ns: u64) {
+        self.mine().record_contended(wait_ns);
+    }
+
+    /// See [`LockStat::record_hold`].
+    #[inline]
+    pub fn record_hold(&self, hold_ns: u64) {
+        self.mine().record_hold(hold_ns);
+    }
+
+    /// All stripes folded into one set of figures.
+    pub fn snapshot(&self) -> LockStatSnapshot {
+        LockStat::fold(self.name, self.stripes.iter().map(|s| &**s))
+    }
+
+    pub fn reset(&self) {
+        for s in self.stripes.iter() {
+            s.reset();
+        }
     }
 }
 
@@ -224,6 +306,40 @@ mod test {
     use std::sync::Arc;
 
     use super::*;
+
+    #[test]
+    fn striped_figures_fold_into_one_snapshot() {
+        let s = Arc::new(StripedLockStat::new("striped"));
+        std::thread::scope(|sc| {
+            for t in 0..8u64 {
+                let s = &s;
+                sc.spawn(move || {
+                    for i in 0..1000 {
+                        s.record_uncontended();
+                        s.record_hold(10 + t);
+                        if i == 0 {
+                            s.record_contended(100 * (t + 1));
+                        }
+                    }
+                });
+            }
+        });
+        let snap = s.snapshot();
+        assert_eq!(snap.acquisitions, 8 * 1000 + 8);
+        assert_eq!(snap.contentions, 8);
+        assert_eq!(snap.waittime_min_ns, 100);
+        assert_eq!(snap.waittime_max_ns, 800);
+        assert_eq!(snap.waittime_total_ns, 100 * (1..=8).sum::<u64>());
+        assert_eq!(snap.holdtime_min_ns, 10);
+        assert_eq!(snap.holdtime_max_ns, 17);
+        assert_eq!(snap.holdtime_total_ns, 1000 * (10..18).sum::<u64>());
+        s.reset();
+        let z = s.snapshot();
+        assert_eq!(
+            (z.acquisitions, z.holdtime_min_ns, z.waittime_min_ns),
+            (0, 0, 0)
+        );
+    }
 
     #[test]
     fn uncontended_and_contended_are_counted() {

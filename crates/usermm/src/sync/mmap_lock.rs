@@ -67,7 +67,9 @@
 //!   rwsem readers queue behind a waiting writer), without the rwsem's optimistic spinning on
 //!   the owner or its reader-stealing rules.
 //! - No `_killable` variants and no per-VMA locks (DESIGN.md §8).
-//! - The statistics are per lock instance (one per mm), not per lock class as in lockdep.
+//! - The statistics are per lock instance (one per mm), not per lock class as in lockdep. The
+//!   read side's are striped by thread (the kernel keeps lock_stat per CPU), so that recording
+//!   a fault's read acquisition writes no cache line other faulting threads share.
 //! - Times are host nanoseconds from [`std::time::Instant`].
 
 use serde::Serialize;
@@ -75,6 +77,8 @@ use serde::Serialize;
 #[cfg(not(loom))]
 use crate::stats::lockstat::LockStat;
 use crate::stats::lockstat::LockStatSnapshot;
+#[cfg(not(loom))]
+use crate::stats::lockstat::StripedLockStat;
 
 pub use imp::{MmapLock, MmapReadGuard, MmapWriteGuard};
 
@@ -152,8 +156,8 @@ mod imp {
     use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
     use super::{
-        elapsed_ns, HoldTimeSummary, LockStat, MmapLockStats, HOLD_HIST_HIGH_NS, HOLD_HIST_LOW_NS,
-        HOLD_HIST_SIGFIG,
+        elapsed_ns, HoldTimeSummary, LockStat, MmapLockStats, StripedLockStat, HOLD_HIST_HIGH_NS,
+        HOLD_HIST_LOW_NS, HOLD_HIST_SIGFIG,
     };
 
     /// An mm's `mmap_lock`: a task-fair, downgradable reader-writer lock around `T` (the VMA
@@ -169,8 +173,9 @@ mod imp {
         rwsem: RwLock<T>,
         /// Threads past a failed fast path and not yet holding the lock (`rwsem_is_contended`).
         waiters: AtomicUsize,
-        /// Read-side figures; padded away from the lock word, which readers also write.
-        read_stat: CachePadded<LockStat>,
+        /// Read-side figures, striped by thread: concurrent readers (faults) write no shared
+        /// line for them (the kernel's lock_stat is per CPU).
+        read_stat: StripedLockStat,
         /// Write-side figures; hold times are exclusive holds.
         write_stat: CachePadded<LockStat>,
         /// Exclusive hold times in ns. A leaf lock: see the module's "Locks".
@@ -211,7 +216,7 @@ mod imp {
             Self {
                 rwsem: RwLock::new(value),
                 waiters: AtomicUsize::new(0),
-                read_stat: CachePadded::new(LockStat::new("mmap_lock-R")),
+                read_stat: StripedLockStat::new("mmap_lock-R"),
                 write_stat: CachePadded::new(LockStat::new("mmap_lock-W")),
                 exclusive_hold: Mutex::new(histogram),
                 last_exclusive_hold_ns: AtomicU64::new(0),
