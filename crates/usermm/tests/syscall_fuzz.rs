@@ -298,10 +298,11 @@ fn racing_raw_syscalls_keep_invariants() {
                 }
             })
         }));
-        let checked = ran
-            .is_ok()
-            .then(|| mm.validate())
-            .unwrap_or(Err("a call panicked".into()));
+        let checked = if ran.is_ok() {
+            mm.validate()
+        } else {
+            Err("a call panicked".into())
+        };
         if let Err(e) = checked {
             std::mem::forget(mm);
             panic!("case {case} (thp {thp}): {e}\nsequences: {seqs:#?}");
