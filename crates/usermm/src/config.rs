@@ -275,6 +275,40 @@ pub fn parse_size(s: &str) -> Result<u64, ConfigError> {
         .ok_or_else(|| ConfigError(format!("size '{s}' overflows")))
 }
 
+/// Every key [`MachineConfig::set`] accepts, in the order of the struct.
+pub const CONFIG_KEYS: &[&str] = &[
+    "mem",
+    "cpus",
+    "nodes",
+    "backing",
+    "thp",
+    "max_map_count",
+    "nr_hugepages",
+    "pcp.high",
+    "pcp.batch",
+    "pcp.auto_tune",
+    "lru.add_batch",
+    "lru.lock_batch",
+    "free.parallel",
+    "free.threshold_pages",
+    "free.max_active",
+    "free.fail_job_alloc_every",
+    "gather.max_batch_count",
+    "gather.batch_switch",
+    "huge_zero.per_mm_ref",
+    "huge_zero.write_fault",
+    "munmap.downgrade",
+    "munmap.downgrade_min_bytes",
+    "munmap.stack_veto",
+    "pcpu.depopulate",
+    "pcpu.unit_size",
+    "pcpu.static_size",
+    "pcpu.reserved_size",
+    "pcpu.empty_pop_pages_low",
+    "pcpu.empty_pop_pages_high",
+    "tlb.flush_cost_ns",
+];
+
 fn parse_bool(key: &str, v: &str) -> Result<bool, ConfigError> {
     match v {
         "on" | "true" | "1" | "yes" => Ok(true),
@@ -412,7 +446,12 @@ impl MachineConfig {
             "pcpu.empty_pop_pages_low" => self.pcpu.empty_pop_pages_low = parse_num(key, v)?,
             "pcpu.empty_pop_pages_high" => self.pcpu.empty_pop_pages_high = parse_num(key, v)?,
             "tlb.flush_cost_ns" => self.tlb.flush_cost_ns = parse_num(key, v)?,
-            _ => return err(format!("unknown config key '{key}'")),
+            _ => {
+                return err(format!(
+                    "unknown config key '{key}' (keys: {})",
+                    CONFIG_KEYS.join(", ")
+                ))
+            }
         }
         Ok(())
     }
@@ -507,6 +546,21 @@ mod test {
         c.set("pcp.auto_tune=on").unwrap();
         assert!(c.pcp.auto_tune);
         assert!(c.set("pcp.auto_tune=2").is_err());
+        let e = c.set("nonsense=1").unwrap_err().to_string();
+        assert!(
+            e.contains("pcp.auto_tune") && e.contains("tlb.flush_cost_ns"),
+            "{e}"
+        );
+        // Every listed key is one set() knows: a bad value is refused for its value, not
+        // as an unknown key.
+        for k in CONFIG_KEYS {
+            let e = c
+                .clone()
+                .set(&format!("{k}=\u{1}"))
+                .unwrap_err()
+                .to_string();
+            assert!(!e.contains("unknown config key"), "{k}: {e}");
+        }
         assert!(c.set("noequals").is_err());
         c.validate().unwrap();
         c.free.max_active = 0;
