@@ -1,0 +1,213 @@
+//! Fuzzing the command line: random subcommands, flags and values (sensible, edge and
+//! garbage) must end with exit 0, 1 (a run that failed) or 2 (a usage error: one
+//! `usermm: error:` line) — never a panic, a signal or a hang. Values are small so that the
+//! runs that are valid stay short.
+//!
+//! `CLI_FUZZ_CASES=N cargo test -p usermm-cli --test cli_fuzz` runs longer (default 48).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+
+const SIZES: &[&str] = &[
+    "0",
+    "1",
+    "4096",
+    "4k",
+    "1M",
+    "64M",
+    "256M",
+    "-1",
+    "abc",
+    "0x100000",
+    "99999999999999T",
+    "",
+    "1.5G",
+];
+const NUMS: &[&str] = &[
+    "0",
+    "1",
+    "2",
+    "-1",
+    "x",
+    "1e3",
+    "99999999999999999999999",
+    "",
+];
+
+/// A flag and the values it may get (`None`: a switch).
+type Flag = (&'static str, Option<&'static [&'static str]>);
+
+const ENGINE: &[Flag] = &[
+    (
+        "--mem",
+        Some(&["64M", "256M", "1G", "2G", "0", "1", "x", "1T"]),
+    ),
+    ("--cpus", Some(&["1", "2", "4", "0", "1025", "x"])),
+    ("--nodes", Some(&["1", "2", "4", "0", "9", "x"])),
+    ("--backing", Some(&["full", "sparse", "bogus"])),
+    ("--thp", Some(&["always", "madvise", "never", "sometimes"])),
+    (
+        "--preset",
+        Some(&[
+            "vanilla", "patched", "seed-000", "seed-002", "seed-003", "nope",
+        ]),
+    ),
+    (
+        "--set",
+        Some(&[
+            "free.parallel=on",
+            "pcp.auto_tune=on",
+            "pcp.high=1",
+            "pcp.batch=0",
+            "munmap.downgrade=on",
+            "huge_zero.per_mm_ref=maybe",
+            "nope=1",
+            "mem",
+            "=",
+            "tlb.flush_cost_ns=-3",
+            "max_map_count=10",
+        ]),
+    ),
+];
+
+const USEMEM: &[Flag] = &[
+    ("-n", Some(NUMS)),
+    ("-t", Some(NUMS)),
+    ("-o", None),
+    ("-j", Some(SIZES)),
+    ("-r", Some(NUMS)),
+    ("-u", Some(SIZES)),
+    ("-O", None),
+    ("-P", None),
+    ("-F", None),
+    ("-M", None),
+    ("-y", None),
+    ("-x", None),
+    ("-w", None),
+    ("-R", None),
+    ("--madv-thp", None),
+    ("--ab", None),
+    ("--random-seed", Some(NUMS)),
+];
+
+const BIGFREE: &[Flag] = &[
+    ("--max-active", Some(&["1", "1,2", "0", "2,x", "1025", ""])),
+    ("--threshold", Some(NUMS)),
+    ("--repeat", Some(NUMS)),
+    ("--exit", None),
+    ("--batch-switch", Some(&["2017", "modern", "1999"])),
+    ("--max-batch-count", Some(NUMS)),
+    ("--seed-only", None),
+];
+
+const MUNMAP_TEST: &[Flag] = &[
+    ("--faulters", Some(NUMS)),
+    ("--repeat", Some(NUMS)),
+    ("--faulter-size", Some(SIZES)),
+    ("--no-loaded-baseline", None),
+];
+
+const PERCPU_TEST: &[Flag] = &[
+    (
+        "--cgroups",
+        Some(&["2x3", "20x2", "0x0", "x", "1x", "5", "3x99999999999"]),
+    ),
+    ("--recipe", Some(&["2021", "modern", "1999"])),
+];
+
+/// `(name, takes a SIZE, its own flags)`.
+const COMMANDS: &[(&str, bool, &[Flag])] = &[
+    ("meminfo", false, &[]),
+    ("vmstat", false, &[]),
+    ("usemem", true, USEMEM),
+    ("bigfree", true, BIGFREE),
+    ("munmap-test", true, MUNMAP_TEST),
+    ("percpu-test", false, PERCPU_TEST),
+];
+
+fn argv() -> impl Strategy<Value = Vec<String>> {
+    (
+        any::<prop::sample::Index>(),
+        any::<bool>(),
+        prop::sample::select(SIZES.to_vec()),
+        prop::collection::vec(
+            (any::<prop::sample::Index>(), any::<prop::sample::Index>()),
+            0..6,
+        ),
+        any::<bool>(),
+    )
+        .prop_map(|(cmd, json, size, picks, positional)| {
+            let (name, takes_size, own) = COMMANDS[cmd.index(COMMANDS.len())];
+            let flags: Vec<Flag> = own.iter().chain(ENGINE).copied().collect();
+            let mut v = vec![name.to_string()];
+            if name == "munmap-test" {
+                // The baseline windows default to 1 s each: keep valid runs short.
+                v.extend(["--baseline-ms".into(), "1".into()]);
+            }
+            if takes_size && positional {
+                v.push(size.to_string());
+            }
+            for (f, val) in picks {
+                let (flag, values) = flags[f.index(flags.len())];
+                v.push(flag.to_string());
+                if let Some(values) = values {
+                    v.push(values[val.index(values.len())].to_string());
+                }
+            }
+            if json {
+                v.push("--json".into());
+            }
+            v
+        })
+}
+
+fn cases() -> u32 {
+    std::env::var("CLI_FUZZ_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(48)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn any_command_line_ends_in_0_1_or_2_without_a_panic(args in argv()) {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_usermm"))
+            .args(&args)
+            .env_remove("RUST_BACKTRACE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn usermm");
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("wait") {
+                break s;
+            }
+            if t0.elapsed() > Duration::from_secs(120) {
+                let _ = child.kill();
+                let _ = child.wait();
+                prop_assert!(false, "{:?} still running after 120 s", args);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().expect("piped"), &mut err)
+            .expect("stderr");
+        prop_assert!(!err.contains("panicked"), "{:?} panicked: {}", args, err);
+        prop_assert!(
+            matches!(status.code(), Some(0..=2)),
+            "{:?} ended with {:?}: {}", args, status, err
+        );
+        if status.code() == Some(2) {
+            prop_assert!(
+                err.starts_with("usermm: error: ") && err.lines().count() == 1,
+                "{:?}: a usage error must be one 'usermm: error:' line, got: {}", args, err
+            );
+        }
+    }
+}
