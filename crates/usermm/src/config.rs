@@ -80,6 +80,10 @@ pub struct PcpConfig {
     /// and a drain frees the run's length (up to `batch << 5`) instead of `batch`.
     #[serde(default)]
     pub auto_tune: bool,
+    /// v4.18–v5.17 `free_pcppages_bulk`: take the pages off the pcp lists before `zone.lock`,
+    /// so that the lock covers only the buddy merges (Aaron Lu, after seeds 000/001).
+    #[serde(default)]
+    pub pick_outside_lock: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -186,6 +190,7 @@ impl Default for MachineConfig {
                 high: 186,
                 batch: 31,
                 auto_tune: false,
+                pick_outside_lock: false,
             },
             lru: LruConfig {
                 add_batch: 15,
@@ -287,6 +292,7 @@ pub const CONFIG_KEYS: &[&str] = &[
     "pcp.high",
     "pcp.batch",
     "pcp.auto_tune",
+    "pcp.pick_outside_lock",
     "lru.add_batch",
     "lru.lock_batch",
     "free.parallel",
@@ -400,6 +406,7 @@ impl MachineConfig {
             "pcp.high" => self.pcp.high = parse_num(key, v)?,
             "pcp.batch" => self.pcp.batch = parse_num(key, v)?,
             "pcp.auto_tune" => self.pcp.auto_tune = parse_bool(key, v)?,
+            "pcp.pick_outside_lock" => self.pcp.pick_outside_lock = parse_bool(key, v)?,
             "lru.add_batch" => self.lru.add_batch = parse_num(key, v)?,
             "lru.lock_batch" => self.lru.lock_batch = parse_num(key, v)?,
             "free.parallel" => {

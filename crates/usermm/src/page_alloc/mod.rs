@@ -45,6 +45,11 @@
 //!   above `high_min` stay on the list until the next drain or `drain_all_pages`). The
 //!   high-order `free_high` heuristic and `ZONE_BELOW_HIGH` (watermarks) are not modelled.
 //!
+//! # Picking outside `zone.lock` (`pcp.pick_outside_lock`, v4.18–v5.17)
+//! Aaron Lu's follow-up to the parallel-free series: a drain takes its pages off the pcp
+//! lists first and holds `zone.lock` only for the buddy merges; v5.18 went back to one pass
+//! under the lock. Off by default (the seeds' v4.11).
+//!
 //! # pcp auto-tuning (`pcp.auto_tune`, 6.7+: `nr_pcp_high`, `nr_pcp_free`)
 //! Each free adds its pages to `pcp->free_count` (capped at `batch << PCP_BATCH_SCALE_MAX`);
 //! each allocation halves it. When a list reaches `high` while frees keep coming, `high` is
@@ -170,6 +175,9 @@ struct PerCpuPages {
     high: u32,
     /// `pcp->free_count`: pages freed since allocations last halved it (auto-tune only).
     free_count: u32,
+    /// Scratch list of a drain that picks its pages before taking `zone.lock` (kept to
+    /// avoid an allocation per drain; always empty between drains).
+    picked: Vec<(Pfn, Order)>,
     lists: [PfnList; NR_PCP_LISTS],
 }
 
@@ -239,6 +247,7 @@ pub struct PhysMem {
     /// `high_max` of the auto-tuning (= `pcp_high` without it).
     pcp_high_max: u32,
     pcp_auto_tune: bool,
+    pcp_pick_outside_lock: bool,
     pcp_batch: u32,
     lru_add_batch: usize,
     lru_lock_batch: u32,
@@ -311,6 +320,7 @@ impl PhysMem {
                 cfg.pcp.high
             },
             pcp_auto_tune: cfg.pcp.auto_tune,
+            pcp_pick_outside_lock: cfg.pcp.pick_outside_lock,
             pcp_batch: cfg.pcp.batch,
             lru_add_batch,
             lru_lock_batch: cfg.lru.lock_batch,
@@ -518,15 +528,15 @@ impl PhysMem {
     // ----- per-CPU lists ----------------------------------------------------------------
 
     /// `free_pcppages_bulk`: move `count` pages from a pcp to the buddy, oldest first,
-    /// round-robin over the lists. Caller holds the pcp lock; takes `zone.lock`.
+    /// round-robin over the lists. Caller holds the pcp lock; takes `zone.lock`. With
+    /// `pcp.pick_outside_lock` (v4.18–v5.17, Aaron Lu's follow-up to seeds 000/001) the pages
+    /// are taken off the pcp lists first and `zone.lock` covers only the merges.
     fn free_pcppages_bulk(&self, cpu: CpuId, zone: &Zone, pcp: &mut PerCpuPages, count: u32) {
         let meta = self.meta_slice();
-        // Lock order: pcp lock -> zone.lock
-        let mut fa = zone.lock.lock();
         let mut todo = count.min(pcp.count) as i64;
         let mut idx = 0;
         let mut freed = 0u64;
-        while todo > 0 && pcp.count > 0 {
+        let mut pick = |pcp: &mut PerCpuPages| {
             let list = (0..NR_PCP_LISTS)
                 .map(|i| (idx + i) % NR_PCP_LISTS)
                 .find(|&i| !pcp.lists[i].is_empty())
@@ -538,11 +548,35 @@ impl PhysMem {
             m.flags.store(0, Relaxed);
             m.order.store(0, Relaxed);
             pcp.count -= order.nr_pages() as u32;
-            todo -= order.nr_pages() as i64;
-            freed += order.nr_pages();
-            self.free_one_page_locked(zone, &mut fa, pfn, order);
+            (pfn, order)
+        };
+        if self.pcp_pick_outside_lock {
+            let mut picked = std::mem::take(&mut pcp.picked);
+            while todo > 0 && pcp.count > 0 {
+                let (pfn, order) = pick(pcp);
+                todo -= order.nr_pages() as i64;
+                freed += order.nr_pages();
+                picked.push((pfn, order));
+            }
+            // Lock order: pcp lock -> zone.lock
+            let mut fa = zone.lock.lock();
+            for &(pfn, order) in &picked {
+                self.free_one_page_locked(zone, &mut fa, pfn, order);
+            }
+            drop(fa);
+            picked.clear();
+            pcp.picked = picked;
+        } else {
+            // Lock order: pcp lock -> zone.lock
+            let mut fa = zone.lock.lock();
+            while todo > 0 && pcp.count > 0 {
+                let (pfn, order) = pick(pcp);
+                todo -= order.nr_pages() as i64;
+                freed += order.nr_pages();
+                self.free_one_page_locked(zone, &mut fa, pfn, order);
+            }
+            drop(fa);
         }
-        drop(fa);
         self.stat.add(cpu, VmItem::NrFreePages, freed as i64);
         self.stat.inc(cpu, VmItem::PcpDrain);
     }

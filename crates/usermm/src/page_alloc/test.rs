@@ -212,6 +212,29 @@ mod pcp {
     }
 
     #[test]
+    fn picking_outside_zone_lock_frees_the_same_pages() {
+        let run = |pick: bool| {
+            let p = phys_with(64 << 20, 2, 1, |c| {
+                c.pcp.high = 8;
+                c.pcp.batch = 4;
+                c.pcp.pick_outside_lock = pick;
+            });
+            p.reset_lock_stats();
+            let (peak, drains) = free_run(&p, 2048);
+            p.validate().unwrap();
+            let pcp_left = p.nodes[0].zone.pcp[C1].lock().count;
+            let hold = p.lock_stats().zone_lock[0].holdtime_total_ns;
+            p.drain_all_pages();
+            assert_eq!(p.nr_free_pages(), 16384);
+            p.validate().unwrap();
+            (peak, drains, pcp_left, hold)
+        };
+        let (a, b) = (run(false), run(true));
+        assert_eq!((a.0, a.1, a.2), (b.0, b.1, b.2), "same drains either way");
+        assert!(a.3 > 0 && b.3 > 0);
+    }
+
+    #[test]
     fn auto_tune_with_high_below_two_batches_never_underflows() {
         // high - batch < batch: the clamp keeps the drain at high - batch (clamp_t's order).
         let p = phys_with(64 << 20, 2, 1, |c| {
