@@ -15,6 +15,29 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use serde::Serialize;
 
+/// Nanoseconds since `since`, saturating.
+#[inline]
+pub fn elapsed_ns(since: std::time::Instant) -> u64 {
+    u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Lower `a` to `v`: a plain load when `v` does not change it (the common case), so that the
+/// figures add no read-modify-write to every release.
+#[inline]
+fn update_min(a: &AtomicU64, v: u64) {
+    if v < a.load(Relaxed) {
+        a.fetch_min(v, Relaxed);
+    }
+}
+
+/// Raise `a` to `v`, as [`update_min`].
+#[inline]
+fn update_max(a: &AtomicU64, v: u64) {
+    if v > a.load(Relaxed) {
+        a.fetch_max(v, Relaxed);
+    }
+}
+
 /// Accumulated contention and hold figures of one lock. All fields are relaxed atomics: the
 /// figures are statistics, never used to make a decision.
 #[derive(Debug)]
@@ -28,7 +51,6 @@ pub struct LockStat {
     hold_min_ns: AtomicU64,
     hold_max_ns: AtomicU64,
     hold_total_ns: AtomicU64,
-    holds: AtomicU64,
 }
 
 /// A copy of a [`LockStat`] at one moment, in the columns of `/proc/lock_stat`.
@@ -58,7 +80,6 @@ impl LockStat {
             hold_min_ns: AtomicU64::new(u64::MAX),
             hold_max_ns: AtomicU64::new(0),
             hold_total_ns: AtomicU64::new(0),
-            holds: AtomicU64::new(0),
         }
     }
 
@@ -78,17 +99,16 @@ impl LockStat {
         self.acquisitions.fetch_add(1, Relaxed);
         self.contentions.fetch_add(1, Relaxed);
         self.wait_total_ns.fetch_add(wait_ns, Relaxed);
-        self.wait_min_ns.fetch_min(wait_ns, Relaxed);
-        self.wait_max_ns.fetch_max(wait_ns, Relaxed);
+        update_min(&self.wait_min_ns, wait_ns);
+        update_max(&self.wait_max_ns, wait_ns);
     }
 
     /// The lock was held for `hold_ns` before release.
     #[inline]
     pub fn record_hold(&self, hold_ns: u64) {
-        self.holds.fetch_add(1, Relaxed);
         self.hold_total_ns.fetch_add(hold_ns, Relaxed);
-        self.hold_min_ns.fetch_min(hold_ns, Relaxed);
-        self.hold_max_ns.fetch_max(hold_ns, Relaxed);
+        update_min(&self.hold_min_ns, hold_ns);
+        update_max(&self.hold_max_ns, hold_ns);
     }
 
     pub fn snapshot(&self) -> LockStatSnapshot {
@@ -134,7 +154,6 @@ impl LockStat {
             &self.wait_total_ns,
             &self.hold_max_ns,
             &self.hold_total_ns,
-            &self.holds,
         ] {
             a.store(0, Relaxed);
         }
@@ -237,7 +256,8 @@ pub struct StatMutex<T> {
 /// Guard of a [`StatMutex`]; records the hold time when dropped.
 #[derive(Debug)]
 pub struct StatMutexGuard<'a, T> {
-    guard: parking_lot::MutexGuard<'a, T>,
+    /// `None` only inside `drop`, after the lock was released.
+    guard: Option<parking_lot::MutexGuard<'a, T>>,
     stat: &'a LockStat,
     since: std::time::Instant,
 }
@@ -260,12 +280,12 @@ impl<T> StatMutex<T> {
             None => {
                 let t0 = std::time::Instant::now();
                 let g = self.inner.lock();
-                self.stat.record_contended(t0.elapsed().as_nanos() as u64);
+                self.stat.record_contended(elapsed_ns(t0));
                 g
             }
         };
         StatMutexGuard {
-            guard,
+            guard: Some(guard),
             stat: &self.stat,
             since: std::time::Instant::now(),
         }
@@ -283,21 +303,32 @@ impl<T> StatMutex<T> {
 
 impl<T> std::ops::Deref for StatMutexGuard<'_, T> {
     type Target = T;
+    #[inline]
     fn deref(&self) -> &T {
-        &self.guard
+        match &self.guard {
+            Some(g) => g,
+            None => unreachable!("guard used after release"),
+        }
     }
 }
 
 impl<T> std::ops::DerefMut for StatMutexGuard<'_, T> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut T {
-        &mut self.guard
+        match &mut self.guard {
+            Some(g) => g,
+            None => unreachable!("guard used after release"),
+        }
     }
 }
 
 impl<T> Drop for StatMutexGuard<'_, T> {
+    /// Release first, then record: the figures are not taken under the lock.
+    #[inline]
     fn drop(&mut self) {
-        self.stat
-            .record_hold(self.since.elapsed().as_nanos() as u64);
+        let hold_ns = elapsed_ns(self.since);
+        drop(self.guard.take());
+        self.stat.record_hold(hold_ns);
     }
 }
 
@@ -351,20 +382,24 @@ mod test {
         let s = m.stat().snapshot();
         assert_eq!(s.acquisitions, 1);
         assert_eq!(s.contentions, 0);
-        // Hold one thread inside, make another wait.
+        // Hold the lock, and give another thread time to find it taken (the sleep only makes
+        // the contention happen; no time is asserted).
         let g = m.lock();
         let m2 = Arc::clone(&m);
         let t = std::thread::spawn(move || {
             *m2.lock() += 1;
         });
-        while m.inner.is_locked() && !m.inner.is_locked() {}
         std::thread::sleep(std::time::Duration::from_millis(20));
         drop(g);
         t.join().unwrap();
         let s = m.stat().snapshot();
         assert_eq!(s.acquisitions, 3);
         assert_eq!(s.contentions, 1);
-        assert!(s.waittime_max_ns > 0);
+        // One contended wait: it is the minimum, the maximum and the total.
+        assert_eq!(
+            (s.waittime_min_ns, s.waittime_max_ns),
+            (s.waittime_total_ns, s.waittime_total_ns)
+        );
         assert_eq!(*m.lock(), 2);
     }
 }

@@ -134,10 +134,7 @@ impl HoldTimeSummary {
 }
 
 #[cfg(not(loom))]
-#[inline]
-fn elapsed_ns(since: std::time::Instant) -> u64 {
-    u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
+use crate::stats::lockstat::elapsed_ns;
 
 #[cfg(not(loom))]
 mod imp {
@@ -188,7 +185,8 @@ mod imp {
     #[doc(alias = "mmap_read_unlock")]
     #[must_use = "if unused the MmapLock is released at once"]
     pub struct MmapReadGuard<'a, T> {
-        guard: RwLockReadGuard<'a, T>,
+        /// `None` only inside `drop`, after the lock was released.
+        guard: Option<RwLockReadGuard<'a, T>>,
         lock: &'a MmapLock<T>,
         since: Instant,
         /// `Some(exclusive hold in ns)` when this guard came from a downgrade.
@@ -235,7 +233,7 @@ mod imp {
                 None => self.read_contended(),
             };
             MmapReadGuard {
-                guard,
+                guard: Some(guard),
                 lock: self,
                 since: Instant::now(),
                 downgraded_from_ns: None,
@@ -260,7 +258,7 @@ mod imp {
             let guard = self.rwsem.try_read()?;
             self.read_stat.record_uncontended();
             Some(MmapReadGuard {
-                guard,
+                guard: Some(guard),
                 lock: self,
                 since: Instant::now(),
                 downgraded_from_ns: None,
@@ -408,7 +406,7 @@ mod imp {
             self.lock.exclusive_hold_ended(hold_ns);
             self.lock.read_stat.record_uncontended();
             MmapReadGuard {
-                guard,
+                guard: Some(guard),
                 lock: self.lock,
                 since,
                 downgraded_from_ns: Some(hold_ns),
@@ -495,14 +493,20 @@ mod imp {
         type Target = T;
         #[inline]
         fn deref(&self) -> &T {
-            &self.guard
+            match &self.guard {
+                Some(guard) => guard,
+                None => unreachable!("read guard used after its hold ended"),
+            }
         }
     }
 
     impl<T> Drop for MmapReadGuard<'_, T> {
+        /// Release first, then record: the figures are not taken under the lock.
         #[inline]
         fn drop(&mut self) {
-            self.lock.read_stat.record_hold(elapsed_ns(self.since));
+            let hold_ns = elapsed_ns(self.since);
+            drop(self.guard.take());
+            self.lock.read_stat.record_hold(hold_ns);
         }
     }
 

@@ -433,7 +433,7 @@ fn worker_loop(rx: &Receiver<Work>, cpu: CpuId, shared: &Shared, idx: usize) {
         let cpu0 = thread_cpu_time_ns();
         let result = panic::catch_unwind(AssertUnwindSafe(move || f(cpu)));
         let cpu_ns = thread_cpu_time_ns().saturating_sub(cpu0);
-        let wall_ns = u64::try_from(wall0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let wall_ns = crate::stats::lockstat::elapsed_ns(wall0);
         let outcome = match result {
             Ok(()) => WorkOutcome::Completed,
             Err(payload) => {
