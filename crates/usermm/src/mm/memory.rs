@@ -84,11 +84,15 @@ fn zap_pmd_range(tlb: &mut MmuGather<'_>, mm: &Mm, pmd_table: Pfn, start: u64, e
         let mut e = slot.load(phys);
         if e.huge() {
             if addr % PMD_SIZE == 0 && next - addr == PMD_SIZE {
-                zapped += zap_huge_pmd(tlb, mm, slot, addr);
-                addr = next;
-                continue;
+                if let Some(n) = zap_huge_pmd(tlb, mm, slot, addr) {
+                    zapped += n;
+                    addr = next;
+                    continue;
+                }
+                // A split won the PMD lock: zap the PTE table it left (fall through).
+            } else {
+                split_huge_pmd(mm, tlb.cpu(), slot, addr & !(PMD_SIZE - 1));
             }
-            split_huge_pmd(mm, tlb.cpu(), slot, addr & !(PMD_SIZE - 1));
             e = slot.load(phys);
         }
         if !e.is_none() {
@@ -159,18 +163,18 @@ fn zap_pte_range(tlb: &mut MmuGather<'_>, mm: &Mm, pte_table: Pfn, start: u64, e
     }
 }
 
-/// `zap_huge_pmd`: a whole 2 MiB mapping (THP, huge zero page, hugetlb).
-fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u64) -> u64 {
+/// `zap_huge_pmd`: a whole 2 MiB mapping (THP, huge zero page, hugetlb). `None` when the
+/// PMD is no longer huge under its lock (a split won the race): the caller zaps the PTE table
+/// instead.
+fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u64) -> Option<u64> {
     let machine = mm.machine();
     let phys = machine.phys();
     let cpu = tlb.cpu();
     let ptl = phys.meta(slot.table).ptl.lock();
-    let old = slot.take(phys);
-    if !old.huge() {
-        // Raced with a split; nothing to do at this level (caller moves on).
-        slot.store(phys, old);
-        return 0;
+    if !slot.load(phys).huge() {
+        return None;
     }
+    let old = slot.take(phys);
     tlb.remove_tlb_entry(addr, PMD_SIZE);
     let deposit = withdraw_deposit(mm, slot);
     drop(ptl);
@@ -182,7 +186,7 @@ fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u64) -> u64 
     let pfn = old.pfn();
     if old.special() {
         machine.huge_zero().zap_put(cpu);
-        return 512;
+        return Some(512);
     }
     let m = phys.meta(pfn);
     m.mapcount.fetch_sub(1, Relaxed);
@@ -204,7 +208,7 @@ fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u64) -> u64 
     if tlb.remove_page(pfn) {
         tlb.forced_flush();
     }
-    512
+    Some(512)
 }
 
 /// Deposit a table for a huge PMD (`pgtable_trans_huge_deposit`). Caller holds the PMD lock.
