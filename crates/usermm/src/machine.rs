@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::addr::{Pfn, PAGE_SIZE};
-use crate::config::{ConfigError, MachineConfig};
+use crate::config::{ConfigError, MachineConfig, ThpMode};
 use crate::cpu::{CpuId, Cpus};
 use crate::huge_memory::HugeZeroPage;
 use crate::mm::mmap::MunmapPolicy;
@@ -58,6 +58,10 @@ pub struct Machine {
     gather: GatherPolicy,
     munmap: MunmapPolicy,
     tlb_flush_cost_ns: u64,
+    /// `transparent_hugepage/enabled`, read by every anonymous fault.
+    thp: ThpMode,
+    /// `vm.max_map_count`, read by every VMA split.
+    max_map_count: usize,
     next_mm_id: AtomicU64,
     /// The percpu allocator (`mm/percpu.c`): first and reserved chunks built at boot.
     pcpu: Arc<PcpuAllocator>,
@@ -93,6 +97,7 @@ impl Machine {
             stack_veto: config.munmap.stack_veto,
         };
         let tlb_flush_cost_ns = config.tlb.flush_cost_ns;
+        let (thp, max_map_count) = (config.thp, config.max_map_count as usize);
         let pcpu = Arc::new(
             PcpuAllocator::new(&config.pcpu, cpus.clone(), Arc::clone(&phys)).map_err(|e| {
                 MachineError::Config(ConfigError(format!("percpu first chunk: {e}")))
@@ -108,6 +113,8 @@ impl Machine {
             gather,
             munmap,
             tlb_flush_cost_ns,
+            thp,
+            max_map_count,
             next_mm_id: AtomicU64::new(1),
             pcpu,
         }))
@@ -167,6 +174,16 @@ impl Machine {
 
     pub(crate) fn tlb_flush_cost_ns(&self) -> u64 {
         self.tlb_flush_cost_ns
+    }
+
+    /// The THP mode, resolved at construction.
+    pub(crate) fn thp(&self) -> ThpMode {
+        self.thp
+    }
+
+    /// `vm.max_map_count`, resolved at construction.
+    pub(crate) fn max_map_count(&self) -> usize {
+        self.max_map_count
     }
 
     pub(crate) fn next_mm_id(&self) -> u64 {

@@ -90,7 +90,7 @@ fn thp_eligible(mm: &Mm, vma: &Vma, addr: u64) -> bool {
     {
         return false;
     }
-    let allowed = match mm.machine().config().thp {
+    let allowed = match mm.machine().thp() {
         ThpMode::Never => false,
         ThpMode::Always => true,
         ThpMode::Madvise => vma.flags.contains(VmFlags::VM_HUGEPAGE),
@@ -105,8 +105,7 @@ fn access_ok(vma: &Vma, write: bool) -> bool {
     if write {
         vma.flags.contains(VmFlags::VM_WRITE)
     } else {
-        vma.flags
-            .intersects(VmFlags::VM_READ | VmFlags::VM_WRITE | VmFlags::VM_EXEC)
+        vma.flags.intersects(VmFlags::VM_ACCESS_FLAGS)
     }
 }
 
@@ -153,10 +152,9 @@ fn expand_downwards(mm: &Mm, tree: &mut VmaTree, addr: u64) -> Result<(), ()> {
     if !vma.flags.contains(VmFlags::VM_GROWSDOWN) || address < crate::addr::MMAP_MIN_ADDR {
         return Err(());
     }
-    let rwx = VmFlags(VmFlags::VM_READ.0 | VmFlags::VM_WRITE.0 | VmFlags::VM_EXEC.0);
     if let Some(p) = prev {
         if !p.flags.contains(VmFlags::VM_GROWSDOWN)
-            && p.flags.intersects(rwx)
+            && p.flags.intersects(VmFlags::VM_ACCESS_FLAGS)
             && address - p.end < super::vma::STACK_GUARD_GAP
         {
             return Err(());

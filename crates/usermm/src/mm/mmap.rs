@@ -122,22 +122,6 @@ pub struct MunmapPolicy {
     pub stack_veto: bool,
 }
 
-fn prot_to_vm(prot: u32) -> VmFlags {
-    let mut f = VmFlags(0);
-    if prot & PROT_READ != 0 {
-        f = f.union(VmFlags::VM_READ);
-    }
-    if prot & PROT_WRITE != 0 {
-        f = f.union(VmFlags::VM_WRITE);
-    }
-    if prot & PROT_EXEC != 0 {
-        f = f.union(VmFlags::VM_EXEC);
-    }
-    f
-}
-
-const VM_RWX: VmFlags = VmFlags(VmFlags::VM_READ.0 | VmFlags::VM_WRITE.0 | VmFlags::VM_EXEC.0);
-
 impl Mm {
     /// `mmap(addr, len, prot, flags, fd, 0)`.
     pub fn mmap(
@@ -199,7 +183,7 @@ impl Mm {
         };
         let shared = flags & MAP_SHARED != 0;
         let mut tree = self.mmap_lock.write();
-        if tree.map_count() > self.machine().config().max_map_count as usize {
+        if tree.map_count() > self.machine().max_map_count() {
             return Err(Errno::ENOMEM);
         }
         // __get_unmapped_area
@@ -244,7 +228,7 @@ impl Mm {
         if flags & MAP_GROWSDOWN != 0 && (shared || !anon) {
             return Err(Errno::EINVAL);
         }
-        let mut vmf = prot_to_vm(prot)
+        let mut vmf = VmFlags::from_prot(prot)
             .union(VmFlags::VM_MAYREAD)
             .union(VmFlags::VM_MAYWRITE)
             .union(VmFlags::VM_MAYEXEC);
@@ -277,8 +261,7 @@ impl Mm {
         };
         // mmap_region: clear what is there (MAP_FIXED), then insert or merge.
         let old = if tree.intersecting(start, end).next().is_some() {
-            let vmas =
-                tree.detach_range(start, end, self.machine().config().max_map_count as usize)?;
+            let vmas = tree.detach_range(start, end, self.machine().max_map_count())?;
             Some(vmas)
         } else {
             None
@@ -344,7 +327,7 @@ impl Mm {
                 let ok = self.with_tlb_gate(cpu, || {
                     fault::translate(phys, self.pgd(), addr, w).is_some()
                 });
-                if !ok && vma.flags.intersects(VM_RWX) {
+                if !ok && vma.flags.intersects(VmFlags::VM_ACCESS_FLAGS) {
                     self.machine().vmstat().inc(cpu, VmItem::Pgfault);
                     if fault::handle_vma_fault(self, tree, vma, cpu, addr, w).is_err() {
                         return Err(Errno::EFAULT);
@@ -386,7 +369,7 @@ impl Mm {
         let mut tree = self.mmap_lock.write();
         // Hugetlb VMAs split only at 2 MiB boundaries (hugetlb_vm_op_split).
         tree.may_split_range(start, end)?;
-        let vmas = tree.detach_range(start, end, self.machine().config().max_map_count as usize)?;
+        let vmas = tree.detach_range(start, end, self.machine().max_map_count())?;
         if vmas.is_empty() {
             let exclusive_ns = tree.unlock();
             return Ok(UnmapStats {
@@ -469,9 +452,9 @@ impl Mm {
         if prot & !valid != 0 {
             return Err(Errno::EINVAL);
         }
-        let want = prot_to_vm(prot);
+        let want = VmFlags::from_prot(prot);
         let mut tree = self.mmap_lock.write();
-        let max = self.machine().config().max_map_count as usize;
+        let max = self.machine().max_map_count();
         let Some(first) = tree.find_vma(addr) else {
             return Err(Errno::ENOMEM);
         };
@@ -486,9 +469,9 @@ impl Mm {
             if vma.start > nstart {
                 return Err(Errno::ENOMEM);
             }
-            let newflags = vma.flags.minus(VM_RWX).union(want);
+            let newflags = vma.flags.minus(VmFlags::VM_ACCESS_FLAGS).union(want);
             // The VM_MAY* bits must allow what is asked.
-            if (newflags.0 & !(newflags.0 >> 4)) & VM_RWX.0 != 0 {
+            if (newflags.0 & !(newflags.0 >> 4)) & VmFlags::VM_ACCESS_FLAGS.0 != 0 {
                 return Err(Errno::EACCES);
             }
             // mprotect_fixup's commit accounting: a private mapping made writable is charged
@@ -631,7 +614,7 @@ impl Mm {
             return self.madvise_populate(cpu, addr, end, advice == MADV_POPULATE_WRITE);
         }
         let flag_change = set.0 != 0 || clear.0 != 0;
-        let max = self.machine().config().max_map_count as usize;
+        let max = self.machine().max_map_count();
         // Flag changes need the write lock; the rest run under the read lock.
         let mut wtree = None;
         let mut rtree = None;
@@ -659,8 +642,7 @@ impl Mm {
                 }
             }
             let tmp = vma.end.min(end);
-            let (vstart, vflags, vkind) = (vma.start, vma.flags, vma.kind);
-            let _ = vstart;
+            let (vflags, vkind) = (vma.flags, vma.kind);
             match advice {
                 MADV_DONTNEED | MADV_FREE | MADV_REMOVE => {
                     if vflags.intersects(VmFlags(
@@ -818,7 +800,7 @@ impl Mm {
         if end == start {
             return Ok(());
         }
-        let max = self.machine().config().max_map_count as usize;
+        let max = self.machine().max_map_count();
         let mut tree = self.mmap_lock.write();
         let Some(first) = tree.find_vma(start) else {
             return Err(Errno::ENOMEM);
@@ -867,7 +849,7 @@ impl Mm {
                 let skip =
                     VmFlags(VmFlags::VM_IO.0 | VmFlags::VM_PFNMAP.0 | VmFlags::VM_LOCKONFAULT.0);
                 if !v.flags.intersects(skip) {
-                    if !v.flags.intersects(VM_RWX) {
+                    if !v.flags.intersects(VmFlags::VM_ACCESS_FLAGS) {
                         return Err(Errno::ENOMEM);
                     }
                     // A failed fault is EFAULT, reported as ENOMEM too.
@@ -917,7 +899,7 @@ impl Mm {
         let len = nr * PAGE_SIZE;
         let mut tree = self.mmap_lock.write();
         let start = tree.get_unmapped_area(len, 0, false)?;
-        let flags = prot_to_vm(prot)
+        let flags = VmFlags::from_prot(prot)
             .union(VmFlags::VM_MAYREAD)
             .union(VmFlags::VM_MAYWRITE)
             .union(VmFlags::VM_SHARED)

@@ -73,7 +73,9 @@ enum BatchFree {
 /// The gather's policy, resolved once per machine.
 pub struct GatherPolicy {
     max_batch_count: u32,
-    switch_at_full: bool,
+    /// Entries at which `local` / a batch page counts as full: `max` (2017) or `max - 1`.
+    local_full_at: usize,
+    batch_full_at: usize,
     free: BatchFree,
 }
 
@@ -99,7 +101,8 @@ impl GatherPolicy {
         };
         Self {
             max_batch_count: g.max_batch_count,
-            switch_at_full: g.batch_switch == BatchSwitch::V2017,
+            local_full_at: full_at(MMU_GATHER_BUNDLE, g.batch_switch),
+            batch_full_at: full_at(MAX_GATHER_BATCH, g.batch_switch),
             free,
         }
     }
@@ -110,6 +113,15 @@ impl GatherPolicy {
             BatchFree::Parallel(p) => Some(&p.wq),
             BatchFree::Inline => None,
         }
+    }
+}
+
+/// When a list of `max` slots counts as full: v4.11 switches when it is full, later kernels
+/// one entry earlier.
+const fn full_at(max: usize, switch: BatchSwitch) -> usize {
+    match switch {
+        BatchSwitch::V2017 => max,
+        BatchSwitch::Modern => max - 1,
     }
 }
 
@@ -124,6 +136,15 @@ fn free_batch_pages(phys: &PhysMem, cpu: CpuId, pages: &[Pfn]) {
     for chunk in pages.chunks(MAX_NR_FOLIOS_PER_FREE) {
         phys.release_pages(cpu, chunk);
     }
+}
+
+/// Give the batch pages themselves back (`tlb_batch_list_free`).
+fn free_batch_frames(phys: &PhysMem, cpu: CpuId, batches: &[Batch]) {
+    let frames: Vec<Pfn> = batches.iter().map(|b| b.frame).collect();
+    for &f in &frames {
+        phys.meta(f).clear(PG_KERNEL);
+    }
+    phys.release_pages(cpu, &frames);
 }
 
 /// Counters of one gather's life, for the experiments.
@@ -223,21 +244,16 @@ impl<'a> MmuGather<'a> {
     pub fn remove_page(&mut self, pfn: Pfn) -> bool {
         self.page_nr += 1;
         self.stats.pages += 1;
-        let (len, max) = match self.active {
+        let (len, full_at) = match self.active {
             None => {
                 self.local.push(pfn);
-                (self.local.len(), MMU_GATHER_BUNDLE)
+                (self.local.len(), self.policy.local_full_at)
             }
             Some(i) => {
                 let b = &mut self.batches[i].pages;
                 b.push(pfn);
-                (b.len(), MAX_GATHER_BATCH)
+                (b.len(), self.policy.batch_full_at)
             }
-        };
-        let full_at = if self.policy.switch_at_full {
-            max
-        } else {
-            max - 1
         };
         if len >= full_at && !self.next_batch() {
             return true;
@@ -340,11 +356,7 @@ impl<'a> MmuGather<'a> {
             for b in &batches {
                 free_batch_pages(&phys, cpu, &b.pages);
             }
-            let frames: Vec<Pfn> = batches.iter().map(|b| b.frame).collect();
-            for &f in &frames {
-                phys.meta(f).clear(PG_KERNEL);
-            }
-            phys.release_pages(cpu, &frames);
+            free_batch_frames(&phys, cpu, &batches);
         });
         self.jobs.push(handle);
         self.stats.jobs += 1;
@@ -378,11 +390,7 @@ impl<'a> MmuGather<'a> {
         for j in self.jobs.drain(..) {
             j.wait();
         }
-        let frames: Vec<Pfn> = self.batches.drain(..).map(|b| b.frame).collect();
-        for &f in &frames {
-            self.phys.meta(f).clear(PG_KERNEL);
-        }
-        self.phys.release_pages(self.cpu, &frames);
+        free_batch_frames(self.phys, self.cpu, &std::mem::take(&mut self.batches));
         self.finished = true;
     }
 }

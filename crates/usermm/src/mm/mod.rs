@@ -372,7 +372,7 @@ impl Mm {
         let tree = self.mmap_lock.write();
         let machine = &self.machine;
         let phys = machine.phys();
-        tree.validate(machine.config().max_map_count as usize)?;
+        tree.validate(machine.max_map_count())?;
         let zero = machine.zero_pfn();
         let huge_zero = machine.huge_zero().pfn();
         let mut mapped: HashMap<u64, i32> = HashMap::new();
@@ -550,9 +550,7 @@ impl Task {
             let off = (a % PAGE_SIZE) as usize;
             let n = (PAGE_SIZE as usize - off).min(buf.len() - done);
             let chunk = &mut buf[done..done + n];
-            let mut tmp = vec![0u8; n];
-            self.access(a, false, |pfn| backing.read(pfn, off, &mut tmp))?;
-            chunk.copy_from_slice(&tmp);
+            self.access(a, false, |pfn| backing.read(pfn, off, chunk))?;
             done += n;
         }
         Ok(())

@@ -826,7 +826,7 @@ impl PhysMem {
     pub fn free_pages(&self, cpu: CpuId, pfn: Pfn, order: Order) -> Result<(), PageError> {
         let order = self.check_free(pfn, Some(order))?;
         if self.put_testzero(pfn)? {
-            self.free_the_page(cpu, pfn, order);
+            self.free_unref_page_list(cpu, &[(pfn, order)]);
         }
         Ok(())
     }
@@ -852,27 +852,6 @@ impl PhysMem {
         m.order.store(0, Relaxed);
         m.private.store(0, Relaxed);
         m.pt_entries.store(0, Relaxed);
-    }
-
-    fn free_the_page(&self, cpu: CpuId, pfn: Pfn, order: Order) {
-        let f = self.meta(pfn).flags();
-        if f & PG_HUGETLB != 0 {
-            self.hugetlb_pool.lock().push(pfn);
-            return;
-        }
-        self.free_pages_prepare(pfn, order);
-        self.stat.add(cpu, VmItem::Pgfree, order.nr_pages() as i64);
-        let zone = &self.nodes[self.node_of(pfn)].zone;
-        if pcp_index(order).is_some() {
-            let mut pcp = zone.pcp[cpu].lock();
-            self.pcp_commit(cpu, zone, &mut pcp, pfn, order);
-        } else {
-            let mut fa = zone.lock.lock();
-            self.free_one_page_locked(zone, &mut fa, pfn, order);
-            drop(fa);
-            self.stat
-                .add(cpu, VmItem::NrFreePages, order.nr_pages() as i64);
-        }
     }
 
     /// `release_pages`: drop one reference on each page; those that reach zero leave the LRU
