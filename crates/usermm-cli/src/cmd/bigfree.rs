@@ -291,9 +291,8 @@ pub fn free_table(b: &BigfreeResult) -> Table {
         ],
     );
     for row in &b.rows {
-        let seed_row = row.pcp_auto_tune == b.config.pcp.auto_tune;
         let (st, sp) = match row.max_active {
-            _ if !seed_row => (None, None),
+            _ if !b.is_seed_row(row) => (None, None),
             None => (Some(seed.vanilla_s), Some(seed.vanilla_spread_pct)),
             Some(m) => seed
                 .rows
@@ -381,7 +380,7 @@ pub fn speedup_series(b: &BigfreeResult) -> Vec<Series> {
     let ours = b
         .rows
         .iter()
-        .filter(|r| r.pcp_auto_tune == b.config.pcp.auto_tune)
+        .filter(|r| b.is_seed_row(r))
         .filter_map(|r| r.max_active.map(|m| (f64::from(m), r.speedup)));
     vec![
         Series {

@@ -335,7 +335,7 @@ fn bigfree(scale: Scale, out: &std::path::Path) -> anyhow::Result<Outcome> {
     );
     for row in &r.rows {
         let st = match row.max_active {
-            _ if row.pcp_auto_tune => "-".into(),
+            _ if !r.is_seed_row(row) => "-".into(),
             None => format!("{:.2}", seed.vanilla_s),
             Some(m) => seed.time_of(m).map_or(String::new(), |x| format!("{x:.2}")),
         };
@@ -360,7 +360,7 @@ fn bigfree(scale: Scale, out: &std::path::Path) -> anyhow::Result<Outcome> {
         dashed: true,
         ..Default::default()
     };
-    for row in r.rows.iter().filter(|r| !r.pcp_auto_tune) {
+    for row in r.rows.iter().filter(|row| r.is_seed_row(row)) {
         if let Some(m) = row.max_active {
             ours.points
                 .push((m as f64, row.time_s / r.vanilla_s.max(1e-9)));
@@ -383,7 +383,7 @@ fn bigfree(scale: Scale, out: &std::path::Path) -> anyhow::Result<Outcome> {
     let ma2 = r
         .rows
         .iter()
-        .find(|x| !x.pcp_auto_tune && x.max_active == Some(2))
+        .find(|x| r.is_seed_row(x) && x.max_active == Some(2))
         .map(|x| x.speedup);
     let verdict = match (best, ma2) {
         (Some(b), Some(s2)) => format!(
