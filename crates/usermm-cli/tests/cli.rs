@@ -214,5 +214,6 @@ fn bigfree_json_has_the_pcp_tune_rows_unless_seed_only() {
     assert!(all[3].0.ends_with("+ pcp tune"), "{all:?}");
     let (seed, no_beyond) = rows(&["--seed-only"]);
     assert_eq!(seed.len(), 2, "{seed:?}");
+    assert!(seed.iter().all(|r| !r.1), "{seed:?}");
     assert!(no_beyond);
 }

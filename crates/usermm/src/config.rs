@@ -554,10 +554,7 @@ mod test {
         assert!(c.pcp.auto_tune);
         assert!(c.set("pcp.auto_tune=2").is_err());
         let e = c.set("nonsense=1").unwrap_err().to_string();
-        assert!(
-            e.contains("pcp.auto_tune") && e.contains("tlb.flush_cost_ns"),
-            "{e}"
-        );
+        assert!(CONFIG_KEYS.iter().all(|k| e.contains(k)), "{e}");
         // Every listed key is one set() knows: a bad value is refused for its value, not
         // as an unknown key.
         for k in CONFIG_KEYS {

@@ -214,6 +214,21 @@ fn apply(mm: &Mm, t: &Task, c: &Call, placed: &mut Vec<u64>, pick: usize) {
     }
 }
 
+/// Small and sparse, so that a huge `MAP_POPULATE` or mlock runs out of frames quickly; two
+/// hugetlb pages; THP always or madvise.
+fn fuzz_machine(thp_always: bool) -> std::sync::Arc<usermm::Machine> {
+    machine_with(|c| {
+        c.mem = 32 << 20;
+        c.backing = BackingMode::Sparse;
+        c.nr_hugepages = 2;
+        c.thp = if thp_always {
+            usermm::config::ThpMode::Always
+        } else {
+            usermm::config::ThpMode::Madvise
+        };
+    })
+}
+
 fn cases() -> u32 {
     std::env::var("FUZZ_CASES")
         .ok()
@@ -229,13 +244,7 @@ proptest! {
         calls in prop::collection::vec((call(), any::<usize>()), 1..48),
         thp in any::<bool>(),
     ) {
-        // Small and sparse: a huge MAP_POPULATE or mlock runs out of frames quickly.
-        let m = machine_with(|c| {
-            c.mem = 32 << 20;
-            c.backing = BackingMode::Sparse;
-            c.nr_hugepages = 2;
-            c.thp = if thp { usermm::config::ThpMode::Always } else { usermm::config::ThpMode::Madvise };
-        });
+        let m = fuzz_machine(thp);
         let free_before = free_pages(&m);
         let mm = m.new_mm(C0).expect("mm");
         let t = task(&mm);
@@ -272,16 +281,7 @@ fn racing_raw_syscalls_keep_invariants() {
             .map(|_| seq.new_tree(&mut runner).expect("strategy").current())
             .collect();
         let thp = case % 2 == 0;
-        let m = machine_with(|c| {
-            c.mem = 32 << 20;
-            c.backing = BackingMode::Sparse;
-            c.nr_hugepages = 2;
-            c.thp = if thp {
-                usermm::config::ThpMode::Always
-            } else {
-                usermm::config::ThpMode::Madvise
-            };
-        });
+        let m = fuzz_machine(thp);
         let free_before = free_pages(&m);
         let mm = m.new_mm(C0).expect("mm");
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -314,11 +314,7 @@ fn racing_raw_syscalls_keep_invariants() {
 // ----- Regressions the fuzzer found ------------------------------------------------------------
 
 fn hugetlb_machine() -> std::sync::Arc<usermm::Machine> {
-    machine_with(|c| {
-        c.mem = 32 << 20;
-        c.backing = BackingMode::Sparse;
-        c.nr_hugepages = 2;
-    })
+    fuzz_machine(false)
 }
 
 const HUGETLB: u32 = MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB;

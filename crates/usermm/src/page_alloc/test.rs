@@ -222,16 +222,36 @@ mod pcp {
             p.reset_lock_stats();
             let (peak, drains) = free_run(&p, 2048);
             p.validate().unwrap();
-            let pcp_left = p.nodes[0].zone.pcp[C1].lock().count;
-            let hold = p.lock_stats().zone_lock[0].holdtime_total_ns;
+            let meta = p.meta_slice();
+            let pcp: Vec<Vec<Pfn>> = p.nodes[0].zone.pcp[C1]
+                .lock()
+                .lists
+                .iter()
+                .map(|l| l.iter(meta).collect())
+                .collect();
+            let buddy: Vec<Vec<Pfn>> = p.nodes[0]
+                .zone
+                .lock
+                .lock()
+                .lists
+                .iter()
+                .map(|l| l.iter(meta).collect())
+                .collect();
+            let acquisitions = p.lock_stats().zone_lock[0].acquisitions;
             p.drain_all_pages();
             assert_eq!(p.nr_free_pages(), 16384);
             p.validate().unwrap();
-            (peak, drains, pcp_left, hold)
+            (peak, drains, pcp, buddy, acquisitions)
         };
         let (a, b) = (run(false), run(true));
-        assert_eq!((a.0, a.1, a.2), (b.0, b.1, b.2), "same drains either way");
-        assert!(a.3 > 0 && b.3 > 0);
+        assert_eq!((a.0, a.1), (b.0, b.1), "same drains either way");
+        assert_eq!(
+            a.2, b.2,
+            "the same pages left on the pcp lists, in the same order"
+        );
+        assert_eq!(a.3, b.3, "the same buddy free lists");
+        assert!(a.4 > 0);
+        assert_eq!(a.4, b.4, "one zone.lock round trip per drain either way");
     }
 
     #[test]
