@@ -152,6 +152,7 @@ fn munmap_frees_tables_between_floor_and_ceiling() {
 #[test]
 fn munmap_and_mmap_errnos() {
     let m = small();
+    let free0 = free_pages(&m);
     let mm = Mm::new(&m, C0).unwrap();
     let rw = PROT_READ | PROT_WRITE;
     let pa = MAP_PRIVATE | MAP_ANONYMOUS;
@@ -215,12 +216,13 @@ fn munmap_and_mmap_errnos() {
     mm.mmap(C0, a + 4096, 4096, PROT_READ, pa | MAP_FIXED, MapFile::None)
         .unwrap();
     assert_eq!(mm.map_count(), 4);
-    mm.validate().unwrap();
+    exit_and_check(&m, mm, free0);
 }
 
 #[test]
 fn mprotect_over_a_hole_changes_the_head_and_fails() {
     let m = small();
+    let free0 = free_pages(&m);
     let mm = Mm::new(&m, C0).unwrap();
     let rw = PROT_READ | PROT_WRITE;
     let fixed = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
@@ -251,7 +253,7 @@ fn mprotect_over_a_hole_changes_the_head_and_fails() {
     assert_eq!(mm.map_count(), n + 2);
     mm.mprotect(C0, a + 4 * 4096, 4096, rw).unwrap();
     assert_eq!(mm.map_count(), n);
-    mm.validate().unwrap();
+    exit_and_check(&m, mm, free0);
 }
 
 #[test]
@@ -332,6 +334,7 @@ fn shared_anonymous_memory_survives_dontneed() {
 #[test]
 fn map_count_limit_gives_enomem_without_change() {
     let m = machine_with(|c| c.max_map_count = 3);
+    let free0 = free_pages(&m);
     let mm = Mm::new(&m, C0).unwrap();
     let a = anon(&mm, 16 * 4096);
     mm.mprotect(C0, a + 4096, 4096, PROT_READ).unwrap();
@@ -339,7 +342,7 @@ fn map_count_limit_gives_enomem_without_change() {
     let before = mm.maps();
     assert_eq!(mm.munmap(C0, a + 8 * 4096, 4096), Err(Errno::ENOMEM));
     assert_eq!(mm.maps(), before);
-    mm.validate().unwrap();
+    exit_and_check(&m, mm, free0);
 }
 
 #[test]

@@ -206,7 +206,6 @@ pub(crate) struct Oom;
 
 /// Find or allocate the PMD slot for `addr` (`pud_alloc` + `pmd_alloc`).
 fn pmd_alloc(mm: &Mm, cpu: CpuId, addr: u64) -> Result<Slot, Oom> {
-    let phys = mm.machine().phys();
     let pgd_slot = Slot {
         table: mm.pgd(),
         index: pgd_index(addr),
@@ -217,7 +216,6 @@ fn pmd_alloc(mm: &Mm, cpu: CpuId, addr: u64) -> Result<Slot, Oom> {
         index: pud_index(addr),
     };
     let pmd_table = table_alloc(mm, cpu, pud_slot, None)?;
-    let _ = phys;
     Ok(Slot {
         table: pmd_table,
         index: pmd_index(addr),

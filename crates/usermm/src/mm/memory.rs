@@ -31,7 +31,7 @@ use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PTRS_PER_TABLE, PUD_SIZE
 use crate::cpu::CpuId;
 use crate::page_alloc::meta::{PG_ANON, PG_HUGETLB, PG_MLOCKED};
 use crate::page_alloc::PhysMem;
-use crate::pgtable::{_PAGE_PROTNONE, _PAGE_PSE, _PAGE_RW, _PAGE_SPECIAL};
+use crate::pgtable::{_PAGE_PSE, _PAGE_RW, _PAGE_SPECIAL};
 use crate::stats::VmItem;
 
 #[inline]
@@ -376,8 +376,6 @@ pub(crate) fn free_pgd_range(
         if end.wrapping_sub(1) > c.wrapping_sub(1) {
             end -= PMD_SIZE;
         }
-    } else if end.wrapping_sub(1) > ceiling.wrapping_sub(1) {
-        end -= PMD_SIZE;
     }
     if addr > end.wrapping_sub(1) {
         return;
@@ -619,7 +617,6 @@ pub(crate) fn change_protection(
     if changed {
         mm.flush_tlb(cpu, Some((end - start) / PAGE_SIZE));
     }
-    let _ = _PAGE_PROTNONE;
 }
 
 /// Visit every mapped leaf (`(addr, entry, is_huge)`), for reports and validation. The
@@ -683,5 +680,4 @@ pub(crate) fn for_each_table(phys: &PhysMem, pgd: Pfn, mut f: impl FnMut(u64, u6
             }
         }
     }
-    let _ = PTRS_PER_TABLE;
 }

@@ -58,7 +58,7 @@ use serde::Serialize;
 
 pub use self::fault::{Fault, SegvCode};
 use self::vma::{VmaKind, VmaTree};
-use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PUD_SIZE};
+use crate::addr::{Pfn, PAGE_SIZE};
 use crate::cpu::{CpuId, PerCpu};
 use crate::machine::Machine;
 use crate::page_alloc::meta::{PG_ANON, PG_PGTABLE};
@@ -462,7 +462,6 @@ impl Mm {
                 self.nr_tables.load(Relaxed)
             ));
         }
-        let _ = (PMD_SIZE, PUD_SIZE, PGDIR_SIZE);
         Ok(())
     }
 }
