@@ -5,6 +5,8 @@
 //! `main.rs` only parses, runs and maps errors to exit codes: 0 success, 1 a failure while
 //! running, 2 a mistake in the arguments ([`args::UsageError`] or clap's own).
 
+#![deny(unsafe_code)]
+
 pub mod args;
 pub mod cmd;
 pub mod report;

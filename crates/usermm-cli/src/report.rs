@@ -27,6 +27,7 @@ use plotters::{
     style::text_anchor::{HPos, Pos, VPos},
 };
 use serde::Serialize;
+use usermm_host::facts;
 
 // ----- tables ----------------------------------------------------------------------------
 
@@ -532,8 +533,8 @@ impl HostSummary {
     pub fn collect() -> Self {
         HostSummary {
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            mem_total_kb: host_mem_total_kb(),
-            kernel: kernel_release(),
+            mem_total_kb: facts::mem_total_kb(),
+            kernel: facts::kernel_release(),
             usermm_version: env!("CARGO_PKG_VERSION").to_string(),
             git_commit: git_commit(),
             generated_unix: SystemTime::now()
@@ -558,30 +559,6 @@ impl HostSummary {
         let _ = write!(s, "; {}", utc_timestamp(self.generated_unix));
         s
     }
-}
-
-fn host_mem_total_kb() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
-fn kernel_release() -> Option<String> {
-    let mut u = std::mem::MaybeUninit::<libc::utsname>::zeroed();
-    // SAFETY: `u` points to writable memory the size of a utsname, which uname fills.
-    if unsafe { libc::uname(u.as_mut_ptr()) } != 0 {
-        return None;
-    }
-    // SAFETY: the struct was zero-initialised (a valid utsname: arrays of c_char) and uname
-    // succeeded, so every field holds a NUL-terminated string.
-    let u = unsafe { u.assume_init() };
-    let bytes: Vec<u8> = u
-        .release
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
-    Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 fn git_commit() -> Option<String> {
@@ -944,7 +921,6 @@ mod test {
         assert_eq!(log_ticks(&many, 0.9, 25.0), [1.0, 2.0, 5.0, 10.0, 20.0]);
         let corner = emptiest_corner([(0.9, 0.9), (0.1, 0.9), (0.9, 0.1)].into_iter());
         assert!(matches!(corner, SeriesLabelPosition::LowerLeft));
-        assert!(kernel_release().is_some_and(|k| !k.is_empty()));
         assert!(Progress::bar(10, "x").is_hidden());
     }
 }

@@ -45,6 +45,9 @@ use usermm::mm::mmap::{MapFile, MAP_ANONYMOUS, MAP_PRIVATE, PROT_READ, PROT_WRIT
 use usermm::stats::{LockStatSnapshot, VmItem};
 use usermm::sync::workqueue::thread_cpu_time_ns;
 use usermm::{Machine, PAGE_SIZE};
+use usermm_host::facts;
+
+use crate::stats::{mad_pct, median};
 
 /// The seed's mapping: 320 GiB.
 pub const SEED_SIZE: u64 = 320 << 30;
@@ -231,27 +234,6 @@ pub struct RunSample {
     pub host_sleeps: u64,
     /// The host's 1-minute load average when the free started (other jobs on a shared host).
     pub host_loadavg: f64,
-}
-
-/// `(involuntary, voluntary)` context switches of this process so far.
-fn context_switches() -> (u64, u64) {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct it is given; it is zero-initialised and ours.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
-    if rc != 0 {
-        return (0, 0);
-    }
-    // SAFETY: getrusage returned 0, so the struct is initialised (and was zeroed before).
-    let ru = unsafe { ru.assume_init() };
-    (ru.ru_nivcsw.max(0) as u64, ru.ru_nvcsw.max(0) as u64)
-}
-
-/// The host's 1-minute load average (0 if unreadable).
-pub fn host_loadavg() -> f64 {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|w| w.parse().ok()))
-        .unwrap_or(0.0)
 }
 
 /// One configuration: the vanilla row or one `max_active`.
@@ -570,8 +552,8 @@ pub fn run_once(
     let wq_before = machine.gather_policy().workqueue().map(|w| w.stats());
     let vm_before = machine.vmstat_snapshot();
     phys.reset_lock_stats();
-    let host_loadavg = host_loadavg();
-    let (iv0, v0) = context_switches();
+    let host_loadavg = facts::loadavg_1min().unwrap_or(0.0);
+    let cs0 = facts::context_switches();
     let c0 = thread_cpu_time_ns();
     let t0 = Instant::now();
     let st = match free_by {
@@ -583,7 +565,7 @@ pub fn run_once(
     };
     let free_ns = t0.elapsed().as_nanos() as u64;
     let task_cpu_ns = thread_cpu_time_ns().saturating_sub(c0);
-    let (iv1, v1) = context_switches();
+    let cs1 = facts::context_switches();
     let locks = phys.lock_stats();
     let vm = machine.vmstat_snapshot().since(&vm_before);
     let wq_after = machine.gather_policy().workqueue().map(|w| w.stats());
@@ -612,8 +594,8 @@ pub fn run_once(
         lru_lock: LockTotals::of(&locks.lru_lock),
         zone_lock_per_node: locks.zone_lock,
         lru_lock_per_node: locks.lru_lock,
-        host_preemptions: iv1.saturating_sub(iv0),
-        host_sleeps: v1.saturating_sub(v0),
+        host_preemptions: cs1.involuntary.saturating_sub(cs0.involuntary),
+        host_sleeps: cs1.voluntary.saturating_sub(cs0.voluntary),
         host_loadavg,
     };
     on_event(Event::Done {
@@ -624,31 +606,6 @@ pub fn run_once(
     drop(mm);
     drop(machine);
     Ok(sample)
-}
-
-/// Median of a non-empty list.
-pub fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n == 0 {
-        return 0.0;
-    }
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
-
-/// Median absolute deviation as % of the median.
-pub fn mad_pct(v: &[f64]) -> f64 {
-    let m = median(v);
-    if m == 0.0 {
-        return 0.0;
-    }
-    let dev: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
-    median(&dev) / m * 100.0
 }
 
 fn summarize(
@@ -889,14 +846,6 @@ mod test {
         let c = default_config(1 << 30, &[2], None, Some(2));
         assert_eq!((c.nodes, c.cpus), (2, 8));
         c.validate().unwrap();
-    }
-
-    #[test]
-    fn median_and_mad() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert_eq!(mad_pct(&[10.0]), 0.0);
-        assert!((mad_pct(&[9.0, 10.0, 12.0]) - 10.0).abs() < 1e-9);
     }
 
     #[test]

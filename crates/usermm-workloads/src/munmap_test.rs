@@ -48,6 +48,8 @@ use usermm::mm::UnmapStats;
 use usermm::sync::mmap_lock::MmapLockStats;
 use usermm::{CpuId, Errno, Machine, Mm, Task, PAGE_SIZE};
 
+use crate::stats;
+
 /// The seed's machine: 32 CPUs (E5-2680 @ 2.70 GHz).
 pub const SEED_CPUS: u16 = 32;
 /// The seed's mapping: "80GB" (the cover letter's figure; taken here as 80 GiB).
@@ -407,20 +409,12 @@ fn check(opts: &MunmapTestOpts) -> Result<(), MunmapTestError> {
     Ok(())
 }
 
-fn median_u64(mut v: Vec<u64>) -> u64 {
-    if v.is_empty() {
-        return 0;
-    }
-    v.sort_unstable();
-    v[v.len() / 2]
+fn median_u64(v: Vec<u64>) -> u64 {
+    stats::upper_median(&v, u64::cmp).unwrap_or(0)
 }
 
-fn median_f64(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+fn median_f64(v: Vec<f64>) -> f64 {
+    stats::upper_median(&v, f64::total_cmp).unwrap_or(0.0)
 }
 
 fn median_latency(v: &[Latency]) -> Latency {
@@ -434,7 +428,8 @@ fn median_latency(v: &[Latency]) -> Latency {
     }
 }
 
-/// Medians of every figure over the runs (each figure on its own).
+/// Medians of every figure over the runs (each figure on its own; the upper median, so that
+/// every figure is one some run produced: [`stats::upper_median`]).
 pub fn summarize(runs: &[RunResult]) -> Summary {
     let m = |f: &dyn Fn(&RunResult) -> u64| median_u64(runs.iter().map(f).collect());
     let loaded: Vec<Latency> = runs

@@ -11,8 +11,9 @@ use std::fmt::Write as _;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use usermm::config::BatchSwitch;
+use usermm_host::measure::{host_touch_and_munmap, HostFreeResult};
 use usermm_workloads::bigfree::{self, BigfreeError, BigfreeOpts, BigfreeResult, Event, FreeBy};
-use usermm_workloads::host::measure::{host_touch_and_munmap, HostFreeResult};
+use usermm_workloads::stats;
 
 use crate::args::{human_bytes, parse_nonzero_size_arg, usage, EngineArgs, GlobalArgs};
 use crate::report::{Progress, Series, Table};
@@ -168,17 +169,9 @@ pub fn opts(args: &BigfreeArgs) -> anyhow::Result<BigfreeOpts> {
     Ok(o)
 }
 
-/// `MemAvailable` of the host, bytes.
-fn host_mem_available() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = s.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
 /// The host size for `size`: at most [`HOST_CAP_BYTES`] and half of what the host has free.
 pub fn host_size(size: u64) -> u64 {
-    let avail = host_mem_available().unwrap_or(HOST_CAP_BYTES * 2) / 2;
+    let avail = usermm_host::facts::mem_available_bytes().unwrap_or(HOST_CAP_BYTES * 2) / 2;
     size.min(HOST_CAP_BYTES)
         .min(avail.max(64 << 20))
         .next_multiple_of(2 << 20)
@@ -200,14 +193,14 @@ pub fn run_host(size: u64, repeat: u32) -> anyhow::Result<HostRow> {
         .iter()
         .map(HostFreeResult::populate_ns_per_page)
         .collect();
-    let munmap_ns_per_page = bigfree::median(&per);
+    let munmap_ns_per_page = stats::median(&per);
     Ok(HostRow {
         size: hs,
         requested: size,
         capped: hs < size,
-        munmap_s: bigfree::median(&ns) / 1e9,
+        munmap_s: stats::median(&ns) / 1e9,
         munmap_ns_per_page,
-        populate_ns_per_page: bigfree::median(&pop),
+        populate_ns_per_page: stats::median(&pop),
         munmap_s_scaled: munmap_ns_per_page * (size / usermm::PAGE_SIZE) as f64 / 1e9,
         runs,
     })
@@ -300,7 +293,7 @@ pub fn free_table(b: &BigfreeResult) -> Table {
                 .find(|s| s.0 == m)
                 .map_or((None, None), |s| (Some(s.1), Some(s.2))),
         };
-        let jobs = bigfree::median(
+        let jobs = stats::median(
             &row.samples
                 .iter()
                 .map(|s| s.jobs as f64)
@@ -352,7 +345,7 @@ pub fn lock_table(b: &BigfreeResult) -> Table {
     );
     for row in &b.rows {
         let m = |f: &dyn Fn(&bigfree::RunSample) -> f64| {
-            bigfree::median(&row.samples.iter().map(f).collect::<Vec<_>>())
+            stats::median(&row.samples.iter().map(f).collect::<Vec<_>>())
         };
         l.push_row([
             row.label.clone(),

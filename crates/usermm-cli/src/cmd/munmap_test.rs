@@ -10,6 +10,7 @@ use serde::Serialize;
 use usermm_workloads::munmap_test::{
     self, default_machine, Latency, MunmapTestOpts, MunmapTestResult, PolicyResult,
 };
+use usermm_workloads::stats;
 
 use crate::args::{human_bytes, parse_nonzero_size_arg, usage, EngineArgs, GlobalArgs};
 use crate::report::{Progress, Table};
@@ -414,11 +415,10 @@ fn div(a: f64, b: f64) -> f64 {
     }
 }
 
-/// The run whose total time is the median of the policy's runs.
+/// The run whose total time is the (upper) median of the policy's runs.
 fn median_run(p: &PolicyResult) -> &munmap_test::RunResult {
-    let mut idx: Vec<usize> = (0..p.runs.len()).collect();
-    idx.sort_by_key(|&i| p.runs[i].unmap.total_ns);
-    &p.runs[idx[idx.len() / 2]]
+    let i = stats::upper_median_index_by(&p.runs, |a, b| a.unmap.total_ns.cmp(&b.unmap.total_ns));
+    &p.runs[i.unwrap_or(0)]
 }
 
 #[cfg(test)]

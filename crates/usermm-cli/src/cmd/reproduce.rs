@@ -120,7 +120,7 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     results.insert("wall_seconds".into(), t0.elapsed().as_secs_f64().into());
     results.insert(
         "host_facts".into(),
-        serde_json::to_value(usermm_workloads::host::facts())?,
+        serde_json::to_value(usermm_host::facts::facts())?,
     );
     for o in &outcomes {
         results.insert(o.name.into(), o.json.clone());
@@ -178,7 +178,7 @@ fn huge_zero(_scale: Scale, out: &std::path::Path) -> anyhow::Result<Outcome> {
     let (v, p) = usemem::run_ab(&base, &opts).map_err(|e| anyhow::anyhow!("usemem: {e}"))?;
     let ratio = p.throughput_kbps as f64 / v.throughput_kbps.max(1) as f64;
     let faults_v = v.vmstat_delta.get(usermm::stats::VmItem::Pgfault);
-    let host = usermm_workloads::host::measure::host_usemem_readonly(4 << 30, 2 << 20).ok();
+    let host = usermm_host::measure::host_usemem_readonly(4 << 30, 2 << 20).ok();
     let engine_fps = faults_v as f64 / (v.wall_usecs.max(1) as f64 / 1e6);
     let mut t = Table::new(
         "usemem -n 72 --readonly -j 0x200000 100G (72 mms on this machine's cores)",

@@ -245,7 +245,7 @@ fn map_err(e: UsememError) -> anyhow::Error {
 
 /// `--host`: the same shape on the real kernel (one worker; anonymous memory).
 fn run_host(args: &UsememArgs, g: &GlobalArgs) -> anyhow::Result<()> {
-    use usermm_workloads::host::measure;
+    use usermm_host::measure;
     if args.readonly {
         let r = measure::host_usemem_readonly(args.size, args.step.max(8))
             .map_err(|e| anyhow::anyhow!("host usemem: {e}"))?;

@@ -1,30 +1,31 @@
 //! Differential tests: the engine against the host kernel, op by op (DESIGN.md §7).
 //!
-//! * `diff_fixed_cases`: every case of `usermm_workloads::diff_cases` (oracle rows, LTP-style
-//!   cases, merge/split scenarios, THP placement), compared step by step, plus the oracle's
-//!   expectations on the host's results.
+//! * `diff_fixed_cases`: every case of `cases/` (oracle rows, LTP-style cases, merge/split
+//!   scenarios, THP placement), compared step by step, plus the oracle's expectations on the
+//!   host's results.
 //! * `diff_max_map_count`: LTP munmap04 — a split at `max_map_count` fails with ENOMEM.
 //! * `diff_generated_*`: random op sequences (proptest), at least 2 000 of 20+ ops in total,
 //!   compared step by step; a disagreement is shrunk to a minimal sequence and printed.
 //!
-//! Disagreements listed in `usermm_workloads::divergences` end a sequence as "known"; anything
+//! Disagreements listed in `usermm_diff::divergences` end a sequence as "known"; anything
 //! else fails.
 //!
 //! The generated tests are deterministic (fixed seeds). To explore further, set `DIFF_SEED`
 //! (any number, mixed into each test's seed) and `DIFF_CASES` (sequences per test), e.g.
-//! `DIFF_SEED=7 DIFF_CASES=2000 cargo test -p usermm-workloads --test differential -- --nocapture`.
+//! `DIFF_SEED=7 DIFF_CASES=2000 cargo test -p usermm-diff --test differential -- --nocapture`.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
 use usermm::Machine;
-use usermm_workloads::diff_cases::{all_cases, Case};
-use usermm_workloads::diff_runner::{
-    expand, minimize, new_warm_host, run_sequence, Outcome, RunOptions,
-};
-use usermm_workloads::engine_backend::{host_like_config, EngineBackend};
-use usermm_workloads::ops::*;
+use usermm_diff::engine_backend::{host_like_config, EngineBackend};
+use usermm_diff::ops::*;
+use usermm_diff::runner::{expand, minimize, new_warm_host, run_sequence, Outcome, RunOptions};
+
+mod cases;
+
+use cases::{all_cases, Case};
 
 fn new_host() -> Box<dyn AddressSpace> {
     new_warm_host()
