@@ -47,23 +47,9 @@ use usermm::sync::workqueue::thread_cpu_time_ns;
 use usermm::{Machine, PAGE_SIZE};
 use usermm_host::facts;
 
+use crate::seeds::{self, ParallelFree};
 use crate::stats::{mad_pct, median};
 
-/// The seed's mapping: 320 GiB.
-pub const SEED_SIZE: u64 = 320 << 30;
-/// The seed's v4.10 free time, s (±2.8 %).
-pub const SEED_VANILLA_S: f64 = 10.8;
-/// The seed's v4.10 spread, %.
-pub const SEED_VANILLA_SPREAD_PCT: f64 = 2.8;
-/// The seed's `(max_active, time s, ± %)` rows (4 nodes / 72 cores / 144 threads, THP off).
-pub const SEED_ROWS: [(u32, f64, f64); 6] = [
-    (1, 8.9, 0.5),
-    (2, 5.65, 5.5),
-    (4, 4.84, 0.16),
-    (8, 4.77, 0.97),
-    (16, 4.85, 0.77),
-    (32, 6.21, 0.46),
-];
 /// `ASYNC_FREE_THRESHOLD` of the patch: 256K pages (1 GiB of 4 KiB pages) per job.
 pub const DEFAULT_THRESHOLD_PAGES: u64 = 256 * 1024;
 /// `MAX_GATHER_BATCH_COUNT` of the patch: DIV_ROUND_UP(256K, 510).
@@ -303,35 +289,6 @@ pub struct Beyond {
     pub inline_zone_acq: f64,
 }
 
-/// The seed's published table, for printing beside ours.
-#[derive(Debug, Clone, Serialize)]
-pub struct SeedTable {
-    pub size: u64,
-    pub machine: &'static str,
-    pub vanilla_s: f64,
-    pub vanilla_spread_pct: f64,
-    /// `(max_active, time s, ± %)`.
-    pub rows: Vec<(u32, f64, f64)>,
-}
-
-impl SeedTable {
-    pub fn published() -> Self {
-        Self {
-            size: SEED_SIZE,
-            machine:
-                "Haswell-EX, 4 nodes / 72 cores / 144 threads, 512 GiB, THP off, v4.10/v4.11-rc2",
-            vanilla_s: SEED_VANILLA_S,
-            vanilla_spread_pct: SEED_VANILLA_SPREAD_PCT,
-            rows: SEED_ROWS.to_vec(),
-        }
-    }
-
-    /// The seed's time for `max_active`, if published.
-    pub fn time_of(&self, max_active: u32) -> Option<f64> {
-        self.rows.iter().find(|r| r.0 == max_active).map(|r| r.1)
-    }
-}
-
 /// The whole table.
 #[derive(Debug, Clone, Serialize)]
 pub struct BigfreeResult {
@@ -353,7 +310,8 @@ pub struct BigfreeResult {
     pub beyond: Option<Beyond>,
     /// Host threads available (`available_parallelism`) while measuring.
     pub host_cpus: usize,
-    pub seed: SeedTable,
+    /// The seed's published table, for printing beside ours.
+    pub seed: ParallelFree,
     pub warnings: Vec<String>,
 }
 
@@ -756,7 +714,7 @@ pub fn run_with(
         ratio,
         beyond,
         host_cpus,
-        seed: SeedTable::published(),
+        seed: seeds::PARALLEL_FREE,
         warnings,
     })
 }

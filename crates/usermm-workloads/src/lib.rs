@@ -5,6 +5,7 @@
 //! - [`bigfree`]: seeds 000/001, the free of one big touched mapping, inline and parallel.
 //! - [`munmap_test`]: seed 003, munmap's exclusive mmap-lock hold while other threads fault.
 //! - [`percpu_test`]: seed 004, `Percpu:` over the seed's memory-cgroup script.
+//! - [`seeds`]: every figure the seeds published, as data, in one place.
 //! - [`stats`]: the one median and spread every summary uses.
 //!
 //! Each workload takes options and a [`usermm::MachineConfig`], boots its own machines and
@@ -16,5 +17,6 @@
 pub mod bigfree;
 pub mod munmap_test;
 pub mod percpu_test;
+pub mod seeds;
 pub mod stats;
 pub mod usemem;

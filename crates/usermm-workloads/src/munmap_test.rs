@@ -48,20 +48,8 @@ use usermm::mm::UnmapStats;
 use usermm::sync::mmap_lock::MmapLockStats;
 use usermm::{CpuId, Errno, Machine, Mm, Task, PAGE_SIZE};
 
+use crate::seeds::{self, MunmapDowngrade};
 use crate::stats;
-
-/// The seed's machine: 32 CPUs (E5-2680 @ 2.70 GHz).
-pub const SEED_CPUS: u16 = 32;
-/// The seed's mapping: "80GB" (the cover letter's figure; taken here as 80 GiB).
-pub const SEED_SIZE: u64 = 80 << 30;
-/// ftrace of the patched kernel: `vm_munmap_zap_rlock()` total, µs.
-pub const SEED_TOTAL_US: u64 = 2_485_692;
-/// ftrace of the patched kernel: `unmap_region()` under the read lock, µs.
-pub const SEED_UNMAP_REGION_US: u64 = 2_485_684;
-/// What is left for the write lock with the patch: total − unmap_region, µs.
-pub const SEED_EXCLUSIVE_PATCHED_US: u64 = SEED_TOTAL_US - SEED_UNMAP_REGION_US;
-/// Without the patch the whole munmap holds the lock for write ("2.49 s"), µs.
-pub const SEED_EXCLUSIVE_VANILLA_US: u64 = SEED_TOTAL_US;
 
 /// Where the faulters' VMAs go: far below the top-down mmap area, each in its own 1 GiB slot
 /// (own page tables down to the PMD page, never merged with a neighbour).
@@ -117,7 +105,9 @@ pub fn default_machine(size: u64, faulters: u32) -> MachineConfig {
     let mem = size + size / 64 + (256 << 20);
     MachineConfig {
         mem: mem.next_multiple_of(2 << 20),
-        cpus: SEED_CPUS.max(u16::try_from(faulters + 1).unwrap_or(u16::MAX)),
+        cpus: seeds::MUNMAP_DOWNGRADE
+            .cpus
+            .max(u16::try_from(faulters + 1).unwrap_or(u16::MAX)),
         nodes: 1,
         backing: BackingMode::Sparse,
         thp: ThpMode::Never,
@@ -271,31 +261,12 @@ pub struct MunmapAb {
     pub ratio: Ratio,
 }
 
-/// The seed's figures, for reports.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct SeedFigures {
-    pub size: u64,
-    pub cpus: u16,
-    pub total_us: u64,
-    pub unmap_region_us: u64,
-    pub exclusive_vanilla_us: u64,
-    pub exclusive_patched_us: u64,
-}
-
-pub const SEED: SeedFigures = SeedFigures {
-    size: SEED_SIZE,
-    cpus: SEED_CPUS,
-    total_us: SEED_TOTAL_US,
-    unmap_region_us: SEED_UNMAP_REGION_US,
-    exclusive_vanilla_us: SEED_EXCLUSIVE_VANILLA_US,
-    exclusive_patched_us: SEED_EXCLUSIVE_PATCHED_US,
-};
-
 /// The record of `usermm munmap-test`.
 #[derive(Debug, Clone, Serialize)]
 pub struct MunmapTestResult {
     pub opts: MunmapTestOpts,
-    pub seed: SeedFigures,
+    /// The seed's figures, for printing beside ours.
+    pub seed: MunmapDowngrade,
     pub host_cpus: usize,
     pub vanilla: PolicyResult,
     pub patched: PolicyResult,
@@ -311,7 +282,7 @@ pub fn run_with_progress(
     let ab = run_ab_inner(opts, &mut progress)?;
     Ok(MunmapTestResult {
         opts: opts.clone(),
-        seed: SEED,
+        seed: seeds::MUNMAP_DOWNGRADE,
         host_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         vanilla: ab.vanilla,
         patched: ab.patched,

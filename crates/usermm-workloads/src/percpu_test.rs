@@ -41,9 +41,7 @@ use usermm::memcg::{CgId, MemCgroups, MemcgCounts, MemcgRecipe, RecipeEra};
 use usermm::pcpu::{DepopulatePolicy, PcpuError, PcpuStats};
 use usermm::{CpuId, Errno, Machine, PAGE_SIZE};
 
-/// Roman's rows (kB): vanilla and patched, start / after creating / after removing.
-pub const SEED_VANILLA_KB: [u64; 3] = [7488, 481_152, 481_152];
-pub const SEED_PATCHED_KB: [u64; 3] = [7488, 481_408, 135_552];
+use crate::seeds;
 
 /// Calibrated possible-CPU count (units per chunk), fitted to row 2: with the 2021 recipe
 /// (2 976 bytes per unit per cgroup) 15 units give 481 380 kB after 11 000 `mkdir`s (seed:
@@ -179,6 +177,7 @@ pub struct PercpuAbResult {
     pub ratio_after_delete: f64,
     /// vanilla after_delete / vanilla after_create (the seed: 1.0).
     pub vanilla_plateau: f64,
+    /// The seed's rows ([`seeds::PERCPU_DEPOPULATE`]).
     pub seed_vanilla_kb: [u64; 3],
     pub seed_patched_kb: [u64; 3],
 }
@@ -372,8 +371,8 @@ pub fn run_ab(
         patched,
         ratio_after_delete,
         vanilla_plateau,
-        seed_vanilla_kb: SEED_VANILLA_KB,
-        seed_patched_kb: SEED_PATCHED_KB,
+        seed_vanilla_kb: seeds::PERCPU_DEPOPULATE.vanilla_kb,
+        seed_patched_kb: seeds::PERCPU_DEPOPULATE.patched_kb,
     })
 }
 

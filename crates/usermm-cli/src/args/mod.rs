@@ -20,7 +20,7 @@ use clap::Args;
 use serde::Serialize;
 
 pub use engine::{BackingArg, EngineArgs, MachineArgs, ThpArg};
-pub use value::{human_bytes, parse_mem_arg, parse_nonzero_size_arg, parse_size_arg};
+pub use value::{parse_mem_arg, parse_nonzero_size_arg, parse_size_arg};
 
 /// Flags every subcommand accepts, before or after its name.
 #[derive(Debug, Clone, Default, Args, Serialize)]

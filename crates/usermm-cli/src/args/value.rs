@@ -4,6 +4,8 @@
 
 use usermm::config::{parse_size, MAX_MEM_BYTES, MIN_MEM_BYTES};
 
+use crate::report::format::human_bytes;
+
 /// A size flag: `memparse` syntax, any value (usemem accepts 0).
 pub fn parse_size_arg(s: &str) -> Result<u64, String> {
     parse_size(s)
@@ -35,15 +37,6 @@ pub fn parse_mem_arg(s: &str) -> Result<u64, String> {
     }
 }
 
-/// Bytes in the largest binary unit that divides them: `16M`, `1536K`, `16T`, `100`.
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [(u32, &str); 5] = [(50, "P"), (40, "T"), (30, "G"), (20, "M"), (10, "K")];
-    UNITS
-        .iter()
-        .find(|&&(shift, _)| n != 0 && n % (1u64 << shift) == 0)
-        .map_or_else(|| n.to_string(), |&(shift, u)| format!("{}{u}", n >> shift))
-}
-
 #[cfg(test)]
 mod test {
     use super::*;
@@ -57,8 +50,5 @@ mod test {
         assert!(parse_mem_arg("16777217").is_err());
         assert_eq!(parse_size_arg("0"), Ok(0));
         assert!(parse_nonzero_size_arg("0").is_err());
-        assert_eq!(human_bytes(16 << 20), "16M");
-        assert_eq!(human_bytes(1536 << 10), "1536K");
-        assert_eq!(human_bytes(100), "100");
     }
 }

@@ -15,7 +15,8 @@ use usermm_host::measure::{host_touch_and_munmap, HostFreeResult};
 use usermm_workloads::bigfree::{self, BigfreeError, BigfreeOpts, BigfreeResult, Event, FreeBy};
 use usermm_workloads::stats;
 
-use crate::args::{human_bytes, parse_nonzero_size_arg, usage, EngineArgs, GlobalArgs};
+use crate::args::{parse_nonzero_size_arg, usage, EngineArgs, GlobalArgs};
+use crate::report::format::human_bytes;
 use crate::report::{Progress, Series, Table};
 
 /// The largest host mapping `--host` touches.
@@ -377,7 +378,12 @@ pub fn speedup_series(b: &BigfreeResult) -> Vec<Series> {
         .filter_map(|r| r.max_active.map(|m| (f64::from(m), r.speedup)));
     vec![
         Series {
-            name: format!("seed ({}, 4 nodes / 144 threads)", human_bytes(seed.size)),
+            name: format!(
+                "seed ({}, {} nodes / {} threads)",
+                human_bytes(seed.size),
+                seed.nodes,
+                seed.threads
+            ),
             points: seed
                 .rows
                 .iter()
@@ -433,13 +439,18 @@ pub fn render(r: &BigfreeRecord) -> String {
     out += &lock_table(b).render_text();
     out.push('\n');
     if let Some(p) = &b.patched {
+        let (seed_ma, seed_s) = b.seed.best();
         let _ = writeln!(
             out,
-            "vanilla {} s → best parallel ({}) {} s: {:.2}x (seed: 10.8 s → 4.77 s at max_active 8, 2.26x)",
+            "vanilla {} s → best parallel ({}) {} s: {:.2}x (seed: {} s → {} s at max_active {}, {:.2}x)",
             secs(b.vanilla_s),
             p.label,
             secs(p.time_s),
-            b.ratio
+            b.ratio,
+            b.seed.vanilla_s,
+            seed_s,
+            seed_ma,
+            b.seed.best_speedup()
         );
     }
     if let Some(x) = &b.beyond {

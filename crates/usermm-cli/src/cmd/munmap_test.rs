@@ -12,7 +12,8 @@ use usermm_workloads::munmap_test::{
 };
 use usermm_workloads::stats;
 
-use crate::args::{human_bytes, parse_nonzero_size_arg, usage, EngineArgs, GlobalArgs};
+use crate::args::{parse_nonzero_size_arg, usage, EngineArgs, GlobalArgs};
+use crate::report::format::{group, human_bytes};
 use crate::report::{Progress, Table};
 
 #[derive(Debug, Clone, Args, Serialize)]
@@ -116,18 +117,6 @@ pub fn us(ns: u64) -> String {
     }
 }
 
-fn group(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(' ');
-        }
-        out.push(c);
-    }
-    out
-}
-
 fn times(x: f64) -> String {
     if x >= 100.0 {
         format!("{}×", group(x.round() as u64))
@@ -208,10 +197,16 @@ host: {} CPU(s). {} run(s) per policy, each on a fresh machine; figures are medi
         r.host_cpus,
         o.repeat,
     );
-    s += "The seed (v7 cover letter, 80 GB, 32 × E5-2680 @ 2.70 GHz), patched kernel:\n";
-    s += "  munmap_test-15002 [008] 594.380138: funcgraph_entry:                |  vm_munmap_zap_rlock() {\n";
-    s += "  munmap_test-15002 [008] 594.380146: funcgraph_entry: ! 2485684 us   |    unmap_region();\n";
-    s += "  munmap_test-15002 [008] 596.865836: funcgraph_exit:  ! 2485692 us   |  }\n\n";
+    let seed = &r.seed;
+    s += &format!(
+        "The seed ({}, {}, {}), patched kernel:\n",
+        seed.source, seed.size_label, seed.machine
+    );
+    for line in seed.ftrace {
+        s += line;
+        s.push('\n');
+    }
+    s.push('\n');
     s += "usermm, munmap.downgrade=on (zap under the read lock):\n";
     s += &ftrace(
         "usermm-munmap",
@@ -430,8 +425,6 @@ mod test {
         assert_eq!(us(2_485_692_000), "2 485 692 µs");
         assert_eq!(us(8_000), "8.0 µs");
         assert_eq!(us(12_345_678), "12 345 µs");
-        assert_eq!(group(1_000), "1 000");
-        assert_eq!(group(999), "999");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use serde::Serialize;
 use usermm::memcg::RecipeEra;
 use usermm::MachineConfig;
 use usermm_workloads::percpu_test::{self, PercpuAbResult, PercpuTestOpts};
+use usermm_workloads::seeds;
 
 use crate::args::{EngineArgs, GlobalArgs};
 use crate::report::Table;
@@ -158,9 +159,10 @@ pub fn run(args: &PercpuTestArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     let r = percpu_test::run_ab(&args.opts(), &cfg).map_err(|e| anyhow!("percpu-test: {e}"))?;
     super::emit(g, &r, |r| {
         format!(
-            "{}\nvanilla after deleting / after creating: {:.3} (seed 1.000)\n",
+            "{}\nvanilla after deleting / after creating: {:.3} (seed {:.3})\n",
             table(r).render_text(),
-            r.vanilla_plateau
+            r.vanilla_plateau,
+            seeds::PERCPU_DEPOPULATE.vanilla_plateau()
         )
     })
 }

@@ -1,21 +1,12 @@
-//! Reports: one record rendered many ways (style G17).
+//! SVG charts: [`line_plot`] (one line per [`Series`], optionally on a logarithmic x axis, for
+//! a sweep such as `max_active` = 1, 2, 4, ...) and [`bar_plot`] (grouped bars: a category per
+//! phase or machine, a colour per series).
 //!
-//! - [`Table`]: rows of preformatted cells, rendered as aligned plain text for the terminal
-//!   ([`Table::render_text`]) or as a Markdown table ([`Table::render_markdown`]).
-//! - [`line_plot`] and [`bar_plot`]: SVG charts (plotters' SVG backend; text is emitted as SVG
-//!   `<text>` and laid out by the viewer, so no font files are needed).
-//! - [`write_report`]: `report.md` (host header, sections, tables, plots) and `results.json` (the
-//!   same run as data).
-//! - [`Progress`]: a progress bar on stderr that stays silent unless stderr is a terminal.
+//! Drawn with plotters' SVG backend. Text is emitted as SVG `<text>` and laid out by the
+//! viewer, so no font files are needed. Both choose the emptiest corner for the legend and
+//! leave headroom above the data; non-finite values are skipped, never drawn.
 
-use std::{
-    borrow::Cow,
-    fmt::Write as _,
-    io::IsTerminal,
-    ops::Range,
-    path::{Path, PathBuf},
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::{ops::Range, path::Path};
 
 use anyhow::{bail, Context, Result};
 use plotters::{
@@ -27,140 +18,6 @@ use plotters::{
     style::text_anchor::{HPos, Pos, VPos},
 };
 use serde::Serialize;
-use usermm_host::facts;
-
-// ----- tables ----------------------------------------------------------------------------
-
-/// A table of preformatted cells. The first column is a label (left-aligned in text); the
-/// others are values (right-aligned). Short rows are padded with empty cells.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Table {
-    pub title: String,
-    pub headers: Vec<String>,
-    pub rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    pub fn new<S: Into<String>>(
-        title: impl Into<String>,
-        headers: impl IntoIterator<Item = S>,
-    ) -> Self {
-        Table {
-            title: title.into(),
-            headers: headers.into_iter().map(Into::into).collect(),
-            rows: Vec::new(),
-        }
-    }
-
-    /// Append one row.
-    pub fn push_row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) -> &mut Self {
-        self.rows.push(cells.into_iter().map(Into::into).collect());
-        self
-    }
-
-    fn nr_columns(&self) -> usize {
-        self.rows
-            .iter()
-            .map(Vec::len)
-            .chain([self.headers.len()])
-            .max()
-            .unwrap_or(0)
-    }
-
-    fn cells<'a>(&self, row: &'a [String]) -> impl Iterator<Item = &'a str> {
-        let n = self.nr_columns();
-        (0..n).map(move |i| row.get(i).map_or("", String::as_str))
-    }
-
-    /// Plain text: the title, the header, a rule of dashes, the rows; columns two spaces apart.
-    ///
-    /// ```text
-    /// parallel free, 320 GiB
-    /// max_active  free (s)  speedup
-    /// ----------  --------  -------
-    /// 1               8.90    1.21x
-    /// ```
-    pub fn render_text(&self) -> String {
-        let n = self.nr_columns();
-        let width = |s: &str| s.chars().count();
-        let mut widths = vec![0; n];
-        for row in std::iter::once(&self.headers).chain(&self.rows) {
-            for (w, c) in widths.iter_mut().zip(self.cells(row)) {
-                *w = (*w).max(width(c));
-            }
-        }
-        let line = |cells: &mut dyn Iterator<Item = &str>| {
-            let mut s = String::new();
-            for (i, (c, &w)) in cells.zip(&widths).enumerate() {
-                if i > 0 {
-                    s.push_str("  ");
-                }
-                let pad = " ".repeat(w - width(c));
-                if i == 0 {
-                    s.push_str(c);
-                    s.push_str(&pad);
-                } else {
-                    s.push_str(&pad);
-                    s.push_str(c);
-                }
-            }
-            s.truncate(s.trim_end().len());
-            s.push('\n');
-            s
-        };
-        let mut out = String::new();
-        if !self.title.is_empty() {
-            out.push_str(&self.title);
-            out.push('\n');
-        }
-        if n == 0 {
-            return out;
-        }
-        out += &line(&mut self.cells(&self.headers));
-        let rules: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
-        out += &line(&mut rules.iter().map(String::as_str));
-        for row in &self.rows {
-            out += &line(&mut self.cells(row));
-        }
-        out
-    }
-
-    /// GitHub-flavoured Markdown: the title in bold, a blank line, then the table (first column
-    /// left-aligned, the others right-aligned). `|` in a cell is escaped.
-    pub fn render_markdown(&self) -> String {
-        let mut out = String::new();
-        if !self.title.is_empty() {
-            let _ = writeln!(out, "**{}**\n", md_escape(&self.title));
-        }
-        let n = self.nr_columns();
-        if n == 0 {
-            return out;
-        }
-        let row = |out: &mut String, cells: &mut dyn Iterator<Item = &str>| {
-            out.push('|');
-            for c in cells {
-                let _ = write!(out, " {} |", md_escape(c));
-            }
-            out.push('\n');
-        };
-        row(&mut out, &mut self.cells(&self.headers));
-        out.push('|');
-        for i in 0..n {
-            out.push_str(if i == 0 { ":---|" } else { "---:|" });
-        }
-        out.push('\n');
-        for r in &self.rows {
-            row(&mut out, &mut self.cells(r));
-        }
-        out
-    }
-}
-
-fn md_escape(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', "<br>")
-}
-
-// ----- plots -----------------------------------------------------------------------------
 
 /// One line of a [`line_plot`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -511,259 +368,17 @@ pub fn bar_plot(
     Ok(())
 }
 
-// ----- the report ------------------------------------------------------------------------
-
-/// The facts printed at the top of a report: enough to tell two runs' machines apart.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct HostSummary {
-    /// CPUs this process may run on.
-    pub cpus: usize,
-    /// `MemTotal` of the host's `/proc/meminfo`, in kB.
-    pub mem_total_kb: Option<u64>,
-    /// `uname -r`.
-    pub kernel: Option<String>,
-    pub usermm_version: String,
-    /// `git rev-parse --short HEAD` of the source tree, `-dirty` when it has changes.
-    pub git_commit: Option<String>,
-    /// Seconds since the epoch when the summary was taken.
-    pub generated_unix: u64,
-}
-
-impl HostSummary {
-    pub fn collect() -> Self {
-        HostSummary {
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            mem_total_kb: facts::mem_total_kb(),
-            kernel: facts::kernel_release(),
-            usermm_version: env!("CARGO_PKG_VERSION").to_string(),
-            git_commit: git_commit(),
-            generated_unix: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-        }
-    }
-
-    /// One line: `2 CPUs, 23.4 GiB, Linux 6.8.0; usermm 0.1.0 (abc1234); 2026-01-02 03:04 UTC`.
-    pub fn render(&self) -> String {
-        let mut s = format!("{} CPU{}", self.cpus, if self.cpus == 1 { "" } else { "s" });
-        if let Some(kb) = self.mem_total_kb {
-            let _ = write!(s, ", {:.1} GiB", kb as f64 / (1 << 20) as f64);
-        }
-        if let Some(k) = &self.kernel {
-            let _ = write!(s, ", Linux {k}");
-        }
-        let _ = write!(s, "; usermm {}", self.usermm_version);
-        if let Some(c) = &self.git_commit {
-            let _ = write!(s, " ({c})");
-        }
-        let _ = write!(s, "; {}", utc_timestamp(self.generated_unix));
-        s
-    }
-}
-
-fn git_commit() -> Option<String> {
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .arg("-C")
-            .arg(env!("CARGO_MANIFEST_DIR"))
-            .args(args)
-            .stderr(std::process::Stdio::null())
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-    };
-    let head = git(&["rev-parse", "--short", "HEAD"]).filter(|h| !h.is_empty())?;
-    let dirty =
-        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
-    Some(if dirty { format!("{head}-dirty") } else { head })
-}
-
-/// `YYYY-MM-DD HH:MM UTC` for seconds since the epoch (proleptic Gregorian calendar).
-fn utc_timestamp(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let (hh, mm) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
-    // Days since 1970-01-01 to a civil date, counting in 400-year eras that start on March 1st.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02} UTC")
-}
-
-/// One section of `report.md`: a heading, prose, tables, then plots.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Section {
-    pub heading: String,
-    /// Markdown, written as is.
-    pub text: String,
-    pub tables: Vec<Table>,
-    /// SVG files, linked relative to the report's directory when they are inside it.
-    pub plots: Vec<PathBuf>,
-}
-
-/// The Markdown of a report written into `out_dir`.
-pub fn render_report(
-    out_dir: &Path,
-    title: &str,
-    host: &HostSummary,
-    sections: &[Section],
-) -> String {
-    let mut md = format!("# {title}\n\n{}\n", host.render());
-    for s in sections {
-        let _ = write!(md, "\n## {}\n\n", s.heading);
-        if !s.text.is_empty() {
-            md.push_str(s.text.trim_end());
-            md.push_str("\n\n");
-        }
-        for t in &s.tables {
-            md.push_str(&t.render_markdown());
-            md.push('\n');
-        }
-        for p in &s.plots {
-            let link = p.strip_prefix(out_dir).unwrap_or(p);
-            let alt = p
-                .file_stem()
-                .map_or(Cow::Borrowed(""), |s| s.to_string_lossy());
-            let _ = write!(md, "![{alt}]({})\n\n", link.display());
-        }
-    }
-    md.truncate(md.trim_end().len());
-    md.push('\n');
-    md
-}
-
-/// Write `out_dir/report.md` (the host line, then each section) and `out_dir/results.json`
-/// (`{"title", "host", "results": results_json}`), creating `out_dir` if needed.
-pub fn write_report(
-    out_dir: &Path,
-    title: &str,
-    sections: &[Section],
-    results_json: &serde_json::Value,
-) -> Result<()> {
-    std::fs::create_dir_all(out_dir)
-        .with_context(|| format!("cannot create {}", out_dir.display()))?;
-    let host = HostSummary::collect();
-    let md_path = out_dir.join("report.md");
-    std::fs::write(&md_path, render_report(out_dir, title, &host, sections))
-        .with_context(|| format!("cannot write {}", md_path.display()))?;
-    let record = serde_json::json!({ "title": title, "host": host, "results": results_json });
-    let mut json = serde_json::to_string_pretty(&record)?;
-    json.push('\n');
-    let json_path = out_dir.join("results.json");
-    std::fs::write(&json_path, json)
-        .with_context(|| format!("cannot write {}", json_path.display()))?;
-    Ok(())
-}
-
-// ----- progress --------------------------------------------------------------------------
-
-/// A progress bar on stderr, or nothing: it draws only when stderr is a terminal, `CI` is
-/// unset and this is not a test build. Cheap to clone; clones share one bar (hand them to
-/// worker threads).
-#[derive(Debug, Clone)]
-pub struct Progress {
-    bar: indicatif::ProgressBar,
-}
-
-impl Progress {
-    /// Would a progress bar be drawn?
-    pub fn enabled() -> bool {
-        !cfg!(test) && std::env::var_os("CI").is_none() && std::io::stderr().is_terminal()
-    }
-
-    /// A bar counting to `len`, labelled `msg`.
-    pub fn bar(len: u64, msg: impl Into<Cow<'static, str>>) -> Self {
-        if !Self::enabled() {
-            return Progress {
-                bar: indicatif::ProgressBar::hidden(),
-            };
-        }
-        let style = indicatif::ProgressStyle::with_template(
-            "{msg:24} [{bar:40.cyan/blue}] {pos}/{len} {elapsed_precise} (eta {eta})",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-        .progress_chars("=> ");
-        let bar = indicatif::ProgressBar::new(len)
-            .with_style(style)
-            .with_message(msg);
-        bar.enable_steady_tick(Duration::from_millis(200));
-        Progress { bar }
-    }
-
-    pub fn inc(&self, delta: u64) {
-        self.bar.inc(delta);
-    }
-
-    pub fn set_message(&self, msg: impl Into<Cow<'static, str>>) {
-        self.bar.set_message(msg);
-    }
-
-    /// Remove the bar from the terminal.
-    pub fn finish(&self) {
-        self.bar.finish_and_clear();
-    }
-
-    pub fn is_hidden(&self) -> bool {
-        self.bar.is_hidden()
-    }
-}
-
 #[cfg(test)]
 mod test {
-    use super::*;
+    use std::path::PathBuf;
 
-    fn sample() -> Table {
-        let mut t = Table::new(
-            "parallel free, 320 GiB",
-            ["max_active", "free (s)", "speedup"],
-        );
-        t.push_row(["1", "8.90", "1.21x"])
-            .push_row(["32", "6.21", "1.74x"])
-            .push_row(["a|b"]);
-        t
-    }
+    use super::*;
 
     fn tmp_dir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("usermm-cli-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
-    }
-
-    #[test]
-    fn text_table_is_aligned() {
-        let text = sample().render_text();
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "parallel free, 320 GiB");
-        assert_eq!(lines[1], "max_active  free (s)  speedup");
-        assert_eq!(lines[2], "----------  --------  -------");
-        assert_eq!(lines[3], "1               8.90    1.21x");
-        assert_eq!(lines[4], "32              6.21    1.74x");
-        assert_eq!(lines[5], "a|b");
-    }
-
-    #[test]
-    fn markdown_table_shape() {
-        let md = sample().render_markdown();
-        let lines: Vec<&str> = md.lines().collect();
-        assert_eq!(lines[0], "**parallel free, 320 GiB**");
-        assert_eq!(lines[1], "");
-        assert_eq!(lines[2], "| max_active | free (s) | speedup |");
-        assert_eq!(lines[3], "|:---|---:|---:|");
-        assert_eq!(lines[4], "| 1 | 8.90 | 1.21x |");
-        assert_eq!(lines[6], "| a\\|b |  |  |");
-        assert_eq!(lines.len(), 7);
-        // Every table line has one more unescaped pipe than there are columns.
-        for l in &lines[2..] {
-            assert_eq!(l.replace("\\|", "").matches('|').count(), 4, "{l}");
-        }
     }
 
     fn assert_svg(path: &Path, must_contain: &[&str]) {
@@ -877,42 +492,7 @@ mod test {
     }
 
     #[test]
-    fn report_files() {
-        let d = tmp_dir("report");
-        let plot = d.join("p.svg");
-        let sections = [Section {
-            heading: "Seed 000".into(),
-            text: "Parallel free.".into(),
-            tables: vec![sample()],
-            plots: vec![plot],
-        }];
-        write_report(
-            &d,
-            "usermm reproduce",
-            &sections,
-            &serde_json::json!({"bigfree": [1, 2]}),
-        )
-        .unwrap();
-        let md = std::fs::read_to_string(d.join("report.md")).unwrap();
-        assert!(md.starts_with("# usermm reproduce\n\n"), "{md}");
-        assert!(
-            md.contains("\n## Seed 000\n\nParallel free.\n\n**parallel free, 320 GiB**\n"),
-            "{md}"
-        );
-        assert!(md.contains("\n![p](p.svg)\n"), "{md}");
-        let json: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(d.join("results.json")).unwrap())
-                .unwrap();
-        assert_eq!(json["results"]["bigfree"][1], 2);
-        assert!(json["host"]["cpus"].as_u64().unwrap() >= 1);
-        std::fs::remove_dir_all(&d).unwrap();
-    }
-
-    #[test]
-    fn small_helpers() {
-        assert_eq!(utc_timestamp(0), "1970-01-01 00:00 UTC");
-        assert_eq!(utc_timestamp(951_782_400), "2000-02-29 00:00 UTC");
-        assert_eq!(utc_timestamp(1_700_000_000), "2023-11-14 22:13 UTC");
+    fn ticks_and_legend_corner() {
         assert_eq!(fmt_tick(4.770), "4.77");
         assert_eq!(fmt_tick(481152.0), "481152");
         assert_eq!(fmt_tick(0.0), "0");
@@ -921,6 +501,5 @@ mod test {
         assert_eq!(log_ticks(&many, 0.9, 25.0), [1.0, 2.0, 5.0, 10.0, 20.0]);
         let corner = emptiest_corner([(0.9, 0.9), (0.1, 0.9), (0.9, 0.1)].into_iter());
         assert!(matches!(corner, SeriesLabelPosition::LowerLeft));
-        assert!(Progress::bar(10, "x").is_hidden());
     }
 }
