@@ -113,11 +113,10 @@ impl BigfreeOpts {
     }
 }
 
-/// The machine of a bigfree run unless told otherwise: `mem` = SIZE + 25 % rounded up to a GiB
-/// (at least 1 GiB), sparse backing, THP never, `nodes` (default 4), and `cpus` (default 8,
-/// raised to one more than the largest `max_active` so that no worker shares an emulated CPU —
-/// and its pcp lists — with another worker or with the zapping task), rounded up to a multiple
-/// of `nodes`.
+/// The machine of a bigfree run unless told otherwise: `mem` = [`default_mem`], sparse
+/// backing, THP never, `nodes` (default 4), and `cpus` (default 8, raised to one more than the
+/// largest `max_active` so that no worker shares an emulated CPU — and its pcp lists — with
+/// another worker or with the zapping task), rounded up to a multiple of `nodes`.
 pub fn default_config(
     size: u64,
     max_active: &[u32],
@@ -148,10 +147,13 @@ pub fn default_config(
     }
 }
 
-/// SIZE + 25 %, rounded up to a GiB, at least 1 GiB.
+/// SIZE + 25 %, rounded up to a GiB, at least 1 GiB and at most what a machine can have
+/// ([`usermm::config::MAX_MEM_BYTES`]; [`check`] then says whether SIZE fits).
 pub fn default_mem(size: u64) -> u64 {
     let want = size.saturating_add(size / 4);
-    (want.div_ceil(1 << 30).max(1)).saturating_mul(1 << 30)
+    (want.div_ceil(1 << 30).max(1))
+        .saturating_mul(1 << 30)
+        .min(usermm::config::MAX_MEM_BYTES)
 }
 
 /// Bytes a run needs beyond SIZE: the PTE pages (one per 2 MiB), upper tables, gather batch
@@ -393,7 +395,11 @@ pub fn check(opts: &BigfreeOpts) -> Result<(), BigfreeError> {
     if opts.repeat == 0 {
         return Err(BigfreeError::ZeroRepeat);
     }
-    let size = opts.size.next_multiple_of(PAGE_SIZE);
+    // A size near u64::MAX does not round up to a page: it cannot fit in any machine either.
+    let size = opts
+        .size
+        .checked_next_multiple_of(PAGE_SIZE)
+        .unwrap_or(u64::MAX);
     let need = size.saturating_add(overhead_bytes(size, opts.base.cpus));
     if need > opts.base.mem {
         return Err(BigfreeError::TooBig {

@@ -100,14 +100,18 @@ impl MunmapTestOpts {
 }
 
 /// A machine for `size` bytes and `faulters` faulting threads: the seed's 32 CPUs (more if
-/// there are more faulters), one node, sparse backing, THP off, RAM = size + 1/64 + 256 MiB.
+/// there are more faulters), one node, sparse backing, THP off, RAM = size + 1/64 + 256 MiB
+/// (at most [`usermm::config::MAX_MEM_BYTES`]: whether SIZE fits is the caller's check).
 pub fn default_machine(size: u64, faulters: u32) -> MachineConfig {
-    let mem = size + size / 64 + (256 << 20);
+    let mem = size
+        .saturating_add(size / 64)
+        .saturating_add(256 << 20)
+        .min(usermm::config::MAX_MEM_BYTES);
     MachineConfig {
         mem: mem.next_multiple_of(2 << 20),
         cpus: seeds::MUNMAP_DOWNGRADE
             .cpus
-            .max(u16::try_from(faulters + 1).unwrap_or(u16::MAX)),
+            .max(u16::try_from(faulters.saturating_add(1)).unwrap_or(u16::MAX)),
         nodes: 1,
         backing: BackingMode::Sparse,
         thp: ThpMode::Never,

@@ -58,6 +58,10 @@ pub const SEED_CPUS: u16 = 15;
 /// with [`SEED_CPUS`] it already fits row 2.
 pub const SEED_NR_VM_EVENT_ITEMS: u32 = usermm::memcg::NR_VM_EVENT_ITEMS_2021;
 
+/// `MEM_CGROUP_ID_MAX`: memory cgroup IDs are 16 bits, so a kernel has at most this many
+/// memory cgroups (`mem_cgroup_alloc` fails beyond); the script's N × (1 + M) must fit.
+pub const MEM_CGROUP_ID_MAX: u64 = 65_535;
+
 /// What to run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PercpuTestOpts {
@@ -197,6 +201,10 @@ pub enum PercpuTestError {
     },
     #[error("invariant broken after {phase}: {msg}")]
     Invariant { phase: &'static str, msg: String },
+    #[error(
+        "{parents} × (1 + {children}) cgroups: at most {MEM_CGROUP_ID_MAX} (MEM_CGROUP_ID_MAX)"
+    )]
+    TooManyCgroups { parents: usize, children: usize },
 }
 
 fn cg_err<'a>(op: &'static str, path: &'a str) -> impl Fn(Errno) -> PercpuTestError + 'a {
@@ -212,6 +220,22 @@ impl PercpuTestOpts {
         self.cpus.unwrap_or(SEED_CPUS)
     }
 
+    /// Cgroups the script creates, N × (1 + M), if it is at most [`MEM_CGROUP_ID_MAX`].
+    pub fn cgroups(&self) -> Result<u64, PercpuTestError> {
+        let too_many = || PercpuTestError::TooManyCgroups {
+            parents: self.parents,
+            children: self.children,
+        };
+        let n = (self.children as u64)
+            .checked_add(1)
+            .and_then(|m| m.checked_mul(self.parents as u64))
+            .ok_or_else(too_many)?;
+        if n > MEM_CGROUP_ID_MAX {
+            return Err(too_many());
+        }
+        Ok(n)
+    }
+
     /// The recipe this run allocates.
     pub fn memcg_recipe(&self) -> MemcgRecipe {
         match self.recipe {
@@ -223,12 +247,13 @@ impl PercpuTestOpts {
     }
 
     /// The machine for this run: `cfg` with the CPU count set and enough memory for the
-    /// cgroups (with a third of headroom for fragmentation).
+    /// cgroups (with a third of headroom for fragmentation). The script's shape must have
+    /// passed [`PercpuTestOpts::cgroups`].
     pub fn machine_config(&self, cfg: &MachineConfig) -> MachineConfig {
         let mut c = cfg.clone();
         c.cpus = self.cpus();
         c.nodes = c.nodes.min(c.cpus);
-        let cgroups = (self.parents * (1 + self.children) + 1) as u64;
+        let cgroups = self.cgroups().unwrap_or(MEM_CGROUP_ID_MAX) + 1;
         let per_unit = self.memcg_recipe().bytes_per_unit(c.nodes as usize);
         let need = (cgroups * per_unit * c.cpus as u64) * 4 / 3
             + c.pcpu.unit_size * c.cpus as u64 * 4
@@ -246,6 +271,7 @@ pub fn run(
     cfg: &MachineConfig,
 ) -> Result<PercpuTestResult, PercpuTestError> {
     let t0 = Instant::now();
+    opts.cgroups()?;
     let mcfg = opts.machine_config(cfg);
     let machine =
         Machine::new(mcfg.clone()).map_err(|e| PercpuTestError::Machine(e.to_string()))?;

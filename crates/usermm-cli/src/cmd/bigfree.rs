@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use clap::{Args, ValueEnum};
 use serde::Serialize;
-use usermm::config::BatchSwitch;
+use usermm::config::{BatchSwitch, MAX_MEM_BYTES};
 use usermm_host::measure::{host_touch_and_munmap, HostFreeResult};
 use usermm_workloads::bigfree::{self, BigfreeError, BigfreeOpts, BigfreeResult, Event, FreeBy};
 use usermm_workloads::stats;
@@ -158,16 +158,27 @@ pub fn opts(args: &BigfreeArgs) -> anyhow::Result<BigfreeOpts> {
     };
     if let Err(e) = bigfree::check(&o) {
         return match e {
+            BigfreeError::TooBig { size, need, .. } if need > MAX_MEM_BYTES => usage(format!(
+                "SIZE {} needs {} of emulated RAM with page tables, more than the {} a machine can have",
+                human_bytes(size),
+                human_bytes(need.div_ceil(1 << 30) << 30),
+                human_bytes(MAX_MEM_BYTES)
+            )),
             BigfreeError::TooBig { size, mem, need } => usage(format!(
                 "SIZE {} does not fit in the emulated RAM of {} ({} needed with page tables); pass a larger --mem",
                 human_bytes(size),
                 human_bytes(mem),
-                human_bytes(need.next_multiple_of(1 << 20))
+                human_bytes(round_up_mib(need))
             )),
             e => usage(e.to_string()),
         };
     }
     Ok(o)
+}
+
+/// `n` rounded up to a MiB (saturating: `n` may be a sum near `u64::MAX`).
+fn round_up_mib(n: u64) -> u64 {
+    n.saturating_add((1 << 20) - 1) & !((1 << 20) - 1)
 }
 
 /// The host size for `size`: at most [`HOST_CAP_BYTES`] and half of what the host has free.

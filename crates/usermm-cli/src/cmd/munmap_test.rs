@@ -7,6 +7,7 @@
 
 use clap::Args;
 use serde::Serialize;
+use usermm::config::{MAX_CPUS, MAX_MEM_BYTES};
 use usermm_workloads::munmap_test::{
     self, default_machine, Latency, MunmapTestOpts, MunmapTestResult, PolicyResult,
 };
@@ -21,8 +22,10 @@ pub struct MunmapTestArgs {
     /// Bytes of the mapping to unmap, e.g. 80G.
     #[arg(value_name = "SIZE", value_parser = parse_nonzero_size_arg)]
     pub size: u64,
-    /// Threads faulting on other VMAs during the munmap (default 1; 0 times the munmap alone).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=4096))]
+    /// Threads faulting on other VMAs during the munmap (default 1; 0 times the munmap alone;
+    /// at most 4095: each needs an emulated CPU besides the munmapping one).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(0..i64::from(MAX_CPUS)))]
     pub faulters: Option<u32>,
     /// Runs per configuration.
     #[arg(long, value_name = "N", default_value_t = 1,
@@ -47,16 +50,25 @@ impl MunmapTestArgs {
     /// with the engine flags on top.
     pub fn opts(&self) -> anyhow::Result<MunmapTestOpts> {
         let faulters = self.faulters.unwrap_or(1);
-        let machine = self
-            .engine
-            .to_config(default_machine(self.size, faulters))?;
         if self.size % usermm::PAGE_SIZE != 0 {
             return usage(format!("SIZE {} is not a multiple of 4 KiB", self.size));
         }
         if self.faulter_size % usermm::PAGE_SIZE != 0 || self.faulter_size > 512 << 20 {
             return usage("--faulter-size must be a multiple of 4 KiB, at most 512M");
         }
+        // SIZE ≤ 16T and at most 4095 faulters of ≤ 512M: no overflow below.
         let need = self.size + u64::from(faulters) * self.faulter_size + (64 << 20);
+        if need > MAX_MEM_BYTES {
+            return usage(format!(
+                "SIZE {} and the faulters' VMAs need {} of emulated RAM, more than the {} a machine can have",
+                human_bytes(self.size),
+                human_bytes(need.next_multiple_of(1 << 30)),
+                human_bytes(MAX_MEM_BYTES)
+            ));
+        }
+        let machine = self
+            .engine
+            .to_config(default_machine(self.size, faulters))?;
         if machine.mem < need {
             return usage(format!(
                 "--mem {} is too small for SIZE {} and the faulters' VMAs (need ≥ {})",
