@@ -15,8 +15,8 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::args::{GlobalArgs, MachineArgs};
 use crate::cmd::{
-    self, bigfree::BigfreeArgs, munmap_test::MunmapTestArgs, percpu_test::PercpuTestArgs,
-    reproduce::ReproduceArgs, usemem::UsememArgs,
+    self, bigfree::BigfreeArgs, munmap_test::MunmapTestArgs, percpu_calibrate::PercpuCalibrateArgs,
+    percpu_test::PercpuTestArgs, reproduce::ReproduceArgs, usemem::UsememArgs,
 };
 
 /// usermm: the core of Linux memory management in user space — reproduce the seed experiments,
@@ -44,6 +44,8 @@ pub enum Command {
     MunmapTest(MunmapTestArgs),
     /// Seed 004: percpu memory after creating and removing memory cgroups.
     PercpuTest(PercpuTestArgs),
+    /// Seed 004's calibration table: the script at several CPU counts and event counts.
+    PercpuCalibrate(PercpuCalibrateArgs),
     /// Run the four experiments and write report/ (Markdown, SVG, JSON).
     Reproduce(ReproduceArgs),
 }
@@ -58,6 +60,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bigfree(a) => cmd::bigfree::run(a, g),
         Command::MunmapTest(a) => cmd::munmap_test::run(a, g),
         Command::PercpuTest(a) => cmd::percpu_test::run(a, g),
+        Command::PercpuCalibrate(a) => cmd::percpu_calibrate::run(a, g),
         Command::Reproduce(a) => cmd::reproduce::run(a, g),
     }
 }

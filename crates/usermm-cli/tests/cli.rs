@@ -343,3 +343,36 @@ fn percpu_test_title_names_the_run() {
         stdout(&o)
     );
 }
+
+/// `percpu-calibrate` (the ignored `calibration_grid` test it replaces asserted nothing): one
+/// row per point, the event knob only for the 2021 recipe, `--cpus` refused for `--grid-cpus`.
+#[test]
+fn percpu_calibrate_prints_one_row_per_point() {
+    let args = [
+        "percpu-calibrate",
+        "--cgroups",
+        "20x3",
+        "--grid-cpus",
+        "2,4",
+        "--grid-events",
+        "4,96",
+    ];
+    let o = usermm(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("Percpu (kB), 20 cg_i each followed by 3 cg_i_j, 2021 recipe"));
+    assert_eq!(lines.len(), 3 + 4, "{out}");
+    assert!(
+        lines[3].starts_with("2  ") && lines[6].starts_with("4  "),
+        "{out}"
+    );
+    let o = usermm(&[&args[..], &["--recipe", "modern", "--json"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    let points = v["points"].as_array().expect("points");
+    assert_eq!(points.len(), 2, "{v}");
+    assert!(points.iter().all(|p| p["nr_vm_event_items"].is_null()));
+    assert_usage_error(&["percpu-calibrate", "--cpus", "4"], "--grid-cpus");
+    assert_usage_error(&["percpu-calibrate", "--grid-events", "0"], "--grid-events");
+}

@@ -173,6 +173,12 @@ const PERCPU_TEST: &[Flag] = &[
     ("--recipe", Some(&["2021", "modern", "1999"])),
 ];
 
+const PERCPU_CALIBRATE: &[Flag] = &[
+    ("--grid-cpus", Some(&["2", "2,4", "0", "x", "4097", ""])),
+    ("--grid-events", Some(&["4", "96", "0", "4097", "x"])),
+    ("--recipe", Some(&["2021", "modern", "1999"])),
+];
+
 /// `(name, takes a SIZE, its own flags)`.
 const COMMANDS: &[(&str, bool, &[Flag])] = &[
     ("meminfo", false, &[]),
@@ -181,6 +187,7 @@ const COMMANDS: &[(&str, bool, &[Flag])] = &[
     ("bigfree", true, BIGFREE),
     ("munmap-test", true, MUNMAP_TEST),
     ("percpu-test", false, PERCPU_TEST),
+    ("percpu-calibrate", false, PERCPU_CALIBRATE),
 ];
 
 fn argv() -> impl Strategy<Value = Vec<String>> {
@@ -201,6 +208,10 @@ fn argv() -> impl Strategy<Value = Vec<String>> {
             if name == "munmap-test" {
                 // The baseline windows default to 1 s each: keep valid runs short.
                 v.extend(["--baseline-ms".into(), "1".into()]);
+            }
+            if name == "percpu-calibrate" {
+                // Every point is a full script: keep it small.
+                v.extend(["--cgroups".into(), "5x2".into()]);
             }
             if takes_size && positional {
                 v.push(size.to_string());

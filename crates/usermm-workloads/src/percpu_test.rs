@@ -30,7 +30,7 @@
 //!
 //! What moves row 3 is the recipe's size per unit against the page size, not the CPU count (all
 //! rows scale with the units): the vanilla/patched ratio goes from 2.4 at 1.5 KiB per unit to
-//! 3.9 at 3.4 KiB. the ignored test `calibration_grid` prints that table.
+//! 3.9 at 3.4 KiB. [`calibration_grid`] (`usermm percpu-calibrate`) runs that table.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -402,6 +402,63 @@ pub fn run_ab(
     })
 }
 
+/// One point of [`calibration_grid`]: the script both ways with one CPU count and one
+/// `NR_VM_EVENT_ITEMS`.
+#[derive(Debug, Clone, Serialize)]
+pub struct GridPoint {
+    pub cpus: u16,
+    /// The 2021 recipe's `NR_VM_EVENT_ITEMS` (`None` for the modern recipe).
+    pub nr_vm_event_items: Option<u32>,
+    /// Bytes per unit one cgroup requests.
+    pub recipe_bytes_per_unit: u64,
+    pub vanilla: PercpuRows,
+    pub patched: PercpuRows,
+    pub ideal_after_delete_kb: u64,
+    /// Vanilla over patched after deleting (the seed: 3.55).
+    pub ratio_after_delete: f64,
+    /// Patched after deleting over the ideal.
+    pub patched_over_ideal: f64,
+}
+
+/// The calibration table behind [`SEED_CPUS`]: the script (`base`'s shape and recipe) both
+/// ways at every CPU count of `cpus` and, for the 2021 recipe, every `NR_VM_EVENT_ITEMS` of
+/// `events` (the modern recipe has no such knob: one point per CPU count). Each point runs on
+/// machines built from `cfg`; invariants are not re-checked (the points are for reading).
+pub fn calibration_grid(
+    base: &PercpuTestOpts,
+    cpus: &[u16],
+    events: &[u32],
+    cfg: &MachineConfig,
+) -> Result<Vec<GridPoint>, PercpuTestError> {
+    let events: Vec<Option<u32>> = match base.recipe {
+        RecipeEra::V2021 => events.iter().copied().map(Some).collect(),
+        RecipeEra::Modern => vec![None],
+    };
+    let mut points = Vec::new();
+    for &c in cpus {
+        for &ev in &events {
+            let opts = PercpuTestOpts {
+                cpus: Some(c),
+                nr_vm_event_items: ev,
+                validate: false,
+                ..base.clone()
+            };
+            let ab = run_ab(&opts, cfg)?;
+            points.push(GridPoint {
+                cpus: c,
+                nr_vm_event_items: ab.vanilla.nr_vm_event_items,
+                recipe_bytes_per_unit: ab.vanilla.recipe_bytes_per_unit,
+                vanilla: ab.vanilla.rows,
+                patched: ab.patched.rows,
+                ideal_after_delete_kb: ab.patched.ideal_after_delete_kb,
+                ratio_after_delete: ab.ratio_after_delete,
+                patched_over_ideal: ab.patched.over_ideal,
+            });
+        }
+    }
+    Ok(points)
+}
+
 /// Pages of `Percpu:` a kB figure stands for, per unit (for reports).
 pub fn kb_to_pages_per_unit(kb: u64, nr_units: u64) -> u64 {
     kb * 1024 / PAGE_SIZE / nr_units.max(1)
@@ -453,60 +510,42 @@ mod test {
         assert!(r.rows.after_delete_kb as f64 >= 0.95 * r.rows.after_create_kb as f64);
     }
 
-    /// The full script over a grid: `G_CPUS=13,15,29 G_EVENTS=4,96,120 [G_MODERN=1] [G_UNIT=kB]
-    /// [G_NODES=n] cargo test -p usermm-workloads --release calibration_grid -- --ignored
-    /// --nocapture`. One line per point: recipe bytes per unit, the three rows both ways, the
-    /// ideal, vanilla/patched and patched/ideal.
     #[test]
-    #[ignore = "full-scale runs; a few seconds each in release builds"]
-    fn calibration_grid() {
-        let env = |k: &str| std::env::var(k).ok();
-        let list = |k: &str, d: &str| -> Vec<u64> {
-            env(k)
-                .unwrap_or_else(|| d.into())
-                .split(',')
-                .map(|x| x.parse().unwrap())
-                .collect()
-        };
-        let recipe = if env("G_MODERN").is_some() {
-            RecipeEra::Modern
-        } else {
-            RecipeEra::V2021
-        };
-        for cpus in list("G_CPUS", "15") {
-            for events in list("G_EVENTS", "96") {
-                let opts = PercpuTestOpts {
-                    cpus: Some(cpus as u16),
-                    nr_vm_event_items: Some(events as u32),
-                    recipe,
-                    validate: false,
-                    ..Default::default()
-                };
-                let mut cfg = MachineConfig::default();
-                if let Some(u) = env("G_UNIT") {
-                    cfg.pcpu.unit_size = u.parse::<u64>().unwrap() << 10;
-                }
-                if let Some(n) = env("G_NODES") {
-                    cfg.nodes = n.parse().unwrap();
-                }
-                let ab = run_ab(&opts, &cfg).unwrap();
-                let (v, p) = (&ab.vanilla.rows, &ab.patched.rows);
-                println!(
-                    "cpus {cpus} events {events} B/unit {} | vanilla {} {} {} | patched {} {} {} \
-                     | ideal {} | vanilla/patched {:.2} | patched/ideal {:.2}",
-                    ab.vanilla.recipe_bytes_per_unit,
-                    v.start_kb,
-                    v.after_create_kb,
-                    v.after_delete_kb,
-                    p.start_kb,
-                    p.after_create_kb,
-                    p.after_delete_kb,
-                    ab.patched.ideal_after_delete_kb,
-                    ab.ratio_after_delete,
-                    ab.patched.over_ideal
-                );
-            }
+    fn calibration_grid_points_follow_the_recipe_size() {
+        let base = small();
+        let g = calibration_grid(&base, &[4, 8], &[4, 96], &MachineConfig::default()).unwrap();
+        assert_eq!(
+            g.iter()
+                .map(|p| (p.cpus, p.nr_vm_event_items))
+                .collect::<Vec<_>>(),
+            [(4, Some(4)), (4, Some(96)), (8, Some(4)), (8, Some(96))]
+        );
+        for p in &g {
+            // Vanilla keeps its peak; patched gives pages back, never below the ideal.
+            assert!(
+                p.vanilla.after_delete_kb as f64 >= 0.99 * p.vanilla.after_create_kb as f64,
+                "{p:?}"
+            );
+            assert!(
+                p.patched.after_delete_kb < p.vanilla.after_delete_kb,
+                "{p:?}"
+            );
+            assert!(
+                p.patched.after_delete_kb >= p.ideal_after_delete_kb,
+                "{p:?}"
+            );
         }
+        // More vm events: more bytes per unit per cgroup, and more Percpu after creating.
+        assert!(g[1].recipe_bytes_per_unit > g[0].recipe_bytes_per_unit);
+        assert!(g[1].vanilla.after_create_kb > g[0].vanilla.after_create_kb);
+        // The modern recipe has no event knob: one point per CPU count.
+        let modern = PercpuTestOpts {
+            recipe: RecipeEra::Modern,
+            ..small()
+        };
+        let g = calibration_grid(&modern, &[4], &[4, 96], &MachineConfig::default()).unwrap();
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].nr_vm_event_items, None);
     }
 
     /// The seed's full script, both ways: `cargo test -p usermm-workloads --release

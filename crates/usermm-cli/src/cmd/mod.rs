@@ -17,6 +17,7 @@ use crate::args::GlobalArgs;
 pub mod bigfree;
 pub mod meminfo;
 pub mod munmap_test;
+pub mod percpu_calibrate;
 pub mod percpu_test;
 pub mod reproduce;
 pub mod usemem;

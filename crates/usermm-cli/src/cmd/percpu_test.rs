@@ -71,6 +71,16 @@ pub enum Recipe {
     Modern,
 }
 
+impl Recipe {
+    /// The engine's name for this era.
+    pub fn era(self) -> RecipeEra {
+        match self {
+            Recipe::V2021 => RecipeEra::V2021,
+            Recipe::Modern => RecipeEra::Modern,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args, Serialize)]
 pub struct PercpuTestArgs {
     /// Cgroups to create: N parents each followed by M children.
@@ -90,10 +100,7 @@ impl PercpuTestArgs {
             parents: self.cgroups.parents as usize,
             children: self.cgroups.children as usize,
             cpus: self.engine.cpus,
-            recipe: match self.recipe {
-                Recipe::V2021 => RecipeEra::V2021,
-                Recipe::Modern => RecipeEra::Modern,
-            },
+            recipe: self.recipe.era(),
             ..PercpuTestOpts::default()
         }
     }
