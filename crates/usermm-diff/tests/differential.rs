@@ -224,8 +224,10 @@ fn diff_max_map_count() {
 // ---------------------------------------------------------------------------------------------
 
 mod gen {
-    use super::*;
     use proptest::prelude::*;
+    use usermm_host::facts;
+
+    use super::*;
 
     const P: u64 = PAGE_SIZE;
     const H: u64 = HPAGE_SIZE;
@@ -440,26 +442,12 @@ mod gen {
     /// not model)? Root may lock anything; others need a limit far above what the generated
     /// mlocks (at most 4 pages per op) can add up to.
     fn mlock_ok() -> bool {
-        let mut r = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes one rlimit into `r`, which is valid and writable.
-        let ok = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } == 0;
-        // SAFETY: geteuid has no preconditions.
-        let root = unsafe { libc::geteuid() } == 0;
-        root || (ok && r.rlim_cur >= 1 << 20)
+        facts::is_root() || facts::memlock_limit().is_some_and(|l| l >= 1 << 20)
     }
 
     /// Is `RLIMIT_STACK` (inherited by the host child) the engine's 8 MiB?
     fn default_stack_rlimit() -> bool {
-        let mut r = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes one rlimit into `r`, which is valid and writable.
-        let ok = unsafe { libc::getrlimit(libc::RLIMIT_STACK, &mut r) } == 0;
-        ok && r.rlim_cur == usermm::mm::fault::STACK_RLIMIT
+        facts::stack_limit() == Some(usermm::mm::fault::STACK_RLIMIT)
     }
 
     pub fn sequence() -> impl Strategy<Value = Vec<Op>> {

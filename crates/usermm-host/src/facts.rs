@@ -10,6 +10,7 @@
 //! | overcommit | `/proc/sys/vm/overcommit_memory` | [`overcommit`] |
 //! | load | `/proc/loadavg` | [`loadavg_1min`] |
 //! | context switches | `getrusage(RUSAGE_SELF)` | [`context_switches`] |
+//! | resource limits, privilege | `getrlimit`, `geteuid` | [`memlock_limit`], [`stack_limit`], [`is_root`] |
 //!
 //! Every reader returns `None` when its file or call is unavailable; callers choose their
 //! placeholder. [`facts`] gathers the set a report prints ([`HostFacts`]).
@@ -114,6 +115,21 @@ pub fn loadavg_1min() -> Option<f64> {
         .next()?
         .parse()
         .ok()
+}
+
+/// `RLIMIT_MEMLOCK`'s soft limit, bytes (`u64::MAX`: unlimited).
+pub fn memlock_limit() -> Option<u64> {
+    sys::rlimit_soft(libc::RLIMIT_MEMLOCK)
+}
+
+/// `RLIMIT_STACK`'s soft limit, bytes (`u64::MAX`: unlimited).
+pub fn stack_limit() -> Option<u64> {
+    sys::rlimit_soft(libc::RLIMIT_STACK)
+}
+
+/// Is this process privileged (effective UID 0: no mlock limit, `mmap_min_addr` waived)?
+pub fn is_root() -> bool {
+    sys::geteuid() == 0
 }
 
 /// Context switches of this process so far (`getrusage(RUSAGE_SELF)`).

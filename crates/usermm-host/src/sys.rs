@@ -275,6 +275,24 @@ pub(crate) fn uname_release(out: &mut [u8; 65]) -> Option<&[u8]> {
     Some(&out[..n])
 }
 
+/// The soft limit of `getrlimit(resource)` (`RLIM_INFINITY` is `u64::MAX`), or `None` if the
+/// call fails.
+pub(crate) fn rlimit_soft(resource: libc::__rlimit_resource_t) -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into `r`, which is valid and writable.
+    let ok = unsafe { libc::getrlimit(resource, &mut r) } == 0;
+    ok.then_some(r.rlim_cur)
+}
+
+/// `geteuid()`.
+pub(crate) fn geteuid() -> libc::uid_t {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 /// `sysconf(name)`, or `None` when the value is indeterminate or the call fails.
 pub(crate) fn sysconf(name: libc::c_int) -> Option<u64> {
     // SAFETY: sysconf has no preconditions.

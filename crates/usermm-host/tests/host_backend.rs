@@ -677,19 +677,9 @@ fn host_oracle_madvise() {
 }
 
 /// RLIMIT_MEMLOCK (soft) in bytes, from /proc/self/limits; `None` for unlimited.
-fn memlock_limit() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = text.lines().find(|l| l.starts_with("Max locked memory"))?;
-    line["Max locked memory".len()..]
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 #[test]
 fn host_oracle_mlock() {
-    if memlock_limit().is_some_and(|l| l < P) {
+    if usermm_host::facts::memlock_limit().is_some_and(|l| l < P) {
         eprintln!("RLIMIT_MEMLOCK below one page: mlock fails with EPERM first; skipped");
         return;
     }
