@@ -14,7 +14,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::{sys, HostError};
+use crate::error::HostError;
+use crate::sys;
 
 /// How long the parent waits on a child between liveness checks.
 const POLL_SLICE: Duration = Duration::from_millis(200);

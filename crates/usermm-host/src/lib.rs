@@ -33,6 +33,7 @@
 #![deny(unsafe_code)]
 
 pub mod backend;
+mod error;
 pub mod facts;
 mod fork;
 pub mod measure;
@@ -41,17 +42,4 @@ pub mod procfs;
 mod sys;
 
 pub use backend::HostBackend;
-
-/// Why a host child could not be started or used.
-#[derive(Debug, thiserror::Error)]
-pub enum HostError {
-    /// A system call in the parent failed.
-    #[error("{what} failed: {}", std::io::Error::from_raw_os_error(*.errno))]
-    Sys { what: &'static str, errno: i32 },
-    /// The child died, hung or spoke nonsense.
-    #[error("host child failed: {0}")]
-    Child(String),
-    /// Something is already mapped in the arena of a fresh child.
-    #[error("the arena is not empty in a fresh host child: {0:?}")]
-    ArenaBusy(Vec<ops::MapsLine>),
-}
+pub use error::HostError;

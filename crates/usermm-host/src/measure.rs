@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::HostError;
 use crate::fork::ChildProc;
 use crate::ops::{HPAGE_SIZE, PAGE_SIZE};
-use crate::{procfs, sys, HostError};
+use crate::{procfs, sys};
 
 /// Longest a measurement child may run.
 const MEASURE_TIMEOUT: Duration = Duration::from_secs(600);

@@ -8,7 +8,8 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 use usermm::config::{BackingMode, MachineConfig, ThpMode, MAX_CPUS, MAX_NODES};
 
-use super::{usage, value::parse_mem_arg, UsageError};
+use super::usage::{usage, UsageError};
+use super::value::parse_mem_arg;
 
 /// The arguments of a command that only boots a machine (`meminfo`, `vmstat`).
 #[derive(Debug, Clone, Args, Serialize)]

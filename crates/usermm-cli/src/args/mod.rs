@@ -14,12 +14,14 @@
 //! [`crate::cli`], above both.
 
 mod engine;
+mod usage;
 mod value;
 
 use clap::Args;
 use serde::Serialize;
 
 pub use engine::{BackingArg, EngineArgs, MachineArgs, ThpArg};
+pub use usage::{usage, UsageError};
 pub use value::{parse_mem_arg, parse_nonzero_size_arg, parse_size_arg};
 
 /// Flags every subcommand accepts, before or after its name.
@@ -28,21 +30,4 @@ pub struct GlobalArgs {
     /// Print the run's record as JSON on stdout instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
-}
-
-/// A mistake in the arguments: printed on one line, exit status 2.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
-
-/// `Err(UsageError)` as an `anyhow::Error`.
-pub fn usage<T>(msg: impl Into<String>) -> anyhow::Result<T> {
-    Err(UsageError(msg.into()).into())
 }

@@ -14,7 +14,8 @@ use std::{
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use super::{HostSummary, Table};
+use super::host::HostSummary;
+use super::table::Table;
 
 /// One section of `report.md`: a heading, prose, tables, then plots.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

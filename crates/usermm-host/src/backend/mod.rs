@@ -36,13 +36,14 @@ use std::time::{Duration, Instant};
 
 use proto::*;
 
+use crate::error::HostError;
 use crate::fork::ChildProc;
 use crate::ops::{
     parse_maps, AddressSpace, Counters, MapSource, MapsLine, Op, OpResult, PageAccess, ARENA_BASE,
     ARENA_END, PAGE_SIZE,
 };
 use crate::procfs::field_kb;
-use crate::{sys, HostError};
+use crate::sys;
 
 /// Size of the child's preallocated I/O buffer.
 const CHILD_BUF: usize = 64 * 1024;

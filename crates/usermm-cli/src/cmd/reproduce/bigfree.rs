@@ -9,7 +9,7 @@ use usermm::MachineConfig;
 use usermm_workloads::bigfree::{self, Beyond, BigfreeRow, PatchedBest};
 use usermm_workloads::seeds::ParallelFree;
 
-use super::{Outcome, Record, Scale};
+use super::experiment::{Outcome, Scale};
 use crate::report::{line_plot, Section, Series, Table};
 
 /// `bigfree` in `results.json`.
@@ -32,7 +32,7 @@ pub struct VanillaFigures {
     pub row: Option<BigfreeRow>,
 }
 
-pub fn run(scale: Scale, out: &Path) -> anyhow::Result<Outcome> {
+pub fn run(scale: Scale, out: &Path) -> anyhow::Result<Outcome<BigfreeRecord>> {
     let seed_size = usermm_workloads::seeds::PARALLEL_FREE.size;
     let (size, repeat) = match scale {
         Scale::Default => (16u64 << 30, 3),
@@ -175,7 +175,7 @@ allocator-side fix the review asked for, alone and under the patch.\n".to_string
             tables: vec![t],
             plots: vec![plot],
         },
-        record: Record::Bigfree(Box::new(record)),
+        record,
         verdict,
     })
 }

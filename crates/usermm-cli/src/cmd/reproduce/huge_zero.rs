@@ -12,7 +12,7 @@ use usermm_host::measure::HostUsememResult;
 use usermm_workloads::seeds::{HugeZero, HUGE_ZERO};
 use usermm_workloads::usemem::{self, UsememOpts, UsememResult};
 
-use super::{Outcome, Record, Scale};
+use super::experiment::{Outcome, Scale};
 use crate::report::format::{group, pct};
 use crate::report::{bar_plot, Section, Table};
 
@@ -59,7 +59,7 @@ pub struct HugeZeroRatio {
     pub global_ops: f64,
 }
 
-pub fn run(_scale: Scale, out: &Path) -> anyhow::Result<Outcome> {
+pub fn run(_scale: Scale, out: &Path) -> anyhow::Result<Outcome<HugeZeroRecord>> {
     let seed = HUGE_ZERO;
     let opts = UsememOpts {
         size: seed.size,
@@ -217,7 +217,7 @@ patched takes one per mm (`MMF_HUGE_ZERO_PAGE`) and drops it in `mmput`.\n\n{hos
             tables: vec![t],
             plots: vec![plot, plot2],
         },
-        record: Record::HugeZero(Box::new(record)),
+        record,
         verdict,
     })
 }

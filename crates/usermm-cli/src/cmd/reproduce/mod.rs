@@ -3,15 +3,18 @@
 //! [`crate::report::write_report`].
 //!
 //! One module per experiment ([`bigfree`], [`huge_zero`], [`munmap`], [`percpu`]), each
-//! returning an [`Outcome`]: its report section, a one-line verdict, and its typed record for
-//! `results.json`. Every published figure they print, plot, judge by or record comes from
-//! `usermm_workloads::seeds`; [`Results`] is the whole `results.json` record (and the
-//! `--json` output), one optional field per experiment.
+//! returning an [`Outcome`] (defined below them, in `experiment.rs`): its report section, a
+//! one-line verdict, and its typed record for `results.json`. Every published figure they
+//! print, plot, judge by or record comes from `usermm_workloads::seeds`; [`Results`] is the
+//! whole `results.json` record (and the `--json` output), one optional field per experiment.
 
 mod bigfree;
+mod experiment;
 mod huge_zero;
 mod munmap;
 mod percpu;
+
+pub use experiment::{Outcome, Scale};
 
 use std::path::PathBuf;
 
@@ -21,16 +24,6 @@ use usermm_host::facts::HostFacts;
 
 use crate::args::GlobalArgs;
 use crate::report::{write_report, Section};
-
-/// `--scale`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Scale {
-    /// Sizes that run in a few minutes on 2 cores / 24 GiB.
-    Default,
-    /// The seeds' own sizes (320 GiB, 100 GiB, 80 GB, 11 000 cgroups).
-    Seed,
-}
 
 /// One experiment of `reproduce`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum, Serialize)]
@@ -78,16 +71,6 @@ impl ReproduceArgs {
     }
 }
 
-/// What one experiment gives the report: its section, its record (with `vanilla`, `patched`,
-/// `ratio` and the seed's figures) and a one-line verdict.
-#[derive(Debug)]
-pub struct Outcome {
-    pub name: &'static str,
-    pub section: Section,
-    pub record: Record,
-    pub verdict: String,
-}
-
 /// One experiment's part of `results.json`.
 #[derive(Debug)]
 pub enum Record {
@@ -95,6 +78,18 @@ pub enum Record {
     HugeZero(Box<huge_zero::HugeZeroRecord>),
     Munmap(Box<munmap::MunmapRecord>),
     Percpu(Box<percpu::PercpuRecord>),
+}
+
+impl<R> Outcome<R> {
+    /// The same outcome with its record wrapped as one of [`Record`]'s kinds.
+    fn into_record(self, wrap: impl FnOnce(Box<R>) -> Record) -> Outcome<Record> {
+        Outcome {
+            name: self.name,
+            section: self.section,
+            verdict: self.verdict,
+            record: wrap(Box::new(self.record)),
+        }
+    }
 }
 
 /// `results` of `results.json`, and what `--json` prints: the run's scale and wall time, the
@@ -134,10 +129,10 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         eprintln!("usermm reproduce: {} ...", e.name());
         let te = std::time::Instant::now();
         let o = match e {
-            Experiment::Bigfree => bigfree::run(args.scale, out)?,
-            Experiment::HugeZero => huge_zero::run(args.scale, out)?,
-            Experiment::Munmap => munmap::run(args.scale, out)?,
-            Experiment::Percpu => percpu::run(args.scale, out)?,
+            Experiment::Bigfree => bigfree::run(args.scale, out)?.into_record(Record::Bigfree),
+            Experiment::HugeZero => huge_zero::run(args.scale, out)?.into_record(Record::HugeZero),
+            Experiment::Munmap => munmap::run(args.scale, out)?.into_record(Record::Munmap),
+            Experiment::Percpu => percpu::run(args.scale, out)?.into_record(Record::Percpu),
         };
         eprintln!(
             "usermm reproduce: {} done in {:.1} s: {}",

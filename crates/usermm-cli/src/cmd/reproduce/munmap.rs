@@ -8,7 +8,7 @@ use serde::Serialize;
 use usermm_workloads::munmap_test::{self, MunmapTestOpts, PolicyResult, Ratio};
 use usermm_workloads::seeds::{MunmapDowngrade, MUNMAP_DOWNGRADE};
 
-use super::{Outcome, Record, Scale};
+use super::experiment::{Outcome, Scale};
 use crate::report::format::group;
 use crate::report::{bar_plot, Section, Table};
 
@@ -21,7 +21,7 @@ pub struct MunmapRecord {
     pub ratio: Ratio,
 }
 
-pub fn run(scale: Scale, out: &Path) -> anyhow::Result<Outcome> {
+pub fn run(scale: Scale, out: &Path) -> anyhow::Result<Outcome<MunmapRecord>> {
     let seed = MUNMAP_DOWNGRADE;
     let size = match scale {
         Scale::Default => 8u64 << 30,
@@ -143,7 +143,7 @@ racing fault finds no VMA (SEGV_MAPERR).\n".to_string();
             tables: vec![t],
             plots: vec![plot],
         },
-        record: Record::Munmap(Box::new(record)),
+        record,
         verdict,
     })
 }

@@ -7,7 +7,7 @@ use serde::Serialize;
 use usermm_workloads::percpu_test::{self, PercpuTestOpts, PercpuTestResult};
 use usermm_workloads::seeds::PERCPU_DEPOPULATE;
 
-use super::{Outcome, Record, Scale};
+use super::experiment::{Outcome, Scale};
 use crate::report::{bar_plot, Section};
 
 /// `percpu` in `results.json`.
@@ -35,7 +35,7 @@ pub struct PercpuRatio {
     pub vanilla_plateau: f64,
 }
 
-pub fn run(_scale: Scale, out: &Path) -> anyhow::Result<Outcome> {
+pub fn run(_scale: Scale, out: &Path) -> anyhow::Result<Outcome<PercpuRecord>> {
     let seed = PERCPU_DEPOPULATE;
     let opts = PercpuTestOpts::default();
     let r = percpu_test::run_ab(&opts, &usermm::MachineConfig::default())
@@ -116,7 +116,7 @@ chunk is free; patched isolates chunks with ≥ ¼ empty populated pages and dep
             tables: vec![t],
             plots: vec![plot],
         },
-        record: Record::Percpu(Box::new(record)),
+        record,
         verdict,
     })
 }
