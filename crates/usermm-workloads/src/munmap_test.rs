@@ -23,7 +23,10 @@
 //! access reads it before and after: both in the baseline (or loaded) window → that window; the
 //! access overlaps the munmap call in any way → "during munmap". So the fault that blocks for the
 //! whole exclusive hold of a vanilla munmap is always counted, even if it started a moment
-//! before the munmap did.
+//! before the munmap did. The idle baseline lasts `baseline_ms`, or longer until as many faults
+//! as faulters were attributed to it: a host too loaded to schedule a faulter in the window
+//! stretches it rather than leaving it empty (the figures are per window, so nothing is
+//! skewed; on an idle host the wait never happens).
 //!
 //! # Why two baselines
 //! The zapper is one busy thread. On a host with few cores it takes a core away from the
@@ -32,7 +35,7 @@
 //! The second isolates what the mmap lock (and the TLB shootdowns the zap sends to the faulters'
 //! CPUs) cost the faulters.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -464,14 +467,36 @@ fn ns_since(t: Instant) -> u64 {
     u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
-fn faulter(
-    task: Task,
-    base: u64,
-    len: u64,
-    phase: &AtomicU32,
-    stop: &AtomicBool,
-    started: &Barrier,
-) -> FaulterHists {
+/// What the driver and the faulters share: the phase, the stop flag, the start barrier, and
+/// the count of faults attributed to the idle baseline.
+struct Shared<'a> {
+    phase: &'a AtomicU32,
+    stop: &'a AtomicBool,
+    started: &'a Barrier,
+    baseline_faults: &'a AtomicU64,
+}
+
+/// The longest the idle baseline waits past its length for its first faults (a faulter that
+/// is alive but never scheduled in it; none ever was on an idle host).
+const BASELINE_SAMPLE_WAIT: Duration = Duration::from_secs(10);
+
+/// After the idle baseline's length: wait until `baseline_faults` holds `n` faults (one per
+/// faulter on average), so that a host too loaded to schedule a faulter in the window
+/// lengthens the window instead of leaving it empty. A no-op on an idle host.
+fn wait_for_baseline_faults(baseline_faults: &AtomicU64, n: u64) {
+    let t = Instant::now();
+    while baseline_faults.load(Ordering::Relaxed) < n && t.elapsed() < BASELINE_SAMPLE_WAIT {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn faulter(task: Task, base: u64, len: u64, shared: Shared<'_>) -> FaulterHists {
+    let Shared {
+        phase,
+        stop,
+        started,
+        baseline_faults,
+    } = shared;
     let mut h = FaulterHists {
         faults: [histogram(), histogram(), histogram()],
         madvise: [histogram(), histogram(), histogram()],
@@ -490,6 +515,9 @@ fn faulter(
             let ns = ns_since(t);
             let after = phase.load(Ordering::Acquire);
             if let Some(w) = window_of(before, after) {
+                if w == 0 {
+                    baseline_faults.fetch_add(1, Ordering::Relaxed);
+                }
                 h.faults[w].saturating_record(ns.max(1));
                 h.errors[w] += u64::from(r.is_err());
                 h.stalled[w] += if ns >= STALL_NS { ns } else { 0 };
@@ -584,6 +612,7 @@ pub fn run_once(
     let phase = AtomicU32::new(PH_WARMUP);
     let stop = AtomicBool::new(false);
     let started = Barrier::new(opts.faulters as usize + 1);
+    let baseline_faults = AtomicU64::new(0);
     let nr_cpus = usize::from(config.cpus);
     let baseline_len = Duration::from_millis(opts.baseline_ms);
     let mut lock_baseline = MmapLockStats::default();
@@ -598,8 +627,13 @@ pub fn run_once(
                 // Faulter i runs on CPU 1 + i (wrapping past CPU 0, the munmapping one).
                 let cpu = CpuId((1 + i % (nr_cpus - 1)) as u16);
                 let task = Task::new(Arc::clone(&mm), cpu);
-                let (phase, stop, started) = (&phase, &stop, &started);
-                s.spawn(move || faulter(task, base, opts.faulter_bytes, phase, stop, started))
+                let shared = Shared {
+                    phase: &phase,
+                    stop: &stop,
+                    started: &started,
+                    baseline_faults: &baseline_faults,
+                };
+                s.spawn(move || faulter(task, base, opts.faulter_bytes, shared))
             })
             .collect();
         started.wait();
@@ -610,6 +644,7 @@ pub fn run_once(
         let t = Instant::now();
         phase.store(PH_BASELINE, Ordering::Release);
         std::thread::sleep(baseline_len);
+        wait_for_baseline_faults(&baseline_faults, u64::from(opts.faulters));
         phase.store(PH_LOADED, Ordering::Release);
         windows_ns[0] = ns_since(t);
         lock_baseline = lock.stats();
