@@ -6,16 +6,18 @@
 //! A closed stdout (`usermm vmstat | head -1`) is not an error: like the coreutils we stop
 //! quietly with status 0 rather than report a broken pipe nobody will read.
 
+#![deny(unsafe_code)]
+
 use std::process::ExitCode;
 
-use usermm_cli::args::{self, UsageError};
+use usermm_cli::{args::UsageError, cli};
 
 fn main() -> ExitCode {
-    let cli = match args::parse() {
+    let cli = match cli::parse() {
         Ok(cli) => cli,
         Err(status) => return status,
     };
-    match usermm_cli::cmd::run(cli) {
+    match cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {

@@ -217,3 +217,162 @@ fn bigfree_json_has_the_pcp_tune_rows_unless_seed_only() {
     assert!(seed.iter().all(|r| !r.1), "{seed:?}");
     assert!(no_beyond);
 }
+
+/// Issue 13's bad input: each is refused with one line that names the argument and its limit,
+/// exit 2 (before: panics in debug builds, wrapped sizes and misleading errors in release,
+/// a configuration that wrapped and ran, thread-spawn aborts, a hang).
+#[test]
+fn issue_13_bad_input_is_one_line_naming_the_limit() {
+    for (args, mentions) in [
+        (
+            &["bigfree", "0xffffffffffffffff", "--mem", "1G"][..],
+            "at most 16T",
+        ),
+        (
+            &["bigfree", "0xfffffffffffff000", "--mem", "1G"],
+            "at most 16T",
+        ),
+        (&["usemem", "0xffffffffffffffff"], "at most 16T"),
+        (&["munmap-test", "0xffffffffffffffff"], "at most 16T"),
+        (
+            &["percpu-test", "--cgroups", "100000000x100000000"],
+            "at most 65535",
+        ),
+        (
+            &[
+                "usemem",
+                "1M",
+                "--set",
+                "pcpu.static_size=0xffffffffffff0000",
+                "--set",
+                "pcpu.reserved_size=0x20000",
+            ],
+            "pcpu.static_size + pcpu.reserved_size must be below pcpu.unit_size",
+        ),
+        (&["usemem", "1M", "-t", "100000"], "--thread"),
+        (&["usemem", "1M", "-n", "100000"], "--nproc"),
+        (
+            &[
+                "usemem",
+                "1M",
+                "--set",
+                "tlb.flush_cost_ns=18446744073709551615",
+            ],
+            "tlb.flush_cost_ns must be at most 1000000",
+        ),
+    ] {
+        assert_usage_error(args, mentions);
+    }
+    // -n and -t are each within their range, their product is not.
+    assert_usage_error(&["usemem", "1M", "-n", "65", "-t", "64"], "at most 4096");
+    assert_usage_error(&["usemem", "1M", "-t", "100000"], "1..=4096");
+    // Sizes that parse but cannot fit any machine: the same limit, named.
+    assert_usage_error(&["bigfree", "16T"], "more than the 16T");
+    assert_usage_error(&["munmap-test", "16T"], "more than the 16T");
+    assert_usage_error(&["usemem", "16T"], "more than the 16T");
+    assert_usage_error(&["munmap-test", "1M", "--faulters", "4096"], "--faulters");
+    // Extreme list sizes the fuzz found (a clamp panic, a 32 GiB allocation per CPU).
+    assert_usage_error(&["meminfo", "--set", "pcp.high=4294967295"], "pcp.high");
+    assert_usage_error(
+        &["meminfo", "--set", "lru.add_batch=4294967295"],
+        "lru.add_batch",
+    );
+}
+
+/// `usemem -s -1` sleeps until killed, as usemem's does (it returned at once): the
+/// throughput line is printed when the walk is done, and the process is still there after.
+#[test]
+fn usemem_negative_sleep_holds_until_killed() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    /// Kills the child however the test ends: it would otherwise sleep forever.
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_usermm"))
+            .args(["usemem", "1M", "-s", "-1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run usermm"),
+    );
+    let mut line = String::new();
+    BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.ends_with(" KB/s\n"), "{line:?}");
+    assert!(line.starts_with("1179648 bytes / "), "{line:?}");
+    // The line came after the walk; the worker now holds its memory and never returns.
+    let since = Instant::now();
+    while since.elapsed() < Duration::from_millis(300) {
+        assert!(child.0.try_wait().unwrap().is_none(), "usemem -s -1 exited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.0.kill().unwrap();
+    assert!(!child.0.wait().unwrap().success());
+    assert_usage_error(&["usemem", "1M", "-s", "-1", "--ab"], "--ab");
+}
+
+/// The percpu table's title is the run's own script (it printed the seed's 1000 × 10 for any
+/// shape), and says what the seed columns are when they differ.
+#[test]
+fn percpu_test_title_names_the_run() {
+    let o = usermm(&["percpu-test", "--cgroups", "10x1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let first = stdout(&o).lines().next().unwrap_or_default().to_string();
+    assert_eq!(
+        first,
+        "Percpu (kB) — 10 cg_i each followed by 1 cg_i_j; every cg_i_j removed; settle \
+         (seed columns: 1000 × 10, 2021 recipe)"
+    );
+    let o = usermm(&["percpu-test", "--cgroups", "4x2", "--recipe", "modern"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with(
+            "Percpu (kB) — 4 cg_i each followed by 2 cg_i_j; every cg_i_j removed; settle, \
+             modern recipe (seed columns"
+        ),
+        "{}",
+        stdout(&o)
+    );
+}
+
+/// `percpu-calibrate` (the ignored `calibration_grid` test it replaces asserted nothing): one
+/// row per point, the event knob only for the 2021 recipe, `--cpus` refused for `--grid-cpus`.
+#[test]
+fn percpu_calibrate_prints_one_row_per_point() {
+    let args = [
+        "percpu-calibrate",
+        "--cgroups",
+        "20x3",
+        "--grid-cpus",
+        "2,4",
+        "--grid-events",
+        "4,96",
+    ];
+    let o = usermm(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("Percpu (kB), 20 cg_i each followed by 3 cg_i_j, 2021 recipe"));
+    assert_eq!(lines.len(), 3 + 4, "{out}");
+    assert!(
+        lines[3].starts_with("2  ") && lines[6].starts_with("4  "),
+        "{out}"
+    );
+    let o = usermm(&[&args[..], &["--recipe", "modern", "--json"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    let points = v["points"].as_array().expect("points");
+    assert_eq!(points.len(), 2, "{v}");
+    assert!(points.iter().all(|p| p["nr_vm_event_items"].is_null()));
+    assert_usage_error(&["percpu-calibrate", "--cpus", "4"], "--grid-cpus");
+    assert_usage_error(&["percpu-calibrate", "--grid-events", "0"], "--grid-events");
+}

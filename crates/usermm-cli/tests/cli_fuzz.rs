@@ -3,6 +3,14 @@
 //! `usermm: error:` line) — never a panic or a signal. Values are small so that the
 //! runs that are valid stay short.
 //!
+//! The shapes of issue 13's bad input are in every list, so the class stays closed: sizes near
+//! `u64::MAX` (they used to wrap or panic in `next_multiple_of`), huge counts (thread-spawn
+//! aborts, overflowing products), extreme configuration values (sums that wrapped inside
+//! `MachineConfig::validate`, an unbounded flush cost that hung, list sizes that panicked or
+//! tried to allocate 32 GiB per CPU). Only values that are *refused* are huge: a valid
+//! 16T usemem or 4096 workers would run for hours. `-s` never gets a negative value: that
+//! sleeps until killed, which `cli.rs` tests with a child it kills.
+//!
 //! `CLI_FUZZ_CASES=N cargo test -p usermm-cli --test cli_fuzz` runs longer (default 48).
 
 use std::process::{Command, Stdio};
@@ -23,6 +31,9 @@ const SIZES: &[&str] = &[
     "99999999999999T",
     "",
     "1.5G",
+    "0xffffffffffffffff",
+    "0xfffffffffffff000",
+    "17T",
 ];
 const NUMS: &[&str] = &[
     "0",
@@ -34,6 +45,8 @@ const NUMS: &[&str] = &[
     "99999999999999999999999",
     "",
 ];
+/// Counts beyond a limit: refused (valid large counts would make runs slow).
+const HUGE_COUNTS: &[&str] = &["4097", "100000", "4294967295", "4294967296"];
 
 /// A flag and the values it may get (`None`: a switch).
 type Flag = (&'static str, Option<&'static [&'static str]>);
@@ -68,6 +81,28 @@ const ENGINE: &[Flag] = &[
             "=",
             "tlb.flush_cost_ns=-3",
             "max_map_count=10",
+            "tlb.flush_cost_ns=18446744073709551615",
+            "tlb.flush_cost_ns=1000001",
+            "pcpu.static_size=0xffffffffffff0000",
+            "pcpu.reserved_size=0x20000",
+            "pcpu.reserved_size=0xffffffffffffffff",
+            "pcpu.unit_size=0xffffffffffffffff",
+            "mem=0xffffffffffffffff",
+            "mem=0xfffffffffffff000",
+            "nr_hugepages=4294967295",
+            "cpus=65535",
+            "nodes=65535",
+            "pcp.high=4294967295",
+            "pcp.high=16777216",
+            "pcp.batch=4294967295",
+            "lru.add_batch=4294967295",
+            "lru.lock_batch=4294967295",
+            "free.max_active=4294967295",
+            "free.threshold_pages=18446744073709551615",
+            "gather.max_batch_count=4294967295",
+            "munmap.downgrade_min_bytes=0xffffffffffffffff",
+            "pcpu.empty_pop_pages_high=4294967295",
+            "max_map_count=4294967295",
         ]),
     ),
 ];
@@ -75,6 +110,9 @@ const ENGINE: &[Flag] = &[
 const USEMEM: &[Flag] = &[
     ("-n", Some(NUMS)),
     ("-t", Some(NUMS)),
+    ("-n", Some(HUGE_COUNTS)),
+    ("-t", Some(HUGE_COUNTS)),
+    ("-s", Some(&["0", "x", ""])),
     ("-o", None),
     ("-j", Some(SIZES)),
     ("-r", Some(NUMS)),
@@ -95,15 +133,21 @@ const USEMEM: &[Flag] = &[
 const BIGFREE: &[Flag] = &[
     ("--max-active", Some(&["1", "1,2", "0", "2,x", "1025", ""])),
     ("--threshold", Some(NUMS)),
+    (
+        "--threshold",
+        Some(&["18446744073709551615", "18446744073709551616"]),
+    ),
     ("--repeat", Some(NUMS)),
     ("--exit", None),
     ("--batch-switch", Some(&["2017", "modern", "1999"])),
     ("--max-batch-count", Some(NUMS)),
+    ("--max-batch-count", Some(&["4294967295", "4294967296"])),
     ("--seed-only", None),
 ];
 
 const MUNMAP_TEST: &[Flag] = &[
     ("--faulters", Some(NUMS)),
+    ("--faulters", Some(HUGE_COUNTS)),
     ("--repeat", Some(NUMS)),
     ("--faulter-size", Some(SIZES)),
     ("--no-loaded-baseline", None),
@@ -112,8 +156,26 @@ const MUNMAP_TEST: &[Flag] = &[
 const PERCPU_TEST: &[Flag] = &[
     (
         "--cgroups",
-        Some(&["2x3", "20x2", "0x0", "x", "1x", "5", "3x99999999999"]),
+        Some(&[
+            "2x3",
+            "20x2",
+            "0x0",
+            "x",
+            "1x",
+            "5",
+            "3x99999999999",
+            "10x1",
+            "100000000x100000000",
+            "4294967295x4294967295",
+            "65535x1",
+        ]),
     ),
+    ("--recipe", Some(&["2021", "modern", "1999"])),
+];
+
+const PERCPU_CALIBRATE: &[Flag] = &[
+    ("--grid-cpus", Some(&["2", "2,4", "0", "x", "4097", ""])),
+    ("--grid-events", Some(&["4", "96", "0", "4097", "x"])),
     ("--recipe", Some(&["2021", "modern", "1999"])),
 ];
 
@@ -125,6 +187,7 @@ const COMMANDS: &[(&str, bool, &[Flag])] = &[
     ("bigfree", true, BIGFREE),
     ("munmap-test", true, MUNMAP_TEST),
     ("percpu-test", false, PERCPU_TEST),
+    ("percpu-calibrate", false, PERCPU_CALIBRATE),
 ];
 
 fn argv() -> impl Strategy<Value = Vec<String>> {
@@ -145,6 +208,10 @@ fn argv() -> impl Strategy<Value = Vec<String>> {
             if name == "munmap-test" {
                 // The baseline windows default to 1 s each: keep valid runs short.
                 v.extend(["--baseline-ms".into(), "1".into()]);
+            }
+            if name == "percpu-calibrate" {
+                // Every point is a full script: keep it small.
+                v.extend(["--cgroups".into(), "5x2".into()]);
             }
             if takes_size && positional {
                 v.push(size.to_string());

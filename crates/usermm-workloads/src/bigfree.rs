@@ -45,22 +45,11 @@ use usermm::mm::mmap::{MapFile, MAP_ANONYMOUS, MAP_PRIVATE, PROT_READ, PROT_WRIT
 use usermm::stats::{LockStatSnapshot, VmItem};
 use usermm::sync::workqueue::thread_cpu_time_ns;
 use usermm::{Machine, PAGE_SIZE};
+use usermm_host::facts;
 
-/// The seed's mapping: 320 GiB.
-pub const SEED_SIZE: u64 = 320 << 30;
-/// The seed's v4.10 free time, s (±2.8 %).
-pub const SEED_VANILLA_S: f64 = 10.8;
-/// The seed's v4.10 spread, %.
-pub const SEED_VANILLA_SPREAD_PCT: f64 = 2.8;
-/// The seed's `(max_active, time s, ± %)` rows (4 nodes / 72 cores / 144 threads, THP off).
-pub const SEED_ROWS: [(u32, f64, f64); 6] = [
-    (1, 8.9, 0.5),
-    (2, 5.65, 5.5),
-    (4, 4.84, 0.16),
-    (8, 4.77, 0.97),
-    (16, 4.85, 0.77),
-    (32, 6.21, 0.46),
-];
+use crate::seeds::{self, ParallelFree};
+use crate::stats::{mad_pct, median};
+
 /// `ASYNC_FREE_THRESHOLD` of the patch: 256K pages (1 GiB of 4 KiB pages) per job.
 pub const DEFAULT_THRESHOLD_PAGES: u64 = 256 * 1024;
 /// `MAX_GATHER_BATCH_COUNT` of the patch: DIV_ROUND_UP(256K, 510).
@@ -124,11 +113,10 @@ impl BigfreeOpts {
     }
 }
 
-/// The machine of a bigfree run unless told otherwise: `mem` = SIZE + 25 % rounded up to a GiB
-/// (at least 1 GiB), sparse backing, THP never, `nodes` (default 4), and `cpus` (default 8,
-/// raised to one more than the largest `max_active` so that no worker shares an emulated CPU —
-/// and its pcp lists — with another worker or with the zapping task), rounded up to a multiple
-/// of `nodes`.
+/// The machine of a bigfree run unless told otherwise: `mem` = [`default_mem`], sparse
+/// backing, THP never, `nodes` (default 4), and `cpus` (default 8, raised to one more than the
+/// largest `max_active` so that no worker shares an emulated CPU — and its pcp lists — with
+/// another worker or with the zapping task), rounded up to a multiple of `nodes`.
 pub fn default_config(
     size: u64,
     max_active: &[u32],
@@ -159,10 +147,13 @@ pub fn default_config(
     }
 }
 
-/// SIZE + 25 %, rounded up to a GiB, at least 1 GiB.
+/// SIZE + 25 %, rounded up to a GiB, at least 1 GiB and at most what a machine can have
+/// ([`usermm::config::MAX_MEM_BYTES`]; [`check`] then says whether SIZE fits).
 pub fn default_mem(size: u64) -> u64 {
     let want = size.saturating_add(size / 4);
-    (want.div_ceil(1 << 30).max(1)).saturating_mul(1 << 30)
+    (want.div_ceil(1 << 30).max(1))
+        .saturating_mul(1 << 30)
+        .min(usermm::config::MAX_MEM_BYTES)
 }
 
 /// Bytes a run needs beyond SIZE: the PTE pages (one per 2 MiB), upper tables, gather batch
@@ -233,27 +224,6 @@ pub struct RunSample {
     pub host_loadavg: f64,
 }
 
-/// `(involuntary, voluntary)` context switches of this process so far.
-fn context_switches() -> (u64, u64) {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct it is given; it is zero-initialised and ours.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
-    if rc != 0 {
-        return (0, 0);
-    }
-    // SAFETY: getrusage returned 0, so the struct is initialised (and was zeroed before).
-    let ru = unsafe { ru.assume_init() };
-    (ru.ru_nivcsw.max(0) as u64, ru.ru_nvcsw.max(0) as u64)
-}
-
-/// The host's 1-minute load average (0 if unreadable).
-pub fn host_loadavg() -> f64 {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|w| w.parse().ok()))
-        .unwrap_or(0.0)
-}
-
 /// One configuration: the vanilla row or one `max_active`.
 #[derive(Debug, Clone, Serialize)]
 pub struct BigfreeRow {
@@ -321,35 +291,6 @@ pub struct Beyond {
     pub inline_zone_acq: f64,
 }
 
-/// The seed's published table, for printing beside ours.
-#[derive(Debug, Clone, Serialize)]
-pub struct SeedTable {
-    pub size: u64,
-    pub machine: &'static str,
-    pub vanilla_s: f64,
-    pub vanilla_spread_pct: f64,
-    /// `(max_active, time s, ± %)`.
-    pub rows: Vec<(u32, f64, f64)>,
-}
-
-impl SeedTable {
-    pub fn published() -> Self {
-        Self {
-            size: SEED_SIZE,
-            machine:
-                "Haswell-EX, 4 nodes / 72 cores / 144 threads, 512 GiB, THP off, v4.10/v4.11-rc2",
-            vanilla_s: SEED_VANILLA_S,
-            vanilla_spread_pct: SEED_VANILLA_SPREAD_PCT,
-            rows: SEED_ROWS.to_vec(),
-        }
-    }
-
-    /// The seed's time for `max_active`, if published.
-    pub fn time_of(&self, max_active: u32) -> Option<f64> {
-        self.rows.iter().find(|r| r.0 == max_active).map(|r| r.1)
-    }
-}
-
 /// The whole table.
 #[derive(Debug, Clone, Serialize)]
 pub struct BigfreeResult {
@@ -371,7 +312,8 @@ pub struct BigfreeResult {
     pub beyond: Option<Beyond>,
     /// Host threads available (`available_parallelism`) while measuring.
     pub host_cpus: usize,
-    pub seed: SeedTable,
+    /// The seed's published table, for printing beside ours.
+    pub seed: ParallelFree,
     pub warnings: Vec<String>,
 }
 
@@ -453,7 +395,11 @@ pub fn check(opts: &BigfreeOpts) -> Result<(), BigfreeError> {
     if opts.repeat == 0 {
         return Err(BigfreeError::ZeroRepeat);
     }
-    let size = opts.size.next_multiple_of(PAGE_SIZE);
+    // A size near u64::MAX does not round up to a page: it cannot fit in any machine either.
+    let size = opts
+        .size
+        .checked_next_multiple_of(PAGE_SIZE)
+        .unwrap_or(u64::MAX);
     let need = size.saturating_add(overhead_bytes(size, opts.base.cpus));
     if need > opts.base.mem {
         return Err(BigfreeError::TooBig {
@@ -570,8 +516,8 @@ pub fn run_once(
     let wq_before = machine.gather_policy().workqueue().map(|w| w.stats());
     let vm_before = machine.vmstat_snapshot();
     phys.reset_lock_stats();
-    let host_loadavg = host_loadavg();
-    let (iv0, v0) = context_switches();
+    let host_loadavg = facts::loadavg_1min().unwrap_or(0.0);
+    let cs0 = facts::context_switches();
     let c0 = thread_cpu_time_ns();
     let t0 = Instant::now();
     let st = match free_by {
@@ -583,7 +529,7 @@ pub fn run_once(
     };
     let free_ns = t0.elapsed().as_nanos() as u64;
     let task_cpu_ns = thread_cpu_time_ns().saturating_sub(c0);
-    let (iv1, v1) = context_switches();
+    let cs1 = facts::context_switches();
     let locks = phys.lock_stats();
     let vm = machine.vmstat_snapshot().since(&vm_before);
     let wq_after = machine.gather_policy().workqueue().map(|w| w.stats());
@@ -612,8 +558,8 @@ pub fn run_once(
         lru_lock: LockTotals::of(&locks.lru_lock),
         zone_lock_per_node: locks.zone_lock,
         lru_lock_per_node: locks.lru_lock,
-        host_preemptions: iv1.saturating_sub(iv0),
-        host_sleeps: v1.saturating_sub(v0),
+        host_preemptions: cs1.involuntary.saturating_sub(cs0.involuntary),
+        host_sleeps: cs1.voluntary.saturating_sub(cs0.voluntary),
         host_loadavg,
     };
     on_event(Event::Done {
@@ -624,31 +570,6 @@ pub fn run_once(
     drop(mm);
     drop(machine);
     Ok(sample)
-}
-
-/// Median of a non-empty list.
-pub fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n == 0 {
-        return 0.0;
-    }
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
-
-/// Median absolute deviation as % of the median.
-pub fn mad_pct(v: &[f64]) -> f64 {
-    let m = median(v);
-    if m == 0.0 {
-        return 0.0;
-    }
-    let dev: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
-    median(&dev) / m * 100.0
 }
 
 fn summarize(
@@ -799,7 +720,7 @@ pub fn run_with(
         ratio,
         beyond,
         host_cpus,
-        seed: SeedTable::published(),
+        seed: seeds::PARALLEL_FREE,
         warnings,
     })
 }
@@ -889,14 +810,6 @@ mod test {
         let c = default_config(1 << 30, &[2], None, Some(2));
         assert_eq!((c.nodes, c.cpus), (2, 8));
         c.validate().unwrap();
-    }
-
-    #[test]
-    fn median_and_mad() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert_eq!(mad_pct(&[10.0]), 0.0);
-        assert!((mad_pct(&[9.0, 10.0, 12.0]) - 10.0).abs() < 1e-9);
     }
 
     #[test]

@@ -1,13 +1,22 @@
-//! Workloads that drive the usermm engine and the host kernel, and the differential-testing
-//! vocabulary shared by both.
+//! Workloads that drive the usermm engine: the seeds' experiments.
+//!
+//! - [`usemem`]: vm-scalability's `usemem` (seed 002 runs it as `usemem -n 72 --readonly -j
+//!   0x200000 100G`).
+//! - [`bigfree`]: seeds 000/001, the free of one big touched mapping, inline and parallel.
+//! - [`munmap_test`]: seed 003, munmap's exclusive mmap-lock hold while other threads fault.
+//! - [`percpu_test`]: seed 004, `Percpu:` over the seed's memory-cgroup script.
+//! - [`seeds`]: every figure the seeds published, as data, in one place.
+//! - [`stats`]: the one median and spread every summary uses.
+//!
+//! Each workload takes options and a [`usermm::MachineConfig`], boots its own machines and
+//! returns one serde record; nothing here prints. The host kernel's side of a comparison (its
+//! facts, its timed measurements) is `usermm-host`; the differential tests are `usermm-diff`.
+
+#![deny(unsafe_code)]
 
 pub mod bigfree;
-pub mod diff_cases;
-pub mod diff_runner;
-pub mod divergences;
-pub mod engine_backend;
-pub mod host;
 pub mod munmap_test;
-pub mod ops;
 pub mod percpu_test;
+pub mod seeds;
+pub mod stats;
 pub mod usemem;

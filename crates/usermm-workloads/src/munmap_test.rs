@@ -23,7 +23,10 @@
 //! access reads it before and after: both in the baseline (or loaded) window → that window; the
 //! access overlaps the munmap call in any way → "during munmap". So the fault that blocks for the
 //! whole exclusive hold of a vanilla munmap is always counted, even if it started a moment
-//! before the munmap did.
+//! before the munmap did. The idle baseline lasts `baseline_ms`, or longer until as many faults
+//! as faulters were attributed to it: a host too loaded to schedule a faulter in the window
+//! stretches it rather than leaving it empty (the figures are per window, so nothing is
+//! skewed; on an idle host the wait never happens).
 //!
 //! # Why two baselines
 //! The zapper is one busy thread. On a host with few cores it takes a core away from the
@@ -32,7 +35,7 @@
 //! The second isolates what the mmap lock (and the TLB shootdowns the zap sends to the faulters'
 //! CPUs) cost the faulters.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -48,18 +51,8 @@ use usermm::mm::UnmapStats;
 use usermm::sync::mmap_lock::MmapLockStats;
 use usermm::{CpuId, Errno, Machine, Mm, Task, PAGE_SIZE};
 
-/// The seed's machine: 32 CPUs (E5-2680 @ 2.70 GHz).
-pub const SEED_CPUS: u16 = 32;
-/// The seed's mapping: "80GB" (the cover letter's figure; taken here as 80 GiB).
-pub const SEED_SIZE: u64 = 80 << 30;
-/// ftrace of the patched kernel: `vm_munmap_zap_rlock()` total, µs.
-pub const SEED_TOTAL_US: u64 = 2_485_692;
-/// ftrace of the patched kernel: `unmap_region()` under the read lock, µs.
-pub const SEED_UNMAP_REGION_US: u64 = 2_485_684;
-/// What is left for the write lock with the patch: total − unmap_region, µs.
-pub const SEED_EXCLUSIVE_PATCHED_US: u64 = SEED_TOTAL_US - SEED_UNMAP_REGION_US;
-/// Without the patch the whole munmap holds the lock for write ("2.49 s"), µs.
-pub const SEED_EXCLUSIVE_VANILLA_US: u64 = SEED_TOTAL_US;
+use crate::seeds::{self, MunmapDowngrade};
+use crate::stats;
 
 /// Where the faulters' VMAs go: far below the top-down mmap area, each in its own 1 GiB slot
 /// (own page tables down to the PMD page, never merged with a neighbour).
@@ -110,12 +103,18 @@ impl MunmapTestOpts {
 }
 
 /// A machine for `size` bytes and `faulters` faulting threads: the seed's 32 CPUs (more if
-/// there are more faulters), one node, sparse backing, THP off, RAM = size + 1/64 + 256 MiB.
+/// there are more faulters), one node, sparse backing, THP off, RAM = size + 1/64 + 256 MiB
+/// (at most [`usermm::config::MAX_MEM_BYTES`]: whether SIZE fits is the caller's check).
 pub fn default_machine(size: u64, faulters: u32) -> MachineConfig {
-    let mem = size + size / 64 + (256 << 20);
+    let mem = size
+        .saturating_add(size / 64)
+        .saturating_add(256 << 20)
+        .min(usermm::config::MAX_MEM_BYTES);
     MachineConfig {
         mem: mem.next_multiple_of(2 << 20),
-        cpus: SEED_CPUS.max(u16::try_from(faulters + 1).unwrap_or(u16::MAX)),
+        cpus: seeds::MUNMAP_DOWNGRADE
+            .cpus
+            .max(u16::try_from(faulters.saturating_add(1)).unwrap_or(u16::MAX)),
         nodes: 1,
         backing: BackingMode::Sparse,
         thp: ThpMode::Never,
@@ -269,31 +268,12 @@ pub struct MunmapAb {
     pub ratio: Ratio,
 }
 
-/// The seed's figures, for reports.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct SeedFigures {
-    pub size: u64,
-    pub cpus: u16,
-    pub total_us: u64,
-    pub unmap_region_us: u64,
-    pub exclusive_vanilla_us: u64,
-    pub exclusive_patched_us: u64,
-}
-
-pub const SEED: SeedFigures = SeedFigures {
-    size: SEED_SIZE,
-    cpus: SEED_CPUS,
-    total_us: SEED_TOTAL_US,
-    unmap_region_us: SEED_UNMAP_REGION_US,
-    exclusive_vanilla_us: SEED_EXCLUSIVE_VANILLA_US,
-    exclusive_patched_us: SEED_EXCLUSIVE_PATCHED_US,
-};
-
 /// The record of `usermm munmap-test`.
 #[derive(Debug, Clone, Serialize)]
 pub struct MunmapTestResult {
     pub opts: MunmapTestOpts,
-    pub seed: SeedFigures,
+    /// The seed's figures, for printing beside ours.
+    pub seed: MunmapDowngrade,
     pub host_cpus: usize,
     pub vanilla: PolicyResult,
     pub patched: PolicyResult,
@@ -309,7 +289,7 @@ pub fn run_with_progress(
     let ab = run_ab_inner(opts, &mut progress)?;
     Ok(MunmapTestResult {
         opts: opts.clone(),
-        seed: SEED,
+        seed: seeds::MUNMAP_DOWNGRADE,
         host_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         vanilla: ab.vanilla,
         patched: ab.patched,
@@ -407,20 +387,12 @@ fn check(opts: &MunmapTestOpts) -> Result<(), MunmapTestError> {
     Ok(())
 }
 
-fn median_u64(mut v: Vec<u64>) -> u64 {
-    if v.is_empty() {
-        return 0;
-    }
-    v.sort_unstable();
-    v[v.len() / 2]
+fn median_u64(v: Vec<u64>) -> u64 {
+    stats::upper_median(&v, u64::cmp).unwrap_or(0)
 }
 
-fn median_f64(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+fn median_f64(v: Vec<f64>) -> f64 {
+    stats::upper_median(&v, f64::total_cmp).unwrap_or(0.0)
 }
 
 fn median_latency(v: &[Latency]) -> Latency {
@@ -434,7 +406,8 @@ fn median_latency(v: &[Latency]) -> Latency {
     }
 }
 
-/// Medians of every figure over the runs (each figure on its own).
+/// Medians of every figure over the runs (each figure on its own; the upper median, so that
+/// every figure is one some run produced: [`stats::upper_median`]).
 pub fn summarize(runs: &[RunResult]) -> Summary {
     let m = |f: &dyn Fn(&RunResult) -> u64| median_u64(runs.iter().map(f).collect());
     let loaded: Vec<Latency> = runs
@@ -494,14 +467,36 @@ fn ns_since(t: Instant) -> u64 {
     u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
-fn faulter(
-    task: Task,
-    base: u64,
-    len: u64,
-    phase: &AtomicU32,
-    stop: &AtomicBool,
-    started: &Barrier,
-) -> FaulterHists {
+/// What the driver and the faulters share: the phase, the stop flag, the start barrier, and
+/// the count of faults attributed to the idle baseline.
+struct Shared<'a> {
+    phase: &'a AtomicU32,
+    stop: &'a AtomicBool,
+    started: &'a Barrier,
+    baseline_faults: &'a AtomicU64,
+}
+
+/// The longest the idle baseline waits past its length for its first faults (a faulter that
+/// is alive but never scheduled in it; none ever was on an idle host).
+const BASELINE_SAMPLE_WAIT: Duration = Duration::from_secs(10);
+
+/// After the idle baseline's length: wait until `baseline_faults` holds `n` faults (one per
+/// faulter on average), so that a host too loaded to schedule a faulter in the window
+/// lengthens the window instead of leaving it empty. A no-op on an idle host.
+fn wait_for_baseline_faults(baseline_faults: &AtomicU64, n: u64) {
+    let t = Instant::now();
+    while baseline_faults.load(Ordering::Relaxed) < n && t.elapsed() < BASELINE_SAMPLE_WAIT {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn faulter(task: Task, base: u64, len: u64, shared: Shared<'_>) -> FaulterHists {
+    let Shared {
+        phase,
+        stop,
+        started,
+        baseline_faults,
+    } = shared;
     let mut h = FaulterHists {
         faults: [histogram(), histogram(), histogram()],
         madvise: [histogram(), histogram(), histogram()],
@@ -520,6 +515,9 @@ fn faulter(
             let ns = ns_since(t);
             let after = phase.load(Ordering::Acquire);
             if let Some(w) = window_of(before, after) {
+                if w == 0 {
+                    baseline_faults.fetch_add(1, Ordering::Relaxed);
+                }
                 h.faults[w].saturating_record(ns.max(1));
                 h.errors[w] += u64::from(r.is_err());
                 h.stalled[w] += if ns >= STALL_NS { ns } else { 0 };
@@ -614,6 +612,7 @@ pub fn run_once(
     let phase = AtomicU32::new(PH_WARMUP);
     let stop = AtomicBool::new(false);
     let started = Barrier::new(opts.faulters as usize + 1);
+    let baseline_faults = AtomicU64::new(0);
     let nr_cpus = usize::from(config.cpus);
     let baseline_len = Duration::from_millis(opts.baseline_ms);
     let mut lock_baseline = MmapLockStats::default();
@@ -628,8 +627,13 @@ pub fn run_once(
                 // Faulter i runs on CPU 1 + i (wrapping past CPU 0, the munmapping one).
                 let cpu = CpuId((1 + i % (nr_cpus - 1)) as u16);
                 let task = Task::new(Arc::clone(&mm), cpu);
-                let (phase, stop, started) = (&phase, &stop, &started);
-                s.spawn(move || faulter(task, base, opts.faulter_bytes, phase, stop, started))
+                let shared = Shared {
+                    phase: &phase,
+                    stop: &stop,
+                    started: &started,
+                    baseline_faults: &baseline_faults,
+                };
+                s.spawn(move || faulter(task, base, opts.faulter_bytes, shared))
             })
             .collect();
         started.wait();
@@ -640,6 +644,7 @@ pub fn run_once(
         let t = Instant::now();
         phase.store(PH_BASELINE, Ordering::Release);
         std::thread::sleep(baseline_len);
+        wait_for_baseline_faults(&baseline_faults, u64::from(opts.faulters));
         phase.store(PH_LOADED, Ordering::Release);
         windows_ns[0] = ns_since(t);
         lock_baseline = lock.stats();

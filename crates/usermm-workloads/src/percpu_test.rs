@@ -30,7 +30,7 @@
 //!
 //! What moves row 3 is the recipe's size per unit against the page size, not the CPU count (all
 //! rows scale with the units): the vanilla/patched ratio goes from 2.4 at 1.5 KiB per unit to
-//! 3.9 at 3.4 KiB. the ignored test `calibration_grid` prints that table.
+//! 3.9 at 3.4 KiB. [`calibration_grid`] (`usermm percpu-calibrate`) runs that table.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -41,9 +41,7 @@ use usermm::memcg::{CgId, MemCgroups, MemcgCounts, MemcgRecipe, RecipeEra};
 use usermm::pcpu::{DepopulatePolicy, PcpuError, PcpuStats};
 use usermm::{CpuId, Errno, Machine, PAGE_SIZE};
 
-/// Roman's rows (kB): vanilla and patched, start / after creating / after removing.
-pub const SEED_VANILLA_KB: [u64; 3] = [7488, 481_152, 481_152];
-pub const SEED_PATCHED_KB: [u64; 3] = [7488, 481_408, 135_552];
+use crate::seeds;
 
 /// Calibrated possible-CPU count (units per chunk), fitted to row 2: with the 2021 recipe
 /// (2 976 bytes per unit per cgroup) 15 units give 481 380 kB after 11 000 `mkdir`s (seed:
@@ -59,6 +57,10 @@ pub const SEED_CPUS: u16 = 15;
 /// `NR_VM_EVENT_ITEMS` of the 2021 recipe: the reference-derived 5.12 value, left as it is —
 /// with [`SEED_CPUS`] it already fits row 2.
 pub const SEED_NR_VM_EVENT_ITEMS: u32 = usermm::memcg::NR_VM_EVENT_ITEMS_2021;
+
+/// `MEM_CGROUP_ID_MAX`: memory cgroup IDs are 16 bits, so a kernel has at most this many
+/// memory cgroups (`mem_cgroup_alloc` fails beyond); the script's N × (1 + M) must fit.
+pub const MEM_CGROUP_ID_MAX: u64 = 65_535;
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -179,6 +181,7 @@ pub struct PercpuAbResult {
     pub ratio_after_delete: f64,
     /// vanilla after_delete / vanilla after_create (the seed: 1.0).
     pub vanilla_plateau: f64,
+    /// The seed's rows ([`seeds::PERCPU_DEPOPULATE`]).
     pub seed_vanilla_kb: [u64; 3],
     pub seed_patched_kb: [u64; 3],
 }
@@ -198,6 +201,10 @@ pub enum PercpuTestError {
     },
     #[error("invariant broken after {phase}: {msg}")]
     Invariant { phase: &'static str, msg: String },
+    #[error(
+        "{parents} × (1 + {children}) cgroups: at most {MEM_CGROUP_ID_MAX} (MEM_CGROUP_ID_MAX)"
+    )]
+    TooManyCgroups { parents: usize, children: usize },
 }
 
 fn cg_err<'a>(op: &'static str, path: &'a str) -> impl Fn(Errno) -> PercpuTestError + 'a {
@@ -213,6 +220,22 @@ impl PercpuTestOpts {
         self.cpus.unwrap_or(SEED_CPUS)
     }
 
+    /// Cgroups the script creates, N × (1 + M), if it is at most [`MEM_CGROUP_ID_MAX`].
+    pub fn cgroups(&self) -> Result<u64, PercpuTestError> {
+        let too_many = || PercpuTestError::TooManyCgroups {
+            parents: self.parents,
+            children: self.children,
+        };
+        let n = (self.children as u64)
+            .checked_add(1)
+            .and_then(|m| m.checked_mul(self.parents as u64))
+            .ok_or_else(too_many)?;
+        if n > MEM_CGROUP_ID_MAX {
+            return Err(too_many());
+        }
+        Ok(n)
+    }
+
     /// The recipe this run allocates.
     pub fn memcg_recipe(&self) -> MemcgRecipe {
         match self.recipe {
@@ -224,12 +247,13 @@ impl PercpuTestOpts {
     }
 
     /// The machine for this run: `cfg` with the CPU count set and enough memory for the
-    /// cgroups (with a third of headroom for fragmentation).
+    /// cgroups (with a third of headroom for fragmentation). The script's shape must have
+    /// passed [`PercpuTestOpts::cgroups`].
     pub fn machine_config(&self, cfg: &MachineConfig) -> MachineConfig {
         let mut c = cfg.clone();
         c.cpus = self.cpus();
         c.nodes = c.nodes.min(c.cpus);
-        let cgroups = (self.parents * (1 + self.children) + 1) as u64;
+        let cgroups = self.cgroups().unwrap_or(MEM_CGROUP_ID_MAX) + 1;
         let per_unit = self.memcg_recipe().bytes_per_unit(c.nodes as usize);
         let need = (cgroups * per_unit * c.cpus as u64) * 4 / 3
             + c.pcpu.unit_size * c.cpus as u64 * 4
@@ -247,6 +271,7 @@ pub fn run(
     cfg: &MachineConfig,
 ) -> Result<PercpuTestResult, PercpuTestError> {
     let t0 = Instant::now();
+    opts.cgroups()?;
     let mcfg = opts.machine_config(cfg);
     let machine =
         Machine::new(mcfg.clone()).map_err(|e| PercpuTestError::Machine(e.to_string()))?;
@@ -372,9 +397,66 @@ pub fn run_ab(
         patched,
         ratio_after_delete,
         vanilla_plateau,
-        seed_vanilla_kb: SEED_VANILLA_KB,
-        seed_patched_kb: SEED_PATCHED_KB,
+        seed_vanilla_kb: seeds::PERCPU_DEPOPULATE.vanilla_kb,
+        seed_patched_kb: seeds::PERCPU_DEPOPULATE.patched_kb,
     })
+}
+
+/// One point of [`calibration_grid`]: the script both ways with one CPU count and one
+/// `NR_VM_EVENT_ITEMS`.
+#[derive(Debug, Clone, Serialize)]
+pub struct GridPoint {
+    pub cpus: u16,
+    /// The 2021 recipe's `NR_VM_EVENT_ITEMS` (`None` for the modern recipe).
+    pub nr_vm_event_items: Option<u32>,
+    /// Bytes per unit one cgroup requests.
+    pub recipe_bytes_per_unit: u64,
+    pub vanilla: PercpuRows,
+    pub patched: PercpuRows,
+    pub ideal_after_delete_kb: u64,
+    /// Vanilla over patched after deleting (the seed: 3.55).
+    pub ratio_after_delete: f64,
+    /// Patched after deleting over the ideal.
+    pub patched_over_ideal: f64,
+}
+
+/// The calibration table behind [`SEED_CPUS`]: the script (`base`'s shape and recipe) both
+/// ways at every CPU count of `cpus` and, for the 2021 recipe, every `NR_VM_EVENT_ITEMS` of
+/// `events` (the modern recipe has no such knob: one point per CPU count). Each point runs on
+/// machines built from `cfg`; invariants are not re-checked (the points are for reading).
+pub fn calibration_grid(
+    base: &PercpuTestOpts,
+    cpus: &[u16],
+    events: &[u32],
+    cfg: &MachineConfig,
+) -> Result<Vec<GridPoint>, PercpuTestError> {
+    let events: Vec<Option<u32>> = match base.recipe {
+        RecipeEra::V2021 => events.iter().copied().map(Some).collect(),
+        RecipeEra::Modern => vec![None],
+    };
+    let mut points = Vec::new();
+    for &c in cpus {
+        for &ev in &events {
+            let opts = PercpuTestOpts {
+                cpus: Some(c),
+                nr_vm_event_items: ev,
+                validate: false,
+                ..base.clone()
+            };
+            let ab = run_ab(&opts, cfg)?;
+            points.push(GridPoint {
+                cpus: c,
+                nr_vm_event_items: ab.vanilla.nr_vm_event_items,
+                recipe_bytes_per_unit: ab.vanilla.recipe_bytes_per_unit,
+                vanilla: ab.vanilla.rows,
+                patched: ab.patched.rows,
+                ideal_after_delete_kb: ab.patched.ideal_after_delete_kb,
+                ratio_after_delete: ab.ratio_after_delete,
+                patched_over_ideal: ab.patched.over_ideal,
+            });
+        }
+    }
+    Ok(points)
 }
 
 /// Pages of `Percpu:` a kB figure stands for, per unit (for reports).
@@ -428,60 +510,42 @@ mod test {
         assert!(r.rows.after_delete_kb as f64 >= 0.95 * r.rows.after_create_kb as f64);
     }
 
-    /// The full script over a grid: `G_CPUS=13,15,29 G_EVENTS=4,96,120 [G_MODERN=1] [G_UNIT=kB]
-    /// [G_NODES=n] cargo test -p usermm-workloads --release calibration_grid -- --ignored
-    /// --nocapture`. One line per point: recipe bytes per unit, the three rows both ways, the
-    /// ideal, vanilla/patched and patched/ideal.
     #[test]
-    #[ignore = "full-scale runs; a few seconds each in release builds"]
-    fn calibration_grid() {
-        let env = |k: &str| std::env::var(k).ok();
-        let list = |k: &str, d: &str| -> Vec<u64> {
-            env(k)
-                .unwrap_or_else(|| d.into())
-                .split(',')
-                .map(|x| x.parse().unwrap())
-                .collect()
-        };
-        let recipe = if env("G_MODERN").is_some() {
-            RecipeEra::Modern
-        } else {
-            RecipeEra::V2021
-        };
-        for cpus in list("G_CPUS", "15") {
-            for events in list("G_EVENTS", "96") {
-                let opts = PercpuTestOpts {
-                    cpus: Some(cpus as u16),
-                    nr_vm_event_items: Some(events as u32),
-                    recipe,
-                    validate: false,
-                    ..Default::default()
-                };
-                let mut cfg = MachineConfig::default();
-                if let Some(u) = env("G_UNIT") {
-                    cfg.pcpu.unit_size = u.parse::<u64>().unwrap() << 10;
-                }
-                if let Some(n) = env("G_NODES") {
-                    cfg.nodes = n.parse().unwrap();
-                }
-                let ab = run_ab(&opts, &cfg).unwrap();
-                let (v, p) = (&ab.vanilla.rows, &ab.patched.rows);
-                println!(
-                    "cpus {cpus} events {events} B/unit {} | vanilla {} {} {} | patched {} {} {} \
-                     | ideal {} | vanilla/patched {:.2} | patched/ideal {:.2}",
-                    ab.vanilla.recipe_bytes_per_unit,
-                    v.start_kb,
-                    v.after_create_kb,
-                    v.after_delete_kb,
-                    p.start_kb,
-                    p.after_create_kb,
-                    p.after_delete_kb,
-                    ab.patched.ideal_after_delete_kb,
-                    ab.ratio_after_delete,
-                    ab.patched.over_ideal
-                );
-            }
+    fn calibration_grid_points_follow_the_recipe_size() {
+        let base = small();
+        let g = calibration_grid(&base, &[4, 8], &[4, 96], &MachineConfig::default()).unwrap();
+        assert_eq!(
+            g.iter()
+                .map(|p| (p.cpus, p.nr_vm_event_items))
+                .collect::<Vec<_>>(),
+            [(4, Some(4)), (4, Some(96)), (8, Some(4)), (8, Some(96))]
+        );
+        for p in &g {
+            // Vanilla keeps its peak; patched gives pages back, never below the ideal.
+            assert!(
+                p.vanilla.after_delete_kb as f64 >= 0.99 * p.vanilla.after_create_kb as f64,
+                "{p:?}"
+            );
+            assert!(
+                p.patched.after_delete_kb < p.vanilla.after_delete_kb,
+                "{p:?}"
+            );
+            assert!(
+                p.patched.after_delete_kb >= p.ideal_after_delete_kb,
+                "{p:?}"
+            );
         }
+        // More vm events: more bytes per unit per cgroup, and more Percpu after creating.
+        assert!(g[1].recipe_bytes_per_unit > g[0].recipe_bytes_per_unit);
+        assert!(g[1].vanilla.after_create_kb > g[0].vanilla.after_create_kb);
+        // The modern recipe has no event knob: one point per CPU count.
+        let modern = PercpuTestOpts {
+            recipe: RecipeEra::Modern,
+            ..small()
+        };
+        let g = calibration_grid(&modern, &[4], &[4, 96], &MachineConfig::default()).unwrap();
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].nr_vm_event_items, None);
     }
 
     /// The seed's full script, both ways: `cargo test -p usermm-workloads --release

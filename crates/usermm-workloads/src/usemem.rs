@@ -10,13 +10,21 @@
 //! default step reports 1.125 × size. Time counts from one instant taken before any worker
 //! starts (usemem's `gettimeofday` before `fork`).
 //!
+//! A negative `--sleep` holds the memory until the process is killed, as usemem's does: each
+//! worker hands its throughput line to [`run_with`]'s `on_walked` (usemem prints it before
+//! sleeping) and parks for good; the run never returns.
+//!
+//! Every worker is a host thread, at most [`MAX_WORKERS`] of them. They are all started before
+//! any of them runs: if the host refuses a thread, the ones already started are released and
+//! the run fails with [`UsememError::Spawn`] instead of leaving them waiting on a barrier.
+//!
 //! # Differences from usemem
 //! No files (`-f`), no `malloc` (`-a`), no hugetlb (`-U`), no signals or interactive modes; the
 //! walk touches each page through [`Task::walk`] (one translation per page, then the words of
 //! that page). With sparse backing, words are not stored, so repeat-time verification is only
 //! done with full backing.
 
-use std::sync::{Arc, Barrier};
+use std::sync::{mpsc, Arc, Barrier};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -56,7 +64,7 @@ pub struct UsememOpts {
     pub prefault: bool,
     /// `-M/--mlock`: mlock after the walk.
     pub mlock: bool,
-    /// `-s/--sleep`: seconds to sleep before freeing.
+    /// `-s/--sleep`: seconds to sleep before freeing; negative: until the process is killed.
     pub sleep_secs: f64,
     /// `-y/--sync-rw`: barrier after allocation.
     pub sync_rw: bool,
@@ -94,6 +102,14 @@ impl Default for UsememOpts {
 
 /// usemem keeps at most this many allocations to free; beyond, teardown happens at exit.
 pub const MAX_POINTERS: usize = 32;
+
+/// Most workers (`-n` × `-t`) one run starts. Each is a host thread, and a machine has at most
+/// [`usermm::config::MAX_CPUS`] CPUs for them: beyond, workers would only share CPUs while the
+/// host's thread limit comes closer.
+pub const MAX_WORKERS: u64 = usermm::config::MAX_CPUS as u64;
+
+/// Called with a worker's throughput line when it finishes its walk (see [`run_with`]).
+pub type OnWalked = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// One worker's figures and its two output lines.
 #[derive(Debug, Clone, Serialize)]
@@ -149,6 +165,12 @@ pub enum UsememError {
     ZeroSize,
     #[error("-n must be at least 1")]
     NoProcesses,
+    #[error("-n {nproc} × -t {threads} = {} workers; at most {MAX_WORKERS} (one host thread each)", u64::from(*nproc) * u64::from(*threads))]
+    TooManyWorkers { nproc: u32, threads: u32 },
+    #[error("cannot start worker thread {worker}: {error}")]
+    Spawn { worker: u32, error: std::io::Error },
+    #[error("worker {0} was not started: another worker's thread could not be")]
+    NotStarted(u32),
     #[error("size {size} × {workers} workers is larger than the machine's memory ({mem} bytes) and the walk writes")]
     TooBig { size: u64, workers: u64, mem: u64 },
     #[error("mmap failed: {0}")]
@@ -248,6 +270,16 @@ pub fn kb_per_sec(bytes: u64, usecs: u64) -> u64 {
 
 /// Run usemem on `machine`.
 pub fn run(machine: &Arc<Machine>, opts: &UsememOpts) -> Result<UsememResult, UsememError> {
+    run_with(machine, opts, None)
+}
+
+/// [`run`], handing each worker's throughput line to `on_walked` as soon as its walk is done
+/// — what a negative `sleep_secs` prints, since the run then never returns.
+pub fn run_with(
+    machine: &Arc<Machine>,
+    opts: &UsememOpts,
+    on_walked: Option<OnWalked>,
+) -> Result<UsememResult, UsememError> {
     if opts.size < 4096 {
         return Err(UsememError::ZeroSize);
     }
@@ -256,6 +288,12 @@ pub fn run(machine: &Arc<Machine>, opts: &UsememOpts) -> Result<UsememResult, Us
     }
     let threads = opts.threads.max(1);
     let workers = opts.nproc as u64 * threads as u64;
+    if workers > MAX_WORKERS {
+        return Err(UsememError::TooManyWorkers {
+            nproc: opts.nproc,
+            threads,
+        });
+    }
     let mem = machine.config().mem;
     if !opts.readonly && opts.size.saturating_mul(workers) > mem {
         return Err(UsememError::TooBig {
@@ -271,7 +309,10 @@ pub fn run(machine: &Arc<Machine>, opts: &UsememOpts) -> Result<UsememResult, Us
     let barrier = Arc::new(Barrier::new(workers as usize));
     let free_barrier = Arc::new(Barrier::new(workers as usize));
     let mut handles = Vec::new();
-    for p in 0..opts.nproc {
+    // One start signal per worker: dropped unsent if a later thread cannot be started.
+    let mut starts = Vec::new();
+    let mut spawn_error = None;
+    'spawn: for p in 0..opts.nproc {
         let mm_cpu = machine.cpus().nth_wrapping((p * threads) as usize);
         let mm = Mm::new(machine, mm_cpu).map_err(UsememError::Mmap)?;
         // -P: one allocation in "main", before the workers, shared by this process's threads.
@@ -301,13 +342,43 @@ pub fn run(machine: &Arc<Machine>, opts: &UsememOpts) -> Result<UsememResult, Us
             }
             let opts = opts.clone();
             let (barrier, free_barrier) = (Arc::clone(&barrier), Arc::clone(&free_barrier));
-            handles.push(std::thread::spawn(move || {
-                worker(k, task, &opts, t0, prealloc, &barrier, &free_barrier)
-            }));
+            let on_walked = on_walked.clone();
+            let (start, started) = mpsc::channel::<()>();
+            let spawned = std::thread::Builder::new()
+                .name(format!("usemem-{k}"))
+                .spawn(move || {
+                    if started.recv().is_err() {
+                        task.mm().mmput(task.cpu());
+                        return Err(UsememError::NotStarted(k));
+                    }
+                    let gates = Gates {
+                        barrier: &barrier,
+                        free_barrier: &free_barrier,
+                        on_walked: on_walked.as_deref(),
+                    };
+                    worker(k, task, &opts, t0, prealloc, gates)
+                });
+            match spawned {
+                Ok(h) => {
+                    handles.push(h);
+                    starts.push(start);
+                }
+                Err(error) => {
+                    spawn_error = Some(UsememError::Spawn { worker: k, error });
+                    break 'spawn;
+                }
+            }
         }
     }
+    if spawn_error.is_none() {
+        for s in &starts {
+            // A worker that already returned cannot receive; it reports its own error.
+            let _ = s.send(());
+        }
+    }
+    drop(starts);
     let mut results = Vec::new();
-    let mut first_err = None;
+    let mut first_err = spawn_error;
     for h in handles {
         match h.join().expect("usemem worker panicked") {
             Ok(r) => results.push(r),
@@ -349,15 +420,27 @@ pub fn run(machine: &Arc<Machine>, opts: &UsememOpts) -> Result<UsememResult, Us
     })
 }
 
+/// What a worker shares with the others: the start-of-walk and before-free barriers, and
+/// where its throughput line goes when it will never return.
+struct Gates<'a> {
+    barrier: &'a Barrier,
+    free_barrier: &'a Barrier,
+    on_walked: Option<&'a (dyn Fn(&str) + Send + Sync)>,
+}
+
 fn worker(
     k: u32,
     task: Task,
     opts: &UsememOpts,
     t0: Instant,
     prealloc: Option<u64>,
-    barrier: &Barrier,
-    free_barrier: &Barrier,
+    gates: Gates<'_>,
 ) -> Result<WorkerResult, UsememError> {
+    let Gates {
+        barrier,
+        free_barrier,
+        on_walked,
+    } = gates;
     let machine = Arc::clone(task.mm().machine());
     let cpu: CpuId = task.cpu();
     let faults0 = machine.vmstat().get(VmItem::Pgfault);
@@ -391,6 +474,17 @@ fn worker(
     }
     let usecs = t0.elapsed().as_micros() as u64;
     let rss = task.mm().rss(RssItem::AnonPages) + task.mm().rss(RssItem::ShmemPages);
+    let kbps = kb_per_sec(bytes, usecs);
+    let line = format!("{bytes} bytes / {usecs} usecs = {kbps} KB/s");
+    if opts.sleep_secs < 0.0 && result.is_ok() {
+        // usemem's negative --sleep: print, then hold the memory until killed.
+        if let Some(f) = on_walked {
+            f(&line);
+        }
+        loop {
+            std::thread::park();
+        }
+    }
     if opts.sleep_secs > 0.0 {
         std::thread::sleep(std::time::Duration::from_secs_f64(opts.sleep_secs));
     }
@@ -408,7 +502,6 @@ fn worker(
     task.mm().mmput(cpu);
     let exit_usecs = te.elapsed().as_micros() as u64;
     result?;
-    let kbps = kb_per_sec(bytes, usecs);
     Ok(WorkerResult {
         worker: k,
         cpu: cpu.0,
@@ -419,7 +512,7 @@ fn worker(
         exit_usecs,
         faults: (machine.vmstat().get(VmItem::Pgfault) - faults0) as u64,
         rss_pages_before_free: rss,
-        line: format!("{bytes} bytes / {usecs} usecs = {kbps} KB/s"),
+        line,
         free_line: format!("{free_usecs} usecs to free memory"),
     })
 }

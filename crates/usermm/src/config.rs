@@ -18,6 +18,17 @@ pub const MAX_MEM_BYTES: u64 = 16 << 40;
 pub const MIN_MEM_BYTES: u64 = 16 << 20;
 pub const MAX_CPUS: u16 = 4096;
 pub const MAX_NODES: u16 = 64;
+/// Largest `pcp.high` (and so `pcp.batch`), pages: a per-CPU list of 64 GiB, far beyond any
+/// kernel's (`zone_highsize()` gives a CPU an eighth of its zone at most), and small enough that
+/// the list arithmetic (`batch << 5`, `count + batch`) stays within 32 bits.
+pub const MAX_PCP_HIGH: u32 = 1 << 24;
+/// Largest `lru.add_batch`: each CPU's batch is allocated up front. The kernel's is 15
+/// (`PAGEVEC_SIZE`, 2017) or 31 (folio batches).
+pub const MAX_LRU_ADD_BATCH: u32 = 4096;
+/// Largest modelled cost of one TLB flush (`tlb.flush_cost_ns`): 1 ms. A remote shootdown (IPIs
+/// and their acknowledgements) costs microseconds on the seeds' machines; the flush spins for
+/// this long on the initiating CPU, so a value beyond it only turns a run into a hang.
+pub const MAX_TLB_FLUSH_COST_NS: u64 = 1_000_000;
 
 /// Does a data frame hold real bytes?
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -464,6 +475,9 @@ impl MachineConfig {
     }
 
     /// Check that a machine can be built from this configuration.
+    ///
+    /// Every sum and product here is checked: a `--set` near `u64::MAX` is refused, never
+    /// wrapped into a small value that passes.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.mem < MIN_MEM_BYTES {
             return err(format!("mem {} is below the minimum of 16 MiB", self.mem));
@@ -490,8 +504,20 @@ impl MachineConfig {
         if self.pcp.batch == 0 || self.pcp.high < self.pcp.batch {
             return err("pcp.batch must be ≥ 1 and pcp.high ≥ pcp.batch");
         }
+        if self.pcp.high > MAX_PCP_HIGH {
+            return err(format!(
+                "pcp.high must be at most {MAX_PCP_HIGH} pages, got {}",
+                self.pcp.high
+            ));
+        }
         if self.lru.add_batch == 0 || self.lru.lock_batch == 0 {
             return err("lru.add_batch and lru.lock_batch must be ≥ 1");
+        }
+        if self.lru.add_batch > MAX_LRU_ADD_BATCH {
+            return err(format!(
+                "lru.add_batch must be at most {MAX_LRU_ADD_BATCH}, got {}",
+                self.lru.add_batch
+            ));
         }
         if self.free.threshold_pages == 0 {
             return err("free.threshold_pages must be ≥ 1");
@@ -505,19 +531,29 @@ impl MachineConfig {
         if self.max_map_count == 0 {
             return err("max_map_count must be ≥ 1");
         }
-        let hugetlb_bytes = self.nr_hugepages as u64 * (2 << 20);
-        if hugetlb_bytes > self.mem / 2 {
+        let hugetlb_bytes = u64::from(self.nr_hugepages).checked_mul(2 << 20);
+        if hugetlb_bytes.map_or(true, |b| b > self.mem / 2) {
             return err("nr_hugepages may reserve at most half of mem");
         }
         let p = &self.pcpu;
         if p.unit_size == 0 || p.unit_size % PAGE_SIZE != 0 || p.unit_size > (64 << 20) {
             return err("pcpu.unit_size must be a non-zero multiple of 4 KiB, at most 64 MiB");
         }
-        if p.static_size + p.reserved_size >= p.unit_size {
-            return err("pcpu.static_size + pcpu.reserved_size must be below pcpu.unit_size");
+        let first_chunk = p.static_size.checked_add(p.reserved_size);
+        if first_chunk.map_or(true, |b| b >= p.unit_size) {
+            return err(format!(
+                "pcpu.static_size + pcpu.reserved_size must be below pcpu.unit_size ({}), got {} + {}",
+                p.unit_size, p.static_size, p.reserved_size
+            ));
         }
         if p.empty_pop_pages_low > p.empty_pop_pages_high {
             return err("pcpu.empty_pop_pages_low must be ≤ pcpu.empty_pop_pages_high");
+        }
+        if self.tlb.flush_cost_ns > MAX_TLB_FLUSH_COST_NS {
+            return err(format!(
+                "tlb.flush_cost_ns must be at most {MAX_TLB_FLUSH_COST_NS} (1 ms), got {}",
+                self.tlb.flush_cost_ns
+            ));
         }
         Ok(())
     }
@@ -578,6 +614,60 @@ mod test {
         c.nodes = 8;
         c.cpus = 4;
         assert!(c.validate().is_err());
+    }
+
+    /// Sizes near `u64::MAX` must be refused, not wrapped into a sum that passes (issue 13:
+    /// `--set pcpu.static_size=0xffffffffffff0000 --set pcpu.reserved_size=0x20000` ran).
+    #[test]
+    fn validation_arithmetic_does_not_wrap() {
+        let mut c = MachineConfig::default();
+        c.set("pcpu.static_size=0xffffffffffff0000").unwrap();
+        c.set("pcpu.reserved_size=0x20000").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("pcpu.static_size + pcpu.reserved_size"), "{e}");
+        let mut c = MachineConfig::default();
+        c.pcpu.static_size = u64::MAX;
+        c.pcpu.reserved_size = u64::MAX;
+        assert!(c.validate().is_err());
+        let c = MachineConfig {
+            nr_hugepages: u32::MAX,
+            ..Default::default()
+        };
+        assert!(c.validate().is_err());
+        let mut c = MachineConfig::default();
+        c.set("mem=0xfffffffffffff000").unwrap();
+        assert!(c.validate().is_err());
+    }
+
+    /// Extreme list sizes found by the CLI fuzz: `pcp.high=4294967295` panicked in the
+    /// auto-tuned pcp's clamp, `lru.add_batch=4294967295` aborted allocating 32 GiB per CPU.
+    #[test]
+    fn list_sizes_are_bounded() {
+        let mut c = MachineConfig::default();
+        c.pcp.high = MAX_PCP_HIGH;
+        c.lru.add_batch = MAX_LRU_ADD_BATCH;
+        c.validate().unwrap();
+        c.set("pcp.high=4294967295").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("pcp.high") && e.contains("16777216"), "{e}");
+        let mut c = MachineConfig::default();
+        c.set("lru.add_batch=4294967295").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("lru.add_batch") && e.contains("4096"), "{e}");
+    }
+
+    /// The modelled flush cost spins per flush: an unbounded one hung `usemem` (issue 13).
+    #[test]
+    fn tlb_flush_cost_is_bounded() {
+        let mut c = MachineConfig::default();
+        c.tlb.flush_cost_ns = MAX_TLB_FLUSH_COST_NS;
+        c.validate().unwrap();
+        c.set("tlb.flush_cost_ns=18446744073709551615").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("tlb.flush_cost_ns") && e.contains("1000000"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -10,11 +10,13 @@ use std::fmt::Write as _;
 
 use clap::{Args, ValueEnum};
 use serde::Serialize;
-use usermm::config::BatchSwitch;
+use usermm::config::{BatchSwitch, MAX_MEM_BYTES};
+use usermm_host::measure::{host_touch_and_munmap, HostFreeResult};
 use usermm_workloads::bigfree::{self, BigfreeError, BigfreeOpts, BigfreeResult, Event, FreeBy};
-use usermm_workloads::host::measure::{host_touch_and_munmap, HostFreeResult};
+use usermm_workloads::stats;
 
-use crate::args::{human_bytes, parse_nonzero_size_arg, usage, EngineArgs, GlobalArgs};
+use crate::args::{parse_nonzero_size_arg, usage, EngineArgs, GlobalArgs};
+use crate::report::format::human_bytes;
 use crate::report::{Progress, Series, Table};
 
 /// The largest host mapping `--host` touches.
@@ -156,11 +158,17 @@ pub fn opts(args: &BigfreeArgs) -> anyhow::Result<BigfreeOpts> {
     };
     if let Err(e) = bigfree::check(&o) {
         return match e {
+            BigfreeError::TooBig { size, need, .. } if need > MAX_MEM_BYTES => usage(format!(
+                "SIZE {} needs {} of emulated RAM with page tables, more than the {} a machine can have",
+                human_bytes(size),
+                human_bytes(need.div_ceil(1 << 30) << 30),
+                human_bytes(MAX_MEM_BYTES)
+            )),
             BigfreeError::TooBig { size, mem, need } => usage(format!(
                 "SIZE {} does not fit in the emulated RAM of {} ({} needed with page tables); pass a larger --mem",
                 human_bytes(size),
                 human_bytes(mem),
-                human_bytes(need.next_multiple_of(1 << 20))
+                human_bytes(round_up_mib(need))
             )),
             e => usage(e.to_string()),
         };
@@ -168,17 +176,14 @@ pub fn opts(args: &BigfreeArgs) -> anyhow::Result<BigfreeOpts> {
     Ok(o)
 }
 
-/// `MemAvailable` of the host, bytes.
-fn host_mem_available() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = s.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
+/// `n` rounded up to a MiB (saturating: `n` may be a sum near `u64::MAX`).
+fn round_up_mib(n: u64) -> u64 {
+    n.saturating_add((1 << 20) - 1) & !((1 << 20) - 1)
 }
 
 /// The host size for `size`: at most [`HOST_CAP_BYTES`] and half of what the host has free.
 pub fn host_size(size: u64) -> u64 {
-    let avail = host_mem_available().unwrap_or(HOST_CAP_BYTES * 2) / 2;
+    let avail = usermm_host::facts::mem_available_bytes().unwrap_or(HOST_CAP_BYTES * 2) / 2;
     size.min(HOST_CAP_BYTES)
         .min(avail.max(64 << 20))
         .next_multiple_of(2 << 20)
@@ -200,14 +205,14 @@ pub fn run_host(size: u64, repeat: u32) -> anyhow::Result<HostRow> {
         .iter()
         .map(HostFreeResult::populate_ns_per_page)
         .collect();
-    let munmap_ns_per_page = bigfree::median(&per);
+    let munmap_ns_per_page = stats::median(&per);
     Ok(HostRow {
         size: hs,
         requested: size,
         capped: hs < size,
-        munmap_s: bigfree::median(&ns) / 1e9,
+        munmap_s: stats::median(&ns) / 1e9,
         munmap_ns_per_page,
-        populate_ns_per_page: bigfree::median(&pop),
+        populate_ns_per_page: stats::median(&pop),
         munmap_s_scaled: munmap_ns_per_page * (size / usermm::PAGE_SIZE) as f64 / 1e9,
         runs,
     })
@@ -300,7 +305,7 @@ pub fn free_table(b: &BigfreeResult) -> Table {
                 .find(|s| s.0 == m)
                 .map_or((None, None), |s| (Some(s.1), Some(s.2))),
         };
-        let jobs = bigfree::median(
+        let jobs = stats::median(
             &row.samples
                 .iter()
                 .map(|s| s.jobs as f64)
@@ -352,7 +357,7 @@ pub fn lock_table(b: &BigfreeResult) -> Table {
     );
     for row in &b.rows {
         let m = |f: &dyn Fn(&bigfree::RunSample) -> f64| {
-            bigfree::median(&row.samples.iter().map(f).collect::<Vec<_>>())
+            stats::median(&row.samples.iter().map(f).collect::<Vec<_>>())
         };
         l.push_row([
             row.label.clone(),
@@ -384,7 +389,12 @@ pub fn speedup_series(b: &BigfreeResult) -> Vec<Series> {
         .filter_map(|r| r.max_active.map(|m| (f64::from(m), r.speedup)));
     vec![
         Series {
-            name: format!("seed ({}, 4 nodes / 144 threads)", human_bytes(seed.size)),
+            name: format!(
+                "seed ({}, {} nodes / {} threads)",
+                human_bytes(seed.size),
+                seed.nodes,
+                seed.threads
+            ),
             points: seed
                 .rows
                 .iter()
@@ -440,13 +450,18 @@ pub fn render(r: &BigfreeRecord) -> String {
     out += &lock_table(b).render_text();
     out.push('\n');
     if let Some(p) = &b.patched {
+        let (seed_ma, seed_s) = b.seed.best();
         let _ = writeln!(
             out,
-            "vanilla {} s → best parallel ({}) {} s: {:.2}x (seed: 10.8 s → 4.77 s at max_active 8, 2.26x)",
+            "vanilla {} s → best parallel ({}) {} s: {:.2}x (seed: {} s → {} s at max_active {}, {:.2}x)",
             secs(b.vanilla_s),
             p.label,
             secs(p.time_s),
-            b.ratio
+            b.ratio,
+            b.seed.vanilla_s,
+            seed_s,
+            seed_ma,
+            b.seed.best_speedup()
         );
     }
     if let Some(x) = &b.beyond {

@@ -1,36 +1,27 @@
-//! One module per subcommand, each with its argument struct and a `run`. [`run`] dispatches.
+//! One module per subcommand, each with its argument struct and a `run`
+//! ([`crate::cli::run`] dispatches), and what they share: [`emit`] and [`boot`].
 //!
 //! A command builds one record (a serde value) and renders it either as kernel-style text or,
 //! with `--json`, as JSON on stdout ([`emit`]). Progress goes to stderr
 //! ([`crate::report::Progress`]); nothing else is printed.
+//!
+//! Commands use [`crate::args`] (shared flags and parsers) and [`crate::report`] (tables,
+//! plots, formatting); this module uses none of its children.
 
 use std::io::Write;
 
 use serde::Serialize;
 
-use crate::args::{Cli, Command, GlobalArgs};
+use crate::args::GlobalArgs;
 
 pub mod bigfree;
 pub mod meminfo;
 pub mod munmap_test;
+pub mod percpu_calibrate;
 pub mod percpu_test;
 pub mod reproduce;
 pub mod usemem;
 pub mod vmstat;
-
-/// Run the command the user asked for.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
-    let g = &cli.global;
-    match &cli.command {
-        Command::Meminfo(a) => meminfo::run(a, g),
-        Command::Vmstat(a) => vmstat::run(a, g),
-        Command::Usemem(a) => usemem::run(a, g),
-        Command::Bigfree(a) => bigfree::run(a, g),
-        Command::MunmapTest(a) => munmap_test::run(a, g),
-        Command::PercpuTest(a) => percpu_test::run(a, g),
-        Command::Reproduce(a) => reproduce::run(a, g),
-    }
-}
 
 /// Write `text` to stdout as is.
 pub fn print(text: &str) -> std::io::Result<()> {

@@ -7,11 +7,14 @@
 
 use clap::Args;
 use serde::Serialize;
+use usermm::config::{MAX_CPUS, MAX_MEM_BYTES};
 use usermm_workloads::munmap_test::{
     self, default_machine, Latency, MunmapTestOpts, MunmapTestResult, PolicyResult,
 };
+use usermm_workloads::stats;
 
-use crate::args::{human_bytes, parse_nonzero_size_arg, usage, EngineArgs, GlobalArgs};
+use crate::args::{parse_nonzero_size_arg, usage, EngineArgs, GlobalArgs};
+use crate::report::format::{group, human_bytes};
 use crate::report::{Progress, Table};
 
 #[derive(Debug, Clone, Args, Serialize)]
@@ -19,8 +22,10 @@ pub struct MunmapTestArgs {
     /// Bytes of the mapping to unmap, e.g. 80G.
     #[arg(value_name = "SIZE", value_parser = parse_nonzero_size_arg)]
     pub size: u64,
-    /// Threads faulting on other VMAs during the munmap (default 1; 0 times the munmap alone).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=4096))]
+    /// Threads faulting on other VMAs during the munmap (default 1; 0 times the munmap alone;
+    /// at most 4095: each needs an emulated CPU besides the munmapping one).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(0..i64::from(MAX_CPUS)))]
     pub faulters: Option<u32>,
     /// Runs per configuration.
     #[arg(long, value_name = "N", default_value_t = 1,
@@ -45,16 +50,25 @@ impl MunmapTestArgs {
     /// with the engine flags on top.
     pub fn opts(&self) -> anyhow::Result<MunmapTestOpts> {
         let faulters = self.faulters.unwrap_or(1);
-        let machine = self
-            .engine
-            .to_config(default_machine(self.size, faulters))?;
         if self.size % usermm::PAGE_SIZE != 0 {
             return usage(format!("SIZE {} is not a multiple of 4 KiB", self.size));
         }
         if self.faulter_size % usermm::PAGE_SIZE != 0 || self.faulter_size > 512 << 20 {
             return usage("--faulter-size must be a multiple of 4 KiB, at most 512M");
         }
+        // SIZE ≤ 16T and at most 4095 faulters of ≤ 512M: no overflow below.
         let need = self.size + u64::from(faulters) * self.faulter_size + (64 << 20);
+        if need > MAX_MEM_BYTES {
+            return usage(format!(
+                "SIZE {} and the faulters' VMAs need {} of emulated RAM, more than the {} a machine can have",
+                human_bytes(self.size),
+                human_bytes(need.next_multiple_of(1 << 30)),
+                human_bytes(MAX_MEM_BYTES)
+            ));
+        }
+        let machine = self
+            .engine
+            .to_config(default_machine(self.size, faulters))?;
         if machine.mem < need {
             return usage(format!(
                 "--mem {} is too small for SIZE {} and the faulters' VMAs (need ≥ {})",
@@ -113,18 +127,6 @@ pub fn us(ns: u64) -> String {
     } else {
         format!("{:.1} µs", ns as f64 / 1e3)
     }
-}
-
-fn group(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(' ');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn times(x: f64) -> String {
@@ -207,10 +209,16 @@ host: {} CPU(s). {} run(s) per policy, each on a fresh machine; figures are medi
         r.host_cpus,
         o.repeat,
     );
-    s += "The seed (v7 cover letter, 80 GB, 32 × E5-2680 @ 2.70 GHz), patched kernel:\n";
-    s += "  munmap_test-15002 [008] 594.380138: funcgraph_entry:                |  vm_munmap_zap_rlock() {\n";
-    s += "  munmap_test-15002 [008] 594.380146: funcgraph_entry: ! 2485684 us   |    unmap_region();\n";
-    s += "  munmap_test-15002 [008] 596.865836: funcgraph_exit:  ! 2485692 us   |  }\n\n";
+    let seed = &r.seed;
+    s += &format!(
+        "The seed ({}, {}, {}), patched kernel:\n",
+        seed.source, seed.size_label, seed.machine
+    );
+    for line in seed.ftrace {
+        s += line;
+        s.push('\n');
+    }
+    s.push('\n');
     s += "usermm, munmap.downgrade=on (zap under the read lock):\n";
     s += &ftrace(
         "usermm-munmap",
@@ -414,11 +422,10 @@ fn div(a: f64, b: f64) -> f64 {
     }
 }
 
-/// The run whose total time is the median of the policy's runs.
+/// The run whose total time is the (upper) median of the policy's runs.
 fn median_run(p: &PolicyResult) -> &munmap_test::RunResult {
-    let mut idx: Vec<usize> = (0..p.runs.len()).collect();
-    idx.sort_by_key(|&i| p.runs[i].unmap.total_ns);
-    &p.runs[idx[idx.len() / 2]]
+    let i = stats::upper_median_index_by(&p.runs, |a, b| a.unmap.total_ns.cmp(&b.unmap.total_ns));
+    &p.runs[i.unwrap_or(0)]
 }
 
 #[cfg(test)]
@@ -430,8 +437,6 @@ mod test {
         assert_eq!(us(2_485_692_000), "2 485 692 µs");
         assert_eq!(us(8_000), "8.0 µs");
         assert_eq!(us(12_345_678), "12 345 µs");
-        assert_eq!(group(1_000), "1 000");
-        assert_eq!(group(999), "999");
     }
 
     #[test]

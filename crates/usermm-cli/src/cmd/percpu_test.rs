@@ -7,7 +7,8 @@ use serde::Serialize;
 
 use usermm::memcg::RecipeEra;
 use usermm::MachineConfig;
-use usermm_workloads::percpu_test::{self, PercpuAbResult, PercpuTestOpts};
+use usermm_workloads::percpu_test::{self, PercpuAbResult, PercpuTestOpts, MEM_CGROUP_ID_MAX};
+use usermm_workloads::seeds;
 
 use crate::args::{EngineArgs, GlobalArgs};
 use crate::report::Table;
@@ -39,7 +40,15 @@ impl std::str::FromStr for CgroupShape {
         if parents == 0 || children == 0 {
             return Err(format!("both counts must be at least 1, got '{s}'"));
         }
-        Ok(CgroupShape { parents, children })
+        let shape = CgroupShape { parents, children };
+        if shape.total() > MEM_CGROUP_ID_MAX {
+            return Err(format!(
+                "{parents} × (1 + {children}) = {} cgroups; at most {MEM_CGROUP_ID_MAX} \
+                 (MEM_CGROUP_ID_MAX: memory cgroup IDs are 16 bits)",
+                shape.total()
+            ));
+        }
+        Ok(shape)
     }
 }
 
@@ -62,6 +71,16 @@ pub enum Recipe {
     Modern,
 }
 
+impl Recipe {
+    /// The engine's name for this era.
+    pub fn era(self) -> RecipeEra {
+        match self {
+            Recipe::V2021 => RecipeEra::V2021,
+            Recipe::Modern => RecipeEra::Modern,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args, Serialize)]
 pub struct PercpuTestArgs {
     /// Cgroups to create: N parents each followed by M children.
@@ -81,19 +100,40 @@ impl PercpuTestArgs {
             parents: self.cgroups.parents as usize,
             children: self.cgroups.children as usize,
             cpus: self.engine.cpus,
-            recipe: match self.recipe {
-                Recipe::V2021 => RecipeEra::V2021,
-                Recipe::Modern => RecipeEra::Modern,
-            },
+            recipe: self.recipe.era(),
             ..PercpuTestOpts::default()
         }
     }
 }
 
+/// The title of [`table`]: the script the run followed, and the seed's when the run's differs
+/// (the seed columns are always the seed's own script).
+fn title(r: &PercpuAbResult) -> String {
+    let seed = seeds::PERCPU_DEPOPULATE;
+    let v = &r.vanilla;
+    let parents = v.created - v.removed;
+    let children = v.removed / parents.max(1);
+    let mut t = format!(
+        "Percpu (kB) — {parents} cg_i each followed by {children} cg_i_j; every cg_i_j removed; settle"
+    );
+    let seed_shape = (u64::from(seed.parents), u64::from(seed.children));
+    if (parents, children) != seed_shape || v.recipe != RecipeEra::V2021 {
+        let recipe = match v.recipe {
+            RecipeEra::V2021 => "",
+            RecipeEra::Modern => ", modern recipe",
+        };
+        t += &format!(
+            "{recipe} (seed columns: {} × {}, 2021 recipe)",
+            seed.parents, seed.children
+        );
+    }
+    t
+}
+
 /// The seed's three rows both ways, beside ours, with the ideal and the ratio.
 pub fn table(r: &PercpuAbResult) -> Table {
     let mut t = Table::new(
-        "Percpu (kB) — 1000 cg_i each followed by 10 cg_i_j; every cg_i_j removed; settle",
+        title(r),
         [
             "",
             "seed vanilla",
@@ -158,9 +198,10 @@ pub fn run(args: &PercpuTestArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     let r = percpu_test::run_ab(&args.opts(), &cfg).map_err(|e| anyhow!("percpu-test: {e}"))?;
     super::emit(g, &r, |r| {
         format!(
-            "{}\nvanilla after deleting / after creating: {:.3} (seed 1.000)\n",
+            "{}\nvanilla after deleting / after creating: {:.3} (seed {:.3})\n",
             table(r).render_text(),
-            r.vanilla_plateau
+            r.vanilla_plateau,
+            seeds::PERCPU_DEPOPULATE.vanilla_plateau()
         )
     })
 }
@@ -184,5 +225,10 @@ mod test {
         assert!("1000".parse::<CgroupShape>().is_err());
         assert!("0x10".parse::<CgroupShape>().is_err());
         assert!("ax10".parse::<CgroupShape>().is_err());
+        // Issue 13: the product overflowed; now the shape is refused by its total.
+        let e = "100000000x100000000".parse::<CgroupShape>().unwrap_err();
+        assert!(e.contains("at most 65535"), "{e}");
+        assert!("5957x10".parse::<CgroupShape>().is_ok());
+        assert!("5958x10".parse::<CgroupShape>().is_err());
     }
 }

@@ -3,28 +3,35 @@
 //! `usemem -n 72 --readonly -j 0x200000 100G`.
 //!
 //! Sizes are `memparse`d like usemem's (`0x`/octal accepted, binary `k/m/g/t` suffixes). Unlike
-//! usemem, a missing SIZE is a usage error (exit 2), and `-O` also has a long form.
+//! usemem, a missing SIZE is a usage error (exit 2), `-O` also has a long form, and the limits
+//! of an emulated machine are stated up front: SIZE at most 16T, `-n` × `-t` at most 4096
+//! workers (each a host thread).
+//!
+//! `-s` with a negative value sleeps until the process is killed, as usemem's does: each
+//! worker's throughput line is printed when its walk is done (with `--json`, nothing is, as
+//! the record never completes).
 
 use clap::Args;
 use serde::Serialize;
-use usermm::config::{BackingMode, MachineConfig, ThpMode};
+use usermm::config::{BackingMode, MachineConfig, ThpMode, MAX_CPUS, MAX_MEM_BYTES};
 use usermm::stats::VmItem;
-use usermm_workloads::usemem::{self, UsememError, UsememOpts, UsememResult};
+use usermm_workloads::usemem::{self, UsememError, UsememOpts, UsememResult, MAX_WORKERS};
 
 use crate::args::{parse_size_arg, usage, EngineArgs, GlobalArgs};
+use crate::report::format::human_bytes;
 
 #[derive(Debug, Clone, Args, Serialize)]
 pub struct UsememArgs {
     /// Bytes each worker maps and walks (per process, or per thread with -t).
     #[arg(value_name = "SIZE", value_parser = parse_size_arg)]
     pub size: u64,
-    /// Worker processes (each its own mm).
+    /// Worker processes (each its own mm; -n × -t at most 4096).
     #[arg(short = 'n', long, value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..))]
+          value_parser = clap::value_parser!(u32).range(1..=MAX_WORKERS as i64))]
     pub nproc: u32,
     /// Threads per process, each with its own mapping in the process's mm.
     #[arg(short = 't', long = "thread", value_name = "M",
-          value_parser = clap::value_parser!(u32).range(1..))]
+          value_parser = clap::value_parser!(u32).range(1..=MAX_WORKERS as i64))]
     pub thread: Option<u32>,
     /// Map read-only and only read: on anonymous memory, a pure zero-page fault workload.
     #[arg(short = 'o', long)]
@@ -51,7 +58,7 @@ pub struct UsememArgs {
     /// mlock the mapping after the walk.
     #[arg(short = 'M', long)]
     pub mlock: bool,
-    /// Sleep this many seconds before freeing (negative: forever).
+    /// Sleep this many seconds before freeing (negative: until killed).
     #[arg(short = 's', long, value_name = "SEC", allow_negative_numbers = true)]
     pub sleep: Option<i64>,
     /// Start the walk together, after every worker has allocated (needs unit == size).
@@ -97,7 +104,7 @@ impl UsememArgs {
             prealloc: self.prealloc,
             prefault: self.prefault,
             mlock: self.mlock,
-            sleep_secs: self.sleep.unwrap_or(0).max(0) as f64,
+            sleep_secs: self.sleep.unwrap_or(0) as f64,
             sync_rw: self.sync_rw,
             sync_free: self.sync_free,
             madv_thp: self.madv_thp,
@@ -109,16 +116,14 @@ impl UsememArgs {
     /// enough RAM for what the walk writes plus page tables (sparse backing beyond 4 GiB), and
     /// THP as on this host (`madvise`) — except for `--ab`, which replays seed 002 on a
     /// THP-`always` machine as the seed's was.
+    ///
+    /// The RAM is capped at what a machine can have; [`UsememArgs::default_need`] says whether
+    /// the run fits.
     fn default_config(&self) -> MachineConfig {
-        let o = self.opts();
-        let workers = o.nproc as u64 * o.threads.max(1) as u64;
-        let tables = o.size / 512 + (64 << 10);
-        let data = if o.readonly { 0 } else { o.size };
-        let need = workers * (data + tables) + (256 << 20);
-        let mem = need.div_ceil(1 << 30) << 30;
+        let mem = (self.default_need().div_ceil(1 << 30) << 30).min(MAX_MEM_BYTES);
         MachineConfig {
             mem,
-            cpus: workers.clamp(2, 4096) as u16,
+            cpus: self.default_cpus(),
             backing: if mem > (4 << 30) {
                 BackingMode::Sparse
             } else {
@@ -131,6 +136,29 @@ impl UsememArgs {
             },
             ..MachineConfig::default()
         }
+    }
+}
+
+impl UsememArgs {
+    /// Workers: `-n` × `-t`.
+    fn workers(&self) -> u64 {
+        u64::from(self.nproc) * u64::from(self.thread.unwrap_or(1))
+    }
+
+    /// RAM the default machine gives a run: what the walk writes plus page tables per worker,
+    /// the percpu first chunk of its CPUs (one unit each: with thousands of workers it is
+    /// most of the machine), and slack. With SIZE ≤ 16T and at most 4096 workers it stays far
+    /// below `u64::MAX`.
+    fn default_need(&self) -> u64 {
+        let tables = self.size / 512 + (64 << 10);
+        let data = if self.readonly { 0 } else { self.size };
+        let percpu = self.default_cpus() as u64 * MachineConfig::default().pcpu.unit_size;
+        self.workers() * (data + tables) + percpu + (256 << 20)
+    }
+
+    /// One emulated CPU per worker, at least 2.
+    fn default_cpus(&self) -> u16 {
+        self.workers().clamp(2, u64::from(MAX_CPUS)) as u16
     }
 }
 
@@ -191,8 +219,29 @@ pub fn run(args: &UsememArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     if args.sync_rw && args.unit.is_some_and(|u| u != args.size) {
         return usage("usemem: --sync-rw needs --unit equal to SIZE");
     }
+    if args.workers() > MAX_WORKERS {
+        return usage(format!(
+            "usemem: -n {} × -t {} = {} workers; at most {MAX_WORKERS} (one host thread each)",
+            args.nproc,
+            args.thread.unwrap_or(1),
+            args.workers()
+        ));
+    }
+    let forever = args.sleep.is_some_and(|s| s < 0);
+    if forever && args.ab {
+        return usage("usemem: --ab needs both runs to end; -s below 0 sleeps until killed");
+    }
     if args.host {
         return run_host(args, g);
+    }
+    if args.engine.mem.is_none() && args.default_need() > MAX_MEM_BYTES {
+        return usage(format!(
+            "usemem: SIZE {} × {} worker(s) needs {} of emulated RAM (data and page tables), more than the {} a machine can have; size it with --mem",
+            human_bytes(args.size),
+            args.workers(),
+            human_bytes(args.default_need().div_ceil(1 << 30) << 30),
+            human_bytes(MAX_MEM_BYTES)
+        ));
     }
     let config = args.engine.to_config(args.default_config())?;
     let opts = args.opts();
@@ -230,13 +279,22 @@ pub fn run(args: &UsememArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         });
     }
     let machine = super::boot(config)?;
-    let r = usemem::run(&machine, &opts).map_err(map_err)?;
+    // Sleeping until killed: the record never completes, so each line is printed as it comes.
+    let on_walked: Option<usemem::OnWalked> = (forever && !g.json).then(|| {
+        std::sync::Arc::new(|line: &str| {
+            let _ = super::print(&format!("{line}\n"));
+        }) as usemem::OnWalked
+    });
+    let r = usemem::run_with(&machine, &opts, on_walked).map_err(map_err)?;
     super::emit(g, &r, render)
 }
 
 fn map_err(e: UsememError) -> anyhow::Error {
     match e {
-        UsememError::ZeroSize | UsememError::NoProcesses | UsememError::TooBig { .. } => {
+        UsememError::ZeroSize
+        | UsememError::NoProcesses
+        | UsememError::TooBig { .. }
+        | UsememError::TooManyWorkers { .. } => {
             anyhow::Error::new(crate::args::UsageError(format!("usemem: {e}")))
         }
         other => anyhow::anyhow!("usemem: {other}"),
@@ -245,7 +303,7 @@ fn map_err(e: UsememError) -> anyhow::Error {
 
 /// `--host`: the same shape on the real kernel (one worker; anonymous memory).
 fn run_host(args: &UsememArgs, g: &GlobalArgs) -> anyhow::Result<()> {
-    use usermm_workloads::host::measure;
+    use usermm_host::measure;
     if args.readonly {
         let r = measure::host_usemem_readonly(args.size, args.step.max(8))
             .map_err(|e| anyhow::anyhow!("host usemem: {e}"))?;

@@ -1,4 +1,5 @@
-//! The real kernel as a differential-testing backend, and facts about the host.
+//! The real kernel as a differential-testing backend: [`HostBackend`], an [`AddressSpace`]
+//! whose ops run in a forked child.
 //!
 //! [`HostBackend`] forks a child from the calling (possibly multi-threaded) process. The child
 //! closes every inherited fd but its socket, warms itself up (see `child.rs`) and then serves one
@@ -20,157 +21,34 @@
 //! * **Failure:** if the child dies or stops answering, the op (and every later op) returns
 //!   [`OpResult::BackendFailure`] with the reason; the parent never panics. Dropping the backend
 //!   kills and reaps the child.
+//!
+//! `unsafe` here: the fork of the server child (its body is async-signal-safe, see
+//! `child.rs`) and the child's stores into the arena.
+
+#![allow(unsafe_code)]
 
 mod child;
-pub mod measure;
 mod proto;
-mod sys;
 
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use proto::*;
+
+use crate::error::HostError;
+use crate::fork::ChildProc;
 use crate::ops::{
     parse_maps, AddressSpace, Counters, MapSource, MapsLine, Op, OpResult, PageAccess, ARENA_BASE,
     ARENA_END, PAGE_SIZE,
 };
-use proto::*;
-use serde::{Deserialize, Serialize};
-use std::ffi::CStr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::str::FromStr;
-use std::time::{Duration, Instant};
+use crate::procfs::field_kb;
+use crate::sys;
 
 /// Size of the child's preallocated I/O buffer.
 const CHILD_BUF: usize = 64 * 1024;
-/// How long the parent waits on the child between liveness checks.
-const POLL_SLICE: Duration = Duration::from_millis(200);
 /// Default limit for one op (a hung child is killed after this).
 const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// Why a host child could not be started or used.
-#[derive(Debug, thiserror::Error)]
-pub enum HostError {
-    /// A system call in the parent failed.
-    #[error("{what} failed: {}", std::io::Error::from_raw_os_error(*.errno))]
-    Sys { what: &'static str, errno: i32 },
-    /// The child died, hung or spoke nonsense.
-    #[error("host child failed: {0}")]
-    Child(String),
-    /// Something is already mapped in the arena of a fresh child.
-    #[error("the arena is not empty in a fresh host child: {0:?}")]
-    ArenaBusy(Vec<MapsLine>),
-}
-
-// ---------------------------------------------------------------------------------------------
-// A forked child: liveness, waiting, killing
-// ---------------------------------------------------------------------------------------------
-
-/// A child process we forked and have not reaped yet (or have).
-#[derive(Debug)]
-pub(crate) struct ChildProc {
-    pid: libc::pid_t,
-    /// Set once reaped: the pid may then belong to someone else and must not be signalled.
-    exit: Option<String>,
-}
-
-impl ChildProc {
-    /// Fork; the child runs `f` and then `_exit(0)`s.
-    ///
-    /// # Safety
-    /// `f` runs in a child forked from a possibly multi-threaded process: it must be
-    /// async-signal-safe (raw system calls on memory allocated before the fork; no allocation,
-    /// no locks, no stdio, no panics).
-    pub(crate) unsafe fn fork<F: FnOnce()>(f: F) -> Result<ChildProc, HostError> {
-        // SAFETY: forwarded to our caller's contract on `f`.
-        match unsafe { sys::fork() } {
-            Err(errno) => Err(HostError::Sys {
-                what: "fork",
-                errno,
-            }),
-            Ok(0) => {
-                f();
-                sys::exit_now(0)
-            }
-            Ok(pid) => Ok(ChildProc { pid, exit: None }),
-        }
-    }
-
-    pub(crate) fn pid(&self) -> libc::pid_t {
-        self.pid
-    }
-
-    /// `Err(reason)` if the child has exited (it is reaped then).
-    fn check_alive(&mut self) -> Result<(), String> {
-        if let Some(e) = &self.exit {
-            return Err(e.clone());
-        }
-        if let Some(status) = sys::waitpid(self.pid, true) {
-            let why = format!("child {} {}", self.pid, sys::describe_status(status));
-            self.exit = Some(why.clone());
-            return Err(why);
-        }
-        Ok(())
-    }
-
-    /// Wait until `fd` is ready for `events`, checking every [`POLL_SLICE`] that the child lives
-    /// and that `deadline` has not passed (then the child is killed).
-    fn wait_fd(
-        &mut self,
-        fd: sys::Fd,
-        events: libc::c_short,
-        deadline: Instant,
-    ) -> Result<(), String> {
-        loop {
-            match sys::poll1(fd, events, POLL_SLICE) {
-                Ok(0) => {}
-                Ok(rev) if rev & (events | libc::POLLHUP | libc::POLLERR) != 0 => return Ok(()),
-                Ok(_) => {}
-                Err(e) => return Err(format!("poll: errno {e}")),
-            }
-            self.check_alive()?;
-            if Instant::now() >= deadline {
-                self.kill_and_reap();
-                let why = format!("child {} did not answer in time and was killed", self.pid);
-                self.exit = Some(why.clone());
-                return Err(why);
-            }
-        }
-    }
-
-    /// The child closed its end: collect its exit status (killing it if it lingers).
-    fn reap_after_eof(&mut self) -> String {
-        if let Some(e) = &self.exit {
-            return e.clone();
-        }
-        let until = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < until {
-            if self.check_alive().is_err() {
-                return self.exit.clone().unwrap_or_default();
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        self.kill_and_reap();
-        let why = format!("child {} closed its socket and was killed", self.pid);
-        self.exit = Some(why.clone());
-        why
-    }
-
-    /// SIGKILL and reap (no-op once reaped).
-    fn kill_and_reap(&mut self) {
-        if self.exit.is_some() {
-            return;
-        }
-        sys::kill(self.pid, libc::SIGKILL);
-        let status = sys::waitpid(self.pid, false);
-        self.exit = Some(match status {
-            Some(s) => format!("child {} {}", self.pid, sys::describe_status(s)),
-            None => format!("child {} could not be reaped", self.pid),
-        });
-    }
-}
-
-impl Drop for ChildProc {
-    fn drop(&mut self) {
-        self.kill_and_reap();
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // The backend
@@ -201,8 +79,6 @@ impl HostBackend {
             what: "socketpair",
             errno,
         })?;
-        // SAFETY: both fds were just returned by socketpair and are owned by nobody else.
-        let (mine, theirs) = unsafe { (OwnedFd::from_raw_fd(mine), OwnedFd::from_raw_fd(theirs)) };
         let mut buf = vec![0u8; CHILD_BUF];
         let parent = sys::getpid();
         let keep = theirs.as_raw_fd();
@@ -446,15 +322,15 @@ impl AddressSpace for HostBackend {
             },
             Op::Counters => match self.request(Req::new(REQ_COUNTERS, &[]), &[]) {
                 Ok(r) if r.kind == F_OK => {
-                    let rollup = String::from_utf8_lossy(&r.streams[STREAM_ROLLUP as usize]);
+                    let rollup = &r.streams[STREAM_ROLLUP as usize];
                     let smaps = String::from_utf8_lossy(&r.streams[STREAM_SMAPS as usize]);
                     let (rss_kb, anon_huge_kb) = arena_smaps(&smaps);
                     OpResult::Counters(Counters {
                         minor_faults: r.value,
                         rss_kb,
                         anon_huge_kb,
-                        process_rss_kb: kb_field(&rollup, "Rss:"),
-                        process_anon_huge_kb: kb_field(&rollup, "AnonHugePages:"),
+                        process_rss_kb: field_kb(rollup, b"Rss:").unwrap_or(0),
+                        process_anon_huge_kb: field_kb(rollup, b"AnonHugePages:").unwrap_or(0),
                     })
                 }
                 Ok(r) => OpResult::BackendFailure(format!(
@@ -469,15 +345,6 @@ impl AddressSpace for HostBackend {
     fn name(&self) -> &str {
         &self.name
     }
-}
-
-/// The value of a `Key:   123 kB` line (0 if absent).
-fn kb_field(text: &str, key: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 /// Sum `Rss:` and `AnonHugePages:` over the `/proc/self/smaps` entries inside the arena.
@@ -495,99 +362,11 @@ fn arena_smaps(text: &str) -> (u64, u64) {
         if !inside {
             continue;
         }
-        let val = |rest: &str| -> u64 {
-            rest.split_whitespace()
-                .next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0)
-        };
-        if let Some(rest) = l.strip_prefix("Rss:") {
-            rss += val(rest);
-        } else if let Some(rest) = l.strip_prefix("AnonHugePages:") {
-            thp += val(rest);
-        }
+        let line = l.as_bytes();
+        rss += field_kb(line, b"Rss:").unwrap_or(0);
+        thp += field_kb(line, b"AnonHugePages:").unwrap_or(0);
     }
     (rss, thp)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Host facts
-// ---------------------------------------------------------------------------------------------
-
-/// What a report needs to know about the machine the host numbers came from.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-pub struct HostFacts {
-    /// `uname -r`.
-    pub kernel_release: String,
-    /// Online CPUs.
-    pub nr_cpus: u32,
-    /// `MemTotal` from `/proc/meminfo`.
-    pub mem_total_kb: u64,
-    /// The selected word of `/sys/kernel/mm/transparent_hugepage/enabled` ("always", "madvise",
-    /// "never"), or "unavailable".
-    pub thp_enabled: String,
-    /// The selected word of `/sys/kernel/mm/transparent_hugepage/defrag`, or "unavailable".
-    pub thp_defrag: String,
-    /// `vm.overcommit_memory` (0, 1, 2), if readable.
-    pub overcommit: Option<u32>,
-    /// The base page size.
-    pub page_size: u64,
-}
-
-/// The `[selected]` word of a sysfs choice file.
-fn selected_word(text: &str) -> Option<String> {
-    let start = text.find('[')? + 1;
-    let end = start + text[start..].find(']')?;
-    Some(text[start..end].to_string())
-}
-
-fn utsname_release() -> String {
-    // SAFETY: utsname is plain old data; all-zero is a valid value.
-    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: `u` is a valid, writable utsname.
-    if unsafe { libc::uname(&mut u) } != 0 {
-        return String::from("unknown");
-    }
-    let bytes: Vec<u8> = u
-        .release
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
-}
-
-/// Collect [`HostFacts`] (never fails: unreadable items get placeholder values).
-pub fn facts() -> HostFacts {
-    let read = |p: &str| std::fs::read_to_string(p).ok();
-    // SAFETY: sysconf has no preconditions.
-    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    let thp = |p: &str| {
-        read(p)
-            .and_then(|t| selected_word(&t))
-            .unwrap_or_else(|| "unavailable".to_string())
-    };
-    HostFacts {
-        kernel_release: utsname_release(),
-        nr_cpus: u32::try_from(cpus).unwrap_or(0),
-        mem_total_kb: read("/proc/meminfo")
-            .map(|t| kb_field(&t, "MemTotal:"))
-            .unwrap_or(0),
-        thp_enabled: thp("/sys/kernel/mm/transparent_hugepage/enabled"),
-        thp_defrag: thp("/sys/kernel/mm/transparent_hugepage/defrag"),
-        overcommit: read("/proc/sys/vm/overcommit_memory").and_then(|t| t.trim().parse().ok()),
-        page_size: u64::try_from(page).unwrap_or(PAGE_SIZE),
-    }
-}
-
-/// Read a `/proc` file in a forked child (allocation-free helper re-exported for `measure`).
-pub(crate) fn child_field_kb(path: &CStr, key: &[u8], buf: &mut [u8]) -> u64 {
-    match sys::read_small_file(path, buf) {
-        Ok(n) => sys::field_kb(&buf[..n], key),
-        Err(_) => 0,
-    }
 }
 
 #[cfg(test)]
@@ -610,20 +389,5 @@ Rss:                2048 kB
 AnonHugePages:      2048 kB
 ";
         assert_eq!(arena_smaps(smaps), (2056, 2048));
-        assert_eq!(kb_field("Rss:   12 kB\nPss: 3 kB\n", "Pss:"), 3);
-        assert_eq!(
-            selected_word("always [madvise] never\n").as_deref(),
-            Some("madvise")
-        );
-    }
-
-    #[test]
-    fn host_facts_are_sane() {
-        let f = facts();
-        assert!(f.nr_cpus >= 1);
-        assert!(f.mem_total_kb > 0);
-        assert_eq!(f.page_size, 4096);
-        assert!(!f.kernel_release.is_empty());
-        serde_json::to_string(&f).unwrap();
     }
 }

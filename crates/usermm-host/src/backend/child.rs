@@ -11,10 +11,11 @@
 //! EFAULT instead of SIGSEGV when the page is not accessible. Every copy stays inside one page, so
 //! a copy either succeeds completely or faults completely.
 
-use super::proto::*;
-use super::sys::{self, Fd};
-use crate::ops::{ARENA_BASE, ARENA_END, ARENA_SIZE, PAGE_SIZE};
 use std::time::Duration;
+
+use super::proto::*;
+use crate::ops::{ARENA_BASE, ARENA_END, ARENA_SIZE, PAGE_SIZE};
+use crate::sys::{self, Fd};
 
 const PAGE: usize = PAGE_SIZE as usize;
 
@@ -225,11 +226,11 @@ impl Child<'_> {
             let a = req.args;
             match req.code {
                 REQ_MMAP => self.do_mmap(a),
-                REQ_MUNMAP => self.reply(mm(libc::SYS_munmap, [a[0], a[1], 0])),
-                REQ_MPROTECT => self.reply(mm(libc::SYS_mprotect, [a[0], a[1], a[2]])),
-                REQ_MADVISE => self.reply(mm(libc::SYS_madvise, [a[0], a[1], a[2]])),
-                REQ_MLOCK => self.reply(mm(libc::SYS_mlock, [a[0], a[1], 0])),
-                REQ_MUNLOCK => self.reply(mm(libc::SYS_munlock, [a[0], a[1], 0])),
+                REQ_MUNMAP => self.reply(arena_call(MmCall::Munmap, a)),
+                REQ_MPROTECT => self.reply(arena_call(MmCall::Mprotect, a)),
+                REQ_MADVISE => self.reply(arena_call(MmCall::Madvise, a)),
+                REQ_MLOCK => self.reply(arena_call(MmCall::Mlock, a)),
+                REQ_MUNLOCK => self.reply(arena_call(MmCall::Munlock, a)),
                 REQ_READ => self.do_read(a[0], a[1]),
                 REQ_WRITE => self.do_write(a[0], a[1]),
                 REQ_PROBE => self.do_probe(a[0], a[1]),
@@ -250,8 +251,8 @@ impl Child<'_> {
         } else {
             u64::MAX // fd -1
         };
-        // SAFETY: see `mm`; the op's address is an arena address or a hint.
-        let r = unsafe { sys::syscall6(libc::SYS_mmap, [addr, len, prot, flags, fd, offset]) };
+        // SAFETY: see `arena_call`; the op's address is an arena address or a hint.
+        let r = unsafe { sys::mmap(addr, len, prot, flags, fd, offset) };
         let got = match r {
             Ok(v) => v,
             Err(e) => return self.frame(F_ERR, e, 0, &[]),
@@ -263,7 +264,7 @@ impl Child<'_> {
             // The hint was not honoured and the kernel put the mapping somewhere in the child's
             // own address space: take it away again.
             // SAFETY: `got..got+len` is the mapping the kernel just created for this op.
-            let _ = unsafe { sys::syscall6(libc::SYS_munmap, [got, len, 0, 0, 0, 0]) };
+            let _ = unsafe { sys::munmap(got, len) };
             return self.frame(F_MISPLACED, 0, got, &[]);
         }
         self.frame(F_OK, 0, got, &[])
@@ -420,8 +421,7 @@ impl Child<'_> {
             (libc::MAP_PRIVATE as u64, self.zero_fd as i64 as u64),
         ] {
             // SAFETY: the arena holds no Rust object; NOREPLACE refuses to clobber anything.
-            let r =
-                unsafe { sys::syscall6(libc::SYS_mmap, [p, len, rw, flags | noreplace, fd, 0]) };
+            let r = unsafe { sys::mmap(p, len, rw, flags | noreplace, fd, 0) };
             if r != Ok(p) {
                 // Occupied (the parent will notice a non-empty arena) or unusable: stop here.
                 return;
@@ -430,14 +430,15 @@ impl Child<'_> {
             let _ = self.store(p, &b);
             let _ = self.load(p, &mut b);
             let _ = self.probe_page(p);
-            let _ = mm(libc::SYS_mprotect, [p + PAGE_SIZE, PAGE_SIZE, 0]);
+            let _ = arena_call(MmCall::Mprotect, [p + PAGE_SIZE, PAGE_SIZE, 0, 0, 0, 0]);
             let _ = self.probe_page(p + PAGE_SIZE);
             let _ = self.store(p + PAGE_SIZE, &b);
             let _ = self.load(p + PAGE_SIZE, &mut b);
-            let _ = mm(libc::SYS_madvise, [p, len, libc::MADV_DONTNEED as u64]);
-            let _ = mm(libc::SYS_mlock, [p, PAGE_SIZE, 0]);
-            let _ = mm(libc::SYS_munlock, [p, PAGE_SIZE, 0]);
-            let _ = mm(libc::SYS_munmap, [p, len, 0]);
+            let dontneed = libc::MADV_DONTNEED as u64;
+            let _ = arena_call(MmCall::Madvise, [p, len, dontneed, 0, 0, 0]);
+            let _ = arena_call(MmCall::Mlock, [p, PAGE_SIZE, 0, 0, 0, 0]);
+            let _ = arena_call(MmCall::Munlock, [p, PAGE_SIZE, 0, 0, 0, 0]);
+            let _ = arena_call(MmCall::Munmap, [p, len, 0, 0, 0, 0]);
         }
         let _ = self.stream_file(c"/proc/self/maps", STREAM_MAIN, false);
         let _ = self.stream_file(c"/proc/self/smaps_rollup", STREAM_ROLLUP, false);
@@ -482,12 +483,30 @@ impl Child<'_> {
     }
 }
 
-/// An arena memory-management call with three arguments.
-fn mm(nr: libc::c_long, a: [u64; 3]) -> Result<u64, i32> {
+/// The memory-management requests other than mmap.
+#[derive(Clone, Copy)]
+enum MmCall {
+    Munmap,
+    Mprotect,
+    Madvise,
+    Mlock,
+    Munlock,
+}
+
+/// Run one of them on a request's arguments (`addr, len[, prot | advice]`).
+fn arena_call(call: MmCall, a: [u64; 6]) -> Result<u64, i32> {
     // SAFETY: the addresses come from a test op and name the arena, where no Rust object of this
     // child lives. Ops aimed elsewhere are documented as undefined: they can only damage this
     // disposable process, whose death the parent reports as a backend failure.
-    unsafe { sys::syscall6(nr, [a[0], a[1], a[2], 0, 0, 0]) }
+    unsafe {
+        match call {
+            MmCall::Munmap => sys::munmap(a[0], a[1]),
+            MmCall::Mprotect => sys::mprotect(a[0], a[1], a[2]),
+            MmCall::Madvise => sys::madvise(a[0], a[1], a[2]),
+            MmCall::Mlock => sys::mlock(a[0], a[1]),
+            MmCall::Munlock => sys::munlock(a[0], a[1]),
+        }
+    }
 }
 
 /// COW-break the next 64 KiB of stack below the current frame.
@@ -538,9 +557,9 @@ fn populate_line(line: &[u8]) {
     };
     // Bound the work: code and rodata are small; anything huge is somebody's data file.
     if end > start && end - start <= 256 << 20 && (end <= ARENA_BASE || start >= ARENA_END) {
-        let _ = mm(
-            libc::SYS_madvise,
-            [start, end - start, libc::MADV_POPULATE_READ as u64],
-        );
+        let populate = libc::MADV_POPULATE_READ as u64;
+        // SAFETY: MADV_POPULATE_READ only faults pages in; it never changes or discards the
+        // contents of the mapping (this child's own read-only code and data).
+        let _ = unsafe { sys::madvise(start, end - start, populate) };
     }
 }

@@ -1,10 +1,20 @@
-//! Thin wrappers over the raw system calls the host side needs.
+//! Thin wrappers over the raw system calls the host side needs: the crate's one place for
+//! calling into the kernel.
 //!
 //! Everything here is usable in a child forked from a multi-threaded process: no allocation, no
 //! locks, no stdio, nothing but the system call (the glibc wrappers used are plain syscall stubs
 //! that at most set the thread's `errno`). Errors are returned as errno values.
+//!
+//! The memory-management calls ([`mmap`], [`munmap`], [`mprotect`], [`madvise`], [`mlock`],
+//! [`munlock`]) are one family of `unsafe fn`s with one contract: the range must not hold a Rust
+//! object of this process (they may unmap, remap or change the protection of memory). Both
+//! kinds of forked child — the differential backend's server and the measurement workloads —
+//! go through them; nothing else in the crate names `SYS_mmap`.
+
+#![allow(unsafe_code)]
 
 use std::ffi::CStr;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::time::Duration;
 
 pub(crate) type Fd = libc::c_int;
@@ -118,8 +128,15 @@ pub(crate) fn pipe() -> Result<(Fd, Fd), i32> {
     Ok((fds[0], fds[1]))
 }
 
-/// `socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC)`.
-pub(crate) fn socketpair() -> Result<(Fd, Fd), i32> {
+/// [`pipe`], its two ends owned (closed when dropped). For the parent, not for a forked child.
+pub(crate) fn pipe_owned() -> Result<(OwnedFd, OwnedFd), i32> {
+    let (r, w) = pipe()?;
+    // SAFETY: both fds were just returned by pipe2 and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(r), OwnedFd::from_raw_fd(w)) })
+}
+
+/// `socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC)`, both ends owned.
+pub(crate) fn socketpair() -> Result<(OwnedFd, OwnedFd), i32> {
     let mut fds = [0 as Fd; 2];
     // SAFETY: `fds` is a valid array of two ints.
     let r = unsafe {
@@ -133,14 +150,15 @@ pub(crate) fn socketpair() -> Result<(Fd, Fd), i32> {
     if r < 0 {
         return Err(errno());
     }
-    Ok((fds[0], fds[1]))
+    // SAFETY: both fds were just returned by socketpair and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// A raw system call with up to six arguments; `Err(errno)` on failure.
 ///
 /// # Safety
 /// The call must not unmap, remap or write memory that Rust objects of this process live in.
-pub(crate) unsafe fn syscall6(nr: libc::c_long, a: [u64; 6]) -> Result<u64, i32> {
+unsafe fn syscall6(nr: libc::c_long, a: [u64; 6]) -> Result<u64, i32> {
     // SAFETY: forwarded to the caller (see above).
     let r = unsafe {
         libc::syscall(
@@ -160,13 +178,126 @@ pub(crate) unsafe fn syscall6(nr: libc::c_long, a: [u64; 6]) -> Result<u64, i32>
     }
 }
 
-/// `getrusage(RUSAGE_SELF).ru_minflt`.
-pub(crate) fn minflt() -> u64 {
+/// `mmap(addr, len, prot, flags, fd, offset)`; the address the kernel chose, or the errno.
+///
+/// # Safety
+/// With `MAP_FIXED` the range `addr..addr+len` is replaced: it must hold no Rust object of this
+/// process. Without it nothing existing is touched.
+pub(crate) unsafe fn mmap(
+    addr: u64,
+    len: u64,
+    prot: u64,
+    flags: u64,
+    fd: u64,
+    offset: u64,
+) -> Result<u64, i32> {
+    // SAFETY: forwarded to the caller (see above).
+    unsafe { syscall6(libc::SYS_mmap, [addr, len, prot, flags, fd, offset]) }
+}
+
+/// `munmap(addr, len)`.
+///
+/// # Safety
+/// `addr..addr+len` must hold no Rust object of this process.
+pub(crate) unsafe fn munmap(addr: u64, len: u64) -> Result<u64, i32> {
+    // SAFETY: forwarded to the caller (see above).
+    unsafe { syscall6(libc::SYS_munmap, [addr, len, 0, 0, 0, 0]) }
+}
+
+/// `mprotect(addr, len, prot)`.
+///
+/// # Safety
+/// `addr..addr+len` must hold no Rust object of this process.
+pub(crate) unsafe fn mprotect(addr: u64, len: u64, prot: u64) -> Result<u64, i32> {
+    // SAFETY: forwarded to the caller (see above).
+    unsafe { syscall6(libc::SYS_mprotect, [addr, len, prot, 0, 0, 0]) }
+}
+
+/// `madvise(addr, len, advice)` (the advice is an int, passed sign-extended as the ABI does).
+///
+/// # Safety
+/// `addr..addr+len` must hold no Rust object of this process (`MADV_DONTNEED` and friends
+/// discard its contents).
+pub(crate) unsafe fn madvise(addr: u64, len: u64, advice: u64) -> Result<u64, i32> {
+    // SAFETY: forwarded to the caller (see above).
+    unsafe { syscall6(libc::SYS_madvise, [addr, len, advice, 0, 0, 0]) }
+}
+
+/// `mlock(addr, len)`.
+///
+/// # Safety
+/// `addr..addr+len` must hold no Rust object of this process (mlock populates the range).
+pub(crate) unsafe fn mlock(addr: u64, len: u64) -> Result<u64, i32> {
+    // SAFETY: forwarded to the caller (see above).
+    unsafe { syscall6(libc::SYS_mlock, [addr, len, 0, 0, 0, 0]) }
+}
+
+/// `munlock(addr, len)`.
+///
+/// # Safety
+/// `addr..addr+len` must hold no Rust object of this process.
+pub(crate) unsafe fn munlock(addr: u64, len: u64) -> Result<u64, i32> {
+    // SAFETY: forwarded to the caller (see above).
+    unsafe { syscall6(libc::SYS_munlock, [addr, len, 0, 0, 0, 0]) }
+}
+
+/// `getrusage(RUSAGE_SELF)`: this process's resource usage (all zero if the call fails).
+pub(crate) fn rusage_self() -> libc::rusage {
     // SAFETY: rusage is plain old data; all-zero is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `ru` is a valid, writable rusage.
+    // SAFETY: `ru` is a valid, writable rusage; on failure it stays zeroed.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    ru.ru_minflt as u64
+    ru
+}
+
+/// `getrusage(RUSAGE_SELF).ru_minflt`: minor faults of this process so far.
+pub(crate) fn minflt() -> u64 {
+    rusage_self().ru_minflt.max(0) as u64
+}
+
+/// `uname(2)`'s `release` field (`uname -r`), NUL-terminated in `out`; `None` if the call
+/// fails. Allocation-free.
+pub(crate) fn uname_release(out: &mut [u8; 65]) -> Option<&[u8]> {
+    // SAFETY: utsname is plain old data (arrays of c_char); all-zero is a valid value.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, writable utsname, which uname fills with NUL-terminated strings.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return None;
+    }
+    let mut n = 0;
+    for (o, &c) in out
+        .iter_mut()
+        .zip(u.release.iter().take_while(|&&c| c != 0))
+    {
+        *o = c as u8;
+        n += 1;
+    }
+    Some(&out[..n])
+}
+
+/// The soft limit of `getrlimit(resource)` (`RLIM_INFINITY` is `u64::MAX`), or `None` if the
+/// call fails.
+pub(crate) fn rlimit_soft(resource: libc::__rlimit_resource_t) -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into `r`, which is valid and writable.
+    let ok = unsafe { libc::getrlimit(resource, &mut r) } == 0;
+    ok.then_some(r.rlim_cur)
+}
+
+/// `geteuid()`.
+pub(crate) fn geteuid() -> libc::uid_t {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// `sysconf(name)`, or `None` when the value is indeterminate or the call fails.
+pub(crate) fn sysconf(name: libc::c_int) -> Option<u64> {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(name) };
+    u64::try_from(v).ok()
 }
 
 pub(crate) fn getpid() -> libc::pid_t {
@@ -242,27 +373,6 @@ pub(crate) fn describe_status(status: libc::c_int) -> String {
     } else {
         format!("wait status {status:#x}")
     }
-}
-
-/// Parse the decimal number after `key` in a `/proc` "Key:   123 kB" text (0 if absent).
-/// Allocation-free, usable in a forked child.
-pub(crate) fn field_kb(text: &[u8], key: &[u8]) -> u64 {
-    let Some(pos) = text.windows(key.len()).position(|w| w == key) else {
-        return 0;
-    };
-    let mut v = 0u64;
-    let mut seen = false;
-    for &b in &text[pos + key.len()..] {
-        match b {
-            b' ' | b'\t' if !seen => {}
-            b'0'..=b'9' => {
-                seen = true;
-                v = v.saturating_mul(10).saturating_add(u64::from(b - b'0'));
-            }
-            _ => break,
-        }
-    }
-    v
 }
 
 /// Read a small file into `buf` (allocation-free); returns the byte count.

@@ -1,6 +1,6 @@
 //! Running one op sequence on the host kernel and on the engine, step by step.
 //!
-//! [`run_sequence`] is [`crate::ops::run_differential`] with what a test suite needs on top:
+//! [`run_sequence`] is [`crate::compare::run_differential`] with what a test suite needs on top:
 //! * **Maps after every change** (optional): an [`Op::Maps`] follows every mmap, munmap,
 //!   mprotect, madvise, mlock and munlock, so a VMA-level difference is caught on the op that
 //!   caused it.
@@ -15,17 +15,19 @@
 
 use std::fmt;
 
+use usermm_host::HostBackend;
+
+use crate::compare::compare;
 use crate::divergences::{self, DivContext};
-use crate::host::HostBackend;
 use crate::ops::{
-    compare, normalize_maps, AddressSpace, MapsLine, Op, OpResult, ARENA_BASE, ARENA_END,
-    PAGE_SIZE, PROT_READ, PROT_WRITE,
+    normalize_maps, AddressSpace, MapsLine, Op, OpResult, ARENA_BASE, ARENA_END, PAGE_SIZE,
+    PROT_READ, PROT_WRITE,
 };
 
 /// The host kernel backend, warmed up so that its fault counter counts arena faults only.
 ///
 /// The host child's first read that fills its whole 64 KiB I/O buffer takes one extra minor
-/// fault (its buffer is not page aligned, and the warm-up in `host/child.rs` touches one byte
+/// fault (its buffer is not page aligned, and the warm-up in `usermm-host`'s `backend/child.rs` touches one byte
 /// per 4 KiB from the buffer's start, missing the buffer's last page, which is still
 /// copy-on-write after the fork). `WarmHost` does such a read on a scratch mapping far from
 /// the test addresses before the first op, and reports `minor_faults` from that point.

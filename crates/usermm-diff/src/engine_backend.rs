@@ -30,6 +30,7 @@ use usermm::mm::mmap::MapFile;
 use usermm::mm::vma::VmFlags;
 use usermm::stats::VmItem;
 use usermm::{CpuId, Machine, MachineConfig, Mm, Task};
+use usermm_host::facts;
 
 use crate::ops::{
     parse_maps, AddressSpace, Counters, MapSource, Op, OpResult, PageAccess, ARENA_BASE, ARENA_END,
@@ -39,12 +40,7 @@ use crate::ops::{
 /// The THP mode the host runs with (`/sys/kernel/mm/transparent_hugepage/enabled`), or
 /// `Madvise` when that file cannot be read.
 pub fn host_thp_mode() -> ThpMode {
-    let text =
-        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
-    let sel = text
-        .find('[')
-        .and_then(|s| text[s + 1..].find(']').map(|e| &text[s + 1..s + 1 + e]));
-    match sel {
+    match facts::thp_enabled().as_deref() {
         Some("always") => ThpMode::Always,
         Some("never") => ThpMode::Never,
         _ => ThpMode::Madvise,
@@ -53,10 +49,7 @@ pub fn host_thp_mode() -> ThpMode {
 
 /// The host's `vm.max_map_count`, or Linux's default 65530 when it cannot be read.
 pub fn host_max_map_count() -> u32 {
-    std::fs::read_to_string("/proc/sys/vm/max_map_count")
-        .ok()
-        .and_then(|t| t.trim().parse().ok())
-        .unwrap_or(65530)
+    facts::max_map_count().unwrap_or(65530)
 }
 
 /// A small machine that behaves like the host for the differential tests: 1 GiB, full backing,

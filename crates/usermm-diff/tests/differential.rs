@@ -1,30 +1,31 @@
 //! Differential tests: the engine against the host kernel, op by op (DESIGN.md §7).
 //!
-//! * `diff_fixed_cases`: every case of `usermm_workloads::diff_cases` (oracle rows, LTP-style
-//!   cases, merge/split scenarios, THP placement), compared step by step, plus the oracle's
-//!   expectations on the host's results.
+//! * `diff_fixed_cases`: every case of `cases/` (oracle rows, LTP-style cases, merge/split
+//!   scenarios, THP placement), compared step by step, plus the oracle's expectations on the
+//!   host's results.
 //! * `diff_max_map_count`: LTP munmap04 — a split at `max_map_count` fails with ENOMEM.
 //! * `diff_generated_*`: random op sequences (proptest), at least 2 000 of 20+ ops in total,
 //!   compared step by step; a disagreement is shrunk to a minimal sequence and printed.
 //!
-//! Disagreements listed in `usermm_workloads::divergences` end a sequence as "known"; anything
+//! Disagreements listed in `usermm_diff::divergences` end a sequence as "known"; anything
 //! else fails.
 //!
 //! The generated tests are deterministic (fixed seeds). To explore further, set `DIFF_SEED`
 //! (any number, mixed into each test's seed) and `DIFF_CASES` (sequences per test), e.g.
-//! `DIFF_SEED=7 DIFF_CASES=2000 cargo test -p usermm-workloads --test differential -- --nocapture`.
+//! `DIFF_SEED=7 DIFF_CASES=2000 cargo test -p usermm-diff --test differential -- --nocapture`.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
 use usermm::Machine;
-use usermm_workloads::diff_cases::{all_cases, Case};
-use usermm_workloads::diff_runner::{
-    expand, minimize, new_warm_host, run_sequence, Outcome, RunOptions,
-};
-use usermm_workloads::engine_backend::{host_like_config, EngineBackend};
-use usermm_workloads::ops::*;
+use usermm_diff::engine_backend::{host_like_config, EngineBackend};
+use usermm_diff::ops::*;
+use usermm_diff::runner::{expand, minimize, new_warm_host, run_sequence, Outcome, RunOptions};
+
+mod cases;
+
+use cases::{all_cases, Case};
 
 fn new_host() -> Box<dyn AddressSpace> {
     new_warm_host()
@@ -223,8 +224,10 @@ fn diff_max_map_count() {
 // ---------------------------------------------------------------------------------------------
 
 mod gen {
-    use super::*;
     use proptest::prelude::*;
+    use usermm_host::facts;
+
+    use super::*;
 
     const P: u64 = PAGE_SIZE;
     const H: u64 = HPAGE_SIZE;
@@ -439,26 +442,12 @@ mod gen {
     /// not model)? Root may lock anything; others need a limit far above what the generated
     /// mlocks (at most 4 pages per op) can add up to.
     fn mlock_ok() -> bool {
-        let mut r = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes one rlimit into `r`, which is valid and writable.
-        let ok = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } == 0;
-        // SAFETY: geteuid has no preconditions.
-        let root = unsafe { libc::geteuid() } == 0;
-        root || (ok && r.rlim_cur >= 1 << 20)
+        facts::is_root() || facts::memlock_limit().is_some_and(|l| l >= 1 << 20)
     }
 
     /// Is `RLIMIT_STACK` (inherited by the host child) the engine's 8 MiB?
     fn default_stack_rlimit() -> bool {
-        let mut r = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes one rlimit into `r`, which is valid and writable.
-        let ok = unsafe { libc::getrlimit(libc::RLIMIT_STACK, &mut r) } == 0;
-        ok && r.rlim_cur == usermm::mm::fault::STACK_RLIMIT
+        facts::stack_limit() == Some(usermm::mm::fault::STACK_RLIMIT)
     }
 
     pub fn sequence() -> impl Strategy<Value = Vec<Op>> {

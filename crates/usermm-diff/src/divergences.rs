@@ -1,6 +1,6 @@
 //! The known divergences between the engine and the host kernel: ONE reviewed list.
 //!
-//! The differential runner ([`crate::diff_runner`]) consults [`explain`] whenever the two
+//! The differential runner ([`crate::runner`]) consults [`explain`] whenever the two
 //! backends disagree on an op. A disagreement that an entry here explains is reported as
 //! *known* (by its id) instead of failing the test; anything else fails. Every entry names what
 //! differs, why the engine does not (or cannot) follow the host, and how it is recognised. Keep

@@ -7,12 +7,17 @@
 //! (no arena), only issues raw system calls, and hands back a fixed array of `u64`s through a
 //! pipe. Nothing here asserts a time; callers compare ratios.
 
-use super::sys;
-use super::{child_field_kb, ChildProc, HostError};
-use crate::ops::{HPAGE_SIZE, PAGE_SIZE};
-use serde::{Deserialize, Serialize};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+#![allow(unsafe_code)]
+
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::HostError;
+use crate::fork::ChildProc;
+use crate::ops::{HPAGE_SIZE, PAGE_SIZE};
+use crate::{procfs, sys};
 
 /// Longest a measurement child may run.
 const MEASURE_TIMEOUT: Duration = Duration::from_secs(600);
@@ -79,12 +84,10 @@ unsafe fn run_forked<const N: usize, F: FnOnce() -> [u64; N]>(
     work: F,
 ) -> Result<[u64; N], HostError> {
     const { assert!(N <= MAX_WORDS) };
-    let (r, w) = sys::pipe().map_err(|errno| HostError::Sys {
+    let (r, w) = sys::pipe_owned().map_err(|errno| HostError::Sys {
         what: "pipe",
         errno,
     })?;
-    // SAFETY: both fds were just returned by pipe2 and are owned by nobody else.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(r), OwnedFd::from_raw_fd(w)) };
     let wfd = w.as_raw_fd();
     // SAFETY: the closure only closes fds, runs `work` (async-signal-safe by our caller's
     // contract), encodes into a stack array and writes it to a pipe before `_exit`.
@@ -138,36 +141,40 @@ fn map_anon(len: u64, prot: i32, align: bool) -> Result<u64, i32> {
     let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as u64;
     let total = if align { len + HPAGE_SIZE } else { len };
     // SAFETY: a non-fixed mapping never replaces existing memory.
-    let p = unsafe { sys::syscall6(libc::SYS_mmap, [0, total, prot as u64, flags, u64::MAX, 0]) }?;
+    let p = unsafe { sys::mmap(0, total, prot as u64, flags, u64::MAX, 0) }?;
     if !align {
         return Ok(p);
     }
     let start = p.next_multiple_of(HPAGE_SIZE);
     if start > p {
         // SAFETY: trims the head of the mapping just created, which nothing uses.
-        let _ = unsafe { sys::syscall6(libc::SYS_munmap, [p, start - p, 0, 0, 0, 0]) };
+        let _ = unsafe { sys::munmap(p, start - p) };
     }
     let tail = p + total - (start + len);
     if tail > 0 {
         // SAFETY: trims the tail of the mapping just created, which nothing uses.
-        let _ = unsafe { sys::syscall6(libc::SYS_munmap, [start + len, tail, 0, 0, 0, 0]) };
+        let _ = unsafe { sys::munmap(start + len, tail) };
     }
     Ok(start)
 }
 
 fn madvise(p: u64, len: u64, advice: i32) {
     // SAFETY: advice on a mapping this child created; no Rust object lives there.
-    let _ = unsafe { sys::syscall6(libc::SYS_madvise, [p, len, advice as u64, 0, 0, 0]) };
+    let _ = unsafe { sys::madvise(p, len, advice as u64) };
 }
 
 fn munmap(p: u64, len: u64) {
     // SAFETY: unmaps a mapping this child created; no Rust object lives there.
-    let _ = unsafe { sys::syscall6(libc::SYS_munmap, [p, len, 0, 0, 0, 0]) };
+    let _ = unsafe { sys::munmap(p, len) };
 }
 
+/// A field of `/proc/self/smaps_rollup`, read into a stack buffer (child-safe).
 fn rollup_kb(key: &[u8]) -> u64 {
     let mut buf = [0u8; 4096];
-    child_field_kb(c"/proc/self/smaps_rollup", key, &mut buf)
+    match sys::read_small_file(c"/proc/self/smaps_rollup", &mut buf) {
+        Ok(n) => procfs::field_kb(&buf[..n], key).unwrap_or(0),
+        Err(_) => 0,
+    }
 }
 
 fn check_size(size: u64) -> Result<u64, HostError> {
@@ -310,7 +317,7 @@ mod tests {
             t.faults >= SIZE / HPAGE_SIZE && t.faults <= t.pages + 64,
             "{t:?}"
         );
-        if super::super::facts().thp_enabled != "never" && t.anon_huge_kb > 0 {
+        if crate::facts::facts().thp_enabled != "never" && t.anon_huge_kb > 0 {
             // THP worked: far fewer faults than pages.
             assert!(t.faults < t.pages / 4, "{t:?}");
         }

@@ -1,5 +1,5 @@
 //! The fixed differential cases: op sequences run on the host kernel and on the engine, compared
-//! step by step by [`crate::diff_runner`], plus what the oracle says some results must be.
+//! step by step by `usermm_diff::runner`, plus what the oracle says some results must be.
 //!
 //! Sources (all written here from the documented semantics; no test code was copied):
 //! * every row of the errno/edge-case oracle of `peers.md` B.9 that needs no file (mmap,
@@ -13,11 +13,11 @@
 //! agree with the host anyway). Expectations are written only for facts that hold on any 6.x
 //! host the suite may run on (no root-only behaviour, no dependence on a CPU feature).
 
-use crate::ops::*;
 use libc::{
     MADV_DODUMP, MADV_DOFORK, MADV_DONTDUMP, MADV_DONTFORK, MADV_KEEPONFORK, MADV_MERGEABLE,
     MADV_REMOVE, MADV_UNMERGEABLE, MADV_WIPEONFORK,
 };
+use usermm_diff::ops::*;
 
 /// A page.
 pub const P: u64 = PAGE_SIZE;

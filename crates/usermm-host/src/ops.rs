@@ -1,12 +1,14 @@
-//! The backend-neutral vocabulary of the differential tests.
+//! The backend-neutral vocabulary of the differential tests: the Linux address-space ABI as
+//! data.
 //!
 //! One [`Op`] is one thing a program can do to its address space: a memory-management system call
 //! (`mmap`, `munmap`, `mprotect`, `madvise`, `mlock`, `munlock`), a load or store, an accessibility
 //! probe, or an observation (`/proc/self/maps`, fault and RSS counters). A backend implements
 //! [`AddressSpace`] and answers every op with an [`OpResult`]. Two backends exist: the real kernel
-//! ([`crate::host::HostBackend`], a forked child process) and the engine (written against this
-//! module). [`compare`] says whether two results agree, and why not; [`run_differential`] drives
-//! two backends through one op sequence.
+//! ([`crate::HostBackend`], a forked child process) and the engine (`usermm-diff`'s
+//! `EngineBackend`, written against this module). Comparing two results, and driving two
+//! backends through one op sequence, is `usermm-diff`'s job; this module only fixes what every
+//! backend must answer.
 //!
 //! # Addresses and the arena
 //! Every address in an op is an **absolute** virtual address (`u64`). Tests work inside the arena
@@ -299,8 +301,9 @@ pub struct PageAccess {
 
 /// Fault and memory counters of an address space, counted from the backend's creation.
 ///
-/// [`compare`] compares `minor_faults`, `rss_kb` and `anon_huge_kb`; the `process_*` fields are
-/// informational (the host child also maps the whole test process it was forked from).
+/// The differential comparison looks at `minor_faults`, `rss_kb` and `anon_huge_kb`; the
+/// `process_*` fields are informational (the host child also maps the whole test process it was
+/// forked from).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Minor page faults since the backend started (host: `getrusage(RUSAGE_SELF).ru_minflt` of
@@ -383,7 +386,7 @@ impl fmt::Display for OpResult {
                     if i > 0 {
                         f.write_str(" ")?;
                     }
-                    write!(f, "{}", access_str(pa))?;
+                    f.write_str(pa.perms())?;
                 }
                 f.write_str("]")
             }
@@ -405,12 +408,15 @@ impl fmt::Display for OpResult {
     }
 }
 
-fn access_str(p: &PageAccess) -> &'static str {
-    match (p.readable, p.writable) {
-        (true, true) => "rw",
-        (true, false) => "r-",
-        (false, true) => "-w",
-        (false, false) => "--",
+impl PageAccess {
+    /// `rw`, `r-`, `-w` or `--`.
+    pub fn perms(&self) -> &'static str {
+        match (self.readable, self.writable) {
+            (true, true) => "rw",
+            (true, false) => "r-",
+            (false, true) => "-w",
+            (false, false) => "--",
+        }
     }
 }
 
@@ -482,7 +488,7 @@ impl MapsLine {
 }
 
 /// Width the kernel pads the header to before the path (`25 + sizeof(void *) * 6 - 1`).
-const MAPS_PAD: usize = 25 + 8 * 6 - 1;
+pub const MAPS_PAD: usize = 25 + 8 * 6 - 1;
 
 impl fmt::Display for MapsLine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -583,7 +589,7 @@ pub fn normalize_maps(lines: &[MapsLine]) -> Vec<MapsLine> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backends and comparison
+// Backends
 // ---------------------------------------------------------------------------------------------
 
 /// An address space that executes [`Op`]s: the host kernel or the engine.
@@ -592,179 +598,6 @@ pub trait AddressSpace {
     fn apply(&mut self, op: &Op) -> OpResult;
     /// A short name for messages ("host", "engine").
     fn name(&self) -> &str;
-}
-
-/// Do two results agree? `Err` carries a readable explanation.
-///
-/// Rules: equal variants with equal contents, except that maps are compared after
-/// [`normalize_maps`], counters only on the arena fields and `minor_faults`, and two `Misplaced`
-/// agree whatever their addresses. `BackendFailure` never agrees.
-pub fn compare(a: &OpResult, b: &OpResult) -> Result<(), String> {
-    use OpResult as R;
-    match (a, b) {
-        (R::BackendFailure(m), _) | (_, R::BackendFailure(m)) => {
-            Err(format!("backend failure: {m}"))
-        }
-        (R::Ok(x), R::Ok(y)) if x == y => Ok(()),
-        (R::Err(x), R::Err(y)) if x == y => Ok(()),
-        (R::Fault { addr: x }, R::Fault { addr: y }) if x == y => Ok(()),
-        (R::Misplaced { .. }, R::Misplaced { .. }) => Ok(()),
-        (R::Data(x), R::Data(y)) => diff_data(x, y),
-        (R::Probe(x), R::Probe(y)) => diff_probe(x, y),
-        (R::Maps(x), R::Maps(y)) => diff_maps(&normalize_maps(x), &normalize_maps(y)),
-        (R::Counters(x), R::Counters(y)) => diff_counters(x, y),
-        _ => Err(format!("{} vs {}", short(a), short(b))),
-    }
-}
-
-fn short(r: &OpResult) -> String {
-    match r {
-        OpResult::Maps(l) => format!("Maps({} lines)", l.len()),
-        OpResult::Probe(p) if p.len() > 16 => format!("Probe({} pages)", p.len()),
-        _ => r.to_string(),
-    }
-}
-
-fn diff_data(x: &[u8], y: &[u8]) -> Result<(), String> {
-    if x == y {
-        return Ok(());
-    }
-    let mut msg = String::new();
-    if x.len() != y.len() {
-        msg.push_str(&format!("data length {} vs {}; ", x.len(), y.len()));
-    }
-    let diffs: Vec<usize> = x
-        .iter()
-        .zip(y)
-        .enumerate()
-        .filter(|(_, (p, q))| p != q)
-        .map(|(i, _)| i)
-        .collect();
-    if let Some(&first) = diffs.first() {
-        msg.push_str(&format!(
-            "{} differing bytes; first at offset {first:#x}: {:#04x} vs {:#04x}",
-            diffs.len(),
-            x[first],
-            y[first]
-        ));
-    }
-    Err(msg)
-}
-
-fn diff_probe(x: &[PageAccess], y: &[PageAccess]) -> Result<(), String> {
-    if x == y {
-        return Ok(());
-    }
-    let mut msg = String::new();
-    if x.len() != y.len() {
-        msg.push_str(&format!("probe covers {} vs {} pages; ", x.len(), y.len()));
-    }
-    let bad: Vec<String> = x
-        .iter()
-        .zip(y)
-        .filter(|(p, q)| p != q)
-        .take(8)
-        .map(|(p, q)| {
-            if p.addr != q.addr {
-                format!("page {:#x} vs page {:#x}", p.addr, q.addr)
-            } else {
-                format!("{:#x}: {} vs {}", p.addr, access_str(p), access_str(q))
-            }
-        })
-        .collect();
-    msg.push_str(&bad.join(", "));
-    Err(msg)
-}
-
-fn diff_maps(x: &[MapsLine], y: &[MapsLine]) -> Result<(), String> {
-    if x == y {
-        return Ok(());
-    }
-    let mut msg = String::from("maps differ (- only in the first, + only in the second):\n");
-    for l in x {
-        let mark = if y.contains(l) { ' ' } else { '-' };
-        msg.push_str(&format!("{mark} {l}\n"));
-    }
-    for l in y.iter().filter(|l| !x.contains(l)) {
-        msg.push_str(&format!("+ {l}\n"));
-    }
-    Err(msg)
-}
-
-fn diff_counters(x: &Counters, y: &Counters) -> Result<(), String> {
-    let mut d = Vec::new();
-    if x.minor_faults != y.minor_faults {
-        d.push(format!(
-            "minor_faults {} vs {}",
-            x.minor_faults, y.minor_faults
-        ));
-    }
-    if x.rss_kb != y.rss_kb {
-        d.push(format!("arena rss {} kB vs {} kB", x.rss_kb, y.rss_kb));
-    }
-    if x.anon_huge_kb != y.anon_huge_kb {
-        d.push(format!(
-            "arena AnonHugePages {} kB vs {} kB",
-            x.anon_huge_kb, y.anon_huge_kb
-        ));
-    }
-    if d.is_empty() {
-        Ok(())
-    } else {
-        Err(d.join(", "))
-    }
-}
-
-/// The first op on which two backends disagreed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Divergence {
-    /// Index of the op in the sequence.
-    pub index: usize,
-    pub op: Op,
-    pub a_name: String,
-    pub b_name: String,
-    pub a: OpResult,
-    pub b: OpResult,
-    /// The explanation from [`compare`].
-    pub diff: String,
-}
-
-impl fmt::Display for Divergence {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "op #{} {}:", self.index, self.op)?;
-        writeln!(f, "  {}: {}", self.a_name, short(&self.a))?;
-        writeln!(f, "  {}: {}", self.b_name, short(&self.b))?;
-        write!(f, "  {}", self.diff)
-    }
-}
-
-impl std::error::Error for Divergence {}
-
-/// Apply `ops` to both backends in order; stop at the first disagreement. On success returns the
-/// results of `a`.
-pub fn run_differential(
-    a: &mut dyn AddressSpace,
-    b: &mut dyn AddressSpace,
-    ops: &[Op],
-) -> Result<Vec<OpResult>, Box<Divergence>> {
-    let mut out = Vec::with_capacity(ops.len());
-    for (index, op) in ops.iter().enumerate() {
-        let ra = a.apply(op);
-        let rb = b.apply(op);
-        if let Err(diff) = compare(&ra, &rb) {
-            return Err(Box::new(Divergence {
-                index,
-                op: op.clone(),
-                a_name: a.name().to_string(),
-                b_name: b.name().to_string(),
-                a: ra,
-                b: rb,
-                diff,
-            }));
-        }
-        out.push(ra);
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -814,58 +647,6 @@ mod tests {
         }
         assert!("garbage".parse::<MapsLine>().is_err());
         assert!("1-2 rw-p".parse::<MapsLine>().is_err());
-    }
-
-    #[test]
-    fn normalisation_and_compare() {
-        let dz = MapsLine {
-            path: "/dev/zero".into(),
-            dev_major: 0,
-            dev_minor: 5,
-            inode: 4,
-            ..MapsLine::anon(ARENA_BASE, ARENA_BASE + 0x1000, "rw-p")
-        };
-        let outside = MapsLine::anon(0x1000, 0x2000, "r--p");
-        let a = OpResult::Maps(vec![outside.clone(), dz.clone()]);
-        let b = OpResult::Maps(vec![dz.normalized()]);
-        assert_eq!(compare(&a, &b), Ok(()));
-        let c = OpResult::Maps(vec![MapsLine::anon(
-            ARENA_BASE,
-            ARENA_BASE + 0x1000,
-            "r--p",
-        )]);
-        let e = compare(&a, &c).unwrap_err();
-        assert!(e.contains("- 300000000000"), "{e}");
-        assert!(e.contains("+ 300000000000"), "{e}");
-
-        assert_eq!(
-            compare(&OpResult::Err(EINVAL), &OpResult::Err(EINVAL)),
-            Ok(())
-        );
-        let e = compare(&OpResult::Err(EINVAL), &OpResult::Err(ENOMEM)).unwrap_err();
-        assert!(e.contains("EINVAL") && e.contains("ENOMEM"), "{e}");
-        let e = compare(
-            &OpResult::Data(vec![0, 1, 2]),
-            &OpResult::Data(vec![0, 1, 3]),
-        )
-        .unwrap_err();
-        assert!(e.contains("offset 0x2"), "{e}");
-        assert!(compare(
-            &OpResult::Misplaced { addr: 1 },
-            &OpResult::Misplaced { addr: 2 }
-        )
-        .is_ok());
-        let f = OpResult::BackendFailure("x".into());
-        assert!(compare(&f, &f).is_err());
-        let c1 = Counters {
-            process_rss_kb: 100,
-            ..Counters::default()
-        };
-        assert!(compare(
-            &OpResult::Counters(c1),
-            &OpResult::Counters(Counters::default())
-        )
-        .is_ok());
     }
 
     #[test]

@@ -1,0 +1,228 @@
+//! The engine flags: one emulated machine, described the same way by every engine command.
+//!
+//! [`EngineArgs::to_config`] is the only place flags become a [`MachineConfig`]: a command's
+//! defaults, then `--preset` (only what the preset changes), then the flags, then each `--set`
+//! in order, then [`MachineConfig::validate`]. Each error names the flag that caused it.
+
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use usermm::config::{BackingMode, MachineConfig, ThpMode, MAX_CPUS, MAX_NODES};
+
+use super::usage::{usage, UsageError};
+use super::value::parse_mem_arg;
+
+/// The arguments of a command that only boots a machine (`meminfo`, `vmstat`).
+#[derive(Debug, Clone, Args, Serialize)]
+pub struct MachineArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// `--backing`: does a data frame hold real bytes?
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackingArg {
+    Full,
+    Sparse,
+}
+
+/// `--thp`: `/sys/kernel/mm/transparent_hugepage/enabled`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThpArg {
+    Always,
+    Madvise,
+    Never,
+}
+
+impl From<BackingArg> for BackingMode {
+    fn from(b: BackingArg) -> Self {
+        match b {
+            BackingArg::Full => BackingMode::Full,
+            BackingArg::Sparse => BackingMode::Sparse,
+        }
+    }
+}
+
+impl From<ThpArg> for ThpMode {
+    fn from(t: ThpArg) -> Self {
+        match t {
+            ThpArg::Always => ThpMode::Always,
+            ThpArg::Madvise => ThpMode::Madvise,
+            ThpArg::Never => ThpMode::Never,
+        }
+    }
+}
+
+/// The emulated machine, shared by every engine command. Each flag left out keeps the
+/// command's default.
+#[derive(Debug, Clone, Default, Args, Serialize)]
+#[command(next_help_heading = "Machine")]
+pub struct EngineArgs {
+    /// Emulated RAM (MemTotal), e.g. 4G, 512M, 0x40000000.
+    #[arg(long, value_name = "SIZE", value_parser = parse_mem_arg)]
+    pub mem: Option<u64>,
+    /// Possible CPUs (nr_possible_cpus).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_CPUS)))]
+    pub cpus: Option<u16>,
+    /// NUMA nodes: one zone and one LRU each (at most --cpus).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_NODES)))]
+    pub nodes: Option<u16>,
+    /// full: data pages hold bytes; sparse: data pages are never touched (for huge runs).
+    #[arg(long, value_name = "MODE")]
+    pub backing: Option<BackingArg>,
+    /// Transparent huge pages.
+    #[arg(long, value_name = "MODE")]
+    pub thp: Option<ThpArg>,
+    /// Start from a named configuration: vanilla, patched, seed-000 .. seed-003.
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
+    /// Set one configuration key, e.g. --set free.parallel=on (repeatable; applied last).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
+impl EngineArgs {
+    /// The machine these flags describe, on top of a command's `defaults`.
+    ///
+    /// Applied in order: `--preset` (only the keys the preset changes from
+    /// [`MachineConfig::default`], so a command's own defaults survive `--preset patched`),
+    /// then the flags, then each `--set` in the order given, then
+    /// [`MachineConfig::validate`]. Every error is a [`UsageError`] naming the flag.
+    pub fn to_config(&self, defaults: MachineConfig) -> anyhow::Result<MachineConfig> {
+        let mut c = defaults;
+        if let Some(name) = &self.preset {
+            let preset = match MachineConfig::preset(name) {
+                Ok(p) => p,
+                Err(e) => return usage(format!("--preset {name}: {e}")),
+            };
+            c = overlay_preset(&c, &preset)
+                .map_err(|e| UsageError(format!("--preset {name}: {e}")))?;
+        }
+        if let Some(mem) = self.mem {
+            c.mem = mem;
+        }
+        if let Some(cpus) = self.cpus {
+            c.cpus = cpus;
+        }
+        if let Some(nodes) = self.nodes {
+            c.nodes = nodes;
+        }
+        if let Some(b) = self.backing {
+            c.backing = b.into();
+        }
+        if let Some(t) = self.thp {
+            c.thp = t.into();
+        }
+        for s in &self.set {
+            if let Err(e) = c.set(s) {
+                return usage(format!("--set {s}: {e}"));
+            }
+        }
+        if let Err(e) = c.validate() {
+            return usage(format!("invalid machine configuration: {e}"));
+        }
+        Ok(c)
+    }
+}
+
+/// `base` with every key that `preset` changes from the default machine taken from `preset`.
+fn overlay_preset(
+    base: &MachineConfig,
+    preset: &MachineConfig,
+) -> serde_json::Result<MachineConfig> {
+    fn walk(out: &mut serde_json::Value, default: &serde_json::Value, preset: &serde_json::Value) {
+        use serde_json::Value::Object;
+        match (out, default, preset) {
+            (Object(o), Object(d), Object(p)) => {
+                for (k, pv) in p {
+                    if let (Some(ov), Some(dv)) = (o.get_mut(k), d.get(k)) {
+                        walk(ov, dv, pv);
+                    }
+                }
+            }
+            (o, d, p) => {
+                if d != p {
+                    *o = p.clone();
+                }
+            }
+        }
+    }
+    let mut out = serde_json::to_value(base)?;
+    let default = serde_json::to_value(MachineConfig::default())?;
+    walk(&mut out, &default, &serde_json::to_value(preset)?);
+    serde_json::from_value(out)
+}
+
+#[cfg(test)]
+mod test {
+    use clap::Parser;
+    use usermm::config::FreePolicy;
+
+    use super::*;
+
+    fn engine(argv: &[&str]) -> EngineArgs {
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            e: EngineArgs,
+        }
+        let argv = std::iter::once("t").chain(argv.iter().copied());
+        T::try_parse_from(argv).unwrap().e
+    }
+
+    #[test]
+    fn flags_then_set_then_validate() {
+        let c = engine(&[
+            "--mem",
+            "4G",
+            "--cpus",
+            "8",
+            "--set",
+            "free.parallel=on",
+            "--set",
+            "mem=2G",
+        ])
+        .to_config(MachineConfig::default())
+        .unwrap();
+        assert_eq!((c.mem, c.cpus), (2 << 30, 8));
+        assert_eq!(c.free.policy, FreePolicy::Parallel);
+    }
+
+    #[test]
+    fn preset_keeps_command_defaults_it_does_not_name() {
+        let defaults = MachineConfig {
+            backing: BackingMode::Sparse,
+            thp: ThpMode::Never,
+            ..Default::default()
+        };
+        let c = engine(&["--preset", "patched"])
+            .to_config(defaults.clone())
+            .unwrap();
+        assert_eq!((c.backing, c.thp), (BackingMode::Sparse, ThpMode::Never));
+        assert_eq!(c.free.policy, FreePolicy::Parallel);
+        let c = engine(&["--preset", "seed-000", "--mem", "8G"])
+            .to_config(defaults)
+            .unwrap();
+        assert_eq!((c.mem, c.cpus, c.nodes), (8 << 30, 144, 4));
+    }
+
+    #[test]
+    fn errors_name_the_flag() {
+        let e = engine(&["--set", "nonsense=1"])
+            .to_config(MachineConfig::default())
+            .unwrap_err();
+        assert!(e.downcast_ref::<UsageError>().is_some());
+        assert!(e.to_string().starts_with("--set nonsense=1: "), "{e}");
+        let e = engine(&["--preset", "nope"])
+            .to_config(MachineConfig::default())
+            .unwrap_err();
+        assert!(e.to_string().starts_with("--preset nope: "), "{e}");
+        let e = engine(&["--cpus", "2", "--nodes", "4"])
+            .to_config(MachineConfig::default())
+            .unwrap_err();
+        assert!(e.to_string().contains("nodes"), "{e}");
+    }
+}

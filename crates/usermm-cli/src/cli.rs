@@ -1,0 +1,139 @@
+//! The command line as a whole: the subcommands, parsing with one-line errors, and dispatch.
+//!
+//! This is the top of the crate's module graph: it names every subcommand's argument struct
+//! (from [`crate::cmd`]) and calls its `run`. Below it, the commands use the shared flags and
+//! value parsers of [`crate::args`], which know no command — so adding a command (a module
+//! in `cmd/`, a variant of [`Command`], an arm in [`run`]) touches nothing they depend on.
+//!
+//! Parsing follows ripgrep's split: clap turns the argument vector into these structs (the
+//! flags as given); each command then resolves its own [`crate::args::EngineArgs`] into a
+//! `MachineConfig` on top of its defaults.
+
+use std::{ffi::OsString, process::ExitCode};
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+use crate::args::{GlobalArgs, MachineArgs};
+use crate::cmd::{
+    self, bigfree::BigfreeArgs, munmap_test::MunmapTestArgs, percpu_calibrate::PercpuCalibrateArgs,
+    percpu_test::PercpuTestArgs, reproduce::ReproduceArgs, usemem::UsememArgs,
+};
+
+/// usermm: the core of Linux memory management in user space — reproduce the seed experiments,
+/// run vm-scalability's usemem against the engine, look at /proc-style figures.
+#[derive(Debug, Parser)]
+#[command(name = "usermm", version, arg_required_else_help = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print /proc/meminfo of a freshly booted machine.
+    Meminfo(MachineArgs),
+    /// Print /proc/vmstat of a freshly booted machine.
+    Vmstat(MachineArgs),
+    /// vm-scalability's usemem against the engine (or the host kernel with --host).
+    Usemem(UsememArgs),
+    /// Seeds 000/001: free time of one big touched mapping vs the free workqueue's max_active.
+    Bigfree(BigfreeArgs),
+    /// Seed 003: munmap's exclusive mmap-lock hold while other threads fault.
+    MunmapTest(MunmapTestArgs),
+    /// Seed 004: percpu memory after creating and removing memory cgroups.
+    PercpuTest(PercpuTestArgs),
+    /// Seed 004's calibration table: the script at several CPU counts and event counts.
+    PercpuCalibrate(PercpuCalibrateArgs),
+    /// Run the four experiments and write report/ (Markdown, SVG, JSON).
+    Reproduce(ReproduceArgs),
+}
+
+/// Run the command the user asked for.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    let g = &cli.global;
+    match &cli.command {
+        Command::Meminfo(a) => cmd::meminfo::run(a, g),
+        Command::Vmstat(a) => cmd::vmstat::run(a, g),
+        Command::Usemem(a) => cmd::usemem::run(a, g),
+        Command::Bigfree(a) => cmd::bigfree::run(a, g),
+        Command::MunmapTest(a) => cmd::munmap_test::run(a, g),
+        Command::PercpuTest(a) => cmd::percpu_test::run(a, g),
+        Command::PercpuCalibrate(a) => cmd::percpu_calibrate::run(a, g),
+        Command::Reproduce(a) => cmd::reproduce::run(a, g),
+    }
+}
+
+/// Parse the command line. On a mistake, print it on one line (`usermm: error: ...`) and return
+/// exit status 2; for `--help` and `--version`, print them and return 0.
+pub fn parse() -> Result<Cli, ExitCode> {
+    parse_from(std::env::args_os())
+}
+
+/// [`parse`] of the given argument vector (the program name first).
+pub fn parse_from(argv: impl IntoIterator<Item = impl Into<OsString>>) -> Result<Cli, ExitCode> {
+    use clap::error::ErrorKind;
+    let argv: Vec<OsString> = argv.into_iter().map(Into::into).collect();
+    Cli::try_parse_from(&argv).map_err(|e| match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            ExitCode::from(2)
+        }
+        _ => {
+            eprintln!("usermm: error: {}", one_line_error(&e, &argv));
+            ExitCode::from(2)
+        }
+    })
+}
+
+/// clap's message without its usage block and tips, on one line, pointing at the `--help` of
+/// the subcommand in `argv` (if any).
+pub fn one_line_error(e: &clap::Error, argv: &[OsString]) -> String {
+    let text = e.render().to_string();
+    let words: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.trim_start().starts_with("tip:"))
+        .flat_map(str::split_whitespace)
+        .collect();
+    let msg = words.join(" ");
+    let msg = msg.strip_prefix("error: ").unwrap_or(&msg);
+    let sub = argv
+        .iter()
+        .skip(1)
+        .filter_map(|a| a.to_str())
+        .find(|a| !a.starts_with('-'));
+    match sub {
+        Some(sub) if Cli::command().find_subcommand(sub).is_some() => {
+            format!("{msg} (see 'usermm {sub} --help')")
+        }
+        _ => format!("{msg} (see 'usermm --help')"),
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn clap_errors_fit_on_one_line() {
+        let argv: Vec<OsString> = ["usermm", "bigfree"].map(OsString::from).to_vec();
+        let e = Cli::try_parse_from(&argv).unwrap_err();
+        assert_eq!(
+            one_line_error(&e, &argv),
+            "the following required arguments were not provided: <SIZE> \
+             (see 'usermm bigfree --help')"
+        );
+        let argv: Vec<OsString> = ["usermm", "--bogus"].map(OsString::from).to_vec();
+        let e = Cli::try_parse_from(&argv).unwrap_err();
+        assert_eq!(
+            one_line_error(&e, &argv),
+            "unexpected argument '--bogus' found (see 'usermm --help')"
+        );
+    }
+}

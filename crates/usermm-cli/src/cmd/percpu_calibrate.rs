@@ -1,0 +1,124 @@
+//! `usermm percpu-calibrate`: the table behind `percpu-test`'s one fitted constant.
+//!
+//! `percpu-test` runs the seed's script on a machine whose CPU count
+//! ([`percpu_test::SEED_CPUS`]) was chosen so that the row "after creating" matches the seed's;
+//! this command shows how that choice was made and what it moves. It runs the script both ways
+//! at every CPU count of `--grid-cpus` and, for the 2021 recipe, every `NR_VM_EVENT_ITEMS` of
+//! `--grid-events`, and prints one row per point: the recipe's bytes per unit, the three
+//! `Percpu:` rows both ways, the ideal, vanilla/patched and patched/ideal. Everything else
+//! (`--nodes`, `--set pcpu.unit_size=...`) comes from the engine flags.
+//!
+//! Each point is a full run of the script (about a second each in a release build at the
+//! seed's 1000 × 10).
+
+use clap::Args;
+use serde::Serialize;
+use usermm::memcg::RecipeEra;
+use usermm::MachineConfig;
+use usermm_workloads::percpu_test::{self, GridPoint, PercpuTestOpts};
+use usermm_workloads::seeds::PERCPU_DEPOPULATE;
+
+use super::percpu_test::{CgroupShape, Recipe};
+use crate::args::{usage, EngineArgs, GlobalArgs};
+use crate::report::Table;
+
+/// Largest `NR_VM_EVENT_ITEMS` tried: the kernel's has about a hundred entries (96 in 5.12).
+pub const MAX_EVENTS: u32 = 4096;
+
+#[derive(Debug, Clone, Args, Serialize)]
+pub struct PercpuCalibrateArgs {
+    /// CPU counts (units per chunk) to try, a comma list.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "15",
+          value_parser = clap::value_parser!(u16).range(1..=i64::from(usermm::config::MAX_CPUS)))]
+    pub grid_cpus: Vec<u16>,
+    /// NR_VM_EVENT_ITEMS of the 2021 recipe to try, a comma list (ignored by --recipe modern).
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "96",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_EVENTS)))]
+    pub grid_events: Vec<u32>,
+    /// Cgroups to create: N parents each followed by M children.
+    #[arg(long, value_name = "NxM", default_value = "1000x10")]
+    pub cgroups: CgroupShape,
+    /// Per-cgroup percpu allocations of this kernel era.
+    #[arg(long, value_name = "ERA", default_value = "2021")]
+    pub recipe: Recipe,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// What `usermm percpu-calibrate` prints (with `--json`, as is).
+#[derive(Debug, Serialize)]
+pub struct CalibrationRecord {
+    pub args: PercpuCalibrateArgs,
+    pub points: Vec<GridPoint>,
+}
+
+pub fn run(args: &PercpuCalibrateArgs, g: &GlobalArgs) -> anyhow::Result<()> {
+    if args.engine.cpus.is_some() {
+        return usage("percpu-calibrate: the CPU counts are --grid-cpus, not --cpus");
+    }
+    let cfg = args.engine.to_config(MachineConfig::default())?;
+    let base = PercpuTestOpts {
+        parents: args.cgroups.parents as usize,
+        children: args.cgroups.children as usize,
+        recipe: args.recipe.era(),
+        ..PercpuTestOpts::default()
+    };
+    let points = percpu_test::calibration_grid(&base, &args.grid_cpus, &args.grid_events, &cfg)
+        .map_err(|e| anyhow::anyhow!("percpu-calibrate: {e}"))?;
+    let record = CalibrationRecord {
+        args: args.clone(),
+        points,
+    };
+    super::emit(g, &record, |r| table(r).render_text())
+}
+
+/// One row per point.
+pub fn table(r: &CalibrationRecord) -> Table {
+    let seed = PERCPU_DEPOPULATE;
+    let shape = r.args.cgroups;
+    let recipe = match r.args.recipe.era() {
+        RecipeEra::V2021 => "2021",
+        RecipeEra::Modern => "modern",
+    };
+    let mut t = Table::new(
+        format!(
+            "Percpu (kB), {} cg_i each followed by {} cg_i_j, {recipe} recipe (seed: {} after creating, {:.2} vanilla / patched after deleting)",
+            shape.parents,
+            shape.children,
+            seed.vanilla_kb[1],
+            seed.ratio_after_delete()
+        ),
+        [
+            "cpus",
+            "events",
+            "B/unit",
+            "vanilla start",
+            "created",
+            "deleted",
+            "patched start",
+            "created",
+            "deleted",
+            "ideal",
+            "vanilla / patched",
+            "patched / ideal",
+        ],
+    );
+    for p in &r.points {
+        let (v, q) = (&p.vanilla, &p.patched);
+        t.push_row([
+            p.cpus.to_string(),
+            p.nr_vm_event_items.map_or("-".into(), |e| e.to_string()),
+            p.recipe_bytes_per_unit.to_string(),
+            v.start_kb.to_string(),
+            v.after_create_kb.to_string(),
+            v.after_delete_kb.to_string(),
+            q.start_kb.to_string(),
+            q.after_create_kb.to_string(),
+            q.after_delete_kb.to_string(),
+            p.ideal_after_delete_kb.to_string(),
+            format!("{:.2}", p.ratio_after_delete),
+            format!("{:.2}", p.patched_over_ideal),
+        ]);
+    }
+    t
+}

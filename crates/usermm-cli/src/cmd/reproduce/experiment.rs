@@ -1,0 +1,28 @@
+//! What every experiment of `reproduce` is given and gives back, below the experiments and
+//! the module that runs them: the [`Scale`] to run at, and an [`Outcome`] — the report
+//! section, the one-line verdict, and the experiment's own typed record for `results.json`.
+
+use clap::ValueEnum;
+use serde::Serialize;
+
+use crate::report::Section;
+
+/// `--scale`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scale {
+    /// Sizes that run in a few minutes on 2 cores / 24 GiB.
+    Default,
+    /// The seeds' own sizes (320 GiB, 100 GiB, 80 GB, 11 000 cgroups).
+    Seed,
+}
+
+/// What one experiment gives the report: its section, its record `R` (with `vanilla`,
+/// `patched`, `ratio` and the seed's figures) and a one-line verdict.
+#[derive(Debug)]
+pub struct Outcome<R> {
+    pub name: &'static str,
+    pub section: Section,
+    pub record: R,
+    pub verdict: String,
+}

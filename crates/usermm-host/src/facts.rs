@@ -1,0 +1,169 @@
+//! Facts about the host: the one reader of each host file or call that the workloads, the
+//! reports and the differential tests need.
+//!
+//! | fact | source | reader |
+//! |---|---|---|
+//! | kernel release | `uname(2)` | [`kernel_release`] |
+//! | memory | `/proc/meminfo` | [`meminfo_kb`] (and [`mem_total_kb`], [`mem_available_bytes`]) |
+//! | THP mode | `/sys/kernel/mm/transparent_hugepage/{enabled,defrag}` | [`thp_enabled`], [`thp_defrag`] |
+//! | map limit | `/proc/sys/vm/max_map_count` | [`max_map_count`] |
+//! | overcommit | `/proc/sys/vm/overcommit_memory` | [`overcommit`] |
+//! | load | `/proc/loadavg` | [`loadavg_1min`] |
+//! | context switches | `getrusage(RUSAGE_SELF)` | [`context_switches`] |
+//! | resource limits, privilege | `getrlimit`, `geteuid` | [`memlock_limit`], [`stack_limit`], [`is_root`] |
+//!
+//! Every reader returns `None` when its file or call is unavailable; callers choose their
+//! placeholder. [`facts`] gathers the set a report prints ([`HostFacts`]).
+
+use serde::{Deserialize, Serialize};
+
+use crate::{procfs, sys};
+
+/// What a report needs to know about the machine the host numbers came from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct HostFacts {
+    /// `uname -r`.
+    pub kernel_release: String,
+    /// Online CPUs.
+    pub nr_cpus: u32,
+    /// `MemTotal` from `/proc/meminfo`.
+    pub mem_total_kb: u64,
+    /// The selected word of `/sys/kernel/mm/transparent_hugepage/enabled` ("always", "madvise",
+    /// "never"), or "unavailable".
+    pub thp_enabled: String,
+    /// The selected word of `/sys/kernel/mm/transparent_hugepage/defrag`, or "unavailable".
+    pub thp_defrag: String,
+    /// `vm.overcommit_memory` (0, 1, 2), if readable.
+    pub overcommit: Option<u32>,
+    /// The base page size.
+    pub page_size: u64,
+}
+
+/// Collect [`HostFacts`] (never fails: unreadable items get placeholder values).
+pub fn facts() -> HostFacts {
+    let unavailable = || "unavailable".to_string();
+    HostFacts {
+        kernel_release: kernel_release().unwrap_or_else(|| "unknown".to_string()),
+        nr_cpus: sys::sysconf(libc::_SC_NPROCESSORS_ONLN)
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0),
+        mem_total_kb: mem_total_kb().unwrap_or(0),
+        thp_enabled: thp_enabled().unwrap_or_else(unavailable),
+        thp_defrag: thp_defrag().unwrap_or_else(unavailable),
+        overcommit: overcommit(),
+        page_size: sys::sysconf(libc::_SC_PAGESIZE).unwrap_or(crate::ops::PAGE_SIZE),
+    }
+}
+
+/// `uname -r`.
+pub fn kernel_release() -> Option<String> {
+    let mut buf = [0u8; 65];
+    let release = sys::uname_release(&mut buf)?;
+    Some(String::from_utf8_lossy(release).into_owned())
+}
+
+/// The `key` line of `/proc/meminfo` (`"MemTotal"`, `"MemAvailable"`, ...), in kB.
+pub fn meminfo_kb(key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    procfs::field_kb(text.as_bytes(), format!("{key}:").as_bytes())
+}
+
+/// `MemTotal`, kB.
+pub fn mem_total_kb() -> Option<u64> {
+    meminfo_kb("MemTotal")
+}
+
+/// `MemAvailable`, bytes.
+pub fn mem_available_bytes() -> Option<u64> {
+    meminfo_kb("MemAvailable").map(|kb| kb.saturating_mul(1024))
+}
+
+fn sysfs_choice(path: &str) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    procfs::selected_word(&text).map(str::to_string)
+}
+
+/// The selected word of `/sys/kernel/mm/transparent_hugepage/enabled`.
+pub fn thp_enabled() -> Option<String> {
+    sysfs_choice("/sys/kernel/mm/transparent_hugepage/enabled")
+}
+
+/// The selected word of `/sys/kernel/mm/transparent_hugepage/defrag`.
+pub fn thp_defrag() -> Option<String> {
+    sysfs_choice("/sys/kernel/mm/transparent_hugepage/defrag")
+}
+
+fn sysctl<T: std::str::FromStr>(path: &str) -> Option<T> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// `vm.max_map_count`.
+pub fn max_map_count() -> Option<u32> {
+    sysctl("/proc/sys/vm/max_map_count")
+}
+
+/// `vm.overcommit_memory`.
+pub fn overcommit() -> Option<u32> {
+    sysctl("/proc/sys/vm/overcommit_memory")
+}
+
+/// The 1-minute load average, the first field of `/proc/loadavg`.
+pub fn loadavg_1min() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// `RLIMIT_MEMLOCK`'s soft limit, bytes (`u64::MAX`: unlimited).
+pub fn memlock_limit() -> Option<u64> {
+    sys::rlimit_soft(libc::RLIMIT_MEMLOCK)
+}
+
+/// `RLIMIT_STACK`'s soft limit, bytes (`u64::MAX`: unlimited).
+pub fn stack_limit() -> Option<u64> {
+    sys::rlimit_soft(libc::RLIMIT_STACK)
+}
+
+/// Is this process privileged (effective UID 0: no mlock limit, `mmap_min_addr` waived)?
+pub fn is_root() -> bool {
+    sys::geteuid() == 0
+}
+
+/// Context switches of this process so far (`getrusage(RUSAGE_SELF)`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ContextSwitches {
+    /// `ru_nivcsw`: the scheduler took the CPU away (other load on the host).
+    pub involuntary: u64,
+    /// `ru_nvcsw`: a thread gave the CPU up (blocked, e.g. sleeping on a contended lock).
+    pub voluntary: u64,
+}
+
+/// [`ContextSwitches`] of this process (zeros if `getrusage` fails).
+pub fn context_switches() -> ContextSwitches {
+    let ru = sys::rusage_self();
+    ContextSwitches {
+        involuntary: ru.ru_nivcsw.max(0) as u64,
+        voluntary: ru.ru_nvcsw.max(0) as u64,
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn host_facts_are_sane() {
+        let f = facts();
+        assert!(f.nr_cpus >= 1);
+        assert!(f.mem_total_kb > 0);
+        assert_eq!(f.page_size, 4096);
+        assert!(!f.kernel_release.is_empty());
+        assert_eq!(mem_total_kb(), Some(f.mem_total_kb));
+        assert!(mem_available_bytes().is_some_and(|a| a <= f.mem_total_kb * 1024));
+        assert!(loadavg_1min().is_some_and(|l| l >= 0.0));
+        serde_json::to_string(&f).unwrap();
+    }
+}

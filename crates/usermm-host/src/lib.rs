@@ -1,0 +1,45 @@
+//! # usermm-host — the real kernel beside the engine
+//!
+//! Everything that asks the host kernel something lives here, once:
+//!
+//! - [`facts`]: what a report says about the host — `uname -r`, `/proc/meminfo`, the THP
+//!   mode, `vm.max_map_count`, the load average, this process's context switches. There is one
+//!   `/proc` "`Key:  N kB`" parser ([`procfs::field_kb`]), one `uname`, one `getrusage`.
+//! - [`measure`]: timed workloads on the host (touch-and-munmap, a read-only usemem walk), each
+//!   in a freshly forked single-threaded child, for the engine-vs-host comparisons.
+//! - [`HostBackend`] and the op vocabulary [`ops`]: the host kernel as an address space that
+//!   executes [`ops::Op`]s in a forked child, one side of the differential tests (the
+//!   engine's side and the comparison live in `usermm-diff`).
+//!
+//! # Where the `unsafe` is
+//! Talking to the kernel without libstd's wrappers needs `unsafe`; it is fenced into four
+//! modules and denied everywhere else in the crate:
+//! - `sys` — every raw system call, each wrapper with its `// SAFETY:` argument, among them
+//!   the one family of memory-management wrappers (`mmap`, `munmap`, `mprotect`,
+//!   `madvise`, `mlock`, `munlock`) that both kinds of forked child use;
+//! - `fork` — forking a child from a multi-threaded process (the contract: the child runs
+//!   only async-signal-safe code until it exits);
+//! - [`measure`] — forking the measurement children, and their volatile loads and stores into
+//!   their own fresh mappings;
+//! - [`backend`] — forking the request server, and its stores into the test arena.
+//!
+//! # Invariants
+//! - A forked child never allocates, locks, prints or panics: it issues raw system calls on
+//!   memory allocated before the fork, then `_exit`s.
+//! - The parent never panics on a child's behaviour: a child that dies, hangs or talks nonsense
+//!   is reported (as [`HostError`] or `OpResult::BackendFailure`) and is killed and reaped.
+//! - Nothing here depends on the engine: the host is the reference the engine is held to.
+
+#![deny(unsafe_code)]
+
+pub mod backend;
+mod error;
+pub mod facts;
+mod fork;
+pub mod measure;
+pub mod ops;
+pub mod procfs;
+mod sys;
+
+pub use backend::HostBackend;
+pub use error::HostError;

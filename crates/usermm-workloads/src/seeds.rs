@@ -1,0 +1,265 @@
+//! The seeds' published figures, as data: the one place every figure a seed published is
+//! written down. The workloads' records carry them ([`crate::bigfree::BigfreeResult::seed`],
+//! [`crate::munmap_test::MunmapTestResult::seed`], the percpu rows), and `usermm`'s tables,
+//! plots, verdicts and `results.json` read them from here — no seed number is typed twice.
+//!
+//! Each constant names its posting. A figure the seed states is a field; a figure that
+//! follows from stated ones (a ratio, a fault count) is a method, so it cannot drift from
+//! them. Fields marked `#[serde(skip)]` are the prose facts (machine, kernel, quotes) that a
+//! report prints but `results.json` has never carried; the serialised fields are exactly the
+//! JSON records' `seed` objects.
+
+use serde::Serialize;
+
+/// Seeds 000/001: "[PATCH v2 0/5] mm: support parallel free of memory" (Aaron Lu, linux-mm,
+/// 2017-03-15; v1 2017-02-24). `free()` of a touched `malloc(320G)`, THP off, timed on
+/// v4.10 and with the series at each `max_active` of the free workqueue.
+#[derive(Debug, Clone, Serialize)]
+pub struct ParallelFree {
+    /// The mapping freed, bytes.
+    pub size: u64,
+    pub machine: &'static str,
+    /// Vanilla (v4.10) free time, s, and its spread, %.
+    pub vanilla_s: f64,
+    pub vanilla_spread_pct: f64,
+    /// `(max_active, time s, ± %)` with the series.
+    pub rows: &'static [(u32, f64, f64)],
+    /// The machine's NUMA nodes and hardware threads.
+    #[serde(skip)]
+    pub nodes: u16,
+    #[serde(skip)]
+    pub threads: u16,
+}
+
+impl ParallelFree {
+    /// The seed's time for `max_active`, if published.
+    pub fn time_of(&self, max_active: u32) -> Option<f64> {
+        self.rows.iter().find(|r| r.0 == max_active).map(|r| r.1)
+    }
+
+    /// Vanilla's time over the time at `max_active`, if published.
+    pub fn speedup_of(&self, max_active: u32) -> Option<f64> {
+        self.time_of(max_active).map(|t| self.vanilla_s / t)
+    }
+
+    /// The fastest row: `(max_active, time s)`.
+    pub fn best(&self) -> (u32, f64) {
+        self.rows
+            .iter()
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map_or((0, self.vanilla_s), |r| (r.0, r.1))
+    }
+
+    /// Vanilla's time over the fastest row's.
+    pub fn best_speedup(&self) -> f64 {
+        self.vanilla_s / self.best().1
+    }
+}
+
+/// Seeds 000/001 (see [`ParallelFree`]): "Haswell EX which has 4nodes/72cores/144threads with
+/// 512G memory"; rebased on v4.11-rc2-mmotm for v2.
+pub const PARALLEL_FREE: ParallelFree = ParallelFree {
+    size: 320 << 30,
+    machine: "Haswell-EX, 4 nodes / 72 cores / 144 threads, 512 GiB, THP off, v4.10/v4.11-rc2",
+    vanilla_s: 10.8,
+    vanilla_spread_pct: 2.8,
+    rows: &[
+        (1, 8.9, 0.5),
+        (2, 5.65, 5.5),
+        (4, 4.84, 0.16),
+        (8, 4.77, 0.97),
+        (16, 4.85, 0.77),
+        (32, 6.21, 0.46),
+    ],
+    nodes: 4,
+    threads: 144,
+};
+
+/// Seed 002: "thp: reduce usage of huge zero page's atomic counter" (Aaron Lu, linux-mm,
+/// 2016-08-29, as quoted in Andrew Morton's reply), tested on Haswell EP with `usemem -n 72 --readonly -j
+/// 0x200000 100G`: perf's share of cycles in `get_huge_zero_page` before, in
+/// `mm_get_huge_zero_page` after.
+#[derive(Debug, Clone, Serialize)]
+pub struct HugeZero {
+    /// `get_huge_zero_page`'s share of the cycles, vanilla (54.03 %).
+    pub cycles_share_vanilla: f64,
+    /// `mm_get_huge_zero_page`'s share, patched (0.11 %).
+    pub cycles_share_patched: f64,
+    /// Patched over vanilla throughput (sum of the workers' KB/s), as `usermm` has reported it
+    /// since its first report ("+164 %"); not in the posting's perf excerpt.
+    pub throughput_ratio: f64,
+    /// usemem's `-n`, SIZE and `-j`.
+    #[serde(skip)]
+    pub nproc: u32,
+    #[serde(skip)]
+    pub size: u64,
+    #[serde(skip)]
+    pub step: u64,
+    /// The kernel the vanilla figures are from, and the machine.
+    #[serde(skip)]
+    pub kernel: &'static str,
+    #[serde(skip)]
+    pub machine: &'static str,
+    /// `thp_zero_page_alloc` over the run: the huge zero page is allocated once.
+    #[serde(skip)]
+    pub thp_zero_page_alloc: u64,
+    /// Global refcount operations per mm with the patch: one get, one put.
+    #[serde(skip)]
+    pub ops_per_mm_patched: u64,
+}
+
+impl HugeZero {
+    /// Read faults per mm: one per 2 MiB step, each mapping the huge zero page.
+    pub fn faults_per_mm(&self) -> u64 {
+        self.size / self.step
+    }
+
+    /// Read faults of the whole run.
+    pub fn faults(&self) -> u64 {
+        u64::from(self.nproc) * self.faults_per_mm()
+    }
+
+    /// Global refcount operations per mm without the patch: a get per fault and a put per
+    /// zapped PMD.
+    pub fn ops_per_mm_vanilla(&self) -> u64 {
+        2 * self.faults_per_mm()
+    }
+}
+
+/// Seed 002 (see [`HugeZero`]).
+pub const HUGE_ZERO: HugeZero = HugeZero {
+    cycles_share_vanilla: 0.5403,
+    cycles_share_patched: 0.0011,
+    throughput_ratio: 2.64,
+    nproc: 72,
+    size: 100 << 30,
+    step: 2 << 20,
+    kernel: "4.8",
+    machine: "Haswell-EP",
+    thp_zero_page_alloc: 1,
+    ops_per_mm_patched: 2,
+};
+
+/// Seed 003: "mm: zap pages with read mmap_sem in munmap for large mapping" (Yang Shi, v7
+/// cover letter, 2018; merged for 4.20): "exclusive mmap_sem hold time when munmap a 80GB address
+/// space on a machine with 32 cores of E5-2680 @ 2.70GHz dropped to us level from second",
+/// with an ftrace `function_graph` excerpt of the patched kernel.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct MunmapDowngrade {
+    /// "80GB", recorded as 80 GiB (as `results.json` has always carried it).
+    pub size: u64,
+    pub cpus: u16,
+    /// ftrace of the patched kernel: `vm_munmap_zap_rlock()` in all, µs.
+    pub total_us: u64,
+    /// ftrace of the patched kernel: `unmap_region()` under the read lock, µs.
+    pub unmap_region_us: u64,
+    /// Without the patch the whole munmap holds the lock for write, µs.
+    pub exclusive_vanilla_us: u64,
+    /// With it, what is left for the write lock: total − unmap_region, µs.
+    pub exclusive_patched_us: u64,
+    /// The cover letter's wording of the patched hold ("us level"), and the bound a report
+    /// prints for it, µs.
+    #[serde(skip)]
+    pub exclusive_patched_claim: &'static str,
+    #[serde(skip)]
+    pub exclusive_patched_bound_us: u64,
+    /// "80GB" read as decimal bytes: what `reproduce --scale seed` maps (rounded down to
+    /// 2 MiB).
+    #[serde(skip)]
+    pub size_decimal: u64,
+    /// How the posting names its size and machine.
+    #[serde(skip)]
+    pub size_label: &'static str,
+    #[serde(skip)]
+    pub machine: &'static str,
+    #[serde(skip)]
+    pub source: &'static str,
+    /// The ftrace excerpt, verbatim in the seed's layout.
+    #[serde(skip)]
+    pub ftrace: [&'static str; 3],
+}
+
+const MUNMAP_TOTAL_US: u64 = 2_485_692;
+const MUNMAP_UNMAP_REGION_US: u64 = 2_485_684;
+
+/// Seed 003 (see [`MunmapDowngrade`]).
+pub const MUNMAP_DOWNGRADE: MunmapDowngrade = MunmapDowngrade {
+    size: 80 << 30,
+    cpus: 32,
+    total_us: MUNMAP_TOTAL_US,
+    unmap_region_us: MUNMAP_UNMAP_REGION_US,
+    exclusive_vanilla_us: MUNMAP_TOTAL_US,
+    exclusive_patched_us: MUNMAP_TOTAL_US - MUNMAP_UNMAP_REGION_US,
+    exclusive_patched_claim: "µs level",
+    exclusive_patched_bound_us: 10,
+    size_decimal: 80_000_000_000,
+    size_label: "80 GB",
+    machine: "32 × E5-2680 @ 2.70 GHz",
+    source: "v7 cover letter",
+    ftrace: [
+        "  munmap_test-15002 [008] 594.380138: funcgraph_entry:                |  vm_munmap_zap_rlock() {",
+        "  munmap_test-15002 [008] 594.380146: funcgraph_entry: ! 2485684 us   |    unmap_region();",
+        "  munmap_test-15002 [008] 596.865836: funcgraph_exit:  ! 2485692 us   |  }",
+    ],
+};
+
+/// Seed 004: "percpu: partial chunk depopulation" (Roman Gushchin, v3 cover letter, 2021): the
+/// `Percpu:` line of `/proc/meminfo` at the three points of the cover letter's script
+/// (`mkdir` 1000 `cg_i`, each followed by 10 `cg_i_j`; `rmdir` every `cg_i_j`; `sleep 10`).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PercpuDepopulate {
+    /// kB at start, after creating, after deleting; vanilla and patched.
+    pub vanilla_kb: [u64; 3],
+    pub patched_kb: [u64; 3],
+    /// The script's shape: parents, and children per parent.
+    #[serde(skip)]
+    pub parents: u32,
+    #[serde(skip)]
+    pub children: u32,
+}
+
+impl PercpuDepopulate {
+    /// Vanilla over patched after deleting.
+    pub fn ratio_after_delete(&self) -> f64 {
+        self.vanilla_kb[2] as f64 / self.patched_kb[2] as f64
+    }
+
+    /// Vanilla after deleting over vanilla after creating (1: nothing given back).
+    pub fn vanilla_plateau(&self) -> f64 {
+        self.vanilla_kb[2] as f64 / self.vanilla_kb[1] as f64
+    }
+}
+
+/// Seed 004 (see [`PercpuDepopulate`]).
+pub const PERCPU_DEPOPULATE: PercpuDepopulate = PercpuDepopulate {
+    vanilla_kb: [7488, 481_152, 481_152],
+    patched_kb: [7488, 481_408, 135_552],
+    parents: 1000,
+    children: 10,
+};
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn derived_figures_match_what_the_seeds_state() {
+        let pf = PARALLEL_FREE;
+        assert_eq!(pf.best(), (8, 4.77));
+        assert_eq!(format!("{:.2}", pf.best_speedup()), "2.26");
+        assert_eq!(format!("{:.2}", pf.speedup_of(2).unwrap()), "1.91");
+        assert_eq!(pf.time_of(3), None);
+        let hz = HUGE_ZERO;
+        assert_eq!(hz.faults_per_mm(), 51_200);
+        assert_eq!(hz.faults(), 3_686_400);
+        assert_eq!(hz.ops_per_mm_vanilla(), 102_400);
+        let m = MUNMAP_DOWNGRADE;
+        assert_eq!(m.exclusive_patched_us, 8);
+        assert!(m.exclusive_patched_us < m.exclusive_patched_bound_us);
+        assert!(m.ftrace[1].contains(&m.unmap_region_us.to_string()));
+        assert!(m.ftrace[2].contains(&m.total_us.to_string()));
+        let p = PERCPU_DEPOPULATE;
+        assert_eq!(format!("{:.2}", p.ratio_after_delete()), "3.55");
+        assert_eq!(p.vanilla_plateau(), 1.0);
+    }
+}
