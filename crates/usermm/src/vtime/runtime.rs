@@ -30,8 +30,10 @@ use super::{
     sched::{CtxId, Model, Next, State},
 };
 
-/// Contexts' stacks: 256 KiB of address space each (touched lazily), plus a guard page.
-const DEFAULT_STACK_SIZE: usize = 256 << 10;
+/// Contexts' stacks: 1 MiB of address space each (touched lazily, as a host thread's is), plus
+/// a guard page. Engine code built without optimisation needs deep frames; an overflow hits
+/// the guard page and kills the process (there is no stack-overflow handler for coroutines).
+const DEFAULT_STACK_SIZE: usize = 1 << 20;
 /// Finished contexts' stacks kept for reuse.
 const STACK_POOL: usize = 64;
 
@@ -154,7 +156,7 @@ impl Runtime {
         })
     }
 
-    /// Sets the stack size of contexts created from now on (default 256 KiB).
+    /// Sets the stack size of contexts created from now on (default 1 MiB).
     pub fn set_stack_size(&self, bytes: usize) {
         self.inner.stack_size.set(bytes);
         self.inner.stacks.borrow_mut().clear();
