@@ -57,6 +57,7 @@ pub mod pcpu;
 pub mod pgtable;
 pub mod stats;
 pub mod sync;
+pub mod vtime;
 
 pub use addr::{Order, Pfn, Vaddr, PAGE_SHIFT, PAGE_SIZE};
 pub use config::MachineConfig;

@@ -1,0 +1,278 @@
+//! The hooks of the sync seam (`sync/vhook.rs` forwards to these one for one), with the
+//! signatures of the seam spec (`notes/seam-spec.md` §2).
+//!
+//! Every seam primitive calls them around its host operation: `lock_acquire` before taking the
+//! host lock, `lock_release` after releasing it, and so on. Outside a virtual run each returns
+//! at once after one thread-local load and a branch: the value it returns then tells the seam
+//! to behave as in wall mode (`lock_acquire` → uncontended, `lock_try_acquire` → `Some`,
+//! `now_ns` → `None`, `sleep_ns` → `false`).
+//!
+//! Each hook is `#[inline]` and only tests the thread-local flag; the work of a run is in an
+//! out-of-line function (`virt::*`), so that wall mode pays a load and a branch, not a call.
+//!
+//! Inside a run every hook except `charge`, `now_ns`, `thread_cpu_ns` and `lock_forget` is a
+//! synchronisation point: the caller first waits for its turn (its clock the smallest of the
+//! run's ready contexts), then acts. Because only one context runs at a time and every
+//! contender passes the virtual lock before touching the host lock, the host lock under a run
+//! is always free when taken, and a guard may be held across a context switch.
+
+#![deny(unsafe_code)]
+
+use super::{
+    class::{Acquired, LineClass, LockClass, Mode},
+    profile::Cost,
+    runtime::in_run,
+};
+
+/// A virtual run is active on this host thread (`Machine::run` in virtual mode).
+#[inline]
+pub fn active() -> bool {
+    in_run()
+}
+
+/// Before taking the host lock. Blocks (in virtual time) until the lock is the caller's:
+/// FIFO hand-over, spin or sleep by class. `id` = the lock's address.
+#[inline]
+pub fn lock_acquire(id: usize, class: &'static LockClass, mode: Mode) -> Acquired {
+    if !in_run() {
+        return Acquired::default();
+    }
+    virt::lock_acquire(id, class, mode)
+}
+
+/// try-lock: `None` when the lock is held (or has waiters) in virtual time at the caller's
+/// clock.
+#[inline]
+pub fn lock_try_acquire(id: usize, class: &'static LockClass, mode: Mode) -> Option<Acquired> {
+    if !in_run() {
+        return Some(Acquired::default());
+    }
+    virt::lock_try_acquire(id, class, mode)
+}
+
+/// After releasing the host lock.
+#[inline]
+pub fn lock_release(id: usize, _class: &'static LockClass, mode: Mode) {
+    if in_run() {
+        virt::lock_release(id, mode);
+    }
+}
+
+/// `downgrade_write`: exclusive -> shared, waking queued readers.
+#[inline]
+pub fn lock_downgrade(id: usize, _class: &'static LockClass) {
+    if in_run() {
+        virt::lock_downgrade(id);
+    }
+}
+
+/// The lock is being dropped: forget its virtual state.
+#[inline]
+pub fn lock_forget(id: usize) {
+    if in_run() {
+        virt::forget(id, false);
+    }
+}
+
+/// Before an RMW on a modelled shared line.
+#[inline]
+pub fn line_rmw(id: usize, class: &'static LineClass) {
+    if in_run() {
+        virt::line_rmw(id, class);
+    }
+}
+
+/// The shared line is being dropped: forget its virtual state. (Beyond the spec's list: for
+/// `SharedLine`'s `Drop`, so that a reused address starts cold.)
+#[inline]
+pub fn line_forget(id: usize) {
+    if in_run() {
+        virt::forget(id, true);
+    }
+}
+
+/// Condition variable: called with the mutex `mutex_id` held (host lock already released by
+/// the seam). Enqueue on `cv_id`, release `mutex_id` in virtual time, block until woken, then
+/// re-acquire `mutex_id` in virtual time (the seam then re-takes the host lock).
+#[inline]
+pub fn cv_wait(cv_id: usize, mutex_id: usize, mutex_class: &'static LockClass) {
+    if in_run() {
+        virt::cv_wait(cv_id, mutex_id, mutex_class);
+    }
+}
+
+/// Wakes one waiter of `cv_id` (or all), each at the caller's clock plus the wake-up latency.
+#[inline]
+pub fn cv_notify(cv_id: usize, all: bool) {
+    if in_run() {
+        virt::cv_notify(cv_id, all);
+    }
+}
+
+/// Charge `n` units of a named cost to the current CPU (no-op in wall mode).
+#[inline]
+pub fn charge(cost: Cost, n: u64) {
+    if in_run() {
+        virt::charge(cost, n);
+    }
+}
+
+/// Virtual now in ns, `None` in wall mode.
+#[inline]
+pub fn now_ns() -> Option<u64> {
+    if !in_run() {
+        return None;
+    }
+    virt::now_ns()
+}
+
+/// Virtual busy time of the current context in ns (work plus spinning: what
+/// `CLOCK_THREAD_CPUTIME_ID` would show), `None` in wall mode.
+#[inline]
+pub fn thread_cpu_ns() -> Option<u64> {
+    if !in_run() {
+        return None;
+    }
+    virt::thread_cpu_ns()
+}
+
+/// Sleep in virtual time; returns false in wall mode (the seam then sleeps on the host).
+#[inline]
+pub fn sleep_ns(ns: u64) -> bool {
+    in_run() && virt::sleep_ns(ns)
+}
+
+/// The hooks' work inside a run, out of line.
+mod virt {
+    use super::super::{
+        class::{Acquired, LineClass, LockClass, Mode},
+        profile::Cost,
+        resources::AcquireStep,
+        runtime::{current, with_current},
+    };
+
+    #[inline(never)]
+    pub fn lock_acquire(id: usize, class: &'static LockClass, mode: Mode) -> Acquired {
+        let Some(rt) = current() else {
+            return Acquired::default();
+        };
+        match rt.sync(|st, me| st.lock_acquire(me, id, class, mode)) {
+            None => Acquired::default(),
+            Some(AcquireStep::Done(a)) => a,
+            Some(AcquireStep::Wait { since }) => {
+                // Resumed only once the lock was handed to us, and only as the smallest clock.
+                rt.block();
+                rt.with_running(|st, me| st.lock_take(me, id, mode, Some(since)))
+                    .unwrap_or_default()
+            }
+        }
+    }
+
+    #[inline(never)]
+    pub fn lock_try_acquire(id: usize, class: &'static LockClass, mode: Mode) -> Option<Acquired> {
+        let Some(rt) = current() else {
+            return Some(Acquired::default());
+        };
+        rt.sync(|st, me| st.lock_try(me, id, class, mode))
+            .unwrap_or(Some(Acquired::default()))
+    }
+
+    #[inline(never)]
+    pub fn lock_release(id: usize, mode: Mode) {
+        if let Some(rt) = current() {
+            rt.sync(|st, me| st.lock_release(me, id, mode));
+        }
+    }
+
+    #[inline(never)]
+    pub fn lock_downgrade(id: usize) {
+        if let Some(rt) = current() {
+            rt.sync(|st, me| st.lock_downgrade(me, id));
+        }
+    }
+
+    /// Forgetting is not an event in time: no synchronisation point.
+    #[inline(never)]
+    pub fn forget(id: usize, line: bool) {
+        if let Some(rt) = current() {
+            let mut st = rt.state.borrow_mut();
+            if !st.failed {
+                if line {
+                    st.line_forget(id);
+                } else {
+                    st.lock_forget(id);
+                }
+            }
+        }
+    }
+
+    #[inline(never)]
+    pub fn line_rmw(id: usize, class: &'static LineClass) {
+        if let Some(rt) = current() {
+            rt.sync(|st, me| st.line_rmw(me, id, class));
+        }
+    }
+
+    #[inline(never)]
+    pub fn cv_wait(cv_id: usize, mutex_id: usize, mutex_class: &'static LockClass) {
+        let Some(rt) = current() else {
+            return;
+        };
+        if rt
+            .sync(|st, me| st.cv_wait_begin(me, cv_id, mutex_id))
+            .is_none()
+        {
+            return;
+        }
+        rt.block();
+        drop(rt);
+        lock_acquire(mutex_id, mutex_class, Mode::Exclusive);
+    }
+
+    #[inline(never)]
+    pub fn cv_notify(cv_id: usize, all: bool) {
+        if let Some(rt) = current() {
+            rt.sync(|st, me| st.cv_notify(me, cv_id, all));
+        }
+    }
+
+    #[inline(never)]
+    pub fn charge(cost: Cost, n: u64) {
+        with_current(|rt| {
+            rt.with_running(|st, me| {
+                let ps = st.model.cost(cost).saturating_mul(n);
+                st.work(me, ps)
+            })
+        });
+    }
+
+    #[inline(never)]
+    pub fn now_ns() -> Option<u64> {
+        with_current(|rt| rt.with_running(|st, me| st.ctxs[me as usize].now / 1000))
+    }
+
+    #[inline(never)]
+    pub fn thread_cpu_ns() -> Option<u64> {
+        with_current(|rt| {
+            rt.with_running(|st, me| {
+                let c = &st.ctxs[me as usize];
+                (c.busy + c.spin) / 1000
+            })
+        })
+    }
+
+    #[inline(never)]
+    pub fn sleep_ns(ns: u64) -> bool {
+        let Some(rt) = current() else {
+            return false;
+        };
+        if rt
+            .sync(|st, me| st.sleep_begin(me, ns.saturating_mul(1000)))
+            .is_none()
+        {
+            return false;
+        }
+        rt.block();
+        true
+    }
+}

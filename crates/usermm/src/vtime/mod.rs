@@ -1,0 +1,253 @@
+//! # Virtual time: the engine as a deterministic model of a many-core machine
+//!
+//! The seeds' effects are many-core effects — 144 hardware threads freeing into four zone
+//! locks, 72 processes hammering one cache line, 32 cores faulting while one munmaps — and this
+//! host has two cores whose noise moves wall-clock figures from run to run (DESIGN.md §8). In
+//! virtual mode the engine's *same code* runs as a model of the configured machine: every
+//! emulated CPU has a clock, code charges named costs from a [`Profile`] to its CPU's clock,
+//! and every synchronisation point (lock, shared-line RMW, wake-up, sleep, thread start and
+//! exit) is ordered by virtual time, as on a machine where each emulated CPU is a real core.
+//! Results depend on the program, the configuration and the profile only: the same run gives
+//! the same times, counters and lock_stat to the nanosecond on any host, loaded or not.
+//!
+//! This module is the runtime; the engine reaches it through the sync seam
+//! (`sync/vhook.rs` → [`hooks`]), see "How the seam plugs in" below.
+//!
+//! ## Contexts, CPUs and the one host thread
+//! A [`Runtime`] has `nr_cpus` emulated CPUs placed on the profile's sockets, cores and SMT
+//! threads ([`Placement`]). [`Runtime::run`]`(cpu, f)` runs `f` as the first *context* (a
+//! virtual thread) on `cpu`; contexts start others with [`spawn`] or [`scope`], each bound to
+//! one CPU for life. Every context is a stackful coroutine (`corosensei`) on the host thread
+//! that called `run`: only one runs at a time, and switching is a user-space stack switch, not
+//! a host thread hand-off (those cost ~22 µs on this host; DESIGN.md §8).
+//!
+//! A CPU runs one context at a time. A context holds its CPU from the moment it first runs
+//! until it blocks in a sleeping wait (mutex, rwsem, condition variable, join, sleep) or exits;
+//! a spinning waiter keeps it. Contexts sharing a CPU take turns at those points (run-to-block,
+//! no preemption).
+//!
+//! ## The scheduler's rule, and why it is right
+//! Every context has a clock (picoseconds inside, nanoseconds outside). Between two
+//! synchronisation points a context only charges costs to its own clock and touches its own
+//! state, so it may run ahead of the others. At a synchronisation point it may go on only while
+//! its key `(clock, cpu, context id)` is the smallest among the *ready* contexts — those parked
+//! at a synchronisation point and those woken for a known time (a hand-over, the end of a
+//! sleep, a wake-up). Otherwise it parks and the scheduler resumes the smallest one.
+//!
+//! This is conservative discrete-event simulation: a context that is not ready waits for an
+//! event some other context will cause, at that context's clock or later; so when the running
+//! context has the smallest ready key, nothing can still happen before its clock, and the
+//! state it sees (is the lock free, when was the line last written) is the state at that
+//! instant. Events are processed in time order, ties broken by CPU then context id — a function
+//! of the program alone. The fast path is one compare against the ready heap's top: a context
+//! below every other ready clock passes its synchronisation points without a switch.
+//!
+//! ## Resources and their formulas
+//! Notation: `T(a→b)` is the profile's cache-line transfer from CPU `a` to CPU `b`: 0 on the
+//! same CPU, `transfer.smt_sibling`, `transfer.same_socket` or `transfer.other_socket` by the
+//! CPUs' [`Distance`] (and 0 when nobody touched the line before). `W` is `wakeup`, `A` is
+//! `atomic_rmw`; a lock class has an uncontended acquire cost `u` and `L` data lines.
+//!
+//! - **Lock word.** Every lock's word is a cache line. Each acquisition, release and failed
+//!   try-lock is an RMW on it that starts at `max(clock, end of the word's previous RMW)` and
+//!   remembers the CPU that did it (`last`).
+//! - **Acquire** (spinlock, mutex, rwsem; FIFO, qspinlock/MCS order): if the lock can be granted
+//!   (free for the mode and nobody queued) the caller pays `u + T(last→me)·(1 + L)` for an
+//!   exclusive acquisition, `u + T(last→me)` for a shared one (readers do not pull the data
+//!   the previous writer dirtied — a simplification), from the word's free time.
+//!   Otherwise it queues. A **release** at `t` costs `T(last→me)` (0 when the releaser still
+//!   owns the word, as an exclusive holder does) and hands the lock to the head of the queue at
+//!   `r` = the end of that RMW:
+//!   - a **spinning** waiter (class [`WaitKind::Spin`]) has spun, CPU busy, until `r`, then
+//!     acquires: it holds the lock from `r + H`, with the hand-over
+//!     `H = u + T(releaser→waiter)·(1 + L)`;
+//!   - a **sleeping** waiter ([`WaitKind::Sleep`]: mutex, rwsem) was off its CPU (idle) and
+//!     runs at `r + W` (later if its CPU is taken), then acquires the same way: `W + H`.
+//!
+//!   So N CPUs of one socket, each taking one spinlock K times with hold `h` and nothing else,
+//!   end at `u + N·K·h + (N·K − 1)·H` with `H = u + T_socket·(1 + L)`: N·K·(h + H) less the
+//!   first acquisition's missing transfer. On disjoint locks they end at `K·(u + h)`.
+//! - **rwsem** (`mmap_lock`): readers share; a writer needs it free; a queued waiter blocks
+//!   every newcomer (so a waiting writer blocks new readers); a release or
+//!   [`hooks::lock_downgrade`] grants the head of the queue: one writer, or every reader up to
+//!   the first writer (v4.x `__rwsem_mark_wake`). Readers granted together serialise on the
+//!   count's line as they acquire.
+//! - **try-lock**: succeeds, as an uncontended acquisition, iff the lock could be granted at the
+//!   caller's clock; a failure costs an RMW on the word (`u + T(last→me)`).
+//! - **Shared line** ([`hooks::line_rmw`], e.g. the huge zero page's refcount): an RMW starts at
+//!   `max(clock, end of the line's previous RMW)` and costs `A + T(last→me)`; its requester's
+//!   CPU is busy all along (a stalled atomic is CPU time, as `perf` would show). N CPUs
+//!   hammering one line with K RMWs each end at `A + (N·K − 1)·(A + T)`.
+//! - **Condition variable** ([`hooks::cv_wait`]/[`hooks::cv_notify`]): a waiter queues, releases
+//!   the mutex (handing it over if someone waits) and leaves its CPU; a notify wakes the first
+//!   waiter (or all) at the notifier's clock `+ W`, FIFO; each then re-acquires the mutex.
+//! - **Sleep** ([`sleep`]): off the CPU, ready again exactly `ns` later (no wake-up latency).
+//! - **Join**: a joiner that had to wait runs at the child's end `+ W`.
+//! - **Spawn**: the new context is ready at its parent's clock, free of charge.
+//! - **SMT**: a CPU is *busy* while it has an occupant (a context that has started running on
+//!   it and not blocked or exited: running, parked at a synchronisation point, or spinning).
+//!   Work charged ([`charge`], [`work`]) while another hardware thread of the same core is busy
+//!   costs `smt.sibling_factor` times as much. The sibling's state is read when the charge is
+//!   made, in the scheduler's order — deterministic, and exact wherever the charges are short
+//!   next to the stretches between synchronisation points. Lock, line and spin times are
+//!   memory-bound and not scaled.
+//!
+//! ## Accounting
+//! Per CPU: busy (work, acquisitions, line stalls), spin (waiting for a spinlock) and idle (the
+//! rest, up to the end of the last run). Per context: busy and spin; their sum is its "thread
+//! CPU time" ([`hooks::thread_cpu_ns`]). Per lock class and mode: lock_stat's columns
+//! (acquisitions, contentions, bounces, wait and hold min/max/total) in virtual time. Per line
+//! class: RMWs, bounces and the time spent on the line, from which the share of CPU time on the
+//! huge zero page's line is computed ([`Report::line_share`]). Everything is in [`Report`],
+//! `Serialize`, labelled `modelled (profile NAME)`.
+//!
+//! ## Where the model differs from the hardware
+//! - Costs are constants: no cache model beyond the named line transfers, no memory-bandwidth
+//!   contention, no DRAM distance (remote-node memory costs what local does), no prefetching.
+//! - Locks are fair FIFO and hand over directly; a kernel mutex or rwsem also lets a spinning
+//!   newcomer steal the lock and spins optimistically while the owner runs — here sleepers
+//!   always sleep. Spinning waiters generate no coherence traffic of their own.
+//! - Only exclusive hand-overs carry the protected data lines; a reader pulls only the count.
+//! - No preemption, time slices, interrupts or migration: a context runs on its CPU until it
+//!   blocks, and the scheduler's CPU choice is whatever the caller bound.
+//! - SMT slowdown is one factor, read at each charge (see above).
+//! - A loop that polls without charging any cost makes no virtual progress: engine retry
+//!   loops must charge something (they do, through the costs of what they retry).
+//!
+//! ## Profile format
+//! TOML (the `toml` crate), one file per machine; the built-in ones are `profiles/*.toml`
+//! ([`Profile::builtin`]: `haswell-ex-4s`, `haswell-ep-2s`, `e5-2680-32c`), others load from a
+//! path ([`Profile::resolve`] takes either). Every figure is exactly one of `ns`, `cycles` (at
+//! `topology.ghz`) or `bytes_per_ns` (costs that move bytes: `clear_page`, `copy_page`), and a
+//! `source`: a publication, a measurement with its command, or `provisional: <why>`. Unknown
+//! keys, a missing [`Cost`] or engine lock class ([`ENGINE_LOCK_CLASSES`]), an empty source,
+//! or a non-positive topology are errors that name the field.
+//! ```toml
+//! name = "haswell-ep-2s"
+//! description = "Seed 002's Haswell-EP: 2 sockets x 18 cores x 2 threads (72 CPUs)"
+//! [topology]
+//! sockets = 2
+//! nodes = 2
+//! cores_per_socket = 18
+//! threads_per_core = 2
+//! ghz = 2.3
+//! source = "seed 002 ..."
+//! [transfer.same_socket]            # also smt_sibling, other_socket
+//! ns = 44
+//! source = "core-to-core-latency (nviennot) README ..."
+//! [smt]
+//! sibling_factor = 1.6
+//! source = "provisional: ..."
+//! [wakeup]
+//! ns = 3000
+//! source = "provisional: ..."
+//! [atomic_rmw]
+//! cycles = 20
+//! source = "provisional: ..."
+//! [locks."zone.lock"]               # one per lock class
+//! acquire_cycles = 20
+//! data_lines = 4
+//! source = "provisional: ..."
+//! [costs.clear_page]                # one per Cost
+//! bytes_per_ns = 10
+//! source = "provisional: ..."
+//! ```
+//!
+//! ## How the seam plugs in
+//! The sync seam (`crate::sync`) calls [`hooks`] around every host lock, condition variable,
+//! shared atomic, sleep and clock read; outside a run each hook is one thread-local load and a
+//! branch. The runtime finds its run through a thread-local *current runtime*, set only while
+//! [`Runtime::run`] executes on that host thread — the analogue of the kernel's `current`
+//! (which task, hence which machine, the code runs for), never a policy: two machines on two
+//! host threads each have their own. Thread start, join and `scope` in virtual mode are this
+//! module's [`spawn`]/[`scope`]/[`JoinHandle`], which `sync::thread` will forward to.
+//! The seam's `LockClass`/`LineClass`/`Mode`/`Acquired` should be these types (re-exported),
+//! so that a class static is one object for both.
+//!
+//! ## What it costs the host
+//! Measured with `benches/vtime.rs` on this 2-vCPU host (instructions by callgrind, exact;
+//! wall time by `cargo bench -p usermm --bench vtime`, on a loaded host, so approximate):
+//!
+//! | operation | instructions | wall |
+//! |---|---|---|
+//! | a hook outside a run (flag test; with the bench loop) | ~10 | ~4 ns |
+//! | a synchronisation point on the fast path (no switch) | 68 | ~4 ns |
+//! | `charge` | ~100 | ~4 ns |
+//! | uncontended lock + unlock (two synchronisation points) | 619 | ~41 ns |
+//! | a switch (park one context, resume another) | 395 | ~42 ns |
+//! | a contended hand-over among 8 contexts (two switches) | 1146 | ~116 ns |
+//! | for comparison: a host mutex+condvar hand-off | — | ~10 µs |
+//!
+//! ## unsafe
+//! Only `coro.rs`: the coroutine constructor that lets bodies borrow (like `std::thread::scope`)
+//! and the suspend through a stored yielder pointer; each block has its `// SAFETY:`. Every
+//! other file of this module denies `unsafe_code`.
+
+#![deny(unsafe_code)]
+
+mod class;
+mod coro;
+pub mod hooks;
+mod profile;
+mod report;
+mod resources;
+mod runtime;
+mod sched;
+
+pub use class::{Acquired, LineClass, LockClass, Mode, WaitKind};
+pub use hooks::charge;
+pub use profile::{
+    Cost, Distance, Figure, LockFigure, Placement, Profile, ProfileError, ProfileSpec, Smt,
+    Topology, Transfers, ENGINE_LOCK_CLASSES,
+};
+pub use report::{ContextTime, CpuTime, LineStat, LockStat, Report, SchedStats};
+pub use runtime::{scope, spawn, spawn_named, JoinHandle, Runtime, Scope, ScopedJoinHandle};
+
+/// Is a virtual run executing on this host thread?
+#[inline]
+pub fn in_run() -> bool {
+    runtime::in_run()
+}
+
+/// The running context's virtual clock, in ns.
+///
+/// # Panics
+/// Outside a virtual run.
+pub fn now() -> u64 {
+    hooks::now_ns().unwrap_or_else(|| panic!("vtime::now called outside a virtual run"))
+}
+
+/// The emulated CPU the running context is bound to.
+///
+/// # Panics
+/// Outside a virtual run.
+pub fn current_cpu() -> usize {
+    runtime::current_or_panic("current_cpu")
+        .with_running(|st, me| st.ctxs[me as usize].cpu as usize)
+        .expect("vtime::current_cpu called outside a context")
+}
+
+/// Sleeps `ns` of virtual time, off the CPU.
+///
+/// # Panics
+/// Outside a virtual run.
+pub fn sleep(ns: u64) {
+    assert!(
+        hooks::sleep_ns(ns),
+        "vtime::sleep called outside a virtual run"
+    );
+}
+
+/// Charges `ns` of plain work to the running context's CPU (SMT-scaled like every [`Cost`]).
+/// A no-op outside a run.
+pub fn work(ns: u64) {
+    runtime::with_current(|rt| rt.with_running(|st, me| st.work(me, ns.saturating_mul(1000))));
+}
+
+/// A bare synchronisation point: waits for the running context's turn in virtual-time order
+/// (the analogue of `cond_resched`; the engine needs none, tests and benchmarks do).
+pub fn sync_point() {
+    if let Some(rt) = runtime::current() {
+        rt.sync(|_, _| ());
+    }
+}

@@ -1,0 +1,1011 @@
+//! Cost profiles: the modelled machine's topology and the price of every modelled step.
+//!
+//! A profile is a TOML file (see `profiles/*.toml` for the built-in ones and the module essay in
+//! `vtime/mod.rs` for the format). Every figure carries a `source`: a published measurement with
+//! where it was published, a measurement with the command that took it, or a placeholder whose
+//! source starts with `provisional:`. A profile is never fitted to a seed's result table.
+//!
+//! Loading is strict, because a typo in a cost file silently changes every modelled figure:
+//! unknown keys are errors, every [`Cost`] and every engine lock class must be present, every
+//! source must be non-empty, and every error names the field it is about.
+//!
+//! [`Placement`] maps emulated CPUs onto the profile's sockets, cores and SMT threads, and onto
+//! the run's memory nodes (which may outnumber the sockets: fake NUMA).
+
+#![deny(unsafe_code)]
+
+use std::{collections::BTreeMap, fmt, path::Path};
+
+use serde::{Deserialize, Serialize};
+
+/// The built-in profiles, by name: the seeds' machines.
+const BUILTIN: &[(&str, &str)] = &[
+    ("haswell-ex-4s", include_str!("profiles/haswell-ex-4s.toml")),
+    ("haswell-ep-2s", include_str!("profiles/haswell-ep-2s.toml")),
+    ("e5-2680-32c", include_str!("profiles/e5-2680-32c.toml")),
+];
+
+/// Lock classes the engine declares; every profile must price each of them.
+///
+/// The names are the `name` of the engine's `LockClass` statics (`"zone.lock"` is
+/// `zone->lock`, `"ptl"` the split PTE-page lock, ...). Extend this list when the engine gains a
+/// class; the built-in profiles' test fails until they price it.
+pub const ENGINE_LOCK_CLASSES: &[&str] = &[
+    "zone.lock",
+    "lru_lock",
+    "pcp",
+    "ptl",
+    "pmd_lock",
+    "page_table_lock",
+    "mmap_lock",
+    "pcpu_lock",
+    "pcpu_alloc_mutex",
+    "workqueue",
+];
+
+macro_rules! costs {
+    ($( $(#[$doc:meta])* $variant:ident = $key:literal, $alias:literal, $bytes:expr; )*) => {
+        /// A named piece of kernel work whose price the profile gives, charged to the current
+        /// CPU's clock with [`charge`](super::charge) at the point of the engine's code that
+        /// does that work.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum Cost {
+            $( $(#[$doc])* #[doc(alias = $alias)] $variant, )*
+        }
+
+        impl Cost {
+            /// Every cost, in declaration order (the order of the profile's table).
+            pub const ALL: &'static [Cost] = &[$(Cost::$variant),*];
+            /// How many costs there are.
+            pub const COUNT: usize = Cost::ALL.len();
+
+            /// The key of this cost in a profile's `[costs]` table.
+            pub fn key(self) -> &'static str {
+                match self { $(Cost::$variant => $key,)* }
+            }
+
+            /// The kernel function or step this cost stands for.
+            pub fn kernel_name(self) -> &'static str {
+                match self { $(Cost::$variant => $alias,)* }
+            }
+
+            /// `Some(bytes)` when one unit of this cost is a transfer of that many bytes (so the
+            /// profile may give it as `bytes_per_ns`); `None` for a per-operation cost.
+            pub fn bytes(self) -> Option<u64> {
+                match self { $(Cost::$variant => $bytes,)* }
+            }
+
+            /// The cost whose profile key is `key`.
+            pub fn from_key(key: &str) -> Option<Cost> {
+                Cost::ALL.iter().copied().find(|c| c.key() == key)
+            }
+
+            #[inline]
+            pub(crate) fn index(self) -> usize {
+                self as usize
+            }
+        }
+    };
+}
+
+costs! {
+    /// Clearing one present PTE while zapping (`zap_pte_range`, per present entry).
+    ZapPte = "zap_pte", "zap_pte_range", None;
+    /// Adding one page to the `mmu_gather` batch (`__tlb_remove_page`).
+    GatherPage = "gather_page", "__tlb_remove_page", None;
+    /// Freeing one order-0 page onto the per-CPU list (`free_unref_page`, per page).
+    FreeUnrefPage = "free_unref_page", "free_unref_page", None;
+    /// Moving one page from a pcp list back to the buddy under `zone.lock`, merges excluded
+    /// (`free_pcppages_bulk`, per page).
+    FreePcppagesBulkPage = "free_pcppages_bulk_page", "free_pcppages_bulk", None;
+    /// One buddy merge step in `__free_one_page`.
+    FreeOneMerge = "free_one_merge", "__free_one_page", None;
+    /// Taking one page off its LRU list (`lruvec_del_folio`).
+    LruDel = "lru_del", "lruvec_del_folio", None;
+    /// Putting one page on its LRU list (`lruvec_add_folio`).
+    LruAdd = "lru_add", "lruvec_add_folio", None;
+    /// Taking one page from a pcp list (`rmqueue_pcplist`).
+    RmqueuePcp = "rmqueue_pcp", "rmqueue_pcplist", None;
+    /// Moving one page from the buddy to a pcp list under `zone.lock` (`rmqueue_bulk`, per page).
+    RmqueueBulkPage = "rmqueue_bulk_page", "rmqueue_bulk", None;
+    /// Zeroing 4 KiB (`clear_page`).
+    ClearPage = "clear_page", "clear_page", Some(4096);
+    /// Copying 4 KiB (`copy_page`).
+    CopyPage = "copy_page", "copy_page", Some(4096);
+    /// Exception entry of a page fault, up to `handle_mm_fault` (`asm_exc_page_fault`).
+    FaultEntry = "fault_entry", "asm_exc_page_fault", None;
+    /// Return from a page-fault exception to user space.
+    FaultExit = "fault_exit", "irqentry_exit_to_user_mode", None;
+    /// Walking one page-table level (`pgd_offset`/`p4d_offset`/`pud_offset`/`pmd_offset`).
+    PtWalkLevel = "pt_walk_level", "pmd_offset", None;
+    /// Allocating one page-table page, zeroing excluded (`__pte_alloc`, `__pmd_alloc`).
+    PtAlloc = "pt_alloc", "__pte_alloc", None;
+    /// Freeing one page-table page (`free_pgtables`, per table).
+    PtFree = "pt_free", "free_pgtables", None;
+    /// Installing one PTE or PMD (`set_pte_at`, `set_pmd_at`).
+    SetPte = "set_pte", "set_pte_at", None;
+    /// A local TLB flush (`flush_tlb_mm_range` on this CPU).
+    TlbFlushLocal = "tlb_flush_local", "flush_tlb_mm_range", None;
+    /// The sender's cost per remote CPU of a TLB shootdown (`flush_tlb_multi`).
+    TlbFlushRemotePerCpu = "tlb_flush_remote_per_cpu", "flush_tlb_multi", None;
+    /// The queuer's side of `queue_work` waking an idle worker (`try_to_wake_up`).
+    WorkqueueWake = "workqueue_wake", "queue_work", None;
+    /// Entry and exit of one system call (`entry_SYSCALL_64`).
+    Syscall = "syscall", "entry_SYSCALL_64", None;
+}
+
+/// A figure of the profile: exactly one of `ns`, `cycles` (converted at the profile's GHz) or
+/// `bytes_per_ns` (only for costs that move bytes), and where it comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Figure {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ns: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycles: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_ns: Option<f64>,
+    pub source: String,
+}
+
+/// `[topology]`: the machine, as the seed describes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    pub sockets: u32,
+    /// Memory nodes of the real machine (a run may use more: fake NUMA, see [`Placement`]).
+    pub nodes: u32,
+    pub cores_per_socket: u32,
+    pub threads_per_core: u32,
+    pub ghz: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_gib: Option<u64>,
+    pub source: String,
+}
+
+impl Topology {
+    /// Hardware threads of the whole machine.
+    pub fn hw_threads(&self) -> usize {
+        self.sockets as usize * self.cores_per_socket as usize * self.threads_per_core as usize
+    }
+
+    /// Cores of the whole machine.
+    pub fn cores(&self) -> usize {
+        self.sockets as usize * self.cores_per_socket as usize
+    }
+}
+
+/// `[transfer]`: moving one cache line that another CPU holds modified, by distance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Transfers {
+    pub smt_sibling: Figure,
+    pub same_socket: Figure,
+    pub other_socket: Figure,
+}
+
+/// `[smt]`: how much slower each of two busy hardware threads of one core runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Smt {
+    /// Time multiplier (≥ 1) on work charged while the core's other thread is busy.
+    pub sibling_factor: f64,
+    pub source: String,
+}
+
+/// `[locks."NAME"]`: one lock class.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockFigure {
+    /// Uncontended acquire (the atomic on the lock word, the line already local).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquire_ns: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquire_cycles: Option<f64>,
+    /// Cache lines of protected data the previous holder dirtied that an exclusive hand-over
+    /// carries (free-list heads, counters, list heads).
+    pub data_lines: u32,
+    pub source: String,
+}
+
+/// A profile file, as written (serialised into reports beside the config).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileSpec {
+    pub name: String,
+    pub description: String,
+    pub topology: Topology,
+    pub transfer: Transfers,
+    pub smt: Smt,
+    /// Latency from a wake-up to the woken sleeper running on its (idle) CPU.
+    pub wakeup: Figure,
+    /// An atomic read-modify-write on a line this CPU already holds.
+    pub atomic_rmw: Figure,
+    pub locks: BTreeMap<String, LockFigure>,
+    pub costs: BTreeMap<String, Figure>,
+}
+
+/// Picoseconds: the model's clock unit (costs below 1 ns, such as an SMT-sibling transfer of
+/// 7.6 ns or a 1.6× factor, stay exact enough). Reports convert to ns.
+pub(crate) type Ps = u64;
+
+/// A lock class's resolved prices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LockPrice {
+    pub acquire: Ps,
+    pub data_lines: u32,
+}
+
+/// A validated profile: the file as written, and its figures resolved to picoseconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    spec: ProfileSpec,
+    origin: String,
+    pub(crate) cost_ps: [Ps; Cost::COUNT],
+    /// Indexed by [`Distance`]: same CPU (always 0), SMT sibling, same socket, other socket.
+    pub(crate) transfer_ps: [Ps; 4],
+    pub(crate) wakeup_ps: Ps,
+    pub(crate) atomic_rmw_ps: Ps,
+    /// The SMT factor in thousandths (1.6 → 1600), so that scaling is integer arithmetic.
+    pub(crate) smt_milli: u64,
+    pub(crate) locks: BTreeMap<String, LockPrice>,
+}
+
+/// Why a profile, or a CPU/node count against it, was rejected. Each message is one line and
+/// names the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProfileError {
+    /// Not a built-in name and not a readable file.
+    Unknown { name: String },
+    /// The file could not be read.
+    Read { path: String, message: String },
+    /// The file is not valid TOML or does not have the profile's shape.
+    Parse {
+        origin: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// A field has a value the model cannot use, or is missing.
+    Invalid {
+        origin: String,
+        field: String,
+        message: String,
+    },
+    /// A run's CPU or node count does not fit the profile.
+    Topology {
+        profile: String,
+        field: &'static str,
+        message: String,
+    },
+}
+
+impl fmt::Display for ProfileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProfileError::Unknown { name } => write!(
+                f,
+                "profile: unknown profile `{name}` (built in: {}; or the path of a .toml file)",
+                Profile::builtin_names().join(", ")
+            ),
+            ProfileError::Read { path, message } => {
+                write!(f, "profile {path}: cannot read: {message}")
+            }
+            ProfileError::Parse {
+                origin,
+                line,
+                column,
+                message,
+            } => write!(
+                f,
+                "profile {origin}: line {line}, column {column}: {message}"
+            ),
+            ProfileError::Invalid {
+                origin,
+                field,
+                message,
+            } => write!(f, "profile {origin}: {field}: {message}"),
+            ProfileError::Topology {
+                profile,
+                field,
+                message,
+            } => write!(f, "{field}: {message} (profile {profile})"),
+        }
+    }
+}
+
+impl std::error::Error for ProfileError {}
+
+impl Profile {
+    /// Names of the built-in profiles.
+    pub fn builtin_names() -> Vec<&'static str> {
+        BUILTIN.iter().map(|(n, _)| *n).collect()
+    }
+
+    /// A built-in profile by name.
+    pub fn builtin(name: &str) -> Result<Profile, ProfileError> {
+        let (_, text) =
+            BUILTIN
+                .iter()
+                .find(|(n, _)| *n == name)
+                .ok_or_else(|| ProfileError::Unknown {
+                    name: name.to_string(),
+                })?;
+        Profile::from_toml_str(text, name)
+    }
+
+    /// A profile from a TOML file.
+    pub fn load(path: &Path) -> Result<Profile, ProfileError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ProfileError::Read {
+            path: origin.clone(),
+            message: e.to_string(),
+        })?;
+        Profile::from_toml_str(&text, &origin)
+    }
+
+    /// `time.profile = NAME | FILE`: a built-in name, else a path to a file.
+    pub fn resolve(name_or_path: &str) -> Result<Profile, ProfileError> {
+        if BUILTIN.iter().any(|(n, _)| *n == name_or_path) {
+            return Profile::builtin(name_or_path);
+        }
+        let path = Path::new(name_or_path);
+        if path.is_file() {
+            return Profile::load(path);
+        }
+        Err(ProfileError::Unknown {
+            name: name_or_path.to_string(),
+        })
+    }
+
+    /// Parses and validates a profile; `origin` names it in errors (a file name or built-in).
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<Profile, ProfileError> {
+        let spec: ProfileSpec = toml::from_str(text).map_err(|e| {
+            let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
+            ProfileError::Parse {
+                origin: origin.to_string(),
+                line,
+                column,
+                message: e.message().trim().replace('\n', " "),
+            }
+        })?;
+        Profile::from_spec(spec, origin)
+    }
+
+    /// Validates a spec and resolves its figures.
+    pub fn from_spec(spec: ProfileSpec, origin: &str) -> Result<Profile, ProfileError> {
+        let invalid = |field: &str, message: String| ProfileError::Invalid {
+            origin: origin.to_string(),
+            field: field.to_string(),
+            message,
+        };
+        let t = &spec.topology;
+        for (field, v) in [
+            ("topology.sockets", t.sockets),
+            ("topology.nodes", t.nodes),
+            ("topology.cores_per_socket", t.cores_per_socket),
+            ("topology.threads_per_core", t.threads_per_core),
+        ] {
+            if v == 0 {
+                return Err(invalid(field, "must be positive (got 0)".into()));
+            }
+        }
+        if !(t.ghz.is_finite() && t.ghz > 0.0) {
+            return Err(invalid(
+                "topology.ghz",
+                format!("must be positive (got {})", t.ghz),
+            ));
+        }
+        if t.hw_threads() > u16::MAX as usize {
+            return Err(invalid(
+                "topology",
+                format!("{} hardware threads; at most {}", t.hw_threads(), u16::MAX),
+            ));
+        }
+        check_source("topology.source", &t.source, &invalid)?;
+        if spec.name.trim().is_empty() {
+            return Err(invalid("name", "must not be empty".into()));
+        }
+        let ghz = t.ghz;
+        let fig = |field: &str, f: &Figure, bytes: Option<u64>| -> Result<Ps, ProfileError> {
+            check_source(&format!("{field}.source"), &f.source, &invalid)?;
+            let given = [f.ns.is_some(), f.cycles.is_some(), f.bytes_per_ns.is_some()];
+            if given.iter().filter(|g| **g).count() != 1 {
+                return Err(invalid(
+                    field,
+                    "give exactly one of `ns`, `cycles`, `bytes_per_ns`".into(),
+                ));
+            }
+            let ns = match (f.ns, f.cycles, f.bytes_per_ns) {
+                (Some(ns), _, _) => nonneg(&format!("{field}.ns"), ns, &invalid)?,
+                (_, Some(c), _) => nonneg(&format!("{field}.cycles"), c, &invalid)? / ghz,
+                (_, _, Some(bpn)) => {
+                    let Some(bytes) = bytes else {
+                        return Err(invalid(
+                            &format!("{field}.bytes_per_ns"),
+                            "only costs that move bytes take a bandwidth; give `ns`".into(),
+                        ));
+                    };
+                    if !(bpn.is_finite() && bpn > 0.0) {
+                        return Err(invalid(
+                            &format!("{field}.bytes_per_ns"),
+                            format!("must be positive (got {bpn})"),
+                        ));
+                    }
+                    bytes as f64 / bpn
+                }
+                _ => unreachable!("exactly one figure was checked above"),
+            };
+            Ok(ns_to_ps(ns))
+        };
+
+        let mut cost_ps = [0; Cost::COUNT];
+        for c in Cost::ALL {
+            let field = format!("costs.{}", c.key());
+            let f = spec.costs.get(c.key()).ok_or_else(|| {
+                invalid(
+                    &field,
+                    format!(
+                        "missing (every cost needs a figure and a source; {})",
+                        c.kernel_name()
+                    ),
+                )
+            })?;
+            cost_ps[c.index()] = fig(&field, f, c.bytes())?;
+        }
+        if let Some(k) = spec.costs.keys().find(|k| Cost::from_key(k).is_none()) {
+            return Err(invalid(
+                &format!("costs.{k}"),
+                format!(
+                    "unknown cost (known: {})",
+                    Cost::ALL
+                        .iter()
+                        .map(|c| c.key())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+        let transfer_ps = [
+            0,
+            fig("transfer.smt_sibling", &spec.transfer.smt_sibling, None)?,
+            fig("transfer.same_socket", &spec.transfer.same_socket, None)?,
+            fig("transfer.other_socket", &spec.transfer.other_socket, None)?,
+        ];
+        let wakeup_ps = fig("wakeup", &spec.wakeup, None)?;
+        let atomic_rmw_ps = fig("atomic_rmw", &spec.atomic_rmw, None)?;
+        check_source("smt.source", &spec.smt.source, &invalid)?;
+        let f = spec.smt.sibling_factor;
+        if !(f.is_finite() && (1.0..=16.0).contains(&f)) {
+            return Err(invalid(
+                "smt.sibling_factor",
+                format!("must be between 1 and 16 (got {f})"),
+            ));
+        }
+        let smt_milli = (f * 1000.0).round() as u64;
+
+        let mut locks = BTreeMap::new();
+        for name in ENGINE_LOCK_CLASSES {
+            if !spec.locks.contains_key(*name) {
+                return Err(invalid(
+                    &format!("locks.\"{name}\""),
+                    "missing (every engine lock class needs acquire_ns and data_lines)".into(),
+                ));
+            }
+        }
+        for (name, l) in &spec.locks {
+            let field = format!("locks.\"{name}\"");
+            check_source(&format!("{field}.source"), &l.source, &invalid)?;
+            let ns = match (l.acquire_ns, l.acquire_cycles) {
+                (Some(ns), None) => nonneg(&format!("{field}.acquire_ns"), ns, &invalid)?,
+                (None, Some(c)) => nonneg(&format!("{field}.acquire_cycles"), c, &invalid)? / ghz,
+                _ => {
+                    return Err(invalid(
+                        &field,
+                        "give exactly one of `acquire_ns`, `acquire_cycles`".into(),
+                    ))
+                }
+            };
+            locks.insert(
+                name.clone(),
+                LockPrice {
+                    acquire: ns_to_ps(ns),
+                    data_lines: l.data_lines,
+                },
+            );
+        }
+        Ok(Profile {
+            origin: origin.to_string(),
+            spec,
+            cost_ps,
+            transfer_ps,
+            wakeup_ps,
+            atomic_rmw_ps,
+            smt_milli,
+            locks,
+        })
+    }
+
+    /// The profile's name (its `name` field).
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// Where it was loaded from: a built-in name or a file path.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// The file as written, with every source (serialise it into reports).
+    pub fn spec(&self) -> &ProfileSpec {
+        &self.spec
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.spec.topology
+    }
+
+    /// The price of one unit of `cost`, in ns.
+    pub fn cost_ns(&self, cost: Cost) -> f64 {
+        self.cost_ps[cost.index()] as f64 / 1000.0
+    }
+
+    /// A line transfer over `d`, in ns.
+    pub fn transfer_ns(&self, d: Distance) -> f64 {
+        self.transfer_ps[d as usize] as f64 / 1000.0
+    }
+
+    /// Does `class` have a price in this profile?
+    pub fn has_lock_class(&self, class: &str) -> bool {
+        self.locks.contains_key(class)
+    }
+
+    /// The profile in its file format.
+    pub fn to_toml_string(&self) -> String {
+        toml::to_string_pretty(&self.spec).expect("a profile spec always serialises")
+    }
+
+    /// `--cpus N` must not exceed the profile's hardware threads.
+    pub fn check_cpus(&self, nr_cpus: usize) -> Result<(), ProfileError> {
+        let hw = self.topology().hw_threads();
+        if nr_cpus == 0 {
+            return Err(self.topology_error("cpus", "must be positive (got 0)".into()));
+        }
+        if nr_cpus > hw {
+            return Err(self.topology_error(
+                "cpus",
+                format!("{nr_cpus} CPUs, but the machine has {hw} hardware threads"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn topology_error(&self, field: &'static str, message: String) -> ProfileError {
+        ProfileError::Topology {
+            profile: self.name().to_string(),
+            field,
+            message,
+        }
+    }
+}
+
+fn check_source(
+    field: &str,
+    source: &str,
+    invalid: &impl Fn(&str, String) -> ProfileError,
+) -> Result<(), ProfileError> {
+    if source.trim().is_empty() {
+        return Err(invalid(
+            field,
+            "must say where the figure comes from (a publication, a measurement with its \
+             command, or `provisional: ...`)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+fn nonneg(
+    field: &str,
+    v: f64,
+    invalid: &impl Fn(&str, String) -> ProfileError,
+) -> Result<f64, ProfileError> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(invalid(
+            field,
+            format!("must be a non-negative number (got {v})"),
+        ))
+    }
+}
+
+fn ns_to_ps(ns: f64) -> Ps {
+    (ns * 1000.0).round() as Ps
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, column)
+}
+
+/// How far a cache line travels between two CPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Distance {
+    /// The line is already here: no transfer.
+    SameCpu = 0,
+    /// The other hardware thread of this core (shared L1/L2).
+    SmtSibling = 1,
+    /// Another core of this socket (through the shared L3).
+    SameSocket = 2,
+    /// A core of another socket (through the inter-socket link).
+    OtherSocket = 3,
+}
+
+/// Where each emulated CPU sits: socket, core, SMT thread, memory node.
+///
+/// # Numbering
+/// CPUs are spread over sockets in contiguous blocks of `ceil(nr_cpus / sockets)`, the rule the
+/// engine uses to spread CPUs over nodes (`cpu_to_node` in `cpu.rs`), so that with one node per
+/// socket a CPU's node and socket agree. Inside a socket's block the first CPUs take thread 0 of
+/// each core, the next ones thread 1: a run with fewer CPUs than hardware threads gets whole
+/// cores before it shares one. Linux on these Intel machines numbers all sockets' first threads
+/// before any sibling (CPU `n` and `n + cores` share a core); the numbers differ, the shape —
+/// which CPUs share a core, a socket — is the same.
+///
+/// # Fake NUMA
+/// `nr_nodes` may exceed the sockets (`numa=fake=`): nodes are carved out of the sockets in
+/// contiguous blocks of CPUs, each with its own zone and LRU lock in the engine. Costs follow
+/// sockets, never nodes: two CPUs on different fake nodes of one socket are `SameSocket` apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    nr_cpus: usize,
+    nr_nodes: usize,
+    socket: Vec<u16>,
+    /// Machine-wide core number (`socket * cores_per_socket + core`).
+    core: Vec<u32>,
+    thread: Vec<u8>,
+    node: Vec<u16>,
+}
+
+impl Placement {
+    /// Places `nr_cpus` CPUs and `nr_nodes` memory nodes on the profile's machine.
+    pub fn new(profile: &Profile, nr_cpus: usize, nr_nodes: usize) -> Result<Self, ProfileError> {
+        profile.check_cpus(nr_cpus)?;
+        if nr_nodes == 0 || nr_nodes > nr_cpus {
+            return Err(profile.topology_error(
+                "nodes",
+                format!("{nr_nodes} nodes; must be between 1 and the {nr_cpus} CPUs"),
+            ));
+        }
+        let t = profile.topology();
+        let per_socket = nr_cpus.div_ceil(t.sockets as usize);
+        let per_node = nr_cpus.div_ceil(nr_nodes);
+        let cps = t.cores_per_socket as usize;
+        let mut p = Placement {
+            nr_cpus,
+            nr_nodes,
+            socket: Vec::with_capacity(nr_cpus),
+            core: Vec::with_capacity(nr_cpus),
+            thread: Vec::with_capacity(nr_cpus),
+            node: Vec::with_capacity(nr_cpus),
+        };
+        for cpu in 0..nr_cpus {
+            let socket = cpu / per_socket;
+            let local = cpu % per_socket;
+            p.socket.push(socket as u16);
+            p.core.push((socket * cps + local % cps) as u32);
+            p.thread.push((local / cps) as u8);
+            p.node.push((cpu / per_node) as u16);
+        }
+        Ok(p)
+    }
+
+    pub fn nr_cpus(&self) -> usize {
+        self.nr_cpus
+    }
+
+    pub fn nr_nodes(&self) -> usize {
+        self.nr_nodes
+    }
+
+    #[doc(alias = "topology_physical_package_id")]
+    pub fn socket_of(&self, cpu: usize) -> usize {
+        self.socket[cpu] as usize
+    }
+
+    /// The machine-wide core number of `cpu` (`socket * cores_per_socket + core`).
+    #[doc(alias = "topology_core_id")]
+    pub fn core_of(&self, cpu: usize) -> usize {
+        self.core[cpu] as usize
+    }
+
+    /// Which hardware thread of its core `cpu` is (0 or 1 on the seeds' machines).
+    pub fn thread_of(&self, cpu: usize) -> usize {
+        self.thread[cpu] as usize
+    }
+
+    #[doc(alias = "cpu_to_node")]
+    pub fn node_of(&self, cpu: usize) -> usize {
+        self.node[cpu] as usize
+    }
+
+    /// The socket holding `node`'s memory (the socket of its first CPU).
+    pub fn socket_of_node(&self, node: usize) -> usize {
+        let first = self.node.iter().position(|n| *n as usize == node);
+        first.map_or(0, |cpu| self.socket_of(cpu))
+    }
+
+    /// How far a line travels from `from` to `to`.
+    pub fn distance(&self, from: usize, to: usize) -> Distance {
+        if from == to {
+            Distance::SameCpu
+        } else if self.core[from] == self.core[to] {
+            Distance::SmtSibling
+        } else if self.socket[from] == self.socket[to] {
+            Distance::SameSocket
+        } else {
+            Distance::OtherSocket
+        }
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+    use crate::cpu::{CpuId, Cpus};
+
+    #[test]
+    fn builtins_load_and_price_every_cost_and_engine_lock() {
+        for name in Profile::builtin_names() {
+            let p = Profile::builtin(name).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(p.name(), name);
+            for c in Cost::ALL {
+                assert!(p.spec().costs[c.key()].source.len() > 10, "{name} {c:?}");
+            }
+            for class in ENGINE_LOCK_CLASSES {
+                assert!(p.has_lock_class(class), "{name} {class}");
+            }
+            // The file format round-trips.
+            let again = Profile::from_toml_str(&p.to_toml_string(), name).unwrap();
+            assert_eq!(again.spec(), p.spec());
+            assert_eq!(again.cost_ps, p.cost_ps);
+        }
+    }
+
+    #[test]
+    fn builtin_topologies_are_the_seeds_machines() {
+        let ex = Profile::builtin("haswell-ex-4s").unwrap();
+        let t = ex.topology();
+        assert_eq!(
+            (t.sockets, t.nodes, t.cores(), t.hw_threads()),
+            (4, 4, 72, 144)
+        );
+        assert_eq!(t.memory_gib, Some(512));
+        let ep = Profile::builtin("haswell-ep-2s").unwrap();
+        assert_eq!(
+            (
+                ep.topology().sockets,
+                ep.topology().cores(),
+                ep.topology().hw_threads()
+            ),
+            (2, 36, 72)
+        );
+        let sb = Profile::builtin("e5-2680-32c").unwrap();
+        assert_eq!((sb.topology().sockets, sb.topology().hw_threads()), (2, 32));
+        assert_eq!(sb.topology().ghz, 2.7);
+    }
+
+    #[test]
+    fn published_transfer_figures_are_the_cited_ones() {
+        // machines.md: core-to-core-latency, Broadwell-EP E5-2695 v4 (Haswell-EP's uncore).
+        let ep = Profile::builtin("haswell-ep-2s").unwrap();
+        assert_eq!(ep.transfer_ns(Distance::SmtSibling), 7.6);
+        assert_eq!(ep.transfer_ns(Distance::SameSocket), 44.0);
+        assert_eq!(ep.transfer_ns(Distance::OtherSocket), 118.0);
+        assert_eq!(ep.transfer_ns(Distance::SameCpu), 0.0);
+        assert!(ep
+            .spec()
+            .transfer
+            .same_socket
+            .source
+            .contains("core-to-core-latency"));
+    }
+
+    #[test]
+    fn every_unsourced_figure_says_provisional() {
+        for name in Profile::builtin_names() {
+            let p = Profile::builtin(name).unwrap();
+            let s = p.spec();
+            let mut sources: Vec<&str> = s.costs.values().map(|f| f.source.as_str()).collect();
+            sources.extend(s.locks.values().map(|l| l.source.as_str()));
+            sources.extend([
+                s.wakeup.source.as_str(),
+                s.atomic_rmw.source.as_str(),
+                s.smt.source.as_str(),
+                s.transfer.smt_sibling.source.as_str(),
+                s.transfer.same_socket.source.as_str(),
+                s.transfer.other_socket.source.as_str(),
+            ]);
+            for src in sources {
+                let cited = ["core-to-core-latency", "Huang Ying", "ccbench"]
+                    .iter()
+                    .any(|c| src.contains(c));
+                assert!(
+                    cited || src.starts_with("provisional:"),
+                    "{name}: a source neither cites a publication nor says provisional: {src}"
+                );
+            }
+        }
+    }
+
+    fn minimal() -> String {
+        Profile::builtin("haswell-ep-2s").unwrap().to_toml_string()
+    }
+
+    fn err(text: &str) -> String {
+        Profile::from_toml_str(text, "t.toml")
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn unknown_profile_names_the_builtins() {
+        let e = Profile::resolve("skylake-9000").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "profile: unknown profile `skylake-9000` (built in: haswell-ex-4s, haswell-ep-2s, \
+             e5-2680-32c; or the path of a .toml file)"
+        );
+        assert!(Profile::resolve("haswell-ex-4s").is_ok());
+    }
+
+    #[test]
+    fn malformed_and_incomplete_files_name_the_field() {
+        let good = minimal();
+        // Not TOML at all.
+        let e = err("sockets = = 4");
+        assert!(e.starts_with("profile t.toml: line 1, column "), "{e}");
+        // A missing cost.
+        let no_zap = good.replace("[costs.zap_pte]", "[costs.zap_pte_gone]");
+        assert!(
+            err(&no_zap).contains("costs.zap_pte: missing"),
+            "{}",
+            err(&no_zap)
+        );
+        // A misspelt top-level key.
+        let typo = good.replace("[smt]", "[smtt]");
+        let e = err(&typo);
+        assert!(e.contains("line ") && e.contains("smtt"), "{e}");
+        // An unknown key inside a figure.
+        let extra = good.replacen("source =", "nss = 3\nsource =", 1);
+        assert!(err(&extra).contains("nss"), "{}", err(&extra));
+        // Non-positive topology.
+        let zero = good.replace("sockets = 2", "sockets = 0");
+        assert_eq!(
+            err(&zero),
+            "profile t.toml: topology.sockets: must be positive (got 0)"
+        );
+        // A figure with two values, or none.
+        let two = good.replacen("ns = 7.6", "ns = 7.6\ncycles = 3", 1);
+        assert!(
+            err(&two).contains("transfer.smt_sibling: give exactly one"),
+            "{}",
+            err(&two)
+        );
+        // An empty source.
+        let p = Profile::from_toml_str(&good, "t").unwrap();
+        let mut spec = p.spec().clone();
+        spec.costs.get_mut("lru_del").unwrap().source = " ".into();
+        let e = Profile::from_spec(spec, "t").unwrap_err().to_string();
+        assert!(
+            e.starts_with("profile t: costs.lru_del.source: must say where"),
+            "{e}"
+        );
+        // A missing engine lock class.
+        let nolock = good.replace("[locks.\"zone.lock\"]", "[locks.\"zone.lockk\"]");
+        assert!(
+            err(&nolock).contains("locks.\"zone.lock\": missing"),
+            "{}",
+            err(&nolock)
+        );
+        // A bandwidth on a per-operation cost.
+        let p = Profile::from_toml_str(&good, "t").unwrap();
+        let mut spec = p.spec().clone();
+        spec.costs.get_mut("zap_pte").unwrap().ns = None;
+        spec.costs.get_mut("zap_pte").unwrap().bytes_per_ns = Some(3.0);
+        let e = Profile::from_spec(spec, "t").unwrap_err().to_string();
+        assert!(
+            e.contains("costs.zap_pte.bytes_per_ns: only costs that move bytes"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn missing_file_is_a_read_error() {
+        let e = Profile::load(Path::new("/nonexistent/p.toml")).unwrap_err();
+        assert!(e
+            .to_string()
+            .starts_with("profile /nonexistent/p.toml: cannot read:"));
+    }
+
+    #[test]
+    fn cycles_and_bandwidth_convert_at_the_profile_clock() {
+        let p = Profile::builtin("e5-2680-32c").unwrap();
+        let spec = p.spec();
+        let clear = &spec.costs["clear_page"];
+        assert_eq!(
+            p.cost_ns(Cost::ClearPage),
+            (4096.0 / clear.bytes_per_ns.unwrap() * 1000.0).round() / 1000.0
+        );
+        let rmw = spec.atomic_rmw.cycles.unwrap();
+        assert_eq!(p.atomic_rmw_ps, (rmw / 2.7 * 1000.0).round() as u64);
+    }
+
+    #[test]
+    fn cpus_must_fit_the_hardware_threads() {
+        let p = Profile::builtin("e5-2680-32c").unwrap();
+        assert!(p.check_cpus(32).is_ok());
+        assert_eq!(
+            p.check_cpus(33).unwrap_err().to_string(),
+            "cpus: 33 CPUs, but the machine has 32 hardware threads (profile e5-2680-32c)"
+        );
+        assert!(Placement::new(&p, 8, 0).is_err());
+        assert!(Placement::new(&p, 8, 9).is_err());
+    }
+
+    #[test]
+    fn placement_fills_cores_before_siblings_and_follows_sockets() {
+        let p = Profile::builtin("haswell-ex-4s").unwrap();
+        let all = Placement::new(&p, 144, 4).unwrap();
+        // Socket 0 is CPUs 0-35: cores 0-17 thread 0, then their siblings.
+        assert_eq!(
+            (all.socket_of(0), all.core_of(0), all.thread_of(0)),
+            (0, 0, 0)
+        );
+        assert_eq!(
+            (all.socket_of(18), all.core_of(18), all.thread_of(18)),
+            (0, 0, 1)
+        );
+        assert_eq!((all.socket_of(36), all.core_of(36)), (1, 18));
+        assert_eq!(all.distance(0, 18), Distance::SmtSibling);
+        assert_eq!(all.distance(0, 1), Distance::SameSocket);
+        assert_eq!(all.distance(0, 36), Distance::OtherSocket);
+        assert_eq!(all.distance(5, 5), Distance::SameCpu);
+        // Eight CPUs: two per socket, each on its own core.
+        let few = Placement::new(&p, 8, 4).unwrap();
+        assert_eq!(
+            (0..8).map(|c| few.socket_of(c)).collect::<Vec<_>>(),
+            [0, 0, 1, 1, 2, 2, 3, 3]
+        );
+        assert!((0..8).all(|c| few.thread_of(c) == 0));
+    }
+
+    #[test]
+    fn nodes_agree_with_the_engines_cpu_to_node_and_fake_numa_follows_sockets() {
+        let p = Profile::builtin("haswell-ex-4s").unwrap();
+        for (cpus, nodes) in [(144, 4), (144, 8), (72, 4), (8, 2), (10, 3)] {
+            let pl = Placement::new(&p, cpus, nodes).unwrap();
+            let engine = Cpus::new(cpus as u16, nodes as u16);
+            for c in 0..cpus {
+                assert_eq!(
+                    pl.node_of(c),
+                    engine.node_of(CpuId(c as u16)).index(),
+                    "{cpus}/{nodes} cpu{c}"
+                );
+            }
+        }
+        // numa=fake: 8 nodes on 4 sockets, two per socket; costs follow the sockets.
+        let fake = Placement::new(&p, 144, 8).unwrap();
+        assert_eq!(
+            (0..8).map(|n| fake.socket_of_node(n)).collect::<Vec<_>>(),
+            [0, 0, 1, 1, 2, 2, 3, 3]
+        );
+        assert_ne!(fake.node_of(0), fake.node_of(20));
+        assert_eq!(fake.distance(0, 20), Distance::SameSocket);
+    }
+}

@@ -1,0 +1,530 @@
+//! Virtual resources: locks (spinlock, mutex, rwsem), shared lines, condition variables.
+//!
+//! Each is keyed by an id (the host object's address) and lives in the run's [`State`]. Every
+//! function here is called by a hook *after* the caller passed its synchronisation point, so it
+//! runs at the smallest clock of the run and sees each resource as a real machine would at
+//! that instant. The formulas are those of the module essay (`vtime/mod.rs`, "Resources").
+//!
+//! # The lock word is a line
+//! Every lock has a word, modelled as a cache line: each acquisition, release and failed
+//! try-lock is a read-modify-write that starts no earlier than the word's previous RMW ended
+//! (`word_free_at`) and pays a transfer from the CPU that did it (`word_last`). For an exclusive
+//! lock that is the hand-over cost; for an rwsem it also serialises readers on the count, as
+//! `down_read`'s atomic add does.
+
+#![deny(unsafe_code)]
+
+use std::collections::VecDeque;
+
+use super::{
+    class::{Acquired, LineClass, LockClass, Mode, WaitKind},
+    profile::{LockPrice, Ps},
+    sched::{CtxId, State, Wait},
+};
+
+/// lock_stat columns for one (class, mode), in ps until reported.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ModeStat {
+    pub acquisitions: u64,
+    /// Acquisitions whose lock word came from another CPU.
+    pub acq_bounces: u64,
+    pub contentions: u64,
+    /// Contended acquisitions whose lock word came from another CPU.
+    pub con_bounces: u64,
+    pub wait_total: Ps,
+    pub wait_min: Ps,
+    pub wait_max: Ps,
+    pub holds: u64,
+    pub hold_total: Ps,
+    pub hold_min: Ps,
+    pub hold_max: Ps,
+    pub try_failures: u64,
+}
+
+impl Default for ModeStat {
+    fn default() -> Self {
+        ModeStat {
+            acquisitions: 0,
+            acq_bounces: 0,
+            contentions: 0,
+            con_bounces: 0,
+            wait_total: 0,
+            wait_min: Ps::MAX,
+            wait_max: 0,
+            holds: 0,
+            hold_total: 0,
+            hold_min: Ps::MAX,
+            hold_max: 0,
+            try_failures: 0,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct LockClassStat {
+    pub name: &'static str,
+    pub wait: WaitKind,
+    pub price: LockPrice,
+    /// Indexed by `Mode as usize`.
+    pub modes: [ModeStat; 2],
+}
+
+#[derive(Debug)]
+pub(super) struct LineClassStat {
+    pub name: &'static str,
+    pub rmws: u64,
+    /// RMWs whose line came from another CPU.
+    pub bounces: u64,
+    /// Time RMWs waited for the line's previous RMW to end.
+    pub wait: Ps,
+    /// Time from each RMW's request to its end (wait, transfer and the atomic itself).
+    pub time: Ps,
+}
+
+/// A waiter queued on a lock.
+#[derive(Debug, Clone, Copy)]
+struct Waiter {
+    ctx: CtxId,
+    mode: Mode,
+    spin: bool,
+}
+
+/// A lock's virtual state.
+#[derive(Debug)]
+pub(super) struct VLock {
+    pub class: u16,
+    /// The exclusive holder and when its acquisition completed (`Ps::MAX` while handed over
+    /// and not yet taken).
+    writer: Option<(CtxId, Ps)>,
+    readers: Vec<(CtxId, Ps)>,
+    waiters: VecDeque<Waiter>,
+    word_free_at: Ps,
+    word_last: Option<u16>,
+}
+
+impl VLock {
+    fn new(class: u16) -> Self {
+        VLock {
+            class,
+            writer: None,
+            readers: Vec::new(),
+            waiters: VecDeque::new(),
+            word_free_at: 0,
+            word_last: None,
+        }
+    }
+
+    fn idle(&self) -> bool {
+        self.writer.is_none() && self.readers.is_empty() && self.waiters.is_empty()
+    }
+
+    /// rwsem rules: a writer needs the lock free; a reader needs no writer; either way nobody
+    /// may be queued (FIFO: a queued writer blocks new readers).
+    fn grantable(&self, mode: Mode) -> bool {
+        self.waiters.is_empty() && self.free_for(mode)
+    }
+
+    fn free_for(&self, mode: Mode) -> bool {
+        self.writer.is_none() && (mode == Mode::Shared || self.readers.is_empty())
+    }
+
+    fn add_holder(&mut self, ctx: CtxId, mode: Mode) {
+        match mode {
+            Mode::Exclusive => self.writer = Some((ctx, Ps::MAX)),
+            Mode::Shared => self.readers.push((ctx, Ps::MAX)),
+        }
+    }
+
+    fn set_taken(&mut self, ctx: CtxId, mode: Mode, t: Ps) {
+        let slot = match mode {
+            Mode::Exclusive => self.writer.as_mut(),
+            Mode::Shared => self.readers.iter_mut().find(|(c, _)| *c == ctx),
+        };
+        if let Some(s) = slot {
+            s.1 = t;
+        }
+    }
+
+    /// Removes `ctx` as a holder in `mode`; returns when it had taken the lock.
+    fn remove_holder(&mut self, ctx: CtxId, mode: Mode) -> Option<Ps> {
+        match mode {
+            Mode::Exclusive => match self.writer {
+                Some((c, t)) if c == ctx => {
+                    self.writer = None;
+                    Some(t)
+                }
+                _ => None,
+            },
+            Mode::Shared => {
+                let i = self.readers.iter().position(|(c, _)| *c == ctx)?;
+                Some(self.readers.swap_remove(i).1)
+            }
+        }
+    }
+
+    pub fn holders(&self) -> impl Iterator<Item = CtxId> + '_ {
+        self.writer
+            .iter()
+            .map(|(c, _)| *c)
+            .chain(self.readers.iter().map(|(c, _)| *c))
+    }
+}
+
+/// A shared line's virtual state.
+#[derive(Debug)]
+pub(super) struct VLine {
+    class: u16,
+    free_at: Ps,
+    last: Option<u16>,
+}
+
+/// What `lock_acquire` decided.
+pub(super) enum AcquireStep {
+    /// The lock is the caller's.
+    Done(Acquired),
+    /// The caller is queued; suspend, then call [`State::lock_take`] with `since`.
+    Wait { since: Ps },
+}
+
+fn record(min: &mut Ps, max: &mut Ps, total: &mut Ps, v: Ps) {
+    *min = (*min).min(v);
+    *max = (*max).max(v);
+    *total += v;
+}
+
+impl State {
+    fn lock_class(&mut self, class: &'static LockClass) -> u16 {
+        // By the static's address first (one integer hash), by name for a new static.
+        let key = class as *const LockClass as usize;
+        if let Some(&i) = self.lock_class_by_addr.get(&key) {
+            return i;
+        }
+        if let Some(&i) = self.lock_class_index.get(class.name) {
+            self.lock_class_by_addr.insert(key, i);
+            return i;
+        }
+        let price = self.model.lock_price(class.name).unwrap_or_else(|| {
+            panic!(
+                "vtime: lock class `{}` has no price in profile {} (add [locks.\"{}\"])",
+                class.name,
+                self.model.profile.name(),
+                class.name
+            )
+        });
+        let i = self.lock_classes.len() as u16;
+        self.lock_classes.push(LockClassStat {
+            name: class.name,
+            wait: class.wait,
+            price,
+            modes: [ModeStat::default(); 2],
+        });
+        self.lock_class_index.insert(class.name, i);
+        self.lock_class_by_addr.insert(key, i);
+        i
+    }
+
+    fn line_class(&mut self, class: &'static LineClass) -> u16 {
+        let key = class as *const LineClass as usize;
+        if let Some(&i) = self.line_class_by_addr.get(&key) {
+            return i;
+        }
+        if let Some(&i) = self.line_class_index.get(class.name) {
+            self.line_class_by_addr.insert(key, i);
+            return i;
+        }
+        let i = self.line_classes.len() as u16;
+        self.line_classes.push(LineClassStat {
+            name: class.name,
+            rmws: 0,
+            bounces: 0,
+            wait: 0,
+            time: 0,
+        });
+        self.line_class_index.insert(class.name, i);
+        self.line_class_by_addr.insert(key, i);
+        i
+    }
+
+    /// The lock `id` of `class`, created on first use (or re-created when an idle lock's
+    /// address was reused by a lock of another class).
+    fn lock_entry(&mut self, id: usize, class: &'static LockClass) -> u16 {
+        let ci = self.lock_class(class);
+        let lk = self.locks.entry(id).or_insert_with(|| VLock::new(ci));
+        if lk.class != ci && lk.idle() {
+            *lk = VLock::new(ci);
+        }
+        ci
+    }
+
+    /// `me` asks for lock `id` in `mode`: granted at once, or queued (a sleeping waiter
+    /// leaves its CPU).
+    pub fn lock_acquire(
+        &mut self,
+        me: CtxId,
+        id: usize,
+        class: &'static LockClass,
+        mode: Mode,
+    ) -> AcquireStep {
+        let ci = self.lock_entry(id, class);
+        let lk = self.locks.get_mut(&id).expect("entry made above");
+        if lk.grantable(mode) {
+            lk.add_holder(me, mode);
+            return AcquireStep::Done(self.lock_take(me, id, mode, None));
+        }
+        let spin = class.wait == WaitKind::Spin;
+        lk.waiters.push_back(Waiter {
+            ctx: me,
+            mode,
+            spin,
+        });
+        self.lock_classes[ci as usize].modes[mode as usize].contentions += 1;
+        let c = &mut self.ctxs[me as usize];
+        c.wait = Wait::Lock { id, mode };
+        let since = c.now;
+        if !spin {
+            self.vacate(me);
+        }
+        AcquireStep::Wait { since }
+    }
+
+    /// `try_lock`: the lock if it is grantable at the caller's clock, else a failed RMW on
+    /// the word and `None`.
+    pub fn lock_try(
+        &mut self,
+        me: CtxId,
+        id: usize,
+        class: &'static LockClass,
+        mode: Mode,
+    ) -> Option<Acquired> {
+        let ci = self.lock_entry(id, class);
+        let lk = self.locks.get_mut(&id).expect("entry made above");
+        if lk.grantable(mode) {
+            lk.add_holder(me, mode);
+            return Some(self.lock_take(me, id, mode, None));
+        }
+        let price = self.lock_classes[ci as usize].price;
+        let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
+        let start = now.max(lk.word_free_at);
+        let end = start + price.acquire + self.model.transfer(lk.word_last, cpu);
+        lk.word_free_at = end;
+        lk.word_last = Some(cpu);
+        self.busy(me, end - now);
+        self.lock_classes[ci as usize].modes[mode as usize].try_failures += 1;
+        None
+    }
+
+    /// The acquiring RMW of a granted lock: from the caller's clock (or when the word is free,
+    /// if later), the class's acquire cost plus a transfer from the word's last CPU, times
+    /// `1 + data_lines` for an exclusive acquisition. `since`: when a contended caller queued.
+    pub fn lock_take(&mut self, me: CtxId, id: usize, mode: Mode, since: Option<Ps>) -> Acquired {
+        let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
+        let lk = self.locks.get_mut(&id).expect("a granted lock exists");
+        let ci = lk.class as usize;
+        let price = self.lock_classes[ci].price;
+        let start = now.max(lk.word_free_at);
+        let xfer = self.model.transfer(lk.word_last, cpu);
+        let lines = match mode {
+            Mode::Exclusive => 1 + price.data_lines as Ps,
+            Mode::Shared => 1,
+        };
+        let end = start + price.acquire + xfer * lines;
+        lk.word_free_at = end;
+        lk.word_last = Some(cpu);
+        lk.set_taken(me, mode, end);
+        self.busy(me, end - now);
+        let st = &mut self.lock_classes[ci].modes[mode as usize];
+        st.acquisitions += 1;
+        if xfer > 0 {
+            st.acq_bounces += 1;
+        }
+        match since {
+            None => Acquired::default(),
+            Some(since) => {
+                if xfer > 0 {
+                    st.con_bounces += 1;
+                }
+                let waited = end - since;
+                record(
+                    &mut st.wait_min,
+                    &mut st.wait_max,
+                    &mut st.wait_total,
+                    waited,
+                );
+                Acquired {
+                    contended: true,
+                    waited_ns: waited / 1000,
+                }
+            }
+        }
+    }
+
+    /// The releasing RMW (a transfer if the word moved away since the caller took it), then
+    /// the hand-over to the head of the queue.
+    pub fn lock_release(&mut self, me: CtxId, id: usize, mode: Mode) {
+        let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
+        // A lock taken before the run began has no virtual state: nothing to release.
+        let Some(lk) = self.locks.get_mut(&id) else {
+            return;
+        };
+        let taken = lk.remove_holder(me, mode);
+        let start = now.max(lk.word_free_at);
+        let end = start + self.model.transfer(lk.word_last, cpu);
+        lk.word_free_at = end;
+        lk.word_last = Some(cpu);
+        let ci = lk.class as usize;
+        self.busy(me, end - now);
+        if let Some(t) = taken.filter(|t| *t != Ps::MAX) {
+            let st = &mut self.lock_classes[ci].modes[mode as usize];
+            st.holds += 1;
+            record(
+                &mut st.hold_min,
+                &mut st.hold_max,
+                &mut st.hold_total,
+                now - t,
+            );
+        }
+        if !self.locks[&id].waiters.is_empty() {
+            self.grant_waiters(id, end);
+        }
+    }
+
+    /// `downgrade_write`: the writer `me` becomes a reader, and queued readers at the head of
+    /// the queue (up to the first writer) get the lock with it.
+    pub fn lock_downgrade(&mut self, me: CtxId, id: usize) {
+        let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
+        let Some(lk) = self.locks.get_mut(&id) else {
+            return;
+        };
+        let Some(taken) = lk.remove_holder(me, Mode::Exclusive) else {
+            return;
+        };
+        lk.readers.push((me, now));
+        let start = now.max(lk.word_free_at);
+        let end = start + self.model.transfer(lk.word_last, cpu);
+        lk.word_free_at = end;
+        lk.word_last = Some(cpu);
+        let ci = lk.class as usize;
+        self.busy(me, end - now);
+        let modes = &mut self.lock_classes[ci].modes;
+        let w = &mut modes[Mode::Exclusive as usize];
+        w.holds += 1;
+        record(
+            &mut w.hold_min,
+            &mut w.hold_max,
+            &mut w.hold_total,
+            now - taken,
+        );
+        modes[Mode::Shared as usize].acquisitions += 1;
+        self.grant_waiters(id, end);
+    }
+
+    /// Hands the lock, released or downgraded at `t`, to the head of its queue: one writer, or
+    /// every reader up to the first writer (the v4.x `__rwsem_mark_wake`). A spinner has spun
+    /// until `t`; a sleeper runs at `t` + the wake-up latency. Each then takes the lock with
+    /// [`State::lock_take`] when it runs.
+    fn grant_waiters(&mut self, id: usize, t: Ps) {
+        loop {
+            let lk = self.locks.get_mut(&id).expect("lock exists");
+            let Some(&w) = lk.waiters.front() else { break };
+            if !lk.free_for(w.mode) {
+                break;
+            }
+            lk.waiters.pop_front();
+            lk.add_holder(w.ctx, w.mode);
+            if w.spin {
+                self.spin_until(w.ctx, t);
+                self.push_ready(w.ctx);
+            } else {
+                self.wake(w.ctx, t);
+            }
+            if w.mode == Mode::Exclusive {
+                break;
+            }
+        }
+    }
+
+    /// The lock at `id` is gone (its host object is dropped).
+    pub fn lock_forget(&mut self, id: usize) {
+        self.locks.remove(&id);
+    }
+
+    /// An RMW on a shared line: starts when the line's previous RMW ended (or at the caller's
+    /// clock, if later) and costs `atomic_rmw` plus a transfer from the line's last CPU.
+    pub fn line_rmw(&mut self, me: CtxId, id: usize, class: &'static LineClass) {
+        let ci = self.line_class(class);
+        let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
+        let ln = self.lines.entry(id).or_insert(VLine {
+            class: ci,
+            free_at: 0,
+            last: None,
+        });
+        if ln.class != ci {
+            // The address now holds a line of another class.
+            *ln = VLine {
+                class: ci,
+                free_at: 0,
+                last: None,
+            };
+        }
+        let start = now.max(ln.free_at);
+        let xfer = self.model.transfer(ln.last, cpu);
+        let end = start + self.model.profile.atomic_rmw_ps + xfer;
+        ln.free_at = end;
+        ln.last = Some(cpu);
+        self.busy(me, end - now);
+        let st = &mut self.line_classes[ci as usize];
+        st.rmws += 1;
+        if xfer > 0 {
+            st.bounces += 1;
+        }
+        st.wait += start - now;
+        st.time += end - now;
+    }
+
+    /// The line at `id` is gone.
+    pub fn line_forget(&mut self, id: usize) {
+        self.lines.remove(&id);
+    }
+
+    /// `me` waits on `cv`: queued, the mutex released (handed over if someone waits), off its
+    /// CPU until notified.
+    pub fn cv_wait_begin(&mut self, me: CtxId, cv: usize, mutex: usize) {
+        self.cvs.entry(cv).or_default().push_back(me);
+        self.lock_release(me, mutex, Mode::Exclusive);
+        self.ctxs[me as usize].wait = Wait::Cv { id: cv };
+        self.vacate(me);
+    }
+
+    /// Wakes the first waiter of `cv` (or all of them) at the caller's clock plus the wake-up
+    /// latency, in FIFO order.
+    pub fn cv_notify(&mut self, me: CtxId, cv: usize, all: bool) {
+        let t = self.ctxs[me as usize].now;
+        while let Some(w) = self.cvs.get_mut(&cv).and_then(|q| q.pop_front()) {
+            self.wake(w, t);
+            if !all {
+                break;
+            }
+        }
+    }
+
+    /// `me` sleeps `ps`: off its CPU, ready again at its clock + `ps`.
+    pub fn sleep_begin(&mut self, me: CtxId, ps: Ps) {
+        self.vacate(me);
+        self.ctxs[me as usize].now += ps;
+        self.push_ready(me);
+    }
+
+    /// `me` joins `child`: `true` if it has finished; otherwise `me` leaves its CPU until it
+    /// does (and then pays the wake-up latency).
+    pub fn join_begin(&mut self, me: CtxId, child: CtxId) -> bool {
+        if let Some(end) = self.ctxs[child as usize].end {
+            let c = &mut self.ctxs[me as usize];
+            c.now = c.now.max(end);
+            return true;
+        }
+        self.ctxs[child as usize].joiners.push(me);
+        self.ctxs[me as usize].wait = Wait::Join { ctx: child };
+        self.vacate(me);
+        false
+    }
+}

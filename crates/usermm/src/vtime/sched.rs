@@ -1,0 +1,441 @@
+//! The scheduler's state: contexts, CPUs, the ready heap, and the rule that orders them.
+//!
+//! # The rule (conservative discrete-event order)
+//! Every context has a clock `now` (ps). The *ready heap* holds every context that can act
+//! without waiting for another one, keyed by `(now, cpu, id)`: contexts parked at a
+//! synchronisation point, contexts woken (a lock handed over, a sleep ended, a wake-up sent)
+//! at the time they will run. The running context may pass a synchronisation point only while
+//! its own key is below the heap's top ([`State::may_pass`], an O(1) compare); otherwise it
+//! pushes itself and suspends, and the scheduler resumes the smallest key.
+//!
+//! Why that is enough: every event a context can cause (a release, a wake-up, a spawn) happens
+//! at its own clock or later, and every context that is not in the heap is waiting for such an
+//! event. So when the running context is the smallest, no event earlier than its clock can
+//! still be produced, and what it sees at the synchronisation point (is the lock free? when was
+//! the line last written?) is what a real machine would show at that instant. Events are
+//! therefore processed in non-decreasing time order, ties broken by CPU then context id; the
+//! order is a function of the program alone, never of the host.
+//!
+//! Code between two synchronisation points only reads and writes its own context's state (it
+//! charges costs to its clock), which is why it may run ahead without checking.
+//!
+//! # CPUs
+//! A CPU runs one context at a time (its *occupant*). A context occupies its CPU from the
+//! moment the scheduler first resumes it until it blocks on a sleeping wait (a mutex, an rwsem,
+//! a condition variable, a join, a sleep) or exits; a spinning waiter keeps its CPU. A context
+//! ready while its CPU is occupied waits in the CPU's FIFO run queue and takes the CPU when the
+//! occupant leaves it (run-to-block: no preemption, no time slices). A CPU is *busy* while it
+//! has an occupant; that is the definition the SMT factor uses (see [`State::work`]).
+//!
+//! Accounting: a context's clock advances only by work (busy), spinning (spin), or jumps while
+//! it is off its CPU (idle for the CPU, not charged to the context). A CPU's busy and spin
+//! times are the sums over its occupants; its idle time is the run's end minus both.
+
+#![deny(unsafe_code)]
+
+use std::{
+    cmp::Reverse,
+    collections::{BinaryHeap, VecDeque},
+    fmt::Write,
+    sync::Arc,
+};
+
+use rustc_hash::FxHashMap;
+
+use super::{
+    class::Mode,
+    coro::YielderPtr,
+    profile::{Cost, LockPrice, Placement, Profile, Ps},
+    resources::{LineClassStat, LockClassStat, VLine, VLock},
+};
+
+pub(super) type CtxId = u32;
+
+/// The heap key: time, then CPU, then context id, packed so that one integer compare orders
+/// them.
+#[inline]
+pub(super) fn key(now: Ps, cpu: u16, id: CtxId) -> u128 {
+    ((now as u128) << 64) | ((cpu as u128) << 32) | id as u128
+}
+
+/// What a context is doing, for the scheduler and for the deadlock report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wait {
+    /// Executing, or runnable in the ready heap.
+    Runnable,
+    /// Ready, in its CPU's run queue behind the occupant.
+    Cpu,
+    /// Queued on a lock.
+    Lock { id: usize, mode: Mode },
+    /// Waiting on a condition variable.
+    Cv { id: usize },
+    /// Joining another context.
+    Join { ctx: CtxId },
+    /// Finished.
+    Done,
+}
+
+/// One context (a virtual thread).
+#[derive(Debug)]
+pub(super) struct Ctx {
+    pub cpu: u16,
+    pub name: String,
+    pub now: Ps,
+    /// Busy time: work, acquisitions, line stalls (SMT-scaled where work is).
+    pub busy: Ps,
+    /// Time spent spinning for a lock.
+    pub spin: Ps,
+    pub start: Ps,
+    pub end: Option<Ps>,
+    pub on_cpu: bool,
+    pub wait: Wait,
+    pub joiners: Vec<CtxId>,
+    pub yielder: YielderPtr,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct CpuState {
+    pub occupant: Option<CtxId>,
+    pub runq: VecDeque<CtxId>,
+    pub busy: Ps,
+    pub spin: Ps,
+}
+
+/// Counters of the scheduler itself (deterministic, like everything else).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct SchedCounters {
+    pub resumes: u64,
+    pub sync_points: u64,
+    pub gate_yields: u64,
+}
+
+/// The profile resolved for one run's CPUs.
+#[derive(Debug)]
+pub(super) struct Model {
+    pub profile: Arc<Profile>,
+    pub placement: Placement,
+    nr_cpus: usize,
+    /// `dist[from * nr_cpus + to]`: the [`Distance`](super::profile::Distance) as an index.
+    dist: Vec<u8>,
+    core: Vec<u32>,
+}
+
+impl Model {
+    pub fn new(profile: Arc<Profile>, placement: Placement) -> Self {
+        let n = placement.nr_cpus();
+        let mut dist = Vec::with_capacity(n * n);
+        for a in 0..n {
+            for b in 0..n {
+                dist.push(placement.distance(a, b) as u8);
+            }
+        }
+        let core = (0..n).map(|c| placement.core_of(c) as u32).collect();
+        Model {
+            profile,
+            placement,
+            nr_cpus: n,
+            dist,
+            core,
+        }
+    }
+
+    /// A line transfer from `from` (the CPU that last wrote it; `None`: nobody yet) to `to`.
+    #[inline]
+    pub fn transfer(&self, from: Option<u16>, to: u16) -> Ps {
+        match from {
+            None => 0,
+            Some(f) => {
+                self.profile.transfer_ps
+                    [self.dist[f as usize * self.nr_cpus + to as usize] as usize]
+            }
+        }
+    }
+
+    #[inline]
+    pub fn cost(&self, c: Cost) -> Ps {
+        self.profile.cost_ps[c.index()]
+    }
+
+    pub fn lock_price(&self, class: &str) -> Option<LockPrice> {
+        self.profile.locks.get(class).copied()
+    }
+}
+
+pub(super) enum Next {
+    Run(CtxId),
+    Done,
+    Deadlock(String),
+}
+
+/// Everything a run's contexts share, behind the runtime's one `RefCell`.
+#[derive(Debug)]
+pub(super) struct State {
+    pub model: Model,
+    pub ctxs: Vec<Ctx>,
+    ready: BinaryHeap<Reverse<u128>>,
+    pub running: Option<CtxId>,
+    pub cpus: Vec<CpuState>,
+    core_busy: Vec<u8>,
+    /// Contexts created and not finished.
+    pub live: usize,
+    /// The latest clock any finished context reached: the run's end so far.
+    pub end: Ps,
+    /// A run failed (panic or deadlock): every hook is a no-op from now on.
+    pub failed: bool,
+    pub locks: FxHashMap<usize, VLock>,
+    pub lines: FxHashMap<usize, VLine>,
+    pub cvs: FxHashMap<usize, VecDeque<CtxId>>,
+    pub lock_classes: Vec<LockClassStat>,
+    pub lock_class_index: FxHashMap<&'static str, u16>,
+    pub lock_class_by_addr: FxHashMap<usize, u16>,
+    pub line_classes: Vec<LineClassStat>,
+    pub line_class_index: FxHashMap<&'static str, u16>,
+    pub line_class_by_addr: FxHashMap<usize, u16>,
+    pub counters: SchedCounters,
+}
+
+impl State {
+    pub fn new(model: Model) -> Self {
+        let n = model.placement.nr_cpus();
+        let cores = (0..n)
+            .map(|c| model.placement.core_of(c))
+            .max()
+            .unwrap_or(0)
+            + 1;
+        State {
+            ctxs: Vec::new(),
+            ready: BinaryHeap::new(),
+            running: None,
+            cpus: (0..n).map(|_| CpuState::default()).collect(),
+            core_busy: vec![0; cores],
+            live: 0,
+            end: 0,
+            failed: false,
+            locks: FxHashMap::default(),
+            lines: FxHashMap::default(),
+            cvs: FxHashMap::default(),
+            lock_classes: Vec::new(),
+            lock_class_index: FxHashMap::default(),
+            lock_class_by_addr: FxHashMap::default(),
+            line_classes: Vec::new(),
+            line_class_index: FxHashMap::default(),
+            line_class_by_addr: FxHashMap::default(),
+            counters: SchedCounters::default(),
+            model,
+        }
+    }
+
+    pub fn nr_cpus(&self) -> usize {
+        self.cpus.len()
+    }
+
+    /// Creates a context on `cpu` that becomes ready at `now` (it takes its CPU when resumed).
+    pub fn new_ctx(&mut self, cpu: u16, name: String, now: Ps) -> CtxId {
+        let id = CtxId::try_from(self.ctxs.len()).expect("vtime: more than 2^32 contexts");
+        let name = if name.is_empty() {
+            format!("ctx{id}")
+        } else {
+            name
+        };
+        self.ctxs.push(Ctx {
+            cpu,
+            name,
+            now,
+            busy: 0,
+            spin: 0,
+            start: now,
+            end: None,
+            on_cpu: false,
+            wait: Wait::Runnable,
+            joiners: Vec::new(),
+            yielder: YielderPtr::NONE,
+        });
+        self.live += 1;
+        self.push_ready(id);
+        id
+    }
+
+    #[inline]
+    fn key_of(&self, id: CtxId) -> u128 {
+        let c = &self.ctxs[id as usize];
+        key(c.now, c.cpu, id)
+    }
+
+    /// May `me` pass a synchronisation point now? Only while it is below every ready context.
+    #[inline]
+    pub fn may_pass(&self, me: CtxId) -> bool {
+        match self.ready.peek() {
+            None => true,
+            Some(Reverse(top)) => self.key_of(me) < *top,
+        }
+    }
+
+    /// Makes `id` ready at its clock.
+    pub fn push_ready(&mut self, id: CtxId) {
+        self.ctxs[id as usize].wait = Wait::Runnable;
+        let k = self.key_of(id);
+        self.ready.push(Reverse(k));
+    }
+
+    /// The context the scheduler resumes next: the smallest ready key, after it has its CPU.
+    pub fn next(&mut self) -> Next {
+        while let Some(Reverse(k)) = self.ready.pop() {
+            let id = k as u32;
+            let c = &self.ctxs[id as usize];
+            if !c.on_cpu {
+                let cpu = c.cpu as usize;
+                if self.cpus[cpu].occupant.is_some() {
+                    self.ctxs[id as usize].wait = Wait::Cpu;
+                    self.cpus[cpu].runq.push_back(id);
+                    continue;
+                }
+                self.occupy(cpu, id);
+            }
+            self.running = Some(id);
+            self.counters.resumes += 1;
+            return Next::Run(id);
+        }
+        if self.live == 0 {
+            Next::Done
+        } else {
+            Next::Deadlock(self.deadlock_report())
+        }
+    }
+
+    fn occupy(&mut self, cpu: usize, id: CtxId) {
+        debug_assert!(self.cpus[cpu].occupant.is_none());
+        self.cpus[cpu].occupant = Some(id);
+        self.ctxs[id as usize].on_cpu = true;
+        self.core_busy[self.model.core[cpu] as usize] += 1;
+    }
+
+    /// `id` leaves its CPU at its clock (it blocks or exits); the run queue's head takes it.
+    pub fn vacate(&mut self, id: CtxId) {
+        let (cpu, t) = {
+            let c = &mut self.ctxs[id as usize];
+            debug_assert!(c.on_cpu);
+            c.on_cpu = false;
+            (c.cpu as usize, c.now)
+        };
+        self.cpus[cpu].occupant = None;
+        self.core_busy[self.model.core[cpu] as usize] -= 1;
+        if let Some(h) = self.cpus[cpu].runq.pop_front() {
+            self.occupy(cpu, h);
+            let hc = &mut self.ctxs[h as usize];
+            hc.now = hc.now.max(t);
+            self.push_ready(h);
+        }
+    }
+
+    /// Charges `ps` of work to `id`: busy time, times the SMT factor while another hardware
+    /// thread of its core is busy (has an occupant) at the moment of the charge.
+    #[inline]
+    pub fn work(&mut self, id: CtxId, ps: Ps) {
+        let cpu = self.ctxs[id as usize].cpu as usize;
+        let ps = if self.core_busy[self.model.core[cpu] as usize] >= 2 {
+            (ps as u128 * self.model.profile.smt_milli as u128 / 1000) as Ps
+        } else {
+            ps
+        };
+        self.busy(id, ps);
+    }
+
+    /// Charges `ps` of busy time to `id` and its CPU, unscaled (lock and line stalls).
+    #[inline]
+    pub fn busy(&mut self, id: CtxId, ps: Ps) {
+        let c = &mut self.ctxs[id as usize];
+        c.now += ps;
+        c.busy += ps;
+        self.cpus[c.cpu as usize].busy += ps;
+    }
+
+    /// `id` spun from its clock until `t`.
+    pub fn spin_until(&mut self, id: CtxId, t: Ps) {
+        let c = &mut self.ctxs[id as usize];
+        let d = t.saturating_sub(c.now);
+        c.now += d;
+        c.spin += d;
+        self.cpus[c.cpu as usize].spin += d;
+    }
+
+    /// `id` is woken by an event at `t`: it will run at `t` plus the wake-up latency.
+    pub fn wake(&mut self, id: CtxId, t: Ps) {
+        let wake = self.model.profile.wakeup_ps;
+        let c = &mut self.ctxs[id as usize];
+        c.now = c.now.max(t + wake);
+        self.push_ready(id);
+    }
+
+    /// The running context `id` finishes: joiners wake, its CPU passes on.
+    pub fn exit(&mut self, id: CtxId) {
+        let now = self.ctxs[id as usize].now;
+        let c = &mut self.ctxs[id as usize];
+        c.end = Some(now);
+        c.wait = Wait::Done;
+        let joiners = std::mem::take(&mut c.joiners);
+        self.live -= 1;
+        self.end = self.end.max(now);
+        for j in joiners {
+            self.wake(j, now);
+        }
+        self.vacate(id);
+    }
+
+    fn ctx_label(&self, id: CtxId) -> String {
+        let c = &self.ctxs[id as usize];
+        format!("ctx {id} `{}` (cpu{})", c.name, c.cpu)
+    }
+
+    fn deadlock_report(&self) -> String {
+        let mut s = String::new();
+        let blocked: Vec<CtxId> = (0..self.ctxs.len() as CtxId)
+            .filter(|&i| self.ctxs[i as usize].wait != Wait::Done)
+            .collect();
+        let latest = blocked
+            .iter()
+            .map(|&i| self.ctxs[i as usize].now)
+            .max()
+            .unwrap_or(0);
+        let _ = write!(
+            s,
+            "vtime: deadlock at {} ns (profile {}): no context can run, {} blocked:",
+            latest / 1000,
+            self.model.profile.name(),
+            blocked.len()
+        );
+        for id in blocked {
+            let c = &self.ctxs[id as usize];
+            let _ = write!(s, "\n  {} at {} ns ", self.ctx_label(id), c.now / 1000);
+            let _ = match c.wait {
+                Wait::Lock { id: lock, mode } => {
+                    let l = &self.locks[&lock];
+                    let holders: Vec<String> = l.holders().map(|h| self.ctx_label(h)).collect();
+                    write!(
+                        s,
+                        "waits for {} {:#x} ({:?}), held by {}",
+                        self.lock_classes[l.class as usize].name,
+                        lock,
+                        mode,
+                        if holders.is_empty() {
+                            "nobody".into()
+                        } else {
+                            holders.join(", ")
+                        }
+                    )
+                }
+                Wait::Cv { id: cv } => write!(s, "waits on condition variable {cv:#x}"),
+                Wait::Join { ctx } => write!(s, "joins {}", self.ctx_label(ctx)),
+                Wait::Cpu => {
+                    let occ = self.cpus[c.cpu as usize].occupant;
+                    write!(
+                        s,
+                        "waits for its CPU, occupied by {}",
+                        occ.map_or("nobody".into(), |o| self.ctx_label(o))
+                    )
+                }
+                Wait::Runnable | Wait::Done => write!(s, "is runnable (scheduler bug)"),
+            };
+        }
+        s
+    }
+}
