@@ -1,11 +1,13 @@
 //! Unit tests of the VMA tree. Every test ends with `validate()`.
 //!
 //! Expected shapes come from probes of Linux 6.18 on the development host (module doc of
-//! `vma.rs`); `maps::host_*` re-run those probes on the machine running the tests.
+//! `vma/mod.rs`); `maps::host_*` re-run those probes on the machine running the tests.
 
 use std::sync::atomic::AtomicU64;
 
 use super::*;
+use crate::addr::{MMAP_MIN_ADDR, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE, TASK_SIZE};
+use crate::error::Errno;
 
 const P: u64 = PAGE_SIZE;
 const MAX: usize = 65530;
