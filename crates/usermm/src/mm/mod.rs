@@ -44,6 +44,7 @@
 
 pub mod fault;
 pub mod memory;
+pub mod mman;
 pub mod mmap;
 pub mod mmu_gather;
 pub mod shmem;

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::{PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE};
+use crate::mm::mman::{PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE};
 use std::ops::{BitAnd, BitOr, BitOrAssign};
 
 // ---------------------------------------------------------------------------------------------

@@ -113,12 +113,6 @@ pub use self::tree::VmaTree;
 use super::shmem::Shmem;
 use crate::addr::{PAGE_MASK, PAGE_SHIFT, PAGE_SIZE, TASK_SIZE};
 
-/// `PROT_*` of mmap(2)/mprotect(2).
-pub const PROT_NONE: u32 = 0x0;
-pub const PROT_READ: u32 = 0x1;
-pub const PROT_WRITE: u32 = 0x2;
-pub const PROT_EXEC: u32 = 0x4;
-
 /// `stack_guard_gap`: 256 pages kept free below a `VM_GROWSDOWN` VMA (`vm_start_gap`).
 pub const STACK_GUARD_GAP: u64 = 256 << PAGE_SHIFT;
 

@@ -8,6 +8,7 @@ use std::sync::atomic::AtomicU64;
 use super::*;
 use crate::addr::{MMAP_MIN_ADDR, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE, TASK_SIZE};
 use crate::error::Errno;
+use crate::mm::mman::{PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE};
 
 const P: u64 = PAGE_SIZE;
 const MAX: usize = 65530;
