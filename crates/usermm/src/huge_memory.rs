@@ -40,10 +40,13 @@ use std::sync::Arc;
 use crate::addr::{Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER};
 use crate::config::HugeZeroWriteFault;
 use crate::cpu::CpuId;
-use crate::mm::{Mm, MMF_HUGE_ZERO_PAGE};
 use crate::page_alloc::meta::PG_RESERVED;
 use crate::page_alloc::{Gfp, PhysMem, Shrinker};
 use crate::stats::VmItem;
+
+/// `MMF_HUGE_ZERO_PAGE`: this mm holds a reference on the huge zero page (seed 002). A bit of
+/// `mm->flags`, defined here with the only code that reads it; `mm` re-exports it.
+pub const MMF_HUGE_ZERO_PAGE: u64 = 1 << 23;
 
 const NO_PFN: u64 = u64::MAX;
 
@@ -160,15 +163,15 @@ impl HugeZeroPage {
     /// The reference a read fault takes to map the page: per fault (vanilla) or once per mm.
     #[doc(alias = "mm_get_huge_zero_page")]
     #[inline]
-    pub(crate) fn fault_get(&self, mm: &Mm, cpu: CpuId) -> Option<Pfn> {
+    pub(crate) fn fault_get(&self, mm_flags: &AtomicU64, cpu: CpuId) -> Option<Pfn> {
         if !self.per_mm_ref {
             return self.get_huge_zero_page(cpu);
         }
-        if mm.flags.load(Relaxed) & MMF_HUGE_ZERO_PAGE != 0 {
+        if mm_flags.load(Relaxed) & MMF_HUGE_ZERO_PAGE != 0 {
             return self.pfn();
         }
         let pfn = self.get_huge_zero_page(cpu)?;
-        if mm.flags.fetch_or(MMF_HUGE_ZERO_PAGE, AcqRel) & MMF_HUGE_ZERO_PAGE != 0 {
+        if mm_flags.fetch_or(MMF_HUGE_ZERO_PAGE, AcqRel) & MMF_HUGE_ZERO_PAGE != 0 {
             self.put_huge_zero_page(cpu);
         }
         Some(pfn)
@@ -189,9 +192,9 @@ impl HugeZeroPage {
     }
 
     /// `mm_put_huge_zero_page` from `__mmput`.
-    pub(crate) fn mm_put(&self, mm: &Mm, cpu: CpuId) {
+    pub(crate) fn mm_put(&self, mm_flags: &AtomicU64, cpu: CpuId) {
         if self.per_mm_ref
-            && mm.flags.fetch_and(!MMF_HUGE_ZERO_PAGE, AcqRel) & MMF_HUGE_ZERO_PAGE != 0
+            && mm_flags.fetch_and(!MMF_HUGE_ZERO_PAGE, AcqRel) & MMF_HUGE_ZERO_PAGE != 0
         {
             self.put_huge_zero_page(cpu);
         }

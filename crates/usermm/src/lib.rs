@@ -22,6 +22,7 @@
 //! | [`pgtable`] | `arch/x86/include/asm/pgtable*.h`, the table allocators of `mm/memory.c` |
 //! | [`mm`] | `mm_types.h`, `mm/mmap.c`, `mm/vma.c`, `mm/memory.c`, `mm/mmu_gather.c`, `mm/mprotect.c`, `mm/madvise.c`, `mm/mlock.c` |
 //! | [`huge_memory`] | the huge zero page of `mm/huge_memory.c` |
+//! | [`policy`] | the gather's and munmap's resolved policies (below both `machine` and `mm`) |
 //!
 //! # Lock ordering
 //! Written once here; every place where two of these nest repeats the edge in a one-line
@@ -55,6 +56,7 @@ pub mod mm;
 pub mod page_alloc;
 pub mod pcpu;
 pub mod pgtable;
+pub mod policy;
 pub mod stats;
 pub mod sync;
 

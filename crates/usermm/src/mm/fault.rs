@@ -489,7 +489,7 @@ fn huge_anonymous_fault(
     tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
     if !write {
         let hz = machine.huge_zero();
-        let Some(zero) = hz.fault_get(mm, cpu) else {
+        let Some(zero) = hz.fault_get(&mm.flags, cpu) else {
             pgtable::free_deposit_table(phys, cpu, table);
             return None;
         };

@@ -80,8 +80,7 @@ pub enum RssItem {
     ShmemPages = 3,
 }
 
-/// `MMF_HUGE_ZERO_PAGE`: this mm holds a reference on the huge zero page (seed 002).
-pub const MMF_HUGE_ZERO_PAGE: u64 = 1 << 23;
+pub use crate::huge_memory::MMF_HUGE_ZERO_PAGE;
 
 /// What a `munmap` or exit did, for the experiments.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -126,6 +125,15 @@ impl std::fmt::Debug for Mm {
             .field("id", &self.id)
             .field("pgd", &self.pgd)
             .finish_non_exhaustive()
+    }
+}
+
+/// Written here rather than in `machine.rs` so that the machine does not import the mm (the
+/// mm is built on the machine, not the other way round).
+impl Machine {
+    /// A new, empty address space (`mm_alloc`).
+    pub fn new_mm(self: &Arc<Self>, cpu: CpuId) -> Result<Arc<Mm>, crate::Errno> {
+        Mm::new(self, cpu)
     }
 }
 
@@ -308,7 +316,7 @@ impl Mm {
             return UnmapStats::default();
         }
         let st = memory::exit_mmap(self, cpu);
-        self.machine.huge_zero().mm_put(self, cpu);
+        self.machine.huge_zero().mm_put(&self.flags, cpu);
         // pgd_free
         let phys = self.machine.phys();
         crate::pgtable::free_table(phys, cpu, self.pgd);

@@ -43,6 +43,7 @@ pub use super::mman::{
     PROT_GROWSDOWN, PROT_GROWSUP, PROT_NONE, PROT_READ, PROT_SEM, PROT_WRITE,
 };
 use super::vma::VmaTree;
+pub use crate::policy::MunmapPolicy;
 
 /// Top of the mmap area: where top-down placement starts (`mmap_base` with a 128 MiB stack gap
 /// below a fixed, un-randomised stack top).
@@ -55,14 +56,6 @@ pub enum MapFile {
     None,
     /// `/dev/zero`, opened read-write (usemem's default backing).
     DevZero,
-}
-
-/// The resolved munmap policy (seed 003).
-#[derive(Debug, Clone, Copy)]
-pub struct MunmapPolicy {
-    pub downgrade: bool,
-    pub min_bytes: u64,
-    pub stack_veto: bool,
 }
 
 /// The floor and ceiling for freeing tables of `[start, end)`: the end of the previous VMA

@@ -3,16 +3,10 @@
 
 use std::fmt::Write as _;
 
-use super::*;
+use super::area::{Vma, VmaKind, HUGETLBFS_DEV, SHMEM_DEV};
+use super::flags::VmFlags;
+use super::tree::VmaTree;
 use crate::addr::PAGE_SHIFT;
-
-/// Device and inode shown for a file in `/proc/<pid>/maps`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DevIno {
-    pub major: u32,
-    pub minor: u32,
-    pub ino: u64,
-}
 
 impl VmaTree {
     /// `/proc/<pid>/maps`, byte-exact with Linux 6.18 (see the module doc).

@@ -8,42 +8,12 @@
 
 use std::sync::Arc;
 
-use super::*;
+use super::area::{anon_compatible, first_anon, page_aligned, Vma, VmaKind, DEV_ZERO_FILE};
+use super::flags::VmFlags;
+use super::tree::VmaTree;
 use crate::addr::PAGE_SHIFT;
 use crate::error::Errno;
-
-pub(super) fn same_shmem(a: Option<&Arc<Shmem>>, b: Option<&Arc<Shmem>>) -> bool {
-    match (a, b) {
-        (None, None) => true,
-        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-        _ => false,
-    }
-}
-
-/// `is_mergeable_anon_vma` with singular chains (no fork): none on either side, or the same.
-#[inline]
-pub(super) fn anon_compatible(a: u64, b: u64) -> bool {
-    a == 0 || b == 0 || a == b
-}
-
-/// The anon_vma a merged VMA keeps: the first one set (all set ones are equal by then).
-#[inline]
-pub(super) fn first_anon(ids: &[u64]) -> u64 {
-    ids.iter().copied().find(|&a| a != 0).unwrap_or(0)
-}
-
-/// `anon_vma_compatible(a, b)` of mm/rmap.c: could `b` share `a`'s anon_vma (a below b)?
-pub(super) fn anon_vma_compatible(a: &Vma, b: &Vma) -> bool {
-    a.end == b.start
-        && a.kind == b.kind
-        && a.file == b.file
-        && (a.flags.0 ^ b.flags.0) & !(VmFlags::VM_ACCESS_FLAGS.0 | VmFlags::VM_SOFTDIRTY.0) == 0
-        && b.pgoff == a.pgoff + ((b.start - a.start) >> PAGE_SHIFT)
-}
-
-// ---------------------------------------------------------------------------------------------
-// VmaTree
-// ---------------------------------------------------------------------------------------------
+use crate::mm::shmem::Shmem;
 
 /// What `vma_merge_existing_range` decided: the merging neighbours as `(start, anon_vma)` of
 /// prev and `(end, anon_vma)` of next, and the facts about the modified range it needs.

@@ -8,7 +8,10 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 
-use super::*;
+use super::area::{
+    anon_vma_compatible, page_aligned, DevIno, Vma, VmaKind, FIRST_SHMEM_INO, TASK_UNMAPPED_BASE,
+};
+use super::flags::VmFlags;
 use crate::addr::{PAGE_SHIFT, PMD_SIZE, TASK_SIZE};
 use crate::error::Errno;
 

@@ -5,7 +5,8 @@
 //! Mirrors `mm/mmap.c`, `arch/x86/kernel/sys_x86_64.c` and `mm/huge_memory.c`. Read-only: the
 //! caller holds the mmap lock (for writing, as `do_mmap` does, since it inserts right after).
 
-use super::*;
+use super::area::page_aligned;
+use super::tree::VmaTree;
 use crate::addr::{MMAP_MIN_ADDR, PAGE_MASK, PAGE_SIZE, PMD_SIZE, TASK_SIZE};
 use crate::error::Errno;
 
