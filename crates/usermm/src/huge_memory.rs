@@ -43,6 +43,8 @@ use crate::cpu::CpuId;
 use crate::page_alloc::meta::PG_RESERVED;
 use crate::page_alloc::{Gfp, PhysMem, Shrinker};
 use crate::stats::VmItem;
+use crate::sync::class::HUGE_ZERO_REFCOUNT;
+use crate::sync::SharedLine;
 
 /// `MMF_HUGE_ZERO_PAGE`: this mm holds a reference on the huge zero page (seed 002). A bit of
 /// `mm->flags`, defined here with the only code that reads it; `mm` re-exports it.
@@ -56,7 +58,8 @@ pub struct HugeZeroPage {
     /// `huge_zero_pfn`.
     pfn: AtomicU64,
     /// `huge_zero_refcount`.
-    refcount: AtomicI64,
+    /// `huge_zero_refcount`: one cache line every CPU that maps or zaps the page writes.
+    refcount: SharedLine<AtomicI64>,
     per_mm_ref: bool,
     write_fault: HugeZeroWriteFault,
     phys: Arc<PhysMem>,
@@ -70,7 +73,7 @@ impl HugeZeroPage {
     ) -> Self {
         Self {
             pfn: AtomicU64::new(NO_PFN),
-            refcount: AtomicI64::new(0),
+            refcount: SharedLine::new(&HUGE_ZERO_REFCOUNT, AtomicI64::new(0)),
             per_mm_ref,
             write_fault,
             phys,

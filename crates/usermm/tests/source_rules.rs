@@ -278,3 +278,72 @@ fn the_reference_parser_sees_groups_and_super() {
         assert!(resolved.contains(want), "{want} not in {resolved:?}");
     }
 }
+
+/// Whether `code` names one of the host locking primitives the seam replaces.
+fn names_a_host_lock(code: &str) -> Option<String> {
+    let chars: Vec<char> = code.chars().collect();
+    for (i, _) in code.match_indices("parking_lot") {
+        let boundary = i == 0 || !is_ident(chars[i - 1]);
+        if boundary {
+            return Some("parking_lot".into());
+        }
+    }
+    if code.contains("crossbeam_channel") {
+        return Some("crossbeam_channel".into());
+    }
+    // Every path under `std::sync` (including groups), resolved.
+    let mut paths = Vec::new();
+    for (i, _) in code.match_indices("std::sync::") {
+        if i > 0 && is_ident(chars[i - 1]) {
+            continue;
+        }
+        let j = code[..i].chars().count() + "std::sync::".len();
+        parse_tree(&chars, j, &vec!["std".into(), "sync".into()], &mut paths);
+    }
+    const BANNED: [&str; 4] = ["Mutex", "RwLock", "Condvar", "Barrier"];
+    paths
+        .iter()
+        .find(|p| p.len() >= 3 && BANNED.iter().any(|b| p[2].starts_with(b)))
+        .map(|p| p.join("::"))
+}
+
+#[test]
+fn every_lock_goes_through_the_sync_seam() {
+    let sync_dir = src_dir().join("sync");
+    let mut offenders = Vec::new();
+    for path in module_files().values() {
+        if path.starts_with(&sync_dir) {
+            continue;
+        }
+        if let Some(what) = names_a_host_lock(&code_of(path)) {
+            offenders.push(format!("{}: {what}", path.display()));
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "host locks outside src/sync/ (use usermm::sync's SpinLock, Mutex, RwSem, CondVar):\n{}",
+        offenders.join("\n")
+    );
+}
+
+#[test]
+fn the_host_lock_check_sees_every_spelling() {
+    for bad in [
+        "use parking_lot::Mutex;",
+        "let m: parking_lot::RwLock<()> = todo!();",
+        "use std::sync::Mutex;",
+        "use std::sync::{atomic::AtomicU64, Arc, RwLock};",
+        "use std::sync::{\n    Arc,\n    Condvar,\n};",
+        "let b = std::sync::Barrier::new(2);",
+        "use crossbeam_channel::unbounded;",
+    ] {
+        assert!(names_a_host_lock(bad).is_some(), "missed: {bad}");
+    }
+    for fine in [
+        "use std::sync::{atomic::AtomicU64, Arc};",
+        "use crate::sync::{Mutex, SpinLock};",
+        "use std::sync::atomic::Ordering::Relaxed;",
+    ] {
+        assert_eq!(names_a_host_lock(fine), None, "false alarm: {fine}");
+    }
+}

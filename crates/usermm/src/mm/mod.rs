@@ -54,7 +54,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 
 pub use self::fault::{Fault, SegvCode};
@@ -64,7 +63,9 @@ use crate::cpu::{CpuId, PerCpu};
 use crate::machine::Machine;
 use crate::page_alloc::meta::{PG_ANON, PG_PGTABLE};
 use crate::stats::VmItem;
+use crate::sync::class::{DEPOSITS, PAGE_TABLE_LOCK, TLB_GATE};
 use crate::sync::mmap_lock::MmapLock;
+use crate::sync::{Cost, RwSem, SpinLock};
 
 mod pgtable_alias {
     pub use crate::pgtable::{pgd_index, pmd_index, pte_index, pud_index, Entry, Slot};
@@ -95,6 +96,21 @@ pub struct UnmapStats {
     pub tlb_flushes: u64,
 }
 
+/// The configured cost of one TLB flush (`tlb.flush_cost_ns`): on the host, spin for `ns`
+/// (what the flush's IPIs would keep this CPU busy for); in a virtual run, charge it to the
+/// CPU's clock instead.
+#[cold]
+fn tlb_flush_busy_wait(ns: u64) {
+    if crate::sync::vhook::active() {
+        crate::sync::charge(Cost::TlbFlushConfiguredNs, ns);
+        return;
+    }
+    let t = crate::sync::clock::now();
+    while t.elapsed_ns() < ns {
+        std::hint::spin_loop();
+    }
+}
+
 /// One address space (`struct mm_struct`).
 pub struct Mm {
     machine: Arc<Machine>,
@@ -102,9 +118,9 @@ pub struct Mm {
     pub(crate) mmap_lock: MmapLock<VmaTree>,
     pgd: Pfn,
     /// `mm->page_table_lock`: PGD and PUD entries, and the deposited tables.
-    pub(crate) page_table_lock: Mutex<()>,
+    pub(crate) page_table_lock: SpinLock<()>,
     /// Tables withdrawn for huge PMDs (`pgtable_trans_huge_deposit`), by PMD slot.
-    pub(crate) deposits: Mutex<HashMap<(Pfn, usize), Pfn>>,
+    pub(crate) deposits: SpinLock<HashMap<(Pfn, usize), Pfn>>,
     rss: PerCpu<[AtomicI64; 4]>,
     /// `mm_pgtables_bytes` in pages: table pages of this mm, deposits and PGD included.
     pub(crate) nr_tables: AtomicI64,
@@ -113,7 +129,7 @@ pub struct Mm {
     exited: AtomicBool,
     /// `mm_cpumask`: CPUs that have run this mm (and may cache its translations).
     cpumask: Box<[AtomicU64]>,
-    tlb_gate: PerCpu<RwLock<()>>,
+    tlb_gate: PerCpu<RwSem<()>>,
     pub(crate) tlb_flushes: AtomicU64,
     pub(crate) anon_vma_ids: AtomicU64,
     hiwater_rss: AtomicI64,
@@ -149,15 +165,15 @@ impl Mm {
             id,
             mmap_lock: MmapLock::new(VmaTree::new(mmap::MMAP_BASE)),
             pgd,
-            page_table_lock: Mutex::new(()),
-            deposits: Mutex::new(HashMap::new()),
+            page_table_lock: SpinLock::new(&PAGE_TABLE_LOCK, ()),
+            deposits: SpinLock::new(&DEPOSITS, HashMap::new()),
             rss: PerCpu::new(nr, |_| Default::default()),
             nr_tables: AtomicI64::new(1),
             flags: AtomicU64::new(0),
             mm_users: AtomicI32::new(1),
             exited: AtomicBool::new(false),
             cpumask: (0..nr.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
-            tlb_gate: PerCpu::new(nr, |_| RwLock::new(())),
+            tlb_gate: PerCpu::new(nr, |_| RwSem::new(&TLB_GATE, ())),
             tlb_flushes: AtomicU64::new(0),
             anon_vma_ids: AtomicU64::new(1),
             hiwater_rss: AtomicI64::new(0),
@@ -280,10 +296,7 @@ impl Mm {
         }
         let cost = self.machine.tlb_flush_cost_ns();
         if cost > 0 {
-            let t = std::time::Instant::now();
-            while (t.elapsed().as_nanos() as u64) < cost {
-                std::hint::spin_loop();
-            }
+            tlb_flush_busy_wait(cost);
         }
     }
 

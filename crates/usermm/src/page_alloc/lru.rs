@@ -32,7 +32,7 @@ impl PhysMem {
     /// `__pagevec_lru_add` then drop the batch's references (`release_pages`).
     pub(super) fn lru_add_batch_commit(&self, cpu: CpuId, batch: &[Pfn]) {
         let meta = self.meta_slice();
-        let mut held: Option<(usize, crate::stats::lockstat::StatMutexGuard<'_, Lruvec>)> = None;
+        let mut held: Option<(usize, crate::sync::StatMutexGuard<'_, Lruvec>)> = None;
         let (mut anon, mut unevictable) = (0i64, 0i64);
         for &pfn in batch {
             let nid = self.node_of(pfn);

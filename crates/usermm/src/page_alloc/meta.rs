@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicI32, AtomicU16, AtomicU32, AtomicU8, Ordering::Rel
 
 use crate::addr::Pfn;
 use crate::backing::ZeroValid;
+use crate::sync::PtLock;
 
 /// No frame: the end of a list.
 pub const NIL: u32 = u32::MAX;
@@ -75,12 +76,12 @@ pub struct PageMeta {
     pub pt_entries: AtomicU16,
     pub order: AtomicU8,
     /// The split PTE-page lock of a page-table page (`ptlock_ptr`).
-    pub ptl: parking_lot::Mutex<()>,
+    pub ptl: PtLock,
 }
 
-// SAFETY: every field is an integer atomic (valid at zero) or a `parking_lot::Mutex<()>`,
-// which is one `AtomicU8` state byte whose unlocked initial state is 0 (checked by the test
-// `ptl_zero_is_unlocked`) plus a zero-sized `UnsafeCell<()>`.
+// SAFETY: every field is an integer atomic (valid at zero) or a `PtLock`, which is one
+// `AtomicU8` whose all-zero state is "unlocked" by its own definition (`sync/ptlock.rs`,
+// checked by the test `ptl_zero_is_unlocked`).
 unsafe impl ZeroValid for PageMeta {}
 
 impl PageMeta {
@@ -242,10 +243,13 @@ mod test {
         let arr = ZeroedArray::<PageMeta>::new(4).unwrap();
         let m = &arr.as_slice()[2];
         assert_eq!(m.flags(), 0);
-        let g = m.ptl.try_lock().expect("an all-zero ptl must be unlocked");
-        assert!(m.ptl.try_lock().is_none());
+        let g = m
+            .ptl
+            .try_lock(&crate::sync::class::PTL)
+            .expect("an all-zero ptl must be unlocked");
+        assert!(m.ptl.try_lock(&crate::sync::class::PTL).is_none());
         drop(g);
-        assert!(m.ptl.try_lock().is_some());
+        assert!(m.ptl.try_lock(&crate::sync::class::PTL).is_some());
     }
 
     #[test]

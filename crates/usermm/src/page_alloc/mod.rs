@@ -73,7 +73,6 @@ mod validate;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 
-use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 
 use self::meta::*;
@@ -82,7 +81,11 @@ use crate::addr::{Order, Pfn, HPAGE_PMD_ORDER, MAX_PAGE_ORDER, PAGE_SIZE};
 use crate::backing::{Backing, ZeroedArray};
 use crate::config::MachineConfig;
 use crate::cpu::{CpuId, Cpus, NodeId, PerCpu};
-use crate::stats::{LockStatSnapshot, StatMutex, VmItem, VmStat};
+use crate::stats::{LockStatSnapshot, VmItem, VmStat};
+use crate::sync::class::{
+    HUGETLB_LOCK, LRU_ADD_BATCH, LRU_LOCK, PCP_LOCK, SHRINKER_RWSEM, ZONE_LOCK,
+};
+use crate::sync::{RwSem, SpinLock, StatMutex};
 
 /// Allocation flags (`gfp_t`), the few the engine distinguishes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,7 +205,7 @@ struct Zone {
     /// `NR_FREE_PAGES` of this zone: pages in the buddy (not on pcp lists). Written under
     /// `lock`, read without it.
     free_pages: AtomicU64,
-    pcp: PerCpu<Mutex<PerCpuPages>>,
+    pcp: PerCpu<SpinLock<PerCpuPages>>,
 }
 
 /// `struct lruvec` (anon only).
@@ -256,10 +259,10 @@ pub struct PhysMem {
     pcp_batch: u32,
     lru_add_batch: usize,
     lru_lock_batch: u32,
-    lru_add: PerCpu<Mutex<Vec<Pfn>>>,
-    hugetlb_pool: Mutex<Vec<Pfn>>,
+    lru_add: PerCpu<SpinLock<Vec<Pfn>>>,
+    hugetlb_pool: SpinLock<Vec<Pfn>>,
     hugetlb_total: u64,
-    shrinkers: RwLock<Vec<Weak<dyn Shrinker>>>,
+    shrinkers: RwSem<Vec<Weak<dyn Shrinker>>>,
     stat: Arc<VmStat>,
 }
 
@@ -298,11 +301,13 @@ impl PhysMem {
                         node: NodeId(n as u16),
                         start_pfn: start,
                         end_pfn: end,
-                        lock: StatMutex::new("&zone->lock", FreeArea::default()),
+                        lock: StatMutex::new(&ZONE_LOCK, "&zone->lock", FreeArea::default()),
                         free_pages: AtomicU64::new(0),
-                        pcp: PerCpu::new(cpus.nr_possible(), |_| Mutex::default()),
+                        pcp: PerCpu::new(cpus.nr_possible(), |_| {
+                            SpinLock::new(&PCP_LOCK, PerCpuPages::default())
+                        }),
                     },
-                    lru: StatMutex::new("&lruvec->lru_lock", Lruvec::default()),
+                    lru: StatMutex::new(&LRU_LOCK, "&lruvec->lru_lock", Lruvec::default()),
                     fallback,
                 }
             })
@@ -313,7 +318,7 @@ impl PhysMem {
             meta,
             backing,
             lru_add: PerCpu::new(cpus.nr_possible(), |_| {
-                Mutex::new(Vec::with_capacity(lru_add_batch))
+                SpinLock::new(&LRU_ADD_BATCH, Vec::with_capacity(lru_add_batch))
             }),
             cpus,
             nodes,
@@ -329,9 +334,9 @@ impl PhysMem {
             pcp_batch: cfg.pcp.batch,
             lru_add_batch,
             lru_lock_batch: cfg.lru.lock_batch,
-            hugetlb_pool: Mutex::new(Vec::new()),
+            hugetlb_pool: SpinLock::new(&HUGETLB_LOCK, Vec::new()),
             hugetlb_total: cfg.nr_hugepages as u64,
-            shrinkers: RwLock::new(Vec::new()),
+            shrinkers: RwSem::new(&SHRINKER_RWSEM, Vec::new()),
             stat,
         };
         for node in pm.nodes.iter() {

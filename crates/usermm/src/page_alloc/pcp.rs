@@ -207,7 +207,7 @@ impl PhysMem {
     /// `free_unref_page_list`: blocks with no references left go to this CPU's pcp lists,
     /// keeping one pcp lock across consecutive blocks of the same zone.
     pub(super) fn free_unref_page_list(&self, cpu: CpuId, blocks: &[(Pfn, Order)]) {
-        let mut held: Option<(usize, parking_lot::MutexGuard<'_, PerCpuPages>)> = None;
+        let mut held: Option<(usize, crate::sync::SpinLockGuard<'_, PerCpuPages>)> = None;
         let mut freed = 0i64;
         for &(pfn, order) in blocks {
             if self.meta(pfn).test(PG_HUGETLB) {

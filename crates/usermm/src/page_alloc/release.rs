@@ -22,7 +22,7 @@ impl PhysMem {
     pub fn release_pages(&self, cpu: CpuId, pages: &[Pfn]) {
         let meta = self.meta_slice();
         let mut to_free: Vec<(Pfn, Order)> = Vec::with_capacity(pages.len());
-        let mut lru: Option<(usize, crate::stats::lockstat::StatMutexGuard<'_, Lruvec>)> = None;
+        let mut lru: Option<(usize, crate::sync::StatMutexGuard<'_, Lruvec>)> = None;
         let mut lock_batch = 0u32;
         let mut lru_removed = 0i64;
         let mut unevictable_removed = 0i64;

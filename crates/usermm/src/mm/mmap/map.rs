@@ -14,6 +14,7 @@ use crate::mm::vma::{VmFlags, Vma, VmaKind, VmaTree};
 use crate::mm::{fault, Mm};
 use crate::pgtable::{leaf_bits, Slot, _PAGE_SPECIAL};
 use crate::stats::VmItem;
+use crate::sync::class::PTL;
 
 impl Mm {
     /// `mmap(addr, len, prot, flags, fd, 0)`.
@@ -274,7 +275,7 @@ impl Mm {
                 table: pte_table,
                 index: crate::pgtable::pte_index(addr),
             };
-            let _ptl = phys.meta(pte_table).ptl.lock();
+            let _ptl = phys.meta(pte_table).ptl.lock(&PTL);
             slot.store(phys, crate::pgtable::Entry::new(pfn.add(i), bits));
         }
         tree.insert_or_merge(vma);

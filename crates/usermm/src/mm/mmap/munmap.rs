@@ -1,7 +1,7 @@
 //! `munmap` in phases (`__vm_munmap`, `do_vmi_align_munmap`, `vms_complete_munmap_vmas`,
 //! `unmap_region`): see the parent module for the protocol and why the downgrade is sound.
 
-use std::time::Instant;
+use crate::sync::clock;
 
 use super::floor_ceiling;
 use crate::addr::{align_up, PAGE_SIZE, TASK_SIZE};
@@ -30,7 +30,7 @@ impl Mm {
             return Err(Errno::EINVAL);
         }
         let (start, end) = (addr, addr + len);
-        let t0 = Instant::now();
+        let t0 = clock::now();
         let mut tree = self.mmap_lock.write();
         // Hugetlb VMAs split only at 2 MiB boundaries (hugetlb_vm_op_split).
         tree.may_split_range(start, end)?;
@@ -38,7 +38,7 @@ impl Mm {
         if vmas.is_empty() {
             let exclusive_ns = tree.unlock();
             return Ok(UnmapStats {
-                total_ns: t0.elapsed().as_nanos() as u64,
+                total_ns: t0.elapsed_ns(),
                 exclusive_ns,
                 ..Default::default()
             });
@@ -69,12 +69,12 @@ impl Mm {
             let read = tree.downgrade();
             // The lock's own figure: the hold, without the wait for the write lock.
             st.exclusive_ns = read.exclusive_hold_ns().unwrap_or(0);
-            let t1 = Instant::now();
+            let t1 = clock::now();
             let (z, f) = self.unmap_region(cpu, &vmas, floor, ceiling);
             st.pages_zapped = z;
             st.tlb_flushes = f;
             drop(vmas);
-            st.read_ns = t1.elapsed().as_nanos() as u64;
+            st.read_ns = t1.elapsed_ns();
             drop(read);
         } else {
             let (z, f) = self.unmap_region(cpu, &vmas, floor, ceiling);
@@ -83,7 +83,7 @@ impl Mm {
             drop(vmas);
             st.exclusive_ns = tree.unlock();
         }
-        st.total_ns = t0.elapsed().as_nanos() as u64;
+        st.total_ns = t0.elapsed_ns();
         Ok(st)
     }
 

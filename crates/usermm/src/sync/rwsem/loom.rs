@@ -1,6 +1,7 @@
-//! The loom implementation of [`MmapLock`](super::MmapLock) (`--cfg loom`): a small state
-//! machine on `loom::sync::{Mutex, Condvar}` with the value in a `loom::cell::UnsafeCell`, so
-//! that loom checks that guards never overlap a writer. Same API; statistics read as zero.
+//! The loom `RwSem` (`--cfg loom`): the lock word as a small state machine on
+//! `loom::sync::{Mutex, Condvar}`, the value in a `loom::cell::UnsafeCell`, so that loom checks
+//! every interleaving and that guards never overlap a writer. Same API as the host one; it
+//! calls no virtual-time hooks.
 
 use std::{
     fmt,
@@ -12,7 +13,7 @@ use loom::{
     sync::{Condvar, Mutex, MutexGuard},
 };
 
-use super::MmapLockStats;
+use crate::sync::class::LockClass;
 
 /// The lock word, as a small state machine protected by a loom mutex.
 #[derive(Debug, Default)]
@@ -25,9 +26,9 @@ struct State {
     waiters: usize,
 }
 
-/// Loom model of the mm's `mmap_lock`; same API as the instrumented one, statistics read as
-/// zero.
-pub struct MmapLock<T> {
+/// Loom model of `struct rw_semaphore`.
+pub struct RwSem<T> {
+    class: &'static LockClass,
     state: Mutex<State>,
     /// Signalled when the lock may have become available.
     wake: Condvar,
@@ -38,28 +39,28 @@ pub struct MmapLock<T> {
 // `MutPtr` (writer) or any number of `ConstPtr`s (readers), never both, so sharing the lock
 // between threads gives them `&T` concurrently (needs `T: Sync`) or `&mut T` to one of them
 // at a time (needs `T: Send`) — the bounds of `std::sync::RwLock`.
-unsafe impl<T: Send + Sync> Sync for MmapLock<T> {}
+unsafe impl<T: Send + Sync> Sync for RwSem<T> {}
 
-/// Shared access to a loom [`MmapLock`]'s value.
-#[must_use = "if unused the MmapLock is released at once"]
-pub struct MmapReadGuard<'a, T> {
-    lock: &'a MmapLock<T>,
+/// Shared access to a loom [`RwSem`]'s value.
+#[must_use = "if unused the RwSem is released at once"]
+pub struct RwSemReadGuard<'a, T> {
+    lock: &'a RwSem<T>,
     /// Taken and dropped in `Drop::drop` before `readers` is decremented.
     ptr: Option<ConstPtr<T>>,
-    downgraded: bool,
 }
 
-/// Exclusive access to a loom [`MmapLock`]'s value.
-#[must_use = "if unused the MmapLock is released at once"]
-pub struct MmapWriteGuard<'a, T> {
-    lock: &'a MmapLock<T>,
-    /// `None` once the exclusive hold has ended (downgrade or unlock).
+/// Exclusive access to a loom [`RwSem`]'s value.
+#[must_use = "if unused the RwSem is released at once"]
+pub struct RwSemWriteGuard<'a, T> {
+    lock: &'a RwSem<T>,
+    /// `None` once the exclusive hold has ended (downgrade or drop).
     ptr: Option<MutPtr<T>>,
 }
 
-impl<T> MmapLock<T> {
-    pub fn new(value: T) -> Self {
+impl<T> RwSem<T> {
+    pub fn new(class: &'static LockClass, value: T) -> Self {
         Self {
+            class,
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
             value: UnsafeCell::new(value),
@@ -72,13 +73,14 @@ impl<T> MmapLock<T> {
             .expect("no model thread panics while holding the state")
     }
 
-    /// Wait on the condvar while `busy(state)`, counted as a waiter.
+    /// Wait on the condvar while `busy(state)`, counted as a waiter. Says whether it waited.
     fn wait_while<'s>(
         &'s self,
         mut st: MutexGuard<'s, State>,
         busy: impl Fn(&State) -> bool,
-    ) -> MutexGuard<'s, State> {
-        if busy(&st) {
+    ) -> (MutexGuard<'s, State>, bool) {
+        let waited = busy(&st);
+        if waited {
             st.waiters += 1;
             while busy(&st) {
                 st = self
@@ -88,52 +90,61 @@ impl<T> MmapLock<T> {
             }
             st.waiters -= 1;
         }
-        st
+        (st, waited)
     }
 
-    pub fn read(&self) -> MmapReadGuard<'_, T> {
-        let mut st = self.wait_while(self.state(), |s| s.writer);
+    pub fn read(&self) -> RwSemReadGuard<'_, T> {
+        self.read_contended().0
+    }
+
+    /// Waits are not timed under loom: a contended acquisition reports `Some(0)`.
+    pub fn read_contended(&self) -> (RwSemReadGuard<'_, T>, Option<u64>) {
+        let (mut st, waited) = self.wait_while(self.state(), |s| s.writer);
         st.readers += 1;
         drop(st);
-        MmapReadGuard {
+        let g = RwSemReadGuard {
             lock: self,
             ptr: Some(self.value.get()),
-            downgraded: false,
-        }
+        };
+        (g, waited.then_some(0))
     }
 
-    pub fn try_read(&self) -> Option<MmapReadGuard<'_, T>> {
+    pub fn try_read(&self) -> Option<RwSemReadGuard<'_, T>> {
         let mut st = self.state();
         if st.writer {
             return None;
         }
         st.readers += 1;
         drop(st);
-        Some(MmapReadGuard {
+        Some(RwSemReadGuard {
             lock: self,
             ptr: Some(self.value.get()),
-            downgraded: false,
         })
     }
 
-    pub fn write(&self) -> MmapWriteGuard<'_, T> {
-        let mut st = self.wait_while(self.state(), |s| s.writer || s.readers > 0);
-        st.writer = true;
-        drop(st);
-        MmapWriteGuard {
-            lock: self,
-            ptr: Some(self.value.get_mut()),
-        }
+    pub fn write(&self) -> RwSemWriteGuard<'_, T> {
+        self.write_contended().0
     }
 
-    pub fn try_write(&self) -> Option<MmapWriteGuard<'_, T>> {
+    pub fn write_contended(&self) -> (RwSemWriteGuard<'_, T>, Option<u64>) {
+        let (mut st, waited) = self.wait_while(self.state(), |s| s.writer || s.readers > 0);
+        st.writer = true;
+        drop(st);
+        let g = RwSemWriteGuard {
+            lock: self,
+            ptr: Some(self.value.get_mut()),
+        };
+        (g, waited.then_some(0))
+    }
+
+    pub fn try_write(&self) -> Option<RwSemWriteGuard<'_, T>> {
         let mut st = self.state();
         if st.writer || st.readers > 0 {
             return None;
         }
         st.writer = true;
         drop(st);
-        Some(MmapWriteGuard {
+        Some(RwSemWriteGuard {
             lock: self,
             ptr: Some(self.value.get_mut()),
         })
@@ -152,18 +163,12 @@ impl<T> MmapLock<T> {
         self.state().writer
     }
 
-    pub fn stats(&self) -> MmapLockStats {
-        MmapLockStats::default()
-    }
-
-    pub fn reset_stats(&self) {}
-
-    pub fn last_exclusive_hold_ns(&self) -> u64 {
-        0
-    }
-
     pub fn into_inner(self) -> T {
         self.value.into_inner()
+    }
+
+    pub fn class(&self) -> &'static LockClass {
+        self.class
     }
 
     /// Wake every waiter if there is one; called with the state locked.
@@ -174,20 +179,16 @@ impl<T> MmapLock<T> {
     }
 }
 
-impl<T: Default> Default for MmapLock<T> {
-    fn default() -> Self {
-        Self::new(T::default())
-    }
-}
-
-impl<T> fmt::Debug for MmapLock<T> {
+impl<T> fmt::Debug for RwSem<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MmapLock").finish_non_exhaustive()
+        f.debug_struct("RwSem")
+            .field("class", &self.class.name)
+            .finish_non_exhaustive()
     }
 }
 
-impl<'a, T> MmapWriteGuard<'a, T> {
-    pub fn downgrade(mut self) -> MmapReadGuard<'a, T> {
+impl<'a, T> RwSemWriteGuard<'a, T> {
+    pub fn downgrade(mut self) -> RwSemReadGuard<'a, T> {
         // The write access ends before any reader can be admitted.
         drop(
             self.ptr
@@ -199,20 +200,10 @@ impl<'a, T> MmapWriteGuard<'a, T> {
         st.readers += 1;
         self.lock.wake_waiters(&st);
         drop(st);
-        MmapReadGuard {
+        RwSemReadGuard {
             lock: self.lock,
             ptr: Some(self.lock.value.get()),
-            downgraded: true,
         }
-    }
-
-    pub fn unlock(mut self) -> u64 {
-        self.release();
-        0
-    }
-
-    pub fn held_ns(&self) -> u64 {
-        0
     }
 
     fn release(&mut self) {
@@ -225,7 +216,7 @@ impl<'a, T> MmapWriteGuard<'a, T> {
     }
 }
 
-impl<T> Deref for MmapWriteGuard<'_, T> {
+impl<T> Deref for RwSemWriteGuard<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
         let ptr = self
@@ -239,7 +230,7 @@ impl<T> Deref for MmapWriteGuard<'_, T> {
     }
 }
 
-impl<T> DerefMut for MmapWriteGuard<'_, T> {
+impl<T> DerefMut for RwSemWriteGuard<'_, T> {
     fn deref_mut(&mut self) -> &mut T {
         let ptr = self
             .ptr
@@ -251,35 +242,21 @@ impl<T> DerefMut for MmapWriteGuard<'_, T> {
     }
 }
 
-impl<T> Drop for MmapWriteGuard<'_, T> {
+impl<T> Drop for RwSemWriteGuard<'_, T> {
     fn drop(&mut self) {
         self.release();
     }
 }
 
-impl<T: fmt::Debug> fmt::Debug for MmapWriteGuard<'_, T> {
+impl<T: fmt::Debug> fmt::Debug for RwSemWriteGuard<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MmapWriteGuard")
+        f.debug_struct("RwSemWriteGuard")
             .field("value", &**self)
             .finish()
     }
 }
 
-impl<T> MmapReadGuard<'_, T> {
-    pub fn is_downgraded(&self) -> bool {
-        self.downgraded
-    }
-
-    pub fn exclusive_hold_ns(&self) -> Option<u64> {
-        self.downgraded.then_some(0)
-    }
-
-    pub fn held_ns(&self) -> u64 {
-        0
-    }
-}
-
-impl<T> Deref for MmapReadGuard<'_, T> {
+impl<T> Deref for RwSemReadGuard<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
         let ptr = self
@@ -292,7 +269,7 @@ impl<T> Deref for MmapReadGuard<'_, T> {
     }
 }
 
-impl<T> Drop for MmapReadGuard<'_, T> {
+impl<T> Drop for RwSemReadGuard<'_, T> {
     fn drop(&mut self) {
         // The read access ends before a writer can be admitted.
         drop(self.ptr.take());
@@ -304,11 +281,10 @@ impl<T> Drop for MmapReadGuard<'_, T> {
     }
 }
 
-impl<T: fmt::Debug> fmt::Debug for MmapReadGuard<'_, T> {
+impl<T: fmt::Debug> fmt::Debug for RwSemReadGuard<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MmapReadGuard")
+        f.debug_struct("RwSemReadGuard")
             .field("value", &**self)
-            .field("downgraded", &self.downgraded)
             .finish()
     }
 }
