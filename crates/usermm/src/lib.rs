@@ -39,7 +39,18 @@
 //!   pcp lock -> zone.lock                 -- chunk population allocates pages
 //! mmu_gather workers take no mm lock: they only free pages (lru_lock, pcp lock, zone.lock)
 //! ```
+//!
+//! # Unsafe
+//! The crate denies `unsafe_code`; these modules allow it, and every block in them carries a
+//! `// SAFETY:` comment (`clippy::undocumented_unsafe_blocks` is forbidden):
+//! - `backing` — the host mappings behind frames and metadata, `ZeroedArray`;
+//! - `page_alloc::meta` — `unsafe impl ZeroValid for PageMeta`;
+//! - `pcpu::region` — the host mapping behind percpu chunks;
+//! - `sync::clock`, `sync::ptlock`, `sync::rwsem` — `clock_gettime`, parking on an address,
+//!   moving a lock's value out, loom's cell pointers;
+//! - the VMA tree's unit tests, which probe the host kernel with raw `mmap`.
 
+#![deny(unsafe_code)]
 #![forbid(clippy::undocumented_unsafe_blocks)]
 
 pub mod addr;

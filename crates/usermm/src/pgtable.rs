@@ -141,7 +141,7 @@ pub struct Slot {
 
 impl Slot {
     #[inline]
-    pub fn atomic<'a>(&self, phys: &'a PhysMem) -> &'a AtomicU64 {
+    pub(crate) fn atomic<'a>(&self, phys: &'a PhysMem) -> &'a AtomicU64 {
         &phys.backing().table(self.table)[self.index]
     }
     #[inline]
@@ -150,18 +150,18 @@ impl Slot {
     }
     /// Write the entry. The caller holds the lock that protects this level (invariant 1).
     #[inline]
-    pub fn store(&self, phys: &PhysMem, e: Entry) {
+    pub(crate) fn store(&self, phys: &PhysMem, e: Entry) {
         self.atomic(phys).store(e.0, Release)
     }
     /// Clear and return the old value (`ptep_get_and_clear`).
     #[inline]
-    pub fn take(&self, phys: &PhysMem) -> Entry {
+    pub(crate) fn take(&self, phys: &PhysMem) -> Entry {
         Entry(self.atomic(phys).swap(0, Relaxed))
     }
 }
 
 /// Allocate a zeroed table page (`pagetable_alloc` + the level's ctor).
-pub fn alloc_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError> {
+pub(crate) fn alloc_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError> {
     let pfn = phys.alloc_pages(cpu, Order(0), Gfp::KERNEL)?;
     phys.backing().zero_table(pfn);
     phys.meta(pfn).set(PG_PGTABLE);
@@ -173,7 +173,7 @@ pub fn alloc_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError> {
 /// `pgtable_trans_huge_deposit`). It is not zeroed: a split writes all 512 entries before the
 /// table is used, and a withdrawn table is freed with [`free_deposit_table`]. So with sparse
 /// backing a deposit costs the host nothing until it is used.
-pub fn alloc_deposit_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError> {
+pub(crate) fn alloc_deposit_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError> {
     let pfn = phys.alloc_pages(cpu, Order(0), Gfp::KERNEL)?;
     phys.meta(pfn).set(PG_PGTABLE);
     phys.stat().inc(cpu, VmItem::NrPageTablePages);
@@ -181,19 +181,20 @@ pub fn alloc_deposit_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError
 }
 
 /// Free a deposited table that was never used as a table.
-pub fn free_deposit_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
+pub(crate) fn free_deposit_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
     phys.meta(pfn).clear(PG_PGTABLE);
     phys.stat().add(cpu, VmItem::NrPageTablePages, -1);
     phys.release_pages(cpu, &[pfn]);
 }
 
 /// Free a table page whose entries are all clear (`pagetable_free` after the dtor).
-pub fn free_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
+pub(crate) fn free_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
     debug_assert!(phys
         .backing()
         .table(pfn)
         .iter()
         .all(|e| e.load(Relaxed) == 0));
+    phys.meta(pfn).ptl.ptlock_free();
     phys.meta(pfn).clear(PG_PGTABLE);
     phys.stat().add(cpu, VmItem::NrPageTablePages, -1);
     phys.release_pages(cpu, &[pfn]);

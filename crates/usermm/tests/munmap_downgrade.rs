@@ -63,9 +63,9 @@ mod policy {
             let free0 = free_pages(&m);
             let mm = Mm::new(&m, C0).unwrap();
             let a = populated(&mm, 0x10_0000_0000, 8 << 20, 0);
-            mm.mmap_lock().reset_stats();
+            mm.mmap_lock_info().reset_stats();
             let st = mm.munmap_stats(C0, a, 8 << 20).unwrap();
-            let lock = mm.mmap_lock().stats();
+            let lock = mm.mmap_lock_info().stats();
             assert_eq!(st.downgraded, down);
             assert_eq!(st.pages_zapped, 2048);
             assert!(st.tlb_flushes >= 1);
@@ -73,7 +73,10 @@ mod policy {
             assert_eq!(lock.exclusive_hold.count, 1);
             // The record is the lock's own figure, exactly; the histogram keeps 3 significant
             // digits of it.
-            assert_eq!(mm.mmap_lock().last_exclusive_hold_ns(), st.exclusive_ns);
+            assert_eq!(
+                mm.mmap_lock_info().last_exclusive_hold_ns(),
+                st.exclusive_ns
+            );
             let (h, e) = (lock.exclusive_hold.max_ns as f64, st.exclusive_ns as f64);
             assert!(
                 (h - e).abs() <= e * 0.002 + 1.0,
@@ -101,7 +104,7 @@ mod policy {
         let st = mm.munmap_stats(C0, 0x10_0000_0000, 1 << 20).unwrap();
         assert!(!st.downgraded);
         assert_eq!(st.pages_zapped, 0);
-        assert!(!mm.mmap_lock().is_locked(), "the lock is dropped");
+        assert!(!mm.mmap_lock_info().is_locked(), "the lock is dropped");
     }
 
     #[test]
@@ -259,10 +262,10 @@ mod policy {
         let free0 = free_pages(&m);
         let mm = Mm::new(&m, C0).unwrap();
         let a = populated(&mm, 0x10_0000_0000, 4 << 20, MAP_FIXED_NOREPLACE);
-        mm.mmap_lock().reset_stats();
+        mm.mmap_lock_info().reset_stats();
         mm.mmap(C0, a, 4 << 20, RW, ANON | MAP_FIXED, MapFile::None)
             .unwrap();
-        let lock = mm.mmap_lock().stats();
+        let lock = mm.mmap_lock_info().stats();
         assert_eq!(lock.write.acquisitions, 1);
         assert_eq!(lock.read.acquisitions, 0, "no downgrade inside mmap");
         assert_eq!(task(&mm).read_u64(a).unwrap(), 0, "fresh mapping");

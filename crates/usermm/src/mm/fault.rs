@@ -29,7 +29,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use serde::Serialize;
 
 use super::pgtable_alias::*;
-use super::vma::{VmFlags, Vma, VmaKind, VmaTree};
+use super::vma::{VmFlags, Vma, VmaKind, VmaTree, VmaWriteGuard};
 use super::{Mm, RssItem};
 use crate::addr::{Order, Pfn, HPAGE_PMD_ORDER, PMD_SIZE};
 use crate::config::{HugeZeroWriteFault, ThpMode};
@@ -143,7 +143,7 @@ pub const STACK_RLIMIT: u64 = 8 << 20;
 /// non-stack VMA below, or past [`STACK_RLIMIT`]. The VMA gets its anon_vma first. `Ok` also
 /// when somebody else already covered `addr`.
 #[doc(alias = "expand_stack_locked")]
-fn expand_downwards(mm: &Mm, tree: &mut VmaTree, addr: u64) -> Result<(), ()> {
+fn expand_downwards(mm: &Mm, tree: &mut VmaWriteGuard<'_>, addr: u64) -> Result<(), ()> {
     let address = addr & !(crate::addr::PAGE_SIZE - 1);
     let (prev, vma) = tree.find_vma_prev(addr);
     let Some(vma) = vma else { return Err(()) };

@@ -64,7 +64,7 @@ use crate::machine::Machine;
 use crate::page_alloc::meta::{PG_ANON, PG_PGTABLE};
 use crate::stats::VmItem;
 use crate::sync::class::{DEPOSITS, PAGE_TABLE_LOCK, TLB_GATE};
-use crate::sync::mmap_lock::MmapLock;
+use crate::sync::mmap_lock::{MmapLock, MmapLockInfo, MmapReadGuard};
 use crate::sync::{Cost, RwSem, SpinLock};
 
 mod pgtable_alias {
@@ -193,9 +193,16 @@ impl Mm {
         self.pgd
     }
 
-    /// The mmap lock (for the experiments' statistics).
-    pub fn mmap_lock(&self) -> &MmapLock<VmaTree> {
-        &self.mmap_lock
+    /// The mmap lock's figures and state, read-only (lock_stat, exclusive holds): for the
+    /// experiments.
+    pub fn mmap_lock_info(&self) -> MmapLockInfo<'_, VmaTree> {
+        self.mmap_lock.info()
+    }
+
+    /// `mmap_read_lock`: the VMAs, read-only, for lookups (`find_vma`, maps). Faults and
+    /// other readers proceed meanwhile; a writer waits until the guard is dropped.
+    pub fn mmap_read_lock(&self) -> MmapReadGuard<'_, VmaTree> {
+        self.mmap_lock.read()
     }
 
     // ----- rss ---------------------------------------------------------------------------

@@ -75,8 +75,9 @@ use std::sync::{Arc, Weak};
 
 use serde::Serialize;
 
+pub use self::meta::PageMeta;
+use self::meta::PfnList;
 use self::meta::*;
-pub use self::meta::{PageMeta, PfnList};
 use crate::addr::{Order, Pfn, HPAGE_PMD_ORDER, MAX_PAGE_ORDER, PAGE_SIZE};
 use crate::backing::{Backing, ZeroedArray};
 use crate::config::MachineConfig;

@@ -12,6 +12,8 @@
 //! `CLOCK_MONOTONIC` is what `std::time::Instant` reads on Linux, so wall figures are those of
 //! the code before the seam.
 
+#![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): `clock_gettime`
+
 use super::vhook;
 
 /// A point in time in ns (`ktime_t`): host monotonic time in wall mode, virtual time in a

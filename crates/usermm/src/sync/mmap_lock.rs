@@ -307,6 +307,11 @@ impl<T> MmapLock<T> {
         self.last_exclusive_hold_ns.load(Relaxed)
     }
 
+    /// Read-only access to the figures and state, not to the value.
+    pub fn info(&self) -> MmapLockInfo<'_, T> {
+        MmapLockInfo(self)
+    }
+
     /// The value, by ownership: no lock needed.
     pub fn into_inner(self) -> T {
         self.rwsem.into_inner()
@@ -319,6 +324,56 @@ impl<T> MmapLock<T> {
         self.exclusive_hold
             .lock()
             .saturating_record(hold_ns.max(HOLD_HIST_LOW_NS));
+    }
+}
+
+/// Read-only access to an [`MmapLock`]'s figures and state, without access to the data it
+/// protects: what `Mm::mmap_lock_info` hands out.
+pub struct MmapLockInfo<'a, T>(&'a MmapLock<T>);
+
+impl<T> Clone for MmapLockInfo<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for MmapLockInfo<'_, T> {}
+
+impl<T> MmapLockInfo<'_, T> {
+    /// See [`MmapLock::stats`].
+    pub fn stats(&self) -> MmapLockStats {
+        self.0.stats()
+    }
+
+    /// See [`MmapLock::reset_stats`].
+    pub fn reset_stats(&self) {
+        self.0.reset_stats()
+    }
+
+    /// See [`MmapLock::last_exclusive_hold_ns`].
+    pub fn last_exclusive_hold_ns(&self) -> u64 {
+        self.0.last_exclusive_hold_ns()
+    }
+
+    /// See [`MmapLock::is_locked`].
+    pub fn is_locked(&self) -> bool {
+        self.0.is_locked()
+    }
+
+    /// See [`MmapLock::is_write_locked`].
+    pub fn is_write_locked(&self) -> bool {
+        self.0.is_write_locked()
+    }
+
+    /// See [`MmapLock::is_contended`].
+    pub fn is_contended(&self) -> bool {
+        self.0.is_contended()
+    }
+}
+
+impl<T> fmt::Debug for MmapLockInfo<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.0, f)
     }
 }
 

@@ -60,7 +60,7 @@ pub use self::clock::Ktime;
 pub use self::condvar::{Completion, CondVar};
 pub use self::lock::{Mutex, MutexGuard, SpinLock, SpinLockGuard};
 pub use self::mmap_lock::{
-    HoldTimeSummary, MmapLock, MmapLockStats, MmapReadGuard, MmapWriteGuard,
+    HoldTimeSummary, MmapLock, MmapLockInfo, MmapLockStats, MmapReadGuard, MmapWriteGuard,
 };
 pub use self::ptlock::{PtLock, PtLockGuard};
 pub use self::rwsem::{RwSem, RwSemReadGuard, RwSemWriteGuard};

@@ -6,7 +6,7 @@ use crate::cpu::CpuId;
 use crate::error::Errno;
 use crate::mm::memory::change_protection;
 use crate::mm::mman::{PROT_EXEC, PROT_READ, PROT_SEM, PROT_WRITE};
-use crate::mm::vma::{VmFlags, VmaTree};
+use crate::mm::vma::{VmFlags, VmaWriteGuard};
 use crate::mm::Mm;
 
 impl Mm {
@@ -109,7 +109,7 @@ impl Mm {
     pub(super) fn vma_modify_flags(
         &self,
         cpu: CpuId,
-        tree: &mut VmaTree,
+        tree: &mut VmaWriteGuard<'_>,
         start: u64,
         end: u64,
         newflags: VmFlags,

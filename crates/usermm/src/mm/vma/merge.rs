@@ -27,13 +27,14 @@ pub(super) struct ExistingMerge {
 }
 
 impl VmaTree {
+    #[cfg_attr(not(test), allow(dead_code))] // exercised by the unit tests only
     /// `vma_merge_new_range`: try to place the new range `[start, end)` (free, page aligned) by
     /// expanding an adjacent VMA — prev, next, or prev swallowing next (three-way). Uses the
     /// kind's default file ([`DEV_ZERO_FILE`] for `DevZero`; `SharedAnon`/`Hugetlb` are new
     /// files and never merge). Returns the start of the VMA now covering the range, or `None`
     /// when no merge is possible (then the caller inserts a new VMA).
     #[doc(alias = "vma_merge_new_range")]
-    pub fn merge_new(
+    pub(super) fn merge_new(
         &mut self,
         start: u64,
         end: u64,
@@ -57,7 +58,7 @@ impl VmaTree {
     /// one gets a new inode first, so it never merges). Returns the start of the VMA covering
     /// the new range. The range must be free and `map_count` checked by the caller (`do_mmap`).
     #[doc(alias = "__mmap_region", alias = "mmap_region")]
-    pub fn insert_or_merge(&mut self, mut vma: Vma) -> u64 {
+    pub(super) fn insert_or_merge(&mut self, mut vma: Vma) -> u64 {
         vm_bug_on!(vma.anon_vma() != 0, "a new VMA has no anon_vma");
         if vma.kind.file_per_mapping() && vma.file == 0 {
             vma.file = self.new_shmem_ino();
@@ -287,7 +288,7 @@ impl VmaTree {
     /// Errors: `ENOMEM` when `start` is unmapped (no change) or a split hits the limit — like
     /// Linux, a first split that succeeded is not undone when the second fails.
     #[doc(alias = "vma_modify")]
-    pub fn vma_modify_flags(
+    pub(super) fn vma_modify_flags(
         &mut self,
         start: u64,
         end: u64,
@@ -321,7 +322,7 @@ impl VmaTree {
     /// `new_start` (page aligned, below, and free down to there), its `pgoff` moved back by as
     /// many pages. The caller checked the stack rules. Returns false if no VMA starts at
     /// `start` or `new_start` is not below it.
-    pub fn move_start_down(&mut self, start: u64, new_start: u64) -> bool {
+    pub(super) fn move_start_down(&mut self, start: u64, new_start: u64) -> bool {
         if new_start >= start || !page_aligned(new_start) || !self.vmas.contains_key(&start) {
             return false;
         }
@@ -336,11 +337,12 @@ impl VmaTree {
         true
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // exercised by the unit tests only
     /// After the flags of the VMA containing `addr` changed in place (e.g. after a
     /// [`VmaTree::split`] and a direct flag update): merge it with prev and/or next if the rules
     /// allow. Returns the start of the resulting VMA (`addr`'s VMA's start if nothing merged),
     /// or `None` when `addr` is unmapped.
-    pub fn merge_after_change(&mut self, addr: u64) -> Option<u64> {
+    pub(super) fn merge_after_change(&mut self, addr: u64) -> Option<u64> {
         let v = self.vma_lookup(addr)?;
         let (s, e, f) = (v.start, v.end, v.flags);
         Some(self.merge_existing_range(s, s, e, f).unwrap_or(s))

@@ -100,6 +100,7 @@ mod maps;
 mod merge;
 mod tree;
 mod unmapped_area;
+mod write;
 
 #[cfg(test)]
 mod test;
@@ -110,3 +111,4 @@ pub use self::area::{
 };
 pub use self::flags::VmFlags;
 pub use self::tree::VmaTree;
+pub(crate) use self::write::VmaWriteGuard;

@@ -3,6 +3,8 @@
 //! Expected shapes come from probes of Linux 6.18 on the development host (module doc of
 //! `vma/mod.rs`); `maps::host_*` re-run those probes on the machine running the tests.
 
+#![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): probes of the host kernel (test only)
+
 use std::sync::atomic::AtomicU64;
 
 use super::*;

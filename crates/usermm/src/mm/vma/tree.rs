@@ -53,8 +53,9 @@ impl VmaTree {
         self.mmap_base
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // exercised by the unit tests only
     /// The device and inode `/proc/<pid>/maps` shows for `/dev/zero` mappings.
-    pub fn set_dev_zero_id(&mut self, id: DevIno) {
+    pub(super) fn set_dev_zero_id(&mut self, id: DevIno) {
         self.dev_zero = id;
     }
 
@@ -135,7 +136,7 @@ impl VmaTree {
     /// Insert a VMA that overlaps none (`vma_link`). A `SharedAnon`/`Hugetlb` VMA with `file == 0`
     /// gets a fresh inode. The caller has checked `max_map_count`.
     #[doc(alias = "vma_link")]
-    pub fn insert(&mut self, mut vma: Vma) {
+    pub(super) fn insert(&mut self, mut vma: Vma) {
         vm_bug_on!(vma.start >= vma.end || !page_aligned(vma.start) || !page_aligned(vma.end));
         vm_bug_on!(
             self.find_vma_intersection(vma.start, vma.end).is_some(),
@@ -155,13 +156,14 @@ impl VmaTree {
         ino
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // exercised by the unit tests only
     /// Remove and return the VMA starting exactly at `start`.
-    pub fn remove(&mut self, start: u64) -> Option<Vma> {
+    pub(super) fn remove(&mut self, start: u64) -> Option<Vma> {
         self.vmas.remove(&start)
     }
 
     /// Drop every VMA (`exit_mmap`'s `remove_vma` loop / `__mt_destroy`).
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.vmas.clear();
     }
 
@@ -179,7 +181,7 @@ impl VmaTree {
     /// both halves keep the anon_vma, file and shmem object. Returns whether a split happened
     /// (false when `addr` is a VMA boundary or unmapped).
     #[doc(alias = "__split_vma")]
-    pub fn split_unchecked(&mut self, addr: u64) -> bool {
+    pub(super) fn split_unchecked(&mut self, addr: u64) -> bool {
         vm_bug_on!(!page_aligned(addr));
         let Some(key) = self.key_strictly_inside(addr) else {
             return false;
@@ -202,7 +204,7 @@ impl VmaTree {
     /// of a hugetlb VMA (`vm_ops->may_split`, `hugetlb_vm_op_split`). A no-op `Ok` when `addr`
     /// needs no split.
     #[doc(alias = "split_vma")]
-    pub fn split(&mut self, addr: u64, max_map_count: usize) -> Result<(), Errno> {
+    pub(super) fn split(&mut self, addr: u64, max_map_count: usize) -> Result<(), Errno> {
         let Some(key) = self.key_strictly_inside(addr) else {
             return Ok(());
         };
@@ -239,7 +241,7 @@ impl VmaTree {
     /// allowed to free even at the limit) and ends at most where it started. On error nothing
     /// has changed. `start` and `end` must be page aligned with `start < end`.
     #[doc(alias = "vms_gather_munmap_vmas", alias = "do_vmi_align_munmap")]
-    pub fn detach_range(
+    pub(super) fn detach_range(
         &mut self,
         start: u64,
         end: u64,
@@ -264,9 +266,10 @@ impl VmaTree {
         Ok(detached)
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // exercised by the unit tests only
     /// Set the flags of the VMA starting exactly at `start` (after the caller split it; follow
     /// with [`VmaTree::merge_after_change`]). Returns false if no VMA starts there.
-    pub fn set_flags(&mut self, start: u64, flags: VmFlags) -> bool {
+    pub(super) fn set_flags(&mut self, start: u64, flags: VmFlags) -> bool {
         match self.vmas.get_mut(&start) {
             Some(v) => {
                 v.flags = flags;
@@ -276,9 +279,10 @@ impl VmaTree {
         }
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // exercised by the unit tests only
     /// Mutable access to the flags of the VMA starting at `start`, for callers that split first
     /// and then change flags in place (follow with [`VmaTree::merge_after_change`]).
-    pub fn flags_mut(&mut self, start: u64) -> Option<&mut VmFlags> {
+    pub(super) fn flags_mut(&mut self, start: u64) -> Option<&mut VmFlags> {
         self.vmas.get_mut(&start).map(|v| &mut v.flags)
     }
 
