@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Loom model checking of the engine's small lock protocols (DESIGN.md §7; style G15, G16).
+# Loom model checking of the engine's small lock protocols (the mmap lock's downgrade).
 #
 # Under `--cfg loom`, the sync seam's `RwSem` (under `usermm::sync::MmapLock`) is built on loom
 # primitives and

@@ -52,7 +52,13 @@ pub const MMF_HUGE_ZERO_PAGE: u64 = 1 << 23;
 
 const NO_PFN: u64 = u64::MAX;
 
-/// The machine's huge zero page.
+/// The machine's huge zero page, with both reference policies: per fault
+/// ([`HugeZeroPage::get_huge_zero_page`] / [`HugeZeroPage::put_huge_zero_page`]) or once per mm
+/// (`mm_get_huge_zero_page` / `mm_put_huge_zero_page`, which the fault and exit paths use
+/// through the crate-private `fault_get` and `mm_put`).
+#[doc(alias = "mm_get_huge_zero_page")]
+#[doc(alias = "mm_put_huge_zero_page")]
+#[doc(alias = "huge_zero_folio")]
 #[derive(Debug)]
 pub struct HugeZeroPage {
     /// `huge_zero_pfn`.

@@ -40,7 +40,10 @@ fn addr_end(addr: u64, size: u64, end: u64) -> u64 {
     ((addr & !(size - 1)) + size).min(end)
 }
 
-/// Zap every mapping in `[start, end)` (`unmap_page_range` over all levels).
+/// Zap every mapping in `[start, end)` (`unmap_page_range` over all levels; the body of
+/// `unmap_single_vma`, which `unmap_vmas` calls per VMA).
+#[doc(alias = "unmap_page_range")]
+#[doc(alias = "unmap_single_vma")]
 pub(crate) fn zap_range(tlb: &mut MmuGather<'_>, mm: &Mm, start: u64, end: u64) -> u64 {
     let phys = mm.machine().phys();
     let mut zapped = 0;
@@ -214,7 +217,8 @@ fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u64) -> Opti
 
 /// Deposit a table for a huge PMD (`pgtable_trans_huge_deposit`). Caller holds the PMD lock.
 pub(crate) fn deposit(mm: &Mm, slot: Slot, table: Pfn) {
-    // Lock order: PMD lock -> page_table_lock (the deposit list's lock)
+    // Lock order: PMD lock -> deposits (`mm.deposits`, a leaf lock of its own; the kernel keeps
+    // the deposit list under the PMD lock alone).
     let prev = mm.deposits.lock().insert((slot.table, slot.index), table);
     vm_bug_on!(prev.is_some(), "two deposits for one PMD");
 }

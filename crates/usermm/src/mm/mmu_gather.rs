@@ -105,6 +105,7 @@ impl std::fmt::Debug for MmuGather<'_> {
 }
 
 /// `struct mmu_gather`.
+#[doc(alias = "mmu_gather")]
 #[must_use = "a gather must be finished with finish()"]
 pub struct MmuGather<'a> {
     mm: &'a Mm,
@@ -130,6 +131,8 @@ pub struct MmuGather<'a> {
 
 impl<'a> MmuGather<'a> {
     /// `tlb_gather_mmu` / `tlb_gather_mmu_fullmm`.
+    #[doc(alias = "tlb_gather_mmu")]
+    #[doc(alias = "tlb_gather_mmu_fullmm")]
     pub fn new(mm: &'a Mm, cpu: CpuId, full: FullMm) -> Self {
         let machine = mm.machine();
         Self {
@@ -306,6 +309,7 @@ impl<'a> MmuGather<'a> {
     }
 
     /// `tlb_finish_mmu`: flush, wait for every job (oldest first), free the batch pages.
+    #[doc(alias = "tlb_finish_mmu")]
     pub fn finish(mut self) -> GatherStats {
         self.finish_inner();
         self.stats

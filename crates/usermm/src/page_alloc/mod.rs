@@ -36,7 +36,7 @@
 //! # Differences from Linux
 //! - One zone per node (ZONE_NORMAL); no migratetypes, watermarks, compaction or reclaim. An
 //!   allocation that finds nothing drains every pcp list, runs the registered shrinkers (the
-//!   huge zero page's) and retries once before failing with [`AllocError::NoMem`].
+//!   huge zero page's) and retries once before failing with [`AllocError::NoMem`](crate::error::AllocError::NoMem).
 //! - Every allocation of order ≥ 1 is a compound page (`__GFP_COMP`).
 //! - pcp `high`/`batch` are fixed by default (v4.11: a drain frees `batch` pages at `high`).
 //!   With `pcp.auto_tune` the free side of the 6.7+ tuning runs (see below); its `high_min` is

@@ -639,7 +639,8 @@ impl PcpuAllocator {
     }
 
     /// `pcpu_nr_pages() × PAGE_SIZE`: what `/proc/meminfo` prints as `Percpu:` (in bytes).
-    /// Populated page indexes × units × page size; chunk metadata is not included (§4.7).
+    /// Populated page indexes × units × page size; chunk metadata is not included (as
+    /// `pcpu_nr_pages` counts only populated pages, `mm/percpu.c`).
     #[doc(alias = "pcpu_nr_pages")]
     pub fn nr_populated_bytes(&self) -> u64 {
         let st = self.inner.lock.lock();

@@ -4,7 +4,8 @@
 //! [`PtLock`](super::PtLock) acquisition names a [`LockClass`]; every
 //! [`SharedLine`](super::SharedLine) names a [`LineClass`]. A class says how waiters wait
 //! (spin: the CPU stays busy; sleep: it goes idle) and gives the name the virtual-time cost
-//! profile refers to (DESIGN.md §8). Wall mode ignores both; they cost nothing there.
+//! profile of a virtual run refers to (see [`vhook`](super::vhook)). Wall mode ignores both;
+//! they cost nothing there.
 //!
 //! The statics below are the engine's classes, one per kind of lock the modelled kernel has,
 //! with the kernel's name in the doc. Instances share their class (every zone's `zone.lock` is

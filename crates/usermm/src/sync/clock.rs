@@ -2,7 +2,7 @@
 //!
 //! Every duration the engine measures — lock_stat wait and hold times, the mmap lock's
 //! exclusive holds, munmap's phases, the workqueue's per-item accounting — is read here, so that
-//! in a virtual run (DESIGN.md §8) they are virtual times, and on the host they are host times.
+//! in a virtual run (see [`vhook`]) they are virtual times, and on the host they are host times.
 //!
 //! | here | kernel | wall mode | virtual mode |
 //! |---|---|---|---|

@@ -2,9 +2,9 @@
 //! (`struct completion`): waiting for a condition under a [`Mutex`].
 //!
 //! On the host, a `parking_lot::Condvar` paired with the mutex's host lock. In a virtual run
-//! the seam releases the host lock and calls [`vhook::cv_wait`], which queues the caller in
+//! the seam releases the host lock and calls `vhook::cv_wait`, which queues the caller in
 //! virtual time and returns once it is woken and owns the mutex again (the seam then re-takes
-//! the host lock); [`CondVar::notify_one`]/[`CondVar::notify_all`] call [`vhook::cv_notify`].
+//! the host lock); [`CondVar::notify_one`]/[`CondVar::notify_all`] call `vhook::cv_notify`.
 //! Like every condition variable, a waiter must re-check its condition in a loop.
 
 use std::fmt;

@@ -6,10 +6,10 @@
 //! mutex's goes idle) and names the lock in the cost profile.
 //!
 //! # Hooks (see [`vhook`])
-//! `lock`: [`vhook::lock_acquire`] then the host lock; `try_lock`:
-//! [`vhook::lock_try_acquire`]; the guard's drop: the host unlock then
-//! [`vhook::lock_release`]; dropping the lock: [`vhook::lock_forget`]. Each is behind one
-//! [`vhook::active`] test, so the host path pays a thread-local load and a branch.
+//! `lock`: `vhook::lock_acquire` then the host lock; `try_lock`:
+//! `vhook::lock_try_acquire`; the guard's drop: the host unlock then
+//! `vhook::lock_release`; dropping the lock: `vhook::lock_forget`. Each is behind one
+//! `vhook::active` test, so the host path pays a thread-local load and a branch.
 //!
 //! # Guards are the proof
 //! A [`SpinLockGuard`] or [`MutexGuard`] is the only way to the data; functions that need the

@@ -57,7 +57,7 @@
 //! `mmap_lock (read) -> exclusive-hold histogram`. Nothing is ever taken under the histogram.
 //!
 //! # Host, loom and virtual time
-//! The lock itself is the seam's [`RwSem`](super::RwSem): a `parking_lot::RwLock` on the host,
+//! The lock itself is the seam's [`RwSem`]: a `parking_lot::RwLock` on the host,
 //! a loom state machine under `--cfg loom` (so loom checks that guards never overlap a writer,
 //! `tests/loom_mmap_lock.rs`), and a lock in virtual time in a virtual run. This file adds only
 //! the instrumentation, the same in every build; its times come from [`clock`], so in a virtual

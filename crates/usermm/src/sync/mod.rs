@@ -3,7 +3,7 @@
 //! the workqueue.
 //!
 //! One place decides how the engine synchronises: host locks today (wall mode), loom under
-//! `--cfg loom`, virtual time next (DESIGN.md §8). The types are the engine's own, named for
+//! `--cfg loom`, virtual time next ([`vhook`]). The types are the engine's own, named for
 //! what they model:
 //!
 //! | here | models | waiters | users |

@@ -2,9 +2,9 @@
 //! huge zero page's global reference count, seed 002).
 //!
 //! Every read-modify-write is a synchronisation point: in a virtual run it calls
-//! [`vhook::line_rmw`] first, which serialises RMWs on the line and charges the cache-line
-//! transfer when the line comes from another CPU (DESIGN.md §8: "where seed 002's 54 % comes
-//! from"). Plain loads and stores are not (a load of a line nobody writes stays in every
+//! `vhook::line_rmw` first, which serialises RMWs on the line and charges the cache-line
+//! transfer when the line comes from another CPU: where seed 002's 54 % of cycles on one
+//! counter come from. Plain loads and stores are not (a load of a line nobody writes stays in every
 //! cache). On the host it is the bare atomic.
 //!
 //! Only atomics that are one line shared by every CPU belong here. Per-CPU counters

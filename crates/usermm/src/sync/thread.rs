@@ -1,6 +1,6 @@
 //! Starting and pausing the engine's own threads: kthreads and workers on an emulated CPU.
 //!
-//! In wall mode these are host threads (`std::thread`). A virtual run (DESIGN.md §8) runs them
+//! In wall mode these are host threads (`std::thread`). A virtual run (see [`vhook`]) runs them
 //! as contexts of the runtime instead; the virtual-time work adds that here, so every thread
 //! the engine starts goes through this module (the workqueue's workers do).
 //!

@@ -1,27 +1,32 @@
-//! The hooks through which the sync seam calls into virtual time (DESIGN.md §8).
+//! The hooks through which the sync seam calls into virtual time.
 //!
-//! Every primitive of [`crate::sync`] calls these around its host operation, in the order the
-//! shared spec gives (`seam-spec.md` §2): `lock_acquire` before taking the host lock,
+//! Virtual time: every emulated CPU has a clock; code between two synchronisation points
+//! charges named costs to it, and at each synchronisation point (these hooks) a context may go
+//! on only while its CPU's clock is the smallest, so who waits for whom follows the modelled
+//! machine, not the host.
+//!
+//! Every primitive of [`crate::sync`] calls these around its host operation, in this order:
+//! `lock_acquire` before taking the host lock,
 //! `lock_release` after releasing it, `line_rmw` before an RMW on a shared line, `cv_wait` with
 //! the host mutex released, and so on. Outside a virtual run every hook is a no-op; the
-//! primitives first test [`active`] (one thread-local load and a branch) and take the host path
+//! primitives first test `active` (one thread-local load and a branch) and take the host path
 //! when it is false, so wall mode pays only that test.
 //!
-//! Today no virtual run exists: [`active`] is always false and every body below is the wall
-//! behaviour. The virtual-time runtime (`crate::vtime`, issue 14) makes them forward to it; the
-//! signatures are fixed by the spec and must not change without it.
+//! Today no virtual run exists: `active` is always false and every body below is the wall
+//! behaviour. The virtual-time runtime (`crate::vtime`) makes them forward to it; the
+//! signatures are the contract between the seam and that runtime.
 //!
 //! | hook | called by |
 //! |---|---|
-//! | [`lock_acquire`] / [`lock_release`] | `SpinLock`, `Mutex`, `RwSem` (read: `Shared`), `PtLock`, `MutexGuard::unlocked` |
-//! | [`lock_try_acquire`] | the `try_*` of the same |
-//! | [`lock_downgrade`] | `RwSemWriteGuard::downgrade` |
-//! | [`lock_forget`] | dropping a `SpinLock`/`Mutex`/`RwSem`; `PtLock::ptlock_free` |
-//! | [`line_rmw`] | every RMW of a `SharedLine` |
-//! | [`cv_wait`] / [`cv_notify`] | `CondVar::wait`, `CondVar::notify_*` (and so `Completion`) |
-//! | [`charge`] | `sync::charge` (the TLB flush cost of `Mm::flush_tlb`) |
-//! | [`now_ns`] / [`thread_cpu_ns`] | `clock::now`, `clock::thread_cpu_ns` |
-//! | [`sleep_ns`] | `thread::sleep` |
+//! | `lock_acquire` / `lock_release` | `SpinLock`, `Mutex`, `RwSem` (read: `Shared`), `PtLock`, `MutexGuard::unlocked` |
+//! | `lock_try_acquire` | the `try_*` of the same |
+//! | `lock_downgrade` | `RwSemWriteGuard::downgrade` |
+//! | `lock_forget` | dropping a `SpinLock`/`Mutex`/`RwSem`; `PtLock::ptlock_free` |
+//! | `line_rmw` | every RMW of a `SharedLine` |
+//! | `cv_wait` / `cv_notify` | `CondVar::wait`, `CondVar::notify_*` (and so `Completion`) |
+//! | `charge` | `sync::charge` (the TLB flush cost of `Mm::flush_tlb`) |
+//! | `now_ns` / `thread_cpu_ns` | `clock::now`, `clock::thread_cpu_ns` |
+//! | `sleep_ns` | `thread::sleep` |
 
 #![cfg_attr(loom, allow(dead_code))] // the loom RwSem calls no hooks
 

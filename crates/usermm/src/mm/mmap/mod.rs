@@ -6,7 +6,8 @@
 //! `mm/mprotect.c` (`do_mprotect_pkey`, `mprotect_fixup`), `mm/madvise.c`
 //! (`madvise_walk_vmas`, `madvise_dontneed_free`, `madvise_update_vma`) and `mm/mlock.c`
 //! (`apply_vma_lock_flags`, `mlock_fixup`). Every entry point checks its arguments in the
-//! kernel's order and returns the kernel's errno (`peers.md` B.9), including the partial
+//! kernel's order and returns the kernel's errno (probed on Linux 6.18; the cases are the
+//! tests of `tests/address_space.rs` and `tests/address_space_diff_regressions.rs`), including the partial
 //! effects of mprotect/madvise/mlock over holes.
 //!
 //! # munmap in phases (seed 003)

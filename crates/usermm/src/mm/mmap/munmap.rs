@@ -14,12 +14,15 @@ use crate::mm::{Mm, UnmapStats};
 
 impl Mm {
     /// `munmap(addr, len)`.
+    #[doc(alias = "do_vmi_munmap")]
+    #[doc(alias = "vm_munmap")]
     pub fn munmap(&self, cpu: CpuId, addr: u64, len: u64) -> Result<(), Errno> {
         self.munmap_stats(cpu, addr, len).map(|_| ())
     }
 
     /// `munmap`, returning how long the lock was held which way (seed 003's figures).
     #[doc(alias = "__vm_munmap")]
+    #[doc(alias = "do_vmi_munmap")]
     #[doc(alias = "do_vmi_align_munmap")]
     pub fn munmap_stats(&self, cpu: CpuId, addr: u64, len: u64) -> Result<UnmapStats, Errno> {
         if addr % PAGE_SIZE != 0 || addr > TASK_SIZE || len > TASK_SIZE - addr {
@@ -87,8 +90,9 @@ impl Mm {
         Ok(st)
     }
 
-    /// `unmap_region`: zap the detached VMAs and free their page tables. Returns (pages
-    /// zapped, TLB flushes).
+    /// `unmap_region`: zap the detached VMAs (`unmap_vmas`) and free their page tables
+    /// (`free_pgtables`), all through one gather. Returns (pages zapped, TLB flushes).
+    #[doc(alias = "unmap_vmas")]
     pub(super) fn unmap_region(
         &self,
         cpu: CpuId,

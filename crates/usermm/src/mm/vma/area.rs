@@ -212,7 +212,7 @@ impl Vma {
     /// `anon_vma_prepare` without neighbour reuse: return the anon_vma, allocating a fresh id from
     /// `ids` if there is none. Safe under the mmap *read* lock: racing faults agree on one id
     /// through a compare-exchange (a loser's id is simply never used, as the kernel frees its
-    /// unused `anon_vma`). Prefer [`VmaTree::anon_vma_prepare`], which also reuses a neighbour's.
+    /// unused `anon_vma`). Prefer [`VmaTree::anon_vma_prepare`](super::VmaTree::anon_vma_prepare), which also reuses a neighbour's.
     #[doc(alias = "__anon_vma_prepare")]
     pub fn anon_vma_prepare(&self, ids: &AtomicU64) -> u64 {
         let cur = self.anon_vma();

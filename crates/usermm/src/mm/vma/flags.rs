@@ -27,7 +27,7 @@ impl VmFlags {
     pub const VM_MAYEXEC: VmFlags = VmFlags(0x40);
     /// Shared mapping (also read-only shared file mappings); drives the `s`/`p` maps column.
     pub const VM_MAYSHARE: VmFlags = VmFlags(0x80);
-    /// A stack: the search keeps [`STACK_GUARD_GAP`] free below it.
+    /// A stack: the search keeps [`STACK_GUARD_GAP`](super::STACK_GUARD_GAP) free below it.
     pub const VM_GROWSDOWN: VmFlags = VmFlags(0x100);
     /// Raw PFNs without `struct page` (`remap_pfn_range`).
     pub const VM_PFNMAP: VmFlags = VmFlags(0x400);
@@ -131,7 +131,8 @@ impl VmFlags {
     }
 
     /// `calc_vm_prot_bits`: `PROT_READ/WRITE/EXEC` → `VM_READ/WRITE/EXEC`. Other bits are ignored,
-    /// as mmap ignores unknown prot bits (peers.md B.9; mprotect's caller rejects them first).
+    /// as mmap ignores unknown prot bits (probed on 6.18: `PROT` 0x80 is accepted by mmap;
+    /// mprotect's caller rejects the same value first, with `EINVAL`).
     #[doc(alias = "calc_vm_prot_bits")]
     pub const fn from_prot(prot: u32) -> VmFlags {
         let mut f = 0;

@@ -31,12 +31,12 @@
 //!
 //! # API in lifecycle pairs
 //! - `mmap`: [`VmaTree::get_unmapped_area`] (or [`VmaTree::thp_get_unmapped_area`] for
-//!   `/dev/zero`) → the caller checks `map_count` → [`VmaTree::insert_or_merge`] (merge with a
-//!   neighbour, else insert) or the raw [`VmaTree::merge_new`] + [`VmaTree::insert`].
-//! - `munmap`: [`VmaTree::detach_range`] (split at both ends, remove, hand back) → the caller
-//!   zaps and frees the returned VMAs. `exit_mmap`: [`VmaTree::clear`].
-//! - `mprotect` / `madvise` / `mlock`: [`VmaTree::vma_modify_flags`] per VMA in the range (merge
-//!   first, else split — the kernel's order), or [`VmaTree::split`] + change + [`VmaTree::merge_after_change`].
+//!   `/dev/zero`) → the caller checks `map_count` → `VmaTree::insert_or_merge` (merge with a
+//!   neighbour, else insert) or the raw `VmaTree::merge_new` + `VmaTree::insert`.
+//! - `munmap`: `VmaTree::detach_range` (split at both ends, remove, hand back) → the caller
+//!   zaps and frees the returned VMAs. `exit_mmap`: `VmaTree::clear`.
+//! - `mprotect` / `madvise` / `mlock`: `VmaTree::vma_modify_flags` per VMA in the range (merge
+//!   first, else split — the kernel's order), or `VmaTree::split` + change + `VmaTree::merge_after_change`.
 //! - Faults (read lock): [`VmaTree::find_vma`] → [`VmaTree::anon_vma_prepare`] (reuses an
 //!   adjacent compatible VMA's anon_vma) or the primitive [`Vma::anon_vma_prepare`].
 //! - Observability: [`VmaTree::render_maps`] (`/proc/<pid>/maps`, byte-exact).
@@ -52,7 +52,8 @@
 //! - `DevZero`: a file mapping for merging purposes. Adjacent `/dev/zero` mappings of the same
 //!   open file with *contiguous offsets* merge (probed: offsets 0 and 0x4000 → one VMA); usemem's
 //!   mappings, all at offset 0, do not (probed: 4 × 10 pages → 4 VMAs) — that, not a special
-//!   rule, is peers.md B.8 (3). Two `open()`s are two files: never merged (probed).
+//!   rule, is why usemem's `/dev/zero` mappings stay separate VMAs on Linux while anonymous
+//!   ones merge. Two `open()`s are two files: never merged (probed).
 //!   [`Vma::new`] gives every `DevZero` VMA the same file, [`DEV_ZERO_FILE`]; use
 //!   [`Vma::with_file`] to model separate opens.
 //! - `SharedAnon`: each mapping is its own shmem file, so two mappings never merge (probed),
@@ -76,7 +77,7 @@
 //! 310000200000-310000204000 rw-s 00000000 00:01 1024                       /dev/zero (deleted)
 //! ```
 //! `/dev/zero`'s device and inode are those of the devtmpfs node (00:06 and 4 on the probe host;
-//! settable with [`VmaTree::set_dev_zero_id`]); shared anonymous memory shows shm_mnt's 00:01 and
+//! settable with `VmaTree::set_dev_zero_id`); shared anonymous memory shows shm_mnt's 00:01 and
 //! the shmem inode (a global counter on Linux, per tree here, from [`FIRST_SHMEM_INO`]).
 //!
 //! # Differences from Linux

@@ -32,7 +32,7 @@ impl Drop for HoldEnd {
     }
 }
 
-/// `struct rw_semaphore` (see the [module documentation](super)).
+/// `struct rw_semaphore` (see the module documentation of `sync::rwsem`).
 pub struct RwSem<T> {
     class: &'static LockClass,
     raw: parking_lot::RwLock<T>,
