@@ -52,7 +52,7 @@ pub mod vma;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::Serialize;
 
@@ -133,7 +133,12 @@ pub struct Mm {
     pub(crate) tlb_flushes: AtomicU64,
     pub(crate) anon_vma_ids: AtomicU64,
     hiwater_rss: AtomicI64,
+    /// See [`Mm::set_munmap_zap_hook`].
+    zap_hook: OnceLock<ZapHook>,
 }
+
+/// A test's observer of munmap's zap window: `(mm, downgraded)`.
+type ZapHook = Box<dyn Fn(&Mm, bool) + Send + Sync>;
 
 impl std::fmt::Debug for Mm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -177,6 +182,7 @@ impl Mm {
             tlb_flushes: AtomicU64::new(0),
             anon_vma_ids: AtomicU64::new(1),
             hiwater_rss: AtomicI64::new(0),
+            zap_hook: OnceLock::new(),
         }))
     }
 
@@ -191,6 +197,24 @@ impl Mm {
     #[inline]
     pub(crate) fn pgd(&self) -> Pfn {
         self.pgd
+    }
+
+    /// For tests: run `hook(mm, downgraded)` inside every munmap of this mm that detached a
+    /// VMA, after the detach (and the downgrade, when there is one) and before the zap — with the
+    /// mmap lock held for read if `downgraded`, for write if not. It lets a test act inside the
+    /// zap window, event-driven, where it would otherwise have to guess it with sleeps. Set once:
+    /// returns false (and drops `hook`) if a hook is already set. Costs munmap one atomic load.
+    #[doc(hidden)]
+    pub fn set_munmap_zap_hook(&self, hook: impl Fn(&Mm, bool) + Send + Sync + 'static) -> bool {
+        self.zap_hook.set(Box::new(hook)).is_ok()
+    }
+
+    /// Run the zap-window hook, if a test set one.
+    #[inline]
+    pub(crate) fn zap_window(&self, downgraded: bool) {
+        if let Some(h) = self.zap_hook.get() {
+            h(self, downgraded);
+        }
     }
 
     /// The mmap lock's figures and state, read-only (lock_stat, exclusive holds): for the

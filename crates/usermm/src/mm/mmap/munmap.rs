@@ -73,6 +73,7 @@ impl Mm {
             // The lock's own figure: the hold, without the wait for the write lock.
             st.exclusive_ns = read.exclusive_hold_ns().unwrap_or(0);
             let t1 = clock::now();
+            self.zap_window(true);
             let (z, f) = self.unmap_region(cpu, &vmas, floor, ceiling);
             st.pages_zapped = z;
             st.tlb_flushes = f;
@@ -80,6 +81,7 @@ impl Mm {
             st.read_ns = t1.elapsed_ns();
             drop(read);
         } else {
+            self.zap_window(false);
             let (z, f) = self.unmap_region(cpu, &vmas, floor, ceiling);
             st.pages_zapped = z;
             st.tlb_flushes = f;
