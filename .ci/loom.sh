@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Loom model checking of the engine's small lock protocols (DESIGN.md §7; style G15, G16).
+# Loom model checking of the engine's small lock protocols (the mmap lock's downgrade).
 #
-# Under `--cfg loom`, `usermm::sync::MmapLock` is built on loom primitives and
+# Under `--cfg loom`, the sync seam's `RwSem` (under `usermm::sync::MmapLock`) is built on loom
+# primitives and
 # `crates/usermm/tests/loom_mmap_lock.rs` explores every interleaving (up to 3 preemptions) of:
 # downgrade vs writer, detach-then-downgrade munmap vs a faulting reader, and a deliberately
 # wrong zap-before-detach order that must be caught.

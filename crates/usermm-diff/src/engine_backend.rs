@@ -129,7 +129,7 @@ impl EngineBackend {
     /// does), while `ru_minflt` does not. Note it, to report minor faults as the host does.
     fn note_failed_access(&mut self, addr: u64, write: bool) {
         let allowed = {
-            let tree = self.mm().mmap_lock().read();
+            let tree = self.mm().mmap_read_lock();
             tree.vma_lookup(addr).is_some_and(|v| {
                 if write {
                     v.flags.contains(VmFlags::VM_WRITE)
@@ -183,7 +183,7 @@ impl EngineBackend {
                 if (flags & crate::ops::MAP_POPULATE != 0 && flags & 0x1_0000 == 0)
                     || flags & crate::ops::MAP_LOCKED != 0 =>
             {
-                let tree = self.mm().mmap_lock().read();
+                let tree = self.mm().mmap_read_lock();
                 tree.vma_lookup(addr)
                     .is_some_and(|v| v.flags.intersects(rwx) && beyond(v, v.start, v.end))
             }
@@ -197,7 +197,7 @@ impl EngineBackend {
             (&Op::Mlock { addr, len }, &OpResult::Err(libc::ENOMEM)) => {
                 let s = addr & !(PAGE_SIZE - 1);
                 let e = addr.saturating_add(len).div_ceil(PAGE_SIZE) * PAGE_SIZE;
-                let tree = self.mm().mmap_lock().read();
+                let tree = self.mm().mmap_read_lock();
                 // Only a range mapped without holes was locked, and then populated.
                 let mut at = s;
                 for v in tree.intersecting(s, e) {

@@ -639,7 +639,7 @@ pub fn run_once(
         started.wait();
         // Warm-up: every faulter page-faults through its VMA once or more.
         std::thread::sleep(Duration::from_millis(50));
-        let lock = mm.mmap_lock();
+        let lock = mm.mmap_lock_info();
         lock.reset_stats();
         let t = Instant::now();
         phase.store(PH_BASELINE, Ordering::Release);

@@ -12,8 +12,10 @@
 //!   page tables and metadata. (The host's transparent huge pages are disabled on a sparse
 //!   reservation, or every scattered page-table page would commit a 2 MiB host page.)
 //!
-//! This module and [`ZeroedArray`] are the only places with `unsafe` in the physical-memory
-//! layer. The rules they keep:
+//! This module (host mappings, frame access, [`ZeroedArray`]) holds most of the engine's
+//! `unsafe`; the crate doc's "Unsafe" lists the few other fenced modules, among them
+//! `page_alloc/meta.rs`, whose `unsafe impl ZeroValid for PageMeta` the arrays here rely on.
+//! The rules this module keeps:
 //! 1. A frame's memory is accessed as `AtomicU64`/`AtomicU8` while it may be shared (mapped data,
 //!    page tables), so racing user threads are defined behaviour, as on real hardware.
 //! 2. Plain memset/copy is used only on a frame the caller owns exclusively: one just allocated
@@ -23,6 +25,8 @@
 //! # Differences from Linux
 //! No direct map, no highmem, no struct page for the backing's own pages. Memory freed to the
 //! emulated buddy stays committed on the host (like RAM stays RAM).
+
+#![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): host memory: mappings, raw frame access, zeroed arrays
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -161,7 +165,7 @@ impl Backing {
 
     /// The 512 entries of a page-table page.
     #[inline]
-    pub fn table(&self, pfn: Pfn) -> &TablePage {
+    pub(crate) fn table(&self, pfn: Pfn) -> &TablePage {
         let p = self.frame_ptr(pfn);
         // SAFETY: the frame is 4 KiB of mapped memory, page aligned, and lives as long as
         // `self`. Entries are only accessed through atomics (rule 1), so aliasing shared
@@ -170,7 +174,7 @@ impl Backing {
     }
 
     /// Zero a frame that the caller owns exclusively (rule 2): a new page-table page.
-    pub fn zero_table(&self, pfn: Pfn) {
+    pub(crate) fn zero_table(&self, pfn: Pfn) {
         for e in self.table(pfn) {
             e.store(0, Ordering::Relaxed);
         }
@@ -178,7 +182,7 @@ impl Backing {
 
     /// Zero `nr` data frames from `pfn`, owned exclusively by the caller (a fresh allocation
     /// with `__GFP_ZERO`). A no-op with sparse backing.
-    pub fn zero_data(&self, pfn: Pfn, nr: u64) {
+    pub(crate) fn zero_data(&self, pfn: Pfn, nr: u64) {
         if self.mode == BackingMode::Sparse {
             return;
         }

@@ -40,20 +40,32 @@ use std::sync::Arc;
 use crate::addr::{Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER};
 use crate::config::HugeZeroWriteFault;
 use crate::cpu::CpuId;
-use crate::mm::{Mm, MMF_HUGE_ZERO_PAGE};
 use crate::page_alloc::meta::PG_RESERVED;
 use crate::page_alloc::{Gfp, PhysMem, Shrinker};
 use crate::stats::VmItem;
+use crate::sync::class::HUGE_ZERO_REFCOUNT;
+use crate::sync::SharedLine;
+
+/// `MMF_HUGE_ZERO_PAGE`: this mm holds a reference on the huge zero page (seed 002). A bit of
+/// `mm->flags`, defined here with the only code that reads it; `mm` re-exports it.
+pub const MMF_HUGE_ZERO_PAGE: u64 = 1 << 23;
 
 const NO_PFN: u64 = u64::MAX;
 
-/// The machine's huge zero page.
+/// The machine's huge zero page, with both reference policies: per fault
+/// ([`HugeZeroPage::get_huge_zero_page`] / [`HugeZeroPage::put_huge_zero_page`]) or once per mm
+/// (`mm_get_huge_zero_page` / `mm_put_huge_zero_page`, which the fault and exit paths use
+/// through the crate-private `fault_get` and `mm_put`).
+#[doc(alias = "mm_get_huge_zero_page")]
+#[doc(alias = "mm_put_huge_zero_page")]
+#[doc(alias = "huge_zero_folio")]
 #[derive(Debug)]
 pub struct HugeZeroPage {
     /// `huge_zero_pfn`.
     pfn: AtomicU64,
     /// `huge_zero_refcount`.
-    refcount: AtomicI64,
+    /// `huge_zero_refcount`: one cache line every CPU that maps or zaps the page writes.
+    refcount: SharedLine<AtomicI64>,
     per_mm_ref: bool,
     write_fault: HugeZeroWriteFault,
     phys: Arc<PhysMem>,
@@ -67,7 +79,7 @@ impl HugeZeroPage {
     ) -> Self {
         Self {
             pfn: AtomicU64::new(NO_PFN),
-            refcount: AtomicI64::new(0),
+            refcount: SharedLine::new(&HUGE_ZERO_REFCOUNT, AtomicI64::new(0)),
             per_mm_ref,
             write_fault,
             phys,
@@ -160,15 +172,15 @@ impl HugeZeroPage {
     /// The reference a read fault takes to map the page: per fault (vanilla) or once per mm.
     #[doc(alias = "mm_get_huge_zero_page")]
     #[inline]
-    pub(crate) fn fault_get(&self, mm: &Mm, cpu: CpuId) -> Option<Pfn> {
+    pub(crate) fn fault_get(&self, mm_flags: &AtomicU64, cpu: CpuId) -> Option<Pfn> {
         if !self.per_mm_ref {
             return self.get_huge_zero_page(cpu);
         }
-        if mm.flags.load(Relaxed) & MMF_HUGE_ZERO_PAGE != 0 {
+        if mm_flags.load(Relaxed) & MMF_HUGE_ZERO_PAGE != 0 {
             return self.pfn();
         }
         let pfn = self.get_huge_zero_page(cpu)?;
-        if mm.flags.fetch_or(MMF_HUGE_ZERO_PAGE, AcqRel) & MMF_HUGE_ZERO_PAGE != 0 {
+        if mm_flags.fetch_or(MMF_HUGE_ZERO_PAGE, AcqRel) & MMF_HUGE_ZERO_PAGE != 0 {
             self.put_huge_zero_page(cpu);
         }
         Some(pfn)
@@ -189,9 +201,9 @@ impl HugeZeroPage {
     }
 
     /// `mm_put_huge_zero_page` from `__mmput`.
-    pub(crate) fn mm_put(&self, mm: &Mm, cpu: CpuId) {
+    pub(crate) fn mm_put(&self, mm_flags: &AtomicU64, cpu: CpuId) {
         if self.per_mm_ref
-            && mm.flags.fetch_and(!MMF_HUGE_ZERO_PAGE, AcqRel) & MMF_HUGE_ZERO_PAGE != 0
+            && mm_flags.fetch_and(!MMF_HUGE_ZERO_PAGE, AcqRel) & MMF_HUGE_ZERO_PAGE != 0
         {
             self.put_huge_zero_page(cpu);
         }

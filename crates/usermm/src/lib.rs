@@ -16,29 +16,51 @@
 //! |---|---|
 //! | [`config`] | the Kconfig, sysctls and boot parameters the experiments toggle |
 //! | [`cpu`] | `percpu-defs.h`, `topology.h` |
-//! | [`page_alloc`] | `mm/page_alloc.c`, `include/linux/mmzone.h`, `mm/swap.c` (LRU, `release_pages`) |
+//! | [`page_alloc`] | `mm/page_alloc.c` (`buddy`, `pcp`, `validate`), `include/linux/mmzone.h`, `mm/swap.c` (`lru`, `release`), `mm/hugetlb.c` (`hugetlb`) |
 //! | [`stats`] | `/proc/vmstat`, `/proc/meminfo`, `/proc/lock_stat` |
-//! | [`sync`] | `include/linux/mmap_lock.h`, `kernel/workqueue.c` |
+//! | [`sync`] | the seam: `spinlock_t`, `struct mutex`, `rw_semaphore`, the split PTL, wait queues, completions, `ktime_get`; `include/linux/mmap_lock.h`, `kernel/workqueue.c` |
 //! | [`pgtable`] | `arch/x86/include/asm/pgtable*.h`, the table allocators of `mm/memory.c` |
-//! | [`mm`] | `mm_types.h`, `mm/mmap.c`, `mm/vma.c`, `mm/memory.c`, `mm/mmu_gather.c`, `mm/mprotect.c`, `mm/madvise.c`, `mm/mlock.c` |
+//! | [`mm`] | `mm_types.h`, `mm/memory.c`, `mm/mmu_gather.c`; `mm::vma` = `mm/vma.c` (`tree`, `merge`), `mm/mmap.c` (`unmapped_area`), `fs/proc/task_mmu.c` (`maps`); `mm::mmap` = `mm/mmap.c` (`map`, `munmap`), `mm/mprotect.c`, `mm/madvise.c`, `mm/mlock.c`; `mm::mman` = `uapi/asm-generic/mman-common.h` |
 //! | [`huge_memory`] | the huge zero page of `mm/huge_memory.c` |
+//! | [`pcpu`], [`memcg`] | `mm/percpu.c`; the percpu side of `mm/memcontrol.c` |
+//! | [`policy`] | the gather's and munmap's resolved policies (below both `machine` and `mm`) |
+//! | [`machine`], [`backing`] | the box: CPUs, nodes, physical memory and its host backing |
 //!
 //! # Lock ordering
 //! Written once here; every place where two of these nest repeats the edge in a one-line
-//! `// Lock order:` comment.
+//! `// Lock order:` comment. Every lock is a [`sync`] primitive of the class named in brackets.
 //! ```text
-//! mmap_lock (MmapLock; write may downgrade to read)
+//! mmap_lock [mmap_lock] (RwSem; write may downgrade to read)
 //!   vma tree                              -- protected by mmap_lock
-//!     page_table_lock (upper levels) -> PMD lock -> PTE-page lock (split PTL)
-//!       pcp lock (per CPU, per zone) -> zone.lock
-//!       lru_add batch (per CPU) -> lru_lock (per node)
+//!     page_table_lock [page_table_lock] (upper levels) -> PMD lock [pmd_lock] -> PTE-page lock [ptl]
+//!       PMD lock -> deposits [pmd_huge_pte]   -- a leaf: the tables deposited under huge PMDs
+//!       pcp lock [pcp] (per CPU, per zone) -> zone.lock [zone.lock]
+//!       pcp lock -> hugetlb pool [hugetlb_lock]   -- freeing a hugetlb page; a leaf
+//!       lru_add batch [lru_add] (per CPU) -> lru_lock [lru_lock] (per node)
 //!       lru_lock is never held together with a pcp lock or zone.lock
-//! huge zero page: atomics only, taken under the PMD lock at most
-//! pcpu_alloc_mutex -> pcpu_lock           -- independent of the tree above
+//!     shmem pages [shmem_i_pages] (per object) -> pcp lock -> zone.lock   -- first touch allocates
+//!   mmap_lock (read) -> exclusive-hold histogram [mmap_lock_hist]   -- at a downgrade; a leaf
+//! huge zero page: a shared line [huge_zero_refcount] and atomics, taken under the PMD lock at most
+//! TLB gates [tlb_gate] (per CPU): taken alone, never with another lock held... except a flush
+//!   forced under a PTE lock, which is safe because accesses never take a PTL
+//! shrinker list [shrinker_rwsem]: read, copied, released before any shrinker runs
+//! pcpu_alloc_mutex [pcpu_alloc_mutex] -> pcpu_lock [pcpu_lock]   -- independent of the tree above
 //!   pcp lock -> zone.lock                 -- chunk population allocates pages
+//! workqueue pool [workqueue], completions: leaves; items run with none held
 //! mmu_gather workers take no mm lock: they only free pages (lru_lock, pcp lock, zone.lock)
 //! ```
+//!
+//! # Unsafe
+//! The crate denies `unsafe_code`; these modules allow it, and every block in them carries a
+//! `// SAFETY:` comment (`clippy::undocumented_unsafe_blocks` is forbidden):
+//! - `backing` — the host mappings behind frames and metadata, `ZeroedArray`;
+//! - `page_alloc::meta` — `unsafe impl ZeroValid for PageMeta`;
+//! - `pcpu::region` — the host mapping behind percpu chunks;
+//! - `sync::clock`, `sync::ptlock`, `sync::rwsem` — `clock_gettime`, parking on an address,
+//!   moving a lock's value out, loom's cell pointers;
+//! - the VMA tree's unit tests, which probe the host kernel with raw `mmap`.
 
+#![deny(unsafe_code)]
 #![forbid(clippy::undocumented_unsafe_blocks)]
 
 pub mod addr;
@@ -55,6 +77,7 @@ pub mod mm;
 pub mod page_alloc;
 pub mod pcpu;
 pub mod pgtable;
+pub mod policy;
 pub mod stats;
 pub mod sync;
 pub mod vtime;

@@ -13,10 +13,9 @@ use crate::addr::{Pfn, PAGE_SIZE};
 use crate::config::{ConfigError, MachineConfig, ThpMode};
 use crate::cpu::{CpuId, Cpus};
 use crate::huge_memory::HugeZeroPage;
-use crate::mm::mmap::MunmapPolicy;
-use crate::mm::mmu_gather::GatherPolicy;
 use crate::page_alloc::{meta::PG_RESERVED, Gfp, PhysMem};
 use crate::pcpu::PcpuAllocator;
+use crate::policy::{GatherPolicy, MunmapPolicy};
 use crate::stats::{MemInfo, VmItem, VmStat, VmStatSnapshot};
 use crate::Order;
 
@@ -198,11 +197,6 @@ impl Machine {
         self.phys.lru_add_drain_all();
         self.phys.drain_all_pages();
         n
-    }
-
-    /// A new, empty address space (`mm_alloc`).
-    pub fn new_mm(self: &Arc<Self>, cpu: CpuId) -> Result<Arc<crate::mm::Mm>, crate::Errno> {
-        crate::mm::Mm::new(self, cpu)
     }
 
     /// `/proc/meminfo` figures.

@@ -197,7 +197,8 @@ impl MemcgRecipe {
         }
     }
 
-    /// The v7.0 recipe (reference §4.8).
+    /// The v7.0 recipe: the percpu objects one memory cgroup allocates on a v7.0 kernel
+    /// (`mem_cgroup_alloc`, `css_create` of each controller), as listed below.
     pub fn modern() -> Self {
         use FreeStage::*;
         Self {
@@ -654,7 +655,7 @@ mod test {
 
     #[test]
     fn recipes_have_the_reference_footprints() {
-        // 2021: ≈ 2.9 KiB per unit on one node; modern ≈ 2.2 KiB (§4.8).
+        // 2021: ≈ 2.9 KiB per unit on one node; modern ≈ 2.2 KiB (the sums of the two recipes).
         let old = MemcgRecipe::v2021().bytes_per_unit(1);
         let new = MemcgRecipe::modern().bytes_per_unit(1);
         assert!((2800..3600).contains(&old), "2021 recipe {old} B");

@@ -8,7 +8,7 @@
 //!  PGD page ─[47:39]→ PUD page ─[38:30]→ PMD page ─[29:21]→ PTE page ─[20:12]→ 4 KiB frame
 //!                                            └─ PSE set: 2 MiB THP / huge zero page
 //! ```
-//! Every table page is a frame from [`PhysMem`](crate::page_alloc::PhysMem), flagged `PG_table`,
+//! Every table page is a frame from [`PhysMem`], flagged `PG_table`,
 //! counted in `nr_page_table_pages`, whose 512 entries are `AtomicU64` in the backing store.
 //!
 //! # Entry layout (x86-64)
@@ -18,9 +18,14 @@
 //! 63 NX.
 //!
 //! # Locks and invariants
-//! 1. Entries are read locklessly (a hardware walk), written only under a lock:
-//!    PGD and PUD entries under `mm.page_table_lock`; a PMD entry under the PMD table page's
-//!    split lock (`pmd_lock`); a PTE under its PTE table page's split lock (`pte_lockptr`).
+//! 1. Entries are read locklessly (a hardware walk). They are written under a lock — PGD and PUD
+//!    entries under `mm.page_table_lock`, a PMD entry under the PMD table page's split lock
+//!    (`pmd_lock`), a PTE under its PTE table page's split lock (`pte_lockptr`) — with one
+//!    exception, as in the kernel: `free_pgtables` clears a PMD entry that points to a PTE
+//!    table with no lock (`free_pte_range`'s `pmd_clear`). That is safe because the range's VMAs
+//!    were detached under the mmap write lock first: no fault can find them to install an entry
+//!    there, and the lockless walkers that may still read the old entry are waited out by the
+//!    TLB flush before the table is freed (invariant 2).
 //! 2. A table page is freed only after its parent entry was cleared and the range flushed
 //!    from the TLB (`free_pgtables` via the gather).
 //! 3. Lock order: `page_table_lock -> PMD lock -> PTE lock` (parent before child).
@@ -141,27 +146,28 @@ pub struct Slot {
 
 impl Slot {
     #[inline]
-    pub fn atomic<'a>(&self, phys: &'a PhysMem) -> &'a AtomicU64 {
+    pub(crate) fn atomic<'a>(&self, phys: &'a PhysMem) -> &'a AtomicU64 {
         &phys.backing().table(self.table)[self.index]
     }
     #[inline]
     pub fn load(&self, phys: &PhysMem) -> Entry {
         Entry(self.atomic(phys).load(Acquire))
     }
-    /// Write the entry. The caller holds the lock that protects this level (invariant 1).
+    /// Write the entry. The caller holds the lock that protects this level, or is
+    /// `free_pgtables` clearing a PMD of a detached range (invariant 1).
     #[inline]
-    pub fn store(&self, phys: &PhysMem, e: Entry) {
+    pub(crate) fn store(&self, phys: &PhysMem, e: Entry) {
         self.atomic(phys).store(e.0, Release)
     }
     /// Clear and return the old value (`ptep_get_and_clear`).
     #[inline]
-    pub fn take(&self, phys: &PhysMem) -> Entry {
+    pub(crate) fn take(&self, phys: &PhysMem) -> Entry {
         Entry(self.atomic(phys).swap(0, Relaxed))
     }
 }
 
 /// Allocate a zeroed table page (`pagetable_alloc` + the level's ctor).
-pub fn alloc_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError> {
+pub(crate) fn alloc_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError> {
     let pfn = phys.alloc_pages(cpu, Order(0), Gfp::KERNEL)?;
     phys.backing().zero_table(pfn);
     phys.meta(pfn).set(PG_PGTABLE);
@@ -173,7 +179,7 @@ pub fn alloc_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError> {
 /// `pgtable_trans_huge_deposit`). It is not zeroed: a split writes all 512 entries before the
 /// table is used, and a withdrawn table is freed with [`free_deposit_table`]. So with sparse
 /// backing a deposit costs the host nothing until it is used.
-pub fn alloc_deposit_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError> {
+pub(crate) fn alloc_deposit_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError> {
     let pfn = phys.alloc_pages(cpu, Order(0), Gfp::KERNEL)?;
     phys.meta(pfn).set(PG_PGTABLE);
     phys.stat().inc(cpu, VmItem::NrPageTablePages);
@@ -181,19 +187,20 @@ pub fn alloc_deposit_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError
 }
 
 /// Free a deposited table that was never used as a table.
-pub fn free_deposit_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
+pub(crate) fn free_deposit_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
     phys.meta(pfn).clear(PG_PGTABLE);
     phys.stat().add(cpu, VmItem::NrPageTablePages, -1);
     phys.release_pages(cpu, &[pfn]);
 }
 
 /// Free a table page whose entries are all clear (`pagetable_free` after the dtor).
-pub fn free_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
+pub(crate) fn free_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
     debug_assert!(phys
         .backing()
         .table(pfn)
         .iter()
         .all(|e| e.load(Relaxed) == 0));
+    phys.meta(pfn).ptl.ptlock_free();
     phys.meta(pfn).clear(PG_PGTABLE);
     phys.stat().add(cpu, VmItem::NrPageTablePages, -1);
     phys.release_pages(cpu, &[pfn]);

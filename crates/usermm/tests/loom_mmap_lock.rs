@@ -1,4 +1,5 @@
-//! Loom models of the `mmap_lock` protocols (DESIGN.md §7, "Concurrency").
+//! Loom models of the `mmap_lock` protocols: downgrade vs writer, and munmap's
+//! detach-then-downgrade vs a faulting reader.
 //!
 //! Run with `.ci/loom.sh`: under `--cfg loom`, `usermm::sync::MmapLock` is a state machine on
 //! loom's mutex and condvar, with the value in a loom `UnsafeCell`, so loom explores every

@@ -29,7 +29,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use serde::Serialize;
 
 use super::pgtable_alias::*;
-use super::vma::{VmFlags, Vma, VmaKind, VmaTree};
+use super::vma::{VmFlags, Vma, VmaKind, VmaTree, VmaWriteGuard};
 use super::{Mm, RssItem};
 use crate::addr::{Order, Pfn, HPAGE_PMD_ORDER, PMD_SIZE};
 use crate::config::{HugeZeroWriteFault, ThpMode};
@@ -38,6 +38,7 @@ use crate::page_alloc::meta::{PG_ANON, PG_MLOCKED};
 use crate::page_alloc::{Gfp, PhysMem};
 use crate::pgtable::{self, leaf_bits, Walk, _PAGE_PSE, _PAGE_SPECIAL};
 use crate::stats::VmItem;
+use crate::sync::class::{PMD_LOCK, PTL};
 
 /// `si_code` of the SIGSEGV a bad access raises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -142,7 +143,7 @@ pub const STACK_RLIMIT: u64 = 8 << 20;
 /// non-stack VMA below, or past [`STACK_RLIMIT`]. The VMA gets its anon_vma first. `Ok` also
 /// when somebody else already covered `addr`.
 #[doc(alias = "expand_stack_locked")]
-fn expand_downwards(mm: &Mm, tree: &mut VmaTree, addr: u64) -> Result<(), ()> {
+fn expand_downwards(mm: &Mm, tree: &mut VmaWriteGuard<'_>, addr: u64) -> Result<(), ()> {
     let address = addr & !(crate::addr::PAGE_SIZE - 1);
     let (prev, vma) = tree.find_vma_prev(addr);
     let Some(vma) = vma else { return Err(()) };
@@ -233,9 +234,10 @@ fn table_alloc(mm: &Mm, cpu: CpuId, slot: Slot, pmd_ptl: Option<Pfn>) -> Result<
     }
     let new = pgtable::alloc_table(phys, cpu).map_err(|_| Oom)?;
     let installed = {
-        let _g = match pmd_ptl {
-            Some(t) => phys.meta(t).ptl.lock(),
-            None => mm.page_table_lock.lock(),
+        // `pmd_lock` or `mm->page_table_lock`: whichever guards `slot`.
+        let (_pmd_lock, _mm_lock) = match pmd_ptl {
+            Some(t) => (Some(phys.meta(t).ptl.lock(&PMD_LOCK)), None),
+            None => (None, Some(mm.page_table_lock.lock())),
         };
         let e = slot.load(phys);
         if e.is_none() {
@@ -342,7 +344,7 @@ fn handle_pte_fault(
         }
         if !write {
             // do_anonymous_page, read: map the zero page.
-            let _ptl = phys.meta(pte.table).ptl.lock();
+            let _ptl = phys.meta(pte.table).ptl.lock(&PTL);
             if pte.load(phys).is_none() {
                 let b = vma_leaf_bits(vma, false) | _PAGE_SPECIAL;
                 pte.store(phys, Entry::new(machine.zero_pfn(), b));
@@ -353,7 +355,7 @@ fn handle_pte_fault(
         let page = phys
             .alloc_pages(cpu, Order(0), Gfp::ZERO)
             .map_err(|_| Oom)?;
-        let ptl = phys.meta(pte.table).ptl.lock();
+        let ptl = phys.meta(pte.table).ptl.lock(&PTL);
         if !pte.load(phys).is_none() {
             drop(ptl);
             let _ = phys.free_pages(cpu, page, Order(0));
@@ -370,7 +372,7 @@ fn handle_pte_fault(
     }
     if e.maps_frame() && !e.present() {
         // PROT_NONE entry in a VMA that now allows the access: a stale protection.
-        let _ptl = phys.meta(pte.table).ptl.lock();
+        let _ptl = phys.meta(pte.table).ptl.lock(&PTL);
         let cur = pte.load(phys);
         if cur == e {
             pte.store(
@@ -414,7 +416,7 @@ fn do_wp_page(
     let phys = machine.phys();
     if !e.special() && phys.meta(e.pfn()).map_count() == 1 {
         // wp_page_reuse: an exclusive anonymous page only needs the write bit.
-        let _ptl = phys.meta(pte.table).ptl.lock();
+        let _ptl = phys.meta(pte.table).ptl.lock(&PTL);
         if pte.load(phys) == e {
             pte.store(phys, Entry::new(e.pfn(), vma_leaf_bits(vma, true)));
         }
@@ -428,7 +430,7 @@ fn do_wp_page(
     if !e.special() {
         phys.backing().copy_frame(e.pfn(), page);
     }
-    let ptl = phys.meta(pte.table).ptl.lock();
+    let ptl = phys.meta(pte.table).ptl.lock(&PTL);
     if pte.load(phys) != e {
         drop(ptl);
         let _ = phys.free_pages(cpu, page, Order(0));
@@ -458,7 +460,7 @@ fn shmem_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64) -> Result<(
         return Err(Oom);
     }
     let page = obj.get_page(cpu, index).map_err(|_| Oom)?;
-    let ptl = phys.meta(pte.table).ptl.lock();
+    let ptl = phys.meta(pte.table).ptl.lock(&PTL);
     if !pte.load(phys).is_none() {
         drop(ptl);
         let _ = phys.put_page(cpu, page);
@@ -489,11 +491,11 @@ fn huge_anonymous_fault(
     tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
     if !write {
         let hz = machine.huge_zero();
-        let Some(zero) = hz.fault_get(mm, cpu) else {
+        let Some(zero) = hz.fault_get(&mm.flags, cpu) else {
             pgtable::free_deposit_table(phys, cpu, table);
             return None;
         };
-        let ptl = phys.meta(pmd.table).ptl.lock();
+        let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
         if !pmd.load(phys).is_none() {
             drop(ptl);
             hz.fault_unused(cpu);
@@ -510,7 +512,7 @@ fn huge_anonymous_fault(
         pgtable::free_deposit_table(phys, cpu, table);
         return None;
     };
-    let ptl = phys.meta(pmd.table).ptl.lock();
+    let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
     if !pmd.load(phys).is_none() {
         drop(ptl);
         let _ = phys.free_pages(cpu, page, HPAGE_PMD_ORDER);
@@ -572,7 +574,7 @@ fn huge_wp_fault(
     let e = pmd.load(phys);
     if !e.special() {
         // An exclusive THP that lost its write bit to mprotect: reuse it.
-        let _ptl = phys.meta(pmd.table).ptl.lock();
+        let _ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
         if pmd.load(phys) == e {
             pmd.store(
                 phys,
@@ -585,7 +587,7 @@ fn huge_wp_fault(
     if machine.huge_zero().write_fault_policy() == HugeZeroWriteFault::AllocThp {
         tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
         if let Some(page) = alloc_anon_thp(mm, cpu) {
-            let ptl = phys.meta(pmd.table).ptl.lock();
+            let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
             if pmd.load(phys) != e {
                 drop(ptl);
                 let _ = phys.free_pages(cpu, page, HPAGE_PMD_ORDER);
@@ -624,7 +626,7 @@ fn hugetlb_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64) -> Result<(), Oom> {
     }
     let page = phys.alloc_hugetlb_page().ok_or(Oom)?;
     phys.backing().zero_data(page, 512);
-    let ptl = phys.meta(pmd.table).ptl.lock();
+    let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
     if !pmd.load(phys).is_none() {
         drop(ptl);
         let _ = phys.put_page(cpu, page);

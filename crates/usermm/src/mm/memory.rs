@@ -33,13 +33,17 @@ use crate::page_alloc::meta::{PG_ANON, PG_HUGETLB, PG_MLOCKED};
 use crate::page_alloc::PhysMem;
 use crate::pgtable::{_PAGE_PSE, _PAGE_RW, _PAGE_SPECIAL};
 use crate::stats::VmItem;
+use crate::sync::class::{PMD_LOCK, PTL};
 
 #[inline]
 fn addr_end(addr: u64, size: u64, end: u64) -> u64 {
     ((addr & !(size - 1)) + size).min(end)
 }
 
-/// Zap every mapping in `[start, end)` (`unmap_page_range` over all levels).
+/// Zap every mapping in `[start, end)` (`unmap_page_range` over all levels; the body of
+/// `unmap_single_vma`, which `unmap_vmas` calls per VMA).
+#[doc(alias = "unmap_page_range")]
+#[doc(alias = "unmap_single_vma")]
 pub(crate) fn zap_range(tlb: &mut MmuGather<'_>, mm: &Mm, start: u64, end: u64) -> u64 {
     let phys = mm.machine().phys();
     let mut zapped = 0;
@@ -113,7 +117,7 @@ fn zap_pte_range(tlb: &mut MmuGather<'_>, mm: &Mm, pte_table: Pfn, start: u64, e
     loop {
         let mut force_flush = false;
         let (mut anon, mut shmem, mut mlocked) = (0i64, 0i64, 0i64);
-        let ptl = phys.meta(pte_table).ptl.lock();
+        let ptl = phys.meta(pte_table).ptl.lock(&PTL);
         while addr < end {
             let slot = &table[pte_index(addr)];
             if slot.load(Relaxed) == 0 {
@@ -170,7 +174,7 @@ fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u64) -> Opti
     let machine = mm.machine();
     let phys = machine.phys();
     let cpu = tlb.cpu();
-    let ptl = phys.meta(slot.table).ptl.lock();
+    let ptl = phys.meta(slot.table).ptl.lock(&PMD_LOCK);
     if !slot.load(phys).huge() {
         return None;
     }
@@ -213,7 +217,8 @@ fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u64) -> Opti
 
 /// Deposit a table for a huge PMD (`pgtable_trans_huge_deposit`). Caller holds the PMD lock.
 pub(crate) fn deposit(mm: &Mm, slot: Slot, table: Pfn) {
-    // Lock order: PMD lock -> page_table_lock (the deposit list's lock)
+    // Lock order: PMD lock -> deposits (`mm.deposits`, a leaf lock of its own; the kernel keeps
+    // the deposit list under the PMD lock alone).
     let prev = mm.deposits.lock().insert((slot.table, slot.index), table);
     vm_bug_on!(prev.is_some(), "two deposits for one PMD");
 }
@@ -229,7 +234,7 @@ pub(crate) fn withdraw_deposit(mm: &Mm, slot: Slot) -> Option<Pfn> {
 pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
     let machine = mm.machine();
     let phys = machine.phys();
-    let ptl = phys.meta(slot.table).ptl.lock();
+    let ptl = phys.meta(slot.table).ptl.lock(&PMD_LOCK);
     let old = slot.load(phys);
     if !old.huge() {
         return;
@@ -308,7 +313,7 @@ pub(crate) fn split_thp_remap_zero(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) 
     while i < PTRS_PER_TABLE {
         let mut force_flush = false;
         let mut freed = 0i64;
-        let ptl = phys.meta(table.pfn()).ptl.lock();
+        let ptl = phys.meta(table.pfn()).ptl.lock(&PTL);
         while i < PTRS_PER_TABLE {
             let addr = haddr + i as u64 * PAGE_SIZE;
             let e = Entry(entries[i].load(Relaxed));
@@ -517,7 +522,7 @@ pub(crate) fn free_pgtables(
 /// `exit_mmap`: zap everything with a full-mm gather, free every table but the PGD, free the
 /// VMAs.
 pub(crate) fn exit_mmap(mm: &Mm, cpu: CpuId) -> UnmapStats {
-    let t0 = std::time::Instant::now();
+    let t0 = crate::sync::clock::now();
     let machine = mm.machine();
     machine.phys().lru_add_drain(cpu);
     let mut tree = mm.mmap_lock.write();
@@ -537,8 +542,8 @@ pub(crate) fn exit_mmap(mm: &Mm, cpu: CpuId) -> UnmapStats {
     tree.clear();
     drop(tree);
     UnmapStats {
-        total_ns: t0.elapsed().as_nanos() as u64,
-        exclusive_ns: t0.elapsed().as_nanos() as u64,
+        total_ns: t0.elapsed_ns(),
+        exclusive_ns: t0.elapsed_ns(),
         read_ns: 0,
         downgraded: false,
         pages_zapped: zapped,
@@ -582,7 +587,7 @@ pub(crate) fn change_protection(
                     split_huge_pmd(mm, cpu, pmd, addr & !(PMD_SIZE - 1));
                     continue;
                 }
-                let ptl = phys.meta(pmd.table).ptl.lock();
+                let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
                 let e = pmd.load(phys);
                 if e.huge() {
                     let keep = e.0 & (_PAGE_SPECIAL | _PAGE_PSE);
@@ -597,7 +602,7 @@ pub(crate) fn change_protection(
             crate::pgtable::Walk::Pte { pmd, .. } => {
                 let next = addr_end(addr, PMD_SIZE, end);
                 let table = pmd.load(phys).pfn();
-                let ptl = phys.meta(table).ptl.lock();
+                let ptl = phys.meta(table).ptl.lock(&PTL);
                 let entries = phys.backing().table(table);
                 while addr < next {
                     let s = &entries[pte_index(addr)];

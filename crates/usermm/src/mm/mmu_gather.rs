@@ -37,93 +37,22 @@
 //! the TLB gate in `mm/mod.rs`). No delayed rmap, no encoded "page + nr" pairs: a THP is one
 //! entry.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
 use crate::addr::{Order, Pfn};
-use crate::config::{BatchSwitch, FreeConfig, FreePolicy, GatherConfig};
 use crate::cpu::CpuId;
 use crate::mm::Mm;
 use crate::page_alloc::meta::PG_KERNEL;
 use crate::page_alloc::{Gfp, PhysMem};
+use crate::policy::{BatchFree, ParallelFree};
+pub use crate::policy::{GatherPolicy, MAX_GATHER_BATCH, MMU_GATHER_BUNDLE};
 use crate::stats::VmItem;
-use crate::sync::workqueue::{WorkHandle, Workqueue};
+use crate::sync::workqueue::WorkHandle;
 
-/// `MMU_GATHER_BUNDLE`: on-stack slots of `tlb->local`.
-pub const MMU_GATHER_BUNDLE: usize = 8;
-/// `MAX_GATHER_BATCH`: slots in a batch page: (4096 − 16-byte header) / 8.
-pub const MAX_GATHER_BATCH: usize = 510;
 /// `MAX_TABLE_BATCH`: page-table pages per table batch.
 pub const MAX_TABLE_BATCH: usize = 509;
 /// `MAX_NR_FOLIOS_PER_FREE`: entries released between two yield points.
 pub const MAX_NR_FOLIOS_PER_FREE: usize = 512;
-
-/// Aaron Lu's job: a detached list of batches being freed by a worker.
-struct ParallelFree {
-    wq: Workqueue,
-    threshold: u64,
-    fail_every: u64,
-    attempts: AtomicU64,
-}
-
-enum BatchFree {
-    Inline,
-    Parallel(ParallelFree),
-}
-
-/// The gather's policy, resolved once per machine.
-pub struct GatherPolicy {
-    max_batch_count: u32,
-    /// Entries at which `local` / a batch page counts as full: `max` (2017) or `max - 1`.
-    local_full_at: usize,
-    batch_full_at: usize,
-    free: BatchFree,
-}
-
-impl std::fmt::Debug for GatherPolicy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GatherPolicy")
-            .field("max_batch_count", &self.max_batch_count)
-            .field("parallel", &matches!(self.free, BatchFree::Parallel(_)))
-            .finish()
-    }
-}
-
-impl GatherPolicy {
-    pub(crate) fn new(g: &GatherConfig, f: &FreeConfig, worker_cpus: Vec<CpuId>) -> Self {
-        let free = match f.policy {
-            FreePolicy::Inline => BatchFree::Inline,
-            FreePolicy::Parallel => BatchFree::Parallel(ParallelFree {
-                wq: Workqueue::new("batch_free_wq", f.max_active as usize, worker_cpus),
-                threshold: f.threshold_pages,
-                fail_every: f.fail_job_alloc_every as u64,
-                attempts: AtomicU64::new(0),
-            }),
-        };
-        Self {
-            max_batch_count: g.max_batch_count,
-            local_full_at: full_at(MMU_GATHER_BUNDLE, g.batch_switch),
-            batch_full_at: full_at(MAX_GATHER_BATCH, g.batch_switch),
-            free,
-        }
-    }
-
-    /// The workqueue of the parallel policy (its CPU-time accounting), if any.
-    pub fn workqueue(&self) -> Option<&Workqueue> {
-        match &self.free {
-            BatchFree::Parallel(p) => Some(&p.wq),
-            BatchFree::Inline => None,
-        }
-    }
-}
-
-/// When a list of `max` slots counts as full: v4.11 switches when it is full, later kernels
-/// one entry earlier.
-const fn full_at(max: usize, switch: BatchSwitch) -> usize {
-    match switch {
-        BatchSwitch::V2017 => max,
-        BatchSwitch::Modern => max - 1,
-    }
-}
 
 /// One batch page: its frame, and its slots.
 struct Batch {
@@ -176,6 +105,7 @@ impl std::fmt::Debug for MmuGather<'_> {
 }
 
 /// `struct mmu_gather`.
+#[doc(alias = "mmu_gather")]
 #[must_use = "a gather must be finished with finish()"]
 pub struct MmuGather<'a> {
     mm: &'a Mm,
@@ -201,6 +131,8 @@ pub struct MmuGather<'a> {
 
 impl<'a> MmuGather<'a> {
     /// `tlb_gather_mmu` / `tlb_gather_mmu_fullmm`.
+    #[doc(alias = "tlb_gather_mmu")]
+    #[doc(alias = "tlb_gather_mmu_fullmm")]
     pub fn new(mm: &'a Mm, cpu: CpuId, full: FullMm) -> Self {
         let machine = mm.machine();
         Self {
@@ -377,6 +309,7 @@ impl<'a> MmuGather<'a> {
     }
 
     /// `tlb_finish_mmu`: flush, wait for every job (oldest first), free the batch pages.
+    #[doc(alias = "tlb_finish_mmu")]
     pub fn finish(mut self) -> GatherStats {
         self.finish_inner();
         self.stats

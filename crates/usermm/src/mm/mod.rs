@@ -44,6 +44,7 @@
 
 pub mod fault;
 pub mod memory;
+pub mod mman;
 pub mod mmap;
 pub mod mmu_gather;
 pub mod shmem;
@@ -51,9 +52,8 @@ pub mod vma;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 
 pub use self::fault::{Fault, SegvCode};
@@ -63,7 +63,9 @@ use crate::cpu::{CpuId, PerCpu};
 use crate::machine::Machine;
 use crate::page_alloc::meta::{PG_ANON, PG_PGTABLE};
 use crate::stats::VmItem;
-use crate::sync::mmap_lock::MmapLock;
+use crate::sync::class::{DEPOSITS, PAGE_TABLE_LOCK, TLB_GATE};
+use crate::sync::mmap_lock::{MmapLock, MmapLockInfo, MmapReadGuard};
+use crate::sync::{Cost, RwSem, SpinLock};
 
 mod pgtable_alias {
     pub use crate::pgtable::{pgd_index, pmd_index, pte_index, pud_index, Entry, Slot};
@@ -79,8 +81,7 @@ pub enum RssItem {
     ShmemPages = 3,
 }
 
-/// `MMF_HUGE_ZERO_PAGE`: this mm holds a reference on the huge zero page (seed 002).
-pub const MMF_HUGE_ZERO_PAGE: u64 = 1 << 23;
+pub use crate::huge_memory::MMF_HUGE_ZERO_PAGE;
 
 /// What a `munmap` or exit did, for the experiments.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -95,6 +96,21 @@ pub struct UnmapStats {
     pub tlb_flushes: u64,
 }
 
+/// The configured cost of one TLB flush (`tlb.flush_cost_ns`): on the host, spin for `ns`
+/// (what the flush's IPIs would keep this CPU busy for); in a virtual run, charge it to the
+/// CPU's clock instead.
+#[cold]
+fn tlb_flush_busy_wait(ns: u64) {
+    if crate::sync::vhook::active() {
+        crate::sync::charge(Cost::TlbFlushConfiguredNs, ns);
+        return;
+    }
+    let t = crate::sync::clock::now();
+    while t.elapsed_ns() < ns {
+        std::hint::spin_loop();
+    }
+}
+
 /// One address space (`struct mm_struct`).
 pub struct Mm {
     machine: Arc<Machine>,
@@ -102,9 +118,9 @@ pub struct Mm {
     pub(crate) mmap_lock: MmapLock<VmaTree>,
     pgd: Pfn,
     /// `mm->page_table_lock`: PGD and PUD entries, and the deposited tables.
-    pub(crate) page_table_lock: Mutex<()>,
+    pub(crate) page_table_lock: SpinLock<()>,
     /// Tables withdrawn for huge PMDs (`pgtable_trans_huge_deposit`), by PMD slot.
-    pub(crate) deposits: Mutex<HashMap<(Pfn, usize), Pfn>>,
+    pub(crate) deposits: SpinLock<HashMap<(Pfn, usize), Pfn>>,
     rss: PerCpu<[AtomicI64; 4]>,
     /// `mm_pgtables_bytes` in pages: table pages of this mm, deposits and PGD included.
     pub(crate) nr_tables: AtomicI64,
@@ -113,11 +129,16 @@ pub struct Mm {
     exited: AtomicBool,
     /// `mm_cpumask`: CPUs that have run this mm (and may cache its translations).
     cpumask: Box<[AtomicU64]>,
-    tlb_gate: PerCpu<RwLock<()>>,
+    tlb_gate: PerCpu<RwSem<()>>,
     pub(crate) tlb_flushes: AtomicU64,
     pub(crate) anon_vma_ids: AtomicU64,
     hiwater_rss: AtomicI64,
+    /// See [`Mm::set_munmap_zap_hook`].
+    zap_hook: OnceLock<ZapHook>,
 }
+
+/// A test's observer of munmap's zap window: `(mm, downgraded)`.
+type ZapHook = Box<dyn Fn(&Mm, bool) + Send + Sync>;
 
 impl std::fmt::Debug for Mm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -125,6 +146,15 @@ impl std::fmt::Debug for Mm {
             .field("id", &self.id)
             .field("pgd", &self.pgd)
             .finish_non_exhaustive()
+    }
+}
+
+/// Written here rather than in `machine.rs` so that the machine does not import the mm (the
+/// mm is built on the machine, not the other way round).
+impl Machine {
+    /// A new, empty address space (`mm_alloc`).
+    pub fn new_mm(self: &Arc<Self>, cpu: CpuId) -> Result<Arc<Mm>, crate::Errno> {
+        Mm::new(self, cpu)
     }
 }
 
@@ -140,18 +170,19 @@ impl Mm {
             id,
             mmap_lock: MmapLock::new(VmaTree::new(mmap::MMAP_BASE)),
             pgd,
-            page_table_lock: Mutex::new(()),
-            deposits: Mutex::new(HashMap::new()),
+            page_table_lock: SpinLock::new(&PAGE_TABLE_LOCK, ()),
+            deposits: SpinLock::new(&DEPOSITS, HashMap::new()),
             rss: PerCpu::new(nr, |_| Default::default()),
             nr_tables: AtomicI64::new(1),
             flags: AtomicU64::new(0),
             mm_users: AtomicI32::new(1),
             exited: AtomicBool::new(false),
             cpumask: (0..nr.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
-            tlb_gate: PerCpu::new(nr, |_| RwLock::new(())),
+            tlb_gate: PerCpu::new(nr, |_| RwSem::new(&TLB_GATE, ())),
             tlb_flushes: AtomicU64::new(0),
             anon_vma_ids: AtomicU64::new(1),
             hiwater_rss: AtomicI64::new(0),
+            zap_hook: OnceLock::new(),
         }))
     }
 
@@ -168,9 +199,34 @@ impl Mm {
         self.pgd
     }
 
-    /// The mmap lock (for the experiments' statistics).
-    pub fn mmap_lock(&self) -> &MmapLock<VmaTree> {
-        &self.mmap_lock
+    /// For tests: run `hook(mm, downgraded)` inside every munmap of this mm that detached a
+    /// VMA, after the detach (and the downgrade, when there is one) and before the zap — with the
+    /// mmap lock held for read if `downgraded`, for write if not. It lets a test act inside the
+    /// zap window, event-driven, where it would otherwise have to guess it with sleeps. Set once:
+    /// returns false (and drops `hook`) if a hook is already set. Costs munmap one atomic load.
+    #[doc(hidden)]
+    pub fn set_munmap_zap_hook(&self, hook: impl Fn(&Mm, bool) + Send + Sync + 'static) -> bool {
+        self.zap_hook.set(Box::new(hook)).is_ok()
+    }
+
+    /// Run the zap-window hook, if a test set one.
+    #[inline]
+    pub(crate) fn zap_window(&self, downgraded: bool) {
+        if let Some(h) = self.zap_hook.get() {
+            h(self, downgraded);
+        }
+    }
+
+    /// The mmap lock's figures and state, read-only (lock_stat, exclusive holds): for the
+    /// experiments.
+    pub fn mmap_lock_info(&self) -> MmapLockInfo<'_, VmaTree> {
+        self.mmap_lock.info()
+    }
+
+    /// `mmap_read_lock`: the VMAs, read-only, for lookups (`find_vma`, maps). Faults and
+    /// other readers proceed meanwhile; a writer waits until the guard is dropped.
+    pub fn mmap_read_lock(&self) -> MmapReadGuard<'_, VmaTree> {
+        self.mmap_lock.read()
     }
 
     // ----- rss ---------------------------------------------------------------------------
@@ -271,10 +327,7 @@ impl Mm {
         }
         let cost = self.machine.tlb_flush_cost_ns();
         if cost > 0 {
-            let t = std::time::Instant::now();
-            while (t.elapsed().as_nanos() as u64) < cost {
-                std::hint::spin_loop();
-            }
+            tlb_flush_busy_wait(cost);
         }
     }
 
@@ -307,7 +360,7 @@ impl Mm {
             return UnmapStats::default();
         }
         let st = memory::exit_mmap(self, cpu);
-        self.machine.huge_zero().mm_put(self, cpu);
+        self.machine.huge_zero().mm_put(&self.flags, cpu);
         // pgd_free
         let phys = self.machine.phys();
         crate::pgtable::free_table(phys, cpu, self.pgd);

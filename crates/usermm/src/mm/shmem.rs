@@ -15,7 +15,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::sync::class::SHMEM_PAGES;
+use crate::sync::SpinLock;
 
 use crate::addr::{Order, Pfn};
 use crate::cpu::CpuId;
@@ -25,7 +26,7 @@ use crate::page_alloc::{Gfp, PhysMem};
 /// The object behind one shared anonymous mapping.
 pub struct Shmem {
     phys: Arc<PhysMem>,
-    pages: Mutex<HashMap<u64, Pfn>>,
+    pages: SpinLock<HashMap<u64, Pfn>>,
 }
 
 impl std::fmt::Debug for Shmem {
@@ -40,7 +41,7 @@ impl Shmem {
     pub fn new(phys: Arc<PhysMem>) -> Arc<Shmem> {
         Arc::new(Shmem {
             phys,
-            pages: Mutex::new(HashMap::new()),
+            pages: SpinLock::new(&SHMEM_PAGES, HashMap::new()),
         })
     }
 

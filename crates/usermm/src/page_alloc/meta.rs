@@ -27,10 +27,13 @@
 //! `_mapcount` is 0-based (Linux starts at −1). There are no migratetypes and no page
 //! owner/memcg fields. `PG_pcp` does not exist in Linux; it makes `validate()` exact.
 
+#![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): `PageMeta: ZeroValid`, the promise that all-zero metadata is valid
+
 use std::sync::atomic::{AtomicI32, AtomicU16, AtomicU32, AtomicU8, Ordering::Relaxed};
 
 use crate::addr::Pfn;
 use crate::backing::ZeroValid;
+use crate::sync::PtLock;
 
 /// No frame: the end of a list.
 pub const NIL: u32 = u32::MAX;
@@ -63,24 +66,28 @@ pub const PG_HUGETLB: u32 = 1 << 11;
 pub const PG_KERNEL: u32 = 1 << 12;
 
 /// Metadata of one 4 KiB frame.
+///
+/// The fields are crate-private: only the allocator and the mm change them, under the locks
+/// the module doc lists. Outside the crate, [`PageMeta::flags`], [`PageMeta::test`],
+/// [`PageMeta::ref_count`], [`PageMeta::map_count`] and [`PageMeta::order`] read them.
 #[derive(Debug)]
 #[repr(C)]
 pub struct PageMeta {
-    pub flags: AtomicU32,
-    pub refcount: AtomicI32,
-    pub mapcount: AtomicI32,
-    pub private: AtomicU32,
-    pub next: AtomicU32,
-    pub prev: AtomicU32,
-    pub pt_entries: AtomicU16,
-    pub order: AtomicU8,
+    pub(crate) flags: AtomicU32,
+    pub(crate) refcount: AtomicI32,
+    pub(crate) mapcount: AtomicI32,
+    pub(crate) private: AtomicU32,
+    pub(crate) next: AtomicU32,
+    pub(crate) prev: AtomicU32,
+    pub(crate) pt_entries: AtomicU16,
+    pub(crate) order: AtomicU8,
     /// The split PTE-page lock of a page-table page (`ptlock_ptr`).
-    pub ptl: parking_lot::Mutex<()>,
+    pub(crate) ptl: PtLock,
 }
 
-// SAFETY: every field is an integer atomic (valid at zero) or a `parking_lot::Mutex<()>`,
-// which is one `AtomicU8` state byte whose unlocked initial state is 0 (checked by the test
-// `ptl_zero_is_unlocked`) plus a zero-sized `UnsafeCell<()>`.
+// SAFETY: every field is an integer atomic (valid at zero) or a `PtLock`, which is one
+// `AtomicU8` whose all-zero state is "unlocked" by its own definition (`sync/ptlock.rs`,
+// checked by the test `ptl_zero_is_unlocked`).
 unsafe impl ZeroValid for PageMeta {}
 
 impl PageMeta {
@@ -93,11 +100,11 @@ impl PageMeta {
         self.flags.load(Relaxed) & f != 0
     }
     #[inline]
-    pub fn set(&self, f: u32) {
+    pub(crate) fn set(&self, f: u32) {
         self.flags.fetch_or(f, Relaxed);
     }
     #[inline]
-    pub fn clear(&self, f: u32) {
+    pub(crate) fn clear(&self, f: u32) {
         self.flags.fetch_and(!f, Relaxed);
     }
     #[inline]
@@ -108,13 +115,18 @@ impl PageMeta {
     pub fn map_count(&self) -> i32 {
         self.mapcount.load(Relaxed)
     }
+    /// The compound order of a head page (0 for an order-0 page).
+    #[inline]
+    pub fn order(&self) -> u8 {
+        self.order.load(Relaxed)
+    }
 }
 
 /// A doubly linked list of frames, linked through [`PageMeta::next`]/[`PageMeta::prev`]. The
 /// list head lives in the structure that owns the list (a free area, a pcp, an lruvec), under
 /// that structure's lock.
 #[derive(Debug)]
-pub struct PfnList {
+pub(crate) struct PfnList {
     head: u32,
     tail: u32,
     len: u64,
@@ -242,10 +254,13 @@ mod test {
         let arr = ZeroedArray::<PageMeta>::new(4).unwrap();
         let m = &arr.as_slice()[2];
         assert_eq!(m.flags(), 0);
-        let g = m.ptl.try_lock().expect("an all-zero ptl must be unlocked");
-        assert!(m.ptl.try_lock().is_none());
+        let g = m
+            .ptl
+            .try_lock(&crate::sync::class::PTL)
+            .expect("an all-zero ptl must be unlocked");
+        assert!(m.ptl.try_lock(&crate::sync::class::PTL).is_none());
         drop(g);
-        assert!(m.ptl.try_lock().is_some());
+        assert!(m.ptl.try_lock(&crate::sync::class::PTL).is_some());
     }
 
     #[test]

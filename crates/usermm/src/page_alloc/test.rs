@@ -6,6 +6,7 @@ use super::meta::*;
 use super::*;
 use crate::config::{BackingMode, MachineConfig};
 use crate::cpu::Cpus;
+use crate::error::AllocError;
 
 fn phys_with(mem: u64, cpus: u16, nodes: u16, f: impl FnOnce(&mut MachineConfig)) -> PhysMem {
     let mut cfg = MachineConfig {

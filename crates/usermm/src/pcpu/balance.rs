@@ -13,9 +13,9 @@
 //! It runs on the allocator's workqueue (the kernel's `system_wq`) with `pcpu_alloc_mutex`, then
 //! `pcpu_lock`; the spinlock is dropped around everything that would sleep in the kernel (the
 //! page allocator, unmapping, chunk creation and destruction) — here with
-//! `MutexGuard::unlocked`, the mutex staying held so no chunk can disappear meanwhile.
+//! `SpinLockGuard::unlocked`, the mutex staying held so no chunk can disappear meanwhile.
 
-use parking_lot::MutexGuard;
+use crate::sync::SpinLockGuard;
 
 use super::block::PCPU_BITMAP_BLOCK_BITS;
 use super::state::PcpuState;
@@ -54,7 +54,7 @@ impl Pcpu {
     fn balance_free(
         &self,
         vm: &mut PcpuVm,
-        st: &mut MutexGuard<'_, PcpuState>,
+        st: &mut SpinLockGuard<'_, PcpuState>,
         cpu: CpuId,
         empty_only: bool,
     ) {
@@ -80,7 +80,7 @@ impl Pcpu {
                 .set_ranges(0, st.chunk(c).nr_pages as usize)
             {
                 let (rs, re) = (rs as u32, re as u32);
-                MutexGuard::unlocked(st, || self.depopulate_chunk(vm, cpu, c, rs, re));
+                SpinLockGuard::unlocked(st, || self.depopulate_chunk(vm, cpu, c, rs, re));
                 st.chunk_depopulated(c, rs, re);
             }
             st.remove(c);
@@ -93,7 +93,12 @@ impl Pcpu {
     /// flush per chunk; then sideline it, or reintegrate it when it became fully free or when the
     /// global reserve fell below HIGH (to protect atomic allocations).
     #[doc(alias = "pcpu_reclaim_populated")]
-    fn reclaim_populated(&self, vm: &mut PcpuVm, st: &mut MutexGuard<'_, PcpuState>, cpu: CpuId) {
+    fn reclaim_populated(
+        &self,
+        vm: &mut PcpuVm,
+        st: &mut SpinLockGuard<'_, PcpuState>,
+        cpu: CpuId,
+    ) {
         let to_depop = st.layout.to_depopulate;
         let sidelined = st.layout.sidelined;
         loop {
@@ -134,7 +139,7 @@ impl Pcpu {
                     continue;
                 }
                 let (rs, re) = ((i + 1) as u32, (end + 1) as u32);
-                MutexGuard::unlocked(st, || self.depopulate_chunk(vm, cpu, c, rs, re));
+                SpinLockGuard::unlocked(st, || self.depopulate_chunk(vm, cpu, c, rs, re));
                 st.chunk_depopulated(c, rs, re);
                 freed_start = freed_start.min(i + 1);
                 freed_end = freed_end.max(end + 1);
@@ -158,7 +163,7 @@ impl Pcpu {
     /// atomic failure), filling the most packed chunks first (slots from one page up, sidelined
     /// and free included), creating a chunk when none has unpopulated pages.
     #[doc(alias = "pcpu_balance_populated")]
-    fn balance_populated(&self, vm: &mut PcpuVm, st: &mut MutexGuard<'_, PcpuState>) {
+    fn balance_populated(&self, vm: &mut PcpuVm, st: &mut SpinLockGuard<'_, PcpuState>) {
         let high = st.high as i64;
         'retry: loop {
             let mut nr_to_pop = if st.atomic_alloc_failed {
@@ -182,7 +187,7 @@ impl Pcpu {
                 for (rs, re) in st.chunk(c).populated.clear_ranges(0, nr_pages) {
                     let nr = ((re - rs) as i64).min(nr_to_pop) as u32;
                     let rs = rs as u32;
-                    let r = MutexGuard::unlocked(st, || self.populate_chunk(vm, c, rs, rs + nr));
+                    let r = SpinLockGuard::unlocked(st, || self.populate_chunk(vm, c, rs, rs + nr));
                     match r {
                         Ok(()) => {
                             nr_to_pop -= nr as i64;
@@ -197,7 +202,7 @@ impl Pcpu {
             }
             if nr_to_pop > 0 {
                 // Ran out of chunks to populate: make one and go again.
-                if let Ok((chunk, backing)) = MutexGuard::unlocked(st, || self.create_chunk()) {
+                if let Ok((chunk, backing)) = SpinLockGuard::unlocked(st, || self.create_chunk()) {
                     let c = st.insert(chunk);
                     st.stats.chunks_created += 1;
                     self.attach_backing(vm, c, backing);

@@ -110,7 +110,8 @@ mod vm;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 
-use parking_lot::{Mutex, MutexGuard};
+use crate::sync::class::{PCPU_ALLOC_MUTEX, PCPU_LOCK};
+use crate::sync::{Mutex, SpinLock, SpinLockGuard};
 use serde::Serialize;
 
 pub use self::block::{PcpuBlockMd, PCPU_BITMAP_BLOCK_BITS};
@@ -297,7 +298,7 @@ pub(crate) struct Pcpu {
     /// `pcpu_alloc_mutex`.
     alloc_mutex: Mutex<PcpuVm>,
     /// `pcpu_lock`.
-    lock: Mutex<PcpuState>,
+    lock: SpinLock<PcpuState>,
     /// The work item is queued and has not started (`WORK_STRUCT_PENDING`).
     balance_pending: AtomicBool,
 }
@@ -349,8 +350,8 @@ impl PcpuAllocator {
             layout,
             cpus,
             phys,
-            alloc_mutex: Mutex::new(PcpuVm::default()),
-            lock: Mutex::new(PcpuState::new(layout, cfg.empty_pop_pages_high)),
+            alloc_mutex: Mutex::new(&PCPU_ALLOC_MUTEX, PcpuVm::default()),
+            lock: SpinLock::new(&PCPU_LOCK, PcpuState::new(layout, cfg.empty_pop_pages_high)),
             balance_pending: AtomicBool::new(false),
         });
         inner.setup_first_chunk()?;
@@ -449,7 +450,7 @@ impl PcpuAllocator {
                 };
                 // No space left: make a chunk unless a free one appeared meanwhile, and retry.
                 if st.lists.is_empty(st.layout.free) {
-                    match MutexGuard::unlocked(&mut st, || p.create_chunk()) {
+                    match SpinLockGuard::unlocked(&mut st, || p.create_chunk()) {
                         Ok((chunk, backing)) => {
                             let c = st.insert(chunk);
                             st.stats.chunks_created += 1;
@@ -490,7 +491,7 @@ impl PcpuAllocator {
             for (rs, re) in ranges {
                 let (rs, re) = (rs as u32, re as u32);
                 vm_warn_on!(st.chunk(c).immutable);
-                match MutexGuard::unlocked(&mut st, || p.populate_chunk(vm, c, rs, re)) {
+                match SpinLockGuard::unlocked(&mut st, || p.populate_chunk(vm, c, rs, re)) {
                     Ok(()) => {
                         st.chunk_populated(c, rs, re);
                         fresh.push((rs, re));
@@ -638,7 +639,8 @@ impl PcpuAllocator {
     }
 
     /// `pcpu_nr_pages() × PAGE_SIZE`: what `/proc/meminfo` prints as `Percpu:` (in bytes).
-    /// Populated page indexes × units × page size; chunk metadata is not included (§4.7).
+    /// Populated page indexes × units × page size; chunk metadata is not included (as
+    /// `pcpu_nr_pages` counts only populated pages, `mm/percpu.c`).
     #[doc(alias = "pcpu_nr_pages")]
     pub fn nr_populated_bytes(&self) -> u64 {
         let st = self.inner.lock.lock();

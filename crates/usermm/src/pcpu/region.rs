@@ -18,6 +18,8 @@
 //! 3. `MADV_DONTNEED` keeps the range mapped; it only replaces its contents with zeros, which
 //!    to the atomics above is indistinguishable from another thread storing zeros.
 
+#![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): the host mapping behind percpu chunks
+
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 

@@ -3,7 +3,7 @@
 //! `pcpu_reintegrate_chunk`, `pcpu_update_empty_pages`, `pcpu_chunk_[de]populated`).
 //!
 //! A `&mut PcpuState` exists only inside the `pcpu_lock` guard, so every method here carries the
-//! kernel's "CONTEXT: pcpu_lock" in its receiver (style G7).
+//! kernel's "CONTEXT: pcpu_lock" in its receiver: the guard is the proof of the lock.
 
 use serde::Serialize;
 

@@ -37,15 +37,6 @@ mod test_utils {
     pub fn fill(p: &PcpuAllocator, n: usize, size: usize) -> Vec<PcpuPtr> {
         (0..n).map(|_| p.alloc(C0, size, 8).unwrap()).collect()
     }
-
-    /// Pages per unit that `stats` says chunk `id` has populated.
-    pub fn populated(p: &PcpuAllocator, id: u32) -> u32 {
-        p.stats()
-            .chunks
-            .iter()
-            .find(|c| c.id == id)
-            .map_or(0, |c| c.nr_populated)
-    }
 }
 
 use test_utils::*;
@@ -404,34 +395,110 @@ mod depopulation {
 mod hints {
     use super::*;
 
+    /// The stats of chunk `id`, after the balance work has settled.
+    #[track_caller]
+    fn chunk(p: &PcpuAllocator, id: u32) -> stats::PcpuChunkStats {
+        p.flush();
+        p.stats().chunks.into_iter().find(|c| c.id == id).unwrap()
+    }
+
     #[test]
     fn a_free_in_a_later_block_leaves_the_chunk_hint_understated() {
-        // The kernel folds a one-block free into chunk_md with a block-relative end; for
-        // block > 0 only first_free moves. Reproduced on purpose: it decides placement.
+        // The kernel folds a free inside one block into chunk_md with a block-relative end:
+        // in block 0 the chunk hint grows to cover the hole, in a later block only first_free
+        // moves and the hint stays below the real largest free run (until a rescan). Reproduced
+        // on purpose: it decides placement.
         let (_m, p) = machine(false);
-        let _ = fill(&p, 11, 4096);
-        let ptrs: Vec<_> = (0..64).map(|_| p.alloc(C0, 256, 8).unwrap()).collect();
-        let id = ptrs[0].chunk_id();
-        assert!(ptrs.iter().all(|a| a.chunk_id() == id));
-        // Free one 256-byte object in page 2 of the chunk: a 256-byte hole, but the chunk's
-        // contig hint does not grow to cover it if it was smaller.
-        let in_page2 = ptrs
-            .iter()
-            .find(|a| a.chunk_offset() / 4096 == 2)
-            .copied()
-            .unwrap();
-        p.free(C0, in_page2).unwrap();
-        let c = p.stats().chunks.into_iter().find(|c| c.id == id).unwrap();
-        assert!(c.first_free_bytes <= in_page2.chunk_offset() as u64);
+        let _ = fill(&p, 11, 4096); // the first chunk's dynamic area is full
+                                    // Fill one chunk with 256-byte objects, to the last byte.
+        let first = p.alloc(C0, 256, 8).unwrap();
+        let id = first.chunk_id();
+        let mut mine = vec![first];
+        loop {
+            let a = p.alloc(C0, 256, 8).unwrap();
+            if a.chunk_id() != id {
+                break;
+            }
+            mine.push(a);
+        }
+        let full = chunk(&p, id);
+        assert_eq!((full.free_bytes, full.contig_bytes), (0, 0), "{full:?}");
+        let in_block = |page: u32| {
+            *mine
+                .iter()
+                .find(|a| a.chunk_offset() / 4096 == page)
+                .expect("an object in that page")
+        };
+
+        // A 256-byte hole in block 2: free space the chunk hint does not see.
+        let later = in_block(2);
+        p.free(C0, later).unwrap();
+        let c = chunk(&p, id);
+        assert_eq!(c.free_bytes, 256);
+        assert_eq!(c.first_free_bytes, later.chunk_offset() as u64);
+        assert_eq!(c.contig_bytes, 0, "the hint understates the 256-byte hole");
+        p.validate().unwrap();
+
+        // The same free in block 0 is folded in exactly.
+        let first_block = in_block(0);
+        p.free(C0, first_block).unwrap();
+        let c = chunk(&p, id);
+        assert_eq!(c.free_bytes, 512);
+        assert_eq!(c.first_free_bytes, first_block.chunk_offset() as u64);
+        assert_eq!(c.contig_bytes, 256, "a block-0 free updates the chunk hint");
         p.validate().unwrap();
     }
 
     #[test]
     fn populated_counts_track_allocations() {
+        // A chunk's populated pages are the pages its live allocations cover plus its empty
+        // populated pages; allocating into an unpopulated page populates exactly that page.
         let (_m, p) = machine(false);
-        let _ = fill(&p, 11, 4096);
+        let _ = fill(&p, 11, 4096); // the first chunk's dynamic area is full
         let a = p.alloc(C0, 8192, 4096).unwrap();
-        assert!(populated(&p, a.chunk_id()) >= 2);
+        let id = a.chunk_id();
+        let covered = |objs: &[PcpuPtr]| {
+            let pages: std::collections::BTreeSet<u32> = objs
+                .iter()
+                .flat_map(|o| {
+                    let s = o.chunk_offset();
+                    let e = s + o.size() as u32;
+                    s / 4096..e.div_ceil(4096)
+                })
+                .collect();
+            pages.len() as i32
+        };
+        let check = |objs: &[PcpuPtr]| {
+            let c = chunk(&p, id);
+            assert_eq!(
+                c.nr_populated as i32 - c.nr_empty_pop_pages,
+                covered(objs),
+                "populated {} - empty {} ≠ pages under {} live objects",
+                c.nr_populated,
+                c.nr_empty_pop_pages,
+                objs.len()
+            );
+            c
+        };
+        let mut live = vec![a];
+        let c0 = check(&live);
+        assert!(c0.nr_populated >= 2, "the 8 KiB object's two pages");
+        // Page-sized objects: each covers one more page, which is populated (by the allocation,
+        // or earlier by the balance work as an empty page) and no longer empty.
+        for n in 1..=4 {
+            let o = p.alloc(C0, 4096, 4096).unwrap();
+            assert_eq!(o.chunk_id(), id);
+            live.push(o);
+            assert_eq!(covered(&live), 2 + n);
+            check(&live);
+        }
+        // Frees leave their pages populated and empty (no depopulation in this policy).
+        let pop = chunk(&p, id).nr_populated;
+        while let Some(o) = live.pop() {
+            p.free(C0, o).unwrap();
+            let c = check(&live);
+            assert_eq!(c.nr_populated, pop);
+        }
         p.validate().unwrap();
     }
 }

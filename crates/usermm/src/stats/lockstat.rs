@@ -4,9 +4,11 @@
 //! contentions, acquisitions, and wait/hold time min, max and total, per lock class. The kernel
 //! keeps these per CPU and folds them on read; we keep one set of relaxed atomics per lock class
 //! (a zone lock, an LRU lock, an mm's mmap lock), which is where the kernel's figures end up too.
+//! The locks that record them are in [`crate::sync`] (`StatMutex`, `MmapLock`).
 //!
 //! # Differences from Linux
-//! - Times are host nanoseconds from [`std::time::Instant`], not `local_clock()`.
+//! - Times are nanoseconds from [`crate::sync::clock`] (host `CLOCK_MONOTONIC`, or virtual
+//!   time in a virtual run), not `local_clock()`.
 //! - A "contention" is counted when the first `try_lock` fails; the wait is the time from there
 //!   to acquisition. Uncontended acquisitions record a zero wait but are not timed.
 //! - Classes are per lock instance, not per lock *class*: the engine has few instances of each.
@@ -14,12 +16,6 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use serde::Serialize;
-
-/// Nanoseconds since `since`, saturating.
-#[inline]
-pub fn elapsed_ns(since: std::time::Instant) -> u64 {
-    u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
 
 /// Lower `a` to `v`: a plain load when `v` does not change it (the common case), so that the
 /// figures add no read-modify-write to every release.
@@ -246,92 +242,6 @@ impl LockStatSnapshot {
     }
 }
 
-/// A `parking_lot::Mutex` that records lock_stat figures: the zone lock and the LRU lock.
-#[derive(Debug)]
-pub struct StatMutex<T> {
-    inner: parking_lot::Mutex<T>,
-    stat: LockStat,
-}
-
-/// Guard of a [`StatMutex`]; records the hold time when dropped.
-#[derive(Debug)]
-pub struct StatMutexGuard<'a, T> {
-    /// `None` only inside `drop`, after the lock was released.
-    guard: Option<parking_lot::MutexGuard<'a, T>>,
-    stat: &'a LockStat,
-    since: std::time::Instant,
-}
-
-impl<T> StatMutex<T> {
-    pub const fn new(name: &'static str, value: T) -> Self {
-        Self {
-            inner: parking_lot::Mutex::new(value),
-            stat: LockStat::new(name),
-        }
-    }
-
-    #[inline]
-    pub fn lock(&self) -> StatMutexGuard<'_, T> {
-        let guard = match self.inner.try_lock() {
-            Some(g) => {
-                self.stat.record_uncontended();
-                g
-            }
-            None => {
-                let t0 = std::time::Instant::now();
-                let g = self.inner.lock();
-                self.stat.record_contended(elapsed_ns(t0));
-                g
-            }
-        };
-        StatMutexGuard {
-            guard: Some(guard),
-            stat: &self.stat,
-            since: std::time::Instant::now(),
-        }
-    }
-
-    pub fn stat(&self) -> &LockStat {
-        &self.stat
-    }
-
-    /// Access without locking, through exclusive ownership.
-    pub fn get_mut(&mut self) -> &mut T {
-        self.inner.get_mut()
-    }
-}
-
-impl<T> std::ops::Deref for StatMutexGuard<'_, T> {
-    type Target = T;
-    #[inline]
-    fn deref(&self) -> &T {
-        match &self.guard {
-            Some(g) => g,
-            None => unreachable!("guard used after release"),
-        }
-    }
-}
-
-impl<T> std::ops::DerefMut for StatMutexGuard<'_, T> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut T {
-        match &mut self.guard {
-            Some(g) => g,
-            None => unreachable!("guard used after release"),
-        }
-    }
-}
-
-impl<T> Drop for StatMutexGuard<'_, T> {
-    /// Release first, then record: the figures are not taken under the lock.
-    #[inline]
-    fn drop(&mut self) {
-        let hold_ns = elapsed_ns(self.since);
-        drop(self.guard.take());
-        self.stat.record_hold(hold_ns);
-    }
-}
-
 #[cfg(test)]
 mod test {
     use std::sync::Arc;
@@ -370,36 +280,5 @@ mod test {
             (z.acquisitions, z.holdtime_min_ns, z.waittime_min_ns),
             (0, 0, 0)
         );
-    }
-
-    #[test]
-    fn uncontended_and_contended_are_counted() {
-        let m = Arc::new(StatMutex::new("test_lock", 0u64));
-        {
-            let mut g = m.lock();
-            *g += 1;
-        }
-        let s = m.stat().snapshot();
-        assert_eq!(s.acquisitions, 1);
-        assert_eq!(s.contentions, 0);
-        // Hold the lock, and give another thread time to find it taken (the sleep only makes
-        // the contention happen; no time is asserted).
-        let g = m.lock();
-        let m2 = Arc::clone(&m);
-        let t = std::thread::spawn(move || {
-            *m2.lock() += 1;
-        });
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        drop(g);
-        t.join().unwrap();
-        let s = m.stat().snapshot();
-        assert_eq!(s.acquisitions, 3);
-        assert_eq!(s.contentions, 1);
-        // One contended wait: it is the minimum, the maximum and the total.
-        assert_eq!(
-            (s.waittime_min_ns, s.waittime_max_ns),
-            (s.waittime_total_ns, s.waittime_total_ns)
-        );
-        assert_eq!(*m.lock(), 2);
     }
 }

@@ -5,6 +5,6 @@ pub mod lockstat;
 pub mod meminfo;
 pub mod vmstat;
 
-pub use lockstat::{LockStat, LockStatSnapshot, StatMutex};
+pub use lockstat::{LockStat, LockStatSnapshot};
 pub use meminfo::MemInfo;
 pub use vmstat::{VmItem, VmStat, VmStatSnapshot};

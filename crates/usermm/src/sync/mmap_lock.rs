@@ -48,48 +48,52 @@
 //!   fast path and are waiting.
 //!
 //! The uncontended read path adds one `try_read`, one relaxed counter increment and one
-//! `Instant::now()` to the bare lock; the read unlock adds one `Instant::elapsed` and the
-//! `record_hold` atomics. Nothing allocates. Slow paths are out of line.
+//! [`clock::now`] to the bare lock; the read unlock adds one clock read and the `record_hold`
+//! atomics. Nothing allocates. Slow paths are out of line.
 //!
 //! # Locks
-//! The histogram is a leaf `parking_lot::Mutex`. It is taken after the write lock is released, or
+//! The histogram is a leaf [`SpinLock`]. It is taken after the write lock is released, or
 //! (at a downgrade) while holding the lock for read:
 //! `mmap_lock (read) -> exclusive-hold histogram`. Nothing is ever taken under the histogram.
 //!
-//! # Loom
-//! Under `--cfg loom` the same API is built on a `loom::sync::Mutex` state machine
-//! (`readers`, `writer`, `waiters`) and a `loom::sync::Condvar`, with the value in a
-//! `loom::cell::UnsafeCell` so that loom checks that guards never overlap a writer. The
-//! instrumentation is a no-op there (stats read as zero).
+//! # Host, loom and virtual time
+//! The lock itself is the seam's [`RwSem`]: a `parking_lot::RwLock` on the host,
+//! a loom state machine under `--cfg loom` (so loom checks that guards never overlap a writer,
+//! `tests/loom_mmap_lock.rs`), and a lock in virtual time in a virtual run. This file adds only
+//! the instrumentation, the same in every build; its times come from [`clock`], so in a virtual
+//! run they are virtual waits and holds (under loom, waits are not timed: a contended
+//! acquisition records 0 ns).
 //!
 //! # Differences from Linux
-//! - Built on `parking_lot::RwLock` (task-fair: new readers queue behind a parked writer, as
+//! - On the host, built on `parking_lot::RwLock` (task-fair: new readers queue behind a parked writer, as
 //!   rwsem readers queue behind a waiting writer), without the rwsem's optimistic spinning on
 //!   the owner or its reader-stealing rules.
-//! - No `_killable` variants and no per-VMA locks (DESIGN.md §8).
+//! - No `_killable` variants and no per-VMA locks (every fault takes the mmap lock for read).
 //! - The statistics are per lock instance (one per mm), not per lock class as in lockdep. The
 //!   read side's are striped by thread (the kernel keeps lock_stat per CPU), so that recording
 //!   a fault's read acquisition writes no cache line other faulting threads share.
-//! - Times are host nanoseconds from [`std::time::Instant`].
+//! - Times are nanoseconds from [`clock::now`] (`CLOCK_MONOTONIC` on the host).
 
 use serde::Serialize;
 
-#[cfg(not(loom))]
-use crate::stats::lockstat::LockStat;
-use crate::stats::lockstat::LockStatSnapshot;
-#[cfg(not(loom))]
-use crate::stats::lockstat::StripedLockStat;
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-pub use imp::{MmapLock, MmapReadGuard, MmapWriteGuard};
+use crossbeam_utils::CachePadded;
+use hdrhistogram::Histogram;
+
+use super::class::{MMAP_LOCK, MMAP_LOCK_HIST};
+use super::clock::{self, Ktime};
+use super::lock::SpinLock;
+use super::rwsem::{RwSem, RwSemReadGuard, RwSemWriteGuard};
+use crate::stats::lockstat::{LockStat, LockStatSnapshot, StripedLockStat};
 
 /// Lowest value the exclusive-hold histogram distinguishes: 1 ns.
-#[cfg(not(loom))]
 const HOLD_HIST_LOW_NS: u64 = 1;
 /// Highest value the exclusive-hold histogram tracks: one hour; longer holds saturate.
-#[cfg(not(loom))]
 const HOLD_HIST_HIGH_NS: u64 = 3_600 * 1_000_000_000;
 /// Significant decimal digits of the exclusive-hold histogram (0.1 % resolution).
-#[cfg(not(loom))]
 const HOLD_HIST_SIGFIG: u8 = 3;
 
 /// The figures of one [`MmapLock`], for a report.
@@ -116,7 +120,6 @@ pub struct HoldTimeSummary {
     pub max_ns: u64,
 }
 
-#[cfg(not(loom))]
 impl HoldTimeSummary {
     fn from_histogram(h: &hdrhistogram::Histogram<u64>) -> Self {
         if h.is_empty() {
@@ -133,704 +136,391 @@ impl HoldTimeSummary {
     }
 }
 
-#[cfg(not(loom))]
-use crate::stats::lockstat::elapsed_ns;
+/// An mm's `mmap_lock`: a task-fair, downgradable reader-writer lock around `T` (the VMA
+/// tree), with lock_stat figures and an exclusive-hold histogram.
+///
+/// See the [module documentation](crate::sync::mmap_lock) for the downgrade protocol and the
+/// instrumentation.
+#[doc(alias = "mmap_lock")]
+#[doc(alias = "mmap_sem")]
+#[doc(alias = "rw_semaphore")]
+pub struct MmapLock<T> {
+    /// The lock and the data it protects.
+    rwsem: RwSem<T>,
+    /// Read-side figures, striped by thread: concurrent readers (faults) write no shared
+    /// line for them (the kernel's lock_stat is per CPU).
+    read_stat: StripedLockStat,
+    /// Write-side figures; hold times are exclusive holds.
+    write_stat: CachePadded<LockStat>,
+    /// Exclusive hold times in ns. A leaf lock: see the module's "Locks".
+    exclusive_hold: SpinLock<Histogram<u64>>,
+    /// Length of the most recently ended exclusive hold, in ns.
+    last_exclusive_hold_ns: AtomicU64,
+}
 
-#[cfg(not(loom))]
-mod imp {
-    use std::{
-        fmt,
-        ops::{Deref, DerefMut},
-        sync::atomic::{
-            AtomicU64, AtomicUsize,
-            Ordering::{Acquire, Relaxed, Release},
-        },
-        time::Instant,
-    };
+/// Shared access to an [`MmapLock`]'s value; dropping it is `mmap_read_unlock`.
+#[doc(alias = "mmap_read_unlock")]
+#[must_use = "if unused the MmapLock is released at once"]
+pub struct MmapReadGuard<'a, T> {
+    /// `None` only inside `drop`, after the lock was released.
+    guard: Option<RwSemReadGuard<'a, T>>,
+    lock: &'a MmapLock<T>,
+    since: Ktime,
+    /// `Some(exclusive hold in ns)` when this guard came from a downgrade.
+    downgraded_from_ns: Option<u64>,
+}
 
-    use crossbeam_utils::CachePadded;
-    use hdrhistogram::Histogram;
-    use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+/// Exclusive access to an [`MmapLock`]'s value; dropping it is `mmap_write_unlock`.
+#[doc(alias = "mmap_write_unlock")]
+#[must_use = "if unused the MmapLock is released at once"]
+pub struct MmapWriteGuard<'a, T> {
+    /// `None` only after the exclusive hold has ended (downgrade or unlock), i.e. never while
+    /// the guard is reachable by a caller.
+    guard: Option<RwSemWriteGuard<'a, T>>,
+    lock: &'a MmapLock<T>,
+    since: Ktime,
+}
 
-    use super::{
-        elapsed_ns, HoldTimeSummary, LockStat, MmapLockStats, StripedLockStat, HOLD_HIST_HIGH_NS,
-        HOLD_HIST_LOW_NS, HOLD_HIST_SIGFIG,
-    };
+impl<T> MmapLock<T> {
+    /// An unlocked lock around `value`, with zeroed statistics.
+    #[doc(alias = "mmap_init_lock")]
+    pub fn new(value: T) -> Self {
+        let histogram =
+            Histogram::new_with_bounds(HOLD_HIST_LOW_NS, HOLD_HIST_HIGH_NS, HOLD_HIST_SIGFIG)
+                .expect("constant histogram bounds are valid");
+        Self {
+            rwsem: RwSem::new(&MMAP_LOCK, value),
+            read_stat: StripedLockStat::new("mmap_lock-R"),
+            write_stat: CachePadded::new(LockStat::new("mmap_lock-W")),
+            exclusive_hold: SpinLock::new(&MMAP_LOCK_HIST, histogram),
+            last_exclusive_hold_ns: AtomicU64::new(0),
+        }
+    }
 
-    /// An mm's `mmap_lock`: a task-fair, downgradable reader-writer lock around `T` (the VMA
-    /// tree), with lock_stat figures and an exclusive-hold histogram.
+    /// Take the lock for read, blocking while a writer holds it or waits for it.
+    #[doc(alias = "mmap_read_lock")]
+    #[inline]
+    pub fn read(&self) -> MmapReadGuard<'_, T> {
+        let (guard, waited) = self.rwsem.read_contended();
+        match waited {
+            None => self.read_stat.record_uncontended(),
+            Some(ns) => self.read_stat.record_contended(ns),
+        }
+        MmapReadGuard {
+            guard: Some(guard),
+            lock: self,
+            since: clock::now(),
+            downgraded_from_ns: None,
+        }
+    }
+
+    /// Take the lock for read if that needs no waiting.
+    #[doc(alias = "mmap_read_trylock")]
+    #[inline]
+    pub fn try_read(&self) -> Option<MmapReadGuard<'_, T>> {
+        let guard = self.rwsem.try_read()?;
+        self.read_stat.record_uncontended();
+        Some(MmapReadGuard {
+            guard: Some(guard),
+            lock: self,
+            since: clock::now(),
+            downgraded_from_ns: None,
+        })
+    }
+
+    /// Take the lock for write, blocking while anyone holds it.
+    #[doc(alias = "mmap_write_lock")]
+    #[inline]
+    pub fn write(&self) -> MmapWriteGuard<'_, T> {
+        let (guard, waited) = self.rwsem.write_contended();
+        match waited {
+            None => self.write_stat.record_uncontended(),
+            Some(ns) => self.write_stat.record_contended(ns),
+        }
+        MmapWriteGuard {
+            guard: Some(guard),
+            lock: self,
+            since: clock::now(),
+        }
+    }
+
+    /// Take the lock for write if that needs no waiting.
+    #[doc(alias = "mmap_write_trylock")]
+    #[inline]
+    pub fn try_write(&self) -> Option<MmapWriteGuard<'_, T>> {
+        let guard = self.rwsem.try_write()?;
+        self.write_stat.record_uncontended();
+        Some(MmapWriteGuard {
+            guard: Some(guard),
+            lock: self,
+            since: clock::now(),
+        })
+    }
+
+    /// Whether some thread is waiting for the lock. Long read-side walks may poll this and
+    /// back off. Advisory: the answer can be stale by the time it is used.
+    #[doc(alias = "mmap_lock_is_contended")]
+    #[doc(alias = "rwsem_is_contended")]
+    pub fn is_contended(&self) -> bool {
+        self.rwsem.is_contended()
+    }
+
+    /// Whether anyone holds the lock (for `vm_bug_on!`-style assertions).
+    #[doc(alias = "rwsem_is_locked")]
+    #[doc(alias = "mmap_assert_locked")]
+    pub fn is_locked(&self) -> bool {
+        self.rwsem.is_locked()
+    }
+
+    /// Whether a writer holds the lock (for `vm_bug_on!`-style assertions).
+    #[doc(alias = "mmap_assert_write_locked")]
+    pub fn is_write_locked(&self) -> bool {
+        self.rwsem.is_write_locked()
+    }
+
+    /// The lock_stat figures and the exclusive-hold distribution accumulated so far.
+    pub fn stats(&self) -> MmapLockStats {
+        let exclusive_hold = HoldTimeSummary::from_histogram(&self.exclusive_hold.lock());
+        MmapLockStats {
+            read: self.read_stat.snapshot(),
+            write: self.write_stat.snapshot(),
+            exclusive_hold,
+        }
+    }
+
+    /// Zero every figure (like `echo 0 > /proc/lock_stat`). Holds in progress are still
+    /// recorded when they end.
+    pub fn reset_stats(&self) {
+        self.read_stat.reset();
+        self.write_stat.reset();
+        self.exclusive_hold.lock().reset();
+        self.last_exclusive_hold_ns.store(0, Relaxed);
+    }
+
+    /// Length in ns of the most recently ended exclusive hold (0 if none yet).
     ///
-    /// See the [module documentation](crate::sync::mmap_lock) for the downgrade protocol and the
-    /// instrumentation.
-    #[doc(alias = "mmap_lock")]
-    #[doc(alias = "mmap_sem")]
-    #[doc(alias = "rw_semaphore")]
-    pub struct MmapLock<T> {
-        /// The lock and the data it protects.
-        rwsem: RwLock<T>,
-        /// Threads past a failed fast path and not yet holding the lock (`rwsem_is_contended`).
-        waiters: AtomicUsize,
-        /// Read-side figures, striped by thread: concurrent readers (faults) write no shared
-        /// line for them (the kernel's lock_stat is per CPU).
-        read_stat: StripedLockStat,
-        /// Write-side figures; hold times are exclusive holds.
-        write_stat: CachePadded<LockStat>,
-        /// Exclusive hold times in ns. A leaf lock: see the module's "Locks".
-        exclusive_hold: Mutex<Histogram<u64>>,
-        /// Length of the most recently ended exclusive hold, in ns.
-        last_exclusive_hold_ns: AtomicU64,
+    /// Read while holding a guard returned by [`MmapWriteGuard::downgrade`], this is that
+    /// write's own hold: no other writer can have ended a hold since. Otherwise a concurrent
+    /// writer may have overwritten it; use [`MmapWriteGuard::unlock`] or
+    /// [`MmapReadGuard::exclusive_hold_ns`] for a per-call figure.
+    pub fn last_exclusive_hold_ns(&self) -> u64 {
+        self.last_exclusive_hold_ns.load(Relaxed)
     }
 
-    /// Shared access to an [`MmapLock`]'s value; dropping it is `mmap_read_unlock`.
-    #[doc(alias = "mmap_read_unlock")]
-    #[must_use = "if unused the MmapLock is released at once"]
-    pub struct MmapReadGuard<'a, T> {
-        /// `None` only inside `drop`, after the lock was released.
-        guard: Option<RwLockReadGuard<'a, T>>,
-        lock: &'a MmapLock<T>,
-        since: Instant,
-        /// `Some(exclusive hold in ns)` when this guard came from a downgrade.
-        downgraded_from_ns: Option<u64>,
+    /// Read-only access to the figures and state, not to the value.
+    pub fn info(&self) -> MmapLockInfo<'_, T> {
+        MmapLockInfo(self)
     }
 
-    /// Exclusive access to an [`MmapLock`]'s value; dropping it is `mmap_write_unlock`.
+    /// The value, by ownership: no lock needed.
+    pub fn into_inner(self) -> T {
+        self.rwsem.into_inner()
+    }
+
+    /// Record the end of an exclusive hold of `hold_ns`.
+    fn exclusive_hold_ended(&self, hold_ns: u64) {
+        self.write_stat.record_hold(hold_ns);
+        self.last_exclusive_hold_ns.store(hold_ns, Relaxed);
+        self.exclusive_hold
+            .lock()
+            .saturating_record(hold_ns.max(HOLD_HIST_LOW_NS));
+    }
+}
+
+/// Read-only access to an [`MmapLock`]'s figures and state, without access to the data it
+/// protects: what `Mm::mmap_lock_info` hands out.
+pub struct MmapLockInfo<'a, T>(&'a MmapLock<T>);
+
+impl<T> Clone for MmapLockInfo<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for MmapLockInfo<'_, T> {}
+
+impl<T> MmapLockInfo<'_, T> {
+    /// See [`MmapLock::stats`].
+    pub fn stats(&self) -> MmapLockStats {
+        self.0.stats()
+    }
+
+    /// See [`MmapLock::reset_stats`].
+    pub fn reset_stats(&self) {
+        self.0.reset_stats()
+    }
+
+    /// See [`MmapLock::last_exclusive_hold_ns`].
+    pub fn last_exclusive_hold_ns(&self) -> u64 {
+        self.0.last_exclusive_hold_ns()
+    }
+
+    /// See [`MmapLock::is_locked`].
+    pub fn is_locked(&self) -> bool {
+        self.0.is_locked()
+    }
+
+    /// See [`MmapLock::is_write_locked`].
+    pub fn is_write_locked(&self) -> bool {
+        self.0.is_write_locked()
+    }
+
+    /// See [`MmapLock::is_contended`].
+    pub fn is_contended(&self) -> bool {
+        self.0.is_contended()
+    }
+}
+
+impl<T> fmt::Debug for MmapLockInfo<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.0, f)
+    }
+}
+
+impl<T: Default> Default for MmapLock<T> {
+    fn default() -> Self {
+        Self::new(T::default())
+    }
+}
+
+impl<T> fmt::Debug for MmapLock<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MmapLock")
+            .field("locked", &self.is_locked())
+            .field("write_locked", &self.is_write_locked())
+            .field("contended", &self.is_contended())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, T> MmapWriteGuard<'a, T> {
+    /// Turn this write hold into a read hold, atomically: readers may enter from now on, but
+    /// no writer can acquire the lock between the write hold and the read hold. Ends (and
+    /// records) the exclusive hold.
+    #[doc(alias = "mmap_write_downgrade")]
+    #[doc(alias = "downgrade_write")]
+    pub fn downgrade(mut self) -> MmapReadGuard<'a, T> {
+        let guard = self
+            .guard
+            .take()
+            .expect("write guard holds the lock until it ends");
+        let hold_ns = self.since.elapsed_ns();
+        let guard = guard.downgrade();
+        let since = clock::now();
+        // Lock order: mmap_lock (read) -> exclusive-hold histogram.
+        self.lock.exclusive_hold_ended(hold_ns);
+        self.lock.read_stat.record_uncontended();
+        MmapReadGuard {
+            guard: Some(guard),
+            lock: self.lock,
+            since,
+            downgraded_from_ns: Some(hold_ns),
+        }
+    }
+
+    /// Release the lock and return the length of this exclusive hold in ns (the same figure
+    /// the histogram records). Dropping the guard does the same, discarding the figure.
     #[doc(alias = "mmap_write_unlock")]
-    #[must_use = "if unused the MmapLock is released at once"]
-    pub struct MmapWriteGuard<'a, T> {
-        /// `None` only after the exclusive hold has ended (downgrade or unlock), i.e. never while
-        /// the guard is reachable by a caller.
-        guard: Option<RwLockWriteGuard<'a, T>>,
-        lock: &'a MmapLock<T>,
-        since: Instant,
+    pub fn unlock(mut self) -> u64 {
+        self.release()
+            .expect("write guard holds the lock until it ends")
     }
 
-    impl<T> MmapLock<T> {
-        /// An unlocked lock around `value`, with zeroed statistics.
-        #[doc(alias = "mmap_init_lock")]
-        pub fn new(value: T) -> Self {
-            let histogram =
-                Histogram::new_with_bounds(HOLD_HIST_LOW_NS, HOLD_HIST_HIGH_NS, HOLD_HIST_SIGFIG)
-                    .expect("constant histogram bounds are valid");
-            Self {
-                rwsem: RwLock::new(value),
-                waiters: AtomicUsize::new(0),
-                read_stat: StripedLockStat::new("mmap_lock-R"),
-                write_stat: CachePadded::new(LockStat::new("mmap_lock-W")),
-                exclusive_hold: Mutex::new(histogram),
-                last_exclusive_hold_ns: AtomicU64::new(0),
-            }
-        }
-
-        /// Take the lock for read, blocking while a writer holds it or waits for it.
-        #[doc(alias = "mmap_read_lock")]
-        #[inline]
-        pub fn read(&self) -> MmapReadGuard<'_, T> {
-            let guard = match self.rwsem.try_read() {
-                Some(guard) => {
-                    self.read_stat.record_uncontended();
-                    guard
-                }
-                None => self.read_contended(),
-            };
-            MmapReadGuard {
-                guard: Some(guard),
-                lock: self,
-                since: Instant::now(),
-                downgraded_from_ns: None,
-            }
-        }
-
-        #[cold]
-        #[inline(never)]
-        fn read_contended(&self) -> RwLockReadGuard<'_, T> {
-            let t0 = Instant::now();
-            self.waiters.fetch_add(1, Release);
-            let guard = self.rwsem.read();
-            self.waiters.fetch_sub(1, Release);
-            self.read_stat.record_contended(elapsed_ns(t0));
-            guard
-        }
-
-        /// Take the lock for read if that needs no waiting.
-        #[doc(alias = "mmap_read_trylock")]
-        #[inline]
-        pub fn try_read(&self) -> Option<MmapReadGuard<'_, T>> {
-            let guard = self.rwsem.try_read()?;
-            self.read_stat.record_uncontended();
-            Some(MmapReadGuard {
-                guard: Some(guard),
-                lock: self,
-                since: Instant::now(),
-                downgraded_from_ns: None,
-            })
-        }
-
-        /// Take the lock for write, blocking while anyone holds it.
-        #[doc(alias = "mmap_write_lock")]
-        #[inline]
-        pub fn write(&self) -> MmapWriteGuard<'_, T> {
-            let guard = match self.rwsem.try_write() {
-                Some(guard) => {
-                    self.write_stat.record_uncontended();
-                    guard
-                }
-                None => self.write_contended(),
-            };
-            MmapWriteGuard {
-                guard: Some(guard),
-                lock: self,
-                since: Instant::now(),
-            }
-        }
-
-        #[cold]
-        #[inline(never)]
-        fn write_contended(&self) -> RwLockWriteGuard<'_, T> {
-            let t0 = Instant::now();
-            self.waiters.fetch_add(1, Release);
-            let guard = self.rwsem.write();
-            self.waiters.fetch_sub(1, Release);
-            self.write_stat.record_contended(elapsed_ns(t0));
-            guard
-        }
-
-        /// Take the lock for write if that needs no waiting.
-        #[doc(alias = "mmap_write_trylock")]
-        #[inline]
-        pub fn try_write(&self) -> Option<MmapWriteGuard<'_, T>> {
-            let guard = self.rwsem.try_write()?;
-            self.write_stat.record_uncontended();
-            Some(MmapWriteGuard {
-                guard: Some(guard),
-                lock: self,
-                since: Instant::now(),
-            })
-        }
-
-        /// Whether some thread is waiting for the lock. Long read-side walks may poll this and
-        /// back off. Advisory: the answer can be stale by the time it is used.
-        #[doc(alias = "mmap_lock_is_contended")]
-        #[doc(alias = "rwsem_is_contended")]
-        pub fn is_contended(&self) -> bool {
-            self.waiters.load(Acquire) != 0
-        }
-
-        /// Whether anyone holds the lock (for `vm_bug_on!`-style assertions).
-        #[doc(alias = "rwsem_is_locked")]
-        #[doc(alias = "mmap_assert_locked")]
-        pub fn is_locked(&self) -> bool {
-            self.rwsem.is_locked()
-        }
-
-        /// Whether a writer holds the lock (for `vm_bug_on!`-style assertions).
-        #[doc(alias = "mmap_assert_write_locked")]
-        pub fn is_write_locked(&self) -> bool {
-            self.rwsem.is_locked_exclusive()
-        }
-
-        /// The lock_stat figures and the exclusive-hold distribution accumulated so far.
-        pub fn stats(&self) -> MmapLockStats {
-            let exclusive_hold = HoldTimeSummary::from_histogram(&self.exclusive_hold.lock());
-            MmapLockStats {
-                read: self.read_stat.snapshot(),
-                write: self.write_stat.snapshot(),
-                exclusive_hold,
-            }
-        }
-
-        /// Zero every figure (like `echo 0 > /proc/lock_stat`). Holds in progress are still
-        /// recorded when they end.
-        pub fn reset_stats(&self) {
-            self.read_stat.reset();
-            self.write_stat.reset();
-            self.exclusive_hold.lock().reset();
-            self.last_exclusive_hold_ns.store(0, Relaxed);
-        }
-
-        /// Length in ns of the most recently ended exclusive hold (0 if none yet).
-        ///
-        /// Read while holding a guard returned by [`MmapWriteGuard::downgrade`], this is that
-        /// write's own hold: no other writer can have ended a hold since. Otherwise a concurrent
-        /// writer may have overwritten it; use [`MmapWriteGuard::unlock`] or
-        /// [`MmapReadGuard::exclusive_hold_ns`] for a per-call figure.
-        pub fn last_exclusive_hold_ns(&self) -> u64 {
-            self.last_exclusive_hold_ns.load(Relaxed)
-        }
-
-        /// The value, by ownership: no lock needed.
-        pub fn into_inner(self) -> T {
-            self.rwsem.into_inner()
-        }
-
-        /// Record the end of an exclusive hold of `hold_ns`.
-        fn exclusive_hold_ended(&self, hold_ns: u64) {
-            self.write_stat.record_hold(hold_ns);
-            self.last_exclusive_hold_ns.store(hold_ns, Relaxed);
-            self.exclusive_hold
-                .lock()
-                .saturating_record(hold_ns.max(HOLD_HIST_LOW_NS));
-        }
+    /// Nanoseconds since this write hold began.
+    pub fn held_ns(&self) -> u64 {
+        self.since.elapsed_ns()
     }
 
-    impl<T: Default> Default for MmapLock<T> {
-        fn default() -> Self {
-            Self::new(T::default())
-        }
+    /// End the exclusive hold if it has not ended yet; the histogram is updated after the
+    /// lock is released.
+    fn release(&mut self) -> Option<u64> {
+        let guard = self.guard.take()?;
+        let hold_ns = self.since.elapsed_ns();
+        drop(guard);
+        self.lock.exclusive_hold_ended(hold_ns);
+        Some(hold_ns)
     }
+}
 
-    impl<T> fmt::Debug for MmapLock<T> {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.debug_struct("MmapLock")
-                .field("locked", &self.is_locked())
-                .field("write_locked", &self.is_write_locked())
-                .field("contended", &self.is_contended())
-                .finish_non_exhaustive()
-        }
-    }
-
-    impl<'a, T> MmapWriteGuard<'a, T> {
-        /// Turn this write hold into a read hold, atomically: readers may enter from now on, but
-        /// no writer can acquire the lock between the write hold and the read hold. Ends (and
-        /// records) the exclusive hold.
-        #[doc(alias = "mmap_write_downgrade")]
-        #[doc(alias = "downgrade_write")]
-        pub fn downgrade(mut self) -> MmapReadGuard<'a, T> {
-            let guard = self
-                .guard
-                .take()
-                .expect("write guard holds the lock until it ends");
-            let hold_ns = elapsed_ns(self.since);
-            let guard = RwLockWriteGuard::downgrade(guard);
-            let since = Instant::now();
-            // Lock order: mmap_lock (read) -> exclusive-hold histogram.
-            self.lock.exclusive_hold_ended(hold_ns);
-            self.lock.read_stat.record_uncontended();
-            MmapReadGuard {
-                guard: Some(guard),
-                lock: self.lock,
-                since,
-                downgraded_from_ns: Some(hold_ns),
-            }
-        }
-
-        /// Release the lock and return the length of this exclusive hold in ns (the same figure
-        /// the histogram records). Dropping the guard does the same, discarding the figure.
-        #[doc(alias = "mmap_write_unlock")]
-        pub fn unlock(mut self) -> u64 {
-            self.release()
-                .expect("write guard holds the lock until it ends")
-        }
-
-        /// Nanoseconds since this write hold began.
-        pub fn held_ns(&self) -> u64 {
-            elapsed_ns(self.since)
-        }
-
-        /// End the exclusive hold if it has not ended yet; the histogram is updated after the
-        /// lock is released.
-        fn release(&mut self) -> Option<u64> {
-            let guard = self.guard.take()?;
-            let hold_ns = elapsed_ns(self.since);
-            drop(guard);
-            self.lock.exclusive_hold_ended(hold_ns);
-            Some(hold_ns)
-        }
-    }
-
-    impl<T> Deref for MmapWriteGuard<'_, T> {
-        type Target = T;
-        #[inline]
-        fn deref(&self) -> &T {
-            match &self.guard {
-                Some(guard) => guard,
-                None => unreachable!("write guard used after its hold ended"),
-            }
-        }
-    }
-
-    impl<T> DerefMut for MmapWriteGuard<'_, T> {
-        #[inline]
-        fn deref_mut(&mut self) -> &mut T {
-            match &mut self.guard {
-                Some(guard) => guard,
-                None => unreachable!("write guard used after its hold ended"),
-            }
-        }
-    }
-
-    impl<T> Drop for MmapWriteGuard<'_, T> {
-        fn drop(&mut self) {
-            self.release();
-        }
-    }
-
-    impl<T: fmt::Debug> fmt::Debug for MmapWriteGuard<'_, T> {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.debug_struct("MmapWriteGuard")
-                .field("value", &**self)
-                .finish()
-        }
-    }
-
-    impl<T> MmapReadGuard<'_, T> {
-        /// Whether this read hold came from [`MmapWriteGuard::downgrade`].
-        pub fn is_downgraded(&self) -> bool {
-            self.downgraded_from_ns.is_some()
-        }
-
-        /// For a downgraded guard, the length in ns of the exclusive hold that preceded it.
-        pub fn exclusive_hold_ns(&self) -> Option<u64> {
-            self.downgraded_from_ns
-        }
-
-        /// Nanoseconds since this read hold began (at the downgrade, for a downgraded guard).
-        pub fn held_ns(&self) -> u64 {
-            elapsed_ns(self.since)
-        }
-    }
-
-    impl<T> Deref for MmapReadGuard<'_, T> {
-        type Target = T;
-        #[inline]
-        fn deref(&self) -> &T {
-            match &self.guard {
-                Some(guard) => guard,
-                None => unreachable!("read guard used after its hold ended"),
-            }
-        }
-    }
-
-    impl<T> Drop for MmapReadGuard<'_, T> {
-        /// Release first, then record: the figures are not taken under the lock.
-        #[inline]
-        fn drop(&mut self) {
-            let hold_ns = elapsed_ns(self.since);
-            drop(self.guard.take());
-            self.lock.read_stat.record_hold(hold_ns);
-        }
-    }
-
-    impl<T: fmt::Debug> fmt::Debug for MmapReadGuard<'_, T> {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.debug_struct("MmapReadGuard")
-                .field("value", &**self)
-                .field("downgraded", &self.is_downgraded())
-                .finish()
+impl<T> Deref for MmapWriteGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        match &self.guard {
+            Some(guard) => guard,
+            None => unreachable!("write guard used after its hold ended"),
         }
     }
 }
 
-#[cfg(loom)]
-mod imp {
-    use std::{
-        fmt,
-        ops::{Deref, DerefMut},
-    };
-
-    use loom::{
-        cell::{ConstPtr, MutPtr, UnsafeCell},
-        sync::{Condvar, Mutex, MutexGuard},
-    };
-
-    use super::MmapLockStats;
-
-    /// The lock word, as a small state machine protected by a loom mutex.
-    #[derive(Debug, Default)]
-    struct State {
-        /// Readers holding the lock.
-        readers: usize,
-        /// A writer holds the lock. Never true while `readers > 0`.
-        writer: bool,
-        /// Threads blocked in `read` or `write`.
-        waiters: usize,
-    }
-
-    /// Loom model of the mm's `mmap_lock`; same API as the instrumented one, statistics read as
-    /// zero.
-    pub struct MmapLock<T> {
-        state: Mutex<State>,
-        /// Signalled when the lock may have become available.
-        wake: Condvar,
-        value: UnsafeCell<T>,
-    }
-
-    // SAFETY: the value is only reached through guards. The state machine hands out either one
-    // `MutPtr` (writer) or any number of `ConstPtr`s (readers), never both, so sharing the lock
-    // between threads gives them `&T` concurrently (needs `T: Sync`) or `&mut T` to one of them
-    // at a time (needs `T: Send`) — the bounds of `std::sync::RwLock`.
-    unsafe impl<T: Send + Sync> Sync for MmapLock<T> {}
-
-    /// Shared access to a loom [`MmapLock`]'s value.
-    #[must_use = "if unused the MmapLock is released at once"]
-    pub struct MmapReadGuard<'a, T> {
-        lock: &'a MmapLock<T>,
-        /// Taken and dropped in `Drop::drop` before `readers` is decremented.
-        ptr: Option<ConstPtr<T>>,
-        downgraded: bool,
-    }
-
-    /// Exclusive access to a loom [`MmapLock`]'s value.
-    #[must_use = "if unused the MmapLock is released at once"]
-    pub struct MmapWriteGuard<'a, T> {
-        lock: &'a MmapLock<T>,
-        /// `None` once the exclusive hold has ended (downgrade or unlock).
-        ptr: Option<MutPtr<T>>,
-    }
-
-    impl<T> MmapLock<T> {
-        pub fn new(value: T) -> Self {
-            Self {
-                state: Mutex::new(State::default()),
-                wake: Condvar::new(),
-                value: UnsafeCell::new(value),
-            }
-        }
-
-        fn state(&self) -> MutexGuard<'_, State> {
-            self.state
-                .lock()
-                .expect("no model thread panics while holding the state")
-        }
-
-        /// Wait on the condvar while `busy(state)`, counted as a waiter.
-        fn wait_while<'s>(
-            &'s self,
-            mut st: MutexGuard<'s, State>,
-            busy: impl Fn(&State) -> bool,
-        ) -> MutexGuard<'s, State> {
-            if busy(&st) {
-                st.waiters += 1;
-                while busy(&st) {
-                    st = self
-                        .wake
-                        .wait(st)
-                        .expect("no model thread panics while holding the state");
-                }
-                st.waiters -= 1;
-            }
-            st
-        }
-
-        pub fn read(&self) -> MmapReadGuard<'_, T> {
-            let mut st = self.wait_while(self.state(), |s| s.writer);
-            st.readers += 1;
-            drop(st);
-            MmapReadGuard {
-                lock: self,
-                ptr: Some(self.value.get()),
-                downgraded: false,
-            }
-        }
-
-        pub fn try_read(&self) -> Option<MmapReadGuard<'_, T>> {
-            let mut st = self.state();
-            if st.writer {
-                return None;
-            }
-            st.readers += 1;
-            drop(st);
-            Some(MmapReadGuard {
-                lock: self,
-                ptr: Some(self.value.get()),
-                downgraded: false,
-            })
-        }
-
-        pub fn write(&self) -> MmapWriteGuard<'_, T> {
-            let mut st = self.wait_while(self.state(), |s| s.writer || s.readers > 0);
-            st.writer = true;
-            drop(st);
-            MmapWriteGuard {
-                lock: self,
-                ptr: Some(self.value.get_mut()),
-            }
-        }
-
-        pub fn try_write(&self) -> Option<MmapWriteGuard<'_, T>> {
-            let mut st = self.state();
-            if st.writer || st.readers > 0 {
-                return None;
-            }
-            st.writer = true;
-            drop(st);
-            Some(MmapWriteGuard {
-                lock: self,
-                ptr: Some(self.value.get_mut()),
-            })
-        }
-
-        pub fn is_contended(&self) -> bool {
-            self.state().waiters != 0
-        }
-
-        pub fn is_locked(&self) -> bool {
-            let st = self.state();
-            st.writer || st.readers > 0
-        }
-
-        pub fn is_write_locked(&self) -> bool {
-            self.state().writer
-        }
-
-        pub fn stats(&self) -> MmapLockStats {
-            MmapLockStats::default()
-        }
-
-        pub fn reset_stats(&self) {}
-
-        pub fn last_exclusive_hold_ns(&self) -> u64 {
-            0
-        }
-
-        pub fn into_inner(self) -> T {
-            self.value.into_inner()
-        }
-
-        /// Wake every waiter if there is one; called with the state locked.
-        fn wake_waiters(&self, st: &State) {
-            if st.waiters != 0 {
-                self.wake.notify_all();
-            }
+impl<T> DerefMut for MmapWriteGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        match &mut self.guard {
+            Some(guard) => guard,
+            None => unreachable!("write guard used after its hold ended"),
         }
     }
+}
 
-    impl<T: Default> Default for MmapLock<T> {
-        fn default() -> Self {
-            Self::new(T::default())
-        }
+impl<T> Drop for MmapWriteGuard<'_, T> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for MmapWriteGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MmapWriteGuard")
+            .field("value", &**self)
+            .finish()
+    }
+}
+
+impl<T> MmapReadGuard<'_, T> {
+    /// Whether this read hold came from [`MmapWriteGuard::downgrade`].
+    pub fn is_downgraded(&self) -> bool {
+        self.downgraded_from_ns.is_some()
     }
 
-    impl<T> fmt::Debug for MmapLock<T> {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.debug_struct("MmapLock").finish_non_exhaustive()
-        }
+    /// For a downgraded guard, the length in ns of the exclusive hold that preceded it.
+    pub fn exclusive_hold_ns(&self) -> Option<u64> {
+        self.downgraded_from_ns
     }
 
-    impl<'a, T> MmapWriteGuard<'a, T> {
-        pub fn downgrade(mut self) -> MmapReadGuard<'a, T> {
-            // The write access ends before any reader can be admitted.
-            drop(
-                self.ptr
-                    .take()
-                    .expect("write guard holds the lock until it ends"),
-            );
-            let mut st = self.lock.state();
-            st.writer = false;
-            st.readers += 1;
-            self.lock.wake_waiters(&st);
-            drop(st);
-            MmapReadGuard {
-                lock: self.lock,
-                ptr: Some(self.lock.value.get()),
-                downgraded: true,
-            }
-        }
+    /// Nanoseconds since this read hold began (at the downgrade, for a downgraded guard).
+    pub fn held_ns(&self) -> u64 {
+        self.since.elapsed_ns()
+    }
+}
 
-        pub fn unlock(mut self) -> u64 {
-            self.release();
-            0
-        }
-
-        pub fn held_ns(&self) -> u64 {
-            0
-        }
-
-        fn release(&mut self) {
-            if let Some(ptr) = self.ptr.take() {
-                drop(ptr);
-                let mut st = self.lock.state();
-                st.writer = false;
-                self.lock.wake_waiters(&st);
-            }
+impl<T> Deref for MmapReadGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        match &self.guard {
+            Some(guard) => guard,
+            None => unreachable!("read guard used after its hold ended"),
         }
     }
+}
 
-    impl<T> Deref for MmapWriteGuard<'_, T> {
-        type Target = T;
-        fn deref(&self) -> &T {
-            let ptr = self
-                .ptr
-                .as_ref()
-                .expect("write guard used after its hold ended");
-            // SAFETY: `ptr` exists only while this guard holds the lock for write (`writer` set,
-            // no readers), so no other pointer to the value is live; the reference is bounded by
-            // the borrow of the guard, which outlives neither `ptr` nor the lock.
-            unsafe { ptr.deref() }
-        }
+impl<T> Drop for MmapReadGuard<'_, T> {
+    /// Release first, then record: the figures are not taken under the lock.
+    #[inline]
+    fn drop(&mut self) {
+        let hold_ns = self.since.elapsed_ns();
+        drop(self.guard.take());
+        self.lock.read_stat.record_hold(hold_ns);
     }
+}
 
-    impl<T> DerefMut for MmapWriteGuard<'_, T> {
-        fn deref_mut(&mut self) -> &mut T {
-            let ptr = self
-                .ptr
-                .as_ref()
-                .expect("write guard used after its hold ended");
-            // SAFETY: as for `deref`, and `&mut self` makes this the only reference the guard
-            // hands out until it is released.
-            unsafe { ptr.deref() }
-        }
-    }
-
-    impl<T> Drop for MmapWriteGuard<'_, T> {
-        fn drop(&mut self) {
-            self.release();
-        }
-    }
-
-    impl<T: fmt::Debug> fmt::Debug for MmapWriteGuard<'_, T> {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.debug_struct("MmapWriteGuard")
-                .field("value", &**self)
-                .finish()
-        }
-    }
-
-    impl<T> MmapReadGuard<'_, T> {
-        pub fn is_downgraded(&self) -> bool {
-            self.downgraded
-        }
-
-        pub fn exclusive_hold_ns(&self) -> Option<u64> {
-            self.downgraded.then_some(0)
-        }
-
-        pub fn held_ns(&self) -> u64 {
-            0
-        }
-    }
-
-    impl<T> Deref for MmapReadGuard<'_, T> {
-        type Target = T;
-        fn deref(&self) -> &T {
-            let ptr = self
-                .ptr
-                .as_ref()
-                .expect("read guard holds its pointer until dropped");
-            // SAFETY: `ptr` exists only while this guard is counted in `readers`, so no writer
-            // (no `MutPtr`) can exist; the reference is bounded by the borrow of the guard.
-            unsafe { ptr.deref() }
-        }
-    }
-
-    impl<T> Drop for MmapReadGuard<'_, T> {
-        fn drop(&mut self) {
-            // The read access ends before a writer can be admitted.
-            drop(self.ptr.take());
-            let mut st = self.lock.state();
-            st.readers -= 1;
-            if st.readers == 0 {
-                self.lock.wake_waiters(&st);
-            }
-        }
-    }
-
-    impl<T: fmt::Debug> fmt::Debug for MmapReadGuard<'_, T> {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.debug_struct("MmapReadGuard")
-                .field("value", &**self)
-                .field("downgraded", &self.downgraded)
-                .finish()
-        }
+impl<T: fmt::Debug> fmt::Debug for MmapReadGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MmapReadGuard")
+            .field("value", &**self)
+            .field("downgraded", &self.is_downgraded())
+            .finish()
     }
 }
 

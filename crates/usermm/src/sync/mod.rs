@@ -1,43 +1,83 @@
-//! Synchronisation: the mm's `mmap_lock`, workqueues, and the std|loom facade.
+//! Synchronisation: the seam every engine lock, condition variable, shared atomic, thread start
+//! and clock read goes through — and the two services built on it, the mm's `mmap_lock` and
+//! the workqueue.
+//!
+//! One place decides how the engine synchronises: host locks today (wall mode), loom under
+//! `--cfg loom`, virtual time next ([`vhook`]). The types are the engine's own, named for
+//! what they model:
+//!
+//! | here | models | waiters | users |
+//! |---|---|---|---|
+//! | [`SpinLock`] | `spinlock_t` | spin | zone.lock, pcp, lru_lock, lru_add batches, page_table_lock, deposits, pcpu_lock, hugetlb pool, shmem pages |
+//! | [`PtLock`] | `ptdesc->ptl` (split PTE / PMD lock) | spin | page-table pages (in `PageMeta`) |
+//! | [`Mutex`] | `struct mutex` | sleep | pcpu_alloc_mutex, workqueue state |
+//! | [`StatMutex`] | a spinlock with `/proc/lock_stat` figures | spin | zone.lock, lru_lock |
+//! | [`RwSem`] | `rw_semaphore` + `downgrade_write` | sleep | [`MmapLock`], shrinker list, TLB gates |
+//! | [`CondVar`], [`Completion`] | wait queues, `struct completion` | sleep | workqueue |
+//! | [`SharedLine`] | an atomic on one cache line every CPU writes | — | huge zero page refcount |
+//! | [`thread`] | kthreads on an emulated CPU | — | workqueue workers |
+//! | [`clock`] | `ktime_get`, task cputime | — | lock_stat, mmap_lock, munmap, workqueue |
+//! | [`charge`] | work the modelled CPU does between two synchronisation points | — | TLB flush cost |
+//!
+//! Each lock names a [`LockClass`] (each shared line a [`LineClass`]): `const` statics in
+//! [`class`], like lockdep's class keys, saying how waiters wait and naming the lock for the
+//! cost profile. Every primitive calls the hooks of [`vhook`] around its host operation; outside
+//! a virtual run they are a thread-local test and a branch.
+//!
+//! Wall-mode implementations are those the engine used before the seam (`parking_lot` locks,
+//! `CLOCK_MONOTONIC`, host threads), so wall figures do not move. Under `--cfg loom`, [`RwSem`]
+//! (and so [`MmapLock`]) is a loom model; the other primitives stay host locks, which loom
+//! runs but does not explore. `tests/source_rules.rs` checks that no engine file outside this
+//! directory names `parking_lot`, `std::sync::{Mutex, RwLock, Condvar, Barrier}` or
+//! `crossbeam_channel`.
 //!
 //! | module | mirrors |
 //! |---|---|
-//! | [`mmap_lock`] | `include/linux/mmap_lock.h`, `mm/mmap_lock.c`, `downgrade_write` in `kernel/locking/rwsem.c` |
+//! | [`mmap_lock`] | `include/linux/mmap_lock.h`, `mm/mmap_lock.c` |
 //! | [`workqueue`] | `kernel/workqueue.c` (`alloc_workqueue`, `queue_work`, `flush_work`, `flush_workqueue`) |
-//!
-//! Every engine lock that model checking should see is reached through this module, so that one
-//! `--cfg loom` build swaps them all (crossbeam's `primitive` pattern):
-//! - [`MmapLock`] is an instrumented `parking_lot::RwLock` normally, and a small state machine on
-//!   `loom::sync::{Mutex, Condvar}` under loom, with the same API.
-//! - [`primitive`] re-exports `Arc`, `Mutex`, `Condvar`, the atomics and `thread` from `std`, or
-//!   from `loom` under loom, for protocols that want a loom model of their own.
-//!
-//! The workqueue is not modelled: it uses host threads and channels in both builds.
 //!
 //! Loom models live in `tests/loom_*.rs` and run with `.ci/loom.sh`.
 //!
 //! # Lock order
-//! `mmap_lock` is the outermost lock of an mm (see the crate's "Lock ordering"). Its
-//! exclusive-hold histogram and the workqueue's flush lock are leaves.
+//! The seam adds no lock of its own. `mmap_lock` is the outermost lock of an mm (see the
+//! crate's "Lock ordering"); its exclusive-hold histogram and the workqueue's state lock are
+//! leaves.
 
+pub mod class;
+pub mod clock;
+mod condvar;
+mod lock;
 pub mod mmap_lock;
+mod ptlock;
+mod rwsem;
+mod shared_line;
+mod stat_lock;
+pub mod thread;
+pub mod vhook;
 pub mod workqueue;
 
-pub use mmap_lock::{HoldTimeSummary, MmapLock, MmapLockStats, MmapReadGuard, MmapWriteGuard};
-pub use workqueue::{
-    thread_cpu_time_ns, WorkHandle, WorkOutcome, WorkerStats, Workqueue, WorkqueueStats,
+pub use self::class::{LineClass, LockClass, WaitKind};
+pub use self::clock::Ktime;
+pub use self::condvar::{Completion, CondVar};
+pub use self::lock::{Mutex, MutexGuard, SpinLock, SpinLockGuard};
+pub use self::mmap_lock::{
+    HoldTimeSummary, MmapLock, MmapLockInfo, MmapLockStats, MmapReadGuard, MmapWriteGuard,
 };
+pub use self::ptlock::{PtLock, PtLockGuard};
+pub use self::rwsem::{RwSem, RwSemReadGuard, RwSemWriteGuard};
+pub use self::shared_line::{LineAtomic, SharedLine};
+pub use self::stat_lock::{StatMutex, StatMutexGuard};
+pub use self::vhook::Cost;
+pub use self::workqueue::{WorkHandle, WorkOutcome, WorkerStats, Workqueue, WorkqueueStats};
 
-/// `std` or `loom` synchronisation primitives, chosen by `--cfg loom`.
-pub mod primitive {
-    #[cfg(loom)]
-    pub use loom::{
-        sync::{atomic, Arc, Condvar, Mutex},
-        thread,
-    };
-    #[cfg(not(loom))]
-    pub use std::{
-        sync::{atomic, Arc, Condvar, Mutex},
-        thread,
-    };
+/// Charge `n` units of the named cost to the current CPU: nothing on the host (the work itself
+/// takes the time), the profile's price in a virtual run.
+#[inline]
+pub fn charge(cost: Cost, n: u64) {
+    if vhook::active() {
+        vhook::charge(cost, n);
+    }
 }
+
+/// See [`clock::thread_cpu_ns`].
+pub use self::clock::thread_cpu_ns as thread_cpu_time_ns;

@@ -6,7 +6,7 @@
 //! `destroy_workqueue`.
 //!
 //! ```text
-//!   queue() ──► [ FIFO channel: w0 w1 w2 … ] ──► kworker/u:<name>/0  (bound to cpus[0])
+//!   queue() ──► [ FIFO worklist: w0 w1 w2 … ] ──► kworker/u:<name>/0  (bound to cpus[0])
 //!      │                                   ├──► kworker/u:<name>/1  (bound to cpus[1 % n])
 //!      │ WorkHandle                        └──► …  max_active workers in all
 //!      └── wait() ◄── completion ◄────────────── each item runs f(cpu), is timed, completes
@@ -25,7 +25,7 @@
 //! 1. Exactly `max_active` worker threads exist from `new` to drop, so at most `max_active` items
 //!    run at once, and with enough queued work exactly `max_active` do.
 //! 2. Items are taken from one FIFO queue in the order they were queued (each gets a sequence
-//!    number under the flush lock, and is sent under it). With `max_active == 1` they also *run*
+//!    number under the pool lock, and is queued under it). With `max_active == 1` they also *run*
 //!    and finish in that order.
 //! 3. Worker `i` always passes `cpus[i % cpus.len()]` to the items it runs: an emulated CPU is a
 //!    name a thread carries (see `cpu.rs`), and this is how work picks its per-CPU lists.
@@ -36,15 +36,18 @@
 //!
 //! # Accounting ("who did the work")
 //! Each worker measures every item's CPU time (`CLOCK_THREAD_CPUTIME_ID`, see
-//! [`thread_cpu_time_ns`]) and wall time, into per-worker cache-padded counters folded when read
+//! [`clock::thread_cpu_ns`]) and wall time ([`clock::now`]), into per-worker cache-padded counters folded when read
 //! ([`Workqueue::stats`]). The CPU time is the worker thread's own, so freeing that happened on a
 //! worker is charged to the worker, not to the thread that queued it: the sum of the queuing
 //! thread's CPU time and `cpu_ns` is the total work done.
 //!
 //! # Locks
-//! The flush state is a leaf `parking_lot::Mutex`, held while a sequence number is assigned and
-//! the item sent (the channel's internal lock nests inside: `flush lock -> channel`), and while a
-//! worker marks an item complete. Items run with no workqueue lock held.
+//! The pool state (worklist, close flag, flush window) is one leaf [`Mutex`] of class
+//! [`WORKQUEUE`], held while an item is queued with its sequence number, while a worker takes
+//! one, and while a worker marks one complete; workers sleep on a [`CondVar`] for work, flushers
+//! on another for completions, and each item's [`Completion`] has its own lock. Items run with
+//! no workqueue lock held. Every lock, wait and thread start goes through the sync seam, so the
+//! same code runs in virtual time.
 //!
 //! # Differences from Linux
 //! - The pool is fixed: `max_active` threads spawned up front, each pinned to one emulated CPU.
@@ -66,38 +69,20 @@ use std::{
         atomic::{AtomicU64, Ordering::Relaxed},
         Arc,
     },
-    thread::{self, JoinHandle},
-    time::Instant,
 };
 
-use crossbeam_channel::{Receiver, Sender};
 use crossbeam_utils::CachePadded;
-use parking_lot::{Condvar, Mutex};
 use serde::Serialize;
 
+use super::class::WORKQUEUE;
+use super::clock;
+use super::condvar::{Completion, CondVar};
+use super::lock::Mutex;
+use super::thread::{self, JoinHandle};
 use crate::cpu::CpuId;
 
-/// CPU time consumed so far by the calling thread, in ns (`CLOCK_THREAD_CPUTIME_ID`).
-///
-/// Differences of two calls on one thread give the CPU time spent between them, excluding time
-/// the thread was blocked or preempted. Returns 0 if the clock is unavailable.
-#[doc(alias = "CLOCK_THREAD_CPUTIME_ID")]
-#[doc(alias = "task_cputime")]
-pub fn thread_cpu_time_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `clock_gettime` writes one `timespec` through the pointer, which points to a live,
-    // writable, properly aligned local; it keeps no reference to it after returning.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-    let nsecs = u64::try_from(ts.tv_nsec).unwrap_or(0);
-    secs.saturating_mul(1_000_000_000).saturating_add(nsecs)
-}
+/// See [`clock::thread_cpu_ns`] (kept under its old name for the workloads).
+pub use super::clock::thread_cpu_ns as thread_cpu_time_ns;
 
 /// A work item: what `queue_work` carries in a `work_struct`.
 type WorkFn = Box<dyn FnOnce(CpuId) + Send + 'static>;
@@ -106,7 +91,7 @@ struct Work {
     f: WorkFn,
     /// Position in queue order; see [`FlushState`].
     seq: u64,
-    done: Arc<Completion>,
+    done: Arc<Completion<WorkOutcome>>,
 }
 
 /// How a work item ended.
@@ -116,30 +101,6 @@ pub enum WorkOutcome {
     Completed,
     /// The item panicked; the panic was caught and counted in [`WorkqueueStats::panicked`].
     Panicked,
-}
-
-/// One item's completion, signalled by its worker once.
-#[derive(Debug, Default)]
-struct Completion {
-    outcome: Mutex<Option<WorkOutcome>>,
-    cond: Condvar,
-}
-
-impl Completion {
-    fn complete(&self, outcome: WorkOutcome) {
-        *self.outcome.lock() = Some(outcome);
-        self.cond.notify_all();
-    }
-
-    fn wait(&self) -> WorkOutcome {
-        let mut outcome = self.outcome.lock();
-        loop {
-            if let Some(o) = *outcome {
-                return o;
-            }
-            self.cond.wait(&mut outcome);
-        }
-    }
 }
 
 /// Which items have completed, for [`Workqueue::flush`].
@@ -166,12 +127,30 @@ struct WorkerCounters {
     busy_wall_ns: AtomicU64,
 }
 
+/// The pool's state, under one lock (`pool->lock`).
+#[derive(Debug, Default)]
+struct PoolState {
+    /// Items queued and not yet taken by a worker, oldest first (the worklist).
+    worklist: VecDeque<Work>,
+    /// Set once, by drop: workers drain the worklist, then exit.
+    closed: bool,
+    flush: FlushState,
+}
+
+impl fmt::Debug for Work {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Work").field("seq", &self.seq).finish()
+    }
+}
+
 /// What the workqueue and its workers share.
 #[derive(Debug)]
 struct Shared {
-    flush: Mutex<FlushState>,
+    pool: Mutex<PoolState>,
+    /// Signalled when an item is queued or the queue closes (workers wait on it).
+    more_work: CondVar,
     /// Signalled when [`FlushState::done_below`] advances.
-    flushed: Condvar,
+    flushed: CondVar,
     /// Indexed by worker number; padded because each is written by a different thread.
     workers: Box<[CachePadded<WorkerCounters>]>,
 }
@@ -179,7 +158,8 @@ struct Shared {
 impl Shared {
     /// Mark item `seq` complete and advance the low-water mark over the completed prefix.
     fn complete(&self, seq: u64) {
-        let mut fs = self.flush.lock();
+        let mut pool = self.pool.lock();
+        let fs = &mut pool.flush;
         let idx = usize::try_from(seq - fs.done_below).expect("window fits in memory");
         fs.window[idx] = true;
         let mut advanced = false;
@@ -234,8 +214,6 @@ pub struct Workqueue {
     name: String,
     /// Emulated CPU of each worker, by worker number.
     worker_cpus: Box<[CpuId]>,
-    /// `None` only while dropping: closing the channel tells the workers to drain and exit.
-    tx: Option<Sender<Work>>,
     threads: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
 }
@@ -245,7 +223,7 @@ pub struct Workqueue {
 /// Dropping it does not cancel the item.
 #[derive(Debug)]
 pub struct WorkHandle {
-    done: Arc<Completion>,
+    done: Arc<Completion<WorkOutcome>>,
 }
 
 impl Workqueue {
@@ -266,29 +244,27 @@ impl Workqueue {
         );
         let worker_cpus: Box<[CpuId]> = (0..max_active).map(|i| cpus[i % cpus.len()]).collect();
         let shared = Arc::new(Shared {
-            flush: Mutex::new(FlushState::default()),
-            flushed: Condvar::new(),
+            pool: Mutex::new(&WORKQUEUE, PoolState::default()),
+            more_work: CondVar::new(),
+            flushed: CondVar::new(),
             workers: (0..max_active)
                 .map(|_| CachePadded::new(WorkerCounters::default()))
                 .collect(),
         });
-        let (tx, rx) = crossbeam_channel::unbounded::<Work>();
         let threads = worker_cpus
             .iter()
             .enumerate()
             .map(|(i, &cpu)| {
-                let rx = rx.clone();
                 let shared = Arc::clone(&shared);
-                thread::Builder::new()
-                    .name(format!("kworker/u:{name}/{i}"))
-                    .spawn(move || worker_loop(&rx, cpu, &shared, i))
-                    .unwrap_or_else(|e| panic!("workqueue {name}: cannot spawn worker {i}: {e}"))
+                thread::spawn_named_on(cpu, format!("kworker/u:{name}/{i}"), move |cpu| {
+                    worker_loop(cpu, &shared, i)
+                })
+                .unwrap_or_else(|e| panic!("workqueue {name}: cannot spawn worker {i}: {e}"))
             })
             .collect();
         Self {
             name: name.to_owned(),
             worker_cpus,
-            tx: Some(tx),
             threads,
             shared,
         }
@@ -297,26 +273,22 @@ impl Workqueue {
     /// Queue `f` to run on a worker, which passes it its emulated CPU. Returns at once.
     #[doc(alias = "queue_work")]
     pub fn queue(&self, f: impl FnOnce(CpuId) + Send + 'static) -> WorkHandle {
-        let done = Arc::new(Completion::default());
+        let done = Arc::new(Completion::new(&WORKQUEUE));
         let f: WorkFn = Box::new(f);
-        let tx = self.tx.as_ref().expect("the queue is open until drop");
-        let mut fs = self.shared.flush.lock();
-        let seq = fs.next_seq;
-        fs.next_seq += 1;
-        fs.window.push_back(false);
-        // Lock order: workqueue flush lock -> channel. Sending under the lock keeps queue order
-        // equal to sequence order.
-        if tx
-            .send(Work {
-                f,
-                seq,
-                done: Arc::clone(&done),
-            })
-            .is_err()
-        {
-            unreachable!("workers hold the receiver until the queue is dropped");
-        }
-        drop(fs);
+        let mut pool = self.shared.pool.lock();
+        vm_bug_on!(pool.closed, "queue_work on a destroyed workqueue");
+        let seq = pool.flush.next_seq;
+        pool.flush.next_seq += 1;
+        pool.flush.window.push_back(false);
+        // Queued under the same lock that assigns the sequence number: queue order is
+        // sequence order.
+        pool.worklist.push_back(Work {
+            f,
+            seq,
+            done: Arc::clone(&done),
+        });
+        self.shared.more_work.notify_one();
+        drop(pool);
         WorkHandle { done }
     }
 
@@ -325,10 +297,10 @@ impl Workqueue {
     #[doc(alias = "flush_workqueue")]
     #[doc(alias = "drain_workqueue")]
     pub fn flush(&self) {
-        let mut fs = self.shared.flush.lock();
-        let target = fs.next_seq;
-        while fs.done_below < target {
-            self.shared.flushed.wait(&mut fs);
+        let mut pool = self.shared.pool.lock();
+        let target = pool.flush.next_seq;
+        while pool.flush.done_below < target {
+            self.shared.flushed.wait(&mut pool);
         }
     }
 
@@ -352,13 +324,14 @@ impl Workqueue {
 
     /// Items queued and not yet finished.
     pub fn nr_pending(&self) -> u64 {
-        let fs = self.shared.flush.lock();
+        let pool = self.shared.pool.lock();
+        let fs = &pool.flush;
         fs.next_seq - fs.done_below - fs.window.iter().filter(|&&done| done).count() as u64
     }
 
     /// The counters so far, per worker and summed.
     pub fn stats(&self) -> WorkqueueStats {
-        let items_queued = self.shared.flush.lock().next_seq;
+        let items_queued = self.shared.pool.lock().flush.next_seq;
         let workers: Vec<WorkerStats> = self
             .shared
             .workers
@@ -389,8 +362,9 @@ impl Workqueue {
 
 impl Drop for Workqueue {
     fn drop(&mut self) {
-        // Closing the channel lets each worker drain what is queued, then see the disconnect.
-        drop(self.tx.take());
+        // Closing lets each worker drain what is queued, then exit.
+        self.shared.pool.lock().closed = true;
+        self.shared.more_work.notify_all();
         for t in self.threads.drain(..) {
             // Workers catch item panics, so a join error would be a bug in this file; there is
             // nothing useful to do with it while dropping.
@@ -419,21 +393,21 @@ impl WorkHandle {
     /// Whether the item has finished (without waiting).
     #[doc(alias = "work_pending")]
     pub fn is_done(&self) -> bool {
-        self.done.outcome.lock().is_some()
+        self.done.get().is_some()
     }
 }
 
 /// Body of worker `idx`: run items until the queue is closed and empty.
 #[doc(alias = "worker_thread")]
 #[doc(alias = "process_one_work")]
-fn worker_loop(rx: &Receiver<Work>, cpu: CpuId, shared: &Shared, idx: usize) {
+fn worker_loop(cpu: CpuId, shared: &Shared, idx: usize) {
     let counters = &shared.workers[idx];
-    while let Ok(Work { f, seq, done }) = rx.recv() {
-        let wall0 = Instant::now();
-        let cpu0 = thread_cpu_time_ns();
+    while let Some(Work { f, seq, done }) = next_work(shared) {
+        let wall0 = clock::now();
+        let cpu0 = clock::thread_cpu_ns();
         let result = panic::catch_unwind(AssertUnwindSafe(move || f(cpu)));
-        let cpu_ns = thread_cpu_time_ns().saturating_sub(cpu0);
-        let wall_ns = crate::stats::lockstat::elapsed_ns(wall0);
+        let cpu_ns = clock::thread_cpu_ns().saturating_sub(cpu0);
+        let wall_ns = wall0.elapsed_ns();
         let outcome = match result {
             Ok(()) => WorkOutcome::Completed,
             Err(payload) => {
@@ -451,6 +425,21 @@ fn worker_loop(rx: &Receiver<Work>, cpu: CpuId, shared: &Shared, idx: usize) {
     }
 }
 
+/// Take the oldest queued item, sleeping while there is none; `None` once the queue is closed
+/// and drained.
+fn next_work(shared: &Shared) -> Option<Work> {
+    let mut pool = shared.pool.lock();
+    loop {
+        if let Some(w) = pool.worklist.pop_front() {
+            return Some(w);
+        }
+        if pool.closed {
+            return None;
+        }
+        shared.more_work.wait(&mut pool);
+    }
+}
+
 #[cfg(test)]
 mod test {
     use std::{
@@ -459,6 +448,9 @@ mod test {
         sync::{atomic::AtomicUsize, Barrier, Mutex as StdMutex},
         time::Duration,
     };
+
+    use std::thread;
+    use std::time::Instant;
 
     use super::*;
 
@@ -571,7 +563,7 @@ mod test {
         let wq = Workqueue::new("flush", 3, cpus(&[0]));
         let done = Arc::new(AtomicUsize::new(0));
         // Item 0 blocks until released, so later items finish before it (out of order).
-        let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(0);
+        let (release_tx, release_rx) = std::sync::mpsc::sync_channel::<()>(0);
         {
             let done = Arc::clone(&done);
             wq.queue(move |_| {

@@ -1,11 +1,16 @@
 //! Unit tests of the VMA tree. Every test ends with `validate()`.
 //!
 //! Expected shapes come from probes of Linux 6.18 on the development host (module doc of
-//! `vma.rs`); `maps::host_*` re-run those probes on the machine running the tests.
+//! `vma/mod.rs`); `maps::host_*` re-run those probes on the machine running the tests.
+
+#![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): probes of the host kernel (test only)
 
 use std::sync::atomic::AtomicU64;
 
 use super::*;
+use crate::addr::{MMAP_MIN_ADDR, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE, TASK_SIZE};
+use crate::error::Errno;
+use crate::mm::mman::{PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE};
 
 const P: u64 = PAGE_SIZE;
 const MAX: usize = 65530;

@@ -1,0 +1,241 @@
+//! The buddy allocator proper: `__rmqueue_smallest` + `expand`, `__free_one_page`, the
+//! allocation entry (`__alloc_pages`, `get_page_from_freelist`, `prep_new_page`) and page
+//! references (`get_page`, `__free_pages`, `put_page`, `free_pages_prepare`).
+//!
+//! Mirrors `mm/page_alloc.c`. The free lists are under `zone.lock`; see the parent module for
+//! the invariants.
+
+use std::sync::atomic::Ordering::{AcqRel, Relaxed};
+
+use super::meta::*;
+use super::{pcp_index, FreeArea, Gfp, PageError, PhysMem, Zone};
+use crate::addr::{Order, Pfn, MAX_PAGE_ORDER};
+use crate::cpu::CpuId;
+use crate::error::AllocError;
+use crate::stats::VmItem;
+
+impl PhysMem {
+    /// `__rmqueue_smallest` + `expand`. Caller holds `zone.lock`.
+    pub(super) fn rmqueue_smallest(
+        &self,
+        zone: &Zone,
+        fa: &mut FreeArea,
+        order: Order,
+    ) -> Option<Pfn> {
+        let meta = self.meta_slice();
+        for cur in order.0..=MAX_PAGE_ORDER {
+            if let Some(pfn) = fa.lists[cur as usize].pop_front(meta) {
+                let m = &meta[pfn.index()];
+                m.flags.store(0, Relaxed);
+                m.private.store(0, Relaxed);
+                // expand(): hand the upper halves back, largest first.
+                let mut high = cur;
+                while high > order.0 {
+                    high -= 1;
+                    let half = pfn.add(1 << high);
+                    let hm = &meta[half.index()];
+                    hm.flags.store(PG_BUDDY, Relaxed);
+                    hm.private.store(high as u32, Relaxed);
+                    fa.lists[high as usize].push_front(meta, half);
+                }
+                // Written only under zone.lock (held): a plain update, no locked RMW.
+                let nr = zone.free_pages.load(Relaxed) - order.nr_pages();
+                zone.free_pages.store(nr, Relaxed);
+                return Some(pfn);
+            }
+        }
+        None
+    }
+
+    /// `__free_one_page`: merge with free buddies and put the block on its free list.
+    /// The frames' metadata must already be clean. Caller holds `zone.lock`.
+    pub(super) fn free_one_page_locked(
+        &self,
+        zone: &Zone,
+        fa: &mut FreeArea,
+        pfn: Pfn,
+        order: Order,
+    ) {
+        let meta = self.meta_slice();
+        let (mut pfn, mut order) = (pfn.0, order.0);
+        // Written only under zone.lock (held): a plain update, no locked RMW per page.
+        zone.free_pages
+            .store(zone.free_pages.load(Relaxed) + (1 << order), Relaxed);
+        while order < MAX_PAGE_ORDER {
+            let buddy = pfn ^ (1 << order);
+            if buddy < zone.start_pfn || buddy + (1 << order) > zone.end_pfn {
+                break;
+            }
+            let bm = &meta[buddy as usize];
+            if bm.flags.load(Relaxed) != PG_BUDDY || bm.private.load(Relaxed) != order as u32 {
+                break;
+            }
+            fa.lists[order as usize].remove(meta, Pfn(buddy));
+            bm.flags.store(0, Relaxed);
+            bm.private.store(0, Relaxed);
+            pfn &= buddy;
+            order += 1;
+        }
+        let m = &meta[pfn as usize];
+        m.flags.store(PG_BUDDY, Relaxed);
+        m.private.store(order as u32, Relaxed);
+        fa.lists[order as usize].push_front(meta, Pfn(pfn));
+    }
+}
+
+impl PhysMem {
+    /// `alloc_pages(gfp, order)` on `cpu`: the local node first, then the others; on failure
+    /// (unless `NOWAIT`) drain the pcp lists, run the shrinkers and try once more.
+    #[doc(alias = "__alloc_pages")]
+    pub fn alloc_pages(&self, cpu: CpuId, order: Order, gfp: Gfp) -> Result<Pfn, AllocError> {
+        if order.0 > MAX_PAGE_ORDER {
+            return Err(AllocError::BadOrder);
+        }
+        let pfn = match self.get_page_from_freelist(cpu, order) {
+            Some(p) => p,
+            None if gfp.has(Gfp::NOWAIT) => return Err(AllocError::NoMem),
+            None => {
+                // __alloc_pages_slowpath, reduced: drain, shrink, retry.
+                self.lru_add_drain_all();
+                self.drain_all_pages();
+                self.shrink_all(cpu);
+                self.drain_all_pages();
+                self.get_page_from_freelist(cpu, order)
+                    .ok_or(AllocError::NoMem)?
+            }
+        };
+        self.prep_new_page(pfn, order);
+        if gfp.has(Gfp::ZERO) {
+            self.backing.zero_data(pfn, order.nr_pages());
+        }
+        self.stat
+            .add(cpu, VmItem::PgallocNormal, order.nr_pages() as i64);
+        Ok(pfn)
+    }
+
+    pub(super) fn get_page_from_freelist(&self, cpu: CpuId, order: Order) -> Option<Pfn> {
+        let local = self.cpus.node_of(cpu).index().min(self.nodes.len() - 1);
+        for nid in self.nodes[local].fallback.iter() {
+            let zone = &self.nodes[nid.index()].zone;
+            let got = match pcp_index(order) {
+                Some(idx) => self.rmqueue_pcplist(cpu, zone, order, idx),
+                None if zone.free_pages.load(Relaxed) < order.nr_pages() => None,
+                None => {
+                    let mut fa = zone.lock.lock();
+                    let p = self.rmqueue_smallest(zone, &mut fa, order);
+                    drop(fa);
+                    if p.is_some() {
+                        self.stat
+                            .add(cpu, VmItem::NrFreePages, -(order.nr_pages() as i64));
+                    }
+                    p
+                }
+            };
+            if got.is_some() {
+                return got;
+            }
+        }
+        None
+    }
+
+    /// `prep_new_page` + `prep_compound_page`.
+    pub(super) fn prep_new_page(&self, pfn: Pfn, order: Order) {
+        let m = self.meta(pfn);
+        m.mapcount.store(0, Relaxed);
+        m.private.store(0, Relaxed);
+        m.pt_entries.store(0, Relaxed);
+        if order.0 > 0 {
+            m.flags.store(PG_HEAD, Relaxed);
+            m.order.store(order.0, Relaxed);
+            for i in 1..order.nr_pages() {
+                let t = self.meta(pfn.add(i));
+                t.flags.store(PG_TAIL, Relaxed);
+                t.private.store(pfn.0 as u32, Relaxed);
+            }
+        } else {
+            m.flags.store(0, Relaxed);
+            m.order.store(0, Relaxed);
+        }
+        m.refcount.store(1, Relaxed);
+    }
+
+    // ----- references and freeing -------------------------------------------------------
+
+    /// `get_page`.
+    #[inline]
+    pub fn get_page(&self, pfn: Pfn) {
+        let old = self.meta(pfn).refcount.fetch_add(1, Relaxed);
+        vm_bug_on!(old <= 0, "get_page on a free page {:#x}", pfn.0);
+    }
+
+    /// Check that `pfn` can be released as a head of the given order.
+    pub(super) fn check_free(&self, pfn: Pfn, order: Option<Order>) -> Result<Order, PageError> {
+        if pfn.0 >= self.nr_frames {
+            return Err(PageError::OutOfRange);
+        }
+        let m = self.meta(pfn);
+        let f = m.flags();
+        if f & PG_TAIL != 0 {
+            return Err(PageError::TailPage);
+        }
+        if f & PG_RESERVED != 0 {
+            return Err(PageError::Reserved);
+        }
+        if f & (PG_BUDDY | PG_PCP) != 0 || m.ref_count() <= 0 {
+            return Err(PageError::NotAllocated);
+        }
+        let actual = if f & PG_HEAD != 0 {
+            Order(m.order.load(Relaxed))
+        } else {
+            Order(0)
+        };
+        match order {
+            Some(o) if o != actual => Err(PageError::BadOrder),
+            _ => Ok(actual),
+        }
+    }
+
+    /// Drop a reference; `true` when it was the last. Refuses (and undoes) a drop below zero.
+    #[inline]
+    pub(super) fn put_testzero(&self, pfn: Pfn) -> Result<bool, PageError> {
+        let old = self.meta(pfn).refcount.fetch_sub(1, AcqRel);
+        if old <= 0 {
+            self.meta(pfn).refcount.fetch_add(1, Relaxed);
+            return Err(PageError::NotAllocated);
+        }
+        Ok(old == 1)
+    }
+
+    /// `__free_pages(page, order)`: drop a reference and free the block when it was the last.
+    #[doc(alias = "__free_pages")]
+    pub fn free_pages(&self, cpu: CpuId, pfn: Pfn, order: Order) -> Result<(), PageError> {
+        let order = self.check_free(pfn, Some(order))?;
+        if self.put_testzero(pfn)? {
+            self.free_unref_page_list(cpu, &[(pfn, order)]);
+        }
+        Ok(())
+    }
+
+    /// `put_page`/`folio_put`: drop a reference; at zero, take the page off the LRU and free it.
+    pub fn put_page(&self, cpu: CpuId, pfn: Pfn) -> Result<(), PageError> {
+        self.check_free(pfn, None)?;
+        self.release_pages(cpu, &[pfn]);
+        Ok(())
+    }
+
+    /// `free_pages_prepare`: clean the metadata of a block whose last reference is gone.
+    #[inline]
+    pub(super) fn free_pages_prepare(&self, pfn: Pfn, order: Order) {
+        let m = self.meta(pfn);
+        vm_bug_on!(m.map_count() != 0, "freeing mapped page {:#x}", pfn.0);
+        for i in 1..order.nr_pages() {
+            let t = self.meta(pfn.add(i));
+            t.flags.store(0, Relaxed);
+            t.private.store(0, Relaxed);
+        }
+        m.flags.store(0, Relaxed);
+        m.order.store(0, Relaxed);
+        m.private.store(0, Relaxed);
+        m.pt_entries.store(0, Relaxed);
+    }
+}

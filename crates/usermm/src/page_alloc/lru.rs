@@ -1,0 +1,147 @@
+//! The per-node LRU: `lru_cache_add` into per-CPU batches, `lru_add_drain[_all]`, mlock's
+//! moves between the evictable and unevictable lists, and `__split_huge_page` (reduced).
+//!
+//! Mirrors `mm/swap.c` and `mm/mlock.c`. Lock order: `lru_add batch -> lru_lock`.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::meta::*;
+use super::{Lruvec, PhysMem};
+use crate::addr::Pfn;
+use crate::cpu::CpuId;
+use crate::stats::VmItem;
+
+impl PhysMem {
+    /// `lru_cache_add` / `folio_add_lru`: queue a newly mapped page for the LRU in this CPU's
+    /// batch (which holds a reference, as a pagevec does); add the batch when full.
+    #[doc(alias = "folio_add_lru")]
+    pub fn lru_cache_add(&self, cpu: CpuId, pfn: Pfn) {
+        self.get_page(pfn);
+        self.meta(pfn).set(PG_LRU_BATCH);
+        let full = {
+            let mut b = self.lru_add[cpu].lock();
+            b.push(pfn);
+            (b.len() >= self.lru_add_batch)
+                .then(|| std::mem::replace(&mut *b, Vec::with_capacity(self.lru_add_batch)))
+        };
+        if let Some(batch) = full {
+            self.lru_add_batch_commit(cpu, &batch);
+        }
+    }
+
+    /// `__pagevec_lru_add` then drop the batch's references (`release_pages`).
+    pub(super) fn lru_add_batch_commit(&self, cpu: CpuId, batch: &[Pfn]) {
+        let meta = self.meta_slice();
+        let mut held: Option<(usize, crate::sync::StatMutexGuard<'_, Lruvec>)> = None;
+        let (mut anon, mut unevictable) = (0i64, 0i64);
+        for &pfn in batch {
+            let nid = self.node_of(pfn);
+            if held.as_ref().map(|(n, _)| *n) != Some(nid) {
+                drop(held.take());
+                held = Some((nid, self.nodes[nid].lru.lock()));
+            }
+            let vec = &mut held.as_mut().expect("locked").1;
+            let m = &meta[pfn.index()];
+            let nr = if m.test(PG_HEAD) {
+                1i64 << m.order.load(Relaxed)
+            } else {
+                1
+            };
+            if m.test(PG_MLOCKED) {
+                vec.unevictable.push_back(meta, pfn);
+                unevictable += nr;
+            } else {
+                vec.inactive_anon.push_back(meta, pfn);
+                anon += nr;
+            }
+            m.clear(PG_LRU_BATCH);
+            m.set(PG_LRU);
+        }
+        drop(held);
+        self.stat.add(cpu, VmItem::NrInactiveAnon, anon);
+        self.stat.add(cpu, VmItem::NrUnevictable, unevictable);
+        self.release_pages(cpu, batch);
+    }
+
+    /// `lru_add_drain`: flush this CPU's LRU-add batch.
+    pub fn lru_add_drain(&self, cpu: CpuId) {
+        let batch = std::mem::take(&mut *self.lru_add[cpu].lock());
+        if !batch.is_empty() {
+            self.lru_add_batch_commit(cpu, &batch);
+        }
+    }
+
+    /// `lru_add_drain_all`.
+    pub fn lru_add_drain_all(&self) {
+        for cpu in self.cpus.all() {
+            self.lru_add_drain(cpu);
+        }
+    }
+
+    /// Move a page between the evictable and unevictable LRU lists after `PG_mlocked`
+    /// changed (`mlock_folio`/`munlock_folio`, reduced). The page must be referenced.
+    pub fn lru_set_mlocked(&self, cpu: CpuId, pfn: Pfn, mlocked: bool) {
+        let meta = self.meta_slice();
+        let m = &meta[pfn.index()];
+        // Settle any batch first, so the page's LRU membership is stable under the lock.
+        if m.test(PG_LRU_BATCH) {
+            self.lru_add_drain_all();
+        }
+        let mut vec = self.nodes[self.node_of(pfn)].lru.lock();
+        let was = m.test(PG_MLOCKED);
+        if was == mlocked {
+            return;
+        }
+        if m.test(PG_LRU) {
+            if mlocked {
+                vec.inactive_anon.remove(meta, pfn);
+                vec.unevictable.push_back(meta, pfn);
+            } else {
+                vec.unevictable.remove(meta, pfn);
+                vec.inactive_anon.push_back(meta, pfn);
+            }
+            let nr = if m.test(PG_HEAD) {
+                1i64 << m.order.load(Relaxed)
+            } else {
+                1
+            };
+            let d = if mlocked { nr } else { -nr };
+            self.stat.add(cpu, VmItem::NrUnevictable, d);
+            self.stat.add(cpu, VmItem::NrInactiveAnon, -d);
+        }
+        if mlocked {
+            m.set(PG_MLOCKED);
+        } else {
+            m.clear(PG_MLOCKED);
+        }
+    }
+
+    /// `__split_huge_page`, reduced: turn an allocated compound page into `1 << order`
+    /// independent order-0 pages. The head keeps its references (and its LRU place); each tail
+    /// gets one reference, for the caller to hand on.
+    pub fn split_compound(&self, cpu: CpuId, head: Pfn) {
+        let m = self.meta(head);
+        vm_bug_on!(!m.test(PG_HEAD), "split of a non-compound page");
+        let order = m.order.load(Relaxed);
+        let keep = m.flags() & (PG_ANON | PG_MLOCKED);
+        for i in 1..(1u64 << order) {
+            let t = self.meta(head.add(i));
+            t.private.store(0, Relaxed);
+            t.mapcount.store(0, Relaxed);
+            t.flags.store(keep, Relaxed);
+            t.refcount.store(1, Relaxed);
+        }
+        // The LRU counted the whole compound page: re-count the head alone.
+        if m.test(PG_LRU) {
+            let d = (1i64 << order) - 1;
+            let item = if m.test(PG_MLOCKED) {
+                VmItem::NrUnevictable
+            } else {
+                VmItem::NrInactiveAnon
+            };
+            self.stat.add(cpu, item, -d);
+        }
+        m.clear(PG_HEAD);
+        m.order.store(0, Relaxed);
+    }
+}

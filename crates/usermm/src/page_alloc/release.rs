@@ -1,0 +1,91 @@
+//! `release_pages` (`folios_put_refs`): the free path of every `mmu_gather` batch — drop a
+//! reference per page, take the last ones off the LRU under their node's `lru_lock` (batched
+//! as `SWAP_CLUSTER_MAX` does) and hand them to `free_unref_page_list`.
+//!
+//! Mirrors `mm/swap.c`. The `lru_lock` is dropped before any pcp lock is taken.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::meta::*;
+use super::{Lruvec, PhysMem};
+use crate::addr::{Order, Pfn};
+use crate::cpu::CpuId;
+use crate::stats::VmItem;
+
+impl PhysMem {
+    /// `release_pages`: drop one reference on each page; those that reach zero leave the LRU
+    /// (under their node's `lru_lock`, batched) and go to the freeing CPU's pcp lists
+    /// (`free_unref_page_list`). Reserved pages (the zero pages) are skipped. This is the
+    /// path every `mmu_gather` batch takes.
+    #[doc(alias = "free_pages_and_swap_cache")]
+    #[doc(alias = "folios_put_refs")]
+    pub fn release_pages(&self, cpu: CpuId, pages: &[Pfn]) {
+        let meta = self.meta_slice();
+        let mut to_free: Vec<(Pfn, Order)> = Vec::with_capacity(pages.len());
+        let mut lru: Option<(usize, crate::sync::StatMutexGuard<'_, Lruvec>)> = None;
+        let mut lock_batch = 0u32;
+        let mut lru_removed = 0i64;
+        let mut unevictable_removed = 0i64;
+        for &pfn in pages {
+            let m = &meta[pfn.index()];
+            if m.flags() & PG_RESERVED != 0 {
+                continue;
+            }
+            // Do not hold the lru lock for too long (SWAP_CLUSTER_MAX).
+            if lru.is_some() {
+                lock_batch += 1;
+                if lock_batch == self.lru_lock_batch {
+                    lru = None;
+                    lock_batch = 0;
+                }
+            }
+            match self.put_testzero(pfn) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(_) => {
+                    vm_bug_on!(true, "release_pages: page {:#x} already free", pfn.0);
+                    continue;
+                }
+            }
+            let f = m.flags();
+            if f & PG_LRU != 0 {
+                let nid = self.node_of(pfn);
+                if lru.as_ref().map(|(n, _)| *n) != Some(nid) {
+                    drop(lru.take());
+                    lock_batch = 0;
+                    lru = Some((nid, self.nodes[nid].lru.lock()));
+                }
+                let vec = &mut lru.as_mut().expect("locked").1;
+                let nr = if f & PG_HEAD != 0 {
+                    1i64 << m.order.load(Relaxed)
+                } else {
+                    1
+                };
+                if f & PG_MLOCKED != 0 {
+                    vec.unevictable.remove(meta, pfn);
+                    unevictable_removed += nr;
+                } else {
+                    vec.inactive_anon.remove(meta, pfn);
+                    lru_removed += nr;
+                }
+                // __ClearPageLRU: the last reference is gone, nobody else writes the flags.
+                m.flags.store(f & !PG_LRU, Relaxed);
+            }
+            let order = if f & PG_HEAD != 0 {
+                Order(m.order.load(Relaxed))
+            } else {
+                Order(0)
+            };
+            to_free.push((pfn, order));
+        }
+        drop(lru);
+        if lru_removed != 0 {
+            self.stat.add(cpu, VmItem::NrInactiveAnon, -lru_removed);
+        }
+        if unevictable_removed != 0 {
+            self.stat
+                .add(cpu, VmItem::NrUnevictable, -unevictable_removed);
+        }
+        self.free_unref_page_list(cpu, &to_free);
+    }
+}

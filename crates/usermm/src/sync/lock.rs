@@ -1,0 +1,294 @@
+//! [`SpinLock`] (`spinlock_t`) and [`Mutex`] (`struct mutex`): the engine's exclusive locks.
+//!
+//! Both are a host lock plus a [`LockClass`]. On the host they are the same `parking_lot`
+//! mutex the engine used before the seam (a few spins, then parking), so wall-mode figures do
+//! not move; the class says how a waiter waits in virtual time (a spinlock's CPU stays busy, a
+//! mutex's goes idle) and names the lock in the cost profile.
+//!
+//! # Hooks (see [`vhook`])
+//! `lock`: `vhook::lock_acquire` then the host lock; `try_lock`:
+//! `vhook::lock_try_acquire`; the guard's drop: the host unlock then
+//! `vhook::lock_release`; dropping the lock: `vhook::lock_forget`. Each is behind one
+//! `vhook::active` test, so the host path pays a thread-local load and a branch.
+//!
+//! # Guards are the proof
+//! A [`SpinLockGuard`] or [`MutexGuard`] is the only way to the data; functions that need the
+//! lock held take the guard (or `&mut` of the data it derefs to).
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+
+use super::class::LockClass;
+use super::clock;
+use super::vhook::{self, Mode};
+
+/// Tells virtual time that an exclusive hold ended. A guard's last field: it drops after the
+/// host guard, i.e. after the host lock is released.
+#[derive(Debug)]
+struct ExclusiveRelease {
+    id: usize,
+    class: &'static LockClass,
+}
+
+impl Drop for ExclusiveRelease {
+    #[inline]
+    fn drop(&mut self) {
+        if vhook::active() {
+            vhook::lock_release(self.id, self.class, Mode::Exclusive);
+        }
+    }
+}
+
+/// `spinlock_t`: mutual exclusion whose waiters spin (in virtual time; on the host, a
+/// `parking_lot` mutex that spins briefly, then parks).
+pub struct SpinLock<T> {
+    class: &'static LockClass,
+    raw: parking_lot::Mutex<T>,
+}
+
+/// Exclusive access to a [`SpinLock`]'s data; dropping it is `spin_unlock`.
+#[must_use = "if unused the lock is released at once"]
+pub struct SpinLockGuard<'a, T> {
+    inner: parking_lot::MutexGuard<'a, T>,
+    release: ExclusiveRelease,
+}
+
+impl<T> SpinLock<T> {
+    /// An unlocked lock of class `class` around `value` (`spin_lock_init`).
+    pub const fn new(class: &'static LockClass, value: T) -> Self {
+        Self {
+            class,
+            raw: parking_lot::Mutex::new(value),
+        }
+    }
+
+    #[inline]
+    fn id(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
+    #[inline]
+    fn guard<'a>(&'a self, inner: parking_lot::MutexGuard<'a, T>) -> SpinLockGuard<'a, T> {
+        SpinLockGuard {
+            inner,
+            release: ExclusiveRelease {
+                id: self.id(),
+                class: self.class,
+            },
+        }
+    }
+
+    /// `spin_lock`.
+    #[doc(alias = "spin_lock")]
+    #[inline]
+    pub fn lock(&self) -> SpinLockGuard<'_, T> {
+        if vhook::active() {
+            return self.lock_virtual().0;
+        }
+        self.guard(self.raw.lock())
+    }
+
+    /// `spin_trylock`.
+    #[doc(alias = "spin_trylock")]
+    #[inline]
+    pub fn try_lock(&self) -> Option<SpinLockGuard<'_, T>> {
+        if vhook::active() {
+            vhook::lock_try_acquire(self.id(), self.class, Mode::Exclusive)?;
+        }
+        self.raw.try_lock().map(|g| self.guard(g))
+    }
+
+    /// Take the lock and say whether it was contended: `None` when it was free, `Some(ns
+    /// waited)` when the caller had to wait (for lock_stat). On the host the wait is timed only
+    /// when the first attempt fails.
+    #[inline]
+    pub(crate) fn lock_contended(&self) -> (SpinLockGuard<'_, T>, Option<u64>) {
+        if vhook::active() {
+            return self.lock_virtual();
+        }
+        match self.raw.try_lock() {
+            Some(g) => (self.guard(g), None),
+            None => self.lock_slow(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_slow(&self) -> (SpinLockGuard<'_, T>, Option<u64>) {
+        let t0 = clock::now();
+        let g = self.raw.lock();
+        (self.guard(g), Some(t0.elapsed_ns()))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_virtual(&self) -> (SpinLockGuard<'_, T>, Option<u64>) {
+        let acq = vhook::lock_acquire(self.id(), self.class, Mode::Exclusive);
+        let g = self.raw.lock();
+        (self.guard(g), acq.contended.then_some(acq.waited_ns))
+    }
+
+    /// The data, through exclusive ownership: no lock needed.
+    pub fn get_mut(&mut self) -> &mut T {
+        self.raw.get_mut()
+    }
+
+    pub fn class(&self) -> &'static LockClass {
+        self.class
+    }
+
+    /// Whether the lock is held (for assertions).
+    #[doc(alias = "spin_is_locked")]
+    pub fn is_locked(&self) -> bool {
+        self.raw.is_locked()
+    }
+}
+
+impl<T> Drop for SpinLock<T> {
+    fn drop(&mut self) {
+        if vhook::active() {
+            vhook::lock_forget(self.id());
+        }
+    }
+}
+
+impl<T> fmt::Debug for SpinLock<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SpinLock")
+            .field("class", &self.class.name)
+            .field("locked", &self.raw.is_locked())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> Deref for SpinLockGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        &self.inner
+    }
+}
+
+impl<T> DerefMut for SpinLockGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.inner
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for SpinLockGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.inner, f)
+    }
+}
+
+impl<T> SpinLockGuard<'_, T> {
+    /// Release the lock while `f` runs, then take it again (the guard stays valid; the data may
+    /// have changed meanwhile).
+    pub fn unlocked<U>(s: &mut Self, f: impl FnOnce() -> U) -> U {
+        if !vhook::active() {
+            return parking_lot::MutexGuard::unlocked(&mut s.inner, f);
+        }
+        let (id, class) = (s.release.id, s.release.class);
+        parking_lot::MutexGuard::unlocked(&mut s.inner, || {
+            vhook::lock_release(id, class, Mode::Exclusive);
+            let r = f();
+            vhook::lock_acquire(id, class, Mode::Exclusive);
+            r
+        })
+    }
+}
+
+/// `struct mutex`: mutual exclusion whose waiters sleep. On the host the same lock as
+/// [`SpinLock`]; the difference is its class's [`WaitKind`](super::WaitKind) in virtual time.
+pub struct Mutex<T>(SpinLock<T>);
+
+/// Exclusive access to a [`Mutex`]'s data; dropping it is `mutex_unlock`.
+#[must_use = "if unused the mutex is released at once"]
+pub struct MutexGuard<'a, T>(SpinLockGuard<'a, T>);
+
+impl<T> Mutex<T> {
+    /// An unlocked mutex of class `class` around `value` (`mutex_init`).
+    pub const fn new(class: &'static LockClass, value: T) -> Self {
+        Self(SpinLock::new(class, value))
+    }
+
+    /// `mutex_lock`.
+    #[doc(alias = "mutex_lock")]
+    #[inline]
+    pub fn lock(&self) -> MutexGuard<'_, T> {
+        MutexGuard(self.0.lock())
+    }
+
+    /// `mutex_trylock`.
+    #[doc(alias = "mutex_trylock")]
+    #[inline]
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        self.0.try_lock().map(MutexGuard)
+    }
+
+    /// The data, through exclusive ownership: no lock needed.
+    pub fn get_mut(&mut self) -> &mut T {
+        self.0.get_mut()
+    }
+
+    pub fn class(&self) -> &'static LockClass {
+        self.0.class()
+    }
+
+    /// Whether the mutex is held (for assertions).
+    #[doc(alias = "mutex_is_locked")]
+    pub fn is_locked(&self) -> bool {
+        self.0.is_locked()
+    }
+}
+
+impl<T> fmt::Debug for Mutex<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mutex")
+            .field("class", &self.0.class.name)
+            .field("locked", &self.0.is_locked())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, T> MutexGuard<'a, T> {
+    /// Release the mutex while `f` runs, then take it again (parking_lot's
+    /// `MutexGuard::unlocked`): percpu drops `pcpu_lock` around chunk creation this way.
+    pub fn unlocked<U>(s: &mut Self, f: impl FnOnce() -> U) -> U {
+        SpinLockGuard::unlocked(&mut s.0, f)
+    }
+
+    /// The host guard and the lock's identity, for [`CondVar`](super::CondVar).
+    pub(super) fn parts(
+        &mut self,
+    ) -> (
+        &mut parking_lot::MutexGuard<'a, T>,
+        usize,
+        &'static LockClass,
+    ) {
+        let (id, class) = (self.0.release.id, self.0.release.class);
+        (&mut self.0.inner, id, class)
+    }
+}
+
+impl<T> Deref for MutexGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> DerefMut for MutexGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for MutexGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}

@@ -1,0 +1,327 @@
+//! The host `RwSem`: `parking_lot::RwLock` + a waiter count, with the virtual-time hooks.
+
+#![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): `RwSem::into_inner` moving the host lock out
+
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{
+    AtomicUsize,
+    Ordering::{Acquire, Release},
+};
+
+use crate::sync::class::LockClass;
+use crate::sync::clock;
+use crate::sync::vhook::{self, Mode};
+
+/// Tells virtual time that a hold ended; a guard's last field, so it drops after the host
+/// guard (after the host unlock).
+#[derive(Debug)]
+struct HoldEnd {
+    id: usize,
+    class: &'static LockClass,
+    mode: Mode,
+}
+
+impl Drop for HoldEnd {
+    #[inline]
+    fn drop(&mut self) {
+        if vhook::active() {
+            vhook::lock_release(self.id, self.class, self.mode);
+        }
+    }
+}
+
+/// `struct rw_semaphore` (see the module documentation of `sync::rwsem`).
+pub struct RwSem<T> {
+    class: &'static LockClass,
+    raw: parking_lot::RwLock<T>,
+    /// Threads past a failed fast path and not yet holding the lock (`rwsem_is_contended`).
+    waiters: AtomicUsize,
+}
+
+/// Shared access to an [`RwSem`]'s data; dropping it is `up_read`.
+#[must_use = "if unused the RwSem is released at once"]
+pub struct RwSemReadGuard<'a, T> {
+    inner: parking_lot::RwLockReadGuard<'a, T>,
+    /// Only its drop matters (after `inner`'s).
+    _end: HoldEnd,
+}
+
+/// Exclusive access to an [`RwSem`]'s data; dropping it is `up_write`.
+#[must_use = "if unused the RwSem is released at once"]
+pub struct RwSemWriteGuard<'a, T> {
+    inner: parking_lot::RwLockWriteGuard<'a, T>,
+    end: HoldEnd,
+}
+
+impl<T> RwSem<T> {
+    /// `init_rwsem`.
+    pub const fn new(class: &'static LockClass, value: T) -> Self {
+        Self {
+            class,
+            raw: parking_lot::RwLock::new(value),
+            waiters: AtomicUsize::new(0),
+        }
+    }
+
+    #[inline]
+    fn id(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
+    #[inline]
+    fn end(&self, mode: Mode) -> HoldEnd {
+        HoldEnd {
+            id: self.id(),
+            class: self.class,
+            mode,
+        }
+    }
+
+    /// `down_read`.
+    #[doc(alias = "down_read")]
+    #[inline]
+    pub fn read(&self) -> RwSemReadGuard<'_, T> {
+        self.read_contended().0
+    }
+
+    /// `down_read`, saying whether it was contended: `None` when the lock was taken at once,
+    /// `Some(ns waited)` otherwise (for lock_stat).
+    #[inline]
+    pub fn read_contended(&self) -> (RwSemReadGuard<'_, T>, Option<u64>) {
+        if vhook::active() {
+            return self.read_virtual();
+        }
+        match self.raw.try_read() {
+            Some(inner) => (
+                RwSemReadGuard {
+                    inner,
+                    _end: self.end(Mode::Shared),
+                },
+                None,
+            ),
+            None => self.read_slow(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn read_slow(&self) -> (RwSemReadGuard<'_, T>, Option<u64>) {
+        let t0 = clock::now();
+        self.waiters.fetch_add(1, Release);
+        let inner = self.raw.read();
+        self.waiters.fetch_sub(1, Release);
+        let g = RwSemReadGuard {
+            inner,
+            _end: self.end(Mode::Shared),
+        };
+        (g, Some(t0.elapsed_ns()))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn read_virtual(&self) -> (RwSemReadGuard<'_, T>, Option<u64>) {
+        let acq = vhook::lock_acquire(self.id(), self.class, Mode::Shared);
+        let inner = self.raw.read();
+        let g = RwSemReadGuard {
+            inner,
+            _end: self.end(Mode::Shared),
+        };
+        (g, acq.contended.then_some(acq.waited_ns))
+    }
+
+    /// `down_read_trylock`.
+    #[doc(alias = "down_read_trylock")]
+    #[inline]
+    pub fn try_read(&self) -> Option<RwSemReadGuard<'_, T>> {
+        if vhook::active() {
+            vhook::lock_try_acquire(self.id(), self.class, Mode::Shared)?;
+        }
+        let inner = self.raw.try_read()?;
+        Some(RwSemReadGuard {
+            inner,
+            _end: self.end(Mode::Shared),
+        })
+    }
+
+    /// `down_write`.
+    #[doc(alias = "down_write")]
+    #[inline]
+    pub fn write(&self) -> RwSemWriteGuard<'_, T> {
+        self.write_contended().0
+    }
+
+    /// `down_write`, saying whether it was contended (see [`Self::read_contended`]).
+    #[inline]
+    pub fn write_contended(&self) -> (RwSemWriteGuard<'_, T>, Option<u64>) {
+        if vhook::active() {
+            return self.write_virtual();
+        }
+        match self.raw.try_write() {
+            Some(inner) => (
+                RwSemWriteGuard {
+                    inner,
+                    end: self.end(Mode::Exclusive),
+                },
+                None,
+            ),
+            None => self.write_slow(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn write_slow(&self) -> (RwSemWriteGuard<'_, T>, Option<u64>) {
+        let t0 = clock::now();
+        self.waiters.fetch_add(1, Release);
+        let inner = self.raw.write();
+        self.waiters.fetch_sub(1, Release);
+        let g = RwSemWriteGuard {
+            inner,
+            end: self.end(Mode::Exclusive),
+        };
+        (g, Some(t0.elapsed_ns()))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn write_virtual(&self) -> (RwSemWriteGuard<'_, T>, Option<u64>) {
+        let acq = vhook::lock_acquire(self.id(), self.class, Mode::Exclusive);
+        let inner = self.raw.write();
+        let g = RwSemWriteGuard {
+            inner,
+            end: self.end(Mode::Exclusive),
+        };
+        (g, acq.contended.then_some(acq.waited_ns))
+    }
+
+    /// `down_write_trylock`.
+    #[doc(alias = "down_write_trylock")]
+    #[inline]
+    pub fn try_write(&self) -> Option<RwSemWriteGuard<'_, T>> {
+        if vhook::active() {
+            vhook::lock_try_acquire(self.id(), self.class, Mode::Exclusive)?;
+        }
+        let inner = self.raw.try_write()?;
+        Some(RwSemWriteGuard {
+            inner,
+            end: self.end(Mode::Exclusive),
+        })
+    }
+
+    /// `rwsem_is_contended`: some thread waits for the lock. Advisory.
+    #[doc(alias = "rwsem_is_contended")]
+    pub fn is_contended(&self) -> bool {
+        self.waiters.load(Acquire) != 0
+    }
+
+    /// `rwsem_is_locked`.
+    #[doc(alias = "rwsem_is_locked")]
+    pub fn is_locked(&self) -> bool {
+        self.raw.is_locked()
+    }
+
+    /// A writer holds the lock.
+    pub fn is_write_locked(&self) -> bool {
+        self.raw.is_locked_exclusive()
+    }
+
+    /// The data, through exclusive ownership: no lock needed.
+    pub fn get_mut(&mut self) -> &mut T {
+        self.raw.get_mut()
+    }
+
+    /// The data, by ownership.
+    pub fn into_inner(self) -> T {
+        if vhook::active() {
+            vhook::lock_forget(self.id());
+        }
+        let this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again, so moving `raw` out of it leaves no
+        // second owner; the other fields are a `&'static` and an integer atomic, which need
+        // no drop.
+        let raw = unsafe { std::ptr::read(&this.raw) };
+        raw.into_inner()
+    }
+
+    pub fn class(&self) -> &'static LockClass {
+        self.class
+    }
+}
+
+impl<T> Drop for RwSem<T> {
+    fn drop(&mut self) {
+        if vhook::active() {
+            vhook::lock_forget(self.id());
+        }
+    }
+}
+
+impl<T> fmt::Debug for RwSem<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwSem")
+            .field("class", &self.class.name)
+            .field("locked", &self.is_locked())
+            .field("write_locked", &self.is_write_locked())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, T> RwSemWriteGuard<'a, T> {
+    /// `downgrade_write`: turn this write hold into a read hold, atomically.
+    #[doc(alias = "downgrade_write")]
+    pub fn downgrade(self) -> RwSemReadGuard<'a, T> {
+        let RwSemWriteGuard { inner, end } = self;
+        let (id, class) = (end.id, end.class);
+        // The hold goes on, as a read hold: no release.
+        std::mem::forget(end);
+        let inner = parking_lot::RwLockWriteGuard::downgrade(inner);
+        if vhook::active() {
+            vhook::lock_downgrade(id, class);
+        }
+        RwSemReadGuard {
+            inner,
+            _end: HoldEnd {
+                id,
+                class,
+                mode: Mode::Shared,
+            },
+        }
+    }
+}
+
+impl<T> Deref for RwSemReadGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        &self.inner
+    }
+}
+
+impl<T> Deref for RwSemWriteGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        &self.inner
+    }
+}
+
+impl<T> DerefMut for RwSemWriteGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.inner
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for RwSemReadGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.inner, f)
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for RwSemWriteGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.inner, f)
+    }
+}
