@@ -1,5 +1,5 @@
 //! Regression tests for the engine divergences from Linux 6.18 that the differential tests
-//! (`crates/usermm-workloads/tests/differential.rs`) found and that were fixed in the engine.
+//! (`crates/usermm-diff/tests/differential.rs`) found and that were fixed in the engine.
 //! Each test names what the host kernel does; the engine must keep doing the same.
 
 mod common;

@@ -1287,7 +1287,7 @@ fn merge_cases() -> Vec<Case> {
         }),
         case(
             "merge_nohugepage_blocks_anon_vma_reuse",
-            "vma.rs anon_vma reuse (probed)",
+            "mm/vma/merge.rs anon_vma reuse (probed)",
             |c| {
                 c.map(a(0), 4, RW);
                 c.madvise(a(2), 2 * P, MADV_NOHUGEPAGE).ok(0);
@@ -1310,7 +1310,7 @@ fn merge_cases() -> Vec<Case> {
         }),
         case(
             "dev_zero_merge_contiguous_offsets",
-            "vma.rs (probed)",
+            "mm/vma/merge.rs (probed)",
             |c| {
                 c.map_zero(a(0), 4, RW, 0);
                 c.map_zero(a(4), 4, RW, 4 * P);
@@ -1362,7 +1362,7 @@ fn merge_cases() -> Vec<Case> {
                 c.maps(&[(a(0), a(6), "rw-p")]);
             },
         ),
-        case("merge_shared_anon_never", "vma.rs (probed)", |c| {
+        case("merge_shared_anon_never", "mm/vma/merge.rs (probed)", |c| {
             for i in 0..2 {
                 c.op(Op::Mmap {
                     addr: a(2 * i),
