@@ -147,8 +147,8 @@ mod virt {
     use super::super::{
         class::{Acquired, LineClass, LockClass, Mode},
         profile::Cost,
-        resources::AcquireStep,
         runtime::{current, with_current},
+        sched::resources::AcquireStep,
     };
 
     #[inline(never)]

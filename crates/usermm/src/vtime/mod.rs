@@ -190,7 +190,6 @@ mod coro;
 pub mod hooks;
 mod profile;
 mod report;
-mod resources;
 mod runtime;
 mod sched;
 

@@ -46,8 +46,10 @@ use super::{
     class::Mode,
     coro::YielderPtr,
     profile::{Cost, LockPrice, Placement, Profile, Ps},
-    resources::{LineClassStat, LockClassStat, VLine, VLock},
 };
+
+pub(super) mod resources;
+use resources::{LineClassStat, LockClassStat, VLine, VLock};
 
 pub(super) type CtxId = u32;
 

@@ -16,15 +16,15 @@
 
 use std::collections::VecDeque;
 
-use super::{
+use super::super::{
     class::{Acquired, LineClass, LockClass, Mode, WaitKind},
     profile::{LockPrice, Ps},
-    sched::{CtxId, State, Wait},
 };
+use super::{CtxId, State, Wait};
 
 /// lock_stat columns for one (class, mode), in ps until reported.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct ModeStat {
+pub(in crate::vtime) struct ModeStat {
     pub acquisitions: u64,
     /// Acquisitions whose lock word came from another CPU.
     pub acq_bounces: u64,
@@ -61,7 +61,7 @@ impl Default for ModeStat {
 }
 
 #[derive(Debug)]
-pub(super) struct LockClassStat {
+pub(in crate::vtime) struct LockClassStat {
     pub name: &'static str,
     pub wait: WaitKind,
     pub price: LockPrice,
@@ -70,7 +70,7 @@ pub(super) struct LockClassStat {
 }
 
 #[derive(Debug)]
-pub(super) struct LineClassStat {
+pub(in crate::vtime) struct LineClassStat {
     pub name: &'static str,
     pub rmws: u64,
     /// RMWs whose line came from another CPU.
@@ -91,7 +91,7 @@ struct Waiter {
 
 /// A lock's virtual state.
 #[derive(Debug)]
-pub(super) struct VLock {
+pub(in crate::vtime) struct VLock {
     pub class: u16,
     /// The exclusive holder and when its acquisition completed (`Ps::MAX` while handed over
     /// and not yet taken).
@@ -172,14 +172,14 @@ impl VLock {
 
 /// A shared line's virtual state.
 #[derive(Debug)]
-pub(super) struct VLine {
+pub(in crate::vtime) struct VLine {
     class: u16,
     free_at: Ps,
     last: Option<u16>,
 }
 
 /// What `lock_acquire` decided.
-pub(super) enum AcquireStep {
+pub(in crate::vtime) enum AcquireStep {
     /// The lock is the caller's.
     Done(Acquired),
     /// The caller is queued; suspend, then call [`State::lock_take`] with `since`.
