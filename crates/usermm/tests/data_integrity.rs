@@ -689,11 +689,12 @@ impl Window<'_> {
     }
 }
 
-/// The machine: too small for the six 8 MiB windows, THP always, parallel free with a small
-/// threshold (so that munmaps and exits hand jobs to the workqueue), munmap downgrade on.
+/// The machine: 20 MiB for six 8 MiB windows (a few percent of the accesses run out of
+/// memory), THP always, parallel free with a small threshold (so that munmaps and exits hand
+/// jobs to the workqueue), munmap downgrade on.
 fn stress_machine() -> Arc<Machine> {
     machine_with(|c| {
-        c.mem = 28 << 20;
+        c.mem = 20 << 20;
         c.cpus = THREADS as u16 + 1;
         c.nodes = 2;
         c.backing = BackingMode::Full;

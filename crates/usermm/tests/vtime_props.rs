@@ -194,7 +194,8 @@ proptest! {
 
     #[test]
     fn random_programs_are_deterministic_exclusive_and_fully_accounted(prog in program()) {
-        usermm_testscale::announce("vtime_props::random_programs");
+        static ANNOUNCE: std::sync::Once = std::sync::Once::new();
+        ANNOUNCE.call_once(|| usermm_testscale::announce("vtime_props::random_programs"));
         let a = run(&prog);
         let b = run(&prog);
         prop_assert_eq!(&a.holds, &b.holds);
