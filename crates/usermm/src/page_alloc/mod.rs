@@ -285,6 +285,9 @@ impl PhysMem {
         let frames_per_node = nr_frames / nr_nodes;
         let meta = ZeroedArray::<PageMeta>::new(nr_frames as usize)?;
         let backing = Backing::new(nr_frames, cfg.backing)?;
+        if cfg.prefault {
+            backing.prefault()?;
+        }
         let nodes = (0..nr_nodes)
             .map(|n| {
                 let start = n * frames_per_node;
