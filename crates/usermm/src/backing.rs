@@ -21,6 +21,17 @@
 //!   every host CPU. Without it the first touch of each frame is a host page fault inside
 //!   whatever is being measured (a host 4 KiB fault costs ~2 µs on a VM, more where the
 //!   hypervisor must fault too).
+//! - **Never zeroed twice** ([`Backing::prep_new_frames`]): a frame the host has just given us
+//!   is already zero, so `__GFP_ZERO` skips the memset for a frame no owner has had since the
+//!   host supplied it. This is the `PG_zeroed` idea (Liang Li's "mm: Add PG_zero support" RFC,
+//!   2020; Michael S. Tsirkin's "mm: add PG_zeroed page flag for known-zero pages" RFC, 2026:
+//!   host-zeroed pages skip `clear_page`), kept as one bit per frame beside the reservation:
+//!   set when the allocator first hands the frame out (to any owner, zeroing or not) and never
+//!   cleared. The invariant — *a freed frame is zero before anyone else can read it* — holds
+//!   because every frame that ever had an owner has its bit set, and a `__GFP_ZERO` allocation
+//!   clears every frame whose bit was set; only frames nobody has owned skip the memset. The
+//!   bit is set before the new owner can write, and the allocator's locks (pcp, `zone.lock`)
+//!   order a free before the next allocation of the same frame, so the next owner sees it.
 //!
 //! This module (host mappings, frame access, [`ZeroedArray`]) holds most of the engine's
 //! `unsafe`; the crate doc's "Unsafe" lists the few other fenced modules, among them
@@ -34,7 +45,9 @@
 //!
 //! # Differences from Linux
 //! No direct map, no highmem, no struct page for the backing's own pages. Memory freed to the
-//! emulated buddy stays committed on the host (like RAM stays RAM).
+//! emulated buddy stays committed on the host (like RAM stays RAM); the known-zero bit lives in
+//! a bitmap of its own rather than in the page flags, and frames never become known-zero again
+//! (the engine does no background zeroing and hands nothing back to the host).
 
 #![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): host memory: mappings, raw frame access, zeroed arrays
 
@@ -199,6 +212,10 @@ pub struct Backing {
     map: HostMapping,
     nr_frames: u64,
     mode: BackingMode,
+    /// Full backing: one bit per frame, set once the allocator has handed the frame to an
+    /// owner. A clear bit is the kernel's `PG_zeroed`: the frame is as the host gave it, zero.
+    /// `None` with sparse backing (data frames are never touched).
+    used: Option<ZeroedArray<AtomicU64>>,
     /// `MADV_HUGEPAGE` was given and the host's THP is not `never`.
     host_huge_pages: bool,
 }
@@ -206,15 +223,19 @@ pub struct Backing {
 impl Backing {
     pub fn new(nr_frames: u64, mode: BackingMode) -> std::io::Result<Self> {
         let len = usize::try_from(nr_frames * PAGE_SIZE).expect("64-bit host");
-        let pages = match mode {
-            BackingMode::Full => HostPages::Huge,
-            BackingMode::Sparse => HostPages::Small,
+        let (pages, used) = match mode {
+            BackingMode::Full => (
+                HostPages::Huge,
+                Some(ZeroedArray::new(nr_frames.div_ceil(64) as usize)?),
+            ),
+            BackingMode::Sparse => (HostPages::Small, None),
         };
         let map = HostMapping::new(len, pages)?;
         Ok(Self {
             map,
             nr_frames,
             mode,
+            used,
             host_huge_pages: pages == HostPages::Huge && host_thp_available(),
         })
     }
@@ -293,8 +314,8 @@ impl Backing {
         }
     }
 
-    /// Zero `nr` data frames from `pfn`, owned exclusively by the caller (a fresh allocation
-    /// with `__GFP_ZERO`). A no-op with sparse backing.
+    /// Zero `nr` data frames from `pfn`, owned exclusively by the caller, whatever they hold
+    /// (`clear_pages`: one memset over the whole extent). A no-op with sparse backing.
     pub(crate) fn zero_data(&self, pfn: Pfn, nr: u64) {
         if self.mode == BackingMode::Sparse {
             return;
@@ -304,6 +325,56 @@ impl Backing {
         // SAFETY: the range is inside the mapping (checked), and the caller owns these frames
         // exclusively (just allocated), so no other access can race with the memset.
         unsafe { std::ptr::write_bytes(p, 0, (nr * PAGE_SIZE) as usize) };
+    }
+
+    /// The allocator hands `nr` frames from `pfn` to one owner (`post_alloc_hook`): they stop
+    /// being known-zero, and with `zero` (`__GFP_ZERO`) each one that an owner had before is
+    /// cleared — the others are still as the host gave them, zero. Every allocation comes here,
+    /// zeroing or not. A no-op with sparse backing.
+    #[inline]
+    pub(crate) fn prep_new_frames(&self, pfn: Pfn, nr: u64, zero: bool) {
+        let Some(used) = &self.used else {
+            return;
+        };
+        assert!(pfn.0 + nr <= self.nr_frames);
+        let words = used.as_slice();
+        let (mut i, end) = (pfn.0, pfn.0 + nr);
+        while i < end {
+            let lo = i % 64;
+            let n = (end - i).min(64 - lo);
+            let mask = (u64::MAX >> (64 - n)) << lo;
+            let w = &words[(i / 64) as usize];
+            // A plain load first: once every frame has had an owner, allocation adds no
+            // read-modify-write on a line that neighbouring frames' owners share.
+            let cur = w.load(Ordering::Relaxed);
+            let had_owner = if cur & mask == mask {
+                mask
+            } else {
+                w.fetch_or(mask, Ordering::Relaxed) & mask
+            };
+            if zero && had_owner != 0 {
+                self.zero_runs(i - lo, had_owner);
+            }
+            i += n;
+        }
+    }
+
+    /// Zero the frames `base + b` for each set bit `b` of `bits`, one memset per run.
+    fn zero_runs(&self, base: u64, mut bits: u64) {
+        while bits != 0 {
+            let start = bits.trailing_zeros();
+            let run = (bits >> start).trailing_ones();
+            self.zero_data(Pfn(base + u64::from(start)), u64::from(run));
+            bits &= !((u64::MAX >> (64 - run)) << start);
+        }
+    }
+
+    /// Is `pfn` still as the host gave it (no owner since)? Always `false` with sparse backing.
+    #[cfg(test)]
+    pub(crate) fn known_zero(&self, pfn: Pfn) -> bool {
+        self.used.as_ref().is_some_and(|u| {
+            u.as_slice()[pfn.index() / 64].load(Ordering::Relaxed) & (1 << (pfn.0 % 64)) == 0
+        })
     }
 
     #[inline]
@@ -382,8 +453,51 @@ mod test {
     }
 
     #[test]
-    fn sparse_backing_has_no_huge_host_pages_and_no_prefault() {
+    fn a_frame_an_owner_had_is_cleared_and_a_host_fresh_one_is_not_touched() {
+        let b = Backing::new(128, BackingMode::Full).unwrap();
+        assert!(b.known_zero(Pfn(3)));
+        // First owner (not zeroing: a page-table or gather page) writes.
+        b.prep_new_frames(Pfn(3), 1, false);
+        assert!(!b.known_zero(Pfn(3)));
+        b.write(Pfn(3), 100, b"dirty");
+        // Freed and allocated again with __GFP_ZERO: cleared.
+        b.prep_new_frames(Pfn(3), 1, true);
+        let mut buf = [9u8; 5];
+        b.read(Pfn(3), 100, &mut buf);
+        assert_eq!(buf, [0; 5]);
+        // A frame nobody owned is not memset: bytes put there behind the allocator's back
+        // (which the engine never does) survive a zeroing allocation — the memset was skipped.
+        b.write(Pfn(70), 0, b"x");
+        b.prep_new_frames(Pfn(70), 1, true);
+        b.read(Pfn(70), 0, &mut buf[..1]);
+        assert_eq!(buf[0], b'x');
+        assert!(!b.known_zero(Pfn(70)));
+    }
+
+    #[test]
+    fn zeroing_allocation_clears_exactly_the_frames_owned_before() {
+        let b = Backing::new(256, BackingMode::Full).unwrap();
+        // Every third frame of 60..200 (across word boundaries) had an owner who wrote it.
+        for pfn in (60..200).step_by(3) {
+            b.prep_new_frames(Pfn(pfn), 1, false);
+            b.write(Pfn(pfn), 4000, &[0xee; 96]);
+        }
+        // One block allocation over all of them: every frame reads zero afterwards.
+        b.prep_new_frames(Pfn(60), 140, true);
+        let mut page = vec![1u8; PAGE_SIZE as usize];
+        for pfn in 60..200 {
+            b.read(Pfn(pfn), 0, &mut page);
+            assert!(page.iter().all(|&x| x == 0), "pfn {pfn}");
+            assert!(!b.known_zero(Pfn(pfn)));
+        }
+        assert!(b.known_zero(Pfn(59)) && b.known_zero(Pfn(200)));
+    }
+
+    #[test]
+    fn sparse_backing_has_no_known_zero_frames() {
         let b = Backing::new(64, BackingMode::Sparse).unwrap();
+        b.prep_new_frames(Pfn(1), 8, true);
+        assert!(!b.known_zero(Pfn(1)) && !b.known_zero(Pfn(30)));
         assert!(!b.host_huge_pages());
         b.prefault().unwrap();
     }
@@ -404,6 +518,7 @@ mod test {
         for pfn in [0, frames / 2, frames - 1] {
             b.read(Pfn(pfn), 0, &mut page);
             assert!(page.iter().all(|&x| x == 0));
+            assert!(b.known_zero(Pfn(pfn)));
         }
     }
 

@@ -95,7 +95,8 @@ pub struct Gfp(u32);
 impl Gfp {
     /// `GFP_KERNEL`/`GFP_HIGHUSER_MOVABLE`: may drain and shrink before failing.
     pub const KERNEL: Gfp = Gfp(0);
-    /// `__GFP_ZERO`: zero the frames (a real memset with full backing).
+    /// `__GFP_ZERO`: zero the frames (a real memset with full backing, skipped for frames no
+    /// owner has had since the host gave them: see [`crate::backing`]).
     pub const ZERO: Gfp = Gfp(1);
     /// `GFP_NOWAIT`: fail at once rather than drain or shrink (mmu_gather batch pages).
     pub const NOWAIT: Gfp = Gfp(2);
