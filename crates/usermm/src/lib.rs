@@ -33,7 +33,7 @@
 //! mmap_lock [mmap_lock] (RwSem; write may downgrade to read)
 //!   vma tree                              -- protected by mmap_lock
 //!     page_table_lock [page_table_lock] (upper levels) -> PMD lock [pmd_lock] -> PTE-page lock [ptl]
-//!       PMD lock -> deposits [pmd_huge_pte]   -- a leaf: the tables deposited under huge PMDs
+//!       PMD lock: also guards its PMD table's deposit list (`pmd_huge_pte`); no lock of its own
 //!       pcp lock [pcp] (per CPU, per zone) -> zone.lock [zone.lock]
 //!       pcp lock -> hugetlb pool [hugetlb_lock]   -- freeing a hugetlb page; a leaf
 //!       lru_add batch [lru_add] (per CPU) -> lru_lock [lru_lock] (per node)

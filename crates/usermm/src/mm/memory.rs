@@ -215,17 +215,48 @@ fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u64) -> Opti
     Some(512)
 }
 
-/// Deposit a table for a huge PMD (`pgtable_trans_huge_deposit`). Caller holds the PMD lock.
+/// Deposit a table for a huge PMD (`pgtable_trans_huge_deposit`). Caller holds the PMD lock
+/// of `slot.table`, which protects the deposit list.
+///
+/// As in the kernel with split PMD locks, the deposited tables of a PMD table page form a
+/// list headed in that page's descriptor (`ptdesc->pmd_huge_pte`) and threaded through the
+/// deposited pages' own list link (`pgtable->lru`): [`PageMeta::pmd_huge_pte`] and
+/// [`PageMeta::deposit_next`]. So a fault deposits with two stores: no allocation, no other
+/// lock.
+///
+/// [`PageMeta::pmd_huge_pte`]: crate::page_alloc::PageMeta::pmd_huge_pte
+/// [`PageMeta::deposit_next`]: crate::page_alloc::PageMeta::deposit_next
 pub(crate) fn deposit(mm: &Mm, slot: Slot, table: Pfn) {
-    // Lock order: PMD lock -> deposits (`mm.deposits`, a leaf lock of its own; the kernel keeps
-    // the deposit list under the PMD lock alone).
-    let prev = mm.deposits.lock().insert((slot.table, slot.index), table);
-    vm_bug_on!(prev.is_some(), "two deposits for one PMD");
+    let phys = mm.machine().phys();
+    let pmd_table = phys.meta(slot.table);
+    // assert_spin_locked(pmd_lockptr(mm, pmdp))
+    vm_bug_on!(!pmd_table.ptl.is_locked(), "deposit without the PMD lock");
+    phys.meta(table).set_deposit_next(pmd_table.pmd_huge_pte());
+    pmd_table.set_pmd_huge_pte(Some(table));
 }
 
-/// `pgtable_trans_huge_withdraw`. Caller holds the PMD lock.
+/// `pgtable_trans_huge_withdraw`: take a deposited table off the list of `slot`'s PMD table
+/// (any one: they are all unused). Caller holds the PMD lock.
 pub(crate) fn withdraw_deposit(mm: &Mm, slot: Slot) -> Option<Pfn> {
-    mm.deposits.lock().remove(&(slot.table, slot.index))
+    let phys = mm.machine().phys();
+    let pmd_table = phys.meta(slot.table);
+    vm_bug_on!(!pmd_table.ptl.is_locked(), "withdraw without the PMD lock");
+    let first = pmd_table.pmd_huge_pte()?;
+    let m = phys.meta(first);
+    pmd_table.set_pmd_huge_pte(m.deposit_next());
+    m.set_deposit_next(None);
+    Some(first)
+}
+
+/// The tables deposited under the huge PMDs of the PMD table `pmd_table` (for validation; the
+/// caller keeps the table stable).
+pub(crate) fn deposited(phys: &PhysMem, pmd_table: Pfn) -> impl Iterator<Item = Pfn> + '_ {
+    let mut cur = phys.meta(pmd_table).pmd_huge_pte();
+    std::iter::from_fn(move || {
+        let p = cur?;
+        cur = phys.meta(p).deposit_next();
+        Some(p)
+    })
 }
 
 /// `__split_huge_pmd`: replace a huge PMD by its deposited PTE table mapping the same memory

@@ -8,7 +8,7 @@
 //!
 //! | here | models | waiters | users |
 //! |---|---|---|---|
-//! | [`SpinLock`] | `spinlock_t` | spin | zone.lock, pcp, lru_lock, lru_add batches, page_table_lock, deposits, pcpu_lock, hugetlb pool, shmem pages |
+//! | [`SpinLock`] | `spinlock_t` | spin | zone.lock, pcp, lru_lock, lru_add batches, page_table_lock, pcpu_lock, hugetlb pool, shmem pages |
 //! | [`PtLock`] | `ptdesc->ptl` (split PTE / PMD lock) | spin | page-table pages (in `PageMeta`) |
 //! | [`Mutex`] | `struct mutex` | sleep | pcpu_alloc_mutex, workqueue state |
 //! | [`StatMutex`] | a spinlock with `/proc/lock_stat` figures | spin | zone.lock, lru_lock |
