@@ -31,7 +31,7 @@ use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PTRS_PER_TABLE, PUD_SIZE
 use crate::cpu::CpuId;
 use crate::page_alloc::meta::{PG_ANON, PG_HUGETLB, PG_MLOCKED};
 use crate::page_alloc::PhysMem;
-use crate::pgtable::{_PAGE_PSE, _PAGE_RW, _PAGE_SPECIAL};
+use crate::pgtable::{_PAGE_PRESENT, _PAGE_PROTNONE, _PAGE_PSE, _PAGE_RW, _PAGE_SPECIAL};
 use crate::stats::VmItem;
 use crate::sync::class::{PMD_LOCK, PTL};
 
@@ -306,8 +306,12 @@ pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
             .vmstat()
             .add(cpu, VmItem::NrAnonTransparentHugepages, -1);
     }
-    // pmdp_invalidate + populate: the TLB may hold the 2 MiB translation.
-    slot.store(phys, Entry::NONE);
+    // pmdp_invalidate + populate: the TLB may hold the 2 MiB translation. The invalidated
+    // PMD is not present to the MMU but still huge (not none) to software walkers, as the
+    // kernel's pmd_mkinvalid keeps _PAGE_PSE: a zap running under the read lock (DONTNEED)
+    // that reads it without the lock goes to zap_huge_pmd and waits for this lock, where a
+    // none PMD would make it skip the 2 MiB and leave the split's 512 pages mapped.
+    slot.store(phys, old.with_bits(0, _PAGE_PRESENT | _PAGE_PROTNONE));
     mm.flush_tlb(cpu, Some(512));
     slot.store(phys, Entry::new(table, crate::pgtable::TABLE_BITS));
     drop(ptl);
