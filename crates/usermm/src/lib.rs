@@ -37,6 +37,7 @@
 //!       pcp lock [pcp] (per CPU, per zone) -> zone.lock [zone.lock]
 //!       pcp lock -> hugetlb pool [hugetlb_lock]   -- freeing a hugetlb page; a leaf
 //!       lru_add batch [lru_add] (per CPU) -> lru_lock [lru_lock] (per node)
+//!       lru_add batch -> pcp lock -> zone.lock   -- a batch that held a page's last reference
 //!       lru_lock is never held together with a pcp lock or zone.lock
 //!     shmem pages [shmem_i_pages] (per object) -> pcp lock -> zone.lock   -- first touch allocates
 //!   mmap_lock (read) -> exclusive-hold histogram [mmap_lock_hist]   -- at a downgrade; a leaf

@@ -30,8 +30,10 @@
 //! 4. Compound heads carry `PG_head` and their order; each tail `PG_tail` and the head's PFN.
 //!
 //! # Locks
-//! `pcp lock -> zone.lock`; `lru_add batch -> lru_lock`; `lru_lock` is released before any
-//! pcp lock is taken. Allocation and freeing never take an mm lock.
+//! `pcp lock -> zone.lock`; `lru_add batch -> lru_lock`, and `lru_add batch -> pcp lock` when a
+//! batch held a page's last reference (a batch is moved under its lock, as under the kernel's
+//! `local_lock`); `lru_lock` is released before any pcp lock is taken. Allocation and freeing
+//! never take an mm lock.
 //!
 //! # Differences from Linux
 //! - One zone per node (ZONE_NORMAL); no migratetypes, watermarks, compaction or reclaim. An
