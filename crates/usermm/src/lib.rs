@@ -57,8 +57,8 @@
 //! - `backing` — the host mappings behind frames and metadata, `ZeroedArray`;
 //! - `page_alloc::meta` — `unsafe impl ZeroValid for PageMeta`;
 //! - `pcpu::region` — the host mapping behind percpu chunks;
-//! - `sync::clock`, `sync::ptlock`, `sync::rwsem` — `clock_gettime`, parking on an address,
-//!   moving a lock's value out, loom's cell pointers;
+//! - `sync::clock`, `sync::ptlock`, `sync::rwsem` — `clock_gettime` and `rdtsc` (lock_stat's
+//!   TSC clock), parking on an address, moving a lock's value out, loom's cell pointers;
 //! - the VMA tree's unit tests, which probe the host kernel with raw `mmap`.
 
 #![deny(unsafe_code)]

@@ -16,7 +16,7 @@
 //! | [`CondVar`], [`Completion`] | wait queues, `struct completion` | sleep | workqueue |
 //! | [`SharedLine`] | an atomic on one cache line every CPU writes | — | huge zero page refcount |
 //! | [`thread`] | kthreads on an emulated CPU | — | workqueue workers |
-//! | [`clock`] | `ktime_get`, task cputime | — | lock_stat, mmap_lock, munmap, workqueue |
+//! | [`clock`] | `ktime_get`, `lockstat_clock`, task cputime | — | lock_stat, mmap_lock, munmap, workqueue |
 //! | [`charge`] | work the modelled CPU does between two synchronisation points | — | TLB flush cost |
 //!
 //! Each lock names a [`LockClass`] (each shared line a [`LineClass`]): `const` statics in
