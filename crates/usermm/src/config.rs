@@ -171,10 +171,11 @@ pub struct MachineConfig {
     /// NUMA nodes; each has one zone and one LRU (the contention domains).
     pub nodes: u16,
     pub backing: BackingMode,
-    /// Full backing: make the whole host reservation resident at construction (in large
-    /// `MADV_POPULATE_WRITE` steps), as a VM's RAM is resident before its guest runs, so that
-    /// no host page fault lands inside a measurement. Costs the host the machine's whole RAM
-    /// up front. Ignored with sparse backing (its data frames are never touched).
+    /// Full backing: make the whole host reservation resident at construction, on huge host
+    /// pages (in large `MADV_POPULATE_WRITE` steps), as a VM's RAM is resident before its
+    /// guest runs, so that no host page fault lands inside a measurement. Costs the host the
+    /// machine's whole RAM up front. Without it, each 2 MiB region is populated at its first
+    /// data allocation. Ignored with sparse backing (its data frames are never touched).
     #[serde(default)]
     pub prefault: bool,
     pub thp: ThpMode,
