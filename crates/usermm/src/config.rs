@@ -495,7 +495,7 @@ impl MachineConfig {
         if self.mem > MAX_MEM_BYTES {
             return err(format!("mem {} is above the maximum of 16 TiB", self.mem));
         }
-        if self.mem % PAGE_SIZE != 0 {
+        if !self.mem.is_multiple_of(PAGE_SIZE) {
             return err("mem must be a multiple of 4 KiB");
         }
         if self.cpus == 0 || self.cpus > MAX_CPUS {
@@ -542,15 +542,15 @@ impl MachineConfig {
             return err("max_map_count must be ≥ 1");
         }
         let hugetlb_bytes = u64::from(self.nr_hugepages).checked_mul(2 << 20);
-        if hugetlb_bytes.map_or(true, |b| b > self.mem / 2) {
+        if hugetlb_bytes.is_none_or(|b| b > self.mem / 2) {
             return err("nr_hugepages may reserve at most half of mem");
         }
         let p = &self.pcpu;
-        if p.unit_size == 0 || p.unit_size % PAGE_SIZE != 0 || p.unit_size > (64 << 20) {
+        if p.unit_size == 0 || !p.unit_size.is_multiple_of(PAGE_SIZE) || p.unit_size > (64 << 20) {
             return err("pcpu.unit_size must be a non-zero multiple of 4 KiB, at most 64 MiB");
         }
         let first_chunk = p.static_size.checked_add(p.reserved_size);
-        if first_chunk.map_or(true, |b| b >= p.unit_size) {
+        if first_chunk.is_none_or(|b| b >= p.unit_size) {
             return err(format!(
                 "pcpu.static_size + pcpu.reserved_size must be below pcpu.unit_size ({}), got {} + {}",
                 p.unit_size, p.static_size, p.reserved_size

@@ -87,7 +87,7 @@ fn zap_pmd_range(tlb: &mut MmuGather<'_>, mm: &Mm, pmd_table: Pfn, start: u64, e
         };
         let mut e = slot.load(phys);
         if e.huge() {
-            if addr % PMD_SIZE == 0 && next - addr == PMD_SIZE {
+            if addr.is_multiple_of(PMD_SIZE) && next - addr == PMD_SIZE {
                 if let Some(n) = zap_huge_pmd(tlb, mm, slot, addr) {
                     zapped += n;
                     addr = next;
@@ -618,7 +618,7 @@ pub(crate) fn change_protection(
             }
             crate::pgtable::Walk::HugePmd { pmd, .. } => {
                 let next = addr_end(addr, PMD_SIZE, end);
-                if addr % PMD_SIZE != 0 || next - addr != PMD_SIZE {
+                if !addr.is_multiple_of(PMD_SIZE) || next - addr != PMD_SIZE {
                     split_huge_pmd(mm, cpu, pmd, addr & !(PMD_SIZE - 1));
                     continue;
                 }

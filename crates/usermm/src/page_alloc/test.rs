@@ -428,8 +428,8 @@ mod concurrent {
                         rng ^= rng << 13;
                         rng ^= rng >> 7;
                         rng ^= rng << 17;
-                        if rng % 3 != 0 || held.is_empty() {
-                            let order = Order(if rng % 17 == 0 {
+                        if !rng.is_multiple_of(3) || held.is_empty() {
+                            let order = Order(if rng.is_multiple_of(17) {
                                 (rng >> 8) as u8 % 10
                             } else {
                                 0
