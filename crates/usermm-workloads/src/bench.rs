@@ -441,31 +441,33 @@ fn engine_free_2_threads(e: &Engine, len: u64) -> Result<Meas, BenchError> {
             .map_err(engine_err)?;
         tasks.push((task, start));
     }
-    let barrier = Arc::new(Barrier::new(3));
+    let barrier = Arc::new(Barrier::new(2));
     let handles: Vec<_> = tasks
         .into_iter()
         .map(|(task, start)| {
             let b = Arc::clone(&barrier);
             std::thread::spawn(move || {
                 b.wait();
+                let began = Instant::now();
                 let r = task.mm().munmap(task.cpu(), start, half);
                 let done = Instant::now();
                 engine_exit(task);
-                r.map(|()| done)
+                r.map(|()| (began, done))
             })
         })
         .collect();
-    barrier.wait();
-    let t0 = Instant::now();
-    let mut end = t0;
+    // From the first thread's start to the last one's end, each read by the thread itself (a
+    // clock read here, after the barrier, could come after both had finished).
+    let mut span: Option<(Instant, Instant)> = None;
     for h in handles {
-        let done = h
+        let (began, done) = h
             .join()
             .map_err(|_| BenchError::Engine("free thread panicked".into()))?
             .map_err(engine_err)?;
-        end = end.max(done);
+        span = Some(span.map_or((began, done), |(b, d)| (b.min(began), d.max(done))));
     }
-    let wall = (end - t0).as_nanos() as f64 / (2 * half / PAGE) as f64;
+    let (began, done) = span.expect("two threads");
+    let wall = done.duration_since(began).as_nanos() as f64 / (2 * half / PAGE) as f64;
     Ok(Meas { cpu: wall, wall })
 }
 
