@@ -17,7 +17,7 @@
 //!   reservation is made `MADV_HUGEPAGE` (2 MiB host pages where the host's THP is not
 //!   `never`: 512 times fewer host faults and host TLB misses) and faulted in at construction
 //!   with `MADV_POPULATE_WRITE`, 64 MiB per call, on every host CPU.
-//! - **Otherwise faulted in large steps** ([`Backing::prep_new_frames`]): the first data
+//! - **Otherwise faulted in large steps** (`Backing::prep_new_frames`): the first data
 //!   allocation (`__GFP_ZERO`) in a 2 MiB region of the reservation advises that region
 //!   `MADV_HUGEPAGE` and populates it in one call. A 4 KiB host fault per frame, taken inside
 //!   whatever is measured, costs ~2 µs on this VM (more where the hypervisor must fault too); a
@@ -27,7 +27,7 @@
 //!   hypervisor fault in) 512 times what is used. (Advising the whole reservation up front did
 //!   that: `usemem --readonly -j 2M 64G` on a cold host went from 17 to 170-330 ms, all in host
 //!   THP faults under `zero_table`.)
-//! - **Never zeroed twice** ([`Backing::prep_new_frames`]): a frame the host has just given us
+//! - **Never zeroed twice** (`Backing::prep_new_frames`): a frame the host has just given us
 //!   is already zero, so `__GFP_ZERO` skips the memset for a frame no owner has had since the
 //!   host supplied it. This is the `PG_zeroed` idea (Liang Li's "mm: Add PG_zero support" RFC,
 //!   2020; Michael S. Tsirkin's "mm: add PG_zeroed page flag for known-zero pages" RFC, 2026:
@@ -280,7 +280,7 @@ impl Backing {
     }
 
     /// Make the whole reservation resident on huge host pages (full backing; a no-op when
-    /// sparse), in [`PREFAULT_CHUNK`] steps shared out to one thread per host CPU. Call at
+    /// sparse), in `PREFAULT_CHUNK` (64 MiB) steps shared out to one thread per host CPU. Call at
     /// construction, before any frame is handed out: on a host without `MADV_POPULATE_WRITE`
     /// it writes a zero into every page.
     pub fn prefault(&self) -> std::io::Result<()> {
