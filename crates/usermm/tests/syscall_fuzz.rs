@@ -169,7 +169,7 @@ fn call() -> impl Strategy<Value = Call> {
 
 /// Addresses the last successful mmaps returned: later calls aim at them half of the time.
 fn aim(placed: &[u64], a: u64, pick: usize) -> u64 {
-    if placed.is_empty() || pick % 2 == 0 {
+    if placed.is_empty() || pick.is_multiple_of(2) {
         a
     } else {
         placed[pick % placed.len()] + (a % 8) * PAGE_SIZE
@@ -429,9 +429,9 @@ fn racing_raw_syscalls_keep_invariants_and_data() {
                         })
                     })
                     .collect();
+                // The scope joins whoever is left after a first error.
                 hs.into_iter()
-                    .map(|h| h.join().expect("racing thread"))
-                    .collect::<Result<(), String>>()
+                    .try_for_each(|h| h.join().expect("racing thread"))
             })
         }));
         let checked = match ran {
