@@ -377,6 +377,22 @@ fn percpu_calibrate_prints_one_row_per_point() {
     assert_usage_error(&["percpu-calibrate", "--grid-events", "0"], "--grid-events");
 }
 
+/// A walk that runs the machine out of frames says so ("out of memory at …", the fault's
+/// `VM_FAULT_OOM`), on one line, exit 1 (a run that failed) — never a segfault.
+#[test]
+fn usemem_out_of_memory_is_reported_as_such() {
+    // 16 MiB of data fits the check against --mem; the page tables it needs do not.
+    let o = usermm(&["usemem", "--mem", "16M", "16M"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("usermm: error: usemem: out of memory at 0x"),
+        "{err}"
+    );
+    assert!(!err.contains("SIGSEGV") && !err.contains("SEGV_"), "{err}");
+}
+
 #[test]
 fn bench_json_has_every_path_and_the_memset_figure() {
     let o = usermm(&["bench", "--size", "4M", "--repeat", "1", "--json"]);

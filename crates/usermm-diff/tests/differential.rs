@@ -10,9 +10,10 @@
 //! Disagreements listed in `usermm_diff::divergences` end a sequence as "known"; anything
 //! else fails.
 //!
-//! The generated tests are deterministic (fixed seeds). To explore further, set `DIFF_SEED`
-//! (any number, mixed into each test's seed) and `DIFF_CASES` (sequences per test), e.g.
-//! `DIFF_SEED=7 DIFF_CASES=2000 cargo test -p usermm-diff --test differential -- --nocapture`.
+//! The generated tests draw their sequences from `USERMM_TEST_SEED` (a fresh seed each run when
+//! unset; a failure prints the one that replays it) and run 500 sequences each times
+//! `USERMM_TEST_SCALE`, e.g. `USERMM_TEST_SEED=7 USERMM_TEST_SCALE=4 cargo test -p usermm-diff
+//! --test differential -- --nocapture`.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -464,19 +465,14 @@ static OPS: AtomicU64 = AtomicU64::new(0);
 static KNOWN_SEQS: AtomicU64 = AtomicU64::new(0);
 static FLAKES: AtomicU64 = AtomicU64::new(0);
 
-/// Run `cases` generated sequences from `seed`; panic with a minimised sequence on an
-/// unexplained disagreement.
-fn generated(seed: u64, cases: u32) {
+/// Run `cases` (times `USERMM_TEST_SCALE`) generated sequences from test `name`'s seed; panic
+/// with a minimised sequence and the replay line on an unexplained disagreement.
+fn generated(name: &str, cases: u32) {
     use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
     let t = Instant::now();
-    let seed = std::env::var("DIFF_SEED")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .map_or(seed, |s| s.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ seed);
-    let cases = std::env::var("DIFF_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(cases);
+    usermm_testscale::announce(name);
+    let seed = usermm_testscale::seed_for(name);
+    let cases = usermm_testscale::scaled_u32(cases);
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
@@ -575,9 +571,10 @@ fn generated(seed: u64, cases: u32) {
             Err(e) => e,
         };
         panic!(
-            "generated sequence (seed {seed}) diverged: {why}\n\nminimal sequence ({} ops):\n{}\n{detail}",
+            "{name}: generated sequence diverged: {why}\n\nminimal sequence ({} ops):\n{}\n{detail}\nreplay: {}",
             minimal.len(),
             minimal.iter().map(|o| format!("  {o}")).collect::<Vec<_>>().join("\n"),
+            usermm_testscale::replay(),
         );
     }
     let Stats {
@@ -593,10 +590,11 @@ fn generated(seed: u64, cases: u32) {
     KNOWN_SEQS.fetch_add(known, Relaxed);
     FLAKES.fetch_add(flakes, Relaxed);
     eprintln!(
-        "generated (seed {seed}): {seqs} sequences, {ops} ops compared, {known} ended on known \
+        "{name}: {seqs} sequences, {ops} ops compared, {known} ended on known \
          divergences {known_ids:?}, {flakes} host flakes, {:?}",
         t.elapsed()
     );
+    usermm_testscale::report(name, ops);
     eprintln!("  results seen: {coverage:?}");
     assert!(seqs >= u64::from(cases), "ran {seqs} of {cases} sequences");
     assert!(
@@ -605,23 +603,23 @@ fn generated(seed: u64, cases: u32) {
     );
 }
 
-/// 4 × 500 = 2 000 generated sequences of 20–40 ops (more with `DIFF_CASES`).
+/// 4 × 500 = 2 000 generated sequences of 20–40 ops (times `USERMM_TEST_SCALE`).
 #[test]
 fn diff_generated_a() {
-    generated(0xa11ce, 500);
+    generated("differential::generated_a", 500);
 }
 
 #[test]
 fn diff_generated_b() {
-    generated(0xb0b, 500);
+    generated("differential::generated_b", 500);
 }
 
 #[test]
 fn diff_generated_c() {
-    generated(0xc0ffee, 500);
+    generated("differential::generated_c", 500);
 }
 
 #[test]
 fn diff_generated_d() {
-    generated(0xd00d, 500);
+    generated("differential::generated_d", 500);
 }

@@ -348,8 +348,11 @@ pub enum BigfreeError {
     Mmap(usermm::Errno),
     #[error("munmap failed: {0}")]
     Munmap(usermm::Errno),
-    #[error("populate mapped {got} of {want} pages (out of memory?)")]
+    #[error("populate mapped {got} of {want} pages")]
     Populate { got: u64, want: u64 },
+    /// The populate's faults found no free frame (`VM_FAULT_OOM`, counted as `oom`).
+    #[error("out of memory while populating: {got} of {want} pages mapped, {faults} faults found no free frame — raise --mem")]
+    PopulateOom { got: u64, want: u64, faults: i64 },
     #[error("the free left {0} pages mapped")]
     Leftover(i64),
 }
@@ -506,9 +509,12 @@ pub fn run_once(
     let populate_cpu_ns = thread_cpu_time_ns().saturating_sub(pc);
     let mapped = mm.rss_total();
     if mapped != pages as i64 {
-        return Err(BigfreeError::Populate {
-            got: mapped.max(0) as u64,
-            want: pages,
+        let (got, want) = (mapped.max(0) as u64, pages);
+        let faults = machine.vmstat().get(VmItem::Oom);
+        return Err(if faults > 0 {
+            BigfreeError::PopulateOom { got, want, faults }
+        } else {
+            BigfreeError::Populate { got, want }
         });
     }
     on_event(Event::Freeing { label, rep });

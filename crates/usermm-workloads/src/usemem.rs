@@ -175,7 +175,8 @@ pub enum UsememError {
     TooBig { size: u64, workers: u64, mem: u64 },
     #[error("mmap failed: {0}")]
     Mmap(usermm::Errno),
-    #[error("access failed: {0}")]
+    /// A walk's access failed: `out of memory at …` (`VM_FAULT_OOM`) or the signal it raised.
+    #[error("{0}")]
     Access(usermm::Fault),
 }
 

@@ -503,7 +503,8 @@ fn race(
                     t,
                     base,
                     len,
-                    0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i as u64 + 1),
+                    usermm_testscale::seed_for("munmap_downgrade::racer")
+                        ^ 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i as u64 + 1),
                     r,
                     c,
                 )
@@ -565,14 +566,15 @@ fn race(
 mod racing_faults {
     use super::*;
 
-    fn check(downgrade: bool, thp: ThpMode) {
+    /// 1.5 s of rounds (at least 4), times `USERMM_TEST_SCALE`.
+    fn check(name: &str, downgrade: bool, thp: ThpMode) {
         let o = race(
             downgrade,
             thp,
             Unmap::Munmap,
             3,
             16 << 20,
-            Duration::from_millis(1500),
+            Duration::from_millis(1500) * usermm_testscale::scale() as u32,
         );
         let msg = format!(
             "munmap.downgrade={downgrade} thp={thp:?}: {} rounds ({} downgraded), {} racing accesses checked: \
@@ -584,21 +586,22 @@ data before its zap, {} accesses after munmap returned; violations: {}",
         assert_eq!(o.violations, 0, "{msg}");
         assert_eq!(o.downgraded, if downgrade { o.rounds } else { 0 }, "{msg}");
         assert!(o.maperr_during > 0, "no fault raced the munmap: {msg}");
+        usermm_testscale::report(name, o.racing + o.rounds);
     }
 
     #[test]
     fn downgraded_munmap_4k() {
-        check(true, ThpMode::Never);
+        check("munmap_downgrade::downgraded_4k", true, ThpMode::Never);
     }
 
     #[test]
     fn exclusive_munmap_4k() {
-        check(false, ThpMode::Never);
+        check("munmap_downgrade::exclusive_4k", false, ThpMode::Never);
     }
 
     #[test]
     fn downgraded_munmap_thp() {
-        check(true, ThpMode::Always);
+        check("munmap_downgrade::downgraded_thp", true, ThpMode::Always);
     }
 }
 

@@ -3,10 +3,19 @@
 //! Every call must return a value or an errno (never panic), accesses must return a value or
 //! a fault, `validate_mm` must hold after every step, and exit must give every frame back.
 //!
-//! A second test races three threads' raw sequences on one mm (`FUZZ_CASES / 4` cases).
+//! What is read is checked where a model can say. Every byte written at address `x` is
+//! `byte(x, writer)`: a hash of `x` with its top bit set, xor the writer's number (1–3), never
+//! zero. Nothing in the engine moves data between addresses (no mremap here), so any byte read
+//! at `x` must be 0 or `byte(x, w)` for some writer `w`: garbage, another address's data or a
+//! stale frame would show. One thread alone can say more: a write that succeeded reads back
+//! exactly, and a failed access names an address with a VMA exactly when its outcome is not
+//! `SEGV_MAPERR`.
 //!
-//! `FUZZ_CASES=N cargo test --release --test syscall_fuzz` runs longer (default 256 cases of up
-//! to 48 calls in `cargo test`, and 64 racing cases of up to 3 × 120 calls).
+//! A second test races three threads' raw sequences on one mm (`racing_raw_syscalls_*`).
+//!
+//! Budgets: 256 single-thread sequences of up to 48 calls, 64 racing cases of up to 3 × 120
+//! calls, times `USERMM_TEST_SCALE`; the sequences come from `USERMM_TEST_SEED` (README,
+//! testing notes), and a failure prints the line that replays it.
 
 mod common;
 
@@ -14,7 +23,7 @@ use common::*;
 use proptest::prelude::*;
 use usermm::config::BackingMode;
 use usermm::mm::mmap::*;
-use usermm::{CpuId, Mm, Task, PAGE_SIZE};
+use usermm::{CpuId, Mm, SegvCode, Task, PAGE_SIZE};
 
 /// `TASK_SIZE` of x86-64 with 4-level tables.
 const TASK_SIZE: u64 = (1 << 47) - PAGE_SIZE;
@@ -167,7 +176,53 @@ fn aim(placed: &[u64], a: u64, pick: usize) -> u64 {
     }
 }
 
-fn apply(mm: &Mm, t: &Task, c: &Call, placed: &mut Vec<u64>, pick: usize) {
+/// The byte writer `w` (1–3) stores at address `x`: never 0, and different for each writer.
+fn byte(x: u64, w: u8) -> u8 {
+    let mut z = x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z ^= z >> 29;
+    (z as u8 | 0x80) ^ w
+}
+
+/// Check a successful read of `buf` at `a`: every byte is 0 or some writer's byte for its
+/// address (`writers` = 0: a sparse machine, whose reads are all zeros).
+fn check_read(a: u64, buf: &[u8], writers: u8) -> Result<(), String> {
+    for (i, &b) in buf.iter().enumerate() {
+        let x = a.wrapping_add(i as u64);
+        if b != 0 && !(1..=writers).any(|w| byte(x, w) == b) {
+            return Err(format!(
+                "read at {a:#x}: byte {b:#04x} at {x:#x} is neither 0 nor any writer's ({:#04x}..)",
+                byte(x, 1)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Is `addr` inside a VMA?
+fn in_vma(mm: &Mm, addr: u64) -> bool {
+    mm.mmap_read_lock()
+        .find_vma(addr)
+        .is_some_and(|v| v.start <= addr)
+}
+
+/// What a thread running `apply` knows: its number, how many write (0 on a sparse machine,
+/// where data is never kept), and whether it runs alone (then it may check more than the
+/// byte rule).
+struct Who {
+    writer: u8,
+    writers: u8,
+    alone: bool,
+}
+
+/// Run one call. `Err` says what a checked access got wrong.
+fn apply(
+    mm: &Mm,
+    t: &Task,
+    c: &Call,
+    placed: &mut Vec<u64>,
+    pick: usize,
+    who: &Who,
+) -> Result<(), String> {
     let cpu = t.cpu();
     match *c {
         Call::Mmap {
@@ -205,21 +260,70 @@ fn apply(mm: &Mm, t: &Task, c: &Call, placed: &mut Vec<u64>, pick: usize) {
             let _ = mm.munlock(cpu, aim(placed, a, pick), l);
         }
         Call::Read(a, n) => {
+            let a = aim(placed, a, pick);
             let mut buf = vec![0u8; n];
-            let _ = t.read(aim(placed, a, pick), &mut buf);
+            match t.read(a, &mut buf) {
+                Ok(()) => check_read(a, &buf, who.writers)?,
+                Err(f) if who.alone => check_fault(mm, &f)?,
+                Err(_) => {}
+            }
         }
         Call::Write(a, n) => {
-            let _ = t.write(aim(placed, a, pick), &vec![0xa5u8; n]);
+            let a = aim(placed, a, pick);
+            let data: Vec<u8> = (0..n as u64)
+                .map(|i| byte(a.wrapping_add(i), who.writer))
+                .collect();
+            match t.write(a, &data) {
+                Ok(()) if who.alone => {
+                    // Nobody else runs: the bytes read back exactly (zeros when sparse).
+                    let mut back = vec![0u8; n];
+                    t.read(a, &mut back)
+                        .map_err(|f| format!("read-back of a {n}-byte write at {a:#x}: {f}"))?;
+                    let data = if who.writers == 0 { vec![0; n] } else { data };
+                    if back != data {
+                        let i = back
+                            .iter()
+                            .zip(&data)
+                            .position(|(x, y)| x != y)
+                            .unwrap_or(0);
+                        return Err(format!(
+                            "read-back of a {n}-byte write at {a:#x}: byte {i} is {:#04x}, wrote {:#04x}",
+                            back[i], data[i]
+                        ));
+                    }
+                }
+                Ok(()) => {}
+                Err(f) if who.alone => check_fault(mm, &f)?,
+                Err(_) => {}
+            }
         }
     }
+    Ok(())
 }
 
-/// Small and sparse, so that a huge `MAP_POPULATE` or mlock runs out of frames quickly; two
-/// hugetlb pages; THP always or madvise.
-fn fuzz_machine(thp_always: bool) -> std::sync::Arc<usermm::Machine> {
+/// A failed access of a thread running alone: `SEGV_MAPERR` exactly when no VMA holds the
+/// address.
+fn check_fault(mm: &Mm, f: &usermm::Fault) -> Result<(), String> {
+    let mapped = in_vma(mm, f.addr);
+    if mapped == (f.code == SegvCode::MapErr) {
+        return Err(format!(
+            "{f}, but the address is {}in a VMA",
+            if mapped { "" } else { "not " }
+        ));
+    }
+    Ok(())
+}
+
+/// Small, so that a huge `MAP_POPULATE` or mlock runs out of frames quickly; two hugetlb
+/// pages; THP always or madvise; data kept (`full`) or not (sparse: reads return zeros).
+fn fuzz_machine(thp_always: bool, full: bool) -> std::sync::Arc<usermm::Machine> {
     machine_with(|c| {
         c.mem = 32 << 20;
-        c.backing = BackingMode::Sparse;
+        c.backing = if full {
+            BackingMode::Full
+        } else {
+            BackingMode::Sparse
+        };
         c.nr_hugepages = 2;
         c.thp = if thp_always {
             usermm::config::ThpMode::Always
@@ -229,92 +333,128 @@ fn fuzz_machine(thp_always: bool) -> std::sync::Arc<usermm::Machine> {
     })
 }
 
-fn cases() -> u32 {
-    std::env::var("FUZZ_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(256)
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
-
-    #[test]
-    fn raw_syscall_arguments_never_panic_and_keep_invariants(
-        calls in prop::collection::vec((call(), any::<usize>()), 1..48),
-        thp in any::<bool>(),
-    ) {
-        let m = fuzz_machine(thp);
-        let free_before = free_pages(&m);
-        let mm = m.new_mm(C0).expect("mm");
-        let t = task(&mm);
-        let mut placed = Vec::new();
-        for (c, pick) in &calls {
-            apply(&mm, &t, c, &mut placed, *pick);
-            if let Err(e) = mm.validate() {
-                // Tearing down a broken mm would trip a VM_BUG_ON in a destructor and abort
-                // the run before proptest can shrink it: leak it instead.
-                std::mem::forget(t);
-                std::mem::forget(mm);
-                prop_assert!(false, "validate_mm after {:?}: {}", c, e);
-                unreachable!();
+/// 256 sequences of up to 48 raw calls (times `USERMM_TEST_SCALE`), one thread.
+#[test]
+fn raw_syscall_arguments_never_panic_and_keep_invariants() {
+    usermm_testscale::prop::check(
+        "syscall_fuzz::raw",
+        file!(),
+        256,
+        (
+            prop::collection::vec((call(), any::<usize>()), 1..48),
+            any::<bool>(),
+            any::<bool>(),
+        ),
+        |(calls, thp, full)| {
+            let m = fuzz_machine(thp, full);
+            let free_before = free_pages(&m);
+            let mm = m.new_mm(C0).expect("mm");
+            let t = task(&mm);
+            let mut placed = Vec::new();
+            let who = Who {
+                writer: 1,
+                writers: u8::from(full),
+                alone: true,
+            };
+            for (c, pick) in &calls {
+                let checked = apply(&mm, &t, c, &mut placed, *pick, &who);
+                if let Err(e) = checked.clone().and_then(|()| mm.validate()) {
+                    // Tearing down a broken mm would trip a VM_BUG_ON in a destructor and
+                    // abort the run before proptest can shrink it: leak it instead.
+                    std::mem::forget(t);
+                    std::mem::forget(mm);
+                    let what = if checked.is_err() {
+                        "check"
+                    } else {
+                        "validate_mm"
+                    };
+                    prop_assert!(false, "{} after {:?}: {}", what, c, e);
+                    unreachable!();
+                }
             }
-        }
-        drop(t);
-        exit_and_check(&m, mm, free_before);
-    }
+            drop(t);
+            exit_and_check(&m, mm, free_before);
+            Ok(calls.len() as u64)
+        },
+    );
 }
 
 /// Three threads, each on its own CPU with its own raw call sequence, on one mm: whatever the
-/// interleaving, no call panics, and afterwards `validate_mm` holds and exit frees every frame.
-/// The sequences come from a deterministic runner (the same cases every run); the
-/// interleavings do not repeat, so a failure prints its case number and sequences.
+/// interleaving, no call panics, every byte read is 0 or some writer's byte for its address,
+/// and afterwards `validate_mm` holds and exit frees every frame. 64 cases (times
+/// `USERMM_TEST_SCALE`); the sequences come from `USERMM_TEST_SEED`, the interleavings do
+/// not repeat, so a failure prints the replay line, its case number and its sequences.
 #[test]
-fn racing_raw_syscalls_keep_invariants() {
+fn racing_raw_syscalls_keep_invariants_and_data() {
     use proptest::strategy::ValueTree;
-    use proptest::test_runner::TestRunner;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    const NAME: &str = "syscall_fuzz::racing";
+    usermm_testscale::announce(NAME);
     let seq = prop::collection::vec((call(), any::<usize>()), 1..120);
-    let mut runner = TestRunner::deterministic();
-    let cases = (cases() / 4).max(1);
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&usermm_testscale::seed_for(NAME).to_le_bytes());
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
+    let mut runner = TestRunner::new_with_rng(Config::default(), rng);
+    let cases = usermm_testscale::scaled(64);
+    let mut ops = 0u64;
     for case in 0..cases {
         let seqs: Vec<Vec<(Call, usize)>> = (0..3)
             .map(|_| seq.new_tree(&mut runner).expect("strategy").current())
             .collect();
-        let thp = case % 2 == 0;
-        let m = fuzz_machine(thp);
+        ops += seqs.iter().map(|s| s.len() as u64).sum::<u64>();
+        let (thp, full) = (case % 2 == 0, case % 4 < 2);
+        let m = fuzz_machine(thp, full);
         let free_before = free_pages(&m);
         let mm = m.new_mm(C0).expect("mm");
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             std::thread::scope(|s| {
-                for (i, seq) in seqs.iter().enumerate() {
-                    let mm = &mm;
-                    s.spawn(move || {
-                        let t = Task::new(std::sync::Arc::clone(mm), CpuId(i as u16 + 1));
-                        let mut placed = Vec::new();
-                        for (c, pick) in seq {
-                            apply(mm, &t, c, &mut placed, *pick);
-                        }
-                    });
-                }
+                let hs: Vec<_> = seqs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, seq)| {
+                        let mm = &mm;
+                        s.spawn(move || {
+                            let t = Task::new(std::sync::Arc::clone(mm), CpuId(i as u16 + 1));
+                            let who = Who {
+                                writer: i as u8 + 1,
+                                writers: if full { 3 } else { 0 },
+                                alone: false,
+                            };
+                            let mut placed = Vec::new();
+                            for (c, pick) in seq {
+                                apply(mm, &t, c, &mut placed, *pick, &who)
+                                    .map_err(|e| format!("thread {i}, {c:?}: {e}"))?;
+                            }
+                            Ok::<(), String>(())
+                        })
+                    })
+                    .collect();
+                // The scope joins whoever is left after a first error.
+                hs.into_iter()
+                    .try_for_each(|h| h.join().expect("racing thread"))
             })
         }));
-        let checked = if ran.is_ok() {
-            mm.validate()
-        } else {
-            Err("a call panicked".into())
+        let checked = match ran {
+            Ok(Ok(())) => mm.validate(),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err("a call panicked".into()),
         };
         if let Err(e) = checked {
             std::mem::forget(mm);
-            panic!("case {case} (thp {thp}): {e}\nsequences: {seqs:#?}");
+            panic!(
+                "{NAME}: case {case} (thp {thp}, full {full}): {e}\nreplay: {}\nsequences: {seqs:#?}",
+                usermm_testscale::replay()
+            );
         }
         exit_and_check(&m, mm, free_before);
     }
+    usermm_testscale::report(NAME, ops);
 }
 
 // ----- Regressions the fuzzer found ------------------------------------------------------------
 
 fn hugetlb_machine() -> std::sync::Arc<usermm::Machine> {
-    fuzz_machine(false)
+    fuzz_machine(false, false)
 }
 
 const HUGETLB: u32 = MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB;

@@ -416,6 +416,7 @@ mod concurrent {
 
     #[test]
     fn racing_alloc_free_keeps_accounting() {
+        usermm_testscale::announce("page_alloc::racing_alloc_free");
         let p = Arc::new(phys_with(64 << 20, 4, 2, |c| c.lru.add_batch = 7));
         let threads: Vec<_> = (0..4u16)
             .map(|t| {
@@ -423,8 +424,10 @@ mod concurrent {
                 std::thread::spawn(move || {
                     let cpu = CpuId(t);
                     let mut held: Vec<Pfn> = vec![];
-                    let mut rng = 0x9e3779b97f4a7c15u64.wrapping_mul(t as u64 + 1);
-                    for i in 0..20_000 {
+                    let seed = usermm_testscale::seed_for("page_alloc::racing_alloc_free");
+                    let mut rng = (seed ^ 0x9e3779b97f4a7c15u64.wrapping_mul(t as u64 + 1)) | 1;
+                    // 20 000 steps per thread, times USERMM_TEST_SCALE.
+                    for i in 0..usermm_testscale::scaled(20_000) {
                         rng ^= rng << 13;
                         rng ^= rng >> 7;
                         rng ^= rng << 17;
@@ -458,6 +461,10 @@ mod concurrent {
         assert_eq!(r.allocated, 0, "{r:?}");
         p.drain_all_pages();
         assert_eq!(p.nr_free_pages(), 16384);
+        usermm_testscale::report(
+            "page_alloc::racing_alloc_free",
+            4 * usermm_testscale::scaled(20_000),
+        );
     }
 }
 

@@ -100,6 +100,25 @@ mod test {
 
     use super::*;
 
+    /// The calling thread's id, from `/proc/thread-self` (a link to `<pid>/task/<tid>`).
+    fn own_tid() -> String {
+        let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+        link.file_name()
+            .expect("<pid>/task/<tid>")
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// The state letter of thread `tid` of this process (`/proc/self/task/<tid>/stat`): `S`
+    /// while it sleeps (a parked waiter: futex wait), `R` while it runs or may.
+    fn thread_state(tid: &str) -> char {
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
+            .expect("the thread's stat");
+        // `tid (comm) state ...`: the comm may hold spaces and parentheses.
+        let after = &stat[stat.rfind(')').expect("(comm)") + 1..];
+        after.trim_start().chars().next().expect("state")
+    }
+
     #[test]
     fn uncontended_and_contended_are_counted() {
         let m = Arc::new(StatMutex::new(
@@ -114,14 +133,20 @@ mod test {
         let s = m.stat().snapshot();
         assert_eq!(s.acquisitions, 1);
         assert_eq!(s.contentions, 0);
-        // Hold the lock, and give another thread time to find it taken (the sleep only makes
-        // the contention happen; no time is asserted).
+        // Contended, event-driven: hold the lock, let another thread try it, and release only
+        // once that thread sleeps — parked inside `lock()`, which it gets to only after
+        // finding the lock taken (nothing else on its way there sleeps). No time is guessed.
         let g = m.lock();
         let m2 = Arc::clone(&m);
+        let (tx, rx) = std::sync::mpsc::channel();
         let t = std::thread::spawn(move || {
+            tx.send(own_tid()).unwrap();
             *m2.lock() += 1;
         });
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        let tid = rx.recv().unwrap();
+        while thread_state(&tid) != 'S' {
+            std::thread::yield_now();
+        }
         drop(g);
         t.join().unwrap();
         let s = m.stat().snapshot();

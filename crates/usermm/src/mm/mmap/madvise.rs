@@ -194,7 +194,7 @@ impl Mm {
                 return Err(Errno::EINVAL);
             }
             let stop = vma.end.min(end);
-            // VM_FAULT_SIGBUS while populating: EFAULT.
+            // VM_FAULT_SIGBUS while populating: EFAULT; VM_FAULT_OOM: ENOMEM.
             self.populate_locked(&tree, cpu, addr, stop, write)?;
             addr = stop;
         }

@@ -85,9 +85,13 @@ impl Mm {
                     if !v.flags.intersects(VmFlags::VM_ACCESS_FLAGS) {
                         return Err(Errno::ENOMEM);
                     }
-                    // A failed fault is EFAULT, reported as ENOMEM too.
+                    // __mlock_posix_error_return: a SIGBUS (EFAULT) is reported as ENOMEM,
+                    // out of memory (ENOMEM) as EAGAIN.
                     self.populate_locked(&tree, cpu, s, e, true)
-                        .map_err(|_| Errno::ENOMEM)?;
+                        .map_err(|e| match e {
+                            Errno::ENOMEM => Errno::EAGAIN,
+                            _ => Errno::ENOMEM,
+                        })?;
                 }
                 addr = e;
             }

@@ -1747,11 +1747,18 @@ mod props {
         Ok(())
     }
 
-    proptest! {
-        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
-        #[test]
-        fn random_sequences_keep_the_tree_valid(ops in proptest::collection::vec(op(), 1..60)) {
-            run(ops)?;
-        }
+    /// 512 sequences (times `USERMM_TEST_SCALE`), from `USERMM_TEST_SEED`.
+    #[test]
+    fn random_sequences_keep_the_tree_valid() {
+        usermm_testscale::prop::check(
+            "vma::random_sequences",
+            file!(),
+            512,
+            proptest::collection::vec(op(), 1..60),
+            |ops| {
+                let n = ops.len() as u64;
+                run(ops).map(|()| n)
+            },
+        );
     }
 }
