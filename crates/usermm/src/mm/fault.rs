@@ -30,7 +30,7 @@ use serde::Serialize;
 
 use super::pgtable_alias::*;
 use super::vma::{VmFlags, Vma, VmaKind, VmaTree, VmaWriteGuard};
-use super::{Mm, RssItem};
+use super::{rmap, Mm, RssItem};
 use crate::addr::{Order, Pfn, HPAGE_PMD_ORDER, PMD_SIZE};
 use crate::config::{HugeZeroWriteFault, ThpMode};
 use crate::cpu::CpuId;
@@ -283,7 +283,7 @@ pub(crate) fn handle_vma_fault(
     let machine = mm.machine();
     let phys = machine.phys();
     if matches!(vma.kind, VmaKind::Hugetlb) {
-        return hugetlb_fault(mm, vma, cpu, addr);
+        return hugetlb_fault(mm, vma, cpu, addr, write);
     }
     if matches!(vma.kind, VmaKind::PfnMap) {
         // Populated at map time; an empty slot inside a PFN map is a bad access.
@@ -371,28 +371,39 @@ fn handle_pte_fault(
         return do_wp_page(mm, tree, vma, cpu, pte, addr, e);
     }
     if e.maps_frame() && !e.present() {
-        // PROT_NONE entry in a VMA that now allows the access: a stale protection.
+        // PROT_NONE entry in a VMA that now allows the access: a stale protection. A page
+        // shared copy-on-write stays read-only (the write fault then copies it).
         let _ptl = phys.meta(pte.table).ptl.lock(&PTL);
         let cur = pte.load(phys);
         if cur == e {
+            let w = !e.special() && (!is_cow_mapping(vma) || rmap::pte_exclusive(phys, e.pfn()));
             pte.store(
                 phys,
-                Entry::new(
-                    e.pfn(),
-                    vma_leaf_bits(vma, !e.special()) | (e.0 & _PAGE_SPECIAL),
-                ),
+                Entry::new(e.pfn(), vma_leaf_bits(vma, w) | (e.0 & _PAGE_SPECIAL)),
             );
         }
     }
     Ok(())
 }
 
-/// Account a new anonymous page of `nr` base pages mapped in `vma`.
+/// `is_cow_mapping`: private and possibly writable — its anonymous pages are shared
+/// copy-on-write after a fork.
+#[inline]
+pub(crate) fn is_cow_mapping(vma: &Vma) -> bool {
+    !vma.flags.contains(VmFlags::VM_SHARED) && vma.flags.contains(VmFlags::VM_MAYWRITE)
+}
+
+/// Account a new anonymous page of `nr` base pages mapped in `vma` (`folio_add_new_anon_rmap`:
+/// one PTE mapping of an order-0 page, or the entire mapping of a THP).
 fn map_new_anon(mm: &Mm, vma: &Vma, cpu: CpuId, page: Pfn, nr: i64) {
     let machine = mm.machine();
     let m = machine.phys().meta(page);
     m.set(PG_ANON);
-    m.mapcount.store(1, Relaxed);
+    if nr == 1 {
+        m.mapcount.store(1, Relaxed);
+    } else {
+        m.private.store(1, Relaxed);
+    }
     if vma.flags.contains(VmFlags::VM_LOCKED) {
         m.set(PG_MLOCKED);
         machine.vmstat().add(cpu, VmItem::NrMlock, nr);
@@ -403,6 +414,14 @@ fn map_new_anon(mm: &Mm, vma: &Vma, cpu: CpuId, page: Pfn, nr: i64) {
 }
 
 /// `do_wp_page`: write to a present read-only PTE in a writable VMA.
+///
+/// `wp_page_reuse` when the anonymous page is exclusive (mapped by this PTE alone: an
+/// order-0 page whose mapcount is 1); otherwise `wp_page_copy`: a new page with the old one's
+/// data (zeroed for the zero page), installed after the old translation is flushed, and the
+/// old mapping dropped (its mapcount and the reference it held). A subpage of a THP is always
+/// copied (as before large folios could be reused, v6.9).
+#[doc(alias = "wp_page_reuse")]
+#[doc(alias = "wp_page_copy")]
 fn do_wp_page(
     mm: &Mm,
     tree: &VmaTree,
@@ -414,15 +433,15 @@ fn do_wp_page(
 ) -> Result<(), Oom> {
     let machine = mm.machine();
     let phys = machine.phys();
-    if !e.special() && phys.meta(e.pfn()).map_count() == 1 {
-        // wp_page_reuse: an exclusive anonymous page only needs the write bit.
+    if !e.special() && (!is_cow_mapping(vma) || rmap::pte_exclusive(phys, e.pfn())) {
+        // wp_page_reuse: an exclusive anonymous page (or a shared mapping's page) only needs
+        // the write bit.
         let _ptl = phys.meta(pte.table).ptl.lock(&PTL);
         if pte.load(phys) == e {
             pte.store(phys, Entry::new(e.pfn(), vma_leaf_bits(vma, true)));
         }
         return Ok(());
     }
-    // wp_page_copy from the zero page (the only shared page here): a new zeroed page.
     tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
     let page = phys
         .alloc_pages(cpu, Order(0), Gfp::ZERO)
@@ -441,10 +460,32 @@ fn do_wp_page(
     mm.flush_tlb(cpu, Some(1));
     map_new_anon(mm, vma, cpu, page, 1);
     pte.store(phys, Entry::new(page, vma_leaf_bits(vma, true)));
+    let old = (!e.special()).then(|| unmap_cow_source(mm, cpu, e.pfn()));
     drop(ptl);
     phys.lru_cache_add(cpu, page);
+    if let Some(head) = old {
+        // The reference the old PTE held, dropped after the PTL (`folio_put`).
+        let _ = phys.put_page(cpu, head);
+    }
     let _ = addr;
     Ok(())
+}
+
+/// `folio_remove_rmap_pte` of the page a COW copy replaced, under the PTL: this mm's rss
+/// moves to the new page (already counted), the page's counts drop. Returns the folio head
+/// whose reference the caller puts once the PTL is dropped.
+fn unmap_cow_source(mm: &Mm, cpu: CpuId, pfn: Pfn) -> Pfn {
+    let machine = mm.machine();
+    let phys = machine.phys();
+    let head = rmap::compound_head(phys, pfn);
+    mm.add_rss(cpu, RssItem::AnonPages, -1);
+    if rmap::remove_pte_map(phys, pfn) {
+        machine.vmstat().add(cpu, VmItem::NrAnonPages, -1);
+        if phys.meta(head).test(PG_MLOCKED) {
+            machine.vmstat().add(cpu, VmItem::NrMlock, -1);
+        }
+    }
+    head
 }
 
 /// Shared anonymous memory: map the shmem object's page for this offset.
@@ -572,18 +613,33 @@ fn huge_wp_fault(
     let machine = mm.machine();
     let phys = machine.phys();
     let e = pmd.load(phys);
-    if !e.special() {
-        // An exclusive THP that lost its write bit to mprotect: reuse it.
-        let _ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
-        if pmd.load(phys) == e {
-            pmd.store(
-                phys,
-                Entry::new(e.pfn(), vma_leaf_bits(vma, true) | _PAGE_PSE),
-            );
-        }
-        return Ok(());
-    }
     let haddr = addr & !(PMD_SIZE - 1);
+    if !e.special() {
+        if !is_cow_mapping(vma) || rmap::pmd_exclusive(phys, e.pfn()) {
+            // An exclusive THP (it lost its write bit to mprotect, or the other side of a
+            // fork let go of it): reuse it.
+            let _ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
+            if pmd.load(phys) == e {
+                pmd.store(
+                    phys,
+                    Entry::new(e.pfn(), vma_leaf_bits(vma, true) | _PAGE_PSE),
+                );
+            }
+            return Ok(());
+        }
+        // Shared with another mm (fork): split the PMD and copy the one 4 KiB page written
+        // (`__split_huge_pmd` + `VM_FAULT_FALLBACK`, since v5.8).
+        super::memory::split_huge_pmd(mm, cpu, pmd, haddr);
+        let table = pmd.load(phys);
+        if table.is_none() || table.huge() {
+            return Ok(());
+        }
+        let pte = Slot {
+            table: table.pfn(),
+            index: pte_index(addr),
+        };
+        return handle_pte_fault(mm, tree, vma, cpu, pte, addr, true);
+    }
     if machine.huge_zero().write_fault_policy() == HugeZeroWriteFault::AllocThp {
         tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
         if let Some(page) = alloc_anon_thp(mm, cpu) {
@@ -617,11 +673,15 @@ fn huge_wp_fault(
 }
 
 /// A fault in a `MAP_HUGETLB` VMA: a 2 MiB page from the pool, PMD-mapped.
-fn hugetlb_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64) -> Result<(), Oom> {
+fn hugetlb_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64, write: bool) -> Result<(), Oom> {
     let machine = mm.machine();
     let phys = machine.phys();
     let pmd = pmd_alloc(mm, cpu, addr)?;
-    if !pmd.load(phys).is_none() {
+    let e = pmd.load(phys);
+    if !e.is_none() {
+        if write && e.present() && !e.writable() {
+            return hugetlb_wp(mm, vma, cpu, pmd, e);
+        }
         return Ok(());
     }
     let page = phys.alloc_hugetlb_page().ok_or(Oom)?;
@@ -634,5 +694,38 @@ fn hugetlb_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64) -> Result<(), Oom> {
     }
     phys.meta(page).mapcount.store(1, Relaxed);
     pmd.store(phys, Entry::new(page, vma_leaf_bits(vma, true) | _PAGE_PSE));
+    Ok(())
+}
+
+/// `hugetlb_wp`: a write to a read-only hugetlb PMD of a private mapping shared with a forked
+/// mm. Reuse the page if this PMD is its only mapping, else copy it into a page from the pool
+/// (none left: the fault fails, a SIGBUS in Linux).
+fn hugetlb_wp(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, e: Entry) -> Result<(), Oom> {
+    let phys = mm.machine().phys();
+    let old = e.pfn();
+    if !is_cow_mapping(vma) || phys.meta(old).map_count() == 1 {
+        let _ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
+        if pmd.load(phys) == e {
+            pmd.store(phys, Entry::new(old, vma_leaf_bits(vma, true) | _PAGE_PSE));
+        }
+        return Ok(());
+    }
+    let page = phys.alloc_hugetlb_page().ok_or(Oom)?;
+    for i in 0..512 {
+        phys.backing().copy_frame(old.add(i), page.add(i));
+    }
+    let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
+    if pmd.load(phys) != e {
+        drop(ptl);
+        let _ = phys.put_page(cpu, page);
+        return Ok(());
+    }
+    pmd.store(phys, Entry::NONE);
+    mm.flush_tlb(cpu, Some(512));
+    phys.meta(page).mapcount.store(1, Relaxed);
+    pmd.store(phys, Entry::new(page, vma_leaf_bits(vma, true) | _PAGE_PSE));
+    phys.meta(old).mapcount.fetch_sub(1, Relaxed);
+    drop(ptl);
+    let _ = phys.put_page(cpu, old);
     Ok(())
 }

@@ -21,6 +21,10 @@ pub const DEFAULT_MMAP_BASE: u64 = TASK_SIZE - (128 << 20);
 /// starts.
 pub const TASK_UNMAPPED_BASE: u64 = (TASK_SIZE / 3 + PAGE_SIZE - 1) & PAGE_MASK;
 
+/// `mm->start_brk` of a new mm: where the heap of a non-PIE x86-64 program without ASLR
+/// would begin (just above a small program's bss at 0x400000).
+pub const DEFAULT_START_BRK: u64 = 0x0060_0000;
+
 /// The file identity [`Vma::new`] gives every `DevZero` VMA: "all `/dev/zero` mappings of this mm
 /// came through one `open()`". Any non-zero value works; see [`Vma::with_file`].
 pub const DEV_ZERO_FILE: u64 = 1;
@@ -277,10 +281,26 @@ pub(super) fn same_shmem(a: Option<&Arc<Shmem>>, b: Option<&Arc<Shmem>>) -> bool
     }
 }
 
-/// `is_mergeable_anon_vma` with singular chains (no fork): none on either side, or the same.
+/// The bit of an anon_vma id that says "this VMA's `anon_vma_chain` is not singular": the VMA
+/// was forked from a parent whose pages it may still share (`anon_vma_fork` links the child's
+/// new anon_vma *and* the parent's). Carried by the id so that splits and merges keep it.
+pub const ANON_VMA_FORKED: u64 = 1 << 63;
+
+/// `vma_had_uncowed_parents`: an anon_vma whose chain links a parent's.
+#[inline]
+pub(super) fn had_uncowed_parents(anon: u64) -> bool {
+    anon & ANON_VMA_FORKED != 0
+}
+
+/// `is_mergeable_anon_vma`: both none; or one none and the other's chain singular (a
+/// forked VMA never absorbs, nor is absorbed by, one without an anon_vma); or the same.
 #[inline]
 pub(super) fn anon_compatible(a: u64, b: u64) -> bool {
-    a == 0 || b == 0 || a == b
+    match (a, b) {
+        (0, 0) => true,
+        (0, x) | (x, 0) => !had_uncowed_parents(x),
+        _ => a == b,
+    }
 }
 
 /// The anon_vma a merged VMA keeps: the first one set (all set ones are equal by then).

@@ -111,6 +111,7 @@ impl VmaTree {
             .filter(|p| {
                 p.end == start
                     && p.is_mergeable(flags, kind, file, shmem)
+                    && anon_compatible(0, p.anon_vma())
                     && p.pgoff + p.pages() == pgoff
             })
             .map(|p| (p.start, p.anon_vma()));
@@ -120,6 +121,7 @@ impl VmaTree {
             .get(&end)
             .filter(|n| {
                 n.is_mergeable(flags, kind, file, shmem)
+                    && anon_compatible(0, n.anon_vma())
                     && n.pgoff == pgoff + pglen
                     && prev.map_or(true, |(_, pa)| anon_compatible(pa, n.anon_vma()))
             })

@@ -107,7 +107,7 @@ mod write;
 mod test;
 
 pub use self::area::{
-    DevIno, Vma, VmaKind, DEFAULT_MMAP_BASE, DEV_ZERO_FILE, FIRST_SHMEM_INO, HUGETLBFS_DEV,
+    DevIno, Vma, VmaKind, ANON_VMA_FORKED, DEFAULT_MMAP_BASE, DEFAULT_START_BRK, DEV_ZERO_FILE, FIRST_SHMEM_INO, HUGETLBFS_DEV,
     SHMEM_DEV, STACK_GUARD_GAP, TASK_UNMAPPED_BASE,
 };
 pub use self::flags::VmFlags;

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 
 use super::area::{
-    anon_vma_compatible, page_aligned, DevIno, Vma, VmaKind, FIRST_SHMEM_INO, TASK_UNMAPPED_BASE,
+    anon_vma_compatible, had_uncowed_parents, page_aligned, DevIno, Vma, VmaKind,
+    ANON_VMA_FORKED, DEFAULT_START_BRK, FIRST_SHMEM_INO, TASK_UNMAPPED_BASE,
 };
 use super::flags::VmFlags;
 use crate::addr::{PAGE_SHIFT, PMD_SIZE, TASK_SIZE};
@@ -29,6 +30,10 @@ pub struct VmaTree {
     pub(super) next_shmem_ino: u64,
     /// What `/proc/<pid>/maps` shows for `/dev/zero`.
     pub(super) dev_zero: DevIno,
+    /// `mm->start_brk`, `mm->brk`: the heap's first byte and the current break (byte
+    /// granular; the heap VMA ends at the break rounded up to a page).
+    pub(super) start_brk: u64,
+    pub(super) brk: u64,
 }
 
 impl VmaTree {
@@ -46,7 +51,55 @@ impl VmaTree {
                 minor: 6,
                 ino: 4,
             },
+            start_brk: DEFAULT_START_BRK,
+            brk: DEFAULT_START_BRK,
         }
+    }
+
+    /// `mm->start_brk`.
+    pub fn start_brk(&self) -> u64 {
+        self.start_brk
+    }
+
+    /// `mm->brk`: the current program break.
+    pub fn brk(&self) -> u64 {
+        self.brk
+    }
+
+    /// `dup_mmap`'s copy of the VMAs (and `mmap_base`, the heap bounds) into a new mm.
+    /// `VM_DONTCOPY` VMAs are left out; `VM_LOCKED`/`VM_LOCKONFAULT` are not inherited
+    /// (`VM_LOCKED_MASK`); a VMA with an anon_vma gets a new one whose chain links the
+    /// parent's (`anon_vma_fork`: a fresh id from `ids`, marked [`ANON_VMA_FORKED`]), except a
+    /// `VM_WIPEONFORK` one, which starts with none. Returns the copies made, in address
+    /// order, for the caller's `copy_page_range`.
+    #[doc(alias = "dup_mmap")]
+    #[doc(alias = "anon_vma_fork")]
+    pub(super) fn dup_for_fork(&mut self, parent: &VmaTree, ids: &AtomicU64) -> Vec<Vma> {
+        self.mmap_base = parent.mmap_base;
+        self.mmap_legacy_base = parent.mmap_legacy_base;
+        self.next_shmem_ino = parent.next_shmem_ino;
+        self.dev_zero = parent.dev_zero;
+        self.start_brk = parent.start_brk;
+        self.brk = parent.brk;
+        let mut copied = Vec::new();
+        for v in parent.vmas.values() {
+            if v.flags.contains(VmFlags::VM_DONTCOPY) {
+                continue;
+            }
+            let mut c = v.clone();
+            c.flags = c
+                .flags
+                .minus(VmFlags::VM_LOCKED.union(VmFlags::VM_LOCKONFAULT));
+            let anon = if v.flags.contains(VmFlags::VM_WIPEONFORK) || v.anon_vma() == 0 {
+                0
+            } else {
+                ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed) | ANON_VMA_FORKED
+            };
+            c.set_anon_vma(anon);
+            copied.push(c.clone());
+            self.vmas.insert(c.start, c);
+        }
+        copied
     }
 
     pub fn mmap_base(&self) -> u64 {
@@ -300,7 +353,7 @@ impl VmaTree {
             .get(&vma.end)
             .filter(|n| anon_vma_compatible(vma, n))
             .map(|n| n.anon_vma())
-            .filter(|&a| a != 0)
+            .filter(|&a| a != 0 && !had_uncowed_parents(a))
             .or_else(|| {
                 self.vmas
                     .range(..vma.start)
@@ -308,7 +361,7 @@ impl VmaTree {
                     .map(|(_, p)| p)
                     .filter(|p| anon_vma_compatible(p, vma))
                     .map(|p| p.anon_vma())
-                    .filter(|&a| a != 0)
+                    .filter(|&a| a != 0 && !had_uncowed_parents(a))
             });
         match reuse {
             Some(id) => vma.install_anon_vma(id),

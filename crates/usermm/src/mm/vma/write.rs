@@ -57,4 +57,19 @@ impl MmapWriteGuard<'_, VmaTree> {
     pub(crate) fn move_start_down(&mut self, start: u64, new_start: u64) -> bool {
         VmaTree::move_start_down(self, start, new_start)
     }
+
+    /// `dup_mmap`'s VMA copy: see [`VmaTree::dup_for_fork`].
+    pub(crate) fn dup_for_fork(
+        &mut self,
+        parent: &VmaTree,
+        ids: &std::sync::atomic::AtomicU64,
+    ) -> Vec<Vma> {
+        VmaTree::dup_for_fork(self, parent, ids)
+    }
+
+    /// `vma_start_write` on every VMA (`dup_mmap`, which write-protects them all): with
+    /// per-VMA locks, waits for the faults in them to finish and keeps new ones out until the
+    /// mmap lock is released. A no-op without per-VMA locks.
+    #[doc(alias = "vma_start_write")]
+    pub(crate) fn vma_start_write_all(&mut self) {}
 }
