@@ -70,6 +70,9 @@ impl Mm {
             return Err(Errno::ENOMEM);
         }
         let child = Mm::new_in_family(&self.machine, cpu, Arc::clone(&self.family))?;
+        child
+            .rlimit_data
+            .store(self.rlimit_data.load(Relaxed), Relaxed);
         let r = self.dup_mmap(&child, cpu);
         if r.is_err() {
             child.mmput(cpu);

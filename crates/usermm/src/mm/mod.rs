@@ -145,6 +145,8 @@ pub struct Mm {
     /// Every mm forked from the same first mm (`mm_alloc`), this one included: the mms that
     /// may share pages with it. `Mm::validate` counts mappings across them.
     pub(crate) family: Arc<Family>,
+    /// `rlimit(RLIMIT_DATA)` in bytes, as `brk` checks it.
+    pub(crate) rlimit_data: AtomicU64,
 }
 
 /// The mms of one fork family, as weak references (an exited, dropped mm simply fails to
@@ -208,6 +210,7 @@ impl Mm {
             hiwater_rss: AtomicI64::new(0),
             zap_hook: OnceLock::new(),
             family,
+            rlimit_data: AtomicU64::new(u64::MAX),
         });
         {
             let mut f = mm.family.lock();

@@ -28,6 +28,7 @@
 //! `RLIMIT_AS`/`RLIMIT_MEMLOCK`, no overcommit accounting. `MADV_FREE` keeps the pages (no
 //! reclaim runs, so the lazily freed data stays readable, as on an unpressured host).
 
+mod brk;
 mod madvise;
 mod map;
 mod mlock;
@@ -39,11 +40,13 @@ pub use super::mman::{
     MADV_DONTNEED, MADV_FREE, MADV_HUGEPAGE, MADV_KEEPONFORK, MADV_MERGEABLE, MADV_NOHUGEPAGE,
     MADV_NORMAL, MADV_PAGEOUT, MADV_POPULATE_READ, MADV_POPULATE_WRITE, MADV_RANDOM, MADV_REMOVE,
     MADV_SEQUENTIAL, MADV_UNMERGEABLE, MADV_WILLNEED, MADV_WIPEONFORK, MAP_ANONYMOUS, MAP_FIXED,
+    MREMAP_DONTUNMAP, MREMAP_FIXED, MREMAP_MAYMOVE,
     MAP_FIXED_NOREPLACE, MAP_GROWSDOWN, MAP_HUGETLB, MAP_LOCKED, MAP_NONBLOCK, MAP_NORESERVE,
     MAP_POPULATE, MAP_PRIVATE, MAP_SHARED, MAP_SHARED_VALIDATE, MAP_TYPE, PROT_EXEC,
     PROT_GROWSDOWN, PROT_GROWSUP, PROT_NONE, PROT_READ, PROT_SEM, PROT_WRITE,
 };
 use super::vma::VmaTree;
+pub use self::brk::RLIM_INFINITY;
 pub use crate::policy::MunmapPolicy;
 
 /// Top of the mmap area: where top-down placement starts (`mmap_base` with a 128 MiB stack gap

@@ -99,6 +99,7 @@ mod area;
 mod flags;
 mod maps;
 mod merge;
+mod remap;
 mod tree;
 mod unmapped_area;
 mod write;

@@ -72,4 +72,31 @@ impl MmapWriteGuard<'_, VmaTree> {
     /// mmap lock is released. A no-op without per-VMA locks.
     #[doc(alias = "vma_start_write")]
     pub(crate) fn vma_start_write_all(&mut self) {}
+
+    /// `vma_merge_extend`: see [`VmaTree::merge_extend`].
+    pub(crate) fn merge_extend(&mut self, key: u64, delta: u64) -> u64 {
+        VmaTree::merge_extend(self, key, delta)
+    }
+
+    /// `copy_vma`: see [`VmaTree::copy_vma`].
+    pub(crate) fn copy_vma(&mut self, src: &Vma, start: u64, end: u64, pgoff: u64) -> u64 {
+        VmaTree::copy_vma(self, src, start, end, pgoff)
+    }
+
+    /// See [`VmaTree::set_flags_and_anon`].
+    pub(crate) fn set_flags_and_anon(&mut self, key: u64, flags: VmFlags, anon: u64) {
+        VmaTree::set_flags_and_anon(self, key, flags, anon)
+    }
+
+    /// Set `mm->brk`.
+    pub(crate) fn set_brk(&mut self, brk: u64) {
+        VmaTree::set_brk(self, brk)
+    }
+
+    /// `do_brk_flags`' tree step: expand the heap VMA starting at `prev` when the merge rules
+    /// allow (`vma_merge_new_range` with `just_expand`: prev only, never next), else insert
+    /// `vma`. Returns the start of the VMA covering the new range.
+    pub(crate) fn brk_insert(&mut self, vma: Vma, prev: Option<u64>) -> u64 {
+        VmaTree::brk_insert(self, vma, prev)
+    }
 }
