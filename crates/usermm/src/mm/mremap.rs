@@ -8,6 +8,7 @@
 //! them against the host kernel):
 //! ```text
 //!  flags other than MAYMOVE|FIXED|DONTUNMAP, addr unaligned, new_len 0 or > TASK_SIZE  EINVAL
+//!  (a FIXED move without resizing goes VMA by VMA: `remap_move`, 6.17+)
 //!  FIXED/DONTUNMAP: new_addr unaligned or past TASK_SIZE, no MAYMOVE, DONTUNMAP with a
 //!    size change, old and new ranges overlapping                                       EINVAL
 //!  FIXED/DONTUNMAP: map_count + 2 ≥ max_map_count − 3                                  ENOMEM
@@ -104,6 +105,11 @@ impl Mm {
             return Err(Errno::EFAULT);
         }
         let mut tree = self.mmap_lock.write();
+        if flags & MREMAP_FIXED != 0 && old_len == new_len {
+            let r = self.remap_move(&mut tree, cpu, addr, old_len, flags, new_addr);
+            drop(tree);
+            return r;
+        }
         let (mut old_len, mut new_len) = (old_len, new_len);
         // check_prep_vma
         let Some(vma) = tree.vma_lookup(addr) else {
@@ -139,6 +145,56 @@ impl Mm {
             }
         }
         result
+    }
+
+    /// `remap_move` (6.17+): a `MREMAP_FIXED` move without resizing may cover several VMAs.
+    /// Each VMA's part of `[addr, addr + len)` moves on its own, in address order, keeping the
+    /// gaps between them; the range may not start in a gap, and a VMA whose file places its
+    /// mappings itself (`/dev/zero`) moves only alone. The result is where the first part
+    /// went.
+    fn remap_move(
+        &self,
+        tree: &mut VmaWriteGuard<'_>,
+        cpu: CpuId,
+        addr: u64,
+        len: u64,
+        flags: u32,
+        new_addr: u64,
+    ) -> Result<u64, Errno> {
+        let end = addr + len;
+        let (mut res, mut seen) = (Err(Errno::EFAULT), false);
+        let (mut last_end, mut target, mut cursor) = (0, new_addr, addr);
+        while cursor < end {
+            let Some(v) = tree.find_vma_intersection(cursor, end) else {
+                break;
+            };
+            if !seen && addr < v.start {
+                return Err(Errno::EFAULT);
+            }
+            let (vstart, vend) = (v.start, v.end);
+            let a = vstart.max(addr);
+            let l = end.min(vend) - a;
+            let offset = if seen { vstart - last_end } else { 0 };
+            last_end = vend;
+            // vma_multi_allowed: not a file with its own get_unmapped_area.
+            let multi = !(v.kind == VmaKind::DevZero && !v.flags.contains(VmFlags::VM_MAYSHARE));
+            if !multi && (seen || vend < end) {
+                return Err(Errno::EFAULT);
+            }
+            let to = target + offset;
+            if matches!(v.kind, VmaKind::Hugetlb) && (a % PMD_SIZE != 0 || to % PMD_SIZE != 0) {
+                return Err(Errno::EINVAL);
+            }
+            check_resize(v, a, l, l, flags)?;
+            let got = self.mremap_to(tree, cpu, a, l, l, flags, to)?;
+            if !seen {
+                res = Ok(got);
+            }
+            seen = true;
+            target = got + l;
+            cursor = vend;
+        }
+        res
     }
 
     /// `expand_vma`: in place when `[addr, addr + old_len)` ends the VMA and the space after it
