@@ -124,7 +124,8 @@ impl Mm {
         }
         let expand = new_len > old_len;
         if expand || implies_new {
-            check_resize(vma, addr, old_len, new_len, flags)?;
+            // A shrinking move unmaps the tail first: only what is kept must lie in the VMA.
+            check_resize(vma, addr, old_len.min(new_len), new_len, flags)?;
         }
         let populate = expand && vma.flags.contains(VmFlags::VM_LOCKED);
         let result = if implies_new {
