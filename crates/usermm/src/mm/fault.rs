@@ -21,8 +21,13 @@
 //! `mmap_lock` (read) → `page_table_lock` (PGD/PUD entries) → PMD lock → PTE lock. Pages are
 //! allocated before the PTL is taken; a fault that loses a race frees its page.
 //!
+//! # Per-VMA locks
+//! With `vma.per_vma_lock`, [`handle_mm_fault`] first tries the VMA's read lock
+//! (`lock_vma_under_rcu`, `lock_vma.rs`) and runs the fault with no mmap lock; it falls back to
+//! the mmap read lock when the VMA does not qualify or is being changed.
+//!
 //! # Differences from Linux
-//! No per-VMA lock fast path, no fault-around, no userfaultfd, no NUMA hinting.
+//! No fault-around, no userfaultfd, no NUMA hinting.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -102,7 +107,7 @@ fn thp_eligible(mm: &Mm, vma: &Vma, addr: u64) -> bool {
 
 /// `access_error`: does the VMA allow this access?
 #[inline]
-fn access_ok(vma: &Vma, write: bool) -> bool {
+pub(crate) fn access_ok(vma: &Vma, write: bool) -> bool {
     if write {
         vma.flags.contains(VmFlags::VM_WRITE)
     } else {
@@ -110,11 +115,50 @@ fn access_ok(vma: &Vma, write: bool) -> bool {
     }
 }
 
-/// `handle_mm_fault` under the mmap read lock. An access below a `VM_GROWSDOWN` VMA first
+/// `vmf_anon_prepare`: the VMA's anon_vma, allocated (or a neighbour's reused) under the mmap
+/// lock (`tree`). Under a per-VMA lock (`None`) the VMA has one already: `lock_vma_under_rcu`
+/// took only such VMAs.
+#[inline]
+fn anon_vma_prepare(mm: &Mm, tree: Option<&VmaTree>, vma: &Vma) {
+    match tree {
+        Some(t) => {
+            t.anon_vma_prepare(vma, &mm.anon_vma_ids);
+        }
+        None => vm_bug_on!(vma.anon_vma() == 0, "VMA-locked fault without an anon_vma"),
+    }
+}
+
+/// The fault in `vma`, read-locked by `lock_vma_under_rcu` (no mmap lock): the access check,
+/// then `handle_mm_fault` with `FAULT_FLAG_VMA_LOCK`.
+pub(crate) fn fault_vma_locked(
+    mm: &Mm,
+    vma: &Vma,
+    cpu: CpuId,
+    addr: u64,
+    write: bool,
+) -> Result<(), Fault> {
+    if !access_ok(vma, write) {
+        return Err(Fault {
+            addr,
+            code: SegvCode::AccErr,
+        });
+    }
+    mm.machine().vmstat().inc(cpu, VmItem::Pgfault);
+    handle_vma_fault(mm, None, vma, cpu, addr, write).map_err(|_| Fault {
+        addr,
+        code: SegvCode::MapErr,
+    })
+}
+
+/// `handle_mm_fault`: first under the VMA's own lock when per-VMA locks are on and the VMA
+/// qualifies (`lock_vma_under_rcu`), else under the mmap read lock. An access below a `VM_GROWSDOWN` VMA first
 /// grows it down to the faulting page under the write lock (`lock_mm_and_find_vma` →
 /// `expand_stack_locked`), then faults as usual.
 #[doc(alias = "do_user_addr_fault")]
 pub fn handle_mm_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<(), Fault> {
+    if let Some(r) = super::lock_vma::fault_under_vma_lock(mm, cpu, addr, write) {
+        return r;
+    }
     {
         let tree = mm.mmap_lock.read();
         let below_stack = tree
@@ -195,7 +239,7 @@ pub(crate) fn fault_locked(
         });
     }
     mm.machine().vmstat().inc(cpu, VmItem::Pgfault);
-    handle_vma_fault(mm, tree, vma, cpu, addr, write).map_err(|_| Fault {
+    handle_vma_fault(mm, Some(tree), vma, cpu, addr, write).map_err(|_| Fault {
         addr,
         code: SegvCode::MapErr,
     })
@@ -274,7 +318,7 @@ pub(crate) fn pte_alloc_pub(mm: &Mm, cpu: CpuId, pmd: Slot) -> Result<Pfn, Oom> 
 /// `__handle_mm_fault` for one VMA.
 pub(crate) fn handle_vma_fault(
     mm: &Mm,
-    tree: &VmaTree,
+    tree: Option<&VmaTree>,
     vma: &Vma,
     cpu: CpuId,
     addr: u64,
@@ -328,7 +372,7 @@ fn vma_leaf_bits(vma: &Vma, writable: bool) -> u64 {
 
 fn handle_pte_fault(
     mm: &Mm,
-    tree: &VmaTree,
+    tree: Option<&VmaTree>,
     vma: &Vma,
     cpu: CpuId,
     pte: Slot,
@@ -351,7 +395,7 @@ fn handle_pte_fault(
             }
             return Ok(());
         }
-        tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
+        anon_vma_prepare(mm, tree, vma);
         let page = phys
             .alloc_pages(cpu, Order(0), Gfp::ZERO)
             .map_err(|_| Oom)?;
@@ -424,7 +468,7 @@ fn map_new_anon(mm: &Mm, vma: &Vma, cpu: CpuId, page: Pfn, nr: i64) {
 #[doc(alias = "wp_page_copy")]
 fn do_wp_page(
     mm: &Mm,
-    tree: &VmaTree,
+    tree: Option<&VmaTree>,
     vma: &Vma,
     cpu: CpuId,
     pte: Slot,
@@ -442,7 +486,7 @@ fn do_wp_page(
         }
         return Ok(());
     }
-    tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
+    anon_vma_prepare(mm, tree, vma);
     let page = phys
         .alloc_pages(cpu, Order(0), Gfp::ZERO)
         .map_err(|_| Oom)?;
@@ -517,7 +561,7 @@ fn shmem_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64) -> Result<(
 /// `do_huge_pmd_anonymous_page`. `None` means "fall back to 4 KiB".
 fn huge_anonymous_fault(
     mm: &Mm,
-    tree: &VmaTree,
+    tree: Option<&VmaTree>,
     vma: &Vma,
     cpu: CpuId,
     pmd: Slot,
@@ -529,7 +573,7 @@ fn huge_anonymous_fault(
     let table = pgtable::alloc_deposit_table(phys, cpu).ok()?;
     // vmf_anon_prepare comes first, also for a read that maps the huge zero page: the VMA
     // gets its anon_vma (which then keeps VM_ACCOUNT across mprotect and decides merges).
-    tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
+    anon_vma_prepare(mm, tree, vma);
     if !write {
         let hz = machine.huge_zero();
         let Some(zero) = hz.fault_get(&mm.flags, cpu) else {
@@ -604,7 +648,7 @@ fn map_anon_thp_pmd(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, page: Pfn) {
 /// `do_huge_pmd_wp_page`: write to a read-only huge PMD.
 fn huge_wp_fault(
     mm: &Mm,
-    tree: &VmaTree,
+    tree: Option<&VmaTree>,
     vma: &Vma,
     cpu: CpuId,
     pmd: Slot,
@@ -641,7 +685,7 @@ fn huge_wp_fault(
         return handle_pte_fault(mm, tree, vma, cpu, pte, addr, true);
     }
     if machine.huge_zero().write_fault_policy() == HugeZeroWriteFault::AllocThp {
-        tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
+        anon_vma_prepare(mm, tree, vma);
         if let Some(page) = alloc_anon_thp(mm, cpu) {
             let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
             if pmd.load(phys) != e {

@@ -48,6 +48,7 @@
 
 pub mod fault;
 pub mod fork;
+mod lock_vma;
 pub mod memory;
 pub mod mman;
 pub mod mmap;
@@ -147,6 +148,9 @@ pub struct Mm {
     pub(crate) family: Arc<Family>,
     /// `rlimit(RLIMIT_DATA)` in bytes, as `brk` checks it.
     pub(crate) rlimit_data: AtomicU64,
+    /// The VMA index faults read without the mmap lock, with per-VMA locks on
+    /// (`vma.per_vma_lock`; see `lock_vma.rs`).
+    pub(crate) vma_index: Option<Arc<vma::VmaIndex>>,
 }
 
 /// The mms of one fork family, as weak references (an exited, dropped mm simply fails to
@@ -191,10 +195,16 @@ impl Mm {
         let pgd = crate::pgtable::alloc_table(phys, cpu)?;
         let nr = machine.cpus().nr_possible();
         let id = machine.next_mm_id();
+        let mmap_lock = MmapLock::new(VmaTree::new(mmap::MMAP_BASE));
+        let vma_index = machine.per_vma_lock().then(|| {
+            let idx = Arc::new(vma::VmaIndex::new(Arc::clone(mmap_lock.mm_lock_seq())));
+            mmap_lock.write().set_index(Arc::clone(&idx));
+            idx
+        });
         let mm = Arc::new(Mm {
             machine: Arc::clone(machine),
             id,
-            mmap_lock: MmapLock::new(VmaTree::new(mmap::MMAP_BASE)),
+            mmap_lock,
             pgd,
             page_table_lock: SpinLock::new(&PAGE_TABLE_LOCK, ()),
             deposits: SpinLock::new(&DEPOSITS, HashMap::new()),
@@ -211,6 +221,7 @@ impl Mm {
             zap_hook: OnceLock::new(),
             family,
             rlimit_data: AtomicU64::new(u64::MAX),
+            vma_index,
         });
         {
             let mut f = mm.family.lock();

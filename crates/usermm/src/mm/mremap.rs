@@ -272,6 +272,8 @@ impl Mm {
             tree.may_split_range(old_addr, old_addr + old_len)?;
         }
         let pgoff = vma.pgoff + ((old_addr - vma.start) >> 12);
+        // Its page tables are about to move: no fault may be running in it (vma_start_write).
+        tree.vma_start_write(old_addr, old_addr + old_len);
         tree.copy_vma(&vma, new_addr, new_addr + new_len, pgoff);
         let moved = move_page_tables(self, cpu, old_addr, new_addr, old_len);
         if moved < old_len {

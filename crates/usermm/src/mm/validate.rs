@@ -10,7 +10,7 @@
 //!
 //! # Locks
 //! Every live mm of the family is locked for writing, in id order (so two validations of one
-//! family cannot deadlock), for the whole check.
+//! family cannot deadlock), and all its VMAs write-locked (per-VMA locks), for the whole check.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
@@ -36,7 +36,12 @@ impl Mm {
         if !members.iter().any(|m| m.id == self.id) {
             return Err(format!("mm {} is not in its own fork family", self.id));
         }
-        let guards: Vec<_> = members.iter().map(|m| m.mmap_lock.write()).collect();
+        let mut guards: Vec<_> = members.iter().map(|m| m.mmap_lock.write()).collect();
+        // Faults and MADV_DONTNEED under per-VMA locks do not take the mmap lock: write-lock
+        // every VMA too, so that no page table changes under the walk.
+        for g in &mut guards {
+            g.vma_start_write_all();
+        }
         let mut mapped = HashMap::new();
         let mut tables = HashSet::new();
         for (m, tree) in members.iter().zip(&guards) {

@@ -58,6 +58,11 @@ vm_items! {
     UnevictablePgsMunlocked => "unevictable_pgs_munlocked",
     HtlbBuddyAllocSuccess => "htlb_buddy_alloc_success",
     DropPagecache => "drop_pagecache",
+    // CONFIG_PER_VMA_LOCK_STATS
+    VmaLockSuccess => "vma_lock_success",
+    VmaLockAbort => "vma_lock_abort",
+    VmaLockRetry => "vma_lock_retry",
+    VmaLockMiss => "vma_lock_miss",
     // the engine's own
     PcpRefill => "usermm_pcp_refill",
     PcpDrain => "usermm_pcp_drain",

@@ -223,7 +223,7 @@ impl Mm {
                 });
                 if !ok && vma.flags.intersects(VmFlags::VM_ACCESS_FLAGS) {
                     self.machine().vmstat().inc(cpu, VmItem::Pgfault);
-                    if fault::handle_vma_fault(self, tree, vma, cpu, addr, w).is_err() {
+                    if fault::handle_vma_fault(self, Some(tree), vma, cpu, addr, w).is_err() {
                         return Err(Errno::EFAULT);
                     }
                 }

@@ -113,8 +113,10 @@ pub struct Vma {
     pub shmem_size: u64,
     /// `anon_vma` as an id (0 = none). Set by the first fault under the *read* lock with a
     /// compare-exchange (the kernel serialises that with `page_table_lock`); changed by merges
-    /// under the write lock.
-    anon_vma: AtomicU64,
+    /// under the write lock. A cell of its own per VMA, shared with the VMA's published copy
+    /// in the per-VMA-lock index ([`Vma::snapshot`]), so a fault under the mmap lock that sets
+    /// it is seen by faults under the VMA lock.
+    anon_vma: Arc<AtomicU64>,
 }
 
 impl Clone for Vma {
@@ -129,7 +131,7 @@ impl Clone for Vma {
             shmem: self.shmem.clone(),
             pfn_base: self.pfn_base,
             shmem_size: self.shmem_size,
-            anon_vma: AtomicU64::new(self.anon_vma()),
+            anon_vma: Arc::new(AtomicU64::new(self.anon_vma())),
         }
     }
 }
@@ -152,7 +154,16 @@ impl Vma {
             shmem: None,
             pfn_base: 0,
             shmem_size: 0,
-            anon_vma: AtomicU64::new(0),
+            anon_vma: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// A copy of this VMA that shares its anon_vma cell: what the per-VMA-lock index
+    /// publishes (a [`Clone`] is a new VMA, as a split makes, with a cell of its own).
+    pub(crate) fn snapshot(&self) -> Vma {
+        Vma {
+            anon_vma: Arc::clone(&self.anon_vma),
+            ..self.clone()
         }
     }
 
@@ -240,7 +251,7 @@ impl Vma {
     }
 
     pub(super) fn set_anon_vma(&mut self, id: u64) {
-        *self.anon_vma.get_mut() = id;
+        self.anon_vma.store(id, Ordering::Release);
     }
 
     /// `vm_start_gap`: the start including the stack guard gap of a `VM_GROWSDOWN` VMA.

@@ -147,13 +147,13 @@ impl VmaTree {
             (None, None) => None,
             (Some((ps, pa)), Some((ne, na))) => {
                 self.vmas.remove(&end);
-                let p = self.vmas.get_mut(&ps).expect("prev");
+                let mut p = self.vmas.get_mut(&ps).expect("prev");
                 p.end = ne;
                 p.set_anon_vma(first_anon(&[pa, anon, na]));
                 Some(ps)
             }
             (Some((ps, pa)), None) => {
-                let p = self.vmas.get_mut(&ps).expect("prev");
+                let mut p = self.vmas.get_mut(&ps).expect("prev");
                 p.end = end;
                 p.set_anon_vma(first_anon(&[pa, anon]));
                 Some(ps)
@@ -262,7 +262,7 @@ impl VmaTree {
                 // |prev|**vma**|next| → prev extends over both; vma and next are deleted.
                 self.vmas.remove(&key);
                 self.vmas.remove(&end);
-                let p = self.vmas.get_mut(&ps).expect("prev");
+                let mut p = self.vmas.get_mut(&ps).expect("prev");
                 p.end = ne;
                 p.flags = flags;
                 p.set_anon_vma(first_anon(&[pa, anon, na]));
@@ -276,7 +276,7 @@ impl VmaTree {
                     v.start = end;
                     self.vmas.insert(end, v);
                 }
-                let p = self.vmas.get_mut(&ps).expect("prev");
+                let mut p = self.vmas.get_mut(&ps).expect("prev");
                 p.end = end;
                 p.flags = flags;
                 p.set_anon_vma(first_anon(&[pa, anon]));

@@ -97,6 +97,7 @@
 
 mod area;
 mod flags;
+mod index;
 mod maps;
 mod merge;
 mod remap;
@@ -112,5 +113,6 @@ pub use self::area::{
     SHMEM_DEV, STACK_GUARD_GAP, TASK_UNMAPPED_BASE,
 };
 pub use self::flags::VmFlags;
+pub use self::index::{VmaIndex, VmaNode};
 pub use self::tree::VmaTree;
 pub(crate) use self::write::VmaWriteGuard;

@@ -48,7 +48,7 @@ impl VmaTree {
             .map(|n| (n.end, n.anon_vma()));
         if let Some((ne, na)) = next {
             self.vmas.remove(&new_end);
-            let v = self.vmas.get_mut(&key).expect("still there");
+            let mut v = self.vmas.get_mut(&key).expect("still there");
             let anon = first_anon(&[v.anon_vma(), na]);
             v.end = ne;
             v.set_anon_vma(anon);
@@ -104,7 +104,7 @@ impl VmaTree {
     /// or merging (what `move_vma` does to the source of `MREMAP_DONTUNMAP`: `VM_LOCKED`
     /// cleared, the anon_vma unlinked when the whole VMA moved).
     pub(super) fn set_flags_and_anon(&mut self, key: u64, flags: super::VmFlags, anon: u64) {
-        if let Some(v) = self.vmas.get_mut(&key) {
+        if let Some(mut v) = self.vmas.get_mut(&key) {
             v.flags = flags;
             v.set_anon_vma(anon);
         }

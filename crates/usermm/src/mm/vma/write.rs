@@ -71,7 +71,24 @@ impl MmapWriteGuard<'_, VmaTree> {
     /// per-VMA locks, waits for the faults in them to finish and keeps new ones out until the
     /// mmap lock is released. A no-op without per-VMA locks.
     #[doc(alias = "vma_start_write")]
-    pub(crate) fn vma_start_write_all(&mut self) {}
+    pub(crate) fn vma_start_write_all(&mut self) {
+        if let Some(idx) = self.index() {
+            idx.start_write_range(0, u64::MAX);
+        }
+    }
+
+    /// `vma_start_write` on the VMAs overlapping `[start, end)` (`move_vma` before it moves
+    /// page tables out of a VMA it does not change yet). A no-op without per-VMA locks.
+    pub(crate) fn vma_start_write(&mut self, start: u64, end: u64) {
+        if let Some(idx) = self.index() {
+            idx.start_write_range(start, end);
+        }
+    }
+
+    /// Turn per-VMA locks on for this (empty or new) tree: see [`VmaTree::set_index`].
+    pub(crate) fn set_index(&mut self, index: std::sync::Arc<super::VmaIndex>) {
+        VmaTree::set_index(self, index)
+    }
 
     /// `vma_merge_extend`: see [`VmaTree::merge_extend`].
     pub(crate) fn merge_extend(&mut self, key: u64, delta: u64) -> u64 {
