@@ -254,7 +254,12 @@ pub(crate) unsafe fn mremap(
     new_addr: u64,
 ) -> Result<u64, i32> {
     // SAFETY: forwarded to the caller (see above).
-    unsafe { syscall6(libc::SYS_mremap, [addr, old_len, new_len, flags, new_addr, 0]) }
+    unsafe {
+        syscall6(
+            libc::SYS_mremap,
+            [addr, old_len, new_len, flags, new_addr, 0],
+        )
+    }
 }
 
 /// The raw `brk(addr)` system call: the new break, or the old one if the kernel refused

@@ -60,7 +60,11 @@ fn child_reads_inherited_data_and_writes_copy_on_write() {
     // Page 0 is now exclusive to the parent again: its write reuses the page.
     let used = free_pages(&m);
     t.write_u64(a, 9).unwrap();
-    assert_eq!(free_pages(&m), used, "an exclusive page is reused, not copied");
+    assert_eq!(
+        free_pages(&m),
+        used,
+        "an exclusive page is reused, not copied"
+    );
     assert_eq!(c.read_u64(a).unwrap(), 7);
     let d = m.vmstat_snapshot().since(&vm0);
     assert_eq!(d.get(VmItem::Pgfault), 3);
@@ -101,7 +105,14 @@ fn zero_page_and_shared_anon_across_fork() {
     t.write_u64(a, 1).unwrap(); // anon_vma, so the tables are copied
     assert_eq!(t.read_u64(a + P).unwrap(), 0); // zero page
     let s = mm
-        .mmap(C0, 0, 2 * P, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, MapFile::None)
+        .mmap(
+            C0,
+            0,
+            2 * P,
+            PROT_READ | PROT_WRITE,
+            MAP_SHARED | MAP_ANONYMOUS,
+            MapFile::None,
+        )
         .unwrap();
     t.write_u64(s, 42).unwrap();
     let child = fork(&mm);
@@ -135,7 +146,11 @@ fn dontfork_wipeonfork_and_mlock_are_not_inherited() {
     assert_eq!(c.read_u64(a + 8 * P).unwrap(), 0x0101010101010101);
     let maps = child.maps();
     assert!(!maps.is_empty());
-    assert_eq!(child.smaps_rollup().locked_kb, 0, "VM_LOCKED is not inherited");
+    assert_eq!(
+        child.smaps_rollup().locked_kb,
+        0,
+        "VM_LOCKED is not inherited"
+    );
     assert_eq!(mm.smaps_rollup().locked_kb, 16);
     // The locked pages stay mlocked while the parent maps them, even after the child's copy
     // goes away.
@@ -260,9 +275,15 @@ fn mprotect_never_makes_a_shared_page_writable() {
     let child = fork(&mm);
     let c = task(&child);
     child.mprotect(C0, a, 2 * P, PROT_READ).unwrap();
-    child.mprotect(C0, a, 2 * P, PROT_READ | PROT_WRITE).unwrap();
+    child
+        .mprotect(C0, a, 2 * P, PROT_READ | PROT_WRITE)
+        .unwrap();
     c.write_u64(a, 2).unwrap();
-    assert_eq!(t.read_u64(a).unwrap(), 1, "the child's write went to a copy");
+    assert_eq!(
+        t.read_u64(a).unwrap(),
+        1,
+        "the child's write went to a copy"
+    );
     exit_both(&m, mm, child, free0);
 }
 
@@ -274,10 +295,24 @@ fn hugetlb_private_cow_and_shared_across_fork() {
     let t = task(&mm);
     let rw = PROT_READ | PROT_WRITE;
     let p = mm
-        .mmap(C0, 0, H, rw, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, MapFile::None)
+        .mmap(
+            C0,
+            0,
+            H,
+            rw,
+            MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB,
+            MapFile::None,
+        )
         .unwrap();
     let s = mm
-        .mmap(C0, 0, H, rw, MAP_SHARED | MAP_ANONYMOUS | MAP_HUGETLB, MapFile::None)
+        .mmap(
+            C0,
+            0,
+            H,
+            rw,
+            MAP_SHARED | MAP_ANONYMOUS | MAP_HUGETLB,
+            MapFile::None,
+        )
         .unwrap();
     t.write_u64(p, 1).unwrap();
     t.write_u64(s, 2).unwrap();
@@ -305,8 +340,11 @@ fn forked_vmas_do_not_merge_with_new_neighbours() {
     mm.mmap(C0, a, 4 * P, rw, fixed, MapFile::None).unwrap();
     t.write_u64(a, 1).unwrap();
     let child = fork(&mm);
-    child.mmap(C0, a + 4 * P, 4 * P, rw, fixed, MapFile::None).unwrap();
-    mm.mmap(C0, a + 4 * P, 4 * P, rw, fixed, MapFile::None).unwrap();
+    child
+        .mmap(C0, a + 4 * P, 4 * P, rw, fixed, MapFile::None)
+        .unwrap();
+    mm.mmap(C0, a + 4 * P, 4 * P, rw, fixed, MapFile::None)
+        .unwrap();
     assert_eq!(child.maps().lines().count(), 2, "{}", child.maps());
     assert_eq!(mm.maps().lines().count(), 1, "{}", mm.maps());
     exit_both(&m, mm, child, free0);

@@ -55,7 +55,8 @@ fn grow_blocked_needs_maymove_and_moves_page_tables() {
     let mm = Mm::new(&m, C0).unwrap();
     let t = task(&mm);
     mm.mmap(C0, A, 4 * P, RW, FIXED, MapFile::None).unwrap();
-    mm.mmap(C0, A + 4 * P, P, PROT_READ, FIXED, MapFile::None).unwrap();
+    mm.mmap(C0, A + 4 * P, P, PROT_READ, FIXED, MapFile::None)
+        .unwrap();
     fill(&t, A, 4, 20);
     assert_eq!(mm.mremap(C0, A, 4 * P, 8 * P, 0, 0), Err(Errno::ENOMEM));
     let used = free_pages(&m);
@@ -76,17 +77,25 @@ fn fixed_moves_over_an_existing_mapping_and_dontunmap_keeps_the_source() {
     let mm = Mm::new(&m, C0).unwrap();
     let t = task(&mm);
     mm.mmap(C0, A, 4 * P, RW, FIXED, MapFile::None).unwrap();
-    mm.mmap(C0, A + 64 * P, 4 * P, RW, FIXED, MapFile::None).unwrap();
+    mm.mmap(C0, A + 64 * P, 4 * P, RW, FIXED, MapFile::None)
+        .unwrap();
     fill(&t, A, 4, 30);
     fill(&t, A + 64 * P, 4, 90);
     let flags = MREMAP_MAYMOVE | MREMAP_FIXED;
-    assert_eq!(mm.mremap(C0, A, 4 * P, 4 * P, flags, A + 64 * P), Ok(A + 64 * P));
+    assert_eq!(
+        mm.mremap(C0, A, 4 * P, 4 * P, flags, A + 64 * P),
+        Ok(A + 64 * P)
+    );
     check(&t, A + 64 * P, 4, 30);
     assert!(t.read_u64(A).is_err());
     let d = MREMAP_MAYMOVE | MREMAP_DONTUNMAP;
     let to = mm.mremap(C0, A + 64 * P, 4 * P, 4 * P, d, 0).unwrap();
     check(&t, to, 4, 30);
-    assert_eq!(t.read_u64(A + 64 * P).unwrap(), 0, "DONTUNMAP: source empty, mapped");
+    assert_eq!(
+        t.read_u64(A + 64 * P).unwrap(),
+        0,
+        "DONTUNMAP: source empty, mapped"
+    );
     exit_and_check(&m, mm, free0);
 }
 
@@ -101,11 +110,16 @@ fn thp_and_pte_tables_move_whole() {
     assert_eq!(t.read_u64(a + H).unwrap(), 0); // huge zero page
     mm.madvise(C0, a + 2 * H, 2 * H, MADV_NOHUGEPAGE).unwrap();
     fill(&t, a + 2 * H, 512, 100); // a full PTE table
-    // [a, a + 4H) now spans two VMAs: growing it is EFAULT, a FIXED move of the same size
-    // moves both (6.17's remap_move).
+                                   // [a, a + 4H) now spans two VMAs: growing it is EFAULT, a FIXED move of the same size
+                                   // moves both (6.17's remap_move).
     let mf = MREMAP_MAYMOVE | MREMAP_FIXED;
-    assert_eq!(mm.mremap(C0, a, 4 * H, 5 * H, mf, 0x3100_0000_0000), Err(Errno::EFAULT));
-    let to = mm.mremap(C0, a, 4 * H, 4 * H, mf, 0x3100_0000_0000).unwrap();
+    assert_eq!(
+        mm.mremap(C0, a, 4 * H, 5 * H, mf, 0x3100_0000_0000),
+        Err(Errno::EFAULT)
+    );
+    let to = mm
+        .mremap(C0, a, 4 * H, 4 * H, mf, 0x3100_0000_0000)
+        .unwrap();
     assert_eq!(mm.maps().lines().count(), 2);
     assert_eq!(t.read_u64(to).unwrap(), 1);
     assert_eq!(t.read_u64(to + H).unwrap(), 0);
@@ -114,7 +128,14 @@ fn thp_and_pte_tables_move_whole() {
     mm.validate().unwrap();
     // Unaligned move: the huge PMD splits, PTEs move one by one.
     let to2 = mm
-        .mremap(C0, to, 2 * H, 2 * H, MREMAP_MAYMOVE | MREMAP_FIXED, 0x3200_0000_1000)
+        .mremap(
+            C0,
+            to,
+            2 * H,
+            2 * H,
+            MREMAP_MAYMOVE | MREMAP_FIXED,
+            0x3200_0000_1000,
+        )
         .unwrap();
     assert_eq!(t.read_u64(to2).unwrap(), 1);
     exit_and_check(&m, mm, free0);
@@ -126,10 +147,15 @@ fn errno_order() {
     let free0 = free_pages(&m);
     let mm = Mm::new(&m, C0).unwrap();
     mm.mmap(C0, A, 4 * P, RW, FIXED, MapFile::None).unwrap();
-    mm.mmap(C0, A + 4 * P, 4 * P, PROT_READ, FIXED, MapFile::None).unwrap();
+    mm.mmap(C0, A + 4 * P, 4 * P, PROT_READ, FIXED, MapFile::None)
+        .unwrap();
     let e = |r: Result<u64, Errno>| r.unwrap_err();
     assert_eq!(e(mm.mremap(C0, A, P, P, 8, 0)), Errno::EINVAL, "bad flag");
-    assert_eq!(e(mm.mremap(C0, A + 1, P, P, 0, 0)), Errno::EINVAL, "unaligned");
+    assert_eq!(
+        e(mm.mremap(C0, A + 1, P, P, 0, 0)),
+        Errno::EINVAL,
+        "unaligned"
+    );
     assert_eq!(e(mm.mremap(C0, A, P, 0, 0, 0)), Errno::EINVAL, "new_len 0");
     assert_eq!(
         e(mm.mremap(C0, A, P, P, MREMAP_FIXED, A + 64 * P)),
@@ -138,18 +164,30 @@ fn errno_order() {
     );
     let mf = MREMAP_MAYMOVE | MREMAP_FIXED;
     assert_eq!(e(mm.mremap(C0, A, P, P, mf, A + 1)), Errno::EINVAL);
-    assert_eq!(e(mm.mremap(C0, A, 2 * P, 2 * P, mf, A + P)), Errno::EINVAL, "overlap");
+    assert_eq!(
+        e(mm.mremap(C0, A, 2 * P, 2 * P, mf, A + P)),
+        Errno::EINVAL,
+        "overlap"
+    );
     assert_eq!(
         e(mm.mremap(C0, A, P, 2 * P, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, 0)),
         Errno::EINVAL
     );
-    assert_eq!(e(mm.mremap(C0, A + 64 * P, P, P, 0, 0)), Errno::EFAULT, "unmapped");
+    assert_eq!(
+        e(mm.mremap(C0, A + 64 * P, P, P, 0, 0)),
+        Errno::EFAULT,
+        "unmapped"
+    );
     assert_eq!(
         e(mm.mremap(C0, A, 8 * P, 16 * P, MREMAP_MAYMOVE, 0)),
         Errno::EFAULT,
         "spans two VMAs"
     );
-    assert_eq!(e(mm.mremap(C0, A, 0, P, MREMAP_MAYMOVE, 0)), Errno::EINVAL, "old 0");
+    assert_eq!(
+        e(mm.mremap(C0, A, 0, P, MREMAP_MAYMOVE, 0)),
+        Errno::EINVAL,
+        "old 0"
+    );
     assert_eq!(e(mm.mremap(C0, A, 4 * P, 8 * P, 0, 0)), Errno::ENOMEM);
     // A shrink across two VMAs is allowed: it unmaps.
     assert_eq!(mm.mremap(C0, A, 8 * P, 2 * P, 0, 0), Ok(A));
@@ -175,7 +213,8 @@ fn brk_grows_shrinks_and_refuses() {
     assert!(t.read_u64(b0 + 2 * P).is_err());
     assert_eq!(t.read_u64(b0).unwrap(), 5);
     // A mapping close above the heap blocks growth within a page of it.
-    mm.mmap(C0, b0 + 8 * P, P, RW, FIXED, MapFile::None).unwrap();
+    mm.mmap(C0, b0 + 8 * P, P, RW, FIXED, MapFile::None)
+        .unwrap();
     assert_eq!(mm.brk(C0, b0 + 7 * P + 1), b0 + P);
     assert_eq!(mm.brk(C0, b0 + 7 * P), b0 + 7 * P);
     // RLIMIT_DATA.

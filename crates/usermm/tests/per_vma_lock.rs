@@ -49,7 +49,10 @@ fn faults_in_a_faulted_anonymous_vma_take_the_vma_lock() {
     let s1 = m.vmstat_snapshot();
     let e = t.write_u64(a, 2).unwrap_err();
     assert_eq!(e.code, SegvCode::AccErr);
-    assert_eq!(m.vmstat_snapshot().since(&s1).get(VmItem::VmaLockSuccess), 1);
+    assert_eq!(
+        m.vmstat_snapshot().since(&s1).get(VmItem::VmaLockSuccess),
+        1
+    );
     // MADV_DONTNEED inside one VMA takes only its lock.
     let r1 = mm.mmap_lock_info().stats().read.acquisitions;
     mm.madvise(C0, a + P, 8 * P, MADV_DONTNEED).unwrap();
@@ -69,7 +72,14 @@ fn munmap_write_hold_blocks_no_fault_elsewhere() {
     let big = anon(&mm, 256 * P);
     // Far from `big`, so that the two never merge into one VMA.
     let other = mm
-        .mmap(C0, 0x3000_0000_0000, 16 * P, RW, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, MapFile::None)
+        .mmap(
+            C0,
+            0x3000_0000_0000,
+            16 * P,
+            RW,
+            MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+            MapFile::None,
+        )
         .unwrap();
     let t = task(&mm);
     t.write_u64(other, 1).unwrap(); // the other VMA gets its anon_vma
@@ -102,7 +112,10 @@ fn munmap_write_hold_blocks_no_fault_elsewhere() {
     });
     MM.with(|c| *c.borrow_mut() = Some(Arc::clone(&mm)));
     mm.munmap(C0, big, 256 * P).unwrap();
-    assert!(done_elsewhere.load(Ordering::SeqCst), "a fault elsewhere waited");
+    assert!(
+        done_elsewhere.load(Ordering::SeqCst),
+        "a fault elsewhere waited"
+    );
     let r = rx.recv().unwrap();
     assert_eq!(r.unwrap_err().code, SegvCode::MapErr);
     MM.with(|c| *c.borrow_mut() = None);

@@ -54,8 +54,14 @@ fn mremap_cases() -> Vec<Case> {
             // Growing a range that spans two VMAs.
             c.op(mremap(a(0), 4 * P, 8 * P, MAYMOVE, 0)).err(EFAULT);
             c.op(mremap(a(0), 4 * P, 6 * P, FIXED, a(64))).err(EFAULT);
-            c.op(mremap(a(1), 2 * P, 2 * P, MAYMOVE | MREMAP_DONTUNMAP, a(64)))
-                .err(EFAULT);
+            c.op(mremap(
+                a(1),
+                2 * P,
+                2 * P,
+                MAYMOVE | MREMAP_DONTUNMAP,
+                a(64),
+            ))
+            .err(EFAULT);
             // A range starting in a gap.
             c.op(mremap(a(4) - 2 * P + 8 * P, 4 * P, 4 * P, FIXED, a(64)))
                 .err(EFAULT);
@@ -68,7 +74,11 @@ fn mremap_cases() -> Vec<Case> {
             c.write(a(0), 2 * P, 0x37).ok(2 * P);
             // Every VMA in the range moves, the gap between them kept; a gap at the end too.
             c.op(mremap(a(0), 10 * P, 10 * P, FIXED, a(64))).ok(a(64));
-            c.maps(&[(a(64), a(66), "rw-p"), (a(66), a(68), "r--p"), (a(70), a(72), "rw-p")]);
+            c.maps(&[
+                (a(64), a(66), "rw-p"),
+                (a(66), a(68), "r--p"),
+                (a(70), a(72), "rw-p"),
+            ]);
             c.read(a(64), 2 * P).expect(Expect::Bytes(0x37));
             // /dev/zero places its own mappings: it moves only alone.
             c.map_zero(a(80), 2, RW, 0);
@@ -82,18 +92,22 @@ fn mremap_cases() -> Vec<Case> {
             c.op(mremap(a(0), 2 * P, 4 * P, 0, 0)).err(ENOMEM);
             c.maps(&[(a(0), a(2), "rw-p"), (a(2), a(3), "r--p")]);
         }),
-        case("mremap_grow_in_place", "LTP mremap01; gVisor InPlace_Expand", |c| {
-            c.map(a(0), 2, RW);
-            c.write(a(0), 2 * P, 0x31).ok(2 * P);
-            c.op(mremap(a(0), 2 * P, 6 * P, 0, 0)).ok(a(0));
-            c.maps(&[(a(0), a(6), "rw-p")]);
-            c.read(a(0), 2 * P).expect(Expect::Bytes(0x31));
-            c.read(a(2), 4 * P).expect(Expect::Bytes(0));
-            // Growing into a compatible neighbour merges with it.
-            c.map(a(8), 2, RW);
-            c.op(mremap(a(0), 6 * P, 8 * P, 0, 0)).ok(a(0));
-            c.maps(&[(a(0), a(10), "rw-p")]);
-        }),
+        case(
+            "mremap_grow_in_place",
+            "LTP mremap01; gVisor InPlace_Expand",
+            |c| {
+                c.map(a(0), 2, RW);
+                c.write(a(0), 2 * P, 0x31).ok(2 * P);
+                c.op(mremap(a(0), 2 * P, 6 * P, 0, 0)).ok(a(0));
+                c.maps(&[(a(0), a(6), "rw-p")]);
+                c.read(a(0), 2 * P).expect(Expect::Bytes(0x31));
+                c.read(a(2), 4 * P).expect(Expect::Bytes(0));
+                // Growing into a compatible neighbour merges with it.
+                c.map(a(8), 2, RW);
+                c.op(mremap(a(0), 6 * P, 8 * P, 0, 0)).ok(a(0));
+                c.maps(&[(a(0), a(10), "rw-p")]);
+            },
+        ),
         case("mremap_shrink", "gVisor InPlace_Shrink; B.9 mremap", |c| {
             c.map(a(0), 6, RW);
             c.write(a(0), 6 * P, 0x32).ok(6 * P);
@@ -106,38 +120,54 @@ fn mremap_cases() -> Vec<Case> {
             c.maps(&[(a(0), a(1), "rw-p")]);
             c.counters(None, Some(4), Some(0));
         }),
-        case("mremap_fixed_moves_and_unmaps_target", "LTP mremap05; gVisor Fixed", |c| {
-            c.map(a(0), 4, RW);
-            c.map(a(32), 4, R);
-            c.write(a(0), 4 * P, 0x33).ok(4 * P);
-            c.op(mremap(a(0), 4 * P, 4 * P, FIXED, a(32))).ok(a(32));
-            c.maps(&[(a(32), a(36), "rw-p")]);
-            c.read(a(32), 4 * P).expect(Expect::Bytes(0x33));
-            c.read(a(0), 1).expect(Expect::Fault(a(0)));
-            // Fixed with a shrink and with a grow.
-            c.op(mremap(a(32), 4 * P, 2 * P, FIXED, a(64))).ok(a(64));
-            c.op(mremap(a(64), 2 * P, 6 * P, FIXED, a(96))).ok(a(96));
-            c.maps(&[(a(96), a(102), "rw-p")]);
-            c.read(a(96), 2 * P).expect(Expect::Bytes(0x33));
-            c.read(a(98), 4 * P).expect(Expect::Bytes(0));
-            c.counters(None, Some(8), Some(0));
-        }),
-        case("mremap_move_part_of_a_vma", "gVisor MayMove_Partial; selftests mremap_test", |c| {
-            c.map(a(0), 8, RW);
-            c.write(a(0), 8 * P, 0x34).ok(8 * P);
-            c.op(mremap(a(2), 2 * P, 2 * P, FIXED, a(40))).ok(a(40));
-            c.maps(&[(a(0), a(2), "rw-p"), (a(4), a(8), "rw-p"), (a(40), a(42), "rw-p")]);
-            // Moving it back: the pgoff is the old one, so it merges again.
-            c.op(mremap(a(40), 2 * P, 2 * P, FIXED, a(2))).ok(a(2));
-            c.maps(&[(a(0), a(8), "rw-p")]);
-            c.read(a(0), 8 * P).expect(Expect::Bytes(0x34));
-        }),
-        case("mremap_unfaulted_moves_merge", "copy_vma: anonymous without anon_vma", |c| {
-            c.map(a(0), 4, RW);
-            c.map(a(16), 4, RW);
-            c.op(mremap(a(16), 4 * P, 4 * P, FIXED, a(4))).ok(a(4));
-            c.maps(&[(a(0), a(8), "rw-p")]);
-        }),
+        case(
+            "mremap_fixed_moves_and_unmaps_target",
+            "LTP mremap05; gVisor Fixed",
+            |c| {
+                c.map(a(0), 4, RW);
+                c.map(a(32), 4, R);
+                c.write(a(0), 4 * P, 0x33).ok(4 * P);
+                c.op(mremap(a(0), 4 * P, 4 * P, FIXED, a(32))).ok(a(32));
+                c.maps(&[(a(32), a(36), "rw-p")]);
+                c.read(a(32), 4 * P).expect(Expect::Bytes(0x33));
+                c.read(a(0), 1).expect(Expect::Fault(a(0)));
+                // Fixed with a shrink and with a grow.
+                c.op(mremap(a(32), 4 * P, 2 * P, FIXED, a(64))).ok(a(64));
+                c.op(mremap(a(64), 2 * P, 6 * P, FIXED, a(96))).ok(a(96));
+                c.maps(&[(a(96), a(102), "rw-p")]);
+                c.read(a(96), 2 * P).expect(Expect::Bytes(0x33));
+                c.read(a(98), 4 * P).expect(Expect::Bytes(0));
+                c.counters(None, Some(8), Some(0));
+            },
+        ),
+        case(
+            "mremap_move_part_of_a_vma",
+            "gVisor MayMove_Partial; selftests mremap_test",
+            |c| {
+                c.map(a(0), 8, RW);
+                c.write(a(0), 8 * P, 0x34).ok(8 * P);
+                c.op(mremap(a(2), 2 * P, 2 * P, FIXED, a(40))).ok(a(40));
+                c.maps(&[
+                    (a(0), a(2), "rw-p"),
+                    (a(4), a(8), "rw-p"),
+                    (a(40), a(42), "rw-p"),
+                ]);
+                // Moving it back: the pgoff is the old one, so it merges again.
+                c.op(mremap(a(40), 2 * P, 2 * P, FIXED, a(2))).ok(a(2));
+                c.maps(&[(a(0), a(8), "rw-p")]);
+                c.read(a(0), 8 * P).expect(Expect::Bytes(0x34));
+            },
+        ),
+        case(
+            "mremap_unfaulted_moves_merge",
+            "copy_vma: anonymous without anon_vma",
+            |c| {
+                c.map(a(0), 4, RW);
+                c.map(a(16), 4, RW);
+                c.op(mremap(a(16), 4 * P, 4 * P, FIXED, a(4))).ok(a(4));
+                c.maps(&[(a(0), a(8), "rw-p")]);
+            },
+        ),
         case("mremap_dontunmap", "selftests mremap_dontunmap", |c| {
             c.map(a(0), 4, RW);
             c.write(a(0), 4 * P, 0x35).ok(4 * P);
@@ -147,7 +177,8 @@ fn mremap_cases() -> Vec<Case> {
             c.read(a(0), 4 * P).expect(Expect::Bytes(0));
             c.read(a(32), 4 * P).expect(Expect::Bytes(0x35));
             // With a hint inside the arena and no FIXED.
-            c.op(mremap(a(32), 2 * P, 2 * P, DONTUNMAP, a(64))).ok(a(64));
+            c.op(mremap(a(32), 2 * P, 2 * P, DONTUNMAP, a(64)))
+                .ok(a(64));
             c.read(a(64), 2 * P).expect(Expect::Bytes(0x35));
             c.read(a(32), 2 * P).expect(Expect::Bytes(0));
         }),
@@ -161,10 +192,17 @@ fn mremap_cases() -> Vec<Case> {
         case("mremap_thp_moves_whole", "move_huge_pmd", |c| {
             c.op(Op::mmap_anon_at(a(0) + (4 << 20), 4 << 20, RW))
                 .ok(a(0) + (4 << 20));
-            c.madvise(a(0) + (4 << 20), 4 << 20, libc::MADV_HUGEPAGE).ok(0);
+            c.madvise(a(0) + (4 << 20), 4 << 20, libc::MADV_HUGEPAGE)
+                .ok(0);
             c.write(a(0) + (4 << 20), 64, 0x36).ok(64);
-            c.op(mremap(a(0) + (4 << 20), 2 << 20, 2 << 20, FIXED, a(0) + (16 << 20)))
-                .ok(a(0) + (16 << 20));
+            c.op(mremap(
+                a(0) + (4 << 20),
+                2 << 20,
+                2 << 20,
+                FIXED,
+                a(0) + (16 << 20),
+            ))
+            .ok(a(0) + (16 << 20));
             c.read(a(0) + (16 << 20), 64).expect(Expect::Bytes(0x36));
             c.counters(Some(1), None, None);
         }),
@@ -228,15 +266,19 @@ fn fork_cases() -> Vec<Case> {
             c.op(Op::Switch { proc: 0 }).ok(0);
             c.read(a(1), P).expect(Expect::Bytes(0x45));
         }),
-        case("fork_dontfork", "gVisor madvise.cc DontforkShared; LTP madvise", |c| {
-            c.map(a(0), 4, RW);
-            c.write(a(0), 4 * P, 0x46).ok(4 * P);
-            c.madvise(a(2), 2 * P, MADV_DONTFORK).ok(0);
-            c.op(Op::Fork).ok(1);
-            c.op(Op::Switch { proc: 1 }).ok(0);
-            c.maps(&[(a(0), a(2), "rw-p")]);
-            c.read(a(2), 1).expect(Expect::Fault(a(2)));
-        }),
+        case(
+            "fork_dontfork",
+            "gVisor madvise.cc DontforkShared; LTP madvise",
+            |c| {
+                c.map(a(0), 4, RW);
+                c.write(a(0), 4 * P, 0x46).ok(4 * P);
+                c.madvise(a(2), 2 * P, MADV_DONTFORK).ok(0);
+                c.op(Op::Fork).ok(1);
+                c.op(Op::Switch { proc: 1 }).ok(0);
+                c.maps(&[(a(0), a(2), "rw-p")]);
+                c.read(a(2), 1).expect(Expect::Fault(a(2)));
+            },
+        ),
         case("fork_wipeonfork", "LTP madvise10", |c| {
             c.map(a(0), 4, RW);
             c.write(a(0), 4 * P, 0x47).ok(4 * P);
@@ -265,22 +307,26 @@ fn fork_cases() -> Vec<Case> {
             c.op(Op::Fork).ok(0);
             c.op(Op::Fork).err(EAGAIN);
         }),
-        case("fork_forked_vma_merges", "selftests merge.c forked_source/target_vma", |c| {
-            c.map(a(0), 4, RW);
-            c.write(a(0), P, 0x4a).ok(P);
-            c.op(Op::Fork).ok(1);
-            c.op(Op::Switch { proc: 1 }).ok(0);
-            // A new neighbour does not merge with the forked, faulted VMA...
-            c.map(a(4), 2, RW);
-            c.maps(&[(a(0), a(4), "rw-p"), (a(4), a(6), "rw-p")]);
-            // ...but its own pieces re-merge (one anon_vma).
-            c.mprotect(a(1), P, R).ok(0);
-            c.mprotect(a(1), P, RW).ok(0);
-            c.maps(&[(a(0), a(4), "rw-p"), (a(4), a(6), "rw-p")]);
-            c.op(Op::Switch { proc: 0 }).ok(0);
-            c.map(a(4), 2, RW);
-            c.maps(&[(a(0), a(6), "rw-p")]);
-        }),
+        case(
+            "fork_forked_vma_merges",
+            "selftests merge.c forked_source/target_vma",
+            |c| {
+                c.map(a(0), 4, RW);
+                c.write(a(0), P, 0x4a).ok(P);
+                c.op(Op::Fork).ok(1);
+                c.op(Op::Switch { proc: 1 }).ok(0);
+                // A new neighbour does not merge with the forked, faulted VMA...
+                c.map(a(4), 2, RW);
+                c.maps(&[(a(0), a(4), "rw-p"), (a(4), a(6), "rw-p")]);
+                // ...but its own pieces re-merge (one anon_vma).
+                c.mprotect(a(1), P, R).ok(0);
+                c.mprotect(a(1), P, RW).ok(0);
+                c.maps(&[(a(0), a(4), "rw-p"), (a(4), a(6), "rw-p")]);
+                c.op(Op::Switch { proc: 0 }).ok(0);
+                c.map(a(4), 2, RW);
+                c.maps(&[(a(0), a(6), "rw-p")]);
+            },
+        ),
         case("fork_mremap_in_child", "fork + mremap", |c| {
             c.map(a(0), 4, RW);
             c.write(a(0), 4 * P, 0x4b).ok(4 * P);

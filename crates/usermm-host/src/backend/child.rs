@@ -509,16 +509,18 @@ impl Child<'_> {
                 Ok((_, s)) if s & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0 => {
                     sys::exit_now(0)
                 }
-                Ok((c, _)) if c & libc::POLLIN != 0 => match sys::read(self.ctl[self.slot].0, &mut t) {
-                    Ok(1) => {
-                        if t[0] == TOKEN_OTHER_EXITED {
-                            self.alive[1 - self.slot] = false;
+                Ok((c, _)) if c & libc::POLLIN != 0 => {
+                    match sys::read(self.ctl[self.slot].0, &mut t) {
+                        Ok(1) => {
+                            if t[0] == TOKEN_OTHER_EXITED {
+                                self.alive[1 - self.slot] = false;
+                            }
+                            return;
                         }
-                        return;
+                        Err(libc::EINTR) => {}
+                        _ => sys::exit_now(5),
                     }
-                    Err(libc::EINTR) => {}
-                    _ => sys::exit_now(5),
-                },
+                }
                 Ok(_) => {}
                 Err(_) => sys::exit_now(3),
             }

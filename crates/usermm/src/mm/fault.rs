@@ -156,8 +156,13 @@ pub(crate) fn fault_vma_locked(
 /// `expand_stack_locked`), then faults as usual.
 #[doc(alias = "do_user_addr_fault")]
 pub fn handle_mm_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<(), Fault> {
-    if let Some(r) = super::lock_vma::fault_under_vma_lock(mm, cpu, addr, write) {
-        return r;
+    // The FAULT_FLAG_VMA_LOCK attempt (lock_vma.rs): `Some` when it ran under the VMA's lock.
+    if mm.vma_index.is_some() {
+        let r =
+            mm.with_vma_read_locked(cpu, addr, |vma| fault_vma_locked(mm, vma, cpu, addr, write));
+        if let Some(r) = r {
+            return r;
+        }
     }
     {
         let tree = mm.mmap_lock.read();

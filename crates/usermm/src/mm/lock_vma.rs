@@ -3,7 +3,7 @@
 //!
 //! Mirrors `mm/memory.c` (`lock_vma_under_rcu`), `arch/x86/mm/fault.c` (the
 //! `FAULT_FLAG_VMA_LOCK` attempt at the top of `do_user_addr_fault`) and `mm/madvise.c`
-//! (`try_vma_read_lock`, 6.16). The lock itself is [`VmaLock`](crate::sync::VmaLock); the
+//! (`try_vma_read_lock`, 6.16). The fault side's caller is `handle_mm_fault` (`fault.rs`). The lock itself is [`VmaLock`](crate::sync::VmaLock); the
 //! index it is found in is `mm/vma/index.rs`.
 //!
 //! ```text
@@ -28,7 +28,6 @@
 //! `vm_lock (read) -> PMD lock -> PTE lock`; no mmap lock. The index's lock (`mm_mt`) is
 //! dropped before the VMA lock is tried.
 
-use super::fault::{fault_vma_locked, Fault};
 use super::vma::{VmFlags, Vma};
 use super::Mm;
 use crate::cpu::CpuId;
@@ -49,8 +48,7 @@ impl Mm {
         let stat = self.machine().vmstat();
         loop {
             let node = idx.find(addr);
-            let Some(node) = node.filter(|n| n.vma.is_anonymous() && n.vma.anon_vma() != 0)
-            else {
+            let Some(node) = node.filter(|n| n.vma.is_anonymous() && n.vma.anon_vma() != 0) else {
                 stat.inc(cpu, VmItem::VmaLockAbort);
                 return None;
             };
@@ -64,7 +62,10 @@ impl Mm {
                 stat.inc(cpu, VmItem::VmaLockMiss);
                 continue;
             }
-            vm_bug_on!(!node.vma.contains(addr), "index node does not contain the address");
+            vm_bug_on!(
+                !node.vma.contains(addr),
+                "index node does not contain the address"
+            );
             let r = f(&node.vma);
             drop(guard);
             stat.inc(cpu, VmItem::VmaLockSuccess);
@@ -73,28 +74,17 @@ impl Mm {
     }
 }
 
-/// The `FAULT_FLAG_VMA_LOCK` attempt of `do_user_addr_fault`: `Some(result)` when the fault
-/// ran under the VMA's lock (including a `SEGV_ACCERR` decided there), `None` to fall back.
-#[inline]
-pub(crate) fn fault_under_vma_lock(
-    mm: &Mm,
-    cpu: CpuId,
-    addr: u64,
-    write: bool,
-) -> Option<Result<(), Fault>> {
-    mm.vma_index.as_ref()?;
-    mm.with_vma_read_locked(cpu, addr, |vma| fault_vma_locked(mm, vma, cpu, addr, write))
-}
-
-/// `MADV_DONTNEED` of `[start, end)` under the VMA's read lock (6.16's `try_vma_read_lock`):
-/// `Some(())` when the range lies in one qualifying VMA that may be zapped and was, `None` to
-/// fall back to the mmap read lock.
-pub(crate) fn dontneed_under_vma_lock(mm: &Mm, cpu: CpuId, start: u64, end: u64) -> Option<()> {
-    mm.vma_index.as_ref()?;
-    let forbidden = VmFlags::VM_LOCKED | VmFlags::VM_PFNMAP | VmFlags::VM_HUGETLB;
-    mm.with_vma_read_locked(cpu, start, |vma| {
-        (end <= vma.end && !vma.flags.intersects(forbidden))
-            .then(|| mm.zap_page_range(cpu, start, end))
-    })
-    .flatten()
+impl Mm {
+    /// `MADV_DONTNEED` of `[start, end)` under the VMA's read lock (6.16's
+    /// `try_vma_read_lock`): `Some(())` when the range lies in one qualifying VMA that may be
+    /// zapped and was, `None` to fall back to the mmap read lock.
+    pub(crate) fn dontneed_vma_locked(&self, cpu: CpuId, start: u64, end: u64) -> Option<()> {
+        self.vma_index.as_ref()?;
+        let forbidden = VmFlags::VM_LOCKED | VmFlags::VM_PFNMAP | VmFlags::VM_HUGETLB;
+        self.with_vma_read_locked(cpu, start, |vma| {
+            (end <= vma.end && !vma.flags.intersects(forbidden))
+                .then(|| self.zap_page_range(cpu, start, end))
+        })
+        .flatten()
+    }
 }

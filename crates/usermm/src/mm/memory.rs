@@ -651,9 +651,8 @@ pub(crate) fn change_protection(
                     let e = Entry(s.load(Relaxed));
                     if e.maps_frame() {
                         // can_change_pte_writable: not a page shared copy-on-write.
-                        let w = write
-                            && !e.special()
-                            && (!cow || rmap::pte_exclusive(phys, e.pfn()));
+                        let w =
+                            write && !e.special() && (!cow || rmap::pte_exclusive(phys, e.pfn()));
                         let b = if w { leaf } else { leaf_ro };
                         s.store(Entry::new(e.pfn(), b | (e.0 & _PAGE_SPECIAL)).0, Relaxed);
                         changed = true;

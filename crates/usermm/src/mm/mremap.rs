@@ -302,7 +302,11 @@ impl Mm {
 
 /// The checks of `check_prep_vma` for a mremap that grows or moves.
 fn check_resize(vma: &Vma, addr: u64, old_len: u64, new_len: u64, flags: u32) -> Result<(), Errno> {
-    if old_len == 0 && !vma.flags.intersects(VmFlags::VM_SHARED | VmFlags::VM_MAYSHARE) {
+    if old_len == 0
+        && !vma
+            .flags
+            .intersects(VmFlags::VM_SHARED | VmFlags::VM_MAYSHARE)
+    {
         return Err(Errno::EINVAL);
     }
     let no_expand = VmFlags::VM_DONTEXPAND | VmFlags::VM_PFNMAP;

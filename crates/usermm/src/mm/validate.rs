@@ -145,7 +145,9 @@ impl Mm {
         memory::for_each_table(phys, self.pgd, |base, span, pfn| {
             tables += 1;
             if !tables_seen.insert(pfn.0) {
-                err = Some(format!("table {pfn:?} for {base:#x} shared with another mm"));
+                err = Some(format!(
+                    "table {pfn:?} for {base:#x} shared with another mm"
+                ));
             }
             if !phys.meta(pfn).test(PG_PGTABLE) {
                 err = Some(format!("table {pfn:?} for {base:#x} is not PG_table"));

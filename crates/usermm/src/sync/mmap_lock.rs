@@ -89,8 +89,8 @@ use super::clock::{self, Ktime};
 use super::lock::SpinLock;
 use super::rwsem::{RwSem, RwSemReadGuard, RwSemWriteGuard};
 use super::vma_lock::MmLockSeq;
-use std::sync::Arc;
 use crate::stats::lockstat::{LockStat, LockStatSnapshot, StripedLockStat};
+use std::sync::Arc;
 
 /// Lowest value the exclusive-hold histogram distinguishes: 1 ns.
 const HOLD_HIST_LOW_NS: u64 = 1;

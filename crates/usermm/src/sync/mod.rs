@@ -54,8 +54,8 @@ mod rwsem;
 mod shared_line;
 mod stat_lock;
 pub mod thread;
-mod vma_lock;
 pub mod vhook;
+mod vma_lock;
 pub mod workqueue;
 
 pub use self::class::{LineClass, LockClass, WaitKind};
@@ -69,8 +69,8 @@ pub use self::ptlock::{PtLock, PtLockGuard};
 pub use self::rwsem::{RwSem, RwSemReadGuard, RwSemWriteGuard};
 pub use self::shared_line::{LineAtomic, SharedLine};
 pub use self::stat_lock::{StatMutex, StatMutexGuard};
-pub use self::vma_lock::{MmLockSeq, VmaLock, VmaReadGuard};
 pub use self::vhook::Cost;
+pub use self::vma_lock::{MmLockSeq, VmaLock, VmaReadGuard};
 pub use self::workqueue::{WorkHandle, WorkOutcome, WorkerStats, Workqueue, WorkqueueStats};
 
 /// Charge `n` units of the named cost to the current CPU: nothing on the host (the work itself

@@ -57,14 +57,19 @@ impl Mm {
                 return origbrk;
             }
             tree.set_brk(brk);
-            if self.do_munmap_locked(&mut tree, cpu, newbrk, oldbrk).is_err() {
+            if self
+                .do_munmap_locked(&mut tree, cpu, newbrk, oldbrk)
+                .is_err()
+            {
                 tree.set_brk(origbrk);
                 return origbrk;
             }
             return brk;
         }
         // Check against existing mappings, one page and a stack's guard gap beyond.
-        let limit = newbrk.saturating_add(PAGE_SIZE).saturating_add(STACK_GUARD_GAP);
+        let limit = newbrk
+            .saturating_add(PAGE_SIZE)
+            .saturating_add(STACK_GUARD_GAP);
         if let Some(next) = tree.find_vma_intersection(oldbrk, limit) {
             if newbrk + PAGE_SIZE > next.start_gap() {
                 return origbrk;

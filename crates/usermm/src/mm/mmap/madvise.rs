@@ -56,9 +56,7 @@ impl Mm {
             return self.madvise_populate(cpu, addr, end, advice == MADV_POPULATE_WRITE);
         }
         // 6.16: MADV_DONTNEED within one VMA needs only that VMA's read lock.
-        if advice == MADV_DONTNEED
-            && crate::mm::lock_vma::dontneed_under_vma_lock(self, cpu, addr, end).is_some()
-        {
+        if advice == MADV_DONTNEED && self.dontneed_vma_locked(cpu, addr, end).is_some() {
             return Ok(());
         }
         let flag_change = set.0 != 0 || clear.0 != 0;

@@ -9,8 +9,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use super::area::{
-    anon_vma_compatible, had_uncowed_parents, page_aligned, DevIno, Vma, VmaKind,
-    ANON_VMA_FORKED, DEFAULT_START_BRK, FIRST_SHMEM_INO, TASK_UNMAPPED_BASE,
+    anon_vma_compatible, had_uncowed_parents, page_aligned, DevIno, Vma, VmaKind, ANON_VMA_FORKED,
+    DEFAULT_START_BRK, FIRST_SHMEM_INO, TASK_UNMAPPED_BASE,
 };
 use super::flags::VmFlags;
 use super::index::{VmaIndex, VmaMap};
