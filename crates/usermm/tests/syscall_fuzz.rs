@@ -1,5 +1,7 @@
 //! Fuzzing the syscall-like entry points with raw arguments: any address, length, protection,
-//! flag word, advice and file offset — not just the well-formed ones `syscall_props` draws.
+//! flag word, advice and file offset — not just the well-formed ones `syscall_props` draws —
+//! plus mremap, brk, fork and exit of forked children (calls then pick among the family), with
+//! and without per-VMA locks.
 //! Every call must return a value or an errno (never panic), accesses must return a value or
 //! a fault, `validate_mm` must hold after every step, and exit must give every frame back.
 //!
@@ -14,6 +16,7 @@ use common::*;
 use proptest::prelude::*;
 use usermm::config::BackingMode;
 use usermm::mm::mmap::*;
+use usermm::mm::vma::DEFAULT_START_BRK;
 use usermm::{CpuId, Mm, Task, PAGE_SIZE};
 
 /// `TASK_SIZE` of x86-64 with 4-level tables.
@@ -116,6 +119,12 @@ enum Call {
     Munlock(u64, u64),
     Read(u64, usize),
     Write(u64, usize),
+    Mremap(u64, u64, u64, u32, u64),
+    Brk(u64),
+    /// fork the chosen mm (at most three children); later calls pick among all.
+    Fork,
+    /// exit (mmput) a child.
+    Exit,
 }
 
 fn call() -> impl Strategy<Value = Call> {
@@ -155,6 +164,15 @@ fn call() -> impl Strategy<Value = Call> {
         1 => (addr(), len()).prop_map(|(a, l)| Call::Munlock(a, l)),
         2 => (addr(), 1usize..9000).prop_map(|(a, n)| Call::Read(a, n)),
         2 => (addr(), 1usize..9000).prop_map(|(a, n)| Call::Write(a, n)),
+        3 => (addr(), len(), len(), prop_oneof![6 => 0u32..8, 1 => any::<u32>()], addr())
+            .prop_map(|(a, o, n, f, d)| Call::Mremap(a, o, n, f, d)),
+        1 => prop_oneof![
+            3 => (0u64..(64 << 12)).prop_map(|o| DEFAULT_START_BRK + o),
+            1 => any::<u64>(),
+        ]
+        .prop_map(Call::Brk),
+        1 => Just(Call::Fork),
+        1 => Just(Call::Exit),
     ]
 }
 
@@ -167,9 +185,63 @@ fn aim(placed: &[u64], a: u64, pick: usize) -> u64 {
     }
 }
 
+/// The mms a sequence acts on: the first and the children it forked.
+struct Family {
+    mms: Vec<std::sync::Arc<Mm>>,
+    placed: Vec<u64>,
+}
+
+impl Family {
+    fn new(mm: &std::sync::Arc<Mm>) -> Self {
+        Family {
+            mms: vec![std::sync::Arc::clone(mm)],
+            placed: Vec::new(),
+        }
+    }
+
+    /// Put every child (the first mm is the caller's).
+    fn exit_children(&mut self, cpu: CpuId) {
+        for c in self.mms.drain(1..) {
+            c.mmput(cpu);
+        }
+    }
+}
+
+fn apply_family(f: &mut Family, cpu: CpuId, c: &Call, pick: usize) {
+    let mm = std::sync::Arc::clone(&f.mms[(pick / 3) % f.mms.len()]);
+    match *c {
+        Call::Fork => {
+            if f.mms.len() < 4 {
+                if let Ok(child) = mm.fork(cpu) {
+                    f.mms.push(child);
+                }
+            }
+        }
+        Call::Exit => {
+            if f.mms.len() > 1 {
+                let i = 1 + pick % (f.mms.len() - 1);
+                f.mms.remove(i).mmput(cpu);
+            }
+        }
+        Call::Mremap(a, o, n, fl, d) => {
+            if let Ok(got) = mm.mremap(cpu, aim(&f.placed, a, pick), o, n, fl, d) {
+                assert_eq!(got % PAGE_SIZE, 0, "{c:?} returned {got:#x}");
+                f.placed.push(got);
+            }
+        }
+        Call::Brk(b) => {
+            let now = mm.current_brk();
+            let got = mm.brk(cpu, b);
+            assert!(got == b || got == now, "{c:?}: {got:#x} from {now:#x}");
+        }
+        _ => apply(&mm, &Task::new(std::sync::Arc::clone(&mm), cpu), c, &mut f.placed, pick),
+    }
+}
+
 fn apply(mm: &Mm, t: &Task, c: &Call, placed: &mut Vec<u64>, pick: usize) {
     let cpu = t.cpu();
     match *c {
+        Call::Mremap(..) | Call::Brk(_) | Call::Fork | Call::Exit => {}
         Call::Mmap {
             addr,
             len,
@@ -229,6 +301,21 @@ fn fuzz_machine(thp_always: bool) -> std::sync::Arc<usermm::Machine> {
     })
 }
 
+/// [`fuzz_machine`] with per-VMA locks.
+fn pvl_machine(thp_always: bool) -> std::sync::Arc<usermm::Machine> {
+    machine_with(|c| {
+        c.mem = 32 << 20;
+        c.backing = BackingMode::Sparse;
+        c.nr_hugepages = 2;
+        c.vma.per_vma_lock = true;
+        c.thp = if thp_always {
+            usermm::config::ThpMode::Always
+        } else {
+            usermm::config::ThpMode::Madvise
+        };
+    })
+}
+
 fn cases() -> u32 {
     std::env::var("FUZZ_CASES")
         .ok()
@@ -243,24 +330,26 @@ proptest! {
     fn raw_syscall_arguments_never_panic_and_keep_invariants(
         calls in prop::collection::vec((call(), any::<usize>()), 1..48),
         thp in any::<bool>(),
+        per_vma in any::<bool>(),
     ) {
         let m = fuzz_machine(thp);
+        let m = if per_vma { pvl_machine(thp) } else { m };
         let free_before = free_pages(&m);
         let mm = m.new_mm(C0).expect("mm");
-        let t = task(&mm);
-        let mut placed = Vec::new();
+        let mut fam = Family::new(&mm);
         for (c, pick) in &calls {
-            apply(&mm, &t, c, &mut placed, *pick);
+            apply_family(&mut fam, C0, c, *pick);
             if let Err(e) = mm.validate() {
                 // Tearing down a broken mm would trip a VM_BUG_ON in a destructor and abort
                 // the run before proptest can shrink it: leak it instead.
-                std::mem::forget(t);
+                std::mem::forget(fam);
                 std::mem::forget(mm);
                 prop_assert!(false, "validate_mm after {:?}: {}", c, e);
                 unreachable!();
             }
         }
-        drop(t);
+        fam.exit_children(C0);
+        drop(fam);
         exit_and_check(&m, mm, free_before);
     }
 }
@@ -281,7 +370,11 @@ fn racing_raw_syscalls_keep_invariants() {
             .map(|_| seq.new_tree(&mut runner).expect("strategy").current())
             .collect();
         let thp = case % 2 == 0;
-        let m = fuzz_machine(thp);
+        let m = if case % 4 < 2 {
+            fuzz_machine(thp)
+        } else {
+            pvl_machine(thp)
+        };
         let free_before = free_pages(&m);
         let mm = m.new_mm(C0).expect("mm");
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -289,11 +382,12 @@ fn racing_raw_syscalls_keep_invariants() {
                 for (i, seq) in seqs.iter().enumerate() {
                     let mm = &mm;
                     s.spawn(move || {
-                        let t = Task::new(std::sync::Arc::clone(mm), CpuId(i as u16 + 1));
-                        let mut placed = Vec::new();
+                        let cpu = CpuId(i as u16 + 1);
+                        let mut fam = Family::new(mm);
                         for (c, pick) in seq {
-                            apply(mm, &t, c, &mut placed, *pick);
+                            apply_family(&mut fam, cpu, c, *pick);
                         }
+                        fam.exit_children(cpu);
                     });
                 }
             })

@@ -134,7 +134,8 @@ impl Mm {
             Ok(addr)
         } else if !expand {
             // shrink_vma: always in place, whatever the old range spans.
-            self.do_munmap_locked(&mut tree, cpu, addr + new_len, addr + old_len)
+            let end = addr.checked_add(old_len).ok_or(Errno::EINVAL)?;
+            self.do_munmap_locked(&mut tree, cpu, addr + new_len, end)
                 .map(|()| addr)
         } else {
             self.expand_vma(&mut tree, cpu, addr, old_len, new_len, flags)
@@ -162,7 +163,9 @@ impl Mm {
         flags: u32,
         new_addr: u64,
     ) -> Result<u64, Errno> {
-        let end = addr + len;
+        let Some(end) = addr.checked_add(len) else {
+            return Err(Errno::EFAULT);
+        };
         let (mut res, mut seen) = (Err(Errno::EFAULT), false);
         let (mut last_end, mut target, mut cursor) = (0, new_addr, addr);
         while cursor < end {
@@ -243,7 +246,8 @@ impl Mm {
             }
         }
         if new_len < old_len {
-            self.do_munmap_locked(tree, cpu, addr + new_len, addr + old_len)?;
+            let end = addr.checked_add(old_len).ok_or(Errno::EINVAL)?;
+            self.do_munmap_locked(tree, cpu, addr + new_len, end)?;
             old_len = new_len;
         }
         let to = new_area(tree, addr, new_len, new_addr, fixed)?;

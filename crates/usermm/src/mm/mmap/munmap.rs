@@ -93,7 +93,8 @@ impl Mm {
     }
 
     /// `do_vmi_munmap` with the mmap lock already held for writing (`mremap`, `brk`): split,
-    /// detach, zap and free tables, never downgrading. `start`/`end` page aligned.
+    /// detach, zap and free tables, never downgrading. `EINVAL` as munmap would for a range
+    /// that is unaligned, empty, wraps or passes `TASK_SIZE`.
     pub(crate) fn do_munmap_locked(
         &self,
         tree: &mut VmaWriteGuard<'_>,
@@ -101,6 +102,9 @@ impl Mm {
         start: u64,
         end: u64,
     ) -> Result<(), Errno> {
+        if start % PAGE_SIZE != 0 || end % PAGE_SIZE != 0 || start >= end || end > TASK_SIZE {
+            return Err(Errno::EINVAL);
+        }
         tree.may_split_range(start, end)?;
         let vmas = tree.detach_range(start, end, self.machine().max_map_count())?;
         if vmas.is_empty() {
