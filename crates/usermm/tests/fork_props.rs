@@ -174,7 +174,11 @@ fn run(ops: &[(usize, Kind)], per_mm_ref: bool, split: bool) -> Result<(), TestC
         p.task.mm().mmput(cpu);
     }
     m.drop_caches(C0);
-    prop_assert_eq!(m.huge_zero().refcount(), 0, "huge zero page still referenced");
+    prop_assert_eq!(
+        m.huge_zero().refcount(),
+        0,
+        "huge zero page still referenced"
+    );
     prop_assert_eq!(free_pages(&m), free0, "frames leaked");
     m.validate().map_err(TestCaseError::fail)?;
     Ok(())

@@ -234,7 +234,13 @@ fn apply_family(f: &mut Family, cpu: CpuId, c: &Call, pick: usize) {
             let got = mm.brk(cpu, b);
             assert!(got == b || got == now, "{c:?}: {got:#x} from {now:#x}");
         }
-        _ => apply(&mm, &Task::new(std::sync::Arc::clone(&mm), cpu), c, &mut f.placed, pick),
+        _ => apply(
+            &mm,
+            &Task::new(std::sync::Arc::clone(&mm), cpu),
+            c,
+            &mut f.placed,
+            pick,
+        ),
     }
 }
 

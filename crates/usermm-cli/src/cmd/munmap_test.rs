@@ -112,7 +112,11 @@ pub fn run(args: &MunmapTestArgs, g: &GlobalArgs) -> anyhow::Result<()> {
                 "patched" => "munmap.downgrade=on",
                 _ => "munmap.downgrade=on, vma.per_vma_lock=on",
             };
-            eprintln!("munmap-test: {name} ({how}) run {}/{} ...", i + 1, opts.repeat);
+            eprintln!(
+                "munmap-test: {name} ({how}) run {}/{} ...",
+                i + 1,
+                opts.repeat
+            );
         }
     })
     .map_err(|e| anyhow::anyhow!("munmap-test: {e}"))?;
