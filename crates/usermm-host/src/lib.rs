@@ -5,8 +5,9 @@
 //! - [`facts`]: what a report says about the host — `uname -r`, `/proc/meminfo`, the THP
 //!   mode, `vm.max_map_count`, the load average, this process's context switches. There is one
 //!   `/proc` "`Key:  N kB`" parser ([`procfs::field_kb`]), one `uname`, one `getrusage`.
-//! - [`measure`]: timed workloads on the host (touch-and-munmap, a read-only usemem walk), each
-//!   in a freshly forked single-threaded child, for the engine-vs-host comparisons.
+//! - [`measure`]: timed workloads on the host (touch-and-munmap, once or twice in a row, a
+//!   read-only walk with or without THP), each in a freshly forked single-threaded child, on
+//!   the wall clock and the child's CPU clock, for the engine-vs-host comparisons.
 //! - [`HostBackend`] and the op vocabulary [`ops`]: the host kernel as an address space that
 //!   executes [`ops::Op`]s in a forked child, one side of the differential tests (the
 //!   engine's side and the comparison live in `usermm-diff`).

@@ -38,10 +38,11 @@
 //!   VMA index [mm_mt] (read) is taken alone: released before a per-VMA lock is tried
 //!     page_table_lock [page_table_lock] (upper levels) -> PMD lock [pmd_lock] -> PTE-page lock [ptl]
 //!       child PTE/PMD lock -> parent PTE/PMD lock   -- copy_page_range; old -> new in move_page_tables
-//!       PMD lock -> deposits [pmd_huge_pte]   -- a leaf: the tables deposited under huge PMDs
+//!       PMD lock: also guards its PMD table's deposit list (`pmd_huge_pte`); no lock of its own
 //!       pcp lock [pcp] (per CPU, per zone) -> zone.lock [zone.lock]
 //!       pcp lock -> hugetlb pool [hugetlb_lock]   -- freeing a hugetlb page; a leaf
 //!       lru_add batch [lru_add] (per CPU) -> lru_lock [lru_lock] (per node)
+//!       lru_add batch -> pcp lock -> zone.lock   -- a batch that held a page's last reference
 //!       lru_lock is never held together with a pcp lock or zone.lock
 //!     shmem pages [shmem_i_pages] (per object) -> pcp lock -> zone.lock   -- first touch allocates
 //!   mmap_lock (read) -> exclusive-hold histogram [mmap_lock_hist]   -- at a downgrade; a leaf
@@ -62,8 +63,8 @@
 //! - `backing` — the host mappings behind frames and metadata, `ZeroedArray`;
 //! - `page_alloc::meta` — `unsafe impl ZeroValid for PageMeta`;
 //! - `pcpu::region` — the host mapping behind percpu chunks;
-//! - `sync::clock`, `sync::ptlock`, `sync::rwsem` — `clock_gettime`, parking on an address,
-//!   moving a lock's value out, loom's cell pointers;
+//! - `sync::clock`, `sync::ptlock`, `sync::rwsem` — `clock_gettime` and `rdtsc` (lock_stat's
+//!   TSC clock), parking on an address, moving a lock's value out, loom's cell pointers;
 //! - the VMA tree's unit tests, which probe the host kernel with raw `mmap`.
 
 #![deny(unsafe_code)]

@@ -7,7 +7,7 @@
 //! ```text
 //!  Mm ── mmap_lock: MmapLock<VmaTree>   the only way to the VMAs
 //!     ├─ pgd ─ PUD ─ PMD ─ PTE pages    lockless walks; split PTLs for changes (pgtable.rs)
-//!     ├─ page_table_lock                PGD/PUD entries, deposited tables
+//!     ├─ page_table_lock                PGD/PUD entries (deposits: per PMD table, its PMD lock)
 //!     ├─ rss per CPU                    MM_FILEPAGES, MM_ANONPAGES, MM_SWAPENTS, MM_SHMEMPAGES
 //!     ├─ mm_users / flags               MMF_HUGE_ZERO_PAGE
 //!     └─ cpumask + TLB gates            which CPUs may cache translations; shootdown
@@ -59,7 +59,6 @@ pub mod shmem;
 mod validate;
 pub mod vma;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
@@ -71,7 +70,7 @@ use crate::addr::{Pfn, PAGE_SIZE};
 use crate::cpu::{CpuId, PerCpu};
 use crate::machine::Machine;
 use crate::stats::VmItem;
-use crate::sync::class::{DEPOSITS, MMLIST_LOCK, PAGE_TABLE_LOCK, TLB_GATE};
+use crate::sync::class::{MMLIST_LOCK, PAGE_TABLE_LOCK, TLB_GATE};
 use crate::sync::mmap_lock::{MmapLock, MmapLockInfo, MmapReadGuard};
 use crate::sync::{Cost, RwSem, SpinLock};
 
@@ -125,10 +124,9 @@ pub struct Mm {
     id: u64,
     pub(crate) mmap_lock: MmapLock<VmaTree>,
     pgd: Pfn,
-    /// `mm->page_table_lock`: PGD and PUD entries, and the deposited tables.
+    /// `mm->page_table_lock`: PGD and PUD entries. (Tables deposited under huge PMDs are on a
+    /// list of their PMD table page, under its PMD lock: see `memory::deposit`.)
     pub(crate) page_table_lock: SpinLock<()>,
-    /// Tables withdrawn for huge PMDs (`pgtable_trans_huge_deposit`), by PMD slot.
-    pub(crate) deposits: SpinLock<HashMap<(Pfn, usize), Pfn>>,
     rss: PerCpu<[AtomicI64; 4]>,
     /// `mm_pgtables_bytes` in pages: table pages of this mm, deposits and PGD included.
     pub(crate) nr_tables: AtomicI64,
@@ -207,7 +205,6 @@ impl Mm {
             mmap_lock,
             pgd,
             page_table_lock: SpinLock::new(&PAGE_TABLE_LOCK, ()),
-            deposits: SpinLock::new(&DEPOSITS, HashMap::new()),
             rss: PerCpu::new(nr, |_| Default::default()),
             nr_tables: AtomicI64::new(1),
             flags: AtomicU64::new(0),

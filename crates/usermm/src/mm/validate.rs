@@ -158,15 +158,36 @@ impl Mm {
                     "table {pfn:?} covering {base:#x}+{span:#x} outlives its VMAs"
                 ));
             }
+            if span == crate::addr::PUD_SIZE {
+                // A PMD table: one deposited table per huge PMD that is not hugetlb.
+                let huge = phys
+                    .backing()
+                    .table(pfn)
+                    .iter()
+                    .map(|e| crate::pgtable::Entry(e.load(Relaxed)))
+                    .filter(|e| e.huge() && !phys.meta(e.pfn()).test(PG_HUGETLB))
+                    .count();
+                let mut deposits = 0;
+                for d in memory::deposited(phys, pfn) {
+                    deposits += 1;
+                    if deposits > huge || !phys.meta(d).test(PG_PGTABLE) {
+                        err = Some(format!("PMD table {pfn:?}: bad deposit {d:?}"));
+                        break;
+                    }
+                    if !tables_seen.insert(d.0) {
+                        err = Some(format!("deposited table {d:?} shared with another mm"));
+                    }
+                }
+                if deposits != huge {
+                    err = Some(format!(
+                        "PMD table {pfn:?} for {base:#x}: {huge} huge PMDs, {deposits} deposits"
+                    ));
+                }
+                tables += deposits as i64;
+            }
         });
         if let Some(e) = err {
             return Err(e);
-        }
-        for (_, t) in self.deposits.lock().iter() {
-            tables += 1;
-            if !tables_seen.insert(t.0) {
-                return Err(format!("deposited table {t:?} shared with another mm"));
-            }
         }
         if self.is_exited() {
             tables -= 1;
