@@ -5,7 +5,8 @@
 //!   host's results.
 //! * `diff_max_map_count`: LTP munmap04 — a split at `max_map_count` fails with ENOMEM.
 //! * `diff_generated_*`: random op sequences (proptest), at least 2 000 of 20+ ops in total,
-//!   compared step by step; a disagreement is shrunk to a minimal sequence and printed.
+//!   compared step by step; a disagreement is shrunk to a minimal sequence and printed. The
+//!   ops include mremap, brk, fork and switching between and exiting the two processes.
 //!
 //! Disagreements listed in `usermm_diff::divergences` end a sequence as "known"; anything
 //! else fails.
@@ -395,7 +396,47 @@ mod gen {
             6 => (page_addr(), prop_oneof![4 => (1..=64u64).prop_map(|n| n * P), 1 => Just(H)])
                 .prop_map(|(addr, len)| Op::Probe { addr, len }),
             3 => Just(Op::Counters),
+            7 => mremap_op(),
+            2 => prop_oneof![
+                4 => (0..64u64).prop_map(|n| Op::Brk { off: n * P }),
+                2 => (0..(8 * P)).prop_map(|off| Op::Brk { off }),
+                1 => Just(Op::Brk { off: BRK_QUERY }),
+            ],
+            2 => Just(Op::Fork),
+            3 => (0..2u32).prop_map(|proc| Op::Switch { proc }),
+            1 => Just(Op::Exit),
         ]
+    }
+
+    /// mremap: mostly moves inside the window (`MREMAP_FIXED`), grows and shrinks in place,
+    /// sometimes `MREMAP_DONTUNMAP` or an invalid combination.
+    fn mremap_op() -> impl Strategy<Value = Op> {
+        let flags = prop_oneof![
+            3 => Just(0u32),
+            3 => Just(MREMAP_MAYMOVE),
+            5 => Just(MREMAP_MAYMOVE | MREMAP_FIXED),
+            2 => Just(MREMAP_MAYMOVE | MREMAP_DONTUNMAP),
+            1 => Just(MREMAP_MAYMOVE | MREMAP_DONTUNMAP | MREMAP_FIXED),
+            1 => Just(MREMAP_FIXED),
+            1 => Just(8u32),
+        ];
+        let same = prop_oneof![1 => Just(true), 1 => Just(false)];
+        (any_addr(), length(), length(), flags, page_addr(), same).prop_map(
+            |(addr, old_len, new_len, flags, new_addr, same)| {
+                let new_len = if same || flags & MREMAP_DONTUNMAP != 0 {
+                    old_len
+                } else {
+                    new_len
+                };
+                Op::Mremap {
+                    addr,
+                    old_len,
+                    new_len,
+                    flags,
+                    new_addr,
+                }
+            },
+        )
     }
 
     /// Mappings to start from, so that the random ops meet memory: a few in the busy spot and

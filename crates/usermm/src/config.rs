@@ -155,6 +155,13 @@ pub struct PcpuConfig {
     pub empty_pop_pages_high: u32,
 }
 
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmaConfig {
+    /// Per-VMA locks (Linux 6.4+): faults take the VMA's read lock instead of `mmap_lock`
+    /// when they can (`lock_vma_under_rcu`); every VMA writer marks the VMA.
+    pub per_vma_lock: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TlbConfig {
     /// Modelled cost of one flush on the initiating CPU, in ns (0 = only counted).
@@ -191,6 +198,8 @@ pub struct MachineConfig {
     pub munmap: MunmapConfig,
     pub pcpu: PcpuConfig,
     pub tlb: TlbConfig,
+    #[serde(default)]
+    pub vma: VmaConfig,
 }
 
 impl Default for MachineConfig {
@@ -243,6 +252,7 @@ impl Default for MachineConfig {
                 empty_pop_pages_high: 4,
             },
             tlb: TlbConfig { flush_cost_ns: 0 },
+            vma: VmaConfig::default(),
         }
     }
 }
@@ -333,6 +343,7 @@ pub const CONFIG_KEYS: &[&str] = &[
     "pcpu.empty_pop_pages_low",
     "pcpu.empty_pop_pages_high",
     "tlb.flush_cost_ns",
+    "vma.per_vma_lock",
 ];
 
 fn parse_bool(key: &str, v: &str) -> Result<bool, ConfigError> {
@@ -474,6 +485,7 @@ impl MachineConfig {
             "pcpu.empty_pop_pages_low" => self.pcpu.empty_pop_pages_low = parse_num(key, v)?,
             "pcpu.empty_pop_pages_high" => self.pcpu.empty_pop_pages_high = parse_num(key, v)?,
             "tlb.flush_cost_ns" => self.tlb.flush_cost_ns = parse_num(key, v)?,
+            "vma.per_vma_lock" => self.vma.per_vma_lock = parse_bool(key, v)?,
             _ => {
                 return err(format!(
                     "unknown config key '{key}' (keys: {})",

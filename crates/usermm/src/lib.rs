@@ -20,7 +20,7 @@
 //! | [`stats`] | `/proc/vmstat`, `/proc/meminfo`, `/proc/lock_stat` |
 //! | [`sync`] | the seam: `spinlock_t`, `struct mutex`, `rw_semaphore`, the split PTL, wait queues, completions, `ktime_get`; `include/linux/mmap_lock.h`, `kernel/workqueue.c` |
 //! | [`pgtable`] | `arch/x86/include/asm/pgtable*.h`, the table allocators of `mm/memory.c` |
-//! | [`mm`] | `mm_types.h`, `mm/memory.c`, `mm/mmu_gather.c`; `mm::vma` = `mm/vma.c` (`tree`, `merge`), `mm/mmap.c` (`unmapped_area`), `fs/proc/task_mmu.c` (`maps`); `mm::mmap` = `mm/mmap.c` (`map`, `munmap`), `mm/mprotect.c`, `mm/madvise.c`, `mm/mlock.c`; `mm::mman` = `uapi/asm-generic/mman-common.h` |
+//! | [`mm`] | `mm_types.h`, `mm/memory.c`, `mm/mmu_gather.c`; `mm::fork` = `kernel/fork.c` (`dup_mmap`) + `copy_page_range`; `mm::mremap` = `mm/mremap.c`; `mm::rmap` = the mapcounts of `mm/rmap.c`; `mm::lock_vma` = `lock_vma_under_rcu`; `mm::vma` = `mm/vma.c` (`tree`, `merge`, `remap`), `mm/mmap.c` (`unmapped_area`), `fs/proc/task_mmu.c` (`maps`), the per-VMA-lock index (`index`); `mm::mmap` = `mm/mmap.c` (`map`, `munmap`, `brk`), `mm/mprotect.c`, `mm/madvise.c`, `mm/mlock.c`; `mm::mman` = `uapi/asm-generic/mman-common.h` |
 //! | [`huge_memory`] | the huge zero page of `mm/huge_memory.c` |
 //! | [`pcpu`], [`memcg`] | `mm/percpu.c`; the percpu side of `mm/memcontrol.c` |
 //! | [`policy`] | the gather's and munmap's resolved policies (below both `machine` and `mm`) |
@@ -31,8 +31,13 @@
 //! `// Lock order:` comment. Every lock is a [`sync`] primitive of the class named in brackets.
 //! ```text
 //! mmap_lock [mmap_lock] (RwSem; write may downgrade to read)
+//!   parent mmap_lock (write) -> child mmap_lock (write)   -- fork (dup_mmap)
 //!   vma tree                              -- protected by mmap_lock
+//!   per-VMA lock [vm_lock] (write: a VMA writer holding mmap_lock for write; read: a fault or
+//!     MADV_DONTNEED holding no mmap_lock) -> VMA index [mm_mt] (write, to publish)
+//!   VMA index [mm_mt] (read) is taken alone: released before a per-VMA lock is tried
 //!     page_table_lock [page_table_lock] (upper levels) -> PMD lock [pmd_lock] -> PTE-page lock [ptl]
+//!       child PTE/PMD lock -> parent PTE/PMD lock   -- copy_page_range; old -> new in move_page_tables
 //!       PMD lock: also guards its PMD table's deposit list (`pmd_huge_pte`); no lock of its own
 //!       pcp lock [pcp] (per CPU, per zone) -> zone.lock [zone.lock]
 //!       pcp lock -> hugetlb pool [hugetlb_lock]   -- freeing a hugetlb page; a leaf
@@ -45,6 +50,7 @@
 //! TLB gates [tlb_gate] (per CPU): taken alone, never with another lock held... except a flush
 //!   forced under a PTE lock, which is safe because accesses never take a PTL
 //! shrinker list [shrinker_rwsem]: read, copied, released before any shrinker runs
+//! fork family [mmlist_lock]: a leaf (mm_alloc, fork, validate copy the list and drop it)
 //! pcpu_alloc_mutex [pcpu_alloc_mutex] -> pcpu_lock [pcpu_lock]   -- independent of the tree above
 //!   pcp lock -> zone.lock                 -- chunk population allocates pages
 //! workqueue pool [workqueue], completions: leaves; items run with none held

@@ -1,5 +1,7 @@
 //! Fuzzing the syscall-like entry points with raw arguments: any address, length, protection,
-//! flag word, advice and file offset — not just the well-formed ones `syscall_props` draws.
+//! flag word, advice and file offset — not just the well-formed ones `syscall_props` draws —
+//! plus mremap, brk, fork and exit of forked children (calls then pick among the family), with
+//! and without per-VMA locks.
 //! Every call must return a value or an errno (never panic), accesses must return a value or
 //! a fault, `validate_mm` must hold after every step, and exit must give every frame back.
 //!
@@ -23,6 +25,7 @@ use common::*;
 use proptest::prelude::*;
 use usermm::config::BackingMode;
 use usermm::mm::mmap::*;
+use usermm::mm::vma::DEFAULT_START_BRK;
 use usermm::{CpuId, Mm, SegvCode, Task, PAGE_SIZE};
 
 /// `TASK_SIZE` of x86-64 with 4-level tables.
@@ -125,6 +128,12 @@ enum Call {
     Munlock(u64, u64),
     Read(u64, usize),
     Write(u64, usize),
+    Mremap(u64, u64, u64, u32, u64),
+    Brk(u64),
+    /// fork the chosen mm (at most three children); later calls pick among all.
+    Fork,
+    /// exit (mmput) a child.
+    Exit,
 }
 
 fn call() -> impl Strategy<Value = Call> {
@@ -164,6 +173,15 @@ fn call() -> impl Strategy<Value = Call> {
         1 => (addr(), len()).prop_map(|(a, l)| Call::Munlock(a, l)),
         2 => (addr(), 1usize..9000).prop_map(|(a, n)| Call::Read(a, n)),
         2 => (addr(), 1usize..9000).prop_map(|(a, n)| Call::Write(a, n)),
+        3 => (addr(), len(), len(), prop_oneof![6 => 0u32..8, 1 => any::<u32>()], addr())
+            .prop_map(|(a, o, n, f, d)| Call::Mremap(a, o, n, f, d)),
+        1 => prop_oneof![
+            3 => (0u64..(64 << 12)).prop_map(|o| DEFAULT_START_BRK + o),
+            1 => any::<u64>(),
+        ]
+        .prop_map(Call::Brk),
+        1 => Just(Call::Fork),
+        1 => Just(Call::Exit),
     ]
 }
 
@@ -208,10 +226,81 @@ fn in_vma(mm: &Mm, addr: u64) -> bool {
 /// What a thread running `apply` knows: its number, how many write (0 on a sparse machine,
 /// where data is never kept), and whether it runs alone (then it may check more than the
 /// byte rule).
-struct Who {
+struct Who<'a> {
     writer: u8,
     writers: u8,
     alone: bool,
+    /// Set before any `mremap` is tried in the mms these threads share: a moved page keeps
+    /// the bytes written for its old address, so reads are checked only while it is clear.
+    moved: &'a std::sync::atomic::AtomicBool,
+}
+
+/// The mms a sequence acts on: the first and the children it forked.
+struct Family {
+    mms: Vec<std::sync::Arc<Mm>>,
+    placed: Vec<u64>,
+}
+
+impl Family {
+    fn new(mm: &std::sync::Arc<Mm>) -> Self {
+        Family {
+            mms: vec![std::sync::Arc::clone(mm)],
+            placed: Vec::new(),
+        }
+    }
+
+    /// Put every child (the first mm is the caller's).
+    fn exit_children(&mut self, cpu: CpuId) {
+        for c in self.mms.drain(1..) {
+            c.mmput(cpu);
+        }
+    }
+}
+
+fn apply_family(
+    f: &mut Family,
+    cpu: CpuId,
+    c: &Call,
+    pick: usize,
+    who: &Who<'_>,
+) -> Result<(), String> {
+    let mm = std::sync::Arc::clone(&f.mms[(pick / 3) % f.mms.len()]);
+    match *c {
+        Call::Fork => {
+            if f.mms.len() < 4 {
+                if let Ok(child) = mm.fork(cpu) {
+                    f.mms.push(child);
+                }
+            }
+        }
+        Call::Exit => {
+            if f.mms.len() > 1 {
+                let i = 1 + pick % (f.mms.len() - 1);
+                f.mms.remove(i).mmput(cpu);
+            }
+        }
+        Call::Mremap(a, o, n, fl, d) => {
+            who.moved.store(true, std::sync::atomic::Ordering::SeqCst);
+            if let Ok(got) = mm.mremap(cpu, aim(&f.placed, a, pick), o, n, fl, d) {
+                assert_eq!(got % PAGE_SIZE, 0, "{c:?} returned {got:#x}");
+                f.placed.push(got);
+            }
+        }
+        Call::Brk(b) => {
+            let now = mm.current_brk();
+            let got = mm.brk(cpu, b);
+            assert!(got == b || got == now, "{c:?}: {got:#x} from {now:#x}");
+        }
+        _ => apply(
+            &mm,
+            &Task::new(std::sync::Arc::clone(&mm), cpu),
+            c,
+            &mut f.placed,
+            pick,
+            who,
+        )?,
+    }
+    Ok(())
 }
 
 /// Run one call. `Err` says what a checked access got wrong.
@@ -221,10 +310,11 @@ fn apply(
     c: &Call,
     placed: &mut Vec<u64>,
     pick: usize,
-    who: &Who,
+    who: &Who<'_>,
 ) -> Result<(), String> {
     let cpu = t.cpu();
     match *c {
+        Call::Mremap(..) | Call::Brk(_) | Call::Fork | Call::Exit => {}
         Call::Mmap {
             addr,
             len,
@@ -263,7 +353,11 @@ fn apply(
             let a = aim(placed, a, pick);
             let mut buf = vec![0u8; n];
             match t.read(a, &mut buf) {
-                Ok(()) => check_read(a, &buf, who.writers)?,
+                // Checked after the read: a clear flag then means no mremap had begun.
+                Ok(()) if !who.moved.load(std::sync::atomic::Ordering::SeqCst) => {
+                    check_read(a, &buf, who.writers)?
+                }
+                Ok(()) => {}
                 Err(f) if who.alone => check_fault(mm, &f)?,
                 Err(_) => {}
             }
@@ -333,7 +427,27 @@ fn fuzz_machine(thp_always: bool, full: bool) -> std::sync::Arc<usermm::Machine>
     })
 }
 
-/// 256 sequences of up to 48 raw calls (times `USERMM_TEST_SCALE`), one thread.
+/// [`fuzz_machine`] with per-VMA locks.
+fn pvl_machine(thp_always: bool, full: bool) -> std::sync::Arc<usermm::Machine> {
+    machine_with(|c| {
+        c.mem = 32 << 20;
+        c.backing = if full {
+            BackingMode::Full
+        } else {
+            BackingMode::Sparse
+        };
+        c.nr_hugepages = 2;
+        c.vma.per_vma_lock = true;
+        c.thp = if thp_always {
+            usermm::config::ThpMode::Always
+        } else {
+            usermm::config::ThpMode::Madvise
+        };
+    })
+}
+
+/// 256 sequences of up to 48 raw calls (times `USERMM_TEST_SCALE`), one thread, on an mm and
+/// the children it forks, with and without per-VMA locks.
 #[test]
 fn raw_syscall_arguments_never_panic_and_keep_invariants() {
     usermm_testscale::prop::check(
@@ -344,24 +458,30 @@ fn raw_syscall_arguments_never_panic_and_keep_invariants() {
             prop::collection::vec((call(), any::<usize>()), 1..48),
             any::<bool>(),
             any::<bool>(),
+            any::<bool>(),
         ),
-        |(calls, thp, full)| {
-            let m = fuzz_machine(thp, full);
+        |(calls, thp, full, per_vma)| {
+            let m = if per_vma {
+                pvl_machine(thp, full)
+            } else {
+                fuzz_machine(thp, full)
+            };
             let free_before = free_pages(&m);
             let mm = m.new_mm(C0).expect("mm");
-            let t = task(&mm);
-            let mut placed = Vec::new();
+            let mut fam = Family::new(&mm);
+            let moved = std::sync::atomic::AtomicBool::new(false);
             let who = Who {
                 writer: 1,
                 writers: u8::from(full),
                 alone: true,
+                moved: &moved,
             };
             for (c, pick) in &calls {
-                let checked = apply(&mm, &t, c, &mut placed, *pick, &who);
+                let checked = apply_family(&mut fam, C0, c, *pick, &who);
                 if let Err(e) = checked.clone().and_then(|()| mm.validate()) {
                     // Tearing down a broken mm would trip a VM_BUG_ON in a destructor and
                     // abort the run before proptest can shrink it: leak it instead.
-                    std::mem::forget(t);
+                    std::mem::forget(fam);
                     std::mem::forget(mm);
                     let what = if checked.is_err() {
                         "check"
@@ -372,7 +492,8 @@ fn raw_syscall_arguments_never_panic_and_keep_invariants() {
                     unreachable!();
                 }
             }
-            drop(t);
+            fam.exit_children(C0);
+            drop(fam);
             exit_and_check(&m, mm, free_before);
             Ok(calls.len() as u64)
         },
@@ -403,7 +524,12 @@ fn racing_raw_syscalls_keep_invariants_and_data() {
             .collect();
         ops += seqs.iter().map(|s| s.len() as u64).sum::<u64>();
         let (thp, full) = (case % 2 == 0, case % 4 < 2);
-        let m = fuzz_machine(thp, full);
+        let m = if case % 8 < 4 {
+            fuzz_machine(thp, full)
+        } else {
+            pvl_machine(thp, full)
+        };
+        let moved = std::sync::atomic::AtomicBool::new(false);
         let free_before = free_pages(&m);
         let mm = m.new_mm(C0).expect("mm");
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -412,20 +538,22 @@ fn racing_raw_syscalls_keep_invariants_and_data() {
                     .iter()
                     .enumerate()
                     .map(|(i, seq)| {
-                        let mm = &mm;
+                        let (mm, moved) = (&mm, &moved);
                         s.spawn(move || {
-                            let t = Task::new(std::sync::Arc::clone(mm), CpuId(i as u16 + 1));
+                            let cpu = CpuId(i as u16 + 1);
                             let who = Who {
                                 writer: i as u8 + 1,
                                 writers: if full { 3 } else { 0 },
                                 alone: false,
+                                moved,
                             };
-                            let mut placed = Vec::new();
-                            for (c, pick) in seq {
-                                apply(mm, &t, c, &mut placed, *pick, &who)
-                                    .map_err(|e| format!("thread {i}, {c:?}: {e}"))?;
-                            }
-                            Ok::<(), String>(())
+                            let mut fam = Family::new(mm);
+                            let r = seq.iter().try_for_each(|(c, pick)| {
+                                apply_family(&mut fam, cpu, c, *pick, &who)
+                                    .map_err(|e| format!("thread {i}, {c:?}: {e}"))
+                            });
+                            fam.exit_children(cpu);
+                            r
                         })
                     })
                     .collect();

@@ -45,8 +45,13 @@
 //! `mmap_lock` (read) → `page_table_lock` (PGD/PUD entries) → PMD lock → PTE lock. Pages are
 //! allocated before the PTL is taken; a fault that loses a race frees its page.
 //!
+//! # Per-VMA locks
+//! With `vma.per_vma_lock`, [`handle_mm_fault`] first tries the VMA's read lock
+//! (`lock_vma_under_rcu`, `lock_vma.rs`) and runs the fault with no mmap lock; it falls back to
+//! the mmap read lock when the VMA does not qualify or is being changed.
+//!
 //! # Differences from Linux
-//! No per-VMA lock fast path, no fault-around, no userfaultfd, no NUMA hinting.
+//! No fault-around, no userfaultfd, no NUMA hinting.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -54,7 +59,7 @@ use serde::Serialize;
 
 use super::pgtable_alias::*;
 use super::vma::{VmFlags, Vma, VmaKind, VmaTree, VmaWriteGuard};
-use super::{Mm, RssItem};
+use super::{rmap, Mm, RssItem};
 use crate::addr::{Order, Pfn, HPAGE_PMD_ORDER, PMD_SIZE};
 use crate::config::{HugeZeroWriteFault, ThpMode};
 use crate::cpu::CpuId;
@@ -164,7 +169,7 @@ fn thp_eligible(mm: &Mm, vma: &Vma, addr: u64) -> bool {
 
 /// `access_error`: does the VMA allow this access?
 #[inline]
-fn access_ok(vma: &Vma, write: bool) -> bool {
+pub(crate) fn access_ok(vma: &Vma, write: bool) -> bool {
     if write {
         vma.flags.contains(VmFlags::VM_WRITE)
     } else {
@@ -172,11 +177,55 @@ fn access_ok(vma: &Vma, write: bool) -> bool {
     }
 }
 
-/// `handle_mm_fault` under the mmap read lock. An access below a `VM_GROWSDOWN` VMA first
+/// `vmf_anon_prepare`: the VMA's anon_vma, allocated (or a neighbour's reused) under the mmap
+/// lock (`tree`). Under a per-VMA lock (`None`) the VMA has one already: `lock_vma_under_rcu`
+/// took only such VMAs.
+#[inline]
+fn anon_vma_prepare(mm: &Mm, tree: Option<&VmaTree>, vma: &Vma) {
+    match tree {
+        Some(t) => {
+            t.anon_vma_prepare(vma, &mm.anon_vma_ids);
+        }
+        None => vm_bug_on!(vma.anon_vma() == 0, "VMA-locked fault without an anon_vma"),
+    }
+}
+
+/// The fault in `vma`, read-locked by `lock_vma_under_rcu` (no mmap lock): the access check,
+/// then `handle_mm_fault` with `FAULT_FLAG_VMA_LOCK`.
+pub(crate) fn fault_vma_locked(
+    mm: &Mm,
+    vma: &Vma,
+    cpu: CpuId,
+    addr: u64,
+    write: bool,
+) -> Result<(), Fault> {
+    if !access_ok(vma, write) {
+        return Err(Fault {
+            addr,
+            code: SegvCode::AccErr,
+        });
+    }
+    mm.machine().vmstat().inc(cpu, VmItem::Pgfault);
+    handle_vma_fault(mm, None, vma, cpu, addr, write).map_err(|_| Fault {
+        addr,
+        code: SegvCode::MapErr,
+    })
+}
+
+/// `handle_mm_fault`: first under the VMA's own lock when per-VMA locks are on and the VMA
+/// qualifies (`lock_vma_under_rcu`), else under the mmap read lock. An access below a `VM_GROWSDOWN` VMA first
 /// grows it down to the faulting page under the write lock (`lock_mm_and_find_vma` →
 /// `expand_stack_locked`), then faults as usual.
 #[doc(alias = "do_user_addr_fault")]
 pub fn handle_mm_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<(), Fault> {
+    // The FAULT_FLAG_VMA_LOCK attempt (lock_vma.rs): `Some` when it ran under the VMA's lock.
+    if mm.vma_index.is_some() {
+        let r =
+            mm.with_vma_read_locked(cpu, addr, |vma| fault_vma_locked(mm, vma, cpu, addr, write));
+        if let Some(r) = r {
+            return r;
+        }
+    }
     {
         let tree = mm.mmap_lock.read();
         let below_stack = tree
@@ -257,7 +306,7 @@ pub(crate) fn fault_locked(
         });
     }
     mm.machine().vmstat().inc(cpu, VmItem::Pgfault);
-    handle_vma_fault(mm, tree, vma, cpu, addr, write).map_err(|e| Fault {
+    handle_vma_fault(mm, Some(tree), vma, cpu, addr, write).map_err(|e| Fault {
         addr,
         code: e.code(),
     })
@@ -368,7 +417,7 @@ pub(crate) fn pte_alloc_pub(mm: &Mm, cpu: CpuId, pmd: Slot) -> Result<Pfn, VmFau
 /// `__handle_mm_fault` for one VMA; an out-of-memory outcome counts `oom` (module doc).
 pub(crate) fn handle_vma_fault(
     mm: &Mm,
-    tree: &VmaTree,
+    tree: Option<&VmaTree>,
     vma: &Vma,
     cpu: CpuId,
     addr: u64,
@@ -383,7 +432,7 @@ pub(crate) fn handle_vma_fault(
 
 fn vma_fault(
     mm: &Mm,
-    tree: &VmaTree,
+    tree: Option<&VmaTree>,
     vma: &Vma,
     cpu: CpuId,
     addr: u64,
@@ -392,7 +441,7 @@ fn vma_fault(
     let machine = mm.machine();
     let phys = machine.phys();
     if matches!(vma.kind, VmaKind::Hugetlb) {
-        return hugetlb_fault(mm, vma, cpu, addr);
+        return hugetlb_fault(mm, vma, cpu, addr, write);
     }
     if matches!(vma.kind, VmaKind::PfnMap) {
         // Populated at map time; an empty entry in a VM_PFNMAP VMA, which has no ->fault:
@@ -441,7 +490,7 @@ fn vma_leaf_bits(vma: &Vma, writable: bool) -> u64 {
 
 fn handle_pte_fault(
     mm: &Mm,
-    tree: &VmaTree,
+    tree: Option<&VmaTree>,
     vma: &Vma,
     cpu: CpuId,
     pte: Slot,
@@ -464,7 +513,7 @@ fn handle_pte_fault(
             }
             return Ok(());
         }
-        tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
+        anon_vma_prepare(mm, tree, vma);
         let page = phys
             .alloc_pages(cpu, Order(0), Gfp::ZERO)
             .map_err(|_| OOM)?;
@@ -484,28 +533,39 @@ fn handle_pte_fault(
         return do_wp_page(mm, tree, vma, cpu, pte, addr, e);
     }
     if e.maps_frame() && !e.present() {
-        // PROT_NONE entry in a VMA that now allows the access: a stale protection.
+        // PROT_NONE entry in a VMA that now allows the access: a stale protection. A page
+        // shared copy-on-write stays read-only (the write fault then copies it).
         let _ptl = phys.meta(pte.table).ptl.lock(&PTL);
         let cur = pte.load(phys);
         if cur == e {
+            let w = !e.special() && (!is_cow_mapping(vma) || rmap::pte_exclusive(phys, e.pfn()));
             pte.store(
                 phys,
-                Entry::new(
-                    e.pfn(),
-                    vma_leaf_bits(vma, !e.special()) | (e.0 & _PAGE_SPECIAL),
-                ),
+                Entry::new(e.pfn(), vma_leaf_bits(vma, w) | (e.0 & _PAGE_SPECIAL)),
             );
         }
     }
     Ok(())
 }
 
-/// Account a new anonymous page of `nr` base pages mapped in `vma`.
+/// `is_cow_mapping`: private and possibly writable — its anonymous pages are shared
+/// copy-on-write after a fork.
+#[inline]
+pub(crate) fn is_cow_mapping(vma: &Vma) -> bool {
+    !vma.flags.contains(VmFlags::VM_SHARED) && vma.flags.contains(VmFlags::VM_MAYWRITE)
+}
+
+/// Account a new anonymous page of `nr` base pages mapped in `vma` (`folio_add_new_anon_rmap`:
+/// one PTE mapping of an order-0 page, or the entire mapping of a THP).
 fn map_new_anon(mm: &Mm, vma: &Vma, cpu: CpuId, page: Pfn, nr: i64) {
     let machine = mm.machine();
     let m = machine.phys().meta(page);
     m.set(PG_ANON);
-    m.mapcount.store(1, Relaxed);
+    if nr == 1 {
+        m.mapcount.store(1, Relaxed);
+    } else {
+        m.private.store(1, Relaxed);
+    }
     if vma.flags.contains(VmFlags::VM_LOCKED) {
         m.set(PG_MLOCKED);
         machine.vmstat().add(cpu, VmItem::NrMlock, nr);
@@ -516,9 +576,17 @@ fn map_new_anon(mm: &Mm, vma: &Vma, cpu: CpuId, page: Pfn, nr: i64) {
 }
 
 /// `do_wp_page`: write to a present read-only PTE in a writable VMA.
+///
+/// `wp_page_reuse` when the anonymous page is exclusive (mapped by this PTE alone: an
+/// order-0 page whose mapcount is 1); otherwise `wp_page_copy`: a new page with the old one's
+/// data (zeroed for the zero page), installed after the old translation is flushed, and the
+/// old mapping dropped (its mapcount and the reference it held). A subpage of a THP is always
+/// copied (as before large folios could be reused, v6.9).
+#[doc(alias = "wp_page_reuse")]
+#[doc(alias = "wp_page_copy")]
 fn do_wp_page(
     mm: &Mm,
-    tree: &VmaTree,
+    tree: Option<&VmaTree>,
     vma: &Vma,
     cpu: CpuId,
     pte: Slot,
@@ -527,16 +595,16 @@ fn do_wp_page(
 ) -> Result<(), VmFault> {
     let machine = mm.machine();
     let phys = machine.phys();
-    if !e.special() && phys.meta(e.pfn()).map_count() == 1 {
-        // wp_page_reuse: an exclusive anonymous page only needs the write bit.
+    if !e.special() && (!is_cow_mapping(vma) || rmap::pte_exclusive(phys, e.pfn())) {
+        // wp_page_reuse: an exclusive anonymous page (or a shared mapping's page) only needs
+        // the write bit.
         let _ptl = phys.meta(pte.table).ptl.lock(&PTL);
         if pte.load(phys) == e {
             pte.store(phys, Entry::new(e.pfn(), vma_leaf_bits(vma, true)));
         }
         return Ok(());
     }
-    // wp_page_copy from the zero page (the only shared page here): a new zeroed page.
-    tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
+    anon_vma_prepare(mm, tree, vma);
     let page = phys
         .alloc_pages(cpu, Order(0), Gfp::ZERO)
         .map_err(|_| OOM)?;
@@ -554,10 +622,32 @@ fn do_wp_page(
     mm.flush_tlb(cpu, Some(1));
     map_new_anon(mm, vma, cpu, page, 1);
     pte.store(phys, Entry::new(page, vma_leaf_bits(vma, true)));
+    let old = (!e.special()).then(|| unmap_cow_source(mm, cpu, e.pfn()));
     drop(ptl);
     phys.lru_cache_add(cpu, page);
+    if let Some(head) = old {
+        // The reference the old PTE held, dropped after the PTL (`folio_put`).
+        let _ = phys.put_page(cpu, head);
+    }
     let _ = addr;
     Ok(())
+}
+
+/// `folio_remove_rmap_pte` of the page a COW copy replaced, under the PTL: this mm's rss
+/// moves to the new page (already counted), the page's counts drop. Returns the folio head
+/// whose reference the caller puts once the PTL is dropped.
+fn unmap_cow_source(mm: &Mm, cpu: CpuId, pfn: Pfn) -> Pfn {
+    let machine = mm.machine();
+    let phys = machine.phys();
+    let head = rmap::compound_head(phys, pfn);
+    mm.add_rss(cpu, RssItem::AnonPages, -1);
+    if rmap::remove_pte_map(phys, pfn) {
+        machine.vmstat().add(cpu, VmItem::NrAnonPages, -1);
+        if phys.meta(head).test(PG_MLOCKED) {
+            machine.vmstat().add(cpu, VmItem::NrMlock, -1);
+        }
+    }
+    head
 }
 
 /// Shared anonymous memory: map the shmem object's page for this offset.
@@ -593,7 +683,7 @@ fn shmem_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64) -> Result<(
 /// on the write path).
 fn huge_anonymous_fault(
     mm: &Mm,
-    tree: &VmaTree,
+    tree: Option<&VmaTree>,
     vma: &Vma,
     cpu: CpuId,
     pmd: Slot,
@@ -604,7 +694,7 @@ fn huge_anonymous_fault(
     let phys = machine.phys();
     // vmf_anon_prepare comes first, also for a read that maps the huge zero page: the VMA
     // gets its anon_vma (which then keeps VM_ACCOUNT across mprotect and decides merges).
-    tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
+    anon_vma_prepare(mm, tree, vma);
     if !write {
         let Ok(table) = pgtable::alloc_deposit_table(phys, cpu) else {
             return Some(Err(OOM));
@@ -683,7 +773,7 @@ fn map_anon_thp_pmd(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, page: Pfn) {
 /// `do_huge_pmd_wp_page`: write to a read-only huge PMD.
 fn huge_wp_fault(
     mm: &Mm,
-    tree: &VmaTree,
+    tree: Option<&VmaTree>,
     vma: &Vma,
     cpu: CpuId,
     pmd: Slot,
@@ -692,20 +782,35 @@ fn huge_wp_fault(
     let machine = mm.machine();
     let phys = machine.phys();
     let e = pmd.load(phys);
-    if !e.special() {
-        // An exclusive THP that lost its write bit to mprotect: reuse it.
-        let _ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
-        if pmd.load(phys) == e {
-            pmd.store(
-                phys,
-                Entry::new(e.pfn(), vma_leaf_bits(vma, true) | _PAGE_PSE),
-            );
-        }
-        return Ok(());
-    }
     let haddr = addr & !(PMD_SIZE - 1);
+    if !e.special() {
+        if !is_cow_mapping(vma) || rmap::pmd_exclusive(phys, e.pfn()) {
+            // An exclusive THP (it lost its write bit to mprotect, or the other side of a
+            // fork let go of it): reuse it.
+            let _ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
+            if pmd.load(phys) == e {
+                pmd.store(
+                    phys,
+                    Entry::new(e.pfn(), vma_leaf_bits(vma, true) | _PAGE_PSE),
+                );
+            }
+            return Ok(());
+        }
+        // Shared with another mm (fork): split the PMD and copy the one 4 KiB page written
+        // (`__split_huge_pmd` + `VM_FAULT_FALLBACK`, since v5.8).
+        super::memory::split_huge_pmd(mm, cpu, pmd, haddr);
+        let table = pmd.load(phys);
+        if table.is_none() || table.huge() {
+            return Ok(());
+        }
+        let pte = Slot {
+            table: table.pfn(),
+            index: pte_index(addr),
+        };
+        return handle_pte_fault(mm, tree, vma, cpu, pte, addr, true);
+    }
     if machine.huge_zero().write_fault_policy() == HugeZeroWriteFault::AllocThp {
-        tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
+        anon_vma_prepare(mm, tree, vma);
         if let Some(page) = alloc_anon_thp(mm, cpu) {
             let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
             if pmd.load(phys) != e {
@@ -739,11 +844,15 @@ fn huge_wp_fault(
 /// A fault in a `MAP_HUGETLB` VMA: a 2 MiB page from the pool, PMD-mapped. An empty pool is
 /// `VM_FAULT_SIGBUS` (`hugetlb_no_page`: `alloc_hugetlb_folio` fails with `-ENOSPC`); no
 /// table for the PMD (`huge_pte_alloc`) is `VM_FAULT_OOM`.
-fn hugetlb_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64) -> Result<(), VmFault> {
+fn hugetlb_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64, write: bool) -> Result<(), VmFault> {
     let machine = mm.machine();
     let phys = machine.phys();
     let pmd = pmd_alloc(mm, cpu, addr)?;
-    if !pmd.load(phys).is_none() {
+    let e = pmd.load(phys);
+    if !e.is_none() {
+        if write && e.present() && !e.writable() {
+            return hugetlb_wp(mm, vma, cpu, pmd, e);
+        }
         return Ok(());
     }
     let page = phys.alloc_hugetlb_page().ok_or(VmFault::Sigbus)?;
@@ -756,5 +865,38 @@ fn hugetlb_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64) -> Result<(), VmFaul
     }
     phys.meta(page).mapcount.store(1, Relaxed);
     pmd.store(phys, Entry::new(page, vma_leaf_bits(vma, true) | _PAGE_PSE));
+    Ok(())
+}
+
+/// `hugetlb_wp`: a write to a read-only hugetlb PMD of a private mapping shared with a forked
+/// mm. Reuse the page if this PMD is its only mapping, else copy it into a page from the pool
+/// (none left: `VM_FAULT_SIGBUS`, as for an empty pool at a first fault).
+fn hugetlb_wp(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, e: Entry) -> Result<(), VmFault> {
+    let phys = mm.machine().phys();
+    let old = e.pfn();
+    if !is_cow_mapping(vma) || phys.meta(old).map_count() == 1 {
+        let _ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
+        if pmd.load(phys) == e {
+            pmd.store(phys, Entry::new(old, vma_leaf_bits(vma, true) | _PAGE_PSE));
+        }
+        return Ok(());
+    }
+    let page = phys.alloc_hugetlb_page().ok_or(VmFault::Sigbus)?;
+    for i in 0..512 {
+        phys.backing().copy_frame(old.add(i), page.add(i));
+    }
+    let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
+    if pmd.load(phys) != e {
+        drop(ptl);
+        let _ = phys.put_page(cpu, page);
+        return Ok(());
+    }
+    pmd.store(phys, Entry::NONE);
+    mm.flush_tlb(cpu, Some(512));
+    phys.meta(page).mapcount.store(1, Relaxed);
+    pmd.store(phys, Entry::new(page, vma_leaf_bits(vma, true) | _PAGE_PSE));
+    phys.meta(old).mapcount.fetch_sub(1, Relaxed);
+    drop(ptl);
+    let _ = phys.put_page(cpu, old);
     Ok(())
 }

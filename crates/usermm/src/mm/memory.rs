@@ -26,7 +26,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::mmu_gather::{FullMm, MmuGather};
 use super::pgtable_alias::*;
-use super::{Mm, RssItem, UnmapStats};
+use super::{rmap, Mm, RssItem, UnmapStats};
 use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PTRS_PER_TABLE, PUD_SIZE};
 use crate::cpu::CpuId;
 use crate::page_alloc::meta::{PG_ANON, PG_HUGETLB, PG_MLOCKED};
@@ -116,7 +116,9 @@ fn zap_pte_range(tlb: &mut MmuGather<'_>, mm: &Mm, pte_table: Pfn, start: u64, e
     let mut zapped = 0;
     loop {
         let mut force_flush = false;
-        let (mut anon, mut shmem, mut mlocked) = (0i64, 0i64, 0i64);
+        // rss of this mm per entry; NR_ANON_MAPPED and NR_MLOCK once per page, at its last
+        // unmapping (another mm of a fork may still map it).
+        let (mut anon, mut shmem, mut mlocked, mut unmapped) = (0i64, 0i64, 0i64, 0i64);
         let ptl = phys.meta(pte_table).ptl.lock(&PTL);
         while addr < end {
             let slot = &table[pte_index(addr)];
@@ -132,17 +134,20 @@ fn zap_pte_range(tlb: &mut MmuGather<'_>, mm: &Mm, pte_table: Pfn, start: u64, e
                 continue;
             }
             let pfn = old.pfn();
-            let m = phys.meta(pfn);
-            m.mapcount.fetch_sub(1, Relaxed);
+            let head = rmap::compound_head(phys, pfn);
+            let m = phys.meta(head);
+            let last = rmap::remove_pte_map(phys, pfn);
             if m.test(PG_ANON) {
                 anon += 1;
+                unmapped += i64::from(last);
             } else {
                 shmem += 1;
             }
-            if m.test(PG_MLOCKED) {
+            if last && m.test(PG_MLOCKED) {
                 mlocked += 1;
             }
-            if tlb.remove_page(pfn) {
+            // The PTE's reference is on the folio (its head), not on a subpage.
+            if tlb.remove_page(head) {
                 force_flush = true;
                 break;
             }
@@ -150,7 +155,7 @@ fn zap_pte_range(tlb: &mut MmuGather<'_>, mm: &Mm, pte_table: Pfn, start: u64, e
         // add_mm_rss_vec under the PTL.
         mm.add_rss(cpu, RssItem::AnonPages, -anon);
         mm.add_rss(cpu, RssItem::ShmemPages, -shmem);
-        machine.vmstat().add(cpu, VmItem::NrAnonPages, -anon);
+        machine.vmstat().add(cpu, VmItem::NrAnonPages, -unmapped);
         if mlocked != 0 {
             machine.vmstat().add(cpu, VmItem::NrMlock, -mlocked);
         }
@@ -193,20 +198,26 @@ fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u64) -> Opti
         return Some(512);
     }
     let m = phys.meta(pfn);
-    m.mapcount.fetch_sub(1, Relaxed);
-    if !m.test(PG_HUGETLB) {
+    if m.test(PG_HUGETLB) {
+        m.mapcount.fetch_sub(1, Relaxed);
+    } else {
         let rss = if m.test(PG_ANON) {
             RssItem::AnonPages
         } else {
             RssItem::ShmemPages
         };
         mm.add_rss(cpu, rss, -512);
-        machine.vmstat().add(cpu, VmItem::NrAnonPages, -512);
-        machine
-            .vmstat()
-            .add(cpu, VmItem::NrAnonTransparentHugepages, -1);
-        if m.test(PG_MLOCKED) {
-            machine.vmstat().add(cpu, VmItem::NrMlock, -512);
+        let last_pmd = rmap::entire_mapcount(m) == 1;
+        if rmap::remove_pmd_map(phys, pfn) {
+            machine.vmstat().add(cpu, VmItem::NrAnonPages, -512);
+            if m.test(PG_MLOCKED) {
+                machine.vmstat().add(cpu, VmItem::NrMlock, -512);
+            }
+        }
+        if last_pmd {
+            machine
+                .vmstat()
+                .add(cpu, VmItem::NrAnonTransparentHugepages, -1);
         }
     }
     if tlb.remove_page(pfn) {
@@ -285,8 +296,29 @@ pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
             e.store(Entry::new(zero, b).0, Relaxed);
         }
         machine.huge_zero().zap_put(cpu);
+    } else if !rmap::pmd_exclusive(phys, pfn) {
+        // Another mm maps the folio too (fork), by PMD or by PTEs: map its subpages from this
+        // mm's PTEs and keep it whole (Linux would queue a deferred split). Each PTE holds a
+        // reference on the folio where the PMD held one.
+        vm_bug_on!(phys.meta(pfn).test(PG_HUGETLB), "splitting a hugetlb PMD");
+        for (i, e) in entries.iter().enumerate() {
+            let p = pfn.add(i as u64);
+            phys.meta(p).mapcount.fetch_add(1, Relaxed);
+            e.store(Entry::new(p, bits).0, Relaxed);
+        }
+        phys.meta(pfn)
+            .refcount
+            .fetch_add(PTRS_PER_TABLE as i32 - 1, Relaxed);
+        if rmap::entire_mapcount(phys.meta(pfn)) == 1 {
+            machine
+                .vmstat()
+                .add(cpu, VmItem::NrAnonTransparentHugepages, -1);
+        }
+        rmap::remove_pmd_map(phys, pfn);
     } else {
         vm_bug_on!(phys.meta(pfn).test(PG_HUGETLB), "splitting a hugetlb PMD");
+        // The only mapping: split the folio itself now (`__split_huge_page`).
+        phys.meta(pfn).private.store(0, Relaxed);
         let mlocked = phys.meta(pfn).test(PG_MLOCKED);
         phys.split_compound(cpu, pfn);
         for (i, e) in entries.iter().enumerate() {
@@ -332,6 +364,7 @@ pub(crate) fn split_thp_remap_zero(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) 
         || old.special()
         || phys.meta(old.pfn()).test(PG_HUGETLB)
         || phys.meta(old.pfn()).test(PG_MLOCKED)
+        || !rmap::pmd_exclusive(phys, old.pfn())
     {
         return;
     }
@@ -589,6 +622,7 @@ pub(crate) fn exit_mmap(mm: &Mm, cpu: CpuId) -> UnmapStats {
 /// Rewrite the permission bits of every mapping in `[start, end)` (`change_protection`).
 /// Exclusive anonymous pages become writable at once when the VMA allows writing; the zero
 /// pages never do.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn change_protection(
     mm: &Mm,
     cpu: CpuId,
@@ -597,6 +631,7 @@ pub(crate) fn change_protection(
     read: bool,
     write: bool,
     exec: bool,
+    cow: bool,
 ) {
     let machine = mm.machine();
     let phys = machine.phys();
@@ -626,7 +661,14 @@ pub(crate) fn change_protection(
                 let e = pmd.load(phys);
                 if e.huge() {
                     let keep = e.0 & (_PAGE_SPECIAL | _PAGE_PSE);
-                    let w = write && !e.special();
+                    // can_change_pmd_writable: a folio another mm shares stays read-only.
+                    let excl = !cow
+                        || if phys.meta(e.pfn()).test(PG_HUGETLB) {
+                            phys.meta(e.pfn()).map_count() == 1
+                        } else {
+                            rmap::pmd_exclusive(phys, e.pfn())
+                        };
+                    let w = write && !e.special() && excl;
                     let b = if w { leaf } else { leaf_ro };
                     pmd.store(phys, Entry::new(e.pfn(), b | keep));
                     changed = true;
@@ -643,7 +685,9 @@ pub(crate) fn change_protection(
                     let s = &entries[pte_index(addr)];
                     let e = Entry(s.load(Relaxed));
                     if e.maps_frame() {
-                        let w = write && !e.special();
+                        // can_change_pte_writable: not a page shared copy-on-write.
+                        let w =
+                            write && !e.special() && (!cow || rmap::pte_exclusive(phys, e.pfn()));
                         let b = if w { leaf } else { leaf_ro };
                         s.store(Entry::new(e.pfn(), b | (e.0 & _PAGE_SPECIAL)).0, Relaxed);
                         changed = true;

@@ -10,7 +10,7 @@
 //! | `flags` | `PG_*` bits below |
 //! | `refcount` | `_refcount`: 0 when free |
 //! | `mapcount` | `_mapcount` + 1: page-table entries mapping the page (0 when unmapped) |
-//! | `private` | buddy head: its order; tail page: the head's PFN; table page: entries in use |
+//! | `private` | buddy head: its order; tail page: the head's PFN; table page: entries in use; allocated THP head: `_entire_mapcount` (PMD mappings, `mm/rmap.rs`) |
 //! | `next`, `prev` | list links as PFNs ([`NIL`] = none) — 32-bit, so at most 16 TiB; on a PMD table page `next` heads its deposit list, on a deposited table it links the list (`pmd_huge_pte`, `pgtable->lru`) |
 //! | `order` | compound order on a head page, or the order of a block on a pcp list |
 //! | `ptl` | the split page-table lock (`ptdesc->ptl`) of a page-table page |

@@ -64,6 +64,11 @@ vm_items! {
     // mem_cgroup_oom). The engine's machine is one memory domain without an OOM killer, so it
     // counts here; see `mm::fault` ("Out of memory"). `oom_kill` would count kills: none.
     Oom => "oom",
+    // CONFIG_PER_VMA_LOCK_STATS
+    VmaLockSuccess => "vma_lock_success",
+    VmaLockAbort => "vma_lock_abort",
+    VmaLockRetry => "vma_lock_retry",
+    VmaLockMiss => "vma_lock_miss",
     // the engine's own
     PcpRefill => "usermm_pcp_refill",
     PcpDrain => "usermm_pcp_drain",

@@ -78,6 +78,14 @@ pub static SHMEM_PAGES: LockClass = LockClass::new("shmem_i_pages", WaitKind::Sp
 pub static WORKQUEUE: LockClass = LockClass::new("workqueue", WaitKind::Spin);
 /// The exclusive-hold histogram of an mmap lock (instrumentation, a leaf).
 pub static MMAP_LOCK_HIST: LockClass = LockClass::new("mmap_lock_hist", WaitKind::Spin);
+/// `mmlist_lock`: the list of mms of one fork family (the kernel's list of every mm; here
+/// only `fork` and `validate` take it).
+pub static MMLIST_LOCK: LockClass = LockClass::new("mmlist_lock", WaitKind::Spin);
+/// The VMA index readers walk without the mmap lock (`mm->mm_mt` under RCU in the kernel;
+/// see `mm/vma/index.rs`).
+pub static MM_MT: LockClass = LockClass::new("mm_mt", WaitKind::Spin);
+/// The per-VMA lock (`vma->vm_lock`, 6.4+): readers are faults, writers VMA changes.
+pub static VMA_LOCK: LockClass = LockClass::new("vm_lock", WaitKind::Sleep);
 /// Locks of unit tests and other code outside the modelled kernel.
 pub static UNMODELLED: LockClass = LockClass::new("unmodelled", WaitKind::Sleep);
 

@@ -70,7 +70,8 @@
 //! - On the host, built on `parking_lot::RwLock` (task-fair: new readers queue behind a parked writer, as
 //!   rwsem readers queue behind a waiting writer), without the rwsem's optimistic spinning on
 //!   the owner or its reader-stealing rules.
-//! - No `_killable` variants and no per-VMA locks (every fault takes the mmap lock for read).
+//! - No `_killable` variants. The per-VMA locks' `mm_lock_seq` lives here (bumped by every
+//!   write unlock and downgrade); the locks themselves are [`VmaLock`](super::VmaLock)s.
 //! - The statistics are per lock instance (one per mm), not per lock class as in lockdep. The
 //!   read side's are striped by thread (the kernel keeps lock_stat per CPU), so that recording
 //!   a fault's read acquisition writes no cache line other faulting threads share.
@@ -90,7 +91,9 @@ use super::class::{MMAP_LOCK, MMAP_LOCK_HIST};
 use super::clock::{self, Ktime, LockstatClock, LockstatStamp};
 use super::lock::SpinLock;
 use super::rwsem::{RwSem, RwSemReadGuard, RwSemWriteGuard};
+use super::vma_lock::MmLockSeq;
 use crate::stats::lockstat::{LockStat, LockStatSnapshot, StripedLockStat};
+use std::sync::Arc;
 
 /// Lowest value the exclusive-hold histogram distinguishes: 1 ns.
 const HOLD_HIST_LOW_NS: u64 = 1;
@@ -159,6 +162,9 @@ pub struct MmapLock<T> {
     exclusive_hold: SpinLock<Histogram<u64>>,
     /// Length of the most recently ended exclusive hold, in ns.
     last_exclusive_hold_ns: AtomicU64,
+    /// `mm->mm_lock_seq`: bumped as every write hold ends (`vma_end_write_all`), which
+    /// releases every per-VMA write lock taken under it (see [`VmaLock`](super::VmaLock)).
+    mm_lock_seq: Arc<MmLockSeq>,
     /// The read side's hold clock (the TSC in wall mode: two reads per fault).
     clock: LockstatClock,
 }
@@ -199,8 +205,15 @@ impl<T> MmapLock<T> {
             write_stat: CachePadded::new(LockStat::new("mmap_lock-W")),
             exclusive_hold: SpinLock::new(&MMAP_LOCK_HIST, histogram),
             last_exclusive_hold_ns: AtomicU64::new(0),
+            mm_lock_seq: Arc::new(MmLockSeq::new()),
             clock: LockstatClock::new(),
         }
+    }
+
+    /// `mm->mm_lock_seq` (see [`VmaLock`](super::VmaLock)): shared with the structures that
+    /// create VMA locks under a write hold.
+    pub fn mm_lock_seq(&self) -> &Arc<MmLockSeq> {
+        &self.mm_lock_seq
     }
 
     /// Take the lock for read, blocking while a writer holds it or waits for it.
@@ -411,6 +424,8 @@ impl<'a, T> MmapWriteGuard<'a, T> {
             .take()
             .expect("write guard holds the lock until it ends");
         let hold_ns = self.since.elapsed_ns();
+        // mmap_write_downgrade: vma_end_write_all, then downgrade_write.
+        self.lock.mm_lock_seq.end_write_all();
         let guard = guard.downgrade();
         let since = self.lock.clock.now();
         // Lock order: mmap_lock (read) -> exclusive-hold histogram.
@@ -442,6 +457,8 @@ impl<'a, T> MmapWriteGuard<'a, T> {
     fn release(&mut self) -> Option<u64> {
         let guard = self.guard.take()?;
         let hold_ns = self.since.elapsed_ns();
+        // mmap_write_unlock: vma_end_write_all, then up_write.
+        self.lock.mm_lock_seq.end_write_all();
         drop(guard);
         self.lock.exclusive_hold_ended(hold_ns);
         Some(hold_ns)

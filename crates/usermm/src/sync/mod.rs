@@ -12,7 +12,8 @@
 //! | [`PtLock`] | `ptdesc->ptl` (split PTE / PMD lock) | spin | page-table pages (in `PageMeta`) |
 //! | [`Mutex`] | `struct mutex` | sleep | pcpu_alloc_mutex, workqueue state |
 //! | [`StatMutex`] | a spinlock with `/proc/lock_stat` figures | spin | zone.lock, lru_lock |
-//! | [`RwSem`] | `rw_semaphore` + `downgrade_write` | sleep | [`MmapLock`], shrinker list, TLB gates |
+//! | [`RwSem`] | `rw_semaphore` + `downgrade_write` | sleep | [`MmapLock`], shrinker list, TLB gates, the VMA index |
+//! | [`VmaLock`] | the per-VMA lock (`vm_lock` + `vm_lock_seq`, 6.4+), on an [`RwSem`] | readers never wait | faults and madvise without the mmap lock |
 //! | [`CondVar`], [`Completion`] | wait queues, `struct completion` | sleep | workqueue |
 //! | [`SharedLine`] | an atomic on one cache line every CPU writes | — | huge zero page refcount |
 //! | [`thread`] | kthreads on an emulated CPU | — | workqueue workers |
@@ -54,6 +55,7 @@ mod shared_line;
 mod stat_lock;
 pub mod thread;
 pub mod vhook;
+mod vma_lock;
 pub mod workqueue;
 
 pub use self::class::{LineClass, LockClass, WaitKind};
@@ -68,6 +70,7 @@ pub use self::rwsem::{RwSem, RwSemReadGuard, RwSemWriteGuard};
 pub use self::shared_line::{LineAtomic, SharedLine};
 pub use self::stat_lock::{StatMutex, StatMutexGuard};
 pub use self::vhook::Cost;
+pub use self::vma_lock::{MmLockSeq, VmaLock, VmaReadGuard};
 pub use self::workqueue::{WorkHandle, WorkOutcome, WorkerStats, Workqueue, WorkqueueStats};
 
 /// Charge `n` units of the named cost to the current CPU: nothing on the host (the work itself

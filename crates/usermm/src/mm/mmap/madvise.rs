@@ -55,6 +55,10 @@ impl Mm {
         if matches!(advice, MADV_POPULATE_READ | MADV_POPULATE_WRITE) {
             return self.madvise_populate(cpu, addr, end, advice == MADV_POPULATE_WRITE);
         }
+        // 6.16: MADV_DONTNEED within one VMA needs only that VMA's read lock.
+        if advice == MADV_DONTNEED && self.dontneed_vma_locked(cpu, addr, end).is_some() {
+            return Ok(());
+        }
         let flag_change = set.0 != 0 || clear.0 != 0;
         let max = self.machine().max_map_count();
         // Flag changes need the write lock; the rest run under the read lock.
@@ -222,7 +226,7 @@ impl Mm {
     }
 
     /// `zap_page_range_single`: drop the mappings of `[start, end)`, keep the VMAs and tables.
-    pub(super) fn zap_page_range(&self, cpu: CpuId, start: u64, end: u64) {
+    pub(crate) fn zap_page_range(&self, cpu: CpuId, start: u64, end: u64) {
         let mut tlb = MmuGather::new(self, cpu, FullMm::No);
         self.update_hiwater_rss();
         zap_range(&mut tlb, self, start, end);

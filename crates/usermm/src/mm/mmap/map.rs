@@ -224,7 +224,7 @@ impl Mm {
                 });
                 if !ok && vma.flags.intersects(VmFlags::VM_ACCESS_FLAGS) {
                     self.machine().vmstat().inc(cpu, VmItem::Pgfault);
-                    fault::handle_vma_fault(self, tree, vma, cpu, addr, w)
+                    fault::handle_vma_fault(self, Some(tree), vma, cpu, addr, w)
                         .map_err(|e| e.errno())?;
                 }
                 // A huge mapping covers the rest of its 2 MiB.

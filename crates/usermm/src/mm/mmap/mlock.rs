@@ -108,13 +108,14 @@ impl Mm {
             if addr < start || addr >= end || e.special() {
                 return;
             }
-            let m = phys.meta(e.pfn());
+            let head = crate::mm::rmap::compound_head(phys, e.pfn());
+            let m = phys.meta(head);
             if m.test(crate::page_alloc::meta::PG_HUGETLB)
                 || m.test(crate::page_alloc::meta::PG_MLOCKED) == on
             {
                 return;
             }
-            phys.lru_set_mlocked(cpu, e.pfn(), on);
+            phys.lru_set_mlocked(cpu, head, on);
             n += if huge { HPAGE_PMD_NR as i64 } else { 1 };
         });
         let stat = machine.vmstat();

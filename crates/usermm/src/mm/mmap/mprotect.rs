@@ -89,6 +89,8 @@ impl Mm {
                     newflags.contains(VmFlags::VM_READ),
                     newflags.contains(VmFlags::VM_WRITE),
                     newflags.contains(VmFlags::VM_EXEC),
+                    !newflags.contains(VmFlags::VM_SHARED)
+                        && newflags.contains(VmFlags::VM_MAYWRITE),
                 );
             }
             if lock_populate {
