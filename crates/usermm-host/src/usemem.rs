@@ -448,6 +448,12 @@ impl Space {
     }
 }
 
+/// How many mappings this process has (lines of `/proc/self/maps`), if readable.
+pub fn map_count() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/maps").ok()?;
+    Some(s.lines().count() as u64)
+}
+
 /// How many threads this process has (`Threads:` of `/proc/self/status`), if readable.
 pub fn thread_count() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;

@@ -410,3 +410,42 @@ fn notes_name_what_is_not_modelled() {
         r.notes
     );
 }
+
+/// More workers than the host threads a run may hold run in waves; the barriers hold the
+/// first wave, so `-x` and `-y` still end.
+#[test]
+fn workers_beyond_the_thread_budget_run_in_waves() {
+    let m = machine();
+    for args in [
+        &["-n", "8", "0"][..],
+        &["-x", "-n", "7", "64K"],
+        &["-y", "-t", "5", "64K"],
+    ] {
+        let cap = Arc::new(Capture::default());
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let r = usemem::run_args(
+            &m,
+            NAME,
+            &args,
+            Arc::clone(&cap) as Arc<dyn Io>,
+            Hooks {
+                max_threads: Some(3),
+                ..Hooks::default()
+            },
+            "",
+        )
+        .unwrap();
+        assert_eq!(r.status, 0);
+        let n: usize = args[args.len() - 2].parse().unwrap();
+        let out = cap.stdout();
+        assert_eq!(
+            out.lines()
+                .filter(|l| l.ends_with("usecs to free memory"))
+                .count(),
+            n,
+            "{args:?}: {out}"
+        );
+        assert!(cap.stderr().contains("waves of 3"), "{}", cap.stderr());
+    }
+    m.validate().unwrap();
+}

@@ -382,6 +382,7 @@ fn run_usemem(
                 as Box<dyn Fn() + Send + Sync>
         }),
         pid: None,
+        max_threads: None,
     };
     let machine = super::boot(config)?;
     let io: Arc<dyn Io> = if json {

@@ -89,6 +89,14 @@ impl EGate {
         self.cv.notify_all();
     }
 
+    /// Wait until at least `n` have arrived (without opening).
+    fn wait_count(&self, n: u64) {
+        let mut g = self.st.lock();
+        while g.0 < n {
+            self.cv.wait(&mut g);
+        }
+    }
+
     fn open_after(&self, n: u64) {
         let mut g = self.st.lock();
         while g.0 < n {
@@ -140,6 +148,17 @@ pub struct Hooks {
     pub on_detached: Option<Box<dyn Fn() + Send + Sync>>,
     /// The pid usemem prints (`None`: this process's).
     pub pid: Option<i32>,
+    /// Most worker threads alive at once (`None`: what `vm.max_map_count` allows).
+    pub max_threads: Option<u64>,
+}
+
+/// Worker threads this process can add: each costs about five mappings (its stack and guard,
+/// its signal stack and guard, and a spare), under the host's `vm.max_map_count`, keeping
+/// 4096 for the engine.
+fn host_thread_budget() -> u64 {
+    let limit = u64::from(usermm_host::facts::max_map_count().unwrap_or(65530));
+    let used = usermm_host::usemem::map_count().unwrap_or(1024);
+    (limit.saturating_sub(used + 4096) / 5).max(64)
 }
 
 impl std::fmt::Debug for Hooks {
@@ -746,6 +765,8 @@ fn fork_mm(
 pub struct EnginePlatform {
     main: EngineSys,
     nr_cpus: u64,
+    /// Most worker threads alive at once.
+    max_threads: u64,
 }
 
 impl EnginePlatform {
@@ -756,6 +777,7 @@ impl EnginePlatform {
         hooks: Hooks,
     ) -> Result<Self, usermm::Errno> {
         let cpu0 = CpuId(0);
+        let max_threads = hooks.max_threads.unwrap_or_else(host_thread_budget);
         let mm = Mm::new(machine, cpu0)?;
         let shared = Arc::new(Shared {
             machine: Arc::clone(machine),
@@ -787,6 +809,7 @@ impl EnginePlatform {
         Ok(EnginePlatform {
             main: EngineSys::new(Task::new(mm, cpu0), proc, shared, 0),
             nr_cpus: machine.cpus().nr_possible() as u64,
+            max_threads,
         })
     }
 
@@ -886,6 +909,25 @@ impl Platform for EnginePlatform {
         let plan = Arc::new(plan.clone());
         let nr_cpus = self.nr_cpus;
         let mut handles = Vec::new();
+        // Beyond `cap` host threads at once, workers run in waves; the barriers then hold the
+        // first wave only (a later worker finds them open).
+        let cap = self.max_threads.max(1);
+        let wave = total.min(cap);
+        if total > cap {
+            shared.note_once(&format!(
+                "{total} workers are more host threads than this host's vm.max_map_count allows \
+                 at once: they run in waves of {cap}, and the barriers hold the first wave only"
+            ));
+        }
+        let done = Arc::new(EGate::new());
+        let mut started = 0u64;
+        let mut opened = false;
+        let open = |shared: &Shared| {
+            shared.gates[Gate::Start as usize].open_after(wave);
+            if o.sync_free {
+                shared.gates[Gate::Free as usize].open_after(wave);
+            }
+        };
         for i in 0..o.processes() {
             let first = i * per_proc;
             let cpu = CpuId((first % nr_cpus) as u16);
@@ -921,6 +963,16 @@ impl Platform for EnginePlatform {
             }
             for t in 0..per_proc {
                 let k = first + t;
+                if started == wave && !opened {
+                    open(&shared);
+                    opened = true;
+                }
+                if started >= cap {
+                    // Wait for a slot: `done` counts the workers that have finished.
+                    done.wait_count(started + 1 - cap);
+                }
+                started += 1;
+                let finished = Arc::clone(&done);
                 let bound = if o.bind != 0 {
                     bind_cpu(k, o.bind, if o.bind > 0 { nr_cpus } else { 0 })
                 } else {
@@ -958,6 +1010,7 @@ impl Platform for EnginePlatform {
                         if proc.left.fetch_sub(1, Relaxed) == 1 {
                             proc.mm.mmput(cpu);
                         }
+                        finished.abandon();
                         rec
                     },
                 );
@@ -974,14 +1027,13 @@ impl Platform for EnginePlatform {
                             gate.abandon();
                         }
                         shared.worker_ended(false);
+                        done.abandon();
                     }
                 }
             }
         }
-        // The parent: synchronize_tasks for the start, and for the free with -x.
-        shared.gates[Gate::Start as usize].open_after(total);
-        if o.sync_free {
-            shared.gates[Gate::Free as usize].open_after(total);
+        if !opened {
+            open(&shared);
         }
         let mut recs: Vec<WorkerRecord> =
             handles.into_iter().filter_map(|h| h.join().ok()).collect();
