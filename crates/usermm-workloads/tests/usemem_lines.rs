@@ -449,3 +449,32 @@ fn workers_beyond_the_thread_budget_run_in_waves() {
     }
     m.validate().unwrap();
 }
+
+/// `-g`: the menu's answers, through stdio's buffer, reach stdout with the throughput line.
+#[test]
+fn getchar_menu_reads_stdin() {
+    let m = machine();
+    let cap = Arc::new(Capture::with_input("l\nu\nq\n"));
+    let r = usemem::run_args(
+        &m,
+        NAME,
+        &["-g".to_string(), "64K".to_string()],
+        Arc::clone(&cap) as Arc<dyn Io>,
+        Hooks::default(),
+        "",
+    )
+    .unwrap();
+    assert_eq!(r.status, 0);
+    let out = cap.stdout();
+    let order: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("done!") || l.contains("Quitting") || l.contains("KB/s"))
+        .collect();
+    assert_eq!(order.len(), 4, "{out}");
+    // Each answer follows the menu's prompt, which ends without a newline, as usemem's does.
+    assert!(order[0].ends_with("locking memory ..... done!"), "{out}");
+    assert!(order[1].ends_with("unlocking memory ..... done!"), "{out}");
+    assert!(order[2].ends_with("Quitting now"), "{out}");
+    assert!(order[3].contains("73728 bytes / "), "{out}");
+    m.validate().unwrap();
+}

@@ -26,7 +26,7 @@
 
 use super::opts::{memparse, UsememOpts};
 use super::parse::{parse, usage_text, Parsed};
-use super::sys::{strerror, Errno, MapFd, ShmCmd, Sys, EFAULT, ENOMEM};
+use super::sys::{strerror, Errno, MapFd, ShmCmd, Sys};
 use super::worker::{Plan, ProcState, Worker, WorkerRecord, PROT_WRITE};
 
 /// The machine a usemem run runs on: the parent's [`Sys`], the file, the workers.
@@ -351,8 +351,3 @@ fn mincore_hugepages(sys: &impl Sys, bytes: u64) -> i32 {
     let _ = sys.shmctl(id, ShmCmd::Remove);
     0
 }
-
-/// The errno a mapping at address 0 gets from `mincore` and friends.
-pub const NO_MAPPING: Errno = ENOMEM;
-/// The errno of a NULL path.
-pub const NULL_PATH: Errno = EFAULT;

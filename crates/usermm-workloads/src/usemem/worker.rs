@@ -202,6 +202,9 @@ pub struct Worker<'a, S: Sys> {
     pub proc: &'a ProcState,
     pub rec: WorkerRecord,
     rng: Rand48,
+    /// What usemem prints through stdio without flushing (the `-g` menu): it reaches stdout
+    /// with the next line usemem flushes, and never if the worker waits for ever.
+    buffered: String,
 }
 
 impl<S: Sys> std::fmt::Debug for Worker<'_, S> {
@@ -226,6 +229,7 @@ impl<'a, S: Sys> Worker<'a, S> {
                 ..Default::default()
             },
             rng: Rand48::new(0),
+            buffered: String::new(),
         }
     }
 
@@ -234,8 +238,14 @@ impl<'a, S: Sys> Worker<'a, S> {
     }
 
     fn out(&mut self, s: &str) {
-        self.sys.out(s);
-        self.rec.lines.push(s.to_string());
+        let s = std::mem::take(&mut self.buffered) + s;
+        self.sys.out(&s);
+        self.rec.lines.push(s);
+    }
+
+    /// A `printf` that stays in stdio's buffer until the next flushed line.
+    fn out_buffered(&mut self, s: &str) {
+        self.buffered.push_str(s);
     }
 
     /// `exit(status)` from this thread: the whole process ends.
@@ -575,32 +585,32 @@ impl<'a, S: Sys> Worker<'a, S> {
                 b'\n' => {}
                 b'a' => {
                     let _ = self.sys.mlock(p, bytes);
-                    self.out("locking memory ..... done!\n\n");
+                    self.out_buffered("locking memory ..... done!\n\n");
                     p = self.remap_or_fail(p, bytes, "\n\n")?;
                     bytes *= 10;
-                    self.out("remapping locked memory.....done!\n\n");
+                    self.out_buffered("remapping locked memory.....done!\n\n");
                     let _ = self.sys.munlock(p, bytes);
-                    self.out("unlocking memory ..... done!\n\n");
+                    self.out_buffered("unlocking memory ..... done!\n\n");
                     return Ok(rw);
                 }
                 b'u' => {
                     let _ = self.sys.munlock(p, bytes);
-                    self.out("unlocking memory ..... done!\n");
+                    self.out_buffered("unlocking memory ..... done!\n");
                     self.print_menu();
                 }
                 b'l' => {
                     let _ = self.sys.mlock(p, bytes);
-                    self.out("locking memory ..... done!\n");
+                    self.out_buffered("locking memory ..... done!\n");
                     self.print_menu();
                 }
                 b'r' => {
                     p = self.remap_or_fail(p, bytes, "\n")?;
                     bytes *= 10;
-                    self.out("remapping locked memory.....done!\n");
+                    self.out_buffered("remapping locked memory.....done!\n");
                     self.print_menu();
                 }
                 b'q' => {
-                    self.out("Quitting now\n");
+                    self.out_buffered("Quitting now\n");
                     return Ok(rw);
                 }
                 _ => {}
@@ -616,7 +626,7 @@ impl<'a, S: Sys> Worker<'a, S> {
     }
 
     fn print_menu(&mut self) {
-        self.out(
+        self.out_buffered(
             "usemem menu: a = lock, remap x10, unlock and go on; l = lock; u = unlock; \
              r = remap x10; q = go on\nyour option: ",
         );
@@ -624,10 +634,15 @@ impl<'a, S: Sys> Worker<'a, S> {
 
     /// usemem's `do_units`: the whole life of one worker.
     pub fn run(&mut self) -> End {
-        match self.units() {
+        let end = match self.units() {
             Ok(()) => End::Done,
             Err(e) => e,
+        };
+        // exit() flushes stdio.
+        if !self.buffered.is_empty() {
+            self.out("");
         }
+        end
     }
 
     fn units(&mut self) -> R<()> {
