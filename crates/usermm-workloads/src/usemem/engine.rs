@@ -251,6 +251,8 @@ impl Shared {
 struct EProc {
     mm: Arc<Mm>,
     maps: std::sync::Mutex<Vec<MapRec>>,
+    /// Some mapping ends before its length (a file's end): accesses must look it up.
+    short_maps: std::sync::atomic::AtomicBool,
     state: ProcState,
     /// Threads still running; the last one's end is the process's `exit_mmap`.
     left: AtomicUsize,
@@ -346,6 +348,9 @@ impl EngineSys {
 
     /// The first word index at or past which word accesses from `base` die of SIGBUS.
     fn sigbus_limit(&self, base: u64) -> Option<u64> {
+        if !self.proc.short_maps.load(Relaxed) {
+            return None;
+        }
         let r = self.rec_at(base)?;
         if r.valid >= r.len {
             return None;
@@ -633,7 +638,13 @@ impl Sys for EngineSys {
         {
             return Err(sigsegv(format!("access at {addr:#x}")));
         }
-        if let Some(r) = self.rec_at(addr) {
+        if let Some(r) = self
+            .proc
+            .short_maps
+            .load(Relaxed)
+            .then(|| self.rec_at(addr))
+            .flatten()
+        {
             if addr - r.addr >= r.valid.div_ceil(PAGE) * PAGE {
                 return Err(Stop::Signal {
                     name: "SIGBUS",
@@ -741,6 +752,7 @@ fn fork_mm(
         Arc::new(EProc {
             mm: Arc::clone(&mm),
             maps: Default::default(),
+            short_maps: Default::default(),
             state: ProcState::new(plan, None, 0),
             left: AtomicUsize::new(0),
         }),
@@ -803,6 +815,7 @@ impl EnginePlatform {
         let proc = Arc::new(EProc {
             mm: Arc::clone(&mm),
             maps: Default::default(),
+            short_maps: Default::default(),
             state: ProcState::new(&plan0, None, 0),
             left: AtomicUsize::new(1),
         });
@@ -949,12 +962,16 @@ impl Platform for EnginePlatform {
             let proc = Arc::new(EProc {
                 mm,
                 maps: Default::default(),
+                short_maps: Default::default(),
                 state: ProcState::new(&plan, pre, i),
                 left: AtomicUsize::new(per_proc as usize),
             });
             // The child's copy of the parent's records (its preallocation).
             if let Some(p) = pre.filter(|&p| p != u64::MAX) {
                 if let Some(r) = self.main.rec_at(prealloc.unwrap_or(p)) {
+                    if r.valid < r.len {
+                        proc.short_maps.store(true, Relaxed);
+                    }
                     proc.maps
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
