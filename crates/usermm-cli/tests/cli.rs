@@ -367,3 +367,73 @@ fn percpu_calibrate_prints_one_row_per_point() {
     assert_usage_error(&["percpu-calibrate", "--cpus", "4"], "--grid-cpus");
     assert_usage_error(&["percpu-calibrate", "--grid-events", "0"], "--grid-events");
 }
+
+#[test]
+fn bench_json_has_every_path_and_the_memset_figure() {
+    let o = usermm(&["bench", "--size", "4M", "--repeat", "1", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    assert!(v["memset_gib_s"].as_f64().is_some_and(|x| x > 0.0), "{v}");
+    let paths = v["paths"].as_array().expect("paths");
+    let names: Vec<&str> = paths.iter().map(|p| p["path"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "populate-4k",
+            "populate-thp",
+            "munmap-4k",
+            "huge-zero-read",
+            "zero-read-4k",
+            "free-2-threads"
+        ]
+    );
+    for p in paths {
+        for key in ["engine_full_ns", "engine_sparse_ns"] {
+            assert!(p[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {p}");
+        }
+        // The host kernel runs every path but the engine-only two-thread free path.
+        assert_eq!(
+            p["host_ns"].is_number(),
+            p["path"] != "free-2-threads",
+            "{p}"
+        );
+    }
+    assert_eq!(v["targets"].as_array().map(Vec::len), Some(8), "{v}");
+    // Both machines as configured: the engine flags on top of the bench's defaults.
+    assert_eq!(v["config_full"]["prefault"], true, "{v}");
+    assert_eq!(v["config_sparse"]["backing"], "sparse", "{v}");
+
+    let o = usermm(&[
+        "bench",
+        "--size",
+        "4M",
+        "--repeat",
+        "1",
+        "--only",
+        "zero-read-4k",
+        "--no-host",
+        "--set",
+        "prefault=off",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    let paths = v["paths"].as_array().expect("paths");
+    assert_eq!(paths.len(), 1, "{v}");
+    assert_eq!(paths[0]["path"], "zero-read-4k");
+    assert!(paths[0]["host_ns"].is_null());
+    assert_eq!(v["config_full"]["prefault"], false, "{v}");
+}
+
+#[test]
+fn bench_rejects_bad_arguments_on_one_line() {
+    assert_usage_error(&["bench", "--only", "nope"], "nope");
+    assert_usage_error(&["bench", "--repeat", "0"], "--repeat");
+    assert_usage_error(&["bench", "--size", "1M"], "--size");
+    assert_usage_error(&["bench", "--size", "x"], "x");
+    assert_usage_error(&["bench", "--set", "nope=1"], "nope");
+    assert_usage_error(&["bench", "--set", "prefault=maybe"], "prefault");
+    assert_usage_error(&["bench", "--cpus", "1"], "2 CPUs");
+    assert_usage_error(&["bench", "--mem", "1G"], "--mem");
+    assert_usage_error(&["bench", "--backing", "sparse"], "--backing");
+}

@@ -239,7 +239,7 @@ impl EngineBackend {
         offset: u64,
     ) -> OpResult {
         // arch/x86/kernel/sys_x86_64.c: sys_mmap checks the byte offset first.
-        if offset % PAGE_SIZE != 0 {
+        if !offset.is_multiple_of(PAGE_SIZE) {
             return OpResult::Err(EINVAL);
         }
         let file = match source {

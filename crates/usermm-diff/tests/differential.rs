@@ -128,7 +128,7 @@ fn max_map_count_outcome(b: &mut dyn AddressSpace) -> Vec<String> {
     let mut addr = base + 4 * P;
     let mut n = 0u64;
     loop {
-        let prot = if n % 2 == 0 { PROT_READ } else { rw };
+        let prot = if n.is_multiple_of(2) { PROT_READ } else { rw };
         match b.apply(&Op::mmap_anon_at(addr, P, prot)) {
             OpResult::Ok(_) => {}
             OpResult::Err(e) => {

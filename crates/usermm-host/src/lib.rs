@@ -5,8 +5,9 @@
 //! - [`facts`]: what a report says about the host — `uname -r`, `/proc/meminfo`, the THP
 //!   mode, `vm.max_map_count`, the load average, this process's context switches. There is one
 //!   `/proc` "`Key:  N kB`" parser ([`procfs::field_kb`]), one `uname`, one `getrusage`.
-//! - [`measure`]: timed workloads on the host (touch-and-munmap, a read-only usemem walk), each
-//!   in a freshly forked single-threaded child, for the engine-vs-host comparisons.
+//! - [`measure`]: timed workloads on the host (touch-and-munmap, once or twice in a row, a
+//!   read-only walk with or without THP), each in a freshly forked single-threaded child, on
+//!   the wall clock and the child's CPU clock, for the engine-vs-host comparisons.
 //! - [`usemem`]: the host kernel as vm-scalability's usemem uses it (files, mappings, word
 //!   accesses, SysV segments, forked processes, pipe barriers, SIGUSR1), for
 //!   `usermm usemem --host`.
@@ -29,8 +30,10 @@
 //!   forks from a single-threaded process.
 //!
 //! # Invariants
-//! - A forked child never allocates, locks, prints or panics: it issues raw system calls on
-//!   memory allocated before the fork, then `_exit`s.
+//! - A child forked from a multi-threaded process (`fork`, `measure`, `backend`) never
+//!   allocates, locks, prints or panics: it issues raw system calls on memory allocated before
+//!   the fork, then `_exit`s. [`usemem`] forks only from a single-threaded process (checked),
+//!   so its children are whole processes, as usemem's are.
 //! - The parent never panics on a child's behaviour: a child that dies, hangs or talks nonsense
 //!   is reported (as [`HostError`] or `OpResult::BackendFailure`) and is killed and reaped.
 //! - Nothing here depends on the engine: the host is the reference the engine is held to.

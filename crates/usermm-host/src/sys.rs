@@ -255,6 +255,22 @@ pub(crate) fn minflt() -> u64 {
     rusage_self().ru_minflt.max(0) as u64
 }
 
+/// `clock_gettime(CLOCK_THREAD_CPUTIME_ID)`: the calling thread's CPU time (user and system)
+/// in ns, 0 if the call fails. Allocation-free, so usable in a forked child.
+pub(crate) fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the call writes nothing else.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec.max(0) as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec.max(0) as u64)
+}
+
 /// `uname(2)`'s `release` field (`uname -r`), NUL-terminated in `out`; `None` if the call
 /// fails. Allocation-free.
 pub(crate) fn uname_release(out: &mut [u8; 65]) -> Option<&[u8]> {

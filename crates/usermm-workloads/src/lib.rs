@@ -5,6 +5,7 @@
 //! - [`bigfree`]: seeds 000/001, the free of one big touched mapping, inline and parallel.
 //! - [`munmap_test`]: seed 003, munmap's exclusive mmap-lock hold while other threads fault.
 //! - [`percpu_test`]: seed 004, `Percpu:` over the seed's memory-cgroup script.
+//! - [`bench`](mod@bench): `usermm bench`, the engine's hot paths beside the host kernel's (issue 16).
 //! - [`seeds`]: every figure the seeds published, as data, in one place.
 //! - [`stats`]: the one median and spread every summary uses.
 //!
@@ -15,6 +16,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod bench;
 pub mod bigfree;
 pub mod munmap_test;
 pub mod percpu_test;

@@ -364,14 +364,14 @@ pub fn run_policy(
 
 fn check(opts: &MunmapTestOpts) -> Result<(), MunmapTestError> {
     let bad = |m: String| Err(MunmapTestError::Options(m));
-    if opts.size == 0 || opts.size % PAGE_SIZE != 0 {
+    if opts.size == 0 || !opts.size.is_multiple_of(PAGE_SIZE) {
         return bad(format!(
             "size {} must be a non-zero multiple of 4 KiB",
             opts.size
         ));
     }
     if opts.faulter_bytes == 0
-        || opts.faulter_bytes % PAGE_SIZE != 0
+        || !opts.faulter_bytes.is_multiple_of(PAGE_SIZE)
         || opts.faulter_bytes > FAULTER_SLOT / 2
     {
         return bad("faulter_bytes must be a non-zero multiple of 4 KiB, at most 512 MiB".into());

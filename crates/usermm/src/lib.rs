@@ -33,10 +33,11 @@
 //! mmap_lock [mmap_lock] (RwSem; write may downgrade to read)
 //!   vma tree                              -- protected by mmap_lock
 //!     page_table_lock [page_table_lock] (upper levels) -> PMD lock [pmd_lock] -> PTE-page lock [ptl]
-//!       PMD lock -> deposits [pmd_huge_pte]   -- a leaf: the tables deposited under huge PMDs
+//!       PMD lock: also guards its PMD table's deposit list (`pmd_huge_pte`); no lock of its own
 //!       pcp lock [pcp] (per CPU, per zone) -> zone.lock [zone.lock]
 //!       pcp lock -> hugetlb pool [hugetlb_lock]   -- freeing a hugetlb page; a leaf
 //!       lru_add batch [lru_add] (per CPU) -> lru_lock [lru_lock] (per node)
+//!       lru_add batch -> pcp lock -> zone.lock   -- a batch that held a page's last reference
 //!       lru_lock is never held together with a pcp lock or zone.lock
 //!     shmem pages [shmem_i_pages] (per object) -> pcp lock -> zone.lock   -- first touch allocates
 //!   mmap_lock (read) -> exclusive-hold histogram [mmap_lock_hist]   -- at a downgrade; a leaf
@@ -56,8 +57,8 @@
 //! - `backing` — the host mappings behind frames and metadata, `ZeroedArray`;
 //! - `page_alloc::meta` — `unsafe impl ZeroValid for PageMeta`;
 //! - `pcpu::region` — the host mapping behind percpu chunks;
-//! - `sync::clock`, `sync::ptlock`, `sync::rwsem` — `clock_gettime`, parking on an address,
-//!   moving a lock's value out, loom's cell pointers;
+//! - `sync::clock`, `sync::ptlock`, `sync::rwsem` — `clock_gettime` and `rdtsc` (lock_stat's
+//!   TSC clock), parking on an address, moving a lock's value out, loom's cell pointers;
 //! - the VMA tree's unit tests, which probe the host kernel with raw `mmap`.
 
 #![deny(unsafe_code)]

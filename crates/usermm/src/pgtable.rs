@@ -170,6 +170,8 @@ impl Slot {
 pub(crate) fn alloc_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError> {
     let pfn = phys.alloc_pages(cpu, Order(0), Gfp::KERNEL)?;
     phys.backing().zero_table(pfn);
+    // pmd_ptlock_init: no tables deposited yet (used only if this becomes a PMD table).
+    phys.meta(pfn).set_pmd_huge_pte(None);
     phys.meta(pfn).set(PG_PGTABLE);
     phys.stat().inc(cpu, VmItem::NrPageTablePages);
     Ok(pfn)
@@ -200,6 +202,10 @@ pub(crate) fn free_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
         .table(pfn)
         .iter()
         .all(|e| e.load(Relaxed) == 0));
+    vm_bug_on!(
+        phys.meta(pfn).pmd_huge_pte().is_some(),
+        "freeing PMD table {pfn:?} with tables still deposited"
+    );
     phys.meta(pfn).ptl.ptlock_free();
     phys.meta(pfn).clear(PG_PGTABLE);
     phys.stat().add(cpu, VmItem::NrPageTablePages, -1);

@@ -40,9 +40,9 @@ fn worker(p: &PcpuAllocator, cpu: CpuId, iters: usize) {
     let mut live: Vec<(PcpuPtr, u8)> = Vec::new();
     for i in 0..iters {
         let r = next(&mut rng);
-        if live.len() < 40 && r % 3 != 0 {
+        if live.len() < 40 && !r.is_multiple_of(3) {
             let size = [8usize, 24, 200, 1000, 3000][(r >> 8) as usize % 5];
-            let gfp = if r % 7 == 0 {
+            let gfp = if r.is_multiple_of(7) {
                 PcpuGfp::ATOMIC
             } else {
                 PcpuGfp::KERNEL

@@ -160,7 +160,7 @@ fn call() -> impl Strategy<Value = Call> {
 
 /// Addresses the last successful mmaps returned: later calls aim at them half of the time.
 fn aim(placed: &[u64], a: u64, pick: usize) -> u64 {
-    if placed.is_empty() || pick % 2 == 0 {
+    if placed.is_empty() || pick.is_multiple_of(2) {
         a
     } else {
         placed[pick % placed.len()] + (a % 8) * PAGE_SIZE

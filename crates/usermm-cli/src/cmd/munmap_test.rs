@@ -50,10 +50,10 @@ impl MunmapTestArgs {
     /// with the engine flags on top.
     pub fn opts(&self) -> anyhow::Result<MunmapTestOpts> {
         let faulters = self.faulters.unwrap_or(1);
-        if self.size % usermm::PAGE_SIZE != 0 {
+        if !self.size.is_multiple_of(usermm::PAGE_SIZE) {
             return usage(format!("SIZE {} is not a multiple of 4 KiB", self.size));
         }
-        if self.faulter_size % usermm::PAGE_SIZE != 0 || self.faulter_size > 512 << 20 {
+        if !self.faulter_size.is_multiple_of(usermm::PAGE_SIZE) || self.faulter_size > 512 << 20 {
             return usage("--faulter-size must be a multiple of 4 KiB, at most 512M");
         }
         // SIZE ≤ 16T and at most 4095 faulters of ≤ 512M: no overflow below.

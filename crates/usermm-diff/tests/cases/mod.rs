@@ -92,9 +92,9 @@ impl Expect {
                 },
                 OpResult::Counters(c),
             ) => {
-                minor_faults.map_or(true, |v| v == c.minor_faults)
-                    && rss_kb.map_or(true, |v| v == c.rss_kb)
-                    && anon_huge_kb.map_or(true, |v| v == c.anon_huge_kb)
+                minor_faults.is_none_or(|v| v == c.minor_faults)
+                    && rss_kb.is_none_or(|v| v == c.rss_kb)
+                    && anon_huge_kb.is_none_or(|v| v == c.anon_huge_kb)
             }
             _ => false,
         };

@@ -299,7 +299,10 @@ pub(crate) fn handle_vma_fault(
         if write && !e.writable() {
             return huge_wp_fault(mm, tree, vma, cpu, pmd, addr);
         }
-        return Ok(()); // spurious: someone else mapped it
+        // huge_pmd_set_accessed: someone else mapped it, or a split holds the PMD lock with
+        // the PMD invalidated; take the lock so the retried access finds the result.
+        drop(phys.meta(pmd.table).ptl.lock(&PMD_LOCK));
+        return Ok(());
     }
     let pte_table = match table_alloc(mm, cpu, pmd, Some(pmd.table)) {
         Ok(t) => t,

@@ -31,7 +31,7 @@ use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PTRS_PER_TABLE, PUD_SIZE
 use crate::cpu::CpuId;
 use crate::page_alloc::meta::{PG_ANON, PG_HUGETLB, PG_MLOCKED};
 use crate::page_alloc::PhysMem;
-use crate::pgtable::{_PAGE_PSE, _PAGE_RW, _PAGE_SPECIAL};
+use crate::pgtable::{_PAGE_PRESENT, _PAGE_PROTNONE, _PAGE_PSE, _PAGE_RW, _PAGE_SPECIAL};
 use crate::stats::VmItem;
 use crate::sync::class::{PMD_LOCK, PTL};
 
@@ -87,7 +87,7 @@ fn zap_pmd_range(tlb: &mut MmuGather<'_>, mm: &Mm, pmd_table: Pfn, start: u64, e
         };
         let mut e = slot.load(phys);
         if e.huge() {
-            if addr % PMD_SIZE == 0 && next - addr == PMD_SIZE {
+            if addr.is_multiple_of(PMD_SIZE) && next - addr == PMD_SIZE {
                 if let Some(n) = zap_huge_pmd(tlb, mm, slot, addr) {
                     zapped += n;
                     addr = next;
@@ -215,17 +215,48 @@ fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u64) -> Opti
     Some(512)
 }
 
-/// Deposit a table for a huge PMD (`pgtable_trans_huge_deposit`). Caller holds the PMD lock.
+/// Deposit a table for a huge PMD (`pgtable_trans_huge_deposit`). Caller holds the PMD lock
+/// of `slot.table`, which protects the deposit list.
+///
+/// As in the kernel with split PMD locks, the deposited tables of a PMD table page form a
+/// list headed in that page's descriptor (`ptdesc->pmd_huge_pte`) and threaded through the
+/// deposited pages' own list link (`pgtable->lru`): [`PageMeta::pmd_huge_pte`] and
+/// [`PageMeta::deposit_next`]. So a fault deposits with two stores: no allocation, no other
+/// lock.
+///
+/// [`PageMeta::pmd_huge_pte`]: crate::page_alloc::PageMeta::pmd_huge_pte
+/// [`PageMeta::deposit_next`]: crate::page_alloc::PageMeta::deposit_next
 pub(crate) fn deposit(mm: &Mm, slot: Slot, table: Pfn) {
-    // Lock order: PMD lock -> deposits (`mm.deposits`, a leaf lock of its own; the kernel keeps
-    // the deposit list under the PMD lock alone).
-    let prev = mm.deposits.lock().insert((slot.table, slot.index), table);
-    vm_bug_on!(prev.is_some(), "two deposits for one PMD");
+    let phys = mm.machine().phys();
+    let pmd_table = phys.meta(slot.table);
+    // assert_spin_locked(pmd_lockptr(mm, pmdp))
+    vm_bug_on!(!pmd_table.ptl.is_locked(), "deposit without the PMD lock");
+    phys.meta(table).set_deposit_next(pmd_table.pmd_huge_pte());
+    pmd_table.set_pmd_huge_pte(Some(table));
 }
 
-/// `pgtable_trans_huge_withdraw`. Caller holds the PMD lock.
+/// `pgtable_trans_huge_withdraw`: take a deposited table off the list of `slot`'s PMD table
+/// (any one: they are all unused). Caller holds the PMD lock.
 pub(crate) fn withdraw_deposit(mm: &Mm, slot: Slot) -> Option<Pfn> {
-    mm.deposits.lock().remove(&(slot.table, slot.index))
+    let phys = mm.machine().phys();
+    let pmd_table = phys.meta(slot.table);
+    vm_bug_on!(!pmd_table.ptl.is_locked(), "withdraw without the PMD lock");
+    let first = pmd_table.pmd_huge_pte()?;
+    let m = phys.meta(first);
+    pmd_table.set_pmd_huge_pte(m.deposit_next());
+    m.set_deposit_next(None);
+    Some(first)
+}
+
+/// The tables deposited under the huge PMDs of the PMD table `pmd_table` (for validation; the
+/// caller keeps the table stable).
+pub(crate) fn deposited(phys: &PhysMem, pmd_table: Pfn) -> impl Iterator<Item = Pfn> + '_ {
+    let mut cur = phys.meta(pmd_table).pmd_huge_pte();
+    std::iter::from_fn(move || {
+        let p = cur?;
+        cur = phys.meta(p).deposit_next();
+        Some(p)
+    })
 }
 
 /// `__split_huge_pmd`: replace a huge PMD by its deposited PTE table mapping the same memory
@@ -275,8 +306,12 @@ pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
             .vmstat()
             .add(cpu, VmItem::NrAnonTransparentHugepages, -1);
     }
-    // pmdp_invalidate + populate: the TLB may hold the 2 MiB translation.
-    slot.store(phys, Entry::NONE);
+    // pmdp_invalidate + populate: the TLB may hold the 2 MiB translation. The invalidated
+    // PMD is not present to the MMU but still huge (not none) to software walkers, as the
+    // kernel's pmd_mkinvalid keeps _PAGE_PSE: a zap running under the read lock (DONTNEED)
+    // that reads it without the lock goes to zap_huge_pmd and waits for this lock, where a
+    // none PMD would make it skip the 2 MiB and leave the split's 512 pages mapped.
+    slot.store(phys, old.with_bits(0, _PAGE_PRESENT | _PAGE_PROTNONE));
     mm.flush_tlb(cpu, Some(512));
     slot.store(phys, Entry::new(table, crate::pgtable::TABLE_BITS));
     drop(ptl);
@@ -583,7 +618,7 @@ pub(crate) fn change_protection(
             }
             crate::pgtable::Walk::HugePmd { pmd, .. } => {
                 let next = addr_end(addr, PMD_SIZE, end);
-                if addr % PMD_SIZE != 0 || next - addr != PMD_SIZE {
+                if !addr.is_multiple_of(PMD_SIZE) || next - addr != PMD_SIZE {
                     split_huge_pmd(mm, cpu, pmd, addr & !(PMD_SIZE - 1));
                     continue;
                 }

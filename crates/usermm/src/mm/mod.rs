@@ -7,7 +7,7 @@
 //! ```text
 //!  Mm ── mmap_lock: MmapLock<VmaTree>   the only way to the VMAs
 //!     ├─ pgd ─ PUD ─ PMD ─ PTE pages    lockless walks; split PTLs for changes (pgtable.rs)
-//!     ├─ page_table_lock                PGD/PUD entries, deposited tables
+//!     ├─ page_table_lock                PGD/PUD entries (deposits: per PMD table, its PMD lock)
 //!     ├─ rss per CPU                    MM_FILEPAGES, MM_ANONPAGES, MM_SWAPENTS, MM_SHMEMPAGES
 //!     ├─ mm_users / flags               MMF_HUGE_ZERO_PAGE
 //!     └─ cpumask + TLB gates            which CPUs may cache translations; shootdown
@@ -61,9 +61,9 @@ use self::vma::{VmaKind, VmaTree};
 use crate::addr::{Pfn, PAGE_SIZE};
 use crate::cpu::{CpuId, PerCpu};
 use crate::machine::Machine;
-use crate::page_alloc::meta::{PG_ANON, PG_PGTABLE};
+use crate::page_alloc::meta::{PG_ANON, PG_HUGETLB, PG_PGTABLE};
 use crate::stats::VmItem;
-use crate::sync::class::{DEPOSITS, PAGE_TABLE_LOCK, TLB_GATE};
+use crate::sync::class::{PAGE_TABLE_LOCK, TLB_GATE};
 use crate::sync::mmap_lock::{MmapLock, MmapLockInfo, MmapReadGuard};
 use crate::sync::{Cost, RwSem, SpinLock};
 
@@ -117,10 +117,9 @@ pub struct Mm {
     id: u64,
     pub(crate) mmap_lock: MmapLock<VmaTree>,
     pgd: Pfn,
-    /// `mm->page_table_lock`: PGD and PUD entries, and the deposited tables.
+    /// `mm->page_table_lock`: PGD and PUD entries. (Tables deposited under huge PMDs are on a
+    /// list of their PMD table page, under its PMD lock: see `memory::deposit`.)
     pub(crate) page_table_lock: SpinLock<()>,
-    /// Tables withdrawn for huge PMDs (`pgtable_trans_huge_deposit`), by PMD slot.
-    pub(crate) deposits: SpinLock<HashMap<(Pfn, usize), Pfn>>,
     rss: PerCpu<[AtomicI64; 4]>,
     /// `mm_pgtables_bytes` in pages: table pages of this mm, deposits and PGD included.
     pub(crate) nr_tables: AtomicI64,
@@ -171,7 +170,6 @@ impl Mm {
             mmap_lock: MmapLock::new(VmaTree::new(mmap::MMAP_BASE)),
             pgd,
             page_table_lock: SpinLock::new(&PAGE_TABLE_LOCK, ()),
-            deposits: SpinLock::new(&DEPOSITS, HashMap::new()),
             rss: PerCpu::new(nr, |_| Default::default()),
             nr_tables: AtomicI64::new(1),
             flags: AtomicU64::new(0),
@@ -501,11 +499,34 @@ impl Mm {
                     "table {pfn:?} covering {base:#x}+{span:#x} outlives its VMAs"
                 ));
             }
+            if span == crate::addr::PUD_SIZE {
+                // A PMD table: one deposited table per huge PMD that is not hugetlb.
+                let huge = phys
+                    .backing()
+                    .table(pfn)
+                    .iter()
+                    .map(|e| crate::pgtable::Entry(e.load(Relaxed)))
+                    .filter(|e| e.huge() && !phys.meta(e.pfn()).test(PG_HUGETLB))
+                    .count();
+                let mut deposits = 0;
+                for d in memory::deposited(phys, pfn) {
+                    deposits += 1;
+                    if deposits > huge || !phys.meta(d).test(PG_PGTABLE) {
+                        err = Some(format!("PMD table {pfn:?}: bad deposit {d:?}"));
+                        break;
+                    }
+                }
+                if deposits != huge {
+                    err = Some(format!(
+                        "PMD table {pfn:?} for {base:#x}: {huge} huge PMDs, {deposits} deposits"
+                    ));
+                }
+                tables += deposits as i64;
+            }
         });
         if let Some(e) = err {
             return Err(e);
         }
-        tables += self.deposits.lock().len() as i64;
         if self.is_exited() {
             tables -= 1;
         }

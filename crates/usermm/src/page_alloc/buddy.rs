@@ -105,9 +105,9 @@ impl PhysMem {
             }
         };
         self.prep_new_page(pfn, order);
-        if gfp.has(Gfp::ZERO) {
-            self.backing.zero_data(pfn, order.nr_pages());
-        }
+        // __GFP_ZERO clears only frames an owner had before: known-zero ones are skipped.
+        self.backing
+            .prep_new_frames(pfn, order.nr_pages(), gfp.has(Gfp::ZERO));
         self.stat
             .add(cpu, VmItem::PgallocNormal, order.nr_pages() as i64);
         Ok(pfn)

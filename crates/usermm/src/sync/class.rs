@@ -63,8 +63,6 @@ pub static PTL: LockClass = LockClass::new("ptl", WaitKind::Spin);
 pub static PMD_LOCK: LockClass = LockClass::new("pmd_lock", WaitKind::Spin);
 /// `mm->page_table_lock`: PGD/PUD entries of one mm.
 pub static PAGE_TABLE_LOCK: LockClass = LockClass::new("page_table_lock", WaitKind::Spin);
-/// The deposited-table list of an mm (under the PMD lock in the kernel; a leaf lock here).
-pub static DEPOSITS: LockClass = LockClass::new("pmd_huge_pte", WaitKind::Spin);
 /// `mm->mmap_lock`.
 pub static MMAP_LOCK: LockClass = LockClass::new("mmap_lock", WaitKind::Sleep);
 /// The TLB shootdown gate of one CPU (see `mm/mod.rs`, "TLB model"): the IPI acknowledgement

@@ -47,9 +47,11 @@
 //! - [`MmapLock::is_contended`] (`mmap_lock_is_contended`): a count of threads that failed the
 //!   fast path and are waiting.
 //!
-//! The uncontended read path adds one `try_read`, one relaxed counter increment and one
-//! [`clock::now`] to the bare lock; the read unlock adds one clock read and the `record_hold`
-//! atomics. Nothing allocates. Slow paths are out of line.
+//! The uncontended read path adds one `try_read`, one relaxed counter increment and one read
+//! of the lock's [`LockstatClock`] (`lockstat_clock()`: the TSC in wall mode) to the bare lock;
+//! the read unlock adds one more clock read and the `record_hold` atomics. Nothing allocates.
+//! Slow paths are out of line. Write holds (the exclusive-hold histogram) and all waits are
+//! timed with [`clock::now`].
 //!
 //! # Locks
 //! The histogram is a leaf [`SpinLock`]. It is taken after the write lock is released, or
@@ -72,7 +74,8 @@
 //! - The statistics are per lock instance (one per mm), not per lock class as in lockdep. The
 //!   read side's are striped by thread (the kernel keeps lock_stat per CPU), so that recording
 //!   a fault's read acquisition writes no cache line other faulting threads share.
-//! - Times are nanoseconds from [`clock::now`] (`CLOCK_MONOTONIC` on the host).
+//! - Times are nanoseconds from [`clock::now`] (`CLOCK_MONOTONIC` on the host), read holds
+//!   from the lock's [`LockstatClock`] (the TSC on the host, scaled per lock).
 
 use serde::Serialize;
 
@@ -84,7 +87,7 @@ use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 
 use super::class::{MMAP_LOCK, MMAP_LOCK_HIST};
-use super::clock::{self, Ktime};
+use super::clock::{self, Ktime, LockstatClock, LockstatStamp};
 use super::lock::SpinLock;
 use super::rwsem::{RwSem, RwSemReadGuard, RwSemWriteGuard};
 use crate::stats::lockstat::{LockStat, LockStatSnapshot, StripedLockStat};
@@ -156,6 +159,8 @@ pub struct MmapLock<T> {
     exclusive_hold: SpinLock<Histogram<u64>>,
     /// Length of the most recently ended exclusive hold, in ns.
     last_exclusive_hold_ns: AtomicU64,
+    /// The read side's hold clock (the TSC in wall mode: two reads per fault).
+    clock: LockstatClock,
 }
 
 /// Shared access to an [`MmapLock`]'s value; dropping it is `mmap_read_unlock`.
@@ -165,7 +170,7 @@ pub struct MmapReadGuard<'a, T> {
     /// `None` only inside `drop`, after the lock was released.
     guard: Option<RwSemReadGuard<'a, T>>,
     lock: &'a MmapLock<T>,
-    since: Ktime,
+    since: LockstatStamp,
     /// `Some(exclusive hold in ns)` when this guard came from a downgrade.
     downgraded_from_ns: Option<u64>,
 }
@@ -194,6 +199,7 @@ impl<T> MmapLock<T> {
             write_stat: CachePadded::new(LockStat::new("mmap_lock-W")),
             exclusive_hold: SpinLock::new(&MMAP_LOCK_HIST, histogram),
             last_exclusive_hold_ns: AtomicU64::new(0),
+            clock: LockstatClock::new(),
         }
     }
 
@@ -209,7 +215,7 @@ impl<T> MmapLock<T> {
         MmapReadGuard {
             guard: Some(guard),
             lock: self,
-            since: clock::now(),
+            since: self.clock.now(),
             downgraded_from_ns: None,
         }
     }
@@ -223,7 +229,7 @@ impl<T> MmapLock<T> {
         Some(MmapReadGuard {
             guard: Some(guard),
             lock: self,
-            since: clock::now(),
+            since: self.clock.now(),
             downgraded_from_ns: None,
         })
     }
@@ -406,7 +412,7 @@ impl<'a, T> MmapWriteGuard<'a, T> {
             .expect("write guard holds the lock until it ends");
         let hold_ns = self.since.elapsed_ns();
         let guard = guard.downgrade();
-        let since = clock::now();
+        let since = self.lock.clock.now();
         // Lock order: mmap_lock (read) -> exclusive-hold histogram.
         self.lock.exclusive_hold_ended(hold_ns);
         self.lock.read_stat.record_uncontended();
@@ -490,7 +496,7 @@ impl<T> MmapReadGuard<'_, T> {
 
     /// Nanoseconds since this read hold began (at the downgrade, for a downgraded guard).
     pub fn held_ns(&self) -> u64 {
-        self.since.elapsed_ns()
+        self.lock.clock.elapsed_ns(self.since)
     }
 }
 
@@ -509,7 +515,7 @@ impl<T> Drop for MmapReadGuard<'_, T> {
     /// Release first, then record: the figures are not taken under the lock.
     #[inline]
     fn drop(&mut self) {
-        let hold_ns = self.since.elapsed_ns();
+        let hold_ns = self.lock.clock.elapsed_ns(self.since);
         drop(self.guard.take());
         self.lock.read_stat.record_hold(hold_ns);
     }

@@ -8,7 +8,7 @@
 //!
 //! | here | models | waiters | users |
 //! |---|---|---|---|
-//! | [`SpinLock`] | `spinlock_t` | spin | zone.lock, pcp, lru_lock, lru_add batches, page_table_lock, deposits, pcpu_lock, hugetlb pool, shmem pages |
+//! | [`SpinLock`] | `spinlock_t` | spin | zone.lock, pcp, lru_lock, lru_add batches, page_table_lock, pcpu_lock, hugetlb pool, shmem pages |
 //! | [`PtLock`] | `ptdesc->ptl` (split PTE / PMD lock) | spin | page-table pages (in `PageMeta`) |
 //! | [`Mutex`] | `struct mutex` | sleep | pcpu_alloc_mutex, workqueue state |
 //! | [`StatMutex`] | a spinlock with `/proc/lock_stat` figures | spin | zone.lock, lru_lock |
@@ -16,7 +16,7 @@
 //! | [`CondVar`], [`Completion`] | wait queues, `struct completion` | sleep | workqueue |
 //! | [`SharedLine`] | an atomic on one cache line every CPU writes | — | huge zero page refcount |
 //! | [`thread`] | kthreads on an emulated CPU | — | workqueue workers |
-//! | [`clock`] | `ktime_get`, task cputime | — | lock_stat, mmap_lock, munmap, workqueue |
+//! | [`clock`] | `ktime_get`, `lockstat_clock`, task cputime | — | lock_stat, mmap_lock, munmap, workqueue |
 //! | [`charge`] | work the modelled CPU does between two synchronisation points | — | TLB flush cost |
 //!
 //! Each lock names a [`LockClass`] (each shared line a [`LineClass`]): `const` statics in

@@ -3,8 +3,10 @@
 //!
 //! The seam's lock says whether an acquisition waited and for how long (host time, or virtual
 //! time in a virtual run); this adds the counting and the hold time, recorded after the release.
+//! Hold times are read on the lock's own [`LockstatClock`] (`lockstat_clock()`: the TSC in wall
+//! mode, virtual time in a virtual run), since every acquisition is timed.
 
-use super::clock::{self, Ktime};
+use super::clock::{LockstatClock, LockstatStamp};
 use super::{LockClass, SpinLock, SpinLockGuard};
 use crate::stats::lockstat::LockStat;
 
@@ -13,6 +15,7 @@ use crate::stats::lockstat::LockStat;
 pub struct StatMutex<T> {
     inner: SpinLock<T>,
     stat: LockStat,
+    clock: LockstatClock,
 }
 
 /// Guard of a [`StatMutex`]; records the hold time when dropped.
@@ -21,15 +24,17 @@ pub struct StatMutexGuard<'a, T> {
     /// `None` only inside `drop`, after the lock was released.
     guard: Option<SpinLockGuard<'a, T>>,
     stat: &'a LockStat,
-    since: Ktime,
+    clock: &'a LockstatClock,
+    since: LockstatStamp,
 }
 
 impl<T> StatMutex<T> {
     /// A lock of class `class` whose lock_stat line is named `name` (`&zone->lock`).
-    pub const fn new(class: &'static LockClass, name: &'static str, value: T) -> Self {
+    pub fn new(class: &'static LockClass, name: &'static str, value: T) -> Self {
         Self {
             inner: SpinLock::new(class, value),
             stat: LockStat::new(name),
+            clock: LockstatClock::new(),
         }
     }
 
@@ -43,7 +48,8 @@ impl<T> StatMutex<T> {
         StatMutexGuard {
             guard: Some(guard),
             stat: &self.stat,
-            since: clock::now(),
+            clock: &self.clock,
+            since: self.clock.now(),
         }
     }
 
@@ -82,7 +88,7 @@ impl<T> Drop for StatMutexGuard<'_, T> {
     /// Release first, then record: the figures are not taken under the lock.
     #[inline]
     fn drop(&mut self) {
-        let hold_ns = self.since.elapsed_ns();
+        let hold_ns = self.clock.elapsed_ns(self.since);
         drop(self.guard.take());
         self.stat.record_hold(hold_ns);
     }

@@ -41,7 +41,7 @@ impl Mm {
             | MADV_POPULATE_READ | MADV_POPULATE_WRITE | MADV_REMOVE => (VmFlags(0), VmFlags(0)),
             _ => return Err(Errno::EINVAL),
         };
-        if addr % PAGE_SIZE != 0 {
+        if !addr.is_multiple_of(PAGE_SIZE) {
             return Err(Errno::EINVAL);
         }
         let alen = align_up(len, PAGE_SIZE).ok_or(Errno::EINVAL)?;

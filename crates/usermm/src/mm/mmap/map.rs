@@ -88,7 +88,7 @@ impl Mm {
             if addr > TASK_SIZE - len {
                 return Err(Errno::ENOMEM);
             }
-            if addr % align != 0 {
+            if !addr.is_multiple_of(align) {
                 return Err(Errno::EINVAL);
             }
             addr

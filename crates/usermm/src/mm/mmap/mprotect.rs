@@ -13,7 +13,7 @@ impl Mm {
     /// `mprotect(addr, len, prot)`.
     #[doc(alias = "do_mprotect_pkey")]
     pub fn mprotect(&self, cpu: CpuId, addr: u64, len: u64, prot: u32) -> Result<(), Errno> {
-        if addr % PAGE_SIZE != 0 {
+        if !addr.is_multiple_of(PAGE_SIZE) {
             return Err(Errno::EINVAL);
         }
         if len == 0 {
@@ -136,7 +136,7 @@ impl Mm {
     /// `split_huge_pmd_address` for an address that is not 2 MiB aligned: split the huge PMD
     /// (THP or huge zero page) mapping it, if any.
     pub(super) fn split_huge_pmd_address(&self, cpu: CpuId, addr: u64) {
-        if addr % PMD_SIZE == 0 {
+        if addr.is_multiple_of(PMD_SIZE) {
             return;
         }
         let phys = self.machine().phys();

@@ -25,7 +25,7 @@ impl Mm {
     #[doc(alias = "do_vmi_munmap")]
     #[doc(alias = "do_vmi_align_munmap")]
     pub fn munmap_stats(&self, cpu: CpuId, addr: u64, len: u64) -> Result<UnmapStats, Errno> {
-        if addr % PAGE_SIZE != 0 || addr > TASK_SIZE || len > TASK_SIZE - addr {
+        if !addr.is_multiple_of(PAGE_SIZE) || addr > TASK_SIZE || len > TASK_SIZE - addr {
             return Err(Errno::EINVAL);
         }
         let len = align_up(len, PAGE_SIZE).ok_or(Errno::EINVAL)?;

@@ -121,7 +121,7 @@ impl VmaTree {
             .filter(|n| {
                 n.is_mergeable(flags, kind, file, shmem)
                     && n.pgoff == pgoff + pglen
-                    && prev.map_or(true, |(_, pa)| anon_compatible(pa, n.anon_vma()))
+                    && prev.is_none_or(|(_, pa)| anon_compatible(pa, n.anon_vma()))
             })
             .map(|n| (n.end, n.anon_vma()));
         match (prev, next) {
@@ -197,7 +197,7 @@ impl VmaTree {
                     n.is_mergeable(flags, kind, file, shmem)
                         && anon_compatible(anon, n.anon_vma())
                         && n.pgoff == pgoff + pglen
-                        && prev.map_or(true, |(_, pa)| anon_compatible(pa, n.anon_vma()))
+                        && prev.is_none_or(|(_, pa)| anon_compatible(pa, n.anon_vma()))
                 })
                 .map(|n| (n.end, n.anon_vma()))
         } else {

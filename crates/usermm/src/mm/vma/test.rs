@@ -1726,7 +1726,7 @@ mod props {
                         t.find_vma_intersection(a, a + len).is_none(),
                         "{a:#x}+{len:#x} is mapped"
                     );
-                    if thp && h == 0 && len % PMD_SIZE == 0 {
+                    if thp && h == 0 && len.is_multiple_of(PMD_SIZE) {
                         prop_assert_eq!(a % PMD_SIZE, 0);
                     }
                     if h != 0

@@ -211,7 +211,7 @@ impl VmaTree {
         if self.map_count() >= max_map_count {
             return Err(Errno::ENOMEM);
         }
-        if matches!(self.vmas[&key].kind, VmaKind::Hugetlb) && addr % PMD_SIZE != 0 {
+        if matches!(self.vmas[&key].kind, VmaKind::Hugetlb) && !addr.is_multiple_of(PMD_SIZE) {
             return Err(Errno::EINVAL);
         }
         self.split_unchecked(addr);
