@@ -316,6 +316,9 @@ impl EngineSys {
     }
 
     fn record(&self, r: MapRec) {
+        if r.valid < r.len {
+            self.proc.short_maps.store(true, Relaxed);
+        }
         self.proc
             .maps
             .lock()
