@@ -108,11 +108,15 @@ const ENGINE: &[Flag] = &[
     ),
 ];
 
+/// usemem's counts are C `int`s: 4294967295 is -1 (no process), 4294967296 is 0; the others
+/// are beyond the engine's worker limit (refused).
+const USEMEM_HUGE_COUNTS: &[&str] = &["24577", "100000", "4294967295", "4294967296"];
+
 const USEMEM: &[Flag] = &[
     ("-n", Some(NUMS)),
     ("-t", Some(NUMS)),
-    ("-n", Some(HUGE_COUNTS)),
-    ("-t", Some(HUGE_COUNTS)),
+    ("-n", Some(USEMEM_HUGE_COUNTS)),
+    ("-t", Some(USEMEM_HUGE_COUNTS)),
     ("-s", Some(&["0", "x", ""])),
     ("-o", None),
     ("-j", Some(SIZES)),

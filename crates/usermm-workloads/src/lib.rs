@@ -1,7 +1,7 @@
 //! Workloads that drive the usermm engine: the seeds' experiments.
 //!
-//! - [`usemem`]: vm-scalability's `usemem` (seed 002 runs it as `usemem -n 72 --readonly -j
-//!   0x200000 100G`).
+//! - [`usemem`]: vm-scalability's `usemem`, every option and the same lines, on the engine or
+//!   on the host kernel (seed 002 runs it as `usemem -n 72 --readonly -j 0x200000 100G`).
 //! - [`bigfree`]: seeds 000/001, the free of one big touched mapping, inline and parallel.
 //! - [`munmap_test`]: seed 003, munmap's exclusive mmap-lock hold while other threads fault.
 //! - [`percpu_test`]: seed 004, `Percpu:` over the seed's memory-cgroup script.
@@ -10,7 +10,8 @@
 //! - [`stats`]: the one median and spread every summary uses.
 //!
 //! Each workload takes options and a [`usermm::MachineConfig`], boots its own machines and
-//! returns one serde record; nothing here prints. The host kernel's side of a comparison (its
+//! returns one serde record. Only usemem has lines of its own to print, and it writes them
+//! through the [`usemem::Io`] its caller gives it. The host kernel's side of a comparison (its
 //! facts, its timed measurements) is `usermm-host`; the differential tests are `usermm-diff`.
 
 #![deny(unsafe_code)]

@@ -63,7 +63,7 @@ pub fn run(_scale: Scale, out: &Path) -> anyhow::Result<Outcome<HugeZeroRecord>>
     let seed = HUGE_ZERO;
     let opts = UsememOpts {
         size: seed.size,
-        nproc: seed.nproc,
+        nproc: seed.nproc as i32,
         readonly: true,
         step: seed.step,
         ..UsememOpts::default()
