@@ -28,12 +28,13 @@ fn word(thread: u64, page: u64) -> u64 {
     0x5a5a_0000_0000_0000 | (thread << 40) | page
 }
 
-fn tiny(mem: u64, thp: ThpMode) -> Arc<Machine> {
+fn tiny_with(mem: u64, thp: ThpMode, per_vma_lock: bool) -> Arc<Machine> {
     machine_with(|c| {
         c.mem = mem;
         c.cpus = 4;
         c.backing = BackingMode::Full;
         c.thp = thp;
+        c.vma.per_vma_lock = per_vma_lock;
     })
 }
 
@@ -52,9 +53,13 @@ mod overcommitted {
     }
 
     fn run(thp: ThpMode) {
+        run_with(thp, false);
+    }
+
+    fn run_with(thp: ThpMode, per_vma_lock: bool) {
         const THREADS: u64 = 3;
         const LEN: u64 = 48 << 20;
-        let m = tiny(64 << 20, thp);
+        let m = tiny_with(64 << 20, thp, per_vma_lock);
         let free0 = free_pages(&m);
         let oom0 = m.vmstat().get(VmItem::Oom);
         let mm = m.new_mm(C0).expect("mm");
@@ -157,6 +162,13 @@ mod overcommitted {
     #[test]
     fn reports_out_of_memory_keeps_data_and_frees_everything_thp() {
         run(ThpMode::Always);
+    }
+
+    /// Regression: a fault under the VMA's own lock (`lock_vma_under_rcu`) that finds no frame
+    /// was reported as `SEGV_MAPERR`.
+    #[test]
+    fn reports_out_of_memory_under_per_vma_locks() {
+        run_with(ThpMode::Never, true);
     }
 }
 
