@@ -58,7 +58,7 @@ pub mod workqueue;
 
 pub use self::class::{LineClass, LockClass, WaitKind};
 pub use self::clock::Ktime;
-pub use self::condvar::{Completion, CondVar};
+pub use self::condvar::{Barrier, Completion, CondVar};
 pub use self::lock::{Mutex, MutexGuard, SpinLock, SpinLockGuard};
 pub use self::mmap_lock::{
     HoldTimeSummary, MmapLock, MmapLockInfo, MmapLockStats, MmapReadGuard, MmapWriteGuard,
@@ -74,7 +74,7 @@ pub use self::workqueue::{WorkHandle, WorkOutcome, WorkerStats, Workqueue, Workq
 /// takes the time), the profile's price in a virtual run.
 #[inline]
 pub fn charge(cost: Cost, n: u64) {
-    if vhook::active() {
+    if vhook::active() && n != 0 {
         vhook::charge(cost, n);
     }
 }

@@ -79,6 +79,7 @@ use super::clock;
 use super::condvar::{Completion, CondVar};
 use super::lock::Mutex;
 use super::thread::{self, JoinHandle};
+use super::{charge, vhook, Cost};
 use crate::cpu::CpuId;
 
 /// See [`clock::thread_cpu_ns`] (kept under its old name for the workloads).
@@ -135,6 +136,13 @@ struct PoolState {
     /// Set once, by drop: workers drain the worklist, then exit.
     closed: bool,
     flush: FlushState,
+    /// Workers waiting for work (`pool->nr_idle`): a queue that finds one pays the wake-up.
+    idle: usize,
+    /// Virtual workers: contexts alive in the current run (0 before the first `queue_work`
+    /// of a run, and after the run ended them).
+    vworkers: usize,
+    /// The run is ending: virtual workers drain the worklist, then exit.
+    vstop: bool,
 }
 
 impl fmt::Debug for Work {
@@ -205,6 +213,16 @@ pub struct WorkqueueStats {
     pub workers: Vec<WorkerStats>,
 }
 
+/// Where a workqueue's workers run, resolved once when it is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// Host threads, started with the workqueue (wall mode).
+    Host,
+    /// Contexts of a virtual run, started by the first `queue_work` of each run and ended
+    /// with it ([`Workqueue::end_run`]); outside a run, items run inline on the queuer.
+    Virtual,
+}
+
 /// A bounded pool of `max_active` worker threads taking work items from one FIFO queue.
 ///
 /// See the [module documentation](self) for the invariants and the accounting.
@@ -214,6 +232,7 @@ pub struct Workqueue {
     name: String,
     /// Emulated CPU of each worker, by worker number.
     worker_cpus: Box<[CpuId]>,
+    workers: Workers,
     threads: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
 }
@@ -234,6 +253,12 @@ impl Workqueue {
     /// If `max_active` is 0, `cpus` is empty, or the host refuses to create a thread.
     #[doc(alias = "alloc_workqueue")]
     pub fn new(name: &str, max_active: usize, cpus: Vec<CpuId>) -> Self {
+        Self::with_workers(name, max_active, cpus, Workers::Host)
+    }
+
+    /// [`Workqueue::new`] with its workers of the given kind: a machine in virtual time makes
+    /// its workqueues with [`Workers::Virtual`].
+    pub fn with_workers(name: &str, max_active: usize, cpus: Vec<CpuId>, workers: Workers) -> Self {
         assert!(
             max_active >= 1,
             "workqueue {name}: max_active must be at least 1"
@@ -251,30 +276,32 @@ impl Workqueue {
                 .map(|_| CachePadded::new(WorkerCounters::default()))
                 .collect(),
         });
-        let threads = worker_cpus
-            .iter()
-            .enumerate()
-            .map(|(i, &cpu)| {
-                let shared = Arc::clone(&shared);
-                thread::spawn_named_on(cpu, format!("kworker/u:{name}/{i}"), move |cpu| {
-                    worker_loop(cpu, &shared, i)
-                })
-                .unwrap_or_else(|e| panic!("workqueue {name}: cannot spawn worker {i}: {e}"))
-            })
-            .collect();
+        let threads = match workers {
+            Workers::Host => spawn_workers(name, &worker_cpus, &shared),
+            Workers::Virtual => Vec::new(),
+        };
         Self {
             name: name.to_owned(),
             worker_cpus,
+            workers,
             threads,
             shared,
         }
     }
 
     /// Queue `f` to run on a worker, which passes it its emulated CPU. Returns at once.
+    ///
+    /// With [`Workers::Virtual`], the first item of a run starts the workers as contexts of
+    /// the run; outside a run the item runs at once on the caller (there is no virtual time to
+    /// run it in), with worker 0's CPU.
     #[doc(alias = "queue_work")]
     pub fn queue(&self, f: impl FnOnce(CpuId) + Send + 'static) -> WorkHandle {
         let done = Arc::new(Completion::new(&WORKQUEUE));
         let f: WorkFn = Box::new(f);
+        let virtual_run = self.workers == Workers::Virtual && vhook::active();
+        if self.workers == Workers::Virtual && !virtual_run {
+            return self.run_inline(f, done);
+        }
         let mut pool = self.shared.pool.lock();
         vm_bug_on!(pool.closed, "queue_work on a destroyed workqueue");
         let seq = pool.flush.next_seq;
@@ -287,9 +314,63 @@ impl Workqueue {
             seq,
             done: Arc::clone(&done),
         });
+        if pool.idle > 0 {
+            // try_to_wake_up of an idle worker, paid by the queuer (a no-op on the host).
+            charge(Cost::WorkqueueWake, 1);
+        }
         self.shared.more_work.notify_one();
+        let start = virtual_run && pool.vworkers == 0;
+        if start {
+            pool.vworkers = self.worker_cpus.len();
+        }
         drop(pool);
+        if start {
+            // Dropped handles: the run waits for every context anyway (see `end_run`).
+            drop(spawn_workers(&self.name, &self.worker_cpus, &self.shared));
+        }
         WorkHandle { done }
+    }
+
+    /// A virtual workqueue's item queued outside a run: run it here, account it to worker 0.
+    fn run_inline(&self, f: WorkFn, done: Arc<Completion<WorkOutcome>>) -> WorkHandle {
+        let seq = {
+            let mut pool = self.shared.pool.lock();
+            vm_bug_on!(pool.closed, "queue_work on a destroyed workqueue");
+            let seq = pool.flush.next_seq;
+            pool.flush.next_seq += 1;
+            pool.flush.window.push_back(false);
+            seq
+        };
+        run_one(
+            self.worker_cpus[0],
+            &self.shared,
+            0,
+            Work {
+                f,
+                seq,
+                done: Arc::clone(&done),
+            },
+        );
+        WorkHandle { done }
+    }
+
+    /// The virtual run is ending: the workers of this run finish what is queued, then exit,
+    /// so that the run can end (a run waits for all its contexts). The next run's first
+    /// `queue_work` starts new ones. A no-op outside a run and for host workers.
+    pub fn end_run(&self) {
+        if self.workers != Workers::Virtual || !vhook::active() {
+            return;
+        }
+        let mut pool = self.shared.pool.lock();
+        if pool.vworkers > 0 {
+            pool.vstop = true;
+            self.shared.more_work.notify_all();
+        }
+    }
+
+    /// Where the workers run.
+    pub fn workers(&self) -> Workers {
+        self.workers
     }
 
     /// Wait until every item queued before this call has finished. Items queued meanwhile (by
@@ -362,7 +443,8 @@ impl Workqueue {
 
 impl Drop for Workqueue {
     fn drop(&mut self) {
-        // Closing lets each worker drain what is queued, then exit.
+        // Closing lets each worker drain what is queued, then exit. Virtual workers have no
+        // handle here: their run waits for them.
         self.shared.pool.lock().closed = true;
         self.shared.more_work.notify_all();
         for t in self.threads.drain(..) {
@@ -397,12 +479,36 @@ impl WorkHandle {
     }
 }
 
-/// Body of worker `idx`: run items until the queue is closed and empty.
+/// Start one worker per CPU of `cpus` (worker `i` on `cpus[i]`): host threads, or contexts of
+/// the current virtual run.
+fn spawn_workers(name: &str, cpus: &[CpuId], shared: &Arc<Shared>) -> Vec<JoinHandle<()>> {
+    cpus.iter()
+        .enumerate()
+        .map(|(i, &cpu)| {
+            let shared = Arc::clone(shared);
+            thread::spawn_named_on(cpu, format!("kworker/u:{name}/{i}"), move |cpu| {
+                worker_loop(cpu, &shared, i)
+            })
+            .unwrap_or_else(|e| panic!("workqueue {name}: cannot spawn worker {i}: {e}"))
+        })
+        .collect()
+}
+
+/// Body of worker `idx`: run items until the queue is closed (or, virtual, the run ends) and
+/// empty.
 #[doc(alias = "worker_thread")]
-#[doc(alias = "process_one_work")]
 fn worker_loop(cpu: CpuId, shared: &Shared, idx: usize) {
+    while let Some(w) = next_work(shared) {
+        run_one(cpu, shared, idx, w);
+    }
+}
+
+/// Run one item on worker `idx`, time it, complete it.
+#[doc(alias = "process_one_work")]
+fn run_one(cpu: CpuId, shared: &Shared, idx: usize, work: Work) {
     let counters = &shared.workers[idx];
-    while let Some(Work { f, seq, done }) = next_work(shared) {
+    let Work { f, seq, done } = work;
+    {
         let wall0 = clock::now();
         let cpu0 = clock::thread_cpu_ns();
         let result = panic::catch_unwind(AssertUnwindSafe(move || f(cpu)));
@@ -426,17 +532,26 @@ fn worker_loop(cpu: CpuId, shared: &Shared, idx: usize) {
 }
 
 /// Take the oldest queued item, sleeping while there is none; `None` once the queue is closed
-/// and drained.
+/// (or its virtual run ends) and drained.
 fn next_work(shared: &Shared) -> Option<Work> {
     let mut pool = shared.pool.lock();
     loop {
         if let Some(w) = pool.worklist.pop_front() {
             return Some(w);
         }
-        if pool.closed {
+        if pool.closed || pool.vstop {
+            if pool.vworkers > 0 {
+                // A virtual worker leaves; the last one re-arms the pool for the next run.
+                pool.vworkers -= 1;
+                if pool.vworkers == 0 {
+                    pool.vstop = false;
+                }
+            }
             return None;
         }
+        pool.idle += 1;
         shared.more_work.wait(&mut pool);
+        pool.idle -= 1;
     }
 }
 

@@ -142,6 +142,16 @@ pub fn sleep_ns(ns: u64) -> bool {
     in_run() && virt::sleep_ns(ns)
 }
 
+/// Runs `f`, which must not pass a synchronisation point: inside a run, no other context runs
+/// until `f` returns. Debug builds check it (a synchronisation point inside panics); release
+/// builds only call `f`.
+#[inline]
+pub fn atomic<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(debug_assertions)]
+    let _section = super::runtime::AtomicSection::enter();
+    f()
+}
+
 /// The hooks' work inside a run, out of line.
 mod virt {
     use super::super::{

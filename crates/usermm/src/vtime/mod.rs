@@ -200,7 +200,9 @@ pub use profile::{
     Topology, Transfers, ENGINE_LOCK_CLASSES,
 };
 pub use report::{ContextTime, CpuTime, LineStat, LockStat, Report, SchedStats};
-pub use runtime::{scope, spawn, spawn_named, JoinHandle, Runtime, Scope, ScopedJoinHandle};
+pub use runtime::{
+    join_id, scope, spawn, spawn_named, JoinHandle, Runtime, Scope, ScopedJoinHandle,
+};
 
 /// Is a virtual run executing on this host thread?
 #[inline]

@@ -68,6 +68,36 @@ thread_local! {
     /// `CURRENT.is_some()`, in a const-initialised cell without a destructor: reading it is one
     /// thread-local load, which is all a hook costs outside a run.
     static ACTIVE: Cell<bool> = const { Cell::new(false) };
+    /// Depth of [`hooks::atomic`](super::hooks::atomic) sections (debug builds check it).
+    static ATOMIC_DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// An [`atomic`](super::hooks::atomic) section: no synchronisation point may be passed while
+/// one is open (checked in debug builds at every synchronisation point).
+pub(super) struct AtomicSection;
+
+impl AtomicSection {
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
+    pub(super) fn enter() -> Self {
+        ATOMIC_DEPTH.set(ATOMIC_DEPTH.get() + 1);
+        AtomicSection
+    }
+}
+
+impl Drop for AtomicSection {
+    fn drop(&mut self) {
+        ATOMIC_DEPTH.set(ATOMIC_DEPTH.get() - 1);
+    }
+}
+
+#[inline]
+fn check_not_atomic() {
+    debug_assert_eq!(
+        ATOMIC_DEPTH.get(),
+        0,
+        "vtime: a synchronisation point inside an atomic section (an access under the TLB \
+         gate's stand-in must not take a lock)"
+    );
 }
 
 /// The runtime of the run executing on this host thread.
@@ -315,6 +345,7 @@ impl Inner {
     /// thread (the run failed, or the caller is the scheduler itself).
     #[inline]
     pub fn sync<R>(&self, f: impl FnOnce(&mut State, CtxId) -> R) -> Option<R> {
+        check_not_atomic();
         let mut st = self.state.borrow_mut();
         if st.failed {
             return None;
@@ -336,6 +367,7 @@ impl Inner {
     /// Suspends the running context, which has queued itself on something, until the
     /// scheduler resumes it.
     pub fn block(&self) {
+        check_not_atomic();
         let y = {
             let st = self.state.borrow();
             let me = st.running.expect("vtime: block outside a context");
@@ -447,6 +479,21 @@ where
         packet,
         rt: Rc::downgrade(&rt),
     }
+}
+
+/// Joins context `id` of the current run (a [`JoinHandle::id`] whose handle was dropped):
+/// waits in virtual time, as [`JoinHandle::join`] does, without taking its result.
+///
+/// # Panics
+/// Outside a run, or when `id` is not a context of the current run.
+pub fn join_id(id: u32) {
+    let rt = current_or_panic("join_id");
+    let n = rt.state.borrow().ctxs.len();
+    assert!(
+        (id as usize) < n,
+        "vtime: joining context {id}, which is not one of this run's {n}"
+    );
+    rt.join_ctx(id);
 }
 
 /// A scope for contexts that borrow from the caller (like `std::thread::Scope`).
