@@ -39,6 +39,7 @@ use crate::page_alloc::{Gfp, PhysMem};
 use crate::pgtable::{self, leaf_bits, Walk, _PAGE_PSE, _PAGE_SPECIAL};
 use crate::stats::VmItem;
 use crate::sync::class::{PMD_LOCK, PTL};
+use crate::sync::{charge, Cost};
 
 /// `si_code` of the SIGSEGV a bad access raises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -113,8 +114,19 @@ fn access_ok(vma: &Vma, write: bool) -> bool {
 /// `handle_mm_fault` under the mmap read lock. An access below a `VM_GROWSDOWN` VMA first
 /// grows it down to the faulting page under the write lock (`lock_mm_and_find_vma` →
 /// `expand_stack_locked`), then faults as usual.
+///
+/// One call is one page-fault exception: its entry and exit are charged around it (virtual
+/// time; nothing on the host).
 #[doc(alias = "do_user_addr_fault")]
+#[doc(alias = "asm_exc_page_fault")]
 pub fn handle_mm_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<(), Fault> {
+    charge(Cost::FaultEntry, 1);
+    let r = do_user_addr_fault(mm, cpu, addr, write);
+    charge(Cost::FaultExit, 1);
+    r
+}
+
+fn do_user_addr_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<(), Fault> {
     {
         let tree = mm.mmap_lock.read();
         let below_stack = tree
@@ -289,6 +301,8 @@ pub(crate) fn handle_vma_fault(
         // Populated at map time; an empty slot inside a PFN map is a bad access.
         return Err(Oom);
     }
+    // pgd_offset, pud_alloc, pmd_alloc.
+    charge(Cost::PtWalkLevel, 3);
     let pmd = pmd_alloc(mm, cpu, addr)?;
     let e = pmd.load(phys);
     if e.is_none() && thp_eligible(mm, vma, addr) {
@@ -310,6 +324,7 @@ pub(crate) fn handle_vma_fault(
         table: pte_table,
         index: pte_index(addr),
     };
+    charge(Cost::PtWalkLevel, 1);
     handle_pte_fault(mm, tree, vma, cpu, pte, addr, write)
 }
 
@@ -429,6 +444,7 @@ fn do_wp_page(
         .map_err(|_| Oom)?;
     if !e.special() {
         phys.backing().copy_frame(e.pfn(), page);
+        charge(Cost::CopyPage, 1);
     }
     let ptl = phys.meta(pte.table).ptl.lock(&PTL);
     if pte.load(phys) != e {
@@ -626,6 +642,7 @@ fn hugetlb_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64) -> Result<(), Oom> {
     }
     let page = phys.alloc_hugetlb_page().ok_or(Oom)?;
     phys.backing().zero_data(page, 512);
+    charge(Cost::ClearPage, 512);
     let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
     if !pmd.load(phys).is_none() {
         drop(ptl);
