@@ -228,6 +228,18 @@ pub fn current_cpu() -> usize {
         .expect("vtime::current_cpu called outside a context")
 }
 
+/// What the current run modelled so far, as of the running context's clock (idle time
+/// counted up to it); `None` outside a run. Two snapshots bracket a phase of a workload:
+/// their differences are the phase's per-CPU busy, spin and idle time.
+pub fn snapshot() -> Option<Report> {
+    runtime::with_current(|rt| {
+        rt.with_running(|st, me| {
+            let now = st.ctxs[me as usize].now;
+            Report::from_state_at(st, now)
+        })
+    })
+}
+
 /// Sleeps `ns` of virtual time, off the CPU.
 ///
 /// # Panics

@@ -142,6 +142,9 @@ costs! {
     WorkqueueWake = "workqueue_wake", "queue_work", None;
     /// Entry and exit of one system call (`entry_SYSCALL_64`).
     Syscall = "syscall", "entry_SYSCALL_64", None;
+    /// One VMA stored in, split in or removed from an mm's tree (`vma_iter_store`,
+    /// `__split_vma`, `vma_iter_clear`): the tree update and the VMA's bookkeeping.
+    VmaModify = "vma_modify", "vma_iter_store", None;
 }
 
 /// A figure of the profile: exactly one of `ns`, `cycles` (converted at the profile's GHz) or
