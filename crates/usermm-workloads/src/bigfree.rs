@@ -30,20 +30,29 @@
 //! kernel does with this teardown) and parallel at `min(nodes, host threads)` workers (the
 //! patch on top of it: one worker per zone lock, no more than the host can run at once).
 //!
+//! # Wall and virtual time
+//! Each row runs through [`Machine::run`] and reads every time from `usermm::sync::clock`. On
+//! the wall clock the workers are host threads on however many host cores there are — on a
+//! 2-core host the seed's knee (workers ≈ nodes) cannot show; the table is this host's own
+//! curve, *measured (this host)*. With `time.mode=virtual` the same code runs as a model of
+//! the profile's machine (DESIGN.md §8): every worker on an emulated CPU of its own, times,
+//! CPU times and lock_stat *modelled (profile NAME)*, the same to the nanosecond run after run,
+//! and each sample also carries every emulated CPU's busy, spin and idle time over the free
+//! (who paid: the task or the workers). The host facts of a sample (preemptions, sleeps, load)
+//! are 0 there: nothing of the host enters a virtual result.
+//!
 //! # Differences from the seed's test
 //! The seed timed `free()` of a `malloc(320G)` (glibc munmaps it) on 4 nodes / 144 threads;
-//! here the mapping is `mmap`ed and `munmap`ed directly on the emulated machine, and the
-//! workers are host threads on however many host cores there are — on a 2-core host the
-//! seed's knee (workers ≈ nodes) cannot show; the table is this machine's own curve.
-
-use std::time::Instant;
+//! here the mapping is `mmap`ed and `munmap`ed directly on the emulated machine.
 
 use serde::Serialize;
-use usermm::config::{BackingMode, BatchSwitch, FreePolicy, MachineConfig, ThpMode};
+use usermm::config::{BackingMode, BatchSwitch, FreePolicy, MachineConfig, ThpMode, TimeMode};
 use usermm::cpu::CpuId;
 use usermm::mm::mmap::{MapFile, MAP_ANONYMOUS, MAP_PRIVATE, PROT_READ, PROT_WRITE};
 use usermm::stats::{LockStatSnapshot, VmItem};
+use usermm::sync::clock;
 use usermm::sync::workqueue::thread_cpu_time_ns;
+use usermm::vtime;
 use usermm::{Machine, PAGE_SIZE};
 use usermm_host::facts;
 
@@ -62,6 +71,8 @@ pub const DEFAULT_NODES: u16 = 4;
 pub const DEFAULT_CPUS: u16 = 8;
 /// Bytes populated per progress step.
 const POPULATE_CHUNK: u64 = 1 << 30;
+/// The cost profile of the seeds' machine (4 sockets, 144 threads), for `time.mode=virtual`.
+pub const SEED_PROFILE: &str = "haswell-ex-4s";
 
 /// How the mapping is freed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -137,14 +148,16 @@ pub fn default_config(
             .saturating_mul(nodes)
             .min(usermm::config::MAX_CPUS)
     });
-    MachineConfig {
+    let mut c = MachineConfig {
         mem: default_mem(size),
         cpus,
         nodes,
         backing: BackingMode::Sparse,
         thp: ThpMode::Never,
         ..MachineConfig::default()
-    }
+    };
+    c.time.profile = SEED_PROFILE.into();
+    c
 }
 
 /// SIZE + 25 %, rounded up to a GiB, at least 1 GiB and at most what a machine can have
@@ -186,6 +199,38 @@ impl LockTotals {
     }
 }
 
+/// One emulated CPU over the free, in virtual time.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct CpuWindow {
+    pub cpu: usize,
+    pub socket: usize,
+    pub node: usize,
+    pub busy_ns: u64,
+    pub spin_ns: u64,
+    pub idle_ns: u64,
+}
+
+/// Every CPU's busy, spin and idle time between two snapshots of a run.
+fn cpu_windows(a: &vtime::Report, b: &vtime::Report) -> Vec<CpuWindow> {
+    let window = b.end_ns.saturating_sub(a.end_ns);
+    a.cpus
+        .iter()
+        .zip(&b.cpus)
+        .map(|(x, y)| {
+            let busy = y.busy_ns.saturating_sub(x.busy_ns);
+            let spin = y.spin_ns.saturating_sub(x.spin_ns);
+            CpuWindow {
+                cpu: y.cpu,
+                socket: y.socket,
+                node: y.node,
+                busy_ns: busy,
+                spin_ns: spin,
+                idle_ns: window.saturating_sub(busy + spin),
+            }
+        })
+        .collect()
+}
+
 /// One timed free.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunSample {
@@ -222,6 +267,10 @@ pub struct RunSample {
     pub host_sleeps: u64,
     /// The host's 1-minute load average when the free started (other jobs on a shared host).
     pub host_loadavg: f64,
+    /// Virtual time only: every emulated CPU over the free (empty on the wall clock).
+    pub cpus: Vec<CpuWindow>,
+    /// Virtual time only: time the CPUs spent spinning on locks during the free, summed.
+    pub spin_ns: u64,
 }
 
 /// One configuration: the vanilla row or one `max_active`.
@@ -264,6 +313,8 @@ pub struct BigfreeRow {
     pub lru_wait_ms: f64,
     /// Median populate time per page, ns.
     pub populate_ns_per_page: f64,
+    /// Median over runs of the CPUs' summed spin time during the free, ms (virtual time).
+    pub spin_ms: f64,
 }
 
 /// The best parallel row.
@@ -294,6 +345,11 @@ pub struct Beyond {
 /// The whole table.
 #[derive(Debug, Clone, Serialize)]
 pub struct BigfreeResult {
+    /// How every time below was obtained: `measured (this host)` or
+    /// `modelled (profile NAME)`.
+    pub time: String,
+    /// The cost profile of a virtual run, with every figure's source (beside the config).
+    pub profile: Option<vtime::ProfileSpec>,
     pub size: u64,
     pub pages: u64,
     pub free_by: FreeBy,
@@ -422,9 +478,12 @@ pub fn gather_capacity(count: u32, switch: BatchSwitch) -> u64 {
 }
 
 /// `max_active` of the tuned parallel row: one worker per node's zone lock, at most the
-/// host's hardware threads.
+/// host's hardware threads on the wall clock (a virtual run gives every worker a CPU).
 pub fn tuned_max_active(base: &MachineConfig) -> u32 {
-    let host = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    let host = match base.time.mode {
+        TimeMode::Wall => std::thread::available_parallelism().map_or(1, |n| n.get()) as u32,
+        TimeMode::Virtual => u32::MAX,
+    };
     u32::from(base.nodes).min(host).max(1)
 }
 
@@ -465,7 +524,8 @@ pub fn row_config(opts: &BigfreeOpts, max_active: Option<u32>) -> MachineConfig 
     c
 }
 
-/// One run on a fresh machine built from `cfg`: map, populate, time the free.
+/// One run on a fresh machine built from `cfg`: map, populate, time the free — all inside
+/// [`Machine::run`] (a virtual run when `cfg.time.mode` says so).
 pub fn run_once(
     cfg: &MachineConfig,
     size: u64,
@@ -474,11 +534,34 @@ pub fn run_once(
     rep: u32,
     on_event: &mut dyn FnMut(Event<'_>),
 ) -> Result<RunSample, BigfreeError> {
-    let size = size.next_multiple_of(PAGE_SIZE);
-    let pages = size / PAGE_SIZE;
     let machine = Machine::new(cfg.clone())?;
     // The zapping task runs on the last CPU; workers are bound to CPUs 0, 1, 2, ….
     let cpu = CpuId(cfg.cpus - 1);
+    let sample = machine.run(cpu, || {
+        sample_free(&machine, cpu, size, free_by, label, rep, on_event)
+    })?;
+    on_event(Event::Done {
+        label,
+        rep,
+        sample: &sample,
+    });
+    drop(machine);
+    Ok(sample)
+}
+
+/// The body of [`run_once`], on the machine's clock.
+fn sample_free(
+    machine: &std::sync::Arc<Machine>,
+    cpu: CpuId,
+    size: u64,
+    free_by: FreeBy,
+    label: &str,
+    rep: u32,
+    on_event: &mut dyn FnMut(Event<'_>),
+) -> Result<RunSample, BigfreeError> {
+    let size = size.next_multiple_of(PAGE_SIZE);
+    let pages = size / PAGE_SIZE;
+    let host = machine.time_mode() == TimeMode::Wall;
     let mm = machine.new_mm(cpu).map_err(BigfreeError::Mmap)?;
     on_event(Event::Start { label, rep, pages });
     let addr = mm
@@ -491,7 +574,7 @@ pub fn run_once(
             MapFile::None,
         )
         .map_err(BigfreeError::Mmap)?;
-    let t = Instant::now();
+    let t = clock::now();
     let pc = thread_cpu_time_ns();
     let mut a = addr;
     while a < addr + size {
@@ -502,7 +585,7 @@ pub fn run_once(
         });
         a = e;
     }
-    let populate_ns = t.elapsed().as_nanos() as u64;
+    let populate_ns = t.elapsed_ns();
     let populate_cpu_ns = thread_cpu_time_ns().saturating_sub(pc);
     let mapped = mm.rss_total();
     if mapped != pages as i64 {
@@ -516,10 +599,15 @@ pub fn run_once(
     let wq_before = machine.gather_policy().workqueue().map(|w| w.stats());
     let vm_before = machine.vmstat_snapshot();
     phys.reset_lock_stats();
-    let host_loadavg = facts::loadavg_1min().unwrap_or(0.0);
-    let cs0 = facts::context_switches();
+    let host_loadavg = if host {
+        facts::loadavg_1min().unwrap_or(0.0)
+    } else {
+        0.0
+    };
+    let cs0 = host.then(facts::context_switches);
+    let v0 = vtime::snapshot();
     let c0 = thread_cpu_time_ns();
-    let t0 = Instant::now();
+    let t0 = clock::now();
     let st = match free_by {
         FreeBy::Munmap => Some(
             mm.munmap_stats(cpu, addr, size)
@@ -527,9 +615,10 @@ pub fn run_once(
         ),
         FreeBy::Exit => mm.mmput(cpu),
     };
-    let free_ns = t0.elapsed().as_nanos() as u64;
+    let free_ns = t0.elapsed_ns();
     let task_cpu_ns = thread_cpu_time_ns().saturating_sub(c0);
-    let cs1 = facts::context_switches();
+    let v1 = vtime::snapshot();
+    let cs1 = host.then(facts::context_switches);
     let locks = phys.lock_stats();
     let vm = machine.vmstat_snapshot().since(&vm_before);
     let wq_after = machine.gather_policy().workqueue().map(|w| w.stats());
@@ -541,7 +630,19 @@ pub fn run_once(
     if left != 0 {
         return Err(BigfreeError::Leftover(left));
     }
-    let sample = RunSample {
+    drop(mm);
+    let cpus = match (&v0, &v1) {
+        (Some(a), Some(b)) => cpu_windows(a, b),
+        _ => Vec::new(),
+    };
+    let (host_preemptions, host_sleeps) = match (cs0, cs1) {
+        (Some(a), Some(b)) => (
+            b.involuntary.saturating_sub(a.involuntary),
+            b.voluntary.saturating_sub(a.voluntary),
+        ),
+        _ => (0, 0),
+    };
+    Ok(RunSample {
         free_ns,
         populate_ns,
         populate_cpu_ns,
@@ -558,18 +659,12 @@ pub fn run_once(
         lru_lock: LockTotals::of(&locks.lru_lock),
         zone_lock_per_node: locks.zone_lock,
         lru_lock_per_node: locks.lru_lock,
-        host_preemptions: cs1.involuntary.saturating_sub(cs0.involuntary),
-        host_sleeps: cs1.voluntary.saturating_sub(cs0.voluntary),
+        host_preemptions,
+        host_sleeps,
         host_loadavg,
-    };
-    on_event(Event::Done {
-        label,
-        rep,
-        sample: &sample,
-    });
-    drop(mm);
-    drop(machine);
-    Ok(sample)
+        spin_ns: cpus.iter().map(|c| c.spin_ns).sum(),
+        cpus,
+    })
 }
 
 fn summarize(
@@ -613,6 +708,7 @@ fn summarize(
         zone_wait_ms: f(&|s| s.zone_lock.wait_ns as f64) / 1e6,
         lru_wait_ms: f(&|s| s.lru_lock.wait_ns as f64) / 1e6,
         populate_ns_per_page: f(&|s| s.populate_ns as f64) / pages,
+        spin_ms: f(&|s| s.spin_ns as f64) / 1e6,
         samples,
     }
 }
@@ -693,7 +789,8 @@ pub fn run_with(
         ));
     }
     let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if let Some(&m) = opts.max_active.iter().max() {
+    let wall = opts.base.time.mode == TimeMode::Wall;
+    if let Some(&m) = opts.max_active.iter().max().filter(|_| wall) {
         if m as usize >= host_cpus {
             warnings.push(format!(
                 "this host has {host_cpus} hardware threads: rows with max_active ≥ {host_cpus} oversubscribe it (the zapping task needs one too); the seed's knee at workers ≈ nodes needs ≥ {} threads",
@@ -701,13 +798,16 @@ pub fn run_with(
             ));
         }
     }
-    if opts.repeat < 3 {
+    if opts.repeat < 3 && wall {
         warnings.push(format!(
             "{} run(s) per row: pass --repeat 3 or more for a median and a spread",
             opts.repeat
         ));
     }
+    let crate::TimeLabel { time, profile } = crate::TimeLabel::of(&opts.base);
     Ok(BigfreeResult {
+        time,
+        profile,
         size,
         pages: size / PAGE_SIZE,
         free_by: opts.free_by,

@@ -14,9 +14,14 @@
 //! worker hands its throughput line to [`run_with`]'s `on_walked` (usemem prints it before
 //! sleeping) and parks for good; the run never returns.
 //!
-//! Every worker is a host thread, at most [`MAX_WORKERS`] of them. They are all started before
-//! any of them runs: if the host refuses a thread, the ones already started are released and
-//! the run fails with [`UsememError::Spawn`] instead of leaving them waiting on a barrier.
+//! Every worker is a thread of the seam (`usermm::sync::thread`), at most [`MAX_WORKERS`] of
+//! them: a host thread on the wall clock, a context of the machine's run in virtual time (the
+//! whole run is one [`Machine::run`], times read from `usermm::sync::clock`). They are all
+//! started before any of them runs: if the host refuses a thread, the ones already started are
+//! released and the run fails with [`UsememError::Spawn`] instead of leaving them waiting on a
+//! barrier. In virtual time the result also carries the run's report (per-CPU busy, spin and
+//! idle time, lock_stat per class, and the huge zero page's refcount line: seed 002's share of
+//! CPU time on it, [`UsememResult::huge_zero_line_share`]).
 //!
 //! # Differences from usemem
 //! No files (`-f`), no `malloc` (`-a`), no hugetlb (`-U`), no signals or interactive modes; the
@@ -24,8 +29,7 @@
 //! that page). With sparse backing, words are not stored, so repeat-time verification is only
 //! done with full backing.
 
-use std::sync::{mpsc, Arc, Barrier};
-use std::time::Instant;
+use std::sync::Arc;
 
 use serde::Serialize;
 use usermm::config::MachineConfig;
@@ -35,6 +39,9 @@ use usermm::mm::mmap::{
 };
 use usermm::mm::RssItem;
 use usermm::stats::{LockStatSnapshot, MemInfo, VmItem, VmStatSnapshot};
+use usermm::sync::class::FUTEX;
+use usermm::sync::clock::{self, Ktime};
+use usermm::sync::{thread, Barrier, Completion};
 use usermm::{Machine, Mm, Task};
 
 /// usemem's options (the subset the engine models).
@@ -100,6 +107,9 @@ impl Default for UsememOpts {
     }
 }
 
+/// The cost profile of seed 002's machine (2 sockets, 72 threads), for `time.mode=virtual`.
+pub const SEED_PROFILE: &str = "haswell-ep-2s";
+
 /// usemem keeps at most this many allocations to free; beyond, teardown happens at exit.
 pub const MAX_POINTERS: usize = 32;
 
@@ -156,6 +166,14 @@ pub struct UsememResult {
     pub huge_zero: HugeZeroFigures,
     pub zone_lock: Vec<LockStatSnapshot>,
     pub lru_lock: Vec<LockStatSnapshot>,
+    /// `measured (this host)` or `modelled (profile NAME)`: how every time above was obtained.
+    pub time: String,
+    /// Virtual time: the share of the CPUs' busy time spent on the huge zero page's refcount
+    /// line (seed 002's cycles in `get_huge_zero_page`/`put_huge_zero_page`).
+    pub huge_zero_line_share: Option<f64>,
+    /// Virtual time: the run's report (every CPU's busy, spin and idle time, every context's
+    /// CPU time, lock_stat per class, the shared lines).
+    pub vtime: Option<usermm::vtime::Report>,
 }
 
 /// Bad options (what usemem would reject).
@@ -177,6 +195,8 @@ pub enum UsememError {
     Mmap(usermm::Errno),
     #[error("access failed: {0}")]
     Access(usermm::Fault),
+    #[error("a negative --sleep never ends, and a virtual run must")]
+    ForeverInVirtualTime,
 }
 
 /// usemem's `lrand48`-driven index stream, reduced to a 64-bit LCG (same period properties
@@ -302,15 +322,34 @@ pub fn run_with(
             mem,
         });
     }
+    if opts.sleep_secs < 0.0 && machine.profile().is_some() {
+        return Err(UsememError::ForeverInVirtualTime);
+    }
+    let mut r = machine.run(CpuId(0), || run_workers(machine, opts, on_walked, workers))?;
+    if let Some(rep) = machine.last_run_report() {
+        r.huge_zero_line_share = Some(rep.line_share("huge_zero_refcount"));
+        r.vtime = Some(rep);
+    }
+    Ok(r)
+}
+
+/// The body of [`run_with`], on the machine's clock.
+fn run_workers(
+    machine: &Arc<Machine>,
+    opts: &UsememOpts,
+    on_walked: Option<OnWalked>,
+    workers: u64,
+) -> Result<UsememResult, UsememError> {
+    let threads = opts.threads.max(1);
     let vm0 = machine.vmstat_snapshot();
     let meminfo_before = machine.meminfo();
     machine.phys().reset_lock_stats();
-    let t0 = Instant::now();
-    let barrier = Arc::new(Barrier::new(workers as usize));
-    let free_barrier = Arc::new(Barrier::new(workers as usize));
+    let t0 = clock::now();
+    let barrier = Arc::new(Barrier::new(&FUTEX, workers as usize));
+    let free_barrier = Arc::new(Barrier::new(&FUTEX, workers as usize));
     let mut handles = Vec::new();
-    // One start signal per worker: dropped unsent if a later thread cannot be started.
-    let mut starts = Vec::new();
+    // One start signal for every worker: `false` if a later thread cannot be started.
+    let start = Arc::new(Completion::<bool>::new(&FUTEX));
     let mut spawn_error = None;
     'spawn: for p in 0..opts.nproc {
         let mm_cpu = machine.cpus().nth_wrapping((p * threads) as usize);
@@ -343,26 +382,21 @@ pub fn run_with(
             let opts = opts.clone();
             let (barrier, free_barrier) = (Arc::clone(&barrier), Arc::clone(&free_barrier));
             let on_walked = on_walked.clone();
-            let (start, started) = mpsc::channel::<()>();
-            let spawned = std::thread::Builder::new()
-                .name(format!("usemem-{k}"))
-                .spawn(move || {
-                    if started.recv().is_err() {
-                        task.mm().mmput(task.cpu());
-                        return Err(UsememError::NotStarted(k));
-                    }
-                    let gates = Gates {
-                        barrier: &barrier,
-                        free_barrier: &free_barrier,
-                        on_walked: on_walked.as_deref(),
-                    };
-                    worker(k, task, &opts, t0, prealloc, gates)
-                });
-            match spawned {
-                Ok(h) => {
-                    handles.push(h);
-                    starts.push(start);
+            let started = Arc::clone(&start);
+            let spawned = thread::spawn_named_on(cpu, format!("usemem-{k}"), move |_| {
+                if !started.wait() {
+                    task.mm().mmput(task.cpu());
+                    return Err(UsememError::NotStarted(k));
                 }
+                let gates = Gates {
+                    barrier: &barrier,
+                    free_barrier: &free_barrier,
+                    on_walked: on_walked.as_deref(),
+                };
+                worker(k, task, &opts, t0, prealloc, gates)
+            });
+            match spawned {
+                Ok(h) => handles.push(h),
                 Err(error) => {
                     spawn_error = Some(UsememError::Spawn { worker: k, error });
                     break 'spawn;
@@ -370,13 +404,8 @@ pub fn run_with(
             }
         }
     }
-    if spawn_error.is_none() {
-        for s in &starts {
-            // A worker that already returned cannot receive; it reports its own error.
-            let _ = s.send(());
-        }
-    }
-    drop(starts);
+    // A worker that was not started returns its own error.
+    start.complete(spawn_error.is_none());
     let mut results = Vec::new();
     let mut first_err = spawn_error;
     for h in handles {
@@ -391,7 +420,7 @@ pub fn run_with(
         return Err(e);
     }
     results.sort_by_key(|r| r.worker);
-    let wall_usecs = t0.elapsed().as_micros() as u64;
+    let wall_usecs = t0.elapsed_ns() / 1000;
     let vm = machine.vmstat_snapshot().since(&vm0);
     let hz = machine.huge_zero();
     let gets = vm.get(VmItem::HugeZeroRefGet);
@@ -417,6 +446,9 @@ pub fn run_with(
         meminfo_after: machine.meminfo(),
         zone_lock: locks.zone_lock,
         lru_lock: locks.lru_lock,
+        time: machine.time_label(),
+        huge_zero_line_share: None,
+        vtime: None,
     })
 }
 
@@ -432,7 +464,7 @@ fn worker(
     k: u32,
     task: Task,
     opts: &UsememOpts,
-    t0: Instant,
+    t0: Ktime,
     prealloc: Option<u64>,
     gates: Gates<'_>,
 ) -> Result<WorkerResult, UsememError> {
@@ -472,7 +504,7 @@ fn worker(
     if opts.sync_rw {
         barrier.wait();
     }
-    let usecs = t0.elapsed().as_micros() as u64;
+    let usecs = t0.elapsed_ns() / 1000;
     let rss = task.mm().rss(RssItem::AnonPages) + task.mm().rss(RssItem::ShmemPages);
     let kbps = kb_per_sec(bytes, usecs);
     let line = format!("{bytes} bytes / {usecs} usecs = {kbps} KB/s");
@@ -486,21 +518,21 @@ fn worker(
         }
     }
     if opts.sleep_secs > 0.0 {
-        std::thread::sleep(std::time::Duration::from_secs_f64(opts.sleep_secs));
+        thread::sleep(std::time::Duration::from_secs_f64(opts.sleep_secs));
     }
     if opts.sync_free {
         free_barrier.wait();
     }
-    let tf = Instant::now();
+    let tf = clock::now();
     if units.len() <= MAX_POINTERS && prealloc.is_none() {
         for u in &units {
             let _ = task.mm().munmap(cpu, u.addr, u.len);
         }
     }
-    let free_usecs = tf.elapsed().as_micros() as u64;
-    let te = Instant::now();
+    let free_usecs = tf.elapsed_ns() / 1000;
+    let te = clock::now();
     task.mm().mmput(cpu);
-    let exit_usecs = te.elapsed().as_micros() as u64;
+    let exit_usecs = te.elapsed_ns() / 1000;
     result?;
     Ok(WorkerResult {
         worker: k,
