@@ -185,7 +185,10 @@ pub(crate) fn alloc_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError>
 /// backing a deposit costs the host nothing until it is used.
 pub(crate) fn alloc_deposit_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError> {
     let pfn = phys.alloc_pages(cpu, Order(0), Gfp::KERNEL)?;
+    // The kernel's pte_alloc_one zeroes it (GFP_PGTABLE_USER has __GFP_ZERO): charged, though
+    // the host skips it.
     charge(Cost::PtAlloc, 1);
+    charge(Cost::ClearPage, 1);
     phys.meta(pfn).set(PG_PGTABLE);
     phys.stat().inc(cpu, VmItem::NrPageTablePages);
     Ok(pfn)
