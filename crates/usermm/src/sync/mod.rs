@@ -2,9 +2,9 @@
 //! and clock read goes through — and the two services built on it, the mm's `mmap_lock` and
 //! the workqueue.
 //!
-//! One place decides how the engine synchronises: host locks today (wall mode), loom under
-//! `--cfg loom`, virtual time next ([`vhook`]). The types are the engine's own, named for
-//! what they model:
+//! One place decides how the engine synchronises: host locks (wall mode), loom under
+//! `--cfg loom`, and virtual time ([`vhook`] → [`crate::vtime`]). The types are the engine's
+//! own, named for what they model:
 //!
 //! | here | models | waiters | users |
 //! |---|---|---|---|
@@ -14,15 +14,36 @@
 //! | [`StatMutex`] | a spinlock with `/proc/lock_stat` figures | spin | zone.lock, lru_lock |
 //! | [`RwSem`] | `rw_semaphore` + `downgrade_write` | sleep | [`MmapLock`], shrinker list, TLB gates |
 //! | [`CondVar`], [`Completion`] | wait queues, `struct completion` | sleep | workqueue |
+//! | [`Barrier`] | a workload's `pthread_barrier` (on a futex) | sleep | usemem, munmap-test |
 //! | [`SharedLine`] | an atomic on one cache line every CPU writes | — | huge zero page refcount |
-//! | [`thread`] | kthreads on an emulated CPU | — | workqueue workers |
-//! | [`clock`] | `ktime_get`, task cputime | — | lock_stat, mmap_lock, munmap, workqueue |
-//! | [`charge`] | work the modelled CPU does between two synchronisation points | — | TLB flush cost |
+//! | [`thread`] | kthreads and workload tasks on an emulated CPU | — | workqueue workers, workloads |
+//! | [`clock`] | `ktime_get`, task cputime | — | lock_stat, mmap_lock, munmap, workqueue, workloads |
+//! | [`charge`] | work the modelled CPU does between two synchronisation points | — | zap, gather, free, LRU, faults, tables, TLB, VMAs, syscalls |
 //!
 //! Each lock names a [`LockClass`] (each shared line a [`LineClass`]): `const` statics in
 //! [`class`], like lockdep's class keys, saying how waiters wait and naming the lock for the
 //! cost profile. Every primitive calls the hooks of [`vhook`] around its host operation; outside
 //! a virtual run they are a thread-local test and a branch.
+//!
+//! # Virtual time through the seam
+//! The class, mode, acquisition and cost types are the runtime's ([`crate::vtime`]),
+//! re-exported here: one definition, one class static for both. Each hook of [`vhook`]
+//! forwards to `vtime::hooks`, whose one thread-local flag says whether a run is active on this
+//! host thread. In a run:
+//! - a lock is first taken in virtual time (FIFO hand-over, spin or sleep by class), then on the
+//!   host, where it is then always free; it is released on the host, then in virtual time;
+//! - [`thread`] starts contexts of the run instead of host threads, [`thread::scope`] is the
+//!   runtime's scope, [`thread::sleep`] sleeps in virtual time;
+//! - [`clock::now`] and [`clock::thread_cpu_ns`] are the running context's virtual clock and
+//!   busy time, so every duration the engine measures (lock_stat, the mmap lock's holds,
+//!   munmap's phases, the workqueue's accounting) is virtual;
+//! - [`charge`] adds a named cost of the profile to the running CPU's clock; engine loops under
+//!   a lock sum their units and charge once before the release, so that the work is hold time;
+//! - a [`Workqueue`] made with [`workqueue::Workers::Virtual`] runs its workers as contexts,
+//!   started by the run's first `queue_work` and ended with the run (`Machine::run`).
+//!
+//! Wall-mode code paths are those before virtual time existed, behind the one flag test (and
+//! one per loop where the engine charges per page).
 //!
 //! Wall-mode implementations are those the engine used before the seam (`parking_lot` locks,
 //! `CLOCK_MONOTONIC`, host threads), so wall figures do not move. Under `--cfg loom`, [`RwSem`]
