@@ -355,7 +355,7 @@ fn workqueue(m: usize, j: u64, d: u64) -> (u64, Vec<u64>, vtime::Report) {
             lock(Q, &MUTEX);
             queue
                 .borrow_mut()
-                .extend(std::iter::repeat(d).take(j as usize));
+                .extend(std::iter::repeat_n(d, j as usize));
             hooks::cv_notify(CV_WORK, true);
             unlock(Q, &MUTEX);
             lock(Q, &MUTEX);
