@@ -22,7 +22,13 @@ fn small_run_both_policies() {
     opts.machine.cpus = 4;
     opts.baseline_ms = 20;
     let r = run(&opts).unwrap();
-    for (p, down) in [(&r.vanilla, false), (&r.patched, true)] {
+    assert!(r.per_vma.per_vma_lock && !r.vanilla.per_vma_lock);
+    assert!(
+        r.per_vma.runs[0].vma_lock.success > 0,
+        "faults took their VMA's lock"
+    );
+    assert_eq!(r.vanilla.runs[0].vma_lock, VmaLockEvents::default());
+    for (p, down) in [(&r.vanilla, false), (&r.patched, true), (&r.per_vma, true)] {
         let run = &p.runs[0];
         assert_eq!(run.pages, 16384);
         assert_eq!(run.unmap.pages_zapped, 16384);
