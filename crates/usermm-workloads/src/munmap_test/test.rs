@@ -23,10 +23,9 @@ fn small_run_both_policies() {
     opts.baseline_ms = 20;
     let r = run(&opts).unwrap();
     assert!(r.per_vma.per_vma_lock && !r.vanilla.per_vma_lock);
-    assert!(
-        r.per_vma.runs[0].vma_lock.success > 0,
-        "faults took their VMA's lock"
-    );
+    // Whether a fault lands inside the munmap window on the wall clock depends on the host's
+    // load; that the per-VMA policy's faults take their VMA's lock there is asserted in
+    // virtual time (tests/virtual_time.rs), where it does not.
     assert_eq!(r.vanilla.runs[0].vma_lock, VmaLockEvents::default());
     for (p, down) in [(&r.vanilla, false), (&r.patched, true), (&r.per_vma, true)] {
         let run = &p.runs[0];
