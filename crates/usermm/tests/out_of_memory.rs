@@ -4,7 +4,8 @@
 //! - `overcommitted`: a 64 MiB machine, three threads writing 48 MiB each. Every failed write
 //!   is out of memory (not `SEGV_MAPERR`), each one counted as `oom` in vmstat; every page
 //!   written keeps its data (`backing=full`); freeing memory lets a failed access succeed when
-//!   retried; exit gives every frame back. With THP off and on.
+//!   retried; exit gives every frame back. With THP off and on, and with per-VMA locks (the
+//!   faults after each mapping's first run under the VMA lock).
 //! - `outcomes`: the four outcomes side by side in one mm, each from its own cause.
 //! - `populate`: callers that populate turn the outcomes into `vm_fault_to_errno`'s errnos
 //!   (`MADV_POPULATE_WRITE`: `ENOMEM`/`EFAULT`; `mlock`: `EAGAIN`, as
@@ -28,12 +29,13 @@ fn word(thread: u64, page: u64) -> u64 {
     0x5a5a_0000_0000_0000 | (thread << 40) | page
 }
 
-fn tiny(mem: u64, thp: ThpMode) -> Arc<Machine> {
+fn tiny_with(mem: u64, thp: ThpMode, per_vma_lock: bool) -> Arc<Machine> {
     machine_with(|c| {
         c.mem = mem;
         c.cpus = 4;
         c.backing = BackingMode::Full;
         c.thp = thp;
+        c.vma.per_vma_lock = per_vma_lock;
     })
 }
 
@@ -51,10 +53,10 @@ mod overcommitted {
         other: Vec<String>,
     }
 
-    fn run(thp: ThpMode) {
+    fn run(thp: ThpMode, per_vma_lock: bool) {
         const THREADS: u64 = 3;
         const LEN: u64 = 48 << 20;
-        let m = tiny(64 << 20, thp);
+        let m = tiny_with(64 << 20, thp, per_vma_lock);
         let free0 = free_pages(&m);
         let oom0 = m.vmstat().get(VmItem::Oom);
         let mm = m.new_mm(C0).expect("mm");
@@ -107,6 +109,9 @@ mod overcommitted {
             );
         }
         assert!(oom > 0, "144 MiB of writes fit a 64 MiB machine? {msg}");
+        if per_vma_lock {
+            assert!(m.vmstat().get(VmItem::VmaLockSuccess) > 0, "{msg}");
+        }
         assert!(
             written > 8 << 10,
             "most of the memory was handed out: {msg}"
@@ -151,12 +156,19 @@ mod overcommitted {
 
     #[test]
     fn reports_out_of_memory_keeps_data_and_frees_everything_4k() {
-        run(ThpMode::Never);
+        run(ThpMode::Never, false);
     }
 
     #[test]
     fn reports_out_of_memory_keeps_data_and_frees_everything_thp() {
-        run(ThpMode::Always);
+        run(ThpMode::Always, false);
+    }
+
+    /// Regression: a fault under the VMA lock (the VMA has its anon_vma after the first
+    /// write) reported running out of memory as `SEGV_MAPERR`.
+    #[test]
+    fn reports_out_of_memory_under_per_vma_locks() {
+        run(ThpMode::Never, true);
     }
 }
 
