@@ -368,3 +368,28 @@ fn grandchildren_share_with_everyone_until_they_write() {
     drop(c1);
     exit_both(&m, c2, mm, free0);
 }
+
+/// Regression: `validate` walked a family member that had exited but was still referenced —
+/// its PGD freed and reused, here as a data page full of entry-like words.
+#[test]
+fn validate_skips_an_exited_member_still_referenced() {
+    let m = small();
+    let free0 = free_pages(&m);
+    let mm = Mm::new(&m, C0).unwrap();
+    let a = anon(&mm, 64 * P);
+    task(&mm).write_u64(a, 1).unwrap();
+    let child = fork(&mm);
+    child.mmput(C0);
+    // The child's freed tables are the next frames C0 allocates: fill them with words that
+    // look like present entries naming frames far beyond the machine.
+    let junk: Vec<u8> = (0..P / 8)
+        .flat_map(|_| 0x0000_7fff_dead_b067u64.to_ne_bytes())
+        .collect();
+    for p in 1..64 {
+        task(&mm).write(a + p * P, &junk).unwrap();
+    }
+    mm.validate().expect("validate with an exited child alive");
+    child.validate().expect("validate of the exited child itself");
+    drop(child);
+    exit_and_check(&m, mm, free0);
+}

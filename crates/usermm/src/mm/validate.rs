@@ -11,6 +11,8 @@
 //! # Locks
 //! Every live mm of the family is locked for writing, in id order (so two validations of one
 //! family cannot deadlock), and all its VMAs write-locked (per-VMA locks), for the whole check.
+//! A member that has exited and been torn down (`exit_mmap` ran, under its write lock) is
+//! skipped: it maps nothing, and its PGD may already be free.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
@@ -45,6 +47,12 @@ impl Mm {
         let mut mapped = HashMap::new();
         let mut tables = HashSet::new();
         for (m, tree) in members.iter().zip(&guards) {
+            // An exited member still referenced: once its exit_mmap has run (it empties the
+            // tree under this lock) its tables are gone, the PGD maybe too. One whose exit
+            // waits for our lock still has them all, and their mapcounts.
+            if m.is_exited() && tree.map_count() == 0 {
+                continue;
+            }
             m.validate_one(tree, &mut mapped, &mut tables)
                 .map_err(|e| format!("mm {}: {e}", m.id))?;
         }
