@@ -393,3 +393,42 @@ fn validate_skips_an_exited_member_still_referenced() {
     drop(child);
     exit_and_check(&m, mm, free0);
 }
+
+/// Regression: `validate` took the family's list before locking it, so a fork that copied
+/// entries into a child created after the list was taken left mapcounts it could not account
+/// for ("mapcount 2, mapped by 1 PTEs"); and it left out the PGD of a child whose exit was
+/// waiting for its lock ("3 tables reachable, mm counts 4").
+#[test]
+fn validate_while_forking() {
+    let m = small();
+    let free0 = free_pages(&m);
+    let mm = Mm::new(&m, C0).unwrap();
+    let a = anon(&mm, 64 * P);
+    for p in 0..64 {
+        task(&mm).write_u64(a + p * P, p + 1).unwrap();
+    }
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // Three children alive at a time, so that one forked behind validate's back is
+            // still there when it walks.
+            let mut alive = std::collections::VecDeque::new();
+            for _ in 0..1000 {
+                alive.push_back(mm.fork(usermm::CpuId(1)).expect("fork"));
+                if alive.len() > 3 {
+                    alive.pop_front().unwrap().mmput(usermm::CpuId(1));
+                }
+            }
+            for c in alive {
+                c.mmput(usermm::CpuId(1));
+            }
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        let mut n = 0;
+        while !done.load(std::sync::atomic::Ordering::Relaxed) || n == 0 {
+            mm.validate().expect("validate while forking");
+            n += 1;
+        }
+    });
+    exit_and_check(&m, mm, free0);
+}
