@@ -389,7 +389,9 @@ fn validate_skips_an_exited_member_still_referenced() {
         task(&mm).write(a + p * P, &junk).unwrap();
     }
     mm.validate().expect("validate with an exited child alive");
-    child.validate().expect("validate of the exited child itself");
+    child
+        .validate()
+        .expect("validate of the exited child itself");
     drop(child);
     exit_and_check(&m, mm, free0);
 }
@@ -431,4 +433,33 @@ fn validate_while_forking() {
         }
     });
     exit_and_check(&m, mm, free0);
+}
+
+/// Regression: `MADV_REMOVE` on one side of a fork punched the shared object's hole but left
+/// the other side mapping the dropped page, so that side went on reading the old data and its
+/// writes never reached the object. Linux zaps every mapping of the hole
+/// (`unmap_mapping_range`): both sides see zero, then each other's writes again.
+#[test]
+fn madvise_remove_punches_the_hole_for_both_sides() {
+    let m = small();
+    let free0 = free_pages(&m);
+    let mm = Mm::new(&m, C0).unwrap();
+    let rw = PROT_READ | PROT_WRITE;
+    let s = mm
+        .mmap(C0, 0, 2 * P, rw, MAP_SHARED | MAP_ANONYMOUS, MapFile::None)
+        .unwrap();
+    let t = task(&mm);
+    t.write_u64(s, 42).unwrap();
+    let child = fork(&mm);
+    let c = task(&child);
+    assert_eq!(c.read_u64(s).unwrap(), 42, "the child maps the object's page");
+    mm.madvise(C0, s, P, MADV_REMOVE).unwrap();
+    assert_eq!(t.read_u64(s).unwrap(), 0);
+    assert_eq!(c.read_u64(s).unwrap(), 0, "the child still maps the punched page");
+    c.write_u64(s, 7).unwrap();
+    assert_eq!(t.read_u64(s).unwrap(), 7, "the child's write missed the object");
+    // The same from the child's side.
+    child.madvise(C0, s, P, MADV_REMOVE).unwrap();
+    assert_eq!(t.read_u64(s).unwrap(), 0);
+    exit_both(&m, child, mm, free0);
 }
