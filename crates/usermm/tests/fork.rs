@@ -452,12 +452,24 @@ fn madvise_remove_punches_the_hole_for_both_sides() {
     t.write_u64(s, 42).unwrap();
     let child = fork(&mm);
     let c = task(&child);
-    assert_eq!(c.read_u64(s).unwrap(), 42, "the child maps the object's page");
+    assert_eq!(
+        c.read_u64(s).unwrap(),
+        42,
+        "the child maps the object's page"
+    );
     mm.madvise(C0, s, P, MADV_REMOVE).unwrap();
     assert_eq!(t.read_u64(s).unwrap(), 0);
-    assert_eq!(c.read_u64(s).unwrap(), 0, "the child still maps the punched page");
+    assert_eq!(
+        c.read_u64(s).unwrap(),
+        0,
+        "the child still maps the punched page"
+    );
     c.write_u64(s, 7).unwrap();
-    assert_eq!(t.read_u64(s).unwrap(), 7, "the child's write missed the object");
+    assert_eq!(
+        t.read_u64(s).unwrap(),
+        7,
+        "the child's write missed the object"
+    );
     // The same from the child's side.
     child.madvise(C0, s, P, MADV_REMOVE).unwrap();
     assert_eq!(t.read_u64(s).unwrap(), 0);

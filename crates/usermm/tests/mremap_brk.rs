@@ -231,3 +231,30 @@ fn brk_grows_shrinks_and_refuses() {
     drop(child);
     exit_and_check(&m, mm, free0);
 }
+
+/// Regression: `MADV_REMOVE` zapped only the range it was given, but a growing `mremap` that
+/// moves part of a shared mapping maps the indices after it twice; the other mapping kept the
+/// punched page (Linux's `unmap_mapping_range` zaps every mapping of the hole).
+#[test]
+fn madvise_remove_punches_the_hole_for_every_alias() {
+    let m = small();
+    let free0 = free_pages(&m);
+    let mm = Mm::new(&m, C0).unwrap();
+    let rw = PROT_READ | PROT_WRITE;
+    let s = mm
+        .mmap(C0, 0, 4 * P, rw, MAP_SHARED | MAP_ANONYMOUS, MapFile::None)
+        .unwrap();
+    let t = usermm::Task::new(std::sync::Arc::clone(&mm), C0);
+    t.write_u64(s + 2 * P, 42).unwrap();
+    // Pages 0..2 move and grow to 3: the new third page is the object's index 2, still
+    // mapped at s + 2P as well.
+    let moved = mm.mremap(C0, s, 2 * P, 3 * P, MREMAP_MAYMOVE, 0).unwrap();
+    assert_ne!(moved, s);
+    assert_eq!(t.read_u64(moved + 2 * P).unwrap(), 42, "both map index 2");
+    mm.madvise(C0, moved + 2 * P, P, MADV_REMOVE).unwrap();
+    assert_eq!(t.read_u64(s + 2 * P).unwrap(), 0, "the alias kept the punched page");
+    t.write_u64(s + 2 * P, 7).unwrap();
+    assert_eq!(t.read_u64(moved + 2 * P).unwrap(), 7);
+    mm.validate().unwrap();
+    exit_and_check(&m, mm, free0);
+}

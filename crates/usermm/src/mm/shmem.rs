@@ -11,8 +11,8 @@
 //! # Differences from Linux
 //! No page cache, no swap, no LRU for shmem pages. The object lives exactly as long as its
 //! VMAs — in every mm that maps it after a fork. No `i_mmap` tree of its mappings: a punched
-//! hole (`MADV_REMOVE`) is zapped in the other mms of the fork family that map the object
-//! (`madvise.rs`), the only mms that can.
+//! hole (`MADV_REMOVE`) is zapped in every mapping of the object in the mms of the fork
+//! family (`madvise.rs`), the only mms that can map it.
 
 use std::collections::HashMap;
 use std::sync::Arc;

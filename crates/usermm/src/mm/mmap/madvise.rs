@@ -72,7 +72,7 @@ impl Mm {
         } else {
             rtree = Some(self.mmap_lock.read());
         }
-        // Holes punched in shmem objects (MADV_REMOVE): other mms may map them too.
+        // Holes punched in shmem objects (MADV_REMOVE): other mappings may map them too.
         let mut punched = Vec::new();
         let r = (|| {
             let mut unmapped = false;
@@ -185,20 +185,21 @@ impl Mm {
     }
 
     /// `unmap_mapping_range` after `shmem_fallocate(PUNCH_HOLE)`: zap the punched indices of
-    /// each object in every other mm of the fork family that maps it, so that none goes on
-    /// using a page the object dropped. The engine has no `i_mmap` tree of an object's
-    /// mappings; only fork shares an object between mms, so the family is where they are.
-    /// Called with no mmap lock held; takes each mm's read lock in turn.
+    /// each object wherever they are mapped, so that nothing goes on using a page the object
+    /// dropped — in this mm's other mappings of the object too (a growing `mremap` that moves
+    /// part of a mapping maps some indices twice), and in the other mms of the fork family.
+    /// The engine has no `i_mmap` tree of an object's mappings; only fork shares an object
+    /// between mms, so the family is where they are. Called with no mmap lock held; takes
+    /// each mm's read lock in turn.
     #[doc(alias = "unmap_mapping_range")]
     fn unmap_punched_in_family(&self, cpu: CpuId, punched: &[(Arc<Shmem>, u64, u64)]) {
-        let others: Vec<Arc<Mm>> = self
+        let family: Vec<Arc<Mm>> = self
             .family
             .lock()
             .iter()
             .filter_map(Weak::upgrade)
-            .filter(|m| m.id != self.id)
             .collect();
-        for mm in others {
+        for mm in family {
             let tree = mm.mmap_lock.read();
             if mm.is_exited() {
                 continue;
