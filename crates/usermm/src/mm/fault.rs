@@ -206,7 +206,6 @@ pub(crate) fn fault_vma_locked(
         });
     }
     mm.machine().vmstat().inc(cpu, VmItem::Pgfault);
-    // Out of memory and SIGBUS are reported as such here too, as under the mmap lock.
     handle_vma_fault(mm, None, vma, cpu, addr, write).map_err(|e| Fault {
         addr,
         code: e.code(),
