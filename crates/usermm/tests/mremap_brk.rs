@@ -308,3 +308,26 @@ fn failed_move_puts_the_pages_back() {
     check(&t, to, len / P, 0x100);
     exit_and_check(&m, mm, free0);
 }
+
+/// Regression (the differential suite, seed 0xa9ec7ad23c93d148): `mremap` with `old_len` 0
+/// duplicates a shared mapping; the engine placed the copy, then failed the call with the
+/// `EINVAL` of unmapping an empty source. Linux returns the new address (and ignores a failed
+/// unmap of the source altogether).
+#[test]
+fn old_len_zero_duplicates_a_shared_mapping() {
+    let m = small();
+    let free0 = free_pages(&m);
+    let mm = Mm::new(&m, C0).unwrap();
+    let t = usermm::Task::new(std::sync::Arc::clone(&mm), C0);
+    let shared = MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED;
+    mm.mmap(C0, A, 4 * H, RW, shared, MapFile::None).unwrap();
+    let (from, to) = (A + H + 3 * P, A + 2 * H);
+    t.write_u64(from, 42).unwrap();
+    let flags = MREMAP_MAYMOVE | MREMAP_FIXED;
+    assert_eq!(mm.mremap(C0, from, 0, H, flags, to), Ok(to));
+    assert_eq!(t.read_u64(to).unwrap(), 42, "the copy maps the same object");
+    t.write_u64(to + 8, 43).unwrap();
+    assert_eq!(t.read_u64(from + 8).unwrap(), 43);
+    mm.validate().unwrap();
+    exit_and_check(&m, mm, free0);
+}
