@@ -202,6 +202,7 @@ fn default_need(o: &UsememOpts) -> u64 {
     if o.unit_bytes() > usermm::addr::TASK_SIZE {
         return default_need(&UsememOpts {
             size: 0,
+            unit: 0,
             ..o.clone()
         });
     }
