@@ -1,0 +1,45 @@
+use super::*;
+
+#[test]
+fn windows_attribute_overlaps_to_the_munmap() {
+    assert_eq!(window_of(PH_BASELINE, PH_BASELINE), Some(0));
+    assert_eq!(window_of(PH_LOADED, PH_LOADED), Some(1));
+    assert_eq!(window_of(PH_LOADED, PH_MUNMAP), Some(2));
+    assert_eq!(
+        window_of(PH_LOADED, PH_AFTER),
+        Some(2),
+        "blocked across the whole munmap"
+    );
+    assert_eq!(window_of(PH_MUNMAP, PH_AFTER), Some(2));
+    assert_eq!(window_of(PH_BASELINE, PH_LOADED), None);
+    assert_eq!(window_of(PH_AFTER, PH_AFTER), None);
+    assert_eq!(window_of(PH_WARMUP, PH_WARMUP), None);
+}
+
+#[test]
+fn small_run_both_policies() {
+    let mut opts = MunmapTestOpts::new(64 << 20, 1);
+    opts.machine.cpus = 4;
+    opts.baseline_ms = 20;
+    let r = run(&opts).unwrap();
+    assert!(r.per_vma.per_vma_lock && !r.vanilla.per_vma_lock);
+    assert!(
+        r.per_vma.runs[0].vma_lock.success > 0,
+        "faults took their VMA's lock"
+    );
+    assert_eq!(r.vanilla.runs[0].vma_lock, VmaLockEvents::default());
+    for (p, down) in [(&r.vanilla, false), (&r.patched, true), (&r.per_vma, true)] {
+        let run = &p.runs[0];
+        assert_eq!(run.pages, 16384);
+        assert_eq!(run.unmap.pages_zapped, 16384);
+        assert_eq!(run.unmap.downgraded, down);
+        assert_eq!(run.during.errors + run.baseline.errors, 0);
+        assert!(run.baseline.faults.count > 0);
+        assert_eq!(
+            run.lock_munmap.exclusive_hold.count, 1,
+            "one write hold: the munmap's"
+        );
+    }
+    assert!(r.vanilla.runs[0].unmap.read_ns == 0);
+    assert!(r.patched.runs[0].unmap.read_ns > 0);
+}
