@@ -275,7 +275,18 @@ fn issue_13_bad_input_is_one_line_naming_the_limit() {
 #[test]
 fn usemem_unit_past_the_address_space_ends_normally() {
     let o = usermm(&["usemem", "-u", "-1"]);
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
     assert!(matches!(o.status.code(), Some(0..=2)), "{o:?}");
+}
+
+/// Regression (cli_fuzz, seed 0x38d7f6a6329a8239): a step past the address space (`-j -1`)
+/// overflowed the walk's address (a panic in debug builds): one word is touched, as usemem's
+/// walk touches one.
+#[test]
+fn usemem_step_past_the_address_space_walks_one_word() {
+    let o = usermm(&["usemem", "4096", "-j", "-1"]);
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
 }
 
 /// `usemem -s -1` sleeps until killed, as usemem's does (it returned at once): the
