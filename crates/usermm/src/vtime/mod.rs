@@ -115,10 +115,11 @@
 //! - SMT slowdown is one factor, read at each charge (see above).
 //! - A loop that polls without charging any cost makes no virtual progress: engine retry
 //!   loops must charge something (they do, through the costs of what they retry).
-//! - Shared lines serve RMWs strictly in time order. A CPU whose `cmpxchg` failed retries behind
-//!   every RMW already queued, so a contended `atomic_inc_not_zero` loop (the huge zero page's
-//!   `get`) can fail many times per success; on the hardware the retry may still find the line
-//!   local. Under 72-way contention this dominates seed 002's vanilla run (see the issue note).
+//! - Shared lines serve RMWs strictly in time order. A read-then-`cmpxchg` loop written with
+//!   `SharedLine::fetch_update` (the huge zero page's `atomic_inc_not_zero`) is one RMW: on the
+//!   hardware a failed `cmpxchg` leaves the line in the failing core's cache and the retry finds
+//!   it there. A loop of separate `compare_exchange` calls would instead queue every retry
+//!   behind every RMW already waiting, failing many times per success under contention.
 //! - User-space accesses cost nothing: only the kernel's work is charged (a fault, not the load
 //!   that took it). A workload that only reads mapped memory makes no virtual progress.
 //! - Work between two synchronisation points is charged at its start's SMT state and seen by
