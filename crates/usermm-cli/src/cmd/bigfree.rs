@@ -539,7 +539,7 @@ pub fn render(r: &BigfreeRecord) -> String {
     if let Some(p) = &b.profile {
         let _ = writeln!(
             out,
-            "profile {}: {} (costs provisional unless their source says otherwise; --json prints every figure with its source)",
+            "profile {}: {} (--json prints every figure with its source)",
             p.name, p.description
         );
     }

@@ -132,7 +132,7 @@
 //! ([`Profile::builtin`]: `haswell-ex-4s`, `haswell-ep-2s`, `e5-2680-32c`), others load from a
 //! path ([`Profile::resolve`] takes either). Every figure is exactly one of `ns`, `cycles` (at
 //! `topology.ghz`) or `bytes_per_ns` (costs that move bytes: `clear_page`, `copy_page`), and a
-//! `source`: a publication, a measurement with its command, or `provisional: <why>`. Unknown
+//! `source`: a publication, a measurement with its command, or `assumption: <why>` where neither exists. Unknown
 //! keys, a missing [`Cost`] or engine lock class ([`ENGINE_LOCK_CLASSES`]), an empty source,
 //! or a non-positive topology are errors that name the field.
 //! ```toml
@@ -150,20 +150,20 @@
 //! source = "core-to-core-latency (nviennot) README ..."
 //! [smt]
 //! sibling_factor = 1.6
-//! source = "provisional: ..."
+//! source = "assumption: ..."
 //! [wakeup]
 //! ns = 3000
-//! source = "provisional: ..."
+//! source = "assumption: ..."
 //! [atomic_rmw]
 //! cycles = 20
-//! source = "provisional: ..."
+//! source = "assumption: ..."
 //! [locks."zone.lock"]               # one per lock class
 //! acquire_cycles = 20
 //! data_lines = 4
-//! source = "provisional: ..."
+//! source = "assumption: ..."
 //! [costs.clear_page]                # one per Cost
 //! bytes_per_ns = 10
-//! source = "provisional: ..."
+//! source = "assumption: ..."
 //! ```
 //!
 //! ## How the seam plugs in

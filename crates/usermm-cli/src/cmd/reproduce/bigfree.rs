@@ -46,7 +46,7 @@ pub fn run(scale: Scale, out: &Path, time: &TimeArgs) -> anyhow::Result<Outcome<
     let mut base = bigfree::default_config(size, &ma, None, None);
     time.apply(&mut base);
     bigfree::fit_seed_machine(&mut base, size, None, None, None);
-    time.check(&base, None)?;
+    time.check(&mut base, None)?;
     let r = bigfree::run_table(size, &ma, repeat, &base, &mut |_| {})
         .map_err(|e| anyhow::anyhow!("bigfree: {e}"))?;
     let seed = &r.seed;

@@ -33,7 +33,7 @@ pub fn run(scale: Scale, out: &Path, time: &TimeArgs) -> anyhow::Result<Outcome<
     let mut opts = MunmapTestOpts::new(size, 1);
     opts.repeat = 2;
     time.apply(&mut opts.machine);
-    time.check(&opts.machine, None)?;
+    time.check(&mut opts.machine, None)?;
     let label = usermm_workloads::TimeLabel::of(&opts.machine);
     if label.is_modelled() {
         // A virtual run is the same every time, has no host load to stand in for, and needs

@@ -45,7 +45,7 @@ pub fn run(
     let mut base = usermm::MachineConfig::default();
     base.time.profile = percpu_test::DEFAULT_PROFILE.into();
     time.apply(&mut base);
-    time.check(&base, None)?;
+    time.check(&mut base, None)?;
     let r = percpu_test::run_ab(&opts, &base).map_err(|e| anyhow::anyhow!("percpu-test: {e}"))?;
     let t = crate::cmd::percpu_test::table(&r);
     let plot = out.join("percpu.svg");
