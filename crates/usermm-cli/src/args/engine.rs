@@ -170,7 +170,11 @@ impl TimeArgs {
                 scaled
                     .name()
                     .chars()
-                    .map(|ch| if ch.is_ascii_alphanumeric() || ch == '.' { ch } else { '_' })
+                    .map(|ch| if ch.is_ascii_alphanumeric() || ch == '.' {
+                        ch
+                    } else {
+                        '_'
+                    })
                     .collect::<String>()
             ));
             std::fs::write(&file, scaled.to_toml_string())?;

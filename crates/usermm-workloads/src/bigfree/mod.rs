@@ -190,13 +190,23 @@ pub fn fit_seed_machine(
         if let Some(gib) = t.memory_gib {
             let seed = seeds::PARALLEL_FREE.size as u128;
             let want = (size as u128 * (u128::from(gib) << 30)).div_ceil(seed) as u64;
-            // Whole MiB per node, never less than the wall-clock default.
+            // Never less than SIZE and its overhead; whole MiB per node.
+            let want = want.max(size.saturating_add(overhead_bytes(size, c.cpus)));
             let per_node = (want / u64::from(c.nodes)).next_multiple_of(1 << 20);
-            c.mem = (per_node * u64::from(c.nodes))
-                .max(default_mem(size))
-                .min(usermm::config::MAX_MEM_BYTES);
+            c.mem = (per_node * u64::from(c.nodes)).min(usermm::config::MAX_MEM_BYTES);
         }
     }
+}
+
+/// The job size of a scale model of the seed: `(threshold_pages, max_batch_count)` such that
+/// SIZE makes as many jobs as the seed's 320 GiB made with the patch's 256K-page threshold
+/// (320), each gathered in `DIV_ROUND_UP(threshold, 510)` batch pages as the patch sizes
+/// `MAX_GATHER_BATCH_COUNT`. At the seed's size it is the patch's own (262144, 515).
+pub fn seed_scaled_job(size: u64) -> (u64, u32) {
+    let seed = seeds::PARALLEL_FREE.size;
+    let t = (DEFAULT_THRESHOLD_PAGES as u128 * size as u128).div_ceil(seed as u128) as u64;
+    let t = t.clamp(510, DEFAULT_THRESHOLD_PAGES);
+    (t, t.div_ceil(510) as u32)
 }
 
 /// SIZE + 25 %, rounded up to a GiB, at least 1 GiB and at most what a machine can have

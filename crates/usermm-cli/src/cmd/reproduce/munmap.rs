@@ -24,12 +24,17 @@ pub struct MunmapRecord {
     pub time: String,
 }
 
+/// The munmap's size at `scale`: 8 GiB, or the seed's 80 GB rounded down to 2 MiB.
+pub fn size(scale: Scale) -> u64 {
+    match scale {
+        Scale::Default => 8u64 << 30,
+        Scale::Seed => MUNMAP_DOWNGRADE.size_decimal & !((2 << 20) - 1),
+    }
+}
+
 pub fn run(scale: Scale, out: &Path, time: &TimeArgs) -> anyhow::Result<Outcome<MunmapRecord>> {
     let seed = MUNMAP_DOWNGRADE;
-    let size = match scale {
-        Scale::Default => 8u64 << 30,
-        Scale::Seed => seed.size_decimal & !((2 << 20) - 1),
-    };
+    let size = size(scale);
     let mut opts = MunmapTestOpts::new(size, 1);
     opts.repeat = 2;
     time.apply(&mut opts.machine);

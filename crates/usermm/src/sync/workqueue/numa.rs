@@ -58,12 +58,17 @@ impl UnboundPools {
             .filter(|&c| c != q && self.node[c] == self.node[q])
             .collect();
         // Idle cores first: a CPU on the queuer's core shares it with a busy thread.
-        cand.sort_by_key(|&c| (self.core[c] == self.core[q], self.thread[c], self.core[c], c));
+        cand.sort_by_key(|&c| {
+            (
+                self.core[c] == self.core[q],
+                self.thread[c],
+                self.core[c],
+                c,
+            )
+        });
         if cand.is_empty() {
             cand.push(q);
         }
-        (0..n)
-            .map(|i| CpuId(cand[i % cand.len()] as u16))
-            .collect()
+        (0..n).map(|i| CpuId(cand[i % cand.len()] as u16)).collect()
     }
 }

@@ -598,7 +598,9 @@ impl Profile {
             message,
         };
         if !(factor.is_finite() && factor > 0.0) {
-            return Err(invalid(format!("scale factor must be positive (got {factor})")));
+            return Err(invalid(format!(
+                "scale factor must be positive (got {factor})"
+            )));
         }
         let mut spec = self.spec.clone();
         let scale_fig = |f: &mut Figure| {

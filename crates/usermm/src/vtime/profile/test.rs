@@ -75,7 +75,10 @@ fn every_figure_of_the_seed_profiles_is_sourced_and_none_is_provisional() {
             s.transfer.other_socket.source.as_str(),
         ]);
         for src in sources {
-            assert!(!src.contains("provisional"), "{name}: still provisional: {src}");
+            assert!(
+                !src.contains("provisional"),
+                "{name}: still provisional: {src}"
+            );
             let cited = ["core-to-core-latency", "Huang Ying"]
                 .iter()
                 .any(|c| src.contains(c));
@@ -291,7 +294,10 @@ fn scaling_one_cost_changes_that_cost_only() {
         }
     }
     assert_eq!(p.transfer_ps, s.transfer_ps);
-    assert_eq!((p.wakeup_ps, p.atomic_rmw_ps, p.smt_milli), (s.wakeup_ps, s.atomic_rmw_ps, s.smt_milli));
+    assert_eq!(
+        (p.wakeup_ps, p.atomic_rmw_ps, p.smt_milli),
+        (s.wakeup_ps, s.atomic_rmw_ps, s.smt_milli)
+    );
     assert_eq!(p.locks, s.locks);
     assert!(s.name().contains("zap_pte x1.5"));
     // A bandwidth is divided, so the time it stands for is multiplied.
@@ -303,7 +309,10 @@ fn scaling_one_cost_changes_that_cost_only() {
     assert_eq!(t.transfer_ps[3], 2 * p.transfer_ps[3]);
     assert_eq!(t.transfer_ps[..3], p.transfer_ps[..3]);
     let l = p.scaled("locks.zone.lock", 2.0).unwrap();
-    assert_eq!(l.locks["zone.lock"].acquire, 2 * p.locks["zone.lock"].acquire);
+    assert_eq!(
+        l.locks["zone.lock"].acquire,
+        2 * p.locks["zone.lock"].acquire
+    );
     assert_eq!(l.locks["lru_lock"], p.locks["lru_lock"]);
     let smt = p.scaled("smt.sibling_factor", 0.5).unwrap();
     assert_eq!(smt.smt_milli, 1000 + (p.smt_milli - 1000) / 2);
