@@ -303,15 +303,15 @@ impl Mm {
     ///
     /// In a virtual run there is no gate to take: only one context runs at a time and `f` (a
     /// page-table walk and the data access) passes no synchronisation point — checked in
-    /// debug builds by [`vhook::atomic`] — so no flush can come between the walk and the
+    /// debug builds by [`vhook::atomic_section`] — so no flush can come between the walk and the
     /// access, which is all the gate guarantees on the host.
     #[inline]
     pub(crate) fn with_tlb_gate<R>(&self, cpu: CpuId, f: impl FnOnce() -> R) -> R {
         self.mark_cpu(cpu);
-        if vhook::active() {
-            return vhook::atomic(f);
-        }
-        let _g = self.tlb_gate[cpu].read();
+        // One call of `f` either way, so that the walk it holds stays inlined.
+        let virt = vhook::active();
+        let _gate = (!virt).then(|| self.tlb_gate[cpu].read());
+        let _section = virt.then(vhook::atomic_section);
         f()
     }
 

@@ -11,7 +11,7 @@ use super::{pcp_index, PerCpuPages, PhysMem, Zone, NR_PCP_LISTS, PCP_BATCH_SCALE
 use crate::addr::{Order, Pfn};
 use crate::cpu::CpuId;
 use crate::stats::VmItem;
-use crate::sync::{charge, vhook, Cost};
+use crate::sync::{charge, Cost};
 
 impl PhysMem {
     /// `free_pcppages_bulk`: move `count` pages from a pcp to the buddy, oldest first,
@@ -219,7 +219,6 @@ impl PhysMem {
     pub(super) fn free_unref_page_list(&self, cpu: CpuId, blocks: &[(Pfn, Order)]) {
         let mut held: Option<(usize, crate::sync::SpinLockGuard<'_, PerCpuPages>)> = None;
         let mut freed = 0i64;
-        let virt = vhook::active();
         for &(pfn, order) in blocks {
             if self.meta(pfn).test(PG_HUGETLB) {
                 self.hugetlb_pool.lock().push(pfn);
@@ -229,10 +228,8 @@ impl PhysMem {
             freed += order.nr_pages() as i64;
             let nid = self.node_of(pfn);
             let zone = &self.nodes[nid].zone;
-            if virt {
-                // free_unref_page: prepare and put on the pcp list (or the buddy, below).
-                charge(Cost::FreeUnrefPage, 1);
-            }
+            // free_unref_page: prepare and put on the pcp list (or the buddy, below).
+            charge(Cost::FreeUnrefPage, 1);
             if pcp_index(order).is_none() {
                 held = None;
                 let mut fa = zone.lock.lock();

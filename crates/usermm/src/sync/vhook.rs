@@ -109,8 +109,8 @@ pub(crate) fn cv_notify(cv_id: usize, all: bool) {
     vt::cv_notify(cv_id, all);
 }
 
-/// Charge `n` units of a named cost to the current CPU (no-op in wall mode).
-#[inline]
+/// Charge `n` units of a named cost to the current CPU (counted; read only in a run).
+#[inline(always)]
 pub(crate) fn charge(cost: Cost, n: u64) {
     vt::charge(cost, n);
 }
@@ -127,11 +127,12 @@ pub(crate) fn thread_cpu_ns() -> Option<u64> {
     vt::thread_cpu_ns()
 }
 
-/// Runs `f`, which must pass no synchronisation point: in a virtual run nothing else runs
-/// until it returns (checked in debug builds). The TLB gates' stand-in in a run.
+/// A section that must pass no synchronisation point while the guard lives: in a virtual run
+/// nothing else runs meanwhile (checked in debug builds; nothing in release builds). The TLB
+/// gates' stand-in in a run.
 #[inline]
-pub(crate) fn atomic<R>(f: impl FnOnce() -> R) -> R {
-    vt::atomic(f)
+pub(crate) fn atomic_section() -> vt::AtomicSection {
+    vt::AtomicSection::enter()
 }
 
 /// Sleep in virtual time; returns false in wall mode (the seam then sleeps on the host).

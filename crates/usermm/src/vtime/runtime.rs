@@ -25,7 +25,7 @@ use corosensei::stack::DefaultStack;
 
 use super::{
     coro::{self, Resumed},
-    profile::{Placement, Profile, ProfileError, Ps},
+    profile::{Cost, Placement, Profile, ProfileError, Ps},
     report::Report,
     sched::{CtxId, Model, Next, State},
 };
@@ -70,20 +70,61 @@ thread_local! {
     static ACTIVE: Cell<bool> = const { Cell::new(false) };
     /// Depth of [`hooks::atomic`](super::hooks::atomic) sections (debug builds check it).
     static ATOMIC_DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// Units of each [`Cost`] charged since the running context's last synchronisation point
+    /// (see [`hooks::charge`](super::hooks::charge)); on the wall clock, never read.
+    static PENDING: [Cell<u64>; Cost::COUNT] = const { [const { Cell::new(0) }; Cost::COUNT] };
+    /// Some count of `PENDING` may be non-zero.
+    static PENDING_ANY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Count `n` units of cost `i` for the running context.
+#[inline(always)]
+pub(super) fn add_pending(i: usize, n: u64) {
+    PENDING.with(|p| {
+        if let Some(c) = p.get(i) {
+            c.set(c.get().wrapping_add(n));
+        }
+    });
+    PENDING_ANY.set(true);
+}
+
+/// The pending counts, cleared; their price at `cost_ps`, in ps.
+#[inline]
+fn take_pending(cost_ps: &[Ps; Cost::COUNT]) -> Ps {
+    if !PENDING_ANY.replace(false) {
+        return 0;
+    }
+    PENDING.with(|p| {
+        p.iter()
+            .zip(cost_ps)
+            .map(|(c, &price)| c.replace(0).saturating_mul(price))
+            .fold(0, Ps::saturating_add)
+    })
+}
+
+/// Drops whatever was counted outside a context (wall-mode code before the run).
+fn clear_pending() {
+    PENDING.with(|p| p.iter().for_each(|c| c.set(0)));
+    PENDING_ANY.set(false);
 }
 
 /// An [`atomic`](super::hooks::atomic) section: no synchronisation point may be passed while
-/// one is open (checked in debug builds at every synchronisation point).
-pub(super) struct AtomicSection;
+/// one is open (checked in debug builds at every synchronisation point; release builds keep
+/// no count).
+#[derive(Debug)]
+#[must_use = "the section ends when the guard is dropped"]
+pub struct AtomicSection(());
 
 impl AtomicSection {
-    #[cfg_attr(not(debug_assertions), allow(dead_code))]
-    pub(super) fn enter() -> Self {
+    #[inline]
+    pub fn enter() -> Self {
+        #[cfg(debug_assertions)]
         ATOMIC_DEPTH.set(ATOMIC_DEPTH.get() + 1);
-        AtomicSection
+        AtomicSection(())
     }
 }
 
+#[cfg(debug_assertions)]
 impl Drop for AtomicSection {
     fn drop(&mut self) {
         ATOMIC_DEPTH.set(ATOMIC_DEPTH.get() - 1);
@@ -209,6 +250,7 @@ impl Runtime {
             "vtime: an earlier run of this runtime failed; make a new runtime"
         );
         let cpu = inner.check_cpu(cpu);
+        clear_pending();
         let guard = CurrentGuard::set(Rc::clone(inner));
         let result: RefCell<Option<T>> = RefCell::new(None);
         {
@@ -261,6 +303,17 @@ struct DisposeOnUnwind<'a>(&'a Rc<Inner>);
 impl Drop for DisposeOnUnwind<'_> {
     fn drop(&mut self) {
         self.0.fail();
+    }
+}
+
+impl State {
+    /// Applies the charges counted since `me`'s last synchronisation point to its clock.
+    #[inline]
+    fn apply_pending(&mut self, me: CtxId) {
+        let ps = take_pending(&self.model.profile.cost_ps);
+        if ps > 0 {
+            self.work(me, ps);
+        }
     }
 }
 
@@ -351,6 +404,7 @@ impl Inner {
             return None;
         }
         let me = st.running?;
+        st.apply_pending(me);
         st.counters.sync_points += 1;
         if !st.may_pass(me) {
             st.counters.gate_yields += 1;
@@ -369,8 +423,9 @@ impl Inner {
     pub fn block(&self) {
         check_not_atomic();
         let y = {
-            let st = self.state.borrow();
+            let mut st = self.state.borrow_mut();
             let me = st.running.expect("vtime: block outside a context");
+            st.apply_pending(me);
             st.ctxs[me as usize].yielder
         };
         coro::suspend(y);
@@ -384,6 +439,7 @@ impl Inner {
             return None;
         }
         let me = st.running?;
+        st.apply_pending(me);
         Some(f(&mut st, me))
     }
 
