@@ -15,8 +15,9 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::args::{GlobalArgs, MachineArgs};
 use crate::cmd::{
-    self, bigfree::BigfreeArgs, munmap_test::MunmapTestArgs, percpu_calibrate::PercpuCalibrateArgs,
-    percpu_test::PercpuTestArgs, reproduce::ReproduceArgs, usemem::UsememArgs,
+    self, bench::BenchArgs, bigfree::BigfreeArgs, munmap_test::MunmapTestArgs,
+    percpu_calibrate::PercpuCalibrateArgs, percpu_test::PercpuTestArgs, reproduce::ReproduceArgs,
+    usemem::UsememArgs,
 };
 
 /// usermm: the core of Linux memory management in user space — reproduce the seed experiments,
@@ -48,6 +49,8 @@ pub enum Command {
     PercpuCalibrate(PercpuCalibrateArgs),
     /// Run the four experiments and write report/ (Markdown, SVG, JSON).
     Reproduce(ReproduceArgs),
+    /// The performance dashboard: every hot path, engine (sparse, full) beside the host kernel.
+    Bench(BenchArgs),
 }
 
 /// Run the command the user asked for.
@@ -62,6 +65,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::PercpuTest(a) => cmd::percpu_test::run(a, g),
         Command::PercpuCalibrate(a) => cmd::percpu_calibrate::run(a, g),
         Command::Reproduce(a) => cmd::reproduce::run(a, g),
+        Command::Bench(a) => cmd::bench::run(a, g),
     }
 }
 

@@ -13,6 +13,10 @@ use std::process::ExitCode;
 use usermm_cli::{args::UsageError, cli};
 
 fn main() -> ExitCode {
+    // A link or copy named `usemem` is vm-scalability's usemem (busybox style).
+    if let Some(code) = usermm_cli::cmd::usemem::busybox() {
+        return code;
+    }
     let cli = match cli::parse() {
         Ok(cli) => cli,
         Err(status) => return status,

@@ -76,6 +76,21 @@ pub struct EngineBackend {
     /// the fault handler refused it). `ru_minflt` does not count those.
     failed_faults: i64,
     dropped: bool,
+    /// The current process's number.
+    slot: u32,
+    /// The other process, if one was forked and has not exited.
+    other: Option<Parked>,
+    /// The break when the backend started (`Op::Brk` offsets are from it).
+    brk_base: u64,
+}
+
+/// A process that is not current: its task and its fault count so far.
+#[derive(Debug)]
+struct Parked {
+    task: Task,
+    slot: u32,
+    faults: i64,
+    failed_faults: i64,
 }
 
 impl EngineBackend {
@@ -90,6 +105,7 @@ impl EngineBackend {
     pub fn on_machine(machine: &Arc<Machine>) -> Result<EngineBackend, String> {
         let cpu = CpuId(0);
         let mm = machine.new_mm(cpu).map_err(|e| e.to_string())?;
+        let brk_base = mm.current_brk();
         Ok(EngineBackend {
             name: "engine".to_string(),
             machine: Arc::clone(machine),
@@ -97,6 +113,9 @@ impl EngineBackend {
             fault_base: machine.vmstat().get(VmItem::Pgfault),
             failed_faults: 0,
             dropped: false,
+            slot: 0,
+            other: None,
+            brk_base,
         })
     }
 
@@ -239,7 +258,7 @@ impl EngineBackend {
         offset: u64,
     ) -> OpResult {
         // arch/x86/kernel/sys_x86_64.c: sys_mmap checks the byte offset first.
-        if offset % PAGE_SIZE != 0 {
+        if !offset.is_multiple_of(PAGE_SIZE) {
             return OpResult::Err(EINVAL);
         }
         let file = match source {
@@ -342,6 +361,81 @@ impl EngineBackend {
         }
     }
 
+    /// Make `p` current (the current task is replaced; the caller parks or puts it).
+    fn resume(&mut self, p: Parked) -> Task {
+        let now = self.machine.vmstat().get(VmItem::Pgfault);
+        self.fault_base = now - p.faults;
+        self.failed_faults = p.failed_faults;
+        self.slot = p.slot;
+        std::mem::replace(&mut self.task, p.task)
+    }
+
+    /// `Op::Fork`: the engine forks the current `Mm`; the child is parked with no faults yet.
+    fn do_fork(&mut self) -> OpResult {
+        if self.other.is_some() {
+            return OpResult::Err(libc::EAGAIN);
+        }
+        match self.mm().fork(self.cpu()) {
+            Ok(child) => {
+                let slot = 1 - self.slot;
+                self.other = Some(Parked {
+                    task: Task::new(child, self.cpu()),
+                    slot,
+                    faults: 0,
+                    failed_faults: 0,
+                });
+                OpResult::Ok(u64::from(slot))
+            }
+            Err(e) => OpResult::Err(e.0),
+        }
+    }
+
+    fn do_switch(&mut self, to: u32) -> OpResult {
+        if to == self.slot {
+            return OpResult::Ok(0);
+        }
+        match self.other.take() {
+            Some(p) if p.slot == to => {
+                let now = self.machine.vmstat().get(VmItem::Pgfault);
+                let (faults, failed_faults, slot) =
+                    (now - self.fault_base, self.failed_faults, self.slot);
+                let task = self.resume(p);
+                self.other = Some(Parked {
+                    task,
+                    slot,
+                    faults,
+                    failed_faults,
+                });
+                OpResult::Ok(0)
+            }
+            o => {
+                self.other = o;
+                OpResult::Err(crate::ops::ESRCH)
+            }
+        }
+    }
+
+    /// `Op::Exit`: the current `Mm` is put (torn down); the other process becomes current.
+    fn do_exit(&mut self) -> OpResult {
+        let Some(p) = self.other.take() else {
+            return OpResult::Err(crate::ops::ESRCH);
+        };
+        let slot = p.slot;
+        let old = self.resume(p);
+        old.mm().mmput(old.cpu());
+        OpResult::Ok(u64::from(slot))
+    }
+
+    fn do_brk(&mut self, off: u64) -> OpResult {
+        let want = if off == crate::ops::BRK_QUERY {
+            0
+        } else {
+            self.brk_base.wrapping_add(off)
+        };
+        let got = self.mm().brk(self.cpu(), want);
+        OpResult::Ok(got.wrapping_sub(self.brk_base))
+    }
+
     fn do_counters(&self) -> OpResult {
         let faults =
             self.machine.vmstat().get(VmItem::Pgfault) - self.fault_base - self.failed_faults;
@@ -397,6 +491,35 @@ impl EngineBackend {
             &Op::Probe { addr, len } => self.do_probe(addr, len),
             Op::Maps => self.do_maps(),
             Op::Counters => self.do_counters(),
+            &Op::Mremap {
+                addr,
+                old_len,
+                new_len,
+                flags,
+                new_addr,
+            } => match self
+                .mm()
+                .mremap(cpu, addr, old_len, new_len, flags, new_addr)
+            {
+                Ok(got) => {
+                    // Moved out of the arena where the kernel chose: unmapped and misplaced,
+                    // as the host child reports it.
+                    let rounded = new_len.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+                    let inside =
+                        (ARENA_BASE..=ARENA_END).contains(&got) && rounded <= ARENA_END - got;
+                    if !inside && got != addr && flags & crate::ops::MREMAP_FIXED == 0 {
+                        let _ = self.mm().munmap(cpu, got, new_len);
+                        OpResult::Misplaced { addr: got }
+                    } else {
+                        OpResult::Ok(got)
+                    }
+                }
+                Err(e) => OpResult::Err(e.0),
+            },
+            &Op::Brk { off } => self.do_brk(off),
+            Op::Fork => self.do_fork(),
+            &Op::Switch { proc } => self.do_switch(proc),
+            Op::Exit => self.do_exit(),
         }
     }
 }
@@ -406,6 +529,9 @@ impl Drop for EngineBackend {
         if !self.dropped {
             self.dropped = true;
             self.task.mm().mmput(self.task.cpu());
+            if let Some(p) = self.other.take() {
+                p.task.mm().mmput(p.task.cpu());
+            }
         }
     }
 }

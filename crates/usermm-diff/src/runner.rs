@@ -34,7 +34,11 @@ use crate::ops::{
 #[derive(Debug)]
 pub struct WarmHost {
     inner: HostBackend,
-    fault_base: u64,
+    /// Per process number: the faults to discount (process 0's warm-up; a forked process
+    /// starts from zero).
+    fault_base: [u64; 2],
+    /// The current process's number.
+    cur: usize,
 }
 
 /// Where [`WarmHost`] warms up: 64 MiB below the arena's end (the host child uses the last two
@@ -68,19 +72,34 @@ impl WarmHost {
         };
         Ok(WarmHost {
             inner: h,
-            fault_base,
+            fault_base: [fault_base, 0],
+            cur: 0,
         })
     }
 }
 
 impl AddressSpace for WarmHost {
     fn apply(&mut self, op: &Op) -> OpResult {
-        match self.inner.apply(op) {
-            OpResult::Counters(mut c) => {
-                c.minor_faults = c.minor_faults.saturating_sub(self.fault_base);
+        match (op, self.inner.apply(op)) {
+            (_, OpResult::Counters(mut c)) => {
+                c.minor_faults = c.minor_faults.saturating_sub(self.fault_base[self.cur]);
                 OpResult::Counters(c)
             }
-            r => r,
+            (Op::Fork, OpResult::Ok(k)) => {
+                if let Some(b) = self.fault_base.get_mut(k as usize) {
+                    *b = 0;
+                }
+                OpResult::Ok(k)
+            }
+            (&Op::Switch { proc }, OpResult::Ok(v)) => {
+                self.cur = (proc as usize).min(1);
+                OpResult::Ok(v)
+            }
+            (Op::Exit, OpResult::Ok(k)) => {
+                self.cur = (k as usize).min(1);
+                OpResult::Ok(k)
+            }
+            (_, r) => r,
         }
     }
 
@@ -192,6 +211,10 @@ fn changes_vmas(op: &Op) -> bool {
             | Op::Madvise { .. }
             | Op::Mlock { .. }
             | Op::Munlock { .. }
+            | Op::Mremap { .. }
+            | Op::Fork
+            | Op::Switch { .. }
+            | Op::Exit
     )
 }
 

@@ -5,14 +5,16 @@
 //!   host's results.
 //! * `diff_max_map_count`: LTP munmap04 — a split at `max_map_count` fails with ENOMEM.
 //! * `diff_generated_*`: random op sequences (proptest), at least 2 000 of 20+ ops in total,
-//!   compared step by step; a disagreement is shrunk to a minimal sequence and printed.
+//!   compared step by step; a disagreement is shrunk to a minimal sequence and printed. The
+//!   ops include mremap, brk, fork and switching between and exiting the two processes.
 //!
 //! Disagreements listed in `usermm_diff::divergences` end a sequence as "known"; anything
 //! else fails.
 //!
-//! The generated tests are deterministic (fixed seeds). To explore further, set `DIFF_SEED`
-//! (any number, mixed into each test's seed) and `DIFF_CASES` (sequences per test), e.g.
-//! `DIFF_SEED=7 DIFF_CASES=2000 cargo test -p usermm-diff --test differential -- --nocapture`.
+//! The generated tests draw their sequences from `USERMM_TEST_SEED` (a fresh seed each run when
+//! unset; a failure prints the one that replays it) and run 500 sequences each times
+//! `USERMM_TEST_SCALE`, e.g. `USERMM_TEST_SEED=7 USERMM_TEST_SCALE=4 cargo test -p usermm-diff
+//! --test differential -- --nocapture`.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -128,7 +130,7 @@ fn max_map_count_outcome(b: &mut dyn AddressSpace) -> Vec<String> {
     let mut addr = base + 4 * P;
     let mut n = 0u64;
     loop {
-        let prot = if n % 2 == 0 { PROT_READ } else { rw };
+        let prot = if n.is_multiple_of(2) { PROT_READ } else { rw };
         match b.apply(&Op::mmap_anon_at(addr, P, prot)) {
             OpResult::Ok(_) => {}
             OpResult::Err(e) => {
@@ -394,7 +396,47 @@ mod gen {
             6 => (page_addr(), prop_oneof![4 => (1..=64u64).prop_map(|n| n * P), 1 => Just(H)])
                 .prop_map(|(addr, len)| Op::Probe { addr, len }),
             3 => Just(Op::Counters),
+            7 => mremap_op(),
+            2 => prop_oneof![
+                4 => (0..64u64).prop_map(|n| Op::Brk { off: n * P }),
+                2 => (0..(8 * P)).prop_map(|off| Op::Brk { off }),
+                1 => Just(Op::Brk { off: BRK_QUERY }),
+            ],
+            2 => Just(Op::Fork),
+            3 => (0..2u32).prop_map(|proc| Op::Switch { proc }),
+            1 => Just(Op::Exit),
         ]
+    }
+
+    /// mremap: mostly moves inside the window (`MREMAP_FIXED`), grows and shrinks in place,
+    /// sometimes `MREMAP_DONTUNMAP` or an invalid combination.
+    fn mremap_op() -> impl Strategy<Value = Op> {
+        let flags = prop_oneof![
+            3 => Just(0u32),
+            3 => Just(MREMAP_MAYMOVE),
+            5 => Just(MREMAP_MAYMOVE | MREMAP_FIXED),
+            2 => Just(MREMAP_MAYMOVE | MREMAP_DONTUNMAP),
+            1 => Just(MREMAP_MAYMOVE | MREMAP_DONTUNMAP | MREMAP_FIXED),
+            1 => Just(MREMAP_FIXED),
+            1 => Just(8u32),
+        ];
+        let same = prop_oneof![1 => Just(true), 1 => Just(false)];
+        (any_addr(), length(), length(), flags, page_addr(), same).prop_map(
+            |(addr, old_len, new_len, flags, new_addr, same)| {
+                let new_len = if same || flags & MREMAP_DONTUNMAP != 0 {
+                    old_len
+                } else {
+                    new_len
+                };
+                Op::Mremap {
+                    addr,
+                    old_len,
+                    new_len,
+                    flags,
+                    new_addr,
+                }
+            },
+        )
     }
 
     /// Mappings to start from, so that the random ops meet memory: a few in the busy spot and
@@ -464,19 +506,14 @@ static OPS: AtomicU64 = AtomicU64::new(0);
 static KNOWN_SEQS: AtomicU64 = AtomicU64::new(0);
 static FLAKES: AtomicU64 = AtomicU64::new(0);
 
-/// Run `cases` generated sequences from `seed`; panic with a minimised sequence on an
-/// unexplained disagreement.
-fn generated(seed: u64, cases: u32) {
+/// Run `cases` (times `USERMM_TEST_SCALE`) generated sequences from test `name`'s seed; panic
+/// with a minimised sequence and the replay line on an unexplained disagreement.
+fn generated(name: &str, cases: u32) {
     use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
     let t = Instant::now();
-    let seed = std::env::var("DIFF_SEED")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .map_or(seed, |s| s.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ seed);
-    let cases = std::env::var("DIFF_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(cases);
+    usermm_testscale::announce(name);
+    let seed = usermm_testscale::seed_for(name);
+    let cases = usermm_testscale::scaled_u32(cases);
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
@@ -575,9 +612,10 @@ fn generated(seed: u64, cases: u32) {
             Err(e) => e,
         };
         panic!(
-            "generated sequence (seed {seed}) diverged: {why}\n\nminimal sequence ({} ops):\n{}\n{detail}",
+            "{name}: generated sequence diverged: {why}\n\nminimal sequence ({} ops):\n{}\n{detail}\nreplay: {}",
             minimal.len(),
             minimal.iter().map(|o| format!("  {o}")).collect::<Vec<_>>().join("\n"),
+            usermm_testscale::replay(),
         );
     }
     let Stats {
@@ -593,10 +631,11 @@ fn generated(seed: u64, cases: u32) {
     KNOWN_SEQS.fetch_add(known, Relaxed);
     FLAKES.fetch_add(flakes, Relaxed);
     eprintln!(
-        "generated (seed {seed}): {seqs} sequences, {ops} ops compared, {known} ended on known \
+        "{name}: {seqs} sequences, {ops} ops compared, {known} ended on known \
          divergences {known_ids:?}, {flakes} host flakes, {:?}",
         t.elapsed()
     );
+    usermm_testscale::report(name, ops);
     eprintln!("  results seen: {coverage:?}");
     assert!(seqs >= u64::from(cases), "ran {seqs} of {cases} sequences");
     assert!(
@@ -605,23 +644,23 @@ fn generated(seed: u64, cases: u32) {
     );
 }
 
-/// 4 × 500 = 2 000 generated sequences of 20–40 ops (more with `DIFF_CASES`).
+/// 4 × 500 = 2 000 generated sequences of 20–40 ops (times `USERMM_TEST_SCALE`).
 #[test]
 fn diff_generated_a() {
-    generated(0xa11ce, 500);
+    generated("differential::generated_a", 500);
 }
 
 #[test]
 fn diff_generated_b() {
-    generated(0xb0b, 500);
+    generated("differential::generated_b", 500);
 }
 
 #[test]
 fn diff_generated_c() {
-    generated(0xc0ffee, 500);
+    generated("differential::generated_c", 500);
 }
 
 #[test]
 fn diff_generated_d() {
-    generated(0xd00d, 500);
+    generated("differential::generated_d", 500);
 }

@@ -5,14 +5,18 @@
 //! - [`facts`]: what a report says about the host — `uname -r`, `/proc/meminfo`, the THP
 //!   mode, `vm.max_map_count`, the load average, this process's context switches. There is one
 //!   `/proc` "`Key:  N kB`" parser ([`procfs::field_kb`]), one `uname`, one `getrusage`.
-//! - [`measure`]: timed workloads on the host (touch-and-munmap, a read-only usemem walk), each
-//!   in a freshly forked single-threaded child, for the engine-vs-host comparisons.
+//! - [`measure`]: timed workloads on the host (touch-and-munmap, once or twice in a row, a
+//!   read-only walk with or without THP), each in a freshly forked single-threaded child, on
+//!   the wall clock and the child's CPU clock, for the engine-vs-host comparisons.
+//! - [`usemem`]: the host kernel as vm-scalability's usemem uses it (files, mappings, word
+//!   accesses, SysV segments, forked processes, pipe barriers, SIGUSR1), for
+//!   `usermm usemem --host`.
 //! - [`HostBackend`] and the op vocabulary [`ops`]: the host kernel as an address space that
 //!   executes [`ops::Op`]s in a forked child, one side of the differential tests (the
 //!   engine's side and the comparison live in `usermm-diff`).
 //!
 //! # Where the `unsafe` is
-//! Talking to the kernel without libstd's wrappers needs `unsafe`; it is fenced into four
+//! Talking to the kernel without libstd's wrappers needs `unsafe`; it is fenced into five
 //! modules and denied everywhere else in the crate:
 //! - `sys` — every raw system call, each wrapper with its `// SAFETY:` argument, among them
 //!   the one family of memory-management wrappers (`mmap`, `munmap`, `mprotect`,
@@ -21,11 +25,15 @@
 //!   only async-signal-safe code until it exits);
 //! - [`measure`] — forking the measurement children, and their volatile loads and stores into
 //!   their own fresh mappings;
-//! - [`backend`] — forking the request server, and its stores into the test arena.
+//! - [`backend`] — forking the request server, and its stores into the test arena;
+//! - [`usemem`] — usemem's system calls, its loads and stores into the mappings it made, and
+//!   forks from a single-threaded process.
 //!
 //! # Invariants
-//! - A forked child never allocates, locks, prints or panics: it issues raw system calls on
-//!   memory allocated before the fork, then `_exit`s.
+//! - A child forked from a multi-threaded process (`fork`, `measure`, `backend`) never
+//!   allocates, locks, prints or panics: it issues raw system calls on memory allocated before
+//!   the fork, then `_exit`s. [`usemem`] forks only from a single-threaded process (checked),
+//!   so its children are whole processes, as usemem's are.
 //! - The parent never panics on a child's behaviour: a child that dies, hangs or talks nonsense
 //!   is reported (as [`HostError`] or `OpResult::BackendFailure`) and is killed and reaped.
 //! - Nothing here depends on the engine: the host is the reference the engine is held to.
@@ -40,6 +48,7 @@ pub mod measure;
 pub mod ops;
 pub mod procfs;
 mod sys;
+pub mod usemem;
 
 pub use backend::HostBackend;
 pub use error::HostError;

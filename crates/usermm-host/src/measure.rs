@@ -1,5 +1,5 @@
 //! Host-kernel measurement workloads, the real-kernel side of the engine's fault-rate and
-//! free-rate numbers.
+//! free-rate numbers (`usermm bench`, `bigfree --host`, `usemem --host`).
 //!
 //! Each workload runs in a freshly forked, single-threaded child so that the timings do not
 //! include TLB shootdowns to the other threads of the (multi-threaded) calling process, and so
@@ -197,15 +197,7 @@ pub fn host_touch_and_munmap(size: u64, thp: bool) -> Result<HostFreeResult, Hos
             Ok(p) => p,
             Err(e) => return [e as u64, 0, 0, 0, 0, 0],
         };
-        madvise(
-            p,
-            len,
-            if thp {
-                libc::MADV_HUGEPAGE
-            } else {
-                libc::MADV_NOHUGEPAGE
-            },
-        );
+        madvise(p, len, thp_advice(thp));
         let thp0 = rollup_kb(b"AnonHugePages:");
         let f0 = sys::minflt();
         let t0 = Instant::now();
@@ -248,16 +240,34 @@ pub fn host_touch_and_munmap(size: u64, thp: bool) -> Result<HostFreeResult, Hos
 /// minor faults and the time of the walk. On untouched anonymous memory this is a pure zero-page
 /// (or huge-zero-page) fault workload.
 pub fn host_usemem_readonly(size: u64, step: u64) -> Result<HostUsememResult, HostError> {
+    host_read_walk(size, step, true).map(|r| r.walk)
+}
+
+/// Result of [`host_read_walk`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostReadWalk {
+    pub walk: HostUsememResult,
+    /// The child's CPU time over the walk (`CLOCK_THREAD_CPUTIME_ID`: user and system, i.e.
+    /// the kernel's fault handling included), in ns.
+    pub cpu_ns: u64,
+}
+
+/// [`host_usemem_readonly`] with the THP advice chosen: `thp` maps 2 MiB-aligned with
+/// `MADV_HUGEPAGE` (huge-zero-page faults), otherwise `MADV_NOHUGEPAGE` (one 4 KiB zero-page
+/// fault per page touched), so that a 4 KiB zero-page read fault can be compared with the
+/// engine's. Reports the walk's CPU time as well as its wall time.
+pub fn host_read_walk(size: u64, step: u64, thp: bool) -> Result<HostReadWalk, HostError> {
     let len = check_size(size)?;
     let step = step.max(8);
-    let work = move || -> [u64; 6] {
-        let p = match map_anon(len, libc::PROT_READ, true) {
+    let work = move || -> [u64; 7] {
+        let p = match map_anon(len, libc::PROT_READ, thp) {
             Ok(p) => p,
-            Err(e) => return [e as u64, 0, 0, 0, 0, 0],
+            Err(e) => return [e as u64, 0, 0, 0, 0, 0, 0],
         };
-        madvise(p, len, libc::MADV_HUGEPAGE);
+        madvise(p, len, thp_advice(thp));
         let rss0 = rollup_kb(b"Anonymous:");
         let f0 = sys::minflt();
+        let c0 = sys::thread_cpu_ns();
         let t0 = Instant::now();
         let mut sum = 0u64;
         let mut n = 0u64;
@@ -271,14 +281,15 @@ pub fn host_usemem_readonly(size: u64, step: u64) -> Result<HostUsememResult, Ho
             off += step;
         }
         let ns = t0.elapsed().as_nanos() as u64;
+        let cpu = sys::thread_cpu_ns() - c0;
         let faults = sys::minflt() - f0;
         let rss1 = rollup_kb(b"Anonymous:");
         std::hint::black_box(sum);
         munmap(p, len);
-        [0, n, faults, ns, rss0, rss1]
+        [0, n, faults, ns, rss0, rss1, cpu]
     };
     // SAFETY: `work` only issues raw system calls, volatile loads from its own fresh mapping,
-    // reads the clock (vDSO) and reads a /proc file into a stack buffer.
+    // reads the clocks (vDSO, clock_gettime) and reads a /proc file into a stack buffer.
     let w = unsafe { run_forked(work)? };
     if w[0] != 0 {
         return Err(HostError::Sys {
@@ -286,14 +297,123 @@ pub fn host_usemem_readonly(size: u64, step: u64) -> Result<HostUsememResult, Ho
             errno: w[0] as i32,
         });
     }
-    Ok(HostUsememResult {
-        size: len,
-        step,
-        accesses: w[1],
-        faults: w[2],
-        ns: w[3],
-        anon_rss_delta_kb: w[5] as i64 - w[4] as i64,
+    Ok(HostReadWalk {
+        walk: HostUsememResult {
+            size: len,
+            step,
+            accesses: w[1],
+            faults: w[2],
+            ns: w[3],
+            anon_rss_delta_kb: w[5] as i64 - w[4] as i64,
+        },
+        cpu_ns: w[6],
     })
+}
+
+/// `MADV_HUGEPAGE` when THP is wanted, `MADV_NOHUGEPAGE` otherwise.
+fn thp_advice(thp: bool) -> i32 {
+    if thp {
+        libc::MADV_HUGEPAGE
+    } else {
+        libc::MADV_NOHUGEPAGE
+    }
+}
+
+/// One populate + munmap round of [`host_touch_and_munmap_twice`], child-safe:
+/// `[errno, faults, populate_ns, munmap_ns, anon_huge_kb, populate_cpu_ns, munmap_cpu_ns]`.
+fn touch_and_munmap_round(len: u64, thp: bool) -> [u64; 7] {
+    let p = match map_anon(len, libc::PROT_READ | libc::PROT_WRITE, thp) {
+        Ok(p) => p,
+        Err(e) => return [e as u64, 0, 0, 0, 0, 0, 0],
+    };
+    madvise(p, len, thp_advice(thp));
+    let thp0 = rollup_kb(b"AnonHugePages:");
+    let f0 = sys::minflt();
+    let c0 = sys::thread_cpu_ns();
+    let t0 = Instant::now();
+    let mut off = 0;
+    while off < len {
+        // SAFETY: p..p+len is a private read-write mapping owned by this child alone.
+        unsafe { std::ptr::write_volatile((p + off) as usize as *mut u8, 1) };
+        off += PAGE_SIZE;
+    }
+    let populate = t0.elapsed().as_nanos() as u64;
+    let c1 = sys::thread_cpu_ns();
+    let faults = sys::minflt() - f0;
+    let thp1 = rollup_kb(b"AnonHugePages:");
+    let c2 = sys::thread_cpu_ns();
+    let t1 = Instant::now();
+    munmap(p, len);
+    let unmap = t1.elapsed().as_nanos() as u64;
+    let c3 = sys::thread_cpu_ns();
+    [
+        0,
+        faults,
+        populate,
+        unmap,
+        thp1.saturating_sub(thp0),
+        c1 - c0,
+        c3 - c2,
+    ]
+}
+
+/// One round of [`host_touch_and_munmap_twice`]: the wall-time figures of
+/// [`host_touch_and_munmap`] and the child's CPU time over the same two steps.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostPopulateRound {
+    pub wall: HostFreeResult,
+    /// CPU time of the populate loop (`CLOCK_THREAD_CPUTIME_ID`: the faults' kernel time
+    /// included), in ns.
+    pub populate_cpu_ns: u64,
+    /// CPU time of the munmap, in ns.
+    pub munmap_cpu_ns: u64,
+}
+
+/// [`host_touch_and_munmap`] twice in a row in one child: `[cold, warm]`.
+///
+/// The first round takes whatever memory the guest kernel has free, which on a VM may have been
+/// handed back to the hypervisor (free page reporting) so that its first touch faults there too;
+/// the second round, started right after the first round's munmap, gets the frames just freed
+/// back from the guest's own free lists, resident — the kernel's cost with its RAM resident,
+/// which is what an engine machine with a prefaulted backing is compared against.
+pub fn host_touch_and_munmap_twice(
+    size: u64,
+    thp: bool,
+) -> Result<[HostPopulateRound; 2], HostError> {
+    let len = check_size(size)?;
+    let work = move || -> [u64; 14] {
+        let a = touch_and_munmap_round(len, thp);
+        let b = touch_and_munmap_round(len, thp);
+        let mut out = [0u64; 14];
+        out[..7].copy_from_slice(&a);
+        out[7..].copy_from_slice(&b);
+        out
+    };
+    // SAFETY: `work` only issues raw system calls, volatile stores into its own fresh mappings,
+    // reads the clocks (vDSO, clock_gettime) and reads a /proc file into a stack buffer.
+    let w = unsafe { run_forked(work)? };
+    let round = |r: &[u64]| -> Result<HostPopulateRound, HostError> {
+        if r[0] != 0 {
+            return Err(HostError::Sys {
+                what: "mmap in measurement child",
+                errno: r[0] as i32,
+            });
+        }
+        Ok(HostPopulateRound {
+            wall: HostFreeResult {
+                size: len,
+                thp,
+                pages: len / PAGE_SIZE,
+                faults: r[1],
+                populate_ns: r[2],
+                munmap_ns: r[3],
+                anon_huge_kb: r[4],
+            },
+            populate_cpu_ns: r[5],
+            munmap_cpu_ns: r[6],
+        })
+    };
+    Ok([round(&w[..7])?, round(&w[7..])?])
 }
 
 #[cfg(test)]
@@ -336,6 +456,33 @@ mod tests {
         let r8 = host_usemem_readonly(1 << 20, 0).unwrap();
         assert_eq!(r8.step, 8);
         assert_eq!(r8.accesses, (1 << 20) / 8);
+    }
+
+    #[test]
+    fn host_read_walk_without_thp_faults_every_page() {
+        let w = host_read_walk(SIZE, 4096, false).unwrap();
+        assert!(w.cpu_ns > 0);
+        let r = w.walk;
+        assert_eq!(r.accesses, SIZE / 4096);
+        // One zero-page fault per 4 KiB page (a handful more from the child itself).
+        assert!(
+            r.faults >= r.accesses && r.faults <= r.accesses + 64,
+            "{r:?}"
+        );
+        assert!(r.anon_rss_delta_kb < 64, "{r:?}");
+    }
+
+    #[test]
+    fn host_touch_and_munmap_twice_reports_two_rounds() {
+        let [cold, warm] = host_touch_and_munmap_twice(SIZE, false).unwrap();
+        for round in [cold, warm] {
+            assert!(round.populate_cpu_ns > 0 && round.munmap_cpu_ns > 0);
+            let r = round.wall;
+            assert_eq!(r.pages, SIZE / PAGE_SIZE);
+            assert!(r.faults >= r.pages && r.faults < r.pages + 64, "{r:?}");
+            assert!(r.populate_ns > 0 && r.munmap_ns > 0);
+        }
+        assert!(host_touch_and_munmap_twice(0, true).is_err());
     }
 
     #[test]

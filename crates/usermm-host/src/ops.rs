@@ -27,6 +27,11 @@
 //! | `Probe` | `Probe(pages)` | — |
 //! | `Maps` | `Maps(lines)`: the `/proc/self/maps` lines that intersect the arena, in address order | — |
 //! | `Counters` | `Counters(..)` | — |
+//! | `Mremap` | `Ok(new address)` | `Err(errno)` |
+//! | `Brk` | `Ok(returned break − base)` (never fails: a refusal returns the old break) | — |
+//! | `Fork` | `Ok(child's process number)` | `Err(EAGAIN)` when [`MAX_PROCS`] already live |
+//! | `Switch` | `Ok(0)` | `Err(ESRCH)`: no such live process |
+//! | `Exit` | `Ok(process number now current)` | `Err(ESRCH)`: the last process cannot exit |
 //!
 //! Any op may also return [`OpResult::BackendFailure`] when the backend itself broke (the host
 //! child died, a protocol error); that never compares equal to anything.
@@ -54,7 +59,17 @@
 //!   fault then a write fault, exactly as a program doing `*p = *p` would). x86-64 has no
 //!   write-only pages, so an unreadable page is reported as not writable. At most `ARENA_SIZE`
 //!   bytes may be probed at once; a larger or wrapping range is `Err(EINVAL)`.
-//! * **Counters** are counted from the moment the backend was created; see [`Counters`].
+//! * **Counters** are counted from the moment the backend was created; see [`Counters`]. They
+//!   are the current process's: a forked child counts from its fork.
+//! * **Processes.** A backend starts with process 0. [`Op::Fork`] forks the current process
+//!   (the child gets the free number, 0 or 1); ops then act on the current process until an
+//!   [`Op::Switch`]. [`Op::Exit`] ends the current process's use of the arena — the engine
+//!   tears its `Mm` down; the host child unmaps the whole arena and stops serving (the process
+//!   itself lingers until the backend is dropped, which no arena observation can tell from an
+//!   exit) — and makes the other process current.
+//! * **Brk** results are offsets from the process's break at start, so that the host's
+//!   (randomised, malloc-moved) heap and the engine's fixed one compare; ops never ask for a
+//!   break below that base, which on the host would free the child's own heap.
 //!
 //! Nothing here is `unsafe`; the host side keeps all of that under `host/`.
 
@@ -108,7 +123,19 @@ pub const MADV_PAGEOUT: i32 = libc::MADV_PAGEOUT;
 pub const MADV_POPULATE_READ: i32 = libc::MADV_POPULATE_READ;
 pub const MADV_POPULATE_WRITE: i32 = libc::MADV_POPULATE_WRITE;
 
+pub const MREMAP_MAYMOVE: u32 = libc::MREMAP_MAYMOVE as u32;
+pub const MREMAP_FIXED: u32 = libc::MREMAP_FIXED as u32;
+pub const MREMAP_DONTUNMAP: u32 = 4;
+
+/// [`Op::Brk`]'s `off` that asks `brk(0)`: a query (0 is below every `start_brk`, so the
+/// kernel answers with the current break).
+pub const BRK_QUERY: u64 = u64::MAX;
+
+/// Processes a backend can hold at once (the first and one forked from it; see [`Op::Fork`]).
+pub const MAX_PROCS: u32 = 2;
+
 pub const EPERM: i32 = libc::EPERM;
+pub const ESRCH: i32 = libc::ESRCH;
 pub const EBADF: i32 = libc::EBADF;
 pub const EAGAIN: i32 = libc::EAGAIN;
 pub const ENOMEM: i32 = libc::ENOMEM;
@@ -204,6 +231,24 @@ pub enum Op {
     Maps,
     /// Fault and RSS counters.
     Counters,
+    /// `mremap(addr, old_len, new_len, flags, new_addr)`.
+    Mremap {
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+        flags: u32,
+        new_addr: u64,
+    },
+    /// `brk(base + off)` where `base` is the process's break when the backend started (or
+    /// `brk(0)` for [`BRK_QUERY`]); the result is the returned break minus `base`.
+    Brk { off: u64 },
+    /// `fork()` of the current process: the child shares the arena copy-on-write. The current
+    /// process goes on executing ops; the result is the child's process number.
+    Fork,
+    /// Make process `proc` the one later ops act on.
+    Switch { proc: u32 },
+    /// The current process exits; the other one becomes current (its number is the result).
+    Exit,
 }
 
 impl Op {
@@ -250,6 +295,11 @@ impl Op {
             Op::Probe { .. } => "probe",
             Op::Maps => "maps",
             Op::Counters => "counters",
+            Op::Mremap { .. } => "mremap",
+            Op::Brk { .. } => "brk",
+            Op::Fork => "fork",
+            Op::Switch { .. } => "switch",
+            Op::Exit => "exit",
         }
     }
 }
@@ -282,6 +332,21 @@ impl fmt::Display for Op {
             Op::Probe { addr, len } => write!(f, "probe({addr:#x}, {len:#x})"),
             Op::Maps => f.write_str("maps"),
             Op::Counters => f.write_str("counters"),
+            Op::Mremap {
+                addr,
+                old_len,
+                new_len,
+                flags,
+                new_addr,
+            } => write!(
+                f,
+                "mremap({addr:#x}, {old_len:#x}, {new_len:#x}, flags={flags:#x}, {new_addr:#x})"
+            ),
+            Op::Brk { off } if *off == BRK_QUERY => f.write_str("brk(0)"),
+            Op::Brk { off } => write!(f, "brk(base + {off:#x})"),
+            Op::Fork => f.write_str("fork"),
+            Op::Switch { proc } => write!(f, "switch to process {proc}"),
+            Op::Exit => f.write_str("exit"),
         }
     }
 }

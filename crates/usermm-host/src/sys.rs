@@ -241,6 +241,66 @@ pub(crate) unsafe fn munlock(addr: u64, len: u64) -> Result<u64, i32> {
     unsafe { syscall6(libc::SYS_munlock, [addr, len, 0, 0, 0, 0]) }
 }
 
+/// `mremap(addr, old_len, new_len, flags, new_addr)`.
+///
+/// # Safety
+/// Neither `addr..addr+old_len` nor (with `MREMAP_FIXED`) `new_addr..new_addr+new_len` may
+/// hold a Rust object of this process.
+pub(crate) unsafe fn mremap(
+    addr: u64,
+    old_len: u64,
+    new_len: u64,
+    flags: u64,
+    new_addr: u64,
+) -> Result<u64, i32> {
+    // SAFETY: forwarded to the caller (see above).
+    unsafe {
+        syscall6(
+            libc::SYS_mremap,
+            [addr, old_len, new_len, flags, new_addr, 0],
+        )
+    }
+}
+
+/// The raw `brk(addr)` system call: the new break, or the old one if the kernel refused
+/// (it never fails).
+///
+/// # Safety
+/// A break below the current one unmaps the heap above it: it must hold no Rust object of
+/// this process.
+pub(crate) unsafe fn brk(addr: u64) -> u64 {
+    // SAFETY: forwarded to the caller (see above).
+    unsafe { syscall6(libc::SYS_brk, [addr, 0, 0, 0, 0, 0]) }.unwrap_or(0)
+}
+
+/// `poll` on two fds; the revents of each (zeros on timeout). EINTR counts as a timeout.
+pub(crate) fn poll2(
+    a: (Fd, libc::c_short),
+    b: (Fd, libc::c_short),
+    timeout: Duration,
+) -> Result<(libc::c_short, libc::c_short), i32> {
+    let mut p = [
+        libc::pollfd {
+            fd: a.0,
+            events: a.1,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: b.0,
+            events: b.1,
+            revents: 0,
+        },
+    ];
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: `p` is a valid pollfd array of length 2 for the duration of the call.
+    let r = unsafe { libc::poll(p.as_mut_ptr(), 2, ms) };
+    if r < 0 {
+        let e = errno();
+        return if e == libc::EINTR { Ok((0, 0)) } else { Err(e) };
+    }
+    Ok((p[0].revents, p[1].revents))
+}
+
 /// `getrusage(RUSAGE_SELF)`: this process's resource usage (all zero if the call fails).
 pub(crate) fn rusage_self() -> libc::rusage {
     // SAFETY: rusage is plain old data; all-zero is a valid value.
@@ -253,6 +313,22 @@ pub(crate) fn rusage_self() -> libc::rusage {
 /// `getrusage(RUSAGE_SELF).ru_minflt`: minor faults of this process so far.
 pub(crate) fn minflt() -> u64 {
     rusage_self().ru_minflt.max(0) as u64
+}
+
+/// `clock_gettime(CLOCK_THREAD_CPUTIME_ID)`: the calling thread's CPU time (user and system)
+/// in ns, 0 if the call fails. Allocation-free, so usable in a forked child.
+pub(crate) fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the call writes nothing else.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec.max(0) as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec.max(0) as u64)
 }
 
 /// `uname(2)`'s `release` field (`uname -r`), NUL-terminated in `out`; `None` if the call

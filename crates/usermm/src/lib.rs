@@ -28,7 +28,7 @@
 //! | [`sync`] | the seam: `spinlock_t`, `struct mutex`, `rw_semaphore`, the split PTL, wait queues, completions, kthreads, `ktime_get`; `include/linux/mmap_lock.h`, `kernel/workqueue.c` |
 //! | [`vtime`] | no kernel file: virtual time, the machine model of DESIGN.md §8 (runtime, cost profiles, report) |
 //! | [`pgtable`] | `arch/x86/include/asm/pgtable*.h`, the table allocators of `mm/memory.c` |
-//! | [`mm`] | `mm_types.h`, `mm/memory.c`, `mm/mmu_gather.c`; `mm::vma` = `mm/vma.c` (`tree`, `merge`), `mm/mmap.c` (`unmapped_area`), `fs/proc/task_mmu.c` (`maps`); `mm::mmap` = `mm/mmap.c` (`map`, `munmap`), `mm/mprotect.c`, `mm/madvise.c`, `mm/mlock.c`; `mm::mman` = `uapi/asm-generic/mman-common.h` |
+//! | [`mm`] | `mm_types.h`, `mm/memory.c`, `mm/mmu_gather.c`; `mm::fork` = `kernel/fork.c` (`dup_mmap`) + `copy_page_range`; `mm::mremap` = `mm/mremap.c`; `mm::rmap` = the mapcounts of `mm/rmap.c`; `mm::lock_vma` = `lock_vma_under_rcu`; `mm::vma` = `mm/vma.c` (`tree`, `merge`, `remap`), `mm/mmap.c` (`unmapped_area`), `fs/proc/task_mmu.c` (`maps`), the per-VMA-lock index (`index`); `mm::mmap` = `mm/mmap.c` (`map`, `munmap`, `brk`), `mm/mprotect.c`, `mm/madvise.c`, `mm/mlock.c`; `mm::mman` = `uapi/asm-generic/mman-common.h` |
 //! | [`huge_memory`] | the huge zero page of `mm/huge_memory.c` |
 //! | [`pcpu`], [`memcg`] | `mm/percpu.c`; the percpu side of `mm/memcontrol.c` |
 //! | [`policy`] | the gather's and munmap's resolved policies (below both `machine` and `mm`) |
@@ -45,12 +45,18 @@
 //! `// Lock order:` comment. Every lock is a [`sync`] primitive of the class named in brackets.
 //! ```text
 //! mmap_lock [mmap_lock] (RwSem; write may downgrade to read)
+//!   parent mmap_lock (write) -> child mmap_lock (write)   -- fork (dup_mmap)
 //!   vma tree                              -- protected by mmap_lock
+//!   per-VMA lock [vm_lock] (write: a VMA writer holding mmap_lock for write; read: a fault or
+//!     MADV_DONTNEED holding no mmap_lock) -> VMA index [mm_mt] (write, to publish)
+//!   VMA index [mm_mt] (read) is taken alone: released before a per-VMA lock is tried
 //!     page_table_lock [page_table_lock] (upper levels) -> PMD lock [pmd_lock] -> PTE-page lock [ptl]
-//!       PMD lock -> deposits [pmd_huge_pte]   -- a leaf: the tables deposited under huge PMDs
+//!       child PTE/PMD lock -> parent PTE/PMD lock   -- copy_page_range; old -> new in move_page_tables
+//!       PMD lock: also guards its PMD table's deposit list (`pmd_huge_pte`); no lock of its own
 //!       pcp lock [pcp] (per CPU, per zone) -> zone.lock [zone.lock]
 //!       pcp lock -> hugetlb pool [hugetlb_lock]   -- freeing a hugetlb page; a leaf
 //!       lru_add batch [lru_add] (per CPU) -> lru_lock [lru_lock] (per node)
+//!       lru_add batch -> pcp lock -> zone.lock   -- a batch that held a page's last reference
 //!       lru_lock is never held together with a pcp lock or zone.lock
 //!     shmem pages [shmem_i_pages] (per object) -> pcp lock -> zone.lock   -- first touch allocates
 //!   mmap_lock (read) -> exclusive-hold histogram [mmap_lock_hist]   -- at a downgrade; a leaf
@@ -58,6 +64,7 @@
 //! TLB gates [tlb_gate] (per CPU): taken alone, never with another lock held... except a flush
 //!   forced under a PTE lock, which is safe because accesses never take a PTL
 //! shrinker list [shrinker_rwsem]: read, copied, released before any shrinker runs
+//! fork family [mmlist_lock]: a leaf (mm_alloc, fork, validate copy the list and drop it)
 //! pcpu_alloc_mutex [pcpu_alloc_mutex] -> pcpu_lock [pcpu_lock]   -- independent of the tree above
 //!   pcp lock -> zone.lock                 -- chunk population allocates pages
 //! workqueue pool [workqueue], completions: leaves; items run with none held
@@ -75,8 +82,8 @@
 //! - `backing` — the host mappings behind frames and metadata, `ZeroedArray`;
 //! - `page_alloc::meta` — `unsafe impl ZeroValid for PageMeta`;
 //! - `pcpu::region` — the host mapping behind percpu chunks;
-//! - `sync::clock`, `sync::ptlock`, `sync::rwsem` — `clock_gettime`, parking on an address,
-//!   moving a lock's value out, loom's cell pointers;
+//! - `sync::clock`, `sync::ptlock`, `sync::rwsem` — `clock_gettime` and `rdtsc` (lock_stat's
+//!   TSC clock), parking on an address, moving a lock's value out, loom's cell pointers;
 //! - `vtime::coro` — coroutines whose bodies borrow, and suspending from inside a hook;
 //! - the VMA tree's unit tests, which probe the host kernel with raw `mmap`.
 

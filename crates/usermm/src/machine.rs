@@ -69,6 +69,8 @@ pub struct Machine {
     huge_zero: Arc<HugeZeroPage>,
     gather: GatherPolicy,
     munmap: MunmapPolicy,
+    /// `vma.per_vma_lock`, resolved at boot.
+    per_vma_lock: bool,
     tlb_flush_cost_ns: u64,
     /// `transparent_hugepage/enabled`, read by every anonymous fault.
     thp: ThpMode,
@@ -133,6 +135,7 @@ impl Machine {
             stack_veto: config.munmap.stack_veto,
         };
         let tlb_flush_cost_ns = config.tlb.flush_cost_ns;
+        let per_vma_lock = config.vma.per_vma_lock;
         let (thp, max_map_count) = (config.thp, config.max_map_count as usize);
         let pcpu = Arc::new(
             PcpuAllocator::with_workers(&config.pcpu, cpus.clone(), Arc::clone(&phys), workers)
@@ -149,6 +152,7 @@ impl Machine {
             huge_zero,
             gather,
             munmap,
+            per_vma_lock,
             tlb_flush_cost_ns,
             thp,
             max_map_count,
@@ -264,6 +268,11 @@ impl Machine {
 
     pub fn gather_policy(&self) -> &GatherPolicy {
         &self.gather
+    }
+
+    /// Do faults try per-VMA locks (`vma.per_vma_lock`)?
+    pub fn per_vma_lock(&self) -> bool {
+        self.per_vma_lock
     }
 
     pub fn munmap_policy(&self) -> MunmapPolicy {

@@ -174,6 +174,8 @@ pub(crate) fn alloc_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError>
     phys.backing().zero_table(pfn);
     charge(Cost::PtAlloc, 1);
     charge(Cost::ClearPage, 1);
+    // pmd_ptlock_init: no tables deposited yet (used only if this becomes a PMD table).
+    phys.meta(pfn).set_pmd_huge_pte(None);
     phys.meta(pfn).set(PG_PGTABLE);
     phys.stat().inc(cpu, VmItem::NrPageTablePages);
     Ok(pfn)
@@ -209,6 +211,10 @@ pub(crate) fn free_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
         .table(pfn)
         .iter()
         .all(|e| e.load(Relaxed) == 0));
+    vm_bug_on!(
+        phys.meta(pfn).pmd_huge_pte().is_some(),
+        "freeing PMD table {pfn:?} with tables still deposited"
+    );
     phys.meta(pfn).ptl.ptlock_free();
     charge(Cost::PtFree, 1);
     phys.meta(pfn).clear(PG_PGTABLE);

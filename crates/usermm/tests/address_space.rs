@@ -445,9 +445,100 @@ fn racing_faulters_against_munmap_and_mprotect_keep_invariants() {
     exit_and_check(&m, mm, free0);
 }
 
+/// The window `dontneed_racing_a_thp_split_zaps_everything` hits by chance, held open: a split
+/// (MADV_COLD on one subpage) is stopped inside its `pmdp_invalidate` TLB flush, PMD lock held,
+/// by a task on another CPU that is in the middle of an access (its TLB gate held); a
+/// DONTNEED over the THP then reads the PMD without the lock. The invalidated PMD must still
+/// look huge, so the zap waits for the PMD lock and then zaps the split's PTE table; a none
+/// PMD let it skip the 2 MiB and leave the split's pages mapped.
+#[test]
+fn dontneed_during_a_split_tlb_flush_waits_for_the_pmd_lock() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::time::{Duration, Instant};
+    let m = thp_always();
+    let free0 = free_pages(&m);
+    let mm = Mm::new(&m, C0).unwrap();
+    let huge = 2u64 << 20;
+    let base = anon(&mm, 3 * huge);
+    let base = (base + huge - 1) & !(huge - 1);
+    // A THP to split, and one for the stalling CPU's access, away from the first.
+    let t1 = usermm::Task::new(Arc::clone(&mm), usermm::CpuId(1));
+    t1.write_u64(base, 7).unwrap();
+    let t3 = usermm::Task::new(Arc::clone(&mm), usermm::CpuId(3));
+    t3.write_u64(base + huge, 1).unwrap();
+    assert_eq!(mm.rss_total(), 1024, "two THPs");
+    let (entered, release) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    // CPU 3 stops in the middle of an access: every TLB flush of the mm waits for it.
+    let staller = {
+        let (entered, release) = (Arc::clone(&entered), Arc::clone(&release));
+        std::thread::spawn(move || {
+            t3.walk(base + huge, 8, 8, true, |_| {
+                entered.store(true, SeqCst);
+                while !release.load(SeqCst) {
+                    std::hint::spin_loop();
+                }
+                2
+            })
+            .unwrap();
+        })
+    };
+    // Spin until `cond`; a protocol step that never comes fails the test instead of hanging it.
+    let wait_until = |what: &str, cond: &dyn Fn() -> bool| {
+        let t0 = Instant::now();
+        while !cond() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{what} never happened"
+            );
+            std::hint::spin_loop();
+        }
+    };
+    wait_until("CPU 3's access", &|| entered.load(SeqCst));
+    let flushes = mm.tlb_flushes();
+    let splitter = {
+        let mm = Arc::clone(&mm);
+        std::thread::spawn(move || {
+            mm.madvise(usermm::CpuId(2), base + 4096, 4096, MADV_COLD)
+                .unwrap();
+        })
+    };
+    // The split's first flush is its pmdp_invalidate: from here it waits for CPU 3.
+    wait_until("the split's flush", &|| mm.tlb_flushes() != flushes);
+    let zapper = {
+        let mm = Arc::clone(&mm);
+        std::thread::spawn(move || {
+            mm.madvise(usermm::CpuId(1), base, huge, MADV_DONTNEED)
+                .unwrap();
+        })
+    };
+    // Give the zap time to read the PMD: it then waits, for the PMD lock (a huge PMD) or for
+    // CPU 3 in its own flush (a none PMD skipped). Only the ordering depends on this wait:
+    // if the zap has not got there yet it runs after the split, and passes either way.
+    let t0 = Instant::now();
+    while mm.tlb_flushes() == flushes + 1 && t0.elapsed() < Duration::from_millis(200) {
+        std::thread::yield_now();
+    }
+    release.store(true, SeqCst);
+    staller.join().unwrap();
+    splitter.join().unwrap();
+    zapper.join().unwrap();
+    assert_eq!(
+        mm.rss_total(),
+        512,
+        "only the other THP stays mapped after DONTNEED"
+    );
+    assert_eq!(t1.read_u64(base).unwrap(), 0);
+    exit_and_check(&m, mm, free0);
+}
+
 /// A DONTNEED racing a THP split (MADV_COLD on one subpage, under the same read lock) must
 /// still zap everything: when the split wins the PMD lock, `zap_huge_pmd` finds a PTE table and
-/// the zap falls through to it (it used to skip the table and leave 512 pages mapped).
+/// the zap falls through to it (it used to skip the table and leave 512 pages mapped); and the
+/// split's `pmdp_invalidate` leaves the PMD huge, not none, for the instant of its TLB flush
+/// (a none PMD, read without the lock, made the zap skip the 2 MiB altogether).
 #[test]
 fn dontneed_racing_a_thp_split_zaps_everything() {
     let m = thp_always();

@@ -516,7 +516,8 @@ fn race_on(m: &Arc<Machine>, how: Unmap, racers: usize, len: u64, budget: Durati
                     t,
                     base,
                     len,
-                    0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i as u64 + 1),
+                    usermm_testscale::seed_for("munmap_downgrade::racer")
+                        ^ 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i as u64 + 1),
                     r,
                     c,
                 )
@@ -578,18 +579,19 @@ fn race_on(m: &Arc<Machine>, how: Unmap, racers: usize, len: u64, budget: Durati
 mod racing_faults {
     use super::*;
 
-    fn check(downgrade: bool, thp: ThpMode) {
-        check_in(downgrade, thp, TimeMode::Wall);
+    fn check(name: &str, downgrade: bool, thp: ThpMode) {
+        check_in(name, downgrade, thp, TimeMode::Wall);
     }
 
-    fn check_in(downgrade: bool, thp: ThpMode, time: TimeMode) {
+    /// 1.5 s of rounds (at least 4), times `USERMM_TEST_SCALE`.
+    fn check_in(name: &str, downgrade: bool, thp: ThpMode, time: TimeMode) {
         let o = race(
             downgrade,
             thp,
             Unmap::Munmap,
             3,
             16 << 20,
-            Duration::from_millis(1500),
+            Duration::from_millis(1500) * usermm_testscale::scale() as u32,
             time,
         );
         let msg = format!(
@@ -602,21 +604,22 @@ data before its zap, {} accesses after munmap returned; violations: {}",
         assert_eq!(o.violations, 0, "{msg}");
         assert_eq!(o.downgraded, if downgrade { o.rounds } else { 0 }, "{msg}");
         assert!(o.maperr_during > 0, "no fault raced the munmap: {msg}");
+        usermm_testscale::report(name, o.racing + o.rounds);
     }
 
     #[test]
     fn downgraded_munmap_4k() {
-        check(true, ThpMode::Never);
+        check("munmap_downgrade::downgraded_4k", true, ThpMode::Never);
     }
 
     #[test]
     fn exclusive_munmap_4k() {
-        check(false, ThpMode::Never);
+        check("munmap_downgrade::exclusive_4k", false, ThpMode::Never);
     }
 
     #[test]
     fn downgraded_munmap_thp() {
-        check(true, ThpMode::Always);
+        check("munmap_downgrade::downgraded_thp", true, ThpMode::Always);
     }
 
     /// The same property in virtual time: the racers are contexts on their own emulated
@@ -624,17 +627,32 @@ data before its zap, {} accesses after munmap returned; violations: {}",
     /// munmap's detach, downgrade and zap are ordered against their faults in virtual time.
     #[test]
     fn virtual_downgraded_munmap_4k() {
-        check_in(true, ThpMode::Never, TimeMode::Virtual);
+        check_in(
+            "munmap_downgrade::virtual_downgraded_4k",
+            true,
+            ThpMode::Never,
+            TimeMode::Virtual,
+        );
     }
 
     #[test]
     fn virtual_exclusive_munmap_4k() {
-        check_in(false, ThpMode::Never, TimeMode::Virtual);
+        check_in(
+            "munmap_downgrade::virtual_exclusive_4k",
+            false,
+            ThpMode::Never,
+            TimeMode::Virtual,
+        );
     }
 
     #[test]
     fn virtual_downgraded_munmap_thp() {
-        check_in(true, ThpMode::Always, TimeMode::Virtual);
+        check_in(
+            "munmap_downgrade::virtual_downgraded_thp",
+            true,
+            ThpMode::Always,
+            TimeMode::Virtual,
+        );
     }
 }
 

@@ -182,7 +182,9 @@ fn munmap_returns_only_after_every_job_finished() {
     // One worker, many jobs: if munmap returned early, the count below would be short.
     let m = machine(FreePolicy::Parallel, |c| c.free.max_active = 1);
     let free0 = free_now(&m);
-    for round in 0..4 {
+    // 4 rounds, times USERMM_TEST_SCALE.
+    let rounds = usermm_testscale::scaled(4) as usize;
+    for round in 0..rounds {
         let mm = m.new_mm(C0).expect("mm");
         let len = 32 << 20;
         let a = anon(&mm, len);
@@ -212,6 +214,7 @@ fn munmap_returns_only_after_every_job_finished() {
         );
     }
     m.validate().expect("PhysMem::validate");
+    usermm_testscale::report("parallel_free::munmap_returns_after_jobs", rounds as u64);
 }
 
 #[test]
@@ -258,8 +261,20 @@ fn failed_job_allocations_fall_back_to_inline() {
     }
 }
 
+/// Rounds (1 times `USERMM_TEST_SCALE`) of two teardowns through the workqueue racing two
+/// faulters in their own mms; each round on a fresh machine.
 #[test]
 fn teardown_racing_other_mms_faults_keeps_invariants() {
+    let rounds = usermm_testscale::scaled(1);
+    let mut ops = 0;
+    for _ in 0..rounds {
+        ops += teardown_race_round();
+    }
+    usermm_testscale::report("parallel_free::teardown_racing_faults", ops);
+}
+
+/// One round; returns the faulters' writes.
+fn teardown_race_round() -> u64 {
     let m = machine(FreePolicy::Parallel, |c| {
         c.mem = 512 << 20;
         c.cpus = 6;
@@ -356,4 +371,6 @@ fn teardown_racing_other_mms_faults_keeps_invariants() {
     assert!(jobs > 0, "no job was queued");
     m.validate().expect("PhysMem::validate after the race");
     assert_eq!(free_now(&m), free0, "frames leaked");
+    // Ops: the faults made during a teardown, and the pages the two teardowns freed.
+    raced + 2 * (64 << 20) / PAGE_SIZE
 }

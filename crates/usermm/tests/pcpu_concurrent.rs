@@ -1,7 +1,7 @@
 //! Several threads, each bound to its own emulated CPU, allocate, write, check and free percpu
 //! objects at once (atomic requests mixed in) while the balance work runs on its worker. Each
 //! thread's objects keep their bytes in every unit; at the end nothing leaks and every invariant
-//! holds.
+//! holds. 3 000 steps per thread, times `USERMM_TEST_SCALE`.
 
 use std::sync::Arc;
 use std::thread;
@@ -35,14 +35,15 @@ fn next(x: &mut u64) -> u64 {
     *x
 }
 
-fn worker(p: &PcpuAllocator, cpu: CpuId, iters: usize) {
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (cpu.0 as u64 + 1);
+fn worker(p: &PcpuAllocator, cpu: CpuId, iters: usize, seed: u64) {
+    // xorshift needs a non-zero state.
+    let mut rng = (seed ^ (cpu.0 as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1;
     let mut live: Vec<(PcpuPtr, u8)> = Vec::new();
     for i in 0..iters {
         let r = next(&mut rng);
-        if live.len() < 40 && r % 3 != 0 {
+        if live.len() < 40 && !r.is_multiple_of(3) {
             let size = [8usize, 24, 200, 1000, 3000][(r >> 8) as usize % 5];
-            let gfp = if r % 7 == 0 {
+            let gfp = if r.is_multiple_of(7) {
                 PcpuGfp::ATOMIC
             } else {
                 PcpuGfp::KERNEL
@@ -80,10 +81,19 @@ fn worker(p: &PcpuAllocator, cpu: CpuId, iters: usize) {
 fn run(depopulate: bool) {
     let (m, p) = machine(depopulate);
     let before = p.stats().counters.nr_cur_alloc;
+    // 3 000 steps per thread, times USERMM_TEST_SCALE, from USERMM_TEST_SEED.
+    let iters = usermm_testscale::scaled(3000);
+    let name = if depopulate {
+        "pcpu_concurrent::patched"
+    } else {
+        "pcpu_concurrent::vanilla"
+    };
+    usermm_testscale::announce(name);
+    let seed = usermm_testscale::seed_for(name);
     let handles: Vec<_> = (0..THREADS)
         .map(|c| {
             let p = Arc::clone(&p);
-            thread::spawn(move || worker(&p, CpuId(c), 3000))
+            thread::spawn(move || worker(&p, CpuId(c), iters as usize, seed))
         })
         .collect();
     for h in handles {
@@ -97,6 +107,7 @@ fn run(depopulate: bool) {
     drop(s);
     drop(p);
     m.validate().unwrap();
+    usermm_testscale::report(name, u64::from(THREADS) * iters);
 }
 
 #[test]

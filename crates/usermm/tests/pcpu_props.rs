@@ -76,7 +76,8 @@ fn check(p: &PcpuAllocator, a: PcpuPtr, tag: usize) -> Result<(), TestCaseError>
     Ok(())
 }
 
-fn run(ops: Vec<Op>, depopulate: bool) -> Result<(), TestCaseError> {
+fn run(ops: Vec<Op>, depopulate: bool) -> Result<u64, TestCaseError> {
+    let n = ops.len() as u64;
     let (m, p) = machine(depopulate);
     let c0 = CpuId(0);
     let mut live: Vec<(PcpuPtr, usize)> = Vec::new();
@@ -143,24 +144,29 @@ fn run(ops: Vec<Op>, depopulate: bool) -> Result<(), TestCaseError> {
     p.validate_settled().map_err(TestCaseError::fail)?;
     drop(p);
     m.validate().map_err(TestCaseError::fail)?;
-    Ok(())
+    Ok(n)
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig {
-        // PROPTEST_CASES=N runs more (48 keep `cargo test` fast).
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(48),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+// 48 sequences each (times `USERMM_TEST_SCALE`), from `USERMM_TEST_SEED`.
 
-    #[test]
-    fn vanilla_invariants_hold(ops in proptest::collection::vec(op(), 1..160)) {
-        run(ops, false)?;
-    }
+#[test]
+fn vanilla_invariants_hold() {
+    usermm_testscale::prop::check(
+        "pcpu_props::vanilla",
+        file!(),
+        48,
+        proptest::collection::vec(op(), 1..160),
+        |ops| run(ops, false),
+    );
+}
 
-    #[test]
-    fn patched_invariants_hold(ops in proptest::collection::vec(op(), 1..160)) {
-        run(ops, true)?;
-    }
+#[test]
+fn patched_invariants_hold() {
+    usermm_testscale::prop::check(
+        "pcpu_props::patched",
+        file!(),
+        48,
+        proptest::collection::vec(op(), 1..160),
+        |ops| run(ops, true),
+    );
 }

@@ -347,3 +347,27 @@ fn the_host_lock_check_sees_every_spelling() {
         assert_eq!(names_a_host_lock(fine), None, "false alarm: {fine}");
     }
 }
+
+/// Whether `code` reads the time-stamp counter (`_rdtsc`, `__rdtscp`, `asm!("rdtsc")`).
+fn reads_the_tsc(code: &str) -> bool {
+    code.contains("rdtsc")
+}
+
+/// The TSC is read in one place, `sync/clock.rs` (lock_stat's clock), so that a virtual run
+/// replaces host time there and nowhere else.
+#[test]
+fn the_tsc_is_read_only_in_the_sync_clock() {
+    let clock = src_dir().join("sync").join("clock.rs");
+    let offenders: Vec<String> = module_files()
+        .values()
+        .filter(|p| **p != clock && reads_the_tsc(&code_of(p)))
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "rdtsc outside src/sync/clock.rs (use sync::clock::LockstatClock):\n{}",
+        offenders.join("\n")
+    );
+    assert!(reads_the_tsc("unsafe { core::arch::x86_64::_rdtsc() }"));
+    assert!(reads_the_tsc(&code_of(&clock)), "the clock reads the TSC");
+}

@@ -1,12 +1,23 @@
 //! Fuzzing the syscall-like entry points with raw arguments: any address, length, protection,
-//! flag word, advice and file offset — not just the well-formed ones `syscall_props` draws.
+//! flag word, advice and file offset — not just the well-formed ones `syscall_props` draws —
+//! plus mremap, brk, fork and exit of forked children (calls then pick among the family), with
+//! and without per-VMA locks.
 //! Every call must return a value or an errno (never panic), accesses must return a value or
 //! a fault, `validate_mm` must hold after every step, and exit must give every frame back.
 //!
-//! A second test races three threads' raw sequences on one mm (`FUZZ_CASES / 4` cases).
+//! What is read is checked where a model can say. Every byte written at address `x` is
+//! `byte(x, writer)`: a hash of `x` with its top bit set, xor the writer's number (1–3), never
+//! zero. Nothing in the engine moves data between addresses (no mremap here), so any byte read
+//! at `x` must be 0 or `byte(x, w)` for some writer `w`: garbage, another address's data or a
+//! stale frame would show. One thread alone can say more: a write that succeeded reads back
+//! exactly, and a failed access names an address with a VMA exactly when its outcome is not
+//! `SEGV_MAPERR`.
 //!
-//! `FUZZ_CASES=N cargo test --release --test syscall_fuzz` runs longer (default 256 cases of up
-//! to 48 calls in `cargo test`, and 64 racing cases of up to 3 × 120 calls).
+//! A second test races three threads' raw sequences on one mm (`racing_raw_syscalls_*`).
+//!
+//! Budgets: 256 single-thread sequences of up to 48 calls, 64 racing cases of up to 3 × 120
+//! calls, times `USERMM_TEST_SCALE`; the sequences come from `USERMM_TEST_SEED` (README,
+//! testing notes), and a failure prints the line that replays it.
 
 mod common;
 
@@ -14,7 +25,8 @@ use common::*;
 use proptest::prelude::*;
 use usermm::config::BackingMode;
 use usermm::mm::mmap::*;
-use usermm::{CpuId, Mm, Task, PAGE_SIZE};
+use usermm::mm::vma::DEFAULT_START_BRK;
+use usermm::{CpuId, Mm, SegvCode, Task, PAGE_SIZE};
 
 /// `TASK_SIZE` of x86-64 with 4-level tables.
 const TASK_SIZE: u64 = (1 << 47) - PAGE_SIZE;
@@ -116,6 +128,12 @@ enum Call {
     Munlock(u64, u64),
     Read(u64, usize),
     Write(u64, usize),
+    Mremap(u64, u64, u64, u32, u64),
+    Brk(u64),
+    /// fork the chosen mm (at most three children); later calls pick among all.
+    Fork,
+    /// exit (mmput) a child.
+    Exit,
 }
 
 fn call() -> impl Strategy<Value = Call> {
@@ -155,21 +173,148 @@ fn call() -> impl Strategy<Value = Call> {
         1 => (addr(), len()).prop_map(|(a, l)| Call::Munlock(a, l)),
         2 => (addr(), 1usize..9000).prop_map(|(a, n)| Call::Read(a, n)),
         2 => (addr(), 1usize..9000).prop_map(|(a, n)| Call::Write(a, n)),
+        3 => (addr(), len(), len(), prop_oneof![6 => 0u32..8, 1 => any::<u32>()], addr())
+            .prop_map(|(a, o, n, f, d)| Call::Mremap(a, o, n, f, d)),
+        1 => prop_oneof![
+            3 => (0u64..(64 << 12)).prop_map(|o| DEFAULT_START_BRK + o),
+            1 => any::<u64>(),
+        ]
+        .prop_map(Call::Brk),
+        1 => Just(Call::Fork),
+        1 => Just(Call::Exit),
     ]
 }
 
 /// Addresses the last successful mmaps returned: later calls aim at them half of the time.
 fn aim(placed: &[u64], a: u64, pick: usize) -> u64 {
-    if placed.is_empty() || pick % 2 == 0 {
+    if placed.is_empty() || pick.is_multiple_of(2) {
         a
     } else {
         placed[pick % placed.len()] + (a % 8) * PAGE_SIZE
     }
 }
 
-fn apply(mm: &Mm, t: &Task, c: &Call, placed: &mut Vec<u64>, pick: usize) {
+/// The byte writer `w` (1–3) stores at address `x`: never 0, and different for each writer.
+fn byte(x: u64, w: u8) -> u8 {
+    let mut z = x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z ^= z >> 29;
+    (z as u8 | 0x80) ^ w
+}
+
+/// Check a successful read of `buf` at `a`: every byte is 0 or some writer's byte for its
+/// address (`writers` = 0: a sparse machine, whose reads are all zeros).
+fn check_read(a: u64, buf: &[u8], writers: u8) -> Result<(), String> {
+    for (i, &b) in buf.iter().enumerate() {
+        let x = a.wrapping_add(i as u64);
+        if b != 0 && !(1..=writers).any(|w| byte(x, w) == b) {
+            return Err(format!(
+                "read at {a:#x}: byte {b:#04x} at {x:#x} is neither 0 nor any writer's ({:#04x}..)",
+                byte(x, 1)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Is `addr` inside a VMA?
+fn in_vma(mm: &Mm, addr: u64) -> bool {
+    mm.mmap_read_lock()
+        .find_vma(addr)
+        .is_some_and(|v| v.start <= addr)
+}
+
+/// What a thread running `apply` knows: its number, how many write (0 on a sparse machine,
+/// where data is never kept), and whether it runs alone (then it may check more than the
+/// byte rule).
+struct Who<'a> {
+    writer: u8,
+    writers: u8,
+    alone: bool,
+    /// Set before any `mremap` is tried in the mms these threads share: a moved page keeps
+    /// the bytes written for its old address, so reads are checked only while it is clear.
+    moved: &'a std::sync::atomic::AtomicBool,
+}
+
+/// The mms a sequence acts on: the first and the children it forked.
+struct Family {
+    mms: Vec<std::sync::Arc<Mm>>,
+    placed: Vec<u64>,
+}
+
+impl Family {
+    fn new(mm: &std::sync::Arc<Mm>) -> Self {
+        Family {
+            mms: vec![std::sync::Arc::clone(mm)],
+            placed: Vec::new(),
+        }
+    }
+
+    /// Put every child (the first mm is the caller's).
+    fn exit_children(&mut self, cpu: CpuId) {
+        for c in self.mms.drain(1..) {
+            c.mmput(cpu);
+        }
+    }
+}
+
+fn apply_family(
+    f: &mut Family,
+    cpu: CpuId,
+    c: &Call,
+    pick: usize,
+    who: &Who<'_>,
+) -> Result<(), String> {
+    let mm = std::sync::Arc::clone(&f.mms[(pick / 3) % f.mms.len()]);
+    match *c {
+        Call::Fork => {
+            if f.mms.len() < 4 {
+                if let Ok(child) = mm.fork(cpu) {
+                    f.mms.push(child);
+                }
+            }
+        }
+        Call::Exit => {
+            if f.mms.len() > 1 {
+                let i = 1 + pick % (f.mms.len() - 1);
+                f.mms.remove(i).mmput(cpu);
+            }
+        }
+        Call::Mremap(a, o, n, fl, d) => {
+            who.moved.store(true, std::sync::atomic::Ordering::SeqCst);
+            if let Ok(got) = mm.mremap(cpu, aim(&f.placed, a, pick), o, n, fl, d) {
+                assert_eq!(got % PAGE_SIZE, 0, "{c:?} returned {got:#x}");
+                f.placed.push(got);
+            }
+        }
+        Call::Brk(b) => {
+            let now = mm.current_brk();
+            let got = mm.brk(cpu, b);
+            assert!(got == b || got == now, "{c:?}: {got:#x} from {now:#x}");
+        }
+        _ => apply(
+            &mm,
+            &Task::new(std::sync::Arc::clone(&mm), cpu),
+            c,
+            &mut f.placed,
+            pick,
+            who,
+        )?,
+    }
+    Ok(())
+}
+
+/// Run one call. `Err` says what a checked access got wrong.
+fn apply(
+    mm: &Mm,
+    t: &Task,
+    c: &Call,
+    placed: &mut Vec<u64>,
+    pick: usize,
+    who: &Who<'_>,
+) -> Result<(), String> {
     let cpu = t.cpu();
     match *c {
+        Call::Mremap(..) | Call::Brk(_) | Call::Fork | Call::Exit => {}
         Call::Mmap {
             addr,
             len,
@@ -205,21 +350,74 @@ fn apply(mm: &Mm, t: &Task, c: &Call, placed: &mut Vec<u64>, pick: usize) {
             let _ = mm.munlock(cpu, aim(placed, a, pick), l);
         }
         Call::Read(a, n) => {
+            let a = aim(placed, a, pick);
             let mut buf = vec![0u8; n];
-            let _ = t.read(aim(placed, a, pick), &mut buf);
+            match t.read(a, &mut buf) {
+                // Checked after the read: a clear flag then means no mremap had begun.
+                Ok(()) if !who.moved.load(std::sync::atomic::Ordering::SeqCst) => {
+                    check_read(a, &buf, who.writers)?
+                }
+                Ok(()) => {}
+                Err(f) if who.alone => check_fault(mm, &f)?,
+                Err(_) => {}
+            }
         }
         Call::Write(a, n) => {
-            let _ = t.write(aim(placed, a, pick), &vec![0xa5u8; n]);
+            let a = aim(placed, a, pick);
+            let data: Vec<u8> = (0..n as u64)
+                .map(|i| byte(a.wrapping_add(i), who.writer))
+                .collect();
+            match t.write(a, &data) {
+                Ok(()) if who.alone => {
+                    // Nobody else runs: the bytes read back exactly (zeros when sparse).
+                    let mut back = vec![0u8; n];
+                    t.read(a, &mut back)
+                        .map_err(|f| format!("read-back of a {n}-byte write at {a:#x}: {f}"))?;
+                    let data = if who.writers == 0 { vec![0; n] } else { data };
+                    if back != data {
+                        let i = back
+                            .iter()
+                            .zip(&data)
+                            .position(|(x, y)| x != y)
+                            .unwrap_or(0);
+                        return Err(format!(
+                            "read-back of a {n}-byte write at {a:#x}: byte {i} is {:#04x}, wrote {:#04x}",
+                            back[i], data[i]
+                        ));
+                    }
+                }
+                Ok(()) => {}
+                Err(f) if who.alone => check_fault(mm, &f)?,
+                Err(_) => {}
+            }
         }
     }
+    Ok(())
 }
 
-/// Small and sparse, so that a huge `MAP_POPULATE` or mlock runs out of frames quickly; two
-/// hugetlb pages; THP always or madvise.
-fn fuzz_machine(thp_always: bool) -> std::sync::Arc<usermm::Machine> {
+/// A failed access of a thread running alone: `SEGV_MAPERR` exactly when no VMA holds the
+/// address.
+fn check_fault(mm: &Mm, f: &usermm::Fault) -> Result<(), String> {
+    let mapped = in_vma(mm, f.addr);
+    if mapped == (f.code == SegvCode::MapErr) {
+        return Err(format!(
+            "{f}, but the address is {}in a VMA",
+            if mapped { "" } else { "not " }
+        ));
+    }
+    Ok(())
+}
+
+/// Small, so that a huge `MAP_POPULATE` or mlock runs out of frames quickly; two hugetlb
+/// pages; THP always or madvise; data kept (`full`) or not (sparse: reads return zeros).
+fn fuzz_machine(thp_always: bool, full: bool) -> std::sync::Arc<usermm::Machine> {
     machine_with(|c| {
         c.mem = 32 << 20;
-        c.backing = BackingMode::Sparse;
+        c.backing = if full {
+            BackingMode::Full
+        } else {
+            BackingMode::Sparse
+        };
         c.nr_hugepages = 2;
         c.thp = if thp_always {
             usermm::config::ThpMode::Always
@@ -229,92 +427,162 @@ fn fuzz_machine(thp_always: bool) -> std::sync::Arc<usermm::Machine> {
     })
 }
 
-fn cases() -> u32 {
-    std::env::var("FUZZ_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(256)
+/// [`fuzz_machine`] with per-VMA locks.
+fn pvl_machine(thp_always: bool, full: bool) -> std::sync::Arc<usermm::Machine> {
+    machine_with(|c| {
+        c.mem = 32 << 20;
+        c.backing = if full {
+            BackingMode::Full
+        } else {
+            BackingMode::Sparse
+        };
+        c.nr_hugepages = 2;
+        c.vma.per_vma_lock = true;
+        c.thp = if thp_always {
+            usermm::config::ThpMode::Always
+        } else {
+            usermm::config::ThpMode::Madvise
+        };
+    })
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
-
-    #[test]
-    fn raw_syscall_arguments_never_panic_and_keep_invariants(
-        calls in prop::collection::vec((call(), any::<usize>()), 1..48),
-        thp in any::<bool>(),
-    ) {
-        let m = fuzz_machine(thp);
-        let free_before = free_pages(&m);
-        let mm = m.new_mm(C0).expect("mm");
-        let t = task(&mm);
-        let mut placed = Vec::new();
-        for (c, pick) in &calls {
-            apply(&mm, &t, c, &mut placed, *pick);
-            if let Err(e) = mm.validate() {
-                // Tearing down a broken mm would trip a VM_BUG_ON in a destructor and abort
-                // the run before proptest can shrink it: leak it instead.
-                std::mem::forget(t);
-                std::mem::forget(mm);
-                prop_assert!(false, "validate_mm after {:?}: {}", c, e);
-                unreachable!();
+/// 256 sequences of up to 48 raw calls (times `USERMM_TEST_SCALE`), one thread, on an mm and
+/// the children it forks, with and without per-VMA locks.
+#[test]
+fn raw_syscall_arguments_never_panic_and_keep_invariants() {
+    usermm_testscale::prop::check(
+        "syscall_fuzz::raw",
+        file!(),
+        256,
+        (
+            prop::collection::vec((call(), any::<usize>()), 1..48),
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+        ),
+        |(calls, thp, full, per_vma)| {
+            let m = if per_vma {
+                pvl_machine(thp, full)
+            } else {
+                fuzz_machine(thp, full)
+            };
+            let free_before = free_pages(&m);
+            let mm = m.new_mm(C0).expect("mm");
+            let mut fam = Family::new(&mm);
+            let moved = std::sync::atomic::AtomicBool::new(false);
+            let who = Who {
+                writer: 1,
+                writers: u8::from(full),
+                alone: true,
+                moved: &moved,
+            };
+            for (c, pick) in &calls {
+                let checked = apply_family(&mut fam, C0, c, *pick, &who);
+                if let Err(e) = checked.clone().and_then(|()| mm.validate()) {
+                    // Tearing down a broken mm would trip a VM_BUG_ON in a destructor and
+                    // abort the run before proptest can shrink it: leak it instead.
+                    std::mem::forget(fam);
+                    std::mem::forget(mm);
+                    let what = if checked.is_err() {
+                        "check"
+                    } else {
+                        "validate_mm"
+                    };
+                    prop_assert!(false, "{} after {:?}: {}", what, c, e);
+                    unreachable!();
+                }
             }
-        }
-        drop(t);
-        exit_and_check(&m, mm, free_before);
-    }
+            fam.exit_children(C0);
+            drop(fam);
+            exit_and_check(&m, mm, free_before);
+            Ok(calls.len() as u64)
+        },
+    );
 }
 
 /// Three threads, each on its own CPU with its own raw call sequence, on one mm: whatever the
-/// interleaving, no call panics, and afterwards `validate_mm` holds and exit frees every frame.
-/// The sequences come from a deterministic runner (the same cases every run); the
-/// interleavings do not repeat, so a failure prints its case number and sequences.
+/// interleaving, no call panics, every byte read is 0 or some writer's byte for its address,
+/// and afterwards `validate_mm` holds and exit frees every frame. 64 cases (times
+/// `USERMM_TEST_SCALE`); the sequences come from `USERMM_TEST_SEED`, the interleavings do
+/// not repeat, so a failure prints the replay line, its case number and its sequences.
 #[test]
-fn racing_raw_syscalls_keep_invariants() {
+fn racing_raw_syscalls_keep_invariants_and_data() {
     use proptest::strategy::ValueTree;
-    use proptest::test_runner::TestRunner;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    const NAME: &str = "syscall_fuzz::racing";
+    usermm_testscale::announce(NAME);
     let seq = prop::collection::vec((call(), any::<usize>()), 1..120);
-    let mut runner = TestRunner::deterministic();
-    let cases = (cases() / 4).max(1);
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&usermm_testscale::seed_for(NAME).to_le_bytes());
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
+    let mut runner = TestRunner::new_with_rng(Config::default(), rng);
+    let cases = usermm_testscale::scaled(64);
+    let mut ops = 0u64;
     for case in 0..cases {
         let seqs: Vec<Vec<(Call, usize)>> = (0..3)
             .map(|_| seq.new_tree(&mut runner).expect("strategy").current())
             .collect();
-        let thp = case % 2 == 0;
-        let m = fuzz_machine(thp);
+        ops += seqs.iter().map(|s| s.len() as u64).sum::<u64>();
+        let (thp, full) = (case % 2 == 0, case % 4 < 2);
+        let m = if case % 8 < 4 {
+            fuzz_machine(thp, full)
+        } else {
+            pvl_machine(thp, full)
+        };
+        let moved = std::sync::atomic::AtomicBool::new(false);
         let free_before = free_pages(&m);
         let mm = m.new_mm(C0).expect("mm");
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             std::thread::scope(|s| {
-                for (i, seq) in seqs.iter().enumerate() {
-                    let mm = &mm;
-                    s.spawn(move || {
-                        let t = Task::new(std::sync::Arc::clone(mm), CpuId(i as u16 + 1));
-                        let mut placed = Vec::new();
-                        for (c, pick) in seq {
-                            apply(mm, &t, c, &mut placed, *pick);
-                        }
-                    });
-                }
+                let hs: Vec<_> = seqs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, seq)| {
+                        let (mm, moved) = (&mm, &moved);
+                        s.spawn(move || {
+                            let cpu = CpuId(i as u16 + 1);
+                            let who = Who {
+                                writer: i as u8 + 1,
+                                writers: if full { 3 } else { 0 },
+                                alone: false,
+                                moved,
+                            };
+                            let mut fam = Family::new(mm);
+                            let r = seq.iter().try_for_each(|(c, pick)| {
+                                apply_family(&mut fam, cpu, c, *pick, &who)
+                                    .map_err(|e| format!("thread {i}, {c:?}: {e}"))
+                            });
+                            fam.exit_children(cpu);
+                            r
+                        })
+                    })
+                    .collect();
+                // The scope joins whoever is left after a first error.
+                hs.into_iter()
+                    .try_for_each(|h| h.join().expect("racing thread"))
             })
         }));
-        let checked = if ran.is_ok() {
-            mm.validate()
-        } else {
-            Err("a call panicked".into())
+        let checked = match ran {
+            Ok(Ok(())) => mm.validate(),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err("a call panicked".into()),
         };
         if let Err(e) = checked {
             std::mem::forget(mm);
-            panic!("case {case} (thp {thp}): {e}\nsequences: {seqs:#?}");
+            panic!(
+                "{NAME}: case {case} (thp {thp}, full {full}): {e}\nreplay: {}\nsequences: {seqs:#?}",
+                usermm_testscale::replay()
+            );
         }
         exit_and_check(&m, mm, free_before);
     }
+    usermm_testscale::report(NAME, ops);
 }
 
 // ----- Regressions the fuzzer found ------------------------------------------------------------
 
 fn hugetlb_machine() -> std::sync::Arc<usermm::Machine> {
-    fuzz_machine(false)
+    fuzz_machine(false, false)
 }
 
 const HUGETLB: u32 = MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB;

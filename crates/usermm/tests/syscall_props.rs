@@ -97,33 +97,66 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
-    #[test]
-    fn random_syscalls_keep_invariants_and_leak_nothing(steps in prop::collection::vec(step(), 1..40)) {
-        let m = machine_with(|c| c.thp = ThpMode::Always);
-        let free0 = free_pages(&m);
-        let mm = Mm::new(&m, C0).unwrap();
-        let t = task(&mm);
-        for s in &steps {
-            match *s {
-                Step::Mmap { off, pages, prot, fixed, dev_zero } => {
-                    let mut flags = MAP_PRIVATE | if fixed { MAP_FIXED } else { 0 };
-                    let file = if dev_zero { MapFile::DevZero } else { flags |= MAP_ANONYMOUS; MapFile::None };
-                    let _ = mm.mmap(C0, BASE + off, pages * 4096, prot, flags, file);
+/// 256 sequences (times `USERMM_TEST_SCALE`) of up to 40 steps, from `USERMM_TEST_SEED`.
+#[test]
+fn random_syscalls_keep_invariants_and_leak_nothing() {
+    usermm_testscale::prop::check(
+        "syscall_props::random_syscalls",
+        file!(),
+        256,
+        prop::collection::vec(step(), 1..40),
+        |steps| {
+            let m = machine_with(|c| c.thp = ThpMode::Always);
+            let free0 = free_pages(&m);
+            let mm = Mm::new(&m, C0).unwrap();
+            let t = task(&mm);
+            for s in &steps {
+                match *s {
+                    Step::Mmap {
+                        off,
+                        pages,
+                        prot,
+                        fixed,
+                        dev_zero,
+                    } => {
+                        let mut flags = MAP_PRIVATE | if fixed { MAP_FIXED } else { 0 };
+                        let file = if dev_zero {
+                            MapFile::DevZero
+                        } else {
+                            flags |= MAP_ANONYMOUS;
+                            MapFile::None
+                        };
+                        let _ = mm.mmap(C0, BASE + off, pages * 4096, prot, flags, file);
+                    }
+                    Step::Munmap { off, pages } => {
+                        let _ = mm.munmap(C0, BASE + off, pages * 4096);
+                    }
+                    Step::Mprotect { off, pages, prot } => {
+                        let _ = mm.mprotect(C0, BASE + off, pages * 4096, prot);
+                    }
+                    Step::Madvise { off, pages, advice } => {
+                        let _ = mm.madvise(C0, BASE + off, pages * 4096, advice);
+                    }
+                    Step::Mlock { off, pages, on } => {
+                        let _ = if on {
+                            mm.mlock(C0, BASE + off, pages * 4096)
+                        } else {
+                            mm.munlock(C0, BASE + off, pages * 4096)
+                        };
+                    }
+                    Step::Access { off, write } => {
+                        let _ = if write {
+                            t.write_u64(BASE + off, off)
+                        } else {
+                            t.read_u64(BASE + off).map(|_| ())
+                        };
+                    }
                 }
-                Step::Munmap { off, pages } => { let _ = mm.munmap(C0, BASE + off, pages * 4096); }
-                Step::Mprotect { off, pages, prot } => { let _ = mm.mprotect(C0, BASE + off, pages * 4096, prot); }
-                Step::Madvise { off, pages, advice } => { let _ = mm.madvise(C0, BASE + off, pages * 4096, advice); }
-                Step::Mlock { off, pages, on } => {
-                    let _ = if on { mm.mlock(C0, BASE + off, pages * 4096) } else { mm.munlock(C0, BASE + off, pages * 4096) };
-                }
-                Step::Access { off, write } => {
-                    let _ = if write { t.write_u64(BASE + off, off) } else { t.read_u64(BASE + off).map(|_| ()) };
-                }
+                prop_assert!(mm.validate().is_ok(), "after {:?}: {:?}", s, mm.validate());
             }
-            prop_assert!(mm.validate().is_ok(), "after {:?}: {:?}", s, mm.validate());
-        }
-        exit_and_check(&m, mm, free0);
-    }
+            drop(t);
+            exit_and_check(&m, mm, free0);
+            Ok(steps.len() as u64)
+        },
+    );
 }

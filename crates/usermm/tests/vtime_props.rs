@@ -189,10 +189,13 @@ fn unlock_(lock: u8) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    // 256 cases times USERMM_TEST_SCALE, seeded by USERMM_TEST_SEED.
+    #![proptest_config(usermm_testscale::prop::config("vtime_props::random_programs", file!(), 256))]
 
     #[test]
     fn random_programs_are_deterministic_exclusive_and_fully_accounted(prog in program()) {
+        static ANNOUNCE: std::sync::Once = std::sync::Once::new();
+        ANNOUNCE.call_once(|| usermm_testscale::announce("vtime_props::random_programs"));
         let a = run(&prog);
         let b = run(&prog);
         prop_assert_eq!(&a.holds, &b.holds);

@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use crate::args::GlobalArgs;
 
+pub mod bench;
 pub mod bigfree;
 pub mod meminfo;
 pub mod munmap_test;

@@ -51,10 +51,10 @@ impl MunmapTestArgs {
     /// with the engine flags on top.
     pub fn opts(&self) -> anyhow::Result<MunmapTestOpts> {
         let faulters = self.faulters.unwrap_or(1);
-        if self.size % usermm::PAGE_SIZE != 0 {
+        if !self.size.is_multiple_of(usermm::PAGE_SIZE) {
             return usage(format!("SIZE {} is not a multiple of 4 KiB", self.size));
         }
-        if self.faulter_size % usermm::PAGE_SIZE != 0 || self.faulter_size > 512 << 20 {
+        if !self.faulter_size.is_multiple_of(usermm::PAGE_SIZE) || self.faulter_size > 512 << 20 {
             return usage("--faulter-size must be a multiple of 4 KiB, at most 512M");
         }
         // SIZE ≤ 16T and at most 4095 faulters of ≤ 512M: no overflow below.
@@ -105,18 +105,23 @@ impl MunmapTestArgs {
 
 pub fn run(args: &MunmapTestArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     let opts = args.opts()?;
-    let bar = Progress::bar(2 * u64::from(opts.repeat), "munmap-test");
+    let bar = Progress::bar(3 * u64::from(opts.repeat), "munmap-test");
     let quiet = !bar.is_hidden() || g.json;
-    let r = munmap_test::run_with_progress(&opts, |down, i| {
-        let name = if down { "patched" } else { "vanilla" };
+    let mut first = true;
+    let r = munmap_test::run_with_progress(&opts, |name, i| {
         bar.set_message(format!("{name} run {}/{}", i + 1, opts.repeat));
-        if i > 0 || down {
+        if !first {
             bar.inc(1);
         }
+        first = false;
         if !quiet {
+            let how = match name {
+                "vanilla" => "munmap.downgrade=off",
+                "patched" => "munmap.downgrade=on",
+                _ => "munmap.downgrade=on, vma.per_vma_lock=on",
+            };
             eprintln!(
-                "munmap-test: {name} (munmap.downgrade={}) run {}/{} ...",
-                if down { "on" } else { "off" },
+                "munmap-test: {name} ({how}) run {}/{} ...",
                 i + 1,
                 opts.repeat
             );
@@ -312,7 +317,11 @@ host: {} CPU(s). {} run(s) per policy, each on a fresh machine; figures are medi
         "faulters' write faults in their own VMAs: latency (medians over runs)",
         ["", "faults", "p50", "p99", "p99.9", "max"],
     );
-    for (name, pol) in [("vanilla", &r.vanilla), ("patched", &r.patched)] {
+    for (name, pol) in [
+        ("vanilla", &r.vanilla),
+        ("patched", &r.patched),
+        ("per-VMA lock", &r.per_vma),
+    ] {
         let med = &pol.median;
         let mut row = |label: &str, l: &Latency| {
             let mut cells = vec![format!("{name}: {label}")];
@@ -330,12 +339,18 @@ host: {} CPU(s). {} run(s) per policy, each on a fresh machine; figures are medi
 
     let mut t = Table::new(
         "mmap_lock over the munmap window (lock_stat; median run of each policy)",
-        ["", "vanilla", "patched"],
+        ["", "vanilla", "patched", "per-VMA lock"],
     );
-    let (lv, lp) = (median_run(&r.vanilla), median_run(&r.patched));
-    let both = |f: &dyn Fn(&munmap_test::RunResult) -> String| [f(lv), f(lp)];
-    let mut row = |label: &str, cells: [String; 2]| {
-        t.push_row([label.to_string(), cells[0].clone(), cells[1].clone()]);
+    let (lv, lp, lq) = (
+        median_run(&r.vanilla),
+        median_run(&r.patched),
+        median_run(&r.per_vma),
+    );
+    let both = |f: &dyn Fn(&munmap_test::RunResult) -> String| [f(lv), f(lp), f(lq)];
+    let mut row = |label: &str, cells: [String; 3]| {
+        let mut v = vec![label.to_string()];
+        v.extend(cells);
+        t.push_row(v);
     };
     row(
         "write: acquisitions",
@@ -378,6 +393,17 @@ host: {} CPU(s). {} run(s) per policy, each on a fresh machine; figures are medi
     row(
         "munmap: waiting for the lock + overhead",
         both(&|x| us(x.other_ns)),
+    );
+    row(
+        "vma_lock_success / abort / miss",
+        both(&|x| {
+            format!(
+                "{} / {} / {}",
+                group(x.vma_lock.success.max(0) as u64),
+                group(x.vma_lock.abort.max(0) as u64),
+                group(x.vma_lock.miss.max(0) as u64)
+            )
+        }),
     );
     row(
         "faults/s during the munmap (all faulters)",
@@ -423,6 +449,13 @@ host: {} CPU(s). {} run(s) per policy, each on a fresh machine; figures are medi
         us(p.during.p99_ns),
         times(q.patched_p99_vs_baseline),
         if o.loaded_baseline { format!(", {} the loaded baseline", times(q.patched_p99_vs_loaded)) } else { String::new() },
+    );
+    let pv = &r.per_vma.median;
+    s += &format!(
+        "with per-VMA locks (6.4+): faulters' p99 during the munmap {} ({} the idle baseline); exclusive hold {}.\n",
+        us(pv.during.p99_ns),
+        times(div(pv.during.p99_ns as f64, pv.baseline.p99_ns as f64)),
+        us(pv.exclusive_ns),
     );
     s
 }

@@ -1,173 +1,409 @@
-//! `usermm usemem`: vm-scalability's `usemem`, same options and same output lines, run against
-//! the engine (`--host`: against the real kernel). Seed 002 runs it as
-//! `usemem -n 72 --readonly -j 0x200000 100G`.
+//! `usermm usemem`, and `usemem` itself: vm-scalability's usemem, every option and the same
+//! lines, on the engine — or on the host kernel with `--host`.
 //!
-//! Sizes are `memparse`d like usemem's (`0x`/octal accepted, binary `k/m/g/t` suffixes). Unlike
-//! usemem, a missing SIZE is a usage error (exit 2), `-O` also has a long form, and the limits
-//! of an emulated machine are stated up front: SIZE at most 16T, `-n` × `-t` at most 4096
-//! workers (each a host thread).
+//! # Two ways in
+//! - `usermm usemem [usemem's arguments] [engine flags]`: the engine flags (`--mem`,
+//!   `--cpus`, `--nodes`, `--backing`, `--thp`, `--preset`, `--set`, and whatever else
+//!   [`EngineArgs`] has), `--host`, `--ab` and `--json` are taken out of the command line by
+//!   their exact names; everything else is usemem's, read as usemem reads it (abbreviations,
+//!   permutation, its messages).
+//! - A link or copy of the binary named `usemem` ([`busybox`]): the command line is usemem's
+//!   alone, exactly, so vm-scalability's `case-*` scripts run `./usemem` unchanged; the
+//!   engine flags come from the environment: `USERMM_MEM=4G`, `USERMM_CPUS=8`,
+//!   `USERMM_SET='free.parallel=on pcp.high=64'` (words split on blanks), `USERMM_HOST=1`,
+//!   … — each engine flag `--foo-bar` is `USERMM_FOO_BAR`.
 //!
-//! `-s` with a negative value sleeps until the process is killed, as usemem's does: each
-//! worker's throughput line is printed when its walk is done (with `--json`, nothing is, as
-//! the record never completes). A virtual run must end, so `--time virtual` refuses it.
+//! # This command follows usemem's conventions, not usermm's
+//! usermm's commands answer a bad argument with one `usermm: error:` line and exit 2; this
+//! one answers as usemem does — glibc's line and usemem's usage on stderr, exit 1, and exit 0
+//! with the usage when SIZE is missing — because scripts and LKP depend on it. usermm's own
+//! rules still hold for what is usermm's: a bad engine flag, and the engine's stated limits
+//! (at most [`MAX_WORKERS`] workers, each a host thread; a machine of at most 16 TiB when
+//! the default machine is sized from SIZE) are one `usermm: error:` line and exit 2.
 //!
-//! With `--time virtual` (default profile `haswell-ep-2s`, seed 002's machine) the lines are
-//! modelled, the same run after run, and `--ab` adds the share of the CPUs' virtual busy time
-//! spent on the huge zero page's refcount line, both ways.
+//! # The default machine
+//! One emulated CPU per worker (at least 2, at most [`DEFAULT_MAX_CPUS`]: beyond, workers
+//! share CPUs round-robin, as usemem's processes share a host's), enough RAM for what the
+//! walk writes and its page tables (sparse backing beyond 4 GiB), THP as on this host
+//! (`madvise`) — except `--ab`, which replays seed 002 on a THP-`always` machine as the seed's
+//! was. Every engine flag overrides it. With `--time virtual` the profile defaults to
+//! `haswell-ep-2s` (seed 002's machine): the lines are modelled, the same run after run, and
+//! `--ab` adds the share of the CPUs' virtual busy time on the huge zero page's refcount line,
+//! both ways.
 
-use clap::Args;
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+use clap::{ArgAction, Args, CommandFactory, Parser};
 use serde::Serialize;
-use usermm::config::{BackingMode, MachineConfig, ThpMode, TimeConfig, MAX_CPUS, MAX_MEM_BYTES};
+use usermm::config::{BackingMode, MachineConfig, ThpMode, TimeConfig, MAX_MEM_BYTES};
 use usermm::stats::VmItem;
-use usermm_workloads::usemem::{self, UsememError, UsememOpts, UsememResult, MAX_WORKERS};
+use usermm_workloads::usemem::{
+    self, host::HostPlatform, memparse, Capture, Hooks, Io, Parsed, StdIo, UsememOpts,
+    UsememResult, Usr1,
+};
 
-use crate::args::{parse_size_arg, usage, EngineArgs, GlobalArgs};
+use crate::args::{usage, EngineArgs, GlobalArgs, UsageError};
 use crate::report::format::human_bytes;
 
+/// Most workers (`-n` × `-t`) one engine run starts: each is a host thread, whose stack and
+/// guard page are two of the host's `vm.max_map_count` (65530) mappings.
+pub const MAX_WORKERS: u64 = 24_576;
+
+/// Most emulated CPUs the default machine gets (the per-CPU state of every mm grows with it).
+pub const DEFAULT_MAX_CPUS: u64 = 256;
+
+/// `usermm usemem`: everything after the command name, read by [`run`].
 #[derive(Debug, Clone, Args, Serialize)]
+#[command(disable_help_flag = true)]
 pub struct UsememArgs {
-    /// Bytes each worker maps and walks (per process, or per thread with -t).
-    #[arg(value_name = "SIZE", value_parser = parse_size_arg)]
-    pub size: u64,
-    /// Worker processes (each its own mm; -n × -t at most 4096).
-    #[arg(short = 'n', long, value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..=MAX_WORKERS as i64))]
-    pub nproc: u32,
-    /// Threads per process, each with its own mapping in the process's mm.
-    #[arg(short = 't', long = "thread", value_name = "M",
-          value_parser = clap::value_parser!(u32).range(1..=MAX_WORKERS as i64))]
-    pub thread: Option<u32>,
-    /// Map read-only and only read: on anonymous memory, a pure zero-page fault workload.
-    #[arg(short = 'o', long)]
-    pub readonly: bool,
-    /// Bytes between two accesses (0 or less than 8 means 8: every word).
-    #[arg(short = 'j', long, value_name = "SIZE", default_value = "0", value_parser = parse_size_arg)]
-    pub step: u64,
-    /// Walk the mapping this many times (writes verify the previous walk's data).
-    #[arg(short = 'r', long, value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..))]
-    pub repeat: u32,
-    /// Split the work into mappings of this size (more than 32 are left to exit to free).
-    #[arg(short = 'u', long, value_name = "SIZE", value_parser = parse_size_arg)]
-    pub unit: Option<u64>,
-    /// MAP_ANONYMOUS instead of a private mapping of /dev/zero.
-    #[arg(short = 'O', long)]
-    pub anonymous: bool,
-    /// Allocate once before starting the workers; they all walk that one mapping.
-    #[arg(short = 'P', long)]
-    pub prealloc: bool,
-    /// MAP_POPULATE.
-    #[arg(short = 'F', long)]
-    pub prefault: bool,
-    /// mlock the mapping after the walk.
-    #[arg(short = 'M', long)]
-    pub mlock: bool,
-    /// Sleep this many seconds before freeing (negative: until killed).
-    #[arg(short = 's', long, value_name = "SEC", allow_negative_numbers = true)]
-    pub sleep: Option<i64>,
-    /// Start the walk together, after every worker has allocated (needs unit == size).
-    #[arg(short = 'y', long)]
-    pub sync_rw: bool,
-    /// Wait for every worker before freeing.
-    #[arg(short = 'x', long)]
-    pub sync_free: bool,
-    /// madvise(MADV_HUGEPAGE) after mmap.
+    /// usemem's options and SIZE (see `usermm usemem -h`), and the engine flags.
+    #[arg(
+        value_name = "ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        num_args = 0..
+    )]
+    pub args: Vec<String>,
+}
+
+/// The flags of this command that are usermm's, not usemem's.
+#[derive(Debug, Clone, Default, Parser, Serialize)]
+#[command(
+    name = "usermm usemem",
+    no_binary_name = true,
+    disable_help_flag = true
+)]
+struct OwnFlags {
+    /// Run on the host kernel instead of the engine.
     #[arg(long)]
-    pub madv_thp: bool,
-    /// Keep the mapping read-write even with --readonly.
-    #[arg(short = 'w', long)]
-    pub open_rw: bool,
-    /// Random word order instead of a sequential walk.
-    #[arg(short = 'R', long)]
-    pub random: bool,
-    /// Seed of the random walk (default: time ^ tid).
-    #[arg(long, value_name = "S")]
-    pub random_seed: Option<u64>,
-    /// Run vanilla and patched side by side and print the ratio.
+    host: bool,
+    /// Run vanilla and patched machines side by side and print the ratio.
     #[arg(long)]
-    pub ab: bool,
-    /// Run against the host kernel instead of the engine.
+    ab: bool,
+    /// Print the run's record as JSON instead of usemem's lines.
     #[arg(long)]
-    pub host: bool,
+    json: bool,
     #[command(flatten)]
-    pub engine: EngineArgs,
+    engine: EngineArgs,
 }
 
-impl UsememArgs {
-    fn opts(&self) -> UsememOpts {
-        UsememOpts {
-            size: self.size,
-            nproc: self.nproc,
-            threads: self.thread.unwrap_or(0),
-            readonly: self.readonly,
-            open_rw: self.open_rw,
-            step: self.step.max(8),
-            repeat: self.repeat,
-            unit: self.unit.unwrap_or(0),
-            anonymous: self.anonymous,
-            prealloc: self.prealloc,
-            prefault: self.prefault,
-            mlock: self.mlock,
-            sleep_secs: self.sleep.unwrap_or(0) as f64,
-            sync_rw: self.sync_rw,
-            sync_free: self.sync_free,
-            madv_thp: self.madv_thp,
-            random: self.random,
+/// A flag of [`OwnFlags`]: its long name and whether it takes a value.
+fn own_flags() -> Vec<(String, bool, String)> {
+    OwnFlags::command()
+        .get_arguments()
+        .filter_map(|a| {
+            let long = a.get_long()?.to_string();
+            let takes = matches!(a.get_action(), ArgAction::Set | ArgAction::Append);
+            let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+            Some((long, takes, help))
+        })
+        .collect()
+}
+
+/// Split `args` into usermm's flags (exact names, `--flag value` or `--flag=value`, before
+/// any `--`) and usemem's arguments.
+fn split_own(args: &[String]) -> (Vec<String>, Vec<String>) {
+    let own = own_flags();
+    let (mut mine, mut theirs) = (Vec::new(), Vec::new());
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        if a == "--" {
+            theirs.extend(args[i..].iter().cloned());
+            break;
+        }
+        let (name, inline) = match a.strip_prefix("--") {
+            Some(b) => match b.split_once('=') {
+                Some((n, v)) => (n, Some(v)),
+                None => (b, None),
+            },
+            None => ("", None),
+        };
+        match own.iter().find(|(l, _, _)| !name.is_empty() && l == name) {
+            Some((_, takes, _)) => {
+                mine.push(a.clone());
+                if *takes && inline.is_none() && i + 1 < args.len() {
+                    i += 1;
+                    mine.push(args[i].clone());
+                }
+            }
+            None => theirs.push(a.clone()),
+        }
+        i += 1;
+    }
+    (mine, theirs)
+}
+
+/// The engine flags a `usemem` link takes from the environment: `USERMM_FOO_BAR` for
+/// `--foo-bar` (`USERMM_SET` is split into one `--set` per word; a switch is on unless its
+/// variable is empty or `0`).
+fn flags_from_env(get: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    let mut v = Vec::new();
+    for (long, takes, _) in own_flags() {
+        let var = format!("USERMM_{}", long.to_uppercase().replace('-', "_"));
+        let Some(val) = get(&var) else { continue };
+        if !takes {
+            if !val.is_empty() && val != "0" {
+                v.push(format!("--{long}"));
+            }
+        } else if long == "set" {
+            for w in val.split_whitespace() {
+                v.push("--set".into());
+                v.push(w.into());
+            }
+        } else {
+            v.push(format!("--{long}"));
+            v.push(val);
         }
     }
+    v
+}
 
-    /// The machine a run needs when the user does not size it: one emulated CPU per worker,
-    /// enough RAM for what the walk writes plus page tables (sparse backing beyond 4 GiB), and
-    /// THP as on this host (`madvise`) — except for `--ab`, which replays seed 002 on a
-    /// THP-`always` machine as the seed's was.
-    ///
-    /// The RAM is capped at what a machine can have; [`UsememArgs::default_need`] says whether
-    /// the run fits.
-    fn default_config(&self) -> MachineConfig {
-        let mem = (self.default_need().div_ceil(1 << 30) << 30).min(MAX_MEM_BYTES);
-        MachineConfig {
-            mem,
-            cpus: self.default_cpus(),
-            backing: if mem > (4 << 30) {
-                BackingMode::Sparse
-            } else {
-                BackingMode::Full
-            },
-            thp: if self.ab {
-                ThpMode::Always
-            } else {
-                ThpMode::Madvise
-            },
-            time: TimeConfig {
-                profile: usemem::SEED_PROFILE.into(),
-                ..TimeConfig::default()
-            },
-            ..MachineConfig::default()
+/// The end of the usage: the engine flags (`usermm usemem`) or their variables (a link).
+fn engine_help(link: bool) -> String {
+    let mut s = if link {
+        String::from("usermm: the engine's flags come from the environment:\n")
+    } else {
+        String::from("usermm flags (exact names only):\n")
+    };
+    for (long, takes, help) in own_flags() {
+        let name = if link {
+            format!("USERMM_{}", long.to_uppercase().replace('-', "_"))
+        } else if takes {
+            format!("--{long} VALUE")
+        } else {
+            format!("--{long}")
+        };
+        s.push_str(&format!("    {name:<22}{help}\n"));
+    }
+    s
+}
+
+/// usemem's options as far as sizing the machine needs them (a command line usemem would
+/// not run leaves the defaults).
+fn preview(args: &[String]) -> UsememOpts {
+    match usemem::parse("usemem", args, false) {
+        Parsed::Options { opts, operands } => {
+            let mut o = *opts;
+            if let [size] = operands.as_slice() {
+                o.size = memparse(size);
+            }
+            o
         }
+        Parsed::Usage { .. } => UsememOpts::default(),
     }
 }
 
-impl UsememArgs {
-    /// Workers: `-n` × `-t`.
-    fn workers(&self) -> u64 {
-        u64::from(self.nproc) * u64::from(self.thread.unwrap_or(1))
+/// RAM the default machine gives a run: what the walks write and their page tables per
+/// worker, the percpu first chunk of its CPUs, and slack (saturating: a sum past 16 TiB is
+/// refused anyway).
+fn default_need(o: &UsememOpts) -> u64 {
+    // A mapping larger than the address space fails with ENOMEM on any machine, as usemem's
+    // does: the machine need not hold it.
+    if o.unit_bytes() > usermm::addr::TASK_SIZE {
+        return default_need(&UsememOpts {
+            size: 0,
+            ..o.clone()
+        });
     }
+    let tables = o.size / 512 + (64 << 10);
+    let data = if o.readonly && !o.shm_lock { 0 } else { o.size };
+    let percpu = default_cpus(o) * MachineConfig::default().pcpu.unit_size;
+    o.workers()
+        .max(1)
+        .saturating_mul(data.saturating_add(tables))
+        .saturating_add(percpu)
+        .saturating_add(256 << 20)
+}
 
-    /// RAM the default machine gives a run: what the walk writes plus page tables per worker,
-    /// the percpu first chunk of its CPUs (one unit each: with thousands of workers it is
-    /// most of the machine), and slack. With SIZE ≤ 16T and at most 4096 workers it stays far
-    /// below `u64::MAX`.
-    fn default_need(&self) -> u64 {
-        let tables = self.size / 512 + (64 << 10);
-        let data = if self.readonly { 0 } else { self.size };
-        let percpu = self.default_cpus() as u64 * MachineConfig::default().pcpu.unit_size;
-        self.workers() * (data + tables) + percpu + (256 << 20)
-    }
+fn default_cpus(o: &UsememOpts) -> u64 {
+    o.workers().clamp(2, DEFAULT_MAX_CPUS)
+}
 
-    /// One emulated CPU per worker, at least 2.
-    fn default_cpus(&self) -> u16 {
-        self.workers().clamp(2, u64::from(MAX_CPUS)) as u16
+fn default_config(o: &UsememOpts, ab: bool) -> MachineConfig {
+    let mem = (default_need(o).div_ceil(1 << 30) << 30).min(MAX_MEM_BYTES);
+    MachineConfig {
+        mem,
+        cpus: default_cpus(o) as u16,
+        backing: if mem > (4 << 30) {
+            BackingMode::Sparse
+        } else {
+            BackingMode::Full
+        },
+        thp: if ab {
+            ThpMode::Always
+        } else {
+            ThpMode::Madvise
+        },
+        // `--time virtual` without `--profile`: seed 002's machine, whose run this replays.
+        time: TimeConfig {
+            profile: usemem::SEED_PROFILE.into(),
+            ..TimeConfig::default()
+        },
+        ..MachineConfig::default()
     }
+}
+
+/// `usermm usemem`.
+pub fn run(a: &UsememArgs, g: &GlobalArgs) -> anyhow::Result<()> {
+    let (mine, theirs) = split_own(&a.args);
+    let status = run_usemem("usermm usemem", &theirs, &mine, g.json, false)?;
+    exit_with(status)
+}
+
+/// Leave with usemem's status (0 returns normally).
+fn exit_with(status: i32) -> anyhow::Result<()> {
+    if status == 0 {
+        return Ok(());
+    }
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    std::process::exit(status)
+}
+
+/// Invoked as `usemem` (a link or a copy named so): usemem's command line, the engine flags
+/// from `USERMM_*`. `None` when the program has another name.
+pub fn busybox() -> Option<ExitCode> {
+    let mut argv = std::env::args_os();
+    let argv0: OsString = argv.next()?;
+    let base = std::path::Path::new(&argv0).file_name()?.to_str()?;
+    if base != "usemem" {
+        return None;
+    }
+    let name = argv0.to_string_lossy().into_owned();
+    let args: Vec<String> = argv.map(|a| a.to_string_lossy().into_owned()).collect();
+    let mine = flags_from_env(|k| std::env::var(k).ok());
+    let code = match run_usemem(&name, &args, &mine, false, true) {
+        Ok(s) => u8::try_from(s).unwrap_or(1),
+        Err(e) => {
+            eprintln!(
+                "usermm: error: {}",
+                format!("{e:#}")
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+            if e.downcast_ref::<UsageError>().is_some() {
+                2
+            } else {
+                1
+            }
+        }
+    };
+    Some(ExitCode::from(code))
+}
+
+/// Run usemem as `name` with usemem's `args` and usermm's flags `mine`; usemem's exit status.
+fn run_usemem(
+    name: &str,
+    args: &[String],
+    mine: &[String],
+    json: bool,
+    link: bool,
+) -> anyhow::Result<i32> {
+    let own = match OwnFlags::try_parse_from(mine) {
+        Ok(o) => o,
+        Err(e) => {
+            let words: Vec<String> = e
+                .render()
+                .to_string()
+                .lines()
+                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more"))
+                .flat_map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+                .collect();
+            let msg = words.join(" ");
+            let msg = msg.strip_prefix("error: ").unwrap_or(&msg).to_string();
+            let from = if link {
+                " (from USERMM_* variables)"
+            } else {
+                ""
+            };
+            return usage(format!("usemem: {msg}{from}"));
+        }
+    };
+    let json = json || own.json;
+    let help = engine_help(link);
+    let posixly = std::env::var_os("POSIXLY_CORRECT").is_some();
+    let opts = preview(args);
+    if own.host {
+        if opts.uses_sigusr1() {
+            usermm_host::usemem::block_sigusr1();
+        }
+        let mut p = HostPlatform::new().map_err(|e| anyhow::anyhow!("usemem --host: errno {e}"))?;
+        return Ok(p.run(name, args, posixly, &help).status);
+    }
+    if opts.workers() > MAX_WORKERS {
+        return usage(format!(
+            "usemem: {} workers (-n {} × -t {}); the engine runs at most {MAX_WORKERS}, one host thread each",
+            opts.workers(),
+            opts.processes(),
+            opts.threads_per_process()
+        ));
+    }
+    if opts.size > MAX_MEM_BYTES && opts.unit_bytes() <= usermm::addr::TASK_SIZE {
+        // Larger mappings fail as on the kernel; these would be walked, for days.
+        return usage(format!(
+            "usemem: SIZE {} is more than the {} an emulated machine can have",
+            human_bytes(opts.size),
+            human_bytes(MAX_MEM_BYTES)
+        ));
+    }
+    if own.engine.mem.is_none() && default_need(&opts) > MAX_MEM_BYTES {
+        return usage(format!(
+            "usemem: SIZE {} × {} worker(s) needs more than the {} of emulated RAM a machine can have; size it with --mem",
+            human_bytes(opts.size),
+            opts.workers().max(1),
+            human_bytes(MAX_MEM_BYTES)
+        ));
+    }
+    let config = own
+        .engine
+        .to_config(default_config(&opts, own.ab))
+        .map_err(|e| match (link, e.downcast_ref::<UsageError>()) {
+            (true, Some(u)) => UsageError(format!("{u} (from USERMM_* variables)")).into(),
+            _ => e,
+        })?;
+    if own.ab {
+        return run_ab(name, args, config, json, &help);
+    }
+    // -d: fork now, while this process has one thread; the foreground half exits 0 once
+    // every worker has detached.
+    let detached = if opts.detach && !json {
+        Some(Arc::new(Mutex::new(
+            usermm_host::usemem::fork_detachable()
+                .map_err(|e| anyhow::anyhow!("usemem -d: cannot fork: errno {e}"))?,
+        )))
+    } else {
+        None
+    };
+    let usr1 = Arc::new(Usr1::default());
+    if opts.uses_sigusr1() {
+        let u = Arc::clone(&usr1);
+        usermm_host::usemem::forward_sigusr1(move || u.raise())?;
+    }
+    let hooks = Hooks {
+        usr1,
+        on_detached: detached.map(|d| {
+            Box::new(move || d.lock().unwrap_or_else(|e| e.into_inner()).release())
+                as Box<dyn Fn() + Send + Sync>
+        }),
+        pid: None,
+        max_threads: None,
+    };
+    let machine = super::boot(config)?;
+    let io: Arc<dyn Io> = if json {
+        Arc::new(Capture::tee_stderr())
+    } else {
+        Arc::new(StdIo)
+    };
+    let r = usemem::run_args(&machine, name, args, io, hooks, &help)
+        .map_err(|e| anyhow::anyhow!("usemem: {e}"))?;
+    if json {
+        super::print_json(&r)?;
+    }
+    Ok(r.status)
 }
 
 /// Vanilla vs patched, and the ratios seed 002 is about.
@@ -187,180 +423,149 @@ pub struct AbRatio {
     pub global_ops_per_mm_patched: f64,
     pub faults_vanilla: i64,
     pub faults_patched: i64,
-    /// Virtual time: share of the CPUs' busy time on the huge zero page's refcount line.
+    /// Virtual time: the share of the CPUs' busy time on the huge zero page's refcount line.
     pub huge_zero_line_share_vanilla: Option<f64>,
     pub huge_zero_line_share_patched: Option<f64>,
     /// `measured (this host)` or `modelled (profile NAME)`.
     pub time: String,
 }
 
-fn render(r: &UsememResult) -> String {
-    let mut s = String::new();
-    for w in &r.workers {
-        s.push_str(&w.line);
-        s.push('\n');
-    }
-    for w in &r.workers {
-        s.push_str(&w.free_line);
-        s.push('\n');
-    }
-    s
-}
-
 fn render_summary(label: &str, r: &UsememResult) -> String {
     let v = &r.vmstat_delta;
     format!(
         "{label:<8} throughput {:>12} KB/s  pgfault {:>9}  thp_zero_page_alloc {}  \
-         huge-zero global ops {} ({:.2}/mm)  max rss {} pages\n",
+         huge-zero global ops {} ({:.2}/mm)\n",
         r.throughput_kbps,
         v.get(VmItem::Pgfault),
         v.get(VmItem::ThpZeroPageAlloc),
         r.huge_zero.global_ops,
         r.huge_zero.ops_per_mm,
-        r.workers
-            .iter()
-            .map(|w| w.rss_pages_before_free)
-            .max()
-            .unwrap_or(0),
     )
 }
 
-pub fn run(args: &UsememArgs, g: &GlobalArgs) -> anyhow::Result<()> {
-    if args.size < 4096 {
-        return usage("usemem: SIZE must be at least 4096 bytes");
-    }
-    if args.sync_rw && args.unit.is_some_and(|u| u != args.size) {
-        return usage("usemem: --sync-rw needs --unit equal to SIZE");
-    }
-    if args.workers() > MAX_WORKERS {
-        return usage(format!(
-            "usemem: -n {} × -t {} = {} workers; at most {MAX_WORKERS} (one host thread each)",
-            args.nproc,
-            args.thread.unwrap_or(1),
-            args.workers()
-        ));
-    }
-    let forever = args.sleep.is_some_and(|s| s < 0);
-    if forever && args.ab {
+fn run_ab(
+    name: &str,
+    args: &[String],
+    config: MachineConfig,
+    json: bool,
+    help: &str,
+) -> anyhow::Result<i32> {
+    let one = |patched: bool| -> anyhow::Result<(UsememResult, String)> {
+        let mut c = config.clone();
+        c.set_patched(patched);
+        let cap = Arc::new(Capture::tee_stderr());
+        let r = usemem::run_args(
+            &super::boot(c)?,
+            name,
+            args,
+            Arc::clone(&cap) as Arc<dyn Io>,
+            Hooks::default(),
+            help,
+        )
+        .map_err(|e| anyhow::anyhow!("usemem: {e}"))?;
+        Ok((r, cap.stdout()))
+    };
+    let opts = preview(args);
+    if opts.sleep_secs == i32::MAX {
         return usage("usemem: --ab needs both runs to end; -s below 0 sleeps until killed");
     }
-    if forever && args.engine.time.is_virtual() {
-        return usage(
-            "usemem: --time virtual needs the run to end; -s below 0 sleeps until killed",
-        );
-    }
-    if args.host {
-        return run_host(args, g);
-    }
-    if args.engine.mem.is_none() && args.default_need() > MAX_MEM_BYTES {
-        return usage(format!(
-            "usemem: SIZE {} × {} worker(s) needs {} of emulated RAM (data and page tables), more than the {} a machine can have; size it with --mem",
-            human_bytes(args.size),
-            args.workers(),
-            human_bytes(args.default_need().div_ceil(1 << 30) << 30),
-            human_bytes(MAX_MEM_BYTES)
-        ));
-    }
-    let config = args.engine.to_config(args.default_config())?;
-    let opts = args.opts();
-    if args.ab {
-        let mut v = config.clone();
-        v.set_patched(false);
-        let mut p = config.clone();
-        p.set_patched(true);
-        let vanilla = usemem::run(&super::boot(v)?, &opts).map_err(map_err)?;
-        let patched = usemem::run(&super::boot(p)?, &opts).map_err(map_err)?;
-        let ratio = AbRatio {
-            throughput: patched.throughput_kbps as f64 / vanilla.throughput_kbps.max(1) as f64,
-            global_ops_per_mm_vanilla: vanilla.huge_zero.ops_per_mm,
-            global_ops_per_mm_patched: patched.huge_zero.ops_per_mm,
-            faults_vanilla: vanilla.vmstat_delta.get(VmItem::Pgfault),
-            faults_patched: patched.vmstat_delta.get(VmItem::Pgfault),
-            huge_zero_line_share_vanilla: vanilla.huge_zero_line_share,
-            huge_zero_line_share_patched: patched.huge_zero_line_share,
-            time: vanilla.time.clone(),
-        };
-        let rec = UsememAb {
-            vanilla,
-            patched,
-            ratio,
-        };
-        return super::emit(g, &rec, |r| {
-            let mut s = String::from("# vanilla (huge_zero.per_mm_ref=off)\n");
-            s += &render(&r.vanilla);
-            s += "# patched (huge_zero.per_mm_ref=on)\n";
-            s += &render(&r.patched);
-            s += &render_summary("vanilla", &r.vanilla);
-            s += &render_summary("patched", &r.patched);
-            s += &format!(
-                "throughput ratio patched/vanilla: {:.3} (vanilla/patched {:.3}), {}\n",
-                r.ratio.throughput,
-                1.0 / r.ratio.throughput.max(f64::MIN_POSITIVE),
-                r.ratio.time
-            );
-            if let (Some(v), Some(p)) = (
-                r.ratio.huge_zero_line_share_vanilla,
-                r.ratio.huge_zero_line_share_patched,
-            ) {
-                s += &format!(
-                    "virtual CPU time on the huge zero page's refcount line: vanilla {:.2} %, patched {:.2} % (seed 002: 54 % → 0.11 % of cycles in get/put_huge_zero_page)\n",
-                    v * 100.0,
-                    p * 100.0
-                );
-            }
-            s
-        });
-    }
-    let machine = super::boot(config)?;
-    // Sleeping until killed: the record never completes, so each line is printed as it comes.
-    let on_walked: Option<usemem::OnWalked> = (forever && !g.json).then(|| {
-        std::sync::Arc::new(|line: &str| {
-            let _ = super::print(&format!("{line}\n"));
-        }) as usemem::OnWalked
-    });
-    let r = usemem::run_with(&machine, &opts, on_walked).map_err(map_err)?;
-    super::emit(g, &r, render)
-}
-
-fn map_err(e: UsememError) -> anyhow::Error {
-    match e {
-        UsememError::ZeroSize
-        | UsememError::NoProcesses
-        | UsememError::TooBig { .. }
-        | UsememError::TooManyWorkers { .. } => {
-            anyhow::Error::new(crate::args::UsageError(format!("usemem: {e}")))
-        }
-        other => anyhow::anyhow!("usemem: {other}"),
-    }
-}
-
-/// `--host`: the same shape on the real kernel (one worker; anonymous memory).
-fn run_host(args: &UsememArgs, g: &GlobalArgs) -> anyhow::Result<()> {
-    use usermm_host::measure;
-    if args.readonly {
-        let r = measure::host_usemem_readonly(args.size, args.step.max(8))
-            .map_err(|e| anyhow::anyhow!("host usemem: {e}"))?;
-        super::emit(g, &r, |r| {
-            let usecs = (r.ns / 1000).max(1);
-            let bytes = r.size / 8 + r.accesses * 8;
-            format!(
-                "{bytes} bytes / {usecs} usecs = {} KB/s\nhost: {} faults, {:.0} faults/s\n",
-                usemem::kb_per_sec(bytes, usecs),
-                r.faults,
-                r.faults as f64 * 1e9 / r.ns.max(1) as f64
-            )
-        })
+    let (vanilla, vout) = one(false)?;
+    let (patched, pout) = one(true)?;
+    let ratio = AbRatio {
+        throughput: patched.throughput_kbps as f64 / vanilla.throughput_kbps.max(1) as f64,
+        global_ops_per_mm_vanilla: vanilla.huge_zero.ops_per_mm,
+        global_ops_per_mm_patched: patched.huge_zero.ops_per_mm,
+        faults_vanilla: vanilla.vmstat_delta.get(VmItem::Pgfault),
+        faults_patched: patched.vmstat_delta.get(VmItem::Pgfault),
+        huge_zero_line_share_vanilla: vanilla.huge_zero_line_share,
+        huge_zero_line_share_patched: patched.huge_zero_line_share,
+        time: vanilla.time.clone(),
+    };
+    let status = vanilla.status.max(patched.status);
+    let rec = UsememAb {
+        vanilla,
+        patched,
+        ratio,
+    };
+    if json {
+        super::print_json(&rec)?;
     } else {
-        let r = measure::host_touch_and_munmap(args.size, args.madv_thp)
-            .map_err(|e| anyhow::anyhow!("host usemem: {e}"))?;
-        super::emit(g, &r, |r| {
-            format!(
-                "host: {} pages: populate {:.1} ns/page, munmap {:.1} ns/page\n{} usecs to free memory\n",
-                r.pages,
-                r.populate_ns_per_page(),
-                r.munmap_ns_per_page(),
-                r.munmap_ns / 1000
-            )
-        })
+        let mut s = String::from("# vanilla (huge_zero.per_mm_ref=off)\n");
+        s += &vout;
+        s += "# patched (huge_zero.per_mm_ref=on)\n";
+        s += &pout;
+        s += &render_summary("vanilla", &rec.vanilla);
+        s += &render_summary("patched", &rec.patched);
+        s += &format!(
+            "throughput ratio patched/vanilla: {:.3}, {}\n",
+            rec.ratio.throughput, rec.ratio.time
+        );
+        if let (Some(v), Some(p)) = (
+            rec.ratio.huge_zero_line_share_vanilla,
+            rec.ratio.huge_zero_line_share_patched,
+        ) {
+            s += &format!(
+                "huge zero page's refcount line: {:.2} % of the CPUs' busy time vanilla, {:.2} % patched\n",
+                v * 100.0,
+                p * 100.0
+            );
+        }
+        super::print(&s)?;
+    }
+    Ok(status)
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn own_flags_are_taken_by_exact_name_only() {
+        let (mine, theirs) = split_own(&v(&[
+            "-n", "2", "--mem=4G", "--cpus", "8", "--memfd", "--set", "a=b", "1M", "--host", "--",
+            "--json",
+        ]));
+        assert_eq!(
+            mine,
+            v(&["--mem=4G", "--cpus", "8", "--set", "a=b", "--host"])
+        );
+        assert_eq!(theirs, v(&["-n", "2", "--memfd", "1M", "--", "--json"]));
+    }
+
+    #[test]
+    fn environment_names_each_flag() {
+        let env = |k: &str| match k {
+            "USERMM_MEM" => Some("2G".to_string()),
+            "USERMM_SET" => Some("free.parallel=on  pcp.high=64".to_string()),
+            "USERMM_HOST" => Some("0".to_string()),
+            "USERMM_JSON" => Some("1".to_string()),
+            _ => None,
+        };
+        let f = flags_from_env(env);
+        assert!(f.windows(2).any(|w| w == ["--mem", "2G"]), "{f:?}");
+        assert!(
+            f.windows(2).any(|w| w == ["--set", "free.parallel=on"]),
+            "{f:?}"
+        );
+        assert!(f.windows(2).any(|w| w == ["--set", "pcp.high=64"]), "{f:?}");
+        assert!(f.contains(&"--json".to_string()) && !f.contains(&"--host".to_string()));
+        let own = OwnFlags::try_parse_from(&f).unwrap();
+        assert_eq!(own.engine.mem, Some(2 << 30));
+    }
+
+    #[test]
+    fn default_machine_fits_the_run() {
+        let o = preview(&v(&["-n", "4", "1G"]));
+        let c = default_config(&o, false);
+        assert_eq!(c.cpus, 4);
+        assert!(c.mem >= 4 << 30);
+        let o = preview(&v(&["-n", "20000", "0"]));
+        assert_eq!(default_config(&o, false).cpus as u64, DEFAULT_MAX_CPUS);
+        let o = preview(&v(&["--readonly", "1G"]));
+        assert!(default_config(&o, false).mem <= 1 << 30);
     }
 }

@@ -8,7 +8,7 @@ pub fn human_bytes(n: u64) -> String {
     const UNITS: [(u32, &str); 5] = [(50, "P"), (40, "T"), (30, "G"), (20, "M"), (10, "K")];
     UNITS
         .iter()
-        .find(|&&(shift, _)| n != 0 && n % (1u64 << shift) == 0)
+        .find(|&&(shift, _)| n != 0 && n.is_multiple_of(1u64 << shift))
         .map_or_else(|| n.to_string(), |&(shift, u)| format!("{}{u}", n >> shift))
 }
 
@@ -17,7 +17,7 @@ pub fn group(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(' ');
         }
         out.push(c);

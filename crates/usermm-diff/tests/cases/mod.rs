@@ -7,7 +7,8 @@
 //! * LTP-style cases named in `peers.md` B.8: mmap04/06/15/17/19/20, munmap03/04,
 //!   mprotect01/05, madvise02/03/10 (their semantics, re-expressed as ops);
 //! * VMA merge and split scenarios in the manner of the kernel selftests' `merge.c`;
-//! * THP placement of 2 MiB-multiple anonymous mappings.
+//! * THP placement of 2 MiB-multiple anonymous mappings;
+//! * fork, mremap and brk (`addrspace.rs`).
 //!
 //! A case is a list of ops and a list of expectations on the *host's* results (the engine must
 //! agree with the host anyway). Expectations are written only for facts that hold on any 6.x
@@ -18,6 +19,8 @@ use libc::{
     MADV_REMOVE, MADV_UNMERGEABLE, MADV_WIPEONFORK,
 };
 use usermm_diff::ops::*;
+
+mod addrspace;
 
 /// A page.
 pub const P: u64 = PAGE_SIZE;
@@ -92,9 +95,9 @@ impl Expect {
                 },
                 OpResult::Counters(c),
             ) => {
-                minor_faults.map_or(true, |v| v == c.minor_faults)
-                    && rss_kb.map_or(true, |v| v == c.rss_kb)
-                    && anon_huge_kb.map_or(true, |v| v == c.anon_huge_kb)
+                minor_faults.is_none_or(|v| v == c.minor_faults)
+                    && rss_kb.is_none_or(|v| v == c.rss_kb)
+                    && anon_huge_kb.is_none_or(|v| v == c.anon_huge_kb)
             }
             _ => false,
         };
@@ -119,37 +122,37 @@ pub struct Case {
 
 /// Builds one [`Case`].
 #[derive(Debug)]
-struct B {
+pub(crate) struct B {
     case: Case,
 }
 
 impl B {
-    fn op(&mut self, op: Op) -> &mut Self {
+    pub(crate) fn op(&mut self, op: Op) -> &mut Self {
         self.case.ops.push(op);
         self
     }
 
-    fn expect(&mut self, e: Expect) -> &mut Self {
+    pub(crate) fn expect(&mut self, e: Expect) -> &mut Self {
         let i = self.case.ops.len() - 1;
         self.case.expect.push((i, e));
         self
     }
 
-    fn ok(&mut self, v: u64) -> &mut Self {
+    pub(crate) fn ok(&mut self, v: u64) -> &mut Self {
         self.expect(Expect::Ok(v))
     }
 
-    fn err(&mut self, e: i32) -> &mut Self {
+    pub(crate) fn err(&mut self, e: i32) -> &mut Self {
         self.expect(Expect::Err(e))
     }
 
     /// `MAP_FIXED_NOREPLACE` private anonymous mapping of `pages` at `addr`, expected to work.
-    fn map(&mut self, addr: u64, pages: u64, prot: u32) -> &mut Self {
+    pub(crate) fn map(&mut self, addr: u64, pages: u64, prot: u32) -> &mut Self {
         self.op(Op::mmap_anon_at(addr, pages * P, prot)).ok(addr)
     }
 
     /// `MAP_FIXED_NOREPLACE` private `/dev/zero` mapping at byte offset `off`.
-    fn map_zero(&mut self, addr: u64, pages: u64, prot: u32, off: u64) -> &mut Self {
+    pub(crate) fn map_zero(&mut self, addr: u64, pages: u64, prot: u32, off: u64) -> &mut Self {
         self.op(Op::Mmap {
             addr,
             len: pages * P,
@@ -161,34 +164,34 @@ impl B {
         .ok(addr)
     }
 
-    fn munmap(&mut self, addr: u64, len: u64) -> &mut Self {
+    pub(crate) fn munmap(&mut self, addr: u64, len: u64) -> &mut Self {
         self.op(Op::Munmap { addr, len })
     }
 
-    fn mprotect(&mut self, addr: u64, len: u64, prot: u32) -> &mut Self {
+    pub(crate) fn mprotect(&mut self, addr: u64, len: u64, prot: u32) -> &mut Self {
         self.op(Op::Mprotect { addr, len, prot })
     }
 
-    fn madvise(&mut self, addr: u64, len: u64, advice: i32) -> &mut Self {
+    pub(crate) fn madvise(&mut self, addr: u64, len: u64, advice: i32) -> &mut Self {
         self.op(Op::Madvise { addr, len, advice })
     }
 
-    fn write(&mut self, addr: u64, len: u64, byte: u8) -> &mut Self {
+    pub(crate) fn write(&mut self, addr: u64, len: u64, byte: u8) -> &mut Self {
         self.op(Op::Write {
             addr,
             data: vec![byte; len as usize],
         })
     }
 
-    fn read(&mut self, addr: u64, len: u64) -> &mut Self {
+    pub(crate) fn read(&mut self, addr: u64, len: u64) -> &mut Self {
         self.op(Op::Read { addr, len })
     }
 
-    fn probe(&mut self, addr: u64, len: u64) -> &mut Self {
+    pub(crate) fn probe(&mut self, addr: u64, len: u64) -> &mut Self {
         self.op(Op::Probe { addr, len })
     }
 
-    fn maps(&mut self, lines: &[(u64, u64, &str)]) -> &mut Self {
+    pub(crate) fn maps(&mut self, lines: &[(u64, u64, &str)]) -> &mut Self {
         self.op(Op::Maps).expect(Expect::Maps(
             lines
                 .iter()
@@ -198,13 +201,13 @@ impl B {
     }
 
     /// Maps lines given fully (for `/dev/zero` lines).
-    fn maps_lines(&mut self, lines: Vec<MapsLine>) -> &mut Self {
+    pub(crate) fn maps_lines(&mut self, lines: Vec<MapsLine>) -> &mut Self {
         self.op(Op::Maps).expect(Expect::Maps(
             lines.iter().map(|l| l.normalized().to_string()).collect(),
         ))
     }
 
-    fn counters(
+    pub(crate) fn counters(
         &mut self,
         minor_faults: Option<u64>,
         rss_kb: Option<u64>,
@@ -218,7 +221,7 @@ impl B {
     }
 }
 
-fn case(name: &'static str, origin: &'static str, f: impl FnOnce(&mut B)) -> Case {
+pub(crate) fn case(name: &'static str, origin: &'static str, f: impl FnOnce(&mut B)) -> Case {
     let mut b = B {
         case: Case {
             name,
@@ -1634,5 +1637,6 @@ pub fn all_cases() -> Vec<Case> {
     v.extend(merge_cases());
     v.extend(thp_alignment_cases());
     v.extend(flag_cases());
+    v.extend(addrspace::cases());
     v
 }

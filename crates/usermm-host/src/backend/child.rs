@@ -31,8 +31,18 @@ struct Child<'a> {
     buf: &'a mut [u8],
     /// One page for draining the loopback pipe.
     scratch: [u8; PAGE],
-    /// `ru_minflt` when the child became ready.
+    /// `ru_minflt` when the child became ready (or forked), less the faults the server itself
+    /// took since (its own pages broken copy-on-write after a fork).
     baseline_minflt: u64,
+    /// This process's number (0 for the first; a fork takes the free one).
+    slot: usize,
+    /// Which process numbers are serving (this one, and the other if it forked and lives).
+    alive: [bool; 2],
+    /// Per process number, its control pipe (read end, write end): the token that makes it
+    /// current. Made before any fork, so every process holds every pipe.
+    ctl: [(Fd, Fd); 2],
+    /// The break when the backend started: `REQ_BRK` works in offsets from it.
+    brk_base: u64,
 }
 
 /// The child's entry point. `keep` is the child's end of the socket pair; every other inherited
@@ -49,6 +59,9 @@ pub(super) fn run(keep: Fd, parent: libc::pid_t, buf: &mut [u8]) -> ! {
         sys::exit_now(2)
     };
     let zero_fd = sys::open(c"/dev/zero", libc::O_RDWR).unwrap_or(-1);
+    let (Ok(c0), Ok(c1)) = (sys::pipe(), sys::pipe()) else {
+        sys::exit_now(2)
+    };
     let mut c = Child {
         sock: keep,
         parent,
@@ -58,8 +71,14 @@ pub(super) fn run(keep: Fd, parent: libc::pid_t, buf: &mut [u8]) -> ! {
         buf,
         scratch: [0; PAGE],
         baseline_minflt: 0,
+        slot: 0,
+        alive: [true, false],
+        ctl: [c0, c1],
+        brk_base: 0,
     };
     c.warm_up();
+    // SAFETY: brk(0) only asks for the current break; it changes nothing.
+    c.brk_base = unsafe { sys::brk(0) };
     c.baseline_minflt = sys::minflt();
     c.frame(F_READY, 0, sys::getpid() as u64, &[]);
     c.serve()
@@ -76,7 +95,8 @@ impl Child<'_> {
         while have < dst.len() {
             match sys::poll1(sock, libc::POLLIN, Duration::from_secs(1)) {
                 Ok(0) => {
-                    if sys::getppid() != parent {
+                    // A forked process (parent 0) relies on the socket's EOF alone.
+                    if parent != 0 && sys::getppid() != parent {
                         sys::exit_now(0);
                     }
                     continue;
@@ -239,9 +259,43 @@ impl Child<'_> {
                     self.reply(r.map(|_| 0));
                 }
                 REQ_COUNTERS => self.do_counters(),
+                REQ_MREMAP => self.do_mremap(a),
+                REQ_BRK => {
+                    let want = if a[0] == u64::MAX {
+                        0
+                    } else {
+                        self.brk_base.wrapping_add(a[0])
+                    };
+                    // SAFETY: requests never go below `brk_base` (the parent's ops cannot
+                    // express it), so only heap this backend added is ever given back.
+                    let got = unsafe { sys::brk(want) };
+                    self.reply(Ok(got.wrapping_sub(self.brk_base)));
+                }
+                REQ_FORK => self.do_fork(),
+                REQ_SWITCH => self.do_switch(a[0]),
+                REQ_EXIT => self.do_exit(),
                 _ => self.frame(F_ERR, libc::ENOSYS, 0, &[]),
             }
         }
+    }
+
+    /// `mremap`; a mapping moved out of the arena (no `MREMAP_FIXED`: the kernel chose where)
+    /// is unmapped again and reported misplaced, as for mmap.
+    fn do_mremap(&mut self, a: [u64; 6]) {
+        let (addr, new_len, flags) = (a[0], a[2], a[3]);
+        // SAFETY: as `arena_call`: the op names arena addresses.
+        let got = match unsafe { sys::mremap(addr, a[1], new_len, flags, a[4]) } {
+            Ok(v) => v,
+            Err(e) => return self.frame(F_ERR, e, 0, &[]),
+        };
+        let rounded = new_len.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        let inside = (ARENA_BASE..=ARENA_END).contains(&got) && rounded <= ARENA_END - got;
+        if !inside && got != addr && flags & libc::MREMAP_FIXED as u64 == 0 {
+            // SAFETY: `got..got+new_len` is the mapping the kernel just moved there.
+            let _ = unsafe { sys::munmap(got, new_len) };
+            return self.frame(F_MISPLACED, 0, got, &[]);
+        }
+        self.frame(F_OK, 0, got, &[])
     }
 
     fn do_mmap(&mut self, a: [u64; 6]) {
@@ -361,6 +415,147 @@ impl Child<'_> {
             Self::frame_to(self.sock, F_CHUNK, 0, STREAM_MAIN, &self.buf[..fill]);
         }
         self.frame(F_OK, 0, (end - first) / PAGE_SIZE, &[])
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Processes: fork, switch, exit (one process serves at a time, passing a token)
+    // ----------------------------------------------------------------------------------------
+
+    /// `fork()`: the new process takes the free number and waits for its token; this one
+    /// answers with that number. Both first break their own pages copy-on-write (stack,
+    /// buffers) and discount those faults, so that the counters count the arena only.
+    fn do_fork(&mut self) {
+        let other = 1 - self.slot;
+        if self.alive[other] {
+            return self.frame(F_ERR, libc::EAGAIN, 0, &[]);
+        }
+        // Faults from here to the end of the rewarm are the server's own, not the arena's.
+        let before = sys::minflt();
+        // SAFETY: both processes go on running only this async-signal-safe server.
+        match unsafe { sys::fork() } {
+            Err(e) => self.frame(F_ERR, e, 0, &[]),
+            Ok(0) => {
+                self.slot = other;
+                self.alive = [true, true];
+                self.parent = 0;
+                // fork copies no page tables of file mappings: fault the code in again.
+                self.populate_file_mappings();
+                self.rewarm();
+                self.baseline_minflt = sys::minflt();
+                self.wait_token();
+            }
+            Ok(_) => {
+                self.alive = [true, true];
+                self.rewarm();
+                self.baseline_minflt += sys::minflt() - before;
+                self.reply(Ok(other as u64));
+            }
+        }
+    }
+
+    /// Make process `to` current: answer, hand it the token, wait for ours.
+    fn do_switch(&mut self, to: u64) {
+        if to == self.slot as u64 {
+            return self.reply(Ok(0));
+        }
+        if to > 1 || !self.alive[to as usize] {
+            return self.frame(F_ERR, libc::ESRCH, 0, &[]);
+        }
+        self.reply(Ok(0));
+        self.send_token(to as usize, TOKEN_SWITCH);
+        self.wait_token();
+    }
+
+    /// Exit as far as the arena can tell: unmap all of it, make the other process current,
+    /// and never serve again (linger until the backend closes the socket).
+    fn do_exit(&mut self) {
+        let other = 1 - self.slot;
+        if !self.alive[other] {
+            return self.frame(F_ERR, libc::ESRCH, 0, &[]);
+        }
+        // SAFETY: the arena holds no Rust object of this process.
+        let _ = unsafe { sys::munmap(ARENA_BASE, ARENA_SIZE) };
+        self.reply(Ok(other as u64));
+        self.send_token(other, TOKEN_OTHER_EXITED);
+        loop {
+            match sys::poll1(self.sock, libc::POLLRDHUP, Duration::from_secs(1)) {
+                Ok(0) => {}
+                _ => sys::exit_now(0),
+            }
+        }
+    }
+
+    fn send_token(&self, to: usize, token: u8) {
+        loop {
+            match sys::write(self.ctl[to].1, &[token]) {
+                Err(libc::EINTR) => {}
+                Ok(1) => return,
+                _ => sys::exit_now(5),
+            }
+        }
+    }
+
+    /// Block until this process is made current (its token arrives), or exit when the
+    /// backend has closed the socket.
+    fn wait_token(&mut self) {
+        let mut t = [0u8; 1];
+        loop {
+            let ev = sys::poll2(
+                (self.ctl[self.slot].0, libc::POLLIN),
+                (self.sock, libc::POLLRDHUP),
+                Duration::from_secs(1),
+            );
+            match ev {
+                Ok((_, s)) if s & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0 => {
+                    sys::exit_now(0)
+                }
+                Ok((c, _)) if c & libc::POLLIN != 0 => {
+                    match sys::read(self.ctl[self.slot].0, &mut t) {
+                        Ok(1) => {
+                            if t[0] == TOKEN_OTHER_EXITED {
+                                self.alive[1 - self.slot] = false;
+                            }
+                            return;
+                        }
+                        Err(libc::EINTR) => {}
+                        _ => sys::exit_now(5),
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => sys::exit_now(3),
+            }
+        }
+    }
+
+    /// After a fork: break this process's own writable pages copy-on-write now (the I/O
+    /// buffer, the scratch page, the stack, errno), before the baseline is taken.
+    fn rewarm(&mut self) {
+        for i in (0..self.buf.len()).step_by(PAGE) {
+            self.buf[i] = 0x5a;
+        }
+        if let Some(b) = self.buf.last_mut() {
+            *b = 0x5a;
+        }
+        for i in (0..PAGE).step_by(64) {
+            self.scratch[i] = 0;
+        }
+        std::hint::black_box(&mut *self.buf);
+        touch_stack();
+        // The frames above this one (the server loop, `run`, the thread's TLS at the top of
+        // its stack mapping): store every page back to itself through the loopback pipe,
+        // which breaks copy-on-write without risking a signal, up to the first page that
+        // cannot be read or written.
+        let mut b = [0u8; 1];
+        let here = std::hint::black_box(&b as *const _ as u64) & !(PAGE_SIZE - 1);
+        for i in 0..1024 {
+            let page = here + i * PAGE_SIZE;
+            if self.load(page, &mut b).is_err() || self.store(page, &b).is_err() {
+                break;
+            }
+        }
+        sys::close(-1);
+        let _ = sys::minflt();
+        let _ = sys::poll1(self.sock, 0, Duration::ZERO);
     }
 
     fn do_counters(&mut self) {

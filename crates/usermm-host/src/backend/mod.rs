@@ -320,6 +320,20 @@ impl AddressSpace for HostBackend {
                 )),
                 Err(e) => e,
             },
+            &Op::Mremap {
+                addr,
+                old_len,
+                new_len,
+                flags,
+                new_addr,
+            } => self.simple(
+                REQ_MREMAP,
+                &[addr, old_len, new_len, flags.into(), new_addr],
+            ),
+            &Op::Brk { off } => self.simple(REQ_BRK, &[off]),
+            Op::Fork => self.simple(REQ_FORK, &[]),
+            &Op::Switch { proc } => self.simple(REQ_SWITCH, &[proc.into()]),
+            Op::Exit => self.simple(REQ_EXIT, &[]),
             Op::Counters => match self.request(Req::new(REQ_COUNTERS, &[]), &[]) {
                 Ok(r) if r.kind == F_OK => {
                     let rollup = &r.streams[STREAM_ROLLUP as usize];

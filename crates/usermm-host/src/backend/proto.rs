@@ -22,6 +22,16 @@ pub(super) const REQ_WRITE: u64 = 8;
 pub(super) const REQ_PROBE: u64 = 9;
 pub(super) const REQ_MAPS: u64 = 10;
 pub(super) const REQ_COUNTERS: u64 = 11;
+pub(super) const REQ_MREMAP: u64 = 12;
+pub(super) const REQ_BRK: u64 = 13;
+pub(super) const REQ_FORK: u64 = 14;
+pub(super) const REQ_SWITCH: u64 = 15;
+pub(super) const REQ_EXIT: u64 = 16;
+
+/// Tokens on a process's control pipe: "you are current now", and the same with "the other
+/// process exited".
+pub(super) const TOKEN_SWITCH: u8 = 1;
+pub(super) const TOKEN_OTHER_EXITED: u8 = 2;
 
 /// `MapSource` on the wire (argument 4 of `REQ_MMAP`).
 pub(super) const SRC_ANON: u64 = 0;

@@ -435,8 +435,11 @@ pub enum BigfreeError {
     Mmap(usermm::Errno),
     #[error("munmap failed: {0}")]
     Munmap(usermm::Errno),
-    #[error("populate mapped {got} of {want} pages (out of memory?)")]
+    #[error("populate mapped {got} of {want} pages")]
     Populate { got: u64, want: u64 },
+    /// The populate's faults found no free frame (`VM_FAULT_OOM`, counted as `oom`).
+    #[error("out of memory while populating: {got} of {want} pages mapped, {faults} faults found no free frame — raise --mem")]
+    PopulateOom { got: u64, want: u64, faults: i64 },
     #[error("the free left {0} pages mapped")]
     Leftover(i64),
 }

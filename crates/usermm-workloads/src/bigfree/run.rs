@@ -101,9 +101,12 @@ fn sample_free(
     let populate_cpu_ns = thread_cpu_time_ns().saturating_sub(pc);
     let mapped = mm.rss_total();
     if mapped != pages as i64 {
-        return Err(BigfreeError::Populate {
-            got: mapped.max(0) as u64,
-            want: pages,
+        let (got, want) = (mapped.max(0) as u64, pages);
+        let faults = machine.vmstat().get(VmItem::Oom);
+        return Err(if faults > 0 {
+            BigfreeError::PopulateOom { got, want, faults }
+        } else {
+            BigfreeError::Populate { got, want }
         });
     }
     on_event(Event::Freeing { label, rep });

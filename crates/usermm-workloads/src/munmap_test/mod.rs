@@ -10,7 +10,7 @@
 //!  baseline window        (no munmap)                       ─┐ faulters' latencies
 //!  loaded baseline window (a spinning thread stands in for   │ attributed to the window
 //!                          the zapper's CPU, no mm locks)    │ each access overlaps
-//!  munmap(SIZE)           (munmap.downgrade = off, then on) ─┘
+//!  munmap(SIZE)   (munmap.downgrade = off; on; on with per-VMA locks) ─┘
 //! ```
 //!
 //! Per munmap: the total time, the exclusive (write) hold of the mmap lock, the time zapping and
@@ -58,6 +58,7 @@ use usermm::mm::mmap::{
     PROT_READ, PROT_WRITE,
 };
 use usermm::mm::UnmapStats;
+use usermm::stats::VmItem;
 use usermm::sync::class::FUTEX;
 use usermm::sync::clock::{self, Ktime};
 use usermm::sync::mmap_lock::MmapLockStats;
@@ -233,9 +234,24 @@ pub struct RunResult {
     pub lock_munmap: MmapLockStats,
     /// The mmap lock over the idle baseline window.
     pub lock_baseline: MmapLockStats,
+    /// Per-VMA lock events over the munmap window (`vma_lock_*` of `/proc/vmstat`; all zero
+    /// without per-VMA locks).
+    pub vma_lock: VmaLockEvents,
     pub baseline: Window,
     pub baseline_loaded: Option<Window>,
     pub during: Window,
+}
+
+/// `CONFIG_PER_VMA_LOCK_STATS`' counters over a window.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct VmaLockEvents {
+    /// Faults (and `MADV_DONTNEED`s) done under a VMA's lock, without `mmap_lock`.
+    pub success: i64,
+    /// Attempts that fell back to `mmap_lock` (no VMA, not eligible, or being changed).
+    pub abort: i64,
+    /// Attempts that found a detached VMA and walked again.
+    pub miss: i64,
+    pub retry: i64,
 }
 
 /// One policy's runs and their medians.
@@ -243,6 +259,8 @@ pub struct RunResult {
 pub struct PolicyResult {
     /// `munmap.downgrade`.
     pub downgrade: bool,
+    /// `vma.per_vma_lock`.
+    pub per_vma_lock: bool,
     pub runs: Vec<RunResult>,
     pub median: Summary,
 }
@@ -301,17 +319,25 @@ pub struct MunmapTestResult {
     pub host_cpus: usize,
     pub vanilla: PolicyResult,
     pub patched: PolicyResult,
+    /// The kernel's later answer (6.4+): `munmap.downgrade=on` and `vma.per_vma_lock=on`, so
+    /// faults in other VMAs take only their VMA's lock.
+    pub per_vma: PolicyResult,
     pub ratio: Ratio,
 }
 
-/// Run both policies (`munmap.downgrade=off`, then `on`), `opts.repeat` times each, every run on
-/// a freshly booted machine. `progress(policy, run)` is called before each run.
+/// The policies, in the order they run: their names for progress and reports.
+pub const POLICIES: [&str; 3] = ["vanilla", "patched", "per-VMA lock"];
+
+/// Run the three policies (`munmap.downgrade=off`; `on`; `on` with `vma.per_vma_lock=on`),
+/// `opts.repeat` times each, every run on a freshly booted machine. `progress(policy, run)` is
+/// called before each run with the policy's name from [`POLICIES`].
 pub fn run_with_progress(
     opts: &MunmapTestOpts,
-    mut progress: impl FnMut(bool, u32),
+    mut progress: impl FnMut(&'static str, u32),
 ) -> Result<MunmapTestResult, MunmapTestError> {
     let ab = run_ab_inner(opts, &mut progress)?;
     let crate::TimeLabel { time, profile } = crate::TimeLabel::of(&opts.machine);
+    let per_vma = run_policy_with(opts, true, true, &mut progress)?;
     Ok(MunmapTestResult {
         time,
         profile,
@@ -320,6 +346,7 @@ pub fn run_with_progress(
         host_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         vanilla: ab.vanilla,
         patched: ab.patched,
+        per_vma,
         ratio: ab.ratio,
     })
 }
@@ -336,10 +363,10 @@ pub fn run_ab(opts: &MunmapTestOpts) -> Result<MunmapAb, MunmapTestError> {
 
 fn run_ab_inner(
     opts: &MunmapTestOpts,
-    progress: &mut dyn FnMut(bool, u32),
+    progress: &mut dyn FnMut(&'static str, u32),
 ) -> Result<MunmapAb, MunmapTestError> {
-    let vanilla = run_policy(opts, false, progress)?;
-    let patched = run_policy(opts, true, progress)?;
+    let vanilla = run_policy_with(opts, false, false, progress)?;
+    let patched = run_policy_with(opts, true, false, progress)?;
     let ratio = ratio(&vanilla.median, &patched.median);
     Ok(MunmapAb {
         vanilla,
@@ -367,23 +394,36 @@ fn ratio(v: &Summary, p: &Summary) -> Ratio {
     }
 }
 
-/// One policy, `opts.repeat` runs.
+/// One policy, `opts.repeat` runs (`vma.per_vma_lock` as the machine has it).
 pub fn run_policy(
     opts: &MunmapTestOpts,
     downgrade: bool,
-    progress: &mut dyn FnMut(bool, u32),
+    progress: &mut dyn FnMut(&'static str, u32),
+) -> Result<PolicyResult, MunmapTestError> {
+    let per_vma = opts.machine.vma.per_vma_lock;
+    run_policy_with(opts, downgrade, per_vma, progress)
+}
+
+fn run_policy_with(
+    opts: &MunmapTestOpts,
+    downgrade: bool,
+    per_vma_lock: bool,
+    progress: &mut dyn FnMut(&'static str, u32),
 ) -> Result<PolicyResult, MunmapTestError> {
     check(opts)?;
     let mut config = opts.machine.clone();
     config.munmap.downgrade = downgrade;
+    config.vma.per_vma_lock = per_vma_lock;
+    let name = POLICIES[usize::from(downgrade) + usize::from(per_vma_lock)];
     let mut runs = Vec::new();
     for i in 0..opts.repeat.max(1) {
-        progress(downgrade, i);
+        progress(name, i);
         runs.push(run_once(&config, opts)?);
     }
     let median = summarize(&runs);
     Ok(PolicyResult {
         downgrade,
+        per_vma_lock,
         runs,
         median,
     })
@@ -391,14 +431,14 @@ pub fn run_policy(
 
 fn check(opts: &MunmapTestOpts) -> Result<(), MunmapTestError> {
     let bad = |m: String| Err(MunmapTestError::Options(m));
-    if opts.size == 0 || opts.size % PAGE_SIZE != 0 {
+    if opts.size == 0 || !opts.size.is_multiple_of(PAGE_SIZE) {
         return bad(format!(
             "size {} must be a non-zero multiple of 4 KiB",
             opts.size
         ));
     }
     if opts.faulter_bytes == 0
-        || opts.faulter_bytes % PAGE_SIZE != 0
+        || !opts.faulter_bytes.is_multiple_of(PAGE_SIZE)
         || opts.faulter_bytes > FAULTER_SLOT / 2
     {
         return bad("faulter_bytes must be a non-zero multiple of 4 KiB, at most 512 MiB".into());
@@ -668,6 +708,7 @@ fn run_on(
     let mut lock_baseline = MmapLockStats::default();
     let mut unmap = Err(Errno::EINVAL);
     let mut lock_munmap = MmapLockStats::default();
+    let mut vma_lock = VmaLockEvents::default();
     let mut windows_ns = [0u64; 3];
     let hists: Vec<std::thread::Result<FaulterHists>> = thread::scope(|s| {
         let handles: Vec<_> = vmas
@@ -716,12 +757,20 @@ fn run_on(
             windows_ns[1] = ns_since(t);
         }
         lock.reset_stats();
+        let vm0 = machine.vmstat_snapshot();
         let t = clock::now();
         phase.store(PH_MUNMAP, Ordering::Release);
         unmap = mm.munmap_stats(cpu0, big, opts.size);
         phase.store(PH_AFTER, Ordering::Release);
         windows_ns[2] = ns_since(t);
         lock_munmap = lock.stats();
+        let d = machine.vmstat_snapshot().since(&vm0);
+        vma_lock = VmaLockEvents {
+            success: d.get(VmItem::VmaLockSuccess),
+            abort: d.get(VmItem::VmaLockAbort),
+            miss: d.get(VmItem::VmaLockMiss),
+            retry: d.get(VmItem::VmaLockRetry),
+        };
         stop.store(true, Ordering::Relaxed);
         handles.into_iter().map(|h| h.join()).collect()
     });
@@ -758,6 +807,7 @@ fn run_on(
         other_ns,
         lock_munmap,
         lock_baseline,
+        vma_lock,
         baseline: window(0),
         baseline_loaded: loaded_baseline.then(|| window(1)),
         during: window(2),

@@ -7,6 +7,10 @@
 //!
 //! # Paths
 //! - No VMA at the address → `SEGV_MAPERR`; an access the VMA does not allow → `SEGV_ACCERR`.
+//! - No frame for the fault (a data page, a page table) → `VM_FAULT_OOM`, reported as
+//!   [`SegvCode::Oom`]; an access the backing object cannot serve (hugetlb pool empty, an offset
+//!   beyond a shmem object's size, a hole in a PFN map) → `VM_FAULT_SIGBUS`, reported as
+//!   [`SegvCode::BusAdrErr`]. See "Out of memory" below.
 //! - Anonymous read of an empty PTE → the 4 KiB zero page, read-only, no rss.
 //! - Anonymous read of an empty PMD in a THP-eligible VMA → the huge zero page (if it can be
 //!   had), with a deposited PTE table; the reference policy is the huge zero page's.
@@ -17,12 +21,37 @@
 //!   split), or split into zero PTEs and COW the one page.
 //! - Shared anonymous memory → the page of the shmem object at that offset.
 //!
+//! # Out of memory
+//! Linux returns `VM_FAULT_OOM` from the fault path when a page or a page table cannot be
+//! had (`do_anonymous_page`, `wp_page_copy`, `__pte_alloc`, `__pmd_alloc`, a PMD-mapped THP's
+//! deposit table in `__do_huge_pmd_anonymous_page`); the allocator has by then tried the OOM
+//! killer itself, and `pagefault_out_of_memory` (`mm/oom_kill.c`, since 5.16) only retries the
+//! access. The engine has no OOM killer and no reclaim to wait for, so the outcome goes back to
+//! the caller as a fault of its own, [`SegvCode::Oom`], never as `SEGV_MAPERR`: what was
+//! written stays, nothing is half-mapped, and the access may be retried once memory is freed.
+//! Each such fault counts `oom` in vmstat: the kernel's name for "an allocation was about to
+//! fail and the OOM killer was considered" (memcg's `MEMCG_OOM`, the `oom` line of
+//! `memory.events`; the engine's machine is one memory domain). `oom_kill` counts kills, which
+//! the engine never does. A THP that cannot be allocated is not OOM: the fault falls back to
+//! 4 KiB (`thp_fault_fallback`), as in Linux, whose high-order allocation does not invoke the
+//! OOM killer.
+//!
+//! `VM_FAULT_SIGBUS` comes where Linux gives it: `hugetlb_no_page` when the pool has no page
+//! (`alloc_hugetlb_folio` → `-ENOSPC`), `shmem_fault` past the object's size, `do_fault` of a
+//! `VM_PFNMAP` VMA without a `->fault` and an empty entry. Populating callers turn both into
+//! errnos as `vm_fault_to_errno` does: OOM → `ENOMEM`, SIGBUS → `EFAULT`.
+//!
 //! # Locks
 //! `mmap_lock` (read) → `page_table_lock` (PGD/PUD entries) → PMD lock → PTE lock. Pages are
 //! allocated before the PTL is taken; a fault that loses a race frees its page.
 //!
+//! # Per-VMA locks
+//! With `vma.per_vma_lock`, [`handle_mm_fault`] first tries the VMA's read lock
+//! (`lock_vma_under_rcu`, `lock_vma.rs`) and runs the fault with no mmap lock; it falls back to
+//! the mmap read lock when the VMA does not qualify or is being changed.
+//!
 //! # Differences from Linux
-//! No per-VMA lock fast path, no fault-around, no userfaultfd, no NUMA hinting.
+//! No fault-around, no userfaultfd, no NUMA hinting.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -30,7 +59,7 @@ use serde::Serialize;
 
 use super::pgtable_alias::*;
 use super::vma::{VmFlags, Vma, VmaKind, VmaTree, VmaWriteGuard};
-use super::{Mm, RssItem};
+use super::{rmap, Mm, RssItem};
 use crate::addr::{Order, Pfn, HPAGE_PMD_ORDER, PMD_SIZE};
 use crate::config::{HugeZeroWriteFault, ThpMode};
 use crate::cpu::CpuId;
@@ -41,29 +70,67 @@ use crate::stats::VmItem;
 use crate::sync::class::{PMD_LOCK, PTL};
 use crate::sync::{charge, Cost};
 
-/// `si_code` of the SIGSEGV a bad access raises.
+/// How an access failed: the signal and `si_code` Linux would raise (`SIGSEGV` with
+/// `SEGV_MAPERR`/`SEGV_ACCERR`, `SIGBUS` with `BUS_ADRERR`), or the fault handler's
+/// out-of-memory outcome (`VM_FAULT_OOM`), which raises no signal: see the module doc.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum SegvCode {
     /// `SEGV_MAPERR`: no mapping at the address.
-    MapErr = 1,
+    MapErr,
     /// `SEGV_ACCERR`: a mapping that does not allow the access.
-    AccErr = 2,
+    AccErr,
+    /// `SIGBUS`, `BUS_ADRERR` (`VM_FAULT_SIGBUS`): a mapping whose object cannot back the
+    /// address (hugetlb pool exhausted, beyond a shmem object's size, a hole in a PFN map).
+    #[doc(alias = "VM_FAULT_SIGBUS")]
+    BusAdrErr,
+    /// `VM_FAULT_OOM`: the fault needed a frame (data page or page table) and none was left.
+    /// Linux would OOM-kill some task and retry the access; the engine reports it.
+    #[doc(alias = "VM_FAULT_OOM")]
+    Oom,
 }
 
-/// A SIGSEGV-like result of an access.
+impl SegvCode {
+    /// The signal Linux delivers for this outcome (`None` for `VM_FAULT_OOM`, which the fault
+    /// path retries after the OOM killer, or ends with the task killed).
+    pub fn signal(self) -> Option<&'static str> {
+        match self {
+            SegvCode::MapErr | SegvCode::AccErr => Some("SIGSEGV"),
+            SegvCode::BusAdrErr => Some("SIGBUS"),
+            SegvCode::Oom => None,
+        }
+    }
+
+    /// The kernel's name for the outcome: the `si_code` or the `vm_fault_t` bit.
+    pub fn name(self) -> &'static str {
+        match self {
+            SegvCode::MapErr => "SEGV_MAPERR",
+            SegvCode::AccErr => "SEGV_ACCERR",
+            SegvCode::BusAdrErr => "BUS_ADRERR",
+            SegvCode::Oom => "VM_FAULT_OOM",
+        }
+    }
+}
+
+/// A failed access: where, and how it failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Fault {
     pub addr: u64,
     pub code: SegvCode,
 }
 
+impl Fault {
+    /// The fault could not get a frame: out of memory, not a bad address.
+    pub fn is_oom(&self) -> bool {
+        self.code == SegvCode::Oom
+    }
+}
+
 impl std::fmt::Display for Fault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let c = match self.code {
-            SegvCode::MapErr => "SEGV_MAPERR",
-            SegvCode::AccErr => "SEGV_ACCERR",
-        };
-        write!(f, "SIGSEGV ({c}) at {:#x}", self.addr)
+        match self.code.signal() {
+            Some(sig) => write!(f, "{sig} ({}) at {:#x}", self.code.name(), self.addr),
+            None => write!(f, "out of memory at {:#x} (VM_FAULT_OOM)", self.addr),
+        }
     }
 }
 
@@ -103,7 +170,7 @@ fn thp_eligible(mm: &Mm, vma: &Vma, addr: u64) -> bool {
 
 /// `access_error`: does the VMA allow this access?
 #[inline]
-fn access_ok(vma: &Vma, write: bool) -> bool {
+pub(crate) fn access_ok(vma: &Vma, write: bool) -> bool {
     if write {
         vma.flags.contains(VmFlags::VM_WRITE)
     } else {
@@ -111,7 +178,43 @@ fn access_ok(vma: &Vma, write: bool) -> bool {
     }
 }
 
-/// `handle_mm_fault` under the mmap read lock. An access below a `VM_GROWSDOWN` VMA first
+/// `vmf_anon_prepare`: the VMA's anon_vma, allocated (or a neighbour's reused) under the mmap
+/// lock (`tree`). Under a per-VMA lock (`None`) the VMA has one already: `lock_vma_under_rcu`
+/// took only such VMAs.
+#[inline]
+fn anon_vma_prepare(mm: &Mm, tree: Option<&VmaTree>, vma: &Vma) {
+    match tree {
+        Some(t) => {
+            t.anon_vma_prepare(vma, &mm.anon_vma_ids);
+        }
+        None => vm_bug_on!(vma.anon_vma() == 0, "VMA-locked fault without an anon_vma"),
+    }
+}
+
+/// The fault in `vma`, read-locked by `lock_vma_under_rcu` (no mmap lock): the access check,
+/// then `handle_mm_fault` with `FAULT_FLAG_VMA_LOCK`.
+pub(crate) fn fault_vma_locked(
+    mm: &Mm,
+    vma: &Vma,
+    cpu: CpuId,
+    addr: u64,
+    write: bool,
+) -> Result<(), Fault> {
+    if !access_ok(vma, write) {
+        return Err(Fault {
+            addr,
+            code: SegvCode::AccErr,
+        });
+    }
+    mm.machine().vmstat().inc(cpu, VmItem::Pgfault);
+    handle_vma_fault(mm, None, vma, cpu, addr, write).map_err(|e| Fault {
+        addr,
+        code: e.code(),
+    })
+}
+
+/// `handle_mm_fault`: first under the VMA's own lock when per-VMA locks are on and the VMA
+/// qualifies (`lock_vma_under_rcu`), else under the mmap read lock. An access below a `VM_GROWSDOWN` VMA first
 /// grows it down to the faulting page under the write lock (`lock_mm_and_find_vma` →
 /// `expand_stack_locked`), then faults as usual.
 ///
@@ -127,6 +230,14 @@ pub fn handle_mm_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<()
 }
 
 fn do_user_addr_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<(), Fault> {
+    // The FAULT_FLAG_VMA_LOCK attempt (lock_vma.rs): `Some` when it ran under the VMA's lock.
+    if mm.vma_index.is_some() {
+        let r =
+            mm.with_vma_read_locked(cpu, addr, |vma| fault_vma_locked(mm, vma, cpu, addr, write));
+        if let Some(r) = r {
+            return r;
+        }
+    }
     {
         let tree = mm.mmap_lock.read();
         let below_stack = tree
@@ -207,18 +318,50 @@ pub(crate) fn fault_locked(
         });
     }
     mm.machine().vmstat().inc(cpu, VmItem::Pgfault);
-    handle_vma_fault(mm, tree, vma, cpu, addr, write).map_err(|_| Fault {
+    handle_vma_fault(mm, Some(tree), vma, cpu, addr, write).map_err(|e| Fault {
         addr,
-        code: SegvCode::MapErr,
+        code: e.code(),
     })
 }
 
-/// Out of memory inside a fault (`VM_FAULT_OOM`); reported to the task as a failed access.
-#[derive(Debug)]
-pub(crate) struct Oom;
+/// Why a fault could not be completed: the error bits of `vm_fault_t`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum VmFault {
+    /// `VM_FAULT_OOM`: no frame for a page or a page table.
+    Oom,
+    /// `VM_FAULT_SIGBUS`: the mapping's object cannot back the address.
+    Sigbus,
+    /// Not an error: the entry changed under the fault (a huge PMD appeared where a table
+    /// was to go); the access re-walks, as after Linux's `pte_offset_map` failure.
+    Raced,
+}
+
+impl VmFault {
+    /// What the task sees.
+    fn code(self) -> SegvCode {
+        match self {
+            VmFault::Oom => SegvCode::Oom,
+            VmFault::Sigbus => SegvCode::BusAdrErr,
+            // Resolved inside `handle_vma_fault`; never reaches a task.
+            VmFault::Raced => SegvCode::MapErr,
+        }
+    }
+
+    /// `vm_fault_to_errno` for callers that populate (`__get_user_pages`).
+    pub(crate) fn errno(self) -> crate::Errno {
+        match self {
+            VmFault::Oom => crate::Errno::ENOMEM,
+            VmFault::Sigbus | VmFault::Raced => crate::Errno::EFAULT,
+        }
+    }
+}
+
+/// An allocation for the fault failed.
+#[doc(alias = "VM_FAULT_OOM")]
+const OOM: VmFault = VmFault::Oom;
 
 /// Find or allocate the PMD slot for `addr` (`pud_alloc` + `pmd_alloc`).
-fn pmd_alloc(mm: &Mm, cpu: CpuId, addr: u64) -> Result<Slot, Oom> {
+fn pmd_alloc(mm: &Mm, cpu: CpuId, addr: u64) -> Result<Slot, VmFault> {
     let pgd_slot = Slot {
         table: mm.pgd(),
         index: pgd_index(addr),
@@ -238,13 +381,13 @@ fn pmd_alloc(mm: &Mm, cpu: CpuId, addr: u64) -> Result<Slot, Oom> {
 /// Return the table `slot` points to, allocating and installing one if it is none. The
 /// install is done under `page_table_lock` (upper levels) or the PMD lock (`pmd_lock`, when
 /// `pmd_ptl` names the PMD table).
-fn table_alloc(mm: &Mm, cpu: CpuId, slot: Slot, pmd_ptl: Option<Pfn>) -> Result<Pfn, Oom> {
+fn table_alloc(mm: &Mm, cpu: CpuId, slot: Slot, pmd_ptl: Option<Pfn>) -> Result<Pfn, VmFault> {
     let phys = mm.machine().phys();
     let e = slot.load(phys);
     if !e.is_none() {
         return Ok(e.pfn());
     }
-    let new = pgtable::alloc_table(phys, cpu).map_err(|_| Oom)?;
+    let new = pgtable::alloc_table(phys, cpu).map_err(|_| OOM)?;
     let installed = {
         // `pmd_lock` or `mm->page_table_lock`: whichever guards `slot`.
         let (_pmd_lock, _mm_lock) = match pmd_ptl {
@@ -266,7 +409,7 @@ fn table_alloc(mm: &Mm, cpu: CpuId, slot: Slot, pmd_ptl: Option<Pfn>) -> Result<
             pgtable::free_table(phys, cpu, new);
             if e.huge() {
                 // A huge PMD appeared meanwhile; the caller re-walks.
-                return Err(Oom);
+                return Err(VmFault::Raced);
             }
             Ok(e.pfn())
         }
@@ -274,50 +417,69 @@ fn table_alloc(mm: &Mm, cpu: CpuId, slot: Slot, pmd_ptl: Option<Pfn>) -> Result<
 }
 
 /// `pmd_alloc` for callers outside the fault path (`remap_pfn_range`).
-pub(crate) fn pmd_alloc_pub(mm: &Mm, cpu: CpuId, addr: u64) -> Result<Slot, Oom> {
+pub(crate) fn pmd_alloc_pub(mm: &Mm, cpu: CpuId, addr: u64) -> Result<Slot, VmFault> {
     pmd_alloc(mm, cpu, addr)
 }
 
 /// `pte_alloc` for callers outside the fault path.
-pub(crate) fn pte_alloc_pub(mm: &Mm, cpu: CpuId, pmd: Slot) -> Result<Pfn, Oom> {
+pub(crate) fn pte_alloc_pub(mm: &Mm, cpu: CpuId, pmd: Slot) -> Result<Pfn, VmFault> {
     table_alloc(mm, cpu, pmd, Some(pmd.table))
 }
 
-/// `__handle_mm_fault` for one VMA.
+/// `__handle_mm_fault` for one VMA; an out-of-memory outcome counts `oom` (module doc).
 pub(crate) fn handle_vma_fault(
     mm: &Mm,
-    tree: &VmaTree,
+    tree: Option<&VmaTree>,
     vma: &Vma,
     cpu: CpuId,
     addr: u64,
     write: bool,
-) -> Result<(), Oom> {
+) -> Result<(), VmFault> {
+    let r = vma_fault(mm, tree, vma, cpu, addr, write);
+    if r == Err(VmFault::Oom) {
+        mm.machine().vmstat().inc(cpu, VmItem::Oom);
+    }
+    r
+}
+
+fn vma_fault(
+    mm: &Mm,
+    tree: Option<&VmaTree>,
+    vma: &Vma,
+    cpu: CpuId,
+    addr: u64,
+    write: bool,
+) -> Result<(), VmFault> {
     let machine = mm.machine();
     let phys = machine.phys();
     if matches!(vma.kind, VmaKind::Hugetlb) {
-        return hugetlb_fault(mm, vma, cpu, addr);
+        return hugetlb_fault(mm, vma, cpu, addr, write);
     }
     if matches!(vma.kind, VmaKind::PfnMap) {
-        // Populated at map time; an empty slot inside a PFN map is a bad access.
-        return Err(Oom);
+        // Populated at map time; an empty entry in a VM_PFNMAP VMA, which has no ->fault:
+        // `do_fault` gives VM_FAULT_SIGBUS.
+        return Err(VmFault::Sigbus);
     }
     // pgd_offset, pud_alloc, pmd_alloc.
     charge(Cost::PtWalkLevel, 3);
     let pmd = pmd_alloc(mm, cpu, addr)?;
     let e = pmd.load(phys);
     if e.is_none() && thp_eligible(mm, vma, addr) {
-        if let Some(()) = huge_anonymous_fault(mm, tree, vma, cpu, pmd, addr, write) {
-            return Ok(());
+        if let Some(done) = huge_anonymous_fault(mm, tree, vma, cpu, pmd, addr, write) {
+            return done;
         }
     } else if e.huge() {
         if write && !e.writable() {
             return huge_wp_fault(mm, tree, vma, cpu, pmd, addr);
         }
-        return Ok(()); // spurious: someone else mapped it
+        // huge_pmd_set_accessed: someone else mapped it, or a split holds the PMD lock with
+        // the PMD invalidated; take the lock so the retried access finds the result.
+        drop(phys.meta(pmd.table).ptl.lock(&PMD_LOCK));
+        return Ok(());
     }
     let pte_table = match table_alloc(mm, cpu, pmd, Some(pmd.table)) {
         Ok(t) => t,
-        Err(Oom) if pmd.load(phys).huge() => return Ok(()), // raced with a huge mapping
+        Err(VmFault::Raced) => return Ok(()), // raced with a huge mapping: re-walk
         Err(o) => return Err(o),
     };
     let pte = Slot {
@@ -343,13 +505,13 @@ fn vma_leaf_bits(vma: &Vma, writable: bool) -> u64 {
 
 fn handle_pte_fault(
     mm: &Mm,
-    tree: &VmaTree,
+    tree: Option<&VmaTree>,
     vma: &Vma,
     cpu: CpuId,
     pte: Slot,
     addr: u64,
     write: bool,
-) -> Result<(), Oom> {
+) -> Result<(), VmFault> {
     let machine = mm.machine();
     let phys = machine.phys();
     let e = pte.load(phys);
@@ -366,10 +528,10 @@ fn handle_pte_fault(
             }
             return Ok(());
         }
-        tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
+        anon_vma_prepare(mm, tree, vma);
         let page = phys
             .alloc_pages(cpu, Order(0), Gfp::ZERO)
-            .map_err(|_| Oom)?;
+            .map_err(|_| OOM)?;
         let ptl = phys.meta(pte.table).ptl.lock(&PTL);
         if !pte.load(phys).is_none() {
             drop(ptl);
@@ -386,28 +548,39 @@ fn handle_pte_fault(
         return do_wp_page(mm, tree, vma, cpu, pte, addr, e);
     }
     if e.maps_frame() && !e.present() {
-        // PROT_NONE entry in a VMA that now allows the access: a stale protection.
+        // PROT_NONE entry in a VMA that now allows the access: a stale protection. A page
+        // shared copy-on-write stays read-only (the write fault then copies it).
         let _ptl = phys.meta(pte.table).ptl.lock(&PTL);
         let cur = pte.load(phys);
         if cur == e {
+            let w = !e.special() && (!is_cow_mapping(vma) || rmap::pte_exclusive(phys, e.pfn()));
             pte.store(
                 phys,
-                Entry::new(
-                    e.pfn(),
-                    vma_leaf_bits(vma, !e.special()) | (e.0 & _PAGE_SPECIAL),
-                ),
+                Entry::new(e.pfn(), vma_leaf_bits(vma, w) | (e.0 & _PAGE_SPECIAL)),
             );
         }
     }
     Ok(())
 }
 
-/// Account a new anonymous page of `nr` base pages mapped in `vma`.
+/// `is_cow_mapping`: private and possibly writable — its anonymous pages are shared
+/// copy-on-write after a fork.
+#[inline]
+pub(crate) fn is_cow_mapping(vma: &Vma) -> bool {
+    !vma.flags.contains(VmFlags::VM_SHARED) && vma.flags.contains(VmFlags::VM_MAYWRITE)
+}
+
+/// Account a new anonymous page of `nr` base pages mapped in `vma` (`folio_add_new_anon_rmap`:
+/// one PTE mapping of an order-0 page, or the entire mapping of a THP).
 fn map_new_anon(mm: &Mm, vma: &Vma, cpu: CpuId, page: Pfn, nr: i64) {
     let machine = mm.machine();
     let m = machine.phys().meta(page);
     m.set(PG_ANON);
-    m.mapcount.store(1, Relaxed);
+    if nr == 1 {
+        m.mapcount.store(1, Relaxed);
+    } else {
+        m.private.store(1, Relaxed);
+    }
     if vma.flags.contains(VmFlags::VM_LOCKED) {
         m.set(PG_MLOCKED);
         machine.vmstat().add(cpu, VmItem::NrMlock, nr);
@@ -418,30 +591,38 @@ fn map_new_anon(mm: &Mm, vma: &Vma, cpu: CpuId, page: Pfn, nr: i64) {
 }
 
 /// `do_wp_page`: write to a present read-only PTE in a writable VMA.
+///
+/// `wp_page_reuse` when the anonymous page is exclusive (mapped by this PTE alone: an
+/// order-0 page whose mapcount is 1); otherwise `wp_page_copy`: a new page with the old one's
+/// data (zeroed for the zero page), installed after the old translation is flushed, and the
+/// old mapping dropped (its mapcount and the reference it held). A subpage of a THP is always
+/// copied (as before large folios could be reused, v6.9).
+#[doc(alias = "wp_page_reuse")]
+#[doc(alias = "wp_page_copy")]
 fn do_wp_page(
     mm: &Mm,
-    tree: &VmaTree,
+    tree: Option<&VmaTree>,
     vma: &Vma,
     cpu: CpuId,
     pte: Slot,
     addr: u64,
     e: Entry,
-) -> Result<(), Oom> {
+) -> Result<(), VmFault> {
     let machine = mm.machine();
     let phys = machine.phys();
-    if !e.special() && phys.meta(e.pfn()).map_count() == 1 {
-        // wp_page_reuse: an exclusive anonymous page only needs the write bit.
+    if !e.special() && (!is_cow_mapping(vma) || rmap::pte_exclusive(phys, e.pfn())) {
+        // wp_page_reuse: an exclusive anonymous page (or a shared mapping's page) only needs
+        // the write bit.
         let _ptl = phys.meta(pte.table).ptl.lock(&PTL);
         if pte.load(phys) == e {
             pte.store(phys, Entry::new(e.pfn(), vma_leaf_bits(vma, true)));
         }
         return Ok(());
     }
-    // wp_page_copy from the zero page (the only shared page here): a new zeroed page.
-    tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
+    anon_vma_prepare(mm, tree, vma);
     let page = phys
         .alloc_pages(cpu, Order(0), Gfp::ZERO)
-        .map_err(|_| Oom)?;
+        .map_err(|_| OOM)?;
     if !e.special() {
         phys.backing().copy_frame(e.pfn(), page);
         charge(Cost::CopyPage, 1);
@@ -457,25 +638,48 @@ fn do_wp_page(
     mm.flush_tlb(cpu, Some(1));
     map_new_anon(mm, vma, cpu, page, 1);
     pte.store(phys, Entry::new(page, vma_leaf_bits(vma, true)));
+    let old = (!e.special()).then(|| unmap_cow_source(mm, cpu, e.pfn()));
     drop(ptl);
     phys.lru_cache_add(cpu, page);
+    if let Some(head) = old {
+        // The reference the old PTE held, dropped after the PTL (`folio_put`).
+        let _ = phys.put_page(cpu, head);
+    }
     let _ = addr;
     Ok(())
 }
 
+/// `folio_remove_rmap_pte` of the page a COW copy replaced, under the PTL: this mm's rss
+/// moves to the new page (already counted), the page's counts drop. Returns the folio head
+/// whose reference the caller puts once the PTL is dropped.
+fn unmap_cow_source(mm: &Mm, cpu: CpuId, pfn: Pfn) -> Pfn {
+    let machine = mm.machine();
+    let phys = machine.phys();
+    let head = rmap::compound_head(phys, pfn);
+    mm.add_rss(cpu, RssItem::AnonPages, -1);
+    if rmap::remove_pte_map(phys, pfn) {
+        machine.vmstat().add(cpu, VmItem::NrAnonPages, -1);
+        if phys.meta(head).test(PG_MLOCKED) {
+            machine.vmstat().add(cpu, VmItem::NrMlock, -1);
+        }
+    }
+    head
+}
+
 /// Shared anonymous memory: map the shmem object's page for this offset.
-fn shmem_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64) -> Result<(), Oom> {
+fn shmem_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64) -> Result<(), VmFault> {
     let machine = mm.machine();
     let phys = machine.phys();
     let Some(obj) = vma.shmem.as_ref() else {
-        return Err(Oom);
+        return Err(VmFault::Sigbus);
     };
     let index = vma.pgoff + ((addr - vma.start) >> 12);
     if vma.shmem_size != 0 && index >= vma.shmem_size {
         // Beyond the object's i_size (a shared /dev/zero mapping at an offset): SIGBUS.
-        return Err(Oom);
+        return Err(VmFault::Sigbus);
     }
-    let page = obj.get_page(cpu, index).map_err(|_| Oom)?;
+    // shmem_get_folio's -ENOMEM: vmf_error gives VM_FAULT_OOM.
+    let page = obj.get_page(cpu, index).map_err(|_| OOM)?;
     let ptl = phys.meta(pte.table).ptl.lock(&PTL);
     if !pte.load(phys).is_none() {
         drop(ptl);
@@ -489,23 +693,28 @@ fn shmem_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64) -> Result<(
     Ok(())
 }
 
-/// `do_huge_pmd_anonymous_page`. `None` means "fall back to 4 KiB".
+/// `do_huge_pmd_anonymous_page`. `None` means "fall back to 4 KiB" (no huge zero page, no
+/// THP); `Some(Err(Oom))` that the PMD's deposit table could not be had (`pte_alloc_one` →
+/// `VM_FAULT_OOM`, as in Linux: the table is allocated first on the read path, after the THP
+/// on the write path).
 fn huge_anonymous_fault(
     mm: &Mm,
-    tree: &VmaTree,
+    tree: Option<&VmaTree>,
     vma: &Vma,
     cpu: CpuId,
     pmd: Slot,
     addr: u64,
     write: bool,
-) -> Option<()> {
+) -> Option<Result<(), VmFault>> {
     let machine = mm.machine();
     let phys = machine.phys();
-    let table = pgtable::alloc_deposit_table(phys, cpu).ok()?;
     // vmf_anon_prepare comes first, also for a read that maps the huge zero page: the VMA
     // gets its anon_vma (which then keeps VM_ACCOUNT across mprotect and decides merges).
-    tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
+    anon_vma_prepare(mm, tree, vma);
     if !write {
+        let Ok(table) = pgtable::alloc_deposit_table(phys, cpu) else {
+            return Some(Err(OOM));
+        };
         let hz = machine.huge_zero();
         let Some(zero) = hz.fault_get(&mm.flags, cpu) else {
             pgtable::free_deposit_table(phys, cpu, table);
@@ -516,24 +725,25 @@ fn huge_anonymous_fault(
             drop(ptl);
             hz.fault_unused(cpu);
             pgtable::free_deposit_table(phys, cpu, table);
-            return Some(());
+            return Some(Ok(()));
         }
         super::memory::deposit(mm, pmd, table);
         mm.nr_tables.fetch_add(1, Relaxed);
         let b = vma_leaf_bits(vma, false) | _PAGE_PSE | _PAGE_SPECIAL;
         pmd.store(phys, Entry::new(zero, b));
-        return Some(());
+        return Some(Ok(()));
     }
-    let Some(page) = alloc_anon_thp(mm, cpu) else {
-        pgtable::free_deposit_table(phys, cpu, table);
-        return None;
+    let page = alloc_anon_thp(mm, cpu)?;
+    let Ok(table) = pgtable::alloc_deposit_table(phys, cpu) else {
+        let _ = phys.free_pages(cpu, page, HPAGE_PMD_ORDER);
+        return Some(Err(OOM));
     };
     let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
     if !pmd.load(phys).is_none() {
         drop(ptl);
         let _ = phys.free_pages(cpu, page, HPAGE_PMD_ORDER);
         pgtable::free_deposit_table(phys, cpu, table);
-        return Some(());
+        return Some(Ok(()));
     }
     super::memory::deposit(mm, pmd, table);
     mm.nr_tables.fetch_add(1, Relaxed);
@@ -541,7 +751,7 @@ fn huge_anonymous_fault(
     drop(ptl);
     phys.lru_cache_add(cpu, page);
     let _ = addr;
-    Some(())
+    Some(Ok(()))
 }
 
 /// `vma_alloc_anon_folio_pmd`: a zeroed THP, never waiting; a failure counts
@@ -579,29 +789,44 @@ fn map_anon_thp_pmd(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, page: Pfn) {
 /// `do_huge_pmd_wp_page`: write to a read-only huge PMD.
 fn huge_wp_fault(
     mm: &Mm,
-    tree: &VmaTree,
+    tree: Option<&VmaTree>,
     vma: &Vma,
     cpu: CpuId,
     pmd: Slot,
     addr: u64,
-) -> Result<(), Oom> {
+) -> Result<(), VmFault> {
     let machine = mm.machine();
     let phys = machine.phys();
     let e = pmd.load(phys);
-    if !e.special() {
-        // An exclusive THP that lost its write bit to mprotect: reuse it.
-        let _ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
-        if pmd.load(phys) == e {
-            pmd.store(
-                phys,
-                Entry::new(e.pfn(), vma_leaf_bits(vma, true) | _PAGE_PSE),
-            );
-        }
-        return Ok(());
-    }
     let haddr = addr & !(PMD_SIZE - 1);
+    if !e.special() {
+        if !is_cow_mapping(vma) || rmap::pmd_exclusive(phys, e.pfn()) {
+            // An exclusive THP (it lost its write bit to mprotect, or the other side of a
+            // fork let go of it): reuse it.
+            let _ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
+            if pmd.load(phys) == e {
+                pmd.store(
+                    phys,
+                    Entry::new(e.pfn(), vma_leaf_bits(vma, true) | _PAGE_PSE),
+                );
+            }
+            return Ok(());
+        }
+        // Shared with another mm (fork): split the PMD and copy the one 4 KiB page written
+        // (`__split_huge_pmd` + `VM_FAULT_FALLBACK`, since v5.8).
+        super::memory::split_huge_pmd(mm, cpu, pmd, haddr);
+        let table = pmd.load(phys);
+        if table.is_none() || table.huge() {
+            return Ok(());
+        }
+        let pte = Slot {
+            table: table.pfn(),
+            index: pte_index(addr),
+        };
+        return handle_pte_fault(mm, tree, vma, cpu, pte, addr, true);
+    }
     if machine.huge_zero().write_fault_policy() == HugeZeroWriteFault::AllocThp {
-        tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
+        anon_vma_prepare(mm, tree, vma);
         if let Some(page) = alloc_anon_thp(mm, cpu) {
             let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
             if pmd.load(phys) != e {
@@ -632,15 +857,21 @@ fn huge_wp_fault(
     handle_pte_fault(mm, tree, vma, cpu, pte, addr, true)
 }
 
-/// A fault in a `MAP_HUGETLB` VMA: a 2 MiB page from the pool, PMD-mapped.
-fn hugetlb_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64) -> Result<(), Oom> {
+/// A fault in a `MAP_HUGETLB` VMA: a 2 MiB page from the pool, PMD-mapped. An empty pool is
+/// `VM_FAULT_SIGBUS` (`hugetlb_no_page`: `alloc_hugetlb_folio` fails with `-ENOSPC`); no
+/// table for the PMD (`huge_pte_alloc`) is `VM_FAULT_OOM`.
+fn hugetlb_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64, write: bool) -> Result<(), VmFault> {
     let machine = mm.machine();
     let phys = machine.phys();
     let pmd = pmd_alloc(mm, cpu, addr)?;
-    if !pmd.load(phys).is_none() {
+    let e = pmd.load(phys);
+    if !e.is_none() {
+        if write && e.present() && !e.writable() {
+            return hugetlb_wp(mm, vma, cpu, pmd, e);
+        }
         return Ok(());
     }
-    let page = phys.alloc_hugetlb_page().ok_or(Oom)?;
+    let page = phys.alloc_hugetlb_page().ok_or(VmFault::Sigbus)?;
     phys.backing().zero_data(page, 512);
     charge(Cost::ClearPage, 512);
     let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
@@ -651,5 +882,38 @@ fn hugetlb_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64) -> Result<(), Oom> {
     }
     phys.meta(page).mapcount.store(1, Relaxed);
     pmd.store(phys, Entry::new(page, vma_leaf_bits(vma, true) | _PAGE_PSE));
+    Ok(())
+}
+
+/// `hugetlb_wp`: a write to a read-only hugetlb PMD of a private mapping shared with a forked
+/// mm. Reuse the page if this PMD is its only mapping, else copy it into a page from the pool
+/// (none left: `VM_FAULT_SIGBUS`, as for an empty pool at a first fault).
+fn hugetlb_wp(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, e: Entry) -> Result<(), VmFault> {
+    let phys = mm.machine().phys();
+    let old = e.pfn();
+    if !is_cow_mapping(vma) || phys.meta(old).map_count() == 1 {
+        let _ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
+        if pmd.load(phys) == e {
+            pmd.store(phys, Entry::new(old, vma_leaf_bits(vma, true) | _PAGE_PSE));
+        }
+        return Ok(());
+    }
+    let page = phys.alloc_hugetlb_page().ok_or(VmFault::Sigbus)?;
+    for i in 0..512 {
+        phys.backing().copy_frame(old.add(i), page.add(i));
+    }
+    let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
+    if pmd.load(phys) != e {
+        drop(ptl);
+        let _ = phys.put_page(cpu, page);
+        return Ok(());
+    }
+    pmd.store(phys, Entry::NONE);
+    mm.flush_tlb(cpu, Some(512));
+    phys.meta(page).mapcount.store(1, Relaxed);
+    pmd.store(phys, Entry::new(page, vma_leaf_bits(vma, true) | _PAGE_PSE));
+    phys.meta(old).mapcount.fetch_sub(1, Relaxed);
+    drop(ptl);
+    let _ = phys.put_page(cpu, old);
     Ok(())
 }

@@ -26,12 +26,12 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::mmu_gather::{FullMm, MmuGather};
 use super::pgtable_alias::*;
-use super::{Mm, RssItem, UnmapStats};
+use super::{rmap, Mm, RssItem, UnmapStats};
 use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PTRS_PER_TABLE, PUD_SIZE};
 use crate::cpu::CpuId;
 use crate::page_alloc::meta::{PG_ANON, PG_HUGETLB, PG_MLOCKED};
 use crate::page_alloc::PhysMem;
-use crate::pgtable::{_PAGE_PSE, _PAGE_RW, _PAGE_SPECIAL};
+use crate::pgtable::{_PAGE_PRESENT, _PAGE_PROTNONE, _PAGE_PSE, _PAGE_RW, _PAGE_SPECIAL};
 use crate::stats::VmItem;
 use crate::sync::class::{PMD_LOCK, PTL};
 use crate::sync::{charge, Cost};
@@ -90,7 +90,7 @@ fn zap_pmd_range(tlb: &mut MmuGather<'_>, mm: &Mm, pmd_table: Pfn, start: u64, e
         };
         let mut e = slot.load(phys);
         if e.huge() {
-            if addr % PMD_SIZE == 0 && next - addr == PMD_SIZE {
+            if addr.is_multiple_of(PMD_SIZE) && next - addr == PMD_SIZE {
                 if let Some(n) = zap_huge_pmd(tlb, mm, slot, addr) {
                     zapped += n;
                     addr = next;
@@ -121,7 +121,9 @@ fn zap_pte_range(tlb: &mut MmuGather<'_>, mm: &Mm, pte_table: Pfn, start: u64, e
     charge(Cost::PtWalkLevel, 2);
     loop {
         let mut force_flush = false;
-        let (mut anon, mut shmem, mut mlocked) = (0i64, 0i64, 0i64);
+        // rss of this mm per entry; NR_ANON_MAPPED and NR_MLOCK once per page, at its last
+        // unmapping (another mm of a fork may still map it).
+        let (mut anon, mut shmem, mut mlocked, mut unmapped) = (0i64, 0i64, 0i64, 0i64);
         // Entries cleared and pages gathered under this hold of the PTL, charged (one batch per
         // table) before it is released.
         let (zapped0, mut gathered) = (zapped, 0u64);
@@ -140,18 +142,21 @@ fn zap_pte_range(tlb: &mut MmuGather<'_>, mm: &Mm, pte_table: Pfn, start: u64, e
                 continue;
             }
             let pfn = old.pfn();
-            let m = phys.meta(pfn);
-            m.mapcount.fetch_sub(1, Relaxed);
+            let head = rmap::compound_head(phys, pfn);
+            let m = phys.meta(head);
+            let last = rmap::remove_pte_map(phys, pfn);
             if m.test(PG_ANON) {
                 anon += 1;
+                unmapped += i64::from(last);
             } else {
                 shmem += 1;
             }
-            if m.test(PG_MLOCKED) {
+            if last && m.test(PG_MLOCKED) {
                 mlocked += 1;
             }
             gathered += 1;
-            if tlb.remove_page(pfn) {
+            // The PTE's reference is on the folio (its head), not on a subpage.
+            if tlb.remove_page(head) {
                 force_flush = true;
                 break;
             }
@@ -159,7 +164,7 @@ fn zap_pte_range(tlb: &mut MmuGather<'_>, mm: &Mm, pte_table: Pfn, start: u64, e
         // add_mm_rss_vec under the PTL.
         mm.add_rss(cpu, RssItem::AnonPages, -anon);
         mm.add_rss(cpu, RssItem::ShmemPages, -shmem);
-        machine.vmstat().add(cpu, VmItem::NrAnonPages, -anon);
+        machine.vmstat().add(cpu, VmItem::NrAnonPages, -unmapped);
         if mlocked != 0 {
             machine.vmstat().add(cpu, VmItem::NrMlock, -mlocked);
         }
@@ -205,20 +210,26 @@ fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u64) -> Opti
         return Some(512);
     }
     let m = phys.meta(pfn);
-    m.mapcount.fetch_sub(1, Relaxed);
-    if !m.test(PG_HUGETLB) {
+    if m.test(PG_HUGETLB) {
+        m.mapcount.fetch_sub(1, Relaxed);
+    } else {
         let rss = if m.test(PG_ANON) {
             RssItem::AnonPages
         } else {
             RssItem::ShmemPages
         };
         mm.add_rss(cpu, rss, -512);
-        machine.vmstat().add(cpu, VmItem::NrAnonPages, -512);
-        machine
-            .vmstat()
-            .add(cpu, VmItem::NrAnonTransparentHugepages, -1);
-        if m.test(PG_MLOCKED) {
-            machine.vmstat().add(cpu, VmItem::NrMlock, -512);
+        let last_pmd = rmap::entire_mapcount(m) == 1;
+        if rmap::remove_pmd_map(phys, pfn) {
+            machine.vmstat().add(cpu, VmItem::NrAnonPages, -512);
+            if m.test(PG_MLOCKED) {
+                machine.vmstat().add(cpu, VmItem::NrMlock, -512);
+            }
+        }
+        if last_pmd {
+            machine
+                .vmstat()
+                .add(cpu, VmItem::NrAnonTransparentHugepages, -1);
         }
     }
     charge(Cost::GatherPage, 1);
@@ -228,17 +239,48 @@ fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u64) -> Opti
     Some(512)
 }
 
-/// Deposit a table for a huge PMD (`pgtable_trans_huge_deposit`). Caller holds the PMD lock.
+/// Deposit a table for a huge PMD (`pgtable_trans_huge_deposit`). Caller holds the PMD lock
+/// of `slot.table`, which protects the deposit list.
+///
+/// As in the kernel with split PMD locks, the deposited tables of a PMD table page form a
+/// list headed in that page's descriptor (`ptdesc->pmd_huge_pte`) and threaded through the
+/// deposited pages' own list link (`pgtable->lru`): [`PageMeta::pmd_huge_pte`] and
+/// [`PageMeta::deposit_next`]. So a fault deposits with two stores: no allocation, no other
+/// lock.
+///
+/// [`PageMeta::pmd_huge_pte`]: crate::page_alloc::PageMeta::pmd_huge_pte
+/// [`PageMeta::deposit_next`]: crate::page_alloc::PageMeta::deposit_next
 pub(crate) fn deposit(mm: &Mm, slot: Slot, table: Pfn) {
-    // Lock order: PMD lock -> deposits (`mm.deposits`, a leaf lock of its own; the kernel keeps
-    // the deposit list under the PMD lock alone).
-    let prev = mm.deposits.lock().insert((slot.table, slot.index), table);
-    vm_bug_on!(prev.is_some(), "two deposits for one PMD");
+    let phys = mm.machine().phys();
+    let pmd_table = phys.meta(slot.table);
+    // assert_spin_locked(pmd_lockptr(mm, pmdp))
+    vm_bug_on!(!pmd_table.ptl.is_locked(), "deposit without the PMD lock");
+    phys.meta(table).set_deposit_next(pmd_table.pmd_huge_pte());
+    pmd_table.set_pmd_huge_pte(Some(table));
 }
 
-/// `pgtable_trans_huge_withdraw`. Caller holds the PMD lock.
+/// `pgtable_trans_huge_withdraw`: take a deposited table off the list of `slot`'s PMD table
+/// (any one: they are all unused). Caller holds the PMD lock.
 pub(crate) fn withdraw_deposit(mm: &Mm, slot: Slot) -> Option<Pfn> {
-    mm.deposits.lock().remove(&(slot.table, slot.index))
+    let phys = mm.machine().phys();
+    let pmd_table = phys.meta(slot.table);
+    vm_bug_on!(!pmd_table.ptl.is_locked(), "withdraw without the PMD lock");
+    let first = pmd_table.pmd_huge_pte()?;
+    let m = phys.meta(first);
+    pmd_table.set_pmd_huge_pte(m.deposit_next());
+    m.set_deposit_next(None);
+    Some(first)
+}
+
+/// The tables deposited under the huge PMDs of the PMD table `pmd_table` (for validation; the
+/// caller keeps the table stable).
+pub(crate) fn deposited(phys: &PhysMem, pmd_table: Pfn) -> impl Iterator<Item = Pfn> + '_ {
+    let mut cur = phys.meta(pmd_table).pmd_huge_pte();
+    std::iter::from_fn(move || {
+        let p = cur?;
+        cur = phys.meta(p).deposit_next();
+        Some(p)
+    })
 }
 
 /// `__split_huge_pmd`: replace a huge PMD by its deposited PTE table mapping the same memory
@@ -267,8 +309,29 @@ pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
             e.store(Entry::new(zero, b).0, Relaxed);
         }
         machine.huge_zero().zap_put(cpu);
+    } else if !rmap::pmd_exclusive(phys, pfn) {
+        // Another mm maps the folio too (fork), by PMD or by PTEs: map its subpages from this
+        // mm's PTEs and keep it whole (Linux would queue a deferred split). Each PTE holds a
+        // reference on the folio where the PMD held one.
+        vm_bug_on!(phys.meta(pfn).test(PG_HUGETLB), "splitting a hugetlb PMD");
+        for (i, e) in entries.iter().enumerate() {
+            let p = pfn.add(i as u64);
+            phys.meta(p).mapcount.fetch_add(1, Relaxed);
+            e.store(Entry::new(p, bits).0, Relaxed);
+        }
+        phys.meta(pfn)
+            .refcount
+            .fetch_add(PTRS_PER_TABLE as i32 - 1, Relaxed);
+        if rmap::entire_mapcount(phys.meta(pfn)) == 1 {
+            machine
+                .vmstat()
+                .add(cpu, VmItem::NrAnonTransparentHugepages, -1);
+        }
+        rmap::remove_pmd_map(phys, pfn);
     } else {
         vm_bug_on!(phys.meta(pfn).test(PG_HUGETLB), "splitting a hugetlb PMD");
+        // The only mapping: split the folio itself now (`__split_huge_page`).
+        phys.meta(pfn).private.store(0, Relaxed);
         let mlocked = phys.meta(pfn).test(PG_MLOCKED);
         phys.split_compound(cpu, pfn);
         for (i, e) in entries.iter().enumerate() {
@@ -288,8 +351,12 @@ pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
             .vmstat()
             .add(cpu, VmItem::NrAnonTransparentHugepages, -1);
     }
-    // pmdp_invalidate + populate: the TLB may hold the 2 MiB translation.
-    slot.store(phys, Entry::NONE);
+    // pmdp_invalidate + populate: the TLB may hold the 2 MiB translation. The invalidated
+    // PMD is not present to the MMU but still huge (not none) to software walkers, as the
+    // kernel's pmd_mkinvalid keeps _PAGE_PSE: a zap running under the read lock (DONTNEED)
+    // that reads it without the lock goes to zap_huge_pmd and waits for this lock, where a
+    // none PMD would make it skip the 2 MiB and leave the split's 512 pages mapped.
+    slot.store(phys, old.with_bits(0, _PAGE_PRESENT | _PAGE_PROTNONE));
     mm.flush_tlb(cpu, Some(512));
     slot.store(phys, Entry::new(table, crate::pgtable::TABLE_BITS));
     drop(ptl);
@@ -310,6 +377,7 @@ pub(crate) fn split_thp_remap_zero(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) 
         || old.special()
         || phys.meta(old.pfn()).test(PG_HUGETLB)
         || phys.meta(old.pfn()).test(PG_MLOCKED)
+        || !rmap::pmd_exclusive(phys, old.pfn())
     {
         return;
     }
@@ -567,6 +635,7 @@ pub(crate) fn exit_mmap(mm: &Mm, cpu: CpuId) -> UnmapStats {
 /// Rewrite the permission bits of every mapping in `[start, end)` (`change_protection`).
 /// Exclusive anonymous pages become writable at once when the VMA allows writing; the zero
 /// pages never do.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn change_protection(
     mm: &Mm,
     cpu: CpuId,
@@ -575,6 +644,7 @@ pub(crate) fn change_protection(
     read: bool,
     write: bool,
     exec: bool,
+    cow: bool,
 ) {
     let machine = mm.machine();
     let phys = machine.phys();
@@ -596,7 +666,7 @@ pub(crate) fn change_protection(
             }
             crate::pgtable::Walk::HugePmd { pmd, .. } => {
                 let next = addr_end(addr, PMD_SIZE, end);
-                if addr % PMD_SIZE != 0 || next - addr != PMD_SIZE {
+                if !addr.is_multiple_of(PMD_SIZE) || next - addr != PMD_SIZE {
                     split_huge_pmd(mm, cpu, pmd, addr & !(PMD_SIZE - 1));
                     continue;
                 }
@@ -604,7 +674,14 @@ pub(crate) fn change_protection(
                 let e = pmd.load(phys);
                 if e.huge() {
                     let keep = e.0 & (_PAGE_SPECIAL | _PAGE_PSE);
-                    let w = write && !e.special();
+                    // can_change_pmd_writable: a folio another mm shares stays read-only.
+                    let excl = !cow
+                        || if phys.meta(e.pfn()).test(PG_HUGETLB) {
+                            phys.meta(e.pfn()).map_count() == 1
+                        } else {
+                            rmap::pmd_exclusive(phys, e.pfn())
+                        };
+                    let w = write && !e.special() && excl;
                     let b = if w { leaf } else { leaf_ro };
                     pmd.store(phys, Entry::new(e.pfn(), b | keep));
                     changed = true;
@@ -621,7 +698,9 @@ pub(crate) fn change_protection(
                     let s = &entries[pte_index(addr)];
                     let e = Entry(s.load(Relaxed));
                     if e.maps_frame() {
-                        let w = write && !e.special();
+                        // can_change_pte_writable: not a page shared copy-on-write.
+                        let w =
+                            write && !e.special() && (!cow || rmap::pte_exclusive(phys, e.pfn()));
                         let b = if w { leaf } else { leaf_ro };
                         s.store(Entry::new(e.pfn(), b | (e.0 & _PAGE_SPECIAL)).0, Relaxed);
                         changed = true;

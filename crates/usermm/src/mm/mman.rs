@@ -64,3 +64,8 @@ pub const MADV_COLD: i32 = 20;
 pub const MADV_PAGEOUT: i32 = 21;
 pub const MADV_POPULATE_READ: i32 = 22;
 pub const MADV_POPULATE_WRITE: i32 = 23;
+
+/// `mremap` flags (`uapi/linux/mman.h`).
+pub const MREMAP_MAYMOVE: u32 = 1;
+pub const MREMAP_FIXED: u32 = 2;
+pub const MREMAP_DONTUNMAP: u32 = 4;

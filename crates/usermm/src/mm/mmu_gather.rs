@@ -276,7 +276,7 @@ impl<'a> MmuGather<'a> {
     /// Patch 2/5: detach the list after `local` into a job and queue it.
     fn hand_off(&mut self, p: &ParallelFree) {
         let n = p.attempts.fetch_add(1, Relaxed) + 1;
-        if p.fail_every != 0 && n % p.fail_every == 0 {
+        if p.fail_every != 0 && n.is_multiple_of(p.fail_every) {
             // kmalloc(GFP_NOWAIT) failed: free synchronously below.
             self.stats.job_alloc_failures += 1;
             self.phys.stat().inc(self.cpu, VmItem::FreeJobAllocFailed);

@@ -7,7 +7,7 @@
 //! ```text
 //!  Mm ── mmap_lock: MmapLock<VmaTree>   the only way to the VMAs
 //!     ├─ pgd ─ PUD ─ PMD ─ PTE pages    lockless walks; split PTLs for changes (pgtable.rs)
-//!     ├─ page_table_lock                PGD/PUD entries, deposited tables
+//!     ├─ page_table_lock                PGD/PUD entries (deposits: per PMD table, its PMD lock)
 //!     ├─ rss per CPU                    MM_FILEPAGES, MM_ANONPAGES, MM_SWAPENTS, MM_SHMEMPAGES
 //!     ├─ mm_users / flags               MMF_HUGE_ZERO_PAGE
 //!     └─ cpumask + TLB gates            which CPUs may cache translations; shootdown
@@ -33,43 +33,50 @@
 //! # Invariants (checked by [`Mm::validate`])
 //! 1. VMAs sorted, non-overlapping, page aligned; `map_count ≤ max_map_count`.
 //! 2. Every mapped leaf lies inside a VMA; every normal page it maps is allocated, and its
-//!    mapcount equals the number of leaves mapping it.
+//!    mapcount equals the number of leaves mapping it in every mm of its fork family.
 //! 3. `MM_ANONPAGES` = anonymous pages mapped (512 per THP); `MM_SHMEMPAGES` likewise.
 //! 4. Every table page lies in the reach of some VMA (nothing left behind by munmap); after
-//!    exit, none at all.
+//!    exit, none at all; no table page belongs to two mms.
 //!
 //! # Locks
 //! `mmap_lock -> page_table_lock -> PMD lock -> PTE lock -> (pcp lock -> zone.lock)`; the TLB
 //! gates are taken alone (a flush never holds a PTL while waiting on them... except the forced
 //! flush under a PTE lock, which is safe because accesses never take a PTL).
 //!
+//! # Fork families
+//! [`Mm::fork`] (`fork.rs`) makes a child that shares the parent's anonymous pages
+//! copy-on-write; mapcounts then span mms (`rmap.rs`), so [`Mm::validate`] (`validate.rs`)
+//! checks them over the whole family of mms forked from one first mm.
+//!
 //! # Differences from Linux
-//! No fork (every anonymous page is exclusive), no swap, no file mappings besides `/dev/zero`,
-//! shared anonymous memory is a minimal shmem object, no rmap trees (mapcount only), no
-//! per-VMA locks (everything uses the mmap lock).
+//! No swap, no file mappings besides `/dev/zero`, shared anonymous memory is a minimal shmem
+//! object, no rmap trees (mapcounts only: nothing walks from a page to its mappers).
 
 pub mod fault;
+pub mod fork;
+mod lock_vma;
 pub mod memory;
 pub mod mman;
 pub mod mmap;
 pub mod mmu_gather;
+pub mod mremap;
+pub(crate) mod rmap;
 pub mod shmem;
+mod validate;
 pub mod vma;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
 use serde::Serialize;
 
 pub use self::fault::{Fault, SegvCode};
-use self::vma::{VmaKind, VmaTree};
+use self::vma::VmaTree;
 use crate::addr::{Pfn, PAGE_SIZE};
 use crate::cpu::{CpuId, PerCpu};
 use crate::machine::Machine;
-use crate::page_alloc::meta::{PG_ANON, PG_PGTABLE};
 use crate::stats::VmItem;
-use crate::sync::class::{DEPOSITS, PAGE_TABLE_LOCK, TLB_GATE};
+use crate::sync::class::{MMLIST_LOCK, PAGE_TABLE_LOCK, TLB_GATE};
 use crate::sync::mmap_lock::{MmapLock, MmapLockInfo, MmapReadGuard};
 use crate::sync::{charge, vhook, Cost, RwSem, SpinLock};
 
@@ -119,10 +126,9 @@ pub struct Mm {
     id: u64,
     pub(crate) mmap_lock: MmapLock<VmaTree>,
     pgd: Pfn,
-    /// `mm->page_table_lock`: PGD and PUD entries, and the deposited tables.
+    /// `mm->page_table_lock`: PGD and PUD entries. (Tables deposited under huge PMDs are on a
+    /// list of their PMD table page, under its PMD lock: see `memory::deposit`.)
     pub(crate) page_table_lock: SpinLock<()>,
-    /// Tables withdrawn for huge PMDs (`pgtable_trans_huge_deposit`), by PMD slot.
-    pub(crate) deposits: SpinLock<HashMap<(Pfn, usize), Pfn>>,
     rss: PerCpu<[AtomicI64; 4]>,
     /// `mm_pgtables_bytes` in pages: table pages of this mm, deposits and PGD included.
     pub(crate) nr_tables: AtomicI64,
@@ -137,7 +143,19 @@ pub struct Mm {
     hiwater_rss: AtomicI64,
     /// See [`Mm::set_munmap_zap_hook`].
     zap_hook: OnceLock<ZapHook>,
+    /// Every mm forked from the same first mm (`mm_alloc`), this one included: the mms that
+    /// may share pages with it. `Mm::validate` counts mappings across them.
+    pub(crate) family: Arc<Family>,
+    /// `rlimit(RLIMIT_DATA)` in bytes, as `brk` checks it.
+    pub(crate) rlimit_data: AtomicU64,
+    /// The VMA index faults read without the mmap lock, with per-VMA locks on
+    /// (`vma.per_vma_lock`; see `lock_vma.rs`).
+    pub(crate) vma_index: Option<Arc<vma::VmaIndex>>,
 }
+
+/// The mms of one fork family, as weak references (an exited, dropped mm simply fails to
+/// upgrade). Only `validate` reads it; `fork` adds to it.
+pub(crate) type Family = SpinLock<Vec<std::sync::Weak<Mm>>>;
 
 /// A test's observer of munmap's zap window: `(mm, downgraded)`.
 type ZapHook = Box<dyn Fn(&Mm, bool) + Send + Sync>;
@@ -163,17 +181,32 @@ impl Machine {
 impl Mm {
     /// `mm_alloc` + `mm_init` + `pgd_alloc`: an empty address space with `mm_users` = 1.
     pub fn new(machine: &Arc<Machine>, cpu: CpuId) -> Result<Arc<Mm>, crate::Errno> {
+        let family = Arc::new(SpinLock::new(&MMLIST_LOCK, Vec::new()));
+        Mm::new_in_family(machine, cpu, family)
+    }
+
+    /// [`Mm::new`], joining an existing fork family (`fork`).
+    pub(crate) fn new_in_family(
+        machine: &Arc<Machine>,
+        cpu: CpuId,
+        family: Arc<Family>,
+    ) -> Result<Arc<Mm>, crate::Errno> {
         let phys = machine.phys();
         let pgd = crate::pgtable::alloc_table(phys, cpu)?;
         let nr = machine.cpus().nr_possible();
         let id = machine.next_mm_id();
-        Ok(Arc::new(Mm {
+        let mmap_lock = MmapLock::new(VmaTree::new(mmap::MMAP_BASE));
+        let vma_index = machine.per_vma_lock().then(|| {
+            let idx = Arc::new(vma::VmaIndex::new(Arc::clone(mmap_lock.mm_lock_seq())));
+            mmap_lock.write().set_index(Arc::clone(&idx));
+            idx
+        });
+        let mm = Arc::new(Mm {
             machine: Arc::clone(machine),
             id,
-            mmap_lock: MmapLock::new(VmaTree::new(mmap::MMAP_BASE)),
+            mmap_lock,
             pgd,
             page_table_lock: SpinLock::new(&PAGE_TABLE_LOCK, ()),
-            deposits: SpinLock::new(&DEPOSITS, HashMap::new()),
             rss: PerCpu::new(nr, |_| Default::default()),
             nr_tables: AtomicI64::new(1),
             flags: AtomicU64::new(0),
@@ -185,7 +218,16 @@ impl Mm {
             anon_vma_ids: AtomicU64::new(1),
             hiwater_rss: AtomicI64::new(0),
             zap_hook: OnceLock::new(),
-        }))
+            family,
+            rlimit_data: AtomicU64::new(u64::MAX),
+            vma_index,
+        });
+        {
+            let mut f = mm.family.lock();
+            f.retain(|w| w.strong_count() > 0);
+            f.push(Arc::downgrade(&mm));
+        }
+        Ok(mm)
     }
 
     pub fn machine(&self) -> &Arc<Machine> {
@@ -442,104 +484,6 @@ impl Mm {
             }
         });
         n
-    }
-
-    /// `validate_mm` plus the page-table checks of the module doc.
-    pub fn validate(&self) -> Result<(), String> {
-        let tree = self.mmap_lock.write();
-        let machine = &self.machine;
-        let phys = machine.phys();
-        tree.validate(machine.max_map_count())?;
-        let zero = machine.zero_pfn();
-        let huge_zero = machine.huge_zero().pfn();
-        let mut mapped: HashMap<u64, i32> = HashMap::new();
-        let (mut anon, mut shmem) = (0i64, 0i64);
-        let mut err = None;
-        memory::for_each_leaf(phys, self.pgd, |addr, e, huge| {
-            if err.is_some() {
-                return;
-            }
-            let Some(v) = tree.find_vma(addr).filter(|v| v.start <= addr) else {
-                err = Some(format!("leaf {e:?} at {addr:#x} outside every VMA"));
-                return;
-            };
-            let pfn = e.pfn();
-            if e.special() {
-                let ok = pfn == zero || Some(pfn) == huge_zero || matches!(v.kind, VmaKind::PfnMap);
-                if !ok {
-                    err = Some(format!("special leaf at {addr:#x} maps {pfn:?}"));
-                }
-                if e.writable() && (pfn == zero || Some(pfn) == huge_zero) {
-                    err = Some(format!("writable zero page at {addr:#x}"));
-                }
-                return;
-            }
-            let m = phys.meta(pfn);
-            if m.ref_count() <= 0 {
-                err = Some(format!("leaf at {addr:#x} maps free frame {pfn:?}"));
-                return;
-            }
-            *mapped.entry(pfn.0).or_default() += 1;
-            let n = if huge { 512 } else { 1 };
-            if m.test(crate::page_alloc::meta::PG_HUGETLB) {
-                return;
-            }
-            if m.test(PG_ANON) {
-                anon += n;
-            } else {
-                shmem += n;
-            }
-        });
-        if let Some(e) = err {
-            return Err(e);
-        }
-        for (pfn, count) in &mapped {
-            let mc = phys.meta(Pfn(*pfn)).map_count();
-            if mc != *count {
-                return Err(format!("pfn {pfn:#x}: mapcount {mc}, mapped {count} times"));
-            }
-        }
-        if anon != self.rss(RssItem::AnonPages) {
-            return Err(format!(
-                "MM_ANONPAGES {} ≠ {anon} mapped",
-                self.rss(RssItem::AnonPages)
-            ));
-        }
-        if shmem != self.rss(RssItem::ShmemPages) {
-            return Err(format!(
-                "MM_SHMEMPAGES {} ≠ {shmem}",
-                self.rss(RssItem::ShmemPages)
-            ));
-        }
-        // Tables: within reach of a VMA, flagged, and counted.
-        let mut tables = 1i64;
-        let mut err = None;
-        memory::for_each_table(phys, self.pgd, |base, span, pfn| {
-            tables += 1;
-            if !phys.meta(pfn).test(PG_PGTABLE) {
-                err = Some(format!("table {pfn:?} for {base:#x} is not PG_table"));
-            }
-            let reach_end = base.saturating_add(span);
-            if tree.intersecting(base, reach_end).next().is_none() {
-                err = Some(format!(
-                    "table {pfn:?} covering {base:#x}+{span:#x} outlives its VMAs"
-                ));
-            }
-        });
-        if let Some(e) = err {
-            return Err(e);
-        }
-        tables += self.deposits.lock().len() as i64;
-        if self.is_exited() {
-            tables -= 1;
-        }
-        if tables != self.nr_tables.load(Relaxed) {
-            return Err(format!(
-                "{tables} tables reachable, mm counts {}",
-                self.nr_tables.load(Relaxed)
-            ));
-        }
-        Ok(())
     }
 }
 

@@ -111,9 +111,11 @@ impl PhysMem {
             }
         };
         self.prep_new_page(pfn, order);
+        // __GFP_ZERO clears only frames an owner had before: known-zero ones are skipped.
+        self.backing
+            .prep_new_frames(pfn, order.nr_pages(), gfp.has(Gfp::ZERO));
         if gfp.has(Gfp::ZERO) {
-            self.backing.zero_data(pfn, order.nr_pages());
-            // clear_page per 4 KiB: the modelled kernel zeroes, whatever the backing does.
+            // clear_page per 4 KiB: the modelled kernel zeroes, whatever the backing skips.
             charge(Cost::ClearPage, order.nr_pages());
         }
         self.stat

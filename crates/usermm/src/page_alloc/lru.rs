@@ -1,7 +1,10 @@
 //! The per-node LRU: `lru_cache_add` into per-CPU batches, `lru_add_drain[_all]`, mlock's
 //! moves between the evictable and unevictable lists, and `__split_huge_page` (reduced).
 //!
-//! Mirrors `mm/swap.c` and `mm/mlock.c`. Lock order: `lru_add batch -> lru_lock`.
+//! Mirrors `mm/swap.c` and `mm/mlock.c`. Lock order: `lru_add batch -> lru_lock`, and
+//! `lru_add batch -> pcp lock -> zone.lock` when a batch held a page's last reference: a full
+//! batch is moved with its lock held, as the kernel moves a `folio_batch` under its
+//! `local_lock`.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -15,18 +18,20 @@ use crate::sync::{charge, Cost};
 impl PhysMem {
     /// `lru_cache_add` / `folio_add_lru`: queue a newly mapped page for the LRU in this CPU's
     /// batch (which holds a reference, as a pagevec does); add the batch when full.
+    ///
+    /// A full batch is moved to the LRU with the CPU's batch lock held, as the kernel moves a
+    /// `folio_batch` under its `local_lock`, and the batch keeps its capacity: the fault path
+    /// allocates nothing.
     #[doc(alias = "folio_add_lru")]
     pub fn lru_cache_add(&self, cpu: CpuId, pfn: Pfn) {
         self.get_page(pfn);
         self.meta(pfn).set(PG_LRU_BATCH);
-        let full = {
-            let mut b = self.lru_add[cpu].lock();
-            b.push(pfn);
-            (b.len() >= self.lru_add_batch)
-                .then(|| std::mem::replace(&mut *b, Vec::with_capacity(self.lru_add_batch)))
-        };
-        if let Some(batch) = full {
-            self.lru_add_batch_commit(cpu, &batch);
+        let mut b = self.lru_add[cpu].lock();
+        b.push(pfn);
+        if b.len() >= self.lru_add_batch {
+            // Lock order: lru_add batch -> lru_lock; lru_add batch -> pcp lock -> zone.lock
+            self.lru_add_batch_commit(cpu, &b);
+            b.clear();
         }
     }
 
@@ -71,9 +76,11 @@ impl PhysMem {
 
     /// `lru_add_drain`: flush this CPU's LRU-add batch.
     pub fn lru_add_drain(&self, cpu: CpuId) {
-        let batch = std::mem::take(&mut *self.lru_add[cpu].lock());
-        if !batch.is_empty() {
-            self.lru_add_batch_commit(cpu, &batch);
+        let mut b = self.lru_add[cpu].lock();
+        if !b.is_empty() {
+            // Lock order: lru_add batch -> lru_lock; lru_add batch -> pcp lock -> zone.lock
+            self.lru_add_batch_commit(cpu, &b);
+            b.clear();
         }
     }
 

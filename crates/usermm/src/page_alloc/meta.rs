@@ -10,8 +10,8 @@
 //! | `flags` | `PG_*` bits below |
 //! | `refcount` | `_refcount`: 0 when free |
 //! | `mapcount` | `_mapcount` + 1: page-table entries mapping the page (0 when unmapped) |
-//! | `private` | buddy head: its order; tail page: the head's PFN; table page: entries in use |
-//! | `next`, `prev` | list links as PFNs ([`NIL`] = none) — 32-bit, so at most 16 TiB |
+//! | `private` | buddy head: its order; tail page: the head's PFN; table page: entries in use; allocated THP head: `_entire_mapcount` (PMD mappings, `mm/rmap.rs`) |
+//! | `next`, `prev` | list links as PFNs ([`NIL`] = none) — 32-bit, so at most 16 TiB; on a PMD table page `next` heads its deposit list, on a deposited table it links the list (`pmd_huge_pte`, `pgtable->lru`) |
 //! | `order` | compound order on a head page, or the order of a block on a pcp list |
 //! | `ptl` | the split page-table lock (`ptdesc->ptl`) of a page-table page |
 //!
@@ -20,7 +20,8 @@
 //!    `private`), inside a free block (all zero), on a pcp list (`PG_pcp`), or allocated
 //!    (`refcount > 0` on the head, `PG_tail` on the tails of a compound page).
 //! 2. Links are written only under the lock of the list the frame is on: `zone.lock` (buddy),
-//!    the pcp lock, the node's `lru_lock`.
+//!    the pcp lock, the node's `lru_lock`, or the PMD lock of the PMD table whose deposit list
+//!    holds a deposited table.
 //! 3. All-zero is "inside a free block": the metadata array is lazily zeroed host memory.
 //!
 //! # Differences from Linux
@@ -120,6 +121,41 @@ impl PageMeta {
     pub fn order(&self) -> u8 {
         self.order.load(Relaxed)
     }
+
+    /// `ptdesc->pmd_huge_pte` of a PMD table page: the first table deposited under its huge
+    /// PMDs. A table page is on no buddy, pcp or LRU list, so its `next` link is free for
+    /// this. Under the table's PMD lock.
+    #[inline]
+    pub(crate) fn pmd_huge_pte(&self) -> Option<Pfn> {
+        pfn_of(self.next.load(Relaxed))
+    }
+    #[inline]
+    pub(crate) fn set_pmd_huge_pte(&self, first: Option<Pfn>) {
+        self.next.store(link_of(first), Relaxed);
+    }
+
+    /// The next table on the deposit list this deposited table is on (`pgtable->lru`), in
+    /// the same `next` link. Under the PMD lock of the list's PMD table.
+    #[inline]
+    pub(crate) fn deposit_next(&self) -> Option<Pfn> {
+        pfn_of(self.next.load(Relaxed))
+    }
+    #[inline]
+    pub(crate) fn set_deposit_next(&self, next: Option<Pfn>) {
+        self.next.store(link_of(next), Relaxed);
+    }
+}
+
+/// A list link as a frame ([`NIL`]: none).
+#[inline]
+fn pfn_of(link: u32) -> Option<Pfn> {
+    (link != NIL).then_some(Pfn(u64::from(link)))
+}
+
+/// A frame as a list link (32-bit: see the layout table).
+#[inline]
+fn link_of(pfn: Option<Pfn>) -> u32 {
+    pfn.map_or(NIL, |p| p.0 as u32)
 }
 
 /// A doubly linked list of frames, linked through [`PageMeta::next`]/[`PageMeta::prev`]. The

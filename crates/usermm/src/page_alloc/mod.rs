@@ -30,8 +30,10 @@
 //! 4. Compound heads carry `PG_head` and their order; each tail `PG_tail` and the head's PFN.
 //!
 //! # Locks
-//! `pcp lock -> zone.lock`; `lru_add batch -> lru_lock`; `lru_lock` is released before any
-//! pcp lock is taken. Allocation and freeing never take an mm lock.
+//! `pcp lock -> zone.lock`; `lru_add batch -> lru_lock`, and `lru_add batch -> pcp lock` when a
+//! batch held a page's last reference (a batch is moved under its lock, as under the kernel's
+//! `local_lock`); `lru_lock` is released before any pcp lock is taken. Allocation and freeing
+//! never take an mm lock.
 //!
 //! # Differences from Linux
 //! - One zone per node (ZONE_NORMAL); no migratetypes, watermarks, compaction or reclaim. An
@@ -95,7 +97,8 @@ pub struct Gfp(u32);
 impl Gfp {
     /// `GFP_KERNEL`/`GFP_HIGHUSER_MOVABLE`: may drain and shrink before failing.
     pub const KERNEL: Gfp = Gfp(0);
-    /// `__GFP_ZERO`: zero the frames (a real memset with full backing).
+    /// `__GFP_ZERO`: zero the frames (a real memset with full backing, skipped for frames no
+    /// owner has had since the host gave them: see [`crate::backing`]).
     pub const ZERO: Gfp = Gfp(1);
     /// `GFP_NOWAIT`: fail at once rather than drain or shrink (mmu_gather batch pages).
     pub const NOWAIT: Gfp = Gfp(2);
@@ -285,6 +288,9 @@ impl PhysMem {
         let frames_per_node = nr_frames / nr_nodes;
         let meta = ZeroedArray::<PageMeta>::new(nr_frames as usize)?;
         let backing = Backing::new(nr_frames, cfg.backing)?;
+        if cfg.prefault {
+            backing.prefault()?;
+        }
         let nodes = (0..nr_nodes)
             .map(|n| {
                 let start = n * frames_per_node;

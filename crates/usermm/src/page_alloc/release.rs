@@ -22,7 +22,9 @@ impl PhysMem {
     #[doc(alias = "folios_put_refs")]
     pub fn release_pages(&self, cpu: CpuId, pages: &[Pfn]) {
         let meta = self.meta_slice();
-        let mut to_free: Vec<(Pfn, Order)> = Vec::with_capacity(pages.len());
+        // Sized at the first page that is really freed: releasing the references of an LRU-add
+        // batch (pages still mapped) allocates nothing.
+        let mut to_free: Vec<(Pfn, Order)> = Vec::new();
         let mut lru: Option<(usize, crate::sync::StatMutexGuard<'_, Lruvec>)> = None;
         let mut lock_batch = 0u32;
         let mut lru_removed = 0i64;
@@ -83,6 +85,9 @@ impl PhysMem {
             } else {
                 Order(0)
             };
+            if to_free.capacity() == 0 {
+                to_free.reserve_exact(pages.len());
+            }
             to_free.push((pfn, order));
         }
         charge(Cost::LruDel, dels);

@@ -127,6 +127,87 @@ mod buddy {
     }
 }
 
+mod known_zero {
+    use super::*;
+
+    /// Fill memory with allocations, write every byte, free it all, allocate it all again with
+    /// `__GFP_ZERO`: every byte reads zero, under every allocator policy, with and without the
+    /// prefault, in 4 KiB and THP-sized blocks.
+    #[test]
+    fn a_frame_written_freed_and_reallocated_reads_zero_in_all_policies() {
+        for prefault in [false, true] {
+            for (auto_tune, pick_outside) in [(false, false), (true, false), (false, true)] {
+                for order in [Order(0), Order(3), HPAGE_PMD_ORDER] {
+                    let p = phys_with(16 << 20, 2, 1, |c| {
+                        c.prefault = prefault;
+                        c.pcp.auto_tune = auto_tune;
+                        c.pcp.pick_outside_lock = pick_outside;
+                    });
+                    let what = format!("prefault {prefault} auto_tune {auto_tune} pick_outside {pick_outside} order {}", order.0);
+                    let grab = |gfp: Gfp| {
+                        let mut got = Vec::new();
+                        let mut cpu = 0;
+                        while let Ok(pfn) = p.alloc_pages(CpuId(cpu), order, gfp.union(Gfp::NOWAIT))
+                        {
+                            got.push((cpu, pfn));
+                            cpu ^= 1;
+                        }
+                        got
+                    };
+                    let first = grab(Gfp::KERNEL);
+                    assert!(
+                        first.len() as u64 >= (12 << 20) / (PAGE_SIZE << order.0),
+                        "{what}"
+                    );
+                    let junk = vec![0xa5u8; PAGE_SIZE as usize];
+                    for &(_, pfn) in &first {
+                        for i in 0..order.nr_pages() {
+                            p.backing().write(pfn.add(i), 0, &junk);
+                        }
+                    }
+                    // Free from the other CPU than the one that allocated (remote frees).
+                    for &(cpu, pfn) in &first {
+                        p.free_pages(CpuId(cpu ^ 1), pfn, order).unwrap();
+                    }
+                    p.drain_all_pages();
+                    let second = grab(Gfp::ZERO);
+                    assert_eq!(second.len(), first.len(), "{what}");
+                    let mut page = vec![1u8; PAGE_SIZE as usize];
+                    for &(_, pfn) in &second {
+                        for i in 0..order.nr_pages() {
+                            p.backing().read(pfn.add(i), 0, &mut page);
+                            assert!(page.iter().all(|&b| b == 0), "{what}: pfn {:#x}", pfn.0 + i);
+                        }
+                    }
+                    for &(cpu, pfn) in &second {
+                        p.free_pages(CpuId(cpu), pfn, order).unwrap();
+                    }
+                    p.validate().unwrap();
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn only_never_owned_frames_are_known_zero() {
+        let p = phys(16 << 20);
+        let a = p.alloc_pages(C0, Order(0), Gfp::KERNEL).unwrap();
+        assert!(!p.backing().known_zero(a));
+        // The next frame on the pcp list has not been handed out yet.
+        let b = p.alloc_pages(C0, Order(0), Gfp::ZERO).unwrap();
+        assert!(!p.backing().known_zero(b));
+        let untouched = (0..p.nr_frames())
+            .filter(|&f| p.backing().known_zero(Pfn(f)))
+            .count() as u64;
+        // Everything but the two frames is as the host gave it.
+        assert_eq!(untouched, p.nr_frames() - 2);
+        p.free_pages(C0, a, Order(0)).unwrap();
+        p.free_pages(C0, b, Order(0)).unwrap();
+        assert!(!p.backing().known_zero(a) && !p.backing().known_zero(b));
+        p.validate().unwrap();
+    }
+}
+
 mod pcp {
     use super::*;
 
@@ -335,6 +416,7 @@ mod concurrent {
 
     #[test]
     fn racing_alloc_free_keeps_accounting() {
+        usermm_testscale::announce("page_alloc::racing_alloc_free");
         let p = Arc::new(phys_with(64 << 20, 4, 2, |c| c.lru.add_batch = 7));
         let threads: Vec<_> = (0..4u16)
             .map(|t| {
@@ -342,13 +424,15 @@ mod concurrent {
                 std::thread::spawn(move || {
                     let cpu = CpuId(t);
                     let mut held: Vec<Pfn> = vec![];
-                    let mut rng = 0x9e3779b97f4a7c15u64.wrapping_mul(t as u64 + 1);
-                    for i in 0..20_000 {
+                    let seed = usermm_testscale::seed_for("page_alloc::racing_alloc_free");
+                    let mut rng = (seed ^ 0x9e3779b97f4a7c15u64.wrapping_mul(t as u64 + 1)) | 1;
+                    // 20 000 steps per thread, times USERMM_TEST_SCALE.
+                    for i in 0..usermm_testscale::scaled(20_000) {
                         rng ^= rng << 13;
                         rng ^= rng >> 7;
                         rng ^= rng << 17;
-                        if rng % 3 != 0 || held.is_empty() {
-                            let order = Order(if rng % 17 == 0 {
+                        if !rng.is_multiple_of(3) || held.is_empty() {
+                            let order = Order(if rng.is_multiple_of(17) {
                                 (rng >> 8) as u8 % 10
                             } else {
                                 0
@@ -377,6 +461,10 @@ mod concurrent {
         assert_eq!(r.allocated, 0, "{r:?}");
         p.drain_all_pages();
         assert_eq!(p.nr_free_pages(), 16384);
+        usermm_testscale::report(
+            "page_alloc::racing_alloc_free",
+            4 * usermm_testscale::scaled(20_000),
+        );
     }
 }
 

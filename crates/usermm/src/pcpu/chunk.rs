@@ -643,7 +643,7 @@ impl PcpuChunk {
 
     /// The size in bits of the live allocation starting at byte `off`, if there is one.
     pub(crate) fn allocation_at(&self, off: u32) -> Option<u32> {
-        if off % PCPU_MIN_ALLOC_SIZE as u32 != 0 {
+        if !off.is_multiple_of(PCPU_MIN_ALLOC_SIZE as u32) {
             return None;
         }
         let bit = off / PCPU_MIN_ALLOC_SIZE as u32;

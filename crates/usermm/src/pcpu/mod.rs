@@ -335,7 +335,7 @@ impl PcpuAllocator {
     ) -> Result<Self, PcpuError> {
         let unit_size = cfg.unit_size;
         if unit_size == 0
-            || unit_size % PAGE_SIZE != 0
+            || !unit_size.is_multiple_of(PAGE_SIZE)
             || cfg.static_size + cfg.reserved_size >= unit_size
             || unit_size > u32::MAX as u64 / 2
         {

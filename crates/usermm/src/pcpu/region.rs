@@ -42,7 +42,7 @@ impl PcpuRegion {
     /// Reserve `len` bytes (a multiple of the page size) of zero-filled host memory.
     pub(crate) fn new(len: usize) -> std::io::Result<Self> {
         assert!(
-            len > 0 && len % PAGE_SIZE as usize == 0,
+            len > 0 && len.is_multiple_of(PAGE_SIZE as usize),
             "region of {len} bytes"
         );
         // SAFETY: an anonymous mapping with a null hint has no preconditions; the result is
@@ -92,7 +92,7 @@ impl PcpuRegion {
             "discard {start}..{end} beyond a region of {}",
             self.len
         );
-        assert!(start % PAGE_SIZE as usize == 0 && len % PAGE_SIZE as usize == 0);
+        assert!(start.is_multiple_of(PAGE_SIZE as usize) && len.is_multiple_of(PAGE_SIZE as usize));
         if len == 0 {
             return;
         }

@@ -7,8 +7,10 @@
 //! The locks that record them are in [`crate::sync`] (`StatMutex`, `MmapLock`).
 //!
 //! # Differences from Linux
-//! - Times are nanoseconds from [`crate::sync::clock`] (host `CLOCK_MONOTONIC`, or virtual
-//!   time in a virtual run), not `local_clock()`.
+//! - Times are nanoseconds from [`crate::sync::clock`]: waits and the mmap lock's write holds
+//!   from `clock::now` (host `CLOCK_MONOTONIC`), the holds of `StatMutex` and of the mmap
+//!   lock's read side from each lock's `LockstatClock` (the TSC scaled, like the kernel's
+//!   `local_clock()`); in a virtual run, all of them virtual time.
 //! - A "contention" is counted when the first `try_lock` fails; the wait is the time from there
 //!   to acquisition. Uncontended acquisitions record a zero wait but are not timed.
 //! - Classes are per lock instance, not per lock *class*: the engine has few instances of each.

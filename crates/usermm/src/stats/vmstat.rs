@@ -8,6 +8,7 @@
 //! Names are the kernel's, so output compares line for line with a real `/proc/vmstat`. A few
 //! items are the engine's own (prefixed `usermm_`): they count operations on shared cache lines
 //! that the kernel only exposes through `perf` (e.g. the huge zero page's global refcount).
+//! One is a memcg event: `oom` (`memory.events`), the machine being one memory domain.
 
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 
@@ -58,6 +59,16 @@ vm_items! {
     UnevictablePgsMunlocked => "unevictable_pgs_munlocked",
     HtlbBuddyAllocSuccess => "htlb_buddy_alloc_success",
     DropPagecache => "drop_pagecache",
+    // memcg's `memory.events` event, not a /proc/vmstat line in Linux: a fault whose
+    // allocation failed with the OOM killer as the next step (MEMCG_OOM, counted in
+    // mem_cgroup_oom). The engine's machine is one memory domain without an OOM killer, so it
+    // counts here; see `mm::fault` ("Out of memory"). `oom_kill` would count kills: none.
+    Oom => "oom",
+    // CONFIG_PER_VMA_LOCK_STATS
+    VmaLockSuccess => "vma_lock_success",
+    VmaLockAbort => "vma_lock_abort",
+    VmaLockRetry => "vma_lock_retry",
+    VmaLockMiss => "vma_lock_miss",
     // the engine's own
     PcpRefill => "usermm_pcp_refill",
     PcpDrain => "usermm_pcp_drain",

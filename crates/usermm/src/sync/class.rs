@@ -31,8 +31,6 @@ pub static PTL: LockClass = LockClass::new("ptl", WaitKind::Spin);
 pub static PMD_LOCK: LockClass = LockClass::new("pmd_lock", WaitKind::Spin);
 /// `mm->page_table_lock`: PGD/PUD entries of one mm.
 pub static PAGE_TABLE_LOCK: LockClass = LockClass::new("page_table_lock", WaitKind::Spin);
-/// The deposited-table list of an mm (under the PMD lock in the kernel; a leaf lock here).
-pub static DEPOSITS: LockClass = LockClass::new("pmd_huge_pte", WaitKind::Spin);
 /// `mm->mmap_lock`.
 pub static MMAP_LOCK: LockClass = LockClass::new("mmap_lock", WaitKind::Sleep);
 /// The TLB shootdown gate of one CPU (see `mm/mod.rs`, "TLB model"): the IPI acknowledgement
@@ -51,6 +49,14 @@ pub static MMAP_LOCK_HIST: LockClass = LockClass::new("mmap_lock_hist", WaitKind
 /// A user-space synchronisation object on a futex: a workload's `pthread_barrier`, mutex or
 /// condition variable ([`Barrier`](super::Barrier)).
 pub static FUTEX: LockClass = LockClass::new("futex", WaitKind::Sleep);
+/// `mmlist_lock`: the list of mms of one fork family (the kernel's list of every mm; here
+/// only `fork` and `validate` take it).
+pub static MMLIST_LOCK: LockClass = LockClass::new("mmlist_lock", WaitKind::Spin);
+/// The VMA index readers walk without the mmap lock (`mm->mm_mt` under RCU in the kernel;
+/// see `mm/vma/index.rs`).
+pub static MM_MT: LockClass = LockClass::new("mm_mt", WaitKind::Spin);
+/// The per-VMA lock (`vma->vm_lock`, 6.4+): readers are faults, writers VMA changes.
+pub static VMA_LOCK: LockClass = LockClass::new("vm_lock", WaitKind::Sleep);
 /// Locks of unit tests and other code outside the modelled kernel.
 pub static UNMODELLED: LockClass = LockClass::new("unmodelled", WaitKind::Sleep);
 
@@ -66,7 +72,6 @@ pub static ALL_LOCK_CLASSES: &[&LockClass] = &[
     &PTL,
     &PMD_LOCK,
     &PAGE_TABLE_LOCK,
-    &DEPOSITS,
     &MMAP_LOCK,
     &TLB_GATE,
     &PCPU_LOCK,
@@ -75,6 +80,9 @@ pub static ALL_LOCK_CLASSES: &[&LockClass] = &[
     &WORKQUEUE,
     &MMAP_LOCK_HIST,
     &FUTEX,
+    &MMLIST_LOCK,
+    &MM_MT,
+    &VMA_LOCK,
     &UNMODELLED,
 ];
 

@@ -1,4 +1,4 @@
-//! Time as the engine reads it: `ktime_get` and a task's CPU time.
+//! Time as the engine reads it: `ktime_get`, lock_stat's clock and a task's CPU time.
 //!
 //! Every duration the engine measures — lock_stat wait and hold times, the mmap lock's
 //! exclusive holds, munmap's phases, the workqueue's per-item accounting — is read here, so that
@@ -7,12 +7,32 @@
 //! | here | kernel | wall mode | virtual mode |
 //! |---|---|---|---|
 //! | [`now`] | `ktime_get` | `CLOCK_MONOTONIC` | the current context's clock |
+//! | [`LockstatClock`] | `lockstat_clock()` (`local_clock()`) | the TSC, scaled per clock | [`now`] |
 //! | [`thread_cpu_ns`] | task cputime | `CLOCK_THREAD_CPUTIME_ID` | the context's busy time |
 //!
 //! `CLOCK_MONOTONIC` is what `std::time::Instant` reads on Linux, so wall figures are those of
 //! the code before the seam.
+//!
+//! # lock_stat's clock
+//! Hold times are taken on the hottest paths: a page fault takes the mmap lock for read, and
+//! its lock_stat stamps the acquisition and the release. Two vDSO `clock_gettime` calls were
+//! half of a 4 KiB zero-page read fault (~27 ns each on this project's VM; `perf record -e
+//! cpu-clock --call-graph dwarf` of `usermm usemem --readonly -j 4K 4G --thp never`). The
+//! kernel's lock_stat reads `lockstat_clock()`, i.e. `local_clock()`: the TSC, scaled by
+//! `sched_clock`. [`LockstatClock`] does the same: in wall mode it reads the time-stamp
+//! counter (`rdtsc`, ~10 ns here) and scales ticks to ns with a rate it measures against
+//! `CLOCK_MONOTONIC` over its own life — until it has lived [`LOCKSTAT_CALIBRATION_NS`], each
+//! conversion measures the rate so far (the slow path reads `CLOCK_MONOTONIC`); then the rate
+//! is fixed. Each lock has its own clock, so there is no process-wide calibration (and two
+//! machines share nothing). Where the TSC is not invariant (CPUID `0x8000_0007` EDX bit 8,
+//! Linux's `nonstop_tsc`) or not x86-64, the clock reads [`now`] instead.
+//!
+//! In a virtual run, [`LockstatClock`] reads [`now`]: this is the one place where hold times
+//! meet the host's TSC, so the virtual clock replaces it here and nowhere else.
 
-#![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): `clock_gettime`
+#![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): `clock_gettime`, `rdtsc`
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::vhook;
 
@@ -85,9 +105,218 @@ pub fn thread_cpu_ns() -> u64 {
     host_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0)
 }
 
+/// How long a [`LockstatClock`] measures its tick rate before fixing it: long enough that the
+/// skew between reading the TSC and reading `CLOCK_MONOTONIC` (tens of ns) is below 1e-4 of it.
+pub const LOCKSTAT_CALIBRATION_NS: u64 = 1_000_000;
+
+/// A moment on a [`LockstatClock`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockstatStamp {
+    /// Time-stamp counter ticks (wall mode, invariant TSC).
+    Tsc(u64),
+    /// [`now`]: `CLOCK_MONOTONIC`, or virtual time in a virtual run.
+    Ktime(Ktime),
+}
+
+/// `lockstat_clock()`: the clock of lock_stat hold times, for the locks whose every
+/// acquisition is stamped (`StatMutex`, the mmap lock's read side). See the module
+/// documentation.
+#[doc(alias = "lockstat_clock")]
+#[doc(alias = "local_clock")]
+#[derive(Debug)]
+pub struct LockstatClock {
+    /// The TSC is usable: resolved once, at construction.
+    tsc: bool,
+    /// `CLOCK_MONOTONIC` ns and TSC ticks read together at construction.
+    born_ns: u64,
+    born_ticks: u64,
+    /// ns per tick in 32.32 fixed point, once fixed; 0 while calibrating.
+    rate: AtomicU64,
+}
+
+impl Default for LockstatClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LockstatClock {
+    /// A clock on the TSC where the host has an invariant one, on [`now`] otherwise.
+    pub fn new() -> Self {
+        Self::with_tsc(invariant_tsc())
+    }
+
+    /// A clock on the TSC (`tsc`, if the host has one at all) or on [`now`].
+    fn with_tsc(tsc: bool) -> Self {
+        let tsc = tsc && cfg!(target_arch = "x86_64");
+        LockstatClock {
+            tsc,
+            born_ns: host_clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0),
+            born_ticks: if tsc { rdtsc() } else { 0 },
+            rate: AtomicU64::new(0),
+        }
+    }
+
+    /// `lockstat_clock()`: now.
+    #[inline]
+    pub fn now(&self) -> LockstatStamp {
+        if self.tsc && !vhook::active() {
+            LockstatStamp::Tsc(rdtsc())
+        } else {
+            LockstatStamp::Ktime(now())
+        }
+    }
+
+    /// ns from `since` to now (0 if the counter went backwards, e.g. across CPUs whose
+    /// counters disagree).
+    #[inline]
+    pub fn elapsed_ns(&self, since: LockstatStamp) -> u64 {
+        match since {
+            LockstatStamp::Ktime(k) => k.elapsed_ns(),
+            LockstatStamp::Tsc(t) => {
+                let now = rdtsc();
+                let d = now.saturating_sub(t);
+                match self.rate.load(Relaxed) {
+                    0 => self.elapsed_ns_calibrating(now, d),
+                    rate => scale(d, rate),
+                }
+            }
+        }
+    }
+
+    /// [`Self::elapsed_ns`] while the rate is not fixed: measure it over the life so far, and
+    /// fix it once the life is long enough.
+    #[cold]
+    #[inline(never)]
+    fn elapsed_ns_calibrating(&self, now_ticks: u64, d: u64) -> u64 {
+        let life_ns = host_clock_ns(libc::CLOCK_MONOTONIC)
+            .unwrap_or(0)
+            .saturating_sub(self.born_ns);
+        let life_ticks = now_ticks.saturating_sub(self.born_ticks);
+        if life_ticks == 0 {
+            return 0;
+        }
+        let rate = u64::try_from((u128::from(life_ns) << 32) / u128::from(life_ticks))
+            .unwrap_or(u64::MAX)
+            .max(1);
+        if life_ns >= LOCKSTAT_CALIBRATION_NS {
+            self.rate.store(rate, Relaxed);
+        }
+        scale(d, rate)
+    }
+}
+
+/// `ticks` at `rate` (ns per tick, 32.32 fixed point), in ns.
+#[inline]
+fn scale(ticks: u64, rate: u64) -> u64 {
+    u64::try_from((u128::from(ticks) * u128::from(rate)) >> 32).unwrap_or(u64::MAX)
+}
+
+/// The time-stamp counter.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn rdtsc() -> u64 {
+    // SAFETY: `rdtsc` has no preconditions: it only reads the time-stamp counter.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// Never called: a [`LockstatClock`] uses the TSC only on x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline]
+fn rdtsc() -> u64 {
+    0
+}
+
+/// Does the CPU have an invariant TSC (constant rate in every P-, C- and T-state: CPUID
+/// `0x8000_0007` EDX bit 8, Linux's `constant_tsc` + `nonstop_tsc`)?
+#[cfg(target_arch = "x86_64")]
+fn invariant_tsc() -> bool {
+    use core::arch::x86_64::__cpuid;
+    // SAFETY: `cpuid` has no preconditions on x86-64 (the block is `unsafe` for toolchains
+    // before `__cpuid` became a safe function).
+    #[allow(unused_unsafe)]
+    let (max_ext, edx) = unsafe {
+        let max_ext = __cpuid(0x8000_0000).eax;
+        let edx = if max_ext >= 0x8000_0007 {
+            __cpuid(0x8000_0007).edx
+        } else {
+            0
+        };
+        (max_ext, edx)
+    };
+    max_ext >= 0x8000_0007 && edx & (1 << 8) != 0
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn invariant_tsc() -> bool {
+    false
+}
+
 #[cfg(test)]
 mod test {
     use super::*;
+
+    /// A stamp taken between `t0` and `t1` and read back between `e0` and `e1` measures an
+    /// interval within `[e0 - t1, e1 - t0]`, whatever the scheduler does: check `c` keeps to
+    /// it, before and after its rate is fixed.
+    fn agrees_with_the_monotonic_clock(c: &LockstatClock) {
+        for wait_ms in [0u64, 2, 3] {
+            let t0 = now();
+            let s = c.now();
+            let t1 = now();
+            while t1.elapsed_ns() < wait_ms * 1_000_000 {
+                std::hint::spin_loop();
+            }
+            let e0 = now();
+            let held = c.elapsed_ns(s);
+            let e1 = now();
+            let (lo, hi) = (e0.since(t1), e1.since(t0));
+            // 2 % for the rate measured so far, and 1 µs for the two clocks' reads.
+            let slack = hi / 50 + 1_000;
+            assert!(
+                held + slack >= lo && held <= hi + slack,
+                "{held} ns outside [{lo}, {hi}]"
+            );
+        }
+    }
+
+    #[test]
+    fn lockstat_clock_agrees_with_ktime_before_and_after_calibration() {
+        let c = LockstatClock::new();
+        agrees_with_the_monotonic_clock(&c);
+        if c.tsc {
+            // Past the calibration time the rate is fixed.
+            assert_ne!(c.rate.load(Relaxed), 0);
+            assert_eq!(
+                c.elapsed_ns(LockstatStamp::Tsc(u64::MAX)),
+                0,
+                "a stamp in the future is 0, not huge"
+            );
+        }
+    }
+
+    #[test]
+    fn lockstat_clock_without_a_tsc_reads_ktime() {
+        let c = LockstatClock::with_tsc(false);
+        assert!(matches!(c.now(), LockstatStamp::Ktime(_)));
+        agrees_with_the_monotonic_clock(&c);
+    }
+
+    #[test]
+    fn each_lockstat_clock_calibrates_on_its_own() {
+        let a = LockstatClock::with_tsc(true);
+        if !a.tsc {
+            return; // not x86-64: nothing to calibrate
+        }
+        let s = a.now();
+        while a.rate.load(Relaxed) == 0 {
+            a.elapsed_ns(s);
+        }
+        // A clock born after `a` fixed its rate starts calibrating from nothing.
+        let b = LockstatClock::with_tsc(true);
+        assert_eq!(b.rate.load(Relaxed), 0);
+        assert!(b.born_ns > a.born_ns);
+    }
 
     #[test]
     fn now_is_monotonic_and_follows_the_host() {

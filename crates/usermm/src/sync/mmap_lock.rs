@@ -47,9 +47,11 @@
 //! - [`MmapLock::is_contended`] (`mmap_lock_is_contended`): a count of threads that failed the
 //!   fast path and are waiting.
 //!
-//! The uncontended read path adds one `try_read`, one relaxed counter increment and one
-//! [`clock::now`] to the bare lock; the read unlock adds one clock read and the `record_hold`
-//! atomics. Nothing allocates. Slow paths are out of line.
+//! The uncontended read path adds one `try_read`, one relaxed counter increment and one read
+//! of the lock's [`LockstatClock`] (`lockstat_clock()`: the TSC in wall mode) to the bare lock;
+//! the read unlock adds one more clock read and the `record_hold` atomics. Nothing allocates.
+//! Slow paths are out of line. Write holds (the exclusive-hold histogram) and all waits are
+//! timed with [`clock::now`].
 //!
 //! # Locks
 //! The histogram is a leaf [`SpinLock`]. It is taken after the write lock is released, or
@@ -68,11 +70,13 @@
 //! - On the host, built on `parking_lot::RwLock` (task-fair: new readers queue behind a parked writer, as
 //!   rwsem readers queue behind a waiting writer), without the rwsem's optimistic spinning on
 //!   the owner or its reader-stealing rules.
-//! - No `_killable` variants and no per-VMA locks (every fault takes the mmap lock for read).
+//! - No `_killable` variants. The per-VMA locks' `mm_lock_seq` lives here (bumped by every
+//!   write unlock and downgrade); the locks themselves are [`VmaLock`](super::VmaLock)s.
 //! - The statistics are per lock instance (one per mm), not per lock class as in lockdep. The
 //!   read side's are striped by thread (the kernel keeps lock_stat per CPU), so that recording
 //!   a fault's read acquisition writes no cache line other faulting threads share.
-//! - Times are nanoseconds from [`clock::now`] (`CLOCK_MONOTONIC` on the host).
+//! - Times are nanoseconds from [`clock::now`] (`CLOCK_MONOTONIC` on the host), read holds
+//!   from the lock's [`LockstatClock`] (the TSC on the host, scaled per lock).
 
 use serde::Serialize;
 
@@ -84,10 +88,12 @@ use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 
 use super::class::{MMAP_LOCK, MMAP_LOCK_HIST};
-use super::clock::{self, Ktime};
+use super::clock::{self, Ktime, LockstatClock, LockstatStamp};
 use super::lock::SpinLock;
 use super::rwsem::{RwSem, RwSemReadGuard, RwSemWriteGuard};
+use super::vma_lock::MmLockSeq;
 use crate::stats::lockstat::{LockStat, LockStatSnapshot, StripedLockStat};
+use std::sync::Arc;
 
 /// Lowest value the exclusive-hold histogram distinguishes: 1 ns.
 const HOLD_HIST_LOW_NS: u64 = 1;
@@ -156,6 +162,11 @@ pub struct MmapLock<T> {
     exclusive_hold: SpinLock<Histogram<u64>>,
     /// Length of the most recently ended exclusive hold, in ns.
     last_exclusive_hold_ns: AtomicU64,
+    /// `mm->mm_lock_seq`: bumped as every write hold ends (`vma_end_write_all`), which
+    /// releases every per-VMA write lock taken under it (see [`VmaLock`](super::VmaLock)).
+    mm_lock_seq: Arc<MmLockSeq>,
+    /// The read side's hold clock (the TSC in wall mode: two reads per fault).
+    clock: LockstatClock,
 }
 
 /// Shared access to an [`MmapLock`]'s value; dropping it is `mmap_read_unlock`.
@@ -165,7 +176,7 @@ pub struct MmapReadGuard<'a, T> {
     /// `None` only inside `drop`, after the lock was released.
     guard: Option<RwSemReadGuard<'a, T>>,
     lock: &'a MmapLock<T>,
-    since: Ktime,
+    since: LockstatStamp,
     /// `Some(exclusive hold in ns)` when this guard came from a downgrade.
     downgraded_from_ns: Option<u64>,
 }
@@ -194,7 +205,15 @@ impl<T> MmapLock<T> {
             write_stat: CachePadded::new(LockStat::new("mmap_lock-W")),
             exclusive_hold: SpinLock::new(&MMAP_LOCK_HIST, histogram),
             last_exclusive_hold_ns: AtomicU64::new(0),
+            mm_lock_seq: Arc::new(MmLockSeq::new()),
+            clock: LockstatClock::new(),
         }
+    }
+
+    /// `mm->mm_lock_seq` (see [`VmaLock`](super::VmaLock)): shared with the structures that
+    /// create VMA locks under a write hold.
+    pub fn mm_lock_seq(&self) -> &Arc<MmLockSeq> {
+        &self.mm_lock_seq
     }
 
     /// Take the lock for read, blocking while a writer holds it or waits for it.
@@ -209,7 +228,7 @@ impl<T> MmapLock<T> {
         MmapReadGuard {
             guard: Some(guard),
             lock: self,
-            since: clock::now(),
+            since: self.clock.now(),
             downgraded_from_ns: None,
         }
     }
@@ -223,7 +242,7 @@ impl<T> MmapLock<T> {
         Some(MmapReadGuard {
             guard: Some(guard),
             lock: self,
-            since: clock::now(),
+            since: self.clock.now(),
             downgraded_from_ns: None,
         })
     }
@@ -405,8 +424,10 @@ impl<'a, T> MmapWriteGuard<'a, T> {
             .take()
             .expect("write guard holds the lock until it ends");
         let hold_ns = self.since.elapsed_ns();
+        // mmap_write_downgrade: vma_end_write_all, then downgrade_write.
+        self.lock.mm_lock_seq.end_write_all();
         let guard = guard.downgrade();
-        let since = clock::now();
+        let since = self.lock.clock.now();
         // Lock order: mmap_lock (read) -> exclusive-hold histogram.
         self.lock.exclusive_hold_ended(hold_ns);
         self.lock.read_stat.record_uncontended();
@@ -436,6 +457,8 @@ impl<'a, T> MmapWriteGuard<'a, T> {
     fn release(&mut self) -> Option<u64> {
         let guard = self.guard.take()?;
         let hold_ns = self.since.elapsed_ns();
+        // mmap_write_unlock: vma_end_write_all, then up_write.
+        self.lock.mm_lock_seq.end_write_all();
         drop(guard);
         self.lock.exclusive_hold_ended(hold_ns);
         Some(hold_ns)
@@ -490,7 +513,7 @@ impl<T> MmapReadGuard<'_, T> {
 
     /// Nanoseconds since this read hold began (at the downgrade, for a downgraded guard).
     pub fn held_ns(&self) -> u64 {
-        self.since.elapsed_ns()
+        self.lock.clock.elapsed_ns(self.since)
     }
 }
 
@@ -509,7 +532,7 @@ impl<T> Drop for MmapReadGuard<'_, T> {
     /// Release first, then record: the figures are not taken under the lock.
     #[inline]
     fn drop(&mut self) {
-        let hold_ns = self.since.elapsed_ns();
+        let hold_ns = self.lock.clock.elapsed_ns(self.since);
         drop(self.guard.take());
         self.lock.read_stat.record_hold(hold_ns);
     }

@@ -8,16 +8,17 @@
 //!
 //! | here | models | waiters | users |
 //! |---|---|---|---|
-//! | [`SpinLock`] | `spinlock_t` | spin | zone.lock, pcp, lru_lock, lru_add batches, page_table_lock, deposits, pcpu_lock, hugetlb pool, shmem pages |
+//! | [`SpinLock`] | `spinlock_t` | spin | zone.lock, pcp, lru_lock, lru_add batches, page_table_lock, pcpu_lock, hugetlb pool, shmem pages |
 //! | [`PtLock`] | `ptdesc->ptl` (split PTE / PMD lock) | spin | page-table pages (in `PageMeta`) |
 //! | [`Mutex`] | `struct mutex` | sleep | pcpu_alloc_mutex, workqueue state |
 //! | [`StatMutex`] | a spinlock with `/proc/lock_stat` figures | spin | zone.lock, lru_lock |
-//! | [`RwSem`] | `rw_semaphore` + `downgrade_write` | sleep | [`MmapLock`], shrinker list, TLB gates |
+//! | [`RwSem`] | `rw_semaphore` + `downgrade_write` | sleep | [`MmapLock`], shrinker list, TLB gates, the VMA index |
+//! | [`VmaLock`] | the per-VMA lock (`vm_lock` + `vm_lock_seq`, 6.4+), on an [`RwSem`] | readers never wait | faults and madvise without the mmap lock |
 //! | [`CondVar`], [`Completion`] | wait queues, `struct completion` | sleep | workqueue |
 //! | [`Barrier`] | a workload's `pthread_barrier` (on a futex) | sleep | usemem, munmap-test |
 //! | [`SharedLine`] | an atomic on one cache line every CPU writes | — | huge zero page refcount |
 //! | [`thread`] | kthreads and workload tasks on an emulated CPU | — | workqueue workers, workloads |
-//! | [`clock`] | `ktime_get`, task cputime | — | lock_stat, mmap_lock, munmap, workqueue, workloads |
+//! | [`clock`] | `ktime_get`, `lockstat_clock`, task cputime | — | lock_stat, mmap_lock, munmap, workqueue, workloads |
 //! | [`charge`] | work the modelled CPU does between two synchronisation points | — | zap, gather, free, LRU, faults, tables, TLB, VMAs, syscalls |
 //!
 //! Each lock names a [`LockClass`] (each shared line a [`LineClass`]): `const` statics in
@@ -37,13 +38,16 @@
 //! - [`clock::now`] and [`clock::thread_cpu_ns`] are the running context's virtual clock and
 //!   busy time, so every duration the engine measures (lock_stat, the mmap lock's holds,
 //!   munmap's phases, the workqueue's accounting) is virtual;
-//! - [`charge`] adds a named cost of the profile to the running CPU's clock; engine loops under
-//!   a lock sum their units and charge once before the release, so that the work is hold time;
+//! - [`charge`] counts units of a named cost of the profile in a thread-local tally; the
+//!   runtime prices the tally and adds it to the running CPU's clock at the context's next
+//!   synchronisation point or clock read — exact, since nothing else runs in between. Work
+//!   charged under a lock is therefore hold time, as it is on a real CPU;
 //! - a [`Workqueue`] made with [`workqueue::Workers::Virtual`] runs its workers as contexts,
 //!   started by the run's first `queue_work` and ended with the run (`Machine::run`).
 //!
-//! Wall-mode code paths are those before virtual time existed, behind the one flag test (and
-//! one per loop where the engine charges per page).
+//! Wall-mode code paths are those before virtual time existed, behind the one flag test; a
+//! [`charge`] is not behind it — it costs an add to a thread-local count that wall mode never
+//! reads, so the engine's hot loops keep no branch or call for virtual time.
 //!
 //! Wall-mode implementations are those the engine used before the seam (`parking_lot` locks,
 //! `CLOCK_MONOTONIC`, host threads), so wall figures do not move. Under `--cfg loom`, [`RwSem`]
@@ -75,6 +79,7 @@ mod shared_line;
 mod stat_lock;
 pub mod thread;
 pub mod vhook;
+mod vma_lock;
 pub mod workqueue;
 
 pub use self::class::{LineClass, LockClass, WaitKind};
@@ -89,13 +94,15 @@ pub use self::rwsem::{RwSem, RwSemReadGuard, RwSemWriteGuard};
 pub use self::shared_line::{LineAtomic, SharedLine};
 pub use self::stat_lock::{StatMutex, StatMutexGuard};
 pub use self::vhook::Cost;
+pub use self::vma_lock::{MmLockSeq, VmaLock, VmaReadGuard};
 pub use self::workqueue::{WorkHandle, WorkOutcome, WorkerStats, Workqueue, WorkqueueStats};
 
 /// Charge `n` units of the named cost to the current CPU: nothing on the host (the work itself
 /// takes the time), the profile's price in a virtual run.
 ///
 /// It adds to a thread-local count (no test, no branch, no call: a hot engine path keeps its
-/// shape); a virtual run prices the counts at the context's next synchronisation point.
+/// shape); a virtual run prices the counts at the running context's next synchronisation point
+/// or clock read.
 #[inline(always)]
 pub fn charge(cost: Cost, n: u64) {
     vhook::charge(cost, n);

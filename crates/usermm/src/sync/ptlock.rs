@@ -252,14 +252,16 @@ mod test {
     #[test]
     fn excludes_under_contention() {
         // A non-atomic read-modify-write under the lock loses no update only if the lock
-        // excludes: 4 threads × 20 000 increments, with parking when they collide.
+        // excludes: 4 threads × 20 000 increments (times USERMM_TEST_SCALE), with parking
+        // when they collide.
+        let n = usermm_testscale::scaled(20_000);
         let lock = Arc::new(PtLock::new());
         let count = Arc::new(AtomicU64::new(0));
         std::thread::scope(|s| {
             for _ in 0..4 {
                 let (lock, count) = (Arc::clone(&lock), Arc::clone(&count));
                 s.spawn(move || {
-                    for _ in 0..20_000 {
+                    for _ in 0..n {
                         let _g = lock.lock(&PTL);
                         let v = count.load(Relaxed);
                         std::hint::black_box(v);
@@ -268,7 +270,8 @@ mod test {
                 });
             }
         });
-        assert_eq!(count.load(Relaxed), 80_000);
+        assert_eq!(count.load(Relaxed), 4 * n);
         assert!(!lock.is_locked());
+        usermm_testscale::report("ptlock::excludes_under_contention", 4 * n);
     }
 }

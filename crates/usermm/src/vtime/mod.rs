@@ -90,7 +90,9 @@
 //!   it and not blocked or exited: running, parked at a synchronisation point, or spinning).
 //!   Work charged ([`charge`], [`work`]) while another hardware thread of the same core is busy
 //!   costs `smt.sibling_factor` times as much. The sibling's state is read when the charge is
-//!   made, in the scheduler's order — deterministic, and exact wherever the charges are short
+//!   applied (charges are counted and applied at the context's next synchronisation point or
+//!   clock read; nothing else runs in between, so the sibling is as it was when the charge was
+//!   made), in the scheduler's order — deterministic, and exact wherever the charges are short
 //!   next to the stretches between synchronisation points. Lock, line and spin times are
 //!   memory-bound and not scaled.
 //!

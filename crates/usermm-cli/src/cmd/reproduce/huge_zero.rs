@@ -69,7 +69,7 @@ pub fn run(_scale: Scale, out: &Path, time: &TimeArgs) -> anyhow::Result<Outcome
     let seed = HUGE_ZERO;
     let opts = UsememOpts {
         size: seed.size,
-        nproc: seed.nproc,
+        nproc: seed.nproc as i32,
         readonly: true,
         step: seed.step,
         ..UsememOpts::default()

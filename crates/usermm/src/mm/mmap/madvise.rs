@@ -42,7 +42,7 @@ impl Mm {
             | MADV_POPULATE_READ | MADV_POPULATE_WRITE | MADV_REMOVE => (VmFlags(0), VmFlags(0)),
             _ => return Err(Errno::EINVAL),
         };
-        if addr % PAGE_SIZE != 0 {
+        if !addr.is_multiple_of(PAGE_SIZE) {
             return Err(Errno::EINVAL);
         }
         let alen = align_up(len, PAGE_SIZE).ok_or(Errno::EINVAL)?;
@@ -55,6 +55,10 @@ impl Mm {
         }
         if matches!(advice, MADV_POPULATE_READ | MADV_POPULATE_WRITE) {
             return self.madvise_populate(cpu, addr, end, advice == MADV_POPULATE_WRITE);
+        }
+        // 6.16: MADV_DONTNEED within one VMA needs only that VMA's read lock.
+        if advice == MADV_DONTNEED && self.dontneed_vma_locked(cpu, addr, end).is_some() {
+            return Ok(());
         }
         let flag_change = set.0 != 0 || clear.0 != 0;
         let max = self.machine().max_map_count();
@@ -195,7 +199,7 @@ impl Mm {
                 return Err(Errno::EINVAL);
             }
             let stop = vma.end.min(end);
-            // VM_FAULT_SIGBUS while populating: EFAULT.
+            // VM_FAULT_SIGBUS while populating: EFAULT; VM_FAULT_OOM: ENOMEM.
             self.populate_locked(&tree, cpu, addr, stop, write)?;
             addr = stop;
         }
@@ -223,7 +227,7 @@ impl Mm {
     }
 
     /// `zap_page_range_single`: drop the mappings of `[start, end)`, keep the VMAs and tables.
-    pub(super) fn zap_page_range(&self, cpu: CpuId, start: u64, end: u64) {
+    pub(crate) fn zap_page_range(&self, cpu: CpuId, start: u64, end: u64) {
         let mut tlb = MmuGather::new(self, cpu, FullMm::No);
         self.update_hiwater_rss();
         zap_range(&mut tlb, self, start, end);

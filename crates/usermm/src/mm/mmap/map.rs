@@ -89,7 +89,7 @@ impl Mm {
             if addr > TASK_SIZE - len {
                 return Err(Errno::ENOMEM);
             }
-            if addr % align != 0 {
+            if !addr.is_multiple_of(align) {
                 return Err(Errno::EINVAL);
             }
             addr
@@ -196,8 +196,9 @@ impl Mm {
     }
 
     /// [`Mm::populate`] with the mmap lock held (read or write): fault in `[start, end)` VMA by
-    /// VMA, going on past holes. PROT_NONE VMAs are skipped. `Err(EFAULT)` when a fault fails
-    /// (a SIGBUS, or no memory), after populating what came before.
+    /// VMA, going on past holes. PROT_NONE VMAs are skipped. A failed fault ends it, after
+    /// populating what came before, with `vm_fault_to_errno`'s errno: `ENOMEM` for
+    /// `VM_FAULT_OOM`, `EFAULT` for `VM_FAULT_SIGBUS`.
     pub(super) fn populate_locked(
         &self,
         tree: &VmaTree,
@@ -224,9 +225,8 @@ impl Mm {
                 });
                 if !ok && vma.flags.intersects(VmFlags::VM_ACCESS_FLAGS) {
                     self.machine().vmstat().inc(cpu, VmItem::Pgfault);
-                    if fault::handle_vma_fault(self, tree, vma, cpu, addr, w).is_err() {
-                        return Err(Errno::EFAULT);
-                    }
+                    fault::handle_vma_fault(self, Some(tree), vma, cpu, addr, w)
+                        .map_err(|e| e.errno())?;
                 }
                 // A huge mapping covers the rest of its 2 MiB.
                 let huge = matches!(

@@ -86,9 +86,13 @@ impl Mm {
                     if !v.flags.intersects(VmFlags::VM_ACCESS_FLAGS) {
                         return Err(Errno::ENOMEM);
                     }
-                    // A failed fault is EFAULT, reported as ENOMEM too.
+                    // __mlock_posix_error_return: a SIGBUS (EFAULT) is reported as ENOMEM,
+                    // out of memory (ENOMEM) as EAGAIN.
                     self.populate_locked(&tree, cpu, s, e, true)
-                        .map_err(|_| Errno::ENOMEM)?;
+                        .map_err(|e| match e {
+                            Errno::ENOMEM => Errno::EAGAIN,
+                            _ => Errno::ENOMEM,
+                        })?;
                 }
                 addr = e;
             }
@@ -105,13 +109,14 @@ impl Mm {
             if addr < start || addr >= end || e.special() {
                 return;
             }
-            let m = phys.meta(e.pfn());
+            let head = crate::mm::rmap::compound_head(phys, e.pfn());
+            let m = phys.meta(head);
             if m.test(crate::page_alloc::meta::PG_HUGETLB)
                 || m.test(crate::page_alloc::meta::PG_MLOCKED) == on
             {
                 return;
             }
-            phys.lru_set_mlocked(cpu, e.pfn(), on);
+            phys.lru_set_mlocked(cpu, head, on);
             n += if huge { HPAGE_PMD_NR as i64 } else { 1 };
         });
         let stat = machine.vmstat();

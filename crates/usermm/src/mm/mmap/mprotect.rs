@@ -14,7 +14,7 @@ impl Mm {
     #[doc(alias = "do_mprotect_pkey")]
     pub fn mprotect(&self, cpu: CpuId, addr: u64, len: u64, prot: u32) -> Result<(), Errno> {
         crate::sync::charge(crate::sync::Cost::Syscall, 1);
-        if addr % PAGE_SIZE != 0 {
+        if !addr.is_multiple_of(PAGE_SIZE) {
             return Err(Errno::EINVAL);
         }
         if len == 0 {
@@ -90,6 +90,8 @@ impl Mm {
                     newflags.contains(VmFlags::VM_READ),
                     newflags.contains(VmFlags::VM_WRITE),
                     newflags.contains(VmFlags::VM_EXEC),
+                    !newflags.contains(VmFlags::VM_SHARED)
+                        && newflags.contains(VmFlags::VM_MAYWRITE),
                 );
             }
             if lock_populate {
@@ -137,7 +139,7 @@ impl Mm {
     /// `split_huge_pmd_address` for an address that is not 2 MiB aligned: split the huge PMD
     /// (THP or huge zero page) mapping it, if any.
     pub(super) fn split_huge_pmd_address(&self, cpu: CpuId, addr: u64) {
-        if addr % PMD_SIZE == 0 {
+        if addr.is_multiple_of(PMD_SIZE) {
             return;
         }
         let phys = self.machine().phys();

@@ -9,7 +9,7 @@ use crate::cpu::CpuId;
 use crate::error::Errno;
 use crate::mm::memory::{free_pgtables, zap_range};
 use crate::mm::mmu_gather::{FullMm, MmuGather};
-use crate::mm::vma::{VmFlags, Vma};
+use crate::mm::vma::{VmFlags, Vma, VmaWriteGuard};
 use crate::mm::{Mm, UnmapStats};
 
 impl Mm {
@@ -26,7 +26,7 @@ impl Mm {
     #[doc(alias = "do_vmi_align_munmap")]
     pub fn munmap_stats(&self, cpu: CpuId, addr: u64, len: u64) -> Result<UnmapStats, Errno> {
         crate::sync::charge(crate::sync::Cost::Syscall, 1);
-        if addr % PAGE_SIZE != 0 || addr > TASK_SIZE || len > TASK_SIZE - addr {
+        if !addr.is_multiple_of(PAGE_SIZE) || addr > TASK_SIZE || len > TASK_SIZE - addr {
             return Err(Errno::EINVAL);
         }
         let len = align_up(len, PAGE_SIZE).ok_or(Errno::EINVAL)?;
@@ -91,6 +91,36 @@ impl Mm {
         }
         st.total_ns = t0.elapsed_ns();
         Ok(st)
+    }
+
+    /// `do_vmi_munmap` with the mmap lock already held for writing (`mremap`, `brk`): split,
+    /// detach, zap and free tables, never downgrading. `EINVAL` as munmap would for a range
+    /// that is unaligned, empty, wraps or passes `TASK_SIZE`.
+    pub(crate) fn do_munmap_locked(
+        &self,
+        tree: &mut VmaWriteGuard<'_>,
+        cpu: CpuId,
+        start: u64,
+        end: u64,
+    ) -> Result<(), Errno> {
+        if !start.is_multiple_of(PAGE_SIZE)
+            || !end.is_multiple_of(PAGE_SIZE)
+            || start >= end
+            || end > TASK_SIZE
+        {
+            return Err(Errno::EINVAL);
+        }
+        tree.may_split_range(start, end)?;
+        let vmas = tree.detach_range(start, end, self.machine().max_map_count())?;
+        if vmas.is_empty() {
+            return Ok(());
+        }
+        for v in vmas.iter().filter(|v| v.flags.contains(VmFlags::VM_LOCKED)) {
+            self.mlock_pages(cpu, v.start, v.end, false);
+        }
+        let (floor, ceiling) = floor_ceiling(tree, start, end);
+        self.unmap_region(cpu, &vmas, floor, ceiling);
+        Ok(())
     }
 
     /// `unmap_region`: zap the detached VMAs (`unmap_vmas`) and free their page tables

@@ -21,6 +21,10 @@ pub const DEFAULT_MMAP_BASE: u64 = TASK_SIZE - (128 << 20);
 /// starts.
 pub const TASK_UNMAPPED_BASE: u64 = (TASK_SIZE / 3 + PAGE_SIZE - 1) & PAGE_MASK;
 
+/// `mm->start_brk` of a new mm: where the heap of a non-PIE x86-64 program without ASLR
+/// would begin (just above a small program's bss at 0x400000).
+pub const DEFAULT_START_BRK: u64 = 0x0060_0000;
+
 /// The file identity [`Vma::new`] gives every `DevZero` VMA: "all `/dev/zero` mappings of this mm
 /// came through one `open()`". Any non-zero value works; see [`Vma::with_file`].
 pub const DEV_ZERO_FILE: u64 = 1;
@@ -109,8 +113,10 @@ pub struct Vma {
     pub shmem_size: u64,
     /// `anon_vma` as an id (0 = none). Set by the first fault under the *read* lock with a
     /// compare-exchange (the kernel serialises that with `page_table_lock`); changed by merges
-    /// under the write lock.
-    anon_vma: AtomicU64,
+    /// under the write lock. A cell of its own per VMA, shared with the VMA's published copy
+    /// in the per-VMA-lock index ([`Vma::snapshot`]), so a fault under the mmap lock that sets
+    /// it is seen by faults under the VMA lock.
+    anon_vma: Arc<AtomicU64>,
 }
 
 impl Clone for Vma {
@@ -125,7 +131,7 @@ impl Clone for Vma {
             shmem: self.shmem.clone(),
             pfn_base: self.pfn_base,
             shmem_size: self.shmem_size,
-            anon_vma: AtomicU64::new(self.anon_vma()),
+            anon_vma: Arc::new(AtomicU64::new(self.anon_vma())),
         }
     }
 }
@@ -148,7 +154,16 @@ impl Vma {
             shmem: None,
             pfn_base: 0,
             shmem_size: 0,
-            anon_vma: AtomicU64::new(0),
+            anon_vma: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// A copy of this VMA that shares its anon_vma cell: what the per-VMA-lock index
+    /// publishes (a [`Clone`] is a new VMA, as a split makes, with a cell of its own).
+    pub(crate) fn snapshot(&self) -> Vma {
+        Vma {
+            anon_vma: Arc::clone(&self.anon_vma),
+            ..self.clone()
         }
     }
 
@@ -236,7 +251,7 @@ impl Vma {
     }
 
     pub(super) fn set_anon_vma(&mut self, id: u64) {
-        *self.anon_vma.get_mut() = id;
+        self.anon_vma.store(id, Ordering::Release);
     }
 
     /// `vm_start_gap`: the start including the stack guard gap of a `VM_GROWSDOWN` VMA.
@@ -277,10 +292,26 @@ pub(super) fn same_shmem(a: Option<&Arc<Shmem>>, b: Option<&Arc<Shmem>>) -> bool
     }
 }
 
-/// `is_mergeable_anon_vma` with singular chains (no fork): none on either side, or the same.
+/// The bit of an anon_vma id that says "this VMA's `anon_vma_chain` is not singular": the VMA
+/// was forked from a parent whose pages it may still share (`anon_vma_fork` links the child's
+/// new anon_vma *and* the parent's). Carried by the id so that splits and merges keep it.
+pub const ANON_VMA_FORKED: u64 = 1 << 63;
+
+/// `vma_had_uncowed_parents`: an anon_vma whose chain links a parent's.
+#[inline]
+pub(super) fn had_uncowed_parents(anon: u64) -> bool {
+    anon & ANON_VMA_FORKED != 0
+}
+
+/// `is_mergeable_anon_vma`: both none; or one none and the other's chain singular (a
+/// forked VMA never absorbs, nor is absorbed by, one without an anon_vma); or the same.
 #[inline]
 pub(super) fn anon_compatible(a: u64, b: u64) -> bool {
-    a == 0 || b == 0 || a == b
+    match (a, b) {
+        (0, 0) => true,
+        (0, x) | (x, 0) => !had_uncowed_parents(x),
+        _ => a == b,
+    }
 }
 
 /// The anon_vma a merged VMA keeps: the first one set (all set ones are equal by then).

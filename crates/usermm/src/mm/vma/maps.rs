@@ -23,6 +23,10 @@ impl VmaTree {
     pub fn show_map_vma(&self, vma: &Vma, m: &mut String) {
         let file_off = vma.pgoff << PAGE_SHIFT;
         let (pgoff, dev, ino, name) = match vma.kind {
+            // show_map_vma: an anonymous VMA overlapping [start_brk, brk] is the heap.
+            VmaKind::Anon if vma.start <= self.brk && vma.end >= self.start_brk => {
+                (0, (0, 0), 0, Some("[heap]"))
+            }
             VmaKind::Anon | VmaKind::PfnMap => (0, (0, 0), 0, None),
             VmaKind::DevZero => (
                 file_off,

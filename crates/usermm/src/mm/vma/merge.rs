@@ -93,6 +93,23 @@ impl VmaTree {
         shmem: Option<&Arc<Shmem>>,
         pgoff: u64,
     ) -> Option<u64> {
+        self.merge_new_range_anon(start, end, flags, kind, file, shmem, pgoff, 0)
+    }
+
+    /// `vma_merge_new_range` for a range that already has an anon_vma (`copy_vma` of a moved
+    /// VMA): the neighbours must be compatible with `anon` too.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn merge_new_range_anon(
+        &mut self,
+        start: u64,
+        end: u64,
+        flags: VmFlags,
+        kind: VmaKind,
+        file: u64,
+        shmem: Option<&Arc<Shmem>>,
+        pgoff: u64,
+        anon: u64,
+    ) -> Option<u64> {
         vm_bug_on!(start >= end || !page_aligned(start) || !page_aligned(end));
         vm_bug_on!(
             self.find_vma_intersection(start, end).is_some(),
@@ -111,6 +128,7 @@ impl VmaTree {
             .filter(|p| {
                 p.end == start
                     && p.is_mergeable(flags, kind, file, shmem)
+                    && anon_compatible(anon, p.anon_vma())
                     && p.pgoff + p.pages() == pgoff
             })
             .map(|p| (p.start, p.anon_vma()));
@@ -120,27 +138,31 @@ impl VmaTree {
             .get(&end)
             .filter(|n| {
                 n.is_mergeable(flags, kind, file, shmem)
+                    && anon_compatible(anon, n.anon_vma())
                     && n.pgoff == pgoff + pglen
-                    && prev.map_or(true, |(_, pa)| anon_compatible(pa, n.anon_vma()))
+                    && prev.is_none_or(|(_, pa)| anon_compatible(pa, n.anon_vma()))
             })
             .map(|n| (n.end, n.anon_vma()));
         match (prev, next) {
             (None, None) => None,
             (Some((ps, pa)), Some((ne, na))) => {
                 self.vmas.remove(&end);
-                let p = self.vmas.get_mut(&ps).expect("prev");
+                let mut p = self.vmas.get_mut(&ps).expect("prev");
                 p.end = ne;
-                p.set_anon_vma(first_anon(&[pa, na]));
+                p.set_anon_vma(first_anon(&[pa, anon, na]));
                 Some(ps)
             }
-            (Some((ps, _)), None) => {
-                self.vmas.get_mut(&ps).expect("prev").end = end;
+            (Some((ps, pa)), None) => {
+                let mut p = self.vmas.get_mut(&ps).expect("prev");
+                p.end = end;
+                p.set_anon_vma(first_anon(&[pa, anon]));
                 Some(ps)
             }
-            (None, Some(_)) => {
+            (None, Some((_, na))) => {
                 let mut n = self.vmas.remove(&end).expect("next");
                 n.start = start;
                 n.pgoff = pgoff;
+                n.set_anon_vma(first_anon(&[na, anon]));
                 self.vmas.insert(start, n);
                 Some(start)
             }
@@ -197,7 +219,7 @@ impl VmaTree {
                     n.is_mergeable(flags, kind, file, shmem)
                         && anon_compatible(anon, n.anon_vma())
                         && n.pgoff == pgoff + pglen
-                        && prev.map_or(true, |(_, pa)| anon_compatible(pa, n.anon_vma()))
+                        && prev.is_none_or(|(_, pa)| anon_compatible(pa, n.anon_vma()))
                 })
                 .map(|n| (n.end, n.anon_vma()))
         } else {
@@ -240,7 +262,7 @@ impl VmaTree {
                 // |prev|**vma**|next| → prev extends over both; vma and next are deleted.
                 self.vmas.remove(&key);
                 self.vmas.remove(&end);
-                let p = self.vmas.get_mut(&ps).expect("prev");
+                let mut p = self.vmas.get_mut(&ps).expect("prev");
                 p.end = ne;
                 p.flags = flags;
                 p.set_anon_vma(first_anon(&[pa, anon, na]));
@@ -254,7 +276,7 @@ impl VmaTree {
                     v.start = end;
                     self.vmas.insert(end, v);
                 }
-                let p = self.vmas.get_mut(&ps).expect("prev");
+                let mut p = self.vmas.get_mut(&ps).expect("prev");
                 p.end = end;
                 p.flags = flags;
                 p.set_anon_vma(first_anon(&[pa, anon]));

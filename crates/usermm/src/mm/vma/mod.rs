@@ -97,8 +97,10 @@
 
 mod area;
 mod flags;
+mod index;
 mod maps;
 mod merge;
+mod remap;
 mod tree;
 mod unmapped_area;
 mod write;
@@ -107,9 +109,10 @@ mod write;
 mod test;
 
 pub use self::area::{
-    DevIno, Vma, VmaKind, DEFAULT_MMAP_BASE, DEV_ZERO_FILE, FIRST_SHMEM_INO, HUGETLBFS_DEV,
-    SHMEM_DEV, STACK_GUARD_GAP, TASK_UNMAPPED_BASE,
+    DevIno, Vma, VmaKind, ANON_VMA_FORKED, DEFAULT_MMAP_BASE, DEFAULT_START_BRK, DEV_ZERO_FILE,
+    FIRST_SHMEM_INO, HUGETLBFS_DEV, SHMEM_DEV, STACK_GUARD_GAP, TASK_UNMAPPED_BASE,
 };
 pub use self::flags::VmFlags;
+pub use self::index::{VmaIndex, VmaNode};
 pub use self::tree::VmaTree;
 pub(crate) use self::write::VmaWriteGuard;

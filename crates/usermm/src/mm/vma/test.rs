@@ -1726,7 +1726,7 @@ mod props {
                         t.find_vma_intersection(a, a + len).is_none(),
                         "{a:#x}+{len:#x} is mapped"
                     );
-                    if thp && h == 0 && len % PMD_SIZE == 0 {
+                    if thp && h == 0 && len.is_multiple_of(PMD_SIZE) {
                         prop_assert_eq!(a % PMD_SIZE, 0);
                     }
                     if h != 0
@@ -1747,11 +1747,18 @@ mod props {
         Ok(())
     }
 
-    proptest! {
-        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
-        #[test]
-        fn random_sequences_keep_the_tree_valid(ops in proptest::collection::vec(op(), 1..60)) {
-            run(ops)?;
-        }
+    /// 512 sequences (times `USERMM_TEST_SCALE`), from `USERMM_TEST_SEED`.
+    #[test]
+    fn random_sequences_keep_the_tree_valid() {
+        usermm_testscale::prop::check(
+            "vma::random_sequences",
+            file!(),
+            512,
+            proptest::collection::vec(op(), 1..60),
+            |ops| {
+                let n = ops.len() as u64;
+                run(ops).map(|()| n)
+            },
+        );
     }
 }

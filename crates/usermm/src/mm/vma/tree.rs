@@ -5,13 +5,15 @@
 //! `vms_gather_munmap_vmas`) and `mm/rmap.c` (`anon_vma_prepare`, `find_mergeable_anon_vma`).
 //! The caller holds the mmap lock: for writing when it mutates, for reading when it looks up.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
 use super::area::{
-    anon_vma_compatible, page_aligned, DevIno, Vma, VmaKind, FIRST_SHMEM_INO, TASK_UNMAPPED_BASE,
+    anon_vma_compatible, had_uncowed_parents, page_aligned, DevIno, Vma, VmaKind, ANON_VMA_FORKED,
+    DEFAULT_START_BRK, FIRST_SHMEM_INO, TASK_UNMAPPED_BASE,
 };
 use super::flags::VmFlags;
+use super::index::{VmaIndex, VmaMap};
 use crate::addr::{PAGE_SHIFT, PMD_SIZE, TASK_SIZE};
 use crate::error::Errno;
 
@@ -20,7 +22,7 @@ use crate::error::Errno;
 /// Protected by the mmap lock: `&mut self` needs it for writing, `&self` for reading.
 #[derive(Debug)]
 pub struct VmaTree {
-    pub(super) vmas: BTreeMap<u64, Vma>,
+    pub(super) vmas: VmaMap,
     /// `mm->mmap_base`: the top of the top-down search.
     pub(super) mmap_base: u64,
     /// `mm->mmap_legacy_base`: the bottom of the bottom-up fallback search.
@@ -29,6 +31,10 @@ pub struct VmaTree {
     pub(super) next_shmem_ino: u64,
     /// What `/proc/<pid>/maps` shows for `/dev/zero`.
     pub(super) dev_zero: DevIno,
+    /// `mm->start_brk`, `mm->brk`: the heap's first byte and the current break (byte
+    /// granular; the heap VMA ends at the break rounded up to a page).
+    pub(super) start_brk: u64,
+    pub(super) brk: u64,
 }
 
 impl VmaTree {
@@ -36,7 +42,7 @@ impl VmaTree {
     pub fn new(mmap_base: u64) -> VmaTree {
         vm_bug_on!(!page_aligned(mmap_base) || mmap_base > TASK_SIZE);
         VmaTree {
-            vmas: BTreeMap::new(),
+            vmas: VmaMap::new(),
             mmap_base,
             mmap_legacy_base: TASK_UNMAPPED_BASE,
             next_shmem_ino: FIRST_SHMEM_INO,
@@ -46,7 +52,66 @@ impl VmaTree {
                 minor: 6,
                 ino: 4,
             },
+            start_brk: DEFAULT_START_BRK,
+            brk: DEFAULT_START_BRK,
         }
+    }
+
+    /// Turn per-VMA locks on: from now on every change publishes to `index` (see
+    /// `index.rs`), which faults read without the mmap lock.
+    pub(super) fn set_index(&mut self, index: Arc<VmaIndex>) {
+        self.vmas.set_index(index);
+    }
+
+    /// The per-VMA-lock index, when per-VMA locks are on.
+    pub fn index(&self) -> Option<&Arc<VmaIndex>> {
+        self.vmas.index()
+    }
+
+    /// `mm->start_brk`.
+    pub fn start_brk(&self) -> u64 {
+        self.start_brk
+    }
+
+    /// `mm->brk`: the current program break.
+    pub fn brk(&self) -> u64 {
+        self.brk
+    }
+
+    /// `dup_mmap`'s copy of the VMAs (and `mmap_base`, the heap bounds) into a new mm.
+    /// `VM_DONTCOPY` VMAs are left out; `VM_LOCKED`/`VM_LOCKONFAULT` are not inherited
+    /// (`VM_LOCKED_MASK`); a VMA with an anon_vma gets a new one whose chain links the
+    /// parent's (`anon_vma_fork`: a fresh id from `ids`, marked [`ANON_VMA_FORKED`]), except a
+    /// `VM_WIPEONFORK` one, which starts with none. Returns the copies made, in address
+    /// order, for the caller's `copy_page_range`.
+    #[doc(alias = "dup_mmap")]
+    #[doc(alias = "anon_vma_fork")]
+    pub(super) fn dup_for_fork(&mut self, parent: &VmaTree, ids: &AtomicU64) -> Vec<Vma> {
+        self.mmap_base = parent.mmap_base;
+        self.mmap_legacy_base = parent.mmap_legacy_base;
+        self.next_shmem_ino = parent.next_shmem_ino;
+        self.dev_zero = parent.dev_zero;
+        self.start_brk = parent.start_brk;
+        self.brk = parent.brk;
+        let mut copied = Vec::new();
+        for v in parent.vmas.values() {
+            if v.flags.contains(VmFlags::VM_DONTCOPY) {
+                continue;
+            }
+            let mut c = v.clone();
+            c.flags = c
+                .flags
+                .minus(VmFlags::VM_LOCKED.union(VmFlags::VM_LOCKONFAULT));
+            let anon = if v.flags.contains(VmFlags::VM_WIPEONFORK) || v.anon_vma() == 0 {
+                0
+            } else {
+                ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed) | ANON_VMA_FORKED
+            };
+            c.set_anon_vma(anon);
+            copied.push(c.clone());
+            self.vmas.insert(c.start, c);
+        }
+        copied
     }
 
     pub fn mmap_base(&self) -> u64 {
@@ -186,9 +251,8 @@ impl VmaTree {
         let Some(key) = self.key_strictly_inside(addr) else {
             return false;
         };
-        let lower = self.vmas.get_mut(&key).expect("key just found");
-        let mut upper = lower.clone();
-        lower.end = addr;
+        let mut upper = self.vmas.get(&key).expect("key just found").clone();
+        self.vmas.get_mut(&key).expect("key just found").end = addr;
         let delta = (addr - upper.start) >> PAGE_SHIFT;
         upper.start = addr;
         upper.pgoff += delta;
@@ -211,7 +275,7 @@ impl VmaTree {
         if self.map_count() >= max_map_count {
             return Err(Errno::ENOMEM);
         }
-        if matches!(self.vmas[&key].kind, VmaKind::Hugetlb) && addr % PMD_SIZE != 0 {
+        if matches!(self.vmas[&key].kind, VmaKind::Hugetlb) && !addr.is_multiple_of(PMD_SIZE) {
             return Err(Errno::EINVAL);
         }
         self.split_unchecked(addr);
@@ -271,7 +335,7 @@ impl VmaTree {
     /// with [`VmaTree::merge_after_change`]). Returns false if no VMA starts there.
     pub(super) fn set_flags(&mut self, start: u64, flags: VmFlags) -> bool {
         match self.vmas.get_mut(&start) {
-            Some(v) => {
+            Some(mut v) => {
                 v.flags = flags;
                 true
             }
@@ -282,8 +346,8 @@ impl VmaTree {
     #[cfg_attr(not(test), allow(dead_code))] // exercised by the unit tests only
     /// Mutable access to the flags of the VMA starting at `start`, for callers that split first
     /// and then change flags in place (follow with [`VmaTree::merge_after_change`]).
-    pub(super) fn flags_mut(&mut self, start: u64) -> Option<&mut VmFlags> {
-        self.vmas.get_mut(&start).map(|v| &mut v.flags)
+    pub(super) fn flags_mut(&mut self, start: u64) -> Option<super::index::FlagsMut<'_>> {
+        self.vmas.get_mut(&start).map(super::index::FlagsMut)
     }
 
     /// `anon_vma_prepare` under the mmap read lock: `vma`'s anon_vma, or else the anon_vma of an
@@ -300,7 +364,7 @@ impl VmaTree {
             .get(&vma.end)
             .filter(|n| anon_vma_compatible(vma, n))
             .map(|n| n.anon_vma())
-            .filter(|&a| a != 0)
+            .filter(|&a| a != 0 && !had_uncowed_parents(a))
             .or_else(|| {
                 self.vmas
                     .range(..vma.start)
@@ -308,7 +372,7 @@ impl VmaTree {
                     .map(|(_, p)| p)
                     .filter(|p| anon_vma_compatible(p, vma))
                     .map(|p| p.anon_vma())
-                    .filter(|&a| a != 0)
+                    .filter(|&a| a != 0 && !had_uncowed_parents(a))
             });
         match reuse {
             Some(id) => vma.install_anon_vma(id),
@@ -360,6 +424,9 @@ impl VmaTree {
                     v.anon_vma()
                 ));
             }
+        }
+        if let Some(idx) = self.vmas.index() {
+            idx.validate(self.vmas.raw())?;
         }
         // do_mmap refuses only `map_count > max_map_count`, so a process can hold one more.
         if self.map_count() > max_map_count.saturating_add(1) {

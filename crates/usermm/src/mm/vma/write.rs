@@ -66,4 +66,63 @@ impl MmapWriteGuard<'_, VmaTree> {
         charge(Cost::VmaModify, 1);
         VmaTree::move_start_down(self, start, new_start)
     }
+
+    /// `dup_mmap`'s VMA copy: see [`VmaTree::dup_for_fork`].
+    pub(crate) fn dup_for_fork(
+        &mut self,
+        parent: &VmaTree,
+        ids: &std::sync::atomic::AtomicU64,
+    ) -> Vec<Vma> {
+        VmaTree::dup_for_fork(self, parent, ids)
+    }
+
+    /// `vma_start_write` on every VMA (`dup_mmap`, which write-protects them all): with
+    /// per-VMA locks, waits for the faults in them to finish and keeps new ones out until the
+    /// mmap lock is released. A no-op without per-VMA locks.
+    #[doc(alias = "vma_start_write")]
+    pub(crate) fn vma_start_write_all(&mut self) {
+        if let Some(idx) = self.index() {
+            idx.start_write_range(0, u64::MAX);
+        }
+    }
+
+    /// `vma_start_write` on the VMAs overlapping `[start, end)` (`move_vma` before it moves
+    /// page tables out of a VMA it does not change yet). A no-op without per-VMA locks.
+    pub(crate) fn vma_start_write(&mut self, start: u64, end: u64) {
+        if let Some(idx) = self.index() {
+            idx.start_write_range(start, end);
+        }
+    }
+
+    /// Turn per-VMA locks on for this (empty or new) tree: see [`VmaTree::set_index`].
+    pub(crate) fn set_index(&mut self, index: std::sync::Arc<super::VmaIndex>) {
+        VmaTree::set_index(self, index)
+    }
+
+    /// `vma_merge_extend`: see [`VmaTree::merge_extend`].
+    pub(crate) fn merge_extend(&mut self, key: u64, delta: u64) -> u64 {
+        VmaTree::merge_extend(self, key, delta)
+    }
+
+    /// `copy_vma`: see [`VmaTree::copy_vma`].
+    pub(crate) fn copy_vma(&mut self, src: &Vma, start: u64, end: u64, pgoff: u64) -> u64 {
+        VmaTree::copy_vma(self, src, start, end, pgoff)
+    }
+
+    /// See [`VmaTree::set_flags_and_anon`].
+    pub(crate) fn set_flags_and_anon(&mut self, key: u64, flags: VmFlags, anon: u64) {
+        VmaTree::set_flags_and_anon(self, key, flags, anon)
+    }
+
+    /// Set `mm->brk`.
+    pub(crate) fn set_brk(&mut self, brk: u64) {
+        VmaTree::set_brk(self, brk)
+    }
+
+    /// `do_brk_flags`' tree step: expand the heap VMA starting at `prev` when the merge rules
+    /// allow (`vma_merge_new_range` with `just_expand`: prev only, never next), else insert
+    /// `vma`. Returns the start of the VMA covering the new range.
+    pub(crate) fn brk_insert(&mut self, vma: Vma, prev: Option<u64>) -> u64 {
+        VmaTree::brk_insert(self, vma, prev)
+    }
 }

@@ -46,7 +46,6 @@ pub const ENGINE_LOCK_CLASSES: &[&str] = &[
     "ptl",
     "pmd_lock",
     "page_table_lock",
-    "pmd_huge_pte",
     "mmap_lock",
     "tlb_gate",
     "pcpu_lock",
@@ -55,6 +54,9 @@ pub const ENGINE_LOCK_CLASSES: &[&str] = &[
     "workqueue",
     "mmap_lock_hist",
     "futex",
+    "mmlist_lock",
+    "mm_mt",
+    "vm_lock",
     "unmodelled",
 ];
 

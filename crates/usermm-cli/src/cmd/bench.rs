@@ -1,0 +1,273 @@
+//! `usermm bench`: the performance dashboard. Every hot path of the engine — sparse and full
+//! backing — beside the host kernel doing the same work, in one run, as ratios
+//! ([`usermm_workloads::bench`] says what each path does and why the comparison is fair).
+//!
+//! The text output is one table (medians of thread CPU time, with the range over the
+//! repeats), the same samples' wall-clock medians, the engine's zeroing bandwidth, and the
+//! targets of issue 16 checked against this run. `--json` prints the same record: per path
+//! `path`, `engine_full_ns`, `engine_sparse_ns`, `host_ns` (ns per `unit`, on `clock`), and
+//! `memset_gib_s` once.
+//!
+//! The engine flags describe both machines, on top of [`bench::default_config`] (2 CPUs, THP
+//! `madvise`, `prefault=on`); the memory size and the backing mode are the bench's own (sized
+//! from `--size`; one machine of each backing), so `--mem` and `--backing` are refused.
+
+use clap::Args;
+use serde::Serialize;
+use usermm_workloads::bench::{self, BenchError, BenchOpts, BenchPath, BenchResult, PathResult};
+
+use crate::args::{parse_size_arg, usage, EngineArgs, GlobalArgs, UsageError};
+use crate::report::format::human_bytes;
+use crate::report::{Progress, Table};
+
+#[derive(Debug, Clone, Args, Serialize)]
+pub struct BenchArgs {
+    /// Run only this path: populate-4k, populate-thp, munmap-4k, huge-zero-read, zero-read-4k,
+    /// free-2-threads.
+    #[arg(long, value_name = "PATH", value_parser = parse_path)]
+    pub only: Option<BenchPath>,
+    /// Bytes each populate and munmap maps (the huge-zero read walks 8 times as much).
+    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_size_arg)]
+    pub size: u64,
+    /// Timed repeats of every path (the figures are medians).
+    #[arg(long, value_name = "N", default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub repeat: u32,
+    /// Leave the host kernel out (engine figures only).
+    #[arg(long)]
+    pub no_host: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+fn parse_path(s: &str) -> Result<BenchPath, String> {
+    BenchPath::parse(s).ok_or_else(|| {
+        let names: Vec<_> = BenchPath::ALL.iter().map(|p| p.name()).collect();
+        format!("unknown path '{s}' (paths: {})", names.join(", "))
+    })
+}
+
+/// One target of issue 16, checked against this run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    pub what: String,
+    /// `None` when the run did not measure what the target needs.
+    pub met: Option<bool>,
+    pub measured: String,
+}
+
+/// The record `--json` prints.
+#[derive(Debug, Serialize)]
+pub struct BenchRecord {
+    #[serde(flatten)]
+    pub result: BenchResult,
+    pub targets: Vec<Target>,
+}
+
+fn path(r: &BenchResult, p: BenchPath) -> Option<&PathResult> {
+    r.paths.iter().find(|x| x.path == p)
+}
+
+/// The "done when" list of issue 16, evaluated on one run (on the thread-CPU figures).
+pub fn targets(r: &BenchResult) -> Vec<Target> {
+    let mut t = Vec::new();
+    let mut add = |what: &str, v: Option<(bool, String)>| {
+        t.push(Target {
+            what: what.into(),
+            met: v.as_ref().map(|x| x.0),
+            measured: v.map_or_else(|| "not measured".into(), |x| x.1),
+        })
+    };
+    let p4 = path(r, BenchPath::Populate4k);
+    let pt = path(r, BenchPath::PopulateThp);
+    add(
+        "4 KiB populate, full backing: ≥ 1.5× the host kernel's rate",
+        p4.and_then(|p| p.host_over_full)
+            .map(|x| (x >= 1.5, format!("{x:.2}×"))),
+    );
+    add(
+        "THP populate, full backing: ≥ the host kernel's rate",
+        pt.and_then(|p| p.host_over_full)
+            .map(|x| (x >= 1.0, format!("{x:.2}×"))),
+    );
+    for (name, p) in [("4 KiB", p4), ("THP", pt)] {
+        add(
+            &format!("{name} populate: ≥ 50 % of the engine's memset bandwidth"),
+            p.and_then(|p| p.full_memset_share)
+                .map(|x| (x >= 0.5, format!("{:.0} %", x * 100.0))),
+        );
+    }
+    let mu = path(r, BenchPath::Munmap4k);
+    add(
+        "munmap, full backing: within 1.2× of sparse",
+        mu.and_then(|p| p.full_over_sparse)
+            .map(|x| (x <= 1.2, format!("{x:.2}×"))),
+    );
+    add(
+        "munmap, full backing: ≤ 0.5× the host kernel's ns/page",
+        mu.and_then(|p| p.engine_full_ns.zip(p.host_ns))
+            .map(|(f, h)| (f <= 0.5 * h, format!("{:.2}×", f / h))),
+    );
+    add(
+        "huge-zero read fault ≤ 0.3 µs (engine, sparse)",
+        path(r, BenchPath::HugeZeroRead)
+            .and_then(|p| p.engine_sparse_ns)
+            .map(|x| (x <= 300.0, format!("{x:.0} ns"))),
+    );
+    add(
+        "4 KiB zero-page read fault ≤ 100 ns (engine, sparse)",
+        path(r, BenchPath::ZeroRead4k)
+            .and_then(|p| p.engine_sparse_ns)
+            .map(|x| (x <= 100.0, format!("{x:.0} ns"))),
+    );
+    t
+}
+
+fn ns(v: Option<f64>) -> String {
+    v.map_or_else(|| "—".into(), |x| format!("{x:.0}"))
+}
+
+fn spread(s: &Option<bench::Spread>) -> String {
+    s.as_ref().map_or_else(
+        || "—".into(),
+        |s| format!("±{:.0} % ({:.0}–{:.0})", s.mad_pct, s.min, s.max),
+    )
+}
+
+fn ratio(v: Option<f64>) -> String {
+    v.map_or_else(|| "—".into(), |x| format!("{x:.2}×"))
+}
+
+fn render(rec: &BenchRecord) -> String {
+    let r = &rec.result;
+    let mut table = Table::new(
+        format!(
+            "usermm bench: {} per populate, {} repeat(s); ns per unit of thread CPU time \
+             (median, MAD and range), free-2-threads wall",
+            human_bytes(r.opts.size),
+            r.opts.repeat
+        ),
+        [
+            "path",
+            "unit",
+            "engine sparse",
+            "spread",
+            "engine full",
+            "spread",
+            "host kernel",
+            "spread",
+            "host/full",
+            "full/sparse",
+        ],
+    );
+    let mut wall = Table::new(
+        "the same samples on the wall clock (medians, ns)",
+        ["path", "engine sparse", "engine full", "host kernel"],
+    );
+    for p in &r.paths {
+        table.push_row([
+            p.path.name().to_string(),
+            p.unit.to_string(),
+            ns(p.engine_sparse_ns),
+            spread(&p.engine_sparse),
+            ns(p.engine_full_ns),
+            spread(&p.engine_full),
+            ns(p.host_ns),
+            spread(&p.host),
+            ratio(p.host_over_full),
+            ratio(p.full_over_sparse),
+        ]);
+        wall.push_row([
+            p.path.name().to_string(),
+            ns(p.engine_sparse_wall_ns),
+            ns(p.engine_full_wall_ns),
+            ns(p.host_wall_ns),
+        ]);
+    }
+    let mut s = table.render_text();
+    s.push('\n');
+    s += &wall.render_text();
+    s.push('\n');
+    for p in &r.paths {
+        if let Some(f) = p.engine_full_fresh_ns {
+            s += &format!(
+                "{}: engine full on never-used frames {f:.0} ns; host first round {} ns\n",
+                p.path.name(),
+                ns(p.host_cold_ns)
+            );
+        }
+    }
+    s += &format!(
+        "engine zeroing: {:.1} GiB/s in 2 MiB __GFP_ZERO allocations ({:.1} GiB/s wall), \
+         {:.1} GiB/s in 4 KiB ones; host huge pages under the full backing: {}\n\n",
+        r.memset_gib_s,
+        r.memset_wall_gib_s,
+        r.zero_alloc_4k_gib_s,
+        if r.host_huge_pages { "yes" } else { "no" }
+    );
+    s += "targets (issue 16, thread CPU time)\n";
+    for t in &rec.targets {
+        let mark = match t.met {
+            Some(true) => "met    ",
+            Some(false) => "NOT MET",
+            None => "—      ",
+        };
+        s += &format!("  {mark}  {:<60} {}\n", t.what, t.measured);
+    }
+    s
+}
+
+/// The options the flags describe; bad flags are usage errors.
+pub fn opts(args: &BenchArgs) -> anyhow::Result<BenchOpts> {
+    if args.engine.mem.is_some() {
+        return usage("bench: --mem is the bench's own (each machine is sized from --size)");
+    }
+    if args.engine.backing.is_some() {
+        return usage("bench: --backing is the bench's own (it runs one machine of each)");
+    }
+    let mut opts = BenchOpts::new(args.size);
+    opts.repeat = args.repeat;
+    opts.only = args.only;
+    opts.host = !args.no_host;
+    opts.base = args.engine.to_config(bench::default_config())?;
+    if let Err(e) = bench::check(&opts) {
+        return Err(usage_error(e));
+    }
+    Ok(opts)
+}
+
+/// A [`BenchError`] as the one-line error of the flag that caused it, or a failure while
+/// running.
+fn usage_error(e: BenchError) -> anyhow::Error {
+    let msg = match &e {
+        BenchError::TooSmall(n) => format!("--size {}: must be at least 4M", human_bytes(*n)),
+        BenchError::TooBig(n) => format!("--size {}: must be at most 1T", human_bytes(*n)),
+        BenchError::NoRepeat => "--repeat must be at least 1".into(),
+        BenchError::TooFewCpus(n) => {
+            format!("--cpus {n}: the two-thread free path needs at least 2 CPUs")
+        }
+        BenchError::Config(m) => m.clone(),
+        _ => return anyhow::anyhow!("bench: {e}"),
+    };
+    anyhow::Error::new(UsageError(format!("bench: {msg}")))
+}
+
+pub fn run(args: &BenchArgs, g: &GlobalArgs) -> anyhow::Result<()> {
+    let opts = opts(args)?;
+    let bar = Progress::bar(bench::steps(&opts), "bench");
+    let mut first = true;
+    let result = bench::run(&opts, &mut |msg: &str| {
+        if !first {
+            bar.inc(1);
+        }
+        first = false;
+        bar.set_message(msg.to_string());
+    });
+    bar.finish();
+    let result = result.map_err(usage_error)?;
+    let rec = BenchRecord {
+        targets: targets(&result),
+        result,
+    };
+    super::emit(g, &rec, render)
+}

@@ -1,0 +1,330 @@
+//! `usermm usemem` and the `usemem` link from the outside: exit statuses, what goes to stdout
+//! and what to stderr, the engine flags from the environment, `--host`, `-d` and SIGUSR1.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_usermm");
+
+/// A scratch directory with `usemem` linked to the binary (removed at the end).
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(tag: &str) -> Dir {
+        let d = std::env::temp_dir().join(format!("usermm-usemem-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::os::unix::fs::symlink(BIN, d.join("usemem")).unwrap();
+        Dir(d)
+    }
+
+    /// `./usemem ARGS` in this directory, with `env` set and no other `USERMM_*` variable.
+    fn cmd(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let mut c = Command::new("./usemem");
+        c.current_dir(&self.0).args(args).stdin(Stdio::null());
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("USERMM_")) {
+            c.env_remove(k);
+        }
+        c.env_remove("POSIXLY_CORRECT");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        self.cmd(args, env).output().unwrap()
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn usermm(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// stderr without the `usermm: note:` lines.
+fn err_lines(o: &Output) -> Vec<String> {
+    text(&o.stderr)
+        .lines()
+        .filter(|l| !l.starts_with("usermm: note:"))
+        .map(str::to_string)
+        .collect()
+}
+
+fn is_bytes_line(l: &str, bytes: u64) -> bool {
+    l.starts_with(&format!("{bytes} bytes / ")) && l.ends_with(" KB/s")
+}
+
+fn is_free_line(l: &str) -> bool {
+    l.ends_with(" usecs to free memory")
+        && l.split(' ')
+            .next()
+            .is_some_and(|n| n.parse::<u64>().is_ok())
+}
+
+#[test]
+fn the_link_is_usemem() {
+    let d = Dir::new("link");
+    let o = d.run(&["1M"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(is_bytes_line(lines[0], 1179648), "{out}");
+    assert!(is_free_line(lines[1]), "{out}");
+    assert!(o.stderr.is_empty(), "{}", text(&o.stderr));
+    // The link's command line is usemem's alone: --mem abbreviates --memfd there.
+    let o = d.run(&["--mem", "64K"], &[]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(is_bytes_line(
+        text(&o.stdout).lines().next().unwrap(),
+        73728
+    ));
+}
+
+#[test]
+fn usage_and_errors_go_to_stderr_with_usemems_statuses() {
+    let d = Dir::new("usage");
+    // Missing SIZE and -h: usage on stderr, status 0.
+    for args in [&[][..], &["-h"], &["--help"], &["1M", "2M"]] {
+        let o = d.run(args, &[]);
+        assert_eq!(o.status.code(), Some(0), "{args:?}");
+        assert!(o.stdout.is_empty(), "{args:?}");
+        assert_eq!(
+            err_lines(&o).first().map(String::as_str),
+            Some("Usage: ./usemem [options] size[k|m|g|t]"),
+            "{args:?}"
+        );
+    }
+    // A bad option: glibc's line then the usage, status 1.
+    let o = d.run(&["--bogus", "1M"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(o.stdout.is_empty());
+    let err = err_lines(&o);
+    assert_eq!(err[0], "./usemem: unrecognized option '--bogus'");
+    assert_eq!(err[1], "Usage: ./usemem [options] size[k|m|g|t]");
+    // The same through `usermm usemem`, named so.
+    let o = usermm(&["usemem", "-h"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(o.stdout.is_empty());
+    assert!(text(&o.stderr).starts_with("Usage: usermm usemem [options] size[k|m|g|t]\n"));
+    let o = usermm(&["usemem"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(o.stdout.is_empty() && !o.stderr.is_empty());
+    let o = usermm(&["usemem", "-y", "-u", "4096", "1M"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        err_lines(&o),
+        ["usermm usemem: to sync tasks after allocation, unit must equal total size"]
+    );
+    // A failing worker does not change the parent's status.
+    let o = d.run(&["-U", "4M"], &[]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(
+        err_lines(&o),
+        [
+            "./usemem: MAP_HUGETLB relies on MAP_ANONYMOUS",
+            "./usemem: mmap failed: Invalid argument"
+        ]
+    );
+}
+
+#[test]
+fn engine_flags_and_their_variables() {
+    let d = Dir::new("env");
+    // A bad engine flag is usermm's: one line, status 2.
+    for o in [
+        usermm(&["usemem", "--mem", "0", "1M"]),
+        d.run(&["1M"], &[("USERMM_MEM", "0")]),
+        d.run(&["1M"], &[("USERMM_SET", "nonsense=1")]),
+    ] {
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+        let err = text(&o.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with("usermm: error: "), "{err}");
+    }
+    for var in [("USERMM_MEM", "0"), ("USERMM_SET", "nonsense=1")] {
+        assert!(
+            text(&d.run(&["1M"], &[var]).stderr).contains("USERMM_"),
+            "{var:?}"
+        );
+    }
+    // Good ones shape the machine: --json shows it.
+    let o = d.run(
+        &["64K"],
+        &[
+            ("USERMM_CPUS", "3"),
+            ("USERMM_SET", "nr_hugepages=4"),
+            ("USERMM_JSON", "1"),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(v["config"]["cpus"], 3);
+    assert_eq!(v["config"]["nr_hugepages"], 4);
+    assert_eq!(v["status"], 0);
+    assert_eq!(v["workers"][0]["bytes"], 73728);
+    // With a hugetlb pool, -U -O maps 2 MiB pages: 4M = two of them.
+    let o = d.run(&["-U", "-O", "4M"], &[("USERMM_SET", "nr_hugepages=4")]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(is_bytes_line(
+        text(&o.stdout).lines().next().unwrap_or(""),
+        (4 << 20) / 8 * 9
+    ));
+    // The engine's limits are usermm's errors.
+    let o = usermm(&["usemem", "-n", "100000", "1M"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn host_runs_the_same_semantics() {
+    let d = Dir::new("host");
+    for o in [
+        usermm(&["usemem", "--host", "-n", "2", "-j", "12", "1048576"]),
+        d.run(&["-n", "2", "-j", "12", "1048576"], &[("USERMM_HOST", "1")]),
+    ] {
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let out = text(&o.stdout);
+        assert_eq!(
+            out.lines().filter(|l| is_bytes_line(l, 1179648)).count(),
+            2,
+            "{out}"
+        );
+        assert_eq!(out.lines().filter(|l| is_free_line(l)).count(), 2, "{out}");
+    }
+    let o = d.run(&["--bogus"], &[("USERMM_HOST", "1")]);
+    assert_eq!(o.status.code(), Some(1));
+    let o = d.run(&["-P", "1M"], &[("USERMM_HOST", "1")]);
+    assert_eq!(text(&o.stdout).lines().count(), 1);
+}
+
+/// Stdout to a file: each worker's throughput line, then its free line (usemem's order, as
+/// the lines are written when they happen).
+#[test]
+fn lines_reach_a_file_in_usemems_order() {
+    let d = Dir::new("file");
+    for (args, host) in [
+        (&["-r", "2", "1M"][..], false),
+        (&["-r", "2", "1M"], true),
+        (&["-x", "-n", "2", "64K"], false),
+    ] {
+        let path = d.path("out");
+        let f = File::create(&path).unwrap();
+        let env: &[(&str, &str)] = if host { &[("USERMM_HOST", "1")] } else { &[] };
+        let st = d.cmd(args, env).stdout(f).status().unwrap();
+        assert!(st.success());
+        let out = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        if args[0] == "-x" {
+            assert!(
+                is_bytes_line(lines[0], 73728) && is_bytes_line(lines[1], 73728),
+                "{out}"
+            );
+            assert!(is_free_line(lines[2]) && is_free_line(lines[3]), "{out}");
+        } else {
+            // The dot of the second walk comes first, on the throughput line.
+            assert!(
+                lines[0].starts_with('.') && is_bytes_line(&lines[0][1..], 131072 + 2 * 1048576),
+                "{out}"
+            );
+            assert!(is_free_line(lines[1]), "{out}");
+        }
+    }
+}
+
+fn wait_gone(pid: &str, limit: Duration) -> bool {
+    let t = Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        if t.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+/// `-d`: the command returns once the walk is done, the pid file names the process that holds
+/// the memory, and that process prints the free line when it is done.
+#[test]
+fn detach_returns_and_the_background_frees() {
+    let d = Dir::new("detach");
+    for host in [false, true] {
+        let (out, pidf) = (d.path("out"), d.path("pid"));
+        let _ = std::fs::remove_file(&pidf);
+        let env: &[(&str, &str)] = if host { &[("USERMM_HOST", "1")] } else { &[] };
+        let st = d
+            .cmd(&["-d", "-s", "1", "-p", pidf.to_str().unwrap(), "64K"], env)
+            .stdout(File::create(&out).unwrap())
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let pid = std::fs::read_to_string(&pidf).unwrap();
+        let pid = pid.trim();
+        assert!(pid.parse::<u32>().is_ok(), "{pid:?}");
+        assert!(
+            wait_gone(pid, Duration::from_secs(60)),
+            "{pid} still running"
+        );
+        let text = std::fs::read_to_string(&out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(
+            is_bytes_line(lines[0], 73728) && is_free_line(lines[1]),
+            "{text}"
+        );
+    }
+}
+
+/// `-W`: write, say so, wait for SIGUSR1, read, print.
+#[test]
+fn write_signal_read_waits_for_sigusr1() {
+    let d = Dir::new("usr1");
+    for host in [false, true] {
+        let env: &[(&str, &str)] = if host { &[("USERMM_HOST", "1")] } else { &[] };
+        let mut child = d
+            .cmd(&["-W", "64K"], env)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut r = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        let pid = line
+            .strip_prefix("Read Process ")
+            .and_then(|l| l.strip_suffix(" is waiting signal\n"))
+            .unwrap_or_else(|| panic!("{line:?}"))
+            .to_string();
+        assert!(Command::new("kill")
+            .args(["-USR1", &pid])
+            .status()
+            .unwrap()
+            .success());
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut r, &mut rest).unwrap();
+        assert!(child.wait().unwrap().success());
+        let lines: Vec<&str> = rest.lines().collect();
+        // The read pass counts only its accesses: 8192 words.
+        assert!(is_bytes_line(lines[0], 65536), "{rest}");
+        assert!(is_free_line(lines[1]), "{rest}");
+    }
+}

@@ -1,0 +1,828 @@
+//! `usermm bench`: the engine's hot paths beside the host kernel's, in one run.
+//!
+//! Each path is measured three ways in every repeat, interleaved so that a noisy neighbour hits
+//! all three alike: the engine with sparse backing (data frames never touched: the cost of the
+//! mm work alone), the engine with full backing (every frame real memory, zeroed on allocation
+//! like `clear_page`), and the host kernel doing the same work the same way in a forked
+//! single-threaded child ([`usermm_host::measure`]). Figures are medians over the repeats
+//! ([`crate::stats::median`]), with the spread ([`crate::stats::mad_pct`]) and the minimum and
+//! maximum beside them.
+//!
+//! | path | what one unit is | engine | host kernel |
+//! |---|---|---|---|
+//! | `populate-4k` | a 4 KiB write fault | walk a fresh `MADV_NOHUGEPAGE` mapping, one word per page | the same, one byte per page |
+//! | `populate-thp` | 4 KiB of a THP write fault | the same on a 2 MiB-aligned `MADV_HUGEPAGE` mapping | the same |
+//! | `munmap-4k` | one touched 4 KiB page of a munmap | munmap of the `populate-4k` mapping | the same |
+//! | `huge-zero-read` | one huge-zero-page read fault | read one word per 2 MiB of a read-only `MADV_HUGEPAGE` mapping | the same |
+//! | `zero-read-4k` | one 4 KiB zero-page read fault | read one word per 4 KiB of a read-only `MADV_NOHUGEPAGE` mapping | the same |
+//! | `free-2-threads` | one page of two concurrent munmaps (wall) | two mms on two CPUs unmap their halves at once | — |
+//!
+//! # Same work, same state
+//! - **Warm memory on both sides.** The engine's full-backing machine is built once, with its
+//!   reservation made resident before any clock starts (`prefault`, on in [`default_config`]),
+//!   and a warm-up pass runs
+//!   each path once before the repeats: every timed populate then gets frames that were used
+//!   before and must really be zeroed, as the kernel zeroes every page it faults in, and no
+//!   timed read takes a host fault on a page-table frame or its metadata for the first time.
+//!   The host child runs each populate twice and the second round is the figure: its frames
+//!   are the ones the first round just freed, resident in the guest (on a VM, memory the guest
+//!   has not touched for a while may have been handed back to the hypervisor, and its first
+//!   touch then pays a fault there too — that first round is reported as `host_cold_ns`). The
+//!   engine's first pass on never-used frames, which the host just gave it already zeroed, is
+//!   reported as `engine_full_fresh_ns`.
+//! - **Zeroing limit.** `memset_gib_s` is the engine's own zeroing (`clear_pages`, one memset
+//!   per block) over resident frames of the full machine: 2 MiB `__GFP_ZERO` allocations of
+//!   frames that all had an owner before, so each is a real memset of 2 MiB (the allocation
+//!   around it is well under 1 % of that). It is the rate no populate path can beat;
+//!   `full_memset_share` says how close a populate path comes to it per byte it zeroes.
+//!   `zero_alloc_4k_gib_s` is the same with 4 KiB allocations: a 4 KiB fault's allocation and
+//!   zeroing, the floor of `populate-4k`.
+//! - **Two clocks.** Every sample is taken on the measuring thread's CPU clock
+//!   (`CLOCK_THREAD_CPUTIME_ID`: user and system time, so the host kernel's fault handling is
+//!   in the host figure) and on the wall clock. The figures compared (`*_ns`, the targets) are
+//!   CPU time: on a shared machine the wall clock also counts other processes' turns on the
+//!   CPU, which has nothing to do with either side's code. The wall medians are reported
+//!   beside them (`*_wall_ns`); on a quiet machine the two agree. `free-2-threads` is about two
+//!   threads' overlap, so its figure is wall time.
+//!
+//! Nothing here asserts a time; the figures are for people (and `--json` for scripts).
+
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use serde::Serialize;
+use usermm::config::{BackingMode, MachineConfig, ThpMode};
+use usermm::cpu::CpuId;
+use usermm::mm::mmap::{
+    MapFile, MADV_HUGEPAGE, MADV_NOHUGEPAGE, MAP_ANONYMOUS, MAP_PRIVATE, PROT_READ, PROT_WRITE,
+};
+use usermm::page_alloc::Gfp;
+use usermm::sync::clock::thread_cpu_ns;
+use usermm::{Machine, Mm, Order, Pfn, Task};
+use usermm_host::{measure, HostError};
+
+use crate::stats;
+
+const PAGE: u64 = 4096;
+const HPAGE: u64 = 2 << 20;
+
+/// One measured path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BenchPath {
+    Populate4k,
+    PopulateThp,
+    Munmap4k,
+    HugeZeroRead,
+    ZeroRead4k,
+    Free2Threads,
+}
+
+impl BenchPath {
+    pub const ALL: [BenchPath; 6] = [
+        BenchPath::Populate4k,
+        BenchPath::PopulateThp,
+        BenchPath::Munmap4k,
+        BenchPath::HugeZeroRead,
+        BenchPath::ZeroRead4k,
+        BenchPath::Free2Threads,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BenchPath::Populate4k => "populate-4k",
+            BenchPath::PopulateThp => "populate-thp",
+            BenchPath::Munmap4k => "munmap-4k",
+            BenchPath::HugeZeroRead => "huge-zero-read",
+            BenchPath::ZeroRead4k => "zero-read-4k",
+            BenchPath::Free2Threads => "free-2-threads",
+        }
+    }
+
+    /// What one figure of the path counts.
+    pub fn unit(self) -> &'static str {
+        match self {
+            BenchPath::HugeZeroRead => "fault (2 MiB)",
+            BenchPath::ZeroRead4k => "fault (4 KiB)",
+            _ => "4 KiB page",
+        }
+    }
+
+    /// The path named `s`, if any.
+    pub fn parse(s: &str) -> Option<BenchPath> {
+        BenchPath::ALL.into_iter().find(|p| p.name() == s)
+    }
+}
+
+impl Serialize for BenchPath {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchOpts {
+    /// Bytes each populate/munmap path maps (and the 4 KiB zero-page read walks).
+    pub size: u64,
+    /// Bytes the huge-zero read walks (one fault per 2 MiB).
+    pub read_size: u64,
+    /// Timed repeats of every path.
+    pub repeat: u32,
+    /// Run only this path (the memset figure is always taken).
+    pub only: Option<BenchPath>,
+    /// Run the host kernel's side.
+    pub host: bool,
+    /// Both engine machines' configuration, but for the memory size and the backing mode,
+    /// which are the bench's ([`machine_config`]). Start from [`default_config`].
+    pub base: MachineConfig,
+}
+
+impl BenchOpts {
+    /// The dashboard's defaults: `size` per populate, 8 times that of huge-zero reads, 5
+    /// repeats, the host beside the engine, machines from [`default_config`].
+    pub fn new(size: u64) -> Self {
+        BenchOpts {
+            size,
+            read_size: size.saturating_mul(8),
+            repeat: 5,
+            only: None,
+            host: true,
+            base: default_config(),
+        }
+    }
+
+    fn wants(&self, p: BenchPath) -> bool {
+        self.only.is_none_or(|o| o == p)
+    }
+}
+
+/// Median, spread and range of one figure over the repeats.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Spread {
+    /// [`stats::median`].
+    pub median: f64,
+    /// [`stats::mad_pct`]: the median absolute deviation, % of the median.
+    pub mad_pct: f64,
+    pub min: f64,
+    pub max: f64,
+    pub samples: Vec<f64>,
+}
+
+impl Spread {
+    fn of(samples: Vec<f64>) -> Option<Spread> {
+        if samples.is_empty() {
+            return None;
+        }
+        let (min, max) = samples
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+                (lo.min(x), hi.max(x))
+            });
+        Some(Spread {
+            median: stats::median(&samples),
+            mad_pct: stats::mad_pct(&samples),
+            min,
+            max,
+            samples,
+        })
+    }
+}
+
+/// One path's figures, in ns per [`BenchPath::unit`], on the clock named by `clock`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PathResult {
+    pub path: BenchPath,
+    pub unit: &'static str,
+    /// `"thread-cpu"` or `"wall"`: the clock of the `*_ns` figures and spreads.
+    pub clock: &'static str,
+    pub engine_full_ns: Option<f64>,
+    pub engine_sparse_ns: Option<f64>,
+    pub host_ns: Option<f64>,
+    /// host / engine full: how many times faster the engine is (> 1: faster).
+    pub host_over_full: Option<f64>,
+    /// engine full / engine sparse: what real data costs on top of the mm work.
+    pub full_over_sparse: Option<f64>,
+    /// Populate paths: bytes zeroed per second by the full-backing engine, as a share of
+    /// `memset_gib_s`.
+    pub full_memset_share: Option<f64>,
+    /// Populate paths: the engine's first pass on a just-booted machine, whose frames nobody
+    /// has owned (the host gave them zeroed, so nothing is zeroed again).
+    pub engine_full_fresh_ns: Option<f64>,
+    /// Populate paths: the host's first round (memory possibly handed back to the hypervisor).
+    pub host_cold_ns: Option<f64>,
+    /// Wall-clock medians of the same samples.
+    pub engine_full_wall_ns: Option<f64>,
+    pub engine_sparse_wall_ns: Option<f64>,
+    pub host_wall_ns: Option<f64>,
+    pub engine_full: Option<Spread>,
+    pub engine_sparse: Option<Spread>,
+    pub host: Option<Spread>,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchResult {
+    pub opts: BenchOpts,
+    pub config_full: MachineConfig,
+    pub config_sparse: MachineConfig,
+    /// Does the host back the full machine's reservation with 2 MiB pages?
+    pub host_huge_pages: bool,
+    /// The engine's zeroing over resident frames that all had an owner, in 2 MiB
+    /// `__GFP_ZERO` allocations (GiB/s of CPU time).
+    pub memset_gib_s: f64,
+    /// The same in 4 KiB `__GFP_ZERO` allocations (GiB/s of CPU time): a 4 KiB fault's
+    /// allocation and zeroing together.
+    pub zero_alloc_4k_gib_s: f64,
+    /// `memset_gib_s` on the wall clock.
+    pub memset_wall_gib_s: f64,
+    pub paths: Vec<PathResult>,
+}
+
+/// Why a bench could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("size must be at least 4 MiB (got {0})")]
+    TooSmall(u64),
+    #[error("size must be at most 1 TiB (got {0})")]
+    TooBig(u64),
+    #[error("repeat must be at least 1")]
+    NoRepeat,
+    #[error("the two-thread free path needs at least 2 CPUs (got {0})")]
+    TooFewCpus(u16),
+    #[error("{0}")]
+    Config(String),
+    #[error("cannot build the {0} machine: {1}")]
+    Machine(&'static str, String),
+    #[error("engine: {0}")]
+    Engine(String),
+    #[error("host kernel: {0}")]
+    Host(#[from] HostError),
+}
+
+fn engine_err(e: impl std::fmt::Display) -> BenchError {
+    BenchError::Engine(e.to_string())
+}
+
+/// The largest `size` the bench takes (1 TiB): its machines hold one populate mapping each (and the
+/// host child maps as much), so this is far beyond any machine it runs on.
+pub const MAX_SIZE: u64 = 1 << 40;
+
+/// The bench's machine before the memory size and the backing mode: two CPUs (the free path's
+/// two threads), one node, THP `madvise` (each mapping picks its page size with
+/// `MADV_(NO)HUGEPAGE`, as the host child does), and `prefault` on, so that the full-backing
+/// machine's reservation is resident before any clock starts, as a VM's RAM is (the sparse
+/// machine ignores it).
+pub fn default_config() -> MachineConfig {
+    MachineConfig {
+        cpus: 2,
+        nodes: 1,
+        thp: ThpMode::Madvise,
+        prefault: true,
+        ..MachineConfig::default()
+    }
+}
+
+/// Refuse options the bench cannot run, before anything runs.
+pub fn check(opts: &BenchOpts) -> Result<(), BenchError> {
+    if opts.size < (4 << 20) {
+        return Err(BenchError::TooSmall(opts.size));
+    }
+    if opts.size > MAX_SIZE || opts.read_size > MAX_SIZE.saturating_mul(8) {
+        return Err(BenchError::TooBig(opts.size.max(opts.read_size / 8)));
+    }
+    if opts.repeat == 0 {
+        return Err(BenchError::NoRepeat);
+    }
+    if opts.base.cpus < 2 {
+        return Err(BenchError::TooFewCpus(opts.base.cpus));
+    }
+    machine_config(opts, BackingMode::Full).map(|_| ())
+}
+
+/// The machine of one backing mode: `opts.base` with room for one populate mapping (plus THP
+/// alignment), its page tables, the huge-zero read's deposited tables, and slack.
+pub fn machine_config(opts: &BenchOpts, backing: BackingMode) -> Result<MachineConfig, BenchError> {
+    let tables = opts.size / 256 + opts.read_size / 256;
+    let mem = (opts.size + HPAGE + tables + (64 << 20)).next_multiple_of(HPAGE);
+    let mut c = opts.base.clone();
+    c.mem = mem;
+    c.backing = backing;
+    c.validate()
+        .map_err(|e| BenchError::Config(format!("invalid machine configuration: {e}")))?;
+    Ok(c)
+}
+
+/// How many times [`run`] calls its `progress` (for a progress bar's length).
+pub fn steps(opts: &BenchOpts) -> u64 {
+    let per_repeat = [
+        opts.wants(BenchPath::Populate4k) || opts.wants(BenchPath::Munmap4k),
+        opts.wants(BenchPath::PopulateThp),
+        opts.wants(BenchPath::HugeZeroRead),
+        opts.wants(BenchPath::ZeroRead4k),
+        opts.wants(BenchPath::Free2Threads),
+    ]
+    .into_iter()
+    .filter(|&w| w)
+    .count() as u64;
+    4 + per_repeat * u64::from(opts.repeat)
+}
+
+/// One engine machine and the CPU the single-threaded paths run on.
+struct Engine {
+    machine: Arc<Machine>,
+    cpu: CpuId,
+}
+
+/// One measurement per unit on both clocks, in ns.
+#[derive(Debug, Clone, Copy)]
+struct Meas {
+    cpu: f64,
+    wall: f64,
+}
+
+/// The measuring thread's two clocks from one instant.
+struct Timer {
+    wall: Instant,
+    cpu: u64,
+}
+
+impl Timer {
+    fn start() -> Timer {
+        Timer {
+            cpu: thread_cpu_ns(),
+            wall: Instant::now(),
+        }
+    }
+
+    /// Time since the start, divided over `units`.
+    fn per(&self, units: f64) -> Meas {
+        let wall = self.wall.elapsed().as_nanos() as f64;
+        let cpu = (thread_cpu_ns() - self.cpu) as f64;
+        Meas {
+            cpu: cpu / units,
+            wall: wall / units,
+        }
+    }
+}
+
+/// Map `len` bytes of anonymous memory in a fresh mm, 2 MiB-aligned, with `advice`.
+fn engine_map(e: &Engine, len: u64, prot: u32, advice: i32) -> Result<(Task, u64), BenchError> {
+    let mm = Mm::new(&e.machine, e.cpu).map_err(engine_err)?;
+    let raw = mm
+        .mmap(
+            e.cpu,
+            0,
+            len + HPAGE,
+            prot,
+            MAP_PRIVATE | MAP_ANONYMOUS,
+            MapFile::None,
+        )
+        .map_err(engine_err)?;
+    let start = raw.next_multiple_of(HPAGE);
+    if start > raw {
+        mm.munmap(e.cpu, raw, start - raw).map_err(engine_err)?;
+    }
+    let tail = raw + len + HPAGE - (start + len);
+    if tail > 0 {
+        mm.munmap(e.cpu, start + len, tail).map_err(engine_err)?;
+    }
+    mm.madvise(e.cpu, start, len, advice).map_err(engine_err)?;
+    Ok((Task::new(mm, e.cpu), start))
+}
+
+/// Tear an mm down (its `mmput`) outside any clock.
+fn engine_exit(t: Task) {
+    t.mm().mmput(t.cpu());
+}
+
+/// Populate `len` bytes with one write per 4 KiB page, then munmap them: (populate, munmap)
+/// per page.
+fn engine_populate(e: &Engine, len: u64, thp: bool) -> Result<(Meas, Meas), BenchError> {
+    let advice = if thp { MADV_HUGEPAGE } else { MADV_NOHUGEPAGE };
+    let (task, start) = engine_map(e, len, PROT_READ | PROT_WRITE, advice)?;
+    let pages = (len / PAGE) as f64;
+    let t = Timer::start();
+    task.walk(start, len, PAGE, true, |w| w)
+        .map_err(engine_err)?;
+    let populate = t.per(pages);
+    let t = Timer::start();
+    task.mm().munmap(e.cpu, start, len).map_err(engine_err)?;
+    let munmap = t.per(pages);
+    engine_exit(task);
+    Ok((populate, munmap))
+}
+
+/// Read one word every `step` bytes of a fresh read-only mapping: per access (each a fault).
+fn engine_read(e: &Engine, len: u64, step: u64, thp: bool) -> Result<Meas, BenchError> {
+    let advice = if thp { MADV_HUGEPAGE } else { MADV_NOHUGEPAGE };
+    let (task, start) = engine_map(e, len, PROT_READ, advice)?;
+    let t = Timer::start();
+    let n = task
+        .walk(start, len, step, false, |w| w)
+        .map_err(engine_err)?;
+    let m = t.per(n.max(1) as f64);
+    engine_exit(task);
+    Ok(m)
+}
+
+/// Two mms on two CPUs, each with half of `len` populated, unmap at the same moment: wall ns
+/// per page freed (both clocks of the result are the wall clock).
+fn engine_free_2_threads(e: &Engine, len: u64) -> Result<Meas, BenchError> {
+    let half = (len / 2).next_multiple_of(PAGE);
+    let mut tasks = Vec::new();
+    for c in 0..2 {
+        let cpu = e.machine.cpu(c).expect("two CPUs");
+        let sub = Engine {
+            machine: Arc::clone(&e.machine),
+            cpu,
+        };
+        let (task, start) = engine_map(&sub, half, PROT_READ | PROT_WRITE, MADV_NOHUGEPAGE)?;
+        task.walk(start, half, PAGE, true, |w| w)
+            .map_err(engine_err)?;
+        tasks.push((task, start));
+    }
+    let barrier = Arc::new(Barrier::new(2));
+    let handles: Vec<_> = tasks
+        .into_iter()
+        .map(|(task, start)| {
+            let b = Arc::clone(&barrier);
+            std::thread::spawn(move || {
+                b.wait();
+                let began = Instant::now();
+                let r = task.mm().munmap(task.cpu(), start, half);
+                let done = Instant::now();
+                engine_exit(task);
+                r.map(|()| (began, done))
+            })
+        })
+        .collect();
+    // From the first thread's start to the last one's end, each read by the thread itself (a
+    // clock read here, after the barrier, could come after both had finished).
+    let mut span: Option<(Instant, Instant)> = None;
+    for h in handles {
+        let (began, done) = h
+            .join()
+            .map_err(|_| BenchError::Engine("free thread panicked".into()))?
+            .map_err(engine_err)?;
+        span = Some(span.map_or((began, done), |(b, d)| (b.min(began), d.max(done))));
+    }
+    let (began, done) = span.expect("two threads");
+    let wall = done.duration_since(began).as_nanos() as f64 / (2 * half / PAGE) as f64;
+    Ok(Meas { cpu: wall, wall })
+}
+
+/// Hand every free frame of the machine to an owner once and take it back: afterwards no frame
+/// is known-zero, so every `__GFP_ZERO` allocation really clears (and, with the prefault, every
+/// frame is resident). No frame is zeroed here.
+fn own_every_frame(e: &Engine) -> Result<(), BenchError> {
+    let phys = e.machine.phys();
+    let mut held: Vec<(Pfn, Order)> = Vec::new();
+    for order in [Order(9), Order(0)] {
+        while let Ok(p) = phys.alloc_pages(e.cpu, order, Gfp::KERNEL.union(Gfp::NOWAIT)) {
+            held.push((p, order));
+        }
+    }
+    for (p, order) in held {
+        phys.free_pages(e.cpu, p, order).map_err(engine_err)?;
+    }
+    Ok(())
+}
+
+/// The engine's zeroing over `bytes` of resident frames that all had an owner, best of three
+/// passes: GiB/s of CPU time in 2 MiB `__GFP_ZERO` allocations, the same in 4 KiB ones, and
+/// GiB/s of wall time in 2 MiB ones. Only the allocations are timed, not the frees.
+fn memset_bandwidth(e: &Engine, bytes: u64) -> Result<(f64, f64, f64), BenchError> {
+    own_every_frame(e)?;
+    let phys = e.machine.phys();
+    let n = (bytes / HPAGE).max(1);
+    let gib = (n * HPAGE) as f64 / (1u64 << 30) as f64;
+    let gib_s = |m: Meas| gib / (m.cpu * 1e-9);
+    let mut held = Vec::with_capacity((n * 512) as usize);
+    let mut pass = |order: Order| -> Result<Meas, BenchError> {
+        let t = Timer::start();
+        for _ in 0..n * 512 / order.nr_pages() {
+            held.push(
+                phys.alloc_pages(e.cpu, order, Gfp::ZERO)
+                    .map_err(engine_err)?,
+            );
+        }
+        let m = t.per(1.0);
+        for p in held.drain(..) {
+            phys.free_pages(e.cpu, p, order).map_err(engine_err)?;
+        }
+        Ok(m)
+    };
+    let (mut best_2m, mut best_4k, mut best_wall) = (0f64, 0f64, 0f64);
+    for _ in 0..3 {
+        let m = pass(Order(9))?;
+        best_2m = best_2m.max(gib_s(m));
+        best_wall = best_wall.max(gib / (m.wall * 1e-9));
+        best_4k = best_4k.max(gib_s(pass(Order(0))?));
+    }
+    Ok((best_2m, best_4k, best_wall))
+}
+
+/// One side's samples on both clocks.
+#[derive(Default)]
+struct Side {
+    cpu: Vec<f64>,
+    wall: Vec<f64>,
+}
+
+impl Side {
+    fn push(&mut self, m: Meas) {
+        self.cpu.push(m.cpu);
+        self.wall.push(m.wall);
+    }
+}
+
+/// Samples of one path.
+#[derive(Default)]
+struct Samples {
+    full: Side,
+    sparse: Side,
+    host: Side,
+    full_fresh: Option<f64>,
+    host_cold: Vec<f64>,
+}
+
+impl Samples {
+    fn engine(&mut self, full: bool) -> &mut Side {
+        if full {
+            &mut self.full
+        } else {
+            &mut self.sparse
+        }
+    }
+}
+
+fn host_meas(cpu_ns: u64, wall_ns: u64, units: u64) -> Meas {
+    let u = units.max(1) as f64;
+    Meas {
+        cpu: cpu_ns as f64 / u,
+        wall: wall_ns as f64 / u,
+    }
+}
+
+/// Run the bench. `progress` gets a short message before each step (for a progress bar: see
+/// [`steps`]).
+pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResult, BenchError> {
+    check(opts)?;
+    let size = opts.size.next_multiple_of(HPAGE);
+    let read_size = opts.read_size.max(HPAGE).next_multiple_of(HPAGE);
+    let pages = size / PAGE;
+    let boot = |mode: BackingMode, name: &'static str| -> Result<Engine, BenchError> {
+        let machine = Machine::new(machine_config(opts, mode)?)
+            .map_err(|e| BenchError::Machine(name, e.to_string()))?;
+        let cpu = machine.cpu(0).expect("cpu 0");
+        Ok(Engine { machine, cpu })
+    };
+    progress("booting the full-backing machine");
+    let full = boot(BackingMode::Full, "full-backing")?;
+    progress("booting the sparse machine");
+    let sparse = boot(BackingMode::Sparse, "sparse")?;
+
+    let mut s: Vec<Samples> = BenchPath::ALL.iter().map(|_| Samples::default()).collect();
+    let idx = |p: BenchPath| BenchPath::ALL.iter().position(|&q| q == p).expect("path");
+    let populate_4k = opts.wants(BenchPath::Populate4k) || opts.wants(BenchPath::Munmap4k);
+
+    // Fresh: each populate path once on a full-backing machine of its own, just booted, whose
+    // frames nobody has owned yet (the host gave them zeroed: nothing is zeroed again).
+    // Warm-up: each path once per engine machine, untimed in the medians; afterwards every
+    // frame of the full machine has had an owner and must be zeroed on allocation, and the
+    // read paths' page-table frames and their metadata (never prefaulted) are resident.
+    progress("fresh machines and warm-up");
+    for (path, thp, wanted) in [
+        (BenchPath::Populate4k, false, populate_4k),
+        (
+            BenchPath::PopulateThp,
+            true,
+            opts.wants(BenchPath::PopulateThp),
+        ),
+    ] {
+        if !wanted {
+            continue;
+        }
+        let fresh = boot(BackingMode::Full, "fresh full-backing")?;
+        s[idx(path)].full_fresh = Some(engine_populate(&fresh, size, thp)?.0.cpu);
+        drop(fresh);
+        engine_populate(&full, size, thp)?;
+        engine_populate(&sparse, size, thp)?;
+    }
+    for e in [&full, &sparse] {
+        if opts.wants(BenchPath::HugeZeroRead) {
+            engine_read(e, read_size, HPAGE, true)?;
+        }
+        if opts.wants(BenchPath::ZeroRead4k) {
+            engine_read(e, size, PAGE, false)?;
+        }
+    }
+
+    let sides = [(&sparse, false), (&full, true)];
+    for rep in 0..opts.repeat {
+        let r = rep + 1;
+        if populate_4k {
+            progress(&format!("repeat {r}: 4 KiB populate and munmap"));
+            for (e, is_full) in sides {
+                let (pop, unmap) = engine_populate(e, size, false)?;
+                s[idx(BenchPath::Populate4k)].engine(is_full).push(pop);
+                s[idx(BenchPath::Munmap4k)].engine(is_full).push(unmap);
+            }
+            if opts.host {
+                let [cold, warm] = measure::host_touch_and_munmap_twice(size, false)?;
+                let p = &mut s[idx(BenchPath::Populate4k)];
+                p.host.push(host_meas(
+                    warm.populate_cpu_ns,
+                    warm.wall.populate_ns,
+                    pages,
+                ));
+                p.host_cold.push(cold.populate_cpu_ns as f64 / pages as f64);
+                s[idx(BenchPath::Munmap4k)].host.push(host_meas(
+                    warm.munmap_cpu_ns,
+                    warm.wall.munmap_ns,
+                    pages,
+                ));
+            }
+        }
+        if opts.wants(BenchPath::PopulateThp) {
+            progress(&format!("repeat {r}: THP populate"));
+            for (e, is_full) in sides {
+                let (pop, _) = engine_populate(e, size, true)?;
+                s[idx(BenchPath::PopulateThp)].engine(is_full).push(pop);
+            }
+            if opts.host {
+                let [cold, warm] = measure::host_touch_and_munmap_twice(size, true)?;
+                let p = &mut s[idx(BenchPath::PopulateThp)];
+                p.host.push(host_meas(
+                    warm.populate_cpu_ns,
+                    warm.wall.populate_ns,
+                    pages,
+                ));
+                p.host_cold.push(cold.populate_cpu_ns as f64 / pages as f64);
+            }
+        }
+        if opts.wants(BenchPath::HugeZeroRead) {
+            progress(&format!("repeat {r}: huge-zero read faults"));
+            for (e, is_full) in sides {
+                let m = engine_read(e, read_size, HPAGE, true)?;
+                s[idx(BenchPath::HugeZeroRead)].engine(is_full).push(m);
+            }
+            if opts.host {
+                let h = measure::host_read_walk(read_size, HPAGE, true)?;
+                s[idx(BenchPath::HugeZeroRead)].host.push(host_meas(
+                    h.cpu_ns,
+                    h.walk.ns,
+                    h.walk.accesses,
+                ));
+            }
+        }
+        if opts.wants(BenchPath::ZeroRead4k) {
+            progress(&format!("repeat {r}: 4 KiB zero-page read faults"));
+            for (e, is_full) in sides {
+                let m = engine_read(e, size, PAGE, false)?;
+                s[idx(BenchPath::ZeroRead4k)].engine(is_full).push(m);
+            }
+            if opts.host {
+                let h = measure::host_read_walk(size, PAGE, false)?;
+                s[idx(BenchPath::ZeroRead4k)].host.push(host_meas(
+                    h.cpu_ns,
+                    h.walk.ns,
+                    h.walk.accesses,
+                ));
+            }
+        }
+        if opts.wants(BenchPath::Free2Threads) {
+            progress(&format!("repeat {r}: free path, 2 threads"));
+            for (e, is_full) in sides {
+                let m = engine_free_2_threads(e, size)?;
+                s[idx(BenchPath::Free2Threads)].engine(is_full).push(m);
+            }
+        }
+    }
+
+    progress("memset bandwidth");
+    let (memset_gib_s, zero_alloc_4k_gib_s, memset_wall_gib_s) =
+        memset_bandwidth(&full, size.min(256 << 20))?;
+
+    let paths = BenchPath::ALL
+        .iter()
+        .zip(s)
+        .filter(|(p, x)| opts.wants(**p) && !x.full.cpu.is_empty())
+        .map(|(&path, x)| {
+            let full_s = Spread::of(x.full.cpu);
+            let sparse_s = Spread::of(x.sparse.cpu);
+            let host_s = Spread::of(x.host.cpu);
+            let med = |s: &Option<Spread>| s.as_ref().map(|s| s.median);
+            let wall = |v: Vec<f64>| Spread::of(v).map(|s| s.median);
+            let (f, sp, h) = (med(&full_s), med(&sparse_s), med(&host_s));
+            let zeroes = matches!(path, BenchPath::Populate4k | BenchPath::PopulateThp);
+            PathResult {
+                path,
+                unit: path.unit(),
+                clock: if path == BenchPath::Free2Threads {
+                    "wall"
+                } else {
+                    "thread-cpu"
+                },
+                engine_full_ns: f,
+                engine_sparse_ns: sp,
+                host_ns: h,
+                host_over_full: h.zip(f).map(|(h, f)| h / f),
+                full_over_sparse: f.zip(sp).map(|(f, s)| f / s),
+                full_memset_share: f.filter(|_| zeroes).map(|f| {
+                    let gib_s = PAGE as f64 / f / 1.073_741_824;
+                    gib_s / memset_gib_s
+                }),
+                engine_full_fresh_ns: x.full_fresh,
+                host_cold_ns: Spread::of(x.host_cold).map(|s| s.median),
+                engine_full_wall_ns: wall(x.full.wall),
+                engine_sparse_wall_ns: wall(x.sparse.wall),
+                host_wall_ns: wall(x.host.wall),
+                engine_full: full_s,
+                engine_sparse: sparse_s,
+                host: host_s,
+            }
+        })
+        .collect();
+    Ok(BenchResult {
+        opts: opts.clone(),
+        config_full: full.machine.config().clone(),
+        config_sparse: sparse.machine.config().clone(),
+        host_huge_pages: full.machine.phys().backing().host_huge_pages(),
+        memset_gib_s,
+        zero_alloc_4k_gib_s,
+        memset_wall_gib_s,
+        paths,
+    })
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn path_names_round_trip() {
+        for p in BenchPath::ALL {
+            assert_eq!(BenchPath::parse(p.name()), Some(p));
+            assert_eq!(
+                serde_json::to_value(p).unwrap(),
+                serde_json::Value::String(p.name().into())
+            );
+        }
+        assert_eq!(BenchPath::parse("populate"), None);
+    }
+
+    #[test]
+    fn spread_is_median_mad_and_range() {
+        let s = Spread::of(vec![3.0, 1.0, 2.0]).unwrap();
+        assert_eq!((s.median, s.min, s.max), (2.0, 1.0, 3.0));
+        assert_eq!(s.mad_pct, 50.0);
+        let s = Spread::of(vec![4.0, 1.0, 2.0, 3.0]).unwrap();
+        assert_eq!(s.median, 2.5);
+        assert!(Spread::of(vec![]).is_none());
+    }
+
+    #[test]
+    fn bad_options_are_refused() {
+        let mut o = BenchOpts::new(1 << 20);
+        assert!(matches!(run(&o, &mut |_| {}), Err(BenchError::TooSmall(_))));
+        o.size = u64::MAX;
+        assert!(matches!(check(&o), Err(BenchError::TooBig(_))));
+        o.size = MAX_SIZE;
+        o.read_size = u64::MAX;
+        assert!(matches!(check(&o), Err(BenchError::TooBig(_))));
+        let mut o = BenchOpts::new(8 << 20);
+        o.repeat = 0;
+        assert!(matches!(run(&o, &mut |_| {}), Err(BenchError::NoRepeat)));
+        o.repeat = 1;
+        o.base.cpus = 1;
+        assert!(matches!(check(&o), Err(BenchError::TooFewCpus(1))));
+        assert_eq!(MAX_SIZE, 1 << 40, "the TooBig message says 1 TiB");
+    }
+
+    #[test]
+    fn engine_only_run_fills_every_path() {
+        let mut o = BenchOpts::new(8 << 20);
+        o.read_size = 16 << 20;
+        o.repeat = 1;
+        o.host = false;
+        let mut steps = 0;
+        let r = run(&o, &mut |_| steps += 1).unwrap();
+        assert!(steps > 3);
+        assert_eq!(r.paths.len(), BenchPath::ALL.len());
+        for p in &r.paths {
+            assert!(
+                p.engine_full_ns.is_some() && p.engine_sparse_ns.is_some(),
+                "{p:?}"
+            );
+            assert!(p.host_ns.is_none());
+        }
+        assert!(r.memset_gib_s > 0.0 && r.zero_alloc_4k_gib_s > 0.0);
+        assert!(r.config_full.prefault && r.config_full.backing == BackingMode::Full);
+        assert_eq!(r.config_sparse.backing, BackingMode::Sparse);
+        o.only = Some(BenchPath::ZeroRead4k);
+        let r = run(&o, &mut |_| {}).unwrap();
+        assert_eq!(r.paths.len(), 1);
+        assert_eq!(r.paths[0].path, BenchPath::ZeroRead4k);
+    }
+}

@@ -1,0 +1,108 @@
+//! Where a usemem run's lines go: [`Io`], with [`StdIo`] (the terminal) and [`Capture`]
+//! (the tests, and `--json`, which prints a record instead).
+//!
+//! usemem writes each throughput line with `write(1, ...)` after flushing stdio, and its
+//! other stdout lines through stdio — so with `fflush` before every direct write, whatever it
+//! prints reaches a file or a pipe in the order it happened. Writing each line as it is made
+//! keeps that order; nothing is buffered here.
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::sync::Mutex;
+
+/// A usemem run's standard streams.
+pub trait Io: Send + Sync {
+    /// Write to stdout now.
+    fn out(&self, s: &str);
+    /// Write to stderr now.
+    fn err(&self, s: &str);
+    /// One byte of stdin; `None` at its end.
+    fn getchar(&self) -> Option<u8>;
+}
+
+/// The process's own stdin, stdout and stderr (write errors such as a closed pipe are
+/// ignored, as usemem ignores them).
+#[derive(Debug, Default)]
+pub struct StdIo;
+
+impl Io for StdIo {
+    fn out(&self, s: &str) {
+        let mut o = std::io::stdout().lock();
+        let _ = o.write_all(s.as_bytes());
+        let _ = o.flush();
+    }
+
+    fn err(&self, s: &str) {
+        let _ = std::io::stderr().lock().write_all(s.as_bytes());
+    }
+
+    fn getchar(&self) -> Option<u8> {
+        let mut b = [0u8; 1];
+        match std::io::stdin().lock().read(&mut b) {
+            Ok(1) => Some(b[0]),
+            _ => None,
+        }
+    }
+}
+
+/// Streams kept in memory.
+#[derive(Debug, Default)]
+pub struct Capture {
+    out: Mutex<String>,
+    err: Mutex<String>,
+    input: Mutex<VecDeque<u8>>,
+    /// Also copy stderr to the process's (for `--json` runs, which still show notes).
+    tee_err: bool,
+}
+
+impl Capture {
+    /// Kept stdout; stderr also written to the process's stderr.
+    pub fn tee_stderr() -> Self {
+        Capture {
+            tee_err: true,
+            ..Default::default()
+        }
+    }
+
+    /// With `input` as stdin.
+    pub fn with_input(input: &str) -> Self {
+        Capture {
+            input: Mutex::new(input.bytes().collect()),
+            ..Default::default()
+        }
+    }
+
+    pub fn stdout(&self) -> String {
+        self.out.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn stderr(&self) -> String {
+        self.err.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Io for Capture {
+    fn out(&self, s: &str) {
+        self.out
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_str(s);
+    }
+
+    fn err(&self, s: &str) {
+        if self.tee_err {
+            StdIo.err(s);
+        }
+        self.err
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_str(s);
+    }
+
+    fn getchar(&self) -> Option<u8> {
+        self.input
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+    }
+}

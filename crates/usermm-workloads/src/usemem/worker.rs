@@ -1,0 +1,906 @@
+//! One usemem worker (a process, or one of its threads): map, walk, print, free — usemem's
+//! `do_units`, `do_unit` and `do_rw_once`, on any [`Sys`].
+//!
+//! # What a worker does, in usemem's order
+//! 1. Seed the random order (`--random-seed`, else `time ^ gettid` of the process's first
+//!    thread), wait at the start barrier (unless `-y`), restart the clock for
+//!    `--first-access-speed`.
+//! 2. Unit by unit (`-u`, SIZE by default): map it (or use the preallocation), wait at the
+//!    start barrier with `-y`, walk it `-r` times — a `.` on stdout before every walk but the
+//!    first (not with `-q`), `msync` after each with `-S`/`-A` — and stop early once `-T`
+//!    seconds have passed. The first [`MAX_POINTERS`] units are remembered for freeing.
+//! 3. `"%lu bytes / %lu usecs = %lu KB/s"` unless nothing was counted or a signal mode
+//!    (`-W` and the like) holds it back; `-Z`'s `"read again ..."` line.
+//! 4. `-d`, `-M`, `--punch-holes` (`"punch holes done"`), `--madv-pageout`, the SIGUSR1
+//!    phases, `-s`, the free barrier (`-x`), and `"%lu usecs to free memory"` — only when the
+//!    memory is the worker's own (no `-P`) and at most 32 units were mapped: beyond, the
+//!    units are left to the process's exit, as usemem leaves them.
+//!
+//! # The `bytes` figure
+//! Per unit mapped by the worker, `unit / 8` (integer division) — with `-P` instead
+//! `SIZE / 8` once, counted in `main` (and another `SIZE / 8` for `-E` and for `-L`, `SIZE`
+//! for `-D`) — plus 8 for every word access. A walk of `b` bytes with step `s` visits the
+//! words `0, s/8, 2·s/8, ...` below `b / 8` (`s` is at least 8, and only its whole words
+//! count: a step of 12 visits every word). So `usemem 44739242` prints 50331645
+//! (5592405 + 5592405 × 8) and `usemem -j 4100 16M` prints 2129920
+//! (2097152 + 4096 × 8). The KB/s figure is `(bytes × 1000000 >> 10) / usecs` in 64-bit
+//! unsigned arithmetic, `usecs` counted from `main`'s clock reading before the workers.
+//!
+//! # Where this differs from usemem
+//! - usemem reads `ptrs[i]` past its 32 entries for `-Z` and `-M` when more units were
+//!   mapped (undefined behaviour); here only the first 32 are read again or locked. With
+//!   `-P`, `-Z` reads pointers usemem never set and its process dies; here it dies of SIGSEGV.
+//! - A worker's buffer for the SIGUSR1 phases is its own last unit (usemem keeps one per
+//!   process, whichever thread wrote it last).
+//! - usemem divides by zero when a line would report 0 µs; here 0 µs reports as 1.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+use serde::Serialize;
+
+use super::opts::UsememOpts;
+use super::rand48::Rand48;
+use super::sys::{strerror, Access, Gate, MapFd, Stop, Sys, WalkOp};
+
+/// usemem keeps at most this many allocations to free; beyond, teardown happens at exit.
+pub const MAX_POINTERS: usize = 32;
+
+pub const PROT_READ: u32 = 1;
+pub const PROT_WRITE: u32 = 2;
+pub const MAP_SHARED: u32 = 0x01;
+pub const MAP_PRIVATE: u32 = 0x02;
+pub const MAP_ANONYMOUS: u32 = 0x20;
+pub const MAP_POPULATE: u32 = 0x8000;
+pub const MAP_HUGETLB: u32 = 0x4_0000;
+/// `MAP_HUGE_2MB`: 21 << `MAP_HUGE_SHIFT` (26).
+pub const MAP_HUGE_2MB: u32 = 21 << 26;
+pub const MADV_DONTNEED: i32 = 4;
+pub const MADV_HUGEPAGE: i32 = 14;
+pub const MADV_COLD: i32 = 20;
+pub const MADV_PAGEOUT: i32 = 21;
+const PAGE_SIZE: u64 = 4096;
+
+/// The part of usemem's globals that `main` settles before the workers start.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// `argv[0]` as usemem prints it in its messages.
+    pub name: String,
+    pub opts: UsememOpts,
+    /// Bytes `main` already counted for every worker (`-P`, `-E`, `-L`, `-D`).
+    pub done_bytes: u64,
+    /// What worker mappings map (`-O`: anonymous; after `-D`: a closed descriptor).
+    pub fd: MapFd,
+    /// `main`'s clock reading, µs (`None` with `-W` and no `--init-time`: never set).
+    pub start_us: Option<u64>,
+}
+
+impl Plan {
+    /// usemem's mmap flags for a worker mapping.
+    pub fn map_flags(&self) -> u32 {
+        let o = &self.opts;
+        let mut f = if o.map_shared {
+            MAP_SHARED
+        } else {
+            MAP_PRIVATE
+        };
+        if o.prefault {
+            f |= MAP_POPULATE;
+        }
+        if o.anonymous {
+            f |= MAP_ANONYMOUS;
+        }
+        if o.hugetlb {
+            f |= MAP_HUGETLB | MAP_HUGE_2MB;
+        }
+        f
+    }
+
+    /// usemem's protection for a worker mapping.
+    pub fn prot(&self) -> u32 {
+        if self.opts.prot_readonly() {
+            PROT_READ
+        } else {
+            PROT_READ | PROT_WRITE
+        }
+    }
+
+    /// The descriptor a mapping gets: -1 with `-O`, else the opened file.
+    pub fn map_fd(&self) -> MapFd {
+        if self.opts.anonymous {
+            MapFd::Anon
+        } else {
+            self.fd
+        }
+    }
+}
+
+/// What the threads of one usemem process share: its globals after the fork.
+#[derive(Debug)]
+pub struct ProcState {
+    /// `start_time` (µs; `u64::MAX`: not set).
+    start_us: AtomicU64,
+    /// `opt_random_seed` (0: not chosen yet).
+    seed: AtomicU64,
+    /// Some thread called `exit`: the process is gone.
+    dead: AtomicBool,
+    /// The preallocation in this process (`None`: usemem's `prealloc` is NULL).
+    pub prealloc: Option<u64>,
+    /// Its index among the processes (`do_task`'s `task_nr`).
+    pub index: u64,
+}
+
+impl ProcState {
+    pub fn new(plan: &Plan, prealloc: Option<u64>, index: u64) -> Self {
+        ProcState {
+            start_us: AtomicU64::new(plan.start_us.unwrap_or(u64::MAX)),
+            seed: AtomicU64::new(plan.opts.random_seed),
+            dead: AtomicBool::new(false),
+            prealloc,
+            index,
+        }
+    }
+
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Relaxed)
+    }
+
+    pub fn set_start(&self, us: u64) {
+        self.start_us.store(us, Relaxed);
+    }
+
+    fn start(&self) -> Option<u64> {
+        match self.start_us.load(Relaxed) {
+            u64::MAX => None,
+            s => Some(s),
+        }
+    }
+}
+
+/// How a worker ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum End {
+    /// `do_units` returned.
+    Done,
+    /// `exit(status)` from this thread (the process is gone).
+    Exit(i32),
+    /// Killed by a signal (`SIGSEGV`, `SIGBUS`, `SIGFPE`): the process is gone.
+    Signal(String),
+    /// Another thread of the process ended it.
+    Gone,
+}
+
+/// One worker's figures and lines (for `--json` and the tests).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct WorkerRecord {
+    pub worker: u64,
+    pub cpu: u16,
+    /// The first throughput line's figures (0 if it was not printed).
+    pub bytes: u64,
+    pub usecs: u64,
+    pub kb_per_sec: u64,
+    /// The free line's figure, if printed.
+    pub free_usecs: Option<u64>,
+    /// Every line the worker printed on stdout, in order.
+    pub lines: Vec<String>,
+    pub end: Option<End>,
+}
+
+/// `((bytes * 1000000) >> 10) / usecs` as usemem computes it (64-bit, wrapping).
+pub fn kb_per_sec(bytes: u64, usecs: u64) -> u64 {
+    (bytes.wrapping_mul(1_000_000) >> 10) / usecs.max(1)
+}
+
+/// Accesses a walk of `words` words with `stride` makes: `ceil(words / stride)`.
+pub fn accesses(words: u64, stride: u64) -> u64 {
+    words.div_ceil(stride.max(1))
+}
+
+/// A worker: its machine, the plan, its process, and what it has printed.
+pub struct Worker<'a, S: Sys> {
+    pub sys: &'a S,
+    pub plan: &'a Plan,
+    pub proc: &'a ProcState,
+    pub rec: WorkerRecord,
+    rng: Rand48,
+    /// What usemem prints through stdio without flushing (the `-g` menu): it reaches stdout
+    /// with the next line usemem flushes, and never if the worker waits for ever.
+    buffered: String,
+}
+
+impl<S: Sys> std::fmt::Debug for Worker<'_, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("rec", &self.rec)
+            .finish_non_exhaustive()
+    }
+}
+
+type R<T> = Result<T, End>;
+
+impl<'a, S: Sys> Worker<'a, S> {
+    pub fn new(sys: &'a S, plan: &'a Plan, proc: &'a ProcState, worker: u64, cpu: u16) -> Self {
+        Worker {
+            sys,
+            plan,
+            proc,
+            rec: WorkerRecord {
+                worker,
+                cpu,
+                ..Default::default()
+            },
+            rng: Rand48::new(0),
+            buffered: String::new(),
+        }
+    }
+
+    fn opts(&self) -> &UsememOpts {
+        &self.plan.opts
+    }
+
+    fn out(&mut self, s: &str) {
+        let s = std::mem::take(&mut self.buffered) + s;
+        self.sys.out(&s);
+        self.rec.lines.push(s);
+    }
+
+    /// A `printf` that stays in stdio's buffer until the next flushed line.
+    fn out_buffered(&mut self, s: &str) {
+        self.buffered.push_str(s);
+    }
+
+    /// `exit(status)` from this thread: the whole process ends.
+    fn exit(&self, status: i32) -> End {
+        self.proc.dead.store(true, Relaxed);
+        End::Exit(status)
+    }
+
+    /// An error line on stderr, then `exit(1)`.
+    fn fail(&self, msg: String) -> End {
+        self.sys.err(&msg);
+        self.exit(1)
+    }
+
+    /// A signal kills the process.
+    fn killed(&self, stop: Stop) -> End {
+        match stop {
+            Stop::Mismatch { idx, found } => self.fail(format!(
+                "Data wrong at offset 0x{:x}. Expected 0x{:08x}, got 0x{:08x}\n",
+                idx.wrapping_mul(8),
+                idx,
+                found
+            )),
+            Stop::Signal { name, detail } => {
+                self.proc.dead.store(true, Relaxed);
+                self.sys.note(&format!(
+                    "usemem worker {} killed by {name} ({detail}), as usemem's process would be",
+                    self.rec.worker
+                ));
+                End::Signal(name.to_string())
+            }
+        }
+    }
+
+    /// Has a sibling thread ended the process?
+    fn alive(&self) -> R<()> {
+        if self.proc.is_dead() {
+            Err(End::Gone)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// usemem's `runtime_exceeded`: more than `-T` whole seconds since `start_time`.
+    fn runtime_exceeded(&self) -> bool {
+        let t = self.opts().runtime_secs;
+        if t == 0 {
+            return false;
+        }
+        let Some(start) = self.proc.start() else {
+            return false;
+        };
+        if start / 1_000_000 == 0 {
+            return false;
+        }
+        let now = self.sys.now_us() / 1_000_000;
+        (now as i64).wrapping_sub((start / 1_000_000) as i64) > t
+    }
+
+    /// usemem's `output_statistics`: a throughput line timed from `start_time`.
+    fn statistics(&mut self, bytes: u64, intro: &str) -> (u64, u64) {
+        let start = self.proc.start().unwrap_or(0);
+        let usecs = self.sys.now_us().wrapping_sub(start);
+        let kbps = kb_per_sec(bytes, usecs);
+        self.out(&format!(
+            "{intro}{bytes} bytes / {usecs} usecs = {kbps} KB/s\n"
+        ));
+        (usecs, kbps)
+    }
+
+    /// usemem's `allocate`: map (or malloc) `bytes`, with `--show-addr`, `--madv-thp` and
+    /// `--touch-alloc`. `Ok(0)` for 0 bytes (NULL).
+    pub fn allocate(&mut self, bytes: u64) -> R<u64> {
+        if bytes == 0 {
+            return Ok(0);
+        }
+        let plan = self.plan;
+        let p = if plan.opts.malloc {
+            match self.sys.malloc(bytes) {
+                Some(p) => p,
+                None => {
+                    return Err(self.fail(format!("malloc: {}\n", strerror(super::sys::ENOMEM))))
+                }
+            }
+        } else {
+            match self.sys.mmap(
+                bytes,
+                plan.prot(),
+                plan.map_flags(),
+                plan.map_fd(),
+                plan.opts.offset,
+            ) {
+                Ok(p) => p,
+                Err(e) => {
+                    return Err(self.fail(format!("{}: mmap failed: {}\n", plan.name, strerror(e))))
+                }
+            }
+        };
+        if plan.opts.show_addr {
+            let pid = self.sys.pid();
+            self.out(&format!("{pid} 0x{p:x}-0x{:x}\n", p.wrapping_add(bytes)));
+        }
+        if plan.opts.madv_thp {
+            if let Err(e) = self.sys.madvise(p, bytes, MADV_HUGEPAGE) {
+                return Err(self.fail(format!("madvise MADV_HUGEPAGE failed: {}\n", strerror(e))));
+            }
+        }
+        if plan.opts.touch_alloc {
+            let op = WalkOp {
+                write: true,
+                data: None,
+                verify: false,
+            };
+            self.sys
+                .walk(p, 0, bytes / 8, 1, op)
+                .map_err(|s| self.killed(s))?;
+        }
+        Ok(p)
+    }
+
+    /// usemem's `do_rw_once`: one walk of `bytes` at `p`. `rep` is the repeat in progress
+    /// (set to `repeats` when the run time is up); `signal` marks the SIGUSR1 phases.
+    fn rw_once(
+        &mut self,
+        p: u64,
+        bytes: u64,
+        read: bool,
+        mut rep: Option<&mut u64>,
+        repeats: u64,
+        signal: bool,
+    ) -> R<u64> {
+        let o = self.opts().clone();
+        let m = bytes / 8;
+        let stride = o.stride_words();
+        let random = o.random || (signal && o.signal_read_random);
+        let verify = (signal && o.signal_verify)
+            || (rep.as_deref().is_some_and(|r| *r > 0) && !read && !random);
+        let data = if !signal && o.main_write_data != 0 {
+            Some(o.main_write_data)
+        } else if signal && o.signal_write_data != 0 {
+            Some(o.signal_write_data)
+        } else {
+            None
+        };
+        let mut limit = if signal {
+            o.signal_read_count as i64 as u64
+        } else {
+            0
+        };
+        let op = WalkOp {
+            write: !read,
+            data,
+            verify,
+        };
+        if !random && o.delay_ns == 0 && limit == 0 {
+            return self.walk_segments(p, m, stride, op, rep, repeats);
+        }
+        // One access at a time: random order, the per-page delay, or a counted read.
+        let mut count = 0u64;
+        let mut prev_page = 0u64;
+        let mut i = 0u64;
+        while i < m {
+            let idx = if random { self.rng.below(m - 1) } else { i };
+            let addr = p.wrapping_add(idx.wrapping_mul(8));
+            if verify {
+                let found = self
+                    .sys
+                    .access(addr, Access::Read)
+                    .map_err(|s| self.killed(s))?;
+                if found != idx {
+                    return Err(self.killed(Stop::Mismatch { idx, found }));
+                }
+            }
+            let a = if read {
+                Access::Read
+            } else {
+                Access::Write(data.unwrap_or(idx))
+            };
+            self.sys.access(addr, a).map_err(|s| self.killed(s))?;
+            count += 1;
+            if o.delay_ns != 0 && addr / PAGE_SIZE != prev_page / PAGE_SIZE {
+                self.delay(o.delay_ns, addr, a)?;
+                prev_page = addr;
+            }
+            if i & 0xffff == 0 && self.runtime_exceeded() {
+                if let Some(r) = rep.as_deref_mut() {
+                    *r = repeats;
+                }
+                break;
+            }
+            if limit != 0 {
+                limit -= 1;
+                if limit == 0 {
+                    break;
+                }
+            }
+            match i.checked_add(stride) {
+                Some(n) => i = n,
+                None => break,
+            }
+        }
+        Ok(count * 8)
+    }
+
+    /// The sequential walk, in pieces that end where usemem looks at the clock: after each
+    /// word whose index is a multiple of 0x10000.
+    fn walk_segments(
+        &mut self,
+        p: u64,
+        m: u64,
+        stride: u64,
+        op: WalkOp,
+        rep: Option<&mut u64>,
+        repeats: u64,
+    ) -> R<u64> {
+        if m == 0 {
+            return Ok(0);
+        }
+        let timed = self.opts().runtime_secs != 0;
+        // Indexes visited are multiples of `stride`; the clock is read at those that are also
+        // multiples of 0x10000, i.e. at multiples of lcm(stride, 0x10000).
+        let check = lcm(stride, 0x10000);
+        let mut words = 0;
+        let mut from = 0u64;
+        loop {
+            self.alive()?;
+            // Up to and including the next checkpoint (index 0 is one).
+            let to = if !timed {
+                m
+            } else if from == 0 {
+                1
+            } else {
+                match check {
+                    Some(c) => (from / c + 1).saturating_mul(c).saturating_add(1).min(m),
+                    None => m,
+                }
+            };
+            words += self
+                .sys
+                .walk(p, from, to, stride, op)
+                .map_err(|s| self.killed(s))?;
+            if to >= m {
+                // The last word may still be a checkpoint.
+                if timed
+                    && (to - 1) % stride == 0
+                    && ((to - 1) & 0xffff) == 0
+                    && self.runtime_exceeded()
+                {
+                    if let Some(r) = rep {
+                        *r = repeats;
+                    }
+                }
+                return Ok(words * 8);
+            }
+            if self.runtime_exceeded() {
+                if let Some(r) = rep {
+                    *r = repeats;
+                }
+                return Ok(words * 8);
+            }
+            // The next index after `to - 1` on the stride.
+            from = match (to - 1).checked_add(stride) {
+                Some(n) if n < m => n,
+                _ => return Ok(words * 8),
+            };
+        }
+    }
+
+    /// usemem's `delay`: access the word again and again until `ns` have passed by the
+    /// nanosecond field of the clock (so a delay of a second or more never ends, as there).
+    fn delay(&mut self, ns: u64, addr: u64, a: Access) -> R<()> {
+        let start = self.sys.now_us();
+        loop {
+            self.sys.access(addr, a).map_err(|s| self.killed(s))?;
+            let elapsed = self.sys.now_us().wrapping_sub(start).wrapping_mul(1000) % 1_000_000_000;
+            if elapsed >= ns {
+                return Ok(());
+            }
+        }
+    }
+
+    /// usemem's `do_unit`: map (unless preallocated), walk `-r` times; bytes counted.
+    fn do_unit(&mut self, bytes: u64, slot: Option<&mut (u64, u64)>, buffer: &mut u64) -> R<u64> {
+        let (p, mut rw) = match self.proc.prealloc {
+            Some(p) => (p, 0),
+            None => {
+                let p = self.allocate(bytes)?;
+                if let Some(s) = slot {
+                    *s = (p, bytes);
+                }
+                (p, bytes / 8)
+            }
+        };
+        let o = self.opts().clone();
+        if o.sync_rw {
+            self.sys.ready(Gate::Start);
+            self.alive()?;
+        }
+        if o.signal_phase() || o.madv_pageout {
+            *buffer = p;
+        }
+        let repeats = o.repeats();
+        let mut rep = 0u64;
+        while rep < repeats {
+            if rep > 0 && !o.quiet {
+                self.out(".");
+            }
+            rw += self.rw_once(p, bytes, o.readonly, Some(&mut rep), repeats, false)?;
+            if let Some(mode) = o.msync {
+                if bytes > 0 {
+                    if let Err(e) = self.sys.msync(p, bytes, mode.flag()) {
+                        return Err(
+                            self.fail(format!("msync failed with error {} \n", strerror(e)))
+                        );
+                    }
+                }
+            }
+            rep += 1;
+        }
+        if o.getchar {
+            return self.menu(p, bytes, rw);
+        }
+        Ok(rw)
+    }
+
+    /// `-g`: the lock/unlock/remap menu on stdin.
+    fn menu(&mut self, mut p: u64, mut bytes: u64, rw: u64) -> R<u64> {
+        self.print_menu();
+        loop {
+            let Some(c) = self.sys.getchar() else {
+                // usemem spins on EOF for ever; wait for ever instead.
+                loop {
+                    self.sys.sleep_secs(3600);
+                }
+            };
+            match c {
+                b'\n' => {}
+                b'a' => {
+                    let _ = self.sys.mlock(p, bytes);
+                    self.out_buffered("locking memory ..... done!\n\n");
+                    p = self.remap_or_fail(p, bytes, "\n\n")?;
+                    bytes *= 10;
+                    self.out_buffered("remapping locked memory.....done!\n\n");
+                    let _ = self.sys.munlock(p, bytes);
+                    self.out_buffered("unlocking memory ..... done!\n\n");
+                    return Ok(rw);
+                }
+                b'u' => {
+                    let _ = self.sys.munlock(p, bytes);
+                    self.out_buffered("unlocking memory ..... done!\n");
+                    self.print_menu();
+                }
+                b'l' => {
+                    let _ = self.sys.mlock(p, bytes);
+                    self.out_buffered("locking memory ..... done!\n");
+                    self.print_menu();
+                }
+                b'r' => {
+                    p = self.remap_or_fail(p, bytes, "\n")?;
+                    bytes *= 10;
+                    self.out_buffered("remapping locked memory.....done!\n");
+                    self.print_menu();
+                }
+                b'q' => {
+                    self.out_buffered("Quitting now\n");
+                    return Ok(rw);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn remap_or_fail(&mut self, p: u64, bytes: u64, tail: &str) -> R<u64> {
+        match self.sys.mremap(p, bytes, bytes.wrapping_mul(10)) {
+            Ok(n) => Ok(n),
+            Err(e) => Err(self.fail(format!("remap failed: {}{tail}", strerror(e)))),
+        }
+    }
+
+    fn print_menu(&mut self) {
+        self.out_buffered(
+            "usemem menu: a = lock, remap x10, unlock and go on; l = lock; u = unlock; \
+             r = remap x10; q = go on\nyour option: ",
+        );
+    }
+
+    /// usemem's `do_units`: the whole life of one worker.
+    pub fn run(&mut self) -> End {
+        let end = match self.units() {
+            Ok(()) => End::Done,
+            Err(e) => e,
+        };
+        // exit() flushes stdio.
+        if !self.buffered.is_empty() {
+            self.out("");
+        }
+        end
+    }
+
+    fn units(&mut self) -> R<()> {
+        let o = self.opts().clone();
+        if o.random || o.signal_read_random {
+            let mut seed = self.proc.seed.load(Relaxed);
+            if seed == 0 {
+                seed = self.sys.time() ^ (self.sys.tid() as i64 as u64);
+                // The process's first thread to get here chooses; the others use its seed.
+                seed = match self.proc.seed.compare_exchange(0, seed, Relaxed, Relaxed) {
+                    Ok(_) => seed,
+                    Err(other) => other,
+                };
+            }
+            self.rng = Rand48::new(seed);
+        }
+        let unit = o.unit_bytes();
+        if !o.sync_rw {
+            self.sys.ready(Gate::Start);
+            self.alive()?;
+        }
+        if o.first_access_speed {
+            self.proc.set_start(self.sys.now_us());
+        }
+        let mut unit_bytes = self.plan.done_bytes;
+        let mut bytes = o.size;
+        let mut ptrs: Vec<(u64, u64)> = Vec::new();
+        let mut nptr = 0usize;
+        let mut buffer = 0u64;
+        loop {
+            self.alive()?;
+            let size = bytes.min(unit);
+            let mut slot = (0, 0);
+            let keep = nptr < MAX_POINTERS;
+            unit_bytes = unit_bytes.wrapping_add(self.do_unit(
+                size,
+                keep.then_some(&mut slot),
+                &mut buffer,
+            )?);
+            if keep {
+                ptrs.push(slot);
+            }
+            nptr += 1;
+            bytes -= size;
+            if self.runtime_exceeded() || bytes == 0 {
+                break;
+            }
+        }
+        if o.first_access_speed || (!o.signal_phase() && unit_bytes != 0) {
+            let (usecs, kbps) = self.statistics(unit_bytes, "");
+            (self.rec.bytes, self.rec.usecs, self.rec.kb_per_sec) = (unit_bytes, usecs, kbps);
+        }
+        if o.read_again && unit_bytes != 0 {
+            if self.proc.prealloc.is_some() {
+                // usemem never fills its pointer array with -P: it reads one it did not set.
+                return Err(self.killed(Stop::Signal {
+                    name: "SIGSEGV",
+                    detail: "-Z with -P reads a pointer usemem never set".into(),
+                }));
+            }
+            self.proc.set_start(self.sys.now_us());
+            let mut rw = 0u64;
+            let repeats = o.repeats();
+            for &(p, len) in &ptrs {
+                let mut rep = 0;
+                while rep < repeats {
+                    if rep > 0 && !o.quiet {
+                        self.out(".");
+                    }
+                    rw += self.rw_once(p, len, true, Some(&mut rep), repeats, false)?;
+                    if let Some(mode) = o.msync {
+                        if len > 0 {
+                            if let Err(e) = self.sys.msync(p, len, mode.flag()) {
+                                return Err(self
+                                    .fail(format!("msync failed with error {} \n", strerror(e))));
+                            }
+                        }
+                    }
+                    rep += 1;
+                }
+            }
+            self.statistics(rw, "read again ");
+        }
+        if o.detach {
+            self.sys.detach();
+        }
+        if o.mlock {
+            let ranges: Vec<(u64, u64)> = match self.proc.prealloc {
+                Some(p) => vec![(p, o.size)],
+                None => ptrs.clone(),
+            };
+            for (p, len) in ranges {
+                if len == 0 {
+                    continue;
+                }
+                if let Err(e) = self.sys.mlock(p, len) {
+                    return Err(self.fail(format!("mlock: {}\n", strerror(e))));
+                }
+            }
+        }
+        if o.punch_holes {
+            if o.punch_holes_signal {
+                let pid = self.sys.pid();
+                self.out(&format!("Punch holes Process {pid} is waiting signal\n"));
+                self.sys.wait_sigusr1();
+            }
+            let ranges: Vec<(u64, u64)> = match self.proc.prealloc {
+                Some(p) => vec![(p, o.size)],
+                None => ptrs.clone(),
+            };
+            for (p, len) in ranges {
+                self.punch_holes(p, len)?;
+            }
+            self.out("punch holes done\n");
+        }
+        loop {
+            self.alive()?;
+            if o.madv_pageout {
+                for (advice, name) in [(MADV_COLD, "MADV_COLD"), (MADV_PAGEOUT, "MADV_PAGEOUT")] {
+                    if o.size == 0 {
+                        continue;
+                    }
+                    if let Err(e) = self.sys.madvise(buffer, o.size, advice) {
+                        return Err(self.fail(format!("madvise {name} failed: {}\n", strerror(e))));
+                    }
+                }
+            }
+            if o.write_signal_read {
+                let pid = self.sys.pid();
+                self.out(&format!("Read Process {pid} is waiting signal\n"));
+                self.sys.wait_sigusr1();
+                self.proc.set_start(self.sys.now_us());
+                let b = self.rw_once(buffer, o.size, true, None, 0, true)?;
+                self.statistics(b, "");
+            }
+            if o.write_signal_write {
+                let pid = self.sys.pid();
+                self.out(&format!("Write Process {pid} is waiting signal\n"));
+                self.sys.wait_sigusr1();
+                self.proc.set_start(self.sys.now_us());
+                let mut b = 0;
+                let times = o.signal_write_times.max(0) as u64;
+                let mut rep = 0u64;
+                while rep < times {
+                    if rep > 0 && !o.quiet {
+                        self.out(".");
+                    }
+                    b += self.rw_once(buffer, o.size, false, Some(&mut rep), o.repeats(), true)?;
+                    rep += 1;
+                }
+                self.statistics(b, "");
+            }
+            if o.write_signal_madv_thp {
+                let pid = self.sys.pid();
+                self.out(&format!(
+                    "madvise MADV_HUGEPAGE Process {pid} is waiting signal\n"
+                ));
+                self.sys.wait_sigusr1();
+                self.proc.set_start(self.sys.now_us());
+                if o.size != 0 {
+                    if let Err(e) = self.sys.madvise(buffer, o.size, MADV_HUGEPAGE) {
+                        return Err(
+                            self.fail(format!("madvise MADV_HUGEPAGE failed: {}\n", strerror(e)))
+                        );
+                    }
+                }
+                self.statistics(o.size, "");
+            }
+            if !o.signal_loop {
+                break;
+            }
+        }
+        if o.sleep_secs > 0 {
+            self.sys.sleep_secs(o.sleep_secs as u64);
+        }
+        if o.sync_free {
+            self.sys.ready(Gate::Free);
+        }
+        self.alive()?;
+        if self.proc.prealloc.is_none() && nptr <= MAX_POINTERS {
+            let t0 = self.sys.now_us();
+            for &(p, len) in &ptrs {
+                if len == 0 {
+                    continue;
+                }
+                if o.malloc {
+                    self.sys.free(p, len);
+                } else {
+                    let _ = self.sys.munmap(p, len);
+                }
+            }
+            let us = self.sys.now_us().wrapping_sub(t0);
+            self.rec.free_usecs = Some(us);
+            self.out(&format!("{us} usecs to free memory\n"));
+        }
+        Ok(())
+    }
+
+    /// usemem's `do_punch_holes`: every other page, from the first, while two whole pages fit.
+    fn punch_holes(&mut self, addr: u64, len: u64) -> R<()> {
+        let mut off = 0u64;
+        while off + 2 * PAGE_SIZE <= len {
+            if self.opts().punch_holes_fallocate {
+                if let Err(e) = self.sys.punch_hole(off, PAGE_SIZE) {
+                    return Err(self.fail(format!(
+                        "fallocate FALLOC_FL_PUNCH_HOLE failed: {}\n",
+                        strerror(e)
+                    )));
+                }
+            } else if let Err(e) = self.sys.madvise(addr + off, PAGE_SIZE, MADV_DONTNEED) {
+                return Err(self.fail(format!("madvise MADV_DONTNEED failed: {}\n", strerror(e))));
+            }
+            off += 2 * PAGE_SIZE;
+        }
+        Ok(())
+    }
+}
+
+/// Least common multiple, `None` past `u64`.
+fn lcm(a: u64, b: u64) -> Option<u64> {
+    fn gcd(mut a: u64, mut b: u64) -> u64 {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    }
+    (a / gcd(a, b)).checked_mul(b)
+}
+
+/// usemem's `bind_cpu`: the CPU worker `k` is bound to with `-b interval`.
+pub fn bind_cpu(k: u64, interval: i32, nr_cpu: u64) -> Option<u64> {
+    if nr_cpu == 0 {
+        return None; // usemem divides by zero
+    }
+    Some(
+        (k as i64)
+            .wrapping_mul(i64::from(interval))
+            .rem_euclid(nr_cpu as i64) as u64,
+    )
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn lcm_of_strides() {
+        assert_eq!(lcm(1, 0x10000), Some(0x10000));
+        assert_eq!(lcm(3, 0x10000), Some(3 * 0x10000));
+        assert_eq!(lcm(512, 0x10000), Some(0x10000));
+        assert_eq!(lcm(u64::MAX, 0x10000), None);
+    }
+
+    #[test]
+    fn kbps_is_usemems_integer_arithmetic() {
+        assert_eq!(kb_per_sec(1179648, 1314), 876712);
+        assert_eq!(kb_per_sec(50331645, 368527), 133374);
+        assert_eq!(kb_per_sec(72, 1851), 37);
+        assert_eq!(kb_per_sec(3276800, 2848), 1123595);
+    }
+}

@@ -1,0 +1,277 @@
+//! `fork`'s half of the mm: a new address space that shares every anonymous page of the old
+//! one copy-on-write.
+//!
+//! Mirrors `kernel/fork.c` (`dup_mm`, `dup_mmap`), `mm/memory.c` (`copy_page_range`,
+//! `copy_pud_range`, `copy_pmd_range`, `copy_pte_range`, `copy_present_pte`), `mm/huge_memory.c`
+//! (`copy_huge_pmd`, the huge zero page's `mm_get_huge_zero_folio`), `mm/hugetlb.c`
+//! (`copy_hugetlb_page_range`) and `mm/rmap.c` (`anon_vma_fork`).
+//!
+//! ```text
+//!  parent: mmap_write_lock ─ every VMA write-locked (per-VMA locks) ─┐
+//!  child:  mmap_write_lock ───────────────────────────────────────────┤
+//!    for each VMA (not VM_DONTCOPY):  copy it (no VM_LOCKED; new anon_vma linked to the parent's)
+//!      if it needs its page tables (anon_vma, VM_PFNMAP, hugetlb) and is not VM_WIPEONFORK:
+//!        PTE:  child entry = parent entry; the page's mapcount +1, its folio a reference;
+//!              a writable entry of a private mapping loses RW on *both* sides
+//!        PMD:  THP the same (entire mapcount), with a deposited table for the child;
+//!              the huge zero page: copied, with the reference its policy wants
+//!  flush the parent's TLB (its entries just lost RW) ─ unlock both
+//! ```
+//! After that, the first write to a shared page on either side faults: `do_wp_page` reuses the
+//! page if the other side let go of it, else copies it (see `fault.rs`). Exit of either side
+//! drops its mapcounts and references; a page goes back to the allocator with the last.
+//!
+//! # Invariants
+//! - A page's mapcount is the number of entries mapping it in every mm of the fork family
+//!   (checked by `Mm::validate`, which walks the family).
+//! - No page table is shared by two mms: the child's tables are all its own.
+//! - A page mapped by two mms is never mapped writable by either (private mappings).
+//! - With `huge_zero.per_mm_ref` the child takes its own one reference on the huge zero page
+//!   when it copies a huge-zero PMD (`MMF_HUGE_ZERO_PAGE` is not inherited); without it, one
+//!   reference per copied PMD. Either way exit balances them.
+//!
+//! # Locks
+//! `parent mmap_lock (write) -> child mmap_lock (write) -> child PTE/PMD lock -> parent PTE/PMD
+//! lock` (the kernel nests the source PTL inside the destination's, `SINGLE_DEPTH_NESTING`).
+//!
+//! # Differences from Linux
+//! - Shared hugetlb mappings have their tables copied too (the engine has no hugetlbfs page
+//!   cache to fault them back from): the child shares the pages, as it would after a fault.
+//! - No `anon_vma` reuse (`anon_vma_clone` may hand the child an ancestor's idle anon_vma):
+//!   every forked VMA with pages gets a new one. No GUP pins, so no page ever has to be copied
+//!   at fork time (`folio_try_dup_anon_rmap` never fails).
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use super::fault::{is_cow_mapping, pmd_alloc_pub, pte_alloc_pub};
+use super::pgtable_alias::*;
+use super::vma::{VmFlags, Vma, VmaKind};
+use super::{rmap, Mm, RssItem};
+use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PTRS_PER_TABLE, PUD_SIZE};
+use crate::cpu::CpuId;
+use crate::error::Errno;
+use crate::page_alloc::meta::{PG_ANON, PG_HUGETLB};
+use crate::pgtable::{self, _PAGE_RW};
+use crate::stats::VmItem;
+use crate::sync::class::{PMD_LOCK, PTL};
+
+impl Mm {
+    /// `fork()`'s `dup_mm`: a new address space with a copy of this one's VMAs, sharing its
+    /// anonymous pages copy-on-write. The child has `mm_users` = 1 (put it with
+    /// [`Mm::mmput`]); it joins this mm's fork family (see [`Mm::validate`]).
+    ///
+    /// Errors: `ENOMEM` when memory for the child's page tables runs out (the partial child
+    /// is torn down, as `dup_mm` does) or this mm has exited.
+    #[doc(alias = "dup_mm")]
+    #[doc(alias = "dup_mmap")]
+    pub fn fork(&self, cpu: CpuId) -> Result<Arc<Mm>, Errno> {
+        if self.is_exited() {
+            return Err(Errno::ENOMEM);
+        }
+        let child = Mm::new_in_family(&self.machine, cpu, Arc::clone(&self.family))?;
+        child
+            .rlimit_data
+            .store(self.rlimit_data.load(Relaxed), Relaxed);
+        let r = self.dup_mmap(&child, cpu);
+        if r.is_err() {
+            child.mmput(cpu);
+        }
+        r.map(|()| child)
+    }
+
+    fn dup_mmap(&self, child: &Mm, cpu: CpuId) -> Result<(), Errno> {
+        let mut parent = self.mmap_lock.write();
+        // Lock order: parent mmap_lock (write) -> child mmap_lock (write).
+        let mut tree = child.mmap_lock.write();
+        parent.vma_start_write_all();
+        let copied = tree.dup_for_fork(&parent, &child.anon_vma_ids);
+        let mut result = Ok(());
+        for v in &copied {
+            let needs_copy = v.anon_vma() != 0
+                || v.flags.contains(VmFlags::VM_PFNMAP)
+                || matches!(v.kind, VmaKind::Hugetlb);
+            if !needs_copy || v.flags.contains(VmFlags::VM_WIPEONFORK) {
+                continue;
+            }
+            if let Err(e) = copy_page_range(child, self, v, cpu) {
+                result = Err(e);
+                break;
+            }
+        }
+        // The parent's writable entries just became read-only: flush them (flush_tlb_mm).
+        if !copied.is_empty() {
+            self.flush_tlb(cpu, None);
+        }
+        drop(tree);
+        drop(parent);
+        result
+    }
+}
+
+#[inline]
+fn addr_end(addr: u64, size: u64, end: u64) -> u64 {
+    ((addr & !(size - 1)) + size).min(end)
+}
+
+/// `copy_page_range` for one VMA `v` (the child's copy; same range in both mms).
+fn copy_page_range(dst: &Mm, src: &Mm, v: &Vma, cpu: CpuId) -> Result<(), Errno> {
+    let phys = src.machine().phys();
+    let cow = is_cow_mapping(v);
+    let mut addr = v.start;
+    while addr < v.end {
+        let next = addr_end(addr, PMD_SIZE, v.end);
+        let pgd = Slot {
+            table: src.pgd(),
+            index: pgd_index(addr),
+        }
+        .load(phys);
+        if pgd.is_none() {
+            addr = addr_end(addr, PGDIR_SIZE, v.end);
+            continue;
+        }
+        let pud = Slot {
+            table: pgd.pfn(),
+            index: pud_index(addr),
+        }
+        .load(phys);
+        if pud.is_none() {
+            addr = addr_end(addr, PUD_SIZE, v.end);
+            continue;
+        }
+        let src_pmd = Slot {
+            table: pud.pfn(),
+            index: pmd_index(addr),
+        };
+        let e = src_pmd.load(phys);
+        if !e.is_none() {
+            let dst_pmd = pmd_alloc_pub(dst, cpu, addr).map_err(|_| Errno::ENOMEM)?;
+            if e.huge() {
+                copy_huge_pmd(dst, src, cpu, dst_pmd, src_pmd, cow)?;
+            } else {
+                let dst_table = pte_alloc_pub(dst, cpu, dst_pmd).map_err(|_| Errno::ENOMEM)?;
+                copy_pte_range(dst, src, cpu, dst_table, e.pfn(), addr, next, cow);
+            }
+        }
+        addr = next;
+    }
+    Ok(())
+}
+
+/// `copy_pte_range` + `copy_present_pte` over `[addr, end)` of one PTE table.
+#[allow(clippy::too_many_arguments)]
+fn copy_pte_range(
+    dst: &Mm,
+    src: &Mm,
+    cpu: CpuId,
+    dst_table: Pfn,
+    src_table: Pfn,
+    addr: u64,
+    end: u64,
+    cow: bool,
+) {
+    let machine = src.machine();
+    let phys = machine.phys();
+    let (d, s) = (
+        phys.backing().table(dst_table),
+        phys.backing().table(src_table),
+    );
+    let (mut anon, mut shmem, mut first) = (0i64, 0i64, 0i64);
+    // Lock order: child PTE lock -> parent PTE lock.
+    let _dst_ptl = phys.meta(dst_table).ptl.lock(&PTL);
+    let _src_ptl = phys.meta(src_table).ptl.lock(&PTL);
+    let mut a = addr;
+    while a < end {
+        let i = pte_index(a);
+        a += PAGE_SIZE;
+        let mut e = Entry(s[i].load(Relaxed));
+        if !e.maps_frame() {
+            continue;
+        }
+        if !e.special() {
+            let head = rmap::compound_head(phys, e.pfn());
+            if rmap::dup_pte_map(phys, e.pfn()) {
+                first += 1;
+            }
+            if phys.meta(head).test(PG_ANON) {
+                anon += 1;
+            } else {
+                shmem += 1;
+            }
+            if cow && e.writable() {
+                // ptep_set_wrprotect on the parent; the child gets the same read-only entry.
+                e = e.with_bits(0, _PAGE_RW);
+                s[i].store(e.0, Relaxed);
+            }
+        }
+        d[i].store(e.0, Relaxed);
+    }
+    dst.add_rss(cpu, RssItem::AnonPages, anon);
+    dst.add_rss(cpu, RssItem::ShmemPages, shmem);
+    if first != 0 {
+        machine.vmstat().add(cpu, VmItem::NrAnonPages, first);
+    }
+}
+
+/// `copy_huge_pmd` (THP, huge zero page) and `copy_hugetlb_page_range` (one hugetlb PMD).
+fn copy_huge_pmd(
+    dst: &Mm,
+    src: &Mm,
+    cpu: CpuId,
+    dst_pmd: Slot,
+    src_pmd: Slot,
+    cow: bool,
+) -> Result<(), Errno> {
+    let machine = src.machine();
+    let phys = machine.phys();
+    let e = src_pmd.load(phys);
+    let hugetlb = !e.special() && phys.meta(e.pfn()).test(PG_HUGETLB);
+    // A THP or huge-zero PMD needs a table deposited for a later split (pte_alloc_one).
+    let deposit = if hugetlb {
+        None
+    } else {
+        Some(pgtable::alloc_deposit_table(phys, cpu).map_err(|_| Errno::ENOMEM)?)
+    };
+    let zero = if e.special() {
+        // mm_get_huge_zero_folio(dst_mm) / get_huge_zero_page: the page exists (the parent
+        // holds it), so this never allocates.
+        match machine.huge_zero().fault_get(&dst.flags, cpu) {
+            Some(z) => Some(z),
+            None => {
+                if let Some(t) = deposit {
+                    pgtable::free_deposit_table(phys, cpu, t);
+                }
+                return Err(Errno::ENOMEM);
+            }
+        }
+    } else {
+        None
+    };
+    // Lock order: child PMD lock -> parent PMD lock.
+    let _dst_ptl = phys.meta(dst_pmd.table).ptl.lock(&PMD_LOCK);
+    let _src_ptl = phys.meta(src_pmd.table).ptl.lock(&PMD_LOCK);
+    let mut e = src_pmd.load(phys);
+    vm_bug_on!(!e.huge(), "copy_huge_pmd of a PMD that stopped being huge");
+    if let Some(z) = zero {
+        vm_bug_on!(e.pfn() != z, "huge zero PMD maps another page");
+    } else if hugetlb {
+        phys.meta(e.pfn()).mapcount.fetch_add(1, Relaxed);
+        phys.get_page(e.pfn());
+    } else {
+        if rmap::add_pmd_map(phys, e.pfn()) {
+            machine.vmstat().add(cpu, VmItem::NrAnonPages, 512);
+        }
+        phys.get_page(e.pfn());
+        dst.add_rss(cpu, RssItem::AnonPages, PTRS_PER_TABLE as i64);
+    }
+    if cow && e.writable() && zero.is_none() {
+        e = e.with_bits(0, _PAGE_RW);
+        src_pmd.store(phys, e);
+    }
+    if let Some(t) = deposit {
+        super::memory::deposit(dst, dst_pmd, t);
+        dst.nr_tables.fetch_add(1, Relaxed);
+    }
+    dst_pmd.store(phys, e);
+    Ok(())
+}

@@ -1,0 +1,130 @@
+//! Mapcounts of anonymous folios shared between address spaces: the counting half of the
+//! reverse map.
+//!
+//! Mirrors `mm/rmap.c` (`folio_add_new_anon_rmap`, `folio_try_dup_anon_rmap_pte/pmd`,
+//! `folio_remove_rmap_pte/pmd`, `folio_mapcount`, `folio_entire_mapcount`) and
+//! `include/linux/mm.h` (`compound_head`, `page_mapcount`, `folio_mapped`).
+//!
+//! # How a mapping is counted
+//! ```text
+//!  order-0 page     mapcount = PTEs mapping it (in every mm); each PTE holds one reference
+//!  THP (order 9)    head.private  = `_entire_mapcount`: PMDs mapping the whole folio
+//!                   sub[i].mapcount = PTEs mapping subpage i (the head is subpage 0)
+//!                   head.refcount  = one per PMD + one per PTE (+ LRU batches): a PTE of a
+//!                                    subpage pins the folio, never the subpage
+//!  hugetlb (order 9) head.mapcount = PMDs mapping it (never PTE-mapped)
+//! ```
+//! A THP is PTE-mapped after a PMD split that could not split the folio itself: when another
+//! mm still maps it (fork), or when subpages are already PTE-mapped elsewhere. Linux then
+//! queues the folio for a deferred split; here it simply stays compound until its last
+//! reference goes, when it is freed whole.
+//!
+//! # Invariant (checked by `Mm::validate` over a fork family)
+//! For every frame: the mapcount equals the number of page-table entries, across every mm of
+//! the family, that map it in that way (PTE → the subpage's mapcount, PMD → the entire
+//! mapcount).
+//!
+//! # `NR_ANON_MAPPED` / `NR_ANON_THPS`
+//! Counted once per page (folio), at the first mapping and at the last unmapping, as
+//! `__folio_add_anon_rmap`/`__folio_remove_rmap` do — not once per mm.
+//!
+//! # Locks
+//! Every count changes under the page-table lock of the entry that maps (or stops mapping) the
+//! page; the counters are atomics, so two mms' PTLs need never nest.
+//!
+//! # Differences from Linux
+//! No rmap trees (no `anon_vma` interval trees, no `page->index`): nothing walks from a page
+//! to the mms mapping it. No `PageAnonExclusive`: "exclusive" is decided from the counts.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::addr::{Pfn, HPAGE_PMD_NR};
+use crate::page_alloc::meta::{PageMeta, PG_HEAD, PG_TAIL};
+use crate::page_alloc::PhysMem;
+
+/// `compound_head`: the head of the folio `pfn` belongs to (itself for an order-0 page).
+#[inline]
+pub(crate) fn compound_head(phys: &PhysMem, pfn: Pfn) -> Pfn {
+    let m = phys.meta(pfn);
+    if m.test(PG_TAIL) {
+        Pfn(u64::from(m.private.load(Relaxed)))
+    } else {
+        pfn
+    }
+}
+
+/// `folio_entire_mapcount`: PMD mappings of a THP (its head's `private`).
+#[inline]
+pub(crate) fn entire_mapcount(head: &PageMeta) -> i32 {
+    head.private.load(Relaxed) as i32
+}
+
+/// A PMD now maps the whole folio (`folio_add_anon_rmap_pmd`, `folio_try_dup_anon_rmap_pmd`).
+/// Returns whether this is the folio's first mapping of any kind.
+#[inline]
+pub(crate) fn add_pmd_map(phys: &PhysMem, head: Pfn) -> bool {
+    let first = phys.meta(head).private.fetch_add(1, Relaxed) == 0;
+    first && !pte_mapped(phys, head)
+}
+
+/// A PMD stopped mapping the folio (`folio_remove_rmap_pmd`). Returns whether the folio is
+/// now mapped nowhere.
+#[inline]
+pub(crate) fn remove_pmd_map(phys: &PhysMem, head: Pfn) -> bool {
+    let old = phys.meta(head).private.fetch_sub(1, Relaxed);
+    vm_bug_on!(old == 0, "entire mapcount below zero at {:#x}", head.0);
+    old == 1 && !pte_mapped(phys, head)
+}
+
+/// Does any PTE map a subpage of the THP at `head`?
+pub(crate) fn pte_mapped(phys: &PhysMem, head: Pfn) -> bool {
+    (0..HPAGE_PMD_NR).any(|i| phys.meta(head.add(i)).map_count() != 0)
+}
+
+/// `folio_mapcount` of the folio containing `pfn`'s point of view for a page: PTE mappings of
+/// this page plus PMD mappings of its folio.
+#[inline]
+pub(crate) fn total_mapcount(phys: &PhysMem, pfn: Pfn) -> i32 {
+    let head = compound_head(phys, pfn);
+    let hm = phys.meta(head);
+    let entire = if hm.test(PG_HEAD) {
+        entire_mapcount(hm)
+    } else {
+        0
+    };
+    phys.meta(pfn).map_count() + entire
+}
+
+/// A PTE now maps `pfn` (`folio_try_dup_anon_rmap_pte` at fork, or a PMD split): one mapcount
+/// on the page, one reference on its folio. Returns whether the page was mapped nowhere.
+#[inline]
+pub(crate) fn dup_pte_map(phys: &PhysMem, pfn: Pfn) -> bool {
+    let first = total_mapcount(phys, pfn) == 0;
+    phys.meta(pfn).mapcount.fetch_add(1, Relaxed);
+    phys.get_page(compound_head(phys, pfn));
+    first
+}
+
+/// A PTE stopped mapping `pfn` (`folio_remove_rmap_pte`); the reference it held is the
+/// caller's to drop (through the gather, or `put_page` on [`compound_head`]). Returns whether
+/// the page is now mapped nowhere.
+#[inline]
+pub(crate) fn remove_pte_map(phys: &PhysMem, pfn: Pfn) -> bool {
+    let old = phys.meta(pfn).mapcount.fetch_sub(1, Relaxed);
+    vm_bug_on!(old <= 0, "mapcount below zero at {:#x}", pfn.0);
+    total_mapcount(phys, pfn) == 0
+}
+
+/// Is the order-0 anonymous page at `pfn`, mapped by the caller's PTE, mapped by nobody else?
+/// (`wp_can_reuse_anon_folio` before large folios could be reused: a subpage of a THP is never
+/// reused, it is copied.)
+#[inline]
+pub(crate) fn pte_exclusive(phys: &PhysMem, pfn: Pfn) -> bool {
+    let m = phys.meta(pfn);
+    !m.test(PG_HEAD) && !m.test(PG_TAIL) && m.map_count() == 1
+}
+
+/// Is the THP at `head`, mapped by the caller's PMD, mapped by nothing else?
+pub(crate) fn pmd_exclusive(phys: &PhysMem, head: Pfn) -> bool {
+    entire_mapcount(phys.meta(head)) == 1 && !pte_mapped(phys, head)
+}
