@@ -417,7 +417,6 @@ pub fn comparison(
                 .iter()
                 .filter_map(|r| r.max_active.map(|m| (m as f64, r.speedup)))
                 .collect(),
-            ..Default::default()
         };
         let mut series = vec![Series {
             name: "seed (published, 320 GiB)".into(),
@@ -427,7 +426,6 @@ pub fn comparison(
                 .iter()
                 .map(|&(m, s, _)| (m as f64, PARALLEL_FREE.vanilla_s / s))
                 .collect(),
-            ..Default::default()
         }];
         if let Some(s) = &b.modelled {
             series.push(curve(s.time.clone(), &s.figures, false));
