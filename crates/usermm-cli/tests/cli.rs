@@ -496,6 +496,86 @@ fn virtual_bigfree_is_the_same_twice_and_labelled_modelled() {
     assert!(text.contains("zapping task"), "{text}");
 }
 
+#[test]
+fn scale_cost_bad_input_is_one_line() {
+    assert_usage_error(
+        &[
+            "bigfree",
+            "64M",
+            "--time",
+            "virtual",
+            "--scale-cost",
+            "nope=2",
+        ],
+        "--scale-cost nope=2",
+    );
+    assert_usage_error(
+        &[
+            "bigfree",
+            "64M",
+            "--time",
+            "virtual",
+            "--scale-cost",
+            "zap_pte",
+        ],
+        "--scale-cost",
+    );
+    assert_usage_error(
+        &[
+            "bigfree",
+            "64M",
+            "--time",
+            "virtual",
+            "--scale-cost",
+            "zap_pte=-1",
+        ],
+        "--scale-cost",
+    );
+    assert_usage_error(
+        &["bigfree", "64M", "--scale-cost", "zap_pte=2"],
+        "--time virtual",
+    );
+}
+
+/// `results.json` of a modelled reproduce: each side carries its profile and its headline
+/// figures where scripts look for them.
+#[test]
+fn reproduce_modelled_munmap_json_keys() {
+    let out = std::env::temp_dir().join(format!("usermm-cli-test-repro-{}", std::process::id()));
+    let o = usermm(&[
+        "reproduce",
+        "--only",
+        "munmap",
+        "--time",
+        "virtual",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let m = &v["munmap"]["modelled"];
+    assert_eq!(m["profile"], "e5-2680-32c");
+    let hold = &m["exclusive_hold_us"];
+    let (van, pat) = (
+        hold["vanilla"].as_f64().unwrap(),
+        hold["patched"].as_f64().unwrap(),
+    );
+    // The downgrade takes the zap out of the exclusive section.
+    assert!(van > 1000.0 * pat && pat > 0.0, "{hold}");
+    assert!(
+        v["munmap"]["measured"].is_null(),
+        "--time virtual runs the modelled side only"
+    );
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(
+        file["results"]["munmap"]["modelled"]["exclusive_hold_us"],
+        *hold
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// A walk that runs the machine out of frames says so ("out of memory at …", the fault's
 /// `VM_FAULT_OOM`) on one line: usemem's worker process dies of the OOM killer's SIGKILL —
 /// never a SIGSEGV — and usemem's parent, whose `do_tasks` ignores how its children ended,

@@ -84,7 +84,7 @@ pub fn run(_scale: Scale, out: &Path, time: &TimeArgs) -> anyhow::Result<Outcome
     };
     base.time.profile = usemem::SEED_PROFILE.into();
     time.apply(&mut base);
-    time.check(&base, None)?;
+    time.check(&mut base, None)?;
     let label = usermm_workloads::TimeLabel::of(&base).time;
     let (v, p) = usemem::run_ab(&base, &opts).map_err(|e| anyhow::anyhow!("usemem: {e}"))?;
     let (v, p) = (RunFigures::of(&v), RunFigures::of(&p));
