@@ -270,6 +270,25 @@ fn issue_13_bad_input_is_one_line_naming_the_limit() {
     );
 }
 
+/// Regression (cli_fuzz, seed 0xa9ec7ad23c93d148): an allocation unit past the address space
+/// (`-u -1`) sent the machine sizing into endless recursion, a stack overflow.
+#[test]
+fn usemem_unit_past_the_address_space_ends_normally() {
+    let o = usermm(&["usemem", "-u", "-1"]);
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    assert!(matches!(o.status.code(), Some(0..=2)), "{o:?}");
+}
+
+/// Regression (cli_fuzz, seed 0x38d7f6a6329a8239): a step past the address space (`-j -1`)
+/// overflowed the walk's address (a panic in debug builds): one word is touched, as usemem's
+/// walk touches one.
+#[test]
+fn usemem_step_past_the_address_space_walks_one_word() {
+    let o = usermm(&["usemem", "4096", "-j", "-1"]);
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+}
+
 /// `usemem -s -1` sleeps until killed, as usemem's does (it returned at once): the
 /// throughput line is printed when the walk is done, and the process is still there after.
 #[test]

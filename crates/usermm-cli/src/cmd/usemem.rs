@@ -205,6 +205,7 @@ fn default_need(o: &UsememOpts) -> u64 {
     if o.unit_bytes() > usermm::addr::TASK_SIZE {
         return default_need(&UsememOpts {
             size: 0,
+            unit: 0,
             ..o.clone()
         });
     }
