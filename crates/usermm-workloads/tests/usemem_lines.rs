@@ -204,6 +204,18 @@ fn bytes_figures_follow_the_word_arithmetic() {
         (&["-e", "1u", "64K"], &[bytes_line(73728), FREE.into()]),
         (&["-T", "1", "64K"], &[bytes_line(73728), FREE.into()]),
         (&["-S", "64K"], &[bytes_line(73728), FREE.into()]),
+        (&["-A", "64K"], &[bytes_line(73728), FREE.into()]),
+        (
+            &["--runtime", "1", "64K"],
+            &[bytes_line(73728), FREE.into()],
+        ),
+        // -b below the CPU count (2) is taken; -B maps /dev/zero from an offset.
+        (&["-b", "1", "64K"], &[bytes_line(73728), FREE.into()]),
+        (&["-B", "4096", "64K"], &[bytes_line(73728), FREE.into()]),
+        (&["-a", "64K"], &[bytes_line(73728), FREE.into()]),
+        // -d: the worker detaches before its sleep and goes on; the lines are the same.
+        (&["-d", "64K"], &[bytes_line(73728), FREE.into()]),
+        (&["--detach", "64K"], &[bytes_line(73728), FREE.into()]),
         (
             &["-M", "--madv-thp", "64K"],
             &[bytes_line(73728), FREE.into()],
@@ -514,5 +526,16 @@ fn getchar_menu_reads_stdin() {
     assert!(order[1].ends_with("unlocking memory ..... done!"), "{out}");
     assert!(order[2].ends_with("Quitting now"), "{out}");
     assert!(order[3].contains("73728 bytes / "), "{out}");
+    // The menu is usemem's box: 13 lines, two blank ones, then the prompt; three times.
+    let menu = format!(
+        "{rule}\n{blank}\n*\t\t    Enter an option\t\t\t *\n{rule}\n{blank}\n\
+         *\t\t    a ----> automate\t\t\t *\n*\t\t    l ----> locking\t\t\t *\n\
+         *\t\t    r ----> remapping\t\t\t *\n*\t\t    u ----> unlocking\t\t\t *\n\
+         *\t\t    q ----> quit\t\t\t *\n{blank}\n{blank}\n{rule}\n\n\nyour option: ",
+        rule = "*".repeat(58),
+        blank = "*\t\t\t\t\t\t\t *",
+    );
+    assert!(out.starts_with(&menu), "{out}");
+    assert_eq!(out.matches(&menu).count(), 3, "{out}");
     m.validate().unwrap();
 }

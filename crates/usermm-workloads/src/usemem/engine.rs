@@ -490,7 +490,11 @@ impl Sys for EngineSys {
         // The record moves with the mapping; a file's end stays where it was (memory that is
         // not a file's has none).
         if let Some(r) = rec {
-            let valid = if r.valid < r.len { r.valid.min(new) } else { new };
+            let valid = if r.valid < r.len {
+                r.valid.min(new)
+            } else {
+                new
+            };
             self.forget(addr, old.max(1));
             self.record(MapRec {
                 addr: n,
