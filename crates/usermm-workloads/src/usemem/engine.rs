@@ -288,10 +288,7 @@ fn sigsegv(detail: String) -> Stop {
 /// for `VM_FAULT_SIGBUS`, and for `VM_FAULT_OOM` the OOM killer's `SIGKILL` (the engine has no
 /// OOM killer to pick a victim; the faulting process, usemem's, is the one that grew).
 fn fault_stop(f: usermm::Fault) -> Stop {
-    let name = match f.code.signal() {
-        Some(name) => name,
-        None => "SIGKILL",
-    };
+    let name = f.code.signal().unwrap_or("SIGKILL");
     Stop::Signal {
         name,
         detail: f.to_string(),
@@ -526,7 +523,7 @@ impl Sys for EngineSys {
     }
 
     fn msync(&self, addr: u64, len: u64, _flags: i32) -> Result<(), Errno> {
-        if addr % PAGE != 0 {
+        if !addr.is_multiple_of(PAGE) {
             return Err(EINVAL);
         }
         if len != 0 && !self.covered(addr, len) {
@@ -536,7 +533,7 @@ impl Sys for EngineSys {
     }
 
     fn mincore(&self, addr: u64, len: u64) -> Result<(), Errno> {
-        if addr % PAGE != 0 {
+        if !addr.is_multiple_of(PAGE) {
             return Err(EINVAL);
         }
         if len == 0 || self.covered(addr, len) {

@@ -74,7 +74,7 @@ impl Mm {
         if flags & !(MREMAP_FIXED | MREMAP_MAYMOVE | MREMAP_DONTUNMAP) != 0 {
             return Err(Errno::EINVAL);
         }
-        if addr % PAGE_SIZE != 0 {
+        if !addr.is_multiple_of(PAGE_SIZE) {
             return Err(Errno::EINVAL);
         }
         let (old_len, new_len) = (page_align(old_len), page_align(new_len));
@@ -84,7 +84,7 @@ impl Mm {
         let implies_new = flags & (MREMAP_FIXED | MREMAP_DONTUNMAP) != 0;
         let max = self.machine().max_map_count();
         if implies_new {
-            if new_addr > TASK_SIZE - new_len || new_addr % PAGE_SIZE != 0 {
+            if new_addr > TASK_SIZE - new_len || !new_addr.is_multiple_of(PAGE_SIZE) {
                 return Err(Errno::EINVAL);
             }
             if flags & MREMAP_MAYMOVE == 0 {
@@ -118,7 +118,10 @@ impl Mm {
         if matches!(vma.kind, VmaKind::Hugetlb) {
             old_len = old_len.next_multiple_of(PMD_SIZE);
             new_len = new_len.next_multiple_of(PMD_SIZE);
-            if addr % PMD_SIZE != 0 || new_addr % PMD_SIZE != 0 || new_len > old_len {
+            if !addr.is_multiple_of(PMD_SIZE)
+                || !new_addr.is_multiple_of(PMD_SIZE)
+                || new_len > old_len
+            {
                 return Err(Errno::EINVAL);
             }
         }
@@ -181,7 +184,7 @@ impl Mm {
             let offset = if seen { vstart - last_end } else { 0 };
             last_end = vend;
             // vma_multi_allowed: not a file with its own get_unmapped_area.
-            let multi = !(v.kind == VmaKind::DevZero && !v.flags.contains(VmFlags::VM_MAYSHARE));
+            let multi = v.kind != VmaKind::DevZero || v.flags.contains(VmFlags::VM_MAYSHARE);
             if !multi && (seen || vend < end) {
                 return Err(Errno::EFAULT);
             }
@@ -347,7 +350,7 @@ fn new_area(tree: &VmaTree, addr: u64, len: u64, hint: u64, fixed: bool) -> Resu
     match vma.kind {
         VmaKind::Hugetlb => tree.hugetlb_get_unmapped_area(len, hint),
         VmaKind::DevZero if !shared => tree.thp_get_unmapped_area(len, hint, pgoff << 12),
-        VmaKind::Anon => tree.get_unmapped_area(len, hint, len % PMD_SIZE == 0),
+        VmaKind::Anon => tree.get_unmapped_area(len, hint, len.is_multiple_of(PMD_SIZE)),
         _ => tree.get_unmapped_area(len, hint, false),
     }
 }

@@ -102,7 +102,11 @@ impl Mm {
         start: u64,
         end: u64,
     ) -> Result<(), Errno> {
-        if start % PAGE_SIZE != 0 || end % PAGE_SIZE != 0 || start >= end || end > TASK_SIZE {
+        if !start.is_multiple_of(PAGE_SIZE)
+            || !end.is_multiple_of(PAGE_SIZE)
+            || start >= end
+            || end > TASK_SIZE
+        {
             return Err(Errno::EINVAL);
         }
         tree.may_split_range(start, end)?;
