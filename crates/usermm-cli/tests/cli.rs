@@ -368,6 +368,115 @@ fn percpu_calibrate_prints_one_row_per_point() {
     assert_usage_error(&["percpu-calibrate", "--grid-events", "0"], "--grid-events");
 }
 
+/// Virtual time's bad input: an unknown profile, a malformed or incomplete profile file, and
+/// more CPUs than the profile has hardware threads are each one line naming the field, exit 2.
+#[test]
+fn virtual_time_bad_input_names_the_field() {
+    assert_usage_error(
+        &["meminfo", "--time", "virtual", "--profile", "skylake-9000"],
+        "--profile skylake-9000: unknown profile `skylake-9000` (built in: haswell-ex-4s",
+    );
+    assert_usage_error(
+        &["bigfree", "64M", "--profile", "nope", "--max-active", "1"],
+        "--profile nope: unknown profile",
+    );
+    let dir = std::env::temp_dir().join(format!("usermm-cli-profiles-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "name = = 3\n").unwrap();
+    let bad = bad.to_str().unwrap();
+    assert_usage_error(
+        &["vmstat", "--time", "virtual", "--profile", bad],
+        "line 1, column",
+    );
+    // A profile missing one cost: every cost needs a figure and a source.
+    let full = usermm::vtime::Profile::builtin("haswell-ep-2s")
+        .unwrap()
+        .to_toml_string();
+    let incomplete = dir.join("incomplete.toml");
+    std::fs::write(
+        &incomplete,
+        full.replace("[costs.clear_page]", "[costs.clear_pages]"),
+    )
+    .unwrap();
+    let incomplete = incomplete.to_str().unwrap();
+    assert_usage_error(
+        &["meminfo", "--profile", incomplete],
+        "costs.clear_page: missing",
+    );
+    assert_usage_error(
+        &[
+            "meminfo",
+            "--time",
+            "virtual",
+            "--profile",
+            "e5-2680-32c",
+            "--cpus",
+            "33",
+        ],
+        "--cpus 33: 33 CPUs, but the machine has 32 hardware threads (profile e5-2680-32c)",
+    );
+    // usemem's default machine gives each of 73 workers a CPU: more than haswell-ep-2s has.
+    assert_usage_error(
+        &[
+            "usemem",
+            "-n",
+            "73",
+            "--readonly",
+            "64M",
+            "--time",
+            "virtual",
+        ],
+        "cpus: 73 CPUs, but the machine has 72 hardware threads (profile haswell-ep-2s)",
+    );
+    assert_usage_error(
+        &["meminfo", "--time", "virtual"],
+        "--time virtual needs --profile NAME|FILE",
+    );
+    assert_usage_error(&["meminfo", "--time", "sometimes"], "sometimes");
+    // Fake NUMA: more nodes than the profile's sockets is fine.
+    let o = usermm(&[
+        "meminfo",
+        "--profile",
+        "e5-2680-32c",
+        "--cpus",
+        "16",
+        "--nodes",
+        "8",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A virtual run's JSON is the same twice, and says how its times were obtained.
+#[test]
+fn virtual_bigfree_is_the_same_twice_and_labelled_modelled() {
+    let args = [
+        "--json",
+        "bigfree",
+        "64M",
+        "--max-active",
+        "1,2",
+        "--threshold",
+        "2048",
+        "--max-batch-count",
+        "8",
+        "--seed-only",
+        "--time",
+        "virtual",
+    ];
+    let a = usermm(&args);
+    assert!(a.status.success(), "{}", stderr(&a));
+    let b = usermm(&args);
+    assert_eq!(a.stdout, b.stdout, "two virtual runs differ");
+    let v: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+    assert_eq!(v["bigfree"]["time"], "modelled (profile haswell-ex-4s)");
+    assert_eq!(v["bigfree"]["profile"]["name"], "haswell-ex-4s");
+    let text = stdout(&usermm(&args[1..]));
+    assert!(text.contains("modelled (profile haswell-ex-4s)"), "{text}");
+    assert!(text.contains("zapping task"), "{text}");
+}
+
 /// A walk that runs the machine out of frames says so ("out of memory at …", the fault's
 /// `VM_FAULT_OOM`) on one line: usemem's worker process dies of the OOM killer's SIGKILL —
 /// never a SIGSEGV — and usemem's parent, whose `do_tasks` ignores how its children ended,

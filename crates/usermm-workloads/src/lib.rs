@@ -11,7 +11,9 @@
 //!
 //! Each workload takes options and a [`usermm::MachineConfig`], boots its own machines and
 //! returns one serde record. Only usemem has lines of its own to print, and it writes them
-//! through the [`usemem::Io`] its caller gives it. The host kernel's side of a comparison (its
+//! through the [`usemem::Io`] its caller gives it. Every workload runs its machine's code
+//! through `Machine::run` and reads time from `usermm::sync::clock`, so that with
+//! `time.mode=virtual` its figures are modelled in virtual time ([`TimeLabel`] says which). The host kernel's side of a comparison (its
 //! facts, its timed measurements) is `usermm-host`; the differential tests are `usermm-diff`.
 
 #![deny(unsafe_code)]
@@ -23,3 +25,36 @@ pub mod percpu_test;
 pub mod seeds;
 pub mod stats;
 pub mod usemem;
+
+use serde::Serialize;
+use usermm::MachineConfig;
+
+/// How a record's times were obtained, printed beside them: `measured (this host)` or
+/// `modelled (profile NAME)`, and the profile itself (every figure with its source) when
+/// modelled.
+#[derive(Debug, Clone, Serialize)]
+pub struct TimeLabel {
+    pub time: String,
+    pub profile: Option<usermm::vtime::ProfileSpec>,
+}
+
+impl TimeLabel {
+    /// The label of a machine built from `cfg` (its profile resolved as the machine does;
+    /// an unusable profile labels as the config names it).
+    pub fn of(cfg: &MachineConfig) -> Self {
+        match cfg.resolve_profile() {
+            Ok(Some(p)) => TimeLabel {
+                time: format!("modelled (profile {})", p.name()),
+                profile: Some(p.spec().clone()),
+            },
+            _ => TimeLabel {
+                time: cfg.time.label(),
+                profile: None,
+            },
+        }
+    }
+
+    pub fn is_modelled(&self) -> bool {
+        self.profile.is_some()
+    }
+}

@@ -8,9 +8,12 @@
 //! The "vanilla" value of each mechanism is the kernel before the seed's patch; "patched" is the
 //! patch. [`MachineConfig::preset`] names both, plus the seeds' machines.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::addr::{MAX_PAGE_ORDER, PAGE_SIZE};
+use crate::vtime::{Placement, Profile};
 
 /// Emulated RAM we refuse to go beyond: PFN links in [`crate::page_alloc::PageMeta`] are 32-bit.
 pub const MAX_MEM_BYTES: u64 = 16 << 40;
@@ -155,6 +158,48 @@ pub struct PcpuConfig {
     pub empty_pop_pages_high: u32,
 }
 
+/// Which clock a machine runs on (DESIGN.md §8).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeMode {
+    /// Host threads, host time: figures measured on this host.
+    #[default]
+    Wall,
+    /// The same code as a deterministic model of the profile's machine: figures modelled in
+    /// virtual time (`Machine::run`).
+    Virtual,
+}
+
+impl TimeMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            TimeMode::Wall => "wall",
+            TimeMode::Virtual => "virtual",
+        }
+    }
+}
+
+/// `time.*`: the clock, and the cost profile of virtual time.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimeConfig {
+    pub mode: TimeMode,
+    /// A built-in profile's name (`haswell-ex-4s`, `haswell-ep-2s`, `e5-2680-32c`) or the
+    /// path of a profile file; used in virtual mode only (a wall machine ignores it).
+    #[serde(default)]
+    pub profile: String,
+}
+
+impl TimeConfig {
+    /// How a report labels this machine's times: `measured (this host)` or
+    /// `modelled (profile NAME)`.
+    pub fn label(&self) -> String {
+        match self.mode {
+            TimeMode::Wall => "measured (this host)".into(),
+            TimeMode::Virtual => format!("modelled (profile {})", self.profile),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VmaConfig {
     /// Per-VMA locks (Linux 6.4+): faults take the VMA's read lock instead of `mmap_lock`
@@ -198,6 +243,9 @@ pub struct MachineConfig {
     pub munmap: MunmapConfig,
     pub pcpu: PcpuConfig,
     pub tlb: TlbConfig,
+    /// Wall or virtual time, and the profile of the latter.
+    #[serde(default)]
+    pub time: TimeConfig,
     #[serde(default)]
     pub vma: VmaConfig,
 }
@@ -252,6 +300,7 @@ impl Default for MachineConfig {
                 empty_pop_pages_high: 4,
             },
             tlb: TlbConfig { flush_cost_ns: 0 },
+            time: TimeConfig::default(),
             vma: VmaConfig::default(),
         }
     }
@@ -343,6 +392,8 @@ pub const CONFIG_KEYS: &[&str] = &[
     "pcpu.empty_pop_pages_low",
     "pcpu.empty_pop_pages_high",
     "tlb.flush_cost_ns",
+    "time.mode",
+    "time.profile",
     "vma.per_vma_lock",
 ];
 
@@ -485,6 +536,22 @@ impl MachineConfig {
             "pcpu.empty_pop_pages_low" => self.pcpu.empty_pop_pages_low = parse_num(key, v)?,
             "pcpu.empty_pop_pages_high" => self.pcpu.empty_pop_pages_high = parse_num(key, v)?,
             "tlb.flush_cost_ns" => self.tlb.flush_cost_ns = parse_num(key, v)?,
+            "time.mode" => {
+                self.time.mode = match v {
+                    "wall" => TimeMode::Wall,
+                    "virtual" => TimeMode::Virtual,
+                    _ => return err(format!("time.mode: expected wall|virtual, got '{v}'")),
+                }
+            }
+            "time.profile" => {
+                if v.is_empty() || v.chars().any(char::is_control) {
+                    return err(format!(
+                        "time.profile: expected a profile name or file, got '{}'",
+                        v.escape_debug()
+                    ));
+                }
+                self.time.profile = v.to_string();
+            }
             "vma.per_vma_lock" => self.vma.per_vma_lock = parse_bool(key, v)?,
             _ => {
                 return err(format!(
@@ -577,7 +644,30 @@ impl MachineConfig {
                 self.tlb.flush_cost_ns
             ));
         }
+        self.resolve_profile()?;
         Ok(())
+    }
+
+    /// The cost profile of a virtual machine (`None` in wall mode), loaded and checked against
+    /// the CPUs and nodes: an unknown name, a malformed or incomplete file, or more CPUs than
+    /// the profile's hardware threads are errors naming the field. `nodes` may exceed the
+    /// profile's sockets (fake NUMA: costs follow the sockets).
+    pub fn resolve_profile(&self) -> Result<Option<Arc<Profile>>, ConfigError> {
+        if self.time.mode == TimeMode::Wall {
+            return Ok(None);
+        }
+        if self.time.profile.is_empty() {
+            return err(format!(
+                "time.profile: virtual time needs a cost profile (built in: {}; or the path of a .toml file)",
+                Profile::builtin_names().join(", ")
+            ));
+        }
+        // ProfileError names its field as `profile ...`; here that field is `time.profile`.
+        let p =
+            Profile::resolve(&self.time.profile).map_err(|e| ConfigError(format!("time.{e}")))?;
+        Placement::new(&p, usize::from(self.cpus), usize::from(self.nodes))
+            .map_err(|e| ConfigError(e.to_string()))?;
+        Ok(Some(Arc::new(p)))
     }
 }
 

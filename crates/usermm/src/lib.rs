@@ -9,6 +9,13 @@
 //! process-global state, so a vanilla and a patched machine can run side by side in one process.
 //! Policies are resolved once, in constructors; nothing reads the config on a hot path.
 //!
+//! A machine runs on one of two clocks (`time.mode`, DESIGN.md §8): the wall clock (host
+//! threads, host time: figures measured on this host) or virtual time, where the same code runs
+//! through [`Machine::run`] as a deterministic model of a cost profile's machine ([`vtime`]):
+//! threads become contexts on emulated CPUs, the engine charges named costs
+//! ([`sync::charge`]) where the kernel does that work, and every lock, shared line and wake-up
+//! is ordered in virtual time by the [`sync`] seam's hooks.
+//!
 //! The library never prints. Workloads live in `usermm-workloads`, the command in `usermm-cli`.
 //!
 //! # Map (module ↔ kernel file)
@@ -18,13 +25,20 @@
 //! | [`cpu`] | `percpu-defs.h`, `topology.h` |
 //! | [`page_alloc`] | `mm/page_alloc.c` (`buddy`, `pcp`, `validate`), `include/linux/mmzone.h`, `mm/swap.c` (`lru`, `release`), `mm/hugetlb.c` (`hugetlb`) |
 //! | [`stats`] | `/proc/vmstat`, `/proc/meminfo`, `/proc/lock_stat` |
-//! | [`sync`] | the seam: `spinlock_t`, `struct mutex`, `rw_semaphore`, the split PTL, wait queues, completions, `ktime_get`; `include/linux/mmap_lock.h`, `kernel/workqueue.c` |
+//! | [`sync`] | the seam: `spinlock_t`, `struct mutex`, `rw_semaphore`, the split PTL, wait queues, completions, kthreads, `ktime_get`; `include/linux/mmap_lock.h`, `kernel/workqueue.c` |
+//! | [`vtime`] | no kernel file: virtual time, the machine model of DESIGN.md §8 (runtime, cost profiles, report) |
 //! | [`pgtable`] | `arch/x86/include/asm/pgtable*.h`, the table allocators of `mm/memory.c` |
 //! | [`mm`] | `mm_types.h`, `mm/memory.c`, `mm/mmu_gather.c`; `mm::fork` = `kernel/fork.c` (`dup_mmap`) + `copy_page_range`; `mm::mremap` = `mm/mremap.c`; `mm::rmap` = the mapcounts of `mm/rmap.c`; `mm::lock_vma` = `lock_vma_under_rcu`; `mm::vma` = `mm/vma.c` (`tree`, `merge`, `remap`), `mm/mmap.c` (`unmapped_area`), `fs/proc/task_mmu.c` (`maps`), the per-VMA-lock index (`index`); `mm::mmap` = `mm/mmap.c` (`map`, `munmap`, `brk`), `mm/mprotect.c`, `mm/madvise.c`, `mm/mlock.c`; `mm::mman` = `uapi/asm-generic/mman-common.h` |
 //! | [`huge_memory`] | the huge zero page of `mm/huge_memory.c` |
 //! | [`pcpu`], [`memcg`] | `mm/percpu.c`; the percpu side of `mm/memcontrol.c` |
 //! | [`policy`] | the gather's and munmap's resolved policies (below both `machine` and `mm`) |
-//! | [`machine`], [`backing`] | the box: CPUs, nodes, physical memory and its host backing |
+//! | [`machine`], [`backing`] | the box: CPUs, nodes, physical memory and its host backing; [`Machine::run`], the clock |
+//!
+//! `vtime` uses no other engine module (a unit test compares its placement with `cpu`'s):
+//! `sync` → `vtime` (the seam re-exports the
+//! runtime's classes, modes and costs and forwards its hooks), `config` → `vtime` (a profile is
+//! resolved with the config), `machine` → `vtime` (runs). `tests/source_rules.rs` keeps the
+//! module graph acyclic.
 //!
 //! # Lock ordering
 //! Written once here; every place where two of these nest repeats the edge in a one-line
@@ -55,7 +69,12 @@
 //!   pcp lock -> zone.lock                 -- chunk population allocates pages
 //! workqueue pool [workqueue], completions: leaves; items run with none held
 //! mmu_gather workers take no mm lock: they only free pages (lru_lock, pcp lock, zone.lock)
+//! workload barriers and start signals [futex]: leaves, taken with no engine lock held
+//! a machine's last-run report [unmodelled]: a leaf, taken outside runs only
 //! ```
+//! In a virtual run every lock above is also a virtual lock of the same class, taken before and
+//! released after the host lock (so the host lock is always free when taken, and a guard may be
+//! held across a context switch); the TLB gates are not taken there (see `mm`, "TLB model").
 //!
 //! # Unsafe
 //! The crate denies `unsafe_code`; these modules allow it, and every block in them carries a
@@ -65,6 +84,7 @@
 //! - `pcpu::region` — the host mapping behind percpu chunks;
 //! - `sync::clock`, `sync::ptlock`, `sync::rwsem` — `clock_gettime` and `rdtsc` (lock_stat's
 //!   TSC clock), parking on an address, moving a lock's value out, loom's cell pointers;
+//! - `vtime::coro` — coroutines whose bodies borrow, and suspending from inside a hook;
 //! - the VMA tree's unit tests, which probe the host kernel with raw `mmap`.
 
 #![deny(unsafe_code)]

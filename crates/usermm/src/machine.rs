@@ -4,19 +4,32 @@
 //!
 //! Construction validates the [`MachineConfig`] and resolves every policy into the object that
 //! carries it; the config is kept only to be printed in reports.
+//!
+//! # Two clocks (DESIGN.md §8)
+//! A wall machine runs on host threads and host time. A virtual machine (`time.mode=virtual`)
+//! resolves its cost profile once, here, and runs workloads through [`Machine::run`]: each
+//! call is one run of a [`vtime::Runtime`] for the machine's CPUs and nodes on the profile's
+//! topology, on the calling host thread. Its workqueues' workers are contexts of the run,
+//! started by the run's first `queue_work` and ended with it; the run's [`vtime::Report`]
+//! (per-CPU busy/spin/idle, per-context CPU time, lock_stat per class, shared lines) is kept
+//! for [`Machine::last_run_report`].
 
 use std::sync::Arc;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::addr::{Pfn, PAGE_SIZE};
-use crate::config::{ConfigError, MachineConfig, ThpMode};
+use crate::config::{ConfigError, MachineConfig, ThpMode, TimeMode};
 use crate::cpu::{CpuId, Cpus};
 use crate::huge_memory::HugeZeroPage;
 use crate::page_alloc::{meta::PG_RESERVED, Gfp, PhysMem};
 use crate::pcpu::PcpuAllocator;
 use crate::policy::{GatherPolicy, MunmapPolicy};
 use crate::stats::{MemInfo, VmItem, VmStat, VmStatSnapshot};
+use crate::sync::class::UNMODELLED;
+use crate::sync::workqueue::Workers;
+use crate::sync::Mutex;
+use crate::vtime::{self, Profile};
 use crate::Order;
 
 /// Why a machine could not be built.
@@ -66,6 +79,10 @@ pub struct Machine {
     next_mm_id: AtomicU64,
     /// The percpu allocator (`mm/percpu.c`): first and reserved chunks built at boot.
     pcpu: Arc<PcpuAllocator>,
+    /// The cost profile of a virtual machine; `None` on the wall clock.
+    profile: Option<Arc<Profile>>,
+    /// The report of the last virtual run ([`Machine::run`]).
+    last_report: Mutex<Option<vtime::Report>>,
 }
 
 impl Machine {
@@ -73,6 +90,11 @@ impl Machine {
     /// key), or when the host cannot reserve the address space.
     pub fn new(config: MachineConfig) -> Result<Arc<Machine>, MachineError> {
         config.validate()?;
+        let profile = config.resolve_profile()?;
+        let workers = match config.time.mode {
+            TimeMode::Wall => Workers::Host,
+            TimeMode::Virtual => Workers::Virtual,
+        };
         let cpus = Cpus::new(config.cpus, config.nodes);
         let stat = Arc::new(VmStat::new(cpus.nr_possible()));
         let phys = Arc::new(
@@ -91,7 +113,7 @@ impl Machine {
             Arc::downgrade(&(Arc::clone(&huge_zero) as Arc<dyn crate::page_alloc::Shrinker>));
         phys.register_shrinker(weak);
         let worker_cpus = cpus.all().collect();
-        let gather = GatherPolicy::new(&config.gather, &config.free, worker_cpus);
+        let gather = GatherPolicy::new(&config.gather, &config.free, worker_cpus, workers);
         let munmap = MunmapPolicy {
             downgrade: config.munmap.downgrade,
             min_bytes: config.munmap.downgrade_min_bytes,
@@ -101,9 +123,10 @@ impl Machine {
         let per_vma_lock = config.vma.per_vma_lock;
         let (thp, max_map_count) = (config.thp, config.max_map_count as usize);
         let pcpu = Arc::new(
-            PcpuAllocator::new(&config.pcpu, cpus.clone(), Arc::clone(&phys)).map_err(|e| {
-                MachineError::Config(ConfigError(format!("percpu first chunk: {e}")))
-            })?,
+            PcpuAllocator::with_workers(&config.pcpu, cpus.clone(), Arc::clone(&phys), workers)
+                .map_err(|e| {
+                    MachineError::Config(ConfigError(format!("percpu first chunk: {e}")))
+                })?,
         );
         Ok(Arc::new(Machine {
             config,
@@ -120,7 +143,68 @@ impl Machine {
             max_map_count,
             next_mm_id: AtomicU64::new(1),
             pcpu,
+            profile,
+            last_report: Mutex::new(&UNMODELLED, None),
         }))
+    }
+
+    /// Run `f` as the machine's code on `cpu`. Wall: call `f`. Virtual: run `f` as the first
+    /// context of a new run of the machine's runtime on this host thread, and return when
+    /// every context of the run has finished (the threads `f` started through
+    /// [`crate::sync::thread`], the workqueues' workers); the run's report is then
+    /// [`Machine::last_run_report`]. Inside a run already, `f` is just called.
+    ///
+    /// # Panics
+    /// With the payload of a context's panic, or when the run deadlocks (the message names the
+    /// blocked contexts).
+    pub fn run<T>(&self, cpu: CpuId, f: impl FnOnce() -> T) -> T {
+        let Some(profile) = &self.profile else {
+            return f();
+        };
+        if vtime::in_run() {
+            return f();
+        }
+        let rt = vtime::Runtime::new(
+            Arc::clone(profile),
+            self.cpus.nr_possible(),
+            self.cpus.nr_nodes(),
+        )
+        .expect("the profile was checked against the CPUs and nodes at construction");
+        let r = rt.run(cpu.index(), || {
+            let r = f();
+            // Workers exit once they have drained their queues; the run waits for them.
+            if let Some(wq) = self.gather.workqueue() {
+                wq.end_run();
+            }
+            self.pcpu.end_run();
+            r
+        });
+        *self.last_report.lock() = Some(rt.report());
+        r
+    }
+
+    /// The clock this machine runs on.
+    pub fn time_mode(&self) -> TimeMode {
+        self.config.time.mode
+    }
+
+    /// The cost profile of a virtual machine (`None` on the wall clock).
+    pub fn profile(&self) -> Option<&Arc<Profile>> {
+        self.profile.as_ref()
+    }
+
+    /// `measured (this host)` or `modelled (profile NAME)`: the label of every time this
+    /// machine reports.
+    pub fn time_label(&self) -> String {
+        match &self.profile {
+            None => "measured (this host)".into(),
+            Some(p) => format!("modelled (profile {})", p.name()),
+        }
+    }
+
+    /// The report of the last [`Machine::run`] of a virtual machine.
+    pub fn last_run_report(&self) -> Option<vtime::Report> {
+        self.last_report.lock().clone()
     }
 
     pub fn config(&self) -> &MachineConfig {

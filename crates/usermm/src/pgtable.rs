@@ -33,6 +33,7 @@
 //! # Differences from Linux
 //! No p4d (folded, as with 4-level paging). The PGD page is counted in `PageTables` too.
 
+use crate::sync::{charge, Cost};
 use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
 use crate::addr::{Order, Pfn, PAGE_SHIFT, PGDIR_SHIFT, PMD_SHIFT, PUD_SHIFT};
@@ -157,6 +158,7 @@ impl Slot {
     /// `free_pgtables` clearing a PMD of a detached range (invariant 1).
     #[inline]
     pub(crate) fn store(&self, phys: &PhysMem, e: Entry) {
+        charge(Cost::SetPte, 1);
         self.atomic(phys).store(e.0, Release)
     }
     /// Clear and return the old value (`ptep_get_and_clear`).
@@ -170,6 +172,8 @@ impl Slot {
 pub(crate) fn alloc_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError> {
     let pfn = phys.alloc_pages(cpu, Order(0), Gfp::KERNEL)?;
     phys.backing().zero_table(pfn);
+    charge(Cost::PtAlloc, 1);
+    charge(Cost::ClearPage, 1);
     // pmd_ptlock_init: no tables deposited yet (used only if this becomes a PMD table).
     phys.meta(pfn).set_pmd_huge_pte(None);
     phys.meta(pfn).set(PG_PGTABLE);
@@ -183,6 +187,10 @@ pub(crate) fn alloc_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError>
 /// backing a deposit costs the host nothing until it is used.
 pub(crate) fn alloc_deposit_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, AllocError> {
     let pfn = phys.alloc_pages(cpu, Order(0), Gfp::KERNEL)?;
+    // The kernel's pte_alloc_one zeroes it (GFP_PGTABLE_USER has __GFP_ZERO): charged, though
+    // the host skips it.
+    charge(Cost::PtAlloc, 1);
+    charge(Cost::ClearPage, 1);
     phys.meta(pfn).set(PG_PGTABLE);
     phys.stat().inc(cpu, VmItem::NrPageTablePages);
     Ok(pfn)
@@ -190,6 +198,7 @@ pub(crate) fn alloc_deposit_table(phys: &PhysMem, cpu: CpuId) -> Result<Pfn, All
 
 /// Free a deposited table that was never used as a table.
 pub(crate) fn free_deposit_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
+    charge(Cost::PtFree, 1);
     phys.meta(pfn).clear(PG_PGTABLE);
     phys.stat().add(cpu, VmItem::NrPageTablePages, -1);
     phys.release_pages(cpu, &[pfn]);
@@ -207,6 +216,7 @@ pub(crate) fn free_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
         "freeing PMD table {pfn:?} with tables still deposited"
     );
     phys.meta(pfn).ptl.ptlock_free();
+    charge(Cost::PtFree, 1);
     phys.meta(pfn).clear(PG_PGTABLE);
     phys.stat().add(cpu, VmItem::NrPageTablePages, -1);
     phys.release_pages(cpu, &[pfn]);

@@ -10,7 +10,7 @@ use std::sync::atomic::AtomicU64;
 
 use crate::config::{BatchSwitch, FreeConfig, FreePolicy, GatherConfig};
 use crate::cpu::CpuId;
-use crate::sync::workqueue::Workqueue;
+use crate::sync::workqueue::{Workers, Workqueue};
 
 /// `MMU_GATHER_BUNDLE`: on-stack slots of `tlb->local`.
 pub const MMU_GATHER_BUNDLE: usize = 8;
@@ -49,11 +49,21 @@ impl std::fmt::Debug for GatherPolicy {
 }
 
 impl GatherPolicy {
-    pub(crate) fn new(g: &GatherConfig, f: &FreeConfig, worker_cpus: Vec<CpuId>) -> Self {
+    pub(crate) fn new(
+        g: &GatherConfig,
+        f: &FreeConfig,
+        worker_cpus: Vec<CpuId>,
+        workers: Workers,
+    ) -> Self {
         let free = match f.policy {
             FreePolicy::Inline => BatchFree::Inline,
             FreePolicy::Parallel => BatchFree::Parallel(ParallelFree {
-                wq: Workqueue::new("batch_free_wq", f.max_active as usize, worker_cpus),
+                wq: Workqueue::with_workers(
+                    "batch_free_wq",
+                    f.max_active as usize,
+                    worker_cpus,
+                    workers,
+                ),
                 threshold: f.threshold_pages,
                 fail_every: f.fail_job_alloc_every as u64,
                 attempts: AtomicU64::new(0),

@@ -8,7 +8,8 @@
 //!   data (its PTE is not zapped yet: the access is ordered before the unmap, as on Linux where
 //!   the MMU still translates it) or get `SEGV_MAPERR` — never the zero page, never a fresh page,
 //!   never a stale page of an earlier mapping, and no fault may succeed once any thread has seen
-//!   the range unmapped. Run under both policies.
+//!   the range unmapped. Run under both policies, on the wall clock (host threads) and in virtual
+//!   time (the same code as contexts of a run on `e5-2680-32c`, seed 003's machine).
 //! - `negative_control`: the same checker pointed at the wrong order (zap under the read lock
 //!   with the VMA still in the tree, *then* detach — MADV_DONTNEED followed by munmap) must find
 //!   violations, so the checker is known to be able to fail.
@@ -24,11 +25,12 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use common::*;
-use usermm::config::{BackingMode, MachineConfig, ThpMode};
+use usermm::config::{BackingMode, MachineConfig, ThpMode, TimeMode};
 use usermm::mm::fault::handle_mm_fault;
 use usermm::mm::mmap::*;
 use usermm::page_alloc::Gfp;
 use usermm::stats::VmItem;
+use usermm::sync::thread as sthread;
 use usermm::{CpuId, Machine, Mm, Order, SegvCode, Task};
 
 const RW: u32 = PROT_READ | PROT_WRITE;
@@ -337,7 +339,7 @@ fn wait_until(r: &Round, ready: impl Fn() -> bool) {
             !r.broken.load(SeqCst),
             "a racer thread panicked (see its message above)"
         );
-        std::thread::sleep(Duration::from_micros(50));
+        sthread::sleep(Duration::from_micros(50));
     }
 }
 
@@ -464,7 +466,8 @@ struct Outcome {
     zero_reads: u64,
 }
 
-/// Rounds of populate → unmap while `racers` threads hammer the range, for about `budget`.
+/// Rounds of populate → unmap while `racers` threads hammer the range, for about `budget` (on
+/// the wall clock; a virtual run does `min_rounds`, the same ones every time).
 fn race(
     downgrade: bool,
     thp: ThpMode,
@@ -472,13 +475,22 @@ fn race(
     racers: usize,
     len: u64,
     budget: Duration,
+    time: TimeMode,
 ) -> Outcome {
     let m = machine(downgrade, |c| {
         c.mem = 512 << 20;
         c.cpus = racers as u16 + 1;
         c.backing = BackingMode::Full;
         c.thp = thp;
+        c.time.mode = time;
+        c.time.profile = "e5-2680-32c".into();
     });
+    m.run(C0, || race_on(&m, how, racers, len, budget))
+}
+
+fn race_on(m: &Arc<Machine>, how: Unmap, racers: usize, len: u64, budget: Duration) -> Outcome {
+    let m = Arc::clone(m);
+    let wall = m.time_mode() == TimeMode::Wall;
     let free0 = free_pages(&m);
     let mm = Mm::new(&m, C0).unwrap();
     let base = 0x10_0000_0000u64;
@@ -494,11 +506,12 @@ fn race(
     let mut rounds = 0u64;
     let mut downgraded = 0u64;
     let t0 = Instant::now();
-    std::thread::scope(|s| {
+    sthread::scope(|s| {
         for i in 0..racers {
-            let t = Task::new(Arc::clone(&mm), CpuId(1 + i as u16));
+            let cpu = CpuId(1 + i as u16);
+            let t = Task::new(Arc::clone(&mm), cpu);
             let (r, c) = (&r, &c);
-            s.spawn(move || {
+            s.spawn_on(cpu, move || {
                 racer(
                     t,
                     base,
@@ -511,7 +524,7 @@ fn race(
             });
         }
         let t = task(&mm);
-        while rounds < 4 || t0.elapsed() < budget {
+        while rounds < 4 || (wall && t0.elapsed() < budget) {
             rounds += 1;
             let round = rounds;
             // The same address every round: a stale page of an earlier round would show.
@@ -527,7 +540,7 @@ fn race(
             r.state.store(POPULATING, SeqCst);
             r.round.store(round, Release);
             // Let the racers get going on the populated range.
-            std::thread::sleep(Duration::from_micros(200));
+            sthread::sleep(Duration::from_micros(200));
             r.state.store(UNMAPPING, SeqCst);
             match how {
                 Unmap::Munmap => {
@@ -536,12 +549,12 @@ fn race(
                 }
                 Unmap::ZapBeforeDetach => {
                     mm.madvise(C0, base, len, MADV_DONTNEED).unwrap();
-                    std::thread::sleep(Duration::from_millis(2));
+                    sthread::sleep(Duration::from_millis(2));
                     mm.munmap(C0, base, len).unwrap();
                 }
             }
             r.state.store(UNMAPPED, SeqCst);
-            std::thread::sleep(Duration::from_micros(200));
+            sthread::sleep(Duration::from_micros(200));
             r.state.store(OVER, SeqCst);
             wait_until(&r, || r.done.load(SeqCst) == round * racers as u64);
             assert_eq!(mm.rss_total(), 0, "round {round}: pages left mapped");
@@ -566,8 +579,12 @@ fn race(
 mod racing_faults {
     use super::*;
 
-    /// 1.5 s of rounds (at least 4), times `USERMM_TEST_SCALE`.
     fn check(name: &str, downgrade: bool, thp: ThpMode) {
+        check_in(name, downgrade, thp, TimeMode::Wall);
+    }
+
+    /// 1.5 s of rounds (at least 4), times `USERMM_TEST_SCALE`.
+    fn check_in(name: &str, downgrade: bool, thp: ThpMode, time: TimeMode) {
         let o = race(
             downgrade,
             thp,
@@ -575,9 +592,10 @@ mod racing_faults {
             3,
             16 << 20,
             Duration::from_millis(1500) * usermm_testscale::scale() as u32,
+            time,
         );
         let msg = format!(
-            "munmap.downgrade={downgrade} thp={thp:?}: {} rounds ({} downgraded), {} racing accesses checked: \
+            "munmap.downgrade={downgrade} thp={thp:?} time={time:?}: {} rounds ({} downgraded), {} racing accesses checked: \
 {} racing faults got SEGV_MAPERR ({} of them started before munmap returned), {} reads saw their page's own \
 data before its zap, {} accesses after munmap returned; violations: {}",
             o.rounds, o.downgraded, o.racing, o.maperr, o.maperr_during, o.pattern, o.after, o.violations
@@ -603,6 +621,39 @@ data before its zap, {} accesses after munmap returned; violations: {}",
     fn downgraded_munmap_thp() {
         check("munmap_downgrade::downgraded_thp", true, ThpMode::Always);
     }
+
+    /// The same property in virtual time: the racers are contexts on their own emulated
+    /// CPUs, an access is atomic between two synchronisation points (no TLB gate), and the
+    /// munmap's detach, downgrade and zap are ordered against their faults in virtual time.
+    #[test]
+    fn virtual_downgraded_munmap_4k() {
+        check_in(
+            "munmap_downgrade::virtual_downgraded_4k",
+            true,
+            ThpMode::Never,
+            TimeMode::Virtual,
+        );
+    }
+
+    #[test]
+    fn virtual_exclusive_munmap_4k() {
+        check_in(
+            "munmap_downgrade::virtual_exclusive_4k",
+            false,
+            ThpMode::Never,
+            TimeMode::Virtual,
+        );
+    }
+
+    #[test]
+    fn virtual_downgraded_munmap_thp() {
+        check_in(
+            "munmap_downgrade::virtual_downgraded_thp",
+            true,
+            ThpMode::Always,
+            TimeMode::Virtual,
+        );
+    }
 }
 
 mod negative_control {
@@ -611,6 +662,16 @@ mod negative_control {
     /// Zap first, detach later: racing reads get the zero page, and the checker says so.
     #[test]
     fn zap_before_detach_is_caught() {
+        caught_in(TimeMode::Wall);
+    }
+
+    /// The checker fails in virtual time too.
+    #[test]
+    fn virtual_zap_before_detach_is_caught() {
+        caught_in(TimeMode::Virtual);
+    }
+
+    fn caught_in(time: TimeMode) {
         let o = race(
             true,
             ThpMode::Never,
@@ -618,9 +679,10 @@ mod negative_control {
             2,
             4 << 20,
             Duration::from_millis(300),
+            time,
         );
         let msg = format!(
-            "zap-before-detach: {} rounds, {} racing accesses, {} violations ({} wrong reads)",
+            "zap-before-detach ({time:?}): {} rounds, {} racing accesses, {} violations ({} wrong reads)",
             o.rounds, o.racing, o.violations, o.zero_reads
         );
         eprintln!("{msg}");

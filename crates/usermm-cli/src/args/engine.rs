@@ -3,10 +3,14 @@
 //! [`EngineArgs::to_config`] is the only place flags become a [`MachineConfig`]: a command's
 //! defaults, then `--preset` (only what the preset changes), then the flags, then each `--set`
 //! in order, then [`MachineConfig::validate`]. Each error names the flag that caused it.
+//!
+//! [`TimeArgs`] (`--time wall|virtual`, `--profile NAME|FILE`) are part of the engine flags,
+//! and stand alone in commands that build their machines themselves (`reproduce`).
 
 use clap::{Args, ValueEnum};
 use serde::Serialize;
-use usermm::config::{BackingMode, MachineConfig, ThpMode, MAX_CPUS, MAX_NODES};
+use usermm::config::{BackingMode, MachineConfig, ThpMode, TimeMode, MAX_CPUS, MAX_NODES};
+use usermm::vtime::Profile;
 
 use super::usage::{usage, UsageError};
 use super::value::parse_mem_arg;
@@ -54,6 +58,88 @@ impl From<ThpArg> for ThpMode {
     }
 }
 
+/// `--time`: which clock the figures are read on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeArg {
+    /// Host threads, host time: figures measured on this host.
+    Wall,
+    /// The same code as a deterministic model of the profile's machine: figures modelled.
+    Virtual,
+}
+
+/// The clock of a run (DESIGN.md §8).
+#[derive(Debug, Clone, Default, Args, Serialize)]
+#[command(next_help_heading = "Time")]
+pub struct TimeArgs {
+    /// wall: host threads and host time (measured on this host); virtual: the same code as a
+    /// deterministic model of the profile's machine (modelled, identical run after run).
+    #[arg(long = "time", value_name = "MODE")]
+    pub mode: Option<TimeArg>,
+    /// Cost profile of virtual time: haswell-ex-4s, haswell-ep-2s, e5-2680-32c or a .toml
+    /// file (alone, it implies --time virtual; default: the experiment's seed machine).
+    #[arg(long, value_name = "NAME|FILE")]
+    pub profile: Option<String>,
+}
+
+impl TimeArgs {
+    /// Whether these flags ask for virtual time.
+    pub fn is_virtual(&self) -> bool {
+        match self.mode {
+            Some(TimeArg::Virtual) => true,
+            Some(TimeArg::Wall) => false,
+            None => self.profile.is_some(),
+        }
+    }
+
+    /// Set `time.*` of `c`: the mode, and the profile when given (else `c`'s default).
+    pub fn apply(&self, c: &mut MachineConfig) {
+        if self.is_virtual() {
+            c.time.mode = TimeMode::Virtual;
+        } else if self.mode.is_some() {
+            c.time.mode = TimeMode::Wall;
+        }
+        if let Some(p) = &self.profile {
+            c.time.profile = p.clone();
+        }
+    }
+
+    /// Check the profile of a virtual `c` before anything runs: an unknown name, a malformed
+    /// or incomplete file, or more CPUs than the profile has hardware threads is a
+    /// [`UsageError`] naming the flag (or the key) that caused it.
+    pub fn check(&self, c: &MachineConfig, cpus_flag: Option<u16>) -> anyhow::Result<()> {
+        if c.time.mode != TimeMode::Virtual {
+            return Ok(());
+        }
+        if c.time.profile.is_empty() {
+            return usage(format!(
+                "--time virtual needs --profile NAME|FILE (built in: {})",
+                Profile::builtin_names().join(", ")
+            ));
+        }
+        let p = match Profile::resolve(&c.time.profile) {
+            Ok(p) => p,
+            Err(e) => {
+                let flag = match &self.profile {
+                    Some(name) => format!("--profile {name}"),
+                    None => format!("time.profile={}", c.time.profile),
+                };
+                // The profile's own message names its field ("profile t.toml: costs.x: ...").
+                let msg = e.to_string();
+                let msg = msg.strip_prefix("profile: ").unwrap_or(&msg);
+                return usage(format!("{flag}: {msg}"));
+            }
+        };
+        if let Err(e) = p.check_cpus(usize::from(c.cpus)) {
+            let flag = cpus_flag.map_or("cpus".to_string(), |n| format!("--cpus {n}"));
+            let msg = e.to_string();
+            let msg = msg.strip_prefix("cpus: ").unwrap_or(&msg);
+            return usage(format!("{flag}: {msg}"));
+        }
+        Ok(())
+    }
+}
+
 /// The emulated machine, shared by every engine command. Each flag left out keeps the
 /// command's default.
 #[derive(Debug, Clone, Default, Args, Serialize)]
@@ -82,6 +168,8 @@ pub struct EngineArgs {
     /// Set one configuration key, e.g. --set free.parallel=on (repeatable; applied last).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
+    #[command(flatten)]
+    pub time: TimeArgs,
 }
 
 impl EngineArgs {
@@ -116,11 +204,13 @@ impl EngineArgs {
         if let Some(t) = self.thp {
             c.thp = t.into();
         }
+        self.time.apply(&mut c);
         for s in &self.set {
             if let Err(e) = c.set(s) {
                 return usage(format!("--set {s}: {e}"));
             }
         }
+        self.time.check(&c, self.cpus)?;
         if let Err(e) = c.validate() {
             return usage(format!("invalid machine configuration: {e}"));
         }

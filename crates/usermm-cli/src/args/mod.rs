@@ -20,7 +20,7 @@ mod value;
 use clap::Args;
 use serde::Serialize;
 
-pub use engine::{BackingArg, EngineArgs, MachineArgs, ThpArg};
+pub use engine::{BackingArg, EngineArgs, MachineArgs, ThpArg, TimeArg, TimeArgs};
 pub use usage::{usage, UsageError};
 pub use value::{parse_mem_arg, parse_nonzero_size_arg, parse_size_arg};
 

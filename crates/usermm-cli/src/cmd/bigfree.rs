@@ -274,7 +274,8 @@ pub fn free_table(b: &BigfreeResult) -> Table {
     let seed = &b.seed;
     let mut t = Table::new(
         format!(
-            "free time vs max_active (seed: {} on {})",
+            "free time vs max_active, {} (seed: {} on {}, measured)",
+            b.time,
             human_bytes(seed.size),
             seed.machine
         ),
@@ -336,8 +337,14 @@ pub fn free_table(b: &BigfreeResult) -> Table {
 
 /// Where the time goes: lock_stat of the free and who spent the CPU time, per row.
 pub fn lock_table(b: &BigfreeResult) -> Table {
+    if b.profile.is_some() {
+        return virtual_lock_table(b);
+    }
     let mut l = Table::new(
-        "where the time goes: lock_stat of the free, summed over nodes (median of runs)",
+        format!(
+            "where the time goes: lock_stat of the free, summed over nodes (median of runs), {}",
+            b.time
+        ),
         [
             "row",
             "zone.lock acq",
@@ -377,6 +384,102 @@ pub fn lock_table(b: &BigfreeResult) -> Table {
         ]);
     }
     l
+}
+
+/// [`lock_table`] of a virtual run: the same lock_stat and who paid, in virtual time, with the
+/// emulated CPUs' spin time instead of the host's facts (a virtual run has none).
+fn virtual_lock_table(b: &BigfreeResult) -> Table {
+    let mut l = Table::new(
+        format!(
+            "where the time goes: lock_stat of the free, summed over nodes, {}",
+            b.time
+        ),
+        [
+            "row",
+            "zone.lock acq",
+            "contended",
+            "wait (ms)",
+            "hold (ms)",
+            "lru_lock acq",
+            "contended",
+            "wait (ms)",
+            "hold (ms)",
+            "task CPU (s)",
+            "workers CPU (s)",
+            "spin (ms)",
+            "worker CPUs",
+        ],
+    );
+    for row in &b.rows {
+        let m = |f: &dyn Fn(&bigfree::RunSample) -> f64| {
+            stats::median(&row.samples.iter().map(f).collect::<Vec<_>>())
+        };
+        let workers = row.max_active.map_or("-".to_string(), |n| {
+            // Workers are bound to CPUs 0..n (the task is on the last CPU).
+            let sockets: std::collections::BTreeSet<usize> = row
+                .samples
+                .first()
+                .map(|s| s.cpus.iter().take(n as usize).map(|c| c.socket).collect())
+                .unwrap_or_default();
+            format!("0-{} (sockets {:?})", n - 1, sockets)
+        });
+        l.push_row([
+            row.label.clone(),
+            format!("{:.0}", m(&|s| s.zone_lock.acquisitions as f64)),
+            format!("{}", row.zone_contentions),
+            format!("{:.2}", row.zone_wait_ms),
+            format!("{:.2}", m(&|s| s.zone_lock.hold_ns as f64) / 1e6),
+            format!("{:.0}", m(&|s| s.lru_lock.acquisitions as f64)),
+            format!("{}", row.lru_contentions),
+            format!("{:.2}", row.lru_wait_ms),
+            format!("{:.2}", m(&|s| s.lru_lock.hold_ns as f64) / 1e6),
+            secs(m(&|s| s.task_cpu_ns as f64) / 1e9),
+            secs(m(&|s| s.worker_cpu_ns as f64) / 1e9),
+            format!("{:.2}", row.spin_ms),
+            workers,
+        ]);
+    }
+    l
+}
+
+/// Every emulated CPU over the free of `row`'s first run (virtual time only): who paid.
+pub fn cpu_table(b: &BigfreeResult, row: &bigfree::BigfreeRow) -> Option<Table> {
+    let s = row.samples.first().filter(|s| !s.cpus.is_empty())?;
+    let mut t = Table::new(
+        format!(
+            "emulated CPUs over the free, {} ({}): busy, spinning, idle",
+            row.label, b.time
+        ),
+        [
+            "CPU",
+            "socket",
+            "node",
+            "busy (ms)",
+            "spin (ms)",
+            "idle (ms)",
+            "role",
+        ],
+    );
+    let task = s.cpus.len() - 1;
+    for c in &s.cpus {
+        let role = if c.cpu == task {
+            "zapping task".to_string()
+        } else if row.max_active.is_some_and(|n| c.cpu < n as usize) {
+            format!("worker {}", c.cpu)
+        } else {
+            "-".to_string()
+        };
+        t.push_row([
+            c.cpu.to_string(),
+            c.socket.to_string(),
+            c.node.to_string(),
+            format!("{:.3}", c.busy_ns as f64 / 1e6),
+            format!("{:.3}", c.spin_ns as f64 / 1e6),
+            format!("{:.3}", c.idle_ns as f64 / 1e6),
+            role,
+        ]);
+    }
+    Some(t)
 }
 
 /// Speedup over vanilla against `max_active`, the seed's and ours (for a line plot).
@@ -429,6 +532,14 @@ pub fn render(r: &BigfreeRecord) -> String {
         "bigfree {}: one anonymous mapping, THP off, every page written, freed by {how}",
         human_bytes(b.size)
     );
+    let _ = writeln!(out, "time: {}", b.time);
+    if let Some(p) = &b.profile {
+        let _ = writeln!(
+            out,
+            "profile {}: {} (costs provisional unless their source says otherwise; --json prints every figure with its source)",
+            p.name, p.description
+        );
+    }
     let _ = writeln!(
         out,
         "engine: {} nodes, {} CPUs, {} {:?} RAM, pcp high/batch {}/{}, {:?} batch switch, threshold {} pages, max_batch_count 19 vanilla / {} parallel; {} run(s) per row, median ±MAD; host: {} hardware threads",
@@ -449,6 +560,18 @@ pub fn render(r: &BigfreeRecord) -> String {
     out.push('\n');
     out += &lock_table(b).render_text();
     out.push('\n');
+    if b.profile.is_some() {
+        let best = b
+            .patched
+            .as_ref()
+            .and_then(|p| b.rows.iter().find(|r| r.label == p.label));
+        for row in b.rows.first().into_iter().chain(best) {
+            if let Some(t) = cpu_table(b, row) {
+                out += &t.render_text();
+                out.push('\n');
+            }
+        }
+    }
     if let Some(p) = &b.patched {
         let (seed_ma, seed_s) = b.seed.best();
         let _ = writeln!(

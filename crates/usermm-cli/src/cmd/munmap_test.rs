@@ -34,10 +34,11 @@ pub struct MunmapTestArgs {
     /// Size of each faulter's VMA (a write fault per page, then MADV_DONTNEED).
     #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_nonzero_size_arg)]
     pub faulter_size: u64,
-    /// Length of each baseline window (faulters without a munmap), ms.
-    #[arg(long, value_name = "MS", default_value_t = 1000,
+    /// Length of each baseline window (faulters without a munmap), ms (default 1000; 20 in
+    /// virtual time, where a window has no noise to average out).
+    #[arg(long, value_name = "MS",
           value_parser = clap::value_parser!(u64).range(1..=600_000))]
-    pub baseline_ms: u64,
+    pub baseline_ms: Option<u64>,
     /// Skip the baseline under CPU load (a spinning thread standing in for the zapper).
     #[arg(long)]
     pub no_loaded_baseline: bool,
@@ -80,17 +81,24 @@ impl MunmapTestArgs {
         if machine.cpus < 2 {
             return usage("munmap-test needs --cpus ≥ 2 (the munmapping CPU and the faulters')");
         }
+        let modelled = machine.time.mode == usermm::config::TimeMode::Virtual;
         Ok(MunmapTestOpts {
             machine,
             size: self.size,
             faulters,
             faulter_bytes: self.faulter_size,
             repeat: self.repeat,
-            baseline_ms: self.baseline_ms,
-            loaded_baseline: !self.no_loaded_baseline,
-            populate_threads: std::thread::available_parallelism()
-                .map_or(1, |n| n.get())
-                .min(4) as u32,
+            baseline_ms: self.baseline_ms.unwrap_or(if modelled { 20 } else { 1000 }),
+            // A virtual CPU is a core of its own: a busy one takes nothing from the faulters.
+            loaded_baseline: !self.no_loaded_baseline && !modelled,
+            // The host's parallelism must not enter a virtual run: 2 populating tasks there.
+            populate_threads: if modelled {
+                2
+            } else {
+                std::thread::available_parallelism()
+                    .map_or(1, |n| n.get())
+                    .min(4) as u32
+            },
         })
     }
 }
@@ -201,7 +209,7 @@ pub fn render(r: &MunmapTestResult) -> String {
     let mut s = format!(
         "usermm munmap-test {}: one mapping of {} pages (4 KiB, thp={:?}, backing={:?}) unmapped while {} thread(s) \
 write-fault in VMAs of their own (each {}; MADV_DONTNEED after each pass). Machine: {} CPUs, {} node(s), mem {}; \
-host: {} CPU(s). {} run(s) per policy, each on a fresh machine; figures are medians.\n\n",
+host: {} CPU(s). {} run(s) per policy, each on a fresh machine; figures are medians.\nusermm's times: {}.\n\n",
         human_bytes(o.size),
         o.size / usermm::PAGE_SIZE,
         m.thp,
@@ -213,6 +221,7 @@ host: {} CPU(s). {} run(s) per policy, each on a fresh machine; figures are medi
         human_bytes(m.mem),
         r.host_cpus,
         o.repeat,
+        r.time,
     );
     let seed = &r.seed;
     s += &format!(
@@ -239,7 +248,11 @@ host: {} CPU(s). {} run(s) per policy, each on a fresh machine; figures are medi
     s += "\n";
 
     let mut t = Table::new(
-        format!("munmap of {} (medians)", human_bytes(o.size)),
+        format!(
+            "munmap of {} (medians; seed measured, usermm {})",
+            human_bytes(o.size),
+            r.time
+        ),
         [
             "",
             "seed vanilla",
@@ -479,7 +492,7 @@ mod test {
             faulters: Some(1),
             repeat: 1,
             faulter_size: 64 << 10,
-            baseline_ms: 10,
+            baseline_ms: Some(10),
             no_loaded_baseline: false,
             engine: EngineArgs {
                 cpus: Some(4),
@@ -503,7 +516,7 @@ mod test {
             faulters: None,
             repeat: 1,
             faulter_size: 1 << 20,
-            baseline_ms: 10,
+            baseline_ms: Some(10),
             no_loaded_baseline: false,
             engine: EngineArgs {
                 mem: Some(512 << 20),

@@ -194,14 +194,19 @@ pub fn table(r: &PercpuAbResult) -> Table {
 }
 
 pub fn run(args: &PercpuTestArgs, g: &GlobalArgs) -> anyhow::Result<()> {
-    let cfg = args.engine.to_config(MachineConfig::default())?;
+    let mut defaults = MachineConfig::default();
+    defaults.time.profile = percpu_test::DEFAULT_PROFILE.into();
+    let cfg = args.engine.to_config(defaults)?;
     let r = percpu_test::run_ab(&args.opts(), &cfg).map_err(|e| anyhow!("percpu-test: {e}"))?;
     super::emit(g, &r, |r| {
         format!(
-            "{}\nvanilla after deleting / after creating: {:.3} (seed {:.3})\n",
+            "{}\nvanilla after deleting / after creating: {:.3} (seed {:.3})\nrun time: vanilla {:.3} s, patched {:.3} s, {}\n",
             table(r).render_text(),
             r.vanilla_plateau,
-            seeds::PERCPU_DEPOPULATE.vanilla_plateau()
+            seeds::PERCPU_DEPOPULATE.vanilla_plateau(),
+            r.vanilla.wall_seconds,
+            r.patched.wall_seconds,
+            r.vanilla.time,
         )
     })
 }

@@ -26,7 +26,10 @@
 //! share CPUs round-robin, as usemem's processes share a host's), enough RAM for what the
 //! walk writes and its page tables (sparse backing beyond 4 GiB), THP as on this host
 //! (`madvise`) — except `--ab`, which replays seed 002 on a THP-`always` machine as the seed's
-//! was. Every engine flag overrides it.
+//! was. Every engine flag overrides it. With `--time virtual` the profile defaults to
+//! `haswell-ep-2s` (seed 002's machine): the lines are modelled, the same run after run, and
+//! `--ab` adds the share of the CPUs' virtual busy time on the huge zero page's refcount line,
+//! both ways.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -34,7 +37,7 @@ use std::sync::{Arc, Mutex};
 
 use clap::{ArgAction, Args, CommandFactory, Parser};
 use serde::Serialize;
-use usermm::config::{BackingMode, MachineConfig, ThpMode, MAX_MEM_BYTES};
+use usermm::config::{BackingMode, MachineConfig, ThpMode, TimeConfig, MAX_MEM_BYTES};
 use usermm::stats::VmItem;
 use usermm_workloads::usemem::{
     self, host::HostPlatform, memparse, Capture, Hooks, Io, Parsed, StdIo, UsememOpts,
@@ -234,6 +237,11 @@ fn default_config(o: &UsememOpts, ab: bool) -> MachineConfig {
         } else {
             ThpMode::Madvise
         },
+        // `--time virtual` without `--profile`: seed 002's machine, whose run this replays.
+        time: TimeConfig {
+            profile: usemem::SEED_PROFILE.into(),
+            ..TimeConfig::default()
+        },
         ..MachineConfig::default()
     }
 }
@@ -415,6 +423,11 @@ pub struct AbRatio {
     pub global_ops_per_mm_patched: f64,
     pub faults_vanilla: i64,
     pub faults_patched: i64,
+    /// Virtual time: the share of the CPUs' busy time on the huge zero page's refcount line.
+    pub huge_zero_line_share_vanilla: Option<f64>,
+    pub huge_zero_line_share_patched: Option<f64>,
+    /// `measured (this host)` or `modelled (profile NAME)`.
+    pub time: String,
 }
 
 fn render_summary(label: &str, r: &UsememResult) -> String {
@@ -464,6 +477,9 @@ fn run_ab(
         global_ops_per_mm_patched: patched.huge_zero.ops_per_mm,
         faults_vanilla: vanilla.vmstat_delta.get(VmItem::Pgfault),
         faults_patched: patched.vmstat_delta.get(VmItem::Pgfault),
+        huge_zero_line_share_vanilla: vanilla.huge_zero_line_share,
+        huge_zero_line_share_patched: patched.huge_zero_line_share,
+        time: vanilla.time.clone(),
     };
     let status = vanilla.status.max(patched.status);
     let rec = UsememAb {
@@ -481,9 +497,19 @@ fn run_ab(
         s += &render_summary("vanilla", &rec.vanilla);
         s += &render_summary("patched", &rec.patched);
         s += &format!(
-            "throughput ratio patched/vanilla: {:.3}\n",
-            rec.ratio.throughput
+            "throughput ratio patched/vanilla: {:.3}, {}\n",
+            rec.ratio.throughput, rec.ratio.time
         );
+        if let (Some(v), Some(p)) = (
+            rec.ratio.huge_zero_line_share_vanilla,
+            rec.ratio.huge_zero_line_share_patched,
+        ) {
+            s += &format!(
+                "huge zero page's refcount line: {:.2} % of the CPUs' busy time vanilla, {:.2} % patched\n",
+                v * 100.0,
+                p * 100.0
+            );
+        }
         super::print(&s)?;
     }
     Ok(status)

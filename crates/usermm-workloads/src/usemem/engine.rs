@@ -37,7 +37,7 @@ use usermm::config::BackingMode;
 use usermm::cpu::CpuId;
 use usermm::mm::mman::MREMAP_MAYMOVE;
 use usermm::mm::mmap::MapFile;
-use usermm::sync::{CondVar, LockClass, Mutex, WaitKind};
+use usermm::sync::{CondVar, LockClass, Mutex};
 use usermm::{Machine, Mm, Task};
 
 use super::io::Io;
@@ -48,8 +48,9 @@ use super::worker::{
     PROT_READ, PROT_WRITE,
 };
 
-/// usemem's pipe barriers and SIGUSR1 waits, as engine waits.
-static USEMEM_WAIT: LockClass = LockClass::new("usemem_wait", WaitKind::Sleep);
+/// usemem's pipe barriers and SIGUSR1 waits, as engine waits: user-space sleeps, the futex
+/// class every profile prices (a pipe read that blocks costs a wake-up as a futex wait does).
+static USEMEM_WAIT: &LockClass = &usermm::sync::class::FUTEX;
 
 const PAGE: u64 = 4096;
 /// Added to the engine clock for usemem's `gettimeofday`: its `-T` check treats a start in
@@ -69,7 +70,7 @@ struct EGate {
 impl EGate {
     fn new() -> Self {
         EGate {
-            st: Mutex::new(&USEMEM_WAIT, (0, false)),
+            st: Mutex::new(USEMEM_WAIT, (0, false)),
             cv: CondVar::new(),
         }
     }
@@ -117,7 +118,7 @@ pub struct Usr1 {
 impl Default for Usr1 {
     fn default() -> Self {
         Usr1 {
-            gen: Mutex::new(&USEMEM_WAIT, 0),
+            gen: Mutex::new(USEMEM_WAIT, 0),
             cv: CondVar::new(),
         }
     }

@@ -45,11 +45,12 @@ pub mod sys;
 pub mod worker;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use serde::Serialize;
 use usermm::config::MachineConfig;
 use usermm::stats::{LockStatSnapshot, MemInfo, VmItem, VmStatSnapshot};
+use usermm::sync::class::HUGE_ZERO_REFCOUNT;
+use usermm::sync::clock;
 use usermm::Machine;
 
 pub use self::engine::{EnginePlatform, Hooks, Usr1};
@@ -91,7 +92,18 @@ pub struct UsememResult {
     pub huge_zero: HugeZeroFigures,
     pub zone_lock: Vec<LockStatSnapshot>,
     pub lru_lock: Vec<LockStatSnapshot>,
+    /// `measured (this host)` or `modelled (profile NAME)`: how every time above was obtained.
+    pub time: String,
+    /// Virtual time: the share of the CPUs' busy time spent on the huge zero page's refcount
+    /// line (seed 002's cycles in `get_huge_zero_page`/`put_huge_zero_page`).
+    pub huge_zero_line_share: Option<f64>,
+    /// Virtual time: the run's report (every CPU's busy, spin and idle time, every context's
+    /// CPU time, lock_stat per class, the shared lines).
+    pub vtime: Option<usermm::vtime::Report>,
 }
+
+/// The cost profile of seed 002's machine (2 sockets, 72 threads), for `time.mode=virtual`.
+pub const SEED_PROFILE: &str = "haswell-ep-2s";
 
 /// A machine could not start the run.
 #[derive(Debug, thiserror::Error)]
@@ -115,11 +127,18 @@ pub fn run_args(
     let vm0 = machine.vmstat_snapshot();
     let meminfo_before = machine.meminfo();
     machine.phys().reset_lock_stats();
-    let t0 = Instant::now();
-    let mut p = EnginePlatform::new(machine, io, hooks).map_err(UsememError::Mm)?;
-    let out = p.run(name, args, posixly, engine_help);
-    drop(p);
-    let wall_usecs = t0.elapsed().as_micros() as u64;
+    // The whole program is one run of the machine: in virtual time every worker is a context
+    // on its emulated CPU and every time usemem prints is read from the run's clock.
+    let (out, wall_usecs) = machine
+        .run(usermm::CpuId(0), || {
+            let t0 = clock::now();
+            let mut p = EnginePlatform::new(machine, io, hooks)?;
+            let out = p.run(name, args, posixly, engine_help);
+            drop(p);
+            Ok::<_, usermm::Errno>((out, t0.elapsed_ns() / 1000))
+        })
+        .map_err(UsememError::Mm)?;
+    let report = machine.last_run_report();
     let vm = machine.vmstat_snapshot().since(&vm0);
     let hz = machine.huge_zero();
     let gets = vm.get(VmItem::HugeZeroRefGet);
@@ -147,6 +166,11 @@ pub fn run_args(
         meminfo_after: machine.meminfo(),
         zone_lock: locks.zone_lock,
         lru_lock: locks.lru_lock,
+        time: machine.time_label(),
+        huge_zero_line_share: report
+            .as_ref()
+            .map(|r| r.line_share(HUGE_ZERO_REFCOUNT.name)),
+        vtime: report,
     })
 }
 

@@ -68,6 +68,7 @@ use crate::page_alloc::{Gfp, PhysMem};
 use crate::pgtable::{self, leaf_bits, Walk, _PAGE_PSE, _PAGE_SPECIAL};
 use crate::stats::VmItem;
 use crate::sync::class::{PMD_LOCK, PTL};
+use crate::sync::{charge, Cost};
 
 /// How an access failed: the signal and `si_code` Linux would raise (`SIGSEGV` with
 /// `SEGV_MAPERR`/`SEGV_ACCERR`, `SIGBUS` with `BUS_ADRERR`), or the fault handler's
@@ -206,9 +207,9 @@ pub(crate) fn fault_vma_locked(
         });
     }
     mm.machine().vmstat().inc(cpu, VmItem::Pgfault);
-    handle_vma_fault(mm, None, vma, cpu, addr, write).map_err(|_| Fault {
+    handle_vma_fault(mm, None, vma, cpu, addr, write).map_err(|e| Fault {
         addr,
-        code: SegvCode::MapErr,
+        code: e.code(),
     })
 }
 
@@ -216,8 +217,19 @@ pub(crate) fn fault_vma_locked(
 /// qualifies (`lock_vma_under_rcu`), else under the mmap read lock. An access below a `VM_GROWSDOWN` VMA first
 /// grows it down to the faulting page under the write lock (`lock_mm_and_find_vma` →
 /// `expand_stack_locked`), then faults as usual.
+///
+/// One call is one page-fault exception: its entry and exit are charged around it (virtual
+/// time; nothing on the host).
 #[doc(alias = "do_user_addr_fault")]
+#[doc(alias = "asm_exc_page_fault")]
 pub fn handle_mm_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<(), Fault> {
+    charge(Cost::FaultEntry, 1);
+    let r = do_user_addr_fault(mm, cpu, addr, write);
+    charge(Cost::FaultExit, 1);
+    r
+}
+
+fn do_user_addr_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<(), Fault> {
     // The FAULT_FLAG_VMA_LOCK attempt (lock_vma.rs): `Some` when it ran under the VMA's lock.
     if mm.vma_index.is_some() {
         let r =
@@ -448,6 +460,8 @@ fn vma_fault(
         // `do_fault` gives VM_FAULT_SIGBUS.
         return Err(VmFault::Sigbus);
     }
+    // pgd_offset, pud_alloc, pmd_alloc.
+    charge(Cost::PtWalkLevel, 3);
     let pmd = pmd_alloc(mm, cpu, addr)?;
     let e = pmd.load(phys);
     if e.is_none() && thp_eligible(mm, vma, addr) {
@@ -472,6 +486,7 @@ fn vma_fault(
         table: pte_table,
         index: pte_index(addr),
     };
+    charge(Cost::PtWalkLevel, 1);
     handle_pte_fault(mm, tree, vma, cpu, pte, addr, write)
 }
 
@@ -610,6 +625,7 @@ fn do_wp_page(
         .map_err(|_| OOM)?;
     if !e.special() {
         phys.backing().copy_frame(e.pfn(), page);
+        charge(Cost::CopyPage, 1);
     }
     let ptl = phys.meta(pte.table).ptl.lock(&PTL);
     if pte.load(phys) != e {
@@ -857,6 +873,7 @@ fn hugetlb_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64, write: bool) -> Resu
     }
     let page = phys.alloc_hugetlb_page().ok_or(VmFault::Sigbus)?;
     phys.backing().zero_data(page, 512);
+    charge(Cost::ClearPage, 512);
     let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
     if !pmd.load(phys).is_none() {
         drop(ptl);

@@ -34,6 +34,7 @@ use crate::page_alloc::PhysMem;
 use crate::pgtable::{_PAGE_PRESENT, _PAGE_PROTNONE, _PAGE_PSE, _PAGE_RW, _PAGE_SPECIAL};
 use crate::stats::VmItem;
 use crate::sync::class::{PMD_LOCK, PTL};
+use crate::sync::{charge, Cost};
 
 #[inline]
 fn addr_end(addr: u64, size: u64, end: u64) -> u64 {
@@ -65,6 +66,8 @@ pub(crate) fn zap_range(tlb: &mut MmuGather<'_>, mm: &Mm, start: u64, end: u64) 
                 }
                 .load(phys);
                 if !pud.is_none() {
+                    // pgd_offset + pud_offset of this span.
+                    charge(Cost::PtWalkLevel, 2);
                     zapped += zap_pmd_range(tlb, mm, pud.pfn(), a, n);
                 }
                 a = n;
@@ -114,11 +117,16 @@ fn zap_pte_range(tlb: &mut MmuGather<'_>, mm: &Mm, pte_table: Pfn, start: u64, e
     let table = phys.backing().table(pte_table);
     let mut addr = start;
     let mut zapped = 0;
+    // pmd_offset + pte_offset_map of this table.
+    charge(Cost::PtWalkLevel, 2);
     loop {
         let mut force_flush = false;
         // rss of this mm per entry; NR_ANON_MAPPED and NR_MLOCK once per page, at its last
         // unmapping (another mm of a fork may still map it).
         let (mut anon, mut shmem, mut mlocked, mut unmapped) = (0i64, 0i64, 0i64, 0i64);
+        // Entries cleared and pages gathered under this hold of the PTL, charged (one batch per
+        // table) before it is released.
+        let (zapped0, mut gathered) = (zapped, 0u64);
         let ptl = phys.meta(pte_table).ptl.lock(&PTL);
         while addr < end {
             let slot = &table[pte_index(addr)];
@@ -146,6 +154,7 @@ fn zap_pte_range(tlb: &mut MmuGather<'_>, mm: &Mm, pte_table: Pfn, start: u64, e
             if last && m.test(PG_MLOCKED) {
                 mlocked += 1;
             }
+            gathered += 1;
             // The PTE's reference is on the folio (its head), not on a subpage.
             if tlb.remove_page(head) {
                 force_flush = true;
@@ -159,6 +168,8 @@ fn zap_pte_range(tlb: &mut MmuGather<'_>, mm: &Mm, pte_table: Pfn, start: u64, e
         if mlocked != 0 {
             machine.vmstat().add(cpu, VmItem::NrMlock, -mlocked);
         }
+        charge(Cost::ZapPte, zapped - zapped0);
+        charge(Cost::GatherPage, gathered);
         if force_flush {
             tlb.flush_tlbonly();
         }
@@ -185,6 +196,7 @@ fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u64) -> Opti
     }
     let old = slot.take(phys);
     tlb.remove_tlb_entry(addr, PMD_SIZE);
+    charge(Cost::ZapPte, 1);
     let deposit = withdraw_deposit(mm, slot);
     drop(ptl);
     if let Some(t) = deposit {
@@ -220,6 +232,7 @@ fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u64) -> Opti
                 .add(cpu, VmItem::NrAnonTransparentHugepages, -1);
         }
     }
+    charge(Cost::GatherPage, 1);
     if tlb.remove_page(pfn) {
         tlb.forced_flush();
     }

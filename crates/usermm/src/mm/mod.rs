@@ -24,6 +24,12 @@
 //! a frame after `flush -> free` (invariant I1 of the gather), and racing faults see
 //! `SEGV_MAPERR`, never a stale page.
 //!
+//! In a virtual run (DESIGN.md §8) the gates are not taken: one context runs at a time and an
+//! access passes no synchronisation point between its walk and its data copy, so it is atomic
+//! with respect to every flush. A flush there costs the profile's `tlb_flush_local` plus
+//! `tlb_flush_remote_per_cpu` for each other CPU in `mm_cpumask` (the IPIs the sender waits
+//! for) instead of `tlb.flush_cost_ns`' spin.
+//!
 //! # Invariants (checked by [`Mm::validate`])
 //! 1. VMAs sorted, non-overlapping, page aligned; `map_count ≤ max_map_count`.
 //! 2. Every mapped leaf lies inside a VMA; every normal page it maps is allocated, and its
@@ -72,7 +78,7 @@ use crate::machine::Machine;
 use crate::stats::VmItem;
 use crate::sync::class::{MMLIST_LOCK, PAGE_TABLE_LOCK, TLB_GATE};
 use crate::sync::mmap_lock::{MmapLock, MmapLockInfo, MmapReadGuard};
-use crate::sync::{Cost, RwSem, SpinLock};
+use crate::sync::{charge, vhook, Cost, RwSem, SpinLock};
 
 mod pgtable_alias {
     pub use crate::pgtable::{pgd_index, pmd_index, pte_index, pud_index, Entry, Slot};
@@ -103,15 +109,11 @@ pub struct UnmapStats {
     pub tlb_flushes: u64,
 }
 
-/// The configured cost of one TLB flush (`tlb.flush_cost_ns`): on the host, spin for `ns`
-/// (what the flush's IPIs would keep this CPU busy for); in a virtual run, charge it to the
-/// CPU's clock instead.
+/// The configured cost of one TLB flush (`tlb.flush_cost_ns`), on the host: spin for `ns`
+/// (what the flush's IPIs would keep this CPU busy for). A virtual run charges the profile's
+/// `tlb_flush_local` and `tlb_flush_remote_per_cpu` instead (see [`Mm::flush_tlb`]).
 #[cold]
 fn tlb_flush_busy_wait(ns: u64) {
-    if crate::sync::vhook::active() {
-        crate::sync::charge(Cost::TlbFlushConfiguredNs, ns);
-        return;
-    }
     let t = crate::sync::clock::now();
     while t.elapsed_ns() < ns {
         std::hint::spin_loop();
@@ -340,16 +342,29 @@ impl Mm {
     }
 
     /// Run `f` as one access on `cpu`, inside its TLB gate.
+    ///
+    /// In a virtual run there is no gate to take: only one context runs at a time and `f` (a
+    /// page-table walk and the data access) passes no synchronisation point — checked in
+    /// debug builds by [`vhook::atomic_section`] — so no flush can come between the walk and the
+    /// access, which is all the gate guarantees on the host.
     #[inline]
     pub(crate) fn with_tlb_gate<R>(&self, cpu: CpuId, f: impl FnOnce() -> R) -> R {
         self.mark_cpu(cpu);
-        let _g = self.tlb_gate[cpu].read();
+        // One call of `f` either way, so that the walk it holds stays inlined.
+        let virt = vhook::active();
+        let _gate = (!virt).then(|| self.tlb_gate[cpu].read());
+        let _section = virt.then(vhook::atomic_section);
         f()
     }
 
     /// `flush_tlb_mm_range`: count the flush and wait for every CPU that may hold a
     /// translation of this mm (the shootdown). `pages` is the size of the range, or `None`
     /// for a full flush.
+    ///
+    /// On the host the wait is the TLB gates' write locks, plus `tlb.flush_cost_ns` of
+    /// spinning when configured. In a virtual run the flush charges the profile's
+    /// `tlb_flush_local` once and `tlb_flush_remote_per_cpu` per other CPU of `mm_cpumask`
+    /// (the IPIs the sender waits for); the gates are not taken (see [`Mm::with_tlb_gate`]).
     #[doc(alias = "flush_tlb_mm_range")]
     pub(crate) fn flush_tlb(&self, cpu: CpuId, pages: Option<u64>) {
         let stat = self.machine.vmstat();
@@ -358,6 +373,15 @@ impl Mm {
         match pages {
             Some(n) if n <= 33 => stat.add(cpu, VmItem::NrTlbLocalFlushOne, n as i64),
             _ => stat.inc(cpu, VmItem::NrTlbLocalFlushAll),
+        }
+        if vhook::active() {
+            let remote = self.cpus_in_mask().filter(|&c| c != cpu).count() as u64;
+            if remote > 0 {
+                stat.inc(cpu, VmItem::NrTlbRemoteFlush);
+            }
+            charge(Cost::TlbFlushLocal, 1);
+            charge(Cost::TlbFlushRemotePerCpu, remote);
+            return;
         }
         let mut remote = false;
         for c in self.cpus_in_mask() {

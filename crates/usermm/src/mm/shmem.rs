@@ -78,7 +78,9 @@ impl Shmem {
 
 impl Drop for Shmem {
     fn drop(&mut self) {
-        let pages: Vec<Pfn> = self.pages.get_mut().drain().map(|(_, p)| p).collect();
+        let mut pages: Vec<Pfn> = self.pages.get_mut().drain().map(|(_, p)| p).collect();
+        // The map's order is random; the free order is what a virtual run must repeat.
+        pages.sort_unstable();
         self.phys.release_pages(CpuId(0), &pages);
     }
 }

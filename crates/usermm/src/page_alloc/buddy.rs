@@ -13,6 +13,7 @@ use crate::addr::{Order, Pfn, MAX_PAGE_ORDER};
 use crate::cpu::CpuId;
 use crate::error::AllocError;
 use crate::stats::VmItem;
+use crate::sync::{charge, Cost};
 
 impl PhysMem {
     /// `__rmqueue_smallest` + `expand`. Caller holds `zone.lock`.
@@ -49,15 +50,19 @@ impl PhysMem {
 
     /// `__free_one_page`: merge with free buddies and put the block on its free list.
     /// The frames' metadata must already be clean. Caller holds `zone.lock`.
+    ///
+    /// Returns the merge steps it took (for the caller to charge `__free_one_page`'s cost
+    /// under the lock).
     pub(super) fn free_one_page_locked(
         &self,
         zone: &Zone,
         fa: &mut FreeArea,
         pfn: Pfn,
         order: Order,
-    ) {
+    ) -> u64 {
         let meta = self.meta_slice();
         let (mut pfn, mut order) = (pfn.0, order.0);
+        let start_order = order;
         // Written only under zone.lock (held): a plain update, no locked RMW per page.
         zone.free_pages
             .store(zone.free_pages.load(Relaxed) + (1 << order), Relaxed);
@@ -80,6 +85,7 @@ impl PhysMem {
         m.flags.store(PG_BUDDY, Relaxed);
         m.private.store(order as u32, Relaxed);
         fa.lists[order as usize].push_front(meta, Pfn(pfn));
+        u64::from(order - start_order)
     }
 }
 
@@ -108,6 +114,10 @@ impl PhysMem {
         // __GFP_ZERO clears only frames an owner had before: known-zero ones are skipped.
         self.backing
             .prep_new_frames(pfn, order.nr_pages(), gfp.has(Gfp::ZERO));
+        if gfp.has(Gfp::ZERO) {
+            // clear_page per 4 KiB: the modelled kernel zeroes, whatever the backing skips.
+            charge(Cost::ClearPage, order.nr_pages());
+        }
         self.stat
             .add(cpu, VmItem::PgallocNormal, order.nr_pages() as i64);
         Ok(pfn)
@@ -123,6 +133,7 @@ impl PhysMem {
                 None => {
                     let mut fa = zone.lock.lock();
                     let p = self.rmqueue_smallest(zone, &mut fa, order);
+                    charge(Cost::RmqueueBulkPage, 1);
                     drop(fa);
                     if p.is_some() {
                         self.stat

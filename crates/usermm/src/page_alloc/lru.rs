@@ -13,6 +13,7 @@ use super::{Lruvec, PhysMem};
 use crate::addr::Pfn;
 use crate::cpu::CpuId;
 use crate::stats::VmItem;
+use crate::sync::{charge, Cost};
 
 impl PhysMem {
     /// `lru_cache_add` / `folio_add_lru`: queue a newly mapped page for the LRU in this CPU's
@@ -39,12 +40,16 @@ impl PhysMem {
         let meta = self.meta_slice();
         let mut held: Option<(usize, crate::sync::StatMutexGuard<'_, Lruvec>)> = None;
         let (mut anon, mut unevictable) = (0i64, 0i64);
+        // `lruvec_add_folio`s under the lock held now, charged before it is released.
+        let mut adds = 0u64;
         for &pfn in batch {
             let nid = self.node_of(pfn);
             if held.as_ref().map(|(n, _)| *n) != Some(nid) {
+                charge(Cost::LruAdd, std::mem::take(&mut adds));
                 drop(held.take());
                 held = Some((nid, self.nodes[nid].lru.lock()));
             }
+            adds += 1;
             let vec = &mut held.as_mut().expect("locked").1;
             let m = &meta[pfn.index()];
             let nr = if m.test(PG_HEAD) {
@@ -62,6 +67,7 @@ impl PhysMem {
             m.clear(PG_LRU_BATCH);
             m.set(PG_LRU);
         }
+        charge(Cost::LruAdd, adds);
         drop(held);
         self.stat.add(cpu, VmItem::NrInactiveAnon, anon);
         self.stat.add(cpu, VmItem::NrUnevictable, unevictable);

@@ -11,6 +11,7 @@ use super::{pcp_index, PerCpuPages, PhysMem, Zone, NR_PCP_LISTS, PCP_BATCH_SCALE
 use crate::addr::{Order, Pfn};
 use crate::cpu::CpuId;
 use crate::stats::VmItem;
+use crate::sync::{charge, Cost};
 
 impl PhysMem {
     /// `free_pcppages_bulk`: move `count` pages from a pcp to the buddy, oldest first,
@@ -52,21 +53,28 @@ impl PhysMem {
             }
             // Lock order: pcp lock -> zone.lock
             let mut fa = zone.lock.lock();
+            let mut merges = 0;
             for &(pfn, order) in &picked {
-                self.free_one_page_locked(zone, &mut fa, pfn, order);
+                merges += self.free_one_page_locked(zone, &mut fa, pfn, order);
             }
+            charge(Cost::FreePcppagesBulkPage, picked.len() as u64);
+            charge(Cost::FreeOneMerge, merges);
             drop(fa);
             picked.clear();
             pcp.picked = picked;
         } else {
             // Lock order: pcp lock -> zone.lock
             let mut fa = zone.lock.lock();
+            let (mut blocks, mut merges) = (0, 0);
             while todo > 0 && pcp.count > 0 {
                 let (pfn, order) = pick(pcp);
                 todo -= order.nr_pages() as i64;
                 freed += order.nr_pages();
-                self.free_one_page_locked(zone, &mut fa, pfn, order);
+                blocks += 1;
+                merges += self.free_one_page_locked(zone, &mut fa, pfn, order);
             }
+            charge(Cost::FreePcppagesBulkPage, blocks);
+            charge(Cost::FreeOneMerge, merges);
             drop(fa);
         }
         self.stat.add(cpu, VmItem::NrFreePages, freed as i64);
@@ -174,6 +182,7 @@ impl PhysMem {
                 pcp.count += order.nr_pages() as u32;
                 got += order.nr_pages();
             }
+            charge(Cost::RmqueueBulkPage, got >> order.0);
             drop(fa);
             if got == 0 {
                 return None;
@@ -182,6 +191,7 @@ impl PhysMem {
             self.stat.inc(cpu, VmItem::PcpRefill);
         }
         let pfn = pcp.lists[idx].pop_front(meta)?;
+        charge(Cost::RmqueuePcp, 1);
         pcp.count -= order.nr_pages() as u32;
         let m = &meta[pfn.index()];
         m.flags.store(0, Relaxed);
@@ -218,10 +228,13 @@ impl PhysMem {
             freed += order.nr_pages() as i64;
             let nid = self.node_of(pfn);
             let zone = &self.nodes[nid].zone;
+            // free_unref_page: prepare and put on the pcp list (or the buddy, below).
+            charge(Cost::FreeUnrefPage, 1);
             if pcp_index(order).is_none() {
                 held = None;
                 let mut fa = zone.lock.lock();
-                self.free_one_page_locked(zone, &mut fa, pfn, order);
+                let merges = self.free_one_page_locked(zone, &mut fa, pfn, order);
+                charge(Cost::FreeOneMerge, merges);
                 drop(fa);
                 self.stat
                     .add(cpu, VmItem::NrFreePages, order.nr_pages() as i64);

@@ -11,6 +11,7 @@ use super::{Lruvec, PhysMem};
 use crate::addr::{Order, Pfn};
 use crate::cpu::CpuId;
 use crate::stats::VmItem;
+use crate::sync::{charge, Cost};
 
 impl PhysMem {
     /// `release_pages`: drop one reference on each page; those that reach zero leave the LRU
@@ -28,6 +29,9 @@ impl PhysMem {
         let mut lock_batch = 0u32;
         let mut lru_removed = 0i64;
         let mut unevictable_removed = 0i64;
+        // Pages taken off the LRU under the lock held now: `lruvec_del_folio` is charged before
+        // each release of the lock (so that it is hold time in virtual time).
+        let mut dels = 0u64;
         for &pfn in pages {
             let m = &meta[pfn.index()];
             if m.flags() & PG_RESERVED != 0 {
@@ -37,6 +41,7 @@ impl PhysMem {
             if lru.is_some() {
                 lock_batch += 1;
                 if lock_batch == self.lru_lock_batch {
+                    charge(Cost::LruDel, std::mem::take(&mut dels));
                     lru = None;
                     lock_batch = 0;
                 }
@@ -53,10 +58,12 @@ impl PhysMem {
             if f & PG_LRU != 0 {
                 let nid = self.node_of(pfn);
                 if lru.as_ref().map(|(n, _)| *n) != Some(nid) {
+                    charge(Cost::LruDel, std::mem::take(&mut dels));
                     drop(lru.take());
                     lock_batch = 0;
                     lru = Some((nid, self.nodes[nid].lru.lock()));
                 }
+                dels += 1;
                 let vec = &mut lru.as_mut().expect("locked").1;
                 let nr = if f & PG_HEAD != 0 {
                     1i64 << m.order.load(Relaxed)
@@ -83,6 +90,7 @@ impl PhysMem {
             }
             to_free.push((pfn, order));
         }
+        charge(Cost::LruDel, dels);
         drop(lru);
         if lru_removed != 0 {
             self.stat.add(cpu, VmItem::NrInactiveAnon, -lru_removed);

@@ -127,7 +127,7 @@ use crate::addr::PAGE_SIZE;
 use crate::config::PcpuConfig;
 use crate::cpu::{CpuId, Cpus};
 use crate::page_alloc::PhysMem;
-use crate::sync::Workqueue;
+use crate::sync::workqueue::{Workers, Workqueue};
 
 /// `PCPU_MIN_ALLOC_SHIFT`: the allocation granule is 4 bytes.
 pub const PCPU_MIN_ALLOC_SHIFT: u32 = 2;
@@ -322,6 +322,17 @@ impl PcpuAllocator {
     /// Fails with [`PcpuError::NoMem`] when `phys` cannot back the boot area or the host refuses
     /// the mapping, and with [`PcpuError::InvalidSize`] on an impossible geometry.
     pub fn new(cfg: &PcpuConfig, cpus: Cpus, phys: Arc<PhysMem>) -> Result<Self, PcpuError> {
+        Self::with_workers(cfg, cpus, phys, Workers::Host)
+    }
+
+    /// [`PcpuAllocator::new`] whose balance worker is of the given kind (a machine in virtual
+    /// time: [`Workers::Virtual`]).
+    pub fn with_workers(
+        cfg: &PcpuConfig,
+        cpus: Cpus,
+        phys: Arc<PhysMem>,
+        workers: Workers,
+    ) -> Result<Self, PcpuError> {
         let unit_size = cfg.unit_size;
         if unit_size == 0
             || !unit_size.is_multiple_of(PAGE_SIZE)
@@ -355,7 +366,7 @@ impl PcpuAllocator {
             balance_pending: AtomicBool::new(false),
         });
         inner.setup_first_chunk()?;
-        let wq = Workqueue::new("pcpu_balance", 1, vec![CpuId(0)]);
+        let wq = Workqueue::with_workers("pcpu_balance", 1, vec![CpuId(0)], workers);
         Ok(Self { wq, inner })
     }
 
@@ -630,6 +641,12 @@ impl PcpuAllocator {
     #[doc(alias = "flush_work")]
     pub fn flush(&self) {
         self.wq.flush();
+    }
+
+    /// A virtual run is ending: its balance worker exits once idle (see
+    /// [`Workqueue::end_run`]).
+    pub fn end_run(&self) {
+        self.wq.end_run();
     }
 
     /// Run one balance pass now on the calling thread, then wait for queued ones.

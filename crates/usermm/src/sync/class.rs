@@ -11,39 +11,7 @@
 //! with the kernel's name in the doc. Instances share their class (every zone's `zone.lock` is
 //! [`ZONE_LOCK`]), as lockdep's classes do.
 
-/// How a waiter for a lock of a class waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WaitKind {
-    /// Busy-waits (`spinlock_t`, `rwlock_t`): the waiting CPU does no other work.
-    Spin,
-    /// Sleeps (`struct mutex`, `rw_semaphore`): the waiting CPU is idle.
-    Sleep,
-}
-
-/// A lock class (lockdep's `lock_class_key`): a name and how its waiters wait.
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub struct LockClass {
-    pub name: &'static str,
-    pub wait: WaitKind,
-}
-
-impl LockClass {
-    pub const fn new(name: &'static str, wait: WaitKind) -> Self {
-        Self { name, wait }
-    }
-}
-
-/// A shared-line class: an atomic the modelled kernel shares across CPUs as one hot cache line.
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub struct LineClass {
-    pub name: &'static str,
-}
-
-impl LineClass {
-    pub const fn new(name: &'static str) -> Self {
-        Self { name }
-    }
-}
+pub use crate::vtime::{LineClass, LockClass, WaitKind};
 
 /// `zone->lock`: the buddy free lists of a zone.
 pub static ZONE_LOCK: LockClass = LockClass::new("zone.lock", WaitKind::Spin);
@@ -78,6 +46,9 @@ pub static SHMEM_PAGES: LockClass = LockClass::new("shmem_i_pages", WaitKind::Sp
 pub static WORKQUEUE: LockClass = LockClass::new("workqueue", WaitKind::Spin);
 /// The exclusive-hold histogram of an mmap lock (instrumentation, a leaf).
 pub static MMAP_LOCK_HIST: LockClass = LockClass::new("mmap_lock_hist", WaitKind::Spin);
+/// A user-space synchronisation object on a futex: a workload's `pthread_barrier`, mutex or
+/// condition variable ([`Barrier`](super::Barrier)).
+pub static FUTEX: LockClass = LockClass::new("futex", WaitKind::Sleep);
 /// `mmlist_lock`: the list of mms of one fork family (the kernel's list of every mm; here
 /// only `fork` and `validate` take it).
 pub static MMLIST_LOCK: LockClass = LockClass::new("mmlist_lock", WaitKind::Spin);
@@ -89,5 +60,48 @@ pub static VMA_LOCK: LockClass = LockClass::new("vm_lock", WaitKind::Sleep);
 /// Locks of unit tests and other code outside the modelled kernel.
 pub static UNMODELLED: LockClass = LockClass::new("unmodelled", WaitKind::Sleep);
 
+/// Every lock class above: a virtual run's profile must price each of them
+/// (`vtime::ENGINE_LOCK_CLASSES` lists their names; a test checks the two agree).
+pub static ALL_LOCK_CLASSES: &[&LockClass] = &[
+    &ZONE_LOCK,
+    &PCP_LOCK,
+    &LRU_LOCK,
+    &LRU_ADD_BATCH,
+    &HUGETLB_LOCK,
+    &SHRINKER_RWSEM,
+    &PTL,
+    &PMD_LOCK,
+    &PAGE_TABLE_LOCK,
+    &MMAP_LOCK,
+    &TLB_GATE,
+    &PCPU_LOCK,
+    &PCPU_ALLOC_MUTEX,
+    &SHMEM_PAGES,
+    &WORKQUEUE,
+    &MMAP_LOCK_HIST,
+    &FUTEX,
+    &MMLIST_LOCK,
+    &MM_MT,
+    &VMA_LOCK,
+    &UNMODELLED,
+];
+
 /// The huge zero page's global reference count (`huge_zero_refcount`, seed 002).
 pub static HUGE_ZERO_REFCOUNT: LineClass = LineClass::new("huge_zero_refcount");
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn every_engine_class_is_one_the_profiles_must_price() {
+        let names: Vec<&str> = ALL_LOCK_CLASSES.iter().map(|c| c.name).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len(), "two classes share a name");
+        let mut priced = crate::vtime::ENGINE_LOCK_CLASSES.to_vec();
+        priced.sort_unstable();
+        assert_eq!(sorted, priced);
+    }
+}

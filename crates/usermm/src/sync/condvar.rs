@@ -1,5 +1,6 @@
-//! [`CondVar`] (`wait_event`/`wake_up` on a wait queue) and [`Completion`]
-//! (`struct completion`): waiting for a condition under a [`Mutex`].
+//! [`CondVar`] (`wait_event`/`wake_up` on a wait queue), [`Completion`]
+//! (`struct completion`) and [`Barrier`] (a workload's `pthread_barrier`): waiting for a
+//! condition under a [`Mutex`].
 //!
 //! On the host, a `parking_lot::Condvar` paired with the mutex's host lock. In a virtual run
 //! the seam releases the host lock and calls `vhook::cv_wait`, which queues the caller in
@@ -119,5 +120,66 @@ impl<T: Copy> fmt::Debug for Completion<T> {
         f.debug_struct("Completion")
             .field("done", &self.get().is_some())
             .finish()
+    }
+}
+
+/// A barrier for `n` threads (`pthread_barrier_wait`): each [`Barrier::wait`] blocks until `n`
+/// callers have arrived, then all go on; reusable. Built on the seam's [`Mutex`] and
+/// [`CondVar`], so that it works in a virtual run, where a host barrier would block the one
+/// host thread every context runs on.
+pub struct Barrier {
+    state: Mutex<BarrierState>,
+    cond: CondVar,
+    n: usize,
+}
+
+#[derive(Debug, Default)]
+struct BarrierState {
+    arrived: usize,
+    generation: u64,
+}
+
+impl Barrier {
+    /// A barrier for `n` threads (`n == 0` behaves as 1); `class` names its lock (a workload's:
+    /// [`FUTEX`](super::class::FUTEX)).
+    pub const fn new(class: &'static LockClass, n: usize) -> Self {
+        Self {
+            state: Mutex::new(
+                class,
+                BarrierState {
+                    arrived: 0,
+                    generation: 0,
+                },
+            ),
+            cond: CondVar::new(),
+            n,
+        }
+    }
+
+    /// Block until `n` threads have called `wait` (this one included). Returns `true` in
+    /// exactly one of them, the last to arrive (`PTHREAD_BARRIER_SERIAL_THREAD`).
+    #[doc(alias = "pthread_barrier_wait")]
+    pub fn wait(&self) -> bool {
+        let mut st = self.state.lock();
+        let gen = st.generation;
+        st.arrived += 1;
+        if st.arrived >= self.n {
+            st.arrived = 0;
+            st.generation += 1;
+            self.cond.notify_all();
+            return true;
+        }
+        while st.generation == gen {
+            self.cond.wait(&mut st);
+        }
+        false
+    }
+}
+
+impl fmt::Debug for Barrier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Barrier")
+            .field("n", &self.n)
+            .finish_non_exhaustive()
     }
 }

@@ -2,9 +2,9 @@
 //! and clock read goes through — and the two services built on it, the mm's `mmap_lock` and
 //! the workqueue.
 //!
-//! One place decides how the engine synchronises: host locks today (wall mode), loom under
-//! `--cfg loom`, virtual time next ([`vhook`]). The types are the engine's own, named for
-//! what they model:
+//! One place decides how the engine synchronises: host locks (wall mode), loom under
+//! `--cfg loom`, and virtual time ([`vhook`] → [`crate::vtime`]). The types are the engine's
+//! own, named for what they model:
 //!
 //! | here | models | waiters | users |
 //! |---|---|---|---|
@@ -15,15 +15,39 @@
 //! | [`RwSem`] | `rw_semaphore` + `downgrade_write` | sleep | [`MmapLock`], shrinker list, TLB gates, the VMA index |
 //! | [`VmaLock`] | the per-VMA lock (`vm_lock` + `vm_lock_seq`, 6.4+), on an [`RwSem`] | readers never wait | faults and madvise without the mmap lock |
 //! | [`CondVar`], [`Completion`] | wait queues, `struct completion` | sleep | workqueue |
+//! | [`Barrier`] | a workload's `pthread_barrier` (on a futex) | sleep | usemem, munmap-test |
 //! | [`SharedLine`] | an atomic on one cache line every CPU writes | — | huge zero page refcount |
-//! | [`thread`] | kthreads on an emulated CPU | — | workqueue workers |
-//! | [`clock`] | `ktime_get`, `lockstat_clock`, task cputime | — | lock_stat, mmap_lock, munmap, workqueue |
-//! | [`charge`] | work the modelled CPU does between two synchronisation points | — | TLB flush cost |
+//! | [`thread`] | kthreads and workload tasks on an emulated CPU | — | workqueue workers, workloads |
+//! | [`clock`] | `ktime_get`, `lockstat_clock`, task cputime | — | lock_stat, mmap_lock, munmap, workqueue, workloads |
+//! | [`charge`] | work the modelled CPU does between two synchronisation points | — | zap, gather, free, LRU, faults, tables, TLB, VMAs, syscalls |
 //!
 //! Each lock names a [`LockClass`] (each shared line a [`LineClass`]): `const` statics in
 //! [`class`], like lockdep's class keys, saying how waiters wait and naming the lock for the
 //! cost profile. Every primitive calls the hooks of [`vhook`] around its host operation; outside
 //! a virtual run they are a thread-local test and a branch.
+//!
+//! # Virtual time through the seam
+//! The class, mode, acquisition and cost types are the runtime's ([`crate::vtime`]),
+//! re-exported here: one definition, one class static for both. Each hook of [`vhook`]
+//! forwards to `vtime::hooks`, whose one thread-local flag says whether a run is active on this
+//! host thread. In a run:
+//! - a lock is first taken in virtual time (FIFO hand-over, spin or sleep by class), then on the
+//!   host, where it is then always free; it is released on the host, then in virtual time;
+//! - [`thread`] starts contexts of the run instead of host threads, [`thread::scope`] is the
+//!   runtime's scope, [`thread::sleep`] sleeps in virtual time;
+//! - [`clock::now`] and [`clock::thread_cpu_ns`] are the running context's virtual clock and
+//!   busy time, so every duration the engine measures (lock_stat, the mmap lock's holds,
+//!   munmap's phases, the workqueue's accounting) is virtual;
+//! - [`charge`] counts units of a named cost of the profile in a thread-local tally; the
+//!   runtime prices the tally and adds it to the running CPU's clock at the context's next
+//!   synchronisation point or clock read — exact, since nothing else runs in between. Work
+//!   charged under a lock is therefore hold time, as it is on a real CPU;
+//! - a [`Workqueue`] made with [`workqueue::Workers::Virtual`] runs its workers as contexts,
+//!   started by the run's first `queue_work` and ended with the run (`Machine::run`).
+//!
+//! Wall-mode code paths are those before virtual time existed, behind the one flag test; a
+//! [`charge`] is not behind it — it costs an add to a thread-local count that wall mode never
+//! reads, so the engine's hot loops keep no branch or call for virtual time.
 //!
 //! Wall-mode implementations are those the engine used before the seam (`parking_lot` locks,
 //! `CLOCK_MONOTONIC`, host threads), so wall figures do not move. Under `--cfg loom`, [`RwSem`]
@@ -60,7 +84,7 @@ pub mod workqueue;
 
 pub use self::class::{LineClass, LockClass, WaitKind};
 pub use self::clock::Ktime;
-pub use self::condvar::{Completion, CondVar};
+pub use self::condvar::{Barrier, Completion, CondVar};
 pub use self::lock::{Mutex, MutexGuard, SpinLock, SpinLockGuard};
 pub use self::mmap_lock::{
     HoldTimeSummary, MmapLock, MmapLockInfo, MmapLockStats, MmapReadGuard, MmapWriteGuard,
@@ -75,11 +99,13 @@ pub use self::workqueue::{WorkHandle, WorkOutcome, WorkerStats, Workqueue, Workq
 
 /// Charge `n` units of the named cost to the current CPU: nothing on the host (the work itself
 /// takes the time), the profile's price in a virtual run.
-#[inline]
+///
+/// It adds to a thread-local count (no test, no branch, no call: a hot engine path keeps its
+/// shape); a virtual run prices the counts at the running context's next synchronisation point
+/// or clock read.
+#[inline(always)]
 pub fn charge(cost: Cost, n: u64) {
-    if vhook::active() {
-        vhook::charge(cost, n);
-    }
+    vhook::charge(cost, n);
 }
 
 /// See [`clock::thread_cpu_ns`].

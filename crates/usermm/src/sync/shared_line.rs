@@ -162,6 +162,14 @@ impl<A: LineAtomic> SharedLine<A> {
     }
 }
 
+impl<A> Drop for SharedLine<A> {
+    fn drop(&mut self) {
+        if vhook::active() {
+            vhook::line_forget(std::ptr::from_ref(self) as usize);
+        }
+    }
+}
+
 impl<A: LineAtomic> fmt::Debug for SharedLine<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SharedLine")

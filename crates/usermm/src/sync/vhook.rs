@@ -12,9 +12,10 @@
 //! primitives first test `active` (one thread-local load and a branch) and take the host path
 //! when it is false, so wall mode pays only that test.
 //!
-//! Today no virtual run exists: `active` is always false and every body below is the wall
-//! behaviour. The virtual-time runtime (`crate::vtime`) makes them forward to it; the
-//! signatures are the contract between the seam and that runtime.
+//! Each hook forwards, one for one, to [`crate::vtime::hooks`], the runtime's side of the
+//! contract; the types they exchange ([`Mode`], [`Acquired`], [`Cost`], and the classes) are
+//! the runtime's, re-exported here, so that a class static is one object for both. Outside a
+//! run every hook returns after the runtime's one thread-local test (`vtime::hooks::active`).
 //!
 //! | hook | called by |
 //! |---|---|
@@ -23,131 +24,119 @@
 //! | `lock_downgrade` | `RwSemWriteGuard::downgrade` |
 //! | `lock_forget` | dropping a `SpinLock`/`Mutex`/`RwSem`; `PtLock::ptlock_free` |
 //! | `line_rmw` | every RMW of a `SharedLine` |
+//! | `line_forget` | dropping a `SharedLine` |
 //! | `cv_wait` / `cv_notify` | `CondVar::wait`, `CondVar::notify_*` (and so `Completion`) |
-//! | `charge` | `sync::charge` (the TLB flush cost of `Mm::flush_tlb`) |
+//! | `charge` | `sync::charge`: the named costs of the engine's code (zap, gather, free, faults, TLB flushes, ...) |
 //! | `now_ns` / `thread_cpu_ns` | `clock::now`, `clock::thread_cpu_ns` |
 //! | `sleep_ns` | `thread::sleep` |
+//!
+//! Thread start and join are not hooks: [`thread`](super::thread) calls the runtime's
+//! `spawn`/`scope` itself in a run.
 
 #![cfg_attr(loom, allow(dead_code))] // the loom RwSem calls no hooks
 
-use std::cell::Cell;
-
 use super::class::{LineClass, LockClass};
+use crate::vtime::hooks as vt;
 
-/// How a lock is held.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    Exclusive,
-    Shared,
-}
+pub use crate::vtime::Cost;
+pub(crate) use crate::vtime::{Acquired, Mode};
 
-/// What an acquisition cost in virtual time.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Acquired {
-    /// The lock was held (in virtual time) when the caller arrived.
-    pub contended: bool,
-    /// Virtual ns the caller waited.
-    pub waited_ns: u64,
-}
-
-/// A named cost charged to the current CPU in virtual time. Placeholder: the virtual-time
-/// runtime owns the real list (and the cost profile that prices each).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Cost {
-    ZapPte,
-    GatherPage,
-    FreeUnrefPage,
-    FreeOneMerge,
-    LruDel,
-    ClearPage,
-    FaultEntry,
-    FaultExit,
-    PtWalkLevel,
-    PtAlloc,
-    TlbFlushLocal,
-    TlbFlushRemotePerCpu,
-    WorkqueueWake,
-    /// `tlb.flush_cost_ns`: the configured busy time of one TLB flush, in ns.
-    TlbFlushConfiguredNs,
-}
-
-thread_local! {
-    /// Set by the virtual-time runtime on the host thread that runs a virtual machine.
-    static ACTIVE: Cell<bool> = const { Cell::new(false) };
-}
-
-/// A virtual run is active on this host thread (`Machine::run` in virtual mode).
+/// A virtual run is active on this host thread (`Machine::run` in virtual mode): the runtime's
+/// one thread-local flag, read with one load.
 #[inline]
 pub(crate) fn active() -> bool {
-    ACTIVE.with(Cell::get)
+    vt::active()
 }
 
 /// Before taking the host lock. Blocks (in virtual time) until the lock is the caller's:
 /// FIFO hand-over, spin or sleep by class. `id` = the lock's address.
+#[inline]
 pub(crate) fn lock_acquire(id: usize, class: &'static LockClass, mode: Mode) -> Acquired {
-    let _ = (id, class, mode);
-    Acquired::default()
+    vt::lock_acquire(id, class, mode)
 }
 
 /// try-lock: `None` when the lock is held in virtual time at the caller's clock.
+#[inline]
 pub(crate) fn lock_try_acquire(
     id: usize,
     class: &'static LockClass,
     mode: Mode,
 ) -> Option<Acquired> {
-    let _ = (id, class, mode);
-    Some(Acquired::default())
+    vt::lock_try_acquire(id, class, mode)
 }
 
 /// After releasing the host lock.
+#[inline]
 pub(crate) fn lock_release(id: usize, class: &'static LockClass, mode: Mode) {
-    let _ = (id, class, mode);
+    vt::lock_release(id, class, mode);
 }
 
 /// `downgrade_write`: exclusive -> shared, waking queued readers.
+#[inline]
 pub(crate) fn lock_downgrade(id: usize, class: &'static LockClass) {
-    let _ = (id, class);
+    vt::lock_downgrade(id, class);
 }
 
 /// The lock is being dropped: forget its virtual state.
+#[inline]
 pub(crate) fn lock_forget(id: usize) {
-    let _ = id;
+    vt::lock_forget(id);
 }
 
 /// Before an RMW on a modelled shared line.
+#[inline]
 pub(crate) fn line_rmw(id: usize, class: &'static LineClass) {
-    let _ = (id, class);
+    vt::line_rmw(id, class);
+}
+
+/// The shared line is being dropped: forget its virtual state (a reused address starts cold).
+#[inline]
+pub(crate) fn line_forget(id: usize) {
+    vt::line_forget(id);
 }
 
 /// Condition variable: called with the mutex `mutex_id` held (host lock already released by
 /// the seam). Enqueue on `cv_id`, release `mutex_id` in virtual time, block until woken, then
 /// re-acquire `mutex_id` in virtual time (the seam then re-takes the host lock).
+#[inline]
 pub(crate) fn cv_wait(cv_id: usize, mutex_id: usize, mutex_class: &'static LockClass) {
-    let _ = (cv_id, mutex_id, mutex_class);
+    vt::cv_wait(cv_id, mutex_id, mutex_class);
 }
 
 /// Wake one (or all) waiters of `cv_id` in virtual time.
+#[inline]
 pub(crate) fn cv_notify(cv_id: usize, all: bool) {
-    let _ = (cv_id, all);
+    vt::cv_notify(cv_id, all);
 }
 
-/// Charge `n` units of a named cost to the current CPU (no-op in wall mode).
+/// Charge `n` units of a named cost to the current CPU (counted; read only in a run).
+#[inline(always)]
 pub(crate) fn charge(cost: Cost, n: u64) {
-    let _ = (cost, n);
+    vt::charge(cost, n);
 }
 
 /// Virtual now in ns, `None` in wall mode.
+#[inline]
 pub(crate) fn now_ns() -> Option<u64> {
-    None
+    vt::now_ns()
 }
 
 /// Virtual busy time of the current context in ns, `None` in wall mode.
+#[inline]
 pub(crate) fn thread_cpu_ns() -> Option<u64> {
-    None
+    vt::thread_cpu_ns()
+}
+
+/// A section that must pass no synchronisation point while the guard lives: in a virtual run
+/// nothing else runs meanwhile (checked in debug builds; nothing in release builds). The TLB
+/// gates' stand-in in a run.
+#[inline]
+pub(crate) fn atomic_section() -> vt::AtomicSection {
+    vt::AtomicSection::enter()
 }
 
 /// Sleep in virtual time; returns false in wall mode (the seam then sleeps on the host).
+#[inline]
 pub(crate) fn sleep_ns(ns: u64) -> bool {
-    let _ = ns;
-    false
+    vt::sleep_ns(ns)
 }

@@ -17,7 +17,10 @@ pub enum WaitKind {
 }
 
 /// A class of locks (a lockdep class key): a name the profile prices, and how waiters wait.
-#[derive(Debug)]
+///
+/// The sync seam's lock statics (`crate::sync::class`) are of this type: one object for the
+/// seam and the runtime.
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub struct LockClass {
     pub name: &'static str,
     pub wait: WaitKind,
@@ -32,7 +35,7 @@ impl LockClass {
 /// A class of shared cache lines (e.g. `"huge_zero_refcount"`): a name for the statistics.
 /// Its RMWs cost the profile's `atomic_rmw` plus a transfer when the line comes from another
 /// CPU; a class has no figures of its own.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub struct LineClass {
     pub name: &'static str,
 }

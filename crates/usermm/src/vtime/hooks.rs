@@ -10,6 +10,13 @@
 //! Each hook is `#[inline]` and only tests the thread-local flag; the work of a run is in an
 //! out-of-line function (`virt::*`), so that wall mode pays a load and a branch, not a call.
 //!
+//! [`charge`] is not even a test: it adds `n` to a thread-local count per [`Cost`] (two
+//! instructions, no branch, no call, so that it leaves the engine's hot paths as they were),
+//! and the runtime prices and applies the counts to the running context's clock at its next
+//! synchronisation point or clock read. That is exact: between two synchronisation points
+//! nothing else runs, so neither the context's CPU nor its SMT sibling's state can change. On
+//! the wall clock the counts are never read.
+//!
 //! Inside a run every hook except `charge`, `now_ns`, `thread_cpu_ns` and `lock_forget` is a
 //! synchronisation point: the caller first waits for its turn (its clock the smallest of the
 //! run's ready contexts), then acts. Because only one context runs at a time and every
@@ -109,12 +116,12 @@ pub fn cv_notify(cv_id: usize, all: bool) {
     }
 }
 
-/// Charge `n` units of a named cost to the current CPU (no-op in wall mode).
-#[inline]
+/// Charge `n` units of a named cost to the current CPU: counted here, priced and applied at
+/// the context's next synchronisation point or clock read (see the module documentation);
+/// never read in wall mode.
+#[inline(always)]
 pub fn charge(cost: Cost, n: u64) {
-    if in_run() {
-        virt::charge(cost, n);
-    }
+    super::runtime::add_pending(cost.index(), n);
 }
 
 /// Virtual now in ns, `None` in wall mode.
@@ -142,11 +149,22 @@ pub fn sleep_ns(ns: u64) -> bool {
     in_run() && virt::sleep_ns(ns)
 }
 
+/// Runs `f`, which must not pass a synchronisation point: inside a run, no other context runs
+/// until `f` returns. Debug builds check it (a synchronisation point inside panics); release
+/// builds only call `f`.
+#[inline]
+pub fn atomic<R>(f: impl FnOnce() -> R) -> R {
+    let _section = AtomicSection::enter();
+    f()
+}
+
+/// The guard of an [`atomic`] section (zero-sized and free in release builds).
+pub use super::runtime::AtomicSection;
+
 /// The hooks' work inside a run, out of line.
 mod virt {
     use super::super::{
         class::{Acquired, LineClass, LockClass, Mode},
-        profile::Cost,
         runtime::{current, with_current},
         sched::resources::AcquireStep,
     };
@@ -234,16 +252,6 @@ mod virt {
         if let Some(rt) = current() {
             rt.sync(|st, me| st.cv_notify(me, cv_id, all));
         }
-    }
-
-    #[inline(never)]
-    pub fn charge(cost: Cost, n: u64) {
-        with_current(|rt| {
-            rt.with_running(|st, me| {
-                let ps = st.model.cost(cost).saturating_mul(n);
-                st.work(me, ps)
-            })
-        });
     }
 
     #[inline(never)]

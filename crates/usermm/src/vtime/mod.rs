@@ -11,7 +11,9 @@
 //! the same times, counters and lock_stat to the nanosecond on any host, loaded or not.
 //!
 //! This module is the runtime; the engine reaches it through the sync seam
-//! (`sync/vhook.rs` → [`hooks`]), see "How the seam plugs in" below.
+//! (`sync/vhook.rs` → [`hooks`]), and a [`Machine`](crate::Machine) in `time.mode=virtual` runs
+//! its workloads in it ([`Machine::run`](crate::Machine::run)); see "How the seam plugs in"
+//! below.
 //!
 //! ## Contexts, CPUs and the one host thread
 //! A [`Runtime`] has `nr_cpus` emulated CPUs placed on the profile's sockets, cores and SMT
@@ -88,7 +90,9 @@
 //!   it and not blocked or exited: running, parked at a synchronisation point, or spinning).
 //!   Work charged ([`charge`], [`work`]) while another hardware thread of the same core is busy
 //!   costs `smt.sibling_factor` times as much. The sibling's state is read when the charge is
-//!   made, in the scheduler's order — deterministic, and exact wherever the charges are short
+//!   applied (charges are counted and applied at the context's next synchronisation point or
+//!   clock read; nothing else runs in between, so the sibling is as it was when the charge was
+//!   made), in the scheduler's order — deterministic, and exact wherever the charges are short
 //!   next to the stretches between synchronisation points. Lock, line and spin times are
 //!   memory-bound and not scaled.
 //!
@@ -113,6 +117,16 @@
 //! - SMT slowdown is one factor, read at each charge (see above).
 //! - A loop that polls without charging any cost makes no virtual progress: engine retry
 //!   loops must charge something (they do, through the costs of what they retry).
+//! - Shared lines serve RMWs strictly in time order. A CPU whose `cmpxchg` failed retries behind
+//!   every RMW already queued, so a contended `atomic_inc_not_zero` loop (the huge zero page's
+//!   `get`) can fail many times per success; on the hardware the retry may still find the line
+//!   local. Under 72-way contention this dominates seed 002's vanilla run (see the issue note).
+//! - User-space accesses cost nothing: only the kernel's work is charged (a fault, not the load
+//!   that took it). A workload that only reads mapped memory makes no virtual progress.
+//! - Work between two synchronisation points is charged at its start's SMT state and seen by
+//!   other contexts as done at once: a plain atomic written by one context (a workload's phase
+//!   flag, not a modelled line) may be seen by another a little early in virtual time, by at
+//!   most the writer's charges since its last synchronisation point.
 //!
 //! ## Profile format
 //! TOML (the `toml` crate), one file per machine; the built-in ones are `profiles/*.toml`
@@ -159,10 +173,40 @@
 //! branch. The runtime finds its run through a thread-local *current runtime*, set only while
 //! [`Runtime::run`] executes on that host thread — the analogue of the kernel's `current`
 //! (which task, hence which machine, the code runs for), never a policy: two machines on two
-//! host threads each have their own. Thread start, join and `scope` in virtual mode are this
-//! module's [`spawn`]/[`scope`]/[`JoinHandle`], which `sync::thread` will forward to.
-//! The seam's `LockClass`/`LineClass`/`Mode`/`Acquired` should be these types (re-exported),
-//! so that a class static is one object for both.
+//! host threads each have their own. Thread start, join and `scope` in a run are this module's
+//! [`spawn_named`]/[`scope`]/[`join_id`], which `sync::thread` calls. The seam's
+//! `LockClass`/`LineClass`/`WaitKind`/`Mode`/`Acquired`/`Cost` are these types, re-exported:
+//! a class static is one object for both, and [`ENGINE_LOCK_CLASSES`] names every engine class
+//! a profile must price (`sync::class::ALL_LOCK_CLASSES`, checked equal by a test).
+//!
+//! A machine in virtual time makes one [`Runtime`] per [`Machine::run`](crate::Machine::run)
+//! (its CPUs and nodes on the profile's placement), runs the workload as the first context, ends
+//! its workqueues' worker contexts when the workload returns, and keeps the run's [`Report`].
+//! [`snapshot`] reads the report mid-run, so that a workload brackets a phase (bigfree's free).
+//! In a run the TLB gates of `mm` are not taken: an access (walk and copy) passes no
+//! synchronisation point, so it is atomic against every flush ([`hooks::atomic`] checks it in
+//! debug builds), and a flush charges `tlb_flush_local` plus `tlb_flush_remote_per_cpu` per
+//! other CPU of the mm's cpumask.
+//!
+//! ## Where the engine charges
+//! Each [`Cost`] is charged where the kernel does that work, summed per batch where the engine
+//! loops under a lock and charged before the lock's release (so that it counts as hold time):
+//!
+//! | cost | charged in | per |
+//! |---|---|---|
+//! | `zap_pte`, `gather_page` | `zap_pte_range`, `zap_huge_pmd` | PTE (or PMD) cleared, page gathered; per PTL hold |
+//! | `free_unref_page` | `free_unref_page_list` | block freed to the pcp lists |
+//! | `free_pcppages_bulk_page`, `free_one_merge` | `free_pcppages_bulk` (and the direct buddy free) | block moved, merge step; per `zone.lock` hold |
+//! | `rmqueue_pcp`, `rmqueue_bulk_page` | `rmqueue_pcplist`, `rmqueue_bulk` | block taken, block moved under `zone.lock` |
+//! | `lru_del`, `lru_add` | `release_pages`, the LRU-add batch | page; per `lru_lock` hold |
+//! | `clear_page`, `copy_page` | `__GFP_ZERO` allocations and table pages (also deposits), COW, hugetlb | 4 KiB |
+//! | `fault_entry`, `fault_exit` | `handle_mm_fault` (a user fault; not GUP's populate) | fault |
+//! | `pt_walk_level` | fault (4 levels), zap (per PUD and PTE table) | level |
+//! | `pt_alloc`, `pt_free`, `set_pte` | table allocation, `free_pgtables`/deposits, every entry store | table, entry |
+//! | `tlb_flush_local`, `tlb_flush_remote_per_cpu` | `flush_tlb_mm_range` | flush, remote CPU |
+//! | `workqueue_wake` | `queue_work` finding an idle worker | wake-up |
+//! | `syscall` | `mmap`, `munmap`, `mprotect`, `madvise`, `mlock`/`munlock` | call |
+//! | `vma_modify` | the VMA tree's write-guard mutators | VMA stored, split or removed |
 //!
 //! ## What it costs the host
 //! Measured with `benches/vtime.rs` on this 2-vCPU host (instructions by callgrind, exact;
@@ -200,7 +244,9 @@ pub use profile::{
     Topology, Transfers, ENGINE_LOCK_CLASSES,
 };
 pub use report::{ContextTime, CpuTime, LineStat, LockStat, Report, SchedStats};
-pub use runtime::{scope, spawn, spawn_named, JoinHandle, Runtime, Scope, ScopedJoinHandle};
+pub use runtime::{
+    join_id, scope, spawn, spawn_named, JoinHandle, Runtime, Scope, ScopedJoinHandle,
+};
 
 /// Is a virtual run executing on this host thread?
 #[inline]
@@ -224,6 +270,18 @@ pub fn current_cpu() -> usize {
     runtime::current_or_panic("current_cpu")
         .with_running(|st, me| st.ctxs[me as usize].cpu as usize)
         .expect("vtime::current_cpu called outside a context")
+}
+
+/// What the current run modelled so far, as of the running context's clock (idle time
+/// counted up to it); `None` outside a run. Two snapshots bracket a phase of a workload:
+/// their differences are the phase's per-CPU busy, spin and idle time.
+pub fn snapshot() -> Option<Report> {
+    runtime::with_current(|rt| {
+        rt.with_running(|st, me| {
+            let now = st.ctxs[me as usize].now;
+            Report::from_state_at(st, now)
+        })
+    })
 }
 
 /// Sleeps `ns` of virtual time, off the CPU.

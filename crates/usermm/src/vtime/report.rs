@@ -112,8 +112,12 @@ pub struct Report {
 
 impl Report {
     pub(super) fn from_state(st: &State) -> Report {
+        Report::from_state_at(st, st.end)
+    }
+
+    /// The report as of virtual time `end` (ps): idle time is counted up to `end`.
+    pub(super) fn from_state_at(st: &State, end: Ps) -> Report {
         let p = &st.model.placement;
-        let end = st.end;
         let cpus = st
             .cpus
             .iter()

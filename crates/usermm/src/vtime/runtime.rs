@@ -25,7 +25,7 @@ use corosensei::stack::DefaultStack;
 
 use super::{
     coro::{self, Resumed},
-    profile::{Placement, Profile, ProfileError, Ps},
+    profile::{Cost, Placement, Profile, ProfileError, Ps},
     report::Report,
     sched::{CtxId, Model, Next, State},
 };
@@ -68,6 +68,77 @@ thread_local! {
     /// `CURRENT.is_some()`, in a const-initialised cell without a destructor: reading it is one
     /// thread-local load, which is all a hook costs outside a run.
     static ACTIVE: Cell<bool> = const { Cell::new(false) };
+    /// Depth of [`hooks::atomic`](super::hooks::atomic) sections (debug builds check it).
+    static ATOMIC_DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// Units of each [`Cost`] charged since the running context's last synchronisation point
+    /// (see [`hooks::charge`](super::hooks::charge)); on the wall clock, never read.
+    static PENDING: [Cell<u64>; Cost::COUNT] = const { [const { Cell::new(0) }; Cost::COUNT] };
+    /// Some count of `PENDING` may be non-zero.
+    static PENDING_ANY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Count `n` units of cost `i` for the running context.
+#[inline(always)]
+pub(super) fn add_pending(i: usize, n: u64) {
+    PENDING.with(|p| {
+        if let Some(c) = p.get(i) {
+            c.set(c.get().wrapping_add(n));
+        }
+    });
+    PENDING_ANY.set(true);
+}
+
+/// The pending counts, cleared; their price at `cost_ps`, in ps.
+#[inline]
+fn take_pending(cost_ps: &[Ps; Cost::COUNT]) -> Ps {
+    if !PENDING_ANY.replace(false) {
+        return 0;
+    }
+    PENDING.with(|p| {
+        p.iter()
+            .zip(cost_ps)
+            .map(|(c, &price)| c.replace(0).saturating_mul(price))
+            .fold(0, Ps::saturating_add)
+    })
+}
+
+/// Drops whatever was counted outside a context (wall-mode code before the run).
+fn clear_pending() {
+    PENDING.with(|p| p.iter().for_each(|c| c.set(0)));
+    PENDING_ANY.set(false);
+}
+
+/// An [`atomic`](super::hooks::atomic) section: no synchronisation point may be passed while
+/// one is open (checked in debug builds at every synchronisation point; release builds keep
+/// no count).
+#[derive(Debug)]
+#[must_use = "the section ends when the guard is dropped"]
+pub struct AtomicSection(());
+
+impl AtomicSection {
+    #[inline]
+    pub fn enter() -> Self {
+        #[cfg(debug_assertions)]
+        ATOMIC_DEPTH.set(ATOMIC_DEPTH.get() + 1);
+        AtomicSection(())
+    }
+}
+
+#[cfg(debug_assertions)]
+impl Drop for AtomicSection {
+    fn drop(&mut self) {
+        ATOMIC_DEPTH.set(ATOMIC_DEPTH.get() - 1);
+    }
+}
+
+#[inline]
+fn check_not_atomic() {
+    debug_assert_eq!(
+        ATOMIC_DEPTH.get(),
+        0,
+        "vtime: a synchronisation point inside an atomic section (an access under the TLB \
+         gate's stand-in must not take a lock)"
+    );
 }
 
 /// The runtime of the run executing on this host thread.
@@ -179,6 +250,7 @@ impl Runtime {
             "vtime: an earlier run of this runtime failed; make a new runtime"
         );
         let cpu = inner.check_cpu(cpu);
+        clear_pending();
         let guard = CurrentGuard::set(Rc::clone(inner));
         let result: RefCell<Option<T>> = RefCell::new(None);
         {
@@ -231,6 +303,17 @@ struct DisposeOnUnwind<'a>(&'a Rc<Inner>);
 impl Drop for DisposeOnUnwind<'_> {
     fn drop(&mut self) {
         self.0.fail();
+    }
+}
+
+impl State {
+    /// Applies the charges counted since `me`'s last synchronisation point to its clock.
+    #[inline]
+    fn apply_pending(&mut self, me: CtxId) {
+        let ps = take_pending(&self.model.profile.cost_ps);
+        if ps > 0 {
+            self.work(me, ps);
+        }
     }
 }
 
@@ -315,11 +398,13 @@ impl Inner {
     /// thread (the run failed, or the caller is the scheduler itself).
     #[inline]
     pub fn sync<R>(&self, f: impl FnOnce(&mut State, CtxId) -> R) -> Option<R> {
+        check_not_atomic();
         let mut st = self.state.borrow_mut();
         if st.failed {
             return None;
         }
         let me = st.running?;
+        st.apply_pending(me);
         st.counters.sync_points += 1;
         if !st.may_pass(me) {
             st.counters.gate_yields += 1;
@@ -336,9 +421,11 @@ impl Inner {
     /// Suspends the running context, which has queued itself on something, until the
     /// scheduler resumes it.
     pub fn block(&self) {
+        check_not_atomic();
         let y = {
-            let st = self.state.borrow();
+            let mut st = self.state.borrow_mut();
             let me = st.running.expect("vtime: block outside a context");
+            st.apply_pending(me);
             st.ctxs[me as usize].yielder
         };
         coro::suspend(y);
@@ -352,6 +439,7 @@ impl Inner {
             return None;
         }
         let me = st.running?;
+        st.apply_pending(me);
         Some(f(&mut st, me))
     }
 
@@ -447,6 +535,21 @@ where
         packet,
         rt: Rc::downgrade(&rt),
     }
+}
+
+/// Joins context `id` of the current run (a [`JoinHandle::id`] whose handle was dropped):
+/// waits in virtual time, as [`JoinHandle::join`] does, without taking its result.
+///
+/// # Panics
+/// Outside a run, or when `id` is not a context of the current run.
+pub fn join_id(id: u32) {
+    let rt = current_or_panic("join_id");
+    let n = rt.state.borrow().ctxs.len();
+    assert!(
+        (id as usize) < n,
+        "vtime: joining context {id}, which is not one of this run's {n}"
+    );
+    rt.join_ctx(id);
 }
 
 /// A scope for contexts that borrow from the caller (like `std::thread::Scope`).

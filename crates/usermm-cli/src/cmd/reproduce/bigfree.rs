@@ -10,6 +10,7 @@ use usermm_workloads::bigfree::{self, Beyond, BigfreeRow, PatchedBest};
 use usermm_workloads::seeds::ParallelFree;
 
 use super::experiment::{Outcome, Scale};
+use crate::args::TimeArgs;
 use crate::report::{line_plot, Section, Series, Table};
 
 /// `bigfree` in `results.json`.
@@ -22,6 +23,9 @@ pub struct BigfreeRecord {
     pub beyond: Option<Beyond>,
     pub rows: Vec<BigfreeRow>,
     pub config: MachineConfig,
+    /// `measured (this host)` or `modelled (profile NAME)`, and the profile when modelled.
+    pub time: String,
+    pub profile: Option<usermm::vtime::ProfileSpec>,
     pub warnings: Vec<String>,
 }
 
@@ -32,21 +36,24 @@ pub struct VanillaFigures {
     pub row: Option<BigfreeRow>,
 }
 
-pub fn run(scale: Scale, out: &Path) -> anyhow::Result<Outcome<BigfreeRecord>> {
+pub fn run(scale: Scale, out: &Path, time: &TimeArgs) -> anyhow::Result<Outcome<BigfreeRecord>> {
     let seed_size = usermm_workloads::seeds::PARALLEL_FREE.size;
     let (size, repeat) = match scale {
         Scale::Default => (16u64 << 30, 3),
         Scale::Seed => (seed_size, 1),
     };
     let ma = [1u32, 2, 4, 8, 16, 32];
-    let base = bigfree::default_config(size, &ma, None, None);
+    let mut base = bigfree::default_config(size, &ma, None, None);
+    time.apply(&mut base);
+    time.check(&base, None)?;
     let r = bigfree::run_table(size, &ma, repeat, &base, &mut |_| {})
         .map_err(|e| anyhow::anyhow!("bigfree: {e}"))?;
     let seed = &r.seed;
     let mut t = Table::new(
         format!(
-            "free() of one touched {} GiB mapping, THP off (seed: {} GiB, {} nodes / {} threads)",
+            "free() of one touched {} GiB mapping, THP off, usermm {} (seed: {} GiB, {} nodes / {} threads, measured)",
             size >> 30,
+            r.time,
             seed.size >> 30,
             seed.nodes,
             seed.threads
@@ -164,6 +171,8 @@ allocator-side fix the review asked for, alone and under the patch.\n".to_string
         beyond: r.beyond,
         rows: r.rows,
         config: r.config,
+        time: r.time,
+        profile: r.profile,
         warnings: r.warnings,
         seed: r.seed,
     };

@@ -13,6 +13,7 @@ use usermm_workloads::seeds::{HugeZero, HUGE_ZERO};
 use usermm_workloads::usemem::{self, UsememOpts, UsememResult};
 
 use super::experiment::{Outcome, Scale};
+use crate::args::TimeArgs;
 use crate::report::format::{group, pct};
 use crate::report::{bar_plot, Section, Table};
 
@@ -26,6 +27,8 @@ pub struct HugeZeroRecord {
     /// The host kernel on the same shape (one process, 4 GiB), if it could be measured.
     pub host: Option<HostUsememResult>,
     pub config: MachineConfig,
+    /// `measured (this host)` or `modelled (profile NAME)`: how usermm's times were obtained.
+    pub time: String,
 }
 
 /// One machine's usemem run, reduced to what seed 002 is about.
@@ -37,6 +40,8 @@ pub struct RunFigures {
     pub faults: i64,
     pub thp_zero_page_alloc: i64,
     pub wall_usecs: u64,
+    /// Virtual time: share of the CPUs' busy time on the huge zero page's refcount line.
+    pub huge_zero_line_share: Option<f64>,
 }
 
 impl RunFigures {
@@ -48,6 +53,7 @@ impl RunFigures {
             faults: r.vmstat_delta.get(VmItem::Pgfault),
             thp_zero_page_alloc: r.huge_zero.thp_zero_page_alloc,
             wall_usecs: r.wall_usecs,
+            huge_zero_line_share: r.huge_zero_line_share,
         }
     }
 }
@@ -59,7 +65,7 @@ pub struct HugeZeroRatio {
     pub global_ops: f64,
 }
 
-pub fn run(_scale: Scale, out: &Path) -> anyhow::Result<Outcome<HugeZeroRecord>> {
+pub fn run(_scale: Scale, out: &Path, time: &TimeArgs) -> anyhow::Result<Outcome<HugeZeroRecord>> {
     let seed = HUGE_ZERO;
     let opts = UsememOpts {
         size: seed.size,
@@ -68,7 +74,7 @@ pub fn run(_scale: Scale, out: &Path) -> anyhow::Result<Outcome<HugeZeroRecord>>
         step: seed.step,
         ..UsememOpts::default()
     };
-    let base = MachineConfig {
+    let mut base = MachineConfig {
         mem: 16 << 30,
         cpus: 72,
         nodes: 2,
@@ -76,6 +82,10 @@ pub fn run(_scale: Scale, out: &Path) -> anyhow::Result<Outcome<HugeZeroRecord>>
         thp: ThpMode::Always,
         ..MachineConfig::default()
     };
+    base.time.profile = usemem::SEED_PROFILE.into();
+    time.apply(&mut base);
+    time.check(&base, None)?;
+    let label = usermm_workloads::TimeLabel::of(&base).time;
     let (v, p) = usemem::run_ab(&base, &opts).map_err(|e| anyhow::anyhow!("usemem: {e}"))?;
     let (v, p) = (RunFigures::of(&v), RunFigures::of(&p));
     let ratio = p.throughput_kbps as f64 / v.throughput_kbps.max(1) as f64;
@@ -83,11 +93,12 @@ pub fn run(_scale: Scale, out: &Path) -> anyhow::Result<Outcome<HugeZeroRecord>>
     let engine_fps = v.faults as f64 / (v.wall_usecs.max(1) as f64 / 1e6);
     let mut t = Table::new(
         format!(
-            "usemem -n {} --readonly -j {:#x} {}G ({} mms on this machine's cores)",
+            "usemem -n {} --readonly -j {:#x} {}G ({} mms; seed measured, usermm {})",
             seed.nproc,
             seed.step,
             seed.size >> 30,
-            seed.nproc
+            seed.nproc,
+            label
         ),
         [
             String::new(),
@@ -97,12 +108,18 @@ pub fn run(_scale: Scale, out: &Path) -> anyhow::Result<Outcome<HugeZeroRecord>>
             "usermm patched".into(),
         ],
     );
+    let share = |f: &RunFigures| {
+        f.huge_zero_line_share.map_or_else(
+            || "perf only (README)".to_string(),
+            |s| format!("{:.2} % (refcount line, modelled)", s * 100.0),
+        )
+    };
     t.push_row([
         "get/put_huge_zero_page share of cycles".to_string(),
         format!("{:.2} %", seed.cycles_share_vanilla * 100.0),
         format!("{:.2} %", seed.cycles_share_patched * 100.0),
-        "perf only (README)".into(),
-        "perf only (README)".into(),
+        share(&v),
+        share(&p),
     ]);
     t.push_row([
         "global refcount operations per mm".to_string(),
@@ -208,6 +225,7 @@ patched takes one per mm (`MMF_HUGE_ZERO_PAGE`) and drops it in `mmput`.\n\n{hos
         patched: p,
         host,
         config: base,
+        time: label.clone(),
     };
     Ok(Outcome {
         name: "huge-zero",

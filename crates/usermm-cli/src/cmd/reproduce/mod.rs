@@ -22,7 +22,7 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 use usermm_host::facts::HostFacts;
 
-use crate::args::GlobalArgs;
+use crate::args::{GlobalArgs, TimeArgs};
 use crate::report::{write_report, Section};
 
 /// One experiment of `reproduce`.
@@ -59,6 +59,9 @@ pub struct ReproduceArgs {
     /// Run only these experiments (repeatable or a comma list; default: all).
     #[arg(long, value_name = "NAME", value_delimiter = ',')]
     pub only: Vec<Experiment>,
+    /// Wall or virtual time; without --profile each experiment models its seed's machine.
+    #[command(flatten)]
+    pub time: TimeArgs,
 }
 
 impl ReproduceArgs {
@@ -129,10 +132,18 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         eprintln!("usermm reproduce: {} ...", e.name());
         let te = std::time::Instant::now();
         let o = match e {
-            Experiment::Bigfree => bigfree::run(args.scale, out)?.into_record(Record::Bigfree),
-            Experiment::HugeZero => huge_zero::run(args.scale, out)?.into_record(Record::HugeZero),
-            Experiment::Munmap => munmap::run(args.scale, out)?.into_record(Record::Munmap),
-            Experiment::Percpu => percpu::run(args.scale, out)?.into_record(Record::Percpu),
+            Experiment::Bigfree => {
+                bigfree::run(args.scale, out, &args.time)?.into_record(Record::Bigfree)
+            }
+            Experiment::HugeZero => {
+                huge_zero::run(args.scale, out, &args.time)?.into_record(Record::HugeZero)
+            }
+            Experiment::Munmap => {
+                munmap::run(args.scale, out, &args.time)?.into_record(Record::Munmap)
+            }
+            Experiment::Percpu => {
+                percpu::run(args.scale, out, &args.time)?.into_record(Record::Percpu)
+            }
         };
         eprintln!(
             "usermm reproduce: {} done in {:.1} s: {}",

@@ -9,6 +9,7 @@ use usermm_workloads::munmap_test::{self, MunmapTestOpts, PolicyResult, Ratio};
 use usermm_workloads::seeds::{MunmapDowngrade, MUNMAP_DOWNGRADE};
 
 use super::experiment::{Outcome, Scale};
+use crate::args::TimeArgs;
 use crate::report::format::group;
 use crate::report::{bar_plot, Section, Table};
 
@@ -19,9 +20,11 @@ pub struct MunmapRecord {
     pub vanilla: PolicyResult,
     pub patched: PolicyResult,
     pub ratio: Ratio,
+    /// `measured (this host)` or `modelled (profile NAME)`: how usermm's times were obtained.
+    pub time: String,
 }
 
-pub fn run(scale: Scale, out: &Path) -> anyhow::Result<Outcome<MunmapRecord>> {
+pub fn run(scale: Scale, out: &Path, time: &TimeArgs) -> anyhow::Result<Outcome<MunmapRecord>> {
     let seed = MUNMAP_DOWNGRADE;
     let size = match scale {
         Scale::Default => 8u64 << 30,
@@ -29,13 +32,24 @@ pub fn run(scale: Scale, out: &Path) -> anyhow::Result<Outcome<MunmapRecord>> {
     };
     let mut opts = MunmapTestOpts::new(size, 1);
     opts.repeat = 2;
+    time.apply(&mut opts.machine);
+    time.check(&opts.machine, None)?;
+    let label = usermm_workloads::TimeLabel::of(&opts.machine);
+    if label.is_modelled() {
+        // A virtual run is the same every time, has no host load to stand in for, and needs
+        // no long window to average out noise.
+        (opts.repeat, opts.loaded_baseline, opts.baseline_ms) = (1, false, 20);
+        opts.populate_threads = 2;
+    }
+    let label = label.time;
     let r = munmap_test::run_ab(&opts).map_err(|e| anyhow::anyhow!("munmap-test: {e}"))?;
     let (v, p) = (&r.vanilla.median, &r.patched.median);
     let us = |ns: u64| format!("{:.1}", ns as f64 / 1000.0);
     let mut t = Table::new(
         format!(
-            "munmap of {} GiB of 4K pages, 1 faulter in its own VMA (seed: {}, {} cores)",
+            "munmap of {} GiB of 4K pages, 1 faulter in its own VMA, usermm {} (seed: {}, {} cores, measured)",
             size >> 30,
+            label,
             seed.size_label,
             seed.cpus
         ),
@@ -134,6 +148,7 @@ racing fault finds no VMA (SEGV_MAPERR).\n".to_string();
         vanilla: r.vanilla,
         patched: r.patched,
         ratio: r.ratio,
+        time: label,
     };
     Ok(Outcome {
         name: "munmap",

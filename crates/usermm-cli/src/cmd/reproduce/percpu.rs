@@ -35,11 +35,18 @@ pub struct PercpuRatio {
     pub vanilla_plateau: f64,
 }
 
-pub fn run(_scale: Scale, out: &Path) -> anyhow::Result<Outcome<PercpuRecord>> {
+pub fn run(
+    _scale: Scale,
+    out: &Path,
+    time: &crate::args::TimeArgs,
+) -> anyhow::Result<Outcome<PercpuRecord>> {
     let seed = PERCPU_DEPOPULATE;
     let opts = PercpuTestOpts::default();
-    let r = percpu_test::run_ab(&opts, &usermm::MachineConfig::default())
-        .map_err(|e| anyhow::anyhow!("percpu-test: {e}"))?;
+    let mut base = usermm::MachineConfig::default();
+    base.time.profile = percpu_test::DEFAULT_PROFILE.into();
+    time.apply(&mut base);
+    time.check(&base, None)?;
+    let r = percpu_test::run_ab(&opts, &base).map_err(|e| anyhow::anyhow!("percpu-test: {e}"))?;
     let t = crate::cmd::percpu_test::table(&r);
     let plot = out.join("percpu.svg");
     let (v, p) = (&r.vanilla.rows, &r.patched.rows);

@@ -19,6 +19,7 @@ impl Mm {
     /// `madvise(addr, len, advice)`.
     #[doc(alias = "do_madvise")]
     pub fn madvise(&self, cpu: CpuId, addr: u64, len: u64, advice: i32) -> Result<(), Errno> {
+        crate::sync::charge(crate::sync::Cost::Syscall, 1);
         let (set, clear): (VmFlags, VmFlags) = match advice {
             MADV_NORMAL => (
                 VmFlags(0),

@@ -44,6 +44,7 @@ impl Mm {
         file: MapFile,
         pgoff: u64,
     ) -> Result<u64, Errno> {
+        crate::sync::charge(crate::sync::Cost::Syscall, 1);
         if flags & MAP_ANONYMOUS == 0 && file == MapFile::None {
             return Err(Errno::EBADF);
         }

@@ -25,6 +25,7 @@ impl Mm {
         len: u64,
         on: bool,
     ) -> Result<(), Errno> {
+        crate::sync::charge(crate::sync::Cost::Syscall, 1);
         let off = addr % PAGE_SIZE;
         let start = addr - off;
         let len =

@@ -13,6 +13,7 @@ impl Mm {
     /// `mprotect(addr, len, prot)`.
     #[doc(alias = "do_mprotect_pkey")]
     pub fn mprotect(&self, cpu: CpuId, addr: u64, len: u64, prot: u32) -> Result<(), Errno> {
+        crate::sync::charge(crate::sync::Cost::Syscall, 1);
         if !addr.is_multiple_of(PAGE_SIZE) {
             return Err(Errno::EINVAL);
         }

@@ -25,6 +25,7 @@ impl Mm {
     #[doc(alias = "do_vmi_munmap")]
     #[doc(alias = "do_vmi_align_munmap")]
     pub fn munmap_stats(&self, cpu: CpuId, addr: u64, len: u64) -> Result<UnmapStats, Errno> {
+        crate::sync::charge(crate::sync::Cost::Syscall, 1);
         if !addr.is_multiple_of(PAGE_SIZE) || addr > TASK_SIZE || len > TASK_SIZE - addr {
             return Err(Errno::EINVAL);
         }

@@ -8,7 +8,9 @@
 //! remove or split a VMA behind the page tables' back; readers get the tree through
 //! `Mm::mmap_read_lock`, read-only.
 //!
-//! Each method here forwards to the tree's own, documented there. The tree's other mutators
+//! Each method here forwards to the tree's own, documented there, and charges the tree
+//! updates it makes in virtual time (`vma_modify`: one per VMA stored, split or removed,
+//! counted from what the call returns). The tree's other mutators
 //! (`insert`, `remove`, `split`, `set_flags`, `flags_mut`, `merge_new`, ...) are reached only
 //! by these and by the tree's unit tests.
 
@@ -16,7 +18,7 @@ use super::area::Vma;
 use super::flags::VmFlags;
 use super::tree::VmaTree;
 use crate::error::Errno;
-use crate::sync::MmapWriteGuard;
+use crate::sync::{charge, Cost, MmapWriteGuard};
 
 /// An mm's VMA tree held for writing (`mmap_write_lock`).
 pub(crate) type VmaWriteGuard<'a> = MmapWriteGuard<'a, VmaTree>;
@@ -24,6 +26,7 @@ pub(crate) type VmaWriteGuard<'a> = MmapWriteGuard<'a, VmaTree>;
 impl MmapWriteGuard<'_, VmaTree> {
     /// `exit_mmap`'s removal of every VMA: see [`VmaTree::clear`].
     pub(crate) fn clear(&mut self) {
+        charge(Cost::VmaModify, self.map_count() as u64);
         VmaTree::clear(self)
     }
 
@@ -34,11 +37,15 @@ impl MmapWriteGuard<'_, VmaTree> {
         end: u64,
         max_map_count: usize,
     ) -> Result<Vec<Vma>, Errno> {
-        VmaTree::detach_range(self, start, end, max_map_count)
+        let vmas = VmaTree::detach_range(self, start, end, max_map_count)?;
+        // The VMAs removed, and the store of the hole (splits at the ends are among them).
+        charge(Cost::VmaModify, vmas.len() as u64 + 1);
+        Ok(vmas)
     }
 
     /// See [`VmaTree::insert_or_merge`].
     pub(crate) fn insert_or_merge(&mut self, vma: Vma) -> u64 {
+        charge(Cost::VmaModify, 1);
         VmaTree::insert_or_merge(self, vma)
     }
 
@@ -50,11 +57,13 @@ impl MmapWriteGuard<'_, VmaTree> {
         new_flags: VmFlags,
         max_map_count: usize,
     ) -> Result<u64, Errno> {
+        charge(Cost::VmaModify, 1);
         VmaTree::vma_modify_flags(self, start, end, new_flags, max_map_count)
     }
 
     /// `expand_downwards`' move of `vm_start`: see [`VmaTree::move_start_down`].
     pub(crate) fn move_start_down(&mut self, start: u64, new_start: u64) -> bool {
+        charge(Cost::VmaModify, 1);
         VmaTree::move_start_down(self, start, new_start)
     }
 

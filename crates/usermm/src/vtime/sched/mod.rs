@@ -45,7 +45,7 @@ use rustc_hash::FxHashMap;
 use super::{
     class::Mode,
     coro::YielderPtr,
-    profile::{Cost, LockPrice, Placement, Profile, Ps},
+    profile::{LockPrice, Placement, Profile, Ps},
 };
 
 pub(super) mod resources;
@@ -151,11 +151,6 @@ impl Model {
                     [self.dist[f as usize * self.nr_cpus + to as usize] as usize]
             }
         }
-    }
-
-    #[inline]
-    pub fn cost(&self, c: Cost) -> Ps {
-        self.profile.cost_ps[c.index()]
     }
 
     pub fn lock_price(&self, class: &str) -> Option<LockPrice> {

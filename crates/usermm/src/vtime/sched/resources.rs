@@ -93,6 +93,8 @@ struct Waiter {
 #[derive(Debug)]
 pub(in crate::vtime) struct VLock {
     pub class: u16,
+    /// The class static's address: a hit on it skips the class lookup.
+    class_key: usize,
     /// The exclusive holder and when its acquisition completed (`Ps::MAX` while handed over
     /// and not yet taken).
     writer: Option<(CtxId, Ps)>,
@@ -103,9 +105,10 @@ pub(in crate::vtime) struct VLock {
 }
 
 impl VLock {
-    fn new(class: u16) -> Self {
+    fn new(class: u16, class_key: usize) -> Self {
         VLock {
             class,
+            class_key,
             writer: None,
             readers: Vec::new(),
             waiters: VecDeque::new(),
@@ -174,6 +177,7 @@ impl VLock {
 #[derive(Debug)]
 pub(in crate::vtime) struct VLine {
     class: u16,
+    class_key: usize,
     free_at: Ps,
     last: Option<u16>,
 }
@@ -246,14 +250,26 @@ impl State {
     }
 
     /// The lock `id` of `class`, created on first use (or re-created when an idle lock's
-    /// address was reused by a lock of another class).
+    /// address was reused by a lock of another class). One lookup when the lock is known.
+    #[inline]
     fn lock_entry(&mut self, id: usize, class: &'static LockClass) -> u16 {
-        let ci = self.lock_class(class);
-        let lk = self.locks.entry(id).or_insert_with(|| VLock::new(ci));
-        if lk.class != ci && lk.idle() {
-            *lk = VLock::new(ci);
+        let key = class as *const LockClass as usize;
+        match self.locks.get(&id) {
+            Some(lk) if lk.class_key == key => lk.class,
+            _ => self.lock_entry_slow(id, class),
         }
-        ci
+    }
+
+    #[cold]
+    fn lock_entry_slow(&mut self, id: usize, class: &'static LockClass) -> u16 {
+        let key = class as *const LockClass as usize;
+        let ci = self.lock_class(class);
+        let lk = self.locks.entry(id).or_insert_with(|| VLock::new(ci, key));
+        if lk.class != ci && lk.idle() {
+            *lk = VLock::new(ci, key);
+        }
+        lk.class_key = key;
+        lk.class
     }
 
     /// `me` asks for lock `id` in `mode`: granted at once, or queued (a sleeping waiter
@@ -269,7 +285,8 @@ impl State {
         let lk = self.locks.get_mut(&id).expect("entry made above");
         if lk.grantable(mode) {
             lk.add_holder(me, mode);
-            return AcquireStep::Done(self.lock_take(me, id, mode, None));
+            let price = self.lock_classes[ci as usize].price;
+            return AcquireStep::Done(self.take_granted(me, ci, price, id, mode, None));
         }
         let spin = class.wait == WaitKind::Spin;
         lk.waiters.push_back(Waiter {
@@ -317,10 +334,25 @@ impl State {
     /// if later), the class's acquire cost plus a transfer from the word's last CPU, times
     /// `1 + data_lines` for an exclusive acquisition. `since`: when a contended caller queued.
     pub fn lock_take(&mut self, me: CtxId, id: usize, mode: Mode, since: Option<Ps>) -> Acquired {
+        let ci = self.locks.get(&id).expect("a granted lock exists").class;
+        let price = self.lock_classes[ci as usize].price;
+        self.take_granted(me, ci, price, id, mode, since)
+    }
+
+    /// [`State::lock_take`] with the lock's class and price known (no class lookup).
+    #[inline]
+    fn take_granted(
+        &mut self,
+        me: CtxId,
+        ci: u16,
+        price: LockPrice,
+        id: usize,
+        mode: Mode,
+        since: Option<Ps>,
+    ) -> Acquired {
+        let ci = ci as usize;
         let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
         let lk = self.locks.get_mut(&id).expect("a granted lock exists");
-        let ci = lk.class as usize;
-        let price = self.lock_classes[ci].price;
         let start = now.max(lk.word_free_at);
         let xfer = self.model.transfer(lk.word_last, cpu);
         let lines = match mode {
@@ -372,6 +404,7 @@ impl State {
         lk.word_free_at = end;
         lk.word_last = Some(cpu);
         let ci = lk.class as usize;
+        let waiters = !lk.waiters.is_empty();
         self.busy(me, end - now);
         if let Some(t) = taken.filter(|t| *t != Ps::MAX) {
             let st = &mut self.lock_classes[ci].modes[mode as usize];
@@ -383,7 +416,7 @@ impl State {
                 now - t,
             );
         }
-        if !self.locks[&id].waiters.is_empty() {
+        if waiters {
             self.grant_waiters(id, end);
         }
     }
@@ -451,21 +484,24 @@ impl State {
     /// An RMW on a shared line: starts when the line's previous RMW ended (or at the caller's
     /// clock, if later) and costs `atomic_rmw` plus a transfer from the line's last CPU.
     pub fn line_rmw(&mut self, me: CtxId, id: usize, class: &'static LineClass) {
-        let ci = self.line_class(class);
-        let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
-        let ln = self.lines.entry(id).or_insert(VLine {
-            class: ci,
-            free_at: 0,
-            last: None,
-        });
-        if ln.class != ci {
-            // The address now holds a line of another class.
-            *ln = VLine {
-                class: ci,
-                free_at: 0,
-                last: None,
-            };
+        let key = class as *const LineClass as usize;
+        let known = matches!(self.lines.get(&id), Some(ln) if ln.class_key == key);
+        if !known {
+            // A new line, or the address now holds a line of another class.
+            let ci = self.line_class(class);
+            self.lines.insert(
+                id,
+                VLine {
+                    class: ci,
+                    class_key: key,
+                    free_at: 0,
+                    last: None,
+                },
+            );
         }
+        let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
+        let ln = self.lines.get_mut(&id).expect("made above");
+        let ci = ln.class;
         let start = now.max(ln.free_at);
         let xfer = self.model.transfer(ln.last, cpu);
         let end = start + self.model.profile.atomic_rmw_ps + xfer;

@@ -79,6 +79,7 @@ use super::clock;
 use super::condvar::{Completion, CondVar};
 use super::lock::Mutex;
 use super::thread::{self, JoinHandle};
+use super::{charge, vhook, Cost};
 use crate::cpu::CpuId;
 
 /// See [`clock::thread_cpu_ns`] (kept under its old name for the workloads).
@@ -135,6 +136,13 @@ struct PoolState {
     /// Set once, by drop: workers drain the worklist, then exit.
     closed: bool,
     flush: FlushState,
+    /// Workers waiting for work (`pool->nr_idle`): a queue that finds one pays the wake-up.
+    idle: usize,
+    /// Virtual workers: contexts alive in the current run (0 before the first `queue_work`
+    /// of a run, and after the run ended them).
+    vworkers: usize,
+    /// The run is ending: virtual workers drain the worklist, then exit.
+    vstop: bool,
 }
 
 impl fmt::Debug for Work {
@@ -205,6 +213,16 @@ pub struct WorkqueueStats {
     pub workers: Vec<WorkerStats>,
 }
 
+/// Where a workqueue's workers run, resolved once when it is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// Host threads, started with the workqueue (wall mode).
+    Host,
+    /// Contexts of a virtual run, started by the first `queue_work` of each run and ended
+    /// with it ([`Workqueue::end_run`]); outside a run, items run inline on the queuer.
+    Virtual,
+}
+
 /// A bounded pool of `max_active` worker threads taking work items from one FIFO queue.
 ///
 /// See the [module documentation](self) for the invariants and the accounting.
@@ -214,6 +232,7 @@ pub struct Workqueue {
     name: String,
     /// Emulated CPU of each worker, by worker number.
     worker_cpus: Box<[CpuId]>,
+    workers: Workers,
     threads: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
 }
@@ -234,6 +253,12 @@ impl Workqueue {
     /// If `max_active` is 0, `cpus` is empty, or the host refuses to create a thread.
     #[doc(alias = "alloc_workqueue")]
     pub fn new(name: &str, max_active: usize, cpus: Vec<CpuId>) -> Self {
+        Self::with_workers(name, max_active, cpus, Workers::Host)
+    }
+
+    /// [`Workqueue::new`] with its workers of the given kind: a machine in virtual time makes
+    /// its workqueues with [`Workers::Virtual`].
+    pub fn with_workers(name: &str, max_active: usize, cpus: Vec<CpuId>, workers: Workers) -> Self {
         assert!(
             max_active >= 1,
             "workqueue {name}: max_active must be at least 1"
@@ -251,30 +276,32 @@ impl Workqueue {
                 .map(|_| CachePadded::new(WorkerCounters::default()))
                 .collect(),
         });
-        let threads = worker_cpus
-            .iter()
-            .enumerate()
-            .map(|(i, &cpu)| {
-                let shared = Arc::clone(&shared);
-                thread::spawn_named_on(cpu, format!("kworker/u:{name}/{i}"), move |cpu| {
-                    worker_loop(cpu, &shared, i)
-                })
-                .unwrap_or_else(|e| panic!("workqueue {name}: cannot spawn worker {i}: {e}"))
-            })
-            .collect();
+        let threads = match workers {
+            Workers::Host => spawn_workers(name, &worker_cpus, &shared),
+            Workers::Virtual => Vec::new(),
+        };
         Self {
             name: name.to_owned(),
             worker_cpus,
+            workers,
             threads,
             shared,
         }
     }
 
     /// Queue `f` to run on a worker, which passes it its emulated CPU. Returns at once.
+    ///
+    /// With [`Workers::Virtual`], the first item of a run starts the workers as contexts of
+    /// the run; outside a run the item runs at once on the caller (there is no virtual time to
+    /// run it in), with worker 0's CPU.
     #[doc(alias = "queue_work")]
     pub fn queue(&self, f: impl FnOnce(CpuId) + Send + 'static) -> WorkHandle {
         let done = Arc::new(Completion::new(&WORKQUEUE));
         let f: WorkFn = Box::new(f);
+        let virtual_run = self.workers == Workers::Virtual && vhook::active();
+        if self.workers == Workers::Virtual && !virtual_run {
+            return self.run_inline(f, done);
+        }
         let mut pool = self.shared.pool.lock();
         vm_bug_on!(pool.closed, "queue_work on a destroyed workqueue");
         let seq = pool.flush.next_seq;
@@ -287,9 +314,63 @@ impl Workqueue {
             seq,
             done: Arc::clone(&done),
         });
+        if pool.idle > 0 {
+            // try_to_wake_up of an idle worker, paid by the queuer (a no-op on the host).
+            charge(Cost::WorkqueueWake, 1);
+        }
         self.shared.more_work.notify_one();
+        let start = virtual_run && pool.vworkers == 0;
+        if start {
+            pool.vworkers = self.worker_cpus.len();
+        }
         drop(pool);
+        if start {
+            // Dropped handles: the run waits for every context anyway (see `end_run`).
+            drop(spawn_workers(&self.name, &self.worker_cpus, &self.shared));
+        }
         WorkHandle { done }
+    }
+
+    /// A virtual workqueue's item queued outside a run: run it here, account it to worker 0.
+    fn run_inline(&self, f: WorkFn, done: Arc<Completion<WorkOutcome>>) -> WorkHandle {
+        let seq = {
+            let mut pool = self.shared.pool.lock();
+            vm_bug_on!(pool.closed, "queue_work on a destroyed workqueue");
+            let seq = pool.flush.next_seq;
+            pool.flush.next_seq += 1;
+            pool.flush.window.push_back(false);
+            seq
+        };
+        run_one(
+            self.worker_cpus[0],
+            &self.shared,
+            0,
+            Work {
+                f,
+                seq,
+                done: Arc::clone(&done),
+            },
+        );
+        WorkHandle { done }
+    }
+
+    /// The virtual run is ending: the workers of this run finish what is queued, then exit,
+    /// so that the run can end (a run waits for all its contexts). The next run's first
+    /// `queue_work` starts new ones. A no-op outside a run and for host workers.
+    pub fn end_run(&self) {
+        if self.workers != Workers::Virtual || !vhook::active() {
+            return;
+        }
+        let mut pool = self.shared.pool.lock();
+        if pool.vworkers > 0 {
+            pool.vstop = true;
+            self.shared.more_work.notify_all();
+        }
+    }
+
+    /// Where the workers run.
+    pub fn workers(&self) -> Workers {
+        self.workers
     }
 
     /// Wait until every item queued before this call has finished. Items queued meanwhile (by
@@ -362,7 +443,8 @@ impl Workqueue {
 
 impl Drop for Workqueue {
     fn drop(&mut self) {
-        // Closing lets each worker drain what is queued, then exit.
+        // Closing lets each worker drain what is queued, then exit. Virtual workers have no
+        // handle here: their run waits for them.
         self.shared.pool.lock().closed = true;
         self.shared.more_work.notify_all();
         for t in self.threads.drain(..) {
@@ -397,12 +479,36 @@ impl WorkHandle {
     }
 }
 
-/// Body of worker `idx`: run items until the queue is closed and empty.
+/// Start one worker per CPU of `cpus` (worker `i` on `cpus[i]`): host threads, or contexts of
+/// the current virtual run.
+fn spawn_workers(name: &str, cpus: &[CpuId], shared: &Arc<Shared>) -> Vec<JoinHandle<()>> {
+    cpus.iter()
+        .enumerate()
+        .map(|(i, &cpu)| {
+            let shared = Arc::clone(shared);
+            thread::spawn_named_on(cpu, format!("kworker/u:{name}/{i}"), move |cpu| {
+                worker_loop(cpu, &shared, i)
+            })
+            .unwrap_or_else(|e| panic!("workqueue {name}: cannot spawn worker {i}: {e}"))
+        })
+        .collect()
+}
+
+/// Body of worker `idx`: run items until the queue is closed (or, virtual, the run ends) and
+/// empty.
 #[doc(alias = "worker_thread")]
-#[doc(alias = "process_one_work")]
 fn worker_loop(cpu: CpuId, shared: &Shared, idx: usize) {
+    while let Some(w) = next_work(shared) {
+        run_one(cpu, shared, idx, w);
+    }
+}
+
+/// Run one item on worker `idx`, time it, complete it.
+#[doc(alias = "process_one_work")]
+fn run_one(cpu: CpuId, shared: &Shared, idx: usize, work: Work) {
     let counters = &shared.workers[idx];
-    while let Some(Work { f, seq, done }) = next_work(shared) {
+    let Work { f, seq, done } = work;
+    {
         let wall0 = clock::now();
         let cpu0 = clock::thread_cpu_ns();
         let result = panic::catch_unwind(AssertUnwindSafe(move || f(cpu)));
@@ -426,353 +532,28 @@ fn worker_loop(cpu: CpuId, shared: &Shared, idx: usize) {
 }
 
 /// Take the oldest queued item, sleeping while there is none; `None` once the queue is closed
-/// and drained.
+/// (or its virtual run ends) and drained.
 fn next_work(shared: &Shared) -> Option<Work> {
     let mut pool = shared.pool.lock();
     loop {
         if let Some(w) = pool.worklist.pop_front() {
             return Some(w);
         }
-        if pool.closed {
+        if pool.closed || pool.vstop {
+            if pool.vworkers > 0 {
+                // A virtual worker leaves; the last one re-arms the pool for the next run.
+                pool.vworkers -= 1;
+                if pool.vworkers == 0 {
+                    pool.vstop = false;
+                }
+            }
             return None;
         }
+        pool.idle += 1;
         shared.more_work.wait(&mut pool);
+        pool.idle -= 1;
     }
 }
 
 #[cfg(test)]
-mod test {
-    use std::{
-        cell::RefCell,
-        collections::{BTreeMap, BTreeSet},
-        sync::{atomic::AtomicUsize, Barrier, Mutex as StdMutex},
-        time::Duration,
-    };
-
-    use std::thread;
-    use std::time::Instant;
-
-    use super::*;
-
-    fn cpus(ids: &[u16]) -> Vec<CpuId> {
-        ids.iter().copied().map(CpuId).collect()
-    }
-
-    /// A barrier for `n` items that panics (failing the item, hence the test) instead of hanging
-    /// if the pool never runs `n` of them at once. The timeout is a safety net, not an assertion
-    /// about speed.
-    struct Rendezvous {
-        arrived: StdMutex<usize>,
-        cond: std::sync::Condvar,
-        n: usize,
-    }
-
-    impl Rendezvous {
-        fn new(n: usize) -> Arc<Self> {
-            Arc::new(Self {
-                arrived: StdMutex::new(0),
-                cond: std::sync::Condvar::new(),
-                n,
-            })
-        }
-
-        fn arrive(&self) {
-            let mut arrived = self.arrived.lock().unwrap();
-            *arrived += 1;
-            self.cond.notify_all();
-            let (arrived, timeout) = self
-                .cond
-                .wait_timeout_while(arrived, Duration::from_secs(60), |a| *a < self.n)
-                .unwrap();
-            assert!(
-                !timeout.timed_out(),
-                "only {} of {} items ran at once",
-                *arrived,
-                self.n
-            );
-        }
-    }
-
-    /// Track how many items run at once, and the most ever seen.
-    #[derive(Default)]
-    struct Concurrency {
-        running: AtomicUsize,
-        max: AtomicUsize,
-    }
-
-    impl Concurrency {
-        fn enter(&self) {
-            let now = self.running.fetch_add(1, Relaxed) + 1;
-            self.max.fetch_max(now, Relaxed);
-        }
-        fn leave(&self) {
-            self.running.fetch_sub(1, Relaxed);
-        }
-    }
-
-    #[test]
-    fn fifo_order_with_one_worker() {
-        let wq = Workqueue::new("fifo", 1, cpus(&[0]));
-        let order = Arc::new(StdMutex::new(Vec::new()));
-        for i in 0..200 {
-            let order = Arc::clone(&order);
-            wq.queue(move |_| order.lock().unwrap().push(i));
-        }
-        wq.flush();
-        assert_eq!(*order.lock().unwrap(), (0..200).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn concurrency_reaches_but_never_exceeds_max_active() {
-        for max_active in [1, 2, 4] {
-            let wq = Workqueue::new("conc", max_active, cpus(&[0, 1]));
-            let conc = Arc::new(Concurrency::default());
-            let meet = Rendezvous::new(max_active);
-            let names = Arc::new(StdMutex::new(BTreeSet::new()));
-            for i in 0..max_active * 8 {
-                let (conc, meet, names) =
-                    (Arc::clone(&conc), Arc::clone(&meet), Arc::clone(&names));
-                wq.queue(move |_| {
-                    conc.enter();
-                    names
-                        .lock()
-                        .unwrap()
-                        .insert(thread::current().name().unwrap().to_owned());
-                    if i < max_active {
-                        meet.arrive();
-                    }
-                    conc.leave();
-                });
-            }
-            wq.flush();
-            assert_eq!(
-                wq.stats().panicked,
-                0,
-                "the first max_active items never met"
-            );
-            assert_eq!(conc.max.load(Relaxed), max_active);
-            let expected: BTreeSet<String> = (0..max_active)
-                .map(|i| format!("kworker/u:conc/{i}"))
-                .collect();
-            assert_eq!(*names.lock().unwrap(), expected);
-        }
-    }
-
-    #[test]
-    fn flush_waits_for_everything_queued_before_it() {
-        let wq = Workqueue::new("flush", 3, cpus(&[0]));
-        let done = Arc::new(AtomicUsize::new(0));
-        // Item 0 blocks until released, so later items finish before it (out of order).
-        let (release_tx, release_rx) = std::sync::mpsc::sync_channel::<()>(0);
-        {
-            let done = Arc::clone(&done);
-            wq.queue(move |_| {
-                release_rx.recv().unwrap();
-                done.fetch_add(1, Relaxed);
-            });
-        }
-        for _ in 0..50 {
-            let done = Arc::clone(&done);
-            wq.queue(move |_| {
-                done.fetch_add(1, Relaxed);
-            });
-        }
-        let seen_by_flusher = thread::scope(|s| {
-            let flusher = s.spawn(|| {
-                wq.flush();
-                done.load(Relaxed)
-            });
-            thread::yield_now();
-            // Item 0 is held back, so the flush cannot have returned.
-            assert!(!flusher.is_finished());
-            release_tx.send(()).unwrap();
-            flusher.join().unwrap()
-        });
-        assert_eq!(
-            seen_by_flusher, 51,
-            "flush returned before every earlier item finished"
-        );
-        assert_eq!(wq.nr_pending(), 0);
-        let s = wq.stats();
-        assert_eq!((s.items_queued, s.items_done), (51, 51));
-    }
-
-    #[test]
-    fn workers_pass_their_bound_cpu() {
-        let max_active = 5;
-        let wq = Workqueue::new("bind", max_active, cpus(&[3, 7]));
-        assert_eq!(wq.worker_cpus(), &cpus(&[3, 7, 3, 7, 3])[..]);
-        let meet = Rendezvous::new(max_active);
-        let seen = Arc::new(StdMutex::new(BTreeMap::new()));
-        for _ in 0..max_active {
-            let (meet, seen) = (Arc::clone(&meet), Arc::clone(&seen));
-            wq.queue(move |cpu| {
-                let name = thread::current().name().unwrap().to_owned();
-                let worker: usize = name.rsplit('/').next().unwrap().parse().unwrap();
-                seen.lock().unwrap().insert(worker, cpu);
-                meet.arrive();
-            });
-        }
-        wq.flush();
-        let seen = seen.lock().unwrap();
-        assert_eq!(seen.len(), max_active, "every worker ran one item");
-        for (&worker, &cpu) in seen.iter() {
-            assert_eq!(cpu, [CpuId(3), CpuId(7)][worker % 2], "worker {worker}");
-        }
-        let stats = wq.stats();
-        for w in &stats.workers {
-            assert_eq!(w.cpu, seen[&w.worker]);
-            assert_eq!(w.items_done, 1);
-        }
-    }
-
-    #[test]
-    fn handles_complete_even_when_an_item_panics() {
-        let wq = Workqueue::new("panic", 1, cpus(&[0]));
-        let bad = wq.queue(|_| panic!("deliberate panic in a work item"));
-        let ran = Arc::new(AtomicUsize::new(0));
-        let good = {
-            let ran = Arc::clone(&ran);
-            wq.queue(move |_| {
-                ran.fetch_add(1, Relaxed);
-            })
-        };
-        assert_eq!(bad.wait(), WorkOutcome::Panicked);
-        assert_eq!(good.wait(), WorkOutcome::Completed);
-        assert_eq!(ran.load(Relaxed), 1, "the pool survived the panic");
-        wq.flush();
-        let s = wq.stats();
-        assert_eq!((s.items_done, s.panicked), (2, 1));
-    }
-
-    #[test]
-    fn wait_returns_after_the_item_ran() {
-        let wq = Workqueue::new("wait", 2, cpus(&[0]));
-        let flag = Arc::new(AtomicUsize::new(0));
-        let h = {
-            let flag = Arc::clone(&flag);
-            wq.queue(move |_| flag.store(1, Relaxed))
-        };
-        assert_eq!(h.wait(), WorkOutcome::Completed);
-        assert_eq!(flag.load(Relaxed), 1);
-        // The item's statistics are in before its handle completes.
-        assert_eq!(wq.stats().items_done, 1);
-    }
-
-    #[test]
-    fn drop_drains_and_joins() {
-        thread_local! {
-            static EXIT: RefCell<Option<ExitSignal>> = const { RefCell::new(None) };
-        }
-        struct ExitSignal(Arc<AtomicUsize>);
-        impl Drop for ExitSignal {
-            fn drop(&mut self) {
-                self.0.fetch_add(1, Relaxed);
-            }
-        }
-
-        let max_active = 3;
-        let exited = Arc::new(AtomicUsize::new(0));
-        let ran = Arc::new(AtomicUsize::new(0));
-        let wq = Workqueue::new("drop", max_active, cpus(&[0, 1]));
-        let meet = Rendezvous::new(max_active);
-        for _ in 0..max_active {
-            let (exited, meet) = (Arc::clone(&exited), Arc::clone(&meet));
-            wq.queue(move |_| {
-                // Destroyed when the worker thread exits.
-                EXIT.with(|e| *e.borrow_mut() = Some(ExitSignal(exited)));
-                meet.arrive();
-            });
-        }
-        for _ in 0..100 {
-            let ran = Arc::clone(&ran);
-            wq.queue(move |_| {
-                ran.fetch_add(1, Relaxed);
-            });
-        }
-        drop(wq);
-        assert_eq!(
-            ran.load(Relaxed),
-            100,
-            "queued items run before the workers exit"
-        );
-        assert_eq!(
-            exited.load(Relaxed),
-            max_active,
-            "every worker thread has exited"
-        );
-    }
-
-    #[test]
-    fn cpu_time_is_charged_to_the_worker() {
-        let wq = Workqueue::new("acct", 2, cpus(&[0]));
-        let inner_cpu = Arc::new(AtomicU64::new(0));
-        let inner_wall = Arc::new(AtomicU64::new(0));
-        for _ in 0..4 {
-            let (inner_cpu, inner_wall) = (Arc::clone(&inner_cpu), Arc::clone(&inner_wall));
-            wq.queue(move |_| {
-                let wall0 = Instant::now();
-                let t0 = thread_cpu_time_ns();
-                let mut x = 0u64;
-                while thread_cpu_time_ns() == t0 {
-                    x = std::hint::black_box(x.wrapping_add(1));
-                }
-                inner_cpu.fetch_add(thread_cpu_time_ns() - t0, Relaxed);
-                inner_wall.fetch_add(wall0.elapsed().as_nanos() as u64, Relaxed);
-            });
-        }
-        wq.flush();
-        let s = wq.stats();
-        let (inner_cpu, inner_wall) = (inner_cpu.load(Relaxed), inner_wall.load(Relaxed));
-        assert!(inner_cpu > 0);
-        // The worker's brackets enclose the item's own: its figures can only be larger.
-        assert!(s.cpu_ns >= inner_cpu, "{} < {}", s.cpu_ns, inner_cpu);
-        assert!(
-            s.busy_wall_ns >= inner_wall,
-            "{} < {}",
-            s.busy_wall_ns,
-            inner_wall
-        );
-        assert_eq!(s.cpu_ns, s.workers.iter().map(|w| w.cpu_ns).sum::<u64>());
-        assert_eq!(
-            s.items_done,
-            s.workers.iter().map(|w| w.items_done).sum::<u64>()
-        );
-        let json = serde_json::to_value(&s).unwrap();
-        assert_eq!(json["items_done"], 4);
-    }
-
-    #[test]
-    fn thread_cpu_time_is_monotonic_and_per_thread() {
-        let a = thread_cpu_time_ns();
-        let b = thread_cpu_time_ns();
-        assert!(a > 0 && b >= a);
-        // A fresh thread starts near zero, far below a thread that has burnt CPU first.
-        let mut x = 0u64;
-        let t0 = thread_cpu_time_ns();
-        while thread_cpu_time_ns() < t0 + 5_000_000 {
-            x = std::hint::black_box(x.wrapping_add(1));
-        }
-        let mine = thread_cpu_time_ns();
-        let fresh = thread::spawn(thread_cpu_time_ns).join().unwrap();
-        assert!(fresh < mine);
-    }
-
-    #[test]
-    fn concurrent_flushes_all_return() {
-        let wq = Workqueue::new("multi", 2, cpus(&[0]));
-        for _ in 0..20 {
-            wq.queue(|_| {});
-        }
-        let barrier = Barrier::new(4);
-        thread::scope(|s| {
-            for _ in 0..4 {
-                s.spawn(|| {
-                    barrier.wait();
-                    wq.flush();
-                });
-            }
-        });
-        assert_eq!(wq.stats().items_done, 20);
-    }
-}
+mod test;

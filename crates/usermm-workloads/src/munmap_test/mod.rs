@@ -34,13 +34,23 @@
 //! baseline and with a baseline under the same CPU load (a spinning thread that takes no lock).
 //! The second isolates what the mmap lock (and the TLB shootdowns the zap sends to the faulters'
 //! CPUs) cost the faulters.
+//!
+//! # Wall and virtual time
+//! A run is one [`Machine::run`]: every thread is a task of `usermm::sync::thread` and every
+//! latency is read from `usermm::sync::clock`. With `time.mode=virtual` they are contexts on
+//! emulated CPUs of the profile's machine and every figure is modelled, the same run after run.
+//! There the loaded baseline is not run (each emulated CPU is a core of its own: a spinning
+//! thread on the zapper's CPU takes nothing from the faulters), boot time is not measured (0),
+//! and a phase change the driver makes is seen by a faulter at its next access after the
+//! driver's clock, give or take the charges since the driver's last synchronisation point.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
+use usermm::config::TimeMode;
 use usermm::config::{BackingMode, MachineConfig, ThpMode};
 use usermm::machine::MachineError;
 use usermm::mm::mmap::{
@@ -49,7 +59,10 @@ use usermm::mm::mmap::{
 };
 use usermm::mm::UnmapStats;
 use usermm::stats::VmItem;
+use usermm::sync::class::FUTEX;
+use usermm::sync::clock::{self, Ktime};
 use usermm::sync::mmap_lock::MmapLockStats;
+use usermm::sync::{thread, Barrier};
 use usermm::{CpuId, Errno, Machine, Mm, Task, PAGE_SIZE};
 
 use crate::seeds::{self, MunmapDowngrade};
@@ -119,9 +132,16 @@ pub fn default_machine(size: u64, faulters: u32) -> MachineConfig {
         nodes: 1,
         backing: BackingMode::Sparse,
         thp: ThpMode::Never,
+        time: usermm::config::TimeConfig {
+            profile: SEED_PROFILE.into(),
+            ..Default::default()
+        },
         ..MachineConfig::default()
     }
 }
+
+/// The cost profile of seed 003's machine (2 sockets, 32 CPUs), for `time.mode=virtual`.
+pub const SEED_PROFILE: &str = "e5-2680-32c";
 
 /// Why a run could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -289,6 +309,10 @@ pub struct MunmapAb {
 /// The record of `usermm munmap-test`.
 #[derive(Debug, Clone, Serialize)]
 pub struct MunmapTestResult {
+    /// `measured (this host)` or `modelled (profile NAME)`: how every time below was obtained.
+    pub time: String,
+    /// The cost profile of a virtual run, with every figure's source.
+    pub profile: Option<usermm::vtime::ProfileSpec>,
     pub opts: MunmapTestOpts,
     /// The seed's figures, for printing beside ours.
     pub seed: MunmapDowngrade,
@@ -312,8 +336,11 @@ pub fn run_with_progress(
     mut progress: impl FnMut(&'static str, u32),
 ) -> Result<MunmapTestResult, MunmapTestError> {
     let ab = run_ab_inner(opts, &mut progress)?;
+    let crate::TimeLabel { time, profile } = crate::TimeLabel::of(&opts.machine);
     let per_vma = run_policy_with(opts, true, true, &mut progress)?;
     Ok(MunmapTestResult {
+        time,
+        profile,
         opts: opts.clone(),
         seed: seeds::MUNMAP_DOWNGRADE,
         host_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -503,8 +530,8 @@ struct FaulterHists {
     stalled: [u64; 3],
 }
 
-fn ns_since(t: Instant) -> u64 {
-    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
+fn ns_since(t: Ktime) -> u64 {
+    t.elapsed_ns()
 }
 
 /// What the driver and the faulters share: the phase, the stop flag, the start barrier, and
@@ -524,9 +551,10 @@ const BASELINE_SAMPLE_WAIT: Duration = Duration::from_secs(10);
 /// faulter on average), so that a host too loaded to schedule a faulter in the window
 /// lengthens the window instead of leaving it empty. A no-op on an idle host.
 fn wait_for_baseline_faults(baseline_faults: &AtomicU64, n: u64) {
-    let t = Instant::now();
-    while baseline_faults.load(Ordering::Relaxed) < n && t.elapsed() < BASELINE_SAMPLE_WAIT {
-        std::thread::sleep(Duration::from_millis(1));
+    let t = clock::now();
+    let wait = u64::try_from(BASELINE_SAMPLE_WAIT.as_nanos()).unwrap_or(u64::MAX);
+    while baseline_faults.load(Ordering::Relaxed) < n && t.elapsed_ns() < wait {
+        thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -550,7 +578,7 @@ fn faulter(task: Task, base: u64, len: u64, shared: Shared<'_>) -> FaulterHists 
         let mut addr = base;
         while addr < base + len {
             let before = phase.load(Ordering::Acquire);
-            let t = Instant::now();
+            let t = clock::now();
             let r = task.write_u64(addr, value);
             let ns = ns_since(t);
             let after = phase.load(Ordering::Acquire);
@@ -566,7 +594,7 @@ fn faulter(task: Task, base: u64, len: u64, shared: Shared<'_>) -> FaulterHists 
             addr += PAGE_SIZE;
         }
         let before = phase.load(Ordering::Acquire);
-        let t = Instant::now();
+        let t = clock::now();
         let r = mm.madvise(task.cpu(), base, len, MADV_DONTNEED);
         let ns = ns_since(t);
         let after = phase.load(Ordering::Acquire);
@@ -594,7 +622,7 @@ fn burner(stop: &AtomicBool) {
 fn populate(mm: &Arc<Mm>, start: u64, len: u64, threads: u32, nr_cpus: u16) {
     let threads = u64::from(threads.clamp(1, u32::from(nr_cpus)));
     let chunk = (len / threads).next_multiple_of(2 << 20);
-    std::thread::scope(|s| {
+    thread::scope(|s| {
         for i in 0..threads {
             let s0 = start + i * chunk;
             if s0 >= start + len {
@@ -602,12 +630,14 @@ fn populate(mm: &Arc<Mm>, start: u64, len: u64, threads: u32, nr_cpus: u16) {
             }
             let e0 = (s0 + chunk).min(start + len);
             let mm = Arc::clone(mm);
-            s.spawn(move || mm.populate(CpuId(i as u16), s0, e0, true));
+            let cpu = CpuId(i as u16);
+            s.spawn_on(cpu, move || mm.populate(cpu, s0, e0, true));
         }
     });
 }
 
-/// One run on a fresh machine: populate, baselines, munmap under `config`'s policy.
+/// One run on a fresh machine: populate, baselines, munmap under `config`'s policy — all
+/// inside [`Machine::run`] (a virtual run when `config.time.mode` says so).
 pub fn run_once(
     config: &MachineConfig,
     opts: &MunmapTestOpts,
@@ -615,9 +645,27 @@ pub fn run_once(
     check(opts)?;
     let t = Instant::now();
     let machine = Machine::new(config.clone())?;
-    let boot_ms = t.elapsed().as_secs_f64() * 1e3;
+    let boot_ms = match config.time.mode {
+        TimeMode::Wall => t.elapsed().as_secs_f64() * 1e3,
+        // Booting is not modelled: nothing of the host enters a virtual result.
+        TimeMode::Virtual => 0.0,
+    };
     let cpu0 = CpuId(0);
-    let mm = Mm::new(&machine, cpu0).map_err(|errno| MunmapTestError::Syscall {
+    let r = machine.run(cpu0, || run_on(&machine, config, opts));
+    drop(machine);
+    let mut r = r?;
+    r.boot_ms = boot_ms;
+    Ok(r)
+}
+
+/// The body of [`run_once`], on the machine's clock.
+fn run_on(
+    machine: &Arc<Machine>,
+    config: &MachineConfig,
+    opts: &MunmapTestOpts,
+) -> Result<RunResult, MunmapTestError> {
+    let cpu0 = CpuId(0);
+    let mm = Mm::new(machine, cpu0).map_err(|errno| MunmapTestError::Syscall {
         op: "mm_alloc",
         errno,
     })?;
@@ -644,14 +692,16 @@ pub fn run_once(
         "mmap",
         mm.mmap(cpu0, 0, opts.size, rw, anon | MAP_NORESERVE, MapFile::None),
     )?;
-    let t = Instant::now();
+    let t = clock::now();
     populate(&mm, big, opts.size, opts.populate_threads, config.cpus);
-    let populate_ms = t.elapsed().as_secs_f64() * 1e3;
+    let populate_ms = t.elapsed_ns() as f64 / 1e6;
     let pages = mm.rss_total() as u64;
 
+    // A loaded baseline needs host cores to contend for; a virtual CPU is a core of its own.
+    let loaded_baseline = opts.loaded_baseline && config.time.mode == TimeMode::Wall;
     let phase = AtomicU32::new(PH_WARMUP);
     let stop = AtomicBool::new(false);
-    let started = Barrier::new(opts.faulters as usize + 1);
+    let started = Barrier::new(&FUTEX, opts.faulters as usize + 1);
     let baseline_faults = AtomicU64::new(0);
     let nr_cpus = usize::from(config.cpus);
     let baseline_len = Duration::from_millis(opts.baseline_ms);
@@ -660,7 +710,7 @@ pub fn run_once(
     let mut lock_munmap = MmapLockStats::default();
     let mut vma_lock = VmaLockEvents::default();
     let mut windows_ns = [0u64; 3];
-    let hists: Vec<std::thread::Result<FaulterHists>> = std::thread::scope(|s| {
+    let hists: Vec<std::thread::Result<FaulterHists>> = thread::scope(|s| {
         let handles: Vec<_> = vmas
             .iter()
             .enumerate()
@@ -674,34 +724,41 @@ pub fn run_once(
                     started: &started,
                     baseline_faults: &baseline_faults,
                 };
-                s.spawn(move || faulter(task, base, opts.faulter_bytes, shared))
+                s.spawn_named_on(cpu, format!("faulter-{i}"), move || {
+                    faulter(task, base, opts.faulter_bytes, shared)
+                })
             })
             .collect();
         started.wait();
-        // Warm-up: every faulter page-faults through its VMA once or more.
-        std::thread::sleep(Duration::from_millis(50));
+        // Warm-up: every faulter page-faults through its VMA once or more (in virtual time
+        // no longer than a baseline: faulters there are never kept off their CPUs).
+        let warm_up = Duration::from_millis(50);
+        thread::sleep(match config.time.mode {
+            TimeMode::Wall => warm_up,
+            TimeMode::Virtual => warm_up.min(baseline_len),
+        });
         let lock = mm.mmap_lock_info();
         lock.reset_stats();
-        let t = Instant::now();
+        let t = clock::now();
         phase.store(PH_BASELINE, Ordering::Release);
-        std::thread::sleep(baseline_len);
+        thread::sleep(baseline_len);
         wait_for_baseline_faults(&baseline_faults, u64::from(opts.faulters));
         phase.store(PH_LOADED, Ordering::Release);
         windows_ns[0] = ns_since(t);
         lock_baseline = lock.stats();
-        if opts.loaded_baseline {
+        if loaded_baseline {
             let burn_stop = AtomicBool::new(false);
-            let t = Instant::now();
-            std::thread::scope(|s2| {
-                s2.spawn(|| burner(&burn_stop));
-                std::thread::sleep(baseline_len);
+            let t = clock::now();
+            thread::scope(|s2| {
+                s2.spawn_on(cpu0, || burner(&burn_stop));
+                thread::sleep(baseline_len);
                 burn_stop.store(true, Ordering::Relaxed);
             });
             windows_ns[1] = ns_since(t);
         }
         lock.reset_stats();
         let vm0 = machine.vmstat_snapshot();
-        let t = Instant::now();
+        let t = clock::now();
         phase.store(PH_MUNMAP, Ordering::Release);
         unmap = mm.munmap_stats(cpu0, big, opts.size);
         phase.store(PH_AFTER, Ordering::Release);
@@ -739,12 +796,11 @@ pub fn run_once(
         stalled_ns: stalled[w],
     };
     drop(mm);
-    drop(machine);
     let other_ns = unmap
         .total_ns
         .saturating_sub(unmap.exclusive_ns + unmap.read_ns);
     Ok(RunResult {
-        boot_ms,
+        boot_ms: 0.0,
         populate_ms,
         pages,
         unmap,
@@ -753,56 +809,10 @@ pub fn run_once(
         lock_baseline,
         vma_lock,
         baseline: window(0),
-        baseline_loaded: opts.loaded_baseline.then(|| window(1)),
+        baseline_loaded: loaded_baseline.then(|| window(1)),
         during: window(2),
     })
 }
 
 #[cfg(test)]
-mod test {
-    use super::*;
-
-    #[test]
-    fn windows_attribute_overlaps_to_the_munmap() {
-        assert_eq!(window_of(PH_BASELINE, PH_BASELINE), Some(0));
-        assert_eq!(window_of(PH_LOADED, PH_LOADED), Some(1));
-        assert_eq!(window_of(PH_LOADED, PH_MUNMAP), Some(2));
-        assert_eq!(
-            window_of(PH_LOADED, PH_AFTER),
-            Some(2),
-            "blocked across the whole munmap"
-        );
-        assert_eq!(window_of(PH_MUNMAP, PH_AFTER), Some(2));
-        assert_eq!(window_of(PH_BASELINE, PH_LOADED), None);
-        assert_eq!(window_of(PH_AFTER, PH_AFTER), None);
-        assert_eq!(window_of(PH_WARMUP, PH_WARMUP), None);
-    }
-
-    #[test]
-    fn small_run_both_policies() {
-        let mut opts = MunmapTestOpts::new(64 << 20, 1);
-        opts.machine.cpus = 4;
-        opts.baseline_ms = 20;
-        let r = run(&opts).unwrap();
-        assert!(r.per_vma.per_vma_lock && !r.vanilla.per_vma_lock);
-        assert!(
-            r.per_vma.runs[0].vma_lock.success > 0,
-            "faults took their VMA's lock"
-        );
-        assert_eq!(r.vanilla.runs[0].vma_lock, VmaLockEvents::default());
-        for (p, down) in [(&r.vanilla, false), (&r.patched, true), (&r.per_vma, true)] {
-            let run = &p.runs[0];
-            assert_eq!(run.pages, 16384);
-            assert_eq!(run.unmap.pages_zapped, 16384);
-            assert_eq!(run.unmap.downgraded, down);
-            assert_eq!(run.during.errors + run.baseline.errors, 0);
-            assert!(run.baseline.faults.count > 0);
-            assert_eq!(
-                run.lock_munmap.exclusive_hold.count, 1,
-                "one write hold: the munmap's"
-            );
-        }
-        assert!(r.vanilla.runs[0].unmap.read_ns == 0);
-        assert!(r.patched.runs[0].unmap.read_ns > 0);
-    }
-}
+mod test;

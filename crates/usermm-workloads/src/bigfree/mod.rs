@@ -30,25 +30,33 @@
 //! kernel does with this teardown) and parallel at `min(nodes, host threads)` workers (the
 //! patch on top of it: one worker per zone lock, no more than the host can run at once).
 //!
+//! # Wall and virtual time
+//! Each row runs through [`Machine::run`] and reads every time from `usermm::sync::clock`. On
+//! the wall clock the workers are host threads on however many host cores there are — on a
+//! 2-core host the seed's knee (workers ≈ nodes) cannot show; the table is this host's own
+//! curve, *measured (this host)*. With `time.mode=virtual` the same code runs as a model of
+//! the profile's machine (DESIGN.md §8): every worker on an emulated CPU of its own, times,
+//! CPU times and lock_stat *modelled (profile NAME)*, the same to the nanosecond run after run,
+//! and each sample also carries every emulated CPU's busy, spin and idle time over the free
+//! (who paid: the task or the workers). The host facts of a sample (preemptions, sleeps, load)
+//! are 0 there: nothing of the host enters a virtual result.
+//!
 //! # Differences from the seed's test
 //! The seed timed `free()` of a `malloc(320G)` (glibc munmaps it) on 4 nodes / 144 threads;
-//! here the mapping is `mmap`ed and `munmap`ed directly on the emulated machine, and the
-//! workers are host threads on however many host cores there are — on a 2-core host the
-//! seed's knee (workers ≈ nodes) cannot show; the table is this machine's own curve.
+//! here the mapping is `mmap`ed and `munmap`ed directly on the emulated machine.
 
-use std::time::Instant;
+mod run;
+#[cfg(test)]
+mod test;
+
+pub use run::{run, run_once, run_table, run_with};
 
 use serde::Serialize;
-use usermm::config::{BackingMode, BatchSwitch, FreePolicy, MachineConfig, ThpMode};
-use usermm::cpu::CpuId;
-use usermm::mm::mmap::{MapFile, MAP_ANONYMOUS, MAP_PRIVATE, PROT_READ, PROT_WRITE};
-use usermm::stats::{LockStatSnapshot, VmItem};
-use usermm::sync::workqueue::thread_cpu_time_ns;
-use usermm::{Machine, PAGE_SIZE};
-use usermm_host::facts;
+use usermm::config::{BackingMode, BatchSwitch, FreePolicy, MachineConfig, ThpMode, TimeMode};
+use usermm::stats::LockStatSnapshot;
+use usermm::PAGE_SIZE;
 
-use crate::seeds::{self, ParallelFree};
-use crate::stats::{mad_pct, median};
+use crate::seeds::ParallelFree;
 
 /// `ASYNC_FREE_THRESHOLD` of the patch: 256K pages (1 GiB of 4 KiB pages) per job.
 pub const DEFAULT_THRESHOLD_PAGES: u64 = 256 * 1024;
@@ -62,6 +70,8 @@ pub const DEFAULT_NODES: u16 = 4;
 pub const DEFAULT_CPUS: u16 = 8;
 /// Bytes populated per progress step.
 const POPULATE_CHUNK: u64 = 1 << 30;
+/// The cost profile of the seeds' machine (4 sockets, 144 threads), for `time.mode=virtual`.
+pub const SEED_PROFILE: &str = "haswell-ex-4s";
 
 /// How the mapping is freed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -137,14 +147,16 @@ pub fn default_config(
             .saturating_mul(nodes)
             .min(usermm::config::MAX_CPUS)
     });
-    MachineConfig {
+    let mut c = MachineConfig {
         mem: default_mem(size),
         cpus,
         nodes,
         backing: BackingMode::Sparse,
         thp: ThpMode::Never,
         ..MachineConfig::default()
-    }
+    };
+    c.time.profile = SEED_PROFILE.into();
+    c
 }
 
 /// SIZE + 25 %, rounded up to a GiB, at least 1 GiB and at most what a machine can have
@@ -186,6 +198,17 @@ impl LockTotals {
     }
 }
 
+/// One emulated CPU over the free, in virtual time.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct CpuWindow {
+    pub cpu: usize,
+    pub socket: usize,
+    pub node: usize,
+    pub busy_ns: u64,
+    pub spin_ns: u64,
+    pub idle_ns: u64,
+}
+
 /// One timed free.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunSample {
@@ -222,6 +245,10 @@ pub struct RunSample {
     pub host_sleeps: u64,
     /// The host's 1-minute load average when the free started (other jobs on a shared host).
     pub host_loadavg: f64,
+    /// Virtual time only: every emulated CPU over the free (empty on the wall clock).
+    pub cpus: Vec<CpuWindow>,
+    /// Virtual time only: time the CPUs spent spinning on locks during the free, summed.
+    pub spin_ns: u64,
 }
 
 /// One configuration: the vanilla row or one `max_active`.
@@ -264,6 +291,8 @@ pub struct BigfreeRow {
     pub lru_wait_ms: f64,
     /// Median populate time per page, ns.
     pub populate_ns_per_page: f64,
+    /// Median over runs of the CPUs' summed spin time during the free, ms (virtual time).
+    pub spin_ms: f64,
 }
 
 /// The best parallel row.
@@ -294,6 +323,11 @@ pub struct Beyond {
 /// The whole table.
 #[derive(Debug, Clone, Serialize)]
 pub struct BigfreeResult {
+    /// How every time below was obtained: `measured (this host)` or
+    /// `modelled (profile NAME)`.
+    pub time: String,
+    /// The cost profile of a virtual run, with every figure's source (beside the config).
+    pub profile: Option<usermm::vtime::ProfileSpec>,
     pub size: u64,
     pub pages: u64,
     pub free_by: FreeBy,
@@ -425,9 +459,12 @@ pub fn gather_capacity(count: u32, switch: BatchSwitch) -> u64 {
 }
 
 /// `max_active` of the tuned parallel row: one worker per node's zone lock, at most the
-/// host's hardware threads.
+/// host's hardware threads on the wall clock (a virtual run gives every worker a CPU).
 pub fn tuned_max_active(base: &MachineConfig) -> u32 {
-    let host = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    let host = match base.time.mode {
+        TimeMode::Wall => std::thread::available_parallelism().map_or(1, |n| n.get()) as u32,
+        TimeMode::Virtual => u32::MAX,
+    };
     u32::from(base.nodes).min(host).max(1)
 }
 
@@ -466,414 +503,4 @@ pub fn row_config(opts: &BigfreeOpts, max_active: Option<u32>) -> MachineConfig 
         }
     }
     c
-}
-
-/// One run on a fresh machine built from `cfg`: map, populate, time the free.
-pub fn run_once(
-    cfg: &MachineConfig,
-    size: u64,
-    free_by: FreeBy,
-    label: &str,
-    rep: u32,
-    on_event: &mut dyn FnMut(Event<'_>),
-) -> Result<RunSample, BigfreeError> {
-    let size = size.next_multiple_of(PAGE_SIZE);
-    let pages = size / PAGE_SIZE;
-    let machine = Machine::new(cfg.clone())?;
-    // The zapping task runs on the last CPU; workers are bound to CPUs 0, 1, 2, ….
-    let cpu = CpuId(cfg.cpus - 1);
-    let mm = machine.new_mm(cpu).map_err(BigfreeError::Mmap)?;
-    on_event(Event::Start { label, rep, pages });
-    let addr = mm
-        .mmap(
-            cpu,
-            0,
-            size,
-            PROT_READ | PROT_WRITE,
-            MAP_PRIVATE | MAP_ANONYMOUS,
-            MapFile::None,
-        )
-        .map_err(BigfreeError::Mmap)?;
-    let t = Instant::now();
-    let pc = thread_cpu_time_ns();
-    let mut a = addr;
-    while a < addr + size {
-        let e = (a + POPULATE_CHUNK).min(addr + size);
-        mm.populate(cpu, a, e, true);
-        on_event(Event::Populated {
-            pages: (e - a) / PAGE_SIZE,
-        });
-        a = e;
-    }
-    let populate_ns = t.elapsed().as_nanos() as u64;
-    let populate_cpu_ns = thread_cpu_time_ns().saturating_sub(pc);
-    let mapped = mm.rss_total();
-    if mapped != pages as i64 {
-        let (got, want) = (mapped.max(0) as u64, pages);
-        let faults = machine.vmstat().get(VmItem::Oom);
-        return Err(if faults > 0 {
-            BigfreeError::PopulateOom { got, want, faults }
-        } else {
-            BigfreeError::Populate { got, want }
-        });
-    }
-    on_event(Event::Freeing { label, rep });
-    let phys = machine.phys();
-    let wq_before = machine.gather_policy().workqueue().map(|w| w.stats());
-    let vm_before = machine.vmstat_snapshot();
-    phys.reset_lock_stats();
-    let host_loadavg = facts::loadavg_1min().unwrap_or(0.0);
-    let cs0 = facts::context_switches();
-    let c0 = thread_cpu_time_ns();
-    let t0 = Instant::now();
-    let st = match free_by {
-        FreeBy::Munmap => Some(
-            mm.munmap_stats(cpu, addr, size)
-                .map_err(BigfreeError::Munmap)?,
-        ),
-        FreeBy::Exit => mm.mmput(cpu),
-    };
-    let free_ns = t0.elapsed().as_nanos() as u64;
-    let task_cpu_ns = thread_cpu_time_ns().saturating_sub(c0);
-    let cs1 = facts::context_switches();
-    let locks = phys.lock_stats();
-    let vm = machine.vmstat_snapshot().since(&vm_before);
-    let wq_after = machine.gather_policy().workqueue().map(|w| w.stats());
-    let (worker_cpu_ns, worker_busy_ns) = match (&wq_before, &wq_after) {
-        (Some(b), Some(a)) => (a.cpu_ns - b.cpu_ns, a.busy_wall_ns - b.busy_wall_ns),
-        _ => (0, 0),
-    };
-    let left = mm.rss_total();
-    if left != 0 {
-        return Err(BigfreeError::Leftover(left));
-    }
-    let sample = RunSample {
-        free_ns,
-        populate_ns,
-        populate_cpu_ns,
-        pages_mapped: pages,
-        pgfree: vm.get(VmItem::Pgfree).max(0) as u64,
-        task_cpu_ns,
-        worker_cpu_ns,
-        worker_busy_ns,
-        jobs: vm.get(VmItem::FreeJobsQueued).max(0) as u64,
-        job_alloc_failures: vm.get(VmItem::FreeJobAllocFailed).max(0) as u64,
-        forced_flushes: vm.get(VmItem::GatherForcedFlush).max(0) as u64,
-        tlb_flushes: st.map_or(0, |s| s.tlb_flushes),
-        zone_lock: LockTotals::of(&locks.zone_lock),
-        lru_lock: LockTotals::of(&locks.lru_lock),
-        zone_lock_per_node: locks.zone_lock,
-        lru_lock_per_node: locks.lru_lock,
-        host_preemptions: cs1.involuntary.saturating_sub(cs0.involuntary),
-        host_sleeps: cs1.voluntary.saturating_sub(cs0.voluntary),
-        host_loadavg,
-    };
-    on_event(Event::Done {
-        label,
-        rep,
-        sample: &sample,
-    });
-    drop(mm);
-    drop(machine);
-    Ok(sample)
-}
-
-fn summarize(
-    label: String,
-    cfg: &MachineConfig,
-    max_active: Option<u32>,
-    samples: Vec<RunSample>,
-) -> BigfreeRow {
-    let pcp_auto_tune = cfg.pcp.auto_tune;
-    let f = |g: &dyn Fn(&RunSample) -> f64| median(&samples.iter().map(g).collect::<Vec<_>>());
-    let times: Vec<f64> = samples.iter().map(|s| s.free_ns as f64 / 1e9).collect();
-    let pages = samples.first().map_or(1, |s| s.pages_mapped.max(1)) as f64;
-    BigfreeRow {
-        label,
-        policy: cfg.free.policy,
-        max_active,
-        pcp_auto_tune,
-        max_batch_count: cfg.gather.max_batch_count,
-        threshold_pages: cfg.free.threshold_pages,
-        time_s: median(&times),
-        spread_pct: mad_pct(&times),
-        speedup: 1.0,
-        ns_per_page: f(&|s| s.free_ns as f64) / pages,
-        worker_cpu_share: f(&|s| {
-            let total = (s.task_cpu_ns + s.worker_cpu_ns).max(1) as f64;
-            s.worker_cpu_ns as f64 / total
-        }),
-        cpus_busy: f(&|s| (s.task_cpu_ns + s.worker_cpu_ns) as f64 / s.free_ns.max(1) as f64),
-        cpu_ns_per_page: f(&|s| (s.task_cpu_ns + s.worker_cpu_ns) as f64) / pages,
-        task_cpu_ns_per_page: f(&|s| s.task_cpu_ns as f64) / pages,
-        workers_busy: f(&|s| {
-            let n = f64::from(max_active.unwrap_or(0));
-            if n == 0.0 {
-                0.0
-            } else {
-                s.worker_busy_ns as f64 / (n * s.free_ns.max(1) as f64)
-            }
-        }),
-        zone_contentions: f(&|s| s.zone_lock.contentions as f64) as u64,
-        lru_contentions: f(&|s| s.lru_lock.contentions as f64) as u64,
-        zone_wait_ms: f(&|s| s.zone_lock.wait_ns as f64) / 1e6,
-        lru_wait_ms: f(&|s| s.lru_lock.wait_ns as f64) / 1e6,
-        populate_ns_per_page: f(&|s| s.populate_ns as f64) / pages,
-        samples,
-    }
-}
-
-/// Run the vanilla row, then one row per `max_active`, each `repeat` times on fresh machines.
-///
-/// Runs are interleaved (vanilla, ma₁, ma₂, …, then again) so that slow drifts of a shared
-/// host (other jobs, thermal) spread over every row instead of biasing one.
-pub fn run_with(
-    opts: &BigfreeOpts,
-    on_event: &mut dyn FnMut(Event<'_>),
-) -> Result<BigfreeResult, BigfreeError> {
-    check(opts)?;
-    let size = opts.size.next_multiple_of(PAGE_SIZE);
-    let configs: Vec<(String, Option<u32>, MachineConfig)> = row_specs(opts)
-        .into_iter()
-        .map(|(label, ma, tune)| {
-            let mut c = row_config(opts, ma);
-            c.pcp.auto_tune = tune;
-            (label, ma, c)
-        })
-        .collect();
-    let mut samples: Vec<Vec<RunSample>> = configs.iter().map(|_| Vec::new()).collect();
-    for rep in 0..opts.repeat {
-        for (i, (label, _, cfg)) in configs.iter().enumerate() {
-            samples[i].push(run_once(cfg, size, opts.free_by, label, rep, on_event)?);
-        }
-    }
-    let mut rows: Vec<BigfreeRow> = configs
-        .iter()
-        .zip(samples)
-        .map(|((label, ma, cfg), s)| summarize(label.clone(), cfg, *ma, s))
-        .collect();
-    let vanilla_s = rows[0].time_s;
-    for r in &mut rows {
-        r.speedup = if r.time_s > 0.0 {
-            vanilla_s / r.time_s
-        } else {
-            0.0
-        };
-    }
-    let base_tuned = opts.base.pcp.auto_tune;
-    let patched = rows[1..]
-        .iter()
-        .filter(|r| r.max_active.is_some() && r.pcp_auto_tune == base_tuned)
-        .min_by(|a, b| a.time_s.total_cmp(&b.time_s))
-        .map(|r| PatchedBest {
-            label: r.label.clone(),
-            max_active: r.max_active.unwrap_or(0),
-            time_s: r.time_s,
-        });
-    let ratio = patched.as_ref().map_or(0.0, |p| {
-        if p.time_s > 0.0 {
-            vanilla_s / p.time_s
-        } else {
-            0.0
-        }
-    });
-    let beyond = beyond_of(&rows);
-    let mut warnings = Vec::new();
-    let cap = gather_capacity(opts.max_batch_count, opts.batch_switch);
-    if cap < opts.threshold_pages {
-        warnings.push(format!(
-            "the gather holds {cap} pages before it must flush (max_batch_count {}, {:?} batch switch), below the threshold of {} pages: the parallel rows never hand a job to the workers — raise --max-batch-count",
-            opts.max_batch_count, opts.batch_switch, opts.threshold_pages
-        ));
-    }
-    if rows
-        .iter()
-        .filter(|r| r.max_active.is_some())
-        .any(|r| r.samples.iter().all(|s| s.jobs == 0))
-        && cap >= opts.threshold_pages
-    {
-        warnings.push(format!(
-            "some parallel rows queued no job: the mapping ({} pages) is smaller than the threshold ({} pages)",
-            size / PAGE_SIZE,
-            opts.threshold_pages
-        ));
-    }
-    let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if let Some(&m) = opts.max_active.iter().max() {
-        if m as usize >= host_cpus {
-            warnings.push(format!(
-                "this host has {host_cpus} hardware threads: rows with max_active ≥ {host_cpus} oversubscribe it (the zapping task needs one too); the seed's knee at workers ≈ nodes needs ≥ {} threads",
-                usize::from(opts.base.nodes) + 1
-            ));
-        }
-    }
-    if opts.repeat < 3 {
-        warnings.push(format!(
-            "{} run(s) per row: pass --repeat 3 or more for a median and a spread",
-            opts.repeat
-        ));
-    }
-    Ok(BigfreeResult {
-        size,
-        pages: size / PAGE_SIZE,
-        free_by: opts.free_by,
-        repeat: opts.repeat,
-        batch_switch: opts.batch_switch,
-        config: configs[0].2.clone(),
-        rows,
-        vanilla_s,
-        patched,
-        ratio,
-        beyond,
-        host_cpus,
-        seed: seeds::PARALLEL_FREE,
-        warnings,
-    })
-}
-
-/// The pcp auto-tune rows' summary, when they ran (vanilla untuned, two tuned rows after).
-fn beyond_of(rows: &[BigfreeRow]) -> Option<Beyond> {
-    let vanilla = rows.first().filter(|r| !r.pcp_auto_tune)?;
-    let inline = rows
-        .iter()
-        .find(|r| r.pcp_auto_tune && r.max_active.is_none())?;
-    let par = rows
-        .iter()
-        .find(|r| r.pcp_auto_tune && r.max_active.is_some())?;
-    let m = par.max_active.unwrap_or(0);
-    let untuned = rows
-        .iter()
-        .find(|r| !r.pcp_auto_tune && r.max_active == Some(m));
-    let acq = |r: &BigfreeRow| {
-        median(
-            &r.samples
-                .iter()
-                .map(|s| s.zone_lock.acquisitions as f64)
-                .collect::<Vec<_>>(),
-        )
-    };
-    let over = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
-    Some(Beyond {
-        inline_s: inline.time_s,
-        inline_speedup: over(vanilla.time_s, inline.time_s),
-        max_active: m,
-        parallel_s: par.time_s,
-        parallel_speedup: over(vanilla.time_s, par.time_s),
-        over_patch: untuned.map(|u| over(u.time_s, par.time_s)),
-        vanilla_zone_acq: acq(vanilla),
-        inline_zone_acq: acq(inline),
-    })
-}
-
-/// [`run_with`] without progress.
-pub fn run(opts: &BigfreeOpts) -> Result<BigfreeResult, BigfreeError> {
-    run_with(opts, &mut |_| {})
-}
-
-/// The table `usermm reproduce` prints: vanilla and one row per `max_active` of a `size`
-/// mapping freed by munmap, `repeat` runs each, on machines built from `base` (whose free and
-/// gather keys are overridden per row; the seed's v4.11 batch switch is used).
-pub fn run_table(
-    size: u64,
-    max_active: &[u32],
-    repeat: u32,
-    base: &MachineConfig,
-    on_event: &mut dyn FnMut(Event<'_>),
-) -> Result<BigfreeResult, BigfreeError> {
-    let opts = BigfreeOpts {
-        size,
-        max_active: max_active.to_vec(),
-        threshold_pages: DEFAULT_THRESHOLD_PAGES,
-        max_batch_count: PATCHED_MAX_BATCH_COUNT,
-        batch_switch: BatchSwitch::V2017,
-        repeat,
-        free_by: FreeBy::Munmap,
-        pcp_tune_rows: true,
-        base: base.clone(),
-    };
-    run_with(&opts, on_event)
-}
-
-#[cfg(test)]
-mod test {
-    use super::*;
-
-    #[test]
-    fn capacity_of_the_eras() {
-        assert_eq!(gather_capacity(19, BatchSwitch::V2017), 9698);
-        assert_eq!(gather_capacity(515, BatchSwitch::V2017), 262_658);
-        // The modern switch at max − 1 leaves 515 batches short of 256K pages.
-        assert!(gather_capacity(515, BatchSwitch::Modern) < DEFAULT_THRESHOLD_PAGES);
-        assert!(gather_capacity(516, BatchSwitch::Modern) >= DEFAULT_THRESHOLD_PAGES);
-    }
-
-    #[test]
-    fn default_machine_sizes() {
-        assert_eq!(default_mem(320 << 30), 400 << 30);
-        assert_eq!(default_mem(1 << 20), 1 << 30);
-        let c = default_config(320 << 30, &[1, 2, 4, 8, 16, 32], None, None);
-        assert_eq!((c.nodes, c.cpus), (4, 36));
-        let c = default_config(1 << 30, &[2], None, Some(2));
-        assert_eq!((c.nodes, c.cpus), (2, 8));
-        c.validate().unwrap();
-    }
-
-    #[test]
-    fn small_table_runs_and_parallel_rows_queue_jobs() {
-        let mut o = BigfreeOpts::new(64 << 20, &[1, 2]);
-        o.threshold_pages = 2048;
-        o.max_batch_count = 8;
-        let r = run(&o).unwrap();
-        // vanilla, max_active 1 and 2, then the two pcp auto-tune rows.
-        assert_eq!(r.rows.len(), 5);
-        assert_eq!(r.rows[0].samples[0].jobs, 0);
-        for row in r.rows.iter().filter(|r| r.max_active.is_some()) {
-            assert!(row.samples[0].jobs > 0, "{row:?}");
-            // Every job was handed to a worker: none fell back to an inline free.
-            assert_eq!(row.samples[0].job_alloc_failures, 0, "{row:?}");
-        }
-        assert_eq!(
-            r.rows.iter().map(|r| r.pcp_auto_tune).collect::<Vec<_>>(),
-            [false, false, false, true, true]
-        );
-        let b = r.beyond.as_ref().expect("tuned rows ran");
-        // 16K pages drained 31 at a time vs up to 992: far fewer zone.lock round trips.
-        assert!(
-            b.inline_zone_acq * 4.0 < b.vanilla_zone_acq,
-            "tuned {} vs vanilla {}",
-            b.inline_zone_acq,
-            b.vanilla_zone_acq
-        );
-        assert!(!r.patched.as_ref().unwrap().label.contains("pcp"));
-        for row in &r.rows {
-            // Every data page, every PTE page, and (parallel) the batch pages come back.
-            assert!(row.samples[0].pgfree >= r.pages, "{row:?}");
-        }
-    }
-
-    #[test]
-    fn tuned_rows_are_skipped_when_the_base_tunes_or_when_asked() {
-        let mut o = BigfreeOpts::new(64 << 20, &[1]);
-        assert_eq!(row_specs(&o).len(), 4);
-        o.pcp_tune_rows = false;
-        assert_eq!(row_specs(&o).len(), 2);
-        o.pcp_tune_rows = true;
-        o.base.pcp.auto_tune = true;
-        let specs = row_specs(&o);
-        assert_eq!(specs.len(), 2);
-        assert!(specs.iter().all(|s| s.2));
-    }
-
-    #[test]
-    fn bad_options_are_refused() {
-        let mut o = BigfreeOpts::new(64 << 20, &[1]);
-        o.max_active = vec![0];
-        assert!(matches!(check(&o), Err(BigfreeError::BadMaxActive(0))));
-        let mut o = BigfreeOpts::new(64 << 20, &[1]);
-        o.threshold_pages = 0;
-        assert!(matches!(check(&o), Err(BigfreeError::ZeroThreshold)));
-        let mut o = BigfreeOpts::new(64 << 20, &[1]);
-        o.size = 2 << 30;
-        assert!(matches!(check(&o), Err(BigfreeError::TooBig { .. })));
-    }
 }

@@ -1,0 +1,80 @@
+use super::*;
+
+#[test]
+fn capacity_of_the_eras() {
+    assert_eq!(gather_capacity(19, BatchSwitch::V2017), 9698);
+    assert_eq!(gather_capacity(515, BatchSwitch::V2017), 262_658);
+    // The modern switch at max − 1 leaves 515 batches short of 256K pages.
+    assert!(gather_capacity(515, BatchSwitch::Modern) < DEFAULT_THRESHOLD_PAGES);
+    assert!(gather_capacity(516, BatchSwitch::Modern) >= DEFAULT_THRESHOLD_PAGES);
+}
+
+#[test]
+fn default_machine_sizes() {
+    assert_eq!(default_mem(320 << 30), 400 << 30);
+    assert_eq!(default_mem(1 << 20), 1 << 30);
+    let c = default_config(320 << 30, &[1, 2, 4, 8, 16, 32], None, None);
+    assert_eq!((c.nodes, c.cpus), (4, 36));
+    let c = default_config(1 << 30, &[2], None, Some(2));
+    assert_eq!((c.nodes, c.cpus), (2, 8));
+    c.validate().unwrap();
+}
+
+#[test]
+fn small_table_runs_and_parallel_rows_queue_jobs() {
+    let mut o = BigfreeOpts::new(64 << 20, &[1, 2]);
+    o.threshold_pages = 2048;
+    o.max_batch_count = 8;
+    let r = run(&o).unwrap();
+    // vanilla, max_active 1 and 2, then the two pcp auto-tune rows.
+    assert_eq!(r.rows.len(), 5);
+    assert_eq!(r.rows[0].samples[0].jobs, 0);
+    for row in r.rows.iter().filter(|r| r.max_active.is_some()) {
+        assert!(row.samples[0].jobs > 0, "{row:?}");
+        // Every job was handed to a worker: none fell back to an inline free.
+        assert_eq!(row.samples[0].job_alloc_failures, 0, "{row:?}");
+    }
+    assert_eq!(
+        r.rows.iter().map(|r| r.pcp_auto_tune).collect::<Vec<_>>(),
+        [false, false, false, true, true]
+    );
+    let b = r.beyond.as_ref().expect("tuned rows ran");
+    // 16K pages drained 31 at a time vs up to 992: far fewer zone.lock round trips.
+    assert!(
+        b.inline_zone_acq * 4.0 < b.vanilla_zone_acq,
+        "tuned {} vs vanilla {}",
+        b.inline_zone_acq,
+        b.vanilla_zone_acq
+    );
+    assert!(!r.patched.as_ref().unwrap().label.contains("pcp"));
+    for row in &r.rows {
+        // Every data page, every PTE page, and (parallel) the batch pages come back.
+        assert!(row.samples[0].pgfree >= r.pages, "{row:?}");
+    }
+}
+
+#[test]
+fn tuned_rows_are_skipped_when_the_base_tunes_or_when_asked() {
+    let mut o = BigfreeOpts::new(64 << 20, &[1]);
+    assert_eq!(row_specs(&o).len(), 4);
+    o.pcp_tune_rows = false;
+    assert_eq!(row_specs(&o).len(), 2);
+    o.pcp_tune_rows = true;
+    o.base.pcp.auto_tune = true;
+    let specs = row_specs(&o);
+    assert_eq!(specs.len(), 2);
+    assert!(specs.iter().all(|s| s.2));
+}
+
+#[test]
+fn bad_options_are_refused() {
+    let mut o = BigfreeOpts::new(64 << 20, &[1]);
+    o.max_active = vec![0];
+    assert!(matches!(check(&o), Err(BigfreeError::BadMaxActive(0))));
+    let mut o = BigfreeOpts::new(64 << 20, &[1]);
+    o.threshold_pages = 0;
+    assert!(matches!(check(&o), Err(BigfreeError::ZeroThreshold)));
+    let mut o = BigfreeOpts::new(64 << 20, &[1]);
+    o.size = 2 << 30;
+    assert!(matches!(check(&o), Err(BigfreeError::TooBig { .. })));
+}

@@ -1,0 +1,252 @@
+use super::*;
+use crate::cpu::{CpuId, Cpus};
+
+#[test]
+fn builtins_load_and_price_every_cost_and_engine_lock() {
+    for name in Profile::builtin_names() {
+        let p = Profile::builtin(name).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.name(), name);
+        for c in Cost::ALL {
+            assert!(p.spec().costs[c.key()].source.len() > 10, "{name} {c:?}");
+        }
+        for class in ENGINE_LOCK_CLASSES {
+            assert!(p.has_lock_class(class), "{name} {class}");
+        }
+        // The file format round-trips.
+        let again = Profile::from_toml_str(&p.to_toml_string(), name).unwrap();
+        assert_eq!(again.spec(), p.spec());
+        assert_eq!(again.cost_ps, p.cost_ps);
+    }
+}
+
+#[test]
+fn builtin_topologies_are_the_seeds_machines() {
+    let ex = Profile::builtin("haswell-ex-4s").unwrap();
+    let t = ex.topology();
+    assert_eq!(
+        (t.sockets, t.nodes, t.cores(), t.hw_threads()),
+        (4, 4, 72, 144)
+    );
+    assert_eq!(t.memory_gib, Some(512));
+    let ep = Profile::builtin("haswell-ep-2s").unwrap();
+    assert_eq!(
+        (
+            ep.topology().sockets,
+            ep.topology().cores(),
+            ep.topology().hw_threads()
+        ),
+        (2, 36, 72)
+    );
+    let sb = Profile::builtin("e5-2680-32c").unwrap();
+    assert_eq!((sb.topology().sockets, sb.topology().hw_threads()), (2, 32));
+    assert_eq!(sb.topology().ghz, 2.7);
+}
+
+#[test]
+fn published_transfer_figures_are_the_cited_ones() {
+    // machines.md: core-to-core-latency, Broadwell-EP E5-2695 v4 (Haswell-EP's uncore).
+    let ep = Profile::builtin("haswell-ep-2s").unwrap();
+    assert_eq!(ep.transfer_ns(Distance::SmtSibling), 7.6);
+    assert_eq!(ep.transfer_ns(Distance::SameSocket), 44.0);
+    assert_eq!(ep.transfer_ns(Distance::OtherSocket), 118.0);
+    assert_eq!(ep.transfer_ns(Distance::SameCpu), 0.0);
+    assert!(ep
+        .spec()
+        .transfer
+        .same_socket
+        .source
+        .contains("core-to-core-latency"));
+}
+
+#[test]
+fn every_unsourced_figure_says_provisional() {
+    for name in Profile::builtin_names() {
+        let p = Profile::builtin(name).unwrap();
+        let s = p.spec();
+        let mut sources: Vec<&str> = s.costs.values().map(|f| f.source.as_str()).collect();
+        sources.extend(s.locks.values().map(|l| l.source.as_str()));
+        sources.extend([
+            s.wakeup.source.as_str(),
+            s.atomic_rmw.source.as_str(),
+            s.smt.source.as_str(),
+            s.transfer.smt_sibling.source.as_str(),
+            s.transfer.same_socket.source.as_str(),
+            s.transfer.other_socket.source.as_str(),
+        ]);
+        for src in sources {
+            let cited = ["core-to-core-latency", "Huang Ying", "ccbench"]
+                .iter()
+                .any(|c| src.contains(c));
+            assert!(
+                cited || src.starts_with("provisional:") || src.starts_with("not kernel work:"),
+                "{name}: a source neither cites a publication nor says provisional: {src}"
+            );
+        }
+    }
+}
+
+fn minimal() -> String {
+    Profile::builtin("haswell-ep-2s").unwrap().to_toml_string()
+}
+
+fn err(text: &str) -> String {
+    Profile::from_toml_str(text, "t.toml")
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn unknown_profile_names_the_builtins() {
+    let e = Profile::resolve("skylake-9000").unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "profile: unknown profile `skylake-9000` (built in: haswell-ex-4s, haswell-ep-2s, \
+         e5-2680-32c; or the path of a .toml file)"
+    );
+    assert!(Profile::resolve("haswell-ex-4s").is_ok());
+}
+
+#[test]
+fn malformed_and_incomplete_files_name_the_field() {
+    let good = minimal();
+    // Not TOML at all.
+    let e = err("sockets = = 4");
+    assert!(e.starts_with("profile t.toml: line 1, column "), "{e}");
+    // A missing cost.
+    let no_zap = good.replace("[costs.zap_pte]", "[costs.zap_pte_gone]");
+    assert!(
+        err(&no_zap).contains("costs.zap_pte: missing"),
+        "{}",
+        err(&no_zap)
+    );
+    // A misspelt top-level key.
+    let typo = good.replace("[smt]", "[smtt]");
+    let e = err(&typo);
+    assert!(e.contains("line ") && e.contains("smtt"), "{e}");
+    // An unknown key inside a figure.
+    let extra = good.replacen("source =", "nss = 3\nsource =", 1);
+    assert!(err(&extra).contains("nss"), "{}", err(&extra));
+    // Non-positive topology.
+    let zero = good.replace("sockets = 2", "sockets = 0");
+    assert_eq!(
+        err(&zero),
+        "profile t.toml: topology.sockets: must be positive (got 0)"
+    );
+    // A figure with two values, or none.
+    let two = good.replacen("ns = 7.6", "ns = 7.6\ncycles = 3", 1);
+    assert!(
+        err(&two).contains("transfer.smt_sibling: give exactly one"),
+        "{}",
+        err(&two)
+    );
+    // An empty source.
+    let p = Profile::from_toml_str(&good, "t").unwrap();
+    let mut spec = p.spec().clone();
+    spec.costs.get_mut("lru_del").unwrap().source = " ".into();
+    let e = Profile::from_spec(spec, "t").unwrap_err().to_string();
+    assert!(
+        e.starts_with("profile t: costs.lru_del.source: must say where"),
+        "{e}"
+    );
+    // A missing engine lock class.
+    let nolock = good.replace("[locks.\"zone.lock\"]", "[locks.\"zone.lockk\"]");
+    assert!(
+        err(&nolock).contains("locks.\"zone.lock\": missing"),
+        "{}",
+        err(&nolock)
+    );
+    // A bandwidth on a per-operation cost.
+    let p = Profile::from_toml_str(&good, "t").unwrap();
+    let mut spec = p.spec().clone();
+    spec.costs.get_mut("zap_pte").unwrap().ns = None;
+    spec.costs.get_mut("zap_pte").unwrap().bytes_per_ns = Some(3.0);
+    let e = Profile::from_spec(spec, "t").unwrap_err().to_string();
+    assert!(
+        e.contains("costs.zap_pte.bytes_per_ns: only costs that move bytes"),
+        "{e}"
+    );
+}
+
+#[test]
+fn missing_file_is_a_read_error() {
+    let e = Profile::load(Path::new("/nonexistent/p.toml")).unwrap_err();
+    assert!(e
+        .to_string()
+        .starts_with("profile /nonexistent/p.toml: cannot read:"));
+}
+
+#[test]
+fn cycles_and_bandwidth_convert_at_the_profile_clock() {
+    let p = Profile::builtin("e5-2680-32c").unwrap();
+    let spec = p.spec();
+    let clear = &spec.costs["clear_page"];
+    assert_eq!(
+        p.cost_ns(Cost::ClearPage),
+        (4096.0 / clear.bytes_per_ns.unwrap() * 1000.0).round() / 1000.0
+    );
+    let rmw = spec.atomic_rmw.cycles.unwrap();
+    assert_eq!(p.atomic_rmw_ps, (rmw / 2.7 * 1000.0).round() as u64);
+}
+
+#[test]
+fn cpus_must_fit_the_hardware_threads() {
+    let p = Profile::builtin("e5-2680-32c").unwrap();
+    assert!(p.check_cpus(32).is_ok());
+    assert_eq!(
+        p.check_cpus(33).unwrap_err().to_string(),
+        "cpus: 33 CPUs, but the machine has 32 hardware threads (profile e5-2680-32c)"
+    );
+    assert!(Placement::new(&p, 8, 0).is_err());
+    assert!(Placement::new(&p, 8, 9).is_err());
+}
+
+#[test]
+fn placement_fills_cores_before_siblings_and_follows_sockets() {
+    let p = Profile::builtin("haswell-ex-4s").unwrap();
+    let all = Placement::new(&p, 144, 4).unwrap();
+    // Socket 0 is CPUs 0-35: cores 0-17 thread 0, then their siblings.
+    assert_eq!(
+        (all.socket_of(0), all.core_of(0), all.thread_of(0)),
+        (0, 0, 0)
+    );
+    assert_eq!(
+        (all.socket_of(18), all.core_of(18), all.thread_of(18)),
+        (0, 0, 1)
+    );
+    assert_eq!((all.socket_of(36), all.core_of(36)), (1, 18));
+    assert_eq!(all.distance(0, 18), Distance::SmtSibling);
+    assert_eq!(all.distance(0, 1), Distance::SameSocket);
+    assert_eq!(all.distance(0, 36), Distance::OtherSocket);
+    assert_eq!(all.distance(5, 5), Distance::SameCpu);
+    // Eight CPUs: two per socket, each on its own core.
+    let few = Placement::new(&p, 8, 4).unwrap();
+    assert_eq!(
+        (0..8).map(|c| few.socket_of(c)).collect::<Vec<_>>(),
+        [0, 0, 1, 1, 2, 2, 3, 3]
+    );
+    assert!((0..8).all(|c| few.thread_of(c) == 0));
+}
+
+#[test]
+fn nodes_agree_with_the_engines_cpu_to_node_and_fake_numa_follows_sockets() {
+    let p = Profile::builtin("haswell-ex-4s").unwrap();
+    for (cpus, nodes) in [(144, 4), (144, 8), (72, 4), (8, 2), (10, 3)] {
+        let pl = Placement::new(&p, cpus, nodes).unwrap();
+        let engine = Cpus::new(cpus as u16, nodes as u16);
+        for c in 0..cpus {
+            assert_eq!(
+                pl.node_of(c),
+                engine.node_of(CpuId(c as u16)).index(),
+                "{cpus}/{nodes} cpu{c}"
+            );
+        }
+    }
+    // numa=fake: 8 nodes on 4 sockets, two per socket; costs follow the sockets.
+    let fake = Placement::new(&p, 144, 8).unwrap();
+    assert_eq!(
+        (0..8).map(|n| fake.socket_of_node(n)).collect::<Vec<_>>(),
+        [0, 0, 1, 1, 2, 2, 3, 3]
+    );
+    assert_ne!(fake.node_of(0), fake.node_of(20));
+    assert_eq!(fake.distance(0, 20), Distance::SameSocket);
+}

@@ -1,0 +1,322 @@
+//! Virtual time's arithmetic through the sync seam: the engine's own `SpinLock`, `Mutex`,
+//! `PtLock`, `RwSem` (with `downgrade`), `SharedLine`, `Workqueue`, `thread` and `clock`, run in
+//! a `vtime::Runtime`, give the model's exact formulas (`vtime/mod.rs`, "Resources"). Every
+//! figure asserted is a model output, never a host timing.
+
+mod vtime_support;
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use usermm::sync::workqueue::Workers;
+use usermm::sync::{clock, thread, Mutex, PtLock, RwSem, SharedLine, SpinLock, Workqueue};
+use usermm::vtime::{self, Cost, Mode};
+use usermm::CpuId;
+use vtime_support::*;
+
+/// N tasks on the given CPUs, each taking `lock` K times and holding it `h`; each task's end.
+fn n_by_k<L: Sync>(cpus: &[u16], k: u64, h: u64, lock: &L, take: fn(&L, u64)) -> Vec<u64> {
+    thread::scope(|s| {
+        let hs: Vec<_> = cpus
+            .iter()
+            .map(|&cpu| {
+                s.spawn_on(CpuId(cpu), move || {
+                    for _ in 0..k {
+                        take(lock, h);
+                    }
+                    clock::now().as_ns()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn spinlock_n_cpus_k_times_is_n_k_hold_plus_hand_over() {
+    let (n, k, h) = (4u64, 50u64, 1000u64);
+    let rt = rt();
+    let lock = SpinLock::new(&SPIN, 0u64);
+    let ends = rt.run(31, || {
+        n_by_k(&[0, 1, 2, 3], k, h, &lock, |l, h| {
+            let mut g = l.lock();
+            vtime::work(h);
+            *g += 1;
+        })
+    });
+    let total = U + n * k * h + (n * k - 1) * H_SOCK;
+    assert_eq!(*ends.iter().max().unwrap(), total);
+    assert_eq!(
+        ends,
+        [
+            total - 3 * (h + H_SOCK),
+            total - 2 * (h + H_SOCK),
+            total - (h + H_SOCK),
+            total
+        ]
+    );
+    let r = rt.report();
+    let ls = r.lock("test.spin", Mode::Exclusive).unwrap();
+    assert_eq!((ls.acquisitions, ls.contentions), (n * k, n * k - 1));
+    assert_eq!(ls.holdtime_total_ns, n * k * h);
+    assert_eq!(lock.lock().to_owned(), n * k, "the host lock excluded too");
+}
+
+#[test]
+fn mutex_waiters_sleep_and_pay_the_wake_up() {
+    let (n, k, h) = (4u64, 10u64, 1000u64);
+    let rt = rt();
+    let lock = Mutex::new(&MUTEX, 0u64);
+    let ends = rt.run(31, || {
+        n_by_k(&[0, 1, 2, 3], k, h, &lock, |l, h| {
+            let mut g = l.lock();
+            vtime::work(h);
+            *g += 1;
+        })
+    });
+    assert_eq!(
+        *ends.iter().max().unwrap(),
+        U + n * k * h + (n * k - 1) * (W + H_SOCK)
+    );
+    let r = rt.report();
+    assert!(r.cpus[..4].iter().all(|c| c.spin_ns == 0));
+}
+
+#[test]
+fn ptlock_is_a_spinlock_in_virtual_time() {
+    let (n, k, h) = (2u64, 30u64, 500u64);
+    let rt = rt();
+    let ptl = PtLock::new();
+    let ends = rt.run(31, || {
+        // CPU 0 on socket 0, CPU 16 on socket 1: every hand-over crosses sockets.
+        n_by_k(&[0, 16], k, h, &ptl, |l, h| {
+            let _g = l.lock(&SPIN);
+            vtime::work(h);
+        })
+    });
+    assert_eq!(
+        *ends.iter().max().unwrap(),
+        U + n * k * h + (n * k - 1) * H_REMOTE
+    );
+}
+
+#[test]
+fn disjoint_spinlocks_take_k_times_u_plus_h() {
+    let (k, h) = (100u64, 700u64);
+    let rt = rt();
+    let locks: Vec<SpinLock<()>> = (0..6).map(|_| SpinLock::new(&SPIN, ())).collect();
+    let ends = rt.run(31, || {
+        thread::scope(|s| {
+            let hs: Vec<_> = locks
+                .iter()
+                .enumerate()
+                .map(|(cpu, l)| {
+                    s.spawn_on(CpuId(cpu as u16), move || {
+                        for _ in 0..k {
+                            let _g = l.lock();
+                            vtime::work(h);
+                        }
+                        clock::now().as_ns()
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap())
+                .collect::<Vec<_>>()
+        })
+    });
+    assert_eq!(ends, vec![k * (U + h); 6]);
+    let r = rt.report();
+    let ls = r.lock("test.spin", Mode::Exclusive).unwrap();
+    assert_eq!((ls.contentions, ls.acq_bounces), (0, 0));
+}
+
+#[test]
+fn rwsem_downgrade_hands_the_lock_to_queued_readers_and_a_waiting_writer_blocks_readers() {
+    let rt = rt();
+    let sem = RwSem::new(&RWSEM, 0u64);
+    let log = parking_lot::Mutex::new(Vec::new());
+    let at = |what: &'static str| log.lock().push((what, clock::now().as_ns()));
+    rt.run(31, || {
+        thread::scope(|s| {
+            // W1 (cpu 0): write at 0, downgrade at U + 1000, read 5000 more.
+            s.spawn_on(CpuId(0), || {
+                let mut w = sem.write();
+                at("w1 write");
+                *w += 1;
+                vtime::work(1000);
+                let r = w.downgrade();
+                vtime::work(5000);
+                drop(r);
+                at("w1 up_read");
+            });
+            for (cpu, delay, name) in [(1u16, 100u64, "r1"), (2, 200, "r2")] {
+                let (at, sem) = (&at, &sem);
+                s.spawn_on(CpuId(cpu), move || {
+                    thread::sleep(std::time::Duration::from_nanos(delay));
+                    let r = sem.read();
+                    at(name);
+                    assert_eq!(*r, 1, "the writer's update is visible to readers");
+                    vtime::work(200);
+                });
+            }
+            s.spawn_on(CpuId(3), || {
+                thread::sleep(std::time::Duration::from_nanos(300));
+                let mut w = sem.write();
+                at("w2 write");
+                *w += 1;
+                vtime::work(1000);
+            });
+            s.spawn_on(CpuId(4), || {
+                thread::sleep(std::time::Duration::from_nanos(4000));
+                let _r = sem.read();
+                at("r3");
+                vtime::work(100);
+            });
+        })
+    });
+    // The formulas of tests/vtime_model.rs's hook-level case, through the seam's RwSem.
+    let down = U + 1000;
+    let r1 = down + W + U + T_SOCK;
+    let r2 = r1 + U + T_SOCK;
+    let w1_up = down + 5000 + T_SOCK;
+    let w2 = w1_up + W + H_SOCK;
+    let r3 = w2 + 1000 + W + U + T_SOCK;
+    assert_eq!(
+        log.into_inner(),
+        [
+            ("w1 write", U),
+            ("r1", r1),
+            ("r2", r2),
+            ("w1 up_read", w1_up),
+            ("w2 write", w2),
+            ("r3", r3)
+        ]
+    );
+    let r = rt.report();
+    let w = r.lock("test.rwsem", Mode::Exclusive).unwrap();
+    assert_eq!(
+        (w.acquisitions, w.contentions, w.holdtime_total_ns),
+        (2, 1, 2000)
+    );
+    let rd = r.lock("test.rwsem", Mode::Shared).unwrap();
+    assert_eq!((rd.acquisitions, rd.contentions), (4, 3));
+}
+
+#[test]
+fn a_shared_line_hammered_by_n_cpus_serialises_every_rmw() {
+    let (n, k) = (4u64, 100u64);
+    let rt = rt();
+    let line = SharedLine::new(&LINE, AtomicU64::new(0));
+    let ends = rt.run(31, || {
+        n_by_k(&[0, 1, 2, 3], k, 0, &line, |l, _| {
+            l.fetch_add(1, Relaxed);
+        })
+    });
+    assert_eq!(*ends.iter().max().unwrap(), A + (n * k - 1) * (A + T_SOCK));
+    assert_eq!(line.load(Relaxed), n * k);
+    let r = rt.report();
+    let l = r.line("test.line").unwrap();
+    assert_eq!((l.rmws, l.bounces), (n * k, n * k - 1));
+    assert_eq!(r.line_share("test.line"), 1.0);
+}
+
+/// The engine's `Workqueue` with `max_active` M over J equal jobs of `d`, in a profile where
+/// locks and line transfers are free, so that only the jobs, the queuer's wake-up cost and the
+/// wake-up latency take time. Returns (flush end, queue start, each worker's busy time).
+fn workqueue(m: usize, j: u64, d: u64) -> (u64, u64, Vec<u64>) {
+    let rt = rt_with(|s| {
+        for t in [
+            &mut s.transfer.smt_sibling,
+            &mut s.transfer.same_socket,
+            &mut s.transfer.other_socket,
+        ] {
+            t.ns = Some(0.0);
+            t.cycles = None;
+        }
+        let wq = s.locks.get_mut("workqueue").unwrap();
+        (wq.acquire_ns, wq.acquire_cycles) = (Some(0.0), None);
+    });
+    // Workers on CPUs 1..=M: each its own core of socket 0 (CPU 0 is the queuer's).
+    let cpus = (1..=m as u16).map(CpuId).collect();
+    let wq = Workqueue::with_workers("test_wq", m, cpus, Workers::Virtual);
+    let ran = Arc::new(AtomicU64::new(0));
+    let (end, t0) = rt.run(0, || {
+        // Warm-up: the first queue starts the workers; let them all go idle.
+        wq.queue(|_| {}).wait();
+        thread::sleep(std::time::Duration::from_micros(100));
+        let t0 = clock::now().as_ns();
+        for _ in 0..j {
+            let ran = Arc::clone(&ran);
+            wq.queue(move |_| {
+                vtime::work(d);
+                ran.fetch_add(1, Relaxed);
+            });
+        }
+        wq.flush();
+        let end = clock::now().as_ns();
+        wq.end_run();
+        (end, t0)
+    });
+    assert_eq!(ran.load(Relaxed), j);
+    let stats = wq.stats();
+    assert_eq!(stats.items_done, j + 1);
+    let busy = stats.workers.iter().map(|w| w.cpu_ns).collect();
+    (end, t0, busy)
+}
+
+#[test]
+fn workqueue_of_max_active_m_over_j_jobs() {
+    let c_wake = test_profile().cost_ns(Cost::WorkqueueWake) as u64;
+    let d = 10_000;
+    for (m, j) in [(1usize, 5u64), (2, 8), (4, 12), (4, 10), (3, 2)] {
+        let (end, t0, busy) = workqueue(m, j, d);
+        // Every queue finds idle workers and pays the wake-up c: the i-th woken worker runs at
+        // A + i·c, A = t0 + c + W, and the workers drain the jobs in ceil(J/M) rounds of d. The
+        // flusher is woken by the first completion of each round (the first worker's), runs W
+        // later — after the rest of the round, (M-1)·c ≤ W — and goes back to sleep until the
+        // last round: it returns at A + ceil(J/M)·d + W.
+        assert!(d > W && (m as u64 - 1) * c_wake <= W);
+        let expect = t0 + c_wake + W + j.div_ceil(m as u64) * d + W;
+        assert_eq!(end, expect, "M={m} J={j}");
+        // Every job's d is its worker's CPU time: the workers did all the work.
+        assert_eq!(busy.iter().sum::<u64>(), j * d, "M={m} J={j}");
+        assert_eq!(busy.iter().filter(|&&b| b > 0).count(), m.min(j as usize));
+    }
+}
+
+#[test]
+fn the_seam_clock_and_thread_cpu_time_are_virtual_in_a_run() {
+    let rt = rt();
+    let (t, cpu, slept) = rt.run(5, || {
+        let t0 = clock::now();
+        vtime::work(1234);
+        let (c, t) = (clock::thread_cpu_ns(), t0.elapsed_ns());
+        thread::sleep(std::time::Duration::from_micros(10));
+        (t, c, clock::now().as_ns())
+    });
+    assert_eq!((t, cpu, slept), (1234, 1234, 1234 + 10_000));
+}
+
+#[test]
+fn a_barrier_releases_every_task_when_the_last_arrives() {
+    let rt = rt();
+    let b = usermm::sync::Barrier::new(&MUTEX, 3);
+    let ends = rt.run(31, || {
+        n_by_k(&[0, 1, 2], 1, 0, &b, |b, _| {
+            // Arrive at 1000·cpu: the last (CPU 2) arrives at 2000 and wakes the others.
+            let cpu = vtime::current_cpu() as u64;
+            vtime::work(1000 * cpu);
+            b.wait();
+        })
+    });
+    // Each arrival takes the barrier's mutex from the previous CPU (H). CPU 2 arrives last and
+    // goes on; CPU 0 and 1 (asleep on the condition variable) wake W after its notify and
+    // re-take the mutex in turn: CPU 1 finds it held by CPU 0 and sleeps once more.
+    let last = 2000 + H_SOCK;
+    assert_eq!(
+        ends,
+        [last + W + H_SOCK, last + 2 * (W + H_SOCK), last],
+        "{ends:?}"
+    );
+}
