@@ -212,8 +212,11 @@ fn default_need(o: &UsememOpts) -> u64 {
     let tables = o.size / 512 + (64 << 10);
     let data = if o.readonly && !o.shm_lock { 0 } else { o.size };
     let percpu = default_cpus(o) * MachineConfig::default().pcpu.unit_size;
+    // --prealloc: the parent's mapping is populated before the workers fork over it, and each
+    // worker's writes copy it (case-anon-cow-seq): one more copy than workers.
     o.workers()
         .max(1)
+        .saturating_add(u64::from(o.prealloc))
         .saturating_mul(data.saturating_add(tables))
         .saturating_add(percpu)
         .saturating_add(256 << 20)
@@ -526,6 +529,15 @@ fn run_ab(
 #[cfg(test)]
 mod test {
     use super::*;
+
+    /// Regression: case-anon-cow-seq (`-n N --prealloc --prefault SIZE`) ran the default
+    /// machine out of memory: the parent's populated mapping is one more copy than workers.
+    #[test]
+    fn prealloc_sizes_the_default_machine_for_the_parents_copy() {
+        let cow = preview(&v(&["-n", "2", "--prealloc", "--prefault", "1G"]));
+        let plain = preview(&v(&["-n", "2", "--prefault", "1G"]));
+        assert!(default_need(&cow) >= default_need(&plain) + (1 << 30));
+    }
 
     /// `--ab` replays seed 002 on its machine's shape: THP always, two nodes.
     #[test]
