@@ -270,6 +270,25 @@ fn issue_13_bad_input_is_one_line_naming_the_limit() {
     );
 }
 
+/// Regression (cli_fuzz, seed 0xa9ec7ad23c93d148): an allocation unit past the address space
+/// (`-u -1`) sent the machine sizing into endless recursion, a stack overflow.
+#[test]
+fn usemem_unit_past_the_address_space_ends_normally() {
+    let o = usermm(&["usemem", "-u", "-1"]);
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    assert!(matches!(o.status.code(), Some(0..=2)), "{o:?}");
+}
+
+/// Regression (cli_fuzz, seed 0x38d7f6a6329a8239): a step past the address space (`-j -1`)
+/// overflowed the walk's address (a panic in debug builds): one word is touched, as usemem's
+/// walk touches one.
+#[test]
+fn usemem_step_past_the_address_space_walks_one_word() {
+    let o = usermm(&["usemem", "4096", "-j", "-1"]);
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+}
+
 /// `usemem -s -1` sleeps until killed, as usemem's does (it returned at once): the
 /// throughput line is printed when the walk is done, and the process is still there after.
 #[test]
@@ -475,6 +494,86 @@ fn virtual_bigfree_is_the_same_twice_and_labelled_modelled() {
     let text = stdout(&usermm(&args[1..]));
     assert!(text.contains("modelled (profile haswell-ex-4s)"), "{text}");
     assert!(text.contains("zapping task"), "{text}");
+}
+
+#[test]
+fn scale_cost_bad_input_is_one_line() {
+    assert_usage_error(
+        &[
+            "bigfree",
+            "64M",
+            "--time",
+            "virtual",
+            "--scale-cost",
+            "nope=2",
+        ],
+        "--scale-cost nope=2",
+    );
+    assert_usage_error(
+        &[
+            "bigfree",
+            "64M",
+            "--time",
+            "virtual",
+            "--scale-cost",
+            "zap_pte",
+        ],
+        "--scale-cost",
+    );
+    assert_usage_error(
+        &[
+            "bigfree",
+            "64M",
+            "--time",
+            "virtual",
+            "--scale-cost",
+            "zap_pte=-1",
+        ],
+        "--scale-cost",
+    );
+    assert_usage_error(
+        &["bigfree", "64M", "--scale-cost", "zap_pte=2"],
+        "--time virtual",
+    );
+}
+
+/// `results.json` of a modelled reproduce: each side carries its profile and its headline
+/// figures where scripts look for them.
+#[test]
+fn reproduce_modelled_munmap_json_keys() {
+    let out = std::env::temp_dir().join(format!("usermm-cli-test-repro-{}", std::process::id()));
+    let o = usermm(&[
+        "reproduce",
+        "--only",
+        "munmap",
+        "--time",
+        "virtual",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let m = &v["munmap"]["modelled"];
+    assert_eq!(m["profile"], "e5-2680-32c");
+    let hold = &m["exclusive_hold_us"];
+    let (van, pat) = (
+        hold["vanilla"].as_f64().unwrap(),
+        hold["patched"].as_f64().unwrap(),
+    );
+    // The downgrade takes the zap out of the exclusive section.
+    assert!(van > 1000.0 * pat && pat > 0.0, "{hold}");
+    assert!(
+        v["munmap"]["measured"].is_null(),
+        "--time virtual runs the modelled side only"
+    );
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(
+        file["results"]["munmap"]["modelled"]["exclusive_hold_us"],
+        *hold
+    );
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// A walk that runs the machine out of frames says so ("out of memory at …", the fault's

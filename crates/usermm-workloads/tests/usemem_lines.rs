@@ -204,6 +204,18 @@ fn bytes_figures_follow_the_word_arithmetic() {
         (&["-e", "1u", "64K"], &[bytes_line(73728), FREE.into()]),
         (&["-T", "1", "64K"], &[bytes_line(73728), FREE.into()]),
         (&["-S", "64K"], &[bytes_line(73728), FREE.into()]),
+        (&["-A", "64K"], &[bytes_line(73728), FREE.into()]),
+        (
+            &["--runtime", "1", "64K"],
+            &[bytes_line(73728), FREE.into()],
+        ),
+        // -b below the CPU count (2) is taken; -B maps /dev/zero from an offset.
+        (&["-b", "1", "64K"], &[bytes_line(73728), FREE.into()]),
+        (&["-B", "4096", "64K"], &[bytes_line(73728), FREE.into()]),
+        (&["-a", "64K"], &[bytes_line(73728), FREE.into()]),
+        // -d: the worker detaches before its sleep and goes on; the lines are the same.
+        (&["-d", "64K"], &[bytes_line(73728), FREE.into()]),
+        (&["--detach", "64K"], &[bytes_line(73728), FREE.into()]),
         (
             &["-M", "--madv-thp", "64K"],
             &[bytes_line(73728), FREE.into()],
@@ -399,16 +411,54 @@ fn usemems_errors_and_statuses() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// What the engine does not model is said on stderr, never on stdout.
+/// `--prealloc` forks the workers over the parent's mapping: with `--prefault` the parent's
+/// pages are shared copy-on-write, and each child's walk breaks COW once per page (a write
+/// fault and a copy each: the parent still maps the page). Every frame comes back when the
+/// last mm exits. (The sharing itself is `engine.rs`'s unit test.)
 #[test]
-fn notes_name_what_is_not_modelled() {
-    let r = run(&["-n", "2", "--prealloc", "--prefault", "1M"]);
-    assert_eq!(r.out, [bytes_line(1179648), bytes_line(1179648)]);
-    assert!(
-        r.notes.iter().any(|n| n.contains("not copy-on-write")),
-        "{:?}",
-        r.notes
-    );
+fn prealloc_workers_break_cow_once_per_page() {
+    use usermm::stats::VmItem;
+    let pages = (1i64 << 20) / 4096;
+    let m = machine();
+    let go = |args: &[&str]| {
+        let cap = Arc::new(Capture::default());
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let r = usemem::run_args(
+            &m,
+            NAME,
+            &args,
+            Arc::clone(&cap) as Arc<dyn Io>,
+            Hooks::default(),
+            "",
+        )
+        .unwrap();
+        assert_eq!(r.status, 0, "{args:?}: {}", cap.stderr());
+        // No note: fork is the engine's own now.
+        assert_eq!(cap.stderr(), "", "{args:?}");
+        let out: Vec<String> = cap.stdout().lines().map(norm).collect();
+        // Nothing leaked: every data page and page table is back.
+        let (b, a) = (&r.meminfo_before, &r.meminfo_after);
+        assert_eq!(a.anon_pages, 0, "{args:?}");
+        assert_eq!(a.page_tables, b.page_tables, "{args:?}");
+        assert_eq!(a.mem_available, b.mem_available, "{args:?}");
+        (
+            r.vmstat_delta.get(VmItem::Pgfault),
+            r.vmstat_delta.get(VmItem::NrAnonPages),
+            out,
+        )
+    };
+    // The parent alone (-n below 0 forks nothing): it populates its pages.
+    let (fault0, _, out) = go(&["-n", "-1", "-P", "-F", "1M"]);
+    assert!(out.is_empty());
+    assert_eq!(fault0, pages);
+    for n in [1i64, 3] {
+        let nproc = n.to_string();
+        let (faults, anon, out) = go(&["-n", &nproc, "-P", "-F", "1M"]);
+        assert_eq!(out, vec![bytes_line(1179648); n as usize]);
+        assert_eq!(faults - fault0, n * pages, "-n {n}");
+        assert_eq!(anon, 0);
+    }
+    m.validate().unwrap();
 }
 
 /// More workers than the host threads a run may hold run in waves; the barriers hold the
@@ -476,5 +526,16 @@ fn getchar_menu_reads_stdin() {
     assert!(order[1].ends_with("unlocking memory ..... done!"), "{out}");
     assert!(order[2].ends_with("Quitting now"), "{out}");
     assert!(order[3].contains("73728 bytes / "), "{out}");
+    // The menu is usemem's box: 13 lines, two blank ones, then the prompt; three times.
+    let menu = format!(
+        "{rule}\n{blank}\n*\t\t    Enter an option\t\t\t *\n{rule}\n{blank}\n\
+         *\t\t    a ----> automate\t\t\t *\n*\t\t    l ----> locking\t\t\t *\n\
+         *\t\t    r ----> remapping\t\t\t *\n*\t\t    u ----> unlocking\t\t\t *\n\
+         *\t\t    q ----> quit\t\t\t *\n{blank}\n{blank}\n{rule}\n\n\nyour option: ",
+        rule = "*".repeat(58),
+        blank = "*\t\t\t\t\t\t\t *",
+    );
+    assert!(out.starts_with(&menu), "{out}");
+    assert_eq!(out.matches(&menu).count(), 3, "{out}");
     m.validate().unwrap();
 }

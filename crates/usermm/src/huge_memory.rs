@@ -118,20 +118,15 @@ impl HugeZeroPage {
     pub fn get_huge_zero_page(&self, cpu: CpuId) -> Option<Pfn> {
         let stat = self.phys.stat();
         loop {
-            // atomic_inc_not_zero
-            let mut cur = self.refcount.load(Relaxed);
-            while cur != 0 {
-                match self
-                    .refcount
-                    .compare_exchange_weak(cur, cur + 1, AcqRel, Relaxed)
-                {
-                    Ok(_) => {
-                        stat.inc(cpu, VmItem::HugeZeroRefGet);
-                        // Refcount ≥ 2 pins the pfn (invariant 2).
-                        return self.pfn();
-                    }
-                    Err(v) => cur = v,
-                }
+            // atomic_inc_not_zero: one RMW of the shared line (see SharedLine::fetch_update).
+            if self
+                .refcount
+                .fetch_update(AcqRel, Relaxed, |c| (c != 0).then_some(c + 1))
+                .is_ok()
+            {
+                stat.inc(cpu, VmItem::HugeZeroRefGet);
+                // Refcount ≥ 2 pins the pfn (invariant 2).
+                return self.pfn();
             }
             let Ok(page) =
                 self.phys

@@ -27,7 +27,7 @@ use crate::pcpu::PcpuAllocator;
 use crate::policy::{GatherPolicy, MunmapPolicy};
 use crate::stats::{MemInfo, VmItem, VmStat, VmStatSnapshot};
 use crate::sync::class::UNMODELLED;
-use crate::sync::workqueue::Workers;
+use crate::sync::workqueue::{UnboundPools, Workers};
 use crate::sync::Mutex;
 use crate::vtime::{self, Profile};
 use crate::Order;
@@ -113,7 +113,22 @@ impl Machine {
             Arc::downgrade(&(Arc::clone(&huge_zero) as Arc<dyn crate::page_alloc::Shrinker>));
         phys.register_shrinker(weak);
         let worker_cpus = cpus.all().collect();
-        let gather = GatherPolicy::new(&config.gather, &config.free, worker_cpus, workers);
+        // In virtual time the free workqueue's workers run on the queuer's node, on the
+        // profile's cores and SMT threads (v4.11's per-node unbound pools; sync::workqueue).
+        let pools = match &profile {
+            Some(p) => {
+                let pl = vtime::Placement::new(p, cpus.nr_possible(), cpus.nr_nodes())
+                    .map_err(|e| MachineError::Config(ConfigError(e.to_string())))?;
+                let n = pl.nr_cpus();
+                Some(UnboundPools::new(
+                    (0..n).map(|c| pl.node_of(c) as u16).collect(),
+                    (0..n).map(|c| pl.core_of(c) as u32).collect(),
+                    (0..n).map(|c| pl.thread_of(c) as u8).collect(),
+                ))
+            }
+            None => None,
+        };
+        let gather = GatherPolicy::new(&config.gather, &config.free, worker_cpus, workers, pools);
         let munmap = MunmapPolicy {
             downgrade: config.munmap.downgrade,
             min_bytes: config.munmap.downgrade_min_bytes,

@@ -10,7 +10,7 @@ use std::sync::atomic::AtomicU64;
 
 use crate::config::{BatchSwitch, FreeConfig, FreePolicy, GatherConfig};
 use crate::cpu::CpuId;
-use crate::sync::workqueue::{Workers, Workqueue};
+use crate::sync::workqueue::{UnboundPools, Workers, Workqueue};
 
 /// `MMU_GATHER_BUNDLE`: on-stack slots of `tlb->local`.
 pub const MMU_GATHER_BUNDLE: usize = 8;
@@ -54,16 +54,24 @@ impl GatherPolicy {
         f: &FreeConfig,
         worker_cpus: Vec<CpuId>,
         workers: Workers,
+        pools: Option<UnboundPools>,
     ) -> Self {
         let free = match f.policy {
             FreePolicy::Inline => BatchFree::Inline,
             FreePolicy::Parallel => BatchFree::Parallel(ParallelFree {
-                wq: Workqueue::with_workers(
-                    "batch_free_wq",
-                    f.max_active as usize,
-                    worker_cpus,
-                    workers,
-                ),
+                wq: {
+                    let wq = Workqueue::with_workers(
+                        "batch_free_wq",
+                        f.max_active as usize,
+                        worker_cpus,
+                        workers,
+                    );
+                    // WQ_UNBOUND: per-node pools (v4.11), modelled in virtual time.
+                    match pools {
+                        Some(p) => wq.with_unbound_pools(p),
+                        None => wq,
+                    }
+                },
                 threshold: f.threshold_pages,
                 fail_every: f.fail_job_alloc_every as u64,
                 attempts: AtomicU64::new(0),

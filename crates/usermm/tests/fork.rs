@@ -368,3 +368,110 @@ fn grandchildren_share_with_everyone_until_they_write() {
     drop(c1);
     exit_both(&m, c2, mm, free0);
 }
+
+/// Regression: `validate` walked a family member that had exited but was still referenced —
+/// its PGD freed and reused, here as a data page full of entry-like words.
+#[test]
+fn validate_skips_an_exited_member_still_referenced() {
+    let m = small();
+    let free0 = free_pages(&m);
+    let mm = Mm::new(&m, C0).unwrap();
+    let a = anon(&mm, 64 * P);
+    task(&mm).write_u64(a, 1).unwrap();
+    let child = fork(&mm);
+    child.mmput(C0);
+    // The child's freed tables are the next frames C0 allocates: fill them with words that
+    // look like present entries naming frames far beyond the machine.
+    let junk: Vec<u8> = (0..P / 8)
+        .flat_map(|_| 0x0000_7fff_dead_b067u64.to_ne_bytes())
+        .collect();
+    for p in 1..64 {
+        task(&mm).write(a + p * P, &junk).unwrap();
+    }
+    mm.validate().expect("validate with an exited child alive");
+    child
+        .validate()
+        .expect("validate of the exited child itself");
+    drop(child);
+    exit_and_check(&m, mm, free0);
+}
+
+/// Regression: `validate` took the family's list before locking it, so a fork that copied
+/// entries into a child created after the list was taken left mapcounts it could not account
+/// for ("mapcount 2, mapped by 1 PTEs"); and it left out the PGD of a child whose exit was
+/// waiting for its lock ("3 tables reachable, mm counts 4").
+#[test]
+fn validate_while_forking() {
+    let m = small();
+    let free0 = free_pages(&m);
+    let mm = Mm::new(&m, C0).unwrap();
+    let a = anon(&mm, 64 * P);
+    for p in 0..64 {
+        task(&mm).write_u64(a + p * P, p + 1).unwrap();
+    }
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // Three children alive at a time, so that one forked behind validate's back is
+            // still there when it walks.
+            let mut alive = std::collections::VecDeque::new();
+            for _ in 0..1000 {
+                alive.push_back(mm.fork(usermm::CpuId(1)).expect("fork"));
+                if alive.len() > 3 {
+                    alive.pop_front().unwrap().mmput(usermm::CpuId(1));
+                }
+            }
+            for c in alive {
+                c.mmput(usermm::CpuId(1));
+            }
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        let mut n = 0;
+        while !done.load(std::sync::atomic::Ordering::Relaxed) || n == 0 {
+            mm.validate().expect("validate while forking");
+            n += 1;
+        }
+    });
+    exit_and_check(&m, mm, free0);
+}
+
+/// Regression: `MADV_REMOVE` on one side of a fork punched the shared object's hole but left
+/// the other side mapping the dropped page, so that side went on reading the old data and its
+/// writes never reached the object. Linux zaps every mapping of the hole
+/// (`unmap_mapping_range`): both sides see zero, then each other's writes again.
+#[test]
+fn madvise_remove_punches_the_hole_for_both_sides() {
+    let m = small();
+    let free0 = free_pages(&m);
+    let mm = Mm::new(&m, C0).unwrap();
+    let rw = PROT_READ | PROT_WRITE;
+    let s = mm
+        .mmap(C0, 0, 2 * P, rw, MAP_SHARED | MAP_ANONYMOUS, MapFile::None)
+        .unwrap();
+    let t = task(&mm);
+    t.write_u64(s, 42).unwrap();
+    let child = fork(&mm);
+    let c = task(&child);
+    assert_eq!(
+        c.read_u64(s).unwrap(),
+        42,
+        "the child maps the object's page"
+    );
+    mm.madvise(C0, s, P, MADV_REMOVE).unwrap();
+    assert_eq!(t.read_u64(s).unwrap(), 0);
+    assert_eq!(
+        c.read_u64(s).unwrap(),
+        0,
+        "the child still maps the punched page"
+    );
+    c.write_u64(s, 7).unwrap();
+    assert_eq!(
+        t.read_u64(s).unwrap(),
+        7,
+        "the child's write missed the object"
+    );
+    // The same from the child's side.
+    child.madvise(C0, s, P, MADV_REMOVE).unwrap();
+    assert_eq!(t.read_u64(s).unwrap(), 0);
+    exit_both(&m, child, mm, free0);
+}

@@ -231,3 +231,103 @@ fn brk_grows_shrinks_and_refuses() {
     drop(child);
     exit_and_check(&m, mm, free0);
 }
+
+/// Regression: `MADV_REMOVE` zapped only the range it was given, but a growing `mremap` that
+/// moves part of a shared mapping maps the indices after it twice; the other mapping kept the
+/// punched page (Linux's `unmap_mapping_range` zaps every mapping of the hole).
+#[test]
+fn madvise_remove_punches_the_hole_for_every_alias() {
+    let m = small();
+    let free0 = free_pages(&m);
+    let mm = Mm::new(&m, C0).unwrap();
+    let rw = PROT_READ | PROT_WRITE;
+    let s = mm
+        .mmap(C0, 0, 4 * P, rw, MAP_SHARED | MAP_ANONYMOUS, MapFile::None)
+        .unwrap();
+    let t = usermm::Task::new(std::sync::Arc::clone(&mm), C0);
+    t.write_u64(s + 2 * P, 42).unwrap();
+    // Pages 0..2 move and grow to 3: the new third page is the object's index 2, still
+    // mapped at s + 2P as well.
+    let moved = mm.mremap(C0, s, 2 * P, 3 * P, MREMAP_MAYMOVE, 0).unwrap();
+    assert_ne!(moved, s);
+    assert_eq!(t.read_u64(moved + 2 * P).unwrap(), 42, "both map index 2");
+    mm.madvise(C0, moved + 2 * P, P, MADV_REMOVE).unwrap();
+    assert_eq!(
+        t.read_u64(s + 2 * P).unwrap(),
+        0,
+        "the alias kept the punched page"
+    );
+    t.write_u64(s + 2 * P, 7).unwrap();
+    assert_eq!(t.read_u64(moved + 2 * P).unwrap(), 7);
+    mm.validate().unwrap();
+    exit_and_check(&m, mm, free0);
+}
+
+/// Regression: a move that could not allocate a page table half-way returned `ENOMEM` with
+/// the first part of the mapping already moved to the new range, which stayed mapped. Linux
+/// moves the entries back and unmaps the new range: the source is as it was.
+#[test]
+fn failed_move_puts_the_pages_back() {
+    let m = machine_with(|c| {
+        c.mem = 16 << 20;
+        c.backing = usermm::config::BackingMode::Full;
+        c.thp = usermm::config::ThpMode::Never;
+    });
+    let free0 = free_pages(&m);
+    let mm = Mm::new(&m, C0).unwrap();
+    let t = usermm::Task::new(std::sync::Arc::clone(&mm), C0);
+    // One whole PTE table (moves as one PMD entry, no allocation) and 8 pages after it (need a
+    // new PTE table at the target).
+    let len = H + 8 * P;
+    mm.mmap(C0, A, len, RW, FIXED, MapFile::None).unwrap();
+    fill(&t, A, len / P, 0x100);
+    // Exhaust memory.
+    let big = mm
+        .mmap(
+            C0,
+            0,
+            16 << 20,
+            RW,
+            MAP_PRIVATE | MAP_ANONYMOUS,
+            MapFile::None,
+        )
+        .unwrap();
+    let mut p = big;
+    while t.write_u64(p, 1).is_ok() {
+        p += P;
+    }
+    let to = A + 64 * H;
+    let flags = MREMAP_MAYMOVE | MREMAP_FIXED;
+    assert_eq!(mm.mremap(C0, A, len, len, flags, to), Err(Errno::ENOMEM));
+    assert!(!mm.maps().contains(&format!("{to:x}-")), "{}", mm.maps());
+    check(&t, A, len / P, 0x100);
+    mm.validate().unwrap();
+    // With memory back the move succeeds.
+    mm.munmap(C0, big, 16 << 20).unwrap();
+    assert_eq!(mm.mremap(C0, A, len, len, flags, to), Ok(to));
+    check(&t, to, len / P, 0x100);
+    exit_and_check(&m, mm, free0);
+}
+
+/// Regression (the differential suite, seed 0xa9ec7ad23c93d148): `mremap` with `old_len` 0
+/// duplicates a shared mapping; the engine placed the copy, then failed the call with the
+/// `EINVAL` of unmapping an empty source. Linux returns the new address (and ignores a failed
+/// unmap of the source altogether).
+#[test]
+fn old_len_zero_duplicates_a_shared_mapping() {
+    let m = small();
+    let free0 = free_pages(&m);
+    let mm = Mm::new(&m, C0).unwrap();
+    let t = usermm::Task::new(std::sync::Arc::clone(&mm), C0);
+    let shared = MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED;
+    mm.mmap(C0, A, 4 * H, RW, shared, MapFile::None).unwrap();
+    let (from, to) = (A + H + 3 * P, A + 2 * H);
+    t.write_u64(from, 42).unwrap();
+    let flags = MREMAP_MAYMOVE | MREMAP_FIXED;
+    assert_eq!(mm.mremap(C0, from, 0, H, flags, to), Ok(to));
+    assert_eq!(t.read_u64(to).unwrap(), 42, "the copy maps the same object");
+    t.write_u64(to + 8, 43).unwrap();
+    assert_eq!(t.read_u64(from + 8).unwrap(), 43);
+    mm.validate().unwrap();
+    exit_and_check(&m, mm, free0);
+}

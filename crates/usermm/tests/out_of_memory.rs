@@ -139,13 +139,19 @@ mod overcommitted {
             }
         }
         mm.validate().expect("validate_mm after the overcommit");
-        // Memory freed, the access that ran out of memory succeeds when retried.
-        let (victim, retry) = seen
+        // Memory freed, the access that ran out of memory succeeds when retried. The memory
+        // comes from the thread that wrote the most pages (a thread that started late may have
+        // written none: freeing its mapping frees nothing).
+        let other = (0..THREADS as usize)
+            .max_by_key(|&i| seen[i].written.len())
+            .expect("threads");
+        let retry = seen
             .iter()
             .enumerate()
-            .find_map(|(i, s)| s.first_oom.map(|a| (i, a)))
-            .expect("some thread ran out of memory");
-        let other = (victim + 1) % THREADS as usize;
+            .filter(|&(i, _)| i != other)
+            .find_map(|(_, s)| s.first_oom)
+            .expect("some other thread ran out of memory");
+        assert!(seen[other].written.len() >= 1024, "{msg}");
         mm.munmap(C0, bases[other], LEN).expect("munmap");
         t.write_u64(retry, 7)
             .expect("the retried access has memory now");

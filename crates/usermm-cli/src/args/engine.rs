@@ -80,6 +80,26 @@ pub struct TimeArgs {
     /// file (alone, it implies --time virtual; default: the experiment's seed machine).
     #[arg(long, value_name = "NAME|FILE")]
     pub profile: Option<String>,
+    /// Multiply one named cost of the profile by FACTOR (repeatable), for sensitivity runs:
+    /// a cost key (zap_pte, lru_del, ...), transfer.same_socket, transfer.other_socket,
+    /// transfer.smt_sibling, wakeup, atomic_rmw, smt.sibling_factor or locks.NAME.
+    #[arg(long = "scale-cost", value_name = "KEY=FACTOR", value_parser = parse_scale_cost)]
+    pub scale_cost: Vec<(String, f64)>,
+}
+
+/// `KEY=FACTOR` of `--scale-cost`.
+fn parse_scale_cost(s: &str) -> Result<(String, f64), String> {
+    let (k, f) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected KEY=FACTOR, e.g. zap_pte=1.5"))?;
+    let f: f64 = f
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}`: FACTOR must be a number"))?;
+    if !(f.is_finite() && f > 0.0) {
+        return Err(format!("`{s}`: FACTOR must be positive"));
+    }
+    Ok((k.trim().to_string(), f))
 }
 
 impl TimeArgs {
@@ -107,8 +127,14 @@ impl TimeArgs {
     /// Check the profile of a virtual `c` before anything runs: an unknown name, a malformed
     /// or incomplete file, or more CPUs than the profile has hardware threads is a
     /// [`UsageError`] naming the flag (or the key) that caused it.
-    pub fn check(&self, c: &MachineConfig, cpus_flag: Option<u16>) -> anyhow::Result<()> {
+    ///
+    /// With `--scale-cost`, the scaled profile is written to a file in the temporary directory
+    /// and `c.time.profile` names it (a profile is resolved from the config, by name or file).
+    pub fn check(&self, c: &mut MachineConfig, cpus_flag: Option<u16>) -> anyhow::Result<()> {
         if c.time.mode != TimeMode::Virtual {
+            if let Some((k, _)) = self.scale_cost.first() {
+                return usage(format!("--scale-cost {k}=...: only with --time virtual"));
+            }
             return Ok(());
         }
         if c.time.profile.is_empty() {
@@ -130,6 +156,30 @@ impl TimeArgs {
                 return usage(format!("{flag}: {msg}"));
             }
         };
+        if !self.scale_cost.is_empty() {
+            let mut scaled = p.clone();
+            for (k, f) in &self.scale_cost {
+                scaled = match scaled.scaled(k, *f) {
+                    Ok(s) => s,
+                    Err(e) => return usage(format!("--scale-cost {k}={f}: {e}")),
+                };
+            }
+            let file = std::env::temp_dir().join(format!(
+                "usermm-profile-{}-{}.toml",
+                std::process::id(),
+                scaled
+                    .name()
+                    .chars()
+                    .map(|ch| if ch.is_ascii_alphanumeric() || ch == '.' {
+                        ch
+                    } else {
+                        '_'
+                    })
+                    .collect::<String>()
+            ));
+            std::fs::write(&file, scaled.to_toml_string())?;
+            c.time.profile = file.display().to_string();
+        }
         if let Err(e) = p.check_cpus(usize::from(c.cpus)) {
             let flag = cpus_flag.map_or("cpus".to_string(), |n| format!("--cpus {n}"));
             let msg = e.to_string();
@@ -210,7 +260,7 @@ impl EngineArgs {
                 return usage(format!("--set {s}: {e}"));
             }
         }
-        self.time.check(&c, self.cpus)?;
+        self.time.check(&mut c, self.cpus)?;
         if let Err(e) = c.validate() {
             return usage(format!("invalid machine configuration: {e}"));
         }

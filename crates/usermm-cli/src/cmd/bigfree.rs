@@ -138,7 +138,16 @@ pub fn opts(args: &BigfreeArgs) -> anyhow::Result<BigfreeOpts> {
         args.engine.cpus,
         args.engine.nodes,
     );
-    let base = args.engine.to_config(defaults)?;
+    let mut base = args.engine.to_config(defaults)?;
+    // In virtual time, the seed's machine: all the profile's CPUs and nodes, RAM in the seed's
+    // proportion (unless the flags say otherwise).
+    bigfree::fit_seed_machine(
+        &mut base,
+        args.size,
+        args.engine.cpus,
+        args.engine.nodes,
+        args.engine.mem,
+    );
     let o = BigfreeOpts {
         size: args.size,
         max_active: args.max_active.clone(),
@@ -414,14 +423,8 @@ fn virtual_lock_table(b: &BigfreeResult) -> Table {
         let m = |f: &dyn Fn(&bigfree::RunSample) -> f64| {
             stats::median(&row.samples.iter().map(f).collect::<Vec<_>>())
         };
-        let workers = row.max_active.map_or("-".to_string(), |n| {
-            // Workers are bound to CPUs 0..n (the task is on the last CPU).
-            let sockets: std::collections::BTreeSet<usize> = row
-                .samples
-                .first()
-                .map(|s| s.cpus.iter().take(n as usize).map(|c| c.socket).collect())
-                .unwrap_or_default();
-            format!("0-{} (sockets {:?})", n - 1, sockets)
+        let workers = row.max_active.map_or("-".to_string(), |_| {
+            row.samples.first().map_or(String::new(), worker_cpus_text)
         });
         l.push_row([
             row.label.clone(),
@@ -536,7 +539,7 @@ pub fn render(r: &BigfreeRecord) -> String {
     if let Some(p) = &b.profile {
         let _ = writeln!(
             out,
-            "profile {}: {} (costs provisional unless their source says otherwise; --json prints every figure with its source)",
+            "profile {}: {} (--json prints every figure with its source)",
             p.name, p.description
         );
     }
@@ -628,4 +631,34 @@ pub fn render(r: &BigfreeRecord) -> String {
         let _ = writeln!(out, "warning: {w}");
     }
     out
+}
+
+/// The free workers' CPUs of a sample as ranges, and their sockets when known (virtual time).
+fn worker_cpus_text(s: &bigfree::RunSample) -> String {
+    let mut cpus = s.worker_cpus.clone();
+    cpus.sort_unstable();
+    cpus.dedup();
+    let mut ranges: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        ranges.push(if i == j {
+            cpus[i].to_string()
+        } else {
+            format!("{}-{}", cpus[i], cpus[j])
+        });
+        i = j + 1;
+    }
+    let sockets: std::collections::BTreeSet<usize> = cpus
+        .iter()
+        .filter_map(|&c| s.cpus.get(usize::from(c)).map(|w| w.socket))
+        .collect();
+    if sockets.is_empty() {
+        ranges.join(",")
+    } else {
+        format!("{} (sockets {:?})", ranges.join(","), sockets)
+    }
 }

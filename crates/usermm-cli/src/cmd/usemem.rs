@@ -25,8 +25,8 @@
 //! One emulated CPU per worker (at least 2, at most [`DEFAULT_MAX_CPUS`]: beyond, workers
 //! share CPUs round-robin, as usemem's processes share a host's), enough RAM for what the
 //! walk writes and its page tables (sparse backing beyond 4 GiB), THP as on this host
-//! (`madvise`) — except `--ab`, which replays seed 002 on a THP-`always` machine as the seed's
-//! was. Every engine flag overrides it. With `--time virtual` the profile defaults to
+//! (`madvise`) — except `--ab`, which replays seed 002 on a THP-`always`, two-node machine as
+//! the seed's was. Every engine flag overrides it. With `--time virtual` the profile defaults to
 //! `haswell-ep-2s` (seed 002's machine): the lines are modelled, the same run after run, and
 //! `--ab` adds the share of the CPUs' virtual busy time on the huge zero page's refcount line,
 //! both ways.
@@ -205,14 +205,18 @@ fn default_need(o: &UsememOpts) -> u64 {
     if o.unit_bytes() > usermm::addr::TASK_SIZE {
         return default_need(&UsememOpts {
             size: 0,
+            unit: 0,
             ..o.clone()
         });
     }
     let tables = o.size / 512 + (64 << 10);
     let data = if o.readonly && !o.shm_lock { 0 } else { o.size };
     let percpu = default_cpus(o) * MachineConfig::default().pcpu.unit_size;
+    // --prealloc: the parent's mapping is populated before the workers fork over it, and each
+    // worker's writes copy it (case-anon-cow-seq): one more copy than workers.
     o.workers()
         .max(1)
+        .saturating_add(u64::from(o.prealloc))
         .saturating_mul(data.saturating_add(tables))
         .saturating_add(percpu)
         .saturating_add(256 << 20)
@@ -236,6 +240,13 @@ fn default_config(o: &UsememOpts, ab: bool) -> MachineConfig {
             ThpMode::Always
         } else {
             ThpMode::Madvise
+        },
+        // Seed 002's machine has two nodes (one per socket); in virtual time the node count
+        // decides which socket each CPU's memory and the huge zero page's line live on.
+        nodes: if ab {
+            2
+        } else {
+            MachineConfig::default().nodes
         },
         // `--time virtual` without `--profile`: seed 002's machine, whose run this replays.
         time: TimeConfig {
@@ -518,6 +529,25 @@ fn run_ab(
 #[cfg(test)]
 mod test {
     use super::*;
+
+    /// Regression: case-anon-cow-seq (`-n N --prealloc --prefault SIZE`) ran the default
+    /// machine out of memory: the parent's populated mapping is one more copy than workers.
+    #[test]
+    fn prealloc_sizes_the_default_machine_for_the_parents_copy() {
+        let cow = preview(&v(&["-n", "2", "--prealloc", "--prefault", "1G"]));
+        let plain = preview(&v(&["-n", "2", "--prefault", "1G"]));
+        assert!(default_need(&cow) >= default_need(&plain) + (1 << 30));
+    }
+
+    /// `--ab` replays seed 002 on its machine's shape: THP always, two nodes.
+    #[test]
+    fn ab_default_machine_is_seed_002s_shape() {
+        let o = preview(&v(&["-n", "72", "--readonly", "-j", "0x200000", "100G"]));
+        let ab = default_config(&o, true);
+        assert_eq!((ab.nodes, ab.thp, ab.cpus), (2, ThpMode::Always, 72));
+        let plain = default_config(&o, false);
+        assert_eq!(plain.nodes, MachineConfig::default().nodes);
+    }
 
     fn v(s: &[&str]) -> Vec<String> {
         s.iter().map(|x| x.to_string()).collect()

@@ -56,7 +56,7 @@ use usermm::config::{BackingMode, BatchSwitch, FreePolicy, MachineConfig, ThpMod
 use usermm::stats::LockStatSnapshot;
 use usermm::PAGE_SIZE;
 
-use crate::seeds::ParallelFree;
+use crate::seeds::{self, ParallelFree};
 
 /// `ASYNC_FREE_THRESHOLD` of the patch: 256K pages (1 GiB of 4 KiB pages) per job.
 pub const DEFAULT_THRESHOLD_PAGES: u64 = 256 * 1024;
@@ -159,6 +159,56 @@ pub fn default_config(
     c
 }
 
+/// The seed's machine in virtual time, for the flags not given (`None` = not given): every
+/// hardware thread of `c`'s profile as a CPU, one memory node per profile node, and emulated RAM
+/// in the seed's own proportion to the mapping (512 GiB for 320 GiB on `haswell-ex-4s`), so that
+/// a smaller SIZE spans the nodes' zones as the seed's 320 GiB did: first-touched from the
+/// zapping task's node, then the next nodes in zonelist order, each with its own `zone.lock`
+/// and `lru_lock`. A no-op on the wall clock or when the profile does not resolve (the caller
+/// reports that).
+pub fn fit_seed_machine(
+    c: &mut MachineConfig,
+    size: u64,
+    cpus: Option<u16>,
+    nodes: Option<u16>,
+    mem: Option<u64>,
+) {
+    if c.time.mode != TimeMode::Virtual {
+        return;
+    }
+    let Ok(p) = usermm::vtime::Profile::resolve(&c.time.profile) else {
+        return;
+    };
+    let t = p.topology();
+    if cpus.is_none() {
+        c.cpus = (t.hw_threads().min(usize::from(usermm::config::MAX_CPUS))) as u16;
+    }
+    if nodes.is_none() {
+        c.nodes = (t.nodes as u16).min(c.cpus).max(1);
+    }
+    if mem.is_none() {
+        if let Some(gib) = t.memory_gib {
+            let seed = seeds::PARALLEL_FREE.size as u128;
+            let want = (size as u128 * (u128::from(gib) << 30)).div_ceil(seed) as u64;
+            // Never less than SIZE and its overhead; whole MiB per node.
+            let want = want.max(size.saturating_add(overhead_bytes(size, c.cpus)));
+            let per_node = (want / u64::from(c.nodes)).next_multiple_of(1 << 20);
+            c.mem = (per_node * u64::from(c.nodes)).min(usermm::config::MAX_MEM_BYTES);
+        }
+    }
+}
+
+/// The job size of a scale model of the seed: `(threshold_pages, max_batch_count)` such that
+/// SIZE makes as many jobs as the seed's 320 GiB made with the patch's 256K-page threshold
+/// (320), each gathered in `DIV_ROUND_UP(threshold, 510)` batch pages as the patch sizes
+/// `MAX_GATHER_BATCH_COUNT`. At the seed's size it is the patch's own (262144, 515).
+pub fn seed_scaled_job(size: u64) -> (u64, u32) {
+    let seed = seeds::PARALLEL_FREE.size;
+    let t = (DEFAULT_THRESHOLD_PAGES as u128 * size as u128).div_ceil(seed as u128) as u64;
+    let t = t.clamp(510, DEFAULT_THRESHOLD_PAGES);
+    (t, t.div_ceil(510) as u32)
+}
+
 /// SIZE + 25 %, rounded up to a GiB, at least 1 GiB and at most what a machine can have
 /// ([`usermm::config::MAX_MEM_BYTES`]; [`check`] then says whether SIZE fits).
 pub fn default_mem(size: u64) -> u64 {
@@ -223,6 +273,9 @@ pub struct RunSample {
     pub pgfree: u64,
     /// CPU time of the thread that called munmap / mmput, over the call.
     pub task_cpu_ns: u64,
+    /// The emulated CPU of each free worker (in virtual time: on the zapping task's node,
+    /// idle cores first; see `usermm::sync::workqueue::UnboundPools`). Empty inline.
+    pub worker_cpus: Vec<u16>,
     /// CPU time of the free workers over the call (0 inline).
     pub worker_cpu_ns: u64,
     /// Wall time the workers spent running jobs, summed over workers.

@@ -164,6 +164,10 @@ fn sample_free(
         pages_mapped: pages,
         pgfree: vm.get(VmItem::Pgfree).max(0) as u64,
         task_cpu_ns,
+        worker_cpus: wq_after
+            .as_ref()
+            .map(|w| w.workers.iter().map(|x| x.cpu.0).collect())
+            .unwrap_or_default(),
         worker_cpu_ns,
         worker_busy_ns,
         jobs: vm.get(VmItem::FreeJobsQueued).max(0) as u64,

@@ -78,3 +78,51 @@ fn bad_options_are_refused() {
     o.size = 2 << 30;
     assert!(matches!(check(&o), Err(BigfreeError::TooBig { .. })));
 }
+
+#[test]
+fn seed_scaled_jobs_keep_the_seeds_job_count() {
+    assert_eq!(seed_scaled_job(320 << 30), (DEFAULT_THRESHOLD_PAGES, 515));
+    let (t, b) = seed_scaled_job(16 << 30);
+    assert_eq!((16u64 << 30) / 4096 / t, 319, "about 320 jobs");
+    assert!(u64::from(b) * 510 >= t && u64::from(b - 1) * 510 < t);
+}
+
+/// The modelled seed machine: every hardware thread of the profile, RAM in the seed's
+/// proportion so that the mapping spans several nodes' zones, and the free workers on the
+/// zapping task's node (v4.11's per-node unbound pool), idle cores before SMT siblings.
+#[test]
+fn modelled_workers_run_on_the_zapping_tasks_node_and_pages_span_zones() {
+    let size = 1u64 << 30;
+    let mut o = BigfreeOpts::new(size, &[32]);
+    o.base.time.mode = TimeMode::Virtual;
+    fit_seed_machine(&mut o.base, size, None, None, None);
+    assert_eq!((o.base.cpus, o.base.nodes), (144, 4));
+    // 512 GiB for 320 GiB: the mapping fills the task's node and spills into the next ones.
+    assert!(
+        o.base.mem >= size * 8 / 5 && o.base.mem / 4 < size,
+        "{}",
+        o.base.mem
+    );
+    (o.threshold_pages, o.max_batch_count) = seed_scaled_job(size);
+    o.pcp_tune_rows = false;
+    let r = run(&o).unwrap();
+    let s = &r.rows[1].samples[0];
+    assert_eq!(s.worker_cpus.len(), 32);
+    let node_of = |c: u16| s.cpus[usize::from(c)].node;
+    let task_node = s.cpus.last().unwrap().node;
+    assert!(
+        s.worker_cpus.iter().all(|&c| node_of(c) == task_node),
+        "{:?}",
+        s.worker_cpus
+    );
+    // Several zones' locks took part in the free.
+    let zones = s
+        .zone_lock_per_node
+        .iter()
+        .filter(|z| z.acquisitions > 0)
+        .count();
+    assert!(zones >= 2, "{:?}", s.zone_lock_per_node);
+    // The same run modelled twice is the same to the nanosecond.
+    let again = run(&o).unwrap();
+    assert_eq!(again.rows[1].samples[0].free_ns, s.free_ns);
+}

@@ -8,20 +8,19 @@
 //! Output goes to an [`Io`] as it happens, so lines appear in the order usemem's do: each
 //! worker's throughput line, then — when it frees — its free line.
 //!
+//! usemem's `fork` of each worker process is [`Mm::fork`] of the parent's address space
+//! ([`fork_proc`]): the child has every mapping the parent made, at the same addresses. With
+//! `-P` the workers walk the one preallocation copy-on-write, as on the kernel: with `-F` the
+//! parent's populated pages are shared until a child writes one (then `do_wp_page` copies
+//! it); without `-F` the parent has no pages and each child faults in its own.
+//!
 //! # What the engine does not model, and what stands in for it
 //! Each is said once on stderr as a `usermm: note:` line when a run uses it.
-//! - **fork**: the engine has no `fork` yet. A usemem process gets a fresh [`Mm`]; with `-P`
-//!   it maps its own copy of the preallocation (without `MAP_POPULATE`), so its first write to
-//!   each page faults and allocates as a copy-on-write break would, but zero-fills instead of
-//!   copying and leaves the parent's pages unshared. [`fork_mm`] is the one place to change
-//!   when `Mm::fork` lands.
 //! - **files** (`-f`, `--memfd`, `-D`'s file): the file is opened on the host (so its errors
 //!   are usemem's), its pages are engine shmem (`MAP_SHARED`) or anonymous memory
 //!   (`MAP_PRIVATE`), one object per mapping, not one page cache per file; an access past the
 //!   file's end (page-rounded) dies of SIGBUS as on the kernel. `posix_fadvise` and
 //!   `fallocate` punching are not modelled (they succeed).
-//! - **mremap** (`-E`, `-g`): a new mapping of the new size, then the old one unmapped (the
-//!   pages are not moved).
 //! - **SysV shm** (`-L`, `-H`): a shared anonymous (or hugetlb) mapping; `SHM_LOCK` is not
 //!   modelled; the segment stays attached to the parent, as after `IPC_RMID`.
 //! - **malloc** (`-a`): an anonymous private mapping (glibc's large-allocation path).
@@ -36,6 +35,7 @@ use std::sync::Arc;
 
 use usermm::config::BackingMode;
 use usermm::cpu::CpuId;
+use usermm::mm::mman::MREMAP_MAYMOVE;
 use usermm::mm::mmap::MapFile;
 use usermm::sync::{CondVar, LockClass, Mutex};
 use usermm::{Machine, Mm, Task};
@@ -193,15 +193,11 @@ enum FileKind {
     },
 }
 
-/// One mapping a usemem process made: for mremap and for the end of a file.
+/// One mapping a usemem process made, for the end of a file.
 #[derive(Debug, Clone, Copy)]
 struct MapRec {
     addr: u64,
     len: u64,
-    prot: u32,
-    flags: u32,
-    fd: MapFd,
-    offset: i64,
     /// Bytes from `addr` that are backed (a file's end); `len` otherwise.
     valid: u64,
 }
@@ -487,10 +483,6 @@ impl Sys for EngineSys {
         self.record(MapRec {
             addr: a,
             len,
-            prot,
-            flags,
-            fd,
-            offset,
             valid,
         });
         Ok(a)
@@ -503,18 +495,26 @@ impl Sys for EngineSys {
     }
 
     fn mremap(&self, addr: u64, old: u64, new: u64) -> Result<u64, Errno> {
-        let Some(r) = self.rec_at(addr) else {
-            return Err(14); // EFAULT: nothing mapped there
-        };
-        if new == 0 {
-            return Err(EINVAL);
+        let rec = self.rec_at(addr);
+        let n = self
+            .mm()
+            .mremap(self.cpu(), addr, old, new, MREMAP_MAYMOVE, 0)
+            .map_err(errno)?;
+        // The record moves with the mapping; a file's end stays where it was (memory that is
+        // not a file's has none).
+        if let Some(r) = rec {
+            let valid = if r.valid < r.len {
+                r.valid.min(new)
+            } else {
+                new
+            };
+            self.forget(addr, old.max(1));
+            self.record(MapRec {
+                addr: n,
+                len: new,
+                valid,
+            });
         }
-        self.shared.note_once(
-            "mremap is not in the engine: a new mapping of the new size is made and the old one \
-             unmapped (its pages are not moved)",
-        );
-        let n = self.mmap(new, r.prot, r.flags & !0x8000, r.fd, r.offset)?;
-        let _ = self.munmap(addr, old);
         Ok(n)
     }
 
@@ -760,47 +760,20 @@ impl Sys for EngineSys {
     }
 }
 
-/// usemem's `fork` of the parent for worker process `index`: the child's address space and
-/// its preallocation. The engine has no `Mm::fork` yet, so the child gets a fresh `Mm` and
-/// its own copy of the preallocation's mapping (see the module's notes).
-fn fork_mm(
-    parent: &EngineSys,
-    cpu: CpuId,
-    plan: &Plan,
-    prealloc: Option<u64>,
-) -> Result<(Arc<Mm>, Option<u64>), Errno> {
-    let mm = Mm::new(&parent.shared.machine, cpu).map_err(errno)?;
-    let Some(p) = prealloc else {
-        return Ok((mm, None));
-    };
-    if p == u64::MAX {
-        // MAP_FAILED from -E: the child inherits the bad pointer, not a mapping.
-        return Ok((mm, Some(p)));
-    }
-    let len = parent.rec_at(p).map_or(plan.opts.size, |r| r.len);
-    let child = EngineSys::new(
-        Task::new(Arc::clone(&mm), cpu),
-        Arc::new(EProc {
-            mm: Arc::clone(&mm),
-            maps: Default::default(),
-            short_maps: Default::default(),
-            state: ProcState::new(plan, None, 0),
-            left: AtomicUsize::new(0),
-        }),
-        Arc::clone(&parent.shared),
-        0,
-    );
-    let a = child.mmap(
-        len,
-        plan.prot(),
-        plan.map_flags() & !0x8000,
-        plan.map_fd(),
-        plan.opts.offset,
-    )?;
-    if plan.opts.madv_thp {
-        let _ = child.madvise(a, len, super::worker::MADV_HUGEPAGE);
-    }
-    Ok((mm, Some(a)))
+/// usemem's `fork` of the parent: [`Mm::fork`] of the parent's address space, so the child
+/// has every mapping the parent made (the preallocation, `-L`'s segment), at the same
+/// addresses, its anonymous pages shared copy-on-write; and a copy of the parent's mapping
+/// records (the ends of files).
+#[doc(alias = "fork")]
+fn fork_proc(parent: &EngineSys, cpu: CpuId) -> Result<(Arc<Mm>, Vec<MapRec>), Errno> {
+    let mm = parent.mm().fork(cpu).map_err(errno)?;
+    let maps = parent
+        .proc
+        .maps
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    Ok((mm, maps))
 }
 
 /// The engine as a usemem [`Platform`].
@@ -929,13 +902,6 @@ impl Platform for EnginePlatform {
 
     fn notes(&self, plan: &Plan) -> Vec<String> {
         let mut v = Vec::new();
-        if plan.opts.prealloc {
-            v.push(
-                "--prealloc: the engine has no fork yet, so it is not copy-on-write: each \
-                 process maps its own copy, whose first writes allocate zeroed pages"
-                    .to_string(),
-            );
-        }
         if plan.opts.detach && plan.opts.threads > 0 {
             v.push("-d with -t: each thread detaches on its own (usemem's fork keeps one)".into());
         }
@@ -975,7 +941,7 @@ impl Platform for EnginePlatform {
         for i in 0..o.processes() {
             let first = i * per_proc;
             let cpu = CpuId((first % nr_cpus) as u16);
-            let (mm, pre) = match fork_mm(&self.main, cpu, &plan, prealloc) {
+            let (mm, maps) = match fork_proc(&self.main, cpu) {
                 Ok(x) => x,
                 Err(e) => {
                     shared
@@ -990,25 +956,14 @@ impl Platform for EnginePlatform {
                     continue;
                 }
             };
+            let short = maps.iter().any(|r| r.valid < r.len);
             let proc = Arc::new(EProc {
                 mm,
-                maps: Default::default(),
-                short_maps: Default::default(),
-                state: ProcState::new(&plan, pre, i),
+                maps: std::sync::Mutex::new(maps),
+                short_maps: std::sync::atomic::AtomicBool::new(short),
+                state: ProcState::new(&plan, prealloc, i),
                 left: AtomicUsize::new(per_proc as usize),
             });
-            // The child's copy of the parent's records (its preallocation).
-            if let Some(p) = pre.filter(|&p| p != u64::MAX) {
-                if let Some(r) = self.main.rec_at(prealloc.unwrap_or(p)) {
-                    if r.valid < r.len {
-                        proc.short_maps.store(true, Relaxed);
-                    }
-                    proc.maps
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(MapRec { addr: p, ..r });
-                }
-            }
             for t in 0..per_proc {
                 let k = first + t;
                 if started == wave && !opened {
@@ -1091,8 +1046,141 @@ impl Platform for EnginePlatform {
 }
 
 #[cfg(test)]
-mod test {
-    use super::Usr1;
+mod tests {
+    use super::*;
+    use crate::usemem::io::Capture;
+    use crate::usemem::worker::{MAP_POPULATE, MAP_PRIVATE};
+    use usermm::config::MachineConfig;
+    use usermm::mm::RssItem;
+    use usermm::stats::VmItem;
+
+    /// usemem's fork shares the parent's pages until one side writes: the child maps every
+    /// populated page of the parent without a fault of its own, a write on either side copies
+    /// that one page, and the two exits give every frame back.
+    #[test]
+    fn fork_shares_the_preallocation_copy_on_write() {
+        let m = Machine::new(MachineConfig {
+            mem: 64 << 20,
+            cpus: 2,
+            backing: BackingMode::Full,
+            ..MachineConfig::default()
+        })
+        .unwrap();
+        let before = m.meminfo();
+        let p = EnginePlatform::new(&m, Arc::new(Capture::default()), Hooks::default()).unwrap();
+        let parent = &p.main;
+        let pages = 256u64;
+        let len = pages * PAGE;
+        let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE;
+        let a = parent
+            .mmap(len, PROT_READ | PROT_WRITE, flags, MapFd::Anon, 0)
+            .unwrap();
+        parent.access(a + 8, Access::Write(7)).unwrap();
+        let anon = || m.vmstat().get(VmItem::NrAnonPages);
+        assert_eq!(anon(), pages as i64);
+
+        let cpu1 = CpuId(1);
+        let (mm, maps) = fork_proc(parent, cpu1).unwrap();
+        assert_eq!(maps.len(), 1);
+        assert_eq!(maps[0].addr, a);
+        let child = EngineSys::new(
+            Task::new(Arc::clone(&mm), cpu1),
+            Arc::new(EProc {
+                mm: Arc::clone(&mm),
+                maps: std::sync::Mutex::new(maps),
+                short_maps: Default::default(),
+                state: ProcState::new(&p_plan(), Some(a), 0),
+                left: AtomicUsize::new(1),
+            }),
+            Arc::clone(&parent.shared),
+            1,
+        );
+        // Shared: the child maps all of them, no page is new, and it reads the parent's data
+        // without faulting.
+        assert_eq!(mm.rss(RssItem::AnonPages), pages as i64);
+        assert_eq!(anon(), pages as i64);
+        let faults = m.vmstat().get(VmItem::Pgfault);
+        assert_eq!(child.access(a + 8, Access::Read).unwrap(), 7);
+        assert_eq!(m.vmstat().get(VmItem::Pgfault), faults);
+
+        // The child's first write to page 0 copies it; the parent keeps its word.
+        child.access(a + 8, Access::Write(9)).unwrap();
+        assert_eq!(m.vmstat().get(VmItem::Pgfault), faults + 1);
+        assert_eq!(anon(), pages as i64 + 1);
+        assert_eq!(child.access(a + 8, Access::Read).unwrap(), 9);
+        assert_eq!(parent.access(a + 8, Access::Read).unwrap(), 7);
+        // A second write to the same page is the child's own page: no fault.
+        child.access(a + 16, Access::Write(1)).unwrap();
+        assert_eq!(m.vmstat().get(VmItem::Pgfault), faults + 1);
+        // The parent's write to a still-shared page copies too (fork made its entry read-only).
+        parent.access(a + PAGE, Access::Write(3)).unwrap();
+        assert_eq!(anon(), pages as i64 + 2);
+        assert_eq!(child.access(a + PAGE, Access::Read).unwrap(), 0);
+        assert_eq!(mm.rss(RssItem::AnonPages), pages as i64);
+        assert_eq!(parent.mm().rss(RssItem::AnonPages), pages as i64);
+        mm.validate().unwrap();
+        parent.mm().validate().unwrap();
+
+        // The child exits first: only its two copies go; the parent's pages stay.
+        mm.mmput(cpu1);
+        assert_eq!(anon(), pages as i64);
+        // The parent's exit (EnginePlatform::run's mmput) gives back the rest.
+        parent.mm().mmput(CpuId(0));
+        assert_eq!(anon(), 0);
+        drop(child);
+        drop(p);
+        let after = m.meminfo();
+        assert_eq!(after.page_tables, before.page_tables);
+        assert_eq!(after.mem_available, before.mem_available);
+        m.validate().unwrap();
+    }
+
+    /// `-E`'s mremap is the engine's: the pages move with the mapping (their data and the
+    /// rss with them), and the mapping's record follows it.
+    #[test]
+    fn mremap_moves_the_pages() {
+        let m = Machine::new(MachineConfig {
+            mem: 64 << 20,
+            cpus: 1,
+            backing: BackingMode::Full,
+            ..MachineConfig::default()
+        })
+        .unwrap();
+        let p = EnginePlatform::new(&m, Arc::new(Capture::default()), Hooks::default()).unwrap();
+        let s = &p.main;
+        let len = 16 * PAGE;
+        let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE;
+        let a = s
+            .mmap(len, PROT_READ | PROT_WRITE, flags, MapFd::Anon, 0)
+            .unwrap();
+        s.access(a + 3 * PAGE, Access::Write(42)).unwrap();
+        let allocs = m.vmstat().get(VmItem::PgallocNormal);
+        let n = s.mremap(a, len, 10 * len).unwrap();
+        // Nothing was copied: at most the new range's page tables were allocated.
+        assert!(m.vmstat().get(VmItem::PgallocNormal) - allocs <= 3);
+        assert_eq!(s.access(n + 3 * PAGE, Access::Read).unwrap(), 42);
+        assert_eq!(s.mm().rss(RssItem::AnonPages), 16);
+        assert!(s.rec_at(a).is_none() || n == a);
+        assert_eq!(s.rec_at(n).map(|r| r.len), Some(10 * len));
+        // Anonymous memory has no end before the mapping's: the grown part is writable.
+        s.access(n + 100 * PAGE, Access::Write(1)).unwrap();
+        assert_eq!(s.mremap(a + 1, len, len), Err(EINVAL));
+        s.mm().validate().unwrap();
+        s.mm().mmput(CpuId(0));
+        drop(p);
+        assert_eq!(m.vmstat().get(VmItem::NrAnonPages), 0);
+        m.validate().unwrap();
+    }
+
+    fn p_plan() -> Plan {
+        Plan {
+            name: String::new(),
+            opts: Default::default(),
+            done_bytes: 0,
+            fd: MapFd::Opened,
+            start_us: None,
+        }
+    }
 
     /// A SIGUSR1 that comes before the worker reaches its wait is pending, not lost (the
     /// write-signal-read CLI test hung so when `kill` beat the worker to its wait).

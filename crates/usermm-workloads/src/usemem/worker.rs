@@ -625,11 +625,30 @@ impl<'a, S: Sys> Worker<'a, S> {
         }
     }
 
+    /// usemem's `-g` menu, byte for byte as it prints it: a box of asterisks (tabs inside),
+    /// a title, the five keys, two blank lines and the prompt.
     fn print_menu(&mut self) {
-        self.out_buffered(
-            "usemem menu: a = lock, remap x10, unlock and go on; l = lock; u = unlock; \
-             r = remap x10; q = go on\nyour option: ",
-        );
+        let rule = "*".repeat(58);
+        let blank = format!("*{} *", "\t".repeat(7));
+        let row = |text: &str| format!("*\t\t    {text}\t\t\t *");
+        let mut m = vec![
+            rule.clone(),
+            blank.clone(),
+            row("Enter an option"),
+            rule.clone(),
+        ];
+        m.push(blank.clone());
+        for (key, what) in [
+            ('a', "automate"),
+            ('l', "locking"),
+            ('r', "remapping"),
+            ('u', "unlocking"),
+            ('q', "quit"),
+        ] {
+            m.push(row(&format!("{key} ----> {what}")));
+        }
+        m.extend([blank.clone(), blank, rule, String::new(), String::new()]);
+        self.out_buffered(&format!("{}\nyour option: ", m.join("\n")));
     }
 
     /// usemem's `do_units`: the whole life of one worker.

@@ -629,12 +629,13 @@ impl Task {
                             std::hint::black_box(w);
                         }
                     }
-                    x += step;
+                    // Saturating: a step past the address space (usemem -j -1) ends the walk.
+                    x = x.saturating_add(step);
                 }
             })?;
             let _ = base;
             words += n;
-            a = first + n * step;
+            a = first.saturating_add(n.saturating_mul(step));
         }
         Ok(words)
     }

@@ -35,9 +35,10 @@
 //!
 //! # Differences from Linux
 //! No `RLIMIT_AS`/`RLIMIT_MEMLOCK` (`may_expand_vm`, `mlock_future_ok` always allow), no
-//! mseal, no userfaultfd, no KSM. A failed table allocation mid-move returns `ENOMEM` without
-//! moving the entries back (the kernel moves them back); the engine's allocator only fails
-//! when memory is exhausted.
+//! mseal, no userfaultfd, no KSM.
+//!
+//! A table that cannot be allocated mid-move (memory exhausted) fails the call with `ENOMEM`
+//! as in Linux: what moved is moved back, the new range unmapped, the source left as it was.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -284,6 +285,11 @@ impl Mm {
         tree.copy_vma(&vma, new_addr, new_addr + new_len, pgoff);
         let moved = move_page_tables(self, cpu, old_addr, new_addr, old_len);
         if moved < old_len {
+            // A table could not be had: move back what moved (the old tables are all still
+            // there, so this allocates nothing), then drop the new range.
+            let back = move_page_tables(self, cpu, new_addr, old_addr, moved);
+            vm_bug_on!(back < moved, "moving page tables back failed");
+            self.do_munmap_locked(tree, cpu, new_addr, new_addr + new_len)?;
             return Err(Errno::ENOMEM);
         }
         if flags & MREMAP_DONTUNMAP != 0 {
@@ -302,7 +308,12 @@ impl Mm {
             }
             return Ok(new_addr);
         }
-        self.do_munmap_locked(tree, cpu, old_addr, old_addr + old_len)?;
+        // unmap_source_vma: a failure here (a split past max_map_count) is not the caller's;
+        // Linux only fixes its accounting. With old_len 0 (a shared mapping duplicated)
+        // nothing goes.
+        if old_len != 0 {
+            let _ = self.do_munmap_locked(tree, cpu, old_addr, old_addr + old_len);
+        }
         Ok(new_addr)
     }
 }

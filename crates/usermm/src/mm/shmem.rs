@@ -9,8 +9,10 @@
 //! and one mapcount. Pages are freed when the last VMA piece drops the object.
 //!
 //! # Differences from Linux
-//! No page cache, no swap, no LRU for shmem pages; sharing between processes (fork) is not
-//! modelled, so the object lives exactly as long as its VMAs.
+//! No page cache, no swap, no LRU for shmem pages. The object lives exactly as long as its
+//! VMAs — in every mm that maps it after a fork. No `i_mmap` tree of its mappings: a punched
+//! hole (`MADV_REMOVE`) is zapped in every mapping of the object in the mms of the fork
+//! family (`madvise.rs`), the only mms that can map it.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -11,6 +11,8 @@
 //! # Locks
 //! Every live mm of the family is locked for writing, in id order (so two validations of one
 //! family cannot deadlock), and all its VMAs write-locked (per-VMA locks), for the whole check.
+//! A member that has exited and been torn down (`exit_mmap` ran, under its write lock) is
+//! skipped: it maps nothing, and its PGD may already be free.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
@@ -25,18 +27,23 @@ impl Mm {
     /// `validate_mm` plus the page-table checks of the module doc, over this mm's fork family
     /// (see the module doc). Returns the first violation found.
     pub fn validate(&self) -> Result<(), String> {
-        let mut members: Vec<Arc<Mm>> = self
-            .family
-            .lock()
-            .iter()
-            .filter_map(std::sync::Weak::upgrade)
-            .collect();
-        members.sort_by_key(|m| m.id);
-        members.dedup_by_key(|m| m.id);
-        if !members.iter().any(|m| m.id == self.id) {
-            return Err(format!("mm {} is not in its own fork family", self.id));
-        }
-        let mut guards: Vec<_> = members.iter().map(|m| m.mmap_lock.write()).collect();
+        let mut members = self.family_members();
+        // A fork that began before the locks may have added its child since the list was
+        // taken (and copied into it before we locked the parent): take the list again under
+        // the locks, until it is the one locked. No member joins after that: a fork needs
+        // its parent's write lock.
+        let mut guards = loop {
+            if !members.iter().any(|m| m.id == self.id) {
+                return Err(format!("mm {} is not in its own fork family", self.id));
+            }
+            let guards: Vec<_> = members.iter().map(|m| m.mmap_lock.write()).collect();
+            let now = self.family_members();
+            if now.iter().map(|m| m.id).eq(members.iter().map(|m| m.id)) {
+                break guards;
+            }
+            drop(guards);
+            members = now;
+        };
         // Faults and MADV_DONTNEED under per-VMA locks do not take the mmap lock: write-lock
         // every VMA too, so that no page table changes under the walk.
         for g in &mut guards {
@@ -45,6 +52,12 @@ impl Mm {
         let mut mapped = HashMap::new();
         let mut tables = HashSet::new();
         for (m, tree) in members.iter().zip(&guards) {
+            // An exited member still referenced: once its exit_mmap has run (it empties the
+            // tree under this lock) its tables are gone, the PGD maybe too. One whose exit
+            // waits for our lock still has them all, and their mapcounts.
+            if m.is_exited() && tree.map_count() == 0 {
+                continue;
+            }
             m.validate_one(tree, &mut mapped, &mut tables)
                 .map_err(|e| format!("mm {}: {e}", m.id))?;
         }
@@ -65,6 +78,19 @@ impl Mm {
         }
         drop(guards);
         Ok(())
+    }
+
+    /// The live mms of this one's fork family, in id order (the order they are locked in).
+    fn family_members(&self) -> Vec<Arc<Mm>> {
+        let mut members: Vec<Arc<Mm>> = self
+            .family
+            .lock()
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
+        members.sort_by_key(|m| m.id);
+        members.dedup_by_key(|m| m.id);
+        members
     }
 
     /// One mm's part of [`Mm::validate`]: its VMAs, rss and tables, and its leaves counted
@@ -139,7 +165,9 @@ impl Mm {
         // Tables: within reach of a VMA, flagged, and counted.
         let mut tables = 1i64;
         let mut err = None;
-        if !self.is_exited() && !tables_seen.insert(self.pgd.0) {
+        // (An exited member reaches here only while its exit waits for our lock: its PGD and
+        // every table are still its own.)
+        if !tables_seen.insert(self.pgd.0) {
             return Err(format!("PGD {:?} shared with another mm", self.pgd));
         }
         memory::for_each_table(phys, self.pgd, |base, span, pfn| {
@@ -188,9 +216,6 @@ impl Mm {
         });
         if let Some(e) = err {
             return Err(e);
-        }
-        if self.is_exited() {
-            tables -= 1;
         }
         if tables != self.nr_tables.load(Relaxed) {
             return Err(format!(

@@ -157,6 +157,33 @@ impl<A: LineAtomic> SharedLine<A> {
         self.value.compare_exchange_weak(cur, new, ok, err)
     }
 
+    /// A read-then-`cmpxchg` loop (`atomic_inc_not_zero`, `atomic_add_unless`): `f` maps the
+    /// current value to the new one, or `None` to give up; returns the value seen last, `Ok`
+    /// when it was replaced.
+    ///
+    /// One synchronisation point for the whole loop, hence one RMW of the line in virtual time:
+    /// a `cmpxchg` that fails leaves the line exclusive in the failing core's cache, and the
+    /// retry a few cycles later finds it there, so the hardware pays one transfer per
+    /// successful update, not one per attempt (the read before the first `cmpxchg` is folded
+    /// into that transfer). On the host it is the plain loop.
+    #[doc(alias = "atomic_inc_not_zero")]
+    pub fn fetch_update(
+        &self,
+        ok: Ordering,
+        err: Ordering,
+        mut f: impl FnMut(A::Value) -> Option<A::Value>,
+    ) -> Result<A::Value, A::Value> {
+        self.rmw();
+        let mut cur = self.value.load(err);
+        while let Some(new) = f(cur) {
+            match self.value.compare_exchange_weak(cur, new, ok, err) {
+                Ok(v) => return Ok(v),
+                Err(v) => cur = v,
+            }
+        }
+        Err(cur)
+    }
+
     pub fn class(&self) -> &'static LineClass {
         self.class
     }

@@ -117,10 +117,11 @@
 //! - SMT slowdown is one factor, read at each charge (see above).
 //! - A loop that polls without charging any cost makes no virtual progress: engine retry
 //!   loops must charge something (they do, through the costs of what they retry).
-//! - Shared lines serve RMWs strictly in time order. A CPU whose `cmpxchg` failed retries behind
-//!   every RMW already queued, so a contended `atomic_inc_not_zero` loop (the huge zero page's
-//!   `get`) can fail many times per success; on the hardware the retry may still find the line
-//!   local. Under 72-way contention this dominates seed 002's vanilla run (see the issue note).
+//! - Shared lines serve RMWs strictly in time order. A read-then-`cmpxchg` loop written with
+//!   `SharedLine::fetch_update` (the huge zero page's `atomic_inc_not_zero`) is one RMW: on the
+//!   hardware a failed `cmpxchg` leaves the line in the failing core's cache and the retry finds
+//!   it there. A loop of separate `compare_exchange` calls would instead queue every retry
+//!   behind every RMW already waiting, failing many times per success under contention.
 //! - User-space accesses cost nothing: only the kernel's work is charged (a fault, not the load
 //!   that took it). A workload that only reads mapped memory makes no virtual progress.
 //! - Work between two synchronisation points is charged at its start's SMT state and seen by
@@ -133,7 +134,7 @@
 //! ([`Profile::builtin`]: `haswell-ex-4s`, `haswell-ep-2s`, `e5-2680-32c`), others load from a
 //! path ([`Profile::resolve`] takes either). Every figure is exactly one of `ns`, `cycles` (at
 //! `topology.ghz`) or `bytes_per_ns` (costs that move bytes: `clear_page`, `copy_page`), and a
-//! `source`: a publication, a measurement with its command, or `provisional: <why>`. Unknown
+//! `source`: a publication, a measurement with its command, or `assumption: <why>` where neither exists. Unknown
 //! keys, a missing [`Cost`] or engine lock class ([`ENGINE_LOCK_CLASSES`]), an empty source,
 //! or a non-positive topology are errors that name the field.
 //! ```toml
@@ -151,20 +152,20 @@
 //! source = "core-to-core-latency (nviennot) README ..."
 //! [smt]
 //! sibling_factor = 1.6
-//! source = "provisional: ..."
+//! source = "assumption: ..."
 //! [wakeup]
 //! ns = 3000
-//! source = "provisional: ..."
+//! source = "assumption: ..."
 //! [atomic_rmw]
 //! cycles = 20
-//! source = "provisional: ..."
+//! source = "assumption: ..."
 //! [locks."zone.lock"]               # one per lock class
 //! acquire_cycles = 20
 //! data_lines = 4
-//! source = "provisional: ..."
+//! source = "assumption: ..."
 //! [costs.clear_page]                # one per Cost
 //! bytes_per_ns = 10
-//! source = "provisional: ..."
+//! source = "assumption: ..."
 //! ```
 //!
 //! ## How the seam plugs in

@@ -84,7 +84,7 @@ pub fn run(_scale: Scale, out: &Path, time: &TimeArgs) -> anyhow::Result<Outcome
     };
     base.time.profile = usemem::SEED_PROFILE.into();
     time.apply(&mut base);
-    time.check(&base, None)?;
+    time.check(&mut base, None)?;
     let label = usermm_workloads::TimeLabel::of(&base).time;
     // Where usermm's throughput comes from: this host's cores, or the profile's modelled CPUs.
     let where_ = match base.time.mode {

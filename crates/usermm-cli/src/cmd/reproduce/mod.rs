@@ -13,6 +13,7 @@ mod experiment;
 mod huge_zero;
 mod munmap;
 mod percpu;
+mod sides;
 
 pub use experiment::{Outcome, Scale};
 
@@ -96,30 +97,77 @@ impl<R> Outcome<R> {
 }
 
 /// `results` of `results.json`, and what `--json` prints: the run's scale and wall time, the
-/// host's facts, and one record per experiment that ran (named as `--only` names them).
+/// host's facts, and one [`sides::Pair`] per experiment that ran (named as `--only` names
+/// them): its `modelled` side (virtual time on the seed's machine) and its `measured` side
+/// (this host's wall clock), each with its headline figures, its profile and its full record.
 #[derive(Debug, Serialize)]
 pub struct Results {
     pub scale: Scale,
     pub wall_seconds: f64,
     pub host_facts: HostFacts,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub bigfree: Option<Box<bigfree::BigfreeRecord>>,
+    pub bigfree: Option<sides::BigfreePair>,
     #[serde(rename = "huge-zero", skip_serializing_if = "Option::is_none")]
-    pub huge_zero: Option<Box<huge_zero::HugeZeroRecord>>,
+    pub huge_zero: Option<sides::HugeZeroPair>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub munmap: Option<Box<munmap::MunmapRecord>>,
+    pub munmap: Option<sides::MunmapPair>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub percpu: Option<Box<percpu::PercpuRecord>>,
+    pub percpu: Option<sides::Pair<sides::NoFigures, percpu::PercpuRecord>>,
+    /// "The model checked on this host" (issue 15): predicted vs measured rows. Its own
+    /// module and section are added with `usermm calibrate`'s `this-host` profile; until
+    /// then it is absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_check: Option<serde_json::Value>,
 }
 
 impl Results {
-    fn add(&mut self, record: Record) {
+    fn add(&mut self, kind: sides::SideKind, time: &str, record: Record, scale: Scale) {
+        use sides::{Side, *};
         match record {
-            Record::Bigfree(r) => self.bigfree = Some(r),
-            Record::HugeZero(r) => self.huge_zero = Some(r),
-            Record::Munmap(r) => self.munmap = Some(r),
-            Record::Percpu(r) => self.percpu = Some(r),
+            Record::Bigfree(r) => self
+                .bigfree
+                .get_or_insert_with(Default::default)
+                .set(kind, Side::new(time, BigfreeFigures::of(&r), r)),
+            Record::HugeZero(r) => self
+                .huge_zero
+                .get_or_insert_with(Default::default)
+                .set(kind, Side::new(time, HugeZeroFigures::of(&r), r)),
+            Record::Munmap(r) => {
+                let size = munmap::size(scale);
+                self.munmap
+                    .get_or_insert_with(Default::default)
+                    .set(kind, Side::new(time, MunmapFigures::of(&r, size), r))
+            }
+            Record::Percpu(r) => self
+                .percpu
+                .get_or_insert_with(Default::default)
+                .set(kind, Side::new(time, NoFigures {}, r)),
         }
+    }
+
+    /// The timing verdict of each seed from its modelled side, when it ran.
+    fn modelled_verdicts(&self) -> Vec<(&'static str, String)> {
+        let mut v = Vec::new();
+        let name = |p: &Option<String>| p.clone().unwrap_or_default();
+        if let Some(s) = self.bigfree.as_ref().and_then(|p| p.modelled.as_ref()) {
+            v.push((
+                "bigfree",
+                sides::bigfree_verdict(&s.figures, &name(&s.profile)),
+            ));
+        }
+        if let Some(s) = self.huge_zero.as_ref().and_then(|p| p.modelled.as_ref()) {
+            v.push((
+                "huge-zero",
+                sides::huge_zero_verdict(&s.figures, &name(&s.profile)),
+            ));
+        }
+        if let Some(s) = self.munmap.as_ref().and_then(|p| p.modelled.as_ref()) {
+            v.push((
+                "munmap",
+                sides::munmap_verdict(&s.figures, &name(&s.profile)),
+            ));
+        }
+        v
     }
 }
 
@@ -127,67 +175,103 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     let out = &args.out;
     std::fs::create_dir_all(out)?;
     let t0 = std::time::Instant::now();
-    let mut outcomes = Vec::new();
-    for e in args.experiments() {
-        eprintln!("usermm reproduce: {} ...", e.name());
-        let te = std::time::Instant::now();
-        let o = match e {
-            Experiment::Bigfree => {
-                bigfree::run(args.scale, out, &args.time)?.into_record(Record::Bigfree)
-            }
-            Experiment::HugeZero => {
-                huge_zero::run(args.scale, out, &args.time)?.into_record(Record::HugeZero)
-            }
-            Experiment::Munmap => {
-                munmap::run(args.scale, out, &args.time)?.into_record(Record::Munmap)
-            }
-            Experiment::Percpu => {
-                percpu::run(args.scale, out, &args.time)?.into_record(Record::Percpu)
-            }
-        };
-        eprintln!(
-            "usermm reproduce: {} done in {:.1} s: {}",
-            e.name(),
-            te.elapsed().as_secs_f64(),
-            o.verdict
-        );
-        if !g.json {
-            println!("== {} ==", o.section.heading);
-            for t in &o.section.tables {
-                println!("{}", t.render_text());
-            }
-            println!("verdict: {}\n", o.verdict);
-        }
-        outcomes.push(o);
-    }
-    let mut sections = vec![Section {
-        heading: "Summary".into(),
-        text: outcomes
-            .iter()
-            .map(|o| format!("- **{}**: {}\n", o.name, o.verdict))
-            .collect::<String>()
-            + &format!("\nTotal run time: {:.0} s.\n", t0.elapsed().as_secs_f64()),
-        ..Default::default()
-    }];
-    sections.extend(outcomes.iter().map(|o| o.section.clone()));
     let mut results = Results {
         scale: args.scale,
-        wall_seconds: t0.elapsed().as_secs_f64(),
+        wall_seconds: 0.0,
         host_facts: usermm_host::facts::facts(),
         bigfree: None,
         huge_zero: None,
         munmap: None,
         percpu: None,
+        host_check: None,
     };
-    for o in outcomes {
-        results.add(o.record);
+    let mut sections = Vec::new();
+    let mut verdicts = Vec::new();
+    for e in args.experiments() {
+        for (kind, time) in sides::sides(&args.time) {
+            // Each side's own plots in its own directory (report.md links them).
+            let dir = out.join(kind.name());
+            std::fs::create_dir_all(&dir)?;
+            eprintln!("usermm reproduce: {} ({}) ...", e.name(), kind.name());
+            let te = std::time::Instant::now();
+            let o = match e {
+                Experiment::Bigfree => {
+                    bigfree::run(args.scale, &dir, &time)?.into_record(Record::Bigfree)
+                }
+                Experiment::HugeZero => {
+                    huge_zero::run(args.scale, &dir, &time)?.into_record(Record::HugeZero)
+                }
+                Experiment::Munmap => {
+                    munmap::run(args.scale, &dir, &time)?.into_record(Record::Munmap)
+                }
+                Experiment::Percpu => {
+                    percpu::run(args.scale, &dir, &time)?.into_record(Record::Percpu)
+                }
+            };
+            eprintln!(
+                "usermm reproduce: {} ({}) done in {:.1} s: {}",
+                e.name(),
+                kind.name(),
+                te.elapsed().as_secs_f64(),
+                o.verdict
+            );
+            let mut section = o.section;
+            section.heading = format!("{} — {}", section.heading, kind.name());
+            if !g.json {
+                println!("== {} ==", section.heading);
+                for t in &section.tables {
+                    println!("{}", t.render_text());
+                }
+                println!("verdict: {}\n", o.verdict);
+            }
+            verdicts.push((o.name, kind, o.verdict));
+            let time_label = record_time(&o.record);
+            results.add(kind, &time_label, o.record, args.scale);
+            sections.push(section);
+        }
     }
+    let comparison = sides::comparison(
+        out,
+        results.bigfree.as_ref(),
+        results.huge_zero.as_ref(),
+        results.munmap.as_ref(),
+    )?;
+    // The host check's section ("the model checked on this host") goes here, after the
+    // comparison and before the experiments' own sections, when its module lands.
+    let modelled = results.modelled_verdicts();
+    let mut summary = String::new();
+    for (name, v) in &modelled {
+        summary += &format!("- **{name}** (timing, judged on the modelled column): {v}\n");
+    }
+    for (name, kind, v) in &verdicts {
+        summary += &format!("- {name}, {}: {v}\n", kind.name());
+    }
+    summary += &format!("\nTotal run time: {:.0} s.\n", t0.elapsed().as_secs_f64());
+    if !g.json {
+        println!("== {} ==", comparison.heading);
+        for t in &comparison.tables {
+            println!("{}", t.render_text());
+        }
+        for (name, v) in &modelled {
+            println!("{name}: {v}");
+        }
+    }
+    let mut all = vec![
+        Section {
+            heading: "Summary".into(),
+            text: summary,
+            ..Default::default()
+        },
+        comparison,
+    ];
+    all.extend(sections);
+    results.wall_seconds = t0.elapsed().as_secs_f64();
     // Through a Value: its map keeps keys sorted, as results.json has always had them.
     let results = serde_json::to_value(&results)?;
     write_report(
         out,
         "usermm: the seed experiments, vanilla vs patched",
-        &sections,
+        &all,
         &results,
     )?;
     if g.json {
@@ -196,6 +280,16 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         println!("report written to {}/report.md", out.display());
     }
     Ok(())
+}
+
+/// The time label a record carries (`modelled (profile NAME)` or `measured (this host)`).
+fn record_time(r: &Record) -> String {
+    match r {
+        Record::Bigfree(r) => r.time.clone(),
+        Record::HugeZero(r) => r.time.clone(),
+        Record::Munmap(r) => r.time.clone(),
+        Record::Percpu(r) => r.time.clone(),
+    }
 }
 
 impl Experiment {

@@ -24,16 +24,21 @@ pub struct MunmapRecord {
     pub time: String,
 }
 
+/// The munmap's size at `scale`: 8 GiB, or the seed's 80 GB rounded down to 2 MiB.
+pub fn size(scale: Scale) -> u64 {
+    match scale {
+        Scale::Default => 8u64 << 30,
+        Scale::Seed => MUNMAP_DOWNGRADE.size_decimal & !((2 << 20) - 1),
+    }
+}
+
 pub fn run(scale: Scale, out: &Path, time: &TimeArgs) -> anyhow::Result<Outcome<MunmapRecord>> {
     let seed = MUNMAP_DOWNGRADE;
-    let size = match scale {
-        Scale::Default => 8u64 << 30,
-        Scale::Seed => seed.size_decimal & !((2 << 20) - 1),
-    };
+    let size = size(scale);
     let mut opts = MunmapTestOpts::new(size, 1);
     opts.repeat = 2;
     time.apply(&mut opts.machine);
-    time.check(&opts.machine, None)?;
+    time.check(&mut opts.machine, None)?;
     let label = usermm_workloads::TimeLabel::of(&opts.machine);
     if label.is_modelled() {
         // A virtual run is the same every time, has no host load to stand in for, and needs

@@ -18,6 +18,9 @@ pub struct PercpuRecord {
     pub patched: PercpuTestResult,
     pub ratio: PercpuRatio,
     pub ideal_after_delete_kb: u64,
+    /// `measured (this host)` or `modelled (profile NAME)`: the clock it ran on (its figures
+    /// are sizes, the same on both).
+    pub time: String,
 }
 
 /// The seed's rows and their ratio after deleting.
@@ -45,7 +48,8 @@ pub fn run(
     let mut base = usermm::MachineConfig::default();
     base.time.profile = percpu_test::DEFAULT_PROFILE.into();
     time.apply(&mut base);
-    time.check(&base, None)?;
+    time.check(&mut base, None)?;
+    let time_label = usermm_workloads::TimeLabel::of(&base).time;
     let r = percpu_test::run_ab(&opts, &base).map_err(|e| anyhow::anyhow!("percpu-test: {e}"))?;
     let t = crate::cmd::percpu_test::table(&r);
     let plot = out.join("percpu.svg");
@@ -114,6 +118,7 @@ chunk is free; patched isolates chunks with ≥ ¼ empty populated pages and dep
         ideal_after_delete_kb: r.vanilla.ideal_after_delete_kb,
         vanilla: r.vanilla,
         patched: r.patched,
+        time: time_label,
     };
     Ok(Outcome {
         name: "percpu",

@@ -1,6 +1,8 @@
 //! `madvise` (`madvise_walk_vmas`, `madvise_dontneed_free`, `madvise_update_vma`,
 //! `madvise_populate`).
 
+use std::sync::{Arc, Weak};
+
 use crate::addr::{align_up, PAGE_SIZE, PMD_SIZE};
 use crate::cpu::CpuId;
 use crate::error::Errno;
@@ -12,6 +14,7 @@ use crate::mm::mman::{
     MADV_UNMERGEABLE, MADV_WILLNEED, MADV_WIPEONFORK,
 };
 use crate::mm::mmu_gather::{FullMm, MmuGather};
+use crate::mm::shmem::Shmem;
 use crate::mm::vma::{VmFlags, VmaKind, VmaTree};
 use crate::mm::Mm;
 
@@ -70,101 +73,154 @@ impl Mm {
         } else {
             rtree = Some(self.mmap_lock.read());
         }
-        let mut unmapped = false;
-        let mut start = addr;
-        loop {
-            let tree: &VmaTree = match (&wtree, &rtree) {
-                (Some(w), _) => w,
-                (_, Some(r)) => r,
-                _ => unreachable!(),
-            };
-            let Some(vma) = tree.find_vma(start) else {
-                return Err(Errno::ENOMEM);
-            };
-            if start < vma.start {
-                unmapped = true;
-                start = vma.start;
+        // Holes punched in shmem objects (MADV_REMOVE): other mappings may map them too.
+        let mut punched = Vec::new();
+        let r = (|| {
+            let mut unmapped = false;
+            let mut start = addr;
+            loop {
+                let tree: &VmaTree = match (&wtree, &rtree) {
+                    (Some(w), _) => w,
+                    (_, Some(r)) => r,
+                    _ => unreachable!(),
+                };
+                let Some(vma) = tree.find_vma(start) else {
+                    return Err(Errno::ENOMEM);
+                };
+                if start < vma.start {
+                    unmapped = true;
+                    start = vma.start;
+                    if start >= end {
+                        break;
+                    }
+                }
+                let tmp = vma.end.min(end);
+                let (vflags, vkind) = (vma.flags, vma.kind);
+                match advice {
+                    MADV_DONTNEED | MADV_FREE | MADV_REMOVE => {
+                        if vflags.intersects(VmFlags(
+                            VmFlags::VM_LOCKED.0 | VmFlags::VM_PFNMAP.0 | VmFlags::VM_HUGETLB.0,
+                        )) {
+                            return Err(Errno::EINVAL);
+                        }
+                        match advice {
+                            MADV_DONTNEED => self.zap_page_range(cpu, start, tmp),
+                            MADV_FREE if !matches!(vkind, VmaKind::Anon | VmaKind::DevZero) => {
+                                return Err(Errno::EINVAL)
+                            }
+                            MADV_FREE => self.split_partial_thps(cpu, start, tmp),
+                            // madvise_remove: no file → EINVAL; a file not mapped shared-writable
+                            // (private /dev/zero) → EACCES.
+                            MADV_REMOVE if matches!(vkind, VmaKind::DevZero) => {
+                                return Err(Errno::EACCES)
+                            }
+                            MADV_REMOVE if !matches!(vkind, VmaKind::SharedAnon) => {
+                                return Err(Errno::EINVAL)
+                            }
+                            MADV_REMOVE => {
+                                self.zap_page_range(cpu, start, tmp);
+                                if let Some(obj) = &vma.shmem {
+                                    let (index, nr) = (
+                                        vma.pgoff + ((start - vma.start) >> 12),
+                                        (tmp - start) >> 12,
+                                    );
+                                    obj.punch_hole(index, nr);
+                                    punched.push((Arc::clone(obj), index, nr));
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    // Only memory without a file (not even /dev/zero) can be wiped on fork.
+                    MADV_WIPEONFORK if !matches!(vkind, VmaKind::Anon) => {
+                        return Err(Errno::EINVAL)
+                    }
+                    MADV_HUGEPAGE | MADV_NOHUGEPAGE
+                        if matches!(vkind, VmaKind::Hugetlb | VmaKind::PfnMap) => {}
+                    // can_madv_lru_vma.
+                    MADV_COLD | MADV_PAGEOUT
+                        if vflags.intersects(VmFlags(
+                            VmFlags::VM_LOCKED.0 | VmFlags::VM_PFNMAP.0 | VmFlags::VM_HUGETLB.0,
+                        )) =>
+                    {
+                        return Err(Errno::EINVAL)
+                    }
+                    MADV_COLD | MADV_PAGEOUT => self.split_partial_thps(cpu, start, tmp),
+                    // vma_ksm_compatible: the advice is ignored elsewhere.
+                    MADV_MERGEABLE
+                        if vflags.intersects(VmFlags(
+                            VmFlags::VM_SHARED.0
+                                | VmFlags::VM_MAYSHARE.0
+                                | VmFlags::VM_PFNMAP.0
+                                | VmFlags::VM_IO.0
+                                | VmFlags::VM_DONTEXPAND.0
+                                | VmFlags::VM_HUGETLB.0
+                                | VmFlags::VM_MIXEDMAP.0,
+                        )) => {}
+                    _ if flag_change => {
+                        let newflags = vflags.minus(clear).union(set);
+                        if newflags != vflags {
+                            let w = wtree.as_mut().expect("write lock for flag changes");
+                            self.vma_modify_flags(cpu, w, start, tmp, newflags, max)?;
+                        }
+                    }
+                    _ => {}
+                }
+                start = tmp;
                 if start >= end {
                     break;
                 }
             }
-            let tmp = vma.end.min(end);
-            let (vflags, vkind) = (vma.flags, vma.kind);
-            match advice {
-                MADV_DONTNEED | MADV_FREE | MADV_REMOVE => {
-                    if vflags.intersects(VmFlags(
-                        VmFlags::VM_LOCKED.0 | VmFlags::VM_PFNMAP.0 | VmFlags::VM_HUGETLB.0,
-                    )) {
-                        return Err(Errno::EINVAL);
-                    }
-                    match advice {
-                        MADV_DONTNEED => self.zap_page_range(cpu, start, tmp),
-                        MADV_FREE if !matches!(vkind, VmaKind::Anon | VmaKind::DevZero) => {
-                            return Err(Errno::EINVAL)
-                        }
-                        MADV_FREE => self.split_partial_thps(cpu, start, tmp),
-                        // madvise_remove: no file → EINVAL; a file not mapped shared-writable
-                        // (private /dev/zero) → EACCES.
-                        MADV_REMOVE if matches!(vkind, VmaKind::DevZero) => {
-                            return Err(Errno::EACCES)
-                        }
-                        MADV_REMOVE if !matches!(vkind, VmaKind::SharedAnon) => {
-                            return Err(Errno::EINVAL)
-                        }
-                        MADV_REMOVE => {
-                            self.zap_page_range(cpu, start, tmp);
-                            if let Some(obj) = &vma.shmem {
-                                obj.punch_hole(
-                                    vma.pgoff + ((start - vma.start) >> 12),
-                                    (tmp - start) >> 12,
-                                );
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                // Only memory without a file (not even /dev/zero) can be wiped on fork.
-                MADV_WIPEONFORK if !matches!(vkind, VmaKind::Anon) => return Err(Errno::EINVAL),
-                MADV_HUGEPAGE | MADV_NOHUGEPAGE
-                    if matches!(vkind, VmaKind::Hugetlb | VmaKind::PfnMap) => {}
-                // can_madv_lru_vma.
-                MADV_COLD | MADV_PAGEOUT
-                    if vflags.intersects(VmFlags(
-                        VmFlags::VM_LOCKED.0 | VmFlags::VM_PFNMAP.0 | VmFlags::VM_HUGETLB.0,
-                    )) =>
-                {
-                    return Err(Errno::EINVAL)
-                }
-                MADV_COLD | MADV_PAGEOUT => self.split_partial_thps(cpu, start, tmp),
-                // vma_ksm_compatible: the advice is ignored elsewhere.
-                MADV_MERGEABLE
-                    if vflags.intersects(VmFlags(
-                        VmFlags::VM_SHARED.0
-                            | VmFlags::VM_MAYSHARE.0
-                            | VmFlags::VM_PFNMAP.0
-                            | VmFlags::VM_IO.0
-                            | VmFlags::VM_DONTEXPAND.0
-                            | VmFlags::VM_HUGETLB.0
-                            | VmFlags::VM_MIXEDMAP.0,
-                    )) => {}
-                _ if flag_change => {
-                    let newflags = vflags.minus(clear).union(set);
-                    if newflags != vflags {
-                        let w = wtree.as_mut().expect("write lock for flag changes");
-                        self.vma_modify_flags(cpu, w, start, tmp, newflags, max)?;
-                    }
-                }
-                _ => {}
+            if unmapped {
+                Err(Errno::ENOMEM)
+            } else {
+                Ok(())
             }
-            start = tmp;
-            if start >= end {
-                break;
-            }
+        })();
+        drop(wtree);
+        drop(rtree);
+        if !punched.is_empty() {
+            self.unmap_punched_in_family(cpu, &punched);
         }
-        if unmapped {
-            Err(Errno::ENOMEM)
-        } else {
-            Ok(())
+        r
+    }
+
+    /// `unmap_mapping_range` after `shmem_fallocate(PUNCH_HOLE)`: zap the punched indices of
+    /// each object wherever they are mapped, so that nothing goes on using a page the object
+    /// dropped — in this mm's other mappings of the object too (a growing `mremap` that moves
+    /// part of a mapping maps some indices twice), and in the other mms of the fork family.
+    /// The engine has no `i_mmap` tree of an object's mappings; only fork shares an object
+    /// between mms, so the family is where they are. Called with no mmap lock held; takes
+    /// each mm's read lock in turn.
+    #[doc(alias = "unmap_mapping_range")]
+    fn unmap_punched_in_family(&self, cpu: CpuId, punched: &[(Arc<Shmem>, u64, u64)]) {
+        let family: Vec<Arc<Mm>> = self
+            .family
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for mm in family {
+            let tree = mm.mmap_lock.read();
+            if mm.is_exited() {
+                continue;
+            }
+            let mut ranges = Vec::new();
+            for v in tree.intersecting(0, u64::MAX) {
+                let Some(obj) = &v.shmem else { continue };
+                let pages = (v.end - v.start) >> 12;
+                for (o, index, nr) in punched {
+                    let lo = (*index).max(v.pgoff);
+                    let hi = (index + nr).min(v.pgoff + pages);
+                    if Arc::ptr_eq(o, obj) && lo < hi {
+                        let at = |i: u64| v.start + ((i - v.pgoff) << 12);
+                        ranges.push((at(lo), at(hi)));
+                    }
+                }
+            }
+            for (s, e) in ranges {
+                mm.zap_page_range(cpu, s, e);
+            }
         }
     }
 

@@ -27,7 +27,8 @@
 //! 2. Items are taken from one FIFO queue in the order they were queued (each gets a sequence
 //!    number under the pool lock, and is queued under it). With `max_active == 1` they also *run*
 //!    and finish in that order.
-//! 3. Worker `i` always passes `cpus[i % cpus.len()]` to the items it runs: an emulated CPU is a
+//! 3. Worker `i` always passes `cpus[i % cpus.len()]` (or, with per-node pools in a virtual
+//!    run, the CPU [`UnboundPools::workers_for`] chose for it) to the items it runs: an emulated CPU is a
 //!    name a thread carries (see `cpu.rs`), and this is how work picks its per-CPU lists.
 //! 4. Every queued item completes: it runs, or it panics and the panic is caught, counted in
 //!    [`WorkqueueStats::panicked`] and reported by [`WorkHandle::wait`]. The statistics include an
@@ -53,7 +54,9 @@
 //! - The pool is fixed: `max_active` threads spawned up front, each pinned to one emulated CPU.
 //!   The kernel creates unbound workers on demand, lets them run on any CPU of their pod, and uses
 //!   `max_active` only to limit how many items are active at once.
-//! - One FIFO queue; no per-CPU pools, priorities, ordered or freezable queues, no rescuer.
+//! - One FIFO queue; no per-CPU pools, priorities, ordered or freezable queues, no rescuer. In
+//!   virtual time a workqueue may have v4.11's per-node unbound pools ([`UnboundPools`]): the
+//!   run's workers then go to the node of the CPU that queued its first item (`numa.rs`).
 //! - `flush_workqueue` tracks sequence numbers instead of the kernel's flush colours; it waits for
 //!   items queued before the call only, never for later ones.
 //! - Each `queue` call makes a new item (the closure is boxed); there is no `work_struct` to
@@ -81,6 +84,9 @@ use super::lock::Mutex;
 use super::thread::{self, JoinHandle};
 use super::{charge, vhook, Cost};
 use crate::cpu::CpuId;
+
+mod numa;
+pub use numa::UnboundPools;
 
 /// See [`clock::thread_cpu_ns`] (kept under its old name for the workloads).
 pub use super::clock::thread_cpu_ns as thread_cpu_time_ns;
@@ -143,6 +149,9 @@ struct PoolState {
     vworkers: usize,
     /// The run is ending: virtual workers drain the worklist, then exit.
     vstop: bool,
+    /// The CPUs of the current (or last) run's virtual workers, when the workqueue has
+    /// per-node pools ([`UnboundPools`]); empty otherwise.
+    run_cpus: Vec<CpuId>,
 }
 
 impl fmt::Debug for Work {
@@ -233,6 +242,8 @@ pub struct Workqueue {
     /// Emulated CPU of each worker, by worker number.
     worker_cpus: Box<[CpuId]>,
     workers: Workers,
+    /// Virtual workers run on the queuer's node (v4.11's per-node unbound pools).
+    pools: Option<UnboundPools>,
     threads: Vec<JoinHandle<()>>,
     shared: Arc<Shared>,
 }
@@ -284,9 +295,19 @@ impl Workqueue {
             name: name.to_owned(),
             worker_cpus,
             workers,
+            pools: None,
             threads,
             shared,
         }
+    }
+
+    /// Give a [`Workers::Virtual`] workqueue per-node pools: each run's workers go to the node
+    /// of the CPU that queues its first item, idle cores first ([`UnboundPools`]), instead of
+    /// the fixed CPUs. Host workers ignore it.
+    #[doc(alias = "wq_update_unbound_numa")]
+    pub fn with_unbound_pools(mut self, pools: UnboundPools) -> Self {
+        self.pools = Some(pools);
+        self
     }
 
     /// Queue `f` to run on a worker, which passes it its emulated CPU. Returns at once.
@@ -320,13 +341,20 @@ impl Workqueue {
         }
         self.shared.more_work.notify_one();
         let start = virtual_run && pool.vworkers == 0;
+        let mut cpus = None;
         if start {
             pool.vworkers = self.worker_cpus.len();
+            if let Some(p) = &self.pools {
+                let queuer = CpuId(crate::vtime::current_cpu() as u16);
+                pool.run_cpus = p.workers_for(queuer, self.worker_cpus.len());
+                cpus = Some(pool.run_cpus.clone());
+            }
         }
         drop(pool);
         if start {
+            let cpus = cpus.as_deref().unwrap_or(&self.worker_cpus);
             // Dropped handles: the run waits for every context anyway (see `end_run`).
-            drop(spawn_workers(&self.name, &self.worker_cpus, &self.shared));
+            drop(spawn_workers(&self.name, cpus, &self.shared));
         }
         WorkHandle { done }
     }
@@ -398,9 +426,15 @@ impl Workqueue {
         self.worker_cpus.len()
     }
 
-    /// The emulated CPU of each worker, by worker number.
-    pub fn worker_cpus(&self) -> &[CpuId] {
-        &self.worker_cpus
+    /// The emulated CPU of each worker, by worker number: the last virtual run's when the
+    /// workqueue has per-node pools and has run, else the fixed ones.
+    pub fn worker_cpus(&self) -> Vec<CpuId> {
+        let run = &self.shared.pool.lock().run_cpus;
+        if run.is_empty() {
+            self.worker_cpus.to_vec()
+        } else {
+            run.clone()
+        }
     }
 
     /// Items queued and not yet finished.
@@ -413,11 +447,12 @@ impl Workqueue {
     /// The counters so far, per worker and summed.
     pub fn stats(&self) -> WorkqueueStats {
         let items_queued = self.shared.pool.lock().flush.next_seq;
+        let cpus = self.worker_cpus();
         let workers: Vec<WorkerStats> = self
             .shared
             .workers
             .iter()
-            .zip(self.worker_cpus.iter())
+            .zip(cpus.iter())
             .enumerate()
             .map(|(worker, (c, &cpu))| WorkerStats {
                 worker,

@@ -330,3 +330,26 @@ fn concurrent_flushes_all_return() {
     });
     assert_eq!(wq.stats().items_done, 20);
 }
+
+/// Two sockets of 2 cores x 2 threads, one node each: CPUs 0-3 node 0 (cores 0,1; threads
+/// 0,0,1,1), 4-7 node 1 (cores 2,3).
+fn small_pools() -> UnboundPools {
+    UnboundPools::new(
+        vec![0, 0, 0, 0, 1, 1, 1, 1],
+        vec![0, 1, 0, 1, 2, 3, 2, 3],
+        vec![0, 0, 1, 1, 0, 0, 1, 1],
+    )
+}
+
+#[test]
+fn unbound_pool_workers_stay_on_the_queuers_node_idle_cores_first() {
+    let p = small_pools();
+    // Queued from CPU 7 (node 1, core 3): the idle core 2 first (CPU 4), then its sibling
+    // (CPU 6), the queuer's own sibling (CPU 5) last; past the node's CPUs they wrap.
+    assert_eq!(p.workers_for(CpuId(7), 1), cpus(&[4]));
+    assert_eq!(p.workers_for(CpuId(7), 3), cpus(&[4, 6, 5]));
+    assert_eq!(p.workers_for(CpuId(7), 5), cpus(&[4, 6, 5, 4, 6]));
+    // From node 0, never a node-1 CPU.
+    assert!(p.workers_for(CpuId(0), 6).iter().all(|c| c.index() < 4));
+    assert_eq!(p.workers_for(CpuId(0), 2), cpus(&[1, 3]));
+}

@@ -2,8 +2,8 @@
 //!
 //! A profile is a TOML file (see `profiles/*.toml` for the built-in ones and the module essay in
 //! `vtime/mod.rs` for the format). Every figure carries a `source`: a published measurement with
-//! where it was published, a measurement with the command that took it, or a placeholder whose
-//! source starts with `provisional:`. A profile is never fitted to a seed's result table.
+//! where it was published, a measurement with the command that took it, or — where neither
+//! exists — `assumption` and why. A profile is never fitted to a seed's result table.
 //!
 //! Loading is strict, because a typo in a cost file silently changes every modelled figure:
 //! unknown keys are errors, every [`Cost`] and every engine lock class must be present, every
@@ -586,6 +586,73 @@ impl Profile {
         toml::to_string_pretty(&self.spec).expect("a profile spec always serialises")
     }
 
+    /// This profile with one named cost multiplied by `factor`, everything else unchanged: the
+    /// sensitivity of a prediction to one constant. `key` is a cost's key (`zap_pte`), or
+    /// `transfer.smt_sibling` / `transfer.same_socket` / `transfer.other_socket`, `wakeup`,
+    /// `atomic_rmw`, `smt.sibling_factor` (the slowdown above 1 is scaled: 1.6 x 1.5 → 1.9),
+    /// or `locks.NAME` (the uncontended acquire). A cost given as a bandwidth has its
+    /// bandwidth divided by `factor`, so that the time it stands for is multiplied. The name
+    /// gains ` (KEY xFACTOR)` so that every report says which profile it modelled.
+    pub fn scaled(&self, key: &str, factor: f64) -> Result<Profile, ProfileError> {
+        let invalid = |message: String| ProfileError::Invalid {
+            origin: self.origin.clone(),
+            field: key.to_string(),
+            message,
+        };
+        if !(factor.is_finite() && factor > 0.0) {
+            return Err(invalid(format!(
+                "scale factor must be positive (got {factor})"
+            )));
+        }
+        let mut spec = self.spec.clone();
+        let scale_fig = |f: &mut Figure| {
+            if let Some(v) = f.ns.as_mut() {
+                *v *= factor;
+            }
+            if let Some(v) = f.cycles.as_mut() {
+                *v *= factor;
+            }
+            if let Some(v) = f.bytes_per_ns.as_mut() {
+                *v /= factor;
+            }
+        };
+        match key {
+            "transfer.smt_sibling" => scale_fig(&mut spec.transfer.smt_sibling),
+            "transfer.same_socket" => scale_fig(&mut spec.transfer.same_socket),
+            "transfer.other_socket" => scale_fig(&mut spec.transfer.other_socket),
+            "wakeup" => scale_fig(&mut spec.wakeup),
+            "atomic_rmw" => scale_fig(&mut spec.atomic_rmw),
+            "smt.sibling_factor" => {
+                spec.smt.sibling_factor = 1.0 + (spec.smt.sibling_factor - 1.0) * factor;
+            }
+            _ => {
+                let cost = key.strip_prefix("costs.").unwrap_or(key);
+                if let Some(f) = spec.costs.get_mut(cost) {
+                    scale_fig(f);
+                } else if let Some(l) = key
+                    .strip_prefix("locks.")
+                    .map(|n| n.trim_matches('"'))
+                    .and_then(|n| spec.locks.get_mut(n))
+                {
+                    if let Some(v) = l.acquire_ns.as_mut() {
+                        *v *= factor;
+                    }
+                    if let Some(v) = l.acquire_cycles.as_mut() {
+                        *v *= factor;
+                    }
+                } else {
+                    return Err(invalid(
+                        "no such cost (a cost key, transfer.*, wakeup, atomic_rmw, \
+                         smt.sibling_factor or locks.NAME)"
+                            .into(),
+                    ));
+                }
+            }
+        }
+        spec.name = format!("{} ({key} x{factor})", spec.name);
+        Profile::from_spec(spec, &self.origin)
+    }
+
     /// `--cpus N` must not exceed the profile's hardware threads.
     pub fn check_cpus(&self, nr_cpus: usize) -> Result<(), ProfileError> {
         let hw = self.topology().hw_threads();
@@ -619,7 +686,7 @@ fn check_source(
         return Err(invalid(
             field,
             "must say where the figure comes from (a publication, a measurement with its \
-             command, or `provisional: ...`)"
+             command, or `assumption: ...`)"
                 .into(),
         ));
     }

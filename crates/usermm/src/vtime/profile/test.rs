@@ -59,7 +59,8 @@ fn published_transfer_figures_are_the_cited_ones() {
 }
 
 #[test]
-fn every_unsourced_figure_says_provisional() {
+fn every_figure_of_the_seed_profiles_is_sourced_and_none_is_provisional() {
+    let measure = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/vtime/profiles");
     for name in Profile::builtin_names() {
         let p = Profile::builtin(name).unwrap();
         let s = p.spec();
@@ -74,13 +75,34 @@ fn every_unsourced_figure_says_provisional() {
             s.transfer.other_socket.source.as_str(),
         ]);
         for src in sources {
-            let cited = ["core-to-core-latency", "Huang Ying", "ccbench"]
+            assert!(
+                !src.contains("provisional"),
+                "{name}: still provisional: {src}"
+            );
+            let cited = ["core-to-core-latency", "Huang Ying"]
                 .iter()
                 .any(|c| src.contains(c));
+            let measured = src.contains("measure/");
             assert!(
-                cited || src.starts_with("provisional:") || src.starts_with("not kernel work:"),
-                "{name}: a source neither cites a publication nor says provisional: {src}"
+                cited
+                    || measured
+                    || src.starts_with("assumption")
+                    || src.starts_with("not kernel work:")
+                    || src.starts_with("included in "),
+                "{name}: a source neither cites a publication or a measurement nor says \
+                 assumption: {src}"
             );
+            // A measurement names a program that is in the tree.
+            for part in src.split("measure/").skip(1) {
+                let file: String = part
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
+                    .collect();
+                assert!(
+                    measure.join("measure").join(&file).is_file(),
+                    "{name}: cites measure/{file}, which is not in profiles/measure/"
+                );
+            }
         }
     }
 }
@@ -184,8 +206,16 @@ fn cycles_and_bandwidth_convert_at_the_profile_clock() {
         p.cost_ns(Cost::ClearPage),
         (4096.0 / clear.bytes_per_ns.unwrap() * 1000.0).round() / 1000.0
     );
-    let rmw = spec.atomic_rmw.cycles.unwrap();
-    assert_eq!(p.atomic_rmw_ps, (rmw / 2.7 * 1000.0).round() as u64);
+    // A figure in cycles converts at topology.ghz.
+    let mut spec = spec.clone();
+    spec.atomic_rmw = Figure {
+        ns: None,
+        cycles: Some(27.0),
+        bytes_per_ns: None,
+        source: "test".into(),
+    };
+    let c = Profile::from_spec(spec, "t").unwrap();
+    assert_eq!(c.atomic_rmw_ps, (27.0 / 2.7 * 1000.0_f64).round() as u64);
 }
 
 #[test]
@@ -249,4 +279,43 @@ fn nodes_agree_with_the_engines_cpu_to_node_and_fake_numa_follows_sockets() {
     );
     assert_ne!(fake.node_of(0), fake.node_of(20));
     assert_eq!(fake.distance(0, 20), Distance::SameSocket);
+}
+
+#[test]
+fn scaling_one_cost_changes_that_cost_only() {
+    let p = Profile::builtin("haswell-ex-4s").unwrap();
+    let s = p.scaled("zap_pte", 1.5).unwrap();
+    for c in Cost::ALL {
+        let (a, b) = (p.cost_ns(*c), s.cost_ns(*c));
+        if *c == Cost::ZapPte {
+            assert!((b - a * 1.5).abs() < 0.002, "{a} x1.5 = {b}");
+        } else {
+            assert_eq!(a, b, "{} moved", c.key());
+        }
+    }
+    assert_eq!(p.transfer_ps, s.transfer_ps);
+    assert_eq!(
+        (p.wakeup_ps, p.atomic_rmw_ps, p.smt_milli),
+        (s.wakeup_ps, s.atomic_rmw_ps, s.smt_milli)
+    );
+    assert_eq!(p.locks, s.locks);
+    assert!(s.name().contains("zap_pte x1.5"));
+    // A bandwidth is divided, so the time it stands for is multiplied.
+    let c = p.scaled("clear_page", 0.5).unwrap();
+    let ratio = c.cost_ns(Cost::ClearPage) / p.cost_ns(Cost::ClearPage);
+    assert!((ratio - 0.5).abs() < 0.01, "{ratio}");
+    // Topology-level figures and lock acquires.
+    let t = p.scaled("transfer.other_socket", 2.0).unwrap();
+    assert_eq!(t.transfer_ps[3], 2 * p.transfer_ps[3]);
+    assert_eq!(t.transfer_ps[..3], p.transfer_ps[..3]);
+    let l = p.scaled("locks.zone.lock", 2.0).unwrap();
+    assert_eq!(
+        l.locks["zone.lock"].acquire,
+        2 * p.locks["zone.lock"].acquire
+    );
+    assert_eq!(l.locks["lru_lock"], p.locks["lru_lock"]);
+    let smt = p.scaled("smt.sibling_factor", 0.5).unwrap();
+    assert_eq!(smt.smt_milli, 1000 + (p.smt_milli - 1000) / 2);
+    assert!(p.scaled("no_such_cost", 2.0).is_err());
+    assert!(p.scaled("zap_pte", 0.0).is_err());
 }

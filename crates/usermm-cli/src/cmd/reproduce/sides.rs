@@ -1,0 +1,457 @@
+//! Modelled and measured, side by side: each experiment of `reproduce` runs once in virtual
+//! time on its seed's machine (*modelled (profile NAME)*) and once on this host's wall clock
+//! (*measured (this host)*), unless `--time` picks one. This module holds the two sides of a
+//! record ([`Pair`], [`Side`]), the headline figures scripts read from `results.json`, the one
+//! table and the one plot that put the seed's published figure beside both, and the verdicts —
+//! judged on the modelled column for timing effects, because a 2-core host cannot show a
+//! many-core effect (DESIGN.md §8).
+
+use std::path::Path;
+
+use serde::Serialize;
+use usermm_workloads::seeds::{HUGE_ZERO, MUNMAP_DOWNGRADE, PARALLEL_FREE};
+
+use super::bigfree::BigfreeRecord;
+use super::huge_zero::HugeZeroRecord;
+use super::munmap::MunmapRecord;
+use crate::args::{TimeArg, TimeArgs};
+use crate::report::{line_plot, Section, Series, Table};
+
+/// Which clock a side ran on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SideKind {
+    Modelled,
+    Measured,
+}
+
+impl SideKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            SideKind::Modelled => "modelled",
+            SideKind::Measured => "measured",
+        }
+    }
+}
+
+/// The sides `--time`/`--profile` ask for: both when neither is given, else the one named.
+pub fn sides(time: &TimeArgs) -> Vec<(SideKind, TimeArgs)> {
+    let virt = TimeArgs {
+        mode: Some(TimeArg::Virtual),
+        ..time.clone()
+    };
+    let wall = TimeArgs {
+        mode: Some(TimeArg::Wall),
+        profile: None,
+        scale_cost: Vec::new(),
+    };
+    match (time.mode, &time.profile) {
+        (None, None) if time.scale_cost.is_empty() => {
+            vec![(SideKind::Modelled, virt), (SideKind::Measured, wall)]
+        }
+        _ if time.is_virtual() => vec![(SideKind::Modelled, virt)],
+        _ => vec![(SideKind::Measured, wall)],
+    }
+}
+
+/// One side of an experiment: the headline figures `F` (flattened into the side, for
+/// scripts), how they were obtained, and the experiment's full record.
+#[derive(Debug, Serialize)]
+pub struct Side<F, R> {
+    /// The profile's name when modelled; `None` when measured.
+    pub profile: Option<String>,
+    /// `modelled (profile NAME)` or `measured (this host)`.
+    pub time: String,
+    #[serde(flatten)]
+    pub figures: F,
+    pub detail: Box<R>,
+}
+
+impl<F, R> Side<F, R> {
+    pub fn new(time: &str, figures: F, detail: Box<R>) -> Self {
+        let profile = time
+            .strip_prefix("modelled (profile ")
+            .and_then(|s| s.strip_suffix(')'))
+            .map(str::to_string);
+        Side {
+            profile,
+            time: time.to_string(),
+            figures,
+            detail,
+        }
+    }
+}
+
+/// An experiment in `results.json`: its modelled and measured sides (either may be absent
+/// when `--time` picked one).
+#[derive(Debug, Serialize)]
+pub struct Pair<F, R> {
+    pub modelled: Option<Side<F, R>>,
+    pub measured: Option<Side<F, R>>,
+}
+
+impl<F, R> Default for Pair<F, R> {
+    fn default() -> Self {
+        Pair {
+            modelled: None,
+            measured: None,
+        }
+    }
+}
+
+impl<F, R> Pair<F, R> {
+    pub fn set(&mut self, kind: SideKind, side: Side<F, R>) {
+        match kind {
+            SideKind::Modelled => self.modelled = Some(side),
+            SideKind::Measured => self.measured = Some(side),
+        }
+    }
+}
+
+/// One row of the free-time curve.
+#[derive(Debug, Clone, Serialize)]
+pub struct CurveRow {
+    /// `None` for vanilla (inline free).
+    pub max_active: Option<u32>,
+    pub seconds: f64,
+    /// Vanilla time / this row's time.
+    pub speedup: f64,
+}
+
+/// Seeds 000/001's headline: the free-time curve (the seed's rows only, no pcp-tune rows).
+#[derive(Debug, Clone, Serialize)]
+pub struct BigfreeFigures {
+    pub rows: Vec<CurveRow>,
+}
+
+impl BigfreeFigures {
+    pub fn of(r: &BigfreeRecord) -> Self {
+        BigfreeFigures {
+            rows: r
+                .rows
+                .iter()
+                .filter(|x| !x.pcp_auto_tune)
+                .map(|x| CurveRow {
+                    max_active: x.max_active,
+                    seconds: x.time_s,
+                    speedup: x.speedup,
+                })
+                .collect(),
+        }
+    }
+
+    fn speedup(&self, m: Option<u32>) -> Option<f64> {
+        self.rows
+            .iter()
+            .find(|r| r.max_active == m)
+            .map(|r| r.speedup)
+    }
+
+    fn seconds(&self, m: Option<u32>) -> Option<f64> {
+        self.rows
+            .iter()
+            .find(|r| r.max_active == m)
+            .map(|r| r.seconds)
+    }
+}
+
+/// Seed 002's headline figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct HugeZeroFigures {
+    /// Patched / vanilla throughput (sum of the processes' KB/s).
+    pub throughput_ratio: f64,
+    /// Share of the CPUs' busy time on the huge zero page's refcount line (virtual time only).
+    pub line_share_vanilla: Option<f64>,
+    pub line_share_patched: Option<f64>,
+}
+
+impl HugeZeroFigures {
+    pub fn of(r: &HugeZeroRecord) -> Self {
+        HugeZeroFigures {
+            throughput_ratio: r.ratio.throughput,
+            line_share_vanilla: r.vanilla.huge_zero_line_share,
+            line_share_patched: r.patched.huge_zero_line_share,
+        }
+    }
+}
+
+/// Exclusive mmap-lock hold of one munmap, µs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Hold {
+    pub vanilla: f64,
+    pub patched: f64,
+}
+
+/// Seed 003's headline figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct MunmapFigures {
+    pub exclusive_hold_us: Hold,
+    /// Vanilla hold / patched hold.
+    pub ratio: f64,
+    /// The munmap's size, bytes (the seed's is 80 GB).
+    pub size: u64,
+}
+
+impl MunmapFigures {
+    pub fn of(r: &MunmapRecord, size: u64) -> Self {
+        MunmapFigures {
+            exclusive_hold_us: Hold {
+                vanilla: r.vanilla.median.exclusive_ns as f64 / 1000.0,
+                patched: r.patched.median.exclusive_ns as f64 / 1000.0,
+            },
+            ratio: r.ratio.exclusive_hold,
+            size,
+        }
+    }
+}
+
+/// Percpu's figures are sizes, not times: the same on either clock; its detail has them.
+#[derive(Debug, Clone, Serialize)]
+pub struct NoFigures {}
+
+pub type BigfreePair = Pair<BigfreeFigures, BigfreeRecord>;
+pub type HugeZeroPair = Pair<HugeZeroFigures, HugeZeroRecord>;
+pub type MunmapPair = Pair<MunmapFigures, MunmapRecord>;
+
+/// The Done-when checks of issue 15 on the modelled seed 000/001 curve: the fastest row at
+/// max_active 4, 8 or 16, the 32 row slower than the 8 row, each speedup within ±25 % of the
+/// seed's. Returns the one-line verdict.
+pub fn bigfree_verdict(m: &BigfreeFigures, profile: &str) -> String {
+    let par: Vec<&CurveRow> = m.rows.iter().filter(|r| r.max_active.is_some()).collect();
+    let Some(best) = par.iter().min_by(|a, b| a.seconds.total_cmp(&b.seconds)) else {
+        return "no parallel row".into();
+    };
+    let best_ma = best.max_active.unwrap_or(0);
+    let knee = matches!(best_ma, 4 | 8 | 16);
+    let tail = match (m.seconds(Some(32)), m.seconds(Some(8))) {
+        (Some(a), Some(b)) => Some(a > b),
+        _ => None,
+    };
+    let mut misses = Vec::new();
+    for &(ma, s, _) in PARALLEL_FREE.rows {
+        let seed = PARALLEL_FREE.vanilla_s / s;
+        if let Some(ours) = m.speedup(Some(ma)) {
+            let err = ours / seed - 1.0;
+            if err.abs() > 0.25 {
+                misses.push(format!(
+                    "{ma}: {ours:.2}× vs {seed:.2}× ({:+.0} %)",
+                    err * 100.0
+                ));
+            }
+        }
+    }
+    let ok = knee && tail == Some(true) && misses.is_empty();
+    format!(
+        "{} (modelled, profile {profile}) — fastest row max_active {best_ma} ({:.2}×){}; max_active 32 {} max_active 8; {}",
+        if ok { "reproduced" } else { "not reproduced" },
+        best.speedup,
+        if knee { "" } else { ", not at 4, 8 or 16" },
+        match tail {
+            Some(true) => "slower than",
+            Some(false) => "not slower than",
+            None => "not compared with",
+        },
+        if misses.is_empty() {
+            "every speedup within ±25 % of the seed's".to_string()
+        } else {
+            format!("outside ±25 % of the seed's: {}", misses.join(", "))
+        }
+    )
+}
+
+/// Seed 002's checks: ratio ≥ 2.0, line share ≥ 30 % vanilla and < 1 % patched.
+pub fn huge_zero_verdict(m: &HugeZeroFigures, profile: &str) -> String {
+    let (v, p) = (
+        m.line_share_vanilla.unwrap_or(0.0),
+        m.line_share_patched.unwrap_or(1.0),
+    );
+    let ok = m.throughput_ratio >= 2.0 && v >= 0.30 && p < 0.01;
+    format!(
+        "{} (modelled, profile {profile}) — patched/vanilla throughput {:.2}× (seed {:.2}×); the huge zero page's line {:.2} % → {:.2} % of CPU time (seed {:.2} % → {:.2} %)",
+        if ok { "reproduced" } else { "not reproduced" },
+        m.throughput_ratio,
+        HUGE_ZERO.throughput_ratio,
+        v * 100.0,
+        p * 100.0,
+        HUGE_ZERO.cycles_share_vanilla * 100.0,
+        HUGE_ZERO.cycles_share_patched * 100.0
+    )
+}
+
+/// Seed 003's check: the exclusive hold ≥ 1000× shorter patched.
+pub fn munmap_verdict(m: &MunmapFigures, profile: &str) -> String {
+    format!(
+        "{} (modelled, profile {profile}) — exclusive hold {:.1} µs → {:.1} µs ({:.0}× shorter; seed {} µs → µs level) at {} GiB",
+        if m.ratio >= 1000.0 { "reproduced" } else { "not reproduced" },
+        m.exclusive_hold_us.vanilla,
+        m.exclusive_hold_us.patched,
+        m.ratio,
+        MUNMAP_DOWNGRADE.exclusive_vanilla_us,
+        m.size >> 30
+    )
+}
+
+fn opt(x: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    x.map_or_else(|| "-".to_string(), f)
+}
+
+fn side_label<F, R>(s: &Option<Side<F, R>>) -> String {
+    s.as_ref().map_or_else(|| "-".into(), |s| s.time.clone())
+}
+
+/// The one table (the seed's published figure, modelled, measured) and the one plot (the
+/// free-time curve three ways) of the report's comparison section.
+pub fn comparison(
+    out: &Path,
+    bigfree: Option<&BigfreePair>,
+    huge_zero: Option<&HugeZeroPair>,
+    munmap: Option<&MunmapPair>,
+) -> anyhow::Result<Section> {
+    let mut t = Table::new(
+        "Each seed's published figure, the model on the seed's machine, and this host".to_string(),
+        [
+            "seed",
+            "figure",
+            "published",
+            "modelled",
+            "measured (this host)",
+        ],
+    );
+    let mut notes = String::new();
+    let x2 = |v: f64| format!("{v:.2}×");
+    if let Some(b) = bigfree {
+        notes += &format!(
+            "- bigfree: modelled {}; measured {}\n",
+            side_label(&b.modelled),
+            side_label(&b.measured)
+        );
+        let m = b.modelled.as_ref().map(|s| &s.figures);
+        let w = b.measured.as_ref().map(|s| &s.figures);
+        t.push_row([
+            "000/001".into(),
+            "vanilla free time (s)".into(),
+            format!("{:.2} (320 GiB)", PARALLEL_FREE.vanilla_s),
+            opt(m.and_then(|f| f.seconds(None)), |v| format!("{v:.3}")),
+            opt(w.and_then(|f| f.seconds(None)), |v| format!("{v:.3}")),
+        ]);
+        for &(ma, s, _) in PARALLEL_FREE.rows {
+            t.push_row([
+                "000/001".into(),
+                format!("speedup, max_active {ma}"),
+                x2(PARALLEL_FREE.vanilla_s / s),
+                opt(m.and_then(|f| f.speedup(Some(ma))), x2),
+                opt(w.and_then(|f| f.speedup(Some(ma))), x2),
+            ]);
+        }
+    }
+    if let Some(h) = huge_zero {
+        notes += &format!(
+            "- huge-zero: modelled {}; measured {}\n",
+            side_label(&h.modelled),
+            side_label(&h.measured)
+        );
+        let m = h.modelled.as_ref().map(|s| &s.figures);
+        let w = h.measured.as_ref().map(|s| &s.figures);
+        let pct = |v: f64| format!("{:.2} %", v * 100.0);
+        t.push_row([
+            "002".into(),
+            "throughput patched/vanilla".into(),
+            x2(HUGE_ZERO.throughput_ratio),
+            opt(m.map(|f| f.throughput_ratio), x2),
+            opt(w.map(|f| f.throughput_ratio), x2),
+        ]);
+        t.push_row([
+            "002".into(),
+            "huge zero line, vanilla".into(),
+            pct(HUGE_ZERO.cycles_share_vanilla),
+            opt(m.and_then(|f| f.line_share_vanilla), pct),
+            opt(w.and_then(|f| f.line_share_vanilla), pct),
+        ]);
+        t.push_row([
+            "002".into(),
+            "huge zero line, patched".into(),
+            pct(HUGE_ZERO.cycles_share_patched),
+            opt(m.and_then(|f| f.line_share_patched), pct),
+            opt(w.and_then(|f| f.line_share_patched), pct),
+        ]);
+    }
+    if let Some(p) = munmap {
+        notes += &format!(
+            "- munmap: modelled {}; measured {}\n",
+            side_label(&p.modelled),
+            side_label(&p.measured)
+        );
+        let m = p.modelled.as_ref().map(|s| &s.figures);
+        let w = p.measured.as_ref().map(|s| &s.figures);
+        let us = |v: f64| format!("{v:.1}");
+        t.push_row([
+            "003".into(),
+            "exclusive hold, vanilla (µs)".into(),
+            format!("{} (80 GB)", MUNMAP_DOWNGRADE.exclusive_vanilla_us),
+            opt(m.map(|f| f.exclusive_hold_us.vanilla), us),
+            opt(w.map(|f| f.exclusive_hold_us.vanilla), us),
+        ]);
+        t.push_row([
+            "003".into(),
+            "exclusive hold, patched (µs)".into(),
+            "µs level".into(),
+            opt(m.map(|f| f.exclusive_hold_us.patched), us),
+            opt(w.map(|f| f.exclusive_hold_us.patched), us),
+        ]);
+        t.push_row([
+            "003".into(),
+            "hold vanilla/patched".into(),
+            "≥ 10⁵×".into(),
+            opt(m.map(|f| f.ratio), |v| format!("{v:.0}×")),
+            opt(w.map(|f| f.ratio), |v| format!("{v:.0}×")),
+        ]);
+    }
+    let mut plots = Vec::new();
+    if let Some(b) = bigfree {
+        let plot = out.join("seeds_modelled_measured.svg");
+        let curve = |name: String, f: &BigfreeFigures, dashed: bool| Series {
+            name,
+            dashed,
+            points: f
+                .rows
+                .iter()
+                .filter_map(|r| r.max_active.map(|m| (m as f64, r.speedup)))
+                .collect(),
+        };
+        let mut series = vec![Series {
+            name: "seed (published, 320 GiB)".into(),
+            dashed: true,
+            points: PARALLEL_FREE
+                .rows
+                .iter()
+                .map(|&(m, s, _)| (m as f64, PARALLEL_FREE.vanilla_s / s))
+                .collect(),
+        }];
+        if let Some(s) = &b.modelled {
+            series.push(curve(s.time.clone(), &s.figures, false));
+        }
+        if let Some(s) = &b.measured {
+            series.push(curve(s.time.clone(), &s.figures, false));
+        }
+        line_plot(
+            &plot,
+            "Seeds 000/001: free speedup over vanilla vs max_active",
+            "max_active",
+            "speedup (vanilla time / time)",
+            &series,
+            true,
+        )?;
+        plots.push(plot);
+    }
+    Ok(Section {
+        heading: "The seeds: published, modelled, measured".into(),
+        text: format!(
+            "Timing verdicts are judged on the modelled column (virtual time on the seed's \
+machine: a 2-core host cannot show a many-core effect); the measured column is this host's \
+wall clock. Each modelled figure names its profile; every cost of a profile names its source \
+(`--json` prints them).\n\n{notes}"
+        ),
+        tables: vec![t],
+        plots,
+    })
+}

@@ -1,0 +1,74 @@
+//! Where an unbound workqueue's workers run in virtual time: the per-node pools of v4.11.
+//!
+//! In the seeds' kernels (v4.10/v4.11) an `alloc_workqueue(..., WQ_UNBOUND, ...)` has one
+//! `pool_workqueue` per NUMA node (`wq_numa_enabled`, `wq_update_unbound_numa`): `queue_work`
+//! from a CPU puts the item on the pool of *that CPU's node*, whose kworkers are allowed on the
+//! node's CPUs only (the pool's `attrs->cpumask`). Which CPU of the node a woken kworker then
+//! runs on is the scheduler's choice: `select_idle_sibling` → `select_idle_core` (since 4.9)
+//! prefers a core whose every hardware thread is idle, then an idle thread. So the patch's
+//! `batch_free_wq`, queued from the zapping task, runs all `max_active` of its workers on the
+//! zapping task's node: 32 workers share that node's 18 cores with the task, and past the idle
+//! cores they land on SMT siblings (DESIGN.md §8, "SMT siblings").
+//!
+//! [`UnboundPools::workers_for`] makes that choice once per run, when the first item is queued
+//! (the engine's workers are bound for the run; the kernel's may move between the node's CPUs,
+//! which changes nothing the model prices as long as they stay on the node): the node's CPUs
+//! other than the queuer, whole idle cores first (their first hardware thread, in core order),
+//! then the second threads of those cores, the queuer's own sibling last; past the node's CPUs
+//! they wrap (two workers take turns on one CPU, as an overloaded node's runqueues would).
+//!
+//! Differences: the kernel's choice depends on load at each wake-up; here every CPU but the
+//! queuer's is idle when the free starts, which is the seed's situation (one process freeing
+//! on an otherwise idle machine). Host-thread workqueues (wall mode) keep their fixed CPUs.
+
+use crate::cpu::CpuId;
+
+/// The topology an unbound workqueue's per-node pools need: each CPU's node, core and SMT
+/// thread (from the virtual run's placement).
+#[doc(alias = "wq_numa_enabled")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnboundPools {
+    node: Box<[u16]>,
+    core: Box<[u32]>,
+    thread: Box<[u8]>,
+}
+
+impl UnboundPools {
+    /// One entry per CPU, indexed by CPU number: its node, machine-wide core and SMT thread.
+    ///
+    /// # Panics
+    /// If the three slices differ in length or are empty.
+    pub fn new(node: Vec<u16>, core: Vec<u32>, thread: Vec<u8>) -> Self {
+        assert!(
+            !node.is_empty() && node.len() == core.len() && core.len() == thread.len(),
+            "unbound pools: one node, core and thread per CPU"
+        );
+        Self {
+            node: node.into(),
+            core: core.into(),
+            thread: thread.into(),
+        }
+    }
+
+    /// The CPUs `n` workers of the pool of `queuer`'s node run on (see the module doc).
+    #[doc(alias = "select_idle_core")]
+    pub fn workers_for(&self, queuer: CpuId, n: usize) -> Vec<CpuId> {
+        let q = queuer.index().min(self.node.len() - 1);
+        let mut cand: Vec<usize> = (0..self.node.len())
+            .filter(|&c| c != q && self.node[c] == self.node[q])
+            .collect();
+        // Idle cores first: a CPU on the queuer's core shares it with a busy thread.
+        cand.sort_by_key(|&c| {
+            (
+                self.core[c] == self.core[q],
+                self.thread[c],
+                self.core[c],
+                c,
+            )
+        });
+        if cand.is_empty() {
+            cand.push(q);
+        }
+        (0..n).map(|i| CpuId(cand[i % cand.len()] as u16)).collect()
+    }
+}
