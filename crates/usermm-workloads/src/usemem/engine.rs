@@ -109,6 +109,10 @@ impl EGate {
 }
 
 /// SIGUSR1 as the engine's workers see it: every signal wakes every worker waiting then.
+///
+/// usemem blocks SIGUSR1 before it starts and waits in `sigsuspend`, so a signal that comes
+/// before a worker reaches its wait stays pending and ends that wait at once. Each worker keeps
+/// the count of signals it has taken (from its start) and waits for one more than that.
 #[derive(Debug)]
 pub struct Usr1 {
     gen: Mutex<u64>,
@@ -131,12 +135,19 @@ impl Usr1 {
         self.cv.notify_all();
     }
 
-    fn wait(&self) {
+    /// Signals raised so far.
+    fn count(&self) -> u64 {
+        *self.gen.lock()
+    }
+
+    /// Wait for a signal after the `seen`-th (pending ones coalesce, as a standard signal's
+    /// do); returns the count taken.
+    fn wait(&self, seen: u64) -> u64 {
         let mut g = self.gen.lock();
-        let seen = *g;
         while *g == seen {
             self.cv.wait(&mut g);
         }
+        *g
     }
 }
 
@@ -263,6 +274,8 @@ pub struct EngineSys {
     k: u64,
     arrived: [Cell<bool>; 2],
     detached: Cell<bool>,
+    /// SIGUSR1s this thread has taken, or that came before it started (see [`Usr1`]).
+    usr1_seen: Cell<u64>,
 }
 
 impl std::fmt::Debug for EngineSys {
@@ -298,6 +311,7 @@ fn fault_stop(f: usermm::Fault) -> Stop {
 
 impl EngineSys {
     fn new(task: Task, proc: Arc<EProc>, shared: Arc<Shared>, k: u64) -> Self {
+        let usr1_seen = Cell::new(shared.hooks.usr1.count());
         EngineSys {
             task,
             proc,
@@ -305,6 +319,7 @@ impl EngineSys {
             k,
             arrived: [Cell::new(false), Cell::new(false)],
             detached: Cell::new(false),
+            usr1_seen,
         }
     }
 
@@ -709,7 +724,8 @@ impl Sys for EngineSys {
     }
 
     fn wait_sigusr1(&self) {
-        self.shared.hooks.usr1.wait();
+        let seen = self.shared.hooks.usr1.wait(self.usr1_seen.get());
+        self.usr1_seen.set(seen);
     }
 
     fn getchar(&self) -> Option<u8> {
@@ -1164,5 +1180,19 @@ mod tests {
             fd: MapFd::Opened,
             start_us: None,
         }
+    }
+
+    /// A SIGUSR1 that comes before the worker reaches its wait is pending, not lost (the
+    /// write-signal-read CLI test hung so when `kill` beat the worker to its wait).
+    #[test]
+    fn a_sigusr1_before_the_wait_ends_it() {
+        let u = Usr1::default();
+        let seen = u.count();
+        u.raise();
+        assert_eq!(u.wait(seen), seen + 1);
+        // Two before the next wait coalesce into one, as a standard signal's do.
+        u.raise();
+        u.raise();
+        assert_eq!(u.wait(seen + 1), seen + 3);
     }
 }

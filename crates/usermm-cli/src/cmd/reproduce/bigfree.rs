@@ -107,7 +107,7 @@ pub fn run(scale: Scale, out: &Path, time: &TimeArgs) -> anyhow::Result<Outcome<
     }
     let plot = out.join("bigfree.svg");
     let mut ours = Series {
-        name: "usermm (this machine)".into(),
+        name: format!("usermm, {}", r.time),
         ..Default::default()
     };
     let mut theirs = Series {

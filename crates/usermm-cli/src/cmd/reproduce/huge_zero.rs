@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use serde::Serialize;
-use usermm::config::{BackingMode, MachineConfig, ThpMode};
+use usermm::config::{BackingMode, MachineConfig, ThpMode, TimeMode};
 use usermm::stats::VmItem;
 use usermm_host::measure::HostUsememResult;
 use usermm_workloads::seeds::{HugeZero, HUGE_ZERO};
@@ -86,6 +86,14 @@ pub fn run(_scale: Scale, out: &Path, time: &TimeArgs) -> anyhow::Result<Outcome
     time.apply(&mut base);
     time.check(&mut base, None)?;
     let label = usermm_workloads::TimeLabel::of(&base).time;
+    // Where usermm's throughput comes from: this host's cores, or the profile's modelled CPUs.
+    let where_ = match base.time.mode {
+        TimeMode::Wall => format!(
+            "{} host cores",
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        ),
+        TimeMode::Virtual => format!("{} CPUs, {label}", base.cpus),
+    };
     let (v, p) = usemem::run_ab(&base, &opts).map_err(|e| anyhow::anyhow!("usemem: {e}"))?;
     let (v, p) = (RunFigures::of(&v), RunFigures::of(&p));
     let ratio = p.throughput_kbps as f64 / v.throughput_kbps.max(1) as f64;
@@ -193,20 +201,19 @@ pub fn run(_scale: Scale, out: &Path, time: &TimeArgs) -> anyhow::Result<Outcome
                 ],
             ),
             (
-                format!("usermm ({} mms, this machine)", seed.nproc),
+                format!("usermm ({} mms, {where_})", seed.nproc),
                 vec![("vanilla".into(), 1.0), ("patched".into(), ratio)],
             ),
         ],
     )?;
     let reproduced = v.global_ops == 2 * v.faults && p.ops_per_mm == seed.ops_per_mm_patched as f64;
     let verdict = format!(
-        "{} global counter: {:.0} ops/mm vanilla (2 per fault) → {:.0} patched; throughput {} with {} mms on {} host cores (the seed: {} on {} cores; the contention on one cache line grows with cores).",
+        "{} global counter: {:.0} ops/mm vanilla (2 per fault) → {:.0} patched; throughput {} with {} mms on {where_} (the seed: {} on {} cores; the contention on one cache line grows with cores).",
         if reproduced { "reproduced —" } else { "NOT reproduced —" },
         v.ops_per_mm,
         p.ops_per_mm,
         pct(ratio),
         seed.nproc,
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
         pct(seed.throughput_ratio),
         seed.nproc,
     );
