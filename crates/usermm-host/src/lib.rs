@@ -5,6 +5,10 @@
 //! - [`facts`]: what a report says about the host — `uname -r`, `/proc/meminfo`, the THP
 //!   mode, `vm.max_map_count`, the load average, this process's context switches. There is one
 //!   `/proc` "`Key:  N kB`" parser ([`procfs::field_kb`]), one `uname`, one `getrusage`.
+//! - [`calibrate`]: `usermm calibrate`'s measurements of this host's kernel (munmap, the
+//!   COW-child/full teardown pair, `MADV_DONTNEED`, faults, memset, a system call, a line
+//!   transfer, a locked RMW, DRAM latency) and what the system reports, as a
+//!   [`calibrate::HostCalibration`].
 //! - [`measure`]: timed workloads on the host (touch-and-munmap, once or twice in a row, a
 //!   read-only walk with or without THP), each in a freshly forked single-threaded child, on
 //!   the wall clock and the child's CPU clock, for the engine-vs-host comparisons.
@@ -16,7 +20,7 @@
 //!   engine's side and the comparison live in `usermm-diff`).
 //!
 //! # Where the `unsafe` is
-//! Talking to the kernel without libstd's wrappers needs `unsafe`; it is fenced into five
+//! Talking to the kernel without libstd's wrappers needs `unsafe`; it is fenced into six
 //! modules and denied everywhere else in the crate:
 //! - `sys` — every raw system call, each wrapper with its `// SAFETY:` argument, among them
 //!   the one family of memory-management wrappers (`mmap`, `munmap`, `mprotect`,
@@ -25,6 +29,8 @@
 //!   only async-signal-safe code until it exits);
 //! - [`measure`] — forking the measurement children, and their volatile loads and stores into
 //!   their own fresh mappings;
+//! - `calibrate::probes` — the calibration children: their volatile loads and stores and
+//!   atomics in mappings they made, and the grandchildren of the COW pair and the ping-pong;
 //! - [`backend`] — forking the request server, and its stores into the test arena;
 //! - [`usemem`] — usemem's system calls, its loads and stores into the mappings it made, and
 //!   forks from a single-threaded process.
@@ -41,6 +47,7 @@
 #![deny(unsafe_code)]
 
 pub mod backend;
+pub mod calibrate;
 mod error;
 pub mod facts;
 mod fork;

@@ -22,7 +22,7 @@ use crate::{procfs, sys};
 /// Longest a measurement child may run.
 const MEASURE_TIMEOUT: Duration = Duration::from_secs(600);
 /// Most `u64` results a child can return.
-const MAX_WORDS: usize = 32;
+pub(crate) const MAX_WORDS: usize = 32;
 
 /// Result of [`host_touch_and_munmap`].
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,7 +80,7 @@ pub struct HostUsememResult {
 /// # Safety
 /// `work` runs in a child forked from a possibly multi-threaded process and must be
 /// async-signal-safe: raw system calls, no allocation, no locks, no stdio, no panics.
-unsafe fn run_forked<const N: usize, F: FnOnce() -> [u64; N]>(
+pub(crate) unsafe fn run_forked<const N: usize, F: FnOnce() -> [u64; N]>(
     work: F,
 ) -> Result<[u64; N], HostError> {
     const { assert!(N <= MAX_WORDS) };
@@ -137,7 +137,7 @@ unsafe fn run_forked<const N: usize, F: FnOnce() -> [u64; N]>(
 }
 
 /// mmap a private anonymous range of `len` bytes; 2 MiB-aligned if `align`. Child-safe.
-fn map_anon(len: u64, prot: i32, align: bool) -> Result<u64, i32> {
+pub(crate) fn map_anon(len: u64, prot: i32, align: bool) -> Result<u64, i32> {
     let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as u64;
     let total = if align { len + HPAGE_SIZE } else { len };
     // SAFETY: a non-fixed mapping never replaces existing memory.
@@ -158,18 +158,18 @@ fn map_anon(len: u64, prot: i32, align: bool) -> Result<u64, i32> {
     Ok(start)
 }
 
-fn madvise(p: u64, len: u64, advice: i32) {
+pub(crate) fn madvise(p: u64, len: u64, advice: i32) {
     // SAFETY: advice on a mapping this child created; no Rust object lives there.
     let _ = unsafe { sys::madvise(p, len, advice as u64) };
 }
 
-fn munmap(p: u64, len: u64) {
+pub(crate) fn munmap(p: u64, len: u64) {
     // SAFETY: unmaps a mapping this child created; no Rust object lives there.
     let _ = unsafe { sys::munmap(p, len) };
 }
 
 /// A field of `/proc/self/smaps_rollup`, read into a stack buffer (child-safe).
-fn rollup_kb(key: &[u8]) -> u64 {
+pub(crate) fn rollup_kb(key: &[u8]) -> u64 {
     let mut buf = [0u8; 4096];
     match sys::read_small_file(c"/proc/self/smaps_rollup", &mut buf) {
         Ok(n) => procfs::field_kb(&buf[..n], key).unwrap_or(0),
@@ -311,7 +311,7 @@ pub fn host_read_walk(size: u64, step: u64, thp: bool) -> Result<HostReadWalk, H
 }
 
 /// `MADV_HUGEPAGE` when THP is wanted, `MADV_NOHUGEPAGE` otherwise.
-fn thp_advice(thp: bool) -> i32 {
+pub(crate) fn thp_advice(thp: bool) -> i32 {
     if thp {
         libc::MADV_HUGEPAGE
     } else {

@@ -386,6 +386,69 @@ pub(crate) fn getppid() -> libc::pid_t {
     unsafe { libc::getppid() }
 }
 
+/// `syscall(SYS_getppid)`: a system call that does no work, for timing the entry and exit
+/// (the raw call, so that no library can answer it from a cache).
+pub(crate) fn getppid_raw() -> i64 {
+    // SAFETY: getppid takes no arguments and has no preconditions.
+    unsafe { libc::syscall(libc::SYS_getppid) as i64 }
+}
+
+/// `sched_setaffinity(0, {cpu})`: pins the calling thread to one CPU. Allocation-free.
+pub(crate) fn pin_to_cpu(cpu: usize) -> Result<(), i32> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: cpu_set_t is plain old data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: cpu < CPU_SETSIZE (checked above), so the bit is inside `set`.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is the calling thread.
+    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if r != 0 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
+}
+
+/// `sched_getaffinity(0)`: the CPUs the calling thread may run on (empty if the call fails).
+/// Allocates: parent side only.
+pub(crate) fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain old data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return Vec::new();
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: c < CPU_SETSIZE, so the bit is inside `set`.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+/// `prctl(PR_SET_PDEATHSIG, sig)`: the kernel sends `sig` to the caller when its parent dies
+/// (a grandchild must not outlive a killed measurement child).
+pub(crate) fn set_parent_death_signal(sig: libc::c_int) {
+    // SAFETY: PR_SET_PDEATHSIG takes a signal number and nothing else.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) };
+}
+
+/// `clock_gettime(CLOCK_MONOTONIC)` in ns (0 if the call fails). Allocation-free.
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the call writes nothing else.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec.max(0) as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec.max(0) as u64)
+}
+
 /// `_exit(code)`: leaves without running destructors or atexit handlers.
 pub(crate) fn exit_now(code: i32) -> ! {
     // SAFETY: _exit has no preconditions and never returns.

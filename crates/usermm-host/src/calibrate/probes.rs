@@ -1,0 +1,440 @@
+//! The measuring children of `usermm calibrate`: one forked, single-threaded process per sample.
+//!
+//! Each probe forks a child (from a possibly multi-threaded parent, so the child only issues raw
+//! system calls on memory it maps itself, as in [`crate::measure`]), pins it to the CPU the
+//! parent chose, does its work, times the step of interest on the child's **thread CPU time**
+//! (`CLOCK_THREAD_CPUTIME_ID`: user and kernel time of this thread, so a preemption by the other
+//! helper's build on this 2-vCPU guest does not count), and returns a fixed array of words:
+//! `[errno, pinned, …]`. The parent turns them into samples (`super::run`).
+
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::HostError;
+use crate::measure::{madvise, map_anon, munmap, rollup_kb, run_forked};
+use crate::ops::{HPAGE_SIZE, PAGE_SIZE};
+use crate::sys;
+
+/// Words a probe returns: `[errno, pinned, a, b, c, d, e, f]`.
+pub(super) type Words = [u64; 8];
+
+/// Longest a ping-pong side spins for its partner before giving up (the partner died).
+const PARTNER_TIMEOUT_NS: u64 = 20_000_000_000;
+
+/// Runs `work` in a fresh child pinned to `cpu` (if it can be: word 1 says whether it was).
+fn in_child(cpu: Option<usize>, work: impl FnOnce() -> Words) -> Result<Words, HostError> {
+    let job = move || -> Words {
+        let pinned = cpu.is_some_and(|c| sys::pin_to_cpu(c).is_ok());
+        let mut w = work();
+        w[1] = pinned as u64;
+        w
+    };
+    // SAFETY: every probe below only issues raw system calls (through `sys` and `measure`'s
+    // wrappers), reads the clocks, does volatile loads and stores and atomics in mappings the
+    // child made itself, and forks a grandchild that does the same before `_exit`: no
+    // allocation, locks, stdio or panics.
+    let w = unsafe { run_forked(job)? };
+    if w[0] != 0 {
+        return Err(HostError::Sys {
+            what: "calibration child",
+            errno: w[0] as i32,
+        });
+    }
+    Ok(w)
+}
+
+fn err(e: i32) -> Words {
+    [e.max(1) as u64, 0, 0, 0, 0, 0, 0, 0]
+}
+
+/// Writes one byte into every 4 KiB page of `p..p+len`.
+fn touch_write(p: u64, len: u64, step: u64) {
+    let mut off = 0;
+    while off < len {
+        // SAFETY: p..p+len is a private read-write mapping owned by this child alone.
+        unsafe { std::ptr::write_volatile((p + off) as usize as *mut u8, 1) };
+        off += step;
+    }
+}
+
+/// Reads one byte of every `step` bytes of `p..p+len`.
+fn touch_read(p: u64, len: u64, step: u64) -> u64 {
+    let mut sum = 0u64;
+    let mut off = 0;
+    while off < len {
+        // SAFETY: p..p+len is a readable private mapping owned by this child alone.
+        let v = unsafe { std::ptr::read_volatile((p + off) as usize as *const u8) };
+        sum = sum.wrapping_add(v as u64);
+        off += step;
+    }
+    sum
+}
+
+fn map_rw(len: u64, thp: bool) -> Result<u64, i32> {
+    let p = map_anon(len, libc::PROT_READ | libc::PROT_WRITE, thp)?;
+    madvise(p, len, crate::measure::thp_advice(thp));
+    Ok(p)
+}
+
+/// munmap of `len` bytes of touched 4 KiB pages: `[_, _, cpu_ns]`.
+pub(super) fn munmap_4k(cpu: Option<usize>, len: u64) -> Result<Words, HostError> {
+    in_child(cpu, move || {
+        let p = match map_rw(len, false) {
+            Ok(p) => p,
+            Err(e) => return err(e),
+        };
+        touch_write(p, len, PAGE_SIZE);
+        let c0 = sys::thread_cpu_ns();
+        munmap(p, len);
+        let c1 = sys::thread_cpu_ns();
+        [0, 0, c1 - c0, 0, 0, 0, 0, 0]
+    })
+}
+
+/// The pair: touch, fork a child that munmaps the copy-on-write-shared range (a zap that frees
+/// nothing), then munmap it in the parent (the full teardown): `[_, _, cow_ns, full_ns]`.
+pub(super) fn cow_pair(cpu: Option<usize>, len: u64) -> Result<Words, HostError> {
+    in_child(cpu, move || {
+        let p = match map_rw(len, false) {
+            Ok(p) => p,
+            Err(e) => return err(e),
+        };
+        touch_write(p, len, PAGE_SIZE);
+        let (r, w) = match sys::pipe() {
+            Ok(fds) => fds,
+            Err(e) => return err(e),
+        };
+        // SAFETY: this child is single-threaded (forked), and the grandchild only issues raw
+        // system calls and reads the clock before `_exit`.
+        let pid = match unsafe { sys::fork() } {
+            Ok(pid) => pid,
+            Err(e) => return err(e),
+        };
+        if pid == 0 {
+            sys::set_parent_death_signal(libc::SIGKILL);
+            let c0 = sys::thread_cpu_ns();
+            munmap(p, len);
+            let c1 = sys::thread_cpu_ns();
+            let _ = sys::write(w, &(c1 - c0).to_ne_bytes());
+            sys::exit_now(0);
+        }
+        sys::close(w);
+        let mut b = [0u8; 8];
+        let mut have = 0;
+        while have < 8 {
+            match sys::read(r, &mut b[have..]) {
+                Ok(0) => break,
+                Ok(n) => have += n,
+                Err(libc::EINTR) => {}
+                Err(e) => return err(e),
+            }
+        }
+        sys::close(r);
+        let _ = sys::waitpid(pid, false);
+        if have < 8 {
+            return err(libc::ECHILD);
+        }
+        let cow = u64::from_ne_bytes(b);
+        let c0 = sys::thread_cpu_ns();
+        munmap(p, len);
+        let c1 = sys::thread_cpu_ns();
+        [0, 0, cow, c1 - c0, 0, 0, 0, 0]
+    })
+}
+
+/// MADV_DONTNEED of `len` bytes of touched 4 KiB pages: `[_, _, cpu_ns]`.
+pub(super) fn dontneed_4k(cpu: Option<usize>, len: u64) -> Result<Words, HostError> {
+    in_child(cpu, move || {
+        let p = match map_rw(len, false) {
+            Ok(p) => p,
+            Err(e) => return err(e),
+        };
+        touch_write(p, len, PAGE_SIZE);
+        let c0 = sys::thread_cpu_ns();
+        madvise(p, len, libc::MADV_DONTNEED);
+        let c1 = sys::thread_cpu_ns();
+        munmap(p, len);
+        [0, 0, c1 - c0, 0, 0, 0, 0, 0]
+    })
+}
+
+/// First-touch write faults on 4 KiB pages (after a warm-up round whose munmap leaves the frames
+/// on the guest's free lists, resident): `[_, _, cpu_ns, faults]`.
+pub(super) fn write_fault_4k(cpu: Option<usize>, len: u64) -> Result<Words, HostError> {
+    in_child(cpu, move || {
+        match map_rw(len, false) {
+            Ok(p) => {
+                touch_write(p, len, PAGE_SIZE);
+                munmap(p, len);
+            }
+            Err(e) => return err(e),
+        }
+        let p = match map_rw(len, false) {
+            Ok(p) => p,
+            Err(e) => return err(e),
+        };
+        let f0 = sys::minflt();
+        let c0 = sys::thread_cpu_ns();
+        touch_write(p, len, PAGE_SIZE);
+        let c1 = sys::thread_cpu_ns();
+        let f1 = sys::minflt();
+        munmap(p, len);
+        [0, 0, c1 - c0, f1 - f0, 0, 0, 0, 0]
+    })
+}
+
+/// Read faults on untouched 4 KiB pages (`MADV_NOHUGEPAGE`, read-only): each maps the shared
+/// zero page. `[_, _, cpu_ns, faults]`.
+pub(super) fn zero_read_fault_4k(cpu: Option<usize>, len: u64) -> Result<Words, HostError> {
+    in_child(cpu, move || {
+        let p = match map_anon(len, libc::PROT_READ, false) {
+            Ok(p) => p,
+            Err(e) => return err(e),
+        };
+        madvise(p, len, libc::MADV_NOHUGEPAGE);
+        let f0 = sys::minflt();
+        let c0 = sys::thread_cpu_ns();
+        std::hint::black_box(touch_read(p, len, PAGE_SIZE));
+        let c1 = sys::thread_cpu_ns();
+        let f1 = sys::minflt();
+        munmap(p, len);
+        [0, 0, c1 - c0, f1 - f0, 0, 0, 0, 0]
+    })
+}
+
+/// Read faults on untouched 2 MiB-aligned `MADV_HUGEPAGE` regions, one read per 2 MiB: each maps
+/// the huge zero page. `[_, _, cpu_ns, faults, huge_zero_seen]`: the last is 1 when a second
+/// read in the first region took no fault (a 2 MiB mapping, not a 4 KiB zero page).
+pub(super) fn huge_zero_read_fault(cpu: Option<usize>, len: u64) -> Result<Words, HostError> {
+    in_child(cpu, move || {
+        let p = match map_anon(len, libc::PROT_READ, true) {
+            Ok(p) => p,
+            Err(e) => return err(e),
+        };
+        madvise(p, len, libc::MADV_HUGEPAGE);
+        let f0 = sys::minflt();
+        let c0 = sys::thread_cpu_ns();
+        std::hint::black_box(touch_read(p, len, HPAGE_SIZE));
+        let c1 = sys::thread_cpu_ns();
+        let f1 = sys::minflt();
+        std::hint::black_box(touch_read(p + PAGE_SIZE, PAGE_SIZE, PAGE_SIZE));
+        let f2 = sys::minflt();
+        munmap(p, len);
+        [0, 0, c1 - c0, f1 - f0, (f2 == f1) as u64, 0, 0, 0]
+    })
+}
+
+/// Write faults on 2 MiB-aligned `MADV_HUGEPAGE` regions, one write per 2 MiB, after a warm-up
+/// round: `[_, _, cpu_ns, faults, anon_huge_kb]`.
+pub(super) fn thp_write_fault(cpu: Option<usize>, len: u64) -> Result<Words, HostError> {
+    in_child(cpu, move || {
+        match map_rw(len, true) {
+            Ok(p) => {
+                touch_write(p, len, HPAGE_SIZE);
+                munmap(p, len);
+            }
+            Err(e) => return err(e),
+        }
+        let p = match map_rw(len, true) {
+            Ok(p) => p,
+            Err(e) => return err(e),
+        };
+        let h0 = rollup_kb(b"AnonHugePages:");
+        let f0 = sys::minflt();
+        let c0 = sys::thread_cpu_ns();
+        touch_write(p, len, HPAGE_SIZE);
+        let c1 = sys::thread_cpu_ns();
+        let f1 = sys::minflt();
+        let h1 = rollup_kb(b"AnonHugePages:");
+        munmap(p, len);
+        [0, 0, c1 - c0, f1 - f0, h1.saturating_sub(h0), 0, 0, 0]
+    })
+}
+
+/// 4 KiB memsets over a pre-faulted `len`-byte buffer, `passes` times: `[_, _, cpu_ns, bytes]`.
+pub(super) fn clear_bandwidth(
+    cpu: Option<usize>,
+    len: u64,
+    passes: u64,
+) -> Result<Words, HostError> {
+    in_child(cpu, move || {
+        let p = match map_rw(len, false) {
+            Ok(p) => p,
+            Err(e) => return err(e),
+        };
+        touch_write(p, len, PAGE_SIZE);
+        let c0 = sys::thread_cpu_ns();
+        for pass in 0..passes {
+            let mut off = 0;
+            while off < len {
+                let dst = std::hint::black_box((p + off) as usize as *mut u8);
+                // SAFETY: dst..dst+4096 lies inside this child's own read-write mapping.
+                unsafe { std::ptr::write_bytes(dst, pass as u8, PAGE_SIZE as usize) };
+                off += PAGE_SIZE;
+            }
+        }
+        let c1 = sys::thread_cpu_ns();
+        munmap(p, len);
+        [0, 0, c1 - c0, len * passes, 0, 0, 0, 0]
+    })
+}
+
+/// `getppid` `iters` times: `[_, _, cpu_ns]`.
+pub(super) fn syscall(cpu: Option<usize>, iters: u64) -> Result<Words, HostError> {
+    in_child(cpu, move || {
+        let c0 = sys::thread_cpu_ns();
+        let mut acc = 0i64;
+        for _ in 0..iters {
+            acc = acc.wrapping_add(sys::getppid_raw());
+        }
+        let c1 = sys::thread_cpu_ns();
+        std::hint::black_box(acc);
+        [0, 0, c1 - c0, 0, 0, 0, 0, 0]
+    })
+}
+
+/// `lock xadd` on a line this CPU holds, `iters` times: `[_, _, cpu_ns]`.
+pub(super) fn atomic_rmw(cpu: Option<usize>, iters: u64) -> Result<Words, HostError> {
+    in_child(cpu, move || {
+        let line = AtomicU64::new(0);
+        let line = std::hint::black_box(&line);
+        let c0 = sys::thread_cpu_ns();
+        for _ in 0..iters {
+            // `fetch_add` whose result is used is `lock xadd` on x86-64.
+            std::hint::black_box(line.fetch_add(1, Ordering::SeqCst));
+        }
+        let c1 = sys::thread_cpu_ns();
+        [0, 0, c1 - c0, line.load(Ordering::Relaxed), 0, 0, 0, 0]
+    })
+}
+
+/// Cache-line ping-pong by compare-and-swap between this child (pinned to `cpu`) and a
+/// grandchild pinned to `other`, through a shared anonymous page, `round_trips` times:
+/// `[_, _, cpu_ns, wall_ns, other_pinned]` of the pinging side.
+pub(super) fn ping_pong(
+    cpu: Option<usize>,
+    other: usize,
+    round_trips: u64,
+) -> Result<Words, HostError> {
+    in_child(cpu, move || {
+        let flags = (libc::MAP_SHARED | libc::MAP_ANONYMOUS) as u64;
+        let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        // SAFETY: a non-fixed mapping never replaces existing memory.
+        let p = match unsafe { sys::mmap(0, PAGE_SIZE, prot, flags, u64::MAX, 0) } {
+            Ok(p) => p,
+            Err(e) => return err(e),
+        };
+        // SAFETY: p is page-aligned, mapped read-write and shared with the grandchild only;
+        // the two words at p and p+64 are used only as atomics by both processes.
+        let line = unsafe { &*(p as usize as *const AtomicU64) };
+        // SAFETY: as above, p + 64 is inside the same page.
+        let ready = unsafe { &*((p + 64) as usize as *const AtomicU64) };
+        // SAFETY: this child is single-threaded (forked); the grandchild only issues raw
+        // system calls, reads the clock and uses the two shared atomics before `_exit`.
+        let pid = match unsafe { sys::fork() } {
+            Ok(pid) => pid,
+            Err(e) => return err(e),
+        };
+        if pid == 0 {
+            sys::set_parent_death_signal(libc::SIGKILL);
+            let pinned = sys::pin_to_cpu(other).is_ok();
+            ready.store(1 + pinned as u64, Ordering::SeqCst);
+            let deadline = sys::monotonic_ns() + PARTNER_TIMEOUT_NS;
+            for k in 0..round_trips {
+                let mut spins = 0u32;
+                while line
+                    .compare_exchange(2 * k + 1, 2 * k + 2, Ordering::SeqCst, Ordering::Relaxed)
+                    .is_err()
+                {
+                    spins = spins.wrapping_add(1);
+                    if spins == 0 && sys::monotonic_ns() > deadline {
+                        sys::exit_now(1);
+                    }
+                    std::hint::spin_loop();
+                }
+            }
+            sys::exit_now(0);
+        }
+        let deadline = sys::monotonic_ns() + PARTNER_TIMEOUT_NS;
+        while ready.load(Ordering::SeqCst) == 0 {
+            if sys::monotonic_ns() > deadline {
+                sys::kill(pid, libc::SIGKILL);
+                let _ = sys::waitpid(pid, false);
+                return err(libc::ETIMEDOUT);
+            }
+            std::hint::spin_loop();
+        }
+        let other_pinned = ready.load(Ordering::SeqCst) == 2;
+        let t0 = sys::monotonic_ns();
+        let c0 = sys::thread_cpu_ns();
+        for k in 0..round_trips {
+            // The line is ours after the partner's CAS: this CAS pulls it back.
+            let _ = line.compare_exchange(2 * k, 2 * k + 1, Ordering::SeqCst, Ordering::Relaxed);
+            let mut spins = 0u32;
+            while line.load(Ordering::SeqCst) != 2 * k + 2 {
+                spins = spins.wrapping_add(1);
+                if spins == 0 && sys::monotonic_ns() > deadline {
+                    sys::kill(pid, libc::SIGKILL);
+                    let _ = sys::waitpid(pid, false);
+                    return err(libc::ETIMEDOUT);
+                }
+                std::hint::spin_loop();
+            }
+        }
+        let c1 = sys::thread_cpu_ns();
+        let t1 = sys::monotonic_ns();
+        let _ = sys::waitpid(pid, false);
+        // SAFETY: unmaps the page mapped above; the grandchild has exited.
+        let _ = unsafe { sys::munmap(p, PAGE_SIZE) };
+        [0, 0, c1 - c0, t1 - t0, other_pinned as u64, 0, 0, 0]
+    })
+}
+
+/// A dependent pointer chase over a random cyclic permutation of the cache lines of a
+/// `len`-byte THP-backed buffer, `loads` loads: `[_, _, cpu_ns, anon_huge_kb]`.
+pub(super) fn dram_chase(cpu: Option<usize>, len: u64, loads: u64) -> Result<Words, HostError> {
+    in_child(cpu, move || {
+        let p = match map_rw(len, true) {
+            Ok(p) => p,
+            Err(e) => return err(e),
+        };
+        let lines = len / 64;
+        let at = |i: u64| (p + i * 64) as usize as *mut u64;
+        for i in 0..lines {
+            // SAFETY: line i lies inside this child's own read-write mapping.
+            unsafe { std::ptr::write_volatile(at(i), i) };
+        }
+        // Sattolo's shuffle: a uniformly random permutation with a single cycle, so that the
+        // chase visits every line before it repeats (no short cycle stays in the cache).
+        let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ sys::monotonic_ns();
+        for i in (1..lines).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let j = x % i;
+            // SAFETY: i and j < lines: both lines lie inside this child's own mapping.
+            unsafe {
+                let a = std::ptr::read_volatile(at(i));
+                let b = std::ptr::read_volatile(at(j));
+                std::ptr::write_volatile(at(i), b);
+                std::ptr::write_volatile(at(j), a);
+            }
+        }
+        let huge = rollup_kb(b"AnonHugePages:");
+        let mut idx = 0u64;
+        for _ in 0..loads / 8 {
+            // SAFETY: every stored index is < lines.
+            idx = unsafe { std::ptr::read_volatile(at(idx)) };
+        }
+        let c0 = sys::thread_cpu_ns();
+        for _ in 0..loads {
+            // SAFETY: every stored index is < lines.
+            idx = unsafe { std::ptr::read_volatile(at(idx)) };
+        }
+        let c1 = sys::thread_cpu_ns();
+        std::hint::black_box(idx);
+        munmap(p, len);
+        [0, 0, c1 - c0, huge, 0, 0, 0, 0]
+    })
+}
