@@ -15,9 +15,9 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::args::{GlobalArgs, MachineArgs};
 use crate::cmd::{
-    self, bench::BenchArgs, bigfree::BigfreeArgs, munmap_test::MunmapTestArgs,
-    percpu_calibrate::PercpuCalibrateArgs, percpu_test::PercpuTestArgs, reproduce::ReproduceArgs,
-    usemem::UsememArgs,
+    self, bench::BenchArgs, bigfree::BigfreeArgs, calibrate::CalibrateArgs,
+    munmap_test::MunmapTestArgs, percpu_calibrate::PercpuCalibrateArgs,
+    percpu_test::PercpuTestArgs, reproduce::ReproduceArgs, usemem::UsememArgs,
 };
 
 /// usermm: the core of Linux memory management in user space — reproduce the seed experiments,
@@ -51,6 +51,8 @@ pub enum Command {
     Reproduce(ReproduceArgs),
     /// The performance dashboard: every hot path, engine (sparse, full) beside the host kernel.
     Bench(BenchArgs),
+    /// Measure this host's kernel and write a this-host cost profile (--profile FILE).
+    Calibrate(CalibrateArgs),
 }
 
 /// Run the command the user asked for.
@@ -66,6 +68,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::PercpuCalibrate(a) => cmd::percpu_calibrate::run(a, g),
         Command::Reproduce(a) => cmd::reproduce::run(a, g),
         Command::Bench(a) => cmd::bench::run(a, g),
+        Command::Calibrate(a) => cmd::calibrate::run(a, g),
     }
 }
 

@@ -6,6 +6,7 @@
 //! - [`munmap_test`]: seed 003, munmap's exclusive mmap-lock hold while other threads fault.
 //! - [`percpu_test`]: seed 004, `Percpu:` over the seed's memory-cgroup script.
 //! - [`bench`](mod@bench): `usermm bench`, the engine's hot paths beside the host kernel's (issue 16).
+//! - [`calibrate`]: the `this-host` cost profile from `usermm calibrate`'s measurements.
 //! - [`seeds`]: every figure the seeds published, as data, in one place.
 //! - [`stats`]: the one median and spread every summary uses.
 //!
@@ -20,6 +21,7 @@
 
 pub mod bench;
 pub mod bigfree;
+pub mod calibrate;
 pub mod munmap_test;
 pub mod percpu_test;
 pub mod seeds;

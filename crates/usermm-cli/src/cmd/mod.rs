@@ -16,6 +16,7 @@ use crate::args::GlobalArgs;
 
 pub mod bench;
 pub mod bigfree;
+pub mod calibrate;
 pub mod meminfo;
 pub mod munmap_test;
 pub mod percpu_calibrate;

@@ -357,7 +357,7 @@ pub fn calibrate(
         let w = probes::ping_pong(c, other, s.round_trips)?;
         pinned &= w[1] == 1;
         pinned &= w[4] == 1;
-        v[10].push(w[2] as f64 / s.round_trips as f64 / 2.0);
+        v[10].push(w[2] as f64 / w[3].max(1) as f64 / 2.0);
         tick("cache-line ping-pong", progress);
 
         let w = probes::atomic_rmw(c, s.rmw_iters)?;
@@ -482,9 +482,11 @@ pub fn calibrate(
             format!(
                 "compare-and-swap ping-pong on one cache line of a MAP_SHARED page between the \
                  probe process and a forked partner pinned to the next least-loaded CPU, {} \
-                 round trips; one-way transfer = round trip / 2, on the pinging side's thread \
-                 CPU time; {common}",
-                s.round_trips
+                 round trips in batches of {}; one-way transfer = the median batch's round \
+                 trip / 2 (a batch in which the partner was preempted is an outlier), on the \
+                 pinging side's thread CPU time; {common}",
+                s.round_trips,
+                probes::PING_BATCH.min(s.round_trips)
             ),
         ),
         atomic_rmw: Measured::new(

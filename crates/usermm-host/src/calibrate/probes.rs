@@ -21,6 +21,9 @@ pub(super) type Words = [u64; 8];
 
 /// Longest a ping-pong side spins for its partner before giving up (the partner died).
 const PARTNER_TIMEOUT_NS: u64 = 20_000_000_000;
+/// Round trips per timed batch of the ping-pong, and most batches.
+pub(super) const PING_BATCH: u64 = 1000;
+const MAX_PING_BATCHES: usize = 512;
 
 /// Runs `work` in a fresh child pinned to `cpu` (if it can be: word 1 says whether it was).
 fn in_child(cpu: Option<usize>, work: impl FnOnce() -> Words) -> Result<Words, HostError> {
@@ -310,8 +313,9 @@ pub(super) fn atomic_rmw(cpu: Option<usize>, iters: u64) -> Result<Words, HostEr
 }
 
 /// Cache-line ping-pong by compare-and-swap between this child (pinned to `cpu`) and a
-/// grandchild pinned to `other`, through a shared anonymous page, `round_trips` times:
-/// `[_, _, cpu_ns, wall_ns, other_pinned]` of the pinging side.
+/// grandchild pinned to `other`, through a shared anonymous page, `round_trips` times in
+/// batches: `[_, _, median_batch_cpu_ns, round_trips_per_batch, other_pinned]` of the pinging
+/// side.
 pub(super) fn ping_pong(
     cpu: Option<usize>,
     other: usize,
@@ -366,28 +370,53 @@ pub(super) fn ping_pong(
             std::hint::spin_loop();
         }
         let other_pinned = ready.load(Ordering::SeqCst) == 2;
-        let t0 = sys::monotonic_ns();
-        let c0 = sys::thread_cpu_ns();
-        for k in 0..round_trips {
-            // The line is ours after the partner's CAS: this CAS pulls it back.
+        // Batches of round trips, each timed on its own: a batch during which the partner was
+        // preempted (the other vCPU is shared with other work) is an outlier, and the median
+        // batch is what one transfer costs while both sides run.
+        let batches = (round_trips / PING_BATCH).clamp(1, MAX_PING_BATCHES as u64) as usize;
+        let per = round_trips / batches as u64;
+        let mut times = [0u64; MAX_PING_BATCHES];
+        let mut k = 0u64;
+        for slot in times.iter_mut().take(batches) {
+            let c0 = sys::thread_cpu_ns();
+            for _ in 0..per {
+                // The line is the partner's after its CAS: this CAS pulls it back.
+                let _ =
+                    line.compare_exchange(2 * k, 2 * k + 1, Ordering::SeqCst, Ordering::Relaxed);
+                let mut spins = 0u32;
+                while line.load(Ordering::SeqCst) != 2 * k + 2 {
+                    spins = spins.wrapping_add(1);
+                    if spins == 0 && sys::monotonic_ns() > deadline {
+                        sys::kill(pid, libc::SIGKILL);
+                        let _ = sys::waitpid(pid, false);
+                        return err(libc::ETIMEDOUT);
+                    }
+                    std::hint::spin_loop();
+                }
+                k += 1;
+            }
+            *slot = sys::thread_cpu_ns() - c0;
+        }
+        // The partner expects `round_trips`; finish the remainder untimed.
+        while k < round_trips {
             let _ = line.compare_exchange(2 * k, 2 * k + 1, Ordering::SeqCst, Ordering::Relaxed);
-            let mut spins = 0u32;
             while line.load(Ordering::SeqCst) != 2 * k + 2 {
-                spins = spins.wrapping_add(1);
-                if spins == 0 && sys::monotonic_ns() > deadline {
+                if sys::monotonic_ns() > deadline {
                     sys::kill(pid, libc::SIGKILL);
                     let _ = sys::waitpid(pid, false);
                     return err(libc::ETIMEDOUT);
                 }
                 std::hint::spin_loop();
             }
+            k += 1;
         }
-        let c1 = sys::thread_cpu_ns();
-        let t1 = sys::monotonic_ns();
+        let times = &mut times[..batches];
+        times.sort_unstable();
+        let median = times[batches / 2];
         let _ = sys::waitpid(pid, false);
         // SAFETY: unmaps the page mapped above; the grandchild has exited.
         let _ = unsafe { sys::munmap(p, PAGE_SIZE) };
-        [0, 0, c1 - c0, t1 - t0, other_pinned as u64, 0, 0, 0]
+        [0, 0, median, per, other_pinned as u64, 0, 0, 0]
     })
 }
 

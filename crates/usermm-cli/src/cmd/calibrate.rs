@@ -1,0 +1,128 @@
+//! `usermm calibrate`: measure this host's kernel and write the `this-host` cost profile.
+//!
+//! The measurements are `usermm_host::calibrate` (one forked, pinned process per sample, on
+//! thread CPU time); the profile is `usermm_workloads::calibrate::this_host_profile`, a pure
+//! function of the record, whose every figure is a formula over named inputs. The command
+//! prints one row per figure (median, min–max, MAD, unit, bimodal) and where the profile went;
+//! with `--json` it prints the record itself (the input a closure test is built from). The file
+//! loads with `--profile FILE` on every command that runs in virtual time.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use usermm_host::calibrate::{self, CalibrateOpts, HostCalibration, Sizes, MIN_REPEAT};
+
+use crate::args::{usage, GlobalArgs};
+use crate::report::{Progress, Table};
+
+#[derive(Debug, Clone, Args)]
+pub struct CalibrateArgs {
+    /// Where to write the this-host profile.
+    #[arg(long, value_name = "FILE", default_value = "this-host.toml")]
+    pub out: PathBuf,
+    /// Samples per figure, each from a fresh process (at least 7).
+    #[arg(long, value_name = "N", default_value_t = MIN_REPEAT)]
+    pub repeat: u32,
+    /// Test only: tiny probe sizes, and any repeat count ≥ 1 (the figures mean little).
+    #[arg(long, hide = true)]
+    pub test_sizes: bool,
+}
+
+pub fn run(args: &CalibrateArgs, g: &GlobalArgs) -> anyhow::Result<()> {
+    let min = if args.test_sizes { 1 } else { MIN_REPEAT };
+    if args.repeat < min {
+        return usage(format!(
+            "calibrate: --repeat must be at least {min} (got {})",
+            args.repeat
+        ));
+    }
+    check_out(&args.out)?;
+    let opts = CalibrateOpts {
+        repeat: args.repeat,
+        sizes: if args.test_sizes {
+            Sizes::small()
+        } else {
+            Sizes::full()
+        },
+    };
+    let bar = Progress::bar(u64::from(args.repeat) * 12, "calibrate");
+    let record = calibrate::calibrate(&opts, &mut |what, _, _| {
+        bar.set_message(what.to_string());
+        bar.inc(1);
+    });
+    bar.finish();
+    let record = record.map_err(|e| anyhow::anyhow!("calibrate: {e}"))?;
+    let profile = usermm_workloads::calibrate::this_host_profile(&record);
+    std::fs::write(&args.out, profile)
+        .map_err(|e| anyhow::anyhow!("calibrate: cannot write {}: {e}", args.out.display()))?;
+    super::emit(g, &record, |r| render(r, &args.out))
+}
+
+/// `--out` must name a file in a directory that exists (checked before the minutes of
+/// measuring).
+fn check_out(out: &Path) -> anyhow::Result<()> {
+    if out.as_os_str().is_empty() || out.is_dir() {
+        return usage(format!(
+            "calibrate: --out {}: not a file name",
+            out.display()
+        ));
+    }
+    let dir = match out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return usage(format!(
+            "calibrate: --out {}: directory {} does not exist",
+            out.display(),
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
+/// The table, the host line and where the profile went.
+pub fn render(r: &HostCalibration, out: &Path) -> String {
+    let s = &r.system;
+    let mut t = Table::new(
+        format!(
+            "this host: {} ({:.0} MHz), {} CPUs, Linux {}, {}; {} samples per figure, {:.0} s",
+            s.cpu_model, s.cpu_mhz, s.online_cpus, s.kernel, r.date, r.repeat, r.wall_seconds
+        ),
+        ["figure", "median", "min – max", "MAD", "unit", "bimodal"],
+    );
+    for (key, m) in r.figures.all() {
+        t.push_row([
+            key.to_string(),
+            fmt(m.median),
+            format!("{} – {}", fmt(m.min), fmt(m.max)),
+            fmt(m.mad),
+            m.unit.clone(),
+            if m.bimodal { "yes" } else { "" }.to_string(),
+        ]);
+    }
+    let mut text = t.render_text();
+    if !r.pinned {
+        text.push_str(
+            "note: pinning failed in some child; samples ran where the scheduler put them\n",
+        );
+    }
+    if !r.huge_zero_page_seen {
+        text.push_str("note: the huge zero page was not mapped in every sample\n");
+    }
+    if !r.thp_seen {
+        text.push_str("note: the THP write faults did not all get huge pages\n");
+    }
+    text.push_str(&format!("profile: {}\n", out.display()));
+    text
+}
+
+fn fmt(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
