@@ -24,7 +24,7 @@ mod provenance;
 mod spec;
 
 pub use placement::{Distance, Placement};
-pub use provenance::FormulaRow;
+pub use provenance::{FormulaRow, TOPOLOGY_GHZ};
 pub use spec::{Figure, Input, InputKind, LockFigure, ProfileSpec, Smt, Topology, Transfers};
 
 /// The built-in profiles, by name: the seeds' machines.
@@ -661,3 +661,5 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 
 #[cfg(test)]
 mod test;
+#[cfg(test)]
+mod test_provenance;

@@ -9,6 +9,8 @@
 //! a formula on every figure, no input that no formula reads (a number nobody uses is a
 //! number nobody checks), and every published input pinned to its value and citation.
 //!
+//! Besides the inputs, a formula may read `topology_ghz`, the profile's own clock.
+//!
 //! A user's own profile may leave formulas out (a quick experiment); the built-in profiles and
 //! the `this-host` profile that `usermm calibrate` writes may not.
 
@@ -20,6 +22,10 @@ use serde::Serialize;
 
 use super::formula::{agrees, Expr};
 use super::{Figure, ProfileError, ProfileSpec};
+
+/// The name by which a formula reads the profile's own `topology.ghz` (so that a figure
+/// scaled from another machine's clock to this one's states both clocks).
+pub const TOPOLOGY_GHZ: &str = "topology_ghz";
 
 /// One figure with its value (in the unit the file writes it in), its formula and what the
 /// formula gives: the provenance table of a profile.
@@ -90,11 +96,12 @@ fn is_name(s: &str) -> bool {
 /// The provenance table: every figure, its formula and what the formula gives. Call only on
 /// a spec that [`check`] accepted (a malformed formula shows as no computed value).
 pub(super) fn rows(spec: &ProfileSpec) -> Vec<FormulaRow> {
-    let values: BTreeMap<String, f64> = spec
+    let mut values: BTreeMap<String, f64> = spec
         .inputs
         .iter()
         .map(|(k, i)| (k.clone(), i.value))
         .collect();
+    values.insert(TOPOLOGY_GHZ.into(), spec.topology.ghz);
     figures(spec)
         .into_iter()
         .map(|(field, value, unit, formula)| {
@@ -124,8 +131,17 @@ pub(super) fn check(
     invalid: &impl Fn(&str, String) -> ProfileError,
 ) -> Result<(), ProfileError> {
     let mut values = BTreeMap::new();
+    values.insert(TOPOLOGY_GHZ.to_string(), spec.topology.ghz);
     for (name, i) in &spec.inputs {
         let field = format!("inputs.{name}");
+        if name == TOPOLOGY_GHZ {
+            return Err(invalid(
+                &field,
+                format!(
+                    "`{TOPOLOGY_GHZ}` is the profile's own topology.ghz; name the input otherwise"
+                ),
+            ));
+        }
         if !is_name(name) {
             return Err(invalid(
                 &field,
