@@ -35,6 +35,7 @@ fn ns(v: u64, source: &str) -> Figure {
         ns: Some(v as f64),
         cycles: None,
         bytes_per_ns: None,
+        formula: None,
         source: source.into(),
     }
 }
@@ -56,6 +57,12 @@ pub fn test_spec() -> ProfileSpec {
     s.transfer.same_socket = ns(T_SOCK, "test");
     s.transfer.other_socket = ns(T_REMOTE, "test");
     s.smt.sibling_factor = SMT_FACTOR;
+    // Round figures stand on their own: no inputs, no formulas.
+    s.smt.formula = None;
+    s.inputs.clear();
+    for l in s.locks.values_mut() {
+        l.formula = None;
+    }
     s.wakeup = ns(W, "test");
     s.atomic_rmw = ns(A, "test");
     for name in ["test.spin", "test.mutex", "test.rwsem"] {
@@ -65,6 +72,8 @@ pub fn test_spec() -> ProfileSpec {
                 acquire_ns: Some(U as f64),
                 acquire_cycles: None,
                 data_lines: L as u32,
+                data_lines_source: String::new(),
+                formula: None,
                 source: "test".into(),
             },
         );

