@@ -53,8 +53,12 @@ pub fn run(args: &CalibrateArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     bar.finish();
     let record = record.map_err(|e| anyhow::anyhow!("calibrate: {e}"))?;
     let profile = usermm_workloads::calibrate::this_host_profile(&record);
-    std::fs::write(&args.out, profile)
+    std::fs::write(&args.out, &profile)
         .map_err(|e| anyhow::anyhow!("calibrate: cannot write {}: {e}", args.out.display()))?;
+    // The file must load as every other profile does (a figure that disagrees with its
+    // formula, or a negative remainder of a split, is refused): say so now, not at first use.
+    usermm::vtime::Profile::from_toml_str(&profile, &args.out.display().to_string())
+        .map_err(|e| anyhow::anyhow!("calibrate: the profile written does not load: {e}"))?;
     super::emit(g, &record, |r| render(r, &args.out))
 }
 
