@@ -663,3 +663,104 @@ fn bench_rejects_bad_arguments_on_one_line() {
     assert_usage_error(&["bench", "--mem", "1G"], "--mem");
     assert_usage_error(&["bench", "--backing", "sparse"], "--backing");
 }
+
+/// `usermm calibrate`'s mistakes are one line each, exit 2, before any measuring.
+#[test]
+fn calibrate_rejects_bad_arguments_on_one_line() {
+    assert_usage_error(
+        &["calibrate", "--repeat", "0"],
+        "--repeat must be at least 7",
+    );
+    assert_usage_error(
+        &["calibrate", "--repeat", "6"],
+        "--repeat must be at least 7",
+    );
+    assert_usage_error(&["calibrate", "--repeat", "x"], "--repeat");
+    assert_usage_error(
+        &["calibrate", "--test-sizes", "--repeat", "0"],
+        "--repeat must be at least 1",
+    );
+    assert_usage_error(
+        &[
+            "calibrate",
+            "--out",
+            "/nonexistent-usermm-dir/this-host.toml",
+        ],
+        "does not exist",
+    );
+    let dir = std::env::temp_dir();
+    assert_usage_error(
+        &["calibrate", "--out", dir.to_str().unwrap()],
+        "not a file name",
+    );
+}
+
+/// A small calibration (test sizes, 2 samples): the record has every figure, positive; the
+/// table names them all and the profile; the profile it writes loads in virtual time. No
+/// assertion on the values: they are this host's, whatever its load.
+#[test]
+fn calibrate_small_writes_a_profile_that_runs_bigfree() {
+    let dir = std::env::temp_dir().join(format!("usermm-cli-calibrate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("this-host.toml");
+    let out_s = out.to_str().unwrap();
+    let o = usermm(&[
+        "calibrate",
+        "--test-sizes",
+        "--repeat",
+        "2",
+        "--out",
+        out_s,
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("--json is JSON");
+    let figures = v["figures"].as_object().unwrap();
+    assert_eq!(figures.len(), 13, "{figures:?}");
+    for (k, f) in figures {
+        assert!(f["median"].as_f64().unwrap() > 0.0, "{k}: {f}");
+        assert!(f["min"].as_f64().unwrap() > 0.0, "{k}: {f}");
+        assert_eq!(f["samples"].as_array().unwrap().len(), 2, "{k}");
+        assert!(f["bimodal"].is_boolean() && f["mad"].is_number(), "{k}");
+        assert!(!f["method"].as_str().unwrap().is_empty(), "{k}");
+        assert!(!f["unit"].as_str().unwrap().is_empty(), "{k}");
+    }
+    assert!(v["system"]["kernel"].is_string());
+    assert!(std::fs::read_to_string(&out)
+        .unwrap()
+        .contains("name = \"this-host\""));
+
+    // The table: one row per figure and where the profile went.
+    let o = usermm(&["calibrate", "--test-sizes", "--repeat", "1", "--out", out_s]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for k in figures.keys() {
+        assert!(
+            text.lines().any(|l| l.starts_with(k.as_str())),
+            "{k}: {text}"
+        );
+    }
+    assert!(text.contains(&format!("profile: {out_s}")), "{text}");
+
+    // This host has its own (small) topology: the run's CPUs and nodes must fit it.
+    let cpus = v["system"]["online_cpus"].as_u64().unwrap().to_string();
+    let o = usermm(&[
+        "bigfree",
+        "64M",
+        "--time",
+        "virtual",
+        "--profile",
+        out_s,
+        "--cpus",
+        &cpus,
+        "--nodes",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("modelled (profile this-host)"),
+        "{}",
+        stdout(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
