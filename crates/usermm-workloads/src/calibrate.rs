@@ -10,14 +10,15 @@
 //! # How the teardown and fault figures are split
 //! The engine charges a munmap of N touched 4 KiB pages per page `zap_pte + gather_page`
 //! (zap side) and `lru_del + free_unref_page + free_pcppages_bulk_page` (+ `free_one_merge`
-//! per merge; free side), per PTE table two `pt_walk_level`, one `pt_free` and one `ptl`
-//! acquire, per `lru.lock_batch` pages an `lru_lock` acquire, per `pcp.batch` pages a
-//! `zone.lock` acquire, per gather batch a `pcp` acquire, and per call `syscall`,
-//! `vma_modify`, `tlb_flush_local` and the `mmap_lock`. Those must add up to the measured
-//! munmap, nothing on top:
-//! - the zap side is the COW child's munmap (`munmap_cow_4k`: zap, gather, reference drop, no
-//!   free); `gather_page` is its perf share, `zap_pte` the rest after the per-table and per-call
-//!   charges;
+//! per merge; free side); per PTE table two `pt_walk_level`, one `pt_free`, one `ptl` acquire
+//! and the table page's own free (`free_unref_page`, `free_pcppages_bulk_page`); per
+//! `lru.lock_batch` pages an `lru_lock` acquire, per `pcp.batch` pages a `zone.lock` acquire,
+//! per gather batch a `pcp` acquire, per full gather (19 batches) a forced `tlb_flush_local`;
+//! and per call `syscall`, `vma_modify`, the last `tlb_flush_local` and the `mmap_lock`.
+//! Those must add up to the measured munmap, nothing on top:
+//! - the zap side is the COW child's munmap (`munmap_cow_4k`: zap, gather, reference drop, its
+//!   own page tables freed, no data page freed); `gather_page` is its perf share, `zap_pte`
+//!   the rest after the per-table, per-gather and per-call charges;
 //! - the free side is `munmap_full_4k − munmap_cow_4k` of the same processes, split between
 //!   LRU removal, pcp free and buddy free by the perf cpu-clock split of this host's munmap
 //!   (`measure/split_munmap.py`, a measurement with its command; the `share_*` inputs of the
@@ -25,10 +26,10 @@
 //!   `free_one_merge` is 0, included in the bulk share.
 //!
 //! A zero-page read fault is charged `fault_entry + fault_exit + 4 pt_walk_level + set_pte`,
-//! the per-VMA lock and the PTL, and per 512 faults a new PTE table (`pt_alloc`, its clear, a
-//! `set_pte` and the PMD's lock); `pt_walk_level` and `set_pte` take their perf shares of the
-//! measured fault, `fault_exit` the built-in profiles' assumed part of the rest, and
-//! `fault_entry` what remains.
+//! the mmap_lock (read) and the PTL, and per 512 faults a new PTE table (`pt_alloc`, its
+//! clear, a `set_pte`, the PMD's lock and the table page's allocation from the pcp lists);
+//! `pt_walk_level` and `set_pte` take their perf shares of the measured fault, `fault_exit`
+//! the built-in profiles' assumed part of the rest, and `fault_entry` what remains.
 //!
 //! # How it differs from the built-in profiles
 //! The built-in ones scale a 2026-11-23 perf split of this host by a GHz ratio to other
@@ -293,7 +294,7 @@ fn cost_formula(key: &str) -> (String, &'static str) {
         ),
         "fault_entry" => (
             "zero_fault_4k * (1 - share_handle_mm_fault) * (1 - fault_exit_fraction) - 2 * lock_xadd_ns - (pt_alloc_ns + page_bytes / clear_bytes_per_ns + zero_fault_4k * share_set_ptes + lock_xadd_ns + rmqueue_pcp_ns + rmqueue_bulk_page_ns + lock_xadd_ns + lock_xadd_ns / pcp_batch) / ptes_per_table".into(),
-            "the measured zero-page read fault outside handle_mm_fault, less the return (fault_exit), the per-VMA lock and PTL acquires, and the new PTE table the engine charges per ptes_per_table faults (pt_alloc, its clear, the PMD entry's set_pte, the PMD lock, and the table page's allocation: rmqueue_pcp, its share of a pcp refill (rmqueue_bulk_page, a zone.lock acquire per pcp_batch) and the pcp lock): the engine's whole zero-page fault is the measured one",
+            "the measured zero-page read fault outside handle_mm_fault, less the return (fault_exit), the mmap_lock (read) and PTL acquires, and the new PTE table the engine charges per ptes_per_table faults (pt_alloc, its clear, the PMD entry's set_pte, the PMD lock, and the table page's allocation: rmqueue_pcp, its share of a pcp refill (rmqueue_bulk_page, a zone.lock acquire per pcp_batch) and the pcp lock): the engine's whole zero-page fault is the measured one",
         ),
         "fault_exit" => (
             "zero_fault_4k * (1 - share_handle_mm_fault) * fault_exit_fraction".into(),
