@@ -16,7 +16,7 @@
 //!   engine's side and the comparison live in `usermm-diff`).
 //!
 //! # Where the `unsafe` is
-//! Talking to the kernel without libstd's wrappers needs `unsafe`; it is fenced into five
+//! Talking to the kernel without libstd's wrappers needs `unsafe`; it is fenced into six
 //! modules and denied everywhere else in the crate:
 //! - `sys` — every raw system call, each wrapper with its `// SAFETY:` argument, among them
 //!   the one family of memory-management wrappers (`mmap`, `munmap`, `mprotect`,
@@ -26,6 +26,8 @@
 //! - [`measure`] — forking the measurement children, and their volatile loads and stores into
 //!   their own fresh mappings;
 //! - [`backend`] — forking the request server, and its stores into the test arena;
+//! - [`check`] — the host check's own mappings (map, touch, advise, unmap) in this process's
+//!   threads;
 //! - [`usemem`] — usemem's system calls, its loads and stores into the mappings it made, and
 //!   forks from a single-threaded process.
 //!
@@ -41,6 +43,7 @@
 #![deny(unsafe_code)]
 
 pub mod backend;
+pub mod check;
 mod error;
 pub mod facts;
 mod fork;
