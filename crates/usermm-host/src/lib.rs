@@ -20,7 +20,7 @@
 //!   engine's side and the comparison live in `usermm-diff`).
 //!
 //! # Where the `unsafe` is
-//! Talking to the kernel without libstd's wrappers needs `unsafe`; it is fenced into six
+//! Talking to the kernel without libstd's wrappers needs `unsafe`; it is fenced into seven
 //! modules and denied everywhere else in the crate:
 //! - `sys` — every raw system call, each wrapper with its `// SAFETY:` argument, among them
 //!   the one family of memory-management wrappers (`mmap`, `munmap`, `mprotect`,
@@ -32,6 +32,8 @@
 //! - `calibrate::probes` — the calibration children: their volatile loads and stores and
 //!   atomics in mappings they made, and the grandchildren of the COW pair and the ping-pong;
 //! - [`backend`] — forking the request server, and its stores into the test arena;
+//! - [`check`] — the host check's own mappings (map, touch, advise, unmap) in this process's
+//!   threads;
 //! - [`usemem`] — usemem's system calls, its loads and stores into the mappings it made, and
 //!   forks from a single-threaded process.
 //!
@@ -48,6 +50,7 @@
 
 pub mod backend;
 pub mod calibrate;
+pub mod check;
 mod error;
 pub mod facts;
 mod fork;

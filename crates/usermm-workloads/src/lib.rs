@@ -22,6 +22,7 @@
 pub mod bench;
 pub mod bigfree;
 pub mod calibrate;
+pub mod host_check;
 pub mod munmap_test;
 pub mod percpu_test;
 pub mod seeds;

@@ -40,6 +40,16 @@ const BUILTIN: &[(&str, &str)] = &[
     ("e5-2680-32c", include_str!("../profiles/e5-2680-32c.toml")),
 ];
 
+/// Most sockets a profile may have (a bound, so that the machine's size cannot overflow).
+const MAX_SOCKETS: u32 = 1024;
+/// Most memory nodes: `MAX_NUMNODES` with `NODES_SHIFT` 10, as fake-NUMA boots use.
+const MAX_NUMNODES: u32 = 1024;
+/// Most hardware threads per core (x86 has 2; POWER up to 8).
+const MAX_SMT: u32 = 8;
+/// Largest price of one step, in ns: 1 s. A bound, so that no figure or scaled figure can
+/// bring a virtual clock near its end (u64 ps, 213 days) in any run the host can finish.
+pub const MAX_FIGURE_NS: f64 = 1e9;
+
 /// Lock classes the engine declares; every profile must price each of them.
 ///
 /// The names are the `name` of the engine's `LockClass` statics (`"zone.lock"` is
@@ -319,14 +329,30 @@ impl Profile {
             message,
         };
         let t = &spec.topology;
-        for (field, v) in [
-            ("topology.sockets", t.sockets),
-            ("topology.nodes", t.nodes),
-            ("topology.cores_per_socket", t.cores_per_socket),
-            ("topology.threads_per_core", t.threads_per_core),
+        for (field, v, max) in [
+            ("topology.sockets", t.sockets, MAX_SOCKETS),
+            ("topology.nodes", t.nodes, MAX_NUMNODES),
+            (
+                "topology.cores_per_socket",
+                t.cores_per_socket,
+                u32::from(u16::MAX),
+            ),
+            ("topology.threads_per_core", t.threads_per_core, MAX_SMT),
         ] {
             if v == 0 {
                 return Err(invalid(field, "must be positive (got 0)".into()));
+            }
+            if v > max {
+                return Err(invalid(field, format!("at most {max} (got {v})")));
+            }
+        }
+        if let Some(gib) = t.memory_gib {
+            let max = crate::config::MAX_MEM_BYTES >> 30;
+            if gib == 0 || gib > max {
+                return Err(invalid(
+                    "topology.memory_gib",
+                    format!("between 1 and {max} (the engine's largest machine; got {gib})"),
+                ));
             }
         }
         if !(t.ghz.is_finite() && t.ghz > 0.0) {
@@ -375,6 +401,12 @@ impl Profile {
                 }
                 _ => unreachable!("exactly one figure was checked above"),
             };
+            if ns > MAX_FIGURE_NS {
+                return Err(invalid(
+                    field,
+                    format!("{ns} ns; a step costs at most {MAX_FIGURE_NS} ns (1 s) in the model"),
+                ));
+            }
             Ok(ns_to_ps(ns))
         };
 
@@ -445,6 +477,12 @@ impl Profile {
                     ))
                 }
             };
+            if ns > MAX_FIGURE_NS {
+                return Err(invalid(
+                    &field,
+                    format!("{ns} ns; an acquire costs at most {MAX_FIGURE_NS} ns (1 s)"),
+                ));
+            }
             locks.insert(
                 name.clone(),
                 LockPrice {

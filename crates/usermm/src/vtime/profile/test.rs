@@ -140,6 +140,38 @@ fn malformed_and_incomplete_files_name_the_field() {
     );
 }
 
+/// Issue 27's profile shapes: fields that overflowed the machine's size, truncated to a node
+/// count, built a larger machine than the engine has, or priced a step past the clock's range.
+#[test]
+fn topology_and_figures_are_bounded() {
+    let good = minimal();
+    let e = err(&good.replace("sockets = 2", "sockets = 4294967295"));
+    assert_eq!(
+        e,
+        "profile t.toml: topology.sockets: at most 1024 (got 4294967295)"
+    );
+    let e = err(&good.replace("nodes = 2", "nodes = 65536"));
+    assert_eq!(
+        e,
+        "profile t.toml: topology.nodes: at most 1024 (got 65536)"
+    );
+    let e = err(&good.replace("threads_per_core = 2", "threads_per_core = 9"));
+    assert!(e.contains("topology.threads_per_core: at most 8"), "{e}");
+    let e = err(&good.replace("cores_per_socket = 18", "cores_per_socket = 65535"));
+    assert!(e.contains("hardware threads; at most 65535"), "{e}");
+    let big = good.replace("ghz = 2.3", "ghz = 2.3\nmemory_gib = 1000000");
+    assert!(err(&big).contains("topology.memory_gib: between 1 and 16384"));
+    // A figure past 1 s, directly or by scaling, is refused rather than wrapping the clock.
+    let p = Profile::from_toml_str(&good, "t").unwrap();
+    let e = p.scaled("zap_pte", 3e10).unwrap_err().to_string();
+    assert!(
+        e.contains("costs.zap_pte: ") && e.contains("at most 1000000000 ns"),
+        "{e}"
+    );
+    let e = p.scaled("locks.zone.lock", 1e12).unwrap_err().to_string();
+    assert!(e.contains("an acquire costs at most"), "{e}");
+}
+
 #[test]
 fn missing_file_is_a_read_error() {
     let e = Profile::load(Path::new("/nonexistent/p.toml")).unwrap_err();

@@ -340,10 +340,13 @@ impl State {
     /// Charges `ps` of busy time to `id` and its CPU, unscaled (lock and line stalls).
     #[inline]
     pub fn busy(&mut self, id: CtxId, ps: Ps) {
+        // Saturating: a clock stops at u64::MAX ps (213 days) instead of wrapping to a small
+        // time (every figure is bounded to 1 s, but a run may charge many of them).
         let c = &mut self.ctxs[id as usize];
-        c.now += ps;
-        c.busy += ps;
-        self.cpus[c.cpu as usize].busy += ps;
+        c.now = c.now.saturating_add(ps);
+        c.busy = c.busy.saturating_add(ps);
+        let cpu = &mut self.cpus[c.cpu as usize];
+        cpu.busy = cpu.busy.saturating_add(ps);
     }
 
     /// `id` spun from its clock until `t`.
@@ -359,7 +362,7 @@ impl State {
     pub fn wake(&mut self, id: CtxId, t: Ps) {
         let wake = self.model.profile.wakeup_ps;
         let c = &mut self.ctxs[id as usize];
-        c.now = c.now.max(t + wake);
+        c.now = c.now.max(t.saturating_add(wake));
         self.push_ready(id);
     }
 
