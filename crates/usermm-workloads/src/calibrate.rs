@@ -26,7 +26,8 @@
 //!   `free_one_merge` is 0, included in the bulk share.
 //!
 //! A zero-page read fault is charged `fault_entry + fault_exit + 4 pt_walk_level + set_pte`,
-//! the mmap_lock (read) and the PTL, and per 512 faults a new PTE table (`pt_alloc`, its
+//! three lock acquires under per-VMA locks (the tree walk, the VMA's read lock, the PTL: the
+//! model of this 6.18 host, `host_check::this_host_machine`), and per 512 faults a new PTE table (`pt_alloc`, its
 //! clear, a `set_pte`, the PMD's lock and the table page's allocation from the pcp lists);
 //! `pt_walk_level` and `set_pte` take their perf shares of the measured fault, `fault_exit`
 //! the built-in profiles' assumed part of the rest, and `fault_entry` what remains.
@@ -193,6 +194,20 @@ pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
         );
     }
     m.insert(
+        "fault_lock_acquires".into(),
+        input(
+            3.0,
+            "acquires",
+            InputKind::Published,
+            "a 4 KiB read fault under per-VMA locks (Linux 6.4+, this host's 6.18): \
+             lock_vma_under_rcu walks the VMA tree under RCU and takes the VMA's read lock, \
+             then the PTE lock (mm/memory.c); the engine's model of this host \
+             (host_check::this_host_machine) accounts them as three acquires: the tree walk \
+             (mm_mt, shared), the VMA read lock (shared) and the PTL"
+                .into(),
+        ),
+    );
+    m.insert(
         "pcp_batch".into(),
         input(
             31.0,
@@ -293,8 +308,8 @@ fn cost_formula(key: &str) -> (String, &'static str) {
             "assumption: half of the memset bandwidth measured here (inputs.copy_fraction)",
         ),
         "fault_entry" => (
-            "zero_fault_4k * (1 - share_handle_mm_fault) * (1 - fault_exit_fraction) - 2 * lock_xadd_ns - (pt_alloc_ns + page_bytes / clear_bytes_per_ns + zero_fault_4k * share_set_ptes + lock_xadd_ns + rmqueue_pcp_ns + rmqueue_bulk_page_ns + lock_xadd_ns + lock_xadd_ns / pcp_batch) / ptes_per_table".into(),
-            "the measured zero-page read fault outside handle_mm_fault, less the return (fault_exit), the mmap_lock (read) and PTL acquires, and the new PTE table the engine charges per ptes_per_table faults (pt_alloc, its clear, the PMD entry's set_pte, the PMD lock, and the table page's allocation: rmqueue_pcp, its share of a pcp refill (rmqueue_bulk_page, a zone.lock acquire per pcp_batch) and the pcp lock): the engine's whole zero-page fault is the measured one",
+            "zero_fault_4k * (1 - share_handle_mm_fault) * (1 - fault_exit_fraction) - fault_lock_acquires * lock_xadd_ns - (pt_alloc_ns + page_bytes / clear_bytes_per_ns + zero_fault_4k * share_set_ptes + lock_xadd_ns + rmqueue_pcp_ns + rmqueue_bulk_page_ns + lock_xadd_ns + lock_xadd_ns / pcp_batch) / ptes_per_table".into(),
+            "the measured zero-page read fault outside handle_mm_fault, less the return (fault_exit), the fault's lock acquires (fault_lock_acquires), and the new PTE table the engine charges per ptes_per_table faults (pt_alloc, its clear, the PMD entry's set_pte, the PMD lock, and the table page's allocation: rmqueue_pcp, its share of a pcp refill (rmqueue_bulk_page, a zone.lock acquire per pcp_batch) and the pcp lock): the engine's whole zero-page fault is the measured one",
         ),
         "fault_exit" => (
             "zero_fault_4k * (1 - share_handle_mm_fault) * fault_exit_fraction".into(),
