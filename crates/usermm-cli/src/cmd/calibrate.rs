@@ -45,7 +45,10 @@ pub fn run(args: &CalibrateArgs, g: &GlobalArgs) -> anyhow::Result<()> {
             Sizes::full()
         },
     };
-    let bar = Progress::bar(u64::from(args.repeat) * 12, "calibrate");
+    let bar = Progress::bar(
+        u64::from(args.repeat) * calibrate::PROBES as u64,
+        "calibrate",
+    );
     let record = calibrate::calibrate(&opts, &mut |what, _, _| {
         bar.set_message(what.to_string());
         bar.inc(1);

@@ -261,7 +261,8 @@ pub struct HostCalibration {
 /// One step of the run, for a progress line: `(what, done, total)`.
 pub type Progress<'a> = &'a mut dyn FnMut(&str, usize, usize);
 
-const PROBES: usize = 12;
+/// Probes per round (a progress bar counts `repeat * PROBES` steps).
+pub const PROBES: usize = 12;
 
 /// Runs every probe `opts.repeat` times (rounds of one sample of each, so that a change of the
 /// host's load spreads over all figures) and summarises.
