@@ -241,7 +241,7 @@ mod sched;
 pub use class::{Acquired, LineClass, LockClass, Mode, WaitKind};
 pub use hooks::charge;
 pub use profile::{
-    Cost, Distance, Figure, FormulaRow, Input, InputKind, LockFigure, Placement, Profile,
+    evaluate, Cost, Distance, Figure, FormulaRow, Input, InputKind, LockFigure, Placement, Profile,
     ProfileError, ProfileSpec, Smt, Topology, Transfers, ENGINE_LOCK_CLASSES, TOPOLOGY_GHZ,
 };
 pub use report::{ContextTime, CpuTime, LineStat, LockStat, Report, SchedStats};

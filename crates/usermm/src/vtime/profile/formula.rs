@@ -203,14 +203,19 @@ impl Expr {
 
     /// The value over `inputs`; an unknown input or a division by zero is an error.
     pub(crate) fn eval(&self, inputs: &BTreeMap<String, f64>) -> Result<f64, String> {
+        self.eval_with(&|n| inputs.get(n).copied())
+    }
+
+    /// The value, each input looked up by `input`.
+    pub(crate) fn eval_with(&self, input: &dyn Fn(&str) -> Option<f64>) -> Result<f64, String> {
         Ok(match self {
             Expr::Num(v) => *v,
-            Expr::Input(n) => *inputs
-                .get(n)
-                .ok_or_else(|| format!("reads `{n}`, which is not in [inputs]"))?,
-            Expr::Neg(x) => -x.eval(inputs)?,
+            Expr::Input(n) => {
+                input(n).ok_or_else(|| format!("reads `{n}`, which is not in [inputs]"))?
+            }
+            Expr::Neg(x) => -x.eval_with(input)?,
             Expr::Bin(a, op, b) => {
-                let (a, b) = (a.eval(inputs)?, b.eval(inputs)?);
+                let (a, b) = (a.eval_with(input)?, b.eval_with(input)?);
                 match op {
                     Op::Add => a + b,
                     Op::Sub => a - b,
@@ -225,6 +230,15 @@ impl Expr {
             }
         })
     }
+}
+
+/// Evaluates `formula` in the profile's formula language, each input name looked up by
+/// `input`: what a program that writes a profile (`usermm calibrate`) computes its figures
+/// with, so that they agree with the loader's check by construction.
+pub fn evaluate(formula: &str, input: &dyn Fn(&str) -> Option<f64>) -> Result<f64, String> {
+    Expr::parse(formula)
+        .and_then(|e| e.eval_with(input))
+        .map_err(|m| format!("`{formula}` {m}"))
 }
 
 /// Does `value` (as written in the file) agree with `computed` (its formula)? To 0.05 of the

@@ -23,6 +23,7 @@ mod placement;
 mod provenance;
 mod spec;
 
+pub use formula::evaluate;
 pub use placement::{Distance, Placement};
 pub use provenance::{FormulaRow, TOPOLOGY_GHZ};
 pub use spec::{Figure, Input, InputKind, LockFigure, ProfileSpec, Smt, Topology, Transfers};
