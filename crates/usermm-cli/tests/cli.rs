@@ -764,3 +764,53 @@ fn calibrate_small_writes_a_profile_that_runs_bigfree() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `reproduce --only host-check` with a this-host profile given: the check's section runs
+/// (predict, then measure) and `results.json` carries `host_check.rows[]` with the keys the
+/// issue names, each row's error its own arithmetic. Tiny sizes: the figures mean little.
+#[test]
+fn reproduce_host_check_rows_in_results_json() {
+    let dir = std::env::temp_dir().join(format!("usermm-cli-test-hc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let profile = dir.join("this-host.toml");
+    let o = usermm(&[
+        "calibrate",
+        "--test-sizes",
+        "--repeat",
+        "1",
+        "--out",
+        profile.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = dir.join("report");
+    let o = usermm(&[
+        "reproduce",
+        "--only",
+        "host-check",
+        "--host-profile",
+        profile.to_str().unwrap(),
+        "--host-check-test-sizes",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let hc = &v["host_check"];
+    assert_eq!(hc["calibrated"], false);
+    let rows = hc["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{hc}");
+    for r in rows {
+        let (p, m, e) = (
+            r["predicted"].as_f64().unwrap(),
+            r["measured"].as_f64().unwrap(),
+            r["error"].as_f64().unwrap(),
+        );
+        assert!(p > 0.0 && m > 0.0, "{r}");
+        assert!((e - (p - m) / m).abs() < 1e-9, "{r}");
+        assert!(r["name"].as_str().unwrap().starts_with('('), "{r}");
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("The model checked on this host"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

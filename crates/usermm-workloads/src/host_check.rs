@@ -74,6 +74,20 @@ impl HostCheckOpts {
     }
 }
 
+impl HostCheckOpts {
+    /// Tiny sizes for tests of the plumbing (the figures mean little).
+    pub fn small() -> Self {
+        Self {
+            dontneed_bytes: 8 << 20,
+            munmap_bytes: 32 << 20,
+            faulter_bytes: 64 << 10,
+            reader_bytes: 256 << 20,
+            repeat: 1,
+            munmap_repeat: 1,
+        }
+    }
+}
+
 /// One row: what the model predicted, what this host measured, and the error.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct HostCheckRow {

@@ -10,6 +10,7 @@
 
 mod bigfree;
 mod experiment;
+mod host_check;
 mod huge_zero;
 mod munmap;
 mod percpu;
@@ -38,14 +39,17 @@ pub enum Experiment {
     Munmap,
     /// Seed 004: percpu partial chunk depopulation.
     Percpu,
+    /// The model checked on this host: calibrate, predict three scenarios, measure them.
+    HostCheck,
 }
 
 impl Experiment {
-    pub const ALL: [Experiment; 4] = [
+    pub const ALL: [Experiment; 5] = [
         Experiment::Bigfree,
         Experiment::HugeZero,
         Experiment::Munmap,
         Experiment::Percpu,
+        Experiment::HostCheck,
     ];
 }
 
@@ -60,6 +64,13 @@ pub struct ReproduceArgs {
     /// Run only these experiments (repeatable or a comma list; default: all).
     #[arg(long, value_name = "NAME", value_delimiter = ',')]
     pub only: Vec<Experiment>,
+    /// The host check's this-host profile (a file `usermm calibrate` wrote); without it the
+    /// run calibrates this host first (about half a minute) and writes DIR/this-host.toml.
+    #[arg(long, value_name = "FILE")]
+    pub host_profile: Option<PathBuf>,
+    /// Test only: the host check at tiny sizes (its figures mean little).
+    #[arg(long, hide = true)]
+    pub host_check_test_sizes: bool,
     /// Wall or virtual time; without --profile each experiment models its seed's machine.
     #[command(flatten)]
     pub time: TimeArgs,
@@ -113,11 +124,10 @@ pub struct Results {
     pub munmap: Option<sides::MunmapPair>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub percpu: Option<sides::Pair<sides::NoFigures, percpu::PercpuRecord>>,
-    /// "The model checked on this host" (issue 15): predicted vs measured rows. Its own
-    /// module and section are added with `usermm calibrate`'s `this-host` profile; until
-    /// then it is absent.
+    /// "The model checked on this host": the this-host profile, the predictions, the
+    /// measurements and `rows[]` (`name`, `unit`, `predicted`, `measured`, `error`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub host_check: Option<serde_json::Value>,
+    pub host_check: Option<host_check::HostCheckRecord>,
 }
 
 impl Results {
@@ -188,6 +198,9 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     let mut sections = Vec::new();
     let mut verdicts = Vec::new();
     for e in args.experiments() {
+        if e == Experiment::HostCheck {
+            continue; // after the seeds, below
+        }
         for (kind, time) in sides::sides(&args.time) {
             // Each side's own plots in its own directory (report.md links them).
             let dir = out.join(kind.name());
@@ -207,6 +220,7 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
                 Experiment::Percpu => {
                     percpu::run(args.scale, &dir, &time)?.into_record(Record::Percpu)
                 }
+                Experiment::HostCheck => unreachable!("run after the seeds' experiments"),
             };
             eprintln!(
                 "usermm reproduce: {} ({}) done in {:.1} s: {}",
@@ -236,8 +250,33 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         results.huge_zero.as_ref(),
         results.munmap.as_ref(),
     )?;
-    // The host check's section ("the model checked on this host") goes here, after the
-    // comparison and before the experiments' own sections, when its module lands.
+    // The model checked on this host: after the comparison, before the experiments' sections.
+    let mut host_section = None;
+    let mut host_verdict = None;
+    if args.experiments().contains(&Experiment::HostCheck) {
+        eprintln!("usermm reproduce: host-check (calibrate, predict, measure) ...");
+        let te = std::time::Instant::now();
+        let opts = if args.host_check_test_sizes {
+            usermm_workloads::host_check::HostCheckOpts::small()
+        } else {
+            usermm_workloads::host_check::HostCheckOpts::standard()
+        };
+        let (section, verdict, record) = host_check::run(out, args.host_profile.as_deref(), &opts)?;
+        eprintln!(
+            "usermm reproduce: host-check done in {:.1} s: {verdict}",
+            te.elapsed().as_secs_f64()
+        );
+        if !g.json {
+            println!("== {} ==", section.heading);
+            for t in &section.tables {
+                println!("{}", t.render_text());
+            }
+            println!("verdict: {verdict}\n");
+        }
+        results.host_check = Some(record);
+        host_section = Some(section);
+        host_verdict = Some(verdict);
+    }
     let modelled = results.modelled_verdicts();
     let mut summary = String::new();
     for (name, v) in &modelled {
@@ -245,6 +284,9 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     }
     for (name, kind, v) in &verdicts {
         summary += &format!("- {name}, {}: {v}\n", kind.name());
+    }
+    if let Some(v) = &host_verdict {
+        summary += &format!("- **host check** (the this-host profile against this host): {v}\n");
     }
     summary += &format!("\nTotal run time: {:.0} s.\n", t0.elapsed().as_secs_f64());
     if !g.json {
@@ -264,6 +306,7 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         },
         comparison,
     ];
+    all.extend(host_section);
     all.extend(sections);
     results.wall_seconds = t0.elapsed().as_secs_f64();
     // Through a Value: its map keeps keys sorted, as results.json has always had them.
@@ -299,6 +342,7 @@ impl Experiment {
             Experiment::HugeZero => "huge-zero",
             Experiment::Munmap => "munmap",
             Experiment::Percpu => "percpu",
+            Experiment::HostCheck => "host-check",
         }
     }
 }

@@ -1,0 +1,185 @@
+//! "The model checked on this host" in `reproduce`: calibrate this host (or take a `this-host`
+//! profile given with `--host-profile`), predict three scenarios with it in virtual time, then
+//! measure them on this host's kernel, and print each row with its error
+//! (`usermm_workloads::host_check` holds the scenarios; `usermm_host::calibrate` the
+//! calibration).
+//!
+//! The order is the point: the profile is written and the predictions made before anything of
+//! the check is measured, and nothing the check measures goes into the profile.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use usermm_host::calibrate::{self, CalibrateOpts, Sizes};
+use usermm_workloads::host_check::{self, HostCheck, HostCheckOpts};
+
+use crate::report::{Progress, Section, Table};
+
+/// A row is within the band when its error is at most this (±30 %).
+pub const BAND: f64 = 0.30;
+
+/// `host_check` in `results.json`.
+#[derive(Debug, Serialize)]
+pub struct HostCheckRecord {
+    /// Where the this-host profile came from: the file written by this run's calibration, or
+    /// the one given with `--host-profile`.
+    pub profile_file: PathBuf,
+    /// True when this run calibrated (false: `--host-profile`).
+    pub calibrated: bool,
+    /// `calibrate`'s wall time in this run, s (0 when not calibrated).
+    pub calibrate_seconds: f64,
+    pub band: f64,
+    #[serde(flatten)]
+    pub check: HostCheck,
+}
+
+/// Calibrates into `out/this-host.toml` unless `profile` names one, then predicts and measures.
+pub fn run(
+    out: &Path,
+    profile: Option<&Path>,
+    opts: &HostCheckOpts,
+) -> anyhow::Result<(Section, String, HostCheckRecord)> {
+    let t = std::time::Instant::now();
+    let (file, calibrated) = match profile {
+        Some(p) => (p.to_path_buf(), false),
+        None => {
+            let copts = CalibrateOpts {
+                repeat: calibrate::MIN_REPEAT,
+                sizes: Sizes::full(),
+            };
+            let bar = Progress::bar(
+                u64::from(copts.repeat) * calibrate::PROBES as u64,
+                "calibrate",
+            );
+            let record = calibrate::calibrate(&copts, &mut |what, _, _| {
+                bar.set_message(what.to_string());
+                bar.inc(1);
+            });
+            bar.finish();
+            let record = record.map_err(|e| anyhow::anyhow!("host check: calibrate: {e}"))?;
+            let text = usermm_workloads::calibrate::this_host_profile(&record);
+            let file = out.join("this-host.toml");
+            std::fs::write(&file, text)
+                .map_err(|e| anyhow::anyhow!("host check: cannot write {}: {e}", file.display()))?;
+            (file, true)
+        }
+    };
+    let calibrate_seconds = if calibrated {
+        t.elapsed().as_secs_f64()
+    } else {
+        0.0
+    };
+    // Loads the profile once here so that a bad file is one clear error, not a failed run.
+    usermm::vtime::Profile::resolve(&file.display().to_string())
+        .map_err(|e| anyhow::anyhow!("host check: {e}"))?;
+    let check = host_check::run(&file.display().to_string(), opts)
+        .map_err(|e| anyhow::anyhow!("host check: {e}"))?;
+    let section = section(&check, &file, calibrated);
+    let verdict = verdict(&check);
+    Ok((
+        section,
+        verdict,
+        HostCheckRecord {
+            profile_file: file,
+            calibrated,
+            calibrate_seconds,
+            band: BAND,
+            check,
+        },
+    ))
+}
+
+fn within(error: f64) -> bool {
+    error.abs() <= BAND
+}
+
+fn section(c: &HostCheck, file: &Path, calibrated: bool) -> Section {
+    let mut t = Table::new(
+        format!(
+            "predicted (modelled, this-host profile {}) then measured (this host, wall clock)",
+            file.display()
+        ),
+        [
+            "row",
+            "unit",
+            "predicted",
+            "measured",
+            "error",
+            "within ±30 %",
+        ],
+    );
+    for r in &c.rows {
+        let fmt = |v: f64| {
+            if r.unit == "ns" {
+                format!("{v:.0}")
+            } else {
+                format!("{v:.2}")
+            }
+        };
+        t.push_row([
+            r.name.clone(),
+            r.unit.clone(),
+            fmt(r.predicted),
+            fmt(r.measured),
+            format!("{:+.0} %", r.error * 100.0),
+            if within(r.error) { "yes" } else { "no" }.into(),
+        ]);
+    }
+    let o = &c.opts;
+    let text = format!(
+        "The engine, in virtual time on the `this-host` profile ({}), predicts three scenarios \
+         of this host's kernel (6.18's policies: per-VMA locks, pcp auto-tuning, munmap under a \
+         downgraded lock, the per-mm huge zero reference) before this run measures them. \
+         Nothing measured here is used by the profile.\n\n\
+         - (a) {} MiB touched, freed by `MADV_DONTNEED` by one thread, then by two threads on \
+         halves ({} host repeats, medians);\n\
+         - (b) a thread write-faulting its own {} KiB VMA while another munmaps {} GiB ({} host \
+         repeats; {} faults overlapped the munmaps);\n\
+         - (c) {} GiB of huge-zero-page reads (one fault per 2 MiB) by one process, then by two \
+         at once ({} host repeats, medians).\n\n\
+         A row outside ±30 % is a miss of the model and is reported as one.\n",
+        if calibrated {
+            "calibrated in this run"
+        } else {
+            "given with --host-profile"
+        },
+        o.dontneed_bytes >> 20,
+        o.repeat,
+        o.faulter_bytes >> 10,
+        o.munmap_bytes >> 30,
+        o.munmap_repeat,
+        c.measured.faults_during_munmap,
+        o.reader_bytes >> 30,
+        o.repeat,
+    );
+    Section {
+        heading: "The model checked on this host".into(),
+        text,
+        tables: vec![t],
+        plots: Vec::new(),
+    }
+}
+
+fn verdict(c: &HostCheck) -> String {
+    let n = c.rows.iter().filter(|r| within(r.error)).count();
+    let rows: Vec<String> = c
+        .rows
+        .iter()
+        .map(|r| {
+            let tag = r.name.split(' ').next().unwrap_or("");
+            let what = if r.name.contains("p50") {
+                " p50"
+            } else if r.name.contains("p99") {
+                " p99"
+            } else {
+                ""
+            };
+            format!("{tag}{what} {:+.0} %", r.error * 100.0)
+        })
+        .collect();
+    format!(
+        "{n} of {} rows within ±30 % of this host's measurement ({})",
+        c.rows.len(),
+        rows.join(", ")
+    )
+}
