@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use crate::addr::{Pfn, PAGE_SIZE};
 use crate::config::{ConfigError, MachineConfig, ThpMode, TimeMode};
 use crate::cpu::{CpuId, Cpus};
-use crate::huge_memory::HugeZeroPage;
+use crate::huge_zero_page::HugeZeroPage;
 use crate::page_alloc::{meta::PG_RESERVED, Gfp, PhysMem};
 use crate::pcpu::PcpuAllocator;
 use crate::policy::{GatherPolicy, MunmapPolicy};

@@ -59,13 +59,12 @@ use serde::Serialize;
 
 use super::pgtable_alias::*;
 use super::vma::{VmFlags, Vma, VmaKind, VmaTree, VmaWriteGuard};
-use super::{rmap, Mm, RssItem};
-use crate::addr::{Order, Pfn, HPAGE_PMD_ORDER, PMD_SIZE};
-use crate::config::{HugeZeroWriteFault, ThpMode};
+use super::{huge_memory, rmap, Mm, RssItem, VmFault, OOM};
+use crate::addr::{Order, Pfn};
 use crate::cpu::CpuId;
-use crate::page_alloc::meta::{PG_ANON, PG_MLOCKED};
+use crate::page_alloc::meta::PG_MLOCKED;
 use crate::page_alloc::{Gfp, PhysMem};
-use crate::pgtable::{self, leaf_bits, Walk, _PAGE_PSE, _PAGE_SPECIAL};
+use crate::pgtable::{self, Walk, _PAGE_PSE, _PAGE_SPECIAL};
 use crate::stats::VmItem;
 use crate::sync::class::{PMD_LOCK, PTL};
 use crate::sync::{charge, Cost};
@@ -150,24 +149,6 @@ pub(crate) fn translate(phys: &PhysMem, pgd: Pfn, addr: u64, write: bool) -> Opt
     }
 }
 
-/// Is an anonymous VMA eligible for THP at this address (`thp_vma_allowable_order`)?
-#[inline]
-fn thp_eligible(mm: &Mm, vma: &Vma, addr: u64) -> bool {
-    // A private /dev/zero mapping is anonymous inside (vma_set_anonymous): eligible too.
-    if !matches!(vma.kind, VmaKind::Anon | VmaKind::DevZero)
-        || vma.flags.contains(VmFlags::VM_NOHUGEPAGE)
-    {
-        return false;
-    }
-    let allowed = match mm.machine().thp() {
-        ThpMode::Never => false,
-        ThpMode::Always => true,
-        ThpMode::Madvise => vma.flags.contains(VmFlags::VM_HUGEPAGE),
-    };
-    let h = addr & !(PMD_SIZE - 1);
-    allowed && h >= vma.start && h + PMD_SIZE <= vma.end
-}
-
 /// `access_error`: does the VMA allow this access?
 #[inline]
 pub(crate) fn access_ok(vma: &Vma, write: bool) -> bool {
@@ -175,19 +156,6 @@ pub(crate) fn access_ok(vma: &Vma, write: bool) -> bool {
         vma.flags.contains(VmFlags::VM_WRITE)
     } else {
         vma.flags.intersects(VmFlags::VM_ACCESS_FLAGS)
-    }
-}
-
-/// `vmf_anon_prepare`: the VMA's anon_vma, allocated (or a neighbour's reused) under the mmap
-/// lock (`tree`). Under a per-VMA lock (`None`) the VMA has one already: `lock_vma_under_rcu`
-/// took only such VMAs.
-#[inline]
-fn anon_vma_prepare(mm: &Mm, tree: Option<&VmaTree>, vma: &Vma) {
-    match tree {
-        Some(t) => {
-            t.anon_vma_prepare(vma, &mm.anon_vma_ids);
-        }
-        None => vm_bug_on!(vma.anon_vma() == 0, "VMA-locked fault without an anon_vma"),
     }
 }
 
@@ -324,18 +292,6 @@ pub(crate) fn fault_locked(
     })
 }
 
-/// Why a fault could not be completed: the error bits of `vm_fault_t`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum VmFault {
-    /// `VM_FAULT_OOM`: no frame for a page or a page table.
-    Oom,
-    /// `VM_FAULT_SIGBUS`: the mapping's object cannot back the address.
-    Sigbus,
-    /// Not an error: the entry changed under the fault (a huge PMD appeared where a table
-    /// was to go); the access re-walks, as after Linux's `pte_offset_map` failure.
-    Raced,
-}
-
 impl VmFault {
     /// What the task sees.
     fn code(self) -> SegvCode {
@@ -346,19 +302,7 @@ impl VmFault {
             VmFault::Raced => SegvCode::MapErr,
         }
     }
-
-    /// `vm_fault_to_errno` for callers that populate (`__get_user_pages`).
-    pub(crate) fn errno(self) -> crate::Errno {
-        match self {
-            VmFault::Oom => crate::Errno::ENOMEM,
-            VmFault::Sigbus | VmFault::Raced => crate::Errno::EFAULT,
-        }
-    }
 }
-
-/// An allocation for the fault failed.
-#[doc(alias = "VM_FAULT_OOM")]
-const OOM: VmFault = VmFault::Oom;
 
 /// Find or allocate the PMD slot for `addr` (`pud_alloc` + `pmd_alloc`).
 fn pmd_alloc(mm: &Mm, cpu: CpuId, addr: u64) -> Result<Slot, VmFault> {
@@ -464,13 +408,27 @@ fn vma_fault(
     charge(Cost::PtWalkLevel, 3);
     let pmd = pmd_alloc(mm, cpu, addr)?;
     let e = pmd.load(phys);
-    if e.is_none() && thp_eligible(mm, vma, addr) {
-        if let Some(done) = huge_anonymous_fault(mm, tree, vma, cpu, pmd, addr, write) {
+    if e.is_none() && huge_memory::thp_eligible(mm, vma, addr) {
+        if let Some(done) =
+            huge_memory::do_huge_pmd_anonymous_page(mm, tree, vma, cpu, pmd, addr, write)
+        {
             return done;
         }
     } else if e.huge() {
         if write && !e.writable() {
-            return huge_wp_fault(mm, tree, vma, cpu, pmd, addr);
+            if let Some(done) = huge_memory::do_huge_pmd_wp_page(mm, tree, vma, cpu, pmd, addr) {
+                return done;
+            }
+            // VM_FAULT_FALLBACK: the PMD was split; the written page is a PTE fault now.
+            let table = pmd.load(phys);
+            if table.is_none() || table.huge() {
+                return Ok(());
+            }
+            let pte = Slot {
+                table: table.pfn(),
+                index: pte_index(addr),
+            };
+            return handle_pte_fault(mm, tree, vma, cpu, pte, addr, true);
         }
         // huge_pmd_set_accessed: someone else mapped it, or a split holds the PMD lock with
         // the PMD invalidated; take the lock so the retried access finds the result.
@@ -488,19 +446,6 @@ fn vma_fault(
     };
     charge(Cost::PtWalkLevel, 1);
     handle_pte_fault(mm, tree, vma, cpu, pte, addr, write)
-}
-
-/// Permission bits of a leaf for `vma`, before copy-on-write is considered. x86 has no
-/// write-only pages: `VM_WRITE` alone maps readable (`protection_map[VM_WRITE]` is
-/// `PAGE_COPY`), also while copy-on-write keeps the entry read-only.
-#[inline]
-fn vma_leaf_bits(vma: &Vma, writable: bool) -> u64 {
-    let f = vma.flags;
-    leaf_bits(
-        f.intersects(VmFlags::VM_READ | VmFlags::VM_WRITE),
-        writable && f.contains(VmFlags::VM_WRITE),
-        f.contains(VmFlags::VM_EXEC),
-    )
 }
 
 fn handle_pte_fault(
@@ -523,12 +468,12 @@ fn handle_pte_fault(
             // do_anonymous_page, read: map the zero page.
             let _ptl = phys.meta(pte.table).ptl.lock(&PTL);
             if pte.load(phys).is_none() {
-                let b = vma_leaf_bits(vma, false) | _PAGE_SPECIAL;
+                let b = vma.leaf_bits(false) | _PAGE_SPECIAL;
                 pte.store(phys, Entry::new(machine.zero_pfn(), b));
             }
             return Ok(());
         }
-        anon_vma_prepare(mm, tree, vma);
+        rmap::anon_vma_prepare(mm, tree, vma);
         let page = phys
             .alloc_pages(cpu, Order(0), Gfp::ZERO)
             .map_err(|_| OOM)?;
@@ -538,8 +483,8 @@ fn handle_pte_fault(
             let _ = phys.free_pages(cpu, page, Order(0));
             return Ok(());
         }
-        map_new_anon(mm, vma, cpu, page, 1);
-        pte.store(phys, Entry::new(page, vma_leaf_bits(vma, true)));
+        rmap::map_new_anon(mm, vma, cpu, page, 1);
+        pte.store(phys, Entry::new(page, vma.leaf_bits(true)));
         drop(ptl);
         phys.lru_cache_add(cpu, page);
         return Ok(());
@@ -553,41 +498,14 @@ fn handle_pte_fault(
         let _ptl = phys.meta(pte.table).ptl.lock(&PTL);
         let cur = pte.load(phys);
         if cur == e {
-            let w = !e.special() && (!is_cow_mapping(vma) || rmap::pte_exclusive(phys, e.pfn()));
+            let w = !e.special() && (!vma.is_cow_mapping() || rmap::pte_exclusive(phys, e.pfn()));
             pte.store(
                 phys,
-                Entry::new(e.pfn(), vma_leaf_bits(vma, w) | (e.0 & _PAGE_SPECIAL)),
+                Entry::new(e.pfn(), vma.leaf_bits(w) | (e.0 & _PAGE_SPECIAL)),
             );
         }
     }
     Ok(())
-}
-
-/// `is_cow_mapping`: private and possibly writable — its anonymous pages are shared
-/// copy-on-write after a fork.
-#[inline]
-pub(crate) fn is_cow_mapping(vma: &Vma) -> bool {
-    !vma.flags.contains(VmFlags::VM_SHARED) && vma.flags.contains(VmFlags::VM_MAYWRITE)
-}
-
-/// Account a new anonymous page of `nr` base pages mapped in `vma` (`folio_add_new_anon_rmap`:
-/// one PTE mapping of an order-0 page, or the entire mapping of a THP).
-fn map_new_anon(mm: &Mm, vma: &Vma, cpu: CpuId, page: Pfn, nr: i64) {
-    let machine = mm.machine();
-    let m = machine.phys().meta(page);
-    m.set(PG_ANON);
-    if nr == 1 {
-        m.mapcount.store(1, Relaxed);
-    } else {
-        m.private.store(1, Relaxed);
-    }
-    if vma.flags.contains(VmFlags::VM_LOCKED) {
-        m.set(PG_MLOCKED);
-        machine.vmstat().add(cpu, VmItem::NrMlock, nr);
-        machine.vmstat().add(cpu, VmItem::UnevictablePgsMlocked, nr);
-    }
-    mm.add_rss(cpu, RssItem::AnonPages, nr);
-    machine.vmstat().add(cpu, VmItem::NrAnonPages, nr);
 }
 
 /// `do_wp_page`: write to a present read-only PTE in a writable VMA.
@@ -610,16 +528,16 @@ fn do_wp_page(
 ) -> Result<(), VmFault> {
     let machine = mm.machine();
     let phys = machine.phys();
-    if !e.special() && (!is_cow_mapping(vma) || rmap::pte_exclusive(phys, e.pfn())) {
+    if !e.special() && (!vma.is_cow_mapping() || rmap::pte_exclusive(phys, e.pfn())) {
         // wp_page_reuse: an exclusive anonymous page (or a shared mapping's page) only needs
         // the write bit.
         let _ptl = phys.meta(pte.table).ptl.lock(&PTL);
         if pte.load(phys) == e {
-            pte.store(phys, Entry::new(e.pfn(), vma_leaf_bits(vma, true)));
+            pte.store(phys, Entry::new(e.pfn(), vma.leaf_bits(true)));
         }
         return Ok(());
     }
-    anon_vma_prepare(mm, tree, vma);
+    rmap::anon_vma_prepare(mm, tree, vma);
     let page = phys
         .alloc_pages(cpu, Order(0), Gfp::ZERO)
         .map_err(|_| OOM)?;
@@ -636,8 +554,8 @@ fn do_wp_page(
     // ptep_clear_flush: the old translation must be gone before the new one appears.
     pte.store(phys, Entry::NONE);
     mm.flush_tlb(cpu, Some(1));
-    map_new_anon(mm, vma, cpu, page, 1);
-    pte.store(phys, Entry::new(page, vma_leaf_bits(vma, true)));
+    rmap::map_new_anon(mm, vma, cpu, page, 1);
+    pte.store(phys, Entry::new(page, vma.leaf_bits(true)));
     let old = (!e.special()).then(|| unmap_cow_source(mm, cpu, e.pfn()));
     drop(ptl);
     phys.lru_cache_add(cpu, page);
@@ -688,173 +606,9 @@ fn shmem_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64) -> Result<(
     }
     phys.meta(page).mapcount.fetch_add(1, Relaxed);
     mm.add_rss(cpu, RssItem::ShmemPages, 1);
-    pte.store(phys, Entry::new(page, vma_leaf_bits(vma, true)));
+    pte.store(phys, Entry::new(page, vma.leaf_bits(true)));
     drop(ptl);
     Ok(())
-}
-
-/// `do_huge_pmd_anonymous_page`. `None` means "fall back to 4 KiB" (no huge zero page, no
-/// THP); `Some(Err(Oom))` that the PMD's deposit table could not be had (`pte_alloc_one` →
-/// `VM_FAULT_OOM`, as in Linux: the table is allocated first on the read path, after the THP
-/// on the write path).
-fn huge_anonymous_fault(
-    mm: &Mm,
-    tree: Option<&VmaTree>,
-    vma: &Vma,
-    cpu: CpuId,
-    pmd: Slot,
-    addr: u64,
-    write: bool,
-) -> Option<Result<(), VmFault>> {
-    let machine = mm.machine();
-    let phys = machine.phys();
-    // vmf_anon_prepare comes first, also for a read that maps the huge zero page: the VMA
-    // gets its anon_vma (which then keeps VM_ACCOUNT across mprotect and decides merges).
-    anon_vma_prepare(mm, tree, vma);
-    if !write {
-        let Ok(table) = pgtable::alloc_deposit_table(phys, cpu) else {
-            return Some(Err(OOM));
-        };
-        let hz = machine.huge_zero();
-        let Some(zero) = hz.fault_get(&mm.flags, cpu) else {
-            pgtable::free_deposit_table(phys, cpu, table);
-            return None;
-        };
-        let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
-        if !pmd.load(phys).is_none() {
-            drop(ptl);
-            hz.fault_unused(cpu);
-            pgtable::free_deposit_table(phys, cpu, table);
-            return Some(Ok(()));
-        }
-        super::memory::deposit(mm, pmd, table);
-        mm.nr_tables.fetch_add(1, Relaxed);
-        let b = vma_leaf_bits(vma, false) | _PAGE_PSE | _PAGE_SPECIAL;
-        pmd.store(phys, Entry::new(zero, b));
-        return Some(Ok(()));
-    }
-    let page = alloc_anon_thp(mm, cpu)?;
-    let Ok(table) = pgtable::alloc_deposit_table(phys, cpu) else {
-        let _ = phys.free_pages(cpu, page, HPAGE_PMD_ORDER);
-        return Some(Err(OOM));
-    };
-    let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
-    if !pmd.load(phys).is_none() {
-        drop(ptl);
-        let _ = phys.free_pages(cpu, page, HPAGE_PMD_ORDER);
-        pgtable::free_deposit_table(phys, cpu, table);
-        return Some(Ok(()));
-    }
-    super::memory::deposit(mm, pmd, table);
-    mm.nr_tables.fetch_add(1, Relaxed);
-    map_anon_thp_pmd(mm, vma, cpu, pmd, page);
-    drop(ptl);
-    phys.lru_cache_add(cpu, page);
-    let _ = addr;
-    Some(Ok(()))
-}
-
-/// `vma_alloc_anon_folio_pmd`: a zeroed THP, never waiting; a failure counts
-/// `thp_fault_fallback` and the caller falls back to 4 KiB pages.
-fn alloc_anon_thp(mm: &Mm, cpu: CpuId) -> Option<Pfn> {
-    let machine = mm.machine();
-    match machine
-        .phys()
-        .alloc_pages(cpu, HPAGE_PMD_ORDER, Gfp::ZERO.union(Gfp::NOWAIT))
-    {
-        Ok(page) => Some(page),
-        Err(_) => {
-            machine.vmstat().inc(cpu, VmItem::ThpFaultFallback);
-            None
-        }
-    }
-}
-
-/// `map_anon_folio_pmd`: map a fresh THP writable at an empty `pmd` whose PTL the caller
-/// holds — rmap, rss and the THP counters first, the PMD last. The caller adds the page to
-/// the LRU once the PTL is dropped.
-fn map_anon_thp_pmd(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, page: Pfn) {
-    let machine = mm.machine();
-    map_new_anon(mm, vma, cpu, page, 512);
-    machine
-        .vmstat()
-        .inc(cpu, VmItem::NrAnonTransparentHugepages);
-    machine.vmstat().inc(cpu, VmItem::ThpFaultAlloc);
-    pmd.store(
-        machine.phys(),
-        Entry::new(page, vma_leaf_bits(vma, true) | _PAGE_PSE),
-    );
-}
-
-/// `do_huge_pmd_wp_page`: write to a read-only huge PMD.
-fn huge_wp_fault(
-    mm: &Mm,
-    tree: Option<&VmaTree>,
-    vma: &Vma,
-    cpu: CpuId,
-    pmd: Slot,
-    addr: u64,
-) -> Result<(), VmFault> {
-    let machine = mm.machine();
-    let phys = machine.phys();
-    let e = pmd.load(phys);
-    let haddr = addr & !(PMD_SIZE - 1);
-    if !e.special() {
-        if !is_cow_mapping(vma) || rmap::pmd_exclusive(phys, e.pfn()) {
-            // An exclusive THP (it lost its write bit to mprotect, or the other side of a
-            // fork let go of it): reuse it.
-            let _ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
-            if pmd.load(phys) == e {
-                pmd.store(
-                    phys,
-                    Entry::new(e.pfn(), vma_leaf_bits(vma, true) | _PAGE_PSE),
-                );
-            }
-            return Ok(());
-        }
-        // Shared with another mm (fork): split the PMD and copy the one 4 KiB page written
-        // (`__split_huge_pmd` + `VM_FAULT_FALLBACK`, since v5.8).
-        super::memory::split_huge_pmd(mm, cpu, pmd, haddr);
-        let table = pmd.load(phys);
-        if table.is_none() || table.huge() {
-            return Ok(());
-        }
-        let pte = Slot {
-            table: table.pfn(),
-            index: pte_index(addr),
-        };
-        return handle_pte_fault(mm, tree, vma, cpu, pte, addr, true);
-    }
-    if machine.huge_zero().write_fault_policy() == HugeZeroWriteFault::AllocThp {
-        anon_vma_prepare(mm, tree, vma);
-        if let Some(page) = alloc_anon_thp(mm, cpu) {
-            let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
-            if pmd.load(phys) != e {
-                drop(ptl);
-                let _ = phys.free_pages(cpu, page, HPAGE_PMD_ORDER);
-                return Ok(());
-            }
-            // Replace the huge zero PMD: clear, flush, install. The deposit stays.
-            pmd.store(phys, Entry::NONE);
-            mm.flush_tlb(cpu, Some(512));
-            map_anon_thp_pmd(mm, vma, cpu, pmd, page);
-            drop(ptl);
-            machine.huge_zero().zap_put(cpu);
-            phys.lru_cache_add(cpu, page);
-            return Ok(());
-        }
-    }
-    // Split to zero-page PTEs, then COW the one page.
-    super::memory::split_huge_pmd(mm, cpu, pmd, haddr);
-    let table = pmd.load(phys);
-    if table.is_none() || table.huge() {
-        return Ok(());
-    }
-    let pte = Slot {
-        table: table.pfn(),
-        index: pte_index(addr),
-    };
-    handle_pte_fault(mm, tree, vma, cpu, pte, addr, true)
 }
 
 /// A fault in a `MAP_HUGETLB` VMA: a 2 MiB page from the pool, PMD-mapped. An empty pool is
@@ -881,7 +635,7 @@ fn hugetlb_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64, write: bool) -> Resu
         return Ok(());
     }
     phys.meta(page).mapcount.store(1, Relaxed);
-    pmd.store(phys, Entry::new(page, vma_leaf_bits(vma, true) | _PAGE_PSE));
+    pmd.store(phys, Entry::new(page, vma.leaf_bits(true) | _PAGE_PSE));
     Ok(())
 }
 
@@ -891,10 +645,10 @@ fn hugetlb_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64, write: bool) -> Resu
 fn hugetlb_wp(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, e: Entry) -> Result<(), VmFault> {
     let phys = mm.machine().phys();
     let old = e.pfn();
-    if !is_cow_mapping(vma) || phys.meta(old).map_count() == 1 {
+    if !vma.is_cow_mapping() || phys.meta(old).map_count() == 1 {
         let _ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
         if pmd.load(phys) == e {
-            pmd.store(phys, Entry::new(old, vma_leaf_bits(vma, true) | _PAGE_PSE));
+            pmd.store(phys, Entry::new(old, vma.leaf_bits(true) | _PAGE_PSE));
         }
         return Ok(());
     }
@@ -911,7 +665,7 @@ fn hugetlb_wp(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, e: Entry) -> Result<(),
     pmd.store(phys, Entry::NONE);
     mm.flush_tlb(cpu, Some(512));
     phys.meta(page).mapcount.store(1, Relaxed);
-    pmd.store(phys, Entry::new(page, vma_leaf_bits(vma, true) | _PAGE_PSE));
+    pmd.store(phys, Entry::new(page, vma.leaf_bits(true) | _PAGE_PSE));
     phys.meta(old).mapcount.fetch_sub(1, Relaxed);
     drop(ptl);
     let _ = phys.put_page(cpu, old);

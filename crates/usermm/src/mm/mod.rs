@@ -54,6 +54,7 @@
 
 pub mod fault;
 pub mod fork;
+pub mod huge_memory;
 mod lock_vma;
 pub mod memory;
 pub mod mman;
@@ -94,7 +95,34 @@ pub enum RssItem {
     ShmemPages = 3,
 }
 
-pub use crate::huge_memory::MMF_HUGE_ZERO_PAGE;
+pub use crate::huge_zero_page::MMF_HUGE_ZERO_PAGE;
+
+/// Why a fault could not be completed: the error bits of `vm_fault_t` (`mm_types.h`). What a
+/// task sees of each is `fault.rs`'s `SegvCode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum VmFault {
+    /// `VM_FAULT_OOM`: no frame for a page or a page table.
+    Oom,
+    /// `VM_FAULT_SIGBUS`: the mapping's object cannot back the address.
+    Sigbus,
+    /// Not an error: the entry changed under the fault (a huge PMD appeared where a table
+    /// was to go); the access re-walks, as after Linux's `pte_offset_map` failure.
+    Raced,
+}
+
+impl VmFault {
+    /// `vm_fault_to_errno` for callers that populate (`__get_user_pages`).
+    pub(crate) fn errno(self) -> crate::error::Errno {
+        match self {
+            VmFault::Oom => crate::error::Errno::ENOMEM,
+            VmFault::Sigbus | VmFault::Raced => crate::error::Errno::EFAULT,
+        }
+    }
+}
+
+/// An allocation for the fault failed.
+#[doc(alias = "VM_FAULT_OOM")]
+pub(crate) const OOM: VmFault = VmFault::Oom;
 
 /// What a `munmap` or exit did, for the experiments.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -127,7 +155,7 @@ pub struct Mm {
     pub(crate) mmap_lock: MmapLock<VmaTree>,
     pgd: Pfn,
     /// `mm->page_table_lock`: PGD and PUD entries. (Tables deposited under huge PMDs are on a
-    /// list of their PMD table page, under its PMD lock: see `memory::deposit`.)
+    /// list of their PMD table page, under its PMD lock: see `huge_memory::deposit`.)
     pub(crate) page_table_lock: SpinLock<()>,
     rss: PerCpu<[AtomicI64; 4]>,
     /// `mm_pgtables_bytes` in pages: table pages of this mm, deposits and PGD included.
