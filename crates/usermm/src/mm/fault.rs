@@ -2,8 +2,9 @@
 //!
 //! Mirrors `arch/x86/mm/fault.c` (`do_user_addr_fault`, `access_error`), `mm/memory.c`
 //! (`handle_mm_fault`, `__handle_mm_fault`, `handle_pte_fault`, `do_anonymous_page`,
-//! `do_wp_page`, `__pte_alloc`, `__pmd_alloc`, `__pud_alloc`) and `mm/huge_memory.c`
-//! (`do_huge_pmd_anonymous_page`, `do_huge_pmd_wp_page`, `__do_huge_pmd_anonymous_page`).
+//! `do_wp_page`) and `mm/hugetlb.c` (`hugetlb_fault`, `hugetlb_wp`). The huge-PMD faults
+//! (`do_huge_pmd_anonymous_page`, `do_huge_pmd_wp_page`) are `huge_memory.rs`'s; the tables
+//! on the way are allocated by `pgtable.rs` (`__pte_alloc`, `__pmd_alloc`, `__pud_alloc`).
 //!
 //! # Paths
 //! - No VMA at the address → `SEGV_MAPERR`; an access the VMA does not allow → `SEGV_ACCERR`.
@@ -43,7 +44,9 @@
 //!
 //! # Locks
 //! `mmap_lock` (read) → `page_table_lock` (PGD/PUD entries) → PMD lock → PTE lock. Pages are
-//! allocated before the PTL is taken; a fault that loses a race frees its page.
+//! allocated before the PTL is taken; the entry is then locked and re-checked against what
+//! the lockless walk saw (`pgtable::Slot::lock_if_same`, a `LockedSlot`), and a fault that
+//! lost a race frees its page.
 //!
 //! # Per-VMA locks
 //! With `vma.per_vma_lock`, [`handle_mm_fault`] first tries the VMA's read lock
@@ -64,7 +67,7 @@ use crate::addr::{Order, Pfn};
 use crate::cpu::CpuId;
 use crate::page_alloc::meta::PG_MLOCKED;
 use crate::page_alloc::{Gfp, PhysMem};
-use crate::pgtable::{self, Walk, _PAGE_PSE, _PAGE_SPECIAL};
+use crate::pgtable::{self, PtAllocError, Walk, _PAGE_PSE, _PAGE_SPECIAL};
 use crate::stats::VmItem;
 use crate::sync::class::{PMD_LOCK, PTL};
 use crate::sync::{charge, Cost};
@@ -304,72 +307,6 @@ impl VmFault {
     }
 }
 
-/// Find or allocate the PMD slot for `addr` (`pud_alloc` + `pmd_alloc`).
-fn pmd_alloc(mm: &Mm, cpu: CpuId, addr: u64) -> Result<Slot, VmFault> {
-    let pgd_slot = Slot {
-        table: mm.pgd(),
-        index: pgd_index(addr),
-    };
-    let pud_table = table_alloc(mm, cpu, pgd_slot, None)?;
-    let pud_slot = Slot {
-        table: pud_table,
-        index: pud_index(addr),
-    };
-    let pmd_table = table_alloc(mm, cpu, pud_slot, None)?;
-    Ok(Slot {
-        table: pmd_table,
-        index: pmd_index(addr),
-    })
-}
-
-/// Return the table `slot` points to, allocating and installing one if it is none. The
-/// install is done under `page_table_lock` (upper levels) or the PMD lock (`pmd_lock`, when
-/// `pmd_ptl` names the PMD table).
-fn table_alloc(mm: &Mm, cpu: CpuId, slot: Slot, pmd_ptl: Option<Pfn>) -> Result<Pfn, VmFault> {
-    let phys = mm.machine().phys();
-    let e = slot.load(phys);
-    if !e.is_none() {
-        return Ok(e.pfn());
-    }
-    let new = pgtable::alloc_table(phys, cpu).map_err(|_| OOM)?;
-    let installed = {
-        // `pmd_lock` or `mm->page_table_lock`: whichever guards `slot`.
-        let (_pmd_lock, _mm_lock) = match pmd_ptl {
-            Some(t) => (Some(phys.meta(t).ptl.lock(&PMD_LOCK)), None),
-            None => (None, Some(mm.page_table_lock.lock())),
-        };
-        let e = slot.load(phys);
-        if e.is_none() {
-            slot.store(phys, Entry::new(new, pgtable::TABLE_BITS));
-            mm.nr_tables.fetch_add(1, Relaxed);
-            Ok(new)
-        } else {
-            Err(e)
-        }
-    };
-    match installed {
-        Ok(t) => Ok(t),
-        Err(e) => {
-            pgtable::free_table(phys, cpu, new);
-            if e.huge() {
-                // A huge PMD appeared meanwhile; the caller re-walks.
-                return Err(VmFault::Raced);
-            }
-            Ok(e.pfn())
-        }
-    }
-}
-
-/// `pmd_alloc` for callers outside the fault path (`remap_pfn_range`).
-pub(crate) fn pmd_alloc_pub(mm: &Mm, cpu: CpuId, addr: u64) -> Result<Slot, VmFault> {
-    pmd_alloc(mm, cpu, addr)
-}
-
-/// `pte_alloc` for callers outside the fault path.
-pub(crate) fn pte_alloc_pub(mm: &Mm, cpu: CpuId, pmd: Slot) -> Result<Pfn, VmFault> {
-    table_alloc(mm, cpu, pmd, Some(pmd.table))
-}
-
 /// `__handle_mm_fault` for one VMA; an out-of-memory outcome counts `oom` (module doc).
 pub(crate) fn handle_vma_fault(
     mm: &Mm,
@@ -406,7 +343,7 @@ fn vma_fault(
     }
     // pgd_offset, pud_alloc, pmd_alloc.
     charge(Cost::PtWalkLevel, 3);
-    let pmd = pmd_alloc(mm, cpu, addr)?;
+    let pmd = pgtable::pmd_alloc(mm, cpu, addr)?;
     let e = pmd.load(phys);
     if e.is_none() && huge_memory::thp_eligible(mm, vma, addr) {
         if let Some(done) =
@@ -432,13 +369,13 @@ fn vma_fault(
         }
         // huge_pmd_set_accessed: someone else mapped it, or a split holds the PMD lock with
         // the PMD invalidated; take the lock so the retried access finds the result.
-        drop(phys.meta(pmd.table).ptl.lock(&PMD_LOCK));
+        drop(pmd.lock(phys, &PMD_LOCK));
         return Ok(());
     }
-    let pte_table = match table_alloc(mm, cpu, pmd, Some(pmd.table)) {
+    let pte_table = match pgtable::pte_alloc(mm, cpu, pmd) {
         Ok(t) => t,
-        Err(VmFault::Raced) => return Ok(()), // raced with a huge mapping: re-walk
-        Err(o) => return Err(o),
+        Err(PtAllocError::HugePmd) => return Ok(()), // raced with a huge mapping: re-walk
+        Err(PtAllocError::NoMem) => return Err(OOM),
     };
     let pte = Slot {
         table: pte_table,
@@ -466,10 +403,9 @@ fn handle_pte_fault(
         }
         if !write {
             // do_anonymous_page, read: map the zero page.
-            let _ptl = phys.meta(pte.table).ptl.lock(&PTL);
-            if pte.load(phys).is_none() {
+            if let Some(pte) = pte.lock_if_same(phys, &PTL, Entry::NONE) {
                 let b = vma.leaf_bits(false) | _PAGE_SPECIAL;
-                pte.store(phys, Entry::new(machine.zero_pfn(), b));
+                pte.set(Entry::new(machine.zero_pfn(), b));
             }
             return Ok(());
         }
@@ -477,15 +413,13 @@ fn handle_pte_fault(
         let page = phys
             .alloc_pages(cpu, Order(0), Gfp::ZERO)
             .map_err(|_| OOM)?;
-        let ptl = phys.meta(pte.table).ptl.lock(&PTL);
-        if !pte.load(phys).is_none() {
-            drop(ptl);
+        let Some(pte) = pte.lock_if_same(phys, &PTL, Entry::NONE) else {
             let _ = phys.free_pages(cpu, page, Order(0));
             return Ok(());
-        }
+        };
         rmap::map_new_anon(mm, vma, cpu, page, 1);
-        pte.store(phys, Entry::new(page, vma.leaf_bits(true)));
-        drop(ptl);
+        pte.set(Entry::new(page, vma.leaf_bits(true)));
+        drop(pte);
         phys.lru_cache_add(cpu, page);
         return Ok(());
     }
@@ -495,14 +429,12 @@ fn handle_pte_fault(
     if e.maps_frame() && !e.present() {
         // PROT_NONE entry in a VMA that now allows the access: a stale protection. A page
         // shared copy-on-write stays read-only (the write fault then copies it).
-        let _ptl = phys.meta(pte.table).ptl.lock(&PTL);
-        let cur = pte.load(phys);
-        if cur == e {
+        if let Some(pte) = pte.lock_if_same(phys, &PTL, e) {
             let w = !e.special() && (!vma.is_cow_mapping() || rmap::pte_exclusive(phys, e.pfn()));
-            pte.store(
-                phys,
-                Entry::new(e.pfn(), vma.leaf_bits(w) | (e.0 & _PAGE_SPECIAL)),
-            );
+            pte.set(Entry::new(
+                e.pfn(),
+                vma.leaf_bits(w) | (e.0 & _PAGE_SPECIAL),
+            ));
         }
     }
     Ok(())
@@ -531,9 +463,8 @@ fn do_wp_page(
     if !e.special() && (!vma.is_cow_mapping() || rmap::pte_exclusive(phys, e.pfn())) {
         // wp_page_reuse: an exclusive anonymous page (or a shared mapping's page) only needs
         // the write bit.
-        let _ptl = phys.meta(pte.table).ptl.lock(&PTL);
-        if pte.load(phys) == e {
-            pte.store(phys, Entry::new(e.pfn(), vma.leaf_bits(true)));
+        if let Some(pte) = pte.lock_if_same(phys, &PTL, e) {
+            pte.set(Entry::new(e.pfn(), vma.leaf_bits(true)));
         }
         return Ok(());
     }
@@ -545,19 +476,17 @@ fn do_wp_page(
         phys.backing().copy_frame(e.pfn(), page);
         charge(Cost::CopyPage, 1);
     }
-    let ptl = phys.meta(pte.table).ptl.lock(&PTL);
-    if pte.load(phys) != e {
-        drop(ptl);
+    let Some(pte) = pte.lock_if_same(phys, &PTL, e) else {
         let _ = phys.free_pages(cpu, page, Order(0));
         return Ok(());
-    }
+    };
     // ptep_clear_flush: the old translation must be gone before the new one appears.
-    pte.store(phys, Entry::NONE);
+    pte.set(Entry::NONE);
     mm.flush_tlb(cpu, Some(1));
     rmap::map_new_anon(mm, vma, cpu, page, 1);
-    pte.store(phys, Entry::new(page, vma.leaf_bits(true)));
+    pte.set(Entry::new(page, vma.leaf_bits(true)));
     let old = (!e.special()).then(|| unmap_cow_source(mm, cpu, e.pfn()));
-    drop(ptl);
+    drop(pte);
     phys.lru_cache_add(cpu, page);
     if let Some(head) = old {
         // The reference the old PTE held, dropped after the PTL (`folio_put`).
@@ -598,16 +527,14 @@ fn shmem_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64) -> Result<(
     }
     // shmem_get_folio's -ENOMEM: vmf_error gives VM_FAULT_OOM.
     let page = obj.get_page(cpu, index).map_err(|_| OOM)?;
-    let ptl = phys.meta(pte.table).ptl.lock(&PTL);
-    if !pte.load(phys).is_none() {
-        drop(ptl);
+    let Some(pte) = pte.lock_if_same(phys, &PTL, Entry::NONE) else {
         let _ = phys.put_page(cpu, page);
         return Ok(());
-    }
+    };
     phys.meta(page).mapcount.fetch_add(1, Relaxed);
     mm.add_rss(cpu, RssItem::ShmemPages, 1);
-    pte.store(phys, Entry::new(page, vma.leaf_bits(true)));
-    drop(ptl);
+    pte.set(Entry::new(page, vma.leaf_bits(true)));
+    drop(pte);
     Ok(())
 }
 
@@ -617,7 +544,7 @@ fn shmem_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64) -> Result<(
 fn hugetlb_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64, write: bool) -> Result<(), VmFault> {
     let machine = mm.machine();
     let phys = machine.phys();
-    let pmd = pmd_alloc(mm, cpu, addr)?;
+    let pmd = pgtable::pmd_alloc(mm, cpu, addr)?;
     let e = pmd.load(phys);
     if !e.is_none() {
         if write && e.present() && !e.writable() {
@@ -628,14 +555,12 @@ fn hugetlb_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64, write: bool) -> Resu
     let page = phys.alloc_hugetlb_page().ok_or(VmFault::Sigbus)?;
     phys.backing().zero_data(page, 512);
     charge(Cost::ClearPage, 512);
-    let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
-    if !pmd.load(phys).is_none() {
-        drop(ptl);
+    let Some(pmd) = pmd.lock_if_same(phys, &PMD_LOCK, Entry::NONE) else {
         let _ = phys.put_page(cpu, page);
         return Ok(());
-    }
+    };
     phys.meta(page).mapcount.store(1, Relaxed);
-    pmd.store(phys, Entry::new(page, vma.leaf_bits(true) | _PAGE_PSE));
+    pmd.set(Entry::new(page, vma.leaf_bits(true) | _PAGE_PSE));
     Ok(())
 }
 
@@ -646,9 +571,8 @@ fn hugetlb_wp(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, e: Entry) -> Result<(),
     let phys = mm.machine().phys();
     let old = e.pfn();
     if !vma.is_cow_mapping() || phys.meta(old).map_count() == 1 {
-        let _ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
-        if pmd.load(phys) == e {
-            pmd.store(phys, Entry::new(old, vma.leaf_bits(true) | _PAGE_PSE));
+        if let Some(pmd) = pmd.lock_if_same(phys, &PMD_LOCK, e) {
+            pmd.set(Entry::new(old, vma.leaf_bits(true) | _PAGE_PSE));
         }
         return Ok(());
     }
@@ -656,18 +580,16 @@ fn hugetlb_wp(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, e: Entry) -> Result<(),
     for i in 0..512 {
         phys.backing().copy_frame(old.add(i), page.add(i));
     }
-    let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
-    if pmd.load(phys) != e {
-        drop(ptl);
+    let Some(pmd) = pmd.lock_if_same(phys, &PMD_LOCK, e) else {
         let _ = phys.put_page(cpu, page);
         return Ok(());
-    }
-    pmd.store(phys, Entry::NONE);
+    };
+    pmd.set(Entry::NONE);
     mm.flush_tlb(cpu, Some(512));
     phys.meta(page).mapcount.store(1, Relaxed);
-    pmd.store(phys, Entry::new(page, vma.leaf_bits(true) | _PAGE_PSE));
+    pmd.set(Entry::new(page, vma.leaf_bits(true) | _PAGE_PSE));
     phys.meta(old).mapcount.fetch_sub(1, Relaxed);
-    drop(ptl);
+    drop(pmd);
     let _ = phys.put_page(cpu, old);
     Ok(())
 }

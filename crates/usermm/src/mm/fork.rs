@@ -44,7 +44,6 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::fault::{pmd_alloc_pub, pte_alloc_pub};
 use super::pgtable_alias::*;
 use super::vma::{VmFlags, Vma, VmaKind};
 use super::{huge_memory, rmap, Mm, RssItem};
@@ -52,6 +51,7 @@ use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::cpu::CpuId;
 use crate::error::Errno;
 use crate::page_alloc::meta::PG_ANON;
+use crate::pgtable::addr_end;
 use crate::pgtable::_PAGE_RW;
 use crate::stats::VmItem;
 use crate::sync::class::PTL;
@@ -109,11 +109,6 @@ impl Mm {
     }
 }
 
-#[inline]
-fn addr_end(addr: u64, size: u64, end: u64) -> u64 {
-    ((addr & !(size - 1)) + size).min(end)
-}
-
 /// `copy_page_range` for one VMA `v` (the child's copy; same range in both mms).
 fn copy_page_range(dst: &Mm, src: &Mm, v: &Vma, cpu: CpuId) -> Result<(), Errno> {
     let phys = src.machine().phys();
@@ -145,11 +140,12 @@ fn copy_page_range(dst: &Mm, src: &Mm, v: &Vma, cpu: CpuId) -> Result<(), Errno>
         };
         let e = src_pmd.load(phys);
         if !e.is_none() {
-            let dst_pmd = pmd_alloc_pub(dst, cpu, addr).map_err(|_| Errno::ENOMEM)?;
+            let dst_pmd = crate::pgtable::pmd_alloc(dst, cpu, addr).map_err(|_| Errno::ENOMEM)?;
             if e.huge() {
                 huge_memory::copy_huge_pmd(dst, src, cpu, dst_pmd, src_pmd, cow)?;
             } else {
-                let dst_table = pte_alloc_pub(dst, cpu, dst_pmd).map_err(|_| Errno::ENOMEM)?;
+                let dst_table =
+                    crate::pgtable::pte_alloc(dst, cpu, dst_pmd).map_err(|_| Errno::ENOMEM)?;
                 copy_pte_range(dst, src, cpu, dst_table, e.pfn(), addr, next, cow);
             }
         }

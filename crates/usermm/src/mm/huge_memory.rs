@@ -50,7 +50,9 @@ use crate::cpu::CpuId;
 use crate::error::Errno;
 use crate::page_alloc::meta::{PG_ANON, PG_HUGETLB, PG_MLOCKED};
 use crate::page_alloc::{Gfp, PhysMem};
-use crate::pgtable::{self, _PAGE_PRESENT, _PAGE_PROTNONE, _PAGE_PSE, _PAGE_RW, _PAGE_SPECIAL};
+use crate::pgtable::{
+    self, LockedSlot, _PAGE_PRESENT, _PAGE_PROTNONE, _PAGE_PSE, _PAGE_RW, _PAGE_SPECIAL,
+};
 use crate::stats::VmItem;
 use crate::sync::charge;
 use crate::sync::class::{PMD_LOCK, PTL};
@@ -135,20 +137,18 @@ fn alloc_anon_thp(mm: &Mm, cpu: CpuId) -> Option<Pfn> {
     }
 }
 
-/// `map_anon_folio_pmd`: map a fresh THP writable at an empty `pmd` whose PTL the caller
-/// holds — rmap, rss and the THP counters first, the PMD last. The caller adds the page to
-/// the LRU once the PTL is dropped.
-fn map_anon_thp_pmd(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, page: Pfn) {
+/// `map_anon_folio_pmd`: map a fresh THP writable at an empty `pmd`, locked by the caller —
+/// rmap, rss and the THP counters first, the PMD last. The caller adds the page to the LRU
+/// once the PMD lock is dropped.
+#[doc(alias = "map_anon_folio_pmd")]
+fn map_anon_thp_pmd(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: &LockedSlot<'_>, page: Pfn) {
     let machine = mm.machine();
     rmap::map_new_anon(mm, vma, cpu, page, 512);
     machine
         .vmstat()
         .inc(cpu, VmItem::NrAnonTransparentHugepages);
     machine.vmstat().inc(cpu, VmItem::ThpFaultAlloc);
-    pmd.store(
-        machine.phys(),
-        Entry::new(page, vma.leaf_bits(true) | _PAGE_PSE),
-    );
+    pmd.set(Entry::new(page, vma.leaf_bits(true) | _PAGE_PSE));
 }
 
 /// `do_huge_pmd_anonymous_page`. `None` means "fall back to 4 KiB" (no huge zero page, no
@@ -178,17 +178,15 @@ pub(crate) fn do_huge_pmd_anonymous_page(
             pgtable::free_deposit_table(phys, cpu, table);
             return None;
         };
-        let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
-        if !pmd.load(phys).is_none() {
-            drop(ptl);
+        let Some(pmd) = pmd.lock_if_same(phys, &PMD_LOCK, Entry::NONE) else {
             hz.fault_unused(cpu);
             pgtable::free_deposit_table(phys, cpu, table);
             return Some(Ok(()));
-        }
-        deposit(mm, pmd, table);
+        };
+        deposit(mm, pmd.slot(), table);
         mm.nr_tables.fetch_add(1, Relaxed);
         let b = vma.leaf_bits(false) | _PAGE_PSE | _PAGE_SPECIAL;
-        pmd.store(phys, Entry::new(zero, b));
+        pmd.set(Entry::new(zero, b));
         return Some(Ok(()));
     }
     let page = alloc_anon_thp(mm, cpu)?;
@@ -196,17 +194,15 @@ pub(crate) fn do_huge_pmd_anonymous_page(
         let _ = phys.free_pages(cpu, page, HPAGE_PMD_ORDER);
         return Some(Err(OOM));
     };
-    let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
-    if !pmd.load(phys).is_none() {
-        drop(ptl);
+    let Some(pmd) = pmd.lock_if_same(phys, &PMD_LOCK, Entry::NONE) else {
         let _ = phys.free_pages(cpu, page, HPAGE_PMD_ORDER);
         pgtable::free_deposit_table(phys, cpu, table);
         return Some(Ok(()));
-    }
-    deposit(mm, pmd, table);
+    };
+    deposit(mm, pmd.slot(), table);
     mm.nr_tables.fetch_add(1, Relaxed);
-    map_anon_thp_pmd(mm, vma, cpu, pmd, page);
-    drop(ptl);
+    map_anon_thp_pmd(mm, vma, cpu, &pmd, page);
+    drop(pmd);
     phys.lru_cache_add(cpu, page);
     let _ = addr;
     Some(Ok(()))
@@ -232,9 +228,8 @@ pub(crate) fn do_huge_pmd_wp_page(
         if !vma.is_cow_mapping() || rmap::pmd_exclusive(phys, e.pfn()) {
             // An exclusive THP (it lost its write bit to mprotect, or the other side of a
             // fork let go of it): reuse it.
-            let _ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
-            if pmd.load(phys) == e {
-                pmd.store(phys, Entry::new(e.pfn(), vma.leaf_bits(true) | _PAGE_PSE));
+            if let Some(pmd) = pmd.lock_if_same(phys, &PMD_LOCK, e) {
+                pmd.set(Entry::new(e.pfn(), vma.leaf_bits(true) | _PAGE_PSE));
             }
             return Some(Ok(()));
         }
@@ -246,17 +241,15 @@ pub(crate) fn do_huge_pmd_wp_page(
     if machine.huge_zero().write_fault_policy() == HugeZeroWriteFault::AllocThp {
         rmap::anon_vma_prepare(mm, tree, vma);
         if let Some(page) = alloc_anon_thp(mm, cpu) {
-            let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
-            if pmd.load(phys) != e {
-                drop(ptl);
+            let Some(locked) = pmd.lock_if_same(phys, &PMD_LOCK, e) else {
                 let _ = phys.free_pages(cpu, page, HPAGE_PMD_ORDER);
                 return Some(Ok(()));
-            }
+            };
             // Replace the huge zero PMD: clear, flush, install. The deposit stays.
-            pmd.store(phys, Entry::NONE);
+            locked.set(Entry::NONE);
             mm.flush_tlb(cpu, Some(512));
-            map_anon_thp_pmd(mm, vma, cpu, pmd, page);
-            drop(ptl);
+            map_anon_thp_pmd(mm, vma, cpu, &locked, page);
+            drop(locked);
             machine.huge_zero().zap_put(cpu);
             phys.lru_cache_add(cpu, page);
             return Some(Ok(()));
@@ -570,8 +563,8 @@ pub(crate) fn change_huge_pmd(
     cow: bool,
 ) -> bool {
     let phys = mm.machine().phys();
-    let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
-    let e = pmd.load(phys);
+    let pmd = pmd.lock(phys, &PMD_LOCK);
+    let e = pmd.get();
     if !e.huge() {
         return false;
     }
@@ -585,7 +578,6 @@ pub(crate) fn change_huge_pmd(
         };
     let w = write && !e.special() && excl;
     let b = if w { leaf } else { leaf_ro };
-    pmd.store(phys, Entry::new(e.pfn(), b | keep));
-    drop(ptl);
+    pmd.set(Entry::new(e.pfn(), b | keep));
     true
 }

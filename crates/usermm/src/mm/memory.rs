@@ -31,15 +31,11 @@ use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::cpu::CpuId;
 use crate::page_alloc::meta::{PG_ANON, PG_MLOCKED};
 use crate::page_alloc::PhysMem;
+use crate::pgtable::addr_end;
 use crate::pgtable::_PAGE_SPECIAL;
 use crate::stats::VmItem;
 use crate::sync::class::PTL;
 use crate::sync::{charge, Cost};
-
-#[inline]
-fn addr_end(addr: u64, size: u64, end: u64) -> u64 {
-    ((addr & !(size - 1)) + size).min(end)
-}
 
 /// Zap every mapping in `[start, end)` (`unmap_page_range` over all levels; the body of
 /// `unmap_single_vma`, which `unmap_vmas` calls per VMA).

@@ -124,6 +124,15 @@ impl VmFault {
 #[doc(alias = "VM_FAULT_OOM")]
 pub(crate) const OOM: VmFault = VmFault::Oom;
 
+impl From<crate::pgtable::PtAllocError> for VmFault {
+    fn from(e: crate::pgtable::PtAllocError) -> VmFault {
+        match e {
+            crate::pgtable::PtAllocError::NoMem => VmFault::Oom,
+            crate::pgtable::PtAllocError::HugePmd => VmFault::Raced,
+        }
+    }
+}
+
 /// What a `munmap` or exit did, for the experiments.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct UnmapStats {
@@ -512,6 +521,26 @@ impl Mm {
             }
         });
         n
+    }
+}
+
+/// The table allocators' view of an mm (`pgtable::pmd_alloc`, `pgtable::pte_alloc`).
+impl crate::pgtable::MmTables for Mm {
+    #[inline]
+    fn phys(&self) -> &crate::page_alloc::PhysMem {
+        self.machine.phys()
+    }
+    #[inline]
+    fn pgd_table(&self) -> Pfn {
+        self.pgd
+    }
+    #[inline]
+    fn page_table_lock(&self) -> crate::sync::SpinLockGuard<'_, ()> {
+        self.page_table_lock.lock()
+    }
+    #[inline]
+    fn inc_nr_tables(&self) {
+        self.nr_tables.fetch_add(1, Relaxed);
     }
 }
 

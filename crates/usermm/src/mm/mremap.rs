@@ -42,7 +42,6 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::fault::{pmd_alloc_pub, pte_alloc_pub};
 use super::mman::{MAP_SHARED, MREMAP_DONTUNMAP, MREMAP_FIXED, MREMAP_MAYMOVE};
 use super::pgtable_alias::*;
 use super::vma::{VmFlags, Vma, VmaKind, VmaTree, VmaWriteGuard};
@@ -407,7 +406,7 @@ pub(crate) fn move_page_tables(mm: &Mm, cpu: CpuId, old_addr: u64, new_addr: u64
             done += extent;
             continue;
         }
-        let Ok(new_pmd) = pmd_alloc_pub(mm, cpu, new) else {
+        let Ok(new_pmd) = crate::pgtable::pmd_alloc(mm, cpu, new) else {
             break;
         };
         flushed_any = true;
@@ -427,7 +426,7 @@ pub(crate) fn move_page_tables(mm: &Mm, cpu: CpuId, old_addr: u64, new_addr: u64
             done += extent;
             continue;
         }
-        let Ok(new_table) = pte_alloc_pub(mm, cpu, new_pmd) else {
+        let Ok(new_table) = crate::pgtable::pte_alloc(mm, cpu, new_pmd) else {
             break;
         };
         move_ptes(mm, old_table.pfn(), new_table, old, new, extent);
