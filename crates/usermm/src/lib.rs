@@ -74,7 +74,7 @@
 //! ```
 //! In a virtual run every lock above is also a virtual lock of the same class, taken before and
 //! released after the host lock (so the host lock is always free when taken, and a guard may be
-//! held across a context switch); the TLB gates are not taken there (see `mm`, "TLB model").
+//! held across a context switch); the TLB gates are not taken there (see `mm::tlb`, `sync::TlbGate`).
 //!
 //! # Unsafe
 //! The crate denies `unsafe_code`; these modules allow it, and every block in them carries a
