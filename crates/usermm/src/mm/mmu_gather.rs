@@ -235,7 +235,7 @@ impl<'a> MmuGather<'a> {
         let pages = if self.fullmm || self.end <= self.start {
             None
         } else {
-            Some((self.end - self.start) / crate::PAGE_SIZE)
+            Some((self.end - self.start) / crate::addr::PAGE_SIZE)
         };
         self.mm.flush_tlb(self.cpu, pages);
         self.stats.tlb_flushes += 1;

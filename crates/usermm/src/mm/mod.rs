@@ -187,14 +187,14 @@ impl std::fmt::Debug for Mm {
 /// mm is built on the machine, not the other way round).
 impl Machine {
     /// A new, empty address space (`mm_alloc`).
-    pub fn new_mm(self: &Arc<Self>, cpu: CpuId) -> Result<Arc<Mm>, crate::Errno> {
+    pub fn new_mm(self: &Arc<Self>, cpu: CpuId) -> Result<Arc<Mm>, crate::error::Errno> {
         Mm::new(self, cpu)
     }
 }
 
 impl Mm {
     /// `mm_alloc` + `mm_init` + `pgd_alloc`: an empty address space with `mm_users` = 1.
-    pub fn new(machine: &Arc<Machine>, cpu: CpuId) -> Result<Arc<Mm>, crate::Errno> {
+    pub fn new(machine: &Arc<Machine>, cpu: CpuId) -> Result<Arc<Mm>, crate::error::Errno> {
         let family = Arc::new(SpinLock::new(&MMLIST_LOCK, Vec::new()));
         Mm::new_in_family(machine, cpu, family)
     }
@@ -204,7 +204,7 @@ impl Mm {
         machine: &Arc<Machine>,
         cpu: CpuId,
         family: Arc<Family>,
-    ) -> Result<Arc<Mm>, crate::Errno> {
+    ) -> Result<Arc<Mm>, crate::error::Errno> {
         let phys = machine.phys();
         let pgd = crate::pgtable::alloc_table(phys, cpu)?;
         let nr = machine.cpus().nr_possible();

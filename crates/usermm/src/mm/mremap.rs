@@ -454,7 +454,14 @@ fn move_normal_pmd(mm: &Mm, old: Slot, new: Slot) -> bool {
 }
 
 /// `move_ptes`: move `len` bytes of PTEs from `old` (in `old_table`) to `new` (in `new_table`).
-fn move_ptes(mm: &Mm, old_table: crate::Pfn, new_table: crate::Pfn, old: u64, new: u64, len: u64) {
+fn move_ptes(
+    mm: &Mm,
+    old_table: crate::addr::Pfn,
+    new_table: crate::addr::Pfn,
+    old: u64,
+    new: u64,
+    len: u64,
+) {
     let phys = mm.machine().phys();
     let (o, n) = (
         phys.backing().table(old_table),
