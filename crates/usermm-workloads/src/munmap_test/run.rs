@@ -5,14 +5,14 @@
 use super::*;
 
 /// Phases of a run, in order; the faulters attribute each access by the phases it saw.
-const PH_WARMUP: u32 = 0;
-const PH_BASELINE: u32 = 1;
-const PH_LOADED: u32 = 2;
-const PH_MUNMAP: u32 = 3;
-const PH_AFTER: u32 = 4;
+pub(super) const PH_WARMUP: u32 = 0;
+pub(super) const PH_BASELINE: u32 = 1;
+pub(super) const PH_LOADED: u32 = 2;
+pub(super) const PH_MUNMAP: u32 = 3;
+pub(super) const PH_AFTER: u32 = 4;
 
 /// Which window an access belongs to, from the phase before and after it.
-fn window_of(before: u32, after: u32) -> Option<usize> {
+pub(super) fn window_of(before: u32, after: u32) -> Option<usize> {
     match (before, after) {
         (PH_BASELINE, PH_BASELINE) => Some(0),
         (PH_LOADED, PH_LOADED) => Some(1),
