@@ -22,6 +22,13 @@
 //!   split), or split into zero PTEs and COW the one page.
 //! - Shared anonymous memory → the page of the shmem object at that offset.
 //!
+//! # Files, by kind of fault
+//! This file: the entry (`handle_mm_fault`, the per-VMA-lock attempt, stack growth, the
+//! access check) and the walk down to the entry (`__handle_mm_fault`, `handle_pte_fault`).
+//! `anon.rs`: an empty PTE of anonymous memory (`do_anonymous_page`, `shmem_fault`). `wp.rs`:
+//! a write to a read-only PTE (`do_wp_page`: reuse or copy). `hugetlb.rs`: `MAP_HUGETLB`
+//! VMAs. A huge PMD's faults are `huge_memory.rs`'s.
+//!
 //! # Out of memory
 //! Linux returns `VM_FAULT_OOM` from the fault path when a page or a page table cannot be
 //! had (`do_anonymous_page`, `wp_page_copy`, `__pte_alloc`, `__pmd_alloc`, a PMD-mapped THP's
@@ -56,18 +63,19 @@
 //! # Differences from Linux
 //! No fault-around, no userfaultfd, no NUMA hinting.
 
-use std::sync::atomic::Ordering::Relaxed;
+mod anon;
+mod hugetlb;
+mod wp;
 
 use serde::Serialize;
 
 use super::pgtable_alias::*;
 use super::vma::{VmFlags, Vma, VmaKind, VmaTree, VmaWriteGuard};
-use super::{huge_memory, rmap, Mm, RssItem, VmFault, OOM};
-use crate::addr::{Order, Pfn};
+use super::{huge_memory, rmap, Mm, VmFault, OOM};
+use crate::addr::Pfn;
 use crate::cpu::CpuId;
-use crate::page_alloc::meta::PG_MLOCKED;
-use crate::page_alloc::{Gfp, PhysMem};
-use crate::pgtable::{self, PtAllocError, Walk, _PAGE_PSE, _PAGE_SPECIAL};
+use crate::page_alloc::PhysMem;
+use crate::pgtable::{self, PtAllocError, Walk, _PAGE_SPECIAL};
 use crate::stats::VmItem;
 use crate::sync::class::{PMD_LOCK, PTL};
 use crate::sync::{charge, Cost};
@@ -334,7 +342,7 @@ fn vma_fault(
     let machine = mm.machine();
     let phys = machine.phys();
     if matches!(vma.kind, VmaKind::Hugetlb) {
-        return hugetlb_fault(mm, vma, cpu, addr, write);
+        return hugetlb::hugetlb_fault(mm, vma, cpu, addr, write);
     }
     if matches!(vma.kind, VmaKind::PfnMap) {
         // Populated at map time; an empty entry in a VM_PFNMAP VMA, which has no ->fault:
@@ -399,32 +407,12 @@ fn handle_pte_fault(
     let e = pte.load(phys);
     if e.is_none() {
         if matches!(vma.kind, VmaKind::SharedAnon) {
-            return shmem_fault(mm, vma, cpu, pte, addr);
+            return anon::shmem_fault(mm, vma, cpu, pte, addr);
         }
-        if !write {
-            // do_anonymous_page, read: map the zero page.
-            if let Some(pte) = pte.lock_if_same(phys, &PTL, Entry::NONE) {
-                let b = vma.leaf_bits(false) | _PAGE_SPECIAL;
-                pte.set(Entry::new(machine.zero_pfn(), b));
-            }
-            return Ok(());
-        }
-        rmap::anon_vma_prepare(mm, tree, vma);
-        let page = phys
-            .alloc_pages(cpu, Order(0), Gfp::ZERO)
-            .map_err(|_| OOM)?;
-        let Some(pte) = pte.lock_if_same(phys, &PTL, Entry::NONE) else {
-            let _ = phys.free_pages(cpu, page, Order(0));
-            return Ok(());
-        };
-        rmap::map_new_anon(mm, vma, cpu, page, 1);
-        pte.set(Entry::new(page, vma.leaf_bits(true)));
-        drop(pte);
-        phys.lru_cache_add(cpu, page);
-        return Ok(());
+        return anon::do_anonymous_page(mm, tree, vma, cpu, pte, write);
     }
     if write && e.present() && !e.writable() {
-        return do_wp_page(mm, tree, vma, cpu, pte, addr, e);
+        return wp::do_wp_page(mm, tree, vma, cpu, pte, addr, e);
     }
     if e.maps_frame() && !e.present() {
         // PROT_NONE entry in a VMA that now allows the access: a stale protection. A page
@@ -437,159 +425,5 @@ fn handle_pte_fault(
             ));
         }
     }
-    Ok(())
-}
-
-/// `do_wp_page`: write to a present read-only PTE in a writable VMA.
-///
-/// `wp_page_reuse` when the anonymous page is exclusive (mapped by this PTE alone: an
-/// order-0 page whose mapcount is 1); otherwise `wp_page_copy`: a new page with the old one's
-/// data (zeroed for the zero page), installed after the old translation is flushed, and the
-/// old mapping dropped (its mapcount and the reference it held). A subpage of a THP is always
-/// copied (as before large folios could be reused, v6.9).
-#[doc(alias = "wp_page_reuse")]
-#[doc(alias = "wp_page_copy")]
-fn do_wp_page(
-    mm: &Mm,
-    tree: Option<&VmaTree>,
-    vma: &Vma,
-    cpu: CpuId,
-    pte: Slot,
-    addr: u64,
-    e: Entry,
-) -> Result<(), VmFault> {
-    let machine = mm.machine();
-    let phys = machine.phys();
-    if !e.special() && (!vma.is_cow_mapping() || rmap::pte_exclusive(phys, e.pfn())) {
-        // wp_page_reuse: an exclusive anonymous page (or a shared mapping's page) only needs
-        // the write bit.
-        if let Some(pte) = pte.lock_if_same(phys, &PTL, e) {
-            pte.set(Entry::new(e.pfn(), vma.leaf_bits(true)));
-        }
-        return Ok(());
-    }
-    rmap::anon_vma_prepare(mm, tree, vma);
-    let page = phys
-        .alloc_pages(cpu, Order(0), Gfp::ZERO)
-        .map_err(|_| OOM)?;
-    if !e.special() {
-        phys.backing().copy_frame(e.pfn(), page);
-        charge(Cost::CopyPage, 1);
-    }
-    let Some(pte) = pte.lock_if_same(phys, &PTL, e) else {
-        let _ = phys.free_pages(cpu, page, Order(0));
-        return Ok(());
-    };
-    // ptep_clear_flush: the old translation must be gone before the new one appears.
-    pte.set(Entry::NONE);
-    mm.flush_tlb(cpu, Some(1));
-    rmap::map_new_anon(mm, vma, cpu, page, 1);
-    pte.set(Entry::new(page, vma.leaf_bits(true)));
-    let old = (!e.special()).then(|| unmap_cow_source(mm, cpu, e.pfn()));
-    drop(pte);
-    phys.lru_cache_add(cpu, page);
-    if let Some(head) = old {
-        // The reference the old PTE held, dropped after the PTL (`folio_put`).
-        let _ = phys.put_page(cpu, head);
-    }
-    let _ = addr;
-    Ok(())
-}
-
-/// `folio_remove_rmap_pte` of the page a COW copy replaced, under the PTL: this mm's rss
-/// moves to the new page (already counted), the page's counts drop. Returns the folio head
-/// whose reference the caller puts once the PTL is dropped.
-fn unmap_cow_source(mm: &Mm, cpu: CpuId, pfn: Pfn) -> Pfn {
-    let machine = mm.machine();
-    let phys = machine.phys();
-    let head = rmap::compound_head(phys, pfn);
-    mm.add_rss(cpu, RssItem::AnonPages, -1);
-    if rmap::remove_pte_map(phys, pfn) {
-        machine.vmstat().add(cpu, VmItem::NrAnonPages, -1);
-        if phys.meta(head).test(PG_MLOCKED) {
-            machine.vmstat().add(cpu, VmItem::NrMlock, -1);
-        }
-    }
-    head
-}
-
-/// Shared anonymous memory: map the shmem object's page for this offset.
-fn shmem_fault(mm: &Mm, vma: &Vma, cpu: CpuId, pte: Slot, addr: u64) -> Result<(), VmFault> {
-    let machine = mm.machine();
-    let phys = machine.phys();
-    let Some(obj) = vma.shmem.as_ref() else {
-        return Err(VmFault::Sigbus);
-    };
-    let index = vma.pgoff + ((addr - vma.start) >> 12);
-    if vma.shmem_size != 0 && index >= vma.shmem_size {
-        // Beyond the object's i_size (a shared /dev/zero mapping at an offset): SIGBUS.
-        return Err(VmFault::Sigbus);
-    }
-    // shmem_get_folio's -ENOMEM: vmf_error gives VM_FAULT_OOM.
-    let page = obj.get_page(cpu, index).map_err(|_| OOM)?;
-    let Some(pte) = pte.lock_if_same(phys, &PTL, Entry::NONE) else {
-        let _ = phys.put_page(cpu, page);
-        return Ok(());
-    };
-    phys.meta(page).mapcount.fetch_add(1, Relaxed);
-    mm.add_rss(cpu, RssItem::ShmemPages, 1);
-    pte.set(Entry::new(page, vma.leaf_bits(true)));
-    drop(pte);
-    Ok(())
-}
-
-/// A fault in a `MAP_HUGETLB` VMA: a 2 MiB page from the pool, PMD-mapped. An empty pool is
-/// `VM_FAULT_SIGBUS` (`hugetlb_no_page`: `alloc_hugetlb_folio` fails with `-ENOSPC`); no
-/// table for the PMD (`huge_pte_alloc`) is `VM_FAULT_OOM`.
-fn hugetlb_fault(mm: &Mm, vma: &Vma, cpu: CpuId, addr: u64, write: bool) -> Result<(), VmFault> {
-    let machine = mm.machine();
-    let phys = machine.phys();
-    let pmd = pgtable::pmd_alloc(mm, cpu, addr)?;
-    let e = pmd.load(phys);
-    if !e.is_none() {
-        if write && e.present() && !e.writable() {
-            return hugetlb_wp(mm, vma, cpu, pmd, e);
-        }
-        return Ok(());
-    }
-    let page = phys.alloc_hugetlb_page().ok_or(VmFault::Sigbus)?;
-    phys.backing().zero_data(page, 512);
-    charge(Cost::ClearPage, 512);
-    let Some(pmd) = pmd.lock_if_same(phys, &PMD_LOCK, Entry::NONE) else {
-        let _ = phys.put_page(cpu, page);
-        return Ok(());
-    };
-    phys.meta(page).mapcount.store(1, Relaxed);
-    pmd.set(Entry::new(page, vma.leaf_bits(true) | _PAGE_PSE));
-    Ok(())
-}
-
-/// `hugetlb_wp`: a write to a read-only hugetlb PMD of a private mapping shared with a forked
-/// mm. Reuse the page if this PMD is its only mapping, else copy it into a page from the pool
-/// (none left: `VM_FAULT_SIGBUS`, as for an empty pool at a first fault).
-fn hugetlb_wp(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, e: Entry) -> Result<(), VmFault> {
-    let phys = mm.machine().phys();
-    let old = e.pfn();
-    if !vma.is_cow_mapping() || phys.meta(old).map_count() == 1 {
-        if let Some(pmd) = pmd.lock_if_same(phys, &PMD_LOCK, e) {
-            pmd.set(Entry::new(old, vma.leaf_bits(true) | _PAGE_PSE));
-        }
-        return Ok(());
-    }
-    let page = phys.alloc_hugetlb_page().ok_or(VmFault::Sigbus)?;
-    for i in 0..512 {
-        phys.backing().copy_frame(old.add(i), page.add(i));
-    }
-    let Some(pmd) = pmd.lock_if_same(phys, &PMD_LOCK, e) else {
-        let _ = phys.put_page(cpu, page);
-        return Ok(());
-    };
-    pmd.set(Entry::NONE);
-    mm.flush_tlb(cpu, Some(512));
-    phys.meta(page).mapcount.store(1, Relaxed);
-    pmd.set(Entry::new(page, vma.leaf_bits(true) | _PAGE_PSE));
-    phys.meta(old).mapcount.fetch_sub(1, Relaxed);
-    drop(pmd);
-    let _ = phys.put_page(cpu, old);
     Ok(())
 }
