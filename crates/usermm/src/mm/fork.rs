@@ -18,7 +18,7 @@
 //!  flush the parent's TLB (its entries just lost RW) ─ unlock both
 //! ```
 //! After that, the first write to a shared page on either side faults: `do_wp_page` reuses the
-//! page if the other side let go of it, else copies it (see `fault.rs`). Exit of either side
+//! page if the other side let go of it, else copies it (see `fault/wp.rs`). Exit of either side
 //! drops its mapcounts and references; a page goes back to the allocator with the last.
 //!
 //! # Invariants

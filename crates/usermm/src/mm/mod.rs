@@ -85,7 +85,7 @@ pub enum RssItem {
 pub use crate::huge_zero_page::MMF_HUGE_ZERO_PAGE;
 
 /// Why a fault could not be completed: the error bits of `vm_fault_t` (`mm_types.h`). What a
-/// task sees of each is `fault.rs`'s `SegvCode`.
+/// task sees of each is `fault`'s `SegvCode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum VmFault {
     /// `VM_FAULT_OOM`: no frame for a page or a page table.
