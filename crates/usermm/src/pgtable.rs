@@ -251,6 +251,13 @@ impl LockedSlot<'_> {
         self.get() == seen
     }
 
+    /// Clear the entry and return what it was (`ptep_get_and_clear`, `pmdp_huge_get_and_clear`).
+    #[doc(alias = "pmdp_huge_get_and_clear")]
+    #[inline]
+    pub(crate) fn take(&self) -> Entry {
+        self.slot.take(self.phys)
+    }
+
     /// `set_pte_at` / `set_pmd_at`.
     #[doc(alias = "set_pte_at")]
     #[doc(alias = "set_pmd_at")]

@@ -267,15 +267,15 @@ pub(crate) fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u
     let machine = mm.machine();
     let phys = machine.phys();
     let cpu = tlb.cpu();
-    let ptl = phys.meta(slot.table).ptl.lock(&PMD_LOCK);
-    if !slot.load(phys).huge() {
+    let pmd = slot.lock(phys, &PMD_LOCK);
+    if !pmd.get().huge() {
         return None;
     }
-    let old = slot.take(phys);
+    let old = pmd.take();
     tlb.remove_tlb_entry(addr, PMD_SIZE);
     charge(Cost::ZapPte, 1);
     let deposit = withdraw_deposit(mm, slot);
-    drop(ptl);
+    drop(pmd);
     if let Some(t) = deposit {
         // zap_deposited_table: the withdrawn table was never a live table.
         crate::pgtable::free_deposit_table(phys, cpu, t);
@@ -322,8 +322,8 @@ pub(crate) fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u
 pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
     let machine = mm.machine();
     let phys = machine.phys();
-    let ptl = phys.meta(slot.table).ptl.lock(&PMD_LOCK);
-    let old = slot.load(phys);
+    let pmd = slot.lock(phys, &PMD_LOCK);
+    let old = pmd.get();
     if !old.huge() {
         return;
     }
@@ -389,10 +389,10 @@ pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
     // kernel's pmd_mkinvalid keeps _PAGE_PSE: a zap running under the read lock (DONTNEED)
     // that reads it without the lock goes to zap_huge_pmd and waits for this lock, where a
     // none PMD would make it skip the 2 MiB and leave the split's 512 pages mapped.
-    slot.store(phys, old.with_bits(0, _PAGE_PRESENT | _PAGE_PROTNONE));
+    pmd.set(old.with_bits(0, _PAGE_PRESENT | _PAGE_PROTNONE));
     mm.flush_tlb(cpu, Some(512));
-    slot.store(phys, Entry::new(table, crate::pgtable::TABLE_BITS));
-    drop(ptl);
+    pmd.set(Entry::new(table, crate::pgtable::TABLE_BITS));
+    drop(pmd);
     machine.vmstat().inc(cpu, VmItem::ThpSplitPmd);
     let _ = haddr;
 }
@@ -504,9 +504,9 @@ pub(crate) fn copy_huge_pmd(
         None
     };
     // Lock order: child PMD lock -> parent PMD lock.
-    let _dst_ptl = phys.meta(dst_pmd.table).ptl.lock(&PMD_LOCK);
-    let _src_ptl = phys.meta(src_pmd.table).ptl.lock(&PMD_LOCK);
-    let mut e = src_pmd.load(phys);
+    let dst_locked = dst_pmd.lock(phys, &PMD_LOCK);
+    let src_locked = src_pmd.lock(phys, &PMD_LOCK);
+    let mut e = src_locked.get();
     vm_bug_on!(!e.huge(), "copy_huge_pmd of a PMD that stopped being huge");
     if let Some(z) = zero {
         vm_bug_on!(e.pfn() != z, "huge zero PMD maps another page");
@@ -522,13 +522,13 @@ pub(crate) fn copy_huge_pmd(
     }
     if cow && e.writable() && zero.is_none() {
         e = e.with_bits(0, _PAGE_RW);
-        src_pmd.store(phys, e);
+        src_locked.set(e);
     }
     if let Some(t) = table {
         deposit(dst, dst_pmd, t);
         dst.nr_tables.fetch_add(1, Relaxed);
     }
-    dst_pmd.store(phys, e);
+    dst_locked.set(e);
     Ok(())
 }
 
