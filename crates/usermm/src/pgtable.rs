@@ -44,12 +44,21 @@
 //! whole sequence. Zaps, splits, copies and moves that rewrite a run of entries under one lock
 //! still write the table page's atomics directly (with the lock held, by the same rule).
 //!
+//! # Range walks
+//! [`pmd_tables`] is the one walk from the PGD down to the PMD tables of a range (the zap and
+//! the fork copy run on it; `mremap` looks a PMD up with [`find_pmd`]). Still written out by
+//! hand: `free_pgd_range` (it frees upper tables on the way back up, so it needs their
+//! slots), `change_protection` (it re-walks per address with [`walk`], splitting as it goes)
+//! and the whole-tree scans of reports and validation (`for_each_leaf`, `for_each_table`).
+//!
 //! # Differences from Linux
 //! No p4d (folded, as with 4-level paging). The PGD page is counted in `PageTables` too.
 
 use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
-use crate::addr::{Order, Pfn, PAGE_SHIFT, PGDIR_SHIFT, PMD_SHIFT, PUD_SHIFT};
+use crate::addr::{
+    Order, Pfn, PAGE_SHIFT, PGDIR_SHIFT, PGDIR_SIZE, PMD_SHIFT, PUD_SHIFT, PUD_SIZE,
+};
 use crate::cpu::CpuId;
 use crate::error::AllocError;
 use crate::page_alloc::meta::PG_PGTABLE;
@@ -415,6 +424,74 @@ fn table_alloc(
             Ok(e.pfn())
         }
     }
+}
+
+/// The range walk from the PGD down to the PMD tables, written once: each present PMD table
+/// that maps part of `[start, end)`, with the part `(table, addr, next)` it maps, in address
+/// order — the `pgd_offset`/`pud_offset` loops with their `pgd_addr_end`/`pud_addr_end` steps
+/// that `unmap_page_range` and `copy_page_range` open with. A none PGD entry skips its whole
+/// span. Lockless, as those loops are: the caller keeps the upper levels stable (the range is
+/// detached, or the mmap lock is held for writing). Entry loads cost nothing in virtual time;
+/// a caller charges the levels it walked.
+#[doc(alias = "pud_addr_end")]
+pub(crate) fn pmd_tables(phys: &PhysMem, pgd: Pfn, start: u64, end: u64) -> PmdTables<'_> {
+    PmdTables {
+        phys,
+        pgd,
+        addr: start,
+        end,
+    }
+}
+
+/// The iterator of [`pmd_tables`].
+#[derive(Debug)]
+pub(crate) struct PmdTables<'a> {
+    phys: &'a PhysMem,
+    pgd: Pfn,
+    addr: u64,
+    end: u64,
+}
+
+impl Iterator for PmdTables<'_> {
+    /// A PMD table, and the part `[addr, next)` of the range it maps.
+    type Item = (Pfn, u64, u64);
+
+    fn next(&mut self) -> Option<(Pfn, u64, u64)> {
+        while self.addr < self.end {
+            let a = self.addr;
+            let pgd = Slot {
+                table: self.pgd,
+                index: pgd_index(a),
+            }
+            .load(self.phys);
+            if pgd.is_none() {
+                self.addr = addr_end(a, PGDIR_SIZE, self.end);
+                continue;
+            }
+            let next = addr_end(a, PUD_SIZE, self.end);
+            self.addr = next;
+            let pud = Slot {
+                table: pgd.pfn(),
+                index: pud_index(a),
+            }
+            .load(self.phys);
+            if !pud.is_none() {
+                return Some((pud.pfn(), a, next));
+            }
+        }
+        None
+    }
+}
+
+/// The PMD slot mapping `addr`, if the PGD and PUD entries above it are present; no table is
+/// allocated (lockless, like [`pmd_tables`]).
+#[doc(alias = "mm_find_pmd")]
+pub(crate) fn find_pmd(phys: &PhysMem, pgd: Pfn, addr: u64) -> Option<Slot> {
+    let (table, _, _) = pmd_tables(phys, pgd, addr, addr.checked_add(1)?).next()?;
+    Some(Slot {
+        table,
+        index: pmd_index(addr),
+    })
 }
 
 /// Where a lockless walk stopped.

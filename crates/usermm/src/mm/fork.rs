@@ -47,12 +47,12 @@ use std::sync::Arc;
 use super::pgtable_alias::*;
 use super::vma::{VmFlags, Vma, VmaKind};
 use super::{huge_memory, rmap, Mm, RssItem};
-use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PUD_SIZE};
+use crate::addr::{Pfn, PAGE_SIZE, PMD_SIZE};
 use crate::cpu::CpuId;
 use crate::error::Errno;
 use crate::page_alloc::meta::PG_ANON;
-use crate::pgtable::addr_end;
 use crate::pgtable::_PAGE_RW;
+use crate::pgtable::{self, addr_end, pmd_tables};
 use crate::stats::VmItem;
 use crate::sync::class::PTL;
 
@@ -113,43 +113,27 @@ impl Mm {
 fn copy_page_range(dst: &Mm, src: &Mm, v: &Vma, cpu: CpuId) -> Result<(), Errno> {
     let phys = src.machine().phys();
     let cow = v.is_cow_mapping();
-    let mut addr = v.start;
-    while addr < v.end {
-        let next = addr_end(addr, PMD_SIZE, v.end);
-        let pgd = Slot {
-            table: src.pgd(),
-            index: pgd_index(addr),
-        }
-        .load(phys);
-        if pgd.is_none() {
-            addr = addr_end(addr, PGDIR_SIZE, v.end);
-            continue;
-        }
-        let pud = Slot {
-            table: pgd.pfn(),
-            index: pud_index(addr),
-        }
-        .load(phys);
-        if pud.is_none() {
-            addr = addr_end(addr, PUD_SIZE, v.end);
-            continue;
-        }
-        let src_pmd = Slot {
-            table: pud.pfn(),
-            index: pmd_index(addr),
-        };
-        let e = src_pmd.load(phys);
-        if !e.is_none() {
-            let dst_pmd = crate::pgtable::pmd_alloc(dst, cpu, addr).map_err(|_| Errno::ENOMEM)?;
-            if e.huge() {
-                huge_memory::copy_huge_pmd(dst, src, cpu, dst_pmd, src_pmd, cow)?;
-            } else {
-                let dst_table =
-                    crate::pgtable::pte_alloc(dst, cpu, dst_pmd).map_err(|_| Errno::ENOMEM)?;
-                copy_pte_range(dst, src, cpu, dst_table, e.pfn(), addr, next, cow);
+    for (pmd_table, start, end) in pmd_tables(phys, src.pgd(), v.start, v.end) {
+        let mut addr = start;
+        while addr < end {
+            let next = addr_end(addr, PMD_SIZE, end);
+            let src_pmd = Slot {
+                table: pmd_table,
+                index: pmd_index(addr),
+            };
+            let e = src_pmd.load(phys);
+            if !e.is_none() {
+                let dst_pmd = pgtable::pmd_alloc(dst, cpu, addr).map_err(|_| Errno::ENOMEM)?;
+                if e.huge() {
+                    huge_memory::copy_huge_pmd(dst, src, cpu, dst_pmd, src_pmd, cow)?;
+                } else {
+                    let dst_table =
+                        pgtable::pte_alloc(dst, cpu, dst_pmd).map_err(|_| Errno::ENOMEM)?;
+                    copy_pte_range(dst, src, cpu, dst_table, e.pfn(), addr, next, cow);
+                }
             }
+            addr = next;
         }
-        addr = next;
     }
     Ok(())
 }

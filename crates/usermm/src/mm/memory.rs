@@ -31,8 +31,8 @@ use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::cpu::CpuId;
 use crate::page_alloc::meta::{PG_ANON, PG_MLOCKED};
 use crate::page_alloc::PhysMem;
-use crate::pgtable::addr_end;
 use crate::pgtable::_PAGE_SPECIAL;
+use crate::pgtable::{addr_end, pmd_tables};
 use crate::stats::VmItem;
 use crate::sync::class::PTL;
 use crate::sync::{charge, Cost};
@@ -44,32 +44,10 @@ use crate::sync::{charge, Cost};
 pub(crate) fn zap_range(tlb: &mut MmuGather<'_>, mm: &Mm, start: u64, end: u64) -> u64 {
     let phys = mm.machine().phys();
     let mut zapped = 0;
-    let mut addr = start;
-    while addr < end {
-        let next = addr_end(addr, PGDIR_SIZE, end);
-        let e = Slot {
-            table: mm.pgd(),
-            index: pgd_index(addr),
-        }
-        .load(phys);
-        if !e.is_none() {
-            let mut a = addr;
-            while a < next {
-                let n = addr_end(a, PUD_SIZE, next);
-                let pud = Slot {
-                    table: e.pfn(),
-                    index: pud_index(a),
-                }
-                .load(phys);
-                if !pud.is_none() {
-                    // pgd_offset + pud_offset of this span.
-                    charge(Cost::PtWalkLevel, 2);
-                    zapped += zap_pmd_range(tlb, mm, pud.pfn(), a, n);
-                }
-                a = n;
-            }
-        }
-        addr = next;
+    for (pmd_table, a, n) in pmd_tables(phys, mm.pgd(), start, end) {
+        // pgd_offset + pud_offset of this span.
+        charge(Cost::PtWalkLevel, 2);
+        zapped += zap_pmd_range(tlb, mm, pmd_table, a, n);
     }
     zapped
 }

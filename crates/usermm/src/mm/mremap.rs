@@ -366,24 +366,7 @@ fn new_area(tree: &VmaTree, addr: u64, len: u64, hint: u64, fixed: bool) -> Resu
 
 #[inline]
 fn pmd_slot(mm: &Mm, addr: u64) -> Option<Slot> {
-    let phys = mm.machine().phys();
-    let pgd = Slot {
-        table: mm.pgd(),
-        index: pgd_index(addr),
-    }
-    .load(phys);
-    if pgd.is_none() {
-        return None;
-    }
-    let pud = Slot {
-        table: pgd.pfn(),
-        index: pud_index(addr),
-    }
-    .load(phys);
-    (!pud.is_none()).then(|| Slot {
-        table: pud.pfn(),
-        index: pmd_index(addr),
-    })
+    crate::pgtable::find_pmd(mm.machine().phys(), mm.pgd(), addr)
 }
 
 /// `move_page_tables`: move the entries of `[old_addr, old_addr + len)` to `new_addr`.
