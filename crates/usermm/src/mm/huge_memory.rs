@@ -18,8 +18,8 @@
 //! ```
 //!
 //! # Invariants
-//! 1. A THP or huge-zero PMD has exactly one table on its PMD table's deposit list, taken at
-//!    fault (or fork) time, so a split never allocates; hugetlb PMDs have none.
+//! 1. The deposit list of a PMD table page holds one table per THP or huge-zero PMD in it,
+//!    taken at fault (or fork) time, so a split never allocates; hugetlb PMDs deposit none.
 //! 2. A THP's entire mapcount counts its PMD mappings across the fork family; its 512 base
 //!    pages are counted in `MM_ANONPAGES` of each mm that maps it whole.
 //! 3. A split leaves the PMD invalidated but still huge (`pmdp_invalidate`) until the TLB is
@@ -54,9 +54,8 @@ use crate::pgtable::{
     self, LockedSlot, _PAGE_PRESENT, _PAGE_PROTNONE, _PAGE_PSE, _PAGE_RW, _PAGE_SPECIAL,
 };
 use crate::stats::VmItem;
-use crate::sync::charge;
 use crate::sync::class::{PMD_LOCK, PTL};
-use crate::sync::Cost;
+use crate::sync::{charge, Cost};
 
 /// Is an anonymous VMA eligible for THP at this address?
 #[doc(alias = "thp_vma_allowable_order")]
@@ -88,6 +87,7 @@ pub(crate) fn thp_eligible(mm: &Mm, vma: &Vma, addr: u64) -> bool {
 ///
 /// [`PageMeta::pmd_huge_pte`]: crate::page_alloc::PageMeta::pmd_huge_pte
 /// [`PageMeta::deposit_next`]: crate::page_alloc::PageMeta::deposit_next
+#[doc(alias = "pgtable_trans_huge_deposit")]
 pub(crate) fn deposit(mm: &Mm, slot: Slot, table: Pfn) {
     let phys = mm.machine().phys();
     let pmd_table = phys.meta(slot.table);
@@ -99,6 +99,7 @@ pub(crate) fn deposit(mm: &Mm, slot: Slot, table: Pfn) {
 
 /// `pgtable_trans_huge_withdraw`: take a deposited table off the list of `slot`'s PMD table
 /// (any one: they are all unused). Caller holds the PMD lock.
+#[doc(alias = "pgtable_trans_huge_withdraw")]
 pub(crate) fn withdraw_deposit(mm: &Mm, slot: Slot) -> Option<Pfn> {
     let phys = mm.machine().phys();
     let pmd_table = phys.meta(slot.table);
@@ -123,6 +124,7 @@ pub(crate) fn deposited(phys: &PhysMem, pmd_table: Pfn) -> impl Iterator<Item = 
 
 /// `vma_alloc_anon_folio_pmd`: a zeroed THP, never waiting; a failure counts
 /// `thp_fault_fallback` and the caller falls back to 4 KiB pages.
+#[doc(alias = "vma_alloc_anon_folio_pmd")]
 fn alloc_anon_thp(mm: &Mm, cpu: CpuId) -> Option<Pfn> {
     let machine = mm.machine();
     match machine
@@ -319,6 +321,7 @@ pub(crate) fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u
 /// `__split_huge_pmd`: replace a huge PMD by its deposited PTE table mapping the same memory
 /// 4 KiB at a time. A THP is split into 512 order-0 pages; the huge zero page becomes 512
 /// zero-page PTEs; hugetlb PMDs are never split.
+#[doc(alias = "__split_huge_pmd")]
 pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
     let machine = mm.machine();
     let phys = machine.phys();
@@ -402,6 +405,7 @@ pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
 /// `remap_page(.., RMP_USE_SHARED_ZEROPAGE)` — every subpage whose data is all zero is
 /// replaced by the shared zero page (read-only, not in Rss) and freed. Mlocked THPs are left
 /// alone (the callers refuse `VM_LOCKED` VMAs anyway); the huge zero page is never split here.
+#[doc(alias = "split_folio")]
 pub(crate) fn split_thp_remap_zero(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
     let machine = mm.machine();
     let phys = machine.phys();

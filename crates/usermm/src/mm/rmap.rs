@@ -1,8 +1,9 @@
 //! Mapcounts of anonymous folios shared between address spaces: the counting half of the
 //! reverse map.
 //!
-//! Mirrors `mm/rmap.c` (`folio_add_new_anon_rmap`, `folio_try_dup_anon_rmap_pte/pmd`,
-//! `folio_remove_rmap_pte/pmd`, `folio_mapcount`, `folio_entire_mapcount`) and
+//! Mirrors `mm/rmap.c` (`anon_vma_prepare`, as the fault's `vmf_anon_prepare` calls it;
+//! `folio_add_new_anon_rmap`, `folio_try_dup_anon_rmap_pte/pmd`, `folio_remove_rmap_pte/pmd`,
+//! `folio_mapcount`, `folio_entire_mapcount`) and
 //! `include/linux/mm.h` (`compound_head`, `page_mapcount`, `folio_mapped`).
 //!
 //! # How a mapping is counted
