@@ -433,7 +433,6 @@ fn table_alloc(
 /// span. Lockless, as those loops are: the caller keeps the upper levels stable (the range is
 /// detached, or the mmap lock is held for writing). Entry loads cost nothing in virtual time;
 /// a caller charges the levels it walked.
-#[doc(alias = "pud_addr_end")]
 pub(crate) fn pmd_tables(phys: &PhysMem, pgd: Pfn, start: u64, end: u64) -> PmdTables<'_> {
     PmdTables {
         phys,

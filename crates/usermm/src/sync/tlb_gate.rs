@@ -16,6 +16,10 @@
 //!   `tlb_flush_local` once and `tlb_flush_remote_per_cpu` per other CPU (the IPIs the sender
 //!   waits for) instead of the host spin.
 //!
+//! # Invariant
+//! An access that began before [`TlbGate::wait_out_accesses`] returned has ended (wall mode),
+//! or cannot exist (virtual time: the flushing context is the only one running).
+//!
 //! # Locks
 //! A gate is taken alone (lock order in `lib.rs`), except by a flush forced under a PTE lock,
 //! which is safe because accesses never take a PTL.

@@ -1,7 +1,11 @@
 //! Faults on an empty PTE of anonymous memory: `do_anonymous_page` (private: the zero page
 //! on a read, a new zeroed page on a write) and `shmem_fault` (shared: the page of the shmem
-//! object at that offset), as in `mm/memory.c` and `mm/shmem.c`. Locks: the PTE's PTL, taken
-//! after the page is had (module doc of `fault`).
+//! object at that offset), as in `mm/memory.c` and `mm/shmem.c`.
+//!
+//! Invariant: a zero-page PTE is read-only and special (no rss, no mapcount); a new private
+//! page is accounted (`folio_add_new_anon_rmap`) before its PTE is set. Locks: the PTE's PTL,
+//! taken after the page is had; the loser of a race gives its page back. Differences: no
+//! fault-around, no userfaultfd, no mTHP (a page is 4 KiB or, in `huge_memory.rs`, 2 MiB).
 
 use std::sync::atomic::Ordering::Relaxed;
 

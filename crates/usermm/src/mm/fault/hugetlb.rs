@@ -1,6 +1,10 @@
 //! Faults in `MAP_HUGETLB` VMAs: `hugetlb_fault` and `hugetlb_wp` of `mm/hugetlb.c`. A 2 MiB
 //! page from the machine's pool, mapped by a PMD (never split, never PTE-mapped) under the
 //! PMD lock; an empty pool is `VM_FAULT_SIGBUS`.
+//!
+//! Invariant: a hugetlb page's mapcount is the number of PMDs mapping it (`rmap.rs`).
+//! Locks: the PMD lock of the entry. Differences: no reservations (`resv_map`), no hugetlbfs
+//! page cache (a shared mapping's pages are the mapping's own, copied at fork: `fork.rs`).
 
 use std::sync::atomic::Ordering::Relaxed;
 

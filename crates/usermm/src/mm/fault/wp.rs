@@ -1,7 +1,12 @@
 //! Write-protect faults on a PTE: `do_wp_page` of `mm/memory.c`, reusing an exclusive page
 //! (`wp_page_reuse`) or copying a shared one (`wp_page_copy`, the copy-on-write after fork and
-//! of the zero page). The PTE's PTL is held from the re-check to the new entry; the old
-//! translation is flushed before the new one appears (`ptep_clear_flush`).
+//! of the zero page).
+//!
+//! Invariant: the old translation is flushed before the new one appears
+//! (`ptep_clear_flush`), so no CPU writes the old page after the copy was taken. Locks: the
+//! PTE's PTL, from the re-check to the new entry; the old page's reference is put after it.
+//! Differences: a subpage of a THP is always copied (no large-folio reuse, v6.9), and
+//! "exclusive" is read from the mapcounts (no `PageAnonExclusive`).
 
 use crate::addr::{Order, Pfn};
 use crate::cpu::CpuId;
