@@ -2,7 +2,18 @@
 //! munmap and two-thread free, and the engine's own zeroing rate (see the parent module for
 //! what each path measures and how it is compared with the host).
 
-use super::*;
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use usermm::cpu::CpuId;
+use usermm::mm::mmap::{
+    MapFile, MADV_HUGEPAGE, MADV_NOHUGEPAGE, MAP_ANONYMOUS, MAP_PRIVATE, PROT_READ, PROT_WRITE,
+};
+use usermm::page_alloc::Gfp;
+use usermm::sync::clock::thread_cpu_ns;
+use usermm::{Machine, Mm, Order, Pfn, Task};
+
+use super::{engine_err, BenchError, HPAGE, PAGE};
 
 /// One engine machine and the CPU the single-threaded paths run on.
 pub(super) struct Engine {

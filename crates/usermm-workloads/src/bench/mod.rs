@@ -51,18 +51,9 @@ mod engine;
 #[cfg(test)]
 mod test;
 
-use std::sync::{Arc, Barrier};
-use std::time::Instant;
-
 use serde::Serialize;
 use usermm::config::{BackingMode, MachineConfig, ThpMode};
-use usermm::cpu::CpuId;
-use usermm::mm::mmap::{
-    MapFile, MADV_HUGEPAGE, MADV_NOHUGEPAGE, MAP_ANONYMOUS, MAP_PRIVATE, PROT_READ, PROT_WRITE,
-};
-use usermm::page_alloc::Gfp;
-use usermm::sync::clock::thread_cpu_ns;
-use usermm::{Machine, Mm, Order, Pfn, Task};
+use usermm::Machine;
 use usermm_host::{measure, HostError};
 
 use crate::stats;

@@ -48,26 +48,13 @@ mod run;
 #[cfg(test)]
 mod test;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
 use hdrhistogram::Histogram;
 use serde::Serialize;
-use usermm::config::TimeMode;
 use usermm::config::{BackingMode, MachineConfig, ThpMode};
 use usermm::machine::MachineError;
-use usermm::mm::mmap::{
-    MapFile, MADV_DONTNEED, MAP_ANONYMOUS, MAP_FIXED_NOREPLACE, MAP_NORESERVE, MAP_PRIVATE,
-    PROT_READ, PROT_WRITE,
-};
 use usermm::mm::UnmapStats;
-use usermm::stats::VmItem;
-use usermm::sync::class::FUTEX;
-use usermm::sync::clock::{self, Ktime};
 use usermm::sync::mmap_lock::MmapLockStats;
-use usermm::sync::{thread, Barrier};
-use usermm::{CpuId, Errno, Machine, Mm, Task, PAGE_SIZE};
+use usermm::{Errno, PAGE_SIZE};
 
 use crate::seeds::{self, MunmapDowngrade};
 use crate::stats;

@@ -2,7 +2,28 @@
 //! populate, the munmap, and the attribution of every access to a window (see the parent
 //! module for what is measured and why two baselines).
 
-use super::*;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use usermm::config::MachineConfig;
+use usermm::config::TimeMode;
+use usermm::mm::mmap::{
+    MapFile, MADV_DONTNEED, MAP_ANONYMOUS, MAP_FIXED_NOREPLACE, MAP_NORESERVE, MAP_PRIVATE,
+    PROT_READ, PROT_WRITE,
+};
+use usermm::stats::VmItem;
+use usermm::sync::class::FUTEX;
+use usermm::sync::clock::{self, Ktime};
+use usermm::sync::mmap_lock::MmapLockStats;
+use usermm::sync::{thread, Barrier};
+use usermm::{CpuId, Errno, Machine, Mm, Task, PAGE_SIZE};
+
+use super::{
+    check, sys, Latency, MunmapTestError, MunmapTestOpts, RunResult, VmaLockEvents, Window,
+    FAULTER_BASE, FAULTER_SLOT, HIST_HIGH_NS, HIST_LOW_NS, HIST_SIGFIG, STALL_NS,
+};
 
 /// Phases of a run, in order; the faulters attribute each access by the phases it saw.
 pub(super) const PH_WARMUP: u32 = 0;

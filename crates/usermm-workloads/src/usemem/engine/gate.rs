@@ -2,7 +2,9 @@
 //! parent opens ([`EGate`]), and SIGUSR1 as the workers see it ([`Usr1`]). Both wait on the
 //! seam's [`Mutex`] and [`CondVar`] in the futex class (`USEMEM_WAIT`).
 
-use super::*;
+use usermm::sync::{CondVar, Mutex};
+
+use super::USEMEM_WAIT;
 
 /// A barrier: workers arrive and wait; the parent opens it once all have arrived (a worker
 /// that ends without arriving counts, where usemem's parent would wait for ever).

@@ -39,30 +39,19 @@ mod sys;
 #[cfg(test)]
 mod test;
 
-use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
-use usermm::config::BackingMode;
-use usermm::cpu::CpuId;
-use usermm::mm::mman::MREMAP_MAYMOVE;
-use usermm::mm::mmap::MapFile;
-use usermm::sync::{CondVar, LockClass, Mutex};
-use usermm::{Machine, Mm, Task};
+use usermm::sync::LockClass;
+use usermm::{Machine, Mm};
 
 use super::io::Io;
-use super::program::{self, Outcome, Platform};
-use super::sys::{Access, Errno, Gate, MapFd, ShmCmd, Stop, Sys, WalkOp, EBADF, EINVAL, ENOMEM};
-use super::worker::{
-    bind_cpu, End, Plan, ProcState, Worker, WorkerRecord, MAP_ANONYMOUS, MAP_HUGETLB, MAP_SHARED,
-    PROT_READ, PROT_WRITE,
-};
+use super::worker::ProcState;
 
 use self::gate::EGate;
 pub use self::gate::Usr1;
 pub use self::proc::EnginePlatform;
-use self::sys::errno;
 pub use self::sys::EngineSys;
 
 /// usemem's pipe barriers and SIGUSR1 waits, as engine waits: user-space sleeps, the futex

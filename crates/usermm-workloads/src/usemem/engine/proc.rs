@@ -2,7 +2,21 @@
 //! process an [`Mm`] (a worker process is [`Mm::fork`] of the parent's, [`fork_proc`]) and each
 //! of its threads an engine thread on an emulated CPU.
 
-use super::*;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+
+use usermm::config::BackingMode;
+use usermm::cpu::CpuId;
+use usermm::{Machine, Mm, Task};
+
+use super::gate::EGate;
+use super::sys::errno;
+use super::sys::EngineSys;
+use super::{host_thread_budget, EProc, FileKind, Hooks, MapRec, Shared};
+use crate::usemem::io::Io;
+use crate::usemem::program::{self, Outcome, Platform};
+use crate::usemem::sys::{Errno, Gate, MapFd, Sys};
+use crate::usemem::worker::{bind_cpu, End, Plan, ProcState, Worker, WorkerRecord};
 
 /// usemem's `fork` of the parent: [`Mm::fork`] of the parent's address space, so the child
 /// has every mapping the parent made (the preallocation, `-L`'s segment), at the same

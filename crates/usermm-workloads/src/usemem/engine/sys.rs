@@ -2,7 +2,20 @@
 //! `mremap`, `madvise`, `mlock`, shm, files) and its accesses, as [`Sys`] over an [`Mm`] and a
 //! [`Task`], with the signals a failed access delivers.
 
-use super::*;
+use std::cell::Cell;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use usermm::cpu::CpuId;
+use usermm::mm::mman::MREMAP_MAYMOVE;
+use usermm::mm::mmap::MapFile;
+use usermm::{Mm, Task};
+
+use super::{EProc, FileKind, MapRec, Shared, EPOCH_US, MAP_HUGE_MASK, PAGE};
+use crate::usemem::sys::{
+    Access, Errno, Gate, MapFd, ShmCmd, Stop, Sys, WalkOp, EBADF, EINVAL, ENOMEM,
+};
+use crate::usemem::worker::{MAP_ANONYMOUS, MAP_HUGETLB, MAP_SHARED, PROT_READ, PROT_WRITE};
 
 /// One usemem thread on the engine.
 pub struct EngineSys {

@@ -1,12 +1,20 @@
 //! Tests of usemem on the engine: fork sharing, signals, detaching, files.
 
+use std::sync::Arc;
+
+use usermm::config::BackingMode;
+use usermm::config::MachineConfig;
+use usermm::cpu::CpuId;
+use usermm::mm::RssItem;
+use usermm::stats::VmItem;
+use usermm::Task;
+
 use super::proc::fork_proc;
 use super::*;
 use crate::usemem::io::Capture;
+use crate::usemem::sys::{Access, MapFd, Sys, EINVAL};
+use crate::usemem::worker::{Plan, ProcState, MAP_ANONYMOUS, PROT_READ, PROT_WRITE};
 use crate::usemem::worker::{MAP_POPULATE, MAP_PRIVATE};
-use usermm::config::MachineConfig;
-use usermm::mm::RssItem;
-use usermm::stats::VmItem;
 
 /// usemem's fork shares the parent's pages until one side writes: the child maps every
 /// populated page of the parent without a fault of its own, a write on either side copies

@@ -42,7 +42,7 @@ use serde::Serialize;
 
 use super::opts::UsememOpts;
 use super::rand48::Rand48;
-use crate::usemem::sys::{strerror, Access, Gate, MapFd, Stop, Sys, WalkOp};
+use crate::usemem::sys::{strerror, Gate, MapFd, Stop, Sys};
 
 /// usemem keeps at most this many allocations to free; beyond, teardown happens at exit.
 pub const MAX_POINTERS: usize = 32;

@@ -3,7 +3,8 @@
 //! `do_unit` (map unless preallocated, walk `-r` times). The worker's loop over units and
 //! what comes after them are the parent module's.
 
-use super::*;
+use super::{lcm, Worker, MADV_HUGEPAGE, PAGE_SIZE, R};
+use crate::usemem::sys::{strerror, Access, Gate, Stop, Sys, WalkOp};
 
 impl<S: Sys> Worker<'_, S> {
     /// usemem's `allocate`: map (or malloc) `bytes`, with `--show-addr`, `--madv-thp` and
