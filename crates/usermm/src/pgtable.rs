@@ -191,7 +191,10 @@ impl Slot {
     }
     /// Write the entry. The caller holds the lock that protects this level, or is
     /// `free_pgtables` clearing a PMD of a detached range (invariant 1). Where the lock is the
-    /// table page's own split lock, prefer [`Slot::lock`] and [`LockedSlot::set`].
+    /// slot's own table page's split lock, write through [`Slot::lock`] and
+    /// [`LockedSlot::set`] instead; the users left are the PGD/PUD entries under
+    /// `page_table_lock` (the allocator, `free_pgtables`) and the moves of `mremap`, which
+    /// hold the old and the new table's locks for two slots that may share one.
     #[inline]
     pub(crate) fn store(&self, phys: &PhysMem, e: Entry) {
         charge(Cost::SetPte, 1);

@@ -276,8 +276,8 @@ impl Mm {
                 table: pte_table,
                 index: crate::pgtable::pte_index(addr),
             };
-            let _ptl = phys.meta(pte_table).ptl.lock(&PTL);
-            slot.store(phys, crate::pgtable::Entry::new(pfn.add(i), bits));
+            slot.lock(phys, &PTL)
+                .set(crate::pgtable::Entry::new(pfn.add(i), bits));
         }
         tree.insert_or_merge(vma);
         Ok(start)
