@@ -73,9 +73,9 @@ pub static KNOWN: &[KnownDivergence] = &[
                  of it does, and since 6.12 that split maps every zero-filled subpage to the \
                  shared zero page (RMP_USE_SHARED_ZEROPAGE), out of Rss, so later writes there \
                  fault again. The engine splits the folio into order-0 pages at the PMD split \
-                 (memory.rs, split_huge_pmd) and no longer knows the folio, so it keeps those \
+                 (huge_memory.rs, split_huge_pmd) and no longer knows the folio, so it keeps those \
                  pages. (A THP still PMD-mapped when the advice comes is split like Linux does: \
-                 memory.rs, split_thp_remap_zero.) Recognised: a Counters mismatch with host Rss \
+                 huge_memory.rs, split_thp_remap_zero.) Recognised: a Counters mismatch with host Rss \
                  and AnonHugePages not above the engine's and host faults not below, after one \
                  of those advices (its range may be whole 2 MiB blocks: a VMA boundary inside \
                  the block still makes the per-VMA range partial).",
@@ -87,7 +87,7 @@ pub static KNOWN: &[KnownDivergence] = &[
                  (do_fault_around / filemap_map_pages, fault_around_bytes = 64 KiB): pages of \
                  the object already in its cache near the fault are mapped too, so Rss is higher \
                  and later accesses to them take no fault. The engine has no fault-around \
-                 (fault.rs), and its shmem object (shmem.rs, outside what this suite may change) \
+                 (mm/fault/), and its shmem object (shmem.rs, outside what this suite may change) \
                  has no lookup-without-allocating to build one on. Data and accessibility are \
                  unaffected. Recognised: a Counters mismatch with host Rss >= engine Rss and host \
                  faults <= engine faults while a shared mapping is in the arena.",
@@ -101,7 +101,7 @@ pub static KNOWN: &[KnownDivergence] = &[
                  or the huge zero page. The engine keeps the empty table and maps 4 KiB pages \
                  there. Not modelled on purpose: Linux does it under the mmap read lock relying \
                  on RCU-freed page tables and pmd_same re-checks in the fault path, which the \
-                 engine's fault path (fault.rs) does not have, and the munmap-test experiment \
+                 engine's fault path (mm/fault/) does not have, and the munmap-test experiment \
                  runs MADV_DONTNEED concurrently with faults. Recognised: a Counters mismatch \
                  with more AnonHugePages or fewer faults on the host, after a MADV_DONTNEED \
                  whose range holds a whole 2 MiB-aligned block.",

@@ -414,7 +414,7 @@ fn usemems_errors_and_statuses() {
 /// `--prealloc` forks the workers over the parent's mapping: with `--prefault` the parent's
 /// pages are shared copy-on-write, and each child's walk breaks COW once per page (a write
 /// fault and a copy each: the parent still maps the page). Every frame comes back when the
-/// last mm exits. (The sharing itself is `engine.rs`'s unit test.)
+/// last mm exits. (The sharing itself is `engine/test.rs`'s unit test.)
 #[test]
 fn prealloc_workers_break_cow_once_per_page() {
     use usermm::stats::VmItem;

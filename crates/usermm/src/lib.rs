@@ -27,9 +27,9 @@
 //! | [`stats`] | `/proc/vmstat`, `/proc/meminfo`, `/proc/lock_stat` |
 //! | [`sync`] | the seam: `spinlock_t`, `struct mutex`, `rw_semaphore`, the split PTL, wait queues, completions, kthreads, `ktime_get`; `include/linux/mmap_lock.h`, `kernel/workqueue.c` |
 //! | [`vtime`] | no kernel file: virtual time, the machine model of DESIGN.md §8 (runtime, cost profiles, report) |
-//! | [`pgtable`] | `arch/x86/include/asm/pgtable*.h`, the table allocators of `mm/memory.c` |
-//! | [`mm`] | `mm_types.h`, `mm/memory.c`, `mm/mmu_gather.c`; `mm::fork` = `kernel/fork.c` (`dup_mmap`) + `copy_page_range`; `mm::mremap` = `mm/mremap.c`; `mm::rmap` = the mapcounts of `mm/rmap.c`; `mm::lock_vma` = `lock_vma_under_rcu`; `mm::vma` = `mm/vma.c` (`tree`, `merge`, `remap`), `mm/mmap.c` (`unmapped_area`), `fs/proc/task_mmu.c` (`maps`), the per-VMA-lock index (`index`); `mm::mmap` = `mm/mmap.c` (`map`, `munmap`, `brk`), `mm/mprotect.c`, `mm/madvise.c`, `mm/mlock.c`; `mm::mman` = `uapi/asm-generic/mman-common.h` |
-//! | [`huge_memory`] | the huge zero page of `mm/huge_memory.c` |
+//! | [`pgtable`] | `arch/x86/include/asm/pgtable*.h`, the table allocators of `mm/memory.c` (`__pte_alloc`, `__pmd_alloc`), `pte_offset_map_lock`/`pmd_lock` (`LockedSlot`), the `p?d_addr_end` range walk |
+//! | [`mm`] | `mm_types.h`, `mm/memory.c`, `mm/mmu_gather.c`; `mm::huge_memory` = the THP PMD operations of `mm/huge_memory.c`; `mm::fault` = `arch/x86/mm/fault.c` + the fault half of `mm/memory.c` (`anon`, `wp`) + `mm/hugetlb.c`'s faults (`hugetlb`); `mm::tlb` = `arch/x86/mm/tlb.c` (`flush_tlb_mm_range`, the TLB gates); `mm::fork` = `kernel/fork.c` (`dup_mmap`) + `copy_page_range`; `mm::mremap` = `mm/mremap.c`; `mm::rmap` = the mapcounts of `mm/rmap.c`; `mm::lock_vma` = `lock_vma_under_rcu`; `mm::vma` = `mm/vma.c` (`tree`, `merge`, `remap`), `mm/mmap.c` (`unmapped_area`), `fs/proc/task_mmu.c` (`maps`), the per-VMA-lock index (`index`); `mm::mmap` = `mm/mmap.c` (`map`, `munmap`, `brk`), `mm/mprotect.c`, `mm/madvise.c`, `mm/mlock.c`; `mm::mman` = `uapi/asm-generic/mman-common.h` |
+//! | [`huge_zero_page`] | the huge zero page of `mm/huge_memory.c` (its PMD operations: `mm::huge_memory`) |
 //! | [`pcpu`], [`memcg`] | `mm/percpu.c`; the percpu side of `mm/memcontrol.c` |
 //! | [`policy`] | the gather's and munmap's resolved policies (below both `machine` and `mm`) |
 //! | [`machine`], [`backing`] | the box: CPUs, nodes, physical memory and its host backing; [`Machine::run`], the clock |
@@ -74,7 +74,7 @@
 //! ```
 //! In a virtual run every lock above is also a virtual lock of the same class, taken before and
 //! released after the host lock (so the host lock is always free when taken, and a guard may be
-//! held across a context switch); the TLB gates are not taken there (see `mm`, "TLB model").
+//! held across a context switch); the TLB gates are not taken there (see `mm::tlb`, `sync::TlbGate`).
 //!
 //! # Unsafe
 //! The crate denies `unsafe_code`; these modules allow it, and every block in them carries a
@@ -97,7 +97,7 @@ pub mod cpu;
 #[macro_use]
 pub mod debug;
 pub mod error;
-pub mod huge_memory;
+pub mod huge_zero_page;
 pub mod machine;
 pub mod memcg;
 pub mod mm;

@@ -18,10 +18,11 @@ use std::sync::Arc;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use crate::addr::Order;
 use crate::addr::{Pfn, PAGE_SIZE};
 use crate::config::{ConfigError, MachineConfig, ThpMode, TimeMode};
 use crate::cpu::{CpuId, Cpus};
-use crate::huge_memory::HugeZeroPage;
+use crate::huge_zero_page::HugeZeroPage;
 use crate::page_alloc::{meta::PG_RESERVED, Gfp, PhysMem};
 use crate::pcpu::PcpuAllocator;
 use crate::policy::{GatherPolicy, MunmapPolicy};
@@ -30,7 +31,6 @@ use crate::sync::class::UNMODELLED;
 use crate::sync::workqueue::{UnboundPools, Workers};
 use crate::sync::Mutex;
 use crate::vtime::{self, Profile};
-use crate::Order;
 
 /// Why a machine could not be built.
 #[derive(Debug)]

@@ -638,7 +638,7 @@ impl MemCgroups {
 mod test {
     use super::*;
     use crate::config::MachineConfig;
-    use crate::Machine;
+    use crate::machine::Machine;
 
     fn setup(era: RecipeEra) -> (Arc<Machine>, MemCgroups) {
         let cfg = MachineConfig {

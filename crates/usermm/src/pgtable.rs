@@ -1,8 +1,10 @@
 //! Page tables: 4 levels of x86-64-shaped entries in real memory, with split locks.
 //!
-//! Mirrors `arch/x86/include/asm/pgtable_types.h` (the entry bits), `include/linux/pgtable.h`,
-//! `mm/memory.c` (`__pte_alloc`, `__pmd_alloc`, `__pud_alloc`, `pte_offset_map_lock`) and
-//! `include/linux/mm.h` (`pte_lockptr`, `pmd_lockptr`, split PTLs in the `ptdesc`).
+//! Mirrors `arch/x86/include/asm/pgtable_types.h` (the entry bits), `include/linux/pgtable.h`
+//! (`pmd_addr_end` and its siblings), `mm/memory.c` (`__pte_alloc`, `__pmd_alloc`,
+//! `__pud_alloc`: [`pmd_alloc`], [`pte_alloc`]) and `include/linux/mm.h` (`pte_offset_map_lock`,
+//! `pmd_lock`, `pte_lockptr`, `pmd_lockptr`, split PTLs in the `ptdesc`: [`Slot::lock`] and
+//! [`LockedSlot`]).
 //!
 //! ```text
 //!  PGD page ─[47:39]→ PUD page ─[38:30]→ PMD page ─[29:21]→ PTE page ─[20:12]→ 4 KiB frame
@@ -29,19 +31,41 @@
 //! 2. A table page is freed only after its parent entry was cleared and the range flushed
 //!    from the TLB (`free_pgtables` via the gather).
 //! 3. Lock order: `page_table_lock -> PMD lock -> PTE lock` (parent before child).
+//! 4. A table is installed by the allocator under the lock of its parent level
+//!    (`page_table_lock` for PGD and PUD entries, the PMD lock for a PMD entry), after a
+//!    re-check that the slot is still none; the loser of a race frees its table.
+//!
+//! # The locked slot
+//! "Lock the PTL, load the entry again, compare it with what the lockless walk saw, bail if it
+//! changed" is what every fault path does before it writes. [`Slot::lock`] takes the split lock
+//! of the slot's table page and returns a [`LockedSlot`], the proof that the lock is held:
+//! [`LockedSlot::same`] is the re-check (`pte_same`), [`LockedSlot::set`] the write
+//! (`set_pte_at`/`set_pmd_at`), and dropping it unlocks. [`Slot::lock_if_same`] is the
+//! whole sequence. Zaps, splits, copies and moves that rewrite a run of entries under one lock
+//! still write the table page's atomics directly (with the lock held, by the same rule).
+//!
+//! # Range walks
+//! [`pmd_tables`] is the one walk from the PGD down to the PMD tables of a range (the zap and
+//! the fork copy run on it; `mremap` looks a PMD up with [`find_pmd`]). Still written out by
+//! hand: `free_pgd_range` (it frees upper tables on the way back up, so it needs their
+//! slots), `change_protection` (it re-walks per address with [`walk`], splitting as it goes)
+//! and the whole-tree scans of reports and validation (`for_each_leaf`, `for_each_table`).
 //!
 //! # Differences from Linux
 //! No p4d (folded, as with 4-level paging). The PGD page is counted in `PageTables` too.
 
-use crate::sync::{charge, Cost};
 use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
-use crate::addr::{Order, Pfn, PAGE_SHIFT, PGDIR_SHIFT, PMD_SHIFT, PUD_SHIFT};
+use crate::addr::{
+    Order, Pfn, PAGE_SHIFT, PGDIR_SHIFT, PGDIR_SIZE, PMD_SHIFT, PUD_SHIFT, PUD_SIZE,
+};
 use crate::cpu::CpuId;
 use crate::error::AllocError;
 use crate::page_alloc::meta::PG_PGTABLE;
 use crate::page_alloc::{Gfp, PhysMem};
 use crate::stats::VmItem;
+use crate::sync::class::PMD_LOCK;
+use crate::sync::{charge, Cost, LockClass, PtLockGuard, SpinLockGuard};
 
 pub const _PAGE_PRESENT: u64 = 1 << 0;
 pub const _PAGE_RW: u64 = 1 << 1;
@@ -138,6 +162,17 @@ pub fn pte_index(addr: u64) -> usize {
     ((addr >> PAGE_SHIFT) & 511) as usize
 }
 
+/// `pgd_addr_end`, `pud_addr_end`, `pmd_addr_end`: the end of the `size`-aligned span (the
+/// reach of one entry at that level) that holds `addr`, or `end` if that comes first. The
+/// step of every range walk over the tables.
+#[doc(alias = "pmd_addr_end")]
+#[doc(alias = "pud_addr_end")]
+#[doc(alias = "pgd_addr_end")]
+#[inline]
+pub fn addr_end(addr: u64, size: u64, end: u64) -> u64 {
+    ((addr & !(size - 1)) + size).min(end)
+}
+
 /// One entry slot: a table page and an index in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot {
@@ -155,7 +190,11 @@ impl Slot {
         Entry(self.atomic(phys).load(Acquire))
     }
     /// Write the entry. The caller holds the lock that protects this level, or is
-    /// `free_pgtables` clearing a PMD of a detached range (invariant 1).
+    /// `free_pgtables` clearing a PMD of a detached range (invariant 1). Where the lock is the
+    /// slot's own table page's split lock, write through [`Slot::lock`] and
+    /// [`LockedSlot::set`] instead; the users left are the PGD/PUD entries under
+    /// `page_table_lock` (the allocator, `free_pgtables`) and the moves of `mremap`, which
+    /// hold the old and the new table's locks for two slots that may share one.
     #[inline]
     pub(crate) fn store(&self, phys: &PhysMem, e: Entry) {
         charge(Cost::SetPte, 1);
@@ -165,6 +204,78 @@ impl Slot {
     #[inline]
     pub(crate) fn take(&self, phys: &PhysMem) -> Entry {
         Entry(self.atomic(phys).swap(0, Relaxed))
+    }
+
+    /// Take the split lock of this slot's table page (`pte_offset_map_lock` for a PTE slot,
+    /// class `PTL`; `pmd_lock` for a PMD slot, class `PMD_LOCK`).
+    #[doc(alias = "pte_offset_map_lock")]
+    #[doc(alias = "pmd_lock")]
+    #[inline]
+    pub(crate) fn lock<'a>(self, phys: &'a PhysMem, class: &'static LockClass) -> LockedSlot<'a> {
+        let ptl = phys.meta(self.table).ptl.lock(class);
+        LockedSlot {
+            slot: self,
+            phys,
+            _ptl: ptl,
+        }
+    }
+
+    /// [`Slot::lock`], then the re-check: `None` (the lock released again) when the entry is
+    /// no longer `seen`, the value the caller decided on without the lock.
+    #[inline]
+    pub(crate) fn lock_if_same<'a>(
+        self,
+        phys: &'a PhysMem,
+        class: &'static LockClass,
+        seen: Entry,
+    ) -> Option<LockedSlot<'a>> {
+        let l = self.lock(phys, class);
+        l.same(seen).then_some(l)
+    }
+}
+
+/// A [`Slot`] whose table page's split lock is held: entries are written under the PTL.
+/// Dropping it unlocks. (Lock order, `lib.rs`: PMD lock -> PTE lock; a fault holds one.)
+#[must_use = "if unused the page-table lock is released at once"]
+pub(crate) struct LockedSlot<'a> {
+    slot: Slot,
+    phys: &'a PhysMem,
+    _ptl: PtLockGuard<'a>,
+}
+
+impl LockedSlot<'_> {
+    /// The entry, as it is under the lock.
+    #[inline]
+    pub(crate) fn get(&self) -> Entry {
+        self.slot.load(self.phys)
+    }
+
+    /// The slot whose lock is held.
+    #[inline]
+    pub(crate) fn slot(&self) -> Slot {
+        self.slot
+    }
+
+    /// `pte_same` against a fresh load: is the entry still `seen`?
+    #[doc(alias = "pte_same")]
+    #[inline]
+    pub(crate) fn same(&self, seen: Entry) -> bool {
+        self.get() == seen
+    }
+
+    /// Clear the entry and return what it was (`ptep_get_and_clear`, `pmdp_huge_get_and_clear`).
+    #[doc(alias = "pmdp_huge_get_and_clear")]
+    #[inline]
+    pub(crate) fn take(&self) -> Entry {
+        self.slot.take(self.phys)
+    }
+
+    /// `set_pte_at` / `set_pmd_at`.
+    #[doc(alias = "set_pte_at")]
+    #[doc(alias = "set_pmd_at")]
+    #[inline]
+    pub(crate) fn set(&self, e: Entry) {
+        self.slot.store(self.phys, e)
     }
 }
 
@@ -220,6 +331,169 @@ pub(crate) fn free_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
     phys.meta(pfn).clear(PG_PGTABLE);
     phys.stat().add(cpu, VmItem::NrPageTablePages, -1);
     phys.release_pages(cpu, &[pfn]);
+}
+
+/// The page-table side of an address space, as the table allocators need it: `mm->pgd`,
+/// `mm->page_table_lock`, `mm_inc_nr_ptes`. The mm implements it (`mm/mod.rs`); the trait keeps
+/// this module below `mm` in the module graph.
+pub(crate) trait MmTables {
+    fn phys(&self) -> &PhysMem;
+    /// The PGD table page.
+    fn pgd_table(&self) -> Pfn;
+    /// `mm->page_table_lock`, which guards PGD and PUD entries.
+    fn page_table_lock(&self) -> SpinLockGuard<'_, ()>;
+    /// One more table page in `mm_pgtables_bytes`.
+    fn inc_nr_tables(&self);
+}
+
+/// Why [`pte_alloc`] or [`pmd_alloc`] returned no table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PtAllocError {
+    /// No frame for the table (`-ENOMEM`; `VM_FAULT_OOM` in a fault).
+    NoMem,
+    /// A huge PMD appeared where the PTE table was to go: the caller re-walks (as after
+    /// Linux's `pte_offset_map` failure).
+    HugePmd,
+}
+
+/// `pud_alloc` + `pmd_alloc` (`__pud_alloc`, `__pmd_alloc`): the PMD slot for `addr`, with
+/// the PUD and PMD tables on the way allocated if missing.
+#[doc(alias = "__pmd_alloc")]
+#[doc(alias = "__pud_alloc")]
+#[doc(alias = "pud_alloc")]
+pub(crate) fn pmd_alloc(mm: &impl MmTables, cpu: CpuId, addr: u64) -> Result<Slot, PtAllocError> {
+    let pgd_slot = Slot {
+        table: mm.pgd_table(),
+        index: pgd_index(addr),
+    };
+    let pud_table = table_alloc(mm, cpu, pgd_slot, false)?;
+    let pud_slot = Slot {
+        table: pud_table,
+        index: pud_index(addr),
+    };
+    let pmd_table = table_alloc(mm, cpu, pud_slot, false)?;
+    Ok(Slot {
+        table: pmd_table,
+        index: pmd_index(addr),
+    })
+}
+
+/// `pte_alloc` (`__pte_alloc`): the PTE table the PMD entry `pmd` points to, allocated and
+/// installed if the entry is none.
+#[doc(alias = "__pte_alloc")]
+pub(crate) fn pte_alloc(mm: &impl MmTables, cpu: CpuId, pmd: Slot) -> Result<Pfn, PtAllocError> {
+    table_alloc(mm, cpu, pmd, true)
+}
+
+/// The table `slot` points to, allocating and installing one if it is none (invariant 4). The
+/// install is done under `page_table_lock` (upper levels) or, for a PMD slot (`is_pmd`), the
+/// PMD lock of the slot's table page (`pmd_lock`).
+fn table_alloc(
+    mm: &impl MmTables,
+    cpu: CpuId,
+    slot: Slot,
+    is_pmd: bool,
+) -> Result<Pfn, PtAllocError> {
+    let phys = mm.phys();
+    let e = slot.load(phys);
+    if !e.is_none() {
+        return Ok(e.pfn());
+    }
+    let new = alloc_table(phys, cpu).map_err(|_| PtAllocError::NoMem)?;
+    let installed = {
+        // `pmd_lock` or `mm->page_table_lock`: whichever guards `slot`.
+        let (_pmd_lock, _mm_lock) = if is_pmd {
+            (Some(phys.meta(slot.table).ptl.lock(&PMD_LOCK)), None)
+        } else {
+            (None, Some(mm.page_table_lock()))
+        };
+        let e = slot.load(phys);
+        if e.is_none() {
+            slot.store(phys, Entry::new(new, TABLE_BITS));
+            mm.inc_nr_tables();
+            Ok(new)
+        } else {
+            Err(e)
+        }
+    };
+    match installed {
+        Ok(t) => Ok(t),
+        Err(e) => {
+            free_table(phys, cpu, new);
+            if e.huge() {
+                // A huge PMD appeared meanwhile; the caller re-walks.
+                return Err(PtAllocError::HugePmd);
+            }
+            Ok(e.pfn())
+        }
+    }
+}
+
+/// The range walk from the PGD down to the PMD tables, written once: each present PMD table
+/// that maps part of `[start, end)`, with the part `(table, addr, next)` it maps, in address
+/// order — the `pgd_offset`/`pud_offset` loops with their `pgd_addr_end`/`pud_addr_end` steps
+/// that `unmap_page_range` and `copy_page_range` open with. A none PGD entry skips its whole
+/// span. Lockless, as those loops are: the caller keeps the upper levels stable (the range is
+/// detached, or the mmap lock is held for writing). Entry loads cost nothing in virtual time;
+/// a caller charges the levels it walked.
+pub(crate) fn pmd_tables(phys: &PhysMem, pgd: Pfn, start: u64, end: u64) -> PmdTables<'_> {
+    PmdTables {
+        phys,
+        pgd,
+        addr: start,
+        end,
+    }
+}
+
+/// The iterator of [`pmd_tables`].
+#[derive(Debug)]
+pub(crate) struct PmdTables<'a> {
+    phys: &'a PhysMem,
+    pgd: Pfn,
+    addr: u64,
+    end: u64,
+}
+
+impl Iterator for PmdTables<'_> {
+    /// A PMD table, and the part `[addr, next)` of the range it maps.
+    type Item = (Pfn, u64, u64);
+
+    fn next(&mut self) -> Option<(Pfn, u64, u64)> {
+        while self.addr < self.end {
+            let a = self.addr;
+            let pgd = Slot {
+                table: self.pgd,
+                index: pgd_index(a),
+            }
+            .load(self.phys);
+            if pgd.is_none() {
+                self.addr = addr_end(a, PGDIR_SIZE, self.end);
+                continue;
+            }
+            let next = addr_end(a, PUD_SIZE, self.end);
+            self.addr = next;
+            let pud = Slot {
+                table: pgd.pfn(),
+                index: pud_index(a),
+            }
+            .load(self.phys);
+            if !pud.is_none() {
+                return Some((pud.pfn(), a, next));
+            }
+        }
+        None
+    }
+}
+
+/// The PMD slot mapping `addr`, if the PGD and PUD entries above it are present; no table is
+/// allocated (lockless, like [`pmd_tables`]).
+#[doc(alias = "mm_find_pmd")]
+pub(crate) fn find_pmd(phys: &PhysMem, pgd: Pfn, addr: u64) -> Option<Slot> {
+    let (table, _, _) = pmd_tables(phys, pgd, addr, addr.checked_add(1)?).next()?;
+    Some(Slot {
+        table,
+        index: pmd_index(addr),
+    })
 }
 
 /// Where a lockless walk stopped.

@@ -5,6 +5,15 @@
 //!   one module (children extend the parent's types, as `page_alloc/buddy.rs` extends
 //!   `PhysMem`), so a child naming its parent is not a cycle; two siblings naming each other,
 //!   or two top-level modules (`machine` and `mm`, say), are.
+//! - **No product file over 800 lines**, in the `src/` of every crate of the workspace: a file
+//!   that grows past it is split along its seams (as `mm/memory.c`'s content is split here
+//!   into `memory`, `fault`, `huge_memory`, `fork`, `mremap`). Unit-test files (`test.rs`,
+//!   `tests.rs`, anything under a `tests/` directory) do not count; the exemptions, each with
+//!   its reason, are [`LINE_LIMIT_EXEMPT`].
+//! - **No engine import through the crate root.** `lib.rs` re-exports the public surface
+//!   (`usermm::Errno`, `usermm::PAGE_SIZE`, …) for the other crates; engine code names the
+//!   defining module (`crate::error::Errno`, `crate::addr::PAGE_SIZE`), so that the module
+//!   graph above sees the real edge and a reader lands on the definition.
 //! - **Every lock goes through the sync seam.** No `parking_lot`, no
 //!   `std::sync::{Mutex, RwLock, Condvar, Barrier}` and no `crossbeam_channel` in
 //!   `crates/usermm/src` outside `src/sync/`: one place decides how the engine's locks behave
@@ -370,4 +379,140 @@ fn the_tsc_is_read_only_in_the_sync_clock() {
     );
     assert!(reads_the_tsc("unsafe { core::arch::x86_64::_rdtsc() }"));
     assert!(reads_the_tsc(&code_of(&clock)), "the clock reads the TSC");
+}
+
+/// Longest product source file, in lines.
+const MAX_LINES: usize = 800;
+
+/// Files allowed past [`MAX_LINES`], relative to the workspace root, each with its reason.
+const LINE_LIMIT_EXEMPT: &[(&str, &str)] = &[(
+    "crates/usermm/src/vtime/profile/mod.rs",
+    "being rewritten (cost profiles); the rewrite splits it",
+)];
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crates/usermm is two levels below the workspace root")
+        .to_path_buf()
+}
+
+/// Every product `.rs` file under `crates/*/src`: not `test.rs`, `tests.rs`, nor under a
+/// `tests/` directory.
+fn product_files() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).expect("read src dir") {
+            let p = e.expect("dir entry").path();
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if p.is_dir() {
+                if name != "tests" {
+                    walk(&p, out);
+                }
+            } else if name.ends_with(".rs") && name != "test.rs" && name != "tests.rs" {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let crates = workspace_root().join("crates");
+    for c in std::fs::read_dir(&crates).expect("read crates/") {
+        let src = c.expect("dir entry").path().join("src");
+        if src.is_dir() {
+            walk(&src, &mut out);
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn no_product_file_is_over_800_lines() {
+    let root = workspace_root();
+    let files = product_files();
+    assert!(files.len() > 100, "found only {} files", files.len());
+    let mut over = Vec::new();
+    let mut exempt_seen = BTreeSet::new();
+    for p in &files {
+        let rel = p
+            .strip_prefix(&root)
+            .expect("under root")
+            .to_string_lossy()
+            .into_owned();
+        let n = std::fs::read_to_string(p)
+            .expect("read source")
+            .lines()
+            .count();
+        if LINE_LIMIT_EXEMPT.iter().any(|(f, _)| *f == rel) {
+            exempt_seen.insert(rel);
+            continue;
+        }
+        if n > MAX_LINES {
+            over.push(format!("{rel}: {n} lines"));
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "product files over {MAX_LINES} lines (split them along their seams):\n{}",
+        over.join("\n")
+    );
+    for (f, why) in LINE_LIMIT_EXEMPT {
+        assert!(
+            exempt_seen.contains(*f),
+            "stale exemption {f} ({why}): the file is gone or moved"
+        );
+    }
+}
+
+/// The names `lib.rs` re-exports at the crate root (`pub use a::{B, C};` gives `B`, `C`).
+fn root_reexports() -> BTreeSet<String> {
+    let lib = src_dir().join("lib.rs");
+    let code: Vec<char> = code_of(&lib).chars().collect();
+    let text: String = code.iter().collect();
+    let mut names = BTreeSet::new();
+    for (i, _) in text.match_indices("pub use ") {
+        let j = text[..i].chars().count() + "pub use ".len();
+        let mut paths = Vec::new();
+        parse_tree(&code, j, &Vec::new(), &mut paths);
+        for p in paths {
+            if let Some(last) = p.last() {
+                names.insert(last.clone());
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn engine_code_imports_from_the_defining_module_not_the_root() {
+    let names = root_reexports();
+    for want in ["Errno", "PAGE_SIZE", "Machine", "Mm"] {
+        assert!(names.contains(want), "{want} not among {names:?}");
+    }
+    let mut offenders = Vec::new();
+    for (m, p) in &module_files() {
+        if m.is_empty() {
+            continue; // lib.rs itself
+        }
+        let code = code_of(p);
+        let chars: Vec<char> = code.chars().collect();
+        let mut paths = Vec::new();
+        for (i, _) in code.match_indices("crate::") {
+            if i > 0 && (is_ident(chars[i - 1]) || chars[i - 1] == '$') {
+                continue;
+            }
+            let j = code[..i].chars().count() + "crate::".len();
+            parse_tree(&chars, j, &Vec::new(), &mut paths);
+        }
+        for path in paths {
+            if path.first().is_some_and(|n| names.contains(n)) {
+                offenders.push(format!("{}: crate::{}", p.display(), path.join("::")));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "engine code naming a crate-root re-export (name the defining module instead):\n{}",
+        offenders.join("\n")
+    );
 }

@@ -1,3 +1,4 @@
+use super::run::{window_of, PH_AFTER, PH_BASELINE, PH_LOADED, PH_MUNMAP, PH_WARMUP};
 use super::*;
 
 #[test]

@@ -3,7 +3,7 @@
 //! Every field is what usemem's `main` leaves in its globals once `getopt_long` is done,
 //! before any of them is acted on: numbers are kept with C's types and wrap-arounds (an `int`
 //! from `strtol` keeps its low 32 bits, a negative `-s` is "forever"), sizes are `memparse`d,
-//! and later options overwrite earlier ones. What the options *do* is in `worker.rs` and
+//! and later options overwrite earlier ones. What the options *do* is in `worker/` and
 //! `program.rs`; this file only holds them.
 //!
 //! # The value parsers

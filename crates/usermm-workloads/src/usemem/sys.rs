@@ -1,7 +1,7 @@
 //! What usemem's code needs from the machine it runs on, as one trait: [`Sys`].
 //!
-//! usemem's semantics (`worker.rs`, `program.rs`) are written once, against this trait; the
-//! engine (`engine.rs`: an [`usermm::Mm`] and an emulated CPU per worker) and the host kernel
+//! usemem's semantics (`worker/`, `program.rs`) are written once, against this trait; the
+//! engine (`engine/`: an [`usermm::Mm`] and an emulated CPU per worker) and the host kernel
 //! (`host.rs`: real system calls in forked processes, through `usermm-host`) implement it.
 //! The calls are those usemem makes — `mmap`, `munmap`, `mremap`, `madvise`, `mlock`,
 //! `msync`, `mincore`, SysV `shm*`, `posix_fadvise`, `fallocate`, `malloc` — with its

@@ -2,9 +2,9 @@
 //! one copy-on-write.
 //!
 //! Mirrors `kernel/fork.c` (`dup_mm`, `dup_mmap`), `mm/memory.c` (`copy_page_range`,
-//! `copy_pud_range`, `copy_pmd_range`, `copy_pte_range`, `copy_present_pte`), `mm/huge_memory.c`
-//! (`copy_huge_pmd`, the huge zero page's `mm_get_huge_zero_folio`), `mm/hugetlb.c`
-//! (`copy_hugetlb_page_range`) and `mm/rmap.c` (`anon_vma_fork`).
+//! `copy_pud_range`, `copy_pmd_range`, `copy_pte_range`, `copy_present_pte`) and `mm/rmap.c`
+//! (`anon_vma_fork`). A huge PMD (THP, huge zero page, hugetlb) is copied by `huge_memory.rs`
+//! (`copy_huge_pmd` of `mm/huge_memory.c`, with `copy_hugetlb_page_range`'s one PMD).
 //!
 //! ```text
 //!  parent: mmap_write_lock ─ every VMA write-locked (per-VMA locks) ─┐
@@ -18,7 +18,7 @@
 //!  flush the parent's TLB (its entries just lost RW) ─ unlock both
 //! ```
 //! After that, the first write to a shared page on either side faults: `do_wp_page` reuses the
-//! page if the other side let go of it, else copies it (see `fault.rs`). Exit of either side
+//! page if the other side let go of it, else copies it (see `fault/wp.rs`). Exit of either side
 //! drops its mapcounts and references; a page goes back to the allocator with the last.
 //!
 //! # Invariants
@@ -44,17 +44,17 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::fault::{is_cow_mapping, pmd_alloc_pub, pte_alloc_pub};
 use super::pgtable_alias::*;
 use super::vma::{VmFlags, Vma, VmaKind};
-use super::{rmap, Mm, RssItem};
-use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PTRS_PER_TABLE, PUD_SIZE};
+use super::{huge_memory, rmap, Mm, RssItem};
+use crate::addr::{Pfn, PAGE_SIZE, PMD_SIZE};
 use crate::cpu::CpuId;
 use crate::error::Errno;
-use crate::page_alloc::meta::{PG_ANON, PG_HUGETLB};
-use crate::pgtable::{self, _PAGE_RW};
+use crate::page_alloc::meta::PG_ANON;
+use crate::pgtable::_PAGE_RW;
+use crate::pgtable::{self, addr_end, pmd_tables};
 use crate::stats::VmItem;
-use crate::sync::class::{PMD_LOCK, PTL};
+use crate::sync::class::PTL;
 
 impl Mm {
     /// `fork()`'s `dup_mm`: a new address space with a copy of this one's VMAs, sharing its
@@ -109,51 +109,31 @@ impl Mm {
     }
 }
 
-#[inline]
-fn addr_end(addr: u64, size: u64, end: u64) -> u64 {
-    ((addr & !(size - 1)) + size).min(end)
-}
-
 /// `copy_page_range` for one VMA `v` (the child's copy; same range in both mms).
 fn copy_page_range(dst: &Mm, src: &Mm, v: &Vma, cpu: CpuId) -> Result<(), Errno> {
     let phys = src.machine().phys();
-    let cow = is_cow_mapping(v);
-    let mut addr = v.start;
-    while addr < v.end {
-        let next = addr_end(addr, PMD_SIZE, v.end);
-        let pgd = Slot {
-            table: src.pgd(),
-            index: pgd_index(addr),
-        }
-        .load(phys);
-        if pgd.is_none() {
-            addr = addr_end(addr, PGDIR_SIZE, v.end);
-            continue;
-        }
-        let pud = Slot {
-            table: pgd.pfn(),
-            index: pud_index(addr),
-        }
-        .load(phys);
-        if pud.is_none() {
-            addr = addr_end(addr, PUD_SIZE, v.end);
-            continue;
-        }
-        let src_pmd = Slot {
-            table: pud.pfn(),
-            index: pmd_index(addr),
-        };
-        let e = src_pmd.load(phys);
-        if !e.is_none() {
-            let dst_pmd = pmd_alloc_pub(dst, cpu, addr).map_err(|_| Errno::ENOMEM)?;
-            if e.huge() {
-                copy_huge_pmd(dst, src, cpu, dst_pmd, src_pmd, cow)?;
-            } else {
-                let dst_table = pte_alloc_pub(dst, cpu, dst_pmd).map_err(|_| Errno::ENOMEM)?;
-                copy_pte_range(dst, src, cpu, dst_table, e.pfn(), addr, next, cow);
+    let cow = v.is_cow_mapping();
+    for (pmd_table, start, end) in pmd_tables(phys, src.pgd(), v.start, v.end) {
+        let mut addr = start;
+        while addr < end {
+            let next = addr_end(addr, PMD_SIZE, end);
+            let src_pmd = Slot {
+                table: pmd_table,
+                index: pmd_index(addr),
+            };
+            let e = src_pmd.load(phys);
+            if !e.is_none() {
+                let dst_pmd = pgtable::pmd_alloc(dst, cpu, addr).map_err(|_| Errno::ENOMEM)?;
+                if e.huge() {
+                    huge_memory::copy_huge_pmd(dst, src, cpu, dst_pmd, src_pmd, cow)?;
+                } else {
+                    let dst_table =
+                        pgtable::pte_alloc(dst, cpu, dst_pmd).map_err(|_| Errno::ENOMEM)?;
+                    copy_pte_range(dst, src, cpu, dst_table, e.pfn(), addr, next, cow);
+                }
             }
+            addr = next;
         }
-        addr = next;
     }
     Ok(())
 }
@@ -211,67 +191,4 @@ fn copy_pte_range(
     if first != 0 {
         machine.vmstat().add(cpu, VmItem::NrAnonPages, first);
     }
-}
-
-/// `copy_huge_pmd` (THP, huge zero page) and `copy_hugetlb_page_range` (one hugetlb PMD).
-fn copy_huge_pmd(
-    dst: &Mm,
-    src: &Mm,
-    cpu: CpuId,
-    dst_pmd: Slot,
-    src_pmd: Slot,
-    cow: bool,
-) -> Result<(), Errno> {
-    let machine = src.machine();
-    let phys = machine.phys();
-    let e = src_pmd.load(phys);
-    let hugetlb = !e.special() && phys.meta(e.pfn()).test(PG_HUGETLB);
-    // A THP or huge-zero PMD needs a table deposited for a later split (pte_alloc_one).
-    let deposit = if hugetlb {
-        None
-    } else {
-        Some(pgtable::alloc_deposit_table(phys, cpu).map_err(|_| Errno::ENOMEM)?)
-    };
-    let zero = if e.special() {
-        // mm_get_huge_zero_folio(dst_mm) / get_huge_zero_page: the page exists (the parent
-        // holds it), so this never allocates.
-        match machine.huge_zero().fault_get(&dst.flags, cpu) {
-            Some(z) => Some(z),
-            None => {
-                if let Some(t) = deposit {
-                    pgtable::free_deposit_table(phys, cpu, t);
-                }
-                return Err(Errno::ENOMEM);
-            }
-        }
-    } else {
-        None
-    };
-    // Lock order: child PMD lock -> parent PMD lock.
-    let _dst_ptl = phys.meta(dst_pmd.table).ptl.lock(&PMD_LOCK);
-    let _src_ptl = phys.meta(src_pmd.table).ptl.lock(&PMD_LOCK);
-    let mut e = src_pmd.load(phys);
-    vm_bug_on!(!e.huge(), "copy_huge_pmd of a PMD that stopped being huge");
-    if let Some(z) = zero {
-        vm_bug_on!(e.pfn() != z, "huge zero PMD maps another page");
-    } else if hugetlb {
-        phys.meta(e.pfn()).mapcount.fetch_add(1, Relaxed);
-        phys.get_page(e.pfn());
-    } else {
-        if rmap::add_pmd_map(phys, e.pfn()) {
-            machine.vmstat().add(cpu, VmItem::NrAnonPages, 512);
-        }
-        phys.get_page(e.pfn());
-        dst.add_rss(cpu, RssItem::AnonPages, PTRS_PER_TABLE as i64);
-    }
-    if cow && e.writable() && zero.is_none() {
-        e = e.with_bits(0, _PAGE_RW);
-        src_pmd.store(phys, e);
-    }
-    if let Some(t) = deposit {
-        super::memory::deposit(dst, dst_pmd, t);
-        dst.nr_tables.fetch_add(1, Relaxed);
-    }
-    dst_pmd.store(phys, e);
-    Ok(())
 }

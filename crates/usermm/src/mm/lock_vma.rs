@@ -3,7 +3,7 @@
 //!
 //! Mirrors `mm/memory.c` (`lock_vma_under_rcu`), `arch/x86/mm/fault.c` (the
 //! `FAULT_FLAG_VMA_LOCK` attempt at the top of `do_user_addr_fault`) and `mm/madvise.c`
-//! (`try_vma_read_lock`, 6.16). The fault side's caller is `handle_mm_fault` (`fault.rs`). The lock itself is [`VmaLock`](crate::sync::VmaLock); the
+//! (`try_vma_read_lock`, 6.16). The fault side's caller is `handle_mm_fault` (`fault/mod.rs`). The lock itself is [`VmaLock`](crate::sync::VmaLock); the
 //! index it is found in is `mm/vma/index.rs`.
 //!
 //! ```text

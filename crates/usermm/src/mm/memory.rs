@@ -1,10 +1,10 @@
 //! Tearing mappings down: the zap walk, `free_pgtables`, `exit_mmap`; and the page-table
-//! walkers that other paths share (protection changes, THP splits, validation).
+//! walkers that other paths share (protection changes, reports, validation).
 //!
 //! Mirrors `mm/memory.c` (`unmap_vmas`, `unmap_page_range`, `zap_pud_range`, `zap_pmd_range`,
-//! `zap_pte_range`, `free_pgd_range`, `free_pgtables`), `mm/huge_memory.c` (`zap_huge_pmd`,
-//! `__split_huge_pmd`, `change_huge_pmd`), `mm/mprotect.c` (`change_protection`) and
-//! `mm/mmap.c` (`exit_mmap`).
+//! `zap_pte_range`, `free_pgd_range`, `free_pgtables`), `mm/mprotect.c` (`change_protection`)
+//! and `mm/mmap.c` (`exit_mmap`). A huge PMD on the way is zapped, split or changed by
+//! `huge_memory.rs` (`zap_huge_pmd`, `__split_huge_pmd`, `change_huge_pmd`).
 //!
 //! # zap_pte_range, as here
 //! Lock the PTE page's PTL; for each entry: clear it, widen the gather's range, and — for a
@@ -18,28 +18,24 @@
 //! on `x − 1` so that a ceiling of 0 means the top, as in the kernel.
 //!
 //! # Differences from Linux
-//! A PMD split also splits the THP itself into 512 order-0 pages at once (`__split_huge_page`),
-//! where Linux keeps the folio PTE-mapped and splits it later (deferred split). No
-//! `need_resched` break-outs: the walk never yields mid-table.
+//! No `need_resched` break-outs: the walk never yields mid-table. (How a THP split differs:
+//! `huge_memory.rs`.)
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::huge_memory::{change_huge_pmd, split_huge_pmd, zap_huge_pmd};
 use super::mmu_gather::{FullMm, MmuGather};
 use super::pgtable_alias::*;
 use super::{rmap, Mm, RssItem, UnmapStats};
-use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PTRS_PER_TABLE, PUD_SIZE};
+use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::cpu::CpuId;
-use crate::page_alloc::meta::{PG_ANON, PG_HUGETLB, PG_MLOCKED};
+use crate::page_alloc::meta::{PG_ANON, PG_MLOCKED};
 use crate::page_alloc::PhysMem;
-use crate::pgtable::{_PAGE_PRESENT, _PAGE_PROTNONE, _PAGE_PSE, _PAGE_RW, _PAGE_SPECIAL};
+use crate::pgtable::_PAGE_SPECIAL;
+use crate::pgtable::{addr_end, pmd_tables};
 use crate::stats::VmItem;
-use crate::sync::class::{PMD_LOCK, PTL};
+use crate::sync::class::PTL;
 use crate::sync::{charge, Cost};
-
-#[inline]
-fn addr_end(addr: u64, size: u64, end: u64) -> u64 {
-    ((addr & !(size - 1)) + size).min(end)
-}
 
 /// Zap every mapping in `[start, end)` (`unmap_page_range` over all levels; the body of
 /// `unmap_single_vma`, which `unmap_vmas` calls per VMA).
@@ -48,32 +44,10 @@ fn addr_end(addr: u64, size: u64, end: u64) -> u64 {
 pub(crate) fn zap_range(tlb: &mut MmuGather<'_>, mm: &Mm, start: u64, end: u64) -> u64 {
     let phys = mm.machine().phys();
     let mut zapped = 0;
-    let mut addr = start;
-    while addr < end {
-        let next = addr_end(addr, PGDIR_SIZE, end);
-        let e = Slot {
-            table: mm.pgd(),
-            index: pgd_index(addr),
-        }
-        .load(phys);
-        if !e.is_none() {
-            let mut a = addr;
-            while a < next {
-                let n = addr_end(a, PUD_SIZE, next);
-                let pud = Slot {
-                    table: e.pfn(),
-                    index: pud_index(a),
-                }
-                .load(phys);
-                if !pud.is_none() {
-                    // pgd_offset + pud_offset of this span.
-                    charge(Cost::PtWalkLevel, 2);
-                    zapped += zap_pmd_range(tlb, mm, pud.pfn(), a, n);
-                }
-                a = n;
-            }
-        }
-        addr = next;
+    for (pmd_table, a, n) in pmd_tables(phys, mm.pgd(), start, end) {
+        // pgd_offset + pud_offset of this span.
+        charge(Cost::PtWalkLevel, 2);
+        zapped += zap_pmd_range(tlb, mm, pmd_table, a, n);
     }
     zapped
 }
@@ -181,259 +155,6 @@ fn zap_pte_range(tlb: &mut MmuGather<'_>, mm: &Mm, pte_table: Pfn, start: u64, e
             return zapped;
         }
     }
-}
-
-/// `zap_huge_pmd`: a whole 2 MiB mapping (THP, huge zero page, hugetlb). `None` when the
-/// PMD is no longer huge under its lock (a split won the race): the caller zaps the PTE table
-/// instead.
-fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u64) -> Option<u64> {
-    let machine = mm.machine();
-    let phys = machine.phys();
-    let cpu = tlb.cpu();
-    let ptl = phys.meta(slot.table).ptl.lock(&PMD_LOCK);
-    if !slot.load(phys).huge() {
-        return None;
-    }
-    let old = slot.take(phys);
-    tlb.remove_tlb_entry(addr, PMD_SIZE);
-    charge(Cost::ZapPte, 1);
-    let deposit = withdraw_deposit(mm, slot);
-    drop(ptl);
-    if let Some(t) = deposit {
-        // zap_deposited_table: the withdrawn table was never a live table.
-        crate::pgtable::free_deposit_table(phys, cpu, t);
-        mm.nr_tables.fetch_sub(1, Relaxed);
-    }
-    let pfn = old.pfn();
-    if old.special() {
-        machine.huge_zero().zap_put(cpu);
-        return Some(512);
-    }
-    let m = phys.meta(pfn);
-    if m.test(PG_HUGETLB) {
-        m.mapcount.fetch_sub(1, Relaxed);
-    } else {
-        let rss = if m.test(PG_ANON) {
-            RssItem::AnonPages
-        } else {
-            RssItem::ShmemPages
-        };
-        mm.add_rss(cpu, rss, -512);
-        let last_pmd = rmap::entire_mapcount(m) == 1;
-        if rmap::remove_pmd_map(phys, pfn) {
-            machine.vmstat().add(cpu, VmItem::NrAnonPages, -512);
-            if m.test(PG_MLOCKED) {
-                machine.vmstat().add(cpu, VmItem::NrMlock, -512);
-            }
-        }
-        if last_pmd {
-            machine
-                .vmstat()
-                .add(cpu, VmItem::NrAnonTransparentHugepages, -1);
-        }
-    }
-    charge(Cost::GatherPage, 1);
-    if tlb.remove_page(pfn) {
-        tlb.forced_flush();
-    }
-    Some(512)
-}
-
-/// Deposit a table for a huge PMD (`pgtable_trans_huge_deposit`). Caller holds the PMD lock
-/// of `slot.table`, which protects the deposit list.
-///
-/// As in the kernel with split PMD locks, the deposited tables of a PMD table page form a
-/// list headed in that page's descriptor (`ptdesc->pmd_huge_pte`) and threaded through the
-/// deposited pages' own list link (`pgtable->lru`): [`PageMeta::pmd_huge_pte`] and
-/// [`PageMeta::deposit_next`]. So a fault deposits with two stores: no allocation, no other
-/// lock.
-///
-/// [`PageMeta::pmd_huge_pte`]: crate::page_alloc::PageMeta::pmd_huge_pte
-/// [`PageMeta::deposit_next`]: crate::page_alloc::PageMeta::deposit_next
-pub(crate) fn deposit(mm: &Mm, slot: Slot, table: Pfn) {
-    let phys = mm.machine().phys();
-    let pmd_table = phys.meta(slot.table);
-    // assert_spin_locked(pmd_lockptr(mm, pmdp))
-    vm_bug_on!(!pmd_table.ptl.is_locked(), "deposit without the PMD lock");
-    phys.meta(table).set_deposit_next(pmd_table.pmd_huge_pte());
-    pmd_table.set_pmd_huge_pte(Some(table));
-}
-
-/// `pgtable_trans_huge_withdraw`: take a deposited table off the list of `slot`'s PMD table
-/// (any one: they are all unused). Caller holds the PMD lock.
-pub(crate) fn withdraw_deposit(mm: &Mm, slot: Slot) -> Option<Pfn> {
-    let phys = mm.machine().phys();
-    let pmd_table = phys.meta(slot.table);
-    vm_bug_on!(!pmd_table.ptl.is_locked(), "withdraw without the PMD lock");
-    let first = pmd_table.pmd_huge_pte()?;
-    let m = phys.meta(first);
-    pmd_table.set_pmd_huge_pte(m.deposit_next());
-    m.set_deposit_next(None);
-    Some(first)
-}
-
-/// The tables deposited under the huge PMDs of the PMD table `pmd_table` (for validation; the
-/// caller keeps the table stable).
-pub(crate) fn deposited(phys: &PhysMem, pmd_table: Pfn) -> impl Iterator<Item = Pfn> + '_ {
-    let mut cur = phys.meta(pmd_table).pmd_huge_pte();
-    std::iter::from_fn(move || {
-        let p = cur?;
-        cur = phys.meta(p).deposit_next();
-        Some(p)
-    })
-}
-
-/// `__split_huge_pmd`: replace a huge PMD by its deposited PTE table mapping the same memory
-/// 4 KiB at a time. A THP is split into 512 order-0 pages; the huge zero page becomes 512
-/// zero-page PTEs; hugetlb PMDs are never split.
-pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
-    let machine = mm.machine();
-    let phys = machine.phys();
-    let ptl = phys.meta(slot.table).ptl.lock(&PMD_LOCK);
-    let old = slot.load(phys);
-    if !old.huge() {
-        return;
-    }
-    let Some(table) = withdraw_deposit(mm, slot) else {
-        vm_bug_on!(true, "huge PMD without a deposited table");
-        return;
-    };
-    let bits = old.0 & !(_PAGE_PSE) & 0x8000_0000_0000_0fff;
-    let pfn = old.pfn();
-    let entries = phys.backing().table(table);
-    if old.special() {
-        // The huge zero page: 512 read-only zero-page PTEs. The PMD's reference goes away.
-        let zero = machine.zero_pfn();
-        let b = (bits & !_PAGE_RW) | _PAGE_SPECIAL;
-        for e in entries.iter() {
-            e.store(Entry::new(zero, b).0, Relaxed);
-        }
-        machine.huge_zero().zap_put(cpu);
-    } else if !rmap::pmd_exclusive(phys, pfn) {
-        // Another mm maps the folio too (fork), by PMD or by PTEs: map its subpages from this
-        // mm's PTEs and keep it whole (Linux would queue a deferred split). Each PTE holds a
-        // reference on the folio where the PMD held one.
-        vm_bug_on!(phys.meta(pfn).test(PG_HUGETLB), "splitting a hugetlb PMD");
-        for (i, e) in entries.iter().enumerate() {
-            let p = pfn.add(i as u64);
-            phys.meta(p).mapcount.fetch_add(1, Relaxed);
-            e.store(Entry::new(p, bits).0, Relaxed);
-        }
-        phys.meta(pfn)
-            .refcount
-            .fetch_add(PTRS_PER_TABLE as i32 - 1, Relaxed);
-        if rmap::entire_mapcount(phys.meta(pfn)) == 1 {
-            machine
-                .vmstat()
-                .add(cpu, VmItem::NrAnonTransparentHugepages, -1);
-        }
-        rmap::remove_pmd_map(phys, pfn);
-    } else {
-        vm_bug_on!(phys.meta(pfn).test(PG_HUGETLB), "splitting a hugetlb PMD");
-        // The only mapping: split the folio itself now (`__split_huge_page`).
-        phys.meta(pfn).private.store(0, Relaxed);
-        let mlocked = phys.meta(pfn).test(PG_MLOCKED);
-        phys.split_compound(cpu, pfn);
-        for (i, e) in entries.iter().enumerate() {
-            let p = pfn.add(i as u64);
-            let m = phys.meta(p);
-            m.mapcount.store(1, Relaxed);
-            m.set(PG_ANON);
-            if mlocked {
-                m.set(PG_MLOCKED);
-            }
-            if i > 0 {
-                phys.lru_cache_add(cpu, p);
-            }
-            e.store(Entry::new(p, bits).0, Relaxed);
-        }
-        machine
-            .vmstat()
-            .add(cpu, VmItem::NrAnonTransparentHugepages, -1);
-    }
-    // pmdp_invalidate + populate: the TLB may hold the 2 MiB translation. The invalidated
-    // PMD is not present to the MMU but still huge (not none) to software walkers, as the
-    // kernel's pmd_mkinvalid keeps _PAGE_PSE: a zap running under the read lock (DONTNEED)
-    // that reads it without the lock goes to zap_huge_pmd and waits for this lock, where a
-    // none PMD would make it skip the 2 MiB and leave the split's 512 pages mapped.
-    slot.store(phys, old.with_bits(0, _PAGE_PRESENT | _PAGE_PROTNONE));
-    mm.flush_tlb(cpu, Some(512));
-    slot.store(phys, Entry::new(table, crate::pgtable::TABLE_BITS));
-    drop(ptl);
-    machine.vmstat().inc(cpu, VmItem::ThpSplitPmd);
-    let _ = haddr;
-}
-
-/// `split_folio` of a PMD-mapped anonymous THP (what `MADV_FREE`, `MADV_COLD` and
-/// `MADV_PAGEOUT` do to a THP they cover only in part): split the PMD, then
-/// `remap_page(.., RMP_USE_SHARED_ZEROPAGE)` — every subpage whose data is all zero is
-/// replaced by the shared zero page (read-only, not in Rss) and freed. Mlocked THPs are left
-/// alone (the callers refuse `VM_LOCKED` VMAs anyway); the huge zero page is never split here.
-pub(crate) fn split_thp_remap_zero(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
-    let machine = mm.machine();
-    let phys = machine.phys();
-    let old = slot.load(phys);
-    if !old.huge()
-        || old.special()
-        || phys.meta(old.pfn()).test(PG_HUGETLB)
-        || phys.meta(old.pfn()).test(PG_MLOCKED)
-        || !rmap::pmd_exclusive(phys, old.pfn())
-    {
-        return;
-    }
-    split_huge_pmd(mm, cpu, slot, haddr);
-    let table = slot.load(phys);
-    if table.is_none() || table.huge() {
-        return;
-    }
-    let zero = machine.zero_pfn();
-    let entries = phys.backing().table(table.pfn());
-    let mut tlb = MmuGather::new(mm, cpu, FullMm::No);
-    let mut data = vec![0u8; PAGE_SIZE as usize];
-    let mut i = 0;
-    while i < PTRS_PER_TABLE {
-        let mut force_flush = false;
-        let mut freed = 0i64;
-        let ptl = phys.meta(table.pfn()).ptl.lock(&PTL);
-        while i < PTRS_PER_TABLE {
-            let addr = haddr + i as u64 * PAGE_SIZE;
-            let e = Entry(entries[i].load(Relaxed));
-            i += 1;
-            if !e.maps_frame() || e.special() {
-                continue;
-            }
-            let m = phys.meta(e.pfn());
-            if !m.test(PG_ANON) || m.test(PG_MLOCKED) || m.map_count() != 1 {
-                continue;
-            }
-            phys.backing().read(e.pfn(), 0, &mut data);
-            if data.iter().any(|&b| b != 0) {
-                continue;
-            }
-            let bits = e.0 & 0x8000_0000_0000_0fff;
-            entries[i - 1].store(
-                Entry::new(zero, (bits & !_PAGE_RW) | _PAGE_SPECIAL).0,
-                Relaxed,
-            );
-            tlb.remove_tlb_entry(addr, PAGE_SIZE);
-            m.mapcount.fetch_sub(1, Relaxed);
-            freed += 1;
-            if tlb.remove_page(e.pfn()) {
-                force_flush = true;
-                break;
-            }
-        }
-        mm.add_rss(cpu, RssItem::AnonPages, -freed);
-        machine.vmstat().add(cpu, VmItem::NrAnonPages, -freed);
-        if force_flush {
-            tlb.flush_tlbonly();
-        }
-        drop(ptl);
-        if force_flush {
-            tlb.forced_flush();
-        }
-    }
-    let _ = tlb.finish();
 }
 
 /// `free_pgd_range`: free the tables that map only `[addr, end)`, within `floor`/`ceiling`.
@@ -670,23 +391,7 @@ pub(crate) fn change_protection(
                     split_huge_pmd(mm, cpu, pmd, addr & !(PMD_SIZE - 1));
                     continue;
                 }
-                let ptl = phys.meta(pmd.table).ptl.lock(&PMD_LOCK);
-                let e = pmd.load(phys);
-                if e.huge() {
-                    let keep = e.0 & (_PAGE_SPECIAL | _PAGE_PSE);
-                    // can_change_pmd_writable: a folio another mm shares stays read-only.
-                    let excl = !cow
-                        || if phys.meta(e.pfn()).test(PG_HUGETLB) {
-                            phys.meta(e.pfn()).map_count() == 1
-                        } else {
-                            rmap::pmd_exclusive(phys, e.pfn())
-                        };
-                    let w = write && !e.special() && excl;
-                    let b = if w { leaf } else { leaf_ro };
-                    pmd.store(phys, Entry::new(e.pfn(), b | keep));
-                    changed = true;
-                }
-                drop(ptl);
+                changed |= change_huge_pmd(mm, pmd, leaf, leaf_ro, write, cow);
                 addr = next;
             }
             crate::pgtable::Walk::Pte { pmd, .. } => {

@@ -34,7 +34,7 @@
 //! Batch pages are real frames from the buddy (counted), but the slots live in a Rust vector
 //! beside them. Page-table pages go to their own batch (`MMU_GATHER_TABLE_FREE`) and are freed
 //! right after the TLB flush, with no RCU delay (no lockless walker outlives a flush here: see
-//! the TLB gate in `mm/mod.rs`). No delayed rmap, no encoded "page + nr" pairs: a THP is one
+//! the TLB gate in `mm/tlb.rs`). No delayed rmap, no encoded "page + nr" pairs: a THP is one
 //! entry.
 
 use std::sync::atomic::Ordering::Relaxed;
@@ -235,7 +235,7 @@ impl<'a> MmuGather<'a> {
         let pages = if self.fullmm || self.end <= self.start {
             None
         } else {
-            Some((self.end - self.start) / crate::PAGE_SIZE)
+            Some((self.end - self.start) / crate::addr::PAGE_SIZE)
         };
         self.mm.flush_tlb(self.cpu, pages);
         self.stats.tlb_flushes += 1;

@@ -14,21 +14,8 @@
 //! ```
 //!
 //! A [`Task`] is what a workload thread holds: `(Arc<Mm>, CpuId)`. Its reads and writes walk the
-//! page tables like the MMU and fault on demand through [`fault`].
-//!
-//! # TLB model
-//! Accesses by a task run inside a per-CPU *TLB gate* (a read lock); a TLB flush of the mm
-//! takes every gate of the CPUs in `mm_cpumask` for writing, which waits out every access
-//! that may have used the old translation — the acknowledgement of a shootdown IPI. After the
-//! flush, an access re-walks the page tables and sees the cleared entry. So no access can reach
-//! a frame after `flush -> free` (invariant I1 of the gather), and racing faults see
-//! `SEGV_MAPERR`, never a stale page.
-//!
-//! In a virtual run (DESIGN.md §8) the gates are not taken: one context runs at a time and an
-//! access passes no synchronisation point between its walk and its data copy, so it is atomic
-//! with respect to every flush. A flush there costs the profile's `tlb_flush_local` plus
-//! `tlb_flush_remote_per_cpu` for each other CPU in `mm_cpumask` (the IPIs the sender waits
-//! for) instead of `tlb.flush_cost_ns`' spin.
+//! page tables like the MMU and fault on demand through [`fault`], each inside its CPU's TLB
+//! gate; the TLB model (gates, `flush_tlb`, the single-page ceiling) is `tlb.rs`.
 //!
 //! # Invariants (checked by [`Mm::validate`])
 //! 1. VMAs sorted, non-overlapping, page aligned; `map_count ≤ max_map_count`.
@@ -54,6 +41,7 @@
 
 pub mod fault;
 pub mod fork;
+pub mod huge_memory;
 mod lock_vma;
 pub mod memory;
 pub mod mman;
@@ -62,6 +50,7 @@ pub mod mmu_gather;
 pub mod mremap;
 pub(crate) mod rmap;
 pub mod shmem;
+mod tlb;
 mod validate;
 pub mod vma;
 
@@ -75,10 +64,9 @@ use self::vma::VmaTree;
 use crate::addr::{Pfn, PAGE_SIZE};
 use crate::cpu::{CpuId, PerCpu};
 use crate::machine::Machine;
-use crate::stats::VmItem;
-use crate::sync::class::{MMLIST_LOCK, PAGE_TABLE_LOCK, TLB_GATE};
+use crate::sync::class::{MMLIST_LOCK, PAGE_TABLE_LOCK};
 use crate::sync::mmap_lock::{MmapLock, MmapLockInfo, MmapReadGuard};
-use crate::sync::{charge, vhook, Cost, RwSem, SpinLock};
+use crate::sync::{SpinLock, TlbGate};
 
 mod pgtable_alias {
     pub use crate::pgtable::{pgd_index, pmd_index, pte_index, pud_index, Entry, Slot};
@@ -94,7 +82,43 @@ pub enum RssItem {
     ShmemPages = 3,
 }
 
-pub use crate::huge_memory::MMF_HUGE_ZERO_PAGE;
+pub use crate::huge_zero_page::MMF_HUGE_ZERO_PAGE;
+
+/// Why a fault could not be completed: the error bits of `vm_fault_t` (`mm_types.h`). What a
+/// task sees of each is `fault`'s `SegvCode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum VmFault {
+    /// `VM_FAULT_OOM`: no frame for a page or a page table.
+    Oom,
+    /// `VM_FAULT_SIGBUS`: the mapping's object cannot back the address.
+    Sigbus,
+    /// Not an error: the entry changed under the fault (a huge PMD appeared where a table
+    /// was to go); the access re-walks, as after Linux's `pte_offset_map` failure.
+    Raced,
+}
+
+impl VmFault {
+    /// `vm_fault_to_errno` for callers that populate (`__get_user_pages`).
+    pub(crate) fn errno(self) -> crate::error::Errno {
+        match self {
+            VmFault::Oom => crate::error::Errno::ENOMEM,
+            VmFault::Sigbus | VmFault::Raced => crate::error::Errno::EFAULT,
+        }
+    }
+}
+
+/// An allocation for the fault failed.
+#[doc(alias = "VM_FAULT_OOM")]
+pub(crate) const OOM: VmFault = VmFault::Oom;
+
+impl From<crate::pgtable::PtAllocError> for VmFault {
+    fn from(e: crate::pgtable::PtAllocError) -> VmFault {
+        match e {
+            crate::pgtable::PtAllocError::NoMem => VmFault::Oom,
+            crate::pgtable::PtAllocError::HugePmd => VmFault::Raced,
+        }
+    }
+}
 
 /// What a `munmap` or exit did, for the experiments.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -109,17 +133,6 @@ pub struct UnmapStats {
     pub tlb_flushes: u64,
 }
 
-/// The configured cost of one TLB flush (`tlb.flush_cost_ns`), on the host: spin for `ns`
-/// (what the flush's IPIs would keep this CPU busy for). A virtual run charges the profile's
-/// `tlb_flush_local` and `tlb_flush_remote_per_cpu` instead (see [`Mm::flush_tlb`]).
-#[cold]
-fn tlb_flush_busy_wait(ns: u64) {
-    let t = crate::sync::clock::now();
-    while t.elapsed_ns() < ns {
-        std::hint::spin_loop();
-    }
-}
-
 /// One address space (`struct mm_struct`).
 pub struct Mm {
     machine: Arc<Machine>,
@@ -127,7 +140,7 @@ pub struct Mm {
     pub(crate) mmap_lock: MmapLock<VmaTree>,
     pgd: Pfn,
     /// `mm->page_table_lock`: PGD and PUD entries. (Tables deposited under huge PMDs are on a
-    /// list of their PMD table page, under its PMD lock: see `memory::deposit`.)
+    /// list of their PMD table page, under its PMD lock: see `huge_memory::deposit`.)
     pub(crate) page_table_lock: SpinLock<()>,
     rss: PerCpu<[AtomicI64; 4]>,
     /// `mm_pgtables_bytes` in pages: table pages of this mm, deposits and PGD included.
@@ -137,7 +150,8 @@ pub struct Mm {
     exited: AtomicBool,
     /// `mm_cpumask`: CPUs that have run this mm (and may cache its translations).
     cpumask: Box<[AtomicU64]>,
-    tlb_gate: PerCpu<RwSem<()>>,
+    /// The per-CPU TLB gates (`tlb.rs`).
+    tlb_gate: PerCpu<TlbGate>,
     pub(crate) tlb_flushes: AtomicU64,
     pub(crate) anon_vma_ids: AtomicU64,
     hiwater_rss: AtomicI64,
@@ -173,14 +187,14 @@ impl std::fmt::Debug for Mm {
 /// mm is built on the machine, not the other way round).
 impl Machine {
     /// A new, empty address space (`mm_alloc`).
-    pub fn new_mm(self: &Arc<Self>, cpu: CpuId) -> Result<Arc<Mm>, crate::Errno> {
+    pub fn new_mm(self: &Arc<Self>, cpu: CpuId) -> Result<Arc<Mm>, crate::error::Errno> {
         Mm::new(self, cpu)
     }
 }
 
 impl Mm {
     /// `mm_alloc` + `mm_init` + `pgd_alloc`: an empty address space with `mm_users` = 1.
-    pub fn new(machine: &Arc<Machine>, cpu: CpuId) -> Result<Arc<Mm>, crate::Errno> {
+    pub fn new(machine: &Arc<Machine>, cpu: CpuId) -> Result<Arc<Mm>, crate::error::Errno> {
         let family = Arc::new(SpinLock::new(&MMLIST_LOCK, Vec::new()));
         Mm::new_in_family(machine, cpu, family)
     }
@@ -190,7 +204,7 @@ impl Mm {
         machine: &Arc<Machine>,
         cpu: CpuId,
         family: Arc<Family>,
-    ) -> Result<Arc<Mm>, crate::Errno> {
+    ) -> Result<Arc<Mm>, crate::error::Errno> {
         let phys = machine.phys();
         let pgd = crate::pgtable::alloc_table(phys, cpu)?;
         let nr = machine.cpus().nr_possible();
@@ -213,7 +227,7 @@ impl Mm {
             mm_users: AtomicI32::new(1),
             exited: AtomicBool::new(false),
             cpumask: (0..nr.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
-            tlb_gate: PerCpu::new(nr, |_| RwSem::new(&TLB_GATE, ())),
+            tlb_gate: PerCpu::new(nr, |_| TlbGate::new()),
             tlb_flushes: AtomicU64::new(0),
             anon_vma_ids: AtomicU64::new(1),
             hiwater_rss: AtomicI64::new(0),
@@ -321,82 +335,6 @@ impl Mm {
         self.mmap_lock.read().map_count()
     }
 
-    // ----- TLB ---------------------------------------------------------------------------
-
-    /// Note that `cpu` runs this mm (`cpumask_set_cpu(cpu, mm_cpumask(mm))` at switch_mm).
-    #[inline]
-    fn mark_cpu(&self, cpu: CpuId) {
-        let (w, b) = (cpu.index() / 64, 1u64 << (cpu.index() % 64));
-        if self.cpumask[w].load(Relaxed) & b == 0 {
-            self.cpumask[w].fetch_or(b, Relaxed);
-        }
-    }
-
-    fn cpus_in_mask(&self) -> impl Iterator<Item = CpuId> + '_ {
-        self.cpumask.iter().enumerate().flat_map(|(w, word)| {
-            let bits = word.load(Relaxed);
-            (0..64)
-                .filter(move |b| bits & (1 << b) != 0)
-                .map(move |b| CpuId((w * 64 + b) as u16))
-        })
-    }
-
-    /// Run `f` as one access on `cpu`, inside its TLB gate.
-    ///
-    /// In a virtual run there is no gate to take: only one context runs at a time and `f` (a
-    /// page-table walk and the data access) passes no synchronisation point — checked in
-    /// debug builds by [`vhook::atomic_section`] — so no flush can come between the walk and the
-    /// access, which is all the gate guarantees on the host.
-    #[inline]
-    pub(crate) fn with_tlb_gate<R>(&self, cpu: CpuId, f: impl FnOnce() -> R) -> R {
-        self.mark_cpu(cpu);
-        // One call of `f` either way, so that the walk it holds stays inlined.
-        let virt = vhook::active();
-        let _gate = (!virt).then(|| self.tlb_gate[cpu].read());
-        let _section = virt.then(vhook::atomic_section);
-        f()
-    }
-
-    /// `flush_tlb_mm_range`: count the flush and wait for every CPU that may hold a
-    /// translation of this mm (the shootdown). `pages` is the size of the range, or `None`
-    /// for a full flush.
-    ///
-    /// On the host the wait is the TLB gates' write locks, plus `tlb.flush_cost_ns` of
-    /// spinning when configured. In a virtual run the flush charges the profile's
-    /// `tlb_flush_local` once and `tlb_flush_remote_per_cpu` per other CPU of `mm_cpumask`
-    /// (the IPIs the sender waits for); the gates are not taken (see [`Mm::with_tlb_gate`]).
-    #[doc(alias = "flush_tlb_mm_range")]
-    pub(crate) fn flush_tlb(&self, cpu: CpuId, pages: Option<u64>) {
-        let stat = self.machine.vmstat();
-        self.tlb_flushes.fetch_add(1, Relaxed);
-        // tlb_single_page_flush_ceiling: above 33 pages x86 flushes everything.
-        match pages {
-            Some(n) if n <= 33 => stat.add(cpu, VmItem::NrTlbLocalFlushOne, n as i64),
-            _ => stat.inc(cpu, VmItem::NrTlbLocalFlushAll),
-        }
-        if vhook::active() {
-            let remote = self.cpus_in_mask().filter(|&c| c != cpu).count() as u64;
-            if remote > 0 {
-                stat.inc(cpu, VmItem::NrTlbRemoteFlush);
-            }
-            charge(Cost::TlbFlushLocal, 1);
-            charge(Cost::TlbFlushRemotePerCpu, remote);
-            return;
-        }
-        let mut remote = false;
-        for c in self.cpus_in_mask() {
-            remote |= c != cpu;
-            drop(self.tlb_gate[c].write());
-        }
-        if remote {
-            stat.inc(cpu, VmItem::NrTlbRemoteFlush);
-        }
-        let cost = self.machine.tlb_flush_cost_ns();
-        if cost > 0 {
-            tlb_flush_busy_wait(cost);
-        }
-    }
-
     // ----- lifetime ----------------------------------------------------------------------
 
     /// `mmget`: one more user of the address space.
@@ -484,6 +422,26 @@ impl Mm {
             }
         });
         n
+    }
+}
+
+/// The table allocators' view of an mm (`pgtable::pmd_alloc`, `pgtable::pte_alloc`).
+impl crate::pgtable::MmTables for Mm {
+    #[inline]
+    fn phys(&self) -> &crate::page_alloc::PhysMem {
+        self.machine.phys()
+    }
+    #[inline]
+    fn pgd_table(&self) -> Pfn {
+        self.pgd
+    }
+    #[inline]
+    fn page_table_lock(&self) -> crate::sync::SpinLockGuard<'_, ()> {
+        self.page_table_lock.lock()
+    }
+    #[inline]
+    fn inc_nr_tables(&self) {
+        self.nr_tables.fetch_add(1, Relaxed);
     }
 }
 

@@ -3,8 +3,8 @@
 //!
 //! Mirrors `mm/mremap.c` as of Linux 6.18 (`do_mremap`, `check_mremap_params`,
 //! `check_prep_vma`, `mremap_at`, `mremap_to`, `expand_vma`, `shrink_vma`, `move_vma`,
-//! `move_page_tables`, `move_ptes`, `move_normal_pmd`) and `mm/huge_memory.c`
-//! (`move_huge_pmd`). The errnos come in the kernel's order (the differential suite checks
+//! `move_page_tables`, `move_ptes`, `move_normal_pmd`); a huge PMD moves whole through
+//! `huge_memory.rs` (`move_huge_pmd`, as in `mm/huge_memory.c`). The errnos come in the kernel's order (the differential suite checks
 //! them against the host kernel):
 //! ```text
 //!  flags other than MAYMOVE|FIXED|DONTUNMAP, addr unaligned, new_len 0 or > TASK_SIZE  EINVAL
@@ -42,15 +42,13 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::fault::{pmd_alloc_pub, pte_alloc_pub};
 use super::mman::{MAP_SHARED, MREMAP_DONTUNMAP, MREMAP_FIXED, MREMAP_MAYMOVE};
 use super::pgtable_alias::*;
 use super::vma::{VmFlags, Vma, VmaKind, VmaTree, VmaWriteGuard};
-use super::Mm;
+use super::{huge_memory, Mm};
 use crate::addr::{PAGE_SIZE, PMD_SIZE, TASK_SIZE};
 use crate::cpu::CpuId;
 use crate::error::Errno;
-use crate::page_alloc::meta::PG_HUGETLB;
 use crate::sync::class::{PMD_LOCK, PTL};
 
 /// `PAGE_ALIGN`, wrapping to 0 as the kernel's does for lengths near `u64::MAX`.
@@ -368,24 +366,7 @@ fn new_area(tree: &VmaTree, addr: u64, len: u64, hint: u64, fixed: bool) -> Resu
 
 #[inline]
 fn pmd_slot(mm: &Mm, addr: u64) -> Option<Slot> {
-    let phys = mm.machine().phys();
-    let pgd = Slot {
-        table: mm.pgd(),
-        index: pgd_index(addr),
-    }
-    .load(phys);
-    if pgd.is_none() {
-        return None;
-    }
-    let pud = Slot {
-        table: pgd.pfn(),
-        index: pud_index(addr),
-    }
-    .load(phys);
-    (!pud.is_none()).then(|| Slot {
-        table: pud.pfn(),
-        index: pmd_index(addr),
-    })
+    crate::pgtable::find_pmd(mm.machine().phys(), mm.pgd(), addr)
 }
 
 /// `move_page_tables`: move the entries of `[old_addr, old_addr + len)` to `new_addr`.
@@ -408,17 +389,17 @@ pub(crate) fn move_page_tables(mm: &Mm, cpu: CpuId, old_addr: u64, new_addr: u64
             done += extent;
             continue;
         }
-        let Ok(new_pmd) = pmd_alloc_pub(mm, cpu, new) else {
+        let Ok(new_pmd) = crate::pgtable::pmd_alloc(mm, cpu, new) else {
             break;
         };
         flushed_any = true;
         if e.huge() {
             if extent == PMD_SIZE {
-                move_huge_pmd(mm, old_pmd, new_pmd);
+                huge_memory::move_huge_pmd(mm, old_pmd, new_pmd);
                 done += extent;
                 continue;
             }
-            super::memory::split_huge_pmd(mm, cpu, old_pmd, old & !(PMD_SIZE - 1));
+            huge_memory::split_huge_pmd(mm, cpu, old_pmd, old & !(PMD_SIZE - 1));
         } else if extent == PMD_SIZE && move_normal_pmd(mm, old_pmd, new_pmd) {
             done += extent;
             continue;
@@ -428,7 +409,7 @@ pub(crate) fn move_page_tables(mm: &Mm, cpu: CpuId, old_addr: u64, new_addr: u64
             done += extent;
             continue;
         }
-        let Ok(new_table) = pte_alloc_pub(mm, cpu, new_pmd) else {
+        let Ok(new_table) = crate::pgtable::pte_alloc(mm, cpu, new_pmd) else {
             break;
         };
         move_ptes(mm, old_table.pfn(), new_table, old, new, extent);
@@ -438,25 +419,6 @@ pub(crate) fn move_page_tables(mm: &Mm, cpu: CpuId, old_addr: u64, new_addr: u64
         mm.flush_tlb(cpu, Some(len / PAGE_SIZE));
     }
     done
-}
-
-/// `move_huge_pmd` (and `move_hugetlb_page_tables` for a hugetlb PMD): the entry and its
-/// deposited table move to the new slot.
-fn move_huge_pmd(mm: &Mm, old: Slot, new: Slot) {
-    let phys = mm.machine().phys();
-    // Lock order: old PMD lock -> new PMD lock.
-    let _o = phys.meta(old.table).ptl.lock(&PMD_LOCK);
-    let _n = (new.table != old.table).then(|| phys.meta(new.table).ptl.lock(&PMD_LOCK));
-    let e = old.take(phys);
-    vm_bug_on!(!new.load(phys).is_none(), "move_huge_pmd onto a mapped PMD");
-    if !e.special() && phys.meta(e.pfn()).test(PG_HUGETLB) {
-        new.store(phys, e);
-        return;
-    }
-    if let Some(t) = super::memory::withdraw_deposit(mm, old) {
-        super::memory::deposit(mm, new, t);
-    }
-    new.store(phys, e);
 }
 
 /// `move_normal_pmd`: with both addresses 2 MiB aligned and the new PMD slot empty, the whole
@@ -475,7 +437,14 @@ fn move_normal_pmd(mm: &Mm, old: Slot, new: Slot) -> bool {
 }
 
 /// `move_ptes`: move `len` bytes of PTEs from `old` (in `old_table`) to `new` (in `new_table`).
-fn move_ptes(mm: &Mm, old_table: crate::Pfn, new_table: crate::Pfn, old: u64, new: u64, len: u64) {
+fn move_ptes(
+    mm: &Mm,
+    old_table: crate::addr::Pfn,
+    new_table: crate::addr::Pfn,
+    old: u64,
+    new: u64,
+    len: u64,
+) {
     let phys = mm.machine().phys();
     let (o, n) = (
         phys.backing().table(old_table),

@@ -1,8 +1,9 @@
 //! Mapcounts of anonymous folios shared between address spaces: the counting half of the
 //! reverse map.
 //!
-//! Mirrors `mm/rmap.c` (`folio_add_new_anon_rmap`, `folio_try_dup_anon_rmap_pte/pmd`,
-//! `folio_remove_rmap_pte/pmd`, `folio_mapcount`, `folio_entire_mapcount`) and
+//! Mirrors `mm/rmap.c` (`anon_vma_prepare`, as the fault's `vmf_anon_prepare` calls it;
+//! `folio_add_new_anon_rmap`, `folio_try_dup_anon_rmap_pte/pmd`, `folio_remove_rmap_pte/pmd`,
+//! `folio_mapcount`, `folio_entire_mapcount`) and
 //! `include/linux/mm.h` (`compound_head`, `page_mapcount`, `folio_mapped`).
 //!
 //! # How a mapping is counted
@@ -38,9 +39,49 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::vma::{VmFlags, Vma, VmaTree};
+use super::{Mm, RssItem};
 use crate::addr::{Pfn, HPAGE_PMD_NR};
-use crate::page_alloc::meta::{PageMeta, PG_HEAD, PG_TAIL};
+use crate::cpu::CpuId;
+use crate::page_alloc::meta::{PageMeta, PG_ANON, PG_HEAD, PG_MLOCKED, PG_TAIL};
 use crate::page_alloc::PhysMem;
+use crate::stats::VmItem;
+
+/// `vmf_anon_prepare`: the VMA's anon_vma, allocated (or a neighbour's reused) under the mmap
+/// lock (`tree`). Under a per-VMA lock (`None`) the VMA has one already: `lock_vma_under_rcu`
+/// took only such VMAs.
+#[doc(alias = "vmf_anon_prepare")]
+#[inline]
+pub(crate) fn anon_vma_prepare(mm: &Mm, tree: Option<&VmaTree>, vma: &Vma) {
+    match tree {
+        Some(t) => {
+            t.anon_vma_prepare(vma, &mm.anon_vma_ids);
+        }
+        None => vm_bug_on!(vma.anon_vma() == 0, "VMA-locked fault without an anon_vma"),
+    }
+}
+
+/// Account a new anonymous page of `nr` base pages mapped in `vma` (`folio_add_new_anon_rmap`:
+/// one PTE mapping of an order-0 page, or the entire mapping of a THP), with this mm's rss
+/// and the mlock counters. The caller holds the PTL (or PMD lock) of the entry it will set.
+#[doc(alias = "folio_add_new_anon_rmap")]
+pub(crate) fn map_new_anon(mm: &Mm, vma: &Vma, cpu: CpuId, page: Pfn, nr: i64) {
+    let machine = mm.machine();
+    let m = machine.phys().meta(page);
+    m.set(PG_ANON);
+    if nr == 1 {
+        m.mapcount.store(1, Relaxed);
+    } else {
+        m.private.store(1, Relaxed);
+    }
+    if vma.flags.contains(VmFlags::VM_LOCKED) {
+        m.set(PG_MLOCKED);
+        machine.vmstat().add(cpu, VmItem::NrMlock, nr);
+        machine.vmstat().add(cpu, VmItem::UnevictablePgsMlocked, nr);
+    }
+    mm.add_rss(cpu, RssItem::AnonPages, nr);
+    machine.vmstat().add(cpu, VmItem::NrAnonPages, nr);
+}
 
 /// `compound_head`: the head of the folio `pfn` belongs to (itself for an order-0 page).
 #[inline]

@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::vma::{VmaKind, VmaTree};
-use super::{memory, rmap, Mm, RssItem};
+use super::{huge_memory, memory, rmap, Mm, RssItem};
 use crate::addr::Pfn;
 use crate::page_alloc::meta::{PG_ANON, PG_HEAD, PG_HUGETLB, PG_PGTABLE};
 
@@ -196,7 +196,7 @@ impl Mm {
                     .filter(|e| e.huge() && !phys.meta(e.pfn()).test(PG_HUGETLB))
                     .count();
                 let mut deposits = 0;
-                for d in memory::deposited(phys, pfn) {
+                for d in huge_memory::deposited(phys, pfn) {
                     deposits += 1;
                     if deposits > huge || !phys.meta(d).test(PG_PGTABLE) {
                         err = Some(format!("PMD table {pfn:?}: bad deposit {d:?}"));

@@ -203,11 +203,11 @@ impl std::fmt::Display for PcpuError {
 
 impl std::error::Error for PcpuError {}
 
-impl From<PcpuError> for crate::Errno {
-    fn from(e: PcpuError) -> crate::Errno {
+impl From<PcpuError> for crate::error::Errno {
+    fn from(e: PcpuError) -> crate::error::Errno {
         match e {
-            PcpuError::NoMem => crate::Errno::ENOMEM,
-            _ => crate::Errno::EINVAL,
+            PcpuError::NoMem => crate::error::Errno::ENOMEM,
+            _ => crate::error::Errno::EINVAL,
         }
     }
 }

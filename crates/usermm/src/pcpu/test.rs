@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use super::*;
 use crate::config::MachineConfig;
+use crate::machine::Machine;
 use crate::page_alloc::meta::PG_PERCPU;
-use crate::Machine;
 
 mod test_utils {
     use super::*;

@@ -33,7 +33,7 @@ pub static PMD_LOCK: LockClass = LockClass::new("pmd_lock", WaitKind::Spin);
 pub static PAGE_TABLE_LOCK: LockClass = LockClass::new("page_table_lock", WaitKind::Spin);
 /// `mm->mmap_lock`.
 pub static MMAP_LOCK: LockClass = LockClass::new("mmap_lock", WaitKind::Sleep);
-/// The TLB shootdown gate of one CPU (see `mm/mod.rs`, "TLB model"): the IPI acknowledgement
+/// The TLB shootdown gate of one CPU (see `sync/tlb_gate.rs` and `mm/tlb.rs`): the IPI acknowledgement
 /// a flush waits for, spinning as `smp_call_function_many` does.
 pub static TLB_GATE: LockClass = LockClass::new("tlb_gate", WaitKind::Spin);
 /// `pcpu_lock`: the percpu allocator's chunk state.

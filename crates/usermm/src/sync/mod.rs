@@ -12,7 +12,8 @@
 //! | [`PtLock`] | `ptdesc->ptl` (split PTE / PMD lock) | spin | page-table pages (in `PageMeta`) |
 //! | [`Mutex`] | `struct mutex` | sleep | pcpu_alloc_mutex, workqueue state |
 //! | [`StatMutex`] | a spinlock with `/proc/lock_stat` figures | spin | zone.lock, lru_lock |
-//! | [`RwSem`] | `rw_semaphore` + `downgrade_write` | sleep | [`MmapLock`], shrinker list, TLB gates, the VMA index |
+//! | [`RwSem`] | `rw_semaphore` + `downgrade_write` | sleep | [`MmapLock`], shrinker list, the VMA index |
+//! | [`TlbGate`] | a shootdown's acknowledgement: an [`RwSem`] on the host, an atomic section in virtual time | spin | the mm's TLB model |
 //! | [`VmaLock`] | the per-VMA lock (`vm_lock` + `vm_lock_seq`, 6.4+), on an [`RwSem`] | readers never wait | faults and madvise without the mmap lock |
 //! | [`CondVar`], [`Completion`] | wait queues, `struct completion` | sleep | workqueue |
 //! | [`Barrier`] | a workload's `pthread_barrier` (on a futex) | sleep | usemem, munmap-test |
@@ -78,6 +79,7 @@ mod rwsem;
 mod shared_line;
 mod stat_lock;
 pub mod thread;
+mod tlb_gate;
 pub mod vhook;
 mod vma_lock;
 pub mod workqueue;
@@ -93,6 +95,7 @@ pub use self::ptlock::{PtLock, PtLockGuard};
 pub use self::rwsem::{RwSem, RwSemReadGuard, RwSemWriteGuard};
 pub use self::shared_line::{LineAtomic, SharedLine};
 pub use self::stat_lock::{StatMutex, StatMutexGuard};
+pub use self::tlb_gate::{tlb_flush_cost, TlbGate, TlbGateGuard};
 pub use self::vhook::Cost;
 pub use self::vma_lock::{MmLockSeq, VmaLock, VmaReadGuard};
 pub use self::workqueue::{WorkHandle, WorkOutcome, WorkerStats, Workqueue, WorkqueueStats};

@@ -265,7 +265,7 @@ impl Mm {
     /// The THP handling of `MADV_FREE`/`MADV_COLD`/`MADV_PAGEOUT` over `[start, end)` (inside
     /// one VMA): a PMD-mapped THP the range covers only in part is split, its zero-filled
     /// subpages going to the shared zero page (`split_folio`; see
-    /// [`crate::mm::memory::split_thp_remap_zero`]). Whole THPs stay as they are (lazily freed,
+    /// [`crate::mm::huge_memory::split_thp_remap_zero`]). Whole THPs stay as they are (lazily freed,
     /// deactivated: nothing an observer sees without memory pressure).
     pub(super) fn split_partial_thps(&self, cpu: CpuId, start: u64, end: u64) {
         let phys = self.machine().phys();
@@ -277,7 +277,7 @@ impl Mm {
             if let crate::pgtable::Walk::HugePmd { pmd, .. } =
                 crate::pgtable::walk(phys, self.pgd(), haddr)
             {
-                crate::mm::memory::split_thp_remap_zero(self, cpu, pmd, haddr);
+                crate::mm::huge_memory::split_thp_remap_zero(self, cpu, pmd, haddr);
             }
         }
     }

@@ -270,14 +270,14 @@ impl Mm {
         ) | _PAGE_SPECIAL;
         for i in 0..nr {
             let addr = start + i * PAGE_SIZE;
-            let pmd = fault::pmd_alloc_pub(self, cpu, addr).map_err(|_| Errno::ENOMEM)?;
-            let pte_table = fault::pte_alloc_pub(self, cpu, pmd).map_err(|_| Errno::ENOMEM)?;
+            let pmd = crate::pgtable::pmd_alloc(self, cpu, addr).map_err(|_| Errno::ENOMEM)?;
+            let pte_table = crate::pgtable::pte_alloc(self, cpu, pmd).map_err(|_| Errno::ENOMEM)?;
             let slot = Slot {
                 table: pte_table,
                 index: crate::pgtable::pte_index(addr),
             };
-            let _ptl = phys.meta(pte_table).ptl.lock(&PTL);
-            slot.store(phys, crate::pgtable::Entry::new(pfn.add(i), bits));
+            slot.lock(phys, &PTL)
+                .set(crate::pgtable::Entry::new(pfn.add(i), bits));
         }
         tree.insert_or_merge(vma);
         Ok(start)

@@ -146,7 +146,7 @@ impl Mm {
         if let crate::pgtable::Walk::HugePmd { pmd, .. } =
             crate::pgtable::walk(phys, self.pgd(), addr)
         {
-            crate::mm::memory::split_huge_pmd(self, cpu, pmd, addr & !(PMD_SIZE - 1));
+            crate::mm::huge_memory::split_huge_pmd(self, cpu, pmd, addr & !(PMD_SIZE - 1));
         }
     }
 }

@@ -340,3 +340,28 @@ pub struct DevIno {
     pub minor: u32,
     pub ino: u64,
 }
+
+/// What a VMA's flags mean for the entries that map it.
+impl Vma {
+    /// `is_cow_mapping`: private and possibly writable — its anonymous pages are shared
+    /// copy-on-write after a fork.
+    #[inline]
+    pub(crate) fn is_cow_mapping(&self) -> bool {
+        !self.flags.contains(VmFlags::VM_SHARED) && self.flags.contains(VmFlags::VM_MAYWRITE)
+    }
+
+    /// Permission bits of a leaf mapping this VMA (`vm_get_page_prot`, then `maybe_mkwrite`
+    /// when `writable`), before copy-on-write is considered. x86 has no write-only pages:
+    /// `VM_WRITE` alone maps readable (`protection_map[VM_WRITE]` is `PAGE_COPY`), also while
+    /// copy-on-write keeps the entry read-only.
+    #[doc(alias = "vm_get_page_prot")]
+    #[inline]
+    pub(crate) fn leaf_bits(&self, writable: bool) -> u64 {
+        let f = self.flags;
+        crate::pgtable::leaf_bits(
+            f.intersects(VmFlags::VM_READ | VmFlags::VM_WRITE),
+            writable && f.contains(VmFlags::VM_WRITE),
+            f.contains(VmFlags::VM_EXEC),
+        )
+    }
+}

@@ -1,0 +1,69 @@
+//! Unit tests of `usermm bench`: path names, option checks, the step count.
+
+use super::*;
+
+#[test]
+fn path_names_round_trip() {
+    for p in BenchPath::ALL {
+        assert_eq!(BenchPath::parse(p.name()), Some(p));
+        assert_eq!(
+            serde_json::to_value(p).unwrap(),
+            serde_json::Value::String(p.name().into())
+        );
+    }
+    assert_eq!(BenchPath::parse("populate"), None);
+}
+
+#[test]
+fn spread_is_median_mad_and_range() {
+    let s = Spread::of(vec![3.0, 1.0, 2.0]).unwrap();
+    assert_eq!((s.median, s.min, s.max), (2.0, 1.0, 3.0));
+    assert_eq!(s.mad_pct, 50.0);
+    let s = Spread::of(vec![4.0, 1.0, 2.0, 3.0]).unwrap();
+    assert_eq!(s.median, 2.5);
+    assert!(Spread::of(vec![]).is_none());
+}
+
+#[test]
+fn bad_options_are_refused() {
+    let mut o = BenchOpts::new(1 << 20);
+    assert!(matches!(run(&o, &mut |_| {}), Err(BenchError::TooSmall(_))));
+    o.size = u64::MAX;
+    assert!(matches!(check(&o), Err(BenchError::TooBig(_))));
+    o.size = MAX_SIZE;
+    o.read_size = u64::MAX;
+    assert!(matches!(check(&o), Err(BenchError::TooBig(_))));
+    let mut o = BenchOpts::new(8 << 20);
+    o.repeat = 0;
+    assert!(matches!(run(&o, &mut |_| {}), Err(BenchError::NoRepeat)));
+    o.repeat = 1;
+    o.base.cpus = 1;
+    assert!(matches!(check(&o), Err(BenchError::TooFewCpus(1))));
+    assert_eq!(MAX_SIZE, 1 << 40, "the TooBig message says 1 TiB");
+}
+
+#[test]
+fn engine_only_run_fills_every_path() {
+    let mut o = BenchOpts::new(8 << 20);
+    o.read_size = 16 << 20;
+    o.repeat = 1;
+    o.host = false;
+    let mut steps = 0;
+    let r = run(&o, &mut |_| steps += 1).unwrap();
+    assert!(steps > 3);
+    assert_eq!(r.paths.len(), BenchPath::ALL.len());
+    for p in &r.paths {
+        assert!(
+            p.engine_full_ns.is_some() && p.engine_sparse_ns.is_some(),
+            "{p:?}"
+        );
+        assert!(p.host_ns.is_none());
+    }
+    assert!(r.memset_gib_s > 0.0 && r.zero_alloc_4k_gib_s > 0.0);
+    assert!(r.config_full.prefault && r.config_full.backing == BackingMode::Full);
+    assert_eq!(r.config_sparse.backing, BackingMode::Sparse);
+    o.only = Some(BenchPath::ZeroRead4k);
+    let r = run(&o, &mut |_| {}).unwrap();
+    assert_eq!(r.paths.len(), 1);
+    assert_eq!(r.paths[0].path, BenchPath::ZeroRead4k);
+}

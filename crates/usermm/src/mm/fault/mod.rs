@@ -1,0 +1,429 @@
+//! Page faults: from an access that the "MMU" could not translate to a mapped page.
+//!
+//! Mirrors `arch/x86/mm/fault.c` (`do_user_addr_fault`, `access_error`), `mm/memory.c`
+//! (`handle_mm_fault`, `__handle_mm_fault`, `handle_pte_fault`, `do_anonymous_page`,
+//! `do_wp_page`) and `mm/hugetlb.c` (`hugetlb_fault`, `hugetlb_wp`). The huge-PMD faults
+//! (`do_huge_pmd_anonymous_page`, `do_huge_pmd_wp_page`) are `huge_memory.rs`'s; the tables
+//! on the way are allocated by `pgtable.rs` (`__pte_alloc`, `__pmd_alloc`, `__pud_alloc`).
+//!
+//! # Paths
+//! - No VMA at the address → `SEGV_MAPERR`; an access the VMA does not allow → `SEGV_ACCERR`.
+//! - No frame for the fault (a data page, a page table) → `VM_FAULT_OOM`, reported as
+//!   [`SegvCode::Oom`]; an access the backing object cannot serve (hugetlb pool empty, an offset
+//!   beyond a shmem object's size, a hole in a PFN map) → `VM_FAULT_SIGBUS`, reported as
+//!   [`SegvCode::BusAdrErr`]. See "Out of memory" below.
+//! - Anonymous read of an empty PTE → the 4 KiB zero page, read-only, no rss.
+//! - Anonymous read of an empty PMD in a THP-eligible VMA → the huge zero page (if it can be
+//!   had), with a deposited PTE table; the reference policy is the huge zero page's.
+//! - Anonymous write of an empty PMD in a THP-eligible VMA → a zeroed order-9 THP; if none can
+//!   be allocated, `thp_fault_fallback` and 4 KiB.
+//! - Write to a zero-page PTE → copy-on-write to a fresh zeroed page.
+//! - Write to a huge-zero PMD → per `huge_zero.write_fault`: allocate a THP (falling back to the
+//!   split), or split into zero PTEs and COW the one page.
+//! - Shared anonymous memory → the page of the shmem object at that offset.
+//!
+//! # Files, by kind of fault
+//! This file: the entry (`handle_mm_fault`, the per-VMA-lock attempt, stack growth, the
+//! access check) and the walk down to the entry (`__handle_mm_fault`, `handle_pte_fault`).
+//! `anon.rs`: an empty PTE of anonymous memory (`do_anonymous_page`, `shmem_fault`). `wp.rs`:
+//! a write to a read-only PTE (`do_wp_page`: reuse or copy). `hugetlb.rs`: `MAP_HUGETLB`
+//! VMAs. A huge PMD's faults are `huge_memory.rs`'s.
+//!
+//! # Out of memory
+//! Linux returns `VM_FAULT_OOM` from the fault path when a page or a page table cannot be
+//! had (`do_anonymous_page`, `wp_page_copy`, `__pte_alloc`, `__pmd_alloc`, a PMD-mapped THP's
+//! deposit table in `__do_huge_pmd_anonymous_page`); the allocator has by then tried the OOM
+//! killer itself, and `pagefault_out_of_memory` (`mm/oom_kill.c`, since 5.16) only retries the
+//! access. The engine has no OOM killer and no reclaim to wait for, so the outcome goes back to
+//! the caller as a fault of its own, [`SegvCode::Oom`], never as `SEGV_MAPERR`: what was
+//! written stays, nothing is half-mapped, and the access may be retried once memory is freed.
+//! Each such fault counts `oom` in vmstat: the kernel's name for "an allocation was about to
+//! fail and the OOM killer was considered" (memcg's `MEMCG_OOM`, the `oom` line of
+//! `memory.events`; the engine's machine is one memory domain). `oom_kill` counts kills, which
+//! the engine never does. A THP that cannot be allocated is not OOM: the fault falls back to
+//! 4 KiB (`thp_fault_fallback`), as in Linux, whose high-order allocation does not invoke the
+//! OOM killer.
+//!
+//! `VM_FAULT_SIGBUS` comes where Linux gives it: `hugetlb_no_page` when the pool has no page
+//! (`alloc_hugetlb_folio` → `-ENOSPC`), `shmem_fault` past the object's size, `do_fault` of a
+//! `VM_PFNMAP` VMA without a `->fault` and an empty entry. Populating callers turn both into
+//! errnos as `vm_fault_to_errno` does: OOM → `ENOMEM`, SIGBUS → `EFAULT`.
+//!
+//! # Locks
+//! `mmap_lock` (read) → `page_table_lock` (PGD/PUD entries) → PMD lock → PTE lock. Pages are
+//! allocated before the PTL is taken; the entry is then locked and re-checked against what
+//! the lockless walk saw (`pgtable::Slot::lock_if_same`, a `LockedSlot`), and a fault that
+//! lost a race frees its page.
+//!
+//! # Per-VMA locks
+//! With `vma.per_vma_lock`, [`handle_mm_fault`] first tries the VMA's read lock
+//! (`lock_vma_under_rcu`, `lock_vma.rs`) and runs the fault with no mmap lock; it falls back to
+//! the mmap read lock when the VMA does not qualify or is being changed.
+//!
+//! # Differences from Linux
+//! No fault-around, no userfaultfd, no NUMA hinting.
+
+mod anon;
+mod hugetlb;
+mod wp;
+
+use serde::Serialize;
+
+use super::pgtable_alias::*;
+use super::vma::{VmFlags, Vma, VmaKind, VmaTree, VmaWriteGuard};
+use super::{huge_memory, rmap, Mm, VmFault, OOM};
+use crate::addr::Pfn;
+use crate::cpu::CpuId;
+use crate::page_alloc::PhysMem;
+use crate::pgtable::{self, PtAllocError, Walk, _PAGE_SPECIAL};
+use crate::stats::VmItem;
+use crate::sync::class::{PMD_LOCK, PTL};
+use crate::sync::{charge, Cost};
+
+/// How an access failed: the signal and `si_code` Linux would raise (`SIGSEGV` with
+/// `SEGV_MAPERR`/`SEGV_ACCERR`, `SIGBUS` with `BUS_ADRERR`), or the fault handler's
+/// out-of-memory outcome (`VM_FAULT_OOM`), which raises no signal: see the module doc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum SegvCode {
+    /// `SEGV_MAPERR`: no mapping at the address.
+    MapErr,
+    /// `SEGV_ACCERR`: a mapping that does not allow the access.
+    AccErr,
+    /// `SIGBUS`, `BUS_ADRERR` (`VM_FAULT_SIGBUS`): a mapping whose object cannot back the
+    /// address (hugetlb pool exhausted, beyond a shmem object's size, a hole in a PFN map).
+    #[doc(alias = "VM_FAULT_SIGBUS")]
+    BusAdrErr,
+    /// `VM_FAULT_OOM`: the fault needed a frame (data page or page table) and none was left.
+    /// Linux would OOM-kill some task and retry the access; the engine reports it.
+    #[doc(alias = "VM_FAULT_OOM")]
+    Oom,
+}
+
+impl SegvCode {
+    /// The signal Linux delivers for this outcome (`None` for `VM_FAULT_OOM`, which the fault
+    /// path retries after the OOM killer, or ends with the task killed).
+    pub fn signal(self) -> Option<&'static str> {
+        match self {
+            SegvCode::MapErr | SegvCode::AccErr => Some("SIGSEGV"),
+            SegvCode::BusAdrErr => Some("SIGBUS"),
+            SegvCode::Oom => None,
+        }
+    }
+
+    /// The kernel's name for the outcome: the `si_code` or the `vm_fault_t` bit.
+    pub fn name(self) -> &'static str {
+        match self {
+            SegvCode::MapErr => "SEGV_MAPERR",
+            SegvCode::AccErr => "SEGV_ACCERR",
+            SegvCode::BusAdrErr => "BUS_ADRERR",
+            SegvCode::Oom => "VM_FAULT_OOM",
+        }
+    }
+}
+
+/// A failed access: where, and how it failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Fault {
+    pub addr: u64,
+    pub code: SegvCode,
+}
+
+impl Fault {
+    /// The fault could not get a frame: out of memory, not a bad address.
+    pub fn is_oom(&self) -> bool {
+        self.code == SegvCode::Oom
+    }
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.code.signal() {
+            Some(sig) => write!(f, "{sig} ({}) at {:#x}", self.code.name(), self.addr),
+            None => write!(f, "out of memory at {:#x} (VM_FAULT_OOM)", self.addr),
+        }
+    }
+}
+
+impl std::error::Error for Fault {}
+
+/// The MMU's walk: the frame behind `addr` if the entry allows the access, else `None`.
+#[inline]
+pub(crate) fn translate(phys: &PhysMem, pgd: Pfn, addr: u64, write: bool) -> Option<Pfn> {
+    match pgtable::walk(phys, pgd, addr) {
+        Walk::Pte { entry, .. } if entry.present() && (!write || entry.writable()) => {
+            Some(entry.pfn())
+        }
+        Walk::HugePmd { entry, .. } if entry.present() && (!write || entry.writable()) => {
+            Some(entry.pfn().add((addr >> 12) & 511))
+        }
+        _ => None,
+    }
+}
+
+/// `access_error`: does the VMA allow this access?
+#[inline]
+pub(crate) fn access_ok(vma: &Vma, write: bool) -> bool {
+    if write {
+        vma.flags.contains(VmFlags::VM_WRITE)
+    } else {
+        vma.flags.intersects(VmFlags::VM_ACCESS_FLAGS)
+    }
+}
+
+/// The fault in `vma`, read-locked by `lock_vma_under_rcu` (no mmap lock): the access check,
+/// then `handle_mm_fault` with `FAULT_FLAG_VMA_LOCK`.
+pub(crate) fn fault_vma_locked(
+    mm: &Mm,
+    vma: &Vma,
+    cpu: CpuId,
+    addr: u64,
+    write: bool,
+) -> Result<(), Fault> {
+    if !access_ok(vma, write) {
+        return Err(Fault {
+            addr,
+            code: SegvCode::AccErr,
+        });
+    }
+    mm.machine().vmstat().inc(cpu, VmItem::Pgfault);
+    handle_vma_fault(mm, None, vma, cpu, addr, write).map_err(|e| Fault {
+        addr,
+        code: e.code(),
+    })
+}
+
+/// `handle_mm_fault`: first under the VMA's own lock when per-VMA locks are on and the VMA
+/// qualifies (`lock_vma_under_rcu`), else under the mmap read lock. An access below a `VM_GROWSDOWN` VMA first
+/// grows it down to the faulting page under the write lock (`lock_mm_and_find_vma` →
+/// `expand_stack_locked`), then faults as usual.
+///
+/// One call is one page-fault exception: its entry and exit are charged around it (virtual
+/// time; nothing on the host).
+#[doc(alias = "do_user_addr_fault")]
+#[doc(alias = "asm_exc_page_fault")]
+pub fn handle_mm_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<(), Fault> {
+    charge(Cost::FaultEntry, 1);
+    let r = do_user_addr_fault(mm, cpu, addr, write);
+    charge(Cost::FaultExit, 1);
+    r
+}
+
+fn do_user_addr_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<(), Fault> {
+    // The FAULT_FLAG_VMA_LOCK attempt (lock_vma.rs): `Some` when it ran under the VMA's lock.
+    if mm.vma_index.is_some() {
+        let r =
+            mm.with_vma_read_locked(cpu, addr, |vma| fault_vma_locked(mm, vma, cpu, addr, write));
+        if let Some(r) = r {
+            return r;
+        }
+    }
+    {
+        let tree = mm.mmap_lock.read();
+        let below_stack = tree
+            .find_vma(addr)
+            .is_some_and(|v| v.start > addr && v.flags.contains(VmFlags::VM_GROWSDOWN));
+        if !below_stack {
+            return fault_locked(mm, &tree, cpu, addr, write);
+        }
+    }
+    {
+        let mut tree = mm.mmap_lock.write();
+        expand_downwards(mm, &mut tree, addr).map_err(|_| Fault {
+            addr,
+            code: SegvCode::MapErr,
+        })?;
+    }
+    let tree = mm.mmap_lock.read();
+    fault_locked(mm, &tree, cpu, addr, write)
+}
+
+/// `RLIMIT_STACK` (the usual 8 MiB soft limit): a stack VMA may not grow beyond it.
+pub const STACK_RLIMIT: u64 = 8 << 20;
+
+/// `expand_downwards` (mmap write lock held): grow the `VM_GROWSDOWN` VMA above `addr` down to
+/// `addr`'s page. Refused below `mmap_min_addr`, closer than `stack_guard_gap` to an accessible
+/// non-stack VMA below, or past [`STACK_RLIMIT`]. The VMA gets its anon_vma first. `Ok` also
+/// when somebody else already covered `addr`.
+#[doc(alias = "expand_stack_locked")]
+fn expand_downwards(mm: &Mm, tree: &mut VmaWriteGuard<'_>, addr: u64) -> Result<(), ()> {
+    let address = addr & !(crate::addr::PAGE_SIZE - 1);
+    let (prev, vma) = tree.find_vma_prev(addr);
+    let Some(vma) = vma else { return Err(()) };
+    if vma.start <= addr {
+        return Ok(());
+    }
+    if !vma.flags.contains(VmFlags::VM_GROWSDOWN) || address < crate::addr::MMAP_MIN_ADDR {
+        return Err(());
+    }
+    if let Some(p) = prev {
+        if !p.flags.contains(VmFlags::VM_GROWSDOWN)
+            && p.flags.intersects(VmFlags::VM_ACCESS_FLAGS)
+            && address - p.end < super::vma::STACK_GUARD_GAP
+        {
+            return Err(());
+        }
+    }
+    let grow = (vma.start - address) >> 12;
+    if grow > vma.pgoff || vma.end - address > STACK_RLIMIT {
+        return Err(());
+    }
+    tree.anon_vma_prepare(vma, &mm.anon_vma_ids);
+    let start = vma.start;
+    if tree.move_start_down(start, address) {
+        Ok(())
+    } else {
+        Err(())
+    }
+}
+
+/// The fault, with the mmap lock already held (read or write).
+pub(crate) fn fault_locked(
+    mm: &Mm,
+    tree: &VmaTree,
+    cpu: CpuId,
+    addr: u64,
+    write: bool,
+) -> Result<(), Fault> {
+    let Some(vma) = tree.find_vma(addr).filter(|v| v.start <= addr) else {
+        return Err(Fault {
+            addr,
+            code: SegvCode::MapErr,
+        });
+    };
+    if !access_ok(vma, write) {
+        return Err(Fault {
+            addr,
+            code: SegvCode::AccErr,
+        });
+    }
+    mm.machine().vmstat().inc(cpu, VmItem::Pgfault);
+    handle_vma_fault(mm, Some(tree), vma, cpu, addr, write).map_err(|e| Fault {
+        addr,
+        code: e.code(),
+    })
+}
+
+impl VmFault {
+    /// What the task sees.
+    fn code(self) -> SegvCode {
+        match self {
+            VmFault::Oom => SegvCode::Oom,
+            VmFault::Sigbus => SegvCode::BusAdrErr,
+            // Resolved inside `handle_vma_fault`; never reaches a task.
+            VmFault::Raced => SegvCode::MapErr,
+        }
+    }
+}
+
+/// `__handle_mm_fault` for one VMA; an out-of-memory outcome counts `oom` (module doc).
+pub(crate) fn handle_vma_fault(
+    mm: &Mm,
+    tree: Option<&VmaTree>,
+    vma: &Vma,
+    cpu: CpuId,
+    addr: u64,
+    write: bool,
+) -> Result<(), VmFault> {
+    let r = vma_fault(mm, tree, vma, cpu, addr, write);
+    if r == Err(VmFault::Oom) {
+        mm.machine().vmstat().inc(cpu, VmItem::Oom);
+    }
+    r
+}
+
+fn vma_fault(
+    mm: &Mm,
+    tree: Option<&VmaTree>,
+    vma: &Vma,
+    cpu: CpuId,
+    addr: u64,
+    write: bool,
+) -> Result<(), VmFault> {
+    let machine = mm.machine();
+    let phys = machine.phys();
+    if matches!(vma.kind, VmaKind::Hugetlb) {
+        return hugetlb::hugetlb_fault(mm, vma, cpu, addr, write);
+    }
+    if matches!(vma.kind, VmaKind::PfnMap) {
+        // Populated at map time; an empty entry in a VM_PFNMAP VMA, which has no ->fault:
+        // `do_fault` gives VM_FAULT_SIGBUS.
+        return Err(VmFault::Sigbus);
+    }
+    // pgd_offset, pud_alloc, pmd_alloc.
+    charge(Cost::PtWalkLevel, 3);
+    let pmd = pgtable::pmd_alloc(mm, cpu, addr)?;
+    let e = pmd.load(phys);
+    if e.is_none() && huge_memory::thp_eligible(mm, vma, addr) {
+        if let Some(done) =
+            huge_memory::do_huge_pmd_anonymous_page(mm, tree, vma, cpu, pmd, addr, write)
+        {
+            return done;
+        }
+    } else if e.huge() {
+        if write && !e.writable() {
+            if let Some(done) = huge_memory::do_huge_pmd_wp_page(mm, tree, vma, cpu, pmd, addr) {
+                return done;
+            }
+            // VM_FAULT_FALLBACK: the PMD was split; the written page is a PTE fault now.
+            let table = pmd.load(phys);
+            if table.is_none() || table.huge() {
+                return Ok(());
+            }
+            let pte = Slot {
+                table: table.pfn(),
+                index: pte_index(addr),
+            };
+            return handle_pte_fault(mm, tree, vma, cpu, pte, addr, true);
+        }
+        // huge_pmd_set_accessed: someone else mapped it, or a split holds the PMD lock with
+        // the PMD invalidated; take the lock so the retried access finds the result.
+        drop(pmd.lock(phys, &PMD_LOCK));
+        return Ok(());
+    }
+    let pte_table = match pgtable::pte_alloc(mm, cpu, pmd) {
+        Ok(t) => t,
+        Err(PtAllocError::HugePmd) => return Ok(()), // raced with a huge mapping: re-walk
+        Err(PtAllocError::NoMem) => return Err(OOM),
+    };
+    let pte = Slot {
+        table: pte_table,
+        index: pte_index(addr),
+    };
+    charge(Cost::PtWalkLevel, 1);
+    handle_pte_fault(mm, tree, vma, cpu, pte, addr, write)
+}
+
+fn handle_pte_fault(
+    mm: &Mm,
+    tree: Option<&VmaTree>,
+    vma: &Vma,
+    cpu: CpuId,
+    pte: Slot,
+    addr: u64,
+    write: bool,
+) -> Result<(), VmFault> {
+    let machine = mm.machine();
+    let phys = machine.phys();
+    let e = pte.load(phys);
+    if e.is_none() {
+        if matches!(vma.kind, VmaKind::SharedAnon) {
+            return anon::shmem_fault(mm, vma, cpu, pte, addr);
+        }
+        return anon::do_anonymous_page(mm, tree, vma, cpu, pte, write);
+    }
+    if write && e.present() && !e.writable() {
+        return wp::do_wp_page(mm, tree, vma, cpu, pte, addr, e);
+    }
+    if e.maps_frame() && !e.present() {
+        // PROT_NONE entry in a VMA that now allows the access: a stale protection. A page
+        // shared copy-on-write stays read-only (the write fault then copies it).
+        if let Some(pte) = pte.lock_if_same(phys, &PTL, e) {
+            let w = !e.special() && (!vma.is_cow_mapping() || rmap::pte_exclusive(phys, e.pfn()));
+            pte.set(Entry::new(
+                e.pfn(),
+                vma.leaf_bits(w) | (e.0 & _PAGE_SPECIAL),
+            ));
+        }
+    }
+    Ok(())
+}
