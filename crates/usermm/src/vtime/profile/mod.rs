@@ -47,6 +47,10 @@ const MAX_SOCKETS: u32 = 1024;
 const MAX_NUMNODES: u32 = 1024;
 /// Most hardware threads per core (x86 has 2; POWER up to 8).
 const MAX_SMT: u32 = 8;
+/// Largest `memory_gib`: the engine's largest machine (`config::MAX_MEM_BYTES`, 16 TiB; the
+/// profile module sits below `config`, so the bound is restated here and a test holds the two
+/// equal).
+pub(crate) const MAX_MEMORY_GIB: u64 = 16 << 10;
 /// Largest price of one step, in ns: 1 s. A bound, so that no figure or scaled figure can
 /// bring a virtual clock near its end (u64 ps, 213 days) in any run the host can finish.
 pub const MAX_FIGURE_NS: f64 = 1e9;
@@ -348,7 +352,7 @@ impl Profile {
             }
         }
         if let Some(gib) = t.memory_gib {
-            let max = crate::config::MAX_MEM_BYTES >> 30;
+            let max = MAX_MEMORY_GIB;
             if gib == 0 || gib > max {
                 return Err(invalid(
                     "topology.memory_gib",

@@ -159,6 +159,7 @@ fn topology_and_figures_are_bounded() {
     assert!(e.contains("topology.threads_per_core: at most 8"), "{e}");
     let e = err(&good.replace("cores_per_socket = 18", "cores_per_socket = 65535"));
     assert!(e.contains("hardware threads; at most 65535"), "{e}");
+    assert_eq!(MAX_MEMORY_GIB << 30, crate::config::MAX_MEM_BYTES);
     let big = good.replace("ghz = 2.3", "ghz = 2.3\nmemory_gib = 1000000");
     assert!(err(&big).contains("topology.memory_gib: between 1 and 16384"));
     // A figure past 1 s, directly or by scaling, is refused rather than wrapping the clock.
