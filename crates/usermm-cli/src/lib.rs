@@ -12,6 +12,8 @@
 //! `main.rs` only parses, runs and maps errors to exit codes: 0 success, 1 a failure while
 //! running, 2 a mistake in the arguments ([`args::UsageError`] or clap's own).
 
+#![warn(clippy::allow_attributes)]
+#![warn(unreachable_pub)]
 #![deny(unsafe_code)]
 
 pub mod args;

@@ -1,6 +1,6 @@
 //! # usermm-diff — the engine held to the host kernel, op by op
 //!
-//! Differential testing (`DESIGN.md` §7): one sequence of address-space operations runs on the
+//! Differential testing (`docs/testing.md`): one sequence of address-space operations runs on the
 //! host kernel (`usermm_host::HostBackend`, a forked child) and on the engine
 //! ([`engine_backend::EngineBackend`], one `Mm` on a small machine), and every answer is
 //! compared — return values and errnos, the data read back, page accessibility, the
@@ -19,6 +19,8 @@
 //!
 //! Nothing here is `unsafe`: everything that touches the host kernel is in `usermm-host`.
 
+#![warn(clippy::allow_attributes)]
+#![warn(unreachable_pub)]
 #![deny(unsafe_code)]
 
 pub mod compare;

@@ -1,4 +1,4 @@
-//! Differential tests: the engine against the host kernel, op by op (DESIGN.md §7).
+//! Differential tests: the engine against the host kernel, op by op (docs/testing.md).
 //!
 //! * `diff_fixed_cases`: every case of `cases/` (oracle rows, LTP-style cases, merge/split
 //!   scenarios, THP placement), compared step by step, plus the oracle's expectations on the

@@ -18,7 +18,7 @@
 //! clock (`CLOCK_MONOTONIC` through `Instant`): a speed-up and a latency are wall-time figures.
 //! Nothing here asserts a time.
 
-#![allow(unsafe_code)]
+#![expect(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Barrier};
@@ -124,6 +124,11 @@ pub fn dontneed_split(bytes: u64, repeat: u32) -> Result<DontneedSplit, HostErro
     Ok(out)
 }
 
+/// Faults that must overlap the munmaps for a quantile to mean something.
+pub const MIN_DURING: usize = 100;
+/// Extra rounds [`faults_during_munmap`] may add to reach [`MIN_DURING`].
+pub const MAX_EXTRA_ROUNDS: u32 = 8;
+
 /// [`faults_during_munmap`]'s figures.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct FaultsDuringMunmap {
@@ -137,7 +142,9 @@ pub struct FaultsDuringMunmap {
 }
 
 /// A thread write-faults its own `faulter_bytes` VMA page by page, then `MADV_DONTNEED`s it,
-/// in a loop, while this thread munmaps a populated `munmap_bytes` mapping; `repeat` times.
+/// in a loop, while this thread munmaps a populated `munmap_bytes` mapping; `repeat` times,
+/// and more (up to [`MAX_EXTRA_ROUNDS`]) while fewer than [`MIN_DURING`] faults overlapped a
+/// munmap (a loaded host may not run the faulter during a short munmap at all).
 pub fn faults_during_munmap(
     munmap_bytes: u64,
     faulter_bytes: u64,
@@ -149,7 +156,11 @@ pub fn faults_during_munmap(
         munmap_ns: Vec::new(),
         during_ns: Vec::new(),
     };
-    for _ in 0..repeat.max(1) {
+    let mut round = 0;
+    while round < repeat.max(1)
+        || (out.during_ns.len() < MIN_DURING && round < repeat.max(1) + MAX_EXTRA_ROUNDS)
+    {
+        round += 1;
         let mut big = Region::new(munmap_bytes)?;
         big.touch(0, munmap_bytes);
         let mine = Region::new(faulter_bytes)?;

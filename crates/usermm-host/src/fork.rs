@@ -10,7 +10,7 @@
 //! A `ChildProc` is killed and reaped when dropped; once reaped its pid is never signalled
 //! again (it may belong to another process by then).
 
-#![allow(unsafe_code)]
+#![expect(unsafe_code)]
 
 use std::time::{Duration, Instant};
 

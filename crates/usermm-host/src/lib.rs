@@ -46,6 +46,8 @@
 //!   is reported (as [`HostError`] or `OpResult::BackendFailure`) and is killed and reaped.
 //! - Nothing here depends on the engine: the host is the reference the engine is held to.
 
+#![warn(clippy::allow_attributes)]
+#![warn(unreachable_pub)]
 #![deny(unsafe_code)]
 
 pub mod backend;

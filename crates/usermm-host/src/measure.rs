@@ -7,7 +7,7 @@
 //! (no arena), only issues raw system calls, and hands back a fixed array of `u64`s through a
 //! pipe. Nothing here asserts a time; callers compare ratios.
 
-#![allow(unsafe_code)]
+#![expect(unsafe_code)]
 
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};

@@ -71,7 +71,8 @@
 //!   (randomised, malloc-moved) heap and the engine's fixed one compare; ops never ask for a
 //!   break below that base, which on the host would free the child's own heap.
 //!
-//! Nothing here is `unsafe`; the host side keeps all of that under `host/`.
+//! Nothing here is `unsafe`; the host side keeps all of that in the modules `lib.rs` lists
+//! (`backend/` serves these ops).
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

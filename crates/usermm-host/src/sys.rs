@@ -11,7 +11,7 @@
 //! kinds of forked child — the differential backend's server and the measurement workloads —
 //! go through them; nothing else in the crate names `SYS_mmap`.
 
-#![allow(unsafe_code)]
+#![expect(unsafe_code)]
 
 use std::ffi::CStr;
 use std::os::fd::{FromRawFd, OwnedFd};

@@ -17,7 +17,7 @@
 //!   async-signal-safe contract because their parent is multi-threaded.)
 //! - Errors are errno values, as usemem prints them with `strerror`.
 
-#![allow(unsafe_code)]
+#![expect(unsafe_code)]
 
 use std::ffi::CString;
 use std::io::Write;

@@ -1,5 +1,5 @@
 //! The host backend against the real kernel: basics, probing, faults, crash handling and rows
-//! of the errno oracle (peers.md B.9). Every test name starts with `host_`.
+//! of the errno oracle (docs/testing.md, "the errno oracle"). Every test name starts with `host_`.
 
 use usermm_host::ops::*;
 use usermm_host::HostBackend;
@@ -399,7 +399,7 @@ fn host_counters_count_arena_faults() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Errno oracle rows (peers.md B.9)
+// Errno oracle rows (docs/testing.md, "the errno oracle")
 // ---------------------------------------------------------------------------------------------
 
 #[test]

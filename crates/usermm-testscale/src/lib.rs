@@ -19,6 +19,8 @@
 //!   it was doing, the replay line) instead of a CI timeout.
 //! - [`Rng`]: a small seeded generator (SplitMix64) for a stress test's own choices.
 
+#![warn(clippy::allow_attributes)]
+#![warn(unreachable_pub)]
 use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};

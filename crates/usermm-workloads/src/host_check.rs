@@ -95,17 +95,15 @@ pub struct HostCheckRow {
     pub unit: String,
     pub predicted: f64,
     pub measured: f64,
-    /// `(predicted - measured) / measured`.
-    pub error: f64,
+    /// `(predicted - measured) / measured`; `None` when nothing was measured (a host too busy
+    /// to run the scenario: no fault overlapped a munmap).
+    pub error: Option<f64>,
 }
 
 impl HostCheckRow {
     fn new(name: &str, unit: &str, predicted: f64, measured: f64) -> Self {
-        let error = if measured != 0.0 {
-            (predicted - measured) / measured
-        } else {
-            f64::NAN
-        };
+        let error =
+            (measured > 0.0 && measured.is_finite()).then(|| (predicted - measured) / measured);
         Self {
             name: name.into(),
             unit: unit.into(),
@@ -443,7 +441,9 @@ mod tests {
             },
         );
         assert_eq!(rows.len(), 4);
-        assert_eq!(rows[1].error, 0.0);
-        assert!((rows[2].error + 0.5).abs() < 1e-12);
+        assert_eq!(rows[1].error, Some(0.0));
+        assert!((rows[2].error.unwrap() + 0.5).abs() < 1e-12);
+        let none = HostCheckRow::new("x", "ns", 1.0, 0.0);
+        assert_eq!(none.error, None);
     }
 }

@@ -17,6 +17,8 @@
 //! `time.mode=virtual` its figures are modelled in virtual time ([`TimeLabel`] says which). The host kernel's side of a comparison (its
 //! facts, its timed measurements) is `usermm-host`; the differential tests are `usermm-diff`.
 
+#![warn(clippy::allow_attributes)]
+#![warn(unreachable_pub)]
 #![deny(unsafe_code)]
 
 pub mod bench;

@@ -402,11 +402,17 @@ fn usemems_errors_and_statuses() {
         r.notes
     );
     check(&["-f", full, "1M"], 0, &[&bytes_line(1179648), FREE], &[]);
+    // A path that cannot exist: under this test's own directory, in a subdirectory never made
+    // (a "/nonexistent" path may exist on some machine).
+    let missing = dir.join("never-made").join("file");
+    let missing = missing.to_str().unwrap();
     check(
-        &["-f", "/nonexistent/dir/file", "1M"],
+        &["-f", missing, "1M"],
         1,
         &[],
-        &["./usemem: failed to open `/nonexistent/dir/file': No such file or directory"],
+        &[&format!(
+            "./usemem: failed to open `{missing}': No such file or directory"
+        )],
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

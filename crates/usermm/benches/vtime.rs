@@ -1,7 +1,7 @@
 //! What virtual time costs the host: a hook outside a run, a synchronisation point on the fast
 //! path (no switch), a context switch, a lock hand-over between 8 contexts, and — for the
 //! ratio — a hand-off between two host threads through a mutex and condition variable (what a
-//! thread-per-CPU design would pay at every synchronisation point; DESIGN.md §8).
+//! thread-per-CPU design would pay at every synchronisation point; docs/two-clocks.md).
 //!
 //! `cargo bench -p usermm --bench vtime`
 //!

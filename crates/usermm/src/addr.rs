@@ -1,6 +1,8 @@
-//! Units: page frame numbers, user virtual addresses, allocation orders.
+//! Units: page frame numbers and allocation orders, and the address-space geometry.
 //!
-//! Newtypes for every unit, so a PFN can never be passed where an address is expected. The
+//! A PFN and an order are newtypes, so neither can be passed where an address is expected.
+//! User virtual addresses stay `u64`, as the system calls take them (`unsigned long addr`); a
+//! `Vaddr` newtype was tried and never adopted, so it is gone. The
 //! geometry is x86-64 with 4 KiB pages and 4-level paging: PMD = 2 MiB, PUD = 1 GiB,
 //! PGD entry = 512 GiB, 47-bit user space (`TASK_SIZE` = 2^47 − 4096).
 
@@ -51,17 +53,6 @@ impl Pfn {
     #[inline]
     pub fn phys(self) -> u64 {
         self.0 << PAGE_SHIFT
-    }
-}
-
-/// A user virtual address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct Vaddr(pub u64);
-
-impl Vaddr {
-    #[inline]
-    pub fn page_aligned(self) -> bool {
-        self.0 & !PAGE_MASK == 0
     }
 }
 

@@ -55,7 +55,7 @@
 //! a bitmap of its own rather than in the page flags, and frames never become known-zero again
 //! (the engine does no background zeroing and hands nothing back to the host).
 
-#![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): host memory: mappings, raw frame access, zeroed arrays
+#![expect(unsafe_code)] // fenced (lib.rs, "Unsafe"): host memory: mappings, raw frame access, zeroed arrays
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};

@@ -16,7 +16,8 @@
 //!   `put`. 72 processes faulting 2 MiB steps hammer one cache line: 54 % of cycles in the seed.
 //! - `per_mm_ref = on` (merged in 4.9): the first use in an mm takes one reference and sets
 //!   `MMF_HUGE_ZERO_PAGE`; later faults only test the flag; `__mmput` drops it after
-//!   `exit_mmap`. Zaps touch nothing. The reference is not inherited (no fork here anyway).
+//!   `exit_mmap`. Zaps touch nothing. The reference is not inherited: a forked child takes its own when it
+//!   copies a huge-zero PMD (`mm/fork.rs`), since `MMF_HUGE_ZERO_PAGE` is not copied.
 //!
 //! # Invariants
 //! 1. While the page exists, `refcount ≥ 1` (the shrinker's bias); only the shrinker moves it

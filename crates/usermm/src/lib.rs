@@ -9,7 +9,7 @@
 //! process-global state, so a vanilla and a patched machine can run side by side in one process.
 //! Policies are resolved once, in constructors; nothing reads the config on a hot path.
 //!
-//! A machine runs on one of two clocks (`time.mode`, DESIGN.md §8): the wall clock (host
+//! A machine runs on one of two clocks (`time.mode`, docs/two-clocks.md): the wall clock (host
 //! threads, host time: figures measured on this host) or virtual time, where the same code runs
 //! through [`Machine::run`] as a deterministic model of a cost profile's machine ([`vtime`]):
 //! threads become contexts on emulated CPUs, the engine charges named costs
@@ -26,7 +26,7 @@
 //! | [`page_alloc`] | `mm/page_alloc.c` (`buddy`, `pcp`, `validate`), `include/linux/mmzone.h`, `mm/swap.c` (`lru`, `release`), `mm/hugetlb.c` (`hugetlb`) |
 //! | [`stats`] | `/proc/vmstat`, `/proc/meminfo`, `/proc/lock_stat` |
 //! | [`sync`] | the seam: `spinlock_t`, `struct mutex`, `rw_semaphore`, the split PTL, wait queues, completions, kthreads, `ktime_get`; `include/linux/mmap_lock.h`, `kernel/workqueue.c` |
-//! | [`vtime`] | no kernel file: virtual time, the machine model of DESIGN.md §8 (runtime, cost profiles, report) |
+//! | [`vtime`] | no kernel file: virtual time, the machine model of docs/two-clocks.md (runtime, cost profiles, report) |
 //! | [`pgtable`] | `arch/x86/include/asm/pgtable*.h`, the table allocators of `mm/memory.c` (`__pte_alloc`, `__pmd_alloc`), `pte_offset_map_lock`/`pmd_lock` (`LockedSlot`), the `p?d_addr_end` range walk |
 //! | [`mm`] | `mm_types.h`, `mm/memory.c`, `mm/mmu_gather.c`; `mm::huge_memory` = the THP PMD operations of `mm/huge_memory.c`; `mm::fault` = `arch/x86/mm/fault.c` + the fault half of `mm/memory.c` (`anon`, `wp`) + `mm/hugetlb.c`'s faults (`hugetlb`); `mm::tlb` = `arch/x86/mm/tlb.c` (`flush_tlb_mm_range`, the TLB gates); `mm::fork` = `kernel/fork.c` (`dup_mmap`) + `copy_page_range`; `mm::mremap` = `mm/mremap.c`; `mm::rmap` = the mapcounts of `mm/rmap.c`; `mm::lock_vma` = `lock_vma_under_rcu`; `mm::vma` = `mm/vma.c` (`tree`, `merge`, `remap`), `mm/mmap.c` (`unmapped_area`), `fs/proc/task_mmu.c` (`maps`), the per-VMA-lock index (`index`); `mm::mmap` = `mm/mmap.c` (`map`, `munmap`, `brk`), `mm/mprotect.c`, `mm/madvise.c`, `mm/mlock.c`; `mm::mman` = `uapi/asm-generic/mman-common.h` |
 //! | [`huge_zero_page`] | the huge zero page of `mm/huge_memory.c` (its PMD operations: `mm::huge_memory`) |
@@ -87,6 +87,8 @@
 //! - `vtime::coro` — coroutines whose bodies borrow, and suspending from inside a hook;
 //! - the VMA tree's unit tests, which probe the host kernel with raw `mmap`.
 
+#![warn(clippy::allow_attributes)]
+#![warn(unreachable_pub)]
 #![deny(unsafe_code)]
 #![forbid(clippy::undocumented_unsafe_blocks)]
 
@@ -109,7 +111,7 @@ pub mod stats;
 pub mod sync;
 pub mod vtime;
 
-pub use addr::{Order, Pfn, Vaddr, PAGE_SHIFT, PAGE_SIZE};
+pub use addr::{Order, Pfn, PAGE_SHIFT, PAGE_SIZE};
 pub use config::MachineConfig;
 pub use cpu::{CpuId, NodeId};
 pub use error::{AllocError, Errno};

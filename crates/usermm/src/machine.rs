@@ -5,7 +5,7 @@
 //! Construction validates the [`MachineConfig`] and resolves every policy into the object that
 //! carries it; the config is kept only to be printed in reports.
 //!
-//! # Two clocks (DESIGN.md §8)
+//! # Two clocks (docs/two-clocks.md)
 //! A wall machine runs on host threads and host time. A virtual machine (`time.mode=virtual`)
 //! resolves its cost profile once, here, and runs workloads through [`Machine::run`]: each
 //! call is one run of a [`vtime::Runtime`] for the machine's CPUs and nodes on the profile's

@@ -68,7 +68,7 @@ pub enum TimeArg {
     Virtual,
 }
 
-/// The clock of a run (DESIGN.md §8).
+/// The clock of a run (docs/two-clocks.md).
 #[derive(Debug, Clone, Default, Args, Serialize)]
 #[command(next_help_heading = "Time")]
 pub struct TimeArgs {

@@ -1,4 +1,4 @@
-//! Fixed cases for fork, mremap and brk (issue 18), from the suites `peers.md` names:
+//! Fixed cases for fork, mremap and brk (issue 18), from the suites `docs/testing.md` names:
 //! * LTP `mremap01`–`05` (grow, EINVAL/EFAULT/ENOMEM, `MREMAP_FIXED`), `brk01`/`brk02`,
 //!   `madvise10` (`MADV_WIPEONFORK`/`MADV_KEEPONFORK` across fork);
 //! * gVisor `mremap.cc` (in place / may move / fixed × shrink / grow / across VMAs),
@@ -6,7 +6,7 @@
 //!   memory shared), `madvise.cc` (`MADV_DONTFORK`);
 //! * the selftests' `mremap_dontunmap.c` and `merge.c` (`forked_source_vma`,
 //!   `forked_target_vma`);
-//! * the errno oracle of `peers.md` B.9 (mremap and brk rows).
+//! * the errno oracle of `docs/testing.md` ("the errno oracle") (mremap and brk rows).
 //!
 //! Their semantics are re-expressed as ops; no test code was copied.
 

@@ -2,9 +2,9 @@
 //! step by step by `usermm_diff::runner`, plus what the oracle says some results must be.
 //!
 //! Sources (all written here from the documented semantics; no test code was copied):
-//! * every row of the errno/edge-case oracle of `peers.md` B.9 that needs no file (mmap,
+//! * every row of the errno/edge-case oracle of `docs/testing.md` ("the errno oracle") that needs no file (mmap,
 //!   munmap, mprotect, madvise, mlock) and its zero-page/THP facts;
-//! * LTP-style cases named in `peers.md` B.8: mmap04/06/15/17/19/20, munmap03/04,
+//! * LTP-style cases (`docs/testing.md`): mmap04/06/15/17/19/20, munmap03/04,
 //!   mprotect01/05, madvise02/03/10 (their semantics, re-expressed as ops);
 //! * VMA merge and split scenarios in the manner of the kernel selftests' `merge.c`;
 //! * THP placement of 2 MiB-multiple anonymous mappings;

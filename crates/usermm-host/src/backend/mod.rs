@@ -25,7 +25,7 @@
 //! `unsafe` here: the fork of the server child (its body is async-signal-safe, see
 //! `child.rs`) and the child's stores into the arena.
 
-#![allow(unsafe_code)]
+#![expect(unsafe_code)]
 
 mod child;
 mod proto;

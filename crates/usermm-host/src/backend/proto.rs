@@ -62,13 +62,13 @@ pub(super) struct Req {
 }
 
 impl Req {
-    pub fn new(code: u64, args: &[u64]) -> Req {
+    pub(super) fn new(code: u64, args: &[u64]) -> Req {
         let mut a = [0u64; 6];
         a[..args.len()].copy_from_slice(args);
         Req { code, args: a }
     }
 
-    pub fn encode(&self) -> [u8; REQ_BYTES] {
+    pub(super) fn encode(&self) -> [u8; REQ_BYTES] {
         let mut b = [0u8; REQ_BYTES];
         b[..8].copy_from_slice(&self.code.to_ne_bytes());
         for (i, a) in self.args.iter().enumerate() {
@@ -77,7 +77,7 @@ impl Req {
         b
     }
 
-    pub fn decode(b: &[u8; REQ_BYTES]) -> Req {
+    pub(super) fn decode(b: &[u8; REQ_BYTES]) -> Req {
         let word = |i: usize| {
             let mut w = [0u8; 8];
             w.copy_from_slice(&b[8 * i..8 * i + 8]);
@@ -100,7 +100,7 @@ pub(super) struct Frame {
 }
 
 impl Frame {
-    pub fn encode(&self) -> [u8; FRAME_BYTES] {
+    pub(super) fn encode(&self) -> [u8; FRAME_BYTES] {
         let mut b = [0u8; FRAME_BYTES];
         b[..4].copy_from_slice(&self.kind.to_ne_bytes());
         b[4..8].copy_from_slice(&self.errno.to_ne_bytes());
@@ -109,7 +109,7 @@ impl Frame {
         b
     }
 
-    pub fn decode(b: &[u8; FRAME_BYTES]) -> Frame {
+    pub(super) fn decode(b: &[u8; FRAME_BYTES]) -> Frame {
         let mut w4 = [0u8; 4];
         let mut w8 = [0u8; 8];
         w4.copy_from_slice(&b[..4]);

@@ -7,7 +7,7 @@
 //! helper's build on this 2-vCPU guest does not count), and returns a fixed array of words:
 //! `[errno, pinned, …]`. The parent turns them into samples (`super::run`).
 
-#![allow(unsafe_code)]
+#![expect(unsafe_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -35,7 +35,7 @@
 //! the wall clock the workers are host threads on however many host cores there are — on a
 //! 2-core host the seed's knee (workers ≈ nodes) cannot show; the table is this host's own
 //! curve, *measured (this host)*. With `time.mode=virtual` the same code runs as a model of
-//! the profile's machine (DESIGN.md §8): every worker on an emulated CPU of its own, times,
+//! the profile's machine (docs/two-clocks.md): every worker on an emulated CPU of its own, times,
 //! CPU times and lock_stat *modelled (profile NAME)*, the same to the nanosecond run after run,
 //! and each sample also carries every emulated CPU's busy, spin and idle time over the free
 //! (who paid: the task or the workers). The host facts of a sample (preemptions, sleeps, load)

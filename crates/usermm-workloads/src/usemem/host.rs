@@ -268,9 +268,9 @@ fn finish(end: &End) -> ! {
 
 /// Signal numbers (x86-64 Linux).
 mod libc_sig {
-    pub const SIGBUS: i32 = 7;
-    pub const SIGFPE: i32 = 8;
-    pub const SIGSEGV: i32 = 11;
+    pub(super) const SIGBUS: i32 = 7;
+    pub(super) const SIGFPE: i32 = 8;
+    pub(super) const SIGSEGV: i32 = 11;
 }
 
 /// A forked usemem process: `do_task(index)`.

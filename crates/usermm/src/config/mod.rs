@@ -158,7 +158,7 @@ pub struct PcpuConfig {
     pub empty_pop_pages_high: u32,
 }
 
-/// Which clock a machine runs on (DESIGN.md §8).
+/// Which clock a machine runs on (docs/two-clocks.md).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TimeMode {

@@ -139,7 +139,7 @@ fn copy_page_range(dst: &Mm, src: &Mm, v: &Vma, cpu: CpuId) -> Result<(), Errno>
 }
 
 /// `copy_pte_range` + `copy_present_pte` over `[addr, end)` of one PTE table.
-#[allow(clippy::too_many_arguments)]
+#[expect(clippy::too_many_arguments)]
 fn copy_pte_range(
     dst: &Mm,
     src: &Mm,

@@ -202,7 +202,7 @@ pub(crate) fn free_pgd_range(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+#[expect(clippy::too_many_arguments)]
 fn free_pud_range(
     tlb: &mut MmuGather<'_>,
     mm: &Mm,
@@ -237,7 +237,7 @@ fn free_pud_range(
     tlb.remove_table(pud_table);
 }
 
-#[allow(clippy::too_many_arguments)]
+#[expect(clippy::too_many_arguments)]
 fn free_pmd_range(
     tlb: &mut MmuGather<'_>,
     mm: &Mm,
@@ -356,7 +356,7 @@ pub(crate) fn exit_mmap(mm: &Mm, cpu: CpuId) -> UnmapStats {
 /// Rewrite the permission bits of every mapping in `[start, end)` (`change_protection`).
 /// Exclusive anonymous pages become writable at once when the VMA allows writing; the zero
 /// pages never do.
-#[allow(clippy::too_many_arguments)]
+#[expect(clippy::too_many_arguments)]
 pub(crate) fn change_protection(
     mm: &Mm,
     cpu: CpuId,

@@ -69,7 +69,7 @@ use crate::sync::mmap_lock::{MmapLock, MmapLockInfo, MmapReadGuard};
 use crate::sync::{SpinLock, TlbGate};
 
 mod pgtable_alias {
-    pub use crate::pgtable::{pgd_index, pmd_index, pte_index, pud_index, Entry, Slot};
+    pub(super) use crate::pgtable::{pgd_index, pmd_index, pte_index, pud_index, Entry, Slot};
 }
 
 /// `NR_MM_COUNTERS`: the rss counter indexes.

@@ -229,7 +229,7 @@ impl Mm {
     }
 
     /// `mremap_to`: `MREMAP_FIXED` (the target range is unmapped first) or `MREMAP_DONTUNMAP`.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments)]
     fn mremap_to(
         &self,
         tree: &mut VmaWriteGuard<'_>,
@@ -259,7 +259,7 @@ impl Mm {
     /// `move_vma`: place the new VMA (`copy_vma`), move the page tables, then unmap the old
     /// range — or, for `MREMAP_DONTUNMAP`, keep it (emptied, no longer locked, its anon_vma
     /// unlinked if the whole VMA moved).
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments)]
     fn move_vma(
         &self,
         tree: &mut VmaWriteGuard<'_>,

@@ -16,7 +16,7 @@
 //! # Two clocks
 //! How a gate is held and what a flush costs is the seam's decision ([`crate::sync::TlbGate`],
 //! [`crate::sync::tlb_flush_cost`]): on the host the gates are read/write locks and a
-//! configured `tlb.flush_cost_ns` is spun; in a virtual run (DESIGN.md §8) no gate is taken
+//! configured `tlb.flush_cost_ns` is spun; in a virtual run (docs/two-clocks.md) no gate is taken
 //! (an access is an atomic section, so atomic with respect to every flush) and a flush charges
 //! the profile's `tlb_flush_local` plus `tlb_flush_remote_per_cpu` for each other CPU in
 //! `mm_cpumask` (the IPIs the sender waits for). The counters below are the same on both.
@@ -41,7 +41,7 @@ use crate::sync::tlb_flush_cost;
 /// by one (`nr_tlb_local_flush_one` counts each page); a larger or full flush invalidates the
 /// whole TLB (`nr_tlb_local_flush_all`). x86's default, a debugfs knob there.
 #[doc(alias = "tlb_single_page_flush_ceiling")]
-pub const TLB_SINGLE_PAGE_FLUSH_CEILING: u64 = 33;
+pub(super) const TLB_SINGLE_PAGE_FLUSH_CEILING: u64 = 33;
 
 impl Mm {
     /// Note that `cpu` runs this mm (`cpumask_set_cpu(cpu, mm_cpumask(mm))` at switch_mm).

@@ -28,7 +28,7 @@
 //! `_mapcount` is 0-based (Linux starts at −1). There are no migratetypes and no page
 //! owner/memcg fields. `PG_pcp` does not exist in Linux; it makes `validate()` exact.
 
-#![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): `PageMeta: ZeroValid`, the promise that all-zero metadata is valid
+#![expect(unsafe_code)] // fenced (lib.rs, "Unsafe"): `PageMeta: ZeroValid`, the promise that all-zero metadata is valid
 
 use std::sync::atomic::{AtomicI32, AtomicU16, AtomicU32, AtomicU8, Ordering::Relaxed};
 
@@ -180,16 +180,16 @@ impl Default for PfnList {
 
 impl PfnList {
     #[inline]
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.len
     }
     #[inline]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     #[inline]
-    pub fn push_front(&mut self, meta: &[PageMeta], pfn: Pfn) {
+    pub(crate) fn push_front(&mut self, meta: &[PageMeta], pfn: Pfn) {
         let p = pfn.0 as u32;
         let m = &meta[pfn.index()];
         m.prev.store(NIL, Relaxed);
@@ -204,7 +204,7 @@ impl PfnList {
     }
 
     #[inline]
-    pub fn push_back(&mut self, meta: &[PageMeta], pfn: Pfn) {
+    pub(crate) fn push_back(&mut self, meta: &[PageMeta], pfn: Pfn) {
         let p = pfn.0 as u32;
         let m = &meta[pfn.index()];
         m.next.store(NIL, Relaxed);
@@ -220,7 +220,7 @@ impl PfnList {
 
     /// Unlink `pfn`, which must be on this list.
     #[inline]
-    pub fn remove(&mut self, meta: &[PageMeta], pfn: Pfn) {
+    pub(crate) fn remove(&mut self, meta: &[PageMeta], pfn: Pfn) {
         let m = &meta[pfn.index()];
         let (n, p) = (m.next.load(Relaxed), m.prev.load(Relaxed));
         if p == NIL {
@@ -241,7 +241,7 @@ impl PfnList {
     }
 
     #[inline]
-    pub fn pop_front(&mut self, meta: &[PageMeta]) -> Option<Pfn> {
+    pub(crate) fn pop_front(&mut self, meta: &[PageMeta]) -> Option<Pfn> {
         (self.head != NIL).then(|| {
             let pfn = Pfn(self.head as u64);
             self.remove(meta, pfn);
@@ -250,7 +250,7 @@ impl PfnList {
     }
 
     #[inline]
-    pub fn pop_back(&mut self, meta: &[PageMeta]) -> Option<Pfn> {
+    pub(crate) fn pop_back(&mut self, meta: &[PageMeta]) -> Option<Pfn> {
         (self.tail != NIL).then(|| {
             let pfn = Pfn(self.tail as u64);
             self.remove(meta, pfn);
@@ -259,7 +259,7 @@ impl PfnList {
     }
 
     /// Walk the list head to tail (for `validate()`; the caller holds the list's lock).
-    pub fn iter<'a>(&self, meta: &'a [PageMeta]) -> impl Iterator<Item = Pfn> + 'a {
+    pub(crate) fn iter<'a>(&self, meta: &'a [PageMeta]) -> impl Iterator<Item = Pfn> + 'a {
         let mut cur = self.head;
         std::iter::from_fn(move || {
             (cur != NIL).then(|| {

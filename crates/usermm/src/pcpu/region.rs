@@ -18,7 +18,7 @@
 //! 3. `MADV_DONTNEED` keeps the range mapped; it only replaces its contents with zeros, which
 //!    to the atomics above is indistinguishable from another thread storing zeros.
 
-#![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): the host mapping behind percpu chunks
+#![expect(unsafe_code)] // fenced (lib.rs, "Unsafe"): the host mapping behind percpu chunks
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
@@ -27,7 +27,7 @@ use crate::addr::PAGE_SIZE;
 
 /// One anonymous host mapping, unmapped on drop.
 #[derive(Debug)]
-pub struct PcpuRegion {
+pub(crate) struct PcpuRegion {
     base: NonNull<u8>,
     len: usize,
 }

@@ -13,7 +13,7 @@ mod test_utils {
     /// A small machine: 4 CPUs, 64 MiB, 64 KiB units (16 pages) with 16 KiB static and 4 KiB
     /// reserved.
     #[track_caller]
-    pub fn machine(depopulate: bool) -> (Arc<Machine>, PcpuAllocator) {
+    pub(super) fn machine(depopulate: bool) -> (Arc<Machine>, PcpuAllocator) {
         let mut cfg = MachineConfig {
             mem: 64 << 20,
             cpus: 4,
@@ -29,12 +29,12 @@ mod test_utils {
         (m, p)
     }
 
-    pub const C0: CpuId = CpuId(0);
-    pub const C1: CpuId = CpuId(1);
+    pub(super) const C0: CpuId = CpuId(0);
+    pub(super) const C1: CpuId = CpuId(1);
 
     /// Allocate `n` objects of `size` bytes (align 8).
     #[track_caller]
-    pub fn fill(p: &PcpuAllocator, n: usize, size: usize) -> Vec<PcpuPtr> {
+    pub(super) fn fill(p: &PcpuAllocator, n: usize, size: usize) -> Vec<PcpuPtr> {
         (0..n).map(|_| p.alloc(C0, size, 8).unwrap()).collect()
     }
 }

@@ -30,7 +30,7 @@
 //! In a virtual run, [`LockstatClock`] reads [`now`]: this is the one place where hold times
 //! meet the host's TSC, so the virtual clock replaces it here and nowhere else.
 
-#![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): `clock_gettime`, `rdtsc`
+#![expect(unsafe_code)] // fenced (lib.rs, "Unsafe"): `clock_gettime`, `rdtsc`
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -234,7 +234,7 @@ fn invariant_tsc() -> bool {
     use core::arch::x86_64::__cpuid;
     // SAFETY: `cpuid` has no preconditions on x86-64 (the block is `unsafe` for toolchains
     // before `__cpuid` became a safe function).
-    #[allow(unused_unsafe)]
+    #[expect(unused_unsafe)]
     let (max_ext, edx) = unsafe {
         let max_ext = __cpuid(0x8000_0000).eax;
         let edx = if max_ext >= 0x8000_0007 {

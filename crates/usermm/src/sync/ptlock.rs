@@ -20,7 +20,7 @@
 //! It has no destructor (the metadata array is never dropped element by element): the
 //! page-table free path calls [`PtLock::ptlock_free`], as the kernel's `pagetable_dtor` does.
 
-#![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): parking on the lock's address (`parking_lot_core`)
+#![expect(unsafe_code)] // fenced (lib.rs, "Unsafe"): parking on the lock's address (`parking_lot_core`)
 
 use std::fmt;
 use std::sync::atomic::{

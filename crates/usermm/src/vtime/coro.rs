@@ -24,7 +24,7 @@
 //!    pointer of the context that is running (`State::running`), from that context's code.
 
 // The one file of `vtime` allowed `unsafe` (the parent module denies it).
-#![allow(unsafe_code)]
+#![expect(unsafe_code)]
 
 use std::{
     any::Any,

@@ -1,5 +1,5 @@
 //! The hooks of the sync seam (`sync/vhook.rs` forwards to these one for one), with the
-//! signatures of the seam spec (`notes/seam-spec.md` §2).
+//! signatures of the seam (`docs/two-clocks.md`, "The seam").
 //!
 //! Every seam primitive calls them around its host operation: `lock_acquire` before taking the
 //! host lock, `lock_release` after releasing it, and so on. Outside a virtual run each returns
@@ -170,7 +170,7 @@ mod virt {
     };
 
     #[inline(never)]
-    pub fn lock_acquire(id: usize, class: &'static LockClass, mode: Mode) -> Acquired {
+    pub(super) fn lock_acquire(id: usize, class: &'static LockClass, mode: Mode) -> Acquired {
         let Some(rt) = current() else {
             return Acquired::default();
         };
@@ -187,7 +187,11 @@ mod virt {
     }
 
     #[inline(never)]
-    pub fn lock_try_acquire(id: usize, class: &'static LockClass, mode: Mode) -> Option<Acquired> {
+    pub(super) fn lock_try_acquire(
+        id: usize,
+        class: &'static LockClass,
+        mode: Mode,
+    ) -> Option<Acquired> {
         let Some(rt) = current() else {
             return Some(Acquired::default());
         };
@@ -196,14 +200,14 @@ mod virt {
     }
 
     #[inline(never)]
-    pub fn lock_release(id: usize, mode: Mode) {
+    pub(super) fn lock_release(id: usize, mode: Mode) {
         if let Some(rt) = current() {
             rt.sync(|st, me| st.lock_release(me, id, mode));
         }
     }
 
     #[inline(never)]
-    pub fn lock_downgrade(id: usize) {
+    pub(super) fn lock_downgrade(id: usize) {
         if let Some(rt) = current() {
             rt.sync(|st, me| st.lock_downgrade(me, id));
         }
@@ -211,7 +215,7 @@ mod virt {
 
     /// Forgetting is not an event in time: no synchronisation point.
     #[inline(never)]
-    pub fn forget(id: usize, line: bool) {
+    pub(super) fn forget(id: usize, line: bool) {
         if let Some(rt) = current() {
             let mut st = rt.state.borrow_mut();
             if !st.failed {
@@ -225,14 +229,14 @@ mod virt {
     }
 
     #[inline(never)]
-    pub fn line_rmw(id: usize, class: &'static LineClass) {
+    pub(super) fn line_rmw(id: usize, class: &'static LineClass) {
         if let Some(rt) = current() {
             rt.sync(|st, me| st.line_rmw(me, id, class));
         }
     }
 
     #[inline(never)]
-    pub fn cv_wait(cv_id: usize, mutex_id: usize, mutex_class: &'static LockClass) {
+    pub(super) fn cv_wait(cv_id: usize, mutex_id: usize, mutex_class: &'static LockClass) {
         let Some(rt) = current() else {
             return;
         };
@@ -248,19 +252,19 @@ mod virt {
     }
 
     #[inline(never)]
-    pub fn cv_notify(cv_id: usize, all: bool) {
+    pub(super) fn cv_notify(cv_id: usize, all: bool) {
         if let Some(rt) = current() {
             rt.sync(|st, me| st.cv_notify(me, cv_id, all));
         }
     }
 
     #[inline(never)]
-    pub fn now_ns() -> Option<u64> {
+    pub(super) fn now_ns() -> Option<u64> {
         with_current(|rt| rt.with_running(|st, me| st.ctxs[me as usize].now / 1000))
     }
 
     #[inline(never)]
-    pub fn thread_cpu_ns() -> Option<u64> {
+    pub(super) fn thread_cpu_ns() -> Option<u64> {
         with_current(|rt| {
             rt.with_running(|st, me| {
                 let c = &st.ctxs[me as usize];
@@ -270,7 +274,7 @@ mod virt {
     }
 
     #[inline(never)]
-    pub fn sleep_ns(ns: u64) -> bool {
+    pub(super) fn sleep_ns(ns: u64) -> bool {
         let Some(rt) = current() else {
             return false;
         };

@@ -2,7 +2,7 @@
 //!
 //! The seeds' effects are many-core effects — 144 hardware threads freeing into four zone
 //! locks, 72 processes hammering one cache line, 32 cores faulting while one munmaps — and this
-//! host has two cores whose noise moves wall-clock figures from run to run (DESIGN.md §8). In
+//! host has two cores whose noise moves wall-clock figures from run to run (docs/two-clocks.md). In
 //! virtual mode the engine's *same code* runs as a model of the configured machine: every
 //! emulated CPU has a clock, code charges named costs from a [`Profile`] to its CPU's clock,
 //! and every synchronisation point (lock, shared-line RMW, wake-up, sleep, thread start and
@@ -21,7 +21,7 @@
 //! virtual thread) on `cpu`; contexts start others with [`spawn`] or [`scope`], each bound to
 //! one CPU for life. Every context is a stackful coroutine (`corosensei`) on the host thread
 //! that called `run`: only one runs at a time, and switching is a user-space stack switch, not
-//! a host thread hand-off (those cost ~22 µs on this host; DESIGN.md §8).
+//! a host thread hand-off (those cost ~22 µs on this host; docs/two-clocks.md).
 //!
 //! A CPU runs one context at a time. A context holds its CPU from the moment it first runs
 //! until it blocks in a sleeping wait (mutex, rwsem, condition variable, join, sleep) or exits;

@@ -397,7 +397,7 @@ impl Inner {
     /// (its key below every ready context's). `None` when no context is running on this host
     /// thread (the run failed, or the caller is the scheduler itself).
     #[inline]
-    pub fn sync<R>(&self, f: impl FnOnce(&mut State, CtxId) -> R) -> Option<R> {
+    pub(super) fn sync<R>(&self, f: impl FnOnce(&mut State, CtxId) -> R) -> Option<R> {
         check_not_atomic();
         let mut st = self.state.borrow_mut();
         if st.failed {
@@ -420,7 +420,7 @@ impl Inner {
 
     /// Suspends the running context, which has queued itself on something, until the
     /// scheduler resumes it.
-    pub fn block(&self) {
+    pub(super) fn block(&self) {
         check_not_atomic();
         let y = {
             let mut st = self.state.borrow_mut();
@@ -433,7 +433,7 @@ impl Inner {
 
     /// The running context, outside synchronisation (for clock reads and charges).
     #[inline]
-    pub fn with_running<R>(&self, f: impl FnOnce(&mut State, CtxId) -> R) -> Option<R> {
+    pub(super) fn with_running<R>(&self, f: impl FnOnce(&mut State, CtxId) -> R) -> Option<R> {
         let mut st = self.state.borrow_mut();
         if st.failed {
             return None;

@@ -37,7 +37,11 @@ pub struct VanillaFigures {
     pub row: Option<BigfreeRow>,
 }
 
-pub fn run(scale: Scale, out: &Path, time: &TimeArgs) -> anyhow::Result<Outcome<BigfreeRecord>> {
+pub(super) fn run(
+    scale: Scale,
+    out: &Path,
+    time: &TimeArgs,
+) -> anyhow::Result<Outcome<BigfreeRecord>> {
     let seed_size = usermm_workloads::seeds::PARALLEL_FREE.size;
     let (size, repeat) = match scale {
         Scale::Default => (16u64 << 30, 3),

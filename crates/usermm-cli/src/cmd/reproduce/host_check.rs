@@ -16,7 +16,7 @@ use usermm_workloads::host_check::{self, HostCheck, HostCheckOpts};
 use crate::report::{Progress, Section, Table};
 
 /// A row is within the band when its error is at most this (±30 %).
-pub const BAND: f64 = 0.30;
+pub(super) const BAND: f64 = 0.30;
 
 /// `host_check` in `results.json`.
 #[derive(Debug, Serialize)]
@@ -34,7 +34,7 @@ pub struct HostCheckRecord {
 }
 
 /// Calibrates into `out/this-host.toml` unless `profile` names one, then predicts and measures.
-pub fn run(
+pub(super) fn run(
     out: &Path,
     profile: Option<&Path>,
     opts: &HostCheckOpts,
@@ -89,8 +89,12 @@ pub fn run(
     ))
 }
 
-fn within(error: f64) -> bool {
-    error.abs() <= BAND
+fn within(error: Option<f64>) -> bool {
+    error.is_some_and(|e| e.abs() <= BAND)
+}
+
+fn percent(error: Option<f64>) -> String {
+    error.map_or_else(|| "not measured".into(), |e| format!("{:+.0} %", e * 100.0))
 }
 
 fn section(c: &HostCheck, file: &Path, calibrated: bool) -> Section {
@@ -121,7 +125,7 @@ fn section(c: &HostCheck, file: &Path, calibrated: bool) -> Section {
             r.unit.clone(),
             fmt(r.predicted),
             fmt(r.measured),
-            format!("{:+.0} %", r.error * 100.0),
+            percent(r.error),
             if within(r.error) { "yes" } else { "no" }.into(),
         ]);
     }
@@ -174,7 +178,7 @@ fn verdict(c: &HostCheck) -> String {
             } else {
                 ""
             };
-            format!("{tag}{what} {:+.0} %", r.error * 100.0)
+            format!("{tag}{what} {}", percent(r.error))
         })
         .collect();
     format!(

@@ -65,7 +65,11 @@ pub struct HugeZeroRatio {
     pub global_ops: f64,
 }
 
-pub fn run(_scale: Scale, out: &Path, time: &TimeArgs) -> anyhow::Result<Outcome<HugeZeroRecord>> {
+pub(super) fn run(
+    _scale: Scale,
+    out: &Path,
+    time: &TimeArgs,
+) -> anyhow::Result<Outcome<HugeZeroRecord>> {
     let seed = HUGE_ZERO;
     let opts = UsememOpts {
         size: seed.size,

@@ -25,14 +25,18 @@ pub struct MunmapRecord {
 }
 
 /// The munmap's size at `scale`: 8 GiB, or the seed's 80 GB rounded down to 2 MiB.
-pub fn size(scale: Scale) -> u64 {
+pub(super) fn size(scale: Scale) -> u64 {
     match scale {
         Scale::Default => 8u64 << 30,
         Scale::Seed => MUNMAP_DOWNGRADE.size_decimal & !((2 << 20) - 1),
     }
 }
 
-pub fn run(scale: Scale, out: &Path, time: &TimeArgs) -> anyhow::Result<Outcome<MunmapRecord>> {
+pub(super) fn run(
+    scale: Scale,
+    out: &Path,
+    time: &TimeArgs,
+) -> anyhow::Result<Outcome<MunmapRecord>> {
     let seed = MUNMAP_DOWNGRADE;
     let size = size(scale);
     let mut opts = MunmapTestOpts::new(size, 1);

@@ -38,7 +38,7 @@ pub struct PercpuRatio {
     pub vanilla_plateau: f64,
 }
 
-pub fn run(
+pub(super) fn run(
     _scale: Scale,
     out: &Path,
     time: &crate::args::TimeArgs,

@@ -4,7 +4,7 @@
 //! record ([`Pair`], [`Side`]), the headline figures scripts read from `results.json`, the one
 //! table and the one plot that put the seed's published figure beside both, and the verdicts —
 //! judged on the modelled column for timing effects, because a 2-core host cannot show a
-//! many-core effect (DESIGN.md §8).
+//! many-core effect (docs/two-clocks.md).
 
 use std::path::Path;
 
@@ -35,7 +35,7 @@ impl SideKind {
 }
 
 /// The sides `--time`/`--profile` ask for: both when neither is given, else the one named.
-pub fn sides(time: &TimeArgs) -> Vec<(SideKind, TimeArgs)> {
+pub(super) fn sides(time: &TimeArgs) -> Vec<(SideKind, TimeArgs)> {
     let virt = TimeArgs {
         mode: Some(TimeArg::Virtual),
         ..time.clone()
@@ -209,14 +209,14 @@ impl MunmapFigures {
 #[derive(Debug, Clone, Serialize)]
 pub struct NoFigures {}
 
-pub type BigfreePair = Pair<BigfreeFigures, BigfreeRecord>;
-pub type HugeZeroPair = Pair<HugeZeroFigures, HugeZeroRecord>;
-pub type MunmapPair = Pair<MunmapFigures, MunmapRecord>;
+pub(super) type BigfreePair = Pair<BigfreeFigures, BigfreeRecord>;
+pub(super) type HugeZeroPair = Pair<HugeZeroFigures, HugeZeroRecord>;
+pub(super) type MunmapPair = Pair<MunmapFigures, MunmapRecord>;
 
 /// The Done-when checks of issue 15 on the modelled seed 000/001 curve: the fastest row at
 /// max_active 4, 8 or 16, the 32 row slower than the 8 row, each speedup within ±25 % of the
 /// seed's. Returns the one-line verdict.
-pub fn bigfree_verdict(m: &BigfreeFigures, profile: &str) -> String {
+pub(super) fn bigfree_verdict(m: &BigfreeFigures, profile: &str) -> String {
     let par: Vec<&CurveRow> = m.rows.iter().filter(|r| r.max_active.is_some()).collect();
     let Some(best) = par.iter().min_by(|a, b| a.seconds.total_cmp(&b.seconds)) else {
         return "no parallel row".into();
@@ -260,7 +260,7 @@ pub fn bigfree_verdict(m: &BigfreeFigures, profile: &str) -> String {
 }
 
 /// Seed 002's checks: ratio ≥ 2.0, line share ≥ 30 % vanilla and < 1 % patched.
-pub fn huge_zero_verdict(m: &HugeZeroFigures, profile: &str) -> String {
+pub(super) fn huge_zero_verdict(m: &HugeZeroFigures, profile: &str) -> String {
     let (v, p) = (
         m.line_share_vanilla.unwrap_or(0.0),
         m.line_share_patched.unwrap_or(1.0),
@@ -279,7 +279,7 @@ pub fn huge_zero_verdict(m: &HugeZeroFigures, profile: &str) -> String {
 }
 
 /// Seed 003's check: the exclusive hold ≥ 1000× shorter patched.
-pub fn munmap_verdict(m: &MunmapFigures, profile: &str) -> String {
+pub(super) fn munmap_verdict(m: &MunmapFigures, profile: &str) -> String {
     format!(
         "{} (modelled, profile {profile}) — exclusive hold {:.1} µs → {:.1} µs ({:.0}× shorter; seed {} µs → µs level) at {} GiB",
         if m.ratio >= 1000.0 { "reproduced" } else { "not reproduced" },
@@ -301,7 +301,7 @@ fn side_label<F, R>(s: &Option<Side<F, R>>) -> String {
 
 /// The one table (the seed's published figure, modelled, measured) and the one plot (the
 /// free-time curve three ways) of the report's comparison section.
-pub fn comparison(
+pub(super) fn comparison(
     out: &Path,
     bigfree: Option<&BigfreePair>,
     huge_zero: Option<&HugeZeroPair>,

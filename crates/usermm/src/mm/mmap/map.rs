@@ -33,7 +33,7 @@ impl Mm {
     /// `mmap(addr, len, prot, flags, fd, pgoff << PAGE_SHIFT)`: `pgoff` is the file offset in
     /// pages (it places and names a `/dev/zero` mapping; anonymous memory ignores it).
     #[doc(alias = "do_mmap")]
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments)]
     pub fn mmap_pgoff(
         &self,
         cpu: CpuId,

@@ -317,10 +317,13 @@ impl Drop for VmaMut<'_> {
     }
 }
 
-/// The flags of a VMA being changed in place (the tree's unit tests change them directly).
+/// The flags of a VMA being changed in place (the tree's unit tests change them directly; not
+/// compiled into the library).
+#[cfg(test)]
 #[derive(Debug)]
-pub struct FlagsMut<'a>(pub VmaMut<'a>);
+pub(super) struct FlagsMut<'a>(pub VmaMut<'a>);
 
+#[cfg(test)]
 impl Deref for FlagsMut<'_> {
     type Target = super::flags::VmFlags;
     fn deref(&self) -> &Self::Target {
@@ -328,6 +331,7 @@ impl Deref for FlagsMut<'_> {
     }
 }
 
+#[cfg(test)]
 impl DerefMut for FlagsMut<'_> {
     fn deref_mut(&mut self) -> &mut Self::Target {
         &mut self.0.flags

@@ -8,7 +8,9 @@
 
 use std::sync::Arc;
 
-use super::area::{anon_compatible, first_anon, page_aligned, Vma, VmaKind, DEV_ZERO_FILE};
+#[cfg(test)]
+use super::area::DEV_ZERO_FILE;
+use super::area::{anon_compatible, first_anon, page_aligned, Vma, VmaKind};
 use super::flags::VmFlags;
 use super::tree::VmaTree;
 use crate::addr::PAGE_SHIFT;
@@ -27,7 +29,7 @@ pub(super) struct ExistingMerge {
 }
 
 impl VmaTree {
-    #[cfg_attr(not(test), allow(dead_code))] // exercised by the unit tests only
+    #[cfg(test)] // exercised by the unit tests only: not compiled into the library
     /// `vma_merge_new_range`: try to place the new range `[start, end)` (free, page aligned) by
     /// expanding an adjacent VMA — prev, next, or prev swallowing next (three-way). Uses the
     /// kind's default file ([`DEV_ZERO_FILE`] for `DevZero`; `SharedAnon`/`Hugetlb` are new
@@ -82,7 +84,7 @@ impl VmaTree {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments)]
     pub(super) fn merge_new_range(
         &mut self,
         start: u64,
@@ -98,7 +100,7 @@ impl VmaTree {
 
     /// `vma_merge_new_range` for a range that already has an anon_vma (`copy_vma` of a moved
     /// VMA): the neighbours must be compatible with `anon` too.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments)]
     pub(super) fn merge_new_range_anon(
         &mut self,
         start: u64,
@@ -359,7 +361,7 @@ impl VmaTree {
         true
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // exercised by the unit tests only
+    #[cfg(test)] // exercised by the unit tests only: not compiled into the library
     /// After the flags of the VMA containing `addr` changed in place (e.g. after a
     /// [`VmaTree::split`] and a direct flag update): merge it with prev and/or next if the rules
     /// allow. Returns the start of the resulting VMA (`addr`'s VMA's start if nothing merged),

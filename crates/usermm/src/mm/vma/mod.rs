@@ -44,8 +44,8 @@
 //! # Merge rules (`is_mergeable_vma`, `is_mergeable_anon_vma`, `can_vma_merge_{before,after}`)
 //! Two VMAs merge only when adjacent, of the same kind and the same file, with flags equal
 //! except `VM_SOFTDIRTY`, linear `pgoff` (`prev.pgoff + prev.pages == next.pgoff`), anon_vmas
-//! compatible (either is none, or they are equal — there is no fork, so every anon_vma chain is
-//! singular), and neither carrying a `VM_SPECIAL` flag. A three-way merge additionally needs
+//! compatible (either is none, or they are equal: an anon_vma is a number, and fork gives the
+//! child's VMAs new numbers linked to the parent's, see `mm/fork.rs`), and neither carrying a `VM_SPECIAL` flag. A three-way merge additionally needs
 //! prev's and next's anon_vmas compatible with each other; otherwise only prev merges. What this
 //! means per kind, all probed on Linux 6.18:
 //! - `Anon`: `pgoff = addr >> PAGE_SHIFT` (the caller sets it so), so adjacent mappings merge.
@@ -82,7 +82,8 @@
 //!
 //! # Differences from Linux
 //! - A `BTreeMap` stands in for the maple tree; `Vma`s are values, so a split copies one.
-//! - No fork: anon_vma chains are always singular, `anon_vma` is a number (0 = none).
+//! - `anon_vma` is a number (0 = none); fork links the child's new anon_vma to its parent's
+//!   (`mm/fork.rs`) instead of building an `anon_vma_chain` of structures.
 //! - File identity is a number ([`Vma::file`]); there are no real files besides the shmem object.
 //! - Hugetlb VMAs never merge (Linux merges pieces of one hugetlbfs file when the merge removes
 //!   no VMA, because `hugetlb_vm_op_close` forbids removal); their maps name
@@ -92,8 +93,9 @@
 //!   `MAP_32BIT`/`MAP_ABOVE4G`; no 5-level paging window.
 //!
 //! # Missing features
-//! `mremap`/`brk` expansion (`vma_merge_extend`), mempolicies, userfaultfd contexts, anon VMA
-//! names, mseal, per-VMA locks, `VM_GROWSUP`.
+//! Mempolicies, userfaultfd contexts, anon VMA names, mseal, `VM_GROWSUP`. (Fork, mremap's
+//! and brk's in-place expansion and per-VMA locks exist: `mm/fork.rs`, `mm/mremap.rs`,
+//! `mm/mmap/`, `sync/vma_lock.rs`.)
 
 mod area;
 mod flags;

@@ -3,7 +3,7 @@
 //! Expected shapes come from probes of Linux 6.18 on the development host (module doc of
 //! `vma/mod.rs`); `maps::host_*` re-run those probes on the machine running the tests.
 
-#![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): probes of the host kernel (test only)
+#![expect(unsafe_code)] // fenced (lib.rs, "Unsafe"): probes of the host kernel (test only)
 
 use std::sync::atomic::AtomicU64;
 
@@ -24,24 +24,24 @@ const RWX: u32 = PROT_READ | PROT_WRITE | PROT_EXEC;
 mod test_utils {
     use super::*;
 
-    pub fn tree() -> VmaTree {
+    pub(super) fn tree() -> VmaTree {
         VmaTree::new(DEFAULT_MMAP_BASE)
     }
 
-    pub fn may() -> VmFlags {
+    pub(super) fn may() -> VmFlags {
         VmFlags::VM_MAYREAD | VmFlags::VM_MAYWRITE | VmFlags::VM_MAYEXEC
     }
 
-    pub fn private_flags(prot: u32) -> VmFlags {
+    pub(super) fn private_flags(prot: u32) -> VmFlags {
         VmFlags::from_prot(prot) | may()
     }
 
-    pub fn shared_flags(prot: u32) -> VmFlags {
+    pub(super) fn shared_flags(prot: u32) -> VmFlags {
         private_flags(prot) | VmFlags::VM_SHARED | VmFlags::VM_MAYSHARE
     }
 
     /// `MAP_PRIVATE|MAP_ANONYMOUS` at `start`: `pgoff = start >> PAGE_SHIFT`.
-    pub fn anon(start: u64, pages: u64, prot: u32) -> Vma {
+    pub(super) fn anon(start: u64, pages: u64, prot: u32) -> Vma {
         Vma::new(
             start,
             start + pages * P,
@@ -52,7 +52,7 @@ mod test_utils {
     }
 
     /// `MAP_PRIVATE` of `/dev/zero` at file offset `off_pages` pages.
-    pub fn devzero(start: u64, pages: u64, prot: u32, off_pages: u64) -> Vma {
+    pub(super) fn devzero(start: u64, pages: u64, prot: u32, off_pages: u64) -> Vma {
         Vma::new(
             start,
             start + pages * P,
@@ -63,7 +63,7 @@ mod test_utils {
     }
 
     /// `MAP_SHARED|MAP_ANONYMOUS` (or `MAP_SHARED` of `/dev/zero` at `off_pages`).
-    pub fn shared(start: u64, pages: u64, prot: u32, off_pages: u64) -> Vma {
+    pub(super) fn shared(start: u64, pages: u64, prot: u32, off_pages: u64) -> Vma {
         Vma::new(
             start,
             start + pages * P,
@@ -73,13 +73,13 @@ mod test_utils {
         )
     }
 
-    pub fn shape(t: &VmaTree) -> Vec<(u64, u64)> {
+    pub(super) fn shape(t: &VmaTree) -> Vec<(u64, u64)> {
         t.iter().map(|v| (v.start, v.end)).collect()
     }
 
-    pub type Snap = Vec<(u64, u64, VmFlags, u64, VmaKind, u64, u64, u64)>;
+    pub(super) type Snap = Vec<(u64, u64, VmFlags, u64, VmaKind, u64, u64, u64)>;
 
-    pub fn snapshot(t: &VmaTree) -> Snap {
+    pub(super) fn snapshot(t: &VmaTree) -> Snap {
         t.iter()
             .map(|v| {
                 (
@@ -97,7 +97,7 @@ mod test_utils {
     }
 
     #[track_caller]
-    pub fn check(t: &VmaTree) {
+    pub(super) fn check(t: &VmaTree) {
         if let Err(e) = t.validate(MAX) {
             panic!("validate: {e}\n{}", t.render_maps());
         }
@@ -106,7 +106,7 @@ mod test_utils {
     /// Apply `change` to the flags of every VMA piece in `[start, end)` the way
     /// mprotect/madvise/mlock do: per VMA, `vma_modify_flags`; a hole ends with `ENOMEM`
     /// after the parts before it were changed.
-    pub fn modify(
+    pub(super) fn modify(
         t: &mut VmaTree,
         start: u64,
         end: u64,
@@ -126,11 +126,11 @@ mod test_utils {
         Ok(())
     }
 
-    pub fn mprotect(t: &mut VmaTree, start: u64, end: u64, prot: u32) -> Result<(), Errno> {
+    pub(super) fn mprotect(t: &mut VmaTree, start: u64, end: u64, prot: u32) -> Result<(), Errno> {
         mprotect_max(t, start, end, prot, MAX)
     }
 
-    pub fn mprotect_max(
+    pub(super) fn mprotect_max(
         t: &mut VmaTree,
         start: u64,
         end: u64,
@@ -143,7 +143,12 @@ mod test_utils {
     }
 
     /// `MADV_HUGEPAGE` (true) / `MADV_NOHUGEPAGE` (false).
-    pub fn madvise_huge(t: &mut VmaTree, start: u64, end: u64, huge: bool) -> Result<(), Errno> {
+    pub(super) fn madvise_huge(
+        t: &mut VmaTree,
+        start: u64,
+        end: u64,
+        huge: bool,
+    ) -> Result<(), Errno> {
         modify(t, start, end, MAX, |f| {
             if huge {
                 f.minus(VmFlags::VM_NOHUGEPAGE) | VmFlags::VM_HUGEPAGE
@@ -154,12 +159,12 @@ mod test_utils {
     }
 
     /// A write fault at `addr`: `anon_vma_prepare` on its VMA.
-    pub fn fault(t: &VmaTree, ids: &AtomicU64, addr: u64) -> u64 {
+    pub(super) fn fault(t: &VmaTree, ids: &AtomicU64, addr: u64) -> u64 {
         let v = t.vma_lookup(addr).expect("fault in a mapped page");
         t.anon_vma_prepare(v, ids)
     }
 
-    pub fn ids() -> AtomicU64 {
+    pub(super) fn ids() -> AtomicU64 {
         AtomicU64::new(1)
     }
 }

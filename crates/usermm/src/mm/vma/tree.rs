@@ -118,7 +118,7 @@ impl VmaTree {
         self.mmap_base
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // exercised by the unit tests only
+    #[cfg(test)] // exercised by the unit tests only: not compiled into the library
     /// The device and inode `/proc/<pid>/maps` shows for `/dev/zero` mappings.
     pub(super) fn set_dev_zero_id(&mut self, id: DevIno) {
         self.dev_zero = id;
@@ -221,7 +221,7 @@ impl VmaTree {
         ino
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // exercised by the unit tests only
+    #[cfg(test)] // exercised by the unit tests only: not compiled into the library
     /// Remove and return the VMA starting exactly at `start`.
     pub(super) fn remove(&mut self, start: u64) -> Option<Vma> {
         self.vmas.remove(&start)
@@ -330,7 +330,7 @@ impl VmaTree {
         Ok(detached)
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // exercised by the unit tests only
+    #[cfg(test)] // exercised by the unit tests only: not compiled into the library
     /// Set the flags of the VMA starting exactly at `start` (after the caller split it; follow
     /// with [`VmaTree::merge_after_change`]). Returns false if no VMA starts there.
     pub(super) fn set_flags(&mut self, start: u64, flags: VmFlags) -> bool {
@@ -343,7 +343,7 @@ impl VmaTree {
         }
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // exercised by the unit tests only
+    #[cfg(test)] // exercised by the unit tests only: not compiled into the library
     /// Mutable access to the flags of the VMA starting at `start`, for callers that split first
     /// and then change flags in place (follow with [`VmaTree::merge_after_change`]).
     pub(super) fn flags_mut(&mut self, start: u64) -> Option<super::index::FlagsMut<'_>> {

@@ -1,6 +1,6 @@
 //! The host `RwSem`: `parking_lot::RwLock` + a waiter count, with the virtual-time hooks.
 
-#![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): `RwSem::into_inner` moving the host lock out
+#![expect(unsafe_code)] // fenced (lib.rs, "Unsafe"): `RwSem::into_inner` moving the host lock out
 
 use std::fmt;
 use std::mem::ManuallyDrop;

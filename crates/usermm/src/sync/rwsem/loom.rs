@@ -3,7 +3,7 @@
 //! every interleaving and that guards never overlap a writer. Same API as the host one; it
 //! calls no virtual-time hooks.
 
-#![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): loom's `UnsafeCell` pointers
+#![expect(unsafe_code)] // fenced (lib.rs, "Unsafe"): loom's `UnsafeCell` pointers
 
 use std::{
     fmt,

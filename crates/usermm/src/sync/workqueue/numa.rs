@@ -8,7 +8,7 @@
 //! prefers a core whose every hardware thread is idle, then an idle thread. So the patch's
 //! `batch_free_wq`, queued from the zapping task, runs all `max_active` of its workers on the
 //! zapping task's node: 32 workers share that node's 18 cores with the task, and past the idle
-//! cores they land on SMT siblings (DESIGN.md §8, "SMT siblings").
+//! cores they land on SMT siblings (docs/two-clocks.md, "What the model prices").
 //!
 //! [`UnboundPools::workers_for`] makes that choice once per run, when the first item is queued
 //! (the engine's workers are bound for the run; the kernel's may move between the node's CPUs,

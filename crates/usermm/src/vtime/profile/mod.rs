@@ -53,7 +53,7 @@ const MAX_SMT: u32 = 8;
 pub(crate) const MAX_MEMORY_GIB: u64 = 16 << 10;
 /// Largest price of one step, in ns: 1 s. A bound, so that no figure or scaled figure can
 /// bring a virtual clock near its end (u64 ps, 213 days) in any run the host can finish.
-pub const MAX_FIGURE_NS: f64 = 1e9;
+pub(super) const MAX_FIGURE_NS: f64 = 1e9;
 
 /// Lock classes the engine declares; every profile must price each of them.
 ///

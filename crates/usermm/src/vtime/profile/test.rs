@@ -44,7 +44,7 @@ fn builtin_topologies_are_the_seeds_machines() {
 
 #[test]
 fn published_transfer_figures_are_the_cited_ones() {
-    // machines.md: core-to-core-latency, Broadwell-EP E5-2695 v4 (Haswell-EP's uncore).
+    // docs/profiles.md: core-to-core-latency, Broadwell-EP E5-2695 v4 (Haswell-EP's uncore).
     let ep = Profile::builtin("haswell-ep-2s").unwrap();
     assert_eq!(ep.transfer_ns(Distance::SmtSibling), 7.6);
     assert_eq!(ep.transfer_ns(Distance::SameSocket), 44.0);
@@ -175,10 +175,13 @@ fn topology_and_figures_are_bounded() {
 
 #[test]
 fn missing_file_is_a_read_error() {
-    let e = Profile::load(Path::new("/nonexistent/p.toml")).unwrap_err();
+    // Under this test's own temporary directory, in a subdirectory never made.
+    let own = std::env::temp_dir().join(format!("usermm-profile-test-{}", std::process::id()));
+    let missing = own.join("never-made").join("p.toml");
+    let e = Profile::load(&missing).unwrap_err();
     assert!(e
         .to_string()
-        .starts_with("profile /nonexistent/p.toml: cannot read:"));
+        .starts_with(&format!("profile {}: cannot read:", missing.display())));
 }
 
 #[test]

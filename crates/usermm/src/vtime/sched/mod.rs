@@ -123,7 +123,7 @@ pub(super) struct Model {
 }
 
 impl Model {
-    pub fn new(profile: Arc<Profile>, placement: Placement) -> Self {
+    pub(super) fn new(profile: Arc<Profile>, placement: Placement) -> Self {
         let n = placement.nr_cpus();
         let mut dist = Vec::with_capacity(n * n);
         for a in 0..n {
@@ -143,7 +143,7 @@ impl Model {
 
     /// A line transfer from `from` (the CPU that last wrote it; `None`: nobody yet) to `to`.
     #[inline]
-    pub fn transfer(&self, from: Option<u16>, to: u16) -> Ps {
+    pub(super) fn transfer(&self, from: Option<u16>, to: u16) -> Ps {
         match from {
             None => 0,
             Some(f) => {
@@ -153,7 +153,7 @@ impl Model {
         }
     }
 
-    pub fn lock_price(&self, class: &str) -> Option<LockPrice> {
+    pub(super) fn lock_price(&self, class: &str) -> Option<LockPrice> {
         self.profile.locks.get(class).copied()
     }
 }
@@ -192,7 +192,7 @@ pub(super) struct State {
 }
 
 impl State {
-    pub fn new(model: Model) -> Self {
+    pub(super) fn new(model: Model) -> Self {
         let n = model.placement.nr_cpus();
         let cores = (0..n)
             .map(|c| model.placement.core_of(c))
@@ -222,12 +222,12 @@ impl State {
         }
     }
 
-    pub fn nr_cpus(&self) -> usize {
+    pub(super) fn nr_cpus(&self) -> usize {
         self.cpus.len()
     }
 
     /// Creates a context on `cpu` that becomes ready at `now` (it takes its CPU when resumed).
-    pub fn new_ctx(&mut self, cpu: u16, name: String, now: Ps) -> CtxId {
+    pub(super) fn new_ctx(&mut self, cpu: u16, name: String, now: Ps) -> CtxId {
         let id = CtxId::try_from(self.ctxs.len()).expect("vtime: more than 2^32 contexts");
         let name = if name.is_empty() {
             format!("ctx{id}")
@@ -260,7 +260,7 @@ impl State {
 
     /// May `me` pass a synchronisation point now? Only while it is below every ready context.
     #[inline]
-    pub fn may_pass(&self, me: CtxId) -> bool {
+    pub(super) fn may_pass(&self, me: CtxId) -> bool {
         match self.ready.peek() {
             None => true,
             Some(Reverse(top)) => self.key_of(me) < *top,
@@ -268,14 +268,14 @@ impl State {
     }
 
     /// Makes `id` ready at its clock.
-    pub fn push_ready(&mut self, id: CtxId) {
+    pub(super) fn push_ready(&mut self, id: CtxId) {
         self.ctxs[id as usize].wait = Wait::Runnable;
         let k = self.key_of(id);
         self.ready.push(Reverse(k));
     }
 
     /// The context the scheduler resumes next: the smallest ready key, after it has its CPU.
-    pub fn next(&mut self) -> Next {
+    pub(super) fn next(&mut self) -> Next {
         while let Some(Reverse(k)) = self.ready.pop() {
             let id = k as u32;
             let c = &self.ctxs[id as usize];
@@ -307,7 +307,7 @@ impl State {
     }
 
     /// `id` leaves its CPU at its clock (it blocks or exits); the run queue's head takes it.
-    pub fn vacate(&mut self, id: CtxId) {
+    pub(super) fn vacate(&mut self, id: CtxId) {
         let (cpu, t) = {
             let c = &mut self.ctxs[id as usize];
             debug_assert!(c.on_cpu);
@@ -327,7 +327,7 @@ impl State {
     /// Charges `ps` of work to `id`: busy time, times the SMT factor while another hardware
     /// thread of its core is busy (has an occupant) at the moment of the charge.
     #[inline]
-    pub fn work(&mut self, id: CtxId, ps: Ps) {
+    pub(super) fn work(&mut self, id: CtxId, ps: Ps) {
         let cpu = self.ctxs[id as usize].cpu as usize;
         let ps = if self.core_busy[self.model.core[cpu] as usize] >= 2 {
             (ps as u128 * self.model.profile.smt_milli as u128 / 1000) as Ps
@@ -339,7 +339,7 @@ impl State {
 
     /// Charges `ps` of busy time to `id` and its CPU, unscaled (lock and line stalls).
     #[inline]
-    pub fn busy(&mut self, id: CtxId, ps: Ps) {
+    pub(super) fn busy(&mut self, id: CtxId, ps: Ps) {
         // Saturating: a clock stops at u64::MAX ps (213 days) instead of wrapping to a small
         // time (every figure is bounded to 1 s, but a run may charge many of them).
         let c = &mut self.ctxs[id as usize];
@@ -350,7 +350,7 @@ impl State {
     }
 
     /// `id` spun from its clock until `t`.
-    pub fn spin_until(&mut self, id: CtxId, t: Ps) {
+    pub(super) fn spin_until(&mut self, id: CtxId, t: Ps) {
         let c = &mut self.ctxs[id as usize];
         let d = t.saturating_sub(c.now);
         c.now += d;
@@ -359,7 +359,7 @@ impl State {
     }
 
     /// `id` is woken by an event at `t`: it will run at `t` plus the wake-up latency.
-    pub fn wake(&mut self, id: CtxId, t: Ps) {
+    pub(super) fn wake(&mut self, id: CtxId, t: Ps) {
         let wake = self.model.profile.wakeup_ps;
         let c = &mut self.ctxs[id as usize];
         c.now = c.now.max(t.saturating_add(wake));
@@ -367,7 +367,7 @@ impl State {
     }
 
     /// The running context `id` finishes: joiners wake, its CPU passes on.
-    pub fn exit(&mut self, id: CtxId) {
+    pub(super) fn exit(&mut self, id: CtxId) {
         let now = self.ctxs[id as usize].now;
         let c = &mut self.ctxs[id as usize];
         c.end = Some(now);

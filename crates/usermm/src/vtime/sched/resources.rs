@@ -165,7 +165,7 @@ impl VLock {
         }
     }
 
-    pub fn holders(&self) -> impl Iterator<Item = CtxId> + '_ {
+    pub(crate) fn holders(&self) -> impl Iterator<Item = CtxId> + '_ {
         self.writer
             .iter()
             .map(|(c, _)| *c)
@@ -274,7 +274,7 @@ impl State {
 
     /// `me` asks for lock `id` in `mode`: granted at once, or queued (a sleeping waiter
     /// leaves its CPU).
-    pub fn lock_acquire(
+    pub(crate) fn lock_acquire(
         &mut self,
         me: CtxId,
         id: usize,
@@ -306,7 +306,7 @@ impl State {
 
     /// `try_lock`: the lock if it is grantable at the caller's clock, else a failed RMW on
     /// the word and `None`.
-    pub fn lock_try(
+    pub(crate) fn lock_try(
         &mut self,
         me: CtxId,
         id: usize,
@@ -333,7 +333,13 @@ impl State {
     /// The acquiring RMW of a granted lock: from the caller's clock (or when the word is free,
     /// if later), the class's acquire cost plus a transfer from the word's last CPU, times
     /// `1 + data_lines` for an exclusive acquisition. `since`: when a contended caller queued.
-    pub fn lock_take(&mut self, me: CtxId, id: usize, mode: Mode, since: Option<Ps>) -> Acquired {
+    pub(crate) fn lock_take(
+        &mut self,
+        me: CtxId,
+        id: usize,
+        mode: Mode,
+        since: Option<Ps>,
+    ) -> Acquired {
         let ci = self.locks.get(&id).expect("a granted lock exists").class;
         let price = self.lock_classes[ci as usize].price;
         self.take_granted(me, ci, price, id, mode, since)
@@ -392,7 +398,7 @@ impl State {
 
     /// The releasing RMW (a transfer if the word moved away since the caller took it), then
     /// the hand-over to the head of the queue.
-    pub fn lock_release(&mut self, me: CtxId, id: usize, mode: Mode) {
+    pub(crate) fn lock_release(&mut self, me: CtxId, id: usize, mode: Mode) {
         let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
         // A lock taken before the run began has no virtual state: nothing to release.
         let Some(lk) = self.locks.get_mut(&id) else {
@@ -423,7 +429,7 @@ impl State {
 
     /// `downgrade_write`: the writer `me` becomes a reader, and queued readers at the head of
     /// the queue (up to the first writer) get the lock with it.
-    pub fn lock_downgrade(&mut self, me: CtxId, id: usize) {
+    pub(crate) fn lock_downgrade(&mut self, me: CtxId, id: usize) {
         let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
         let Some(lk) = self.locks.get_mut(&id) else {
             return;
@@ -477,13 +483,13 @@ impl State {
     }
 
     /// The lock at `id` is gone (its host object is dropped).
-    pub fn lock_forget(&mut self, id: usize) {
+    pub(crate) fn lock_forget(&mut self, id: usize) {
         self.locks.remove(&id);
     }
 
     /// An RMW on a shared line: starts when the line's previous RMW ended (or at the caller's
     /// clock, if later) and costs `atomic_rmw` plus a transfer from the line's last CPU.
-    pub fn line_rmw(&mut self, me: CtxId, id: usize, class: &'static LineClass) {
+    pub(crate) fn line_rmw(&mut self, me: CtxId, id: usize, class: &'static LineClass) {
         let key = class as *const LineClass as usize;
         let known = matches!(self.lines.get(&id), Some(ln) if ln.class_key == key);
         if !known {
@@ -518,13 +524,13 @@ impl State {
     }
 
     /// The line at `id` is gone.
-    pub fn line_forget(&mut self, id: usize) {
+    pub(crate) fn line_forget(&mut self, id: usize) {
         self.lines.remove(&id);
     }
 
     /// `me` waits on `cv`: queued, the mutex released (handed over if someone waits), off its
     /// CPU until notified.
-    pub fn cv_wait_begin(&mut self, me: CtxId, cv: usize, mutex: usize) {
+    pub(crate) fn cv_wait_begin(&mut self, me: CtxId, cv: usize, mutex: usize) {
         self.cvs.entry(cv).or_default().push_back(me);
         self.lock_release(me, mutex, Mode::Exclusive);
         self.ctxs[me as usize].wait = Wait::Cv { id: cv };
@@ -533,7 +539,7 @@ impl State {
 
     /// Wakes the first waiter of `cv` (or all of them) at the caller's clock plus the wake-up
     /// latency, in FIFO order.
-    pub fn cv_notify(&mut self, me: CtxId, cv: usize, all: bool) {
+    pub(crate) fn cv_notify(&mut self, me: CtxId, cv: usize, all: bool) {
         let t = self.ctxs[me as usize].now;
         while let Some(w) = self.cvs.get_mut(&cv).and_then(|q| q.pop_front()) {
             self.wake(w, t);
@@ -544,7 +550,7 @@ impl State {
     }
 
     /// `me` sleeps `ps`: off its CPU, ready again at its clock + `ps`.
-    pub fn sleep_begin(&mut self, me: CtxId, ps: Ps) {
+    pub(crate) fn sleep_begin(&mut self, me: CtxId, ps: Ps) {
         self.vacate(me);
         self.ctxs[me as usize].now += ps;
         self.push_ready(me);
@@ -552,7 +558,7 @@ impl State {
 
     /// `me` joins `child`: `true` if it has finished; otherwise `me` leaves its CPU until it
     /// does (and then pays the wake-up latency).
-    pub fn join_begin(&mut self, me: CtxId, child: CtxId) -> bool {
+    pub(crate) fn join_begin(&mut self, me: CtxId, child: CtxId) -> bool {
         if let Some(end) = self.ctxs[child as usize].end {
             let c = &mut self.ctxs[me as usize];
             c.now = c.now.max(end);
