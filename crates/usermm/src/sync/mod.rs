@@ -50,9 +50,14 @@
 //! reads, so the engine's hot loops keep no branch or call for virtual time.
 //!
 //! Wall-mode implementations are those the engine used before the seam (`parking_lot` locks,
-//! `CLOCK_MONOTONIC`, host threads), so wall figures do not move. Under `--cfg loom`, [`RwSem`]
-//! (and so [`MmapLock`]) is a loom model; the other primitives stay host locks, which loom
-//! runs but does not explore. `tests/source_rules.rs` checks that no engine file outside this
+//! `CLOCK_MONOTONIC`, host threads), so wall figures do not move. Under `--cfg loom` every lock
+//! of the seam is explored by loom: [`SpinLock`], [`Mutex`], [`CondVar`] (so [`Completion`] and
+//! [`Barrier`]) and [`PtLock`]'s state word through [`primitive`], which re-exports either the
+//! host primitives or loom's; [`RwSem`] (and so [`MmapLock`]) through its own loom twin;
+//! [`SharedLine`] over loom atomics. The virtual-time hooks are then no-ops, and lock_stat
+//! ([`StatMutex`]) still counts on host atomics and clocks, unexplored. Threads
+//! ([`thread`]) and the workqueue stay host ones: loom models spawn `loom::thread`s
+//! themselves. `tests/source_rules.rs` checks that no engine file outside this
 //! directory names `parking_lot`, `std::sync::{Mutex, RwLock, Condvar, Barrier}` or
 //! `crossbeam_channel`.
 //!
@@ -73,6 +78,7 @@ pub mod clock;
 mod condvar;
 mod lock;
 pub mod mmap_lock;
+mod primitive;
 mod ptlock;
 mod rwsem;
 mod shared_line;

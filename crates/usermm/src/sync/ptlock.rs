@@ -16,30 +16,43 @@
 //!
 //! The class ([`PTL`](super::class::PTL) or [`PMD_LOCK`](super::class::PMD_LOCK)) is given at
 //! each acquisition: a PMD table's ptl is the PMD lock. In a virtual run the lock calls the
-//! [`vhook`](super::vhook) hooks like every seam lock; under loom it stays a host lock.
+//! [`vhook`](super::vhook) hooks like every seam lock.
 //! It has no destructor (the metadata array is never dropped element by element): the
 //! page-table free path calls [`PtLock::ptlock_free`], as the kernel's `pagetable_dtor` does.
+//!
+//! # Under loom
+//! With `--cfg loom` the state word is a loom `AtomicU8` (through
+//! [`primitive`](super::primitive)) and the fast paths are the same code with the same
+//! orderings (`Acquire` to lock, `Release` to unlock), so loom checks that they exclude and
+//! that a holder sees what the previous one wrote (`tests/loom_ptlock.rs`). Parking is not
+//! modelled: a contended `lock` spins, giving way to loom on each turn, `PARKED` is never set
+//! and the unlock fast path always succeeds; the fair hand-off of `unlock_slow` is host-only.
+//! A loom `AtomicU8` is not valid at all-zero nor one byte, so a loom `PtLock` must be made by
+//! [`PtLock::new`] inside a model, never found in zeroed `PageMeta`.
 
 #![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): parking on the lock's address (`parking_lot_core`)
 
 use std::fmt;
-use std::sync::atomic::{
-    AtomicU8,
-    Ordering::{Acquire, Relaxed, Release},
-};
 
+#[cfg(not(loom))]
 use parking_lot_core::{
     ParkResult, SpinWait, UnparkResult, UnparkToken, DEFAULT_PARK_TOKEN, DEFAULT_UNPARK_TOKEN,
 };
 
 use super::class::LockClass;
+use super::primitive::atomic::{
+    AtomicU8,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use super::vhook::{self, Mode};
 
 /// The lock is held.
 const LOCKED: u8 = 1;
-/// At least one thread is parked on the lock's address (or about to be).
+/// At least one thread is parked on the lock's address (or about to be). Never set under loom.
+#[cfg_attr(loom, allow(dead_code))]
 const PARKED: u8 = 2;
 /// Unpark token meaning "the lock was handed to you, already held".
+#[cfg(not(loom))]
 const TOKEN_HANDOFF: UnparkToken = UnparkToken(1);
 
 /// The split PTL: one byte, unlocked at zero.
@@ -58,7 +71,16 @@ pub struct PtLockGuard<'a> {
 
 impl PtLock {
     /// An unlocked PTL (all-zero, like the one in zeroed metadata).
+    #[cfg(not(loom))]
     pub const fn new() -> Self {
+        Self {
+            state: AtomicU8::new(0),
+        }
+    }
+
+    /// An unlocked PTL; not `const` under loom (and not all-zero: see the module doc).
+    #[cfg(loom)]
+    pub fn new() -> Self {
         Self {
             state: AtomicU8::new(0),
         }
@@ -123,6 +145,7 @@ impl PtLock {
         }
     }
 
+    #[cfg(not(loom))]
     #[cold]
     #[inline(never)]
     fn lock_slow(&self) {
@@ -181,6 +204,7 @@ impl PtLock {
         }
     }
 
+    #[cfg(not(loom))]
     #[cold]
     #[inline(never)]
     fn unlock_slow(&self) {
@@ -201,6 +225,32 @@ impl PtLock {
         unsafe {
             parking_lot_core::unpark_one(addr, callback);
         }
+    }
+}
+
+/// The loom slow paths: spin instead of parking (see the module doc).
+#[cfg(loom)]
+impl PtLock {
+    fn lock_slow(&self) {
+        let mut state = self.state.load(Relaxed);
+        loop {
+            if state & LOCKED == 0 {
+                match self
+                    .state
+                    .compare_exchange_weak(state, state | LOCKED, Acquire, Relaxed)
+                {
+                    Ok(_) => return,
+                    Err(s) => state = s,
+                }
+                continue;
+            }
+            super::primitive::spin_loop();
+            state = self.state.load(Relaxed);
+        }
+    }
+
+    fn unlock_slow(&self) {
+        unreachable!("PARKED is never set under loom: the unlock fast path cannot fail");
     }
 }
 
@@ -230,7 +280,7 @@ impl fmt::Debug for PtLockGuard<'_> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod test {
     use std::sync::atomic::AtomicU64;
     use std::sync::Arc;
