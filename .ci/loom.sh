@@ -27,7 +27,7 @@
 #   writer that forgets vma_start_write.
 #
 # Measured runtime (2-core dev box shared with another build, 2026-11): the models run in
-# under 0.3 s together (the largest: 358 iterations for fault_vs_mprotect, 346 for the
+# about 0.4 s together (the largest: 358 iterations for fault_vs_mprotect, 346 for the
 # barrier); the whole script takes ~1 s warm and ~4 min from a cold target dir (compiling
 # the dependencies and the library against loom). Budget: 3 minutes warm.
 #

@@ -6,7 +6,7 @@
 //! | [`atomic`] | `std::sync::atomic` | `loom::sync::atomic` (and `Ordering`, which loom re-exports from std) |
 //! | `RawMutex`, `RawMutexGuard` | `parking_lot::{Mutex, MutexGuard}` themselves | an adapter on `loom::sync::Mutex` with the part of parking_lot's API the seam uses |
 //! | `RawCondvar` | `parking_lot::Condvar` itself | an adapter on `loom::sync::Condvar` |
-//! | `spin_loop` | `std::hint::spin_loop` | `loom::thread::yield_now` (loom must see a spinning thread give way) |
+//! | `parking` | `parking_lot_core` itself | a one-bucket parking lot on a loom mutex and condvar, same signatures |
 //!
 //! On the host these are re-exports of the very types the seam used before, so a normal build
 //! compiles to the same code. Under loom, `SpinLock`/`Mutex` (`lock.rs`), `CondVar`,
@@ -39,23 +39,138 @@ pub(crate) use parking_lot::{
     Condvar as RawCondvar, Mutex as RawMutex, MutexGuard as RawMutexGuard,
 };
 
+/// Parking on an address (`PtLock`'s slow paths): `parking_lot_core` itself on the host.
+#[cfg(not(loom))]
+pub(crate) use parking_lot_core as parking;
+
 #[cfg(loom)]
 pub(crate) use self::loom_impl::{RawCondvar, RawMutex, RawMutexGuard};
 
-/// One turn of a spin-wait loop.
-#[cfg(not(loom))]
-#[inline]
-#[allow(dead_code)] // the host PtLock spins through parking_lot_core's `SpinWait`
-pub(crate) fn spin_loop() {
-    std::hint::spin_loop();
-}
-
-/// One turn of a spin-wait loop: under loom, give way, so that the model sees the spinner wait
-/// for another thread instead of looping forever.
+/// Parking on an address under loom: `parking_lot_core`'s `park`/`unpark_one`/`SpinWait`
+/// with the same signatures and contract, on one loom mutex and condvar (the whole parking lot
+/// is one bucket).
+///
+/// As in parking_lot, `validate` runs with the bucket locked before the caller is queued, and
+/// `unpark_one`'s callback runs with the bucket locked before the woken thread can return from
+/// `park`, so a lock's state word and its queue change together. Differences: no timeouts
+/// (`park` panics on one) and no `unpark_all`/requeue; `SpinWait::spin` gives way to loom once,
+/// then says "park" (parking_lot spins about 10 times); and `be_fair`, which parking_lot sets
+/// about once every 0.5 ms, is set on every unpark that wakes a thread in a model execution
+/// that asked for it (`parking::set_fair_unpark`), so that a model can explore the fair
+/// hand-off on purpose.
 #[cfg(loom)]
-#[inline]
-pub(crate) fn spin_loop() {
-    loom::thread::yield_now();
+#[allow(unsafe_code)] // `unsafe fn` declarations only, to keep parking_lot_core's signatures
+pub(crate) mod parking {
+    use std::sync::PoisonError;
+    use std::time::Instant;
+
+    pub(crate) use parking_lot_core::{
+        ParkResult, ParkToken, UnparkResult, UnparkToken, DEFAULT_PARK_TOKEN, DEFAULT_UNPARK_TOKEN,
+    };
+
+    /// The parking lot: threads parked on a key, oldest first, and the tokens of those woken
+    /// but not yet returned from `park`.
+    #[derive(Debug, Default)]
+    struct Lot {
+        parked: Vec<(usize, u64)>,
+        woken: Vec<(u64, UnparkToken)>,
+        next_id: u64,
+        fair: bool,
+    }
+
+    loom::lazy_static! {
+        static ref LOT: (loom::sync::Mutex<Lot>, loom::sync::Condvar) =
+            (loom::sync::Mutex::new(Lot::default()), loom::sync::Condvar::new());
+    }
+
+    fn lot() -> loom::sync::MutexGuard<'static, Lot> {
+        LOT.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// From now until the end of this model execution, every unpark that wakes a thread says
+    /// `be_fair`.
+    pub(crate) fn set_fair_unpark(fair: bool) {
+        lot().fair = fair;
+    }
+
+    /// `parking_lot_core::park`, without timeouts.
+    ///
+    /// # Safety
+    /// The contract of `parking_lot_core::park` (the callbacks must not panic or call into the
+    /// parking lot); nothing here relies on it, the signature is kept for the call sites.
+    pub(crate) unsafe fn park(
+        key: usize,
+        validate: impl FnOnce() -> bool,
+        before_sleep: impl FnOnce(),
+        _timed_out: impl FnOnce(usize, bool),
+        _park_token: ParkToken,
+        timeout: Option<Instant>,
+    ) -> ParkResult {
+        assert!(timeout.is_none(), "the loom parking lot has no timeouts");
+        let mut lot = lot();
+        if !validate() {
+            return ParkResult::Invalid;
+        }
+        let id = lot.next_id;
+        lot.next_id += 1;
+        lot.parked.push((key, id));
+        before_sleep();
+        loop {
+            if let Some(i) = lot.woken.iter().position(|&(w, _)| w == id) {
+                return ParkResult::Unparked(lot.woken.swap_remove(i).1);
+            }
+            lot = LOT.1.wait(lot).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// `parking_lot_core::unpark_one`.
+    ///
+    /// # Safety
+    /// As for [`park`].
+    pub(crate) unsafe fn unpark_one(
+        key: usize,
+        callback: impl FnOnce(UnparkResult) -> UnparkToken,
+    ) -> UnparkResult {
+        let mut lot = lot();
+        let mut result = UnparkResult::default();
+        let Some(i) = lot.parked.iter().position(|&(k, _)| k == key) else {
+            callback(result);
+            return result;
+        };
+        let (_, id) = lot.parked.remove(i);
+        result.unparked_threads = 1;
+        result.have_more_threads = lot.parked.iter().any(|&(k, _)| k == key);
+        result.be_fair = lot.fair;
+        let token = callback(result);
+        lot.woken.push((id, token));
+        LOT.1.notify_all();
+        result
+    }
+
+    /// `parking_lot_core::SpinWait`: under loom, one turn that gives way, then "park".
+    #[derive(Debug, Default)]
+    pub(crate) struct SpinWait {
+        spun: bool,
+    }
+
+    impl SpinWait {
+        pub(crate) fn new() -> Self {
+            Self::default()
+        }
+
+        pub(crate) fn spin(&mut self) -> bool {
+            if self.spun {
+                return false;
+            }
+            self.spun = true;
+            loom::thread::yield_now();
+            true
+        }
+
+        pub(crate) fn reset(&mut self) {
+            self.spun = false;
+        }
+    }
 }
 
 #[cfg(loom)]

@@ -21,38 +21,36 @@
 //! page-table free path calls [`PtLock::ptlock_free`], as the kernel's `pagetable_dtor` does.
 //!
 //! # Under loom
-//! With `--cfg loom` the state word is a loom `AtomicU8` (through
-//! [`primitive`](super::primitive)) and the fast paths are the same code with the same
-//! orderings (`Acquire` to lock, `Release` to unlock), so loom checks that they exclude and
-//! that a holder sees what the previous one wrote (`tests/loom_ptlock.rs`). Parking is not
-//! modelled: a contended `lock` spins, giving way to loom on each turn, `PARKED` is never set
-//! and the unlock fast path always succeeds; the fair hand-off of `unlock_slow` is host-only.
-//! A loom `AtomicU8` is not valid at all-zero nor one byte, so a loom `PtLock` must be made by
-//! [`PtLock::new`] inside a model, never found in zeroed `PageMeta`.
+//! With `--cfg loom` this same code runs on loom's primitives through
+//! [`primitive`](super::primitive): the state word is a loom `AtomicU8` and `park`/`unpark_one`
+//! are a loom parking lot with parking_lot_core's contract (`validate` and the unpark callback
+//! run under the parking lot's lock). So loom checks the whole protocol — the `Acquire`/`Release`
+//! fast paths, setting `PARKED`, parking, the unlock that wakes one, and the fair hand-off
+//! (`tests/loom_ptlock.rs`) — not a stand-in. `SpinWait` gives way once and then parks, and
+//! `be_fair` is chosen by the model (`PtLock::loom_fair_unpark`) instead of by a 0.5 ms timer.
+//! A loom `AtomicU8` is an index into the model's object store, not a one-byte word that is
+//! unlocked at zero, so a loom `PtLock` must be made by [`PtLock::new`] inside a model, never
+//! found in zeroed `PageMeta`.
 
 #![allow(unsafe_code)] // fenced (lib.rs, "Unsafe"): parking on the lock's address (`parking_lot_core`)
 
 use std::fmt;
-
-#[cfg(not(loom))]
-use parking_lot_core::{
-    ParkResult, SpinWait, UnparkResult, UnparkToken, DEFAULT_PARK_TOKEN, DEFAULT_UNPARK_TOKEN,
-};
 
 use super::class::LockClass;
 use super::primitive::atomic::{
     AtomicU8,
     Ordering::{Acquire, Relaxed, Release},
 };
+use super::primitive::parking::{
+    self, ParkResult, SpinWait, UnparkResult, UnparkToken, DEFAULT_PARK_TOKEN, DEFAULT_UNPARK_TOKEN,
+};
 use super::vhook::{self, Mode};
 
 /// The lock is held.
 const LOCKED: u8 = 1;
-/// At least one thread is parked on the lock's address (or about to be). Never set under loom.
-#[cfg_attr(loom, allow(dead_code))]
+/// At least one thread is parked on the lock's address (or about to be).
 const PARKED: u8 = 2;
 /// Unpark token meaning "the lock was handed to you, already held".
-#[cfg(not(loom))]
 const TOKEN_HANDOFF: UnparkToken = UnparkToken(1);
 
 /// The split PTL: one byte, unlocked at zero.
@@ -145,7 +143,6 @@ impl PtLock {
         }
     }
 
-    #[cfg(not(loom))]
     #[cold]
     #[inline(never)]
     fn lock_slow(&self) {
@@ -182,7 +179,7 @@ impl PtLock {
             // this lock; `validate` and the no-op callbacks neither panic nor call into
             // parking_lot.
             let r = unsafe {
-                parking_lot_core::park(addr, validate, || {}, |_, _| {}, DEFAULT_PARK_TOKEN, None)
+                parking::park(addr, validate, || {}, |_, _| {}, DEFAULT_PARK_TOKEN, None)
             };
             if r == ParkResult::Unparked(TOKEN_HANDOFF) {
                 // The unlocker handed the lock over: it is ours, still marked LOCKED.
@@ -204,7 +201,6 @@ impl PtLock {
         }
     }
 
-    #[cfg(not(loom))]
     #[cold]
     #[inline(never)]
     fn unlock_slow(&self) {
@@ -223,34 +219,18 @@ impl PtLock {
         };
         // SAFETY: as in `lock_slow`; the callback neither panics nor calls into parking_lot.
         unsafe {
-            parking_lot_core::unpark_one(addr, callback);
+            parking::unpark_one(addr, callback);
         }
     }
 }
 
-/// The loom slow paths: spin instead of parking (see the module doc).
 #[cfg(loom)]
 impl PtLock {
-    fn lock_slow(&self) {
-        let mut state = self.state.load(Relaxed);
-        loop {
-            if state & LOCKED == 0 {
-                match self
-                    .state
-                    .compare_exchange_weak(state, state | LOCKED, Acquire, Relaxed)
-                {
-                    Ok(_) => return,
-                    Err(s) => state = s,
-                }
-                continue;
-            }
-            super::primitive::spin_loop();
-            state = self.state.load(Relaxed);
-        }
-    }
-
-    fn unlock_slow(&self) {
-        unreachable!("PARKED is never set under loom: the unlock fast path cannot fail");
+    /// Under loom: from now to the end of this model execution, every unlock that wakes a
+    /// parked thread is told `be_fair` by the parking lot and hands the lock over (parking_lot
+    /// does so about once every 0.5 ms). Applies to every `PtLock` of the model.
+    pub fn loom_fair_unpark(fair: bool) {
+        parking::set_fair_unpark(fair);
     }
 }
 
