@@ -3,14 +3,16 @@
 # engine builds on them.
 #
 # Under `--cfg loom` the seam (crates/usermm/src/sync/) is built on loom: `SpinLock`/`Mutex`,
-# `CondVar` (so `Completion` and `Barrier`) and `PtLock`'s state word through `sync/primitive.rs`,
-# `RwSem` (under `MmapLock` and `VmaLock`) through `sync/rwsem/loom.rs`, and `SharedLine` over
-# loom atomics; the virtual-time hooks are no-ops. Each test file below explores every
+# `CondVar` (so `Completion` and `Barrier`) and `PtLock` (state word and parking) through
+# `sync/primitive.rs`, `RwSem` (under `MmapLock` and `VmaLock`) through `sync/rwsem/loom.rs`,
+# and `SharedLine` over loom atomics; the virtual-time hooks are no-ops. Each test file below explores every
 # interleaving (up to 3 preemptions) of two or three threads, and each has a negative control,
 # a deliberately broken variant that loom must catch (a `#[should_panic]` test):
 # - loom_lock.rs: SpinLock/Mutex exclusion, release/acquire hand-over, `MutexGuard::unlocked`;
 #   broken: a read-modify-write split by `SpinLockGuard::unlocked`.
-# - loom_ptlock.rs: PtLock exclusion and hand-over, try_lock; broken: a failed try_lock ignored.
+# - loom_ptlock.rs: PtLock exclusion and hand-over through its parking protocol (PARKED,
+#   unpark_one, fair hand-off; two and three contenders), try_lock; broken: a failed try_lock
+#   ignored.
 # - loom_condvar.rs: CondVar wait/notify with no lost wake-up, Completion, a two-round Barrier;
 #   broken: the condition tested outside the mutex (a lost wake-up, reported as a deadlock),
 #   a barrier sized for one.
@@ -26,10 +28,11 @@
 # - loom_vma_lock.rs: a fault under the per-VMA lock racing mprotect, a detached VMA; broken: a
 #   writer that forgets vma_start_write.
 #
-# Measured runtime (2-core dev box shared with another build, 2026-11): the models run in
-# about 0.4 s together (the largest: 358 iterations for fault_vs_mprotect, 346 for the
-# barrier); the whole script takes ~1 s warm and ~4 min from a cold target dir (compiling
-# the dependencies and the library against loom). Budget: 3 minutes warm.
+# Measured runtime (2-core dev box shared with another build, 2026-11): ~4 s warm, nearly all
+# of it ptl_three_contenders (32 479 + 24 126 iterations, unfair then fair hand-off); every
+# other model takes 7 to 358 iterations and a few ms (the largest: fault_vs_mprotect 358,
+# barrier_orders_both_sides 346). From a cold target dir add ~4 min of compiling (the
+# dependencies and the library against loom). Budget: 3 minutes warm.
 #
 # Requires `loom` as a `[target.'cfg(loom)'.dependencies]` entry of crates/usermm: the library
 # itself, not only the test, is compiled against loom.

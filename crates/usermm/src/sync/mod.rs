@@ -51,15 +51,15 @@
 //!
 //! Wall-mode implementations are those the engine used before the seam (`parking_lot` locks,
 //! `CLOCK_MONOTONIC`, host threads), so wall figures do not move. Under `--cfg loom` every lock
-//! of the seam is explored by loom: [`SpinLock`], [`Mutex`], [`CondVar`] (so [`Completion`] and
-//! [`Barrier`]) and [`PtLock`]'s state word through [`primitive`], which re-exports either the
-//! host primitives or loom's; [`RwSem`] (and so [`MmapLock`]) through its own loom twin;
-//! [`SharedLine`] over loom atomics. The virtual-time hooks are then no-ops, and lock_stat
-//! ([`StatMutex`]) still counts on host atomics and clocks, unexplored. Threads
-//! ([`thread`]) and the workqueue stay host ones: loom models spawn `loom::thread`s
-//! themselves. `tests/source_rules.rs` checks that no engine file outside this
-//! directory names `parking_lot`, `std::sync::{Mutex, RwLock, Condvar, Barrier}` or
-//! `crossbeam_channel`.
+//! of the seam is explored by loom: [`SpinLock`], [`Mutex`], [`CondVar`] (so [`Completion`]
+//! and [`Barrier`]) and [`PtLock`] (its state word and its parking) through [`primitive`],
+//! which re-exports either the host primitives or loom's; [`RwSem`] (and so [`MmapLock`])
+//! through its own loom twin; [`SharedLine`] over loom atomics. The virtual-time hooks are
+//! then no-ops, and lock_stat ([`StatMutex`]) still counts on host atomics and clocks,
+//! unexplored. [`thread`] still starts host threads, so nothing that spawns through it (the
+//! workqueue's workers) can run inside a loom model; the models spawn `loom::thread`s
+//! themselves. `tests/source_rules.rs` checks that no engine file outside this directory names
+//! `parking_lot`, `std::sync::{Mutex, RwLock, Condvar, Barrier}` or `crossbeam_channel`.
 //!
 //! | module | mirrors |
 //! |---|---|

@@ -10,8 +10,8 @@
 //!
 //! On the host these are re-exports of the very types the seam used before, so a normal build
 //! compiles to the same code. Under loom, `SpinLock`/`Mutex` (`lock.rs`), `CondVar`,
-//! `Completion` and `Barrier` (`condvar.rs`), `PtLock`'s state word (`ptlock.rs`) and
-//! `SharedLine` over loom atomics (`shared_line.rs`) are explored by loom; `RwSem` has its own
+//! `Completion` and `Barrier` (`condvar.rs`), `PtLock`'s state word and parking (`ptlock.rs`)
+//! and `SharedLine` over loom atomics (`shared_line.rs`) are explored by loom; `RwSem` has its own
 //! loom twin (`rwsem/loom.rs`). The virtual-time hooks compile to no-ops under loom
 //! (`vhook::active` is `false`).
 //!
@@ -23,6 +23,7 @@
 //! - `RawMutex::is_locked` reads a plain host flag kept next to the loom mutex (set after the
 //!   lock is taken, cleared before it is released): for assertions only, not explored by loom.
 //! - `RawCondvar::notify_*` cannot say how many threads were woken: they return `false`/`0`.
+//! - The parking lot: see [`parking`].
 
 #[cfg(not(loom))]
 pub(crate) mod atomic {
