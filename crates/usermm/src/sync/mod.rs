@@ -52,7 +52,7 @@
 //! Wall-mode implementations are those the engine used before the seam (`parking_lot` locks,
 //! `CLOCK_MONOTONIC`, host threads), so wall figures do not move. Under `--cfg loom` every lock
 //! of the seam is explored by loom: [`SpinLock`], [`Mutex`], [`CondVar`] (so [`Completion`]
-//! and [`Barrier`]) and [`PtLock`] (its state word and its parking) through [`primitive`],
+//! and [`Barrier`]) and [`PtLock`] (its state word and its parking) through `primitive.rs`,
 //! which re-exports either the host primitives or loom's; [`RwSem`] (and so [`MmapLock`])
 //! through its own loom twin; [`SharedLine`] over loom atomics. The virtual-time hooks are
 //! then no-ops, and lock_stat ([`StatMutex`]) still counts on host atomics and clocks,

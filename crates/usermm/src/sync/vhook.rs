@@ -34,7 +34,7 @@
 //! `spawn`/`scope` itself in a run.
 
 //!
-//! Under `--cfg loom` [`active`] is the constant `false`, so every primitive takes its host
+//! Under `--cfg loom` `active` is the constant `false`, so every primitive takes its host
 //! path (loom's, there) and the hooks compile to nothing: loom explores the locks, not virtual
 //! time.
 
