@@ -30,8 +30,8 @@
 #
 # Measured runtime (2-core dev box shared with another build, 2026-11): ~4 s warm, nearly all
 # of it ptl_three_contenders (32 479 + 24 126 iterations, unfair then fair hand-off); every
-# other model takes 7 to 358 iterations and a few ms (the largest: fault_vs_mprotect 358,
-# barrier_orders_both_sides 346). From a cold target dir add ~4 min of compiling (the
+# other model takes 7 to 382 iterations and a few ms (the largest: completion_wakes_every_waiter
+# 382, fault_vs_mprotect 358, barrier_orders_both_sides 346). From a cold target dir add ~4 min of compiling (the
 # dependencies and the library against loom). Budget: 3 minutes warm.
 #
 # Requires `loom` as a `[target.'cfg(loom)'.dependencies]` entry of crates/usermm: the library

@@ -12,8 +12,8 @@
 //! - [`condvar_no_lost_wakeup`]: a waiter that tests its condition under the mutex and waits in
 //!   a loop, against a notifier that sets the condition under the mutex and notifies: the
 //!   waiter always wakes (the workqueue's workers and `flush_work` wait this way).
-//! - [`completion_wakes_every_waiter`]: `complete` wakes a waiter, whether it came before or
-//!   after, and the waiter gets the completed value.
+//! - [`completion_wakes_every_waiter`]: `complete` wakes both of two waiters, whether they
+//!   came before or after, and each gets the first completed value.
 //! - [`barrier_orders_both_sides`]: two threads publish a value each, meet at a two-thread
 //!   barrier and read the other's: never stale; exactly one is the serial thread; the barrier
 //!   is reusable for a second round.
@@ -84,11 +84,17 @@ fn condvar_no_lost_wakeup() {
 fn completion_wakes_every_waiter() {
     loom::model(|| {
         let c = Arc::new(Completion::<u32>::new(&WORKQUEUE));
-        let c1 = Arc::clone(&c);
-        let waiter = thread::spawn(move || c1.wait());
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let c = Arc::clone(&c);
+                thread::spawn(move || c.wait())
+            })
+            .collect();
         c.complete(7);
         c.complete(8); // completing twice keeps the first value
-        assert_eq!(waiter.join().unwrap(), 7);
+        for w in waiters {
+            assert_eq!(w.join().unwrap(), 7);
+        }
         assert_eq!(c.get(), Some(7));
     });
 }
