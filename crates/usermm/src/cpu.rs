@@ -59,7 +59,7 @@ pub struct Cpus {
 }
 
 impl Cpus {
-    pub(crate) fn new(nr_cpus: u16, nr_nodes: u16) -> Self {
+    pub fn new(nr_cpus: u16, nr_nodes: u16) -> Self {
         debug_assert!(nr_cpus >= 1 && nr_nodes >= 1 && nr_nodes <= nr_cpus);
         Self { nr_cpus, nr_nodes }
     }

@@ -88,7 +88,10 @@ pub struct PageMeta {
 
 // SAFETY: every field is an integer atomic (valid at zero) or a `PtLock`, which is one
 // `AtomicU8` whose all-zero state is "unlocked" by its own definition (`sync/ptlock.rs`,
-// checked by the test `ptl_zero_is_unlocked`).
+// checked by the test `ptl_zero_is_unlocked`). Under `--cfg loom` a `PtLock` is a loom
+// `AtomicU8`, an index into the model's object store: all-zero is still a valid bit pattern (an
+// integer, no niche, never dropped here), but not a usable lock; no loom model builds
+// `PageMeta` (`sync/ptlock.rs`).
 unsafe impl ZeroValid for PageMeta {}
 
 impl PageMeta {

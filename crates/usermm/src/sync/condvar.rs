@@ -7,23 +7,39 @@
 //! virtual time and returns once it is woken and owns the mutex again (the seam then re-takes
 //! the host lock); [`CondVar::notify_one`]/[`CondVar::notify_all`] call `vhook::cv_notify`.
 //! Like every condition variable, a waiter must re-check its condition in a loop.
+//!
+//! Under `--cfg loom` the host condvar is [`primitive`](super::primitive)'s adapter on
+//! `loom::sync::Condvar` and the mutex a loom one, so loom checks wait/notify for lost
+//! wake-ups (a waiter asleep forever is reported as a deadlock) and the [`Barrier`] built on
+//! them (`tests/loom_condvar.rs`). The notify functions then return `false`/`0`: loom does not
+//! say whom it woke.
 
 use std::fmt;
 
 use super::class::LockClass;
 use super::lock::{Mutex, MutexGuard};
+use super::primitive::{RawCondvar, RawMutexGuard};
 use super::vhook;
 
 /// A condition variable used with one [`Mutex`] at a time.
 #[derive(Default)]
 pub struct CondVar {
-    raw: parking_lot::Condvar,
+    raw: RawCondvar,
 }
 
 impl CondVar {
+    #[cfg(not(loom))]
     pub const fn new() -> Self {
         Self {
-            raw: parking_lot::Condvar::new(),
+            raw: RawCondvar::new(),
+        }
+    }
+
+    /// Not `const` under loom.
+    #[cfg(loom)]
+    pub fn new() -> Self {
+        Self {
+            raw: RawCondvar::new(),
         }
     }
 
@@ -38,7 +54,7 @@ impl CondVar {
         let (inner, mutex_id, class) = guard.parts();
         if vhook::active() {
             let cv = self.id();
-            parking_lot::MutexGuard::unlocked(inner, || vhook::cv_wait(cv, mutex_id, class));
+            RawMutexGuard::unlocked(inner, || vhook::cv_wait(cv, mutex_id, class));
             return;
         }
         self.raw.wait(inner);
@@ -78,7 +94,17 @@ pub struct Completion<T: Copy = ()> {
 
 impl<T: Copy> Completion<T> {
     /// `init_completion`; `class` names the completion's lock (the subsystem's).
+    #[cfg(not(loom))]
     pub const fn new(class: &'static LockClass) -> Self {
+        Self {
+            done: Mutex::new(class, None),
+            cond: CondVar::new(),
+        }
+    }
+
+    /// `init_completion`; not `const` under loom.
+    #[cfg(loom)]
+    pub fn new(class: &'static LockClass) -> Self {
         Self {
             done: Mutex::new(class, None),
             cond: CondVar::new(),
@@ -142,7 +168,24 @@ struct BarrierState {
 impl Barrier {
     /// A barrier for `n` threads (`n == 0` behaves as 1); `class` names its lock (a workload's:
     /// [`FUTEX`](super::class::FUTEX)).
+    #[cfg(not(loom))]
     pub const fn new(class: &'static LockClass, n: usize) -> Self {
+        Self {
+            state: Mutex::new(
+                class,
+                BarrierState {
+                    arrived: 0,
+                    generation: 0,
+                },
+            ),
+            cond: CondVar::new(),
+            n,
+        }
+    }
+
+    /// A barrier for `n` threads; not `const` under loom.
+    #[cfg(loom)]
+    pub fn new(class: &'static LockClass, n: usize) -> Self {
         Self {
             state: Mutex::new(
                 class,

@@ -5,6 +5,11 @@
 //! not move; the class says how a waiter waits in virtual time (a spinlock's CPU stays busy, a
 //! mutex's goes idle) and names the lock in the cost profile.
 //!
+//! Under `--cfg loom` the host lock is [`primitive`](super::primitive)'s adapter on
+//! `loom::sync::Mutex`, so loom explores every interleaving of lock, unlock and
+//! [`SpinLockGuard::unlocked`] (`tests/loom_lock.rs`); the hooks are then no-ops. A loom
+//! spinlock blocks rather than spins: the same exclusion, which is what loom checks.
+//!
 //! # Hooks (see [`vhook`])
 //! `lock`: `vhook::lock_acquire` then the host lock; `try_lock`:
 //! `vhook::lock_try_acquire`; the guard's drop: the host unlock then
@@ -20,6 +25,7 @@ use std::ops::{Deref, DerefMut};
 
 use super::class::LockClass;
 use super::clock;
+use super::primitive::{RawMutex, RawMutexGuard};
 use super::vhook::{self, Mode};
 
 /// Tells virtual time that an exclusive hold ended. A guard's last field: it drops after the
@@ -43,22 +49,33 @@ impl Drop for ExclusiveRelease {
 /// `parking_lot` mutex that spins briefly, then parks).
 pub struct SpinLock<T> {
     class: &'static LockClass,
-    raw: parking_lot::Mutex<T>,
+    raw: RawMutex<T>,
 }
 
 /// Exclusive access to a [`SpinLock`]'s data; dropping it is `spin_unlock`.
 #[must_use = "if unused the lock is released at once"]
 pub struct SpinLockGuard<'a, T> {
-    inner: parking_lot::MutexGuard<'a, T>,
+    inner: RawMutexGuard<'a, T>,
     release: ExclusiveRelease,
 }
 
 impl<T> SpinLock<T> {
     /// An unlocked lock of class `class` around `value` (`spin_lock_init`).
+    #[cfg(not(loom))]
     pub const fn new(class: &'static LockClass, value: T) -> Self {
         Self {
             class,
-            raw: parking_lot::Mutex::new(value),
+            raw: RawMutex::new(value),
+        }
+    }
+
+    /// An unlocked lock of class `class` around `value` (`spin_lock_init`); not `const` under
+    /// loom, whose objects exist only inside a model.
+    #[cfg(loom)]
+    pub fn new(class: &'static LockClass, value: T) -> Self {
+        Self {
+            class,
+            raw: RawMutex::new(value),
         }
     }
 
@@ -68,7 +85,7 @@ impl<T> SpinLock<T> {
     }
 
     #[inline]
-    fn guard<'a>(&'a self, inner: parking_lot::MutexGuard<'a, T>) -> SpinLockGuard<'a, T> {
+    fn guard<'a>(&'a self, inner: RawMutexGuard<'a, T>) -> SpinLockGuard<'a, T> {
         SpinLockGuard {
             inner,
             release: ExclusiveRelease {
@@ -187,10 +204,10 @@ impl<T> SpinLockGuard<'_, T> {
     /// have changed meanwhile).
     pub fn unlocked<U>(s: &mut Self, f: impl FnOnce() -> U) -> U {
         if !vhook::active() {
-            return parking_lot::MutexGuard::unlocked(&mut s.inner, f);
+            return RawMutexGuard::unlocked(&mut s.inner, f);
         }
         let (id, class) = (s.release.id, s.release.class);
-        parking_lot::MutexGuard::unlocked(&mut s.inner, || {
+        RawMutexGuard::unlocked(&mut s.inner, || {
             vhook::lock_release(id, class, Mode::Exclusive);
             let r = f();
             vhook::lock_acquire(id, class, Mode::Exclusive);
@@ -209,7 +226,14 @@ pub struct MutexGuard<'a, T>(SpinLockGuard<'a, T>);
 
 impl<T> Mutex<T> {
     /// An unlocked mutex of class `class` around `value` (`mutex_init`).
+    #[cfg(not(loom))]
     pub const fn new(class: &'static LockClass, value: T) -> Self {
+        Self(SpinLock::new(class, value))
+    }
+
+    /// An unlocked mutex of class `class` around `value` (`mutex_init`); not `const` under loom.
+    #[cfg(loom)]
+    pub fn new(class: &'static LockClass, value: T) -> Self {
         Self(SpinLock::new(class, value))
     }
 
@@ -260,13 +284,7 @@ impl<'a, T> MutexGuard<'a, T> {
     }
 
     /// The host guard and the lock's identity, for [`CondVar`](super::CondVar).
-    pub(super) fn parts(
-        &mut self,
-    ) -> (
-        &mut parking_lot::MutexGuard<'a, T>,
-        usize,
-        &'static LockClass,
-    ) {
+    pub(super) fn parts(&mut self) -> (&mut RawMutexGuard<'a, T>, usize, &'static LockClass) {
         let (id, class) = (self.0.release.id, self.0.release.class);
         (&mut self.0.inner, id, class)
     }

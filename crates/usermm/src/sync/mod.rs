@@ -51,11 +51,16 @@
 //! reads, so the engine's hot loops keep no branch or call for virtual time.
 //!
 //! Wall-mode implementations are those the engine used before the seam (`parking_lot` locks,
-//! `CLOCK_MONOTONIC`, host threads), so wall figures do not move. Under `--cfg loom`, [`RwSem`]
-//! (and so [`MmapLock`]) is a loom model; the other primitives stay host locks, which loom
-//! runs but does not explore. `tests/source_rules.rs` checks that no engine file outside this
-//! directory names `parking_lot`, `std::sync::{Mutex, RwLock, Condvar, Barrier}` or
-//! `crossbeam_channel`.
+//! `CLOCK_MONOTONIC`, host threads), so wall figures do not move. Under `--cfg loom` every lock
+//! of the seam is explored by loom: [`SpinLock`], [`Mutex`], [`CondVar`] (so [`Completion`]
+//! and [`Barrier`]) and [`PtLock`] (its state word and its parking) through `primitive.rs`,
+//! which re-exports either the host primitives or loom's; [`RwSem`] (and so [`MmapLock`])
+//! through its own loom twin; [`SharedLine`] over loom atomics. The virtual-time hooks are
+//! then no-ops, and lock_stat ([`StatMutex`]) still counts on host atomics and clocks,
+//! unexplored. [`thread`] still starts host threads, so nothing that spawns through it (the
+//! workqueue's workers) can run inside a loom model; the models spawn `loom::thread`s
+//! themselves. `tests/source_rules.rs` checks that no engine file outside this directory names
+//! `parking_lot`, `std::sync::{Mutex, RwLock, Condvar, Barrier}` or `crossbeam_channel`.
 //!
 //! | module | mirrors |
 //! |---|---|
@@ -74,6 +79,7 @@ pub mod clock;
 mod condvar;
 mod lock;
 pub mod mmap_lock;
+mod primitive;
 mod ptlock;
 mod rwsem;
 mod shared_line;

@@ -16,23 +16,34 @@
 //!
 //! The class ([`PTL`](super::class::PTL) or [`PMD_LOCK`](super::class::PMD_LOCK)) is given at
 //! each acquisition: a PMD table's ptl is the PMD lock. In a virtual run the lock calls the
-//! [`vhook`](super::vhook) hooks like every seam lock; under loom it stays a host lock.
+//! [`vhook`](super::vhook) hooks like every seam lock.
 //! It has no destructor (the metadata array is never dropped element by element): the
 //! page-table free path calls [`PtLock::ptlock_free`], as the kernel's `pagetable_dtor` does.
+//!
+//! # Under loom
+//! With `--cfg loom` this same code runs on loom's primitives through
+//! [`primitive`](super::primitive): the state word is a loom `AtomicU8` and `park`/`unpark_one`
+//! are a loom parking lot with parking_lot_core's contract (`validate` and the unpark callback
+//! run under the parking lot's lock). So loom checks the whole protocol — the `Acquire`/`Release`
+//! fast paths, setting `PARKED`, parking, the unlock that wakes one, and the fair hand-off
+//! (`tests/loom_ptlock.rs`) — not a stand-in. `SpinWait` gives way once and then parks, and
+//! `be_fair` is chosen by the model (`PtLock::loom_fair_unpark`) instead of by a 0.5 ms timer.
+//! A loom `AtomicU8` is an index into the model's object store, not a one-byte word that is
+//! unlocked at zero, so a loom `PtLock` must be made by [`PtLock::new`] inside a model, never
+//! found in zeroed `PageMeta`.
 
 #![expect(unsafe_code)] // fenced (lib.rs, "Unsafe"): parking on the lock's address (`parking_lot_core`)
 
 use std::fmt;
-use std::sync::atomic::{
+
+use super::class::LockClass;
+use super::primitive::atomic::{
     AtomicU8,
     Ordering::{Acquire, Relaxed, Release},
 };
-
-use parking_lot_core::{
-    ParkResult, SpinWait, UnparkResult, UnparkToken, DEFAULT_PARK_TOKEN, DEFAULT_UNPARK_TOKEN,
+use super::primitive::parking::{
+    self, ParkResult, SpinWait, UnparkResult, UnparkToken, DEFAULT_PARK_TOKEN, DEFAULT_UNPARK_TOKEN,
 };
-
-use super::class::LockClass;
 use super::vhook::{self, Mode};
 
 /// The lock is held.
@@ -58,7 +69,16 @@ pub struct PtLockGuard<'a> {
 
 impl PtLock {
     /// An unlocked PTL (all-zero, like the one in zeroed metadata).
+    #[cfg(not(loom))]
     pub const fn new() -> Self {
+        Self {
+            state: AtomicU8::new(0),
+        }
+    }
+
+    /// An unlocked PTL; not `const` under loom (and not all-zero: see the module doc).
+    #[cfg(loom)]
+    pub fn new() -> Self {
         Self {
             state: AtomicU8::new(0),
         }
@@ -159,7 +179,7 @@ impl PtLock {
             // this lock; `validate` and the no-op callbacks neither panic nor call into
             // parking_lot.
             let r = unsafe {
-                parking_lot_core::park(addr, validate, || {}, |_, _| {}, DEFAULT_PARK_TOKEN, None)
+                parking::park(addr, validate, || {}, |_, _| {}, DEFAULT_PARK_TOKEN, None)
             };
             if r == ParkResult::Unparked(TOKEN_HANDOFF) {
                 // The unlocker handed the lock over: it is ours, still marked LOCKED.
@@ -199,8 +219,18 @@ impl PtLock {
         };
         // SAFETY: as in `lock_slow`; the callback neither panics nor calls into parking_lot.
         unsafe {
-            parking_lot_core::unpark_one(addr, callback);
+            parking::unpark_one(addr, callback);
         }
+    }
+}
+
+#[cfg(loom)]
+impl PtLock {
+    /// Under loom: from now to the end of this model execution, every unlock that wakes a
+    /// parked thread is told `be_fair` by the parking lot and hands the lock over (parking_lot
+    /// does so about once every 0.5 ms). Applies to every `PtLock` of the model.
+    pub fn loom_fair_unpark(fair: bool) {
+        parking::set_fair_unpark(fair);
     }
 }
 
@@ -230,7 +260,7 @@ impl fmt::Debug for PtLockGuard<'_> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod test {
     use std::sync::atomic::AtomicU64;
     use std::sync::Arc;

@@ -9,6 +9,11 @@
 //!
 //! Only atomics that are one line shared by every CPU belong here. Per-CPU counters
 //! (`PerCpu<..>`), the per-page atomics of `PageMeta` and per-mm counters are not.
+//!
+//! Under `--cfg loom`, [`LineAtomic`] is also implemented for loom's `AtomicI64`/`AtomicU64`,
+//! so a `SharedLine` over them is explored by loom (`tests/loom_shared_line.rs`: every RMW,
+//! `fetch_update` included, is atomic); `line_rmw` is then a no-op. The engine's own lines
+//! keep the std atomic they are built with.
 
 use std::fmt;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -84,6 +89,10 @@ macro_rules! line_atomic {
 
 line_atomic!(AtomicI64, i64);
 line_atomic!(AtomicU64, u64);
+#[cfg(loom)]
+line_atomic!(loom::sync::atomic::AtomicI64, i64);
+#[cfg(loom)]
+line_atomic!(loom::sync::atomic::AtomicU64, u64);
 
 /// An atomic shared by every CPU as one cache line, of class `class`.
 pub struct SharedLine<A> {

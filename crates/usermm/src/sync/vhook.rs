@@ -33,6 +33,11 @@
 //! Thread start and join are not hooks: [`thread`](super::thread) calls the runtime's
 //! `spawn`/`scope` itself in a run.
 
+//!
+//! Under `--cfg loom` `active` is the constant `false`, so every primitive takes its host
+//! path (loom's, there) and the hooks compile to nothing: loom explores the locks, not virtual
+//! time.
+
 #![cfg_attr(loom, allow(dead_code))] // the loom RwSem calls no hooks
 
 use super::class::{LineClass, LockClass};
@@ -43,9 +48,17 @@ pub(crate) use crate::vtime::{Acquired, Mode};
 
 /// A virtual run is active on this host thread (`Machine::run` in virtual mode): the runtime's
 /// one thread-local flag, read with one load.
+#[cfg(not(loom))]
 #[inline]
 pub(crate) fn active() -> bool {
     vt::active()
+}
+
+/// Under loom no virtual run is ever active.
+#[cfg(loom)]
+#[inline(always)]
+pub(crate) fn active() -> bool {
+    false
 }
 
 /// Before taking the host lock. Blocks (in virtual time) until the lock is the caller's:
