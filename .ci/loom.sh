@@ -39,8 +39,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The models need speed, not line tables: no debuginfo in this build (it compiles the whole
+# dependency tree again under --cfg loom, so this is most of the script's cold time).
 RUSTFLAGS="--cfg loom" \
     CARGO_TARGET_DIR=target/loom \
+    CARGO_PROFILE_RELEASE_DEBUG=0 \
     LOOM_MAX_PREEMPTIONS=3 \
     cargo test -p usermm --release \
     --test loom_lock \
