@@ -45,24 +45,34 @@ pub fn run(args: &CalibrateArgs, g: &GlobalArgs) -> anyhow::Result<()> {
             Sizes::full()
         },
     };
+    let (record, profile) = measure_and_write(&opts, &args.out)?;
+    // The file must load as every other profile does (a figure that disagrees with its
+    // formula, or a negative remainder of a split, is refused): say so now, not at first use.
+    usermm::vtime::Profile::from_toml_str(&profile, &args.out.display().to_string())
+        .map_err(|e| anyhow::anyhow!("calibrate: the profile written does not load: {e}"))?;
+    super::emit(g, &record, |r| render(r, &args.out))
+}
+
+/// Calibrates with a progress bar and writes the this-host profile to `out`: the record and
+/// the profile's text (`reproduce`'s host check calibrates the same way).
+pub(crate) fn measure_and_write(
+    opts: &CalibrateOpts,
+    out: &Path,
+) -> anyhow::Result<(HostCalibration, String)> {
     let bar = Progress::bar(
-        u64::from(args.repeat) * calibrate::PROBES as u64,
+        u64::from(opts.repeat) * calibrate::PROBES as u64,
         "calibrate",
     );
-    let record = calibrate::calibrate(&opts, &mut |what, _, _| {
+    let record = calibrate::calibrate(opts, &mut |what, _, _| {
         bar.set_message(what.to_string());
         bar.inc(1);
     });
     bar.finish();
     let record = record.map_err(|e| anyhow::anyhow!("calibrate: {e}"))?;
     let profile = usermm_workloads::calibrate::this_host_profile(&record);
-    std::fs::write(&args.out, &profile)
-        .map_err(|e| anyhow::anyhow!("calibrate: cannot write {}: {e}", args.out.display()))?;
-    // The file must load as every other profile does (a figure that disagrees with its
-    // formula, or a negative remainder of a split, is refused): say so now, not at first use.
-    usermm::vtime::Profile::from_toml_str(&profile, &args.out.display().to_string())
-        .map_err(|e| anyhow::anyhow!("calibrate: the profile written does not load: {e}"))?;
-    super::emit(g, &record, |r| render(r, &args.out))
+    std::fs::write(out, &profile)
+        .map_err(|e| anyhow::anyhow!("calibrate: cannot write {}: {e}", out.display()))?;
+    Ok((record, profile))
 }
 
 /// `--out` must name a file in a directory that exists (checked before the minutes of

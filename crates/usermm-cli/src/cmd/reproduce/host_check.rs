@@ -13,7 +13,7 @@ use serde::Serialize;
 use usermm_host::calibrate::{self, CalibrateOpts, Sizes};
 use usermm_workloads::host_check::{self, HostCheck, HostCheckOpts};
 
-use crate::report::{Progress, Section, Table};
+use crate::report::{Section, Table};
 
 /// A row is within the band when its error is at most this (±30 %).
 pub(super) const BAND: f64 = 0.30;
@@ -47,20 +47,9 @@ pub(super) fn run(
                 repeat: calibrate::MIN_REPEAT,
                 sizes: Sizes::full(),
             };
-            let bar = Progress::bar(
-                u64::from(copts.repeat) * calibrate::PROBES as u64,
-                "calibrate",
-            );
-            let record = calibrate::calibrate(&copts, &mut |what, _, _| {
-                bar.set_message(what.to_string());
-                bar.inc(1);
-            });
-            bar.finish();
-            let record = record.map_err(|e| anyhow::anyhow!("host check: calibrate: {e}"))?;
-            let text = usermm_workloads::calibrate::this_host_profile(&record);
             let file = out.join("this-host.toml");
-            std::fs::write(&file, text)
-                .map_err(|e| anyhow::anyhow!("host check: cannot write {}: {e}", file.display()))?;
+            super::super::calibrate::measure_and_write(&copts, &file)
+                .map_err(|e| anyhow::anyhow!("host check: {e}"))?;
             (file, true)
         }
     };
