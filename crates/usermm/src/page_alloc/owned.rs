@@ -22,6 +22,10 @@ use crate::error::AllocError;
 /// A block of `1 << order` frames the holder owns: one reference, never mapped, freed on drop
 /// (`__free_pages` on the CPU that allocated it). Reads and writes reach its own frames only.
 ///
+/// The examples below do not compile outside the crate, each for the error its fence names
+/// (rustdoc checks the code only on nightly; each was checked by hand with rustc: a private
+/// method, a private field, a use after move).
+///
 /// ```compile_fail,E0624
 /// // The raw free is not reachable outside the crate: a page cannot be freed while mapped.
 /// fn free_under_a_pte(m: &usermm::Machine, pfn: usermm::Pfn) {
@@ -64,6 +68,22 @@ use crate::error::AllocError;
 /// ```compile_fail,E0624
 /// fn split(m: &usermm::Machine, pfn: usermm::Pfn) {
 ///     m.phys().split_compound(usermm::CpuId(0), pfn);
+/// }
+/// ```
+/// ```compile_fail,E0624
+/// // ...nor a gather, which frees whatever it is handed...
+/// fn gather(mm: &usermm::Mm, pfn: usermm::Pfn) {
+///     let mut tlb = usermm::mm::mmu_gather::MmuGather::new(
+///         mm,
+///         usermm::CpuId(0),
+///         usermm::mm::mmu_gather::FullMm::No,
+///     );
+/// }
+/// ```
+/// ```compile_fail,E0624
+/// // ...nor the huge zero page's reference count, which its PMDs rely on...
+/// fn put_huge_zero(m: &usermm::Machine) {
+///     m.huge_zero().put_huge_zero_page(usermm::CpuId(0));
 /// }
 /// ```
 /// ```compile_fail,E0616
