@@ -1,5 +1,9 @@
 //! `mmap` (`do_mmap`, `mmap_region`), `MAP_POPULATE`/`mm_populate`, and the driver-style
 //! `remap_pfn_range`.
+//!
+//! `remap_pfn_range` ([`Mm::map_pfn_range`]) maps a driver's block handed over as an
+//! [`OwnedPages`]: the VMAs that map it hold it, munmap's zap leaves it alone, and it is freed
+//! with the last of them (`vm_ops->close`), so no handle can free frames a PTE still maps.
 
 use super::{floor_ceiling, MapFile};
 use crate::addr::{align_up, PAGE_SIZE, PMD_SIZE, TASK_SIZE};
