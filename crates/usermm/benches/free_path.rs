@@ -1,13 +1,16 @@
 //! The free path of teardown, per page (seeds 000/001).
 //!
-//! - `release_pages`: the inline free of gathered batches — pages that were allocated, put on
-//!   the LRU and mapped once, released in chunks of `MAX_NR_FOLIOS_PER_FREE` (LRU removal under
-//!   the node's `lru_lock`, pcp lists, drains to the buddy under `zone.lock`).
 //! - `populate`: write faults over a fresh anonymous mapping (`__mm_populate`), the setup cost
 //!   of every bigfree row.
-//! - `munmap_inline`: the whole munmap of a populated mapping, vanilla gather (zap + free).
-//! - `release_pages_pcp_tune`: `release_pages` with 6.7+ pcp auto-tuning (`pcp.auto_tune`),
-//!   whose drains grow with the run of frees: fewer `zone.lock` round trips per page.
+//! - `munmap_inline`: the whole munmap of a populated mapping, vanilla gather: the zap, then
+//!   `release_pages` of the gathered batches in chunks of `MAX_NR_FOLIOS_PER_FREE` (LRU removal
+//!   under the node's `lru_lock`, pcp lists, drains to the buddy under `zone.lock`).
+//! - `munmap_inline_pcp_tune`: the same with 6.7+ pcp auto-tuning (`pcp.auto_tune`), whose
+//!   drains grow with the run of frees: fewer `zone.lock` round trips per page.
+//!
+//! `release_pages` is not timed alone: it is crate-private (a library user cannot drop a
+//! mapped page's references), so the free path is measured through munmap, whose zap costs
+//! the same with and without the tuning.
 //!
 //! Each reports time per 4 KiB page (criterion's throughput in elements = pages). Small
 //! sparse machines, few samples: the whole bench runs in well under a minute.
@@ -17,9 +20,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use usermm::config::{BackingMode, MachineConfig, ThpMode};
 use usermm::mm::mmap::{MapFile, MAP_ANONYMOUS, MAP_PRIVATE, PROT_READ, PROT_WRITE};
-use usermm::mm::mmu_gather::MAX_NR_FOLIOS_PER_FREE;
-use usermm::page_alloc::Gfp;
-use usermm::{CpuId, Machine, Order};
+use usermm::{CpuId, Machine};
 
 /// 64 MiB per iteration: 16 384 pages, enough to cycle the pcp lists and the buddy many times.
 const BYTES: u64 = 64 << 20;
@@ -38,33 +39,32 @@ fn machine(pcp_auto_tune: bool) -> std::sync::Arc<Machine> {
     Machine::new(cfg).expect("bench machine")
 }
 
-/// Time `release_pages` of `PAGES` pages that the fault path left mapped once, on the LRU.
-fn time_release(m: &Machine, iters: u64) -> Duration {
+/// Time the munmap of `BYTES` of populated anonymous memory, `iters` times.
+fn time_munmap(m: &std::sync::Arc<Machine>, iters: u64) -> Duration {
     let cpu = CpuId(0);
-    let phys = m.phys();
     let mut total = Duration::ZERO;
     for _ in 0..iters {
-        // What the fault path leaves: one reference, on the LRU (batched add).
-        let pages: Vec<_> = (0..PAGES)
-            .map(|_| {
-                let p = phys.alloc_pages(cpu, Order(0), Gfp::KERNEL).expect("page");
-                phys.lru_cache_add(cpu, p);
-                p
-            })
-            .collect();
-        phys.lru_add_drain(cpu);
-        // The LRU batch held a reference and dropped it at the drain: one left, as after the
-        // zap cleared the PTE.
+        let mm = m.new_mm(cpu).expect("mm");
+        let a = mm
+            .mmap(
+                cpu,
+                0,
+                BYTES,
+                PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS,
+                MapFile::None,
+            )
+            .expect("mmap");
+        mm.populate(cpu, a, a + BYTES, true);
         let t = Instant::now();
-        for chunk in pages.chunks(MAX_NR_FOLIOS_PER_FREE) {
-            phys.release_pages(cpu, chunk);
-        }
+        mm.munmap(cpu, a, BYTES).expect("munmap");
         total += t.elapsed();
+        mm.mmput(cpu);
     }
     total
 }
 
-fn release_pages(c: &mut Criterion) {
+fn free_path(c: &mut Criterion) {
     let mut g = c.benchmark_group("free_path");
     g.throughput(Throughput::Elements(PAGES));
     g.sample_size(20)
@@ -72,13 +72,6 @@ fn release_pages(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(3));
     let m = machine(false);
     let cpu = CpuId(0);
-    g.bench_function(BenchmarkId::new("release_pages", "64M"), |b| {
-        b.iter_custom(|iters| time_release(&m, iters))
-    });
-    let tuned = machine(true);
-    g.bench_function(BenchmarkId::new("release_pages_pcp_tune", "64M"), |b| {
-        b.iter_custom(|iters| time_release(&tuned, iters))
-    });
     g.bench_function(BenchmarkId::new("populate", "64M"), |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
@@ -103,31 +96,14 @@ fn release_pages(c: &mut Criterion) {
         })
     });
     g.bench_function(BenchmarkId::new("munmap_inline", "64M"), |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let mm = m.new_mm(cpu).expect("mm");
-                let a = mm
-                    .mmap(
-                        cpu,
-                        0,
-                        BYTES,
-                        PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS,
-                        MapFile::None,
-                    )
-                    .expect("mmap");
-                mm.populate(cpu, a, a + BYTES, true);
-                let t = Instant::now();
-                mm.munmap(cpu, a, BYTES).expect("munmap");
-                total += t.elapsed();
-                mm.mmput(cpu);
-            }
-            total
-        })
+        b.iter_custom(|iters| time_munmap(&m, iters))
+    });
+    let tuned = machine(true);
+    g.bench_function(BenchmarkId::new("munmap_inline_pcp_tune", "64M"), |b| {
+        b.iter_custom(|iters| time_munmap(&tuned, iters))
     });
     g.finish();
 }
 
-criterion_group!(benches, release_pages);
+criterion_group!(benches, free_path);
 criterion_main!(benches);

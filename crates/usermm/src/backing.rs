@@ -456,7 +456,7 @@ impl Backing {
     }
 
     /// Copy bytes `off..off+buf.len()` of a data frame into `buf` (zeros when sparse).
-    pub fn read(&self, pfn: Pfn, off: usize, buf: &mut [u8]) {
+    pub(crate) fn read(&self, pfn: Pfn, off: usize, buf: &mut [u8]) {
         if self.mode == BackingMode::Sparse {
             buf.fill(0);
             return;
@@ -468,7 +468,7 @@ impl Backing {
     }
 
     /// Copy `data` into a data frame at `off` (dropped when sparse).
-    pub fn write(&self, pfn: Pfn, off: usize, data: &[u8]) {
+    pub(crate) fn write(&self, pfn: Pfn, off: usize, data: &[u8]) {
         if self.mode == BackingMode::Sparse {
             return;
         }
@@ -479,7 +479,7 @@ impl Backing {
     }
 
     /// Copy a whole data frame (copy-on-write). `dst` is owned exclusively by the caller.
-    pub fn copy_frame(&self, src: Pfn, dst: Pfn) {
+    pub(crate) fn copy_frame(&self, src: Pfn, dst: Pfn) {
         if self.mode == BackingMode::Sparse {
             return;
         }

@@ -54,7 +54,7 @@ pub const MMF_HUGE_ZERO_PAGE: u64 = 1 << 23;
 const NO_PFN: u64 = u64::MAX;
 
 /// The machine's huge zero page, with both reference policies: per fault
-/// ([`HugeZeroPage::get_huge_zero_page`] / [`HugeZeroPage::put_huge_zero_page`]) or once per mm
+/// (`get_huge_zero_page` / `put_huge_zero_page`) or once per mm
 /// (`mm_get_huge_zero_page` / `mm_put_huge_zero_page`, which the fault and exit paths use
 /// through the crate-private `fault_get` and `mm_put`).
 #[doc(alias = "mm_get_huge_zero_page")]
@@ -116,7 +116,7 @@ impl HugeZeroPage {
     /// `get_huge_zero_page`: a reference on the global counter, allocating the page if none.
     /// `None` when it cannot be allocated (the caller falls back to 4 KiB zero pages).
     #[inline(never)]
-    pub fn get_huge_zero_page(&self, cpu: CpuId) -> Option<Pfn> {
+    pub(crate) fn get_huge_zero_page(&self, cpu: CpuId) -> Option<Pfn> {
         let stat = self.phys.stat();
         loop {
             // atomic_inc_not_zero: one RMW of the shared line (see SharedLine::fetch_update).
@@ -156,7 +156,7 @@ impl HugeZeroPage {
 
     /// `put_huge_zero_page`: drop a reference; never the last (invariant 1).
     #[inline(never)]
-    pub fn put_huge_zero_page(&self, cpu: CpuId) {
+    pub(crate) fn put_huge_zero_page(&self, cpu: CpuId) {
         let old = self.refcount.fetch_sub(1, AcqRel);
         self.phys.stat().inc(cpu, VmItem::HugeZeroRefPut);
         vm_bug_on!(

@@ -40,6 +40,17 @@
 //! resolved with the config), `machine` → `vtime` (runs). `tests/source_rules.rs` keeps the
 //! module graph acyclic.
 //!
+//! # What a library user cannot break
+//! Without `unsafe`, no caller outside the crate can break rss, mapcount, PTL or tree
+//! invariants: raw state is crate-private, and the guard a caller holds is the proof of the
+//! lock it needs. Frames are owned through [`page_alloc::OwnedPages`] (freed on drop; reads and
+//! writes within its own block), and [`Mm::map_pfn_range`] takes one by value, freeing it
+//! with the last VMA that maps it. The raw allocator (`alloc_pages`, `free_pages`, `put_page`,
+//! `release_pages`, the LRU, `split_compound`), the backing's writes, the `mmu_gather` and the
+//! huge zero page's `get`/`put` are `pub(crate)`; `PageMeta`'s fields are crate-private, and
+//! inside the crate only `mm::rmap` and the allocator write a mapcount (`tests/source_rules.rs`).
+//! The `compile_fail` examples on `OwnedPages` show what does not compile.
+//!
 //! # Lock ordering
 //! Written once here; every place where two of these nest repeats the edge in a one-line
 //! `// Lock order:` comment. Every lock is a [`sync`] primitive of the class named in brackets.

@@ -185,13 +185,15 @@ fn allocation_failure_falls_back_to_4k_zero_pages() {
     let mut pinned = vec![];
     while let Ok(p) = m
         .phys()
-        .alloc_pages(C0, usermm::Order(0), usermm::page_alloc::Gfp::NOWAIT)
+        .alloc_owned(C0, usermm::Order(0), usermm::page_alloc::Gfp::NOWAIT)
     {
         pinned.push(p);
     }
-    let keep: Vec<_> = pinned.iter().copied().filter(|p| p.0 % 512 == 0).collect();
-    let rest: Vec<_> = pinned.iter().copied().filter(|p| p.0 % 512 != 0).collect();
-    m.phys().release_pages(C0, &rest);
+    // The others are freed as their handles drop.
+    let keep: Vec<_> = pinned
+        .into_iter()
+        .filter(|p| p.pfn().0 % 512 == 0)
+        .collect();
     let a = mm
         .mmap(
             C0,
@@ -213,5 +215,5 @@ fn allocation_failure_falls_back_to_4k_zero_pages() {
         "4 KiB zero pages: one fault per page"
     );
     mm.validate().unwrap();
-    m.phys().release_pages(C0, &keep);
+    drop(keep);
 }

@@ -80,28 +80,29 @@ fn real_model(pick_outside_lock: bool) {
         let total = pm.nr_free_pages();
 
         let p = Arc::clone(&pm);
+        let drain = thread::spawn(move || p.drain_all_pages());
+        let p = Arc::clone(&pm);
+        // CPU 0 holds its page (an `OwnedPages` borrowing its `PhysMem`) through the checks,
+        // which it runs once the drain is done, then frees it as the handle drops.
         let alloc = thread::spawn(move || {
             let cpu = CpuId(0);
-            let a = p.alloc_pages(cpu, Order(0), Gfp::NOWAIT).expect("memory");
-            p.free_pages(cpu, a, Order(0)).expect("a page we own");
-            p.alloc_pages(cpu, Order(0), Gfp::NOWAIT).expect("memory")
+            let a = p.alloc_owned(cpu, Order(0), Gfp::NOWAIT).expect("memory");
+            a.free(cpu);
+            let kept = p.alloc_owned(cpu, Order(0), Gfp::NOWAIT).expect("memory");
+            drain.join().unwrap();
+            if let Err(e) = p.validate() {
+                panic!("allocator state inconsistent after refill vs drain: {e}");
+            }
+            p.drain_all_pages();
+            assert_eq!(
+                p.nr_free_pages() + 1,
+                total,
+                "a page was lost or duplicated"
+            );
+            drop(kept);
         });
-        let p = Arc::clone(&pm);
-        let drain = thread::spawn(move || p.drain_all_pages());
 
-        let kept = alloc.join().unwrap();
-        drain.join().unwrap();
-        if let Err(e) = pm.validate() {
-            panic!("allocator state inconsistent after refill vs drain: {e}");
-        }
-        pm.drain_all_pages();
-        assert_eq!(
-            pm.nr_free_pages() + 1,
-            total,
-            "a page was lost or duplicated"
-        );
-        pm.free_pages(CpuId(0), kept, Order(0))
-            .expect("a page we own");
+        alloc.join().unwrap();
         pm.drain_all_pages();
         assert_eq!(pm.nr_free_pages(), total, "a page was lost or duplicated");
         pm.validate().expect("consistent after the last free");

@@ -189,20 +189,33 @@ mod policy {
         let m = machine(true, |_| {});
         let free0 = free_pages(&m);
         let mm = Mm::new(&m, C0).unwrap();
-        let pfn = m.phys().alloc_pages(C0, Order(2), Gfp::ZERO).unwrap();
-        let a = mm.map_pfn_range(C0, pfn, 4, RW).unwrap();
+        let pages = m.phys().alloc_owned(C0, Order(2), Gfp::ZERO).unwrap();
+        let pfn = pages.pfn();
+        // The mapping takes the driver's block over: nobody can free it while it is mapped.
+        let a = mm.map_pfn_range(C0, pages, RW).unwrap();
         let t = task(&mm);
         t.write_u64(a + 4096, 0xfeed).unwrap();
-        let st = mm.munmap_stats(C0, a, 4 * 4096).unwrap();
+        let st = mm.munmap_stats(C0, a, 2 * 4096).unwrap();
         assert!(!st.downgraded, "VM_PFNMAP keeps the write lock");
-        assert_eq!(st.pages_zapped, 4);
+        assert_eq!(st.pages_zapped, 2);
         assert_eq!(t.read_u64(a + 4096).unwrap_err().code, SegvCode::MapErr);
         assert_eq!(
             m.phys().meta(pfn).ref_count(),
             1,
-            "the driver's frames are not freed by munmap"
+            "the driver's frames are not freed by munmap's zap"
         );
-        m.phys().free_pages(C0, pfn, Order(2)).unwrap();
+        assert_eq!(
+            t.read_u64(a + 2 * 4096).unwrap(),
+            0,
+            "the rest still mapped"
+        );
+        mm.munmap(C0, a + 2 * 4096, 2 * 4096).unwrap();
+        assert_eq!(
+            m.phys().meta(pfn).ref_count(),
+            0,
+            "freed with the last VMA that maps them (the driver's vm_ops->close)"
+        );
+        m.phys().validate().unwrap();
         exit_and_check(&m, mm, free0);
     }
 

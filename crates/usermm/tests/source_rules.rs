@@ -513,3 +513,71 @@ fn engine_code_imports_from_the_defining_module_not_the_root() {
         offenders.join("\n")
     );
 }
+
+/// Whether a line of `code` writes a page's mapcount or its `private` word (a THP head's
+/// entire mapcount): `.mapcount.store(`, `.private.fetch_sub(`, ...
+fn writes_a_mapcount(code: &str) -> bool {
+    ["mapcount.", "private."].iter().any(|field| {
+        code.match_indices(field).any(|(i, _)| {
+            let rest = &code[i + field.len()..];
+            let before = code[..i].chars().next_back();
+            before.is_none_or(|c| !is_ident(c))
+                && [
+                    "store(",
+                    "fetch_add(",
+                    "fetch_sub(",
+                    "fetch_or(",
+                    "fetch_and(",
+                    "fetch_update(",
+                    "swap(",
+                    "compare_exchange",
+                ]
+                .iter()
+                .any(|w| rest.starts_with(w))
+        })
+    })
+}
+
+/// Mapcounts change only in `mm/rmap.rs` (the functions named as the kernel's:
+/// `folio_add_new_anon_rmap`, `folio_remove_rmap_pte`, `hugetlb_add_new_anon_rmap`...) and in
+/// the allocator (`page_alloc/`: `prep_new_page`'s reset, `split_compound`), as in the kernel.
+#[test]
+fn mapcounts_are_written_only_by_rmap_and_the_allocator() {
+    let root = src_dir();
+    let offenders: Vec<String> = module_files()
+        .into_iter()
+        .filter(|(m, _)| {
+            m.first().map(String::as_str) != Some("page_alloc")
+                && m.as_slice() != ["mm".to_string(), "rmap".to_string()]
+        })
+        .flat_map(|(_, p)| {
+            let code = code_of(&p);
+            let rel = p
+                .strip_prefix(&root)
+                .expect("under src")
+                .display()
+                .to_string();
+            code.lines()
+                .enumerate()
+                .filter(|(_, l)| writes_a_mapcount(l))
+                .map(|(n, l)| format!("{rel}:{}: {}", n + 1, l.trim()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "a mapcount written outside mm/rmap.rs and page_alloc/ (add a function to rmap.rs):\n{}",
+        offenders.join("\n")
+    );
+    assert!(writes_a_mapcount(
+        "phys.meta(p).mapcount.fetch_add(1, Relaxed);"
+    ));
+    assert!(writes_a_mapcount("m.private.store(0, Relaxed);"));
+    assert!(writes_a_mapcount(
+        "m.mapcount.compare_exchange(0, 1, Relaxed, Relaxed)"
+    ));
+    assert!(!writes_a_mapcount("m.mapcount.load(Relaxed)"));
+    assert!(!writes_a_mapcount(
+        "let entire_mapcount = 1; total_mapcount.store(1)"
+    ));
+}

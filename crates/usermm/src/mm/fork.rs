@@ -170,7 +170,7 @@ fn copy_pte_range(
         }
         if !e.special() {
             let head = rmap::compound_head(phys, e.pfn());
-            if rmap::dup_pte_map(phys, e.pfn()) {
+            if rmap::folio_try_dup_anon_rmap_pte(phys, e.pfn()) {
                 first += 1;
             }
             if phys.meta(head).test(PG_ANON) {

@@ -145,7 +145,7 @@ fn alloc_anon_thp(mm: &Mm, cpu: CpuId) -> Option<Pfn> {
 #[doc(alias = "map_anon_folio_pmd")]
 fn map_anon_thp_pmd(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: &LockedSlot<'_>, page: Pfn) {
     let machine = mm.machine();
-    rmap::map_new_anon(mm, vma, cpu, page, 512);
+    rmap::folio_add_new_anon_rmap(mm, vma, cpu, page, 512);
     machine
         .vmstat()
         .inc(cpu, VmItem::NrAnonTransparentHugepages);
@@ -290,7 +290,7 @@ pub(crate) fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u
     }
     let m = phys.meta(pfn);
     if m.test(PG_HUGETLB) {
-        m.mapcount.fetch_sub(1, Relaxed);
+        rmap::hugetlb_remove_rmap(phys, pfn);
     } else {
         let rss = if m.test(PG_ANON) {
             RssItem::AnonPages
@@ -299,7 +299,7 @@ pub(crate) fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u
         };
         mm.add_rss(cpu, rss, -512);
         let last_pmd = rmap::entire_mapcount(m) == 1;
-        if rmap::remove_pmd_map(phys, pfn) {
+        if rmap::folio_remove_rmap_pmd(phys, pfn) {
             machine.vmstat().add(cpu, VmItem::NrAnonPages, -512);
             if m.test(PG_MLOCKED) {
                 machine.vmstat().add(cpu, VmItem::NrMlock, -512);
@@ -352,7 +352,7 @@ pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
         vm_bug_on!(phys.meta(pfn).test(PG_HUGETLB), "splitting a hugetlb PMD");
         for (i, e) in entries.iter().enumerate() {
             let p = pfn.add(i as u64);
-            phys.meta(p).mapcount.fetch_add(1, Relaxed);
+            rmap::folio_add_anon_rmap_pte(phys, p);
             e.store(Entry::new(p, bits).0, Relaxed);
         }
         phys.meta(pfn)
@@ -363,17 +363,18 @@ pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
                 .vmstat()
                 .add(cpu, VmItem::NrAnonTransparentHugepages, -1);
         }
-        rmap::remove_pmd_map(phys, pfn);
+        rmap::folio_remove_rmap_pmd(phys, pfn);
     } else {
         vm_bug_on!(phys.meta(pfn).test(PG_HUGETLB), "splitting a hugetlb PMD");
         // The only mapping: split the folio itself now (`__split_huge_page`).
-        phys.meta(pfn).private.store(0, Relaxed);
+        // Its one PMD mapping goes (entire mapcount 1 -> 0; no PTE maps it: pmd_exclusive).
+        rmap::folio_remove_rmap_pmd(phys, pfn);
         let mlocked = phys.meta(pfn).test(PG_MLOCKED);
         phys.split_compound(cpu, pfn);
         for (i, e) in entries.iter().enumerate() {
             let p = pfn.add(i as u64);
             let m = phys.meta(p);
-            m.mapcount.store(1, Relaxed);
+            rmap::folio_add_anon_rmap_pte(phys, p);
             m.set(PG_ANON);
             if mlocked {
                 m.set(PG_MLOCKED);
@@ -453,7 +454,7 @@ pub(crate) fn split_thp_remap_zero(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) 
                 Relaxed,
             );
             tlb.remove_tlb_entry(addr, PAGE_SIZE);
-            m.mapcount.fetch_sub(1, Relaxed);
+            rmap::folio_remove_rmap_pte(phys, e.pfn());
             freed += 1;
             if tlb.remove_page(e.pfn()) {
                 force_flush = true;
@@ -515,10 +516,10 @@ pub(crate) fn copy_huge_pmd(
     if let Some(z) = zero {
         vm_bug_on!(e.pfn() != z, "huge zero PMD maps another page");
     } else if hugetlb {
-        phys.meta(e.pfn()).mapcount.fetch_add(1, Relaxed);
+        rmap::hugetlb_try_dup_anon_rmap(phys, e.pfn());
         phys.get_page(e.pfn());
     } else {
-        if rmap::add_pmd_map(phys, e.pfn()) {
+        if rmap::folio_try_dup_anon_rmap_pmd(phys, e.pfn()) {
             machine.vmstat().add(cpu, VmItem::NrAnonPages, 512);
         }
         phys.get_page(e.pfn());

@@ -118,7 +118,7 @@ fn zap_pte_range(tlb: &mut MmuGather<'_>, mm: &Mm, pte_table: Pfn, start: u64, e
             let pfn = old.pfn();
             let head = rmap::compound_head(phys, pfn);
             let m = phys.meta(head);
-            let last = rmap::remove_pte_map(phys, pfn);
+            let last = rmap::folio_remove_rmap_pte(phys, pfn);
             if m.test(PG_ANON) {
                 anon += 1;
                 unmapped += i64::from(last);

@@ -15,10 +15,14 @@
 //!
 //! # Ordering (the rule the whole file exists for)
 //! 1. The PTE is cleared (and the range widened) before the page is queued.
-//! 2. The TLB flush of the range ([`MmuGather::flush_tlbonly`]) precedes every free and every
+//! 2. The TLB flush of the range (`MmuGather::flush_tlbonly`) precedes every free and every
 //!    hand-off to a worker — no CPU can reach a page once it is being freed.
-//! 3. [`MmuGather::finish`] returns only after every page was freed, including those handed to
+//! 3. `MmuGather::finish` returns only after every page was freed, including those handed to
 //!    workers (jobs are joined oldest first).
+//!
+//! A gather is built only inside the crate (its constructor and every method that queues or
+//! frees are `pub(crate)`): a page handed to `remove_page` is freed, so only the zap, which
+//! has just cleared the entry mapping it, may hand one.
 //!
 //! # The two free policies (`free.policy`, resolved once in [`GatherPolicy`])
 //! - `inline`: `tlb_flush_mmu_free` releases every batch in the zapping task, in chunks of at
@@ -133,7 +137,7 @@ impl<'a> MmuGather<'a> {
     /// `tlb_gather_mmu` / `tlb_gather_mmu_fullmm`.
     #[doc(alias = "tlb_gather_mmu")]
     #[doc(alias = "tlb_gather_mmu_fullmm")]
-    pub fn new(mm: &'a Mm, cpu: CpuId, full: FullMm) -> Self {
+    pub(crate) fn new(mm: &'a Mm, cpu: CpuId, full: FullMm) -> Self {
         let machine = mm.machine();
         Self {
             mm,
@@ -162,7 +166,7 @@ impl<'a> MmuGather<'a> {
 
     /// `tlb_remove_tlb_entry`: widen the range to flush by one cleared entry of `size` bytes.
     #[inline]
-    pub fn remove_tlb_entry(&mut self, addr: u64, size: u64) {
+    pub(crate) fn remove_tlb_entry(&mut self, addr: u64, size: u64) {
         self.start = self.start.min(addr);
         self.end = self.end.max(addr + size);
         self.cleared = true;
@@ -173,7 +177,7 @@ impl<'a> MmuGather<'a> {
     #[doc(alias = "tlb_remove_page")]
     #[inline]
     #[must_use]
-    pub fn remove_page(&mut self, pfn: Pfn) -> bool {
+    pub(crate) fn remove_page(&mut self, pfn: Pfn) -> bool {
         self.page_nr += 1;
         self.stats.pages += 1;
         let (len, full_at) = match self.active {
@@ -218,7 +222,7 @@ impl<'a> MmuGather<'a> {
     }
 
     /// `tlb_remove_table`: queue a page-table page whose parent entry was cleared.
-    pub fn remove_table(&mut self, table: Pfn) {
+    pub(crate) fn remove_table(&mut self, table: Pfn) {
         self.freed_tables = true;
         self.tables.push(table);
         if self.tables.len() >= MAX_TABLE_BATCH {
@@ -228,7 +232,7 @@ impl<'a> MmuGather<'a> {
     }
 
     /// `tlb_flush_mmu_tlbonly`: flush the TLB for what was cleared since the last flush.
-    pub fn flush_tlbonly(&mut self) {
+    pub(crate) fn flush_tlbonly(&mut self) {
         if !self.cleared && !self.freed_tables {
             return;
         }
@@ -296,12 +300,12 @@ impl<'a> MmuGather<'a> {
     }
 
     /// `tlb_flush_mmu`: TLB first, then free.
-    pub fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         self.flush_tlbonly();
         self.flush_free();
     }
 
-    /// Called by the zap walk when [`MmuGather::remove_page`] reported full.
+    /// Called by the zap walk when `MmuGather::remove_page` reported full.
     pub(crate) fn forced_flush(&mut self) {
         self.stats.forced_flushes += 1;
         self.phys.stat().inc(self.cpu, VmItem::GatherForcedFlush);
@@ -310,7 +314,7 @@ impl<'a> MmuGather<'a> {
 
     /// `tlb_finish_mmu`: flush, wait for every job (oldest first), free the batch pages.
     #[doc(alias = "tlb_finish_mmu")]
-    pub fn finish(mut self) -> GatherStats {
+    pub(crate) fn finish(mut self) -> GatherStats {
         self.finish_inner();
         self.stats
     }

@@ -2,9 +2,20 @@
 //! reverse map.
 //!
 //! Mirrors `mm/rmap.c` (`anon_vma_prepare`, as the fault's `vmf_anon_prepare` calls it;
-//! `folio_add_new_anon_rmap`, `folio_try_dup_anon_rmap_pte/pmd`, `folio_remove_rmap_pte/pmd`,
-//! `folio_mapcount`, `folio_entire_mapcount`) and
-//! `include/linux/mm.h` (`compound_head`, `page_mapcount`, `folio_mapped`).
+//! `folio_add_new_anon_rmap`, `folio_add_anon_rmap_pte`, `folio_add_file_rmap_pte`,
+//! `folio_try_dup_anon_rmap_pte/pmd`, `folio_remove_rmap_pte/pmd`, `hugetlb_add_new_anon_rmap`,
+//! `hugetlb_try_dup_anon_rmap`, `hugetlb_remove_rmap`, `folio_mapcount`,
+//! `folio_entire_mapcount`) and `include/linux/mm.h` (`compound_head`, `page_mapcount`,
+//! `folio_mapped`).
+//!
+//! # Who writes a mapcount
+//! Only this module: every PTE or PMD that starts or stops mapping a page goes through one of
+//! the functions above, under the names the kernel gives them. The allocator is the one other
+//! writer, as the kernel's is: a new page's counts are reset in `prep_new_page`, and
+//! `split_compound` (`__split_huge_page`) clears the tails' before they become pages of their
+//! own. `PageMeta`'s fields are crate-private, so outside the crate nothing writes them at
+//! all; inside it, `tests/source_rules.rs` fails on a `mapcount` or `private` write outside
+//! `mm/rmap.rs` and `page_alloc/`.
 //!
 //! # How a mapping is counted
 //! ```text
@@ -64,8 +75,7 @@ pub(crate) fn anon_vma_prepare(mm: &Mm, tree: Option<&VmaTree>, vma: &Vma) {
 /// Account a new anonymous page of `nr` base pages mapped in `vma` (`folio_add_new_anon_rmap`:
 /// one PTE mapping of an order-0 page, or the entire mapping of a THP), with this mm's rss
 /// and the mlock counters. The caller holds the PTL (or PMD lock) of the entry it will set.
-#[doc(alias = "folio_add_new_anon_rmap")]
-pub(crate) fn map_new_anon(mm: &Mm, vma: &Vma, cpu: CpuId, page: Pfn, nr: i64) {
+pub(crate) fn folio_add_new_anon_rmap(mm: &Mm, vma: &Vma, cpu: CpuId, page: Pfn, nr: i64) {
     let machine = mm.machine();
     let m = machine.phys().meta(page);
     m.set(PG_ANON);
@@ -103,7 +113,7 @@ pub(crate) fn entire_mapcount(head: &PageMeta) -> i32 {
 /// A PMD now maps the whole folio (`folio_add_anon_rmap_pmd`, `folio_try_dup_anon_rmap_pmd`).
 /// Returns whether this is the folio's first mapping of any kind.
 #[inline]
-pub(crate) fn add_pmd_map(phys: &PhysMem, head: Pfn) -> bool {
+pub(crate) fn folio_try_dup_anon_rmap_pmd(phys: &PhysMem, head: Pfn) -> bool {
     let first = phys.meta(head).private.fetch_add(1, Relaxed) == 0;
     first && !pte_mapped(phys, head)
 }
@@ -111,10 +121,47 @@ pub(crate) fn add_pmd_map(phys: &PhysMem, head: Pfn) -> bool {
 /// A PMD stopped mapping the folio (`folio_remove_rmap_pmd`). Returns whether the folio is
 /// now mapped nowhere.
 #[inline]
-pub(crate) fn remove_pmd_map(phys: &PhysMem, head: Pfn) -> bool {
+pub(crate) fn folio_remove_rmap_pmd(phys: &PhysMem, head: Pfn) -> bool {
     let old = phys.meta(head).private.fetch_sub(1, Relaxed);
     vm_bug_on!(old == 0, "entire mapcount below zero at {:#x}", head.0);
     old == 1 && !pte_mapped(phys, head)
+}
+
+/// A PTE of a PMD split now maps subpage `pfn` of an anonymous THP
+/// (`folio_add_anon_rmap_ptes` as `__split_huge_pmd_locked` calls it, one page at a time): one
+/// mapcount on the subpage. The folio reference is the caller's to take.
+#[inline]
+pub(crate) fn folio_add_anon_rmap_pte(phys: &PhysMem, pfn: Pfn) {
+    phys.meta(pfn).mapcount.fetch_add(1, Relaxed);
+}
+
+/// A PTE now maps the shmem page `pfn` (`folio_add_file_rmap_pte`); the reference it holds
+/// came from the shmem object.
+#[inline]
+pub(crate) fn folio_add_file_rmap_pte(phys: &PhysMem, pfn: Pfn) {
+    phys.meta(pfn).mapcount.fetch_add(1, Relaxed);
+}
+
+/// A PMD now maps a new hugetlb page from the pool (`hugetlb_add_new_anon_rmap`): its only
+/// mapping. The caller holds the PMD lock.
+#[inline]
+pub(crate) fn hugetlb_add_new_anon_rmap(phys: &PhysMem, page: Pfn) {
+    phys.meta(page).mapcount.store(1, Relaxed);
+}
+
+/// fork copied a PMD mapping the hugetlb page `page` (`hugetlb_try_dup_anon_rmap`); the caller
+/// takes the reference (`folio_get`).
+#[inline]
+pub(crate) fn hugetlb_try_dup_anon_rmap(phys: &PhysMem, page: Pfn) {
+    phys.meta(page).mapcount.fetch_add(1, Relaxed);
+}
+
+/// A PMD stopped mapping the hugetlb page `page` (`hugetlb_remove_rmap`); the reference it held
+/// is the caller's to drop.
+#[inline]
+pub(crate) fn hugetlb_remove_rmap(phys: &PhysMem, page: Pfn) {
+    let old = phys.meta(page).mapcount.fetch_sub(1, Relaxed);
+    vm_bug_on!(old <= 0, "hugetlb mapcount below zero at {:#x}", page.0);
 }
 
 /// Does any PTE map a subpage of the THP at `head`?
@@ -139,7 +186,7 @@ pub(crate) fn total_mapcount(phys: &PhysMem, pfn: Pfn) -> i32 {
 /// A PTE now maps `pfn` (`folio_try_dup_anon_rmap_pte` at fork, or a PMD split): one mapcount
 /// on the page, one reference on its folio. Returns whether the page was mapped nowhere.
 #[inline]
-pub(crate) fn dup_pte_map(phys: &PhysMem, pfn: Pfn) -> bool {
+pub(crate) fn folio_try_dup_anon_rmap_pte(phys: &PhysMem, pfn: Pfn) -> bool {
     let first = total_mapcount(phys, pfn) == 0;
     phys.meta(pfn).mapcount.fetch_add(1, Relaxed);
     phys.get_page(compound_head(phys, pfn));
@@ -150,7 +197,7 @@ pub(crate) fn dup_pte_map(phys: &PhysMem, pfn: Pfn) -> bool {
 /// caller's to drop (through the gather, or `put_page` on [`compound_head`]). Returns whether
 /// the page is now mapped nowhere.
 #[inline]
-pub(crate) fn remove_pte_map(phys: &PhysMem, pfn: Pfn) -> bool {
+pub(crate) fn folio_remove_rmap_pte(phys: &PhysMem, pfn: Pfn) -> bool {
     let old = phys.meta(pfn).mapcount.fetch_sub(1, Relaxed);
     vm_bug_on!(old <= 0, "mapcount below zero at {:#x}", pfn.0);
     total_mapcount(phys, pfn) == 0

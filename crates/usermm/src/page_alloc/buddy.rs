@@ -93,7 +93,12 @@ impl PhysMem {
     /// `alloc_pages(gfp, order)` on `cpu`: the local node first, then the others; on failure
     /// (unless `NOWAIT`) drain the pcp lists, run the shrinkers and try once more.
     #[doc(alias = "__alloc_pages")]
-    pub fn alloc_pages(&self, cpu: CpuId, order: Order, gfp: Gfp) -> Result<Pfn, AllocError> {
+    pub(crate) fn alloc_pages(
+        &self,
+        cpu: CpuId,
+        order: Order,
+        gfp: Gfp,
+    ) -> Result<Pfn, AllocError> {
         if order.0 > MAX_PAGE_ORDER {
             return Err(AllocError::BadOrder);
         }
@@ -174,7 +179,7 @@ impl PhysMem {
 
     /// `get_page`.
     #[inline]
-    pub fn get_page(&self, pfn: Pfn) {
+    pub(crate) fn get_page(&self, pfn: Pfn) {
         let old = self.meta(pfn).refcount.fetch_add(1, Relaxed);
         vm_bug_on!(old <= 0, "get_page on a free page {:#x}", pfn.0);
     }
@@ -219,7 +224,7 @@ impl PhysMem {
 
     /// `__free_pages(page, order)`: drop a reference and free the block when it was the last.
     #[doc(alias = "__free_pages")]
-    pub fn free_pages(&self, cpu: CpuId, pfn: Pfn, order: Order) -> Result<(), PageError> {
+    pub(crate) fn free_pages(&self, cpu: CpuId, pfn: Pfn, order: Order) -> Result<(), PageError> {
         let order = self.check_free(pfn, Some(order))?;
         if self.put_testzero(pfn)? {
             self.free_unref_page_list(cpu, &[(pfn, order)]);
@@ -228,7 +233,7 @@ impl PhysMem {
     }
 
     /// `put_page`/`folio_put`: drop a reference; at zero, take the page off the LRU and free it.
-    pub fn put_page(&self, cpu: CpuId, pfn: Pfn) -> Result<(), PageError> {
+    pub(crate) fn put_page(&self, cpu: CpuId, pfn: Pfn) -> Result<(), PageError> {
         self.check_free(pfn, None)?;
         self.release_pages(cpu, &[pfn]);
         Ok(())

@@ -18,7 +18,7 @@ impl PhysMem {
 
 impl PhysMem {
     /// Take an order-9 page from the `nr_hugepages` pool (`alloc_hugetlb_folio`).
-    pub fn alloc_hugetlb_page(&self) -> Option<Pfn> {
+    pub(crate) fn alloc_hugetlb_page(&self) -> Option<Pfn> {
         let pfn = self.hugetlb_pool.lock().pop()?;
         self.meta(pfn).refcount.store(1, Relaxed);
         Some(pfn)

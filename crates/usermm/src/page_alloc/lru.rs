@@ -23,7 +23,7 @@ impl PhysMem {
     /// `folio_batch` under its `local_lock`, and the batch keeps its capacity: the fault path
     /// allocates nothing.
     #[doc(alias = "folio_add_lru")]
-    pub fn lru_cache_add(&self, cpu: CpuId, pfn: Pfn) {
+    pub(crate) fn lru_cache_add(&self, cpu: CpuId, pfn: Pfn) {
         self.get_page(pfn);
         self.meta(pfn).set(PG_LRU_BATCH);
         let mut b = self.lru_add[cpu].lock();
@@ -93,7 +93,7 @@ impl PhysMem {
 
     /// Move a page between the evictable and unevictable LRU lists after `PG_mlocked`
     /// changed (`mlock_folio`/`munlock_folio`, reduced). The page must be referenced.
-    pub fn lru_set_mlocked(&self, cpu: CpuId, pfn: Pfn, mlocked: bool) {
+    pub(crate) fn lru_set_mlocked(&self, cpu: CpuId, pfn: Pfn, mlocked: bool) {
         let meta = self.meta_slice();
         let m = &meta[pfn.index()];
         // Settle any batch first, so the page's LRU membership is stable under the lock.
@@ -132,7 +132,7 @@ impl PhysMem {
     /// `__split_huge_page`, reduced: turn an allocated compound page into `1 << order`
     /// independent order-0 pages. The head keeps its references (and its LRU place); each tail
     /// gets one reference, for the caller to hand on.
-    pub fn split_compound(&self, cpu: CpuId, head: Pfn) {
+    pub(crate) fn split_compound(&self, cpu: CpuId, head: Pfn) {
         let m = self.meta(head);
         vm_bug_on!(!m.test(PG_HEAD), "split of a non-compound page");
         let order = m.order.load(Relaxed);

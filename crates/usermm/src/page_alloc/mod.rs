@@ -21,6 +21,15 @@
 //! with their buddies. `zone.lock` and `lru_lock` are the two global hot spots of Aaron Lu's
 //! 2017 profiles, and the only shared locks on this path.
 //!
+//! # Who may free
+//! Only the crate: `alloc_pages`, `free_pages`, `put_page`, `release_pages`, the LRU calls,
+//! `split_compound` and the backing's writes are `pub(crate)`, because the mm keeps a frame's
+//! references and mapcounts in step with the page tables that map it. A library user owns
+//! frames through [`OwnedPages`] ([`PhysMem::alloc_owned`]), which frees them on drop; the
+//! drains (`lru_add_drain[_all]`, `drain_all_pages`), the shrinkers and every read
+//! (`meta(pfn)`, `nr_free_pages`, `lock_stats`, `validate`) stay public: none can break an
+//! invariant.
+//!
 //! # Invariants (checked by [`PhysMem::validate`])
 //! 1. Every frame is exactly one of: free in the buddy, on a pcp list, or allocated
 //!    (see [`meta`]). Free blocks are aligned to their order and lie inside their zone.
@@ -66,6 +75,7 @@ mod buddy;
 mod hugetlb;
 mod lru;
 pub mod meta;
+mod owned;
 mod pcp;
 mod release;
 #[cfg(test)]
@@ -80,6 +90,7 @@ use serde::Serialize;
 pub use self::meta::PageMeta;
 use self::meta::PfnList;
 use self::meta::*;
+pub use self::owned::OwnedPages;
 use crate::addr::{Order, Pfn, HPAGE_PMD_ORDER, MAX_PAGE_ORDER, PAGE_SIZE};
 use crate::backing::{Backing, ZeroedArray};
 use crate::config::MachineConfig;

@@ -20,7 +20,7 @@ impl PhysMem {
     /// path every `mmu_gather` batch takes.
     #[doc(alias = "free_pages_and_swap_cache")]
     #[doc(alias = "folios_put_refs")]
-    pub fn release_pages(&self, cpu: CpuId, pages: &[Pfn]) {
+    pub(crate) fn release_pages(&self, cpu: CpuId, pages: &[Pfn]) {
         let meta = self.meta_slice();
         // Sized at the first page that is really freed: releasing the references of an LRU-add
         // batch (pages still mapped) allocates nothing.

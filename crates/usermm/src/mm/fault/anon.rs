@@ -7,8 +7,6 @@
 //! taken after the page is had; the loser of a race gives its page back. Differences: no
 //! fault-around, no userfaultfd, no mTHP (a page is 4 KiB or, in `huge_memory.rs`, 2 MiB).
 
-use std::sync::atomic::Ordering::Relaxed;
-
 use crate::addr::Order;
 use crate::cpu::CpuId;
 use crate::mm::pgtable_alias::*;
@@ -46,7 +44,7 @@ pub(super) fn do_anonymous_page(
         let _ = phys.free_pages(cpu, page, Order(0));
         return Ok(());
     };
-    rmap::map_new_anon(mm, vma, cpu, page, 1);
+    rmap::folio_add_new_anon_rmap(mm, vma, cpu, page, 1);
     pte.set(Entry::new(page, vma.leaf_bits(true)));
     drop(pte);
     phys.lru_cache_add(cpu, page);
@@ -77,7 +75,7 @@ pub(super) fn shmem_fault(
         let _ = phys.put_page(cpu, page);
         return Ok(());
     };
-    phys.meta(page).mapcount.fetch_add(1, Relaxed);
+    rmap::folio_add_file_rmap_pte(phys, page);
     mm.add_rss(cpu, RssItem::ShmemPages, 1);
     pte.set(Entry::new(page, vma.leaf_bits(true)));
     drop(pte);

@@ -6,12 +6,10 @@
 //! Locks: the PMD lock of the entry. Differences: no reservations (`resv_map`), no hugetlbfs
 //! page cache (a shared mapping's pages are the mapping's own, copied at fork: `fork.rs`).
 
-use std::sync::atomic::Ordering::Relaxed;
-
 use crate::cpu::CpuId;
 use crate::mm::pgtable_alias::*;
 use crate::mm::vma::Vma;
-use crate::mm::{Mm, VmFault};
+use crate::mm::{rmap, Mm, VmFault};
 use crate::pgtable::{self, _PAGE_PSE};
 use crate::sync::class::PMD_LOCK;
 use crate::sync::{charge, Cost};
@@ -43,7 +41,7 @@ pub(super) fn hugetlb_fault(
         let _ = phys.put_page(cpu, page);
         return Ok(());
     };
-    phys.meta(page).mapcount.store(1, Relaxed);
+    rmap::hugetlb_add_new_anon_rmap(phys, page);
     pmd.set(Entry::new(page, vma.leaf_bits(true) | _PAGE_PSE));
     Ok(())
 }
@@ -70,9 +68,9 @@ fn hugetlb_wp(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, e: Entry) -> Result<(),
     };
     pmd.set(Entry::NONE);
     mm.flush_tlb(cpu, Some(512));
-    phys.meta(page).mapcount.store(1, Relaxed);
+    rmap::hugetlb_add_new_anon_rmap(phys, page);
     pmd.set(Entry::new(page, vma.leaf_bits(true) | _PAGE_PSE));
-    phys.meta(old).mapcount.fetch_sub(1, Relaxed);
+    rmap::hugetlb_remove_rmap(phys, old);
     drop(pmd);
     let _ = phys.put_page(cpu, old);
     Ok(())

@@ -62,7 +62,7 @@ pub(super) fn do_wp_page(
     // ptep_clear_flush: the old translation must be gone before the new one appears.
     pte.set(Entry::NONE);
     mm.flush_tlb(cpu, Some(1));
-    rmap::map_new_anon(mm, vma, cpu, page, 1);
+    rmap::folio_add_new_anon_rmap(mm, vma, cpu, page, 1);
     pte.set(Entry::new(page, vma.leaf_bits(true)));
     let old = (!e.special()).then(|| unmap_cow_source(mm, cpu, e.pfn()));
     drop(pte);
@@ -83,7 +83,7 @@ fn unmap_cow_source(mm: &Mm, cpu: CpuId, pfn: Pfn) -> Pfn {
     let phys = machine.phys();
     let head = rmap::compound_head(phys, pfn);
     mm.add_rss(cpu, RssItem::AnonPages, -1);
-    if rmap::remove_pte_map(phys, pfn) {
+    if rmap::folio_remove_rmap_pte(phys, pfn) {
         machine.vmstat().add(cpu, VmItem::NrAnonPages, -1);
         if phys.meta(head).test(PG_MLOCKED) {
             machine.vmstat().add(cpu, VmItem::NrMlock, -1);

@@ -1,8 +1,12 @@
 //! `mmap` (`do_mmap`, `mmap_region`), `MAP_POPULATE`/`mm_populate`, and the driver-style
 //! `remap_pfn_range`.
+//!
+//! `remap_pfn_range` ([`Mm::map_pfn_range`]) maps a driver's block handed over as an
+//! [`OwnedPages`]: the VMAs that map it hold it, munmap's zap leaves it alone, and it is freed
+//! with the last of them (`vm_ops->close`), so no handle can free frames a PTE still maps.
 
 use super::{floor_ceiling, MapFile};
-use crate::addr::{align_up, Pfn, PAGE_SIZE, PMD_SIZE, TASK_SIZE};
+use crate::addr::{align_up, PAGE_SIZE, PMD_SIZE, TASK_SIZE};
 use crate::cpu::CpuId;
 use crate::error::Errno;
 use crate::mm::mman::{
@@ -10,8 +14,9 @@ use crate::mm::mman::{
     MAP_LOCKED, MAP_NONBLOCK, MAP_NORESERVE, MAP_POPULATE, MAP_PRIVATE, MAP_SHARED,
     MAP_SHARED_VALIDATE, MAP_TYPE, PROT_EXEC, PROT_READ, PROT_WRITE,
 };
-use crate::mm::vma::{VmFlags, Vma, VmaKind, VmaTree};
+use crate::mm::vma::{PfnMapPages, VmFlags, Vma, VmaKind, VmaTree};
 use crate::mm::{fault, Mm};
+use crate::page_alloc::OwnedPages;
 use crate::pgtable::{leaf_bits, Slot, _PAGE_SPECIAL};
 use crate::stats::VmItem;
 use crate::sync::class::PTL;
@@ -243,12 +248,26 @@ impl Mm {
         Ok(())
     }
 
-    /// `remap_pfn_range` into a new mapping: a device-style `VM_PFNMAP` mapping of `nr` raw
-    /// frames from `pfn`, which the caller owns (no refcounts are taken). Returns the address.
-    pub fn map_pfn_range(&self, cpu: CpuId, pfn: Pfn, nr: u64, prot: u32) -> Result<u64, Errno> {
-        if nr == 0 || pfn.0 + nr > self.machine().phys().nr_frames() {
+    /// `remap_pfn_range` into a new mapping: a device-style `VM_PFNMAP` mapping of a driver's
+    /// frames, `pages`, which the mapping takes over. Returns the address.
+    ///
+    /// No page references or mapcounts are taken (the PTEs are `_PAGE_SPECIAL`): the block is
+    /// the driver's, and the VMA holds it as the driver's `vm_ops` would. munmap's zap leaves
+    /// the frames alone; they are freed when the last VMA mapping them is gone (every piece of
+    /// a split, every copy fork made: the driver's `vm_ops->close`), so dropping a handle can
+    /// never free frames a page table still maps. `EINVAL` (and the block freed) when `pages`
+    /// belongs to another machine.
+    #[doc(alias = "remap_pfn_range")]
+    pub fn map_pfn_range(
+        &self,
+        cpu: CpuId,
+        pages: OwnedPages<'_>,
+        prot: u32,
+    ) -> Result<u64, Errno> {
+        if !pages.is_of(self.machine().phys()) {
             return Err(Errno::EINVAL);
         }
+        let (pfn, nr) = (pages.pfn(), pages.nr_pages());
         let len = nr * PAGE_SIZE;
         let mut tree = self.mmap_lock.write();
         let start = tree.get_unmapped_area(len, 0, false)?;
@@ -260,20 +279,26 @@ impl Mm {
             .union(VmFlags::VM_PFNMAP)
             .union(VmFlags::VM_IO)
             .union(VmFlags::VM_DONTEXPAND);
+        let phys = self.machine().phys();
+        // Every table first: a failure then leaves no PTE mapping the block it frees.
+        let mut tables = Vec::with_capacity(nr as usize);
+        for i in 0..nr {
+            let addr = start + i * PAGE_SIZE;
+            let pmd = crate::pgtable::pmd_alloc(self, cpu, addr).map_err(|_| Errno::ENOMEM)?;
+            tables.push(crate::pgtable::pte_alloc(self, cpu, pmd).map_err(|_| Errno::ENOMEM)?);
+        }
         let mut vma = Vma::new(start, start + len, flags, VmaKind::PfnMap, pfn.0);
         vma.pfn_base = pfn.0;
-        let phys = self.machine().phys();
+        vma.pfnmap = Some(PfnMapPages::new(self.machine().phys_arc(), pages));
         let bits = leaf_bits(
             prot & PROT_READ != 0,
             prot & PROT_WRITE != 0,
             prot & PROT_EXEC != 0,
         ) | _PAGE_SPECIAL;
-        for i in 0..nr {
+        for (i, &table) in (0..nr).zip(&tables) {
             let addr = start + i * PAGE_SIZE;
-            let pmd = crate::pgtable::pmd_alloc(self, cpu, addr).map_err(|_| Errno::ENOMEM)?;
-            let pte_table = crate::pgtable::pte_alloc(self, cpu, pmd).map_err(|_| Errno::ENOMEM)?;
             let slot = Slot {
-                table: pte_table,
+                table,
                 index: crate::pgtable::pte_index(addr),
             };
             slot.lock(phys, &PTL)

@@ -6,8 +6,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::flags::VmFlags;
+use crate::addr::{Order, Pfn};
 use crate::addr::{PAGE_MASK, PAGE_SHIFT, PAGE_SIZE, TASK_SIZE};
+use crate::cpu::CpuId;
 use crate::mm::shmem::Shmem;
+use crate::page_alloc::{OwnedPages, PhysMem};
 
 /// `stack_guard_gap`: 256 pages kept free below a `VM_GROWSDOWN` VMA (`vm_start_gap`).
 pub const STACK_GUARD_GAP: u64 = 256 << PAGE_SHIFT;
@@ -38,6 +41,39 @@ pub const SHMEM_DEV: (u32, u32) = (0, 1);
 
 /// The device shown for anonymous hugetlb mappings. Not verified (see the module doc).
 pub const HUGETLBFS_DEV: (u32, u32) = (0, 0x10);
+
+/// A driver's frames mapped by [`Mm::map_pfn_range`](crate::Mm::map_pfn_range): the block an
+/// [`OwnedPages`] handed over, held by every VMA that maps it and freed (`__free_pages` on the
+/// CPU that allocated it) when the last one is dropped, after the zaps that cleared its PTEs.
+#[derive(Debug)]
+pub(crate) struct PfnMapPages {
+    phys: Arc<PhysMem>,
+    pfn: Pfn,
+    order: Order,
+    cpu: CpuId,
+}
+
+impl PfnMapPages {
+    /// Take over `pages` (which must be of `phys`).
+    pub(crate) fn new(phys: Arc<PhysMem>, pages: OwnedPages<'_>) -> Arc<PfnMapPages> {
+        let (of, pfn, order, cpu) = pages.into_raw();
+        vm_bug_on!(!std::ptr::eq(of, &*phys), "a block of another machine");
+        Arc::new(PfnMapPages {
+            phys,
+            pfn,
+            order,
+            cpu,
+        })
+    }
+}
+
+impl Drop for PfnMapPages {
+    #[doc(alias = "vm_ops->close")]
+    fn drop(&mut self) {
+        let r = self.phys.free_pages(self.cpu, self.pfn, self.order);
+        vm_bug_on!(r.is_err(), "driver block {:#x}: {:?}", self.pfn.0, r);
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Vma
@@ -107,6 +143,10 @@ pub struct Vma {
     pub shmem: Option<Arc<Shmem>>,
     /// `PfnMap`: the frame mapped at `start` (advances with `start` on a split).
     pub pfn_base: u64,
+    /// `PfnMap`: the driver's block behind the mapping (what its `vm_private_data` would
+    /// hold); shared by the pieces of a split and the copies fork and mremap make, freed with
+    /// the last of them (`vm_ops->close`), never by a zap.
+    pub(crate) pfnmap: Option<Arc<PfnMapPages>>,
     /// `SharedAnon`: the size of the shmem object in pages (its `i_size`: the size of the
     /// mapping that created it, `shmem_zero_setup`); a fault at a larger object index is a
     /// SIGBUS. 0 = no limit.
@@ -130,6 +170,7 @@ impl Clone for Vma {
             file: self.file,
             shmem: self.shmem.clone(),
             pfn_base: self.pfn_base,
+            pfnmap: self.pfnmap.clone(),
             shmem_size: self.shmem_size,
             anon_vma: Arc::new(AtomicU64::new(self.anon_vma())),
         }
@@ -153,6 +194,7 @@ impl Vma {
             },
             shmem: None,
             pfn_base: 0,
+            pfnmap: None,
             shmem_size: 0,
             anon_vma: Arc::new(AtomicU64::new(0)),
         }

@@ -110,6 +110,7 @@ mod write;
 #[cfg(test)]
 mod test;
 
+pub(crate) use self::area::PfnMapPages;
 pub use self::area::{
     DevIno, Vma, VmaKind, ANON_VMA_FORKED, DEFAULT_MMAP_BASE, DEFAULT_START_BRK, DEV_ZERO_FILE,
     FIRST_SHMEM_INO, HUGETLBFS_DEV, SHMEM_DEV, STACK_GUARD_GAP, TASK_UNMAPPED_BASE,
