@@ -2,9 +2,9 @@
 //!
 //! Mirrors `arch/x86/include/asm/pgtable_types.h` (the entry bits), `include/linux/pgtable.h`
 //! (`pmd_addr_end` and its siblings), `mm/memory.c` (`__pte_alloc`, `__pmd_alloc`,
-//! `__pud_alloc`: [`pmd_alloc`], [`pte_alloc`]) and `include/linux/mm.h` (`pte_offset_map_lock`,
-//! `pmd_lock`, `pte_lockptr`, `pmd_lockptr`, split PTLs in the `ptdesc`: [`Slot::lock`] and
-//! [`LockedSlot`]).
+//! `__pud_alloc`: `pmd_alloc`, `pte_alloc`) and `include/linux/mm.h` (`pte_offset_map_lock`,
+//! `pmd_lock`, `pte_lockptr`, `pmd_lockptr`, split PTLs in the `ptdesc`: `Slot::lock` and
+//! `LockedSlot`).
 //!
 //! ```text
 //!  PGD page ─[47:39]→ PUD page ─[38:30]→ PMD page ─[29:21]→ PTE page ─[20:12]→ 4 KiB frame
@@ -37,16 +37,16 @@
 //!
 //! # The locked slot
 //! "Lock the PTL, load the entry again, compare it with what the lockless walk saw, bail if it
-//! changed" is what every fault path does before it writes. [`Slot::lock`] takes the split lock
-//! of the slot's table page and returns a [`LockedSlot`], the proof that the lock is held:
-//! [`LockedSlot::same`] is the re-check (`pte_same`), [`LockedSlot::set`] the write
-//! (`set_pte_at`/`set_pmd_at`), and dropping it unlocks. [`Slot::lock_if_same`] is the
+//! changed" is what every fault path does before it writes. `Slot::lock` takes the split lock
+//! of the slot's table page and returns a `LockedSlot`, the proof that the lock is held:
+//! `LockedSlot::same` is the re-check (`pte_same`), `LockedSlot::set` the write
+//! (`set_pte_at`/`set_pmd_at`), and dropping it unlocks. `Slot::lock_if_same` is the
 //! whole sequence. Zaps, splits, copies and moves that rewrite a run of entries under one lock
 //! still write the table page's atomics directly (with the lock held, by the same rule).
 //!
 //! # Range walks
-//! [`pmd_tables`] is the one walk from the PGD down to the PMD tables of a range (the zap and
-//! the fork copy run on it; `mremap` looks a PMD up with [`find_pmd`]). Still written out by
+//! `pmd_tables` is the one walk from the PGD down to the PMD tables of a range (the zap and
+//! the fork copy run on it; `mremap` looks a PMD up with `find_pmd`). Still written out by
 //! hand: `free_pgd_range` (it frees upper tables on the way back up, so it needs their
 //! slots), `change_protection` (it re-walks per address with [`walk`], splitting as it goes)
 //! and the whole-tree scans of reports and validation (`for_each_leaf`, `for_each_table`).

@@ -33,7 +33,7 @@ pub struct Figure {
 #[serde(deny_unknown_fields)]
 pub struct Topology {
     pub sockets: u32,
-    /// Memory nodes of the real machine (a run may use more: fake NUMA, see [`Placement`]).
+    /// Memory nodes of the real machine (a run may use more: fake NUMA, see [`Placement`](super::Placement)).
     pub nodes: u32,
     pub cores_per_socket: u32,
     pub threads_per_core: u32,
