@@ -103,6 +103,13 @@ const ENGINE: &[Flag] = &[
             "gather.max_batch_count=4294967295",
             "munmap.downgrade_min_bytes=0xffffffffffffffff",
             "pcpu.empty_pop_pages_high=4294967295",
+            // Issue 27: unaligned first-chunk sizes indexed past the allocation map at boot;
+            // an unbounded empty-page target ran for minutes.
+            "pcpu.static_size=1",
+            "pcpu.static_size=4097",
+            "pcpu.reserved_size=2",
+            "pcpu.reserved_size=4095",
+            "pcpu.empty_pop_pages_high=100000",
             "max_map_count=4294967295",
         ]),
     ),

@@ -10,7 +10,8 @@ use usermm::MachineConfig;
 use usermm_workloads::percpu_test::{self, PercpuAbResult, PercpuTestOpts, MEM_CGROUP_ID_MAX};
 use usermm_workloads::seeds;
 
-use crate::args::{EngineArgs, GlobalArgs};
+use crate::args::{usage, EngineArgs, GlobalArgs};
+use crate::report::format::human_bytes;
 use crate::report::Table;
 
 /// `--cgroups NxM`: N parent cgroups, each with M children (the seed: 1000x10 = 11 000 cgroups,
@@ -197,6 +198,20 @@ pub fn run(args: &PercpuTestArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     let mut defaults = MachineConfig::default();
     defaults.time.profile = percpu_test::DEFAULT_PROFILE.into();
     let cfg = args.engine.to_config(defaults)?;
+    // The machine is sized from the script when --mem is left out; a --mem given is kept.
+    if let Some(mem) = args.engine.mem {
+        let need = args.opts().machine_config(&cfg).mem;
+        if need > mem {
+            return usage(format!(
+                "--mem {}: {} cgroups on {} CPUs need at least {} of percpu and slack; \
+                 raise --mem or leave it out (or lower --cpus or --cgroups)",
+                human_bytes(mem),
+                args.cgroups.total(),
+                args.opts().cpus(),
+                human_bytes(need)
+            ));
+        }
+    }
     let r = percpu_test::run_ab(&args.opts(), &cfg).map_err(|e| anyhow!("percpu-test: {e}"))?;
     super::emit(g, &r, |r| {
         format!(

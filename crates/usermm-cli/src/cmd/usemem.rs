@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex};
 
 use clap::{ArgAction, Args, CommandFactory, Parser};
 use serde::Serialize;
-use usermm::config::{BackingMode, MachineConfig, ThpMode, TimeConfig, MAX_MEM_BYTES};
+use usermm::config::{BackingMode, MachineConfig, ThpMode, TimeConfig, TimeMode, MAX_MEM_BYTES};
 use usermm::stats::VmItem;
 use usermm_workloads::usemem::{
     self, host::HostPlatform, memparse, Capture, Hooks, Io, Parsed, StdIo, UsememOpts,
@@ -376,6 +376,13 @@ fn run_usemem(
             (true, Some(u)) => UsageError(format!("{u} (from USERMM_* variables)")).into(),
             _ => e,
         })?;
+    if config.time.mode == TimeMode::Virtual {
+        if let Some(what) = opts.waits_outside() {
+            return usage(format!(
+                "usemem: {what}; a virtual run has no sender and no host clock: use --time wall"
+            ));
+        }
+    }
     if own.ab {
         return run_ab(name, args, config, json, &help);
     }
@@ -427,8 +434,9 @@ pub struct UsememAb {
 
 #[derive(Debug, Serialize)]
 pub struct AbRatio {
-    /// patched throughput / vanilla throughput.
-    pub throughput: f64,
+    /// patched throughput / vanilla throughput; `None` when vanilla's is 0 (nothing walked:
+    /// `usemem 0`, or a run that failed), where a ratio means nothing.
+    pub throughput: Option<f64>,
     /// Global huge-zero refcount operations per mm, vanilla and patched.
     pub global_ops_per_mm_vanilla: f64,
     pub global_ops_per_mm_patched: f64,
@@ -483,7 +491,8 @@ fn run_ab(
     let (vanilla, vout) = one(false)?;
     let (patched, pout) = one(true)?;
     let ratio = AbRatio {
-        throughput: patched.throughput_kbps as f64 / vanilla.throughput_kbps.max(1) as f64,
+        throughput: (vanilla.throughput_kbps != 0)
+            .then(|| patched.throughput_kbps as f64 / vanilla.throughput_kbps as f64),
         global_ops_per_mm_vanilla: vanilla.huge_zero.ops_per_mm,
         global_ops_per_mm_patched: patched.huge_zero.ops_per_mm,
         faults_vanilla: vanilla.vmstat_delta.get(VmItem::Pgfault),
@@ -507,10 +516,16 @@ fn run_ab(
         s += &pout;
         s += &render_summary("vanilla", &rec.vanilla);
         s += &render_summary("patched", &rec.patched);
-        s += &format!(
-            "throughput ratio patched/vanilla: {:.3}, {}\n",
-            rec.ratio.throughput, rec.ratio.time
-        );
+        s += &match rec.ratio.throughput {
+            Some(r) => format!(
+                "throughput ratio patched/vanilla: {r:.3}, {}\n",
+                rec.ratio.time
+            ),
+            None => format!(
+                "throughput ratio patched/vanilla: none (vanilla walked nothing), {}\n",
+                rec.ratio.time
+            ),
+        };
         if let (Some(v), Some(p)) = (
             rec.ratio.huge_zero_line_share_vanilla,
             rec.ratio.huge_zero_line_share_patched,

@@ -318,6 +318,9 @@ impl std::fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// Most empty populated pages `pcpu.empty_pop_pages_high` may ask the balance work to keep.
+pub const MAX_EMPTY_POP_PAGES: u64 = 1024;
+
 fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
     Err(ConfigError(msg.into()))
 }
@@ -628,6 +631,19 @@ impl MachineConfig {
         if p.unit_size == 0 || !p.unit_size.is_multiple_of(PAGE_SIZE) || p.unit_size > (64 << 20) {
             return err("pcpu.unit_size must be a non-zero multiple of 4 KiB, at most 64 MiB");
         }
+        // pcpu_setup_first_chunk: the first chunk's regions are counted in
+        // PCPU_MIN_ALLOC_SIZE units of its allocation map.
+        let unit = crate::pcpu::PCPU_MIN_ALLOC_SIZE;
+        for (key, v) in [
+            ("pcpu.static_size", p.static_size),
+            ("pcpu.reserved_size", p.reserved_size),
+        ] {
+            if !v.is_multiple_of(unit) {
+                return err(format!(
+                    "{key} must be a multiple of {unit} bytes (PCPU_MIN_ALLOC_SIZE), got {v}"
+                ));
+            }
+        }
         let first_chunk = p.static_size.checked_add(p.reserved_size);
         if first_chunk.is_none_or(|b| b >= p.unit_size) {
             return err(format!(
@@ -637,6 +653,16 @@ impl MachineConfig {
         }
         if p.empty_pop_pages_low > p.empty_pop_pages_high {
             return err("pcpu.empty_pop_pages_low must be ≤ pcpu.empty_pop_pages_high");
+        }
+        // The balance work populates up to `high` empty pages on every CPU: at most one
+        // chunk's unit of them, and at most MAX_EMPTY_POP_PAGES (the kernel keeps 4).
+        let max_pop = (p.unit_size / PAGE_SIZE).min(MAX_EMPTY_POP_PAGES);
+        if u64::from(p.empty_pop_pages_high) > max_pop {
+            return err(format!(
+                "pcpu.empty_pop_pages_high must be at most {max_pop} pages (one unit of \
+                 pcpu.unit_size, at most {MAX_EMPTY_POP_PAGES}), got {}",
+                p.empty_pop_pages_high
+            ));
         }
         if self.tlb.flush_cost_ns > MAX_TLB_FLUSH_COST_NS {
             return err(format!(

@@ -1,0 +1,127 @@
+//! Issue 27, "Hostile inputs, round 2": each input that crashed, hung, or said something
+//! untrue now runs or is refused with one `usermm: error:` line and exit 2. Small machines,
+//! sparse backing, no wall-clock timings.
+
+use std::process::{Command, Output, Stdio};
+
+fn usermm(args: &[&str]) -> Output {
+    usermm_env(args, &[])
+}
+
+fn usermm_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_usermm"));
+    c.args(args)
+        .stdin(Stdio::null())
+        .env_remove("RUST_BACKTRACE");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("cannot run usermm")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Exit status 2, nothing on stdout, and exactly one `usermm: error:` line on stderr.
+#[track_caller]
+fn assert_usage_error(args: &[&str], mentions: &str) {
+    let o = usermm(args);
+    assert_one_line(&o, args, mentions);
+}
+
+#[track_caller]
+fn assert_one_line(o: &Output, args: &[&str], mentions: &str) {
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert!(o.stdout.is_empty(), "{args:?} printed on stdout");
+    assert_eq!(err.lines().count(), 1, "{args:?}: not one line: {err}");
+    assert!(err.starts_with("usermm: error: "), "{args:?}: {err}");
+    assert!(
+        err.contains(mentions),
+        "{args:?}: '{mentions}' not in {err}"
+    );
+}
+
+/// Item 1: an unaligned first-chunk size indexed past the allocation map at boot.
+#[test]
+fn unaligned_percpu_sizes_are_refused() {
+    for key in ["pcpu.static_size", "pcpu.reserved_size"] {
+        for v in ["1", "2", "4095", "4097"] {
+            let set = format!("{key}={v}");
+            assert_usage_error(
+                &["meminfo", "--mem", "64M", "--set", &set],
+                "PCPU_MIN_ALLOC_SIZE",
+            );
+        }
+    }
+    // The busybox link takes them from USERMM_SET.
+    let dir = std::env::temp_dir().join(format!("usermm-h27-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("usemem");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_usermm"), &link).unwrap();
+    let o = Command::new(&link)
+        .args(["1M"])
+        .env("USERMM_SET", "pcpu.static_size=4095")
+        .env("USERMM_BACKING", "sparse")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_one_line(&o, &["usemem (link)"], "PCPU_MIN_ALLOC_SIZE");
+}
+
+/// Item 10: `pcpu.empty_pop_pages_high` had no upper bound (a run took 330 s).
+#[test]
+fn empty_pop_pages_high_is_bounded() {
+    assert_usage_error(
+        &["meminfo", "--set", "pcpu.empty_pop_pages_high=100000"],
+        "pcpu.empty_pop_pages_high must be at most",
+    );
+}
+
+/// Item 10: `--mem` given is kept, not silently raised to what the script needs.
+#[test]
+fn percpu_test_keeps_the_mem_it_was_given() {
+    assert_usage_error(
+        &["percpu-test", "--mem", "16M", "--cpus", "64"],
+        "--mem 16M",
+    );
+}
+
+/// Item 2: options that wait for SIGUSR1 (or a kill) deadlocked a virtual run.
+#[test]
+fn usemem_signal_waits_are_refused_in_virtual_time() {
+    for opt in [
+        "-W",
+        "--write-signal-write",
+        "--write-signal-madv-thp",
+        "--signal-fork",
+        "--signal-loop",
+    ] {
+        assert_usage_error(
+            &[
+                "usemem",
+                opt,
+                "16M",
+                "--time",
+                "virtual",
+                "--backing",
+                "sparse",
+            ],
+            "virtual",
+        );
+    }
+}
+
+/// Item 12: 0/0 was printed as a ratio of 0.000.
+#[test]
+fn usemem_ab_of_nothing_has_no_ratio() {
+    let o = usermm(&["usemem", "0", "--ab", "--backing", "sparse"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("throughput ratio patched/vanilla: none"),
+        "{out}"
+    );
+}
