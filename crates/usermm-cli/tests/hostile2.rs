@@ -125,3 +125,55 @@ fn usemem_ab_of_nothing_has_no_ratio() {
         "{out}"
     );
 }
+
+/// The usemem lines of a virtual run, without the progress dots.
+fn virtual_usemem(args: &[&str]) -> String {
+    let mut a = vec!["usemem", "-q"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["--time", "virtual", "--backing", "sparse"]);
+    let o = usermm(&a);
+    assert!(o.status.success(), "{a:?}: {}", text(&o.stderr));
+    text(&o.stdout)
+}
+
+/// The µs of the first line that starts with `intro` and has `bytes / N usecs`.
+fn usecs(out: &str, intro: &str) -> u64 {
+    out.lines()
+        .filter(|l| l.starts_with(intro) && l.contains(" usecs = "))
+        .find_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let i = w.iter().position(|x| *x == "usecs")?;
+            w[i - 1].parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no '{intro}… usecs' line in {out}"))
+}
+
+/// Items 3, 4, 5: user accesses cost their line traffic in virtual time, so repeats take
+/// longer, a read-again takes time, a delay ends and a run time is reached.
+#[test]
+fn usemem_user_work_takes_virtual_time() {
+    let one = usecs(&virtual_usemem(&["1M"]), "");
+    let many = usecs(&virtual_usemem(&["1M", "-r", "100"]), "");
+    // The first walk also faults its pages in; the 99 more cost their lines each.
+    assert!(many > 10 * one.max(1), "-r 100: {many} µs vs {one} µs once");
+    let again = virtual_usemem(&["16M", "-Z"]);
+    assert!(usecs(&again, "read again") > 0, "{again}");
+    // -e: the delay ends (it polls a clock the accesses move).
+    virtual_usemem(&["8K", "-e", "1"]);
+    // -T: the run time is reached long before a million walks.
+    let timed = virtual_usemem(&["64K", "-T", "1", "-r", "1000000"]);
+    assert!(usecs(&timed, "") >= 1_000_000, "{timed}");
+    // A delay of a second or more never ends (usemem compares nanoseconds): refused.
+    assert_usage_error(&["usemem", "8K", "-e", "2000m", "--time", "virtual"], "-e");
+}
+
+/// Item 5 on the full backing: the words written are read back by `-r`'s verification.
+#[test]
+fn usemem_repeats_verify_with_word_stores() {
+    let o = usermm(&["usemem", "1M", "-r", "3", "-j", "24", "--mem", "64M"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = usermm(&[
+        "usemem", "1M", "-r", "3", "--mem", "64M", "--time", "virtual",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+}

@@ -285,6 +285,10 @@ impl UsememOpts {
                 self.getchar,
                 "-g reads its menu from stdin, which virtual time cannot wait on",
             ),
+            (
+                self.delay_ns >= 1_000_000_000,
+                "an -e of a second or more never ends (usemem compares the clock's nanoseconds)",
+            ),
         ]
         .into_iter()
         .find_map(|(on, what)| on.then_some(what))

@@ -177,6 +177,12 @@ costs! {
     /// One VMA stored in, split in or removed from an mm's tree (`vma_iter_store`,
     /// `__split_vma`, `vma_iter_clear`): the tree update and the VMA's bookkeeping.
     VmaModify = "vma_modify", "vma_iter_store", None;
+    /// One 64-byte line of user memory that a user-space walk streams through (usemem's
+    /// sequential reads and writes): user work, at the memory system's streaming bandwidth.
+    UserLine = "user_line", "user space: a sequential access", Some(64);
+    /// One user-space access to a line in no cache (usemem's random order, `-R`): a DRAM
+    /// round trip.
+    UserMiss = "user_miss", "user space: a random access", None;
 }
 
 /// Picoseconds: the model's clock unit (costs below 1 ns, such as an SMT-sibling transfer of
