@@ -177,3 +177,53 @@ fn usemem_repeats_verify_with_word_stores() {
     ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
 }
+
+/// Item 7: `--scale-cost` wrote `$TMPDIR/usermm-profile-<pid>-…` (through a planted symlink,
+/// never removed, its path in `--json`); a tiny or huge factor failed on the file name. Now
+/// the machine scales the profile in memory: nothing written, the same bytes run after run.
+#[test]
+fn scale_cost_writes_nothing_and_repeats_exactly() {
+    let tmp = std::env::temp_dir().join(format!("usermm-h27-scale-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let tmpdir = tmp.to_str().unwrap();
+    let args = [
+        "bigfree",
+        "64M",
+        "--time",
+        "virtual",
+        "--scale-cost",
+        "zap_pte=1.5",
+        "--scale-cost",
+        "user_line=2",
+        "--json",
+    ];
+    let a = usermm_env(&args, &[("TMPDIR", tmpdir)]);
+    let b = usermm_env(&args, &[("TMPDIR", tmpdir)]);
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    let _ = std::fs::remove_dir_all(&tmp);
+    assert!(a.status.success(), "{}", text(&a.stderr));
+    assert_eq!(a.stdout, b.stdout, "two identical runs differ");
+    assert!(left.is_empty(), "files left in TMPDIR: {left:?}");
+    assert!(!text(&a.stdout).contains("usermm-profile-"));
+    // Extremes: a tiny factor runs; a huge one is refused by the figure's bound.
+    let o = usermm(&[
+        "bigfree",
+        "64M",
+        "--time",
+        "virtual",
+        "--scale-cost",
+        "zap_pte=1e-300",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_usage_error(
+        &[
+            "bigfree",
+            "64M",
+            "--time",
+            "virtual",
+            "--scale-cost",
+            "zap_pte=1e300",
+        ],
+        "at most",
+    );
+}

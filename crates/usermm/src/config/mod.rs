@@ -187,7 +187,26 @@ pub struct TimeConfig {
     /// path of a profile file; used in virtual mode only (a wall machine ignores it).
     #[serde(default)]
     pub profile: String,
+    /// `--scale-cost`: named costs of the profile multiplied, in order, when the machine
+    /// resolves it ([`Profile::scaled`]): the scaled profile lives in memory only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scale: Vec<ScaleCost>,
 }
+
+/// One named cost of the profile multiplied by a factor (`--scale-cost KEY=FACTOR`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScaleCost {
+    pub key: String,
+    pub factor: f64,
+}
+
+impl PartialEq for ScaleCost {
+    fn eq(&self, o: &Self) -> bool {
+        self.key == o.key && self.factor.to_bits() == o.factor.to_bits()
+    }
+}
+
+impl Eq for ScaleCost {}
 
 impl TimeConfig {
     /// How a report labels this machine's times: `measured (this host)` or
@@ -689,8 +708,13 @@ impl MachineConfig {
             ));
         }
         // ProfileError names its field as `profile ...`; here that field is `time.profile`.
-        let p =
+        let mut p =
             Profile::resolve(&self.time.profile).map_err(|e| ConfigError(format!("time.{e}")))?;
+        for s in &self.time.scale {
+            p = p
+                .scaled(&s.key, s.factor)
+                .map_err(|e| ConfigError(format!("time.scale {}={:?}: {e}", s.key, s.factor)))?;
+        }
         Placement::new(&p, usize::from(self.cpus), usize::from(self.nodes))
             .map_err(|e| ConfigError(e.to_string()))?;
         Ok(Some(Arc::new(p)))

@@ -415,7 +415,9 @@ impl Profile {
             if ns > MAX_FIGURE_NS {
                 return Err(invalid(
                     field,
-                    format!("{ns} ns; a step costs at most {MAX_FIGURE_NS} ns (1 s) in the model"),
+                    format!(
+                        "{ns:e} ns; a step costs at most {MAX_FIGURE_NS} ns (1 s) in the model"
+                    ),
                 ));
             }
             Ok(ns_to_ps(ns))
