@@ -227,3 +227,58 @@ fn scale_cost_writes_nothing_and_repeats_exactly() {
         "at most",
     );
 }
+
+/// Item 11: virtual time emulates the pid (it seeded -R and was printed), so two runs with
+/// `-R` and `--show-addr` are the same bytes; the bench has no virtual figures to give.
+#[test]
+fn virtual_usemem_is_the_same_run_after_run() {
+    let args = [
+        "usemem",
+        "-R",
+        "--show-addr",
+        "-q",
+        "256K",
+        "--time",
+        "virtual",
+        "--backing",
+        "sparse",
+    ];
+    let (a, b) = (usermm(&args), usermm(&args));
+    assert!(a.status.success(), "{}", text(&a.stderr));
+    assert_eq!(a.stdout, b.stdout);
+    assert!(!text(&a.stdout).contains(&std::process::id().to_string()));
+    assert_usage_error(&["bench", "--time", "virtual"], "wall time only");
+}
+
+/// Item 16: a profile with --time wall or --host was ignored; escape sequences in an
+/// argument or a profile's name reached the terminal.
+#[test]
+fn profiles_that_would_be_ignored_and_control_characters_are_refused() {
+    assert_usage_error(
+        &["meminfo", "--time", "wall", "--profile", "haswell-ep-2s"],
+        "only with --time virtual",
+    );
+    assert_usage_error(
+        &["usemem", "1M", "--host", "--profile", "haswell-ep-2s"],
+        "--host",
+    );
+    let o = usermm(&["meminfo", "--profile", "\u{1b}[31mred"]);
+    assert_one_line(&o, &["meminfo --profile ESC"], "\\u{1b}[31mred");
+    assert!(!o.stderr.contains(&0x1b));
+    // A profile file whose name holds an escape: refused by the loader, shown escaped.
+    let dir = std::env::temp_dir().join(format!("usermm-h27-esc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let builtin = dir.join("p.toml");
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../usermm/src/vtime/profiles/haswell-ep-2s.toml"
+    ))
+    .unwrap();
+    let evil = src.replacen("name = \"haswell-ep-2s\"", "name = \"\\u001b[2Jx\"", 1);
+    assert_ne!(evil, src, "the profile's name line moved");
+    std::fs::write(&builtin, evil).unwrap();
+    let o = usermm(&["meminfo", "--profile", builtin.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_one_line(&o, &["meminfo --profile evil.toml"], "control characters");
+    assert!(!o.stderr.contains(&0x1b));
+}

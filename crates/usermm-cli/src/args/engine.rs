@@ -134,6 +134,11 @@ impl TimeArgs {
     /// machine applies to the profile when it boots (no file is written).
     pub fn check(&self, c: &mut MachineConfig, cpus_flag: Option<u16>) -> anyhow::Result<()> {
         if c.time.mode != TimeMode::Virtual {
+            if let Some(p) = &self.profile {
+                return usage(format!(
+                    "--profile {p}: only with --time virtual (wall time measures this host)"
+                ));
+            }
             if let Some((k, _)) = self.scale_cost.first() {
                 return usage(format!("--scale-cost {k}=...: only with --time virtual"));
             }

@@ -18,3 +18,17 @@ impl std::error::Error for UsageError {}
 pub fn usage<T>(msg: impl Into<String>) -> anyhow::Result<T> {
     Err(UsageError(msg.into()).into())
 }
+
+/// `s` with every control character shown as an escape (`\u{1b}`), so that an argument or a
+/// file's text in an error line cannot drive the terminal.
+pub fn visible(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}

@@ -291,10 +291,12 @@ pub fn busybox() -> Option<ExitCode> {
         Err(e) => {
             eprintln!(
                 "usermm: error: {}",
-                format!("{e:#}")
-                    .split_whitespace()
-                    .collect::<Vec<_>>()
-                    .join(" ")
+                crate::args::visible(
+                    &format!("{e:#}")
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                )
             );
             if e.downcast_ref::<UsageError>().is_some() {
                 2
@@ -339,6 +341,13 @@ fn run_usemem(
     let posixly = std::env::var_os("POSIXLY_CORRECT").is_some();
     let opts = preview(args);
     if own.host {
+        let t = &own.engine.time;
+        if t.is_virtual() || t.profile.is_some() || !t.scale_cost.is_empty() {
+            return usage(
+                "usemem --host: --time virtual, --profile and --scale-cost do not apply: \
+                 the host kernel runs on the wall clock",
+            );
+        }
         if opts.uses_sigusr1() {
             usermm_host::usemem::block_sigusr1();
         }

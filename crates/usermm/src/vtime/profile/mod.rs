@@ -382,6 +382,20 @@ impl Profile {
         if spec.name.trim().is_empty() {
             return Err(invalid("name", "must not be empty".into()));
         }
+        // Reports print the name and the description: no terminal control sequences.
+        if spec.name.chars().any(char::is_control) {
+            return Err(invalid("name", "must not hold control characters".into()));
+        }
+        if spec
+            .description
+            .chars()
+            .any(|c| c.is_control() && c != '\n')
+        {
+            return Err(invalid(
+                "description",
+                "must not hold control characters".into(),
+            ));
+        }
         let ghz = t.ghz;
         let fig = |field: &str, f: &Figure, bytes: Option<u64>| -> Result<Ps, ProfileError> {
             check_source(&format!("{field}.source"), &f.source, &invalid)?;
