@@ -84,8 +84,8 @@ fn empty_pop_pages_high_is_bounded() {
 #[test]
 fn percpu_test_keeps_the_mem_it_was_given() {
     assert_usage_error(
-        &["percpu-test", "--mem", "16M", "--cpus", "64"],
-        "--mem 16M",
+        &["percpu-test", "--mem", "64M", "--cpus", "64"],
+        "--mem 64M",
     );
 }
 
@@ -281,4 +281,22 @@ fn profiles_that_would_be_ignored_and_control_characters_are_refused() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_one_line(&o, &["meminfo --profile evil.toml"], "control characters");
     assert!(!o.stderr.contains(&0x1b));
+}
+
+/// Item 15: errors about a default blamed a flag nobody gave, or did not name the fix.
+#[test]
+fn errors_about_defaults_name_what_set_them() {
+    assert_usage_error(
+        &["bigfree", "64M", "--profile", "e5-2680-32c"],
+        "--max-active 1,2,4,8,16,32",
+    );
+    assert_usage_error(
+        &["meminfo", "--cpus", "4096"],
+        "at least twice that (2048 MiB)",
+    );
+    assert_usage_error(
+        &["munmap-test", "64M", "--set", "mem=32M"],
+        "mem 32M (set by --set or --preset)",
+    );
+    assert_usage_error(&["usemem", "1M", "--nodes", "4"], "at most cpus (2)");
 }

@@ -71,9 +71,15 @@ impl MunmapTestArgs {
             .engine
             .to_config(default_machine(self.size, faulters))?;
         if machine.mem < need {
+            let mem = match self.engine.mem {
+                Some(m) => format!("--mem {}", human_bytes(m)),
+                None => format!(
+                    "mem {} (set by --set or --preset)",
+                    human_bytes(machine.mem)
+                ),
+            };
             return usage(format!(
-                "--mem {} is too small for SIZE {} and the faulters' VMAs (need ≥ {})",
-                human_bytes(machine.mem),
+                "{mem} is too small for SIZE {} and the faulters' VMAs (need ≥ {})",
                 human_bytes(self.size),
                 human_bytes(need.next_multiple_of(1 << 20))
             ));

@@ -604,8 +604,8 @@ impl MachineConfig {
         }
         if self.nodes == 0 || self.nodes > MAX_NODES || self.nodes > self.cpus {
             return err(format!(
-                "nodes must be 1..={} and at most cpus, got {}",
-                MAX_NODES, self.nodes
+                "nodes must be 1..={} and at most cpus ({}), got {}",
+                MAX_NODES, self.cpus, self.nodes
             ));
         }
         let per_node = self.mem / self.nodes as u64;
@@ -662,6 +662,19 @@ impl MachineConfig {
                     "{key} must be a multiple of {unit} bytes (PCPU_MIN_ALLOC_SIZE), got {v}"
                 ));
             }
+        }
+        // The first chunk holds one unit per CPU; with the machine's other boot-time
+        // allocations it must leave at least half of mem.
+        let units = u64::from(self.cpus).saturating_mul(p.unit_size);
+        if units > self.mem / 2 {
+            let need = units.saturating_mul(2).div_ceil(1 << 20);
+            return err(format!(
+                "mem {} MiB is too small for {} CPUs: their percpu first chunk is cpus × \
+                 pcpu.unit_size = {} MiB, and mem must be at least twice that ({need} MiB)",
+                self.mem >> 20,
+                self.cpus,
+                units >> 20
+            ));
         }
         let first_chunk = p.static_size.checked_add(p.reserved_size);
         if first_chunk.is_none_or(|b| b >= p.unit_size) {
