@@ -234,6 +234,13 @@ pub fn opts(args: &BenchArgs) -> anyhow::Result<BenchOpts> {
              measures the engine's speed on this host (wall time only)",
         );
     }
+    // Both the full-backing machine and the host kernel write --size of this host's memory.
+    super::check_host_memory(args.size, || {
+        format!(
+            "bench: --size {}: the full-backing machine and the host kernel each populate it",
+            human_bytes(args.size)
+        )
+    })?;
     let mut opts = BenchOpts::new(args.size);
     opts.repeat = args.repeat;
     opts.only = args.only;

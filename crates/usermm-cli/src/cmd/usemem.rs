@@ -385,6 +385,26 @@ fn run_usemem(
             (true, Some(u)) => UsageError(format!("{u} (from USERMM_* variables)")).into(),
             _ => e,
         })?;
+    if config.backing == BackingMode::Full {
+        // What the walks write is host memory with full backing (one copy per worker, and
+        // the parent's with --prealloc).
+        let copies = opts
+            .workers()
+            .max(1)
+            .saturating_add(u64::from(opts.prealloc));
+        let data = if opts.readonly && !opts.shm_lock {
+            0
+        } else {
+            opts.size.min(config.mem)
+        };
+        super::check_host_memory(copies.saturating_mul(data).min(config.mem), || {
+            format!(
+                "usemem: SIZE {} × {copies} cop(ies) on full backing writes into this host's \
+                 memory (pass --backing sparse)",
+                human_bytes(opts.size)
+            )
+        })?;
+    }
     if config.time.mode == TimeMode::Virtual {
         if let Some(what) = opts.waits_outside() {
             return usage(format!(

@@ -15,6 +15,7 @@ mod huge_zero;
 mod munmap;
 mod percpu;
 mod sides;
+mod staging;
 
 pub use experiment::{Outcome, Scale};
 
@@ -182,8 +183,9 @@ impl Results {
 }
 
 pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
-    let out = &args.out;
-    std::fs::create_dir_all(out)?;
+    // Everything is written beside --out and renamed into place when complete.
+    let staging = staging::Staging::begin(&args.out)?;
+    let out = staging.dir();
     let t0 = std::time::Instant::now();
     let mut results = Results {
         scale: args.scale,
@@ -317,10 +319,11 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         &all,
         &results,
     )?;
+    staging.commit()?;
     if g.json {
         super::print_json(&results)?;
     } else {
-        println!("report written to {}/report.md", out.display());
+        println!("report written to {}/report.md", args.out.display());
     }
     Ok(())
 }
