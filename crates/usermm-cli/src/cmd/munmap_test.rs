@@ -67,6 +67,11 @@ impl MunmapTestArgs {
                 human_bytes(MAX_MEM_BYTES)
             ));
         }
+        // Each faulter is a host thread (its stack) and an emulated CPU's state: about
+        // 2 MiB of host memory each (4095 faulters took 6.6 GB).
+        super::check_host_memory(u64::from(faulters).saturating_mul(2 << 20), || {
+            format!("--faulters {faulters}: each is a host thread and an emulated CPU")
+        })?;
         let machine = self
             .engine
             .to_config(default_machine(self.size, faulters))?;
