@@ -299,6 +299,17 @@ fn errors_about_defaults_name_what_set_them() {
         "mem 32M (set by --set or --preset)",
     );
     assert_usage_error(&["usemem", "1M", "--nodes", "4"], "at most cpus (2)");
+    assert_usage_error(
+        &[
+            "munmap-test",
+            "64M",
+            "--faulters",
+            "4095",
+            "--time",
+            "virtual",
+        ],
+        "--faulters 4095: the default machine gets 4096 CPUs",
+    );
 }
 
 /// Item 8: reproduce wrote into --out in place (old plots stayed beside a new report, an
@@ -322,7 +333,7 @@ fn reproduce_replaces_out_whole_under_a_lock() {
     let o_ = out.to_str().unwrap();
     // Another run holds the lock: refused, nothing touched.
     let lock = std::fs::File::create(dir.join(".rep.lock")).unwrap();
-    lock.lock().unwrap();
+    assert!(usermm_host::try_lock_exclusive(&lock).unwrap());
     assert_usage_error(
         &["reproduce", "--only", "percpu", "--out", o_],
         "another usermm reproduce is writing it",

@@ -72,9 +72,21 @@ impl MunmapTestArgs {
         super::check_host_memory(u64::from(faulters).saturating_mul(2 << 20), || {
             format!("--faulters {faulters}: each is a host thread and an emulated CPU")
         })?;
-        let machine = self
-            .engine
-            .to_config(default_machine(self.size, faulters))?;
+        let defaults = default_machine(self.size, faulters);
+        let default_cpus = defaults.cpus;
+        let machine = match self.engine.to_config(defaults) {
+            Ok(m) => m,
+            // The default machine's CPU count comes from --faulters: say so, not "cpus".
+            Err(e) if self.engine.cpus.is_none() && e.to_string().starts_with("cpus: ") => {
+                let msg = e.to_string();
+                return usage(format!(
+                    "--faulters {faulters}: the default machine gets {default_cpus} CPUs for them \
+                     ({}); pass fewer --faulters",
+                    msg.trim_start_matches("cpus: ")
+                ));
+            }
+            Err(e) => return Err(e),
+        };
         if machine.mem < need {
             let mem = match self.engine.mem {
                 Some(m) => format!("--mem {}", human_bytes(m)),

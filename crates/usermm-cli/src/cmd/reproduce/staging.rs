@@ -62,7 +62,14 @@ impl Staging {
                 lock_path.display()
             )
         })?;
-        if lock.try_lock().is_err() {
+        let held = usermm_host::try_lock_exclusive(&lock).map_err(|e| {
+            anyhow::anyhow!(
+                "--out {}: cannot lock {}: {e}",
+                out.display(),
+                lock_path.display()
+            )
+        })?;
+        if !held {
             return usage(format!(
                 "--out {}: another usermm reproduce is writing it (it holds {})",
                 out.display(),
