@@ -351,6 +351,21 @@ fn reproduce_replaces_out_whole_under_a_lock() {
     ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(out.join("report.md").exists());
+    // A virtual run's record is the same bytes run after run (no host run time in it; the
+    // report file itself carries the date it was generated).
+    let args = [
+        "reproduce",
+        "--only",
+        "percpu",
+        "--time",
+        "virtual",
+        "--json",
+        "--out",
+        o_,
+    ];
+    let (a, b) = (usermm(&args), usermm(&args));
+    assert!(a.status.success(), "{}", text(&a.stderr));
+    assert_eq!(a.stdout, b.stdout);
     assert!(
         !out.join("old-plot.svg").exists(),
         "an earlier run's file survived"

@@ -337,6 +337,10 @@ impl std::fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// `PCPU_MIN_ALLOC_SIZE`, restated here (config is below pcpu; `pcpu`'s tests hold the two
+/// equal): the first chunk's sizes are counted in these units.
+pub const PCPU_MIN_ALLOC_SIZE: u64 = 4;
+
 /// Most empty populated pages `pcpu.empty_pop_pages_high` may ask the balance work to keep.
 pub const MAX_EMPTY_POP_PAGES: u64 = 1024;
 
@@ -652,7 +656,7 @@ impl MachineConfig {
         }
         // pcpu_setup_first_chunk: the first chunk's regions are counted in
         // PCPU_MIN_ALLOC_SIZE units of its allocation map.
-        let unit = crate::pcpu::PCPU_MIN_ALLOC_SIZE;
+        let unit = PCPU_MIN_ALLOC_SIZE;
         for (key, v) in [
             ("pcpu.static_size", p.static_size),
             ("pcpu.reserved_size", p.reserved_size),
@@ -686,14 +690,17 @@ impl MachineConfig {
         if p.empty_pop_pages_low > p.empty_pop_pages_high {
             return err("pcpu.empty_pop_pages_low must be ≤ pcpu.empty_pop_pages_high");
         }
-        // The balance work populates up to `high` empty pages on every CPU: at most one
-        // chunk's unit of them, and at most MAX_EMPTY_POP_PAGES (the kernel keeps 4).
-        let max_pop = (p.unit_size / PAGE_SIZE).min(MAX_EMPTY_POP_PAGES);
-        if u64::from(p.empty_pop_pages_high) > max_pop {
+        // The balance work keeps up to `high` empty pages populated in every CPU's unit: at
+        // most MAX_EMPTY_POP_PAGES (the kernel keeps 4), and no more than half of mem.
+        let high = u64::from(p.empty_pop_pages_high);
+        let pop_bytes = high
+            .saturating_mul(u64::from(self.cpus))
+            .saturating_mul(PAGE_SIZE);
+        if high > MAX_EMPTY_POP_PAGES || pop_bytes > self.mem / 2 {
             return err(format!(
-                "pcpu.empty_pop_pages_high must be at most {max_pop} pages (one unit of \
-                 pcpu.unit_size, at most {MAX_EMPTY_POP_PAGES}), got {}",
-                p.empty_pop_pages_high
+                "pcpu.empty_pop_pages_high must be at most {MAX_EMPTY_POP_PAGES} pages, and \
+                 that many pages on each of the {} CPUs at most half of mem, got {}",
+                self.cpus, p.empty_pop_pages_high
             ));
         }
         if self.tlb.flush_cost_ns > MAX_TLB_FLUSH_COST_NS {
