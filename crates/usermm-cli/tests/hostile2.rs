@@ -403,3 +403,13 @@ fn full_backing_beyond_the_hosts_memory_is_refused() {
         "pass --backing sparse",
     );
 }
+
+/// Item 13: percpu-test --cpus 4096 ran for minutes with no line; the work (cgroups × CPUs)
+/// is bounded up front, naming both flags.
+#[test]
+fn percpu_test_work_is_bounded() {
+    assert_usage_error(
+        &["percpu-test", "--cpus", "4096"],
+        "lower --cpus or --cgroups",
+    );
+}

@@ -194,9 +194,27 @@ pub fn table(r: &PercpuAbResult) -> Table {
     t
 }
 
+/// Most cgroups × CPUs one run allocates percpu memory for (each cgroup populates its
+/// units on every CPU, twice: vanilla and patched): the seed's 11 000 cgroups on 1024 CPUs,
+/// about half a minute of release build; 4096 CPUs ran for minutes without a line.
+pub const MAX_CGROUP_CPUS: u64 = 11_000 * 1024;
+
 pub fn run(args: &PercpuTestArgs, g: &GlobalArgs) -> anyhow::Result<()> {
+    let cpus = u64::from(args.opts().cpus());
+    let work = args.cgroups.total().saturating_mul(cpus);
+    if work > MAX_CGROUP_CPUS {
+        return usage(format!(
+            "--cpus {cpus} with --cgroups {}: {} cgroups on {cpus} CPUs is {work} cgroup-CPUs of \
+             percpu work, at most {MAX_CGROUP_CPUS} (the seed's script on 1024 CPUs); lower \
+             --cpus or --cgroups",
+            args.cgroups,
+            args.cgroups.total()
+        ));
+    }
     let mut defaults = MachineConfig::default();
     defaults.time.profile = percpu_test::DEFAULT_PROFILE.into();
+    // The default machine is sized from the script (its CPUs and cgroups), before the flags.
+    defaults = args.opts().machine_config(&defaults);
     let cfg = args.engine.to_config(defaults)?;
     // The machine is sized from the script when --mem is left out; a --mem given is kept.
     if let Some(mem) = args.engine.mem {
