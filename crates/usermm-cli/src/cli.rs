@@ -92,7 +92,10 @@ pub fn parse_from(argv: impl IntoIterator<Item = impl Into<OsString>>) -> Result
             ExitCode::from(2)
         }
         _ => {
-            eprintln!("usermm: error: {}", one_line_error(&e, &argv));
+            eprintln!(
+                "usermm: error: {}",
+                crate::args::visible(&one_line_error(&e, &argv))
+            );
             ExitCode::from(2)
         }
     })

@@ -37,7 +37,7 @@ fn main() -> ExitCode {
 }
 
 fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+    usermm_cli::args::visible(&s.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

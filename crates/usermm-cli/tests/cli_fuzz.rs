@@ -11,6 +11,12 @@
 //! 16T usemem or 4096 workers would run for hours. `-s` never gets a negative value: that
 //! sleeps until killed, which `cli.rs` tests with a child it kills.
 //!
+//! Issue 27's shapes too: `--time`, `--profile` (built in, unknown, an escape sequence, and
+//! files whose fields overflow or truncate, a cost past the 1 s bound, a name with an
+//! escape), `--scale-cost` extremes, unaligned `pcpu.*` sizes, and usemem's time- and
+//! signal-based options, which force `--time virtual` (on the wall clock they wait for a
+//! signal or a kill, by design).
+//!
 //! 48 command lines, times `USERMM_TEST_SCALE`, from `USERMM_TEST_SEED` (see the README's testing
 //! notes).
 
@@ -52,7 +58,63 @@ const HUGE_COUNTS: &[&str] = &["4097", "100000", "4294967295", "4294967296"];
 /// A flag and the values it may get (`None`: a switch).
 type Flag = (&'static str, Option<&'static [&'static str]>);
 
+/// Profile files with fields that overflow or truncate (issue 27): written by
+/// [`write_profiles`] before the first run.
+const PROFILE_OVERFLOW: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/fuzz-profile-overflow.toml");
+const PROFILE_TRUNCATE: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/fuzz-profile-truncate.toml");
+const PROFILE_HUGE_COST: &str =
+    concat!(env!("CARGO_TARGET_TMPDIR"), "/fuzz-profile-huge-cost.toml");
+const PROFILE_ESCAPE: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/fuzz-profile-escape.toml");
+
+/// A built-in profile with one line replaced, for each of the files above.
+fn write_profiles() {
+    let src = include_str!("../../usermm/src/vtime/profiles/haswell-ep-2s.toml");
+    for (path, from, to) in [
+        (
+            PROFILE_OVERFLOW,
+            "sockets = 2",
+            "sockets = 18446744073709551616",
+        ),
+        (PROFILE_TRUNCATE, "sockets = 2", "sockets = 4294967298"),
+        (PROFILE_HUGE_COST, "ns = 188.0", "ns = 1e300"),
+        (
+            PROFILE_ESCAPE,
+            "name = \"haswell-ep-2s\"",
+            "name = \"\\u001b[2Jx\"",
+        ),
+    ] {
+        assert!(src.contains(from), "{from} is no longer in the profile");
+        std::fs::write(path, src.replacen(from, to, 1)).expect("write a fuzz profile");
+    }
+}
+
 const ENGINE: &[Flag] = &[
+    // Issue 27: the clock and the profile, with their hostile shapes.
+    ("--time", Some(&["virtual", "wall", "x"])),
+    (
+        "--profile",
+        Some(&[
+            "haswell-ep-2s",
+            "nope",
+            "\u{1b}[31m",
+            PROFILE_OVERFLOW,
+            PROFILE_TRUNCATE,
+            PROFILE_HUGE_COST,
+            PROFILE_ESCAPE,
+        ]),
+    ),
+    (
+        "--scale-cost",
+        Some(&[
+            "zap_pte=1.5",
+            "zap_pte=1e-300",
+            "zap_pte=1e300",
+            "user_line=4",
+            "user_miss=0.001",
+            "nope=2",
+            "x",
+        ]),
+    ),
     (
         "--mem",
         Some(&["64M", "256M", "1G", "2G", "0", "1", "x", "1T"]),
@@ -103,6 +165,13 @@ const ENGINE: &[Flag] = &[
             "gather.max_batch_count=4294967295",
             "munmap.downgrade_min_bytes=0xffffffffffffffff",
             "pcpu.empty_pop_pages_high=4294967295",
+            // Issue 27: unaligned first-chunk sizes indexed past the allocation map at boot;
+            // an unbounded empty-page target ran for minutes.
+            "pcpu.static_size=1",
+            "pcpu.static_size=4097",
+            "pcpu.reserved_size=2",
+            "pcpu.reserved_size=4095",
+            "pcpu.empty_pop_pages_high=100000",
             "max_map_count=4294967295",
         ]),
     ),
@@ -133,6 +202,29 @@ const USEMEM: &[Flag] = &[
     ("--madv-thp", None),
     ("--ab", None),
     ("--random-seed", Some(NUMS)),
+    ("--show-addr", None),
+    // Issue 27: time- and signal-based options; with any of them the run is forced into
+    // virtual time (see `VIRTUAL_ONLY`), where each either runs to its end or is refused.
+    ("-e", Some(&["1", "1u", "2000m", "0"])),
+    ("-T", Some(&["1", "0", "-1"])),
+    ("-Z", None),
+    ("-W", None),
+    ("--write-signal-write", None),
+    ("--write-signal-madv-thp", None),
+    ("--signal-fork", None),
+    ("--signal-loop", None),
+];
+
+/// usemem's options that wait on the host (a signal, a kill, a delay that never ends, the
+/// wall clock's seconds): a command line with one of them gets `--time virtual`.
+const VIRTUAL_ONLY: &[&str] = &[
+    "-e",
+    "-T",
+    "-W",
+    "--write-signal-write",
+    "--write-signal-madv-thp",
+    "--signal-fork",
+    "--signal-loop",
 ];
 
 const BIGFREE: &[Flag] = &[
@@ -228,6 +320,18 @@ fn argv() -> impl Strategy<Value = Vec<String>> {
                     v.push(values[val.index(values.len())].to_string());
                 }
             }
+            if name == "usemem" && v.iter().any(|a| VIRTUAL_ONLY.contains(&a.as_str())) {
+                // Whatever --time the picks had (and its value), virtual time decides.
+                let mut i = 0;
+                while i < v.len() {
+                    if v[i] == "--time" {
+                        v.drain(i..(i + 2).min(v.len()));
+                    } else {
+                        i += 1;
+                    }
+                }
+                v.extend(["--time".into(), "virtual".into()]);
+            }
             if json {
                 v.push("--json".into());
             }
@@ -237,6 +341,7 @@ fn argv() -> impl Strategy<Value = Vec<String>> {
 
 #[test]
 fn any_command_line_ends_in_0_1_or_2_without_a_panic() {
+    write_profiles();
     usermm_testscale::prop::check("cli_fuzz::any_command_line", file!(), 48, argv(), |args| {
         let out = Command::new(env!("CARGO_BIN_EXE_usermm"))
             .args(&args)

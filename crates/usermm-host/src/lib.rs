@@ -64,3 +64,4 @@ pub mod usemem;
 
 pub use backend::HostBackend;
 pub use error::HostError;
+pub use sys::try_lock_exclusive;

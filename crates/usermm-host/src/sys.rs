@@ -532,3 +532,22 @@ pub(crate) fn read_small_file(path: &CStr, buf: &mut [u8]) -> Result<usize, i32>
     close(fd);
     Ok(have)
 }
+
+/// `flock(fd, LOCK_EX | LOCK_NB)` on `file`: `Ok(true)` when this open file now holds the
+/// exclusive advisory lock (released when it is closed), `Ok(false)` when another holds it.
+/// (`File::try_lock` needs Rust 1.89; the workspace's MSRV is older.)
+pub fn try_lock_exclusive(file: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock only reads its two integer arguments; the fd is open for as long as
+    // `file` is borrowed.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}

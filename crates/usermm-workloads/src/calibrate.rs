@@ -123,6 +123,7 @@ pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
         ("munmap_full_4k", &f.munmap_full_paired_4k),
         ("zero_fault_4k", &f.zero_read_fault_4k),
         ("clear_bytes_per_ns", &f.clear_bandwidth),
+        ("dram_latency_ns", &f.dram_latency),
         ("syscall_ns", &f.syscall),
         ("line_transfer_ns", &f.cacheline_transfer),
         ("lock_xadd_ns", &f.atomic_rmw),
@@ -336,6 +337,14 @@ fn cost_formula(key: &str) -> (String, &'static str) {
         "workqueue_wake" => ("workqueue_wake_ns".into(), "assumption (see inputs.workqueue_wake_ns)"),
         "syscall" => ("syscall_ns".into(), "getppid measured here"),
         "vma_modify" => ("vma_modify_ns".into(), "assumption (see inputs.vma_modify_ns); deducted from zap_pte"),
+        "user_line" => (
+            "clear_bytes_per_ns".into(),
+            "a user-space walk streams its lines at the memset bandwidth measured here",
+        ),
+        "user_miss" => (
+            "dram_latency_ns".into(),
+            "a random user access misses every cache: the DRAM latency measured here",
+        ),
         _ => ("0".into(), "unknown to this version of usermm calibrate: not priced"),
     };
     (f, why)
@@ -520,7 +529,6 @@ pub fn this_host_profile(c: &HostCalibration) -> String {
         ("write_fault_4k", &f.write_fault_4k),
         ("huge_zero_read_fault", &f.huge_zero_read_fault),
         ("thp_write_fault", &f.thp_write_fault),
-        ("dram_latency", &f.dram_latency),
     ] {
         let _ = writeln!(
             t,

@@ -179,6 +179,7 @@ pub fn this_host_machine(profile: &str, bytes: u64) -> MachineConfig {
         time: TimeConfig {
             mode: TimeMode::Virtual,
             profile: profile.into(),
+            scale: Vec::new(),
         },
         ..MachineConfig::default()
     };

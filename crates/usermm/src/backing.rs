@@ -462,6 +462,20 @@ impl Backing {
             return;
         }
         let src = &self.bytes(pfn)[off..off + buf.len()];
+        if off.is_multiple_of(8) {
+            // Whole words first, one 8-byte load each (the bytes a byte-wise copy reads).
+            let t = &self.table(pfn)[off / 8..];
+            let mut chunks = buf.chunks_exact_mut(8);
+            for (d, w) in (&mut chunks).zip(t) {
+                d.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+            }
+            let tail = chunks.into_remainder();
+            let done = src.len() - tail.len();
+            for (d, s) in tail.iter_mut().zip(&src[done..]) {
+                *d = s.load(Ordering::Relaxed);
+            }
+            return;
+        }
         for (d, s) in buf.iter_mut().zip(src) {
             *d = s.load(Ordering::Relaxed);
         }
@@ -473,9 +487,57 @@ impl Backing {
             return;
         }
         let dst = &self.bytes(pfn)[off..off + data.len()];
+        if off.is_multiple_of(8) {
+            // Whole words first, one 8-byte store each (the bytes a byte-wise copy stores).
+            let t = &self.table(pfn)[off / 8..];
+            let chunks = data.chunks_exact(8);
+            let tail = chunks.remainder();
+            for (s, w) in chunks.zip(t) {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(s);
+                w.store(u64::from_ne_bytes(b), Ordering::Relaxed);
+            }
+            let done = data.len() - tail.len();
+            for (d, s) in dst[done..].iter().zip(tail) {
+                d.store(*s, Ordering::Relaxed);
+            }
+            return;
+        }
         for (d, s) in dst.iter().zip(data) {
             d.store(*s, Ordering::Relaxed);
         }
+    }
+
+    /// Store `value(w)` into each 8-byte word `w` of `words` (word indexes in the frame,
+    /// every `step`-th from the start) of a data frame: a user walk's stores, one 8-byte
+    /// atomic store each (dropped when sparse). The same bytes as [`Backing::write`] of each
+    /// word's native-endian bytes.
+    pub fn write_words(
+        &self,
+        pfn: Pfn,
+        words: std::ops::Range<usize>,
+        step: usize,
+        value: impl Fn(usize) -> u64,
+    ) {
+        if self.mode == BackingMode::Sparse {
+            return;
+        }
+        let t = self.table(pfn);
+        for w in words.step_by(step.max(1)) {
+            t[w].store(value(w), Ordering::Relaxed);
+        }
+    }
+
+    /// Load each 8-byte word `w` of `words` (every `step`-th) of a data frame: a user walk's
+    /// loads; their xor, so that they are not optimised away (0 when sparse).
+    pub fn read_words(&self, pfn: Pfn, words: std::ops::Range<usize>, step: usize) -> u64 {
+        if self.mode == BackingMode::Sparse {
+            return 0;
+        }
+        let t = self.table(pfn);
+        words
+            .step_by(step.max(1))
+            .fold(0, |acc, w| acc ^ t[w].load(Ordering::Relaxed))
     }
 
     /// Copy a whole data frame (copy-on-write). `dst` is owned exclusively by the caller.

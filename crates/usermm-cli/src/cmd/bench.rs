@@ -225,6 +225,22 @@ pub fn opts(args: &BenchArgs) -> anyhow::Result<BenchOpts> {
     if args.engine.backing.is_some() {
         return usage("bench: --backing is the bench's own (it runs one machine of each)");
     }
+    // The bench times the engine's own code on this host: a modelled clock would only
+    // print host times under a model's label.
+    let t = &args.engine.time;
+    if t.is_virtual() || t.profile.is_some() || !t.scale_cost.is_empty() {
+        return usage(
+            "bench: --time virtual, --profile and --scale-cost do not apply: the bench \
+             measures the engine's speed on this host (wall time only)",
+        );
+    }
+    // Both the full-backing machine and the host kernel write --size of this host's memory.
+    super::check_host_memory(args.size, || {
+        format!(
+            "bench: --size {}: the full-backing machine and the host kernel each populate it",
+            human_bytes(args.size)
+        )
+    })?;
     let mut opts = BenchOpts::new(args.size);
     opts.repeat = args.repeat;
     opts.only = args.only;

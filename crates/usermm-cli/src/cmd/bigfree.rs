@@ -138,7 +138,26 @@ pub fn opts(args: &BigfreeArgs) -> anyhow::Result<BigfreeOpts> {
         args.engine.cpus,
         args.engine.nodes,
     );
-    let mut base = args.engine.to_config(defaults)?;
+    let default_cpus = defaults.cpus;
+    let mut base = match args.engine.to_config(defaults) {
+        Ok(c) => c,
+        // The default machine's CPU count comes from --max-active: say so, not "cpus".
+        Err(e) if args.engine.cpus.is_none() => {
+            let msg = e.to_string();
+            match msg.strip_prefix("cpus: ") {
+                Some(rest) => {
+                    let list: Vec<String> = args.max_active.iter().map(u32::to_string).collect();
+                    return usage(format!(
+                        "--max-active {}: the default machine gets {default_cpus} CPUs for it \
+                         ({rest}); pass a shorter --max-active, or --cpus",
+                        list.join(",")
+                    ));
+                }
+                None => return Err(e),
+            }
+        }
+        Err(e) => return Err(e),
+    };
     // In virtual time, the seed's machine: all the profile's CPUs and nodes, RAM in the seed's
     // proportion (unless the flags say otherwise).
     bigfree::fit_seed_machine(

@@ -52,6 +52,8 @@ pub fn emit<R: Serialize>(
     }
 }
 
+pub use crate::args::check_host_memory;
+
 /// Boot a machine, turning a configuration the engine rejects into a usage error.
 pub fn boot(config: usermm::MachineConfig) -> anyhow::Result<std::sync::Arc<usermm::Machine>> {
     use usermm::machine::MachineError;

@@ -67,13 +67,36 @@ impl MunmapTestArgs {
                 human_bytes(MAX_MEM_BYTES)
             ));
         }
-        let machine = self
-            .engine
-            .to_config(default_machine(self.size, faulters))?;
+        // Each faulter is a host thread (its stack) and an emulated CPU's state: about
+        // 2 MiB of host memory each (4095 faulters took 6.6 GB).
+        super::check_host_memory(u64::from(faulters).saturating_mul(2 << 20), || {
+            format!("--faulters {faulters}: each is a host thread and an emulated CPU")
+        })?;
+        let defaults = default_machine(self.size, faulters);
+        let default_cpus = defaults.cpus;
+        let machine = match self.engine.to_config(defaults) {
+            Ok(m) => m,
+            // The default machine's CPU count comes from --faulters: say so, not "cpus".
+            Err(e) if self.engine.cpus.is_none() && e.to_string().starts_with("cpus: ") => {
+                let msg = e.to_string();
+                return usage(format!(
+                    "--faulters {faulters}: the default machine gets {default_cpus} CPUs for them \
+                     ({}); pass fewer --faulters",
+                    msg.trim_start_matches("cpus: ")
+                ));
+            }
+            Err(e) => return Err(e),
+        };
         if machine.mem < need {
+            let mem = match self.engine.mem {
+                Some(m) => format!("--mem {}", human_bytes(m)),
+                None => format!(
+                    "mem {} (set by --set or --preset)",
+                    human_bytes(machine.mem)
+                ),
+            };
             return usage(format!(
-                "--mem {} is too small for SIZE {} and the faulters' VMAs (need ≥ {})",
-                human_bytes(machine.mem),
+                "{mem} is too small for SIZE {} and the faulters' VMAs (need ≥ {})",
                 human_bytes(self.size),
                 human_bytes(need.next_multiple_of(1 << 20))
             ));

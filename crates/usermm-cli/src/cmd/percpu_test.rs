@@ -10,7 +10,8 @@ use usermm::MachineConfig;
 use usermm_workloads::percpu_test::{self, PercpuAbResult, PercpuTestOpts, MEM_CGROUP_ID_MAX};
 use usermm_workloads::seeds;
 
-use crate::args::{EngineArgs, GlobalArgs};
+use crate::args::{usage, EngineArgs, GlobalArgs};
+use crate::report::format::human_bytes;
 use crate::report::Table;
 
 /// `--cgroups NxM`: N parent cgroups, each with M children (the seed: 1000x10 = 11 000 cgroups,
@@ -193,10 +194,43 @@ pub fn table(r: &PercpuAbResult) -> Table {
     t
 }
 
+/// Most cgroups × CPUs one run allocates percpu memory for (each cgroup populates its
+/// units on every CPU, twice: vanilla and patched): the seed's 11 000 cgroups on 512 CPUs,
+/// 16 s in a release build and under a minute in a debug one (1024 CPUs took 78 s there;
+/// 4096 ran for minutes without a line).
+pub const MAX_CGROUP_CPUS: u64 = 11_000 * 512;
+
 pub fn run(args: &PercpuTestArgs, g: &GlobalArgs) -> anyhow::Result<()> {
+    let cpus = u64::from(args.opts().cpus());
+    let work = args.cgroups.total().saturating_mul(cpus);
+    if work > MAX_CGROUP_CPUS {
+        return usage(format!(
+            "--cpus {cpus} with --cgroups {}: {} cgroups on {cpus} CPUs is {work} cgroup-CPUs of \
+             percpu work, at most {MAX_CGROUP_CPUS} (the seed's script on 512 CPUs); lower \
+             --cpus or --cgroups",
+            args.cgroups,
+            args.cgroups.total()
+        ));
+    }
     let mut defaults = MachineConfig::default();
     defaults.time.profile = percpu_test::DEFAULT_PROFILE.into();
+    // The default machine is sized from the script (its CPUs and cgroups), before the flags.
+    defaults = args.opts().machine_config(&defaults);
     let cfg = args.engine.to_config(defaults)?;
+    // The machine is sized from the script when --mem is left out; a --mem given is kept.
+    if let Some(mem) = args.engine.mem {
+        let need = args.opts().machine_config(&cfg).mem;
+        if need > mem {
+            return usage(format!(
+                "--mem {}: {} cgroups on {} CPUs need at least {} of percpu and slack; \
+                 raise --mem or leave it out (or lower --cpus or --cgroups)",
+                human_bytes(mem),
+                args.cgroups.total(),
+                args.opts().cpus(),
+                human_bytes(need)
+            ));
+        }
+    }
     let r = percpu_test::run_ab(&args.opts(), &cfg).map_err(|e| anyhow!("percpu-test: {e}"))?;
     super::emit(g, &r, |r| {
         format!(

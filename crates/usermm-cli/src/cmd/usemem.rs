@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex};
 
 use clap::{ArgAction, Args, CommandFactory, Parser};
 use serde::Serialize;
-use usermm::config::{BackingMode, MachineConfig, ThpMode, TimeConfig, MAX_MEM_BYTES};
+use usermm::config::{BackingMode, MachineConfig, ThpMode, TimeConfig, TimeMode, MAX_MEM_BYTES};
 use usermm::stats::VmItem;
 use usermm_workloads::usemem::{
     self, host::HostPlatform, memparse, Capture, Hooks, Io, Parsed, StdIo, UsememOpts,
@@ -291,10 +291,12 @@ pub fn busybox() -> Option<ExitCode> {
         Err(e) => {
             eprintln!(
                 "usermm: error: {}",
-                format!("{e:#}")
-                    .split_whitespace()
-                    .collect::<Vec<_>>()
-                    .join(" ")
+                crate::args::visible(
+                    &format!("{e:#}")
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                )
             );
             if e.downcast_ref::<UsageError>().is_some() {
                 2
@@ -339,6 +341,13 @@ fn run_usemem(
     let posixly = std::env::var_os("POSIXLY_CORRECT").is_some();
     let opts = preview(args);
     if own.host {
+        let t = &own.engine.time;
+        if t.is_virtual() || t.profile.is_some() || !t.scale_cost.is_empty() {
+            return usage(
+                "usemem --host: --time virtual, --profile and --scale-cost do not apply: \
+                 the host kernel runs on the wall clock",
+            );
+        }
         if opts.uses_sigusr1() {
             usermm_host::usemem::block_sigusr1();
         }
@@ -376,6 +385,33 @@ fn run_usemem(
             (true, Some(u)) => UsageError(format!("{u} (from USERMM_* variables)")).into(),
             _ => e,
         })?;
+    if config.backing == BackingMode::Full {
+        // What the walks write is host memory with full backing (one copy per worker, and
+        // the parent's with --prealloc).
+        let copies = opts
+            .workers()
+            .max(1)
+            .saturating_add(u64::from(opts.prealloc));
+        let data = if opts.readonly && !opts.shm_lock {
+            0
+        } else {
+            opts.size.min(config.mem)
+        };
+        super::check_host_memory(copies.saturating_mul(data).min(config.mem), || {
+            format!(
+                "usemem: SIZE {} × {copies} cop(ies) on full backing writes into this host's \
+                 memory (pass --backing sparse)",
+                human_bytes(opts.size)
+            )
+        })?;
+    }
+    if config.time.mode == TimeMode::Virtual {
+        if let Some(what) = opts.waits_outside() {
+            return usage(format!(
+                "usemem: {what}; a virtual run has no sender and no host clock: use --time wall"
+            ));
+        }
+    }
     if own.ab {
         return run_ab(name, args, config, json, &help);
     }
@@ -427,8 +463,9 @@ pub struct UsememAb {
 
 #[derive(Debug, Serialize)]
 pub struct AbRatio {
-    /// patched throughput / vanilla throughput.
-    pub throughput: f64,
+    /// patched throughput / vanilla throughput; `None` when vanilla's is 0 (nothing walked:
+    /// `usemem 0`, or a run that failed), where a ratio means nothing.
+    pub throughput: Option<f64>,
     /// Global huge-zero refcount operations per mm, vanilla and patched.
     pub global_ops_per_mm_vanilla: f64,
     pub global_ops_per_mm_patched: f64,
@@ -483,7 +520,8 @@ fn run_ab(
     let (vanilla, vout) = one(false)?;
     let (patched, pout) = one(true)?;
     let ratio = AbRatio {
-        throughput: patched.throughput_kbps as f64 / vanilla.throughput_kbps.max(1) as f64,
+        throughput: (vanilla.throughput_kbps != 0)
+            .then(|| patched.throughput_kbps as f64 / vanilla.throughput_kbps as f64),
         global_ops_per_mm_vanilla: vanilla.huge_zero.ops_per_mm,
         global_ops_per_mm_patched: patched.huge_zero.ops_per_mm,
         faults_vanilla: vanilla.vmstat_delta.get(VmItem::Pgfault),
@@ -507,10 +545,16 @@ fn run_ab(
         s += &pout;
         s += &render_summary("vanilla", &rec.vanilla);
         s += &render_summary("patched", &rec.patched);
-        s += &format!(
-            "throughput ratio patched/vanilla: {:.3}, {}\n",
-            rec.ratio.throughput, rec.ratio.time
-        );
+        s += &match rec.ratio.throughput {
+            Some(r) => format!(
+                "throughput ratio patched/vanilla: {r:.3}, {}\n",
+                rec.ratio.time
+            ),
+            None => format!(
+                "throughput ratio patched/vanilla: none (vanilla walked nothing), {}\n",
+                rec.ratio.time
+            ),
+        };
         if let (Some(v), Some(p)) = (
             rec.ratio.huge_zero_line_share_vanilla,
             rec.ratio.huge_zero_line_share_patched,

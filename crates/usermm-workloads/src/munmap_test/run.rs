@@ -42,6 +42,11 @@ pub(super) fn window_of(before: u32, after: u32) -> Option<usize> {
     }
 }
 
+/// ns of the interval `[start, end)` inside the window `[ws, we)`.
+pub(super) fn clipped((start, end): (u64, u64), (ws, we): (u64, u64)) -> u64 {
+    end.min(we).saturating_sub(start.max(ws))
+}
+
 fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(HIST_LOW_NS, HIST_HIGH_NS, HIST_SIGFIG)
         .expect("constant bounds are valid")
@@ -52,7 +57,9 @@ struct FaulterHists {
     faults: [Histogram<u64>; 3],
     madvise: [Histogram<u64>; 3],
     errors: [u64; 3],
-    stalled: [u64; 3],
+    /// Each access of at least [`STALL_NS`]: its window, start and end (clock ns), clipped to
+    /// the window's bounds once the run knows them.
+    stalls: Vec<(usize, u64, u64)>,
 }
 
 fn ns_since(t: Ktime) -> u64 {
@@ -94,7 +101,7 @@ fn faulter(task: Task, base: u64, len: u64, shared: Shared<'_>) -> FaulterHists 
         faults: [histogram(), histogram(), histogram()],
         madvise: [histogram(), histogram(), histogram()],
         errors: [0; 3],
-        stalled: [0; 3],
+        stalls: Vec::new(),
     };
     let mm = Arc::clone(task.mm());
     started.wait();
@@ -113,7 +120,9 @@ fn faulter(task: Task, base: u64, len: u64, shared: Shared<'_>) -> FaulterHists 
                 }
                 h.faults[w].saturating_record(ns.max(1));
                 h.errors[w] += u64::from(r.is_err());
-                h.stalled[w] += if ns >= STALL_NS { ns } else { 0 };
+                if ns >= STALL_NS {
+                    h.stalls.push((w, t.as_ns(), t.as_ns().saturating_add(ns)));
+                }
             }
             value = value.wrapping_add(1);
             addr += PAGE_SIZE;
@@ -126,7 +135,9 @@ fn faulter(task: Task, base: u64, len: u64, shared: Shared<'_>) -> FaulterHists 
         if let Some(w) = window_of(before, after) {
             h.madvise[w].saturating_record(ns.max(1));
             h.errors[w] += u64::from(r.is_err());
-            h.stalled[w] += if ns >= STALL_NS { ns } else { 0 };
+            if ns >= STALL_NS {
+                h.stalls.push((w, t.as_ns(), t.as_ns().saturating_add(ns)));
+            }
         }
     }
     h
@@ -235,6 +246,8 @@ fn run_on(
     let mut lock_munmap = MmapLockStats::default();
     let mut vma_lock = VmaLockEvents::default();
     let mut windows_ns = [0u64; 3];
+    // Each window's start and end on the clock, to clip the stalls that straddle one.
+    let mut bounds = [(0u64, 0u64); 3];
     let hists: Vec<std::thread::Result<FaulterHists>> = thread::scope(|s| {
         let handles: Vec<_> = vmas
             .iter()
@@ -270,6 +283,7 @@ fn run_on(
         wait_for_baseline_faults(&baseline_faults, u64::from(opts.faulters));
         phase.store(PH_LOADED, Ordering::Release);
         windows_ns[0] = ns_since(t);
+        bounds[0] = (t.as_ns(), t.as_ns() + windows_ns[0]);
         lock_baseline = lock.stats();
         if loaded_baseline {
             let burn_stop = AtomicBool::new(false);
@@ -280,6 +294,7 @@ fn run_on(
                 burn_stop.store(true, Ordering::Relaxed);
             });
             windows_ns[1] = ns_since(t);
+            bounds[1] = (t.as_ns(), t.as_ns() + windows_ns[1]);
         }
         lock.reset_stats();
         let vm0 = machine.vmstat_snapshot();
@@ -288,6 +303,7 @@ fn run_on(
         unmap = mm.munmap_stats(cpu0, big, opts.size);
         phase.store(PH_AFTER, Ordering::Release);
         windows_ns[2] = ns_since(t);
+        bounds[2] = (t.as_ns(), t.as_ns() + windows_ns[2]);
         lock_munmap = lock.stats();
         let d = machine.vmstat_snapshot().since(&vm0);
         vma_lock = VmaLockEvents {
@@ -310,7 +326,11 @@ fn run_on(
             faults[w].add(&h.faults[w]).expect("same bounds");
             madvise[w].add(&h.madvise[w]).expect("same bounds");
             errors[w] += h.errors[w];
-            stalled[w] += h.stalled[w];
+        }
+        // Only the part of a stall inside its window counts (one straddling the window's
+        // start or end was counted whole, past 100 % of the window).
+        for &(w, start, end) in &h.stalls {
+            stalled[w] += clipped((start, end), bounds[w]);
         }
     }
     let window = |w: usize| Window {

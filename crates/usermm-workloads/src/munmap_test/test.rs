@@ -1,4 +1,4 @@
-use super::run::{window_of, PH_AFTER, PH_BASELINE, PH_LOADED, PH_MUNMAP, PH_WARMUP};
+use super::run::{clipped, window_of, PH_AFTER, PH_BASELINE, PH_LOADED, PH_MUNMAP, PH_WARMUP};
 use super::*;
 
 #[test]
@@ -61,4 +61,15 @@ fn virtual_per_vma_faults_take_their_vma_lock_during_the_munmap() {
         "only munmap's own read hold"
     );
     assert_eq!(r.vanilla.runs[0].vma_lock, VmaLockEvents::default());
+}
+
+/// Issue 27 item 9: a stall straddling a window counted whole (faulters "stalled" 100-340 %
+/// of the window); only its part inside the window counts.
+#[test]
+fn stalls_are_clipped_to_their_window() {
+    let window = (1_000, 2_000);
+    assert_eq!(clipped((500, 5_000), window), 1_000);
+    assert_eq!(clipped((1_500, 1_700), window), 200);
+    assert_eq!(clipped((100, 900), window), 0);
+    assert_eq!(clipped((1_900, 3_000), window), 100);
 }

@@ -251,6 +251,49 @@ impl UsememOpts {
             || self.signal_fork
     }
 
+    /// The option that makes a run wait for something from outside — SIGUSR1, or a kill
+    /// to end a loop or a sleep — which a virtual run, with no host clock and no sender,
+    /// cannot get: `None` when nothing does.
+    pub fn waits_outside(&self) -> Option<&'static str> {
+        [
+            (
+                self.write_signal_read,
+                "-W (--write-signal-read) waits for SIGUSR1",
+            ),
+            (
+                self.write_signal_write,
+                "--write-signal-write waits for SIGUSR1",
+            ),
+            (
+                self.write_signal_madv_thp,
+                "--write-signal-madv-thp waits for SIGUSR1",
+            ),
+            (
+                self.punch_holes_signal,
+                "--signal-punch-holes waits for SIGUSR1",
+            ),
+            (self.signal_fork, "--signal-fork waits for SIGUSR1"),
+            (
+                self.signal_loop,
+                "--signal-loop repeats until the process is killed",
+            ),
+            (
+                self.sleep_secs == i32::MAX,
+                "a negative -s sleeps until the process is killed",
+            ),
+            (
+                self.getchar,
+                "-g reads its menu from stdin, which virtual time cannot wait on",
+            ),
+            (
+                self.delay_ns >= 1_000_000_000,
+                "an -e of a second or more never ends (usemem compares the clock's nanoseconds)",
+            ),
+        ]
+        .into_iter()
+        .find_map(|(on, what)| on.then_some(what))
+    }
+
     /// The write-then-signal modes that suppress the first throughput line.
     pub fn signal_phase(&self) -> bool {
         self.write_signal_read || self.write_signal_write || self.write_signal_madv_thp

@@ -187,7 +187,26 @@ pub struct TimeConfig {
     /// path of a profile file; used in virtual mode only (a wall machine ignores it).
     #[serde(default)]
     pub profile: String,
+    /// `--scale-cost`: named costs of the profile multiplied, in order, when the machine
+    /// resolves it ([`Profile::scaled`]): the scaled profile lives in memory only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scale: Vec<ScaleCost>,
 }
+
+/// One named cost of the profile multiplied by a factor (`--scale-cost KEY=FACTOR`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScaleCost {
+    pub key: String,
+    pub factor: f64,
+}
+
+impl PartialEq for ScaleCost {
+    fn eq(&self, o: &Self) -> bool {
+        self.key == o.key && self.factor.to_bits() == o.factor.to_bits()
+    }
+}
+
+impl Eq for ScaleCost {}
 
 impl TimeConfig {
     /// How a report labels this machine's times: `measured (this host)` or
@@ -317,6 +336,13 @@ impl std::fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// `PCPU_MIN_ALLOC_SIZE`, restated here (config is below pcpu; `pcpu`'s tests hold the two
+/// equal): the first chunk's sizes are counted in these units.
+pub const PCPU_MIN_ALLOC_SIZE: u64 = 4;
+
+/// Most empty populated pages `pcpu.empty_pop_pages_high` may ask the balance work to keep.
+pub const MAX_EMPTY_POP_PAGES: u64 = 1024;
 
 fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
     Err(ConfigError(msg.into()))
@@ -582,8 +608,8 @@ impl MachineConfig {
         }
         if self.nodes == 0 || self.nodes > MAX_NODES || self.nodes > self.cpus {
             return err(format!(
-                "nodes must be 1..={} and at most cpus, got {}",
-                MAX_NODES, self.nodes
+                "nodes must be 1..={} and at most cpus ({}), got {}",
+                MAX_NODES, self.cpus, self.nodes
             ));
         }
         let per_node = self.mem / self.nodes as u64;
@@ -628,6 +654,32 @@ impl MachineConfig {
         if p.unit_size == 0 || !p.unit_size.is_multiple_of(PAGE_SIZE) || p.unit_size > (64 << 20) {
             return err("pcpu.unit_size must be a non-zero multiple of 4 KiB, at most 64 MiB");
         }
+        // pcpu_setup_first_chunk: the first chunk's regions are counted in
+        // PCPU_MIN_ALLOC_SIZE units of its allocation map.
+        let unit = PCPU_MIN_ALLOC_SIZE;
+        for (key, v) in [
+            ("pcpu.static_size", p.static_size),
+            ("pcpu.reserved_size", p.reserved_size),
+        ] {
+            if !v.is_multiple_of(unit) {
+                return err(format!(
+                    "{key} must be a multiple of {unit} bytes (PCPU_MIN_ALLOC_SIZE), got {v}"
+                ));
+            }
+        }
+        // The first chunk holds one unit per CPU; with the machine's other boot-time
+        // allocations it must leave at least half of mem.
+        let units = u64::from(self.cpus).saturating_mul(p.unit_size);
+        if units > self.mem / 2 {
+            let need = units.saturating_mul(2).div_ceil(1 << 20);
+            return err(format!(
+                "mem {} MiB is too small for {} CPUs: their percpu first chunk is cpus × \
+                 pcpu.unit_size = {} MiB, and mem must be at least twice that ({need} MiB)",
+                self.mem >> 20,
+                self.cpus,
+                units >> 20
+            ));
+        }
         let first_chunk = p.static_size.checked_add(p.reserved_size);
         if first_chunk.is_none_or(|b| b >= p.unit_size) {
             return err(format!(
@@ -637,6 +689,19 @@ impl MachineConfig {
         }
         if p.empty_pop_pages_low > p.empty_pop_pages_high {
             return err("pcpu.empty_pop_pages_low must be ≤ pcpu.empty_pop_pages_high");
+        }
+        // The balance work keeps up to `high` empty pages populated in every CPU's unit: at
+        // most MAX_EMPTY_POP_PAGES (the kernel keeps 4), and no more than half of mem.
+        let high = u64::from(p.empty_pop_pages_high);
+        let pop_bytes = high
+            .saturating_mul(u64::from(self.cpus))
+            .saturating_mul(PAGE_SIZE);
+        if high > MAX_EMPTY_POP_PAGES || pop_bytes > self.mem / 2 {
+            return err(format!(
+                "pcpu.empty_pop_pages_high must be at most {MAX_EMPTY_POP_PAGES} pages, and \
+                 that many pages on each of the {} CPUs at most half of mem, got {}",
+                self.cpus, p.empty_pop_pages_high
+            ));
         }
         if self.tlb.flush_cost_ns > MAX_TLB_FLUSH_COST_NS {
             return err(format!(
@@ -663,8 +728,13 @@ impl MachineConfig {
             ));
         }
         // ProfileError names its field as `profile ...`; here that field is `time.profile`.
-        let p =
+        let mut p =
             Profile::resolve(&self.time.profile).map_err(|e| ConfigError(format!("time.{e}")))?;
+        for s in &self.time.scale {
+            p = p
+                .scaled(&s.key, s.factor)
+                .map_err(|e| ConfigError(format!("time.scale {}={:?}: {e}", s.key, s.factor)))?;
+        }
         Placement::new(&p, usize::from(self.cpus), usize::from(self.nodes))
             .map_err(|e| ConfigError(e.to_string()))?;
         Ok(Some(Arc::new(p)))

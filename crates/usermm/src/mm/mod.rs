@@ -575,6 +575,21 @@ impl Task {
                 if backing.mode() == crate::config::BackingMode::Sparse {
                     return;
                 }
+                if first.is_multiple_of(8) && step.is_multiple_of(8) {
+                    // Whole words: one 8-byte store or load each.
+                    let w0 = (first % PAGE_SIZE) as usize / 8;
+                    let w1 = w0 + (n as usize - 1) * (step / 8) as usize + 1;
+                    // The walk's index of the page's word 0 (wrapping: before `start`).
+                    let page_word = ((first - start) / 8).wrapping_sub(w0 as u64);
+                    if write {
+                        backing.write_words(pfn, w0..w1, (step / 8) as usize, |w| {
+                            value(page_word.wrapping_add(w as u64))
+                        });
+                    } else {
+                        std::hint::black_box(backing.read_words(pfn, w0..w1, (step / 8) as usize));
+                    }
+                    return;
+                }
                 let mut x = first;
                 while x < stop {
                     let off = (x % PAGE_SIZE) as usize;

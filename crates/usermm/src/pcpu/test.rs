@@ -41,6 +41,12 @@ mod test_utils {
 
 use test_utils::*;
 
+/// The config restates PCPU_MIN_ALLOC_SIZE (it sits below pcpu): the two must agree.
+#[test]
+fn config_restates_the_min_alloc_size() {
+    assert_eq!(crate::config::PCPU_MIN_ALLOC_SIZE, PCPU_MIN_ALLOC_SIZE);
+}
+
 mod geometry {
     use super::*;
 

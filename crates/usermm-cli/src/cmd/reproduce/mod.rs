@@ -15,6 +15,7 @@ mod huge_zero;
 mod munmap;
 mod percpu;
 mod sides;
+mod staging;
 
 pub use experiment::{Outcome, Scale};
 
@@ -114,7 +115,10 @@ impl<R> Outcome<R> {
 #[derive(Debug, Serialize)]
 pub struct Results {
     pub scale: Scale,
-    pub wall_seconds: f64,
+    /// The run's host time; left out of a virtual-time run, whose every figure is modelled
+    /// (two identical runs give the same bytes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wall_seconds: Option<f64>,
     pub host_facts: HostFacts,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bigfree: Option<sides::BigfreePair>,
@@ -182,12 +186,13 @@ impl Results {
 }
 
 pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
-    let out = &args.out;
-    std::fs::create_dir_all(out)?;
+    // Everything is written beside --out and renamed into place when complete.
+    let staging = staging::Staging::begin(&args.out)?;
+    let out = staging.dir();
     let t0 = std::time::Instant::now();
     let mut results = Results {
         scale: args.scale,
-        wall_seconds: 0.0,
+        wall_seconds: None,
         host_facts: usermm_host::facts::facts(),
         bigfree: None,
         huge_zero: None,
@@ -288,7 +293,10 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     if let Some(v) = &host_verdict {
         summary += &format!("- **host check** (the this-host profile against this host): {v}\n");
     }
-    summary += &format!("\nTotal run time: {:.0} s.\n", t0.elapsed().as_secs_f64());
+    let modelled_only = args.time.is_virtual();
+    if !modelled_only {
+        summary += &format!("\nTotal run time: {:.0} s.\n", t0.elapsed().as_secs_f64());
+    }
     if !g.json {
         println!("== {} ==", comparison.heading);
         for t in &comparison.tables {
@@ -308,7 +316,7 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     ];
     all.extend(host_section);
     all.extend(sections);
-    results.wall_seconds = t0.elapsed().as_secs_f64();
+    results.wall_seconds = (!modelled_only).then(|| t0.elapsed().as_secs_f64());
     // Through a Value: its map keeps keys sorted, as results.json has always had them.
     let results = serde_json::to_value(&results)?;
     write_report(
@@ -317,10 +325,11 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         &all,
         &results,
     )?;
+    staging.commit()?;
     if g.json {
         super::print_json(&results)?;
     } else {
-        println!("report written to {}/report.md", out.display());
+        println!("report written to {}/report.md", args.out.display());
     }
     Ok(())
 }

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
-use usermm::config::BackingMode;
+use usermm::config::{BackingMode, TimeMode};
 use usermm::cpu::CpuId;
 use usermm::{Machine, Mm, Task};
 
@@ -43,6 +43,10 @@ pub struct EnginePlatform {
     pub(super) max_threads: u64,
 }
 
+/// The pid of usemem's first process in virtual time (its threads and children count up from
+/// it): an emulated pid, as on a freshly booted machine's first user session.
+pub const VIRTUAL_PID: i32 = 1000;
+
 impl EnginePlatform {
     /// A platform on `machine`, printing through `io`.
     pub fn new(
@@ -57,7 +61,15 @@ impl EnginePlatform {
             machine: Arc::clone(machine),
             io,
             gates: [EGate::new(), EGate::new()],
-            pid: hooks.pid.unwrap_or(std::process::id() as i32),
+            // Virtual time emulates the pid too (it seeds -R and is printed): the same run
+            // after run. Wall time prints this process's, as usemem does.
+            pid: hooks.pid.unwrap_or_else(|| {
+                if machine.config().time.mode == TimeMode::Virtual {
+                    VIRTUAL_PID
+                } else {
+                    std::process::id() as i32
+                }
+            }),
             hooks,
             file: std::sync::Mutex::new(FileKind::None),
             shm: Default::default(),

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use usermm::cpu::CpuId;
 use usermm::mm::mman::MREMAP_MAYMOVE;
 use usermm::mm::mmap::MapFile;
+use usermm::vtime::{charge, Cost};
 use usermm::{Mm, Task};
 
 use super::{EProc, FileKind, MapRec, Shared, EPOCH_US, MAP_HUGE_MASK, PAGE};
@@ -16,6 +17,9 @@ use crate::usemem::sys::{
     Access, Errno, Gate, MapFd, ShmCmd, Stop, Sys, WalkOp, EBADF, EINVAL, ENOMEM,
 };
 use crate::usemem::worker::{MAP_ANONYMOUS, MAP_HUGETLB, MAP_SHARED, PROT_READ, PROT_WRITE};
+
+/// Bytes of a cache line: the unit a walk's memory traffic is priced in.
+const LINE: u64 = 64;
 
 /// One usemem thread on the engine.
 pub struct EngineSys {
@@ -390,6 +394,15 @@ impl Sys for EngineSys {
             Some(lim) if lim < to => (lim.max(from), true),
             _ => (to, false),
         };
+        // Virtual time prices the user work itself: the lines the walk streams through (one
+        // per word visited once the stride reaches a line). Never read on the wall clock.
+        let span = to.saturating_sub(from).saturating_mul(8);
+        let lines = if stride.saturating_mul(8) >= LINE {
+            to.saturating_sub(from).div_ceil(stride)
+        } else {
+            span.div_ceil(LINE)
+        };
+        charge(Cost::UserLine, lines);
         let verify = op.verify && self.shared.stores_data;
         if op.verify && !verify {
             self.shared
@@ -433,6 +446,9 @@ impl Sys for EngineSys {
                 });
             }
         }
+        // One word out of a walk (random order, the delay's polling, a counted read): priced
+        // as a miss in every cache, which the delay's repeated word is not (pessimistic there).
+        charge(Cost::UserMiss, 1);
         match a {
             Access::Read => self.task.read_u64(addr),
             Access::Write(v) => self.task.write_u64(addr, v).map(|()| 0),

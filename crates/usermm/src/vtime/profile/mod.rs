@@ -177,6 +177,12 @@ costs! {
     /// One VMA stored in, split in or removed from an mm's tree (`vma_iter_store`,
     /// `__split_vma`, `vma_iter_clear`): the tree update and the VMA's bookkeeping.
     VmaModify = "vma_modify", "vma_iter_store", None;
+    /// One 64-byte line of user memory that a user-space walk streams through (usemem's
+    /// sequential reads and writes): user work, at the memory system's streaming bandwidth.
+    UserLine = "user_line", "user space: a sequential access", Some(64);
+    /// One user-space access to a line in no cache (usemem's random order, `-R`): a DRAM
+    /// round trip.
+    UserMiss = "user_miss", "user space: a random access", None;
 }
 
 /// Picoseconds: the model's clock unit (costs below 1 ns, such as an SMT-sibling transfer of
@@ -376,6 +382,20 @@ impl Profile {
         if spec.name.trim().is_empty() {
             return Err(invalid("name", "must not be empty".into()));
         }
+        // Reports print the name and the description: no terminal control sequences.
+        if spec.name.chars().any(char::is_control) {
+            return Err(invalid("name", "must not hold control characters".into()));
+        }
+        if spec
+            .description
+            .chars()
+            .any(|c| c.is_control() && c != '\n')
+        {
+            return Err(invalid(
+                "description",
+                "must not hold control characters".into(),
+            ));
+        }
         let ghz = t.ghz;
         let fig = |field: &str, f: &Figure, bytes: Option<u64>| -> Result<Ps, ProfileError> {
             check_source(&format!("{field}.source"), &f.source, &invalid)?;
@@ -409,7 +429,9 @@ impl Profile {
             if ns > MAX_FIGURE_NS {
                 return Err(invalid(
                     field,
-                    format!("{ns} ns; a step costs at most {MAX_FIGURE_NS} ns (1 s) in the model"),
+                    format!(
+                        "{ns:e} ns; a step costs at most {MAX_FIGURE_NS} ns (1 s) in the model"
+                    ),
                 ));
             }
             Ok(ns_to_ps(ns))
