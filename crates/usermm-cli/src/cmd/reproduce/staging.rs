@@ -16,7 +16,7 @@ use crate::args::usage;
 
 /// The staging directory of one run, and its lock.
 #[derive(Debug)]
-pub struct Staging {
+pub(super) struct Staging {
     out: PathBuf,
     tmp: PathBuf,
     lock_path: PathBuf,
@@ -26,7 +26,7 @@ pub struct Staging {
 
 impl Staging {
     /// Take the lock on `out` and make an empty staging directory beside it.
-    pub fn begin(out: &Path) -> anyhow::Result<Staging> {
+    pub(super) fn begin(out: &Path) -> anyhow::Result<Staging> {
         if out.exists() && !out.is_dir() {
             return usage(format!(
                 "--out {}: exists and is not a directory",
@@ -95,12 +95,12 @@ impl Staging {
     }
 
     /// Where the run writes.
-    pub fn dir(&self) -> &Path {
+    pub(super) fn dir(&self) -> &Path {
         &self.tmp
     }
 
     /// Put the finished report in place of `out` (an earlier report goes as a whole).
-    pub fn commit(mut self) -> anyhow::Result<()> {
+    pub(super) fn commit(mut self) -> anyhow::Result<()> {
         let old = self
             .tmp
             .with_file_name(format!(".{}.old-{}", self.name(), std::process::id()));

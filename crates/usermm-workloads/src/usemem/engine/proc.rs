@@ -45,7 +45,7 @@ pub struct EnginePlatform {
 
 /// The pid of usemem's first process in virtual time (its threads and children count up from
 /// it): an emulated pid, as on a freshly booted machine's first user session.
-pub const VIRTUAL_PID: i32 = 1000;
+pub(super) const VIRTUAL_PID: i32 = 1000;
 
 impl EnginePlatform {
     /// A platform on `machine`, printing through `io`.
