@@ -46,7 +46,7 @@ use crate::seeds;
 /// The cost profile of `time.mode=virtual` unless told otherwise: seed 004 names no machine,
 /// and its figures are memory (kB), the same in either clock; only the run time depends on
 /// the profile.
-pub const DEFAULT_PROFILE: &str = "haswell-ex-4s";
+pub const DEFAULT_PROFILE: &str = seeds::PERCPU_DEPOPULATE_MACHINE.profile;
 
 /// Calibrated possible-CPU count (units per chunk), fitted to row 2: with the 2021 recipe
 /// (2 976 bytes per unit per cgroup) 15 units give 481 380 kB after 11 000 `mkdir`s (seed:

@@ -1,5 +1,7 @@
-//! The seeds' published figures, as data: the one place every figure a seed published is
-//! written down. The workloads' records carry them ([`crate::bigfree::BigfreeResult::seed`],
+//! The seeds' published figures and the machines they ran on, as data: the one place every
+//! figure a seed published, and every fact of a seed's machine the model builds on, is
+//! written down ([`SeedMachine`]: the cost profile of virtual time, the CPUs and nodes the
+//! experiment's default machine has). The workloads' records carry them ([`crate::bigfree::BigfreeResult::seed`],
 //! [`crate::munmap_test::MunmapTestResult::seed`], the percpu rows), and `usermm`'s tables,
 //! plots, verdicts and `results.json` read them from here — no seed number is typed twice.
 //!
@@ -10,6 +12,49 @@
 //! JSON records' `seed` objects.
 
 use serde::Serialize;
+
+/// A seed's machine as the experiments build it: the built-in cost profile that models it in
+/// virtual time (`crates/usermm/src/vtime/profiles/`), and the CPU and node counts of the
+/// experiment's default machine. `bigfree`, `usemem`, `munmap-test`, `percpu-test` and
+/// `reproduce` take their defaults from here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct SeedMachine {
+    pub profile: &'static str,
+    pub cpus: u16,
+    pub nodes: u16,
+}
+
+/// Seeds 000/001's Haswell-EX: 4 sockets x 18 cores x 2 threads, one node per socket.
+pub const PARALLEL_FREE_MACHINE: SeedMachine = SeedMachine {
+    profile: "haswell-ex-4s",
+    cpus: 144,
+    nodes: 4,
+};
+
+/// Seed 002's Haswell-EP: 2 sockets x 18 cores x 2 threads (72 processes, one per thread),
+/// one node per socket (in virtual time the node decides where each CPU's memory and the huge
+/// zero page's line live).
+pub const HUGE_ZERO_MACHINE: SeedMachine = SeedMachine {
+    profile: "haswell-ep-2s",
+    cpus: 72,
+    nodes: 2,
+};
+
+/// Seed 003's 32 x E5-2680: munmap-test's default machine has one node (the seed's faulters
+/// and zapper share one mm; its figure is the mmap lock's hold, not memory placement).
+pub const MUNMAP_DOWNGRADE_MACHINE: SeedMachine = SeedMachine {
+    profile: "e5-2680-32c",
+    cpus: 32,
+    nodes: 1,
+};
+
+/// Seed 004 names no machine; its figures are memory (kB), the same on either clock, so
+/// virtual time only prices the run: the parallel-free seeds' machine stands in.
+pub const PERCPU_DEPOPULATE_MACHINE: SeedMachine = SeedMachine {
+    profile: "haswell-ex-4s",
+    cpus: 144,
+    nodes: 4,
+};
 
 /// Seeds 000/001: "[PATCH v2 0/5] mm: support parallel free of memory" (Aaron Lu, linux-mm,
 /// 2017-03-15; v1 2017-02-24). `free()` of a touched `malloc(320G)`, THP off, timed on
@@ -185,7 +230,7 @@ const MUNMAP_UNMAP_REGION_US: u64 = 2_485_684;
 /// Seed 003 (see [`MunmapDowngrade`]).
 pub const MUNMAP_DOWNGRADE: MunmapDowngrade = MunmapDowngrade {
     size: 80 << 30,
-    cpus: 32,
+    cpus: MUNMAP_DOWNGRADE_MACHINE.cpus,
     total_us: MUNMAP_TOTAL_US,
     unmap_region_us: MUNMAP_UNMAP_REGION_US,
     exclusive_vanilla_us: MUNMAP_TOTAL_US,
@@ -241,6 +286,34 @@ pub const PERCPU_DEPOPULATE: PercpuDepopulate = PercpuDepopulate {
 #[cfg(test)]
 mod test {
     use super::*;
+
+    /// Each seed's machine is the machine its profile describes: the profile is built in, and
+    /// the experiment's CPUs and nodes fit its topology; seed 002's 72 processes are one per
+    /// hardware thread, and seed 003's CPUs are the posting's 32.
+    #[test]
+    fn seed_machines_fit_their_profiles() {
+        for m in [
+            PARALLEL_FREE_MACHINE,
+            HUGE_ZERO_MACHINE,
+            MUNMAP_DOWNGRADE_MACHINE,
+            PERCPU_DEPOPULATE_MACHINE,
+        ] {
+            let p = usermm::vtime::Profile::builtin(m.profile).unwrap();
+            let t = p.topology();
+            assert!(usize::from(m.cpus) <= t.hw_threads(), "{m:?}");
+            assert!(u32::from(m.nodes) <= t.nodes && m.nodes >= 1, "{m:?}");
+        }
+        assert_eq!(
+            usize::from(HUGE_ZERO_MACHINE.cpus),
+            HUGE_ZERO.nproc as usize
+        );
+        assert_eq!(MUNMAP_DOWNGRADE.cpus, 32);
+        let ex = usermm::vtime::Profile::builtin(PARALLEL_FREE_MACHINE.profile).unwrap();
+        assert_eq!(
+            (ex.topology().hw_threads(), ex.topology().nodes),
+            (usize::from(PARALLEL_FREE_MACHINE.cpus), 4)
+        );
+    }
 
     #[test]
     fn derived_figures_match_what_the_seeds_state() {

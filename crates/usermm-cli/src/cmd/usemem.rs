@@ -244,7 +244,7 @@ fn default_config(o: &UsememOpts, ab: bool) -> MachineConfig {
         // Seed 002's machine has two nodes (one per socket); in virtual time the node count
         // decides which socket each CPU's memory and the huge zero page's line live on.
         nodes: if ab {
-            2
+            usermm_workloads::seeds::HUGE_ZERO_MACHINE.nodes
         } else {
             MachineConfig::default().nodes
         },

@@ -71,7 +71,7 @@ pub const DEFAULT_CPUS: u16 = 8;
 /// Bytes populated per progress step.
 const POPULATE_CHUNK: u64 = 1 << 30;
 /// The cost profile of the seeds' machine (4 sockets, 144 threads), for `time.mode=virtual`.
-pub const SEED_PROFILE: &str = "haswell-ex-4s";
+pub const SEED_PROFILE: &str = seeds::PARALLEL_FREE_MACHINE.profile;
 
 /// How the mapping is freed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -122,7 +122,7 @@ pub fn default_machine(size: u64, faulters: u32) -> MachineConfig {
         cpus: seeds::MUNMAP_DOWNGRADE
             .cpus
             .max(u16::try_from(faulters.saturating_add(1)).unwrap_or(u16::MAX)),
-        nodes: 1,
+        nodes: seeds::MUNMAP_DOWNGRADE_MACHINE.nodes,
         backing: BackingMode::Sparse,
         thp: ThpMode::Never,
         time: usermm::config::TimeConfig {
@@ -134,7 +134,7 @@ pub fn default_machine(size: u64, faulters: u32) -> MachineConfig {
 }
 
 /// The cost profile of seed 003's machine (2 sockets, 32 CPUs), for `time.mode=virtual`.
-pub const SEED_PROFILE: &str = "e5-2680-32c";
+pub const SEED_PROFILE: &str = crate::seeds::MUNMAP_DOWNGRADE_MACHINE.profile;
 
 /// Why a run could not be made.
 #[derive(Debug, thiserror::Error)]

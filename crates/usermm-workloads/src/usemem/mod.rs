@@ -103,7 +103,7 @@ pub struct UsememResult {
 }
 
 /// The cost profile of seed 002's machine (2 sockets, 72 threads), for `time.mode=virtual`.
-pub const SEED_PROFILE: &str = "haswell-ep-2s";
+pub const SEED_PROFILE: &str = crate::seeds::HUGE_ZERO_MACHINE.profile;
 
 /// A machine could not start the run.
 #[derive(Debug, thiserror::Error)]

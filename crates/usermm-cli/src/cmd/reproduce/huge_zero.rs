@@ -80,8 +80,8 @@ pub(super) fn run(
     };
     let mut base = MachineConfig {
         mem: 16 << 30,
-        cpus: 72,
-        nodes: 2,
+        cpus: usermm_workloads::seeds::HUGE_ZERO_MACHINE.cpus,
+        nodes: usermm_workloads::seeds::HUGE_ZERO_MACHINE.nodes,
         backing: BackingMode::Sparse,
         thp: ThpMode::Always,
         ..MachineConfig::default()
