@@ -1,37 +1,10 @@
 //! The `usermm` binary from the outside: output formats, exit statuses, error lines.
 
-use std::process::{Command, Output};
+mod common;
 
-fn usermm(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_usermm"))
-        .args(args)
-        .env_remove("RUST_BACKTRACE")
-        .output()
-        .expect("cannot run usermm")
-}
+use std::process::Command;
 
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).expect("stdout is UTF-8")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8(o.stderr.clone()).expect("stderr is UTF-8")
-}
-
-/// Exit status 2, nothing on stdout, and exactly one `usermm: error:` line on stderr.
-#[track_caller]
-fn assert_usage_error(args: &[&str], mentions: &str) {
-    let o = usermm(args);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-    assert!(o.stdout.is_empty(), "{args:?} printed on stdout");
-    assert_eq!(err.lines().count(), 1, "{args:?}: not one line: {err}");
-    assert!(err.starts_with("usermm: error: "), "{args:?}: {err}");
-    assert!(
-        err.contains(mentions),
-        "{args:?}: '{mentions}' not in {err}"
-    );
-}
+use common::{assert_usage_error, stderr, stdout, usermm};
 
 #[test]
 fn meminfo_kernel_format() {

@@ -2,46 +2,11 @@
 //! untrue now runs or is refused with one `usermm: error:` line and exit 2. Small machines,
 //! sparse backing, no wall-clock timings.
 
-use std::process::{Command, Output, Stdio};
+mod common;
 
-fn usermm(args: &[&str]) -> Output {
-    usermm_env(args, &[])
-}
+use std::process::Command;
 
-fn usermm_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_usermm"));
-    c.args(args)
-        .stdin(Stdio::null())
-        .env_remove("RUST_BACKTRACE");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().expect("cannot run usermm")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// Exit status 2, nothing on stdout, and exactly one `usermm: error:` line on stderr.
-#[track_caller]
-fn assert_usage_error(args: &[&str], mentions: &str) {
-    let o = usermm(args);
-    assert_one_line(&o, args, mentions);
-}
-
-#[track_caller]
-fn assert_one_line(o: &Output, args: &[&str], mentions: &str) {
-    let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-    assert!(o.stdout.is_empty(), "{args:?} printed on stdout");
-    assert_eq!(err.lines().count(), 1, "{args:?}: not one line: {err}");
-    assert!(err.starts_with("usermm: error: "), "{args:?}: {err}");
-    assert!(
-        err.contains(mentions),
-        "{args:?}: '{mentions}' not in {err}"
-    );
-}
+use common::{assert_one_line, assert_usage_error, text, usermm, usermm_env};
 
 /// Item 1: an unaligned first-chunk size indexed past the allocation map at boot.
 #[test]

@@ -1,0 +1,57 @@
+//! Running the `usermm` binary from a test, and the one shape of a usage error: shared by the
+//! CLI's test files (each includes it with `mod common;`; a file uses what it needs).
+
+#![allow(dead_code)]
+
+use std::process::{Command, Output, Stdio};
+
+pub fn usermm(args: &[&str]) -> Output {
+    usermm_env(args, &[])
+}
+
+/// `usermm` with extra environment variables; stdin is empty and no backtrace is asked for.
+pub fn usermm_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_usermm"));
+    c.args(args)
+        .stdin(Stdio::null())
+        .env_remove("RUST_BACKTRACE");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("cannot run usermm")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).expect("stdout is UTF-8")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).expect("stderr is UTF-8")
+}
+
+/// Bytes as text, invalid UTF-8 replaced (for output that may carry escaped control bytes).
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Exit status 2, nothing on stdout, and exactly one `usermm: error:` line on stderr that
+/// mentions `mentions`.
+#[track_caller]
+pub fn assert_usage_error(args: &[&str], mentions: &str) {
+    let o = usermm(args);
+    assert_one_line(&o, args, mentions);
+}
+
+/// [`assert_usage_error`] on an output already taken (`args` names it in messages).
+#[track_caller]
+pub fn assert_one_line(o: &Output, args: &[&str], mentions: &str) {
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert!(o.stdout.is_empty(), "{args:?} printed on stdout");
+    assert_eq!(err.lines().count(), 1, "{args:?}: not one line: {err}");
+    assert!(err.starts_with("usermm: error: "), "{args:?}: {err}");
+    assert!(
+        err.contains(mentions),
+        "{args:?}: '{mentions}' not in {err}"
+    );
+}
