@@ -403,9 +403,10 @@ pub(crate) fn change_protection(
                     let s = &entries[pte_index(addr)];
                     let e = Entry(s.load(Relaxed));
                     if e.maps_frame() {
-                        // can_change_pte_writable: not a page shared copy-on-write.
-                        let w =
-                            write && !e.special() && (!cow || rmap::pte_exclusive(phys, e.pfn()));
+                        // can_change_pte_writable: only a PageAnonExclusive page.
+                        let w = write
+                            && !e.special()
+                            && (!cow || rmap::pte_anon_exclusive(phys, e.pfn()));
                         let b = if w { leaf } else { leaf_ro };
                         s.store(Entry::new(e.pfn(), b | (e.0 & _PAGE_SPECIAL)).0, Relaxed);
                         changed = true;

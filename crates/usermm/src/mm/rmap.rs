@@ -54,7 +54,7 @@ use super::vma::{VmFlags, Vma, VmaTree};
 use super::{Mm, RssItem};
 use crate::addr::{Pfn, HPAGE_PMD_NR};
 use crate::cpu::CpuId;
-use crate::page_alloc::meta::{PageMeta, PG_ANON, PG_HEAD, PG_MLOCKED, PG_TAIL};
+use crate::page_alloc::meta::{PageMeta, PG_ANON, PG_ANON_EXCLUSIVE, PG_HEAD, PG_MLOCKED, PG_TAIL};
 use crate::page_alloc::PhysMem;
 use crate::stats::VmItem;
 
@@ -80,6 +80,7 @@ pub(crate) fn folio_add_new_anon_rmap(mm: &Mm, vma: &Vma, cpu: CpuId, page: Pfn,
     let m = machine.phys().meta(page);
     m.set(PG_ANON);
     if nr == 1 {
+        m.set(PG_ANON_EXCLUSIVE);
         m.mapcount.store(1, Relaxed);
     } else {
         m.private.store(1, Relaxed);
@@ -133,6 +134,13 @@ pub(crate) fn folio_remove_rmap_pmd(phys: &PhysMem, head: Pfn) -> bool {
 #[inline]
 pub(crate) fn folio_add_anon_rmap_pte(phys: &PhysMem, pfn: Pfn) {
     phys.meta(pfn).mapcount.fetch_add(1, Relaxed);
+    // A split keeps the PMD's exclusivity per subpage (RMAP_EXCLUSIVE in
+    // __split_huge_pmd_locked): mapped once, the subpage is this mm's alone.
+    if total_mapcount(phys, pfn) == 1 {
+        phys.meta(pfn).set(PG_ANON_EXCLUSIVE);
+    } else {
+        phys.meta(pfn).clear(PG_ANON_EXCLUSIVE);
+    }
 }
 
 /// A PTE now maps the shmem page `pfn` (`folio_add_file_rmap_pte`); the reference it holds
@@ -188,6 +196,8 @@ pub(crate) fn total_mapcount(phys: &PhysMem, pfn: Pfn) -> i32 {
 #[inline]
 pub(crate) fn folio_try_dup_anon_rmap_pte(phys: &PhysMem, pfn: Pfn) -> bool {
     let first = total_mapcount(phys, pfn) == 0;
+    // Shared now: neither side may make its PTE writable without a write fault.
+    phys.meta(pfn).clear(PG_ANON_EXCLUSIVE);
     phys.meta(pfn).mapcount.fetch_add(1, Relaxed);
     phys.get_page(compound_head(phys, pfn));
     first
@@ -210,6 +220,23 @@ pub(crate) fn folio_remove_rmap_pte(phys: &PhysMem, pfn: Pfn) -> bool {
 pub(crate) fn pte_exclusive(phys: &PhysMem, pfn: Pfn) -> bool {
     let m = phys.meta(pfn);
     !m.test(PG_HEAD) && !m.test(PG_TAIL) && m.map_count() == 1
+}
+
+/// `can_change_pte_writable` for a private anonymous page: only a page marked
+/// `PageAnonExclusive` ([`PG_ANON_EXCLUSIVE`]) — mapped new or reused by a write fault since
+/// fork last shared it — may be made writable by mprotect without a fault. The counts alone
+/// ([`pte_exclusive`]) are not enough: after the other side of a fork exits the page is
+/// mapped once, yet Linux keeps its PTE read-only until a write fault reuses it.
+#[inline]
+pub(crate) fn pte_anon_exclusive(phys: &PhysMem, pfn: Pfn) -> bool {
+    pte_exclusive(phys, pfn) && phys.meta(pfn).test(PG_ANON_EXCLUSIVE)
+}
+
+/// `wp_page_reuse` of an anonymous page: the write fault found it mapped once, so it is
+/// exclusive again (`folio_move_anon_rmap` + `SetPageAnonExclusive`).
+#[inline]
+pub(crate) fn wp_reuse_anon(phys: &PhysMem, pfn: Pfn) {
+    phys.meta(pfn).set(PG_ANON_EXCLUSIVE);
 }
 
 /// Is the THP at `head`, mapped by the caller's PMD, mapped by nothing else?

@@ -65,6 +65,11 @@ pub const PG_PERCPU: u32 = 1 << 10;
 pub const PG_HUGETLB: u32 = 1 << 11;
 /// Gather batch page of an `mmu_gather` (kernel memory, not user memory).
 pub const PG_KERNEL: u32 = 1 << 12;
+/// `PageAnonExclusive`: this anonymous page is known to be mapped by one process only, so a
+/// write-protected PTE to it may be made writable without a fault (`can_change_pte_writable`).
+/// Set when the page is mapped new or reused by a write fault; cleared when fork shares it;
+/// the other side's exit does not set it again (the next write fault does).
+pub const PG_ANON_EXCLUSIVE: u32 = 1 << 13;
 
 /// Metadata of one 4 KiB frame.
 ///

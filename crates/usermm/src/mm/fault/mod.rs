@@ -418,7 +418,8 @@ fn handle_pte_fault(
         // PROT_NONE entry in a VMA that now allows the access: a stale protection. A page
         // shared copy-on-write stays read-only (the write fault then copies it).
         if let Some(pte) = pte.lock_if_same(phys, &PTL, e) {
-            let w = !e.special() && (!vma.is_cow_mapping() || rmap::pte_exclusive(phys, e.pfn()));
+            let w =
+                !e.special() && (!vma.is_cow_mapping() || rmap::pte_anon_exclusive(phys, e.pfn()));
             pte.set(Entry::new(
                 e.pfn(),
                 vma.leaf_bits(w) | (e.0 & _PAGE_SPECIAL),

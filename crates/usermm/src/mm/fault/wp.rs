@@ -43,6 +43,9 @@ pub(super) fn do_wp_page(
         // wp_page_reuse: an exclusive anonymous page (or a shared mapping's page) only needs
         // the write bit.
         if let Some(pte) = pte.lock_if_same(phys, &PTL, e) {
+            if vma.is_cow_mapping() {
+                rmap::wp_reuse_anon(phys, e.pfn());
+            }
             pte.set(Entry::new(e.pfn(), vma.leaf_bits(true)));
         }
         return Ok(());
