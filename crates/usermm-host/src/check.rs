@@ -13,7 +13,9 @@
 //!   `MADV_HUGEPAGE` region one word every 2 MiB (a huge-zero-page read fault each), at once —
 //!   the read-fault throughput of two processes against one.
 //!
-//! Unlike [`crate::measure`], the first two run threads of *this* process (the point is two
+//! Mappings are made, advised and unmapped with [`crate::measure`]'s helpers; the only
+//! `unsafe` here is the touch of a region's own pages. Unlike [`crate::measure`], the first
+//! two run threads of *this* process (the point is two
 //! threads of one mm); they map only memory of their own and touch nothing else. Times are wall
 //! clock (`CLOCK_MONOTONIC` through `Instant`): a speed-up and a latency are wall-time figures.
 //! Nothing here asserts a time.
@@ -27,9 +29,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::error::HostError;
-use crate::measure::host_read_walk;
+use crate::measure::{self, host_read_walk};
 use crate::ops::{HPAGE_SIZE, PAGE_SIZE};
-use crate::sys;
 
 /// A private anonymous 4 KiB-page mapping of this process, unmapped on drop.
 struct Region {
@@ -39,17 +40,12 @@ struct Region {
 
 impl Region {
     fn new(len: u64) -> Result<Region, HostError> {
-        let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as u64;
-        let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
-        // SAFETY: a non-fixed anonymous mapping never replaces existing memory.
-        let addr = unsafe { sys::mmap(0, len, prot, flags, u64::MAX, 0) }.map_err(|errno| {
-            HostError::Sys {
-                what: "mmap",
-                errno,
-            }
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        let addr = measure::map_anon(len, rw, false).map_err(|errno| HostError::Sys {
+            what: "mmap",
+            errno,
         })?;
-        // SAFETY: advice on the mapping just made; no Rust object lives there.
-        let _ = unsafe { sys::madvise(addr, len, libc::MADV_NOHUGEPAGE as u64) };
+        measure::madvise(addr, len, libc::MADV_NOHUGEPAGE);
         Ok(Region { addr, len })
     }
 
@@ -65,17 +61,21 @@ impl Region {
     }
 
     fn dontneed(&self, off: u64, len: u64) {
-        // SAFETY: drops pages of this region only; no Rust object lives there.
-        let _ = unsafe { sys::madvise(self.addr + off, len, libc::MADV_DONTNEED as u64) };
+        measure::madvise(self.addr + off, len, libc::MADV_DONTNEED);
+    }
+
+    /// Unmaps the region now (the caller times it); the drop then has nothing left to do.
+    fn unmap(&mut self) {
+        if self.len > 0 {
+            measure::munmap(self.addr, self.len);
+            self.len = 0;
+        }
     }
 }
 
 impl Drop for Region {
     fn drop(&mut self) {
-        if self.len > 0 {
-            // SAFETY: unmaps this region, which nothing refers to any more.
-            let _ = unsafe { sys::munmap(self.addr, self.len) };
-        }
+        self.unmap();
     }
 }
 
@@ -196,10 +196,8 @@ pub fn faults_during_munmap(
             warm.wait();
             phase.store(1, Ordering::Release);
             let t = Instant::now();
-            // SAFETY: unmaps `big`, which only this thread uses; its drop is disarmed below.
-            let _ = unsafe { sys::munmap(big.addr, big.len) };
+            big.unmap();
             let ns = t.elapsed().as_nanos() as u64;
-            big.len = 0;
             phase.store(2, Ordering::Release);
             stop.store(true, Ordering::Relaxed);
             (faulter.join().unwrap_or_default(), ns)

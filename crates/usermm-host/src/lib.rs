@@ -32,7 +32,7 @@
 //! - `calibrate::probes` — the calibration children: their volatile loads and stores and
 //!   atomics in mappings they made, and the grandchildren of the COW pair and the ping-pong;
 //! - [`backend`] — forking the request server, and its stores into the test arena;
-//! - [`check`] — the host check's own mappings (map, touch, advise, unmap) in this process's
+//! - [`check`] — the host check's stores into its own mappings, in this process's
 //!   threads;
 //! - [`usemem`] — usemem's system calls, its loads and stores into the mappings it made, and
 //!   forks from a single-threaded process.

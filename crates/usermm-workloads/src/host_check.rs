@@ -33,7 +33,7 @@ use usermm::{CpuId, Errno, Machine, Mm, Task};
 use usermm_host::check as host;
 use usermm_host::HostError;
 
-use crate::munmap_test::{self, MunmapTestOpts};
+use crate::munmap_test::{self, Latency, MunmapTestOpts};
 use crate::stats;
 
 /// 2 MiB: a huge page, and the stride of the huge-zero readers.
@@ -328,29 +328,20 @@ fn median(v: &[f64]) -> f64 {
     stats::upper_median(v, f64::total_cmp).unwrap_or(0.0)
 }
 
-fn quantile(v: &mut [u64], q: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_unstable();
-    let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
-    v[i] as f64
-}
-
 /// This host's kernel on the same scenarios.
 pub fn measure(opts: &HostCheckOpts) -> Result<Measured, HostCheckError> {
     let d = host::dontneed_split(opts.dontneed_bytes, opts.repeat)?;
     let as_f = |v: &[u64]| v.iter().map(|x| *x as f64).collect::<Vec<_>>();
-    let mut f =
-        host::faults_during_munmap(opts.munmap_bytes, opts.faulter_bytes, opts.munmap_repeat)?;
+    let f = host::faults_during_munmap(opts.munmap_bytes, opts.faulter_bytes, opts.munmap_repeat)?;
     let n = f.during_ns.len();
+    let during = Latency::of_samples(&f.during_ns);
     let r1 = host::huge_zero_readers(1, opts.reader_bytes, opts.repeat)?;
     let r2 = host::huge_zero_readers(2, opts.reader_bytes, opts.repeat)?;
     Ok(Measured {
         dontneed_one_ns: median(&as_f(&d.one_thread_ns)),
         dontneed_two_ns: median(&as_f(&d.two_threads_ns)),
-        fault_p50_ns: quantile(&mut f.during_ns, 0.50),
-        fault_p99_ns: quantile(&mut f.during_ns, 0.99),
+        fault_p50_ns: during.p50_ns as f64,
+        fault_p99_ns: during.p99_ns as f64,
         faults_during_munmap: n,
         readers_one_per_sec: median(&r1.faults_per_sec()),
         readers_two_per_sec: median(&r2.faults_per_sec()),

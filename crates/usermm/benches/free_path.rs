@@ -39,22 +39,28 @@ fn machine(pcp_auto_tune: bool) -> std::sync::Arc<Machine> {
     Machine::new(cfg).expect("bench machine")
 }
 
+/// A fresh mm with `BYTES` of private anonymous memory mapped (not populated).
+fn fresh_mapping(m: &std::sync::Arc<Machine>, cpu: CpuId) -> (std::sync::Arc<usermm::Mm>, u64) {
+    let mm = m.new_mm(cpu).expect("mm");
+    let a = mm
+        .mmap(
+            cpu,
+            0,
+            BYTES,
+            PROT_READ | PROT_WRITE,
+            MAP_PRIVATE | MAP_ANONYMOUS,
+            MapFile::None,
+        )
+        .expect("mmap");
+    (mm, a)
+}
+
 /// Time the munmap of `BYTES` of populated anonymous memory, `iters` times.
 fn time_munmap(m: &std::sync::Arc<Machine>, iters: u64) -> Duration {
     let cpu = CpuId(0);
     let mut total = Duration::ZERO;
     for _ in 0..iters {
-        let mm = m.new_mm(cpu).expect("mm");
-        let a = mm
-            .mmap(
-                cpu,
-                0,
-                BYTES,
-                PROT_READ | PROT_WRITE,
-                MAP_PRIVATE | MAP_ANONYMOUS,
-                MapFile::None,
-            )
-            .expect("mmap");
+        let (mm, a) = fresh_mapping(m, cpu);
         mm.populate(cpu, a, a + BYTES, true);
         let t = Instant::now();
         mm.munmap(cpu, a, BYTES).expect("munmap");
@@ -76,17 +82,7 @@ fn free_path(c: &mut Criterion) {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
-                let mm = m.new_mm(cpu).expect("mm");
-                let a = mm
-                    .mmap(
-                        cpu,
-                        0,
-                        BYTES,
-                        PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS,
-                        MapFile::None,
-                    )
-                    .expect("mmap");
+                let (mm, a) = fresh_mapping(&m, cpu);
                 let t = Instant::now();
                 mm.populate(cpu, a, a + BYTES, true);
                 total += t.elapsed();

@@ -165,6 +165,18 @@ pub struct Latency {
 }
 
 impl Latency {
+    /// The distribution of `samples_ns`, summarised exactly as the faulters' histograms are
+    /// (same bounds, 3 significant digits): what the host check's measured side uses, so that
+    /// its quantiles and the modelled ones come from one method.
+    pub fn of_samples(samples_ns: &[u64]) -> Self {
+        let mut h = Histogram::new_with_bounds(HIST_LOW_NS, HIST_HIGH_NS, HIST_SIGFIG)
+            .expect("the histogram bounds are valid constants");
+        for &ns in samples_ns {
+            h.saturating_record(ns.max(1));
+        }
+        Self::of(&h)
+    }
+
     fn of(h: &Histogram<u64>) -> Self {
         if h.is_empty() {
             return Self::default();

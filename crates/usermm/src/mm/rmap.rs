@@ -78,11 +78,12 @@ pub(crate) fn anon_vma_prepare(mm: &Mm, tree: Option<&VmaTree>, vma: &Vma) {
 pub(crate) fn folio_add_new_anon_rmap(mm: &Mm, vma: &Vma, cpu: CpuId, page: Pfn, nr: i64) {
     let machine = mm.machine();
     let m = machine.phys().meta(page);
-    m.set(PG_ANON);
     if nr == 1 {
-        m.set(PG_ANON_EXCLUSIVE);
+        // One RMW on the flags for both bits: this is the anonymous fault's path.
+        m.set(PG_ANON | PG_ANON_EXCLUSIVE);
         m.mapcount.store(1, Relaxed);
     } else {
+        m.set(PG_ANON);
         m.private.store(1, Relaxed);
     }
     if vma.flags.contains(VmFlags::VM_LOCKED) {
@@ -197,7 +198,10 @@ pub(crate) fn total_mapcount(phys: &PhysMem, pfn: Pfn) -> i32 {
 pub(crate) fn folio_try_dup_anon_rmap_pte(phys: &PhysMem, pfn: Pfn) -> bool {
     let first = total_mapcount(phys, pfn) == 0;
     // Shared now: neither side may make its PTE writable without a write fault.
-    phys.meta(pfn).clear(PG_ANON_EXCLUSIVE);
+    let m = phys.meta(pfn);
+    if m.test(PG_ANON_EXCLUSIVE) {
+        m.clear(PG_ANON_EXCLUSIVE);
+    }
     phys.meta(pfn).mapcount.fetch_add(1, Relaxed);
     phys.get_page(compound_head(phys, pfn));
     first
@@ -236,7 +240,12 @@ pub(crate) fn pte_anon_exclusive(phys: &PhysMem, pfn: Pfn) -> bool {
 /// exclusive again (`folio_move_anon_rmap` + `SetPageAnonExclusive`).
 #[inline]
 pub(crate) fn wp_reuse_anon(phys: &PhysMem, pfn: Pfn) {
-    phys.meta(pfn).set(PG_ANON_EXCLUSIVE);
+    // Most reuses find it set already (a page written, mprotected read-only and back): a load,
+    // no RMW, on the write fault's path.
+    let m = phys.meta(pfn);
+    if !m.test(PG_ANON_EXCLUSIVE) {
+        m.set(PG_ANON_EXCLUSIVE);
+    }
 }
 
 /// Is the THP at `head`, mapped by the caller's PMD, mapped by nothing else?
