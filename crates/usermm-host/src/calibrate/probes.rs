@@ -51,6 +51,16 @@ fn err(e: i32) -> Words {
     [e.max(1) as u64, 0, 0, 0, 0, 0, 0, 0]
 }
 
+/// The thread CPU time and the minor faults of `work`: what every fault probe reports.
+fn timed_faults(work: impl FnOnce()) -> (u64, u64) {
+    let f0 = sys::minflt();
+    let c0 = sys::thread_cpu_ns();
+    work();
+    let c1 = sys::thread_cpu_ns();
+    let f1 = sys::minflt();
+    (c1 - c0, f1 - f0)
+}
+
 /// Writes one byte into every 4 KiB page of `p..p+len`.
 fn touch_write(p: u64, len: u64, step: u64) {
     let mut off = 0;
@@ -177,13 +187,11 @@ pub(super) fn write_fault_4k(cpu: Option<usize>, len: u64) -> Result<Words, Host
             Ok(p) => p,
             Err(e) => return err(e),
         };
-        let f0 = sys::minflt();
-        let c0 = sys::thread_cpu_ns();
-        touch_write(p, len, PAGE_SIZE);
-        let c1 = sys::thread_cpu_ns();
-        let f1 = sys::minflt();
+        let (cpu_ns, faults) = timed_faults(|| {
+            touch_write(p, len, PAGE_SIZE);
+        });
         munmap(p, len);
-        [0, 0, c1 - c0, f1 - f0, 0, 0, 0, 0]
+        [0, 0, cpu_ns, faults, 0, 0, 0, 0]
     })
 }
 
@@ -196,13 +204,11 @@ pub(super) fn zero_read_fault_4k(cpu: Option<usize>, len: u64) -> Result<Words, 
             Err(e) => return err(e),
         };
         madvise(p, len, libc::MADV_NOHUGEPAGE);
-        let f0 = sys::minflt();
-        let c0 = sys::thread_cpu_ns();
-        std::hint::black_box(touch_read(p, len, PAGE_SIZE));
-        let c1 = sys::thread_cpu_ns();
-        let f1 = sys::minflt();
+        let (cpu_ns, faults) = timed_faults(|| {
+            std::hint::black_box(touch_read(p, len, PAGE_SIZE));
+        });
         munmap(p, len);
-        [0, 0, c1 - c0, f1 - f0, 0, 0, 0, 0]
+        [0, 0, cpu_ns, faults, 0, 0, 0, 0]
     })
 }
 
@@ -216,15 +222,14 @@ pub(super) fn huge_zero_read_fault(cpu: Option<usize>, len: u64) -> Result<Words
             Err(e) => return err(e),
         };
         madvise(p, len, libc::MADV_HUGEPAGE);
-        let f0 = sys::minflt();
-        let c0 = sys::thread_cpu_ns();
-        std::hint::black_box(touch_read(p, len, HPAGE_SIZE));
-        let c1 = sys::thread_cpu_ns();
+        let (cpu_ns, faults) = timed_faults(|| {
+            std::hint::black_box(touch_read(p, len, HPAGE_SIZE));
+        });
         let f1 = sys::minflt();
         std::hint::black_box(touch_read(p + PAGE_SIZE, PAGE_SIZE, PAGE_SIZE));
         let f2 = sys::minflt();
         munmap(p, len);
-        [0, 0, c1 - c0, f1 - f0, (f2 == f1) as u64, 0, 0, 0]
+        [0, 0, cpu_ns, faults, (f2 == f1) as u64, 0, 0, 0]
     })
 }
 
@@ -244,14 +249,12 @@ pub(super) fn thp_write_fault(cpu: Option<usize>, len: u64) -> Result<Words, Hos
             Err(e) => return err(e),
         };
         let h0 = rollup_kb(b"AnonHugePages:");
-        let f0 = sys::minflt();
-        let c0 = sys::thread_cpu_ns();
-        touch_write(p, len, HPAGE_SIZE);
-        let c1 = sys::thread_cpu_ns();
-        let f1 = sys::minflt();
+        let (cpu_ns, faults) = timed_faults(|| {
+            touch_write(p, len, HPAGE_SIZE);
+        });
         let h1 = rollup_kb(b"AnonHugePages:");
         munmap(p, len);
-        [0, 0, c1 - c0, f1 - f0, h1.saturating_sub(h0), 0, 0, 0]
+        [0, 0, cpu_ns, faults, h1.saturating_sub(h0), 0, 0, 0]
     })
 }
 
