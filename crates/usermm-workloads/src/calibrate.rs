@@ -42,8 +42,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use usermm::vtime::{
-    Cost, Figure, Input, InputKind, LockFigure, Profile, ProfileSpec, Smt, Topology, Transfers,
-    ENGINE_LOCK_CLASSES,
+    Cost, Figure, Input, InputKind, LockFigure, MemorySpec, Profile, ProfileSpec, Quantity, Smt,
+    Topology, Transfers, ENGINE_LOCK_CLASSES,
 };
 use usermm_host::calibrate::{HostCalibration, Measured};
 
@@ -138,6 +138,47 @@ pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
             ),
         );
     }
+    let cache = |level: u32| {
+        c.system
+            .caches
+            .iter()
+            .filter(|k| k.level == level && k.kind != "Instruction")
+            .map(|k| k.size_bytes)
+            .max()
+            .unwrap_or(0)
+    };
+    let llc_level = c.system.caches.iter().map(|k| k.level).max().unwrap_or(0);
+    for (name, level) in [("llc_bytes", llc_level), ("l2_bytes", 2)] {
+        m.insert(
+            name.into(),
+            input(
+                cache(level).max(64) as f64,
+                "bytes",
+                InputKind::Measured,
+                format!(
+                    "{}: the size of cpu0's L{level} cache as /sys/devices/system/cpu/cpu0/cache                      reports it (usermm calibrate)",
+                    on(c)
+                ),
+            ),
+        );
+    }
+    let munmap = &f.munmap_4k;
+    m.insert(
+        "munmap_rel_mad_pct".into(),
+        input(
+            r4(if munmap.median > 0.0 {
+                100.0 * munmap.mad / munmap.median
+            } else {
+                0.0
+            }),
+            "percent",
+            InputKind::Measured,
+            format!(
+                "{}: the median absolute deviation of munmap_4k over its samples, in percent of                  its median (usermm calibrate)",
+                on(c)
+            ),
+        ),
+    );
     m.insert(
         "munmap_pages".into(),
         input(
@@ -353,12 +394,12 @@ fn cost_formula(key: &str) -> (String, &'static str) {
 /// Data lines per lock class (what a hand-over carries), with why.
 fn data_lines(class: &str) -> (u32, &'static str) {
     match class {
-        "zone.lock" => (
-            4,
-            "free_area list heads of the orders touched, nr_free and the zone's vmstat counters",
+        // The line model prices these lines one by one where they are touched
+        // (crates/usermm/src/vtime/memory.rs): none counted on the hand-over.
+        "zone.lock" | "lru_lock" | "pcp" => (
+            0,
+            "none counted: its list heads and struct pages are modelled lines",
         ),
-        "lru_lock" => (2, "the LRU list head and the lruvec's size counters"),
-        "pcp" => (2, "the per-CPU list head and pcp->count"),
         "mmap_lock" => (2, "rwsem count and owner, and the VMA tree root"),
         "pcpu_lock" => (2, "the chunk slot list heads and the chunk's hints"),
         "workqueue" => (2, "the pool's worklist head and nr_active"),
@@ -446,7 +487,11 @@ pub fn this_host_spec(c: &HostCalibration) -> ProfileSpec {
     let mut locks = BTreeMap::new();
     for class in ENGINE_LOCK_CLASSES {
         let (lines, carries) = data_lines(class);
-        let data_lines_source = format!("assumption: a hand-over carries {carries}");
+        let data_lines_source = if lines == 0 {
+            carries.to_string()
+        } else {
+            format!("assumption: a hand-over carries {carries}")
+        };
         let fig = match *class {
             "tlb_gate" | "mmap_lock_hist" | "unmodelled" => LockFigure {
                 acquire_ns: Some(0.0),
@@ -506,7 +551,36 @@ pub fn this_host_spec(c: &HostCalibration) -> ProfileSpec {
         ),
         locks,
         costs,
+        memory: Some(MemorySpec {
+            llc_lines: quantity(&values, "llc_bytes / 64", "the last-level cache in 64-byte lines, as sysfs reports its size"),
+            l2_lines: quantity(&values, "l2_bytes / 64", "one core's L2 in 64-byte lines, as sysfs reports its size"),
+            dram_local: ns_fig(&values, "dram_latency_ns", "the dependent-load DRAM latency measured here"),
+            dram_remote: ns_fig(
+                &values,
+                "dram_latency_ns",
+                "the DRAM latency measured here: no remote node is measured (one node on this host; with more, never applied as remote)",
+            ),
+            dram_stream: ns_fig(
+                &values,
+                "64 / clear_bytes_per_ns",
+                "one 64-byte line at the streaming bandwidth measured here (the clear bandwidth)",
+            ),
+        }),
+        jitter: Some(quantity(
+            &values,
+            "1.4826 * munmap_rel_mad_pct",
+            "the relative standard deviation of a batch of work: 1.4826 x the relative median absolute deviation of munmap_4k measured here (the normal distribution's ratio)",
+        )),
         inputs,
+    }
+}
+
+/// A count or share with its formula, evaluated over `values`.
+fn quantity(values: &BTreeMap<&str, f64>, formula: &str, source: &str) -> Quantity {
+    Quantity {
+        value: r4(eval(formula, values).unwrap_or(f64::NAN)),
+        formula: Some(formula.into()),
+        source: source.into(),
     }
 }
 

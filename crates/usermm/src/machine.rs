@@ -185,6 +185,8 @@ impl Machine {
             self.cpus.nr_nodes(),
         )
         .expect("the profile was checked against the CPUs and nodes at construction");
+        rt.set_memmap(self.phys.nr_frames(), self.phys.frames_per_node());
+        rt.set_seed(self.config.time.seed);
         let r = rt.run(cpu.index(), || {
             let r = f();
             // Workers exit once they have drained their queues; the run waits for them.

@@ -298,6 +298,9 @@ pub struct RunSample {
     pub host_sleeps: u64,
     /// The host's 1-minute load average when the free started (other jobs on a shared host).
     pub host_loadavg: f64,
+    /// Virtual time: the line model's touches during the free, by where each found its line
+    /// (`usermm::vtime::MemoryStat`); `None` on the wall clock or without `[memory]`.
+    pub memory: Option<usermm::vtime::MemoryStat>,
     /// Virtual time only: every emulated CPU over the free (empty on the wall clock).
     pub cpus: Vec<CpuWindow>,
     /// Virtual time only: time the CPUs spent spinning on locks during the free, summed.
@@ -346,6 +349,14 @@ pub struct BigfreeRow {
     pub populate_ns_per_page: f64,
     /// Median over runs of the CPUs' summed spin time during the free, ms (virtual time).
     pub spin_ms: f64,
+    /// Median over runs of the spinning share of the CPUs' busy and spin time during the
+    /// free (the seed thread's "spinlock share of CPU time"; virtual time).
+    pub spin_share: f64,
+    /// Median utilisation of `zone.lock` and `lru_lock` during the free: hold time summed
+    /// over the nodes' locks, over the free time (how busy the locks were, beside how often
+    /// a waiter queued).
+    pub zone_utilisation: f64,
+    pub lru_utilisation: f64,
 }
 
 /// The best parallel row.

@@ -182,6 +182,13 @@ fn sample_free(
         host_sleeps,
         host_loadavg,
         spin_ns: cpus.iter().map(|c| c.spin_ns).sum(),
+        memory: match (&v0, &v1) {
+            (Some(a), Some(b)) => match (&a.memory, &b.memory) {
+                (Some(x), Some(y)) => Some(y.since(x)),
+                _ => None,
+            },
+            _ => None,
+        },
         cpus,
     })
 }
@@ -228,6 +235,12 @@ fn summarize(
         lru_wait_ms: f(&|s| s.lru_lock.wait_ns as f64) / 1e6,
         populate_ns_per_page: f(&|s| s.populate_ns as f64) / pages,
         spin_ms: f(&|s| s.spin_ns as f64) / 1e6,
+        spin_share: f(&|s| {
+            let busy: u64 = s.cpus.iter().map(|c| c.busy_ns + c.spin_ns).sum();
+            s.spin_ns as f64 / busy.max(1) as f64
+        }),
+        zone_utilisation: f(&|s| s.zone_lock.hold_ns as f64 / s.free_ns.max(1) as f64),
+        lru_utilisation: f(&|s| s.lru_lock.hold_ns as f64 / s.free_ns.max(1) as f64),
         samples,
     }
 }

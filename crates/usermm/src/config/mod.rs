@@ -191,6 +191,10 @@ pub struct TimeConfig {
     /// resolves it ([`Profile::scaled`]): the scaled profile lives in memory only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scale: Vec<ScaleCost>,
+    /// `time.seed`: the seed of the profile's jitter (`[jitter]`, `vtime/jitter.rs`); runs with
+    /// the same seed are identical to the nanosecond.
+    #[serde(default)]
+    pub seed: u64,
 }
 
 /// One named cost of the profile multiplied by a factor (`--scale-cost KEY=FACTOR`).
@@ -420,6 +424,7 @@ pub const CONFIG_KEYS: &[&str] = &[
     "tlb.flush_cost_ns",
     "time.mode",
     "time.profile",
+    "time.seed",
     "vma.per_vma_lock",
 ];
 
@@ -578,6 +583,7 @@ impl MachineConfig {
                 }
                 self.time.profile = v.to_string();
             }
+            "time.seed" => self.time.seed = parse_num(key, v)?,
             "vma.per_vma_lock" => self.vma.per_vma_lock = parse_bool(key, v)?,
             _ => {
                 return err(format!(

@@ -48,6 +48,7 @@
 //! No rmap trees (no `anon_vma` interval trees, no `page->index`): nothing walks from a page
 //! to the mms mapping it. No `PageAnonExclusive`: "exclusive" is decided from the counts.
 
+use crate::sync::vhook::{self, Touch};
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::vma::{VmFlags, Vma, VmaTree};
@@ -78,6 +79,8 @@ pub(crate) fn anon_vma_prepare(mm: &Mm, tree: Option<&VmaTree>, vma: &Vma) {
 pub(crate) fn folio_add_new_anon_rmap(mm: &Mm, vma: &Vma, cpu: CpuId, page: Pfn, nr: i64) {
     let machine = mm.machine();
     let m = machine.phys().meta(page);
+    // The fault's store to the new page's struct page: its cost is in the measured fault.
+    vhook::mem_touch_page(page.0, Touch::Measured);
     if nr == 1 {
         // One RMW on the flags for both bits: this is the anonymous fault's path.
         m.set(PG_ANON | PG_ANON_EXCLUSIVE);
@@ -212,6 +215,9 @@ pub(crate) fn folio_try_dup_anon_rmap_pte(phys: &PhysMem, pfn: Pfn) -> bool {
 /// the page is now mapped nowhere.
 #[inline]
 pub(crate) fn folio_remove_rmap_pte(phys: &PhysMem, pfn: Pfn) -> bool {
+    // The zap's write of the unmapped page's struct page: its cost is in the measured zap;
+    // the line is now the zapping CPU's (where a worker that frees the page finds it).
+    vhook::mem_touch_page(pfn.0, Touch::Measured);
     let old = phys.meta(pfn).mapcount.fetch_sub(1, Relaxed);
     vm_bug_on!(old <= 0, "mapcount below zero at {:#x}", pfn.0);
     total_mapcount(phys, pfn) == 0

@@ -13,6 +13,7 @@ use crate::addr::{Order, Pfn, MAX_PAGE_ORDER};
 use crate::cpu::CpuId;
 use crate::error::AllocError;
 use crate::stats::VmItem;
+use crate::sync::vhook::{self, Touch};
 use crate::sync::{charge, Cost};
 
 impl PhysMem {
@@ -72,6 +73,9 @@ impl PhysMem {
                 break;
             }
             let bm = &meta[buddy as usize];
+            // `page_is_buddy` reads the buddy's struct page: a line another CPU may have
+            // written (the hot miss under zone->lock).
+            vhook::mem_touch_page(buddy, Touch::Access);
             if bm.flags.load(Relaxed) != PG_BUDDY || bm.private.load(Relaxed) != order as u32 {
                 break;
             }

@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicI32, AtomicU16, AtomicU32, AtomicU8, Ordering::Rel
 
 use crate::addr::Pfn;
 use crate::backing::ZeroValid;
-use crate::sync::PtLock;
+use crate::sync::{vhook, PtLock};
 
 /// No frame: the end of a list.
 pub const NIL: u32 = u32::MAX;
@@ -196,9 +196,17 @@ impl PfnList {
         self.len == 0
     }
 
+    /// The list head's own line (its address): what a virtual run prices as the head.
+    #[inline]
+    fn head_line(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
     #[inline]
     pub(crate) fn push_front(&mut self, meta: &[PageMeta], pfn: Pfn) {
         let p = pfn.0 as u32;
+        // `list_add`: the new entry, the old first entry's `prev`, the head.
+        vhook::mem_touch_list(self.head_line(), [p, self.head, NIL]);
         let m = &meta[pfn.index()];
         m.prev.store(NIL, Relaxed);
         m.next.store(self.head, Relaxed);
@@ -214,6 +222,8 @@ impl PfnList {
     #[inline]
     pub(crate) fn push_back(&mut self, meta: &[PageMeta], pfn: Pfn) {
         let p = pfn.0 as u32;
+        // `list_add_tail`: the new entry, the old last entry's `next`, the head.
+        vhook::mem_touch_list(self.head_line(), [p, self.tail, NIL]);
         let m = &meta[pfn.index()];
         m.next.store(NIL, Relaxed);
         m.prev.store(self.tail, Relaxed);
@@ -231,6 +241,14 @@ impl PfnList {
     pub(crate) fn remove(&mut self, meta: &[PageMeta], pfn: Pfn) {
         let m = &meta[pfn.index()];
         let (n, p) = (m.next.load(Relaxed), m.prev.load(Relaxed));
+        // `list_del`: the entry and both neighbours; the head only when the entry was first
+        // or last (an empty list's head is rewritten too).
+        let head = if p == NIL || n == NIL {
+            self.head_line()
+        } else {
+            0
+        };
+        vhook::mem_touch_list(head, [pfn.0 as u32, p, n]);
         if p == NIL {
             debug_assert_eq!(self.head, pfn.0 as u32);
             self.head = n;

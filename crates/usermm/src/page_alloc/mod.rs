@@ -426,6 +426,12 @@ impl PhysMem {
         &self.stat
     }
 
+    /// Frames per node: the node of a frame is its PFN divided by it (the last node takes the
+    /// remainder).
+    pub fn frames_per_node(&self) -> u64 {
+        self.frames_per_node
+    }
+
     #[doc(alias = "page_to_nid")]
     #[inline]
     pub fn node_of(&self, pfn: Pfn) -> usize {

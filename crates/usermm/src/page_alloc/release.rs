@@ -11,6 +11,7 @@ use super::{Lruvec, PhysMem};
 use crate::addr::{Order, Pfn};
 use crate::cpu::CpuId;
 use crate::stats::VmItem;
+use crate::sync::vhook::{self, Touch};
 use crate::sync::{charge, Cost};
 
 impl PhysMem {
@@ -46,6 +47,9 @@ impl PhysMem {
                     lock_batch = 0;
                 }
             }
+            // `folio_put_testzero`: the first write of the page's line on the freeing CPU
+            // (a worker's line was last written by the zapping CPU).
+            vhook::mem_touch_page(pfn.0, Touch::Access);
             match self.put_testzero(pfn) {
                 Ok(true) => {}
                 Ok(false) => continue,

@@ -26,6 +26,7 @@
 //! | `line_rmw` | every RMW of a `SharedLine` |
 //! | `line_forget` | dropping a `SharedLine` |
 //! | `cv_wait` / `cv_notify` | `CondVar::wait`, `CondVar::notify_*` (and so `Completion`) |
+//! | `mem_touch_list` / `mem_touch_page` | `PfnList`'s operations; `release_pages`, `__free_one_page`'s buddy check, rmap (the line model, `vtime/memory.rs`) |
 //! | `charge` | `sync::charge`: the named costs of the engine's code (zap, gather, free, faults, TLB flushes, ...) |
 //! | `now_ns` / `thread_cpu_ns` | `clock::now`, `clock::thread_cpu_ns` |
 //! | `sleep_ns` | `thread::sleep` |
@@ -44,6 +45,7 @@ use super::class::{LineClass, LockClass};
 use crate::vtime::hooks as vt;
 
 pub use crate::vtime::Cost;
+pub(crate) use crate::vtime::Touch;
 pub(crate) use crate::vtime::{Acquired, Mode};
 
 /// A virtual run is active on this host thread (`Machine::run` in virtual mode): the runtime's
@@ -126,6 +128,29 @@ pub(crate) fn cv_notify(cv_id: usize, all: bool) {
 #[inline(always)]
 pub(crate) fn charge(cost: Cost, n: u64) {
     vt::charge(cost, n);
+}
+
+/// The lines of one list operation (`page_alloc/meta.rs`): up to three `struct page`s (`NIL`
+/// entries skipped) and, when `head` is not 0, the list head at that address, homed on the
+/// node of the first page. One flag test in wall mode.
+#[inline]
+pub(crate) fn mem_touch_list(head: usize, pfns: [u32; 3]) {
+    if vt::active() {
+        for p in pfns {
+            if p != u32::MAX {
+                vt::mem_touch_page(u64::from(p), Touch::Access);
+            }
+        }
+        if head != 0 && pfns[0] != u32::MAX {
+            vt::mem_touch(head, u64::from(pfns[0]), Touch::Access);
+        }
+    }
+}
+
+/// One `struct page` touched: priced (`Access`) or only moved (`Measured`).
+#[inline]
+pub(crate) fn mem_touch_page(pfn: u64, how: Touch) {
+    vt::mem_touch_page(pfn, how);
 }
 
 /// Virtual now in ns, `None` in wall mode.

@@ -27,6 +27,7 @@
 
 use super::{
     class::{Acquired, LineClass, LockClass, Mode},
+    memory::Touch,
     profile::Cost,
     runtime::in_run,
 };
@@ -124,6 +125,24 @@ pub fn charge(cost: Cost, n: u64) {
     super::runtime::add_pending(cost.index(), n);
 }
 
+/// The running CPU touches frame `pfn`'s `struct page` (`vtime/memory.rs`): not a
+/// synchronisation point; its price, by where the line is, is added to the clock at once.
+#[inline]
+pub fn mem_touch_page(pfn: u64, how: Touch) {
+    if in_run() {
+        virt::mem_touch_page(pfn, how);
+    }
+}
+
+/// The running CPU touches the line at engine address `line` (a list head, a counter), whose
+/// memory is on the node of frame `home_pfn`.
+#[inline]
+pub fn mem_touch(line: usize, home_pfn: u64, how: Touch) {
+    if in_run() {
+        virt::mem_touch(line, home_pfn, how);
+    }
+}
+
 /// Virtual now in ns, `None` in wall mode.
 #[inline]
 pub fn now_ns() -> Option<u64> {
@@ -165,6 +184,7 @@ pub use super::runtime::AtomicSection;
 mod virt {
     use super::super::{
         class::{Acquired, LineClass, LockClass, Mode},
+        memory::Touch,
         runtime::{current, with_current},
         sched::resources::AcquireStep,
     };
@@ -256,6 +276,16 @@ mod virt {
         if let Some(rt) = current() {
             rt.sync(|st, me| st.cv_notify(me, cv_id, all));
         }
+    }
+
+    #[inline(never)]
+    pub(super) fn mem_touch_page(pfn: u64, how: Touch) {
+        with_current(|rt| rt.with_running_raw(|st, me| st.mem_touch_page(me, pfn, how)));
+    }
+
+    #[inline(never)]
+    pub(super) fn mem_touch(line: usize, home_pfn: u64, how: Touch) {
+        with_current(|rt| rt.with_running_raw(|st, me| st.mem_touch(me, line, home_pfn, how)));
     }
 
     #[inline(never)]

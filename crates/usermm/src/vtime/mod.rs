@@ -96,6 +96,19 @@
 //!   next to the stretches between synchronisation points. Lock, line and spin times are
 //!   memory-bound and not scaled.
 //!
+//! ## Lines the engine touches, and jitter
+//! `memory.rs` gives every `struct page` and every list head the engine touches on a modelled
+//! path (`PfnList`'s adds and deletes, `release_pages`' reference drop, `__free_one_page`'s
+//! buddy check; the zap's and the fault's rmap updates as touches whose cost a measured
+//! constant holds) a last-touching CPU and two stamps, and prices a touch by where the line
+//! is: the toucher's own caches (nothing), another core's L2 (`T(w→me)`), another socket's
+//! LLC (`transfer.other_socket`), or DRAM (`memory.dram_local`/`dram_remote` by the line's
+//! node, `dram_stream` for the next line of a stream). A touch is not a synchronisation
+//! point; its price is busy time at once, unscaled. `jitter.rs` multiplies the work a
+//! context charged between two synchronisation points by `1 + σ·z` (`[jitter]`, seeded per
+//! context from `time.seed`), so that workers queue on a lock as they would instead of
+//! falling into step. Both are in [`Report::memory`] and the lock_stat columns.
+//!
 //! ## Accounting
 //! Per CPU: busy (work, acquisitions, line stalls), spin (waiting for a spinlock) and idle (the
 //! rest, up to the end of the last run). Per context: busy and spin; their sum is its "thread
@@ -106,8 +119,12 @@
 //! `Serialize`, labelled `modelled (profile NAME)`.
 //!
 //! ## Where the model differs from the hardware
-//! - Costs are constants: no cache model beyond the named line transfers, no memory-bandwidth
-//!   contention, no DRAM distance (remote-node memory costs what local does), no prefetching.
+//! - Costs are constants, measured with one thread doing the work; what changes when the
+//!   work is spread over CPUs is priced by the line model (`memory.rs`, below: `struct
+//!   page`s and list heads with a last toucher and an age, against the profile's `[memory]`)
+//!   for the lines the engine names, and nowhere else: no memory-bandwidth contention, and
+//!   only a next-line streamer for prefetching. Per-batch work varies by the profile's
+//!   `[jitter]`, seeded (`jitter.rs`).
 //! - Locks are fair FIFO and hand over directly; a kernel mutex or rwsem also lets a spinning
 //!   newcomer steal the lock and spins optimistically while the owner runs — here sleepers
 //!   always sleep. Spinning waiters generate no coherence traffic of their own.
@@ -233,6 +250,8 @@
 mod class;
 mod coro;
 pub mod hooks;
+mod jitter;
+mod memory;
 mod profile;
 mod report;
 mod runtime;
@@ -240,9 +259,11 @@ mod sched;
 
 pub use class::{Acquired, LineClass, LockClass, Mode, WaitKind};
 pub use hooks::charge;
+pub use memory::{MemoryStat, Touch};
 pub use profile::{
-    evaluate, Cost, Distance, Figure, FormulaRow, Input, InputKind, LockFigure, Placement, Profile,
-    ProfileError, ProfileSpec, Smt, Topology, Transfers, ENGINE_LOCK_CLASSES, TOPOLOGY_GHZ,
+    evaluate, Cost, Distance, Figure, FormulaRow, Input, InputKind, LockFigure, MemorySpec,
+    Placement, Profile, ProfileError, ProfileSpec, Quantity, Smt, Topology, Transfers,
+    ENGINE_LOCK_CLASSES, TOPOLOGY_GHZ,
 };
 pub use report::{ContextTime, CpuTime, LineStat, LockStat, Report, SchedStats};
 pub use runtime::{

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::{
     class::{Mode, WaitKind},
+    memory::MemoryStat,
     profile::Ps,
     sched::State,
 };
@@ -107,6 +108,10 @@ pub struct Report {
     pub contexts: Vec<ContextTime>,
     pub lock_stat: Vec<LockStat>,
     pub lines: Vec<LineStat>,
+    /// The line model's touches by where they found their line (`vtime/memory.rs`); `None`
+    /// without a `[memory]` in the profile or a memmap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStat>,
     pub sched: SchedStats,
 }
 
@@ -203,6 +208,7 @@ impl Report {
             contexts,
             lock_stat,
             lines,
+            memory: st.mem.as_ref().map(|m| m.stat()),
             sched: SchedStats {
                 resumes: st.counters.resumes,
                 sync_points: st.counters.sync_points,

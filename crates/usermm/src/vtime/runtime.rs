@@ -25,6 +25,8 @@ use corosensei::stack::DefaultStack;
 
 use super::{
     coro::{self, Resumed},
+    jitter,
+    memory::Memory,
     profile::{Cost, Placement, Profile, ProfileError, Ps},
     report::Report,
     sched::{CtxId, Model, Next, State},
@@ -88,19 +90,26 @@ pub(super) fn add_pending(i: usize, n: u64) {
     PENDING_ANY.set(true);
 }
 
-/// The pending counts, cleared; their price at `cost_ps`, in ps.
+/// The pending counts, cleared: their price at `cost_ps`, in ps, and the lines of the pages
+/// they cleared or copied (which fill the caches, `vtime/memory.rs`).
 #[inline]
-fn take_pending(cost_ps: &[Ps; Cost::COUNT]) -> Ps {
+fn take_pending(cost_ps: &[Ps; Cost::COUNT]) -> (Ps, u64) {
     if !PENDING_ANY.replace(false) {
-        return 0;
+        return (0, 0);
     }
     PENDING.with(|p| {
-        p.iter()
+        let pages = p[Cost::ClearPage.index()].get() + p[Cost::CopyPage.index()].get();
+        let ps = p
+            .iter()
             .zip(cost_ps)
             .map(|(c, &price)| c.replace(0).saturating_mul(price))
-            .fold(0, Ps::saturating_add)
+            .fold(0, Ps::saturating_add);
+        (ps, pages.saturating_mul(LINES_PER_PAGE))
     })
 }
+
+/// Cache lines in a 4 KiB page.
+const LINES_PER_PAGE: u64 = 64;
 
 /// Drops whatever was counted outside a context (wall-mode code before the run).
 fn clear_pending() {
@@ -227,6 +236,23 @@ impl Runtime {
         })
     }
 
+    /// Tells the runtime the machine's memmap: `nr_frames` frames, `frames_per_node` to a node
+    /// (the engine's `page_to_nid`). With a profile that has a `[memory]`, the run's line
+    /// model starts cold (`vtime/memory.rs`); without, touches stay free.
+    pub fn set_memmap(&self, nr_frames: u64, frames_per_node: u64) {
+        let mut st = self.inner.state.borrow_mut();
+        st.mem = st
+            .model
+            .profile
+            .memory
+            .map(|price| Memory::new(price, &st.model.placement, nr_frames, frames_per_node));
+    }
+
+    /// Seeds the jitter of contexts created from now on (`time.seed`).
+    pub fn set_seed(&self, seed: u64) {
+        self.inner.state.borrow_mut().seed = seed;
+    }
+
     /// Sets the stack size of contexts created from now on (default 1 MiB).
     pub fn set_stack_size(&self, bytes: usize) {
         self.inner.stack_size.set(bytes);
@@ -310,8 +336,13 @@ impl State {
     /// Applies the charges counted since `me`'s last synchronisation point to its clock.
     #[inline]
     fn apply_pending(&mut self, me: CtxId) {
-        let ps = take_pending(&self.model.profile.cost_ps);
+        let (ps, fills) = take_pending(&self.model.profile.cost_ps);
+        if fills > 0 {
+            self.mem_fill(me, fills);
+        }
         if ps > 0 {
+            let sigma = self.model.profile.jitter_ppm;
+            let ps = jitter::apply(ps, sigma, &mut self.ctxs[me as usize].rng);
             self.work(me, ps);
         }
     }
@@ -440,6 +471,18 @@ impl Inner {
         }
         let me = st.running?;
         st.apply_pending(me);
+        Some(f(&mut st, me))
+    }
+
+    /// The running context, outside synchronisation, leaving its pending charges pending (a
+    /// memory touch: the batch's charges are applied, and jittered, as one).
+    #[inline]
+    pub(super) fn with_running_raw<R>(&self, f: impl FnOnce(&mut State, CtxId) -> R) -> Option<R> {
+        let mut st = self.state.borrow_mut();
+        if st.failed {
+            return None;
+        }
+        let me = st.running?;
         Some(f(&mut st, me))
     }
 

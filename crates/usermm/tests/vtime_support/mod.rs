@@ -60,6 +60,9 @@ pub fn test_spec() -> ProfileSpec {
     // Round figures stand on their own: no inputs, no formulas.
     s.smt.formula = None;
     s.inputs.clear();
+    // Exact formulas below: no line model and no jitter unless a test adds them.
+    s.memory = None;
+    s.jitter = None;
     for l in s.locks.values_mut() {
         l.formula = None;
     }

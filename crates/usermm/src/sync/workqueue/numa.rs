@@ -12,10 +12,14 @@
 //!
 //! [`UnboundPools::workers_for`] makes that choice once per run, when the first item is queued
 //! (the engine's workers are bound for the run; the kernel's may move between the node's CPUs,
-//! which changes nothing the model prices as long as they stay on the node): the node's CPUs
-//! other than the queuer, whole idle cores first (their first hardware thread, in core order),
-//! then the second threads of those cores, the queuer's own sibling last; past the node's CPUs
-//! they wrap (two workers take turns on one CPU, as an overloaded node's runqueues would).
+//! which changes nothing the model prices as long as they stay on the node), as v4.11's
+//! `select_idle_sibling` would for workers woken one after another by the queuer (the waker,
+//! so the target of the scan): the node's CPUs in `for_each_cpu_wrap` order from the queuer,
+//! first one CPU of each core whose threads are all idle (`select_idle_core`: the queuer's
+//! core is not), then every other idle CPU in the same order (`select_idle_cpu`) — the
+//! queuer's own SMT sibling among them, in its turn: a worker there slows the zapping task by
+//! the profile's SMT factor. Past the node's CPUs they wrap (two workers take turns on one
+//! CPU, as an overloaded node's runqueues would).
 //!
 //! Differences: the kernel's choice depends on load at each wake-up; here every CPU but the
 //! queuer's is idle when the free starts, which is the seed's situation (one process freeing
@@ -51,21 +55,30 @@ impl UnboundPools {
     }
 
     /// The CPUs `n` workers of the pool of `queuer`'s node run on (see the module doc).
+    #[doc(alias = "select_idle_sibling")]
     #[doc(alias = "select_idle_core")]
+    #[doc(alias = "select_idle_cpu")]
     pub fn workers_for(&self, queuer: CpuId, n: usize) -> Vec<CpuId> {
-        let q = queuer.index().min(self.node.len() - 1);
-        let mut cand: Vec<usize> = (0..self.node.len())
+        let nr = self.node.len();
+        let q = queuer.index().min(nr - 1);
+        // `for_each_cpu_wrap(cpu, mask, target)`: the node's CPUs from the target (the
+        // waking queuer) on, wrapping at the last CPU; the queuer itself is busy.
+        let mut wrap: Vec<usize> = (0..nr)
             .filter(|&c| c != q && self.node[c] == self.node[q])
             .collect();
-        // Idle cores first: a CPU on the queuer's core shares it with a busy thread.
-        cand.sort_by_key(|&c| {
-            (
-                self.core[c] == self.core[q],
-                self.thread[c],
-                self.core[c],
-                c,
-            )
-        });
+        wrap.sort_by_key(|&c| (c + nr - q) % nr);
+        // select_idle_core: a core whose every thread is idle, named by its first CPU in
+        // wrap order; the queuer's core is not idle.
+        let mut cand: Vec<usize> = Vec::with_capacity(wrap.len());
+        for &c in &wrap {
+            let core = self.core[c];
+            if core != self.core[q] && !cand.iter().any(|&d| self.core[d] == core) {
+                cand.push(c);
+            }
+        }
+        // Then select_idle_cpu: any idle CPU in wrap order, the queuer's sibling included.
+        let rest: Vec<usize> = wrap.iter().copied().filter(|c| !cand.contains(c)).collect();
+        cand.extend(rest);
         if cand.is_empty() {
             cand.push(q);
         }

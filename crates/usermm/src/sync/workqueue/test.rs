@@ -344,12 +344,14 @@ fn small_pools() -> UnboundPools {
 #[test]
 fn unbound_pool_workers_stay_on_the_queuers_node_idle_cores_first() {
     let p = small_pools();
-    // Queued from CPU 7 (node 1, core 3): the idle core 2 first (CPU 4), then its sibling
-    // (CPU 6), the queuer's own sibling (CPU 5) last; past the node's CPUs they wrap.
+    // Queued from CPU 7 (node 1, core 3): the idle core 2 first (CPU 4), then the idle CPUs
+    // in wrap order from 7 — the queuer's own sibling (CPU 5), then CPU 6 — as
+    // select_idle_core then select_idle_cpu scan; past the node's CPUs they wrap.
     assert_eq!(p.workers_for(CpuId(7), 1), cpus(&[4]));
-    assert_eq!(p.workers_for(CpuId(7), 3), cpus(&[4, 6, 5]));
-    assert_eq!(p.workers_for(CpuId(7), 5), cpus(&[4, 6, 5, 4, 6]));
-    // From node 0, never a node-1 CPU.
+    assert_eq!(p.workers_for(CpuId(7), 3), cpus(&[4, 5, 6]));
+    assert_eq!(p.workers_for(CpuId(7), 5), cpus(&[4, 5, 6, 4, 5]));
+    // From node 0, never a node-1 CPU; the wrap starts after the queuer.
     assert!(p.workers_for(CpuId(0), 6).iter().all(|c| c.index() < 4));
-    assert_eq!(p.workers_for(CpuId(0), 2), cpus(&[1, 3]));
+    assert_eq!(p.workers_for(CpuId(0), 2), cpus(&[1, 2]));
+    assert_eq!(p.workers_for(CpuId(2), 3), cpus(&[3, 0, 1]));
 }

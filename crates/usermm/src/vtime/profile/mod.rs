@@ -21,12 +21,16 @@ use serde::Serialize;
 mod formula;
 mod placement;
 mod provenance;
+mod scale;
 mod spec;
 
 pub use formula::evaluate;
 pub use placement::{Distance, Placement};
 pub use provenance::{FormulaRow, TOPOLOGY_GHZ};
-pub use spec::{Figure, Input, InputKind, LockFigure, ProfileSpec, Smt, Topology, Transfers};
+pub use spec::{
+    Figure, Input, InputKind, LockFigure, MemorySpec, ProfileSpec, Quantity, Smt, Topology,
+    Transfers,
+};
 
 /// The built-in profiles, by name: the seeds' machines.
 const BUILTIN: &[(&str, &str)] = &[
@@ -54,6 +58,10 @@ pub(crate) const MAX_MEMORY_GIB: u64 = 16 << 10;
 /// Largest price of one step, in ns: 1 s. A bound, so that no figure or scaled figure can
 /// bring a virtual clock near its end (u64 ps, 213 days) in any run the host can finish.
 pub(super) const MAX_FIGURE_NS: f64 = 1e9;
+/// The largest cache a profile may describe, in lines (2^32 lines: 256 GiB).
+const MAX_CACHE_LINES: f64 = 4_294_967_296.0;
+/// The largest relative spread of per-batch work, in percent (a standard deviation of 100 %).
+const MAX_JITTER_PERCENT: f64 = 100.0;
 
 /// Lock classes the engine declares; every profile must price each of them.
 ///
@@ -209,6 +217,20 @@ pub struct Profile {
     /// The SMT factor in thousandths (1.6 → 1600), so that scaling is integer arithmetic.
     pub(crate) smt_milli: u64,
     pub(crate) locks: BTreeMap<String, LockPrice>,
+    /// The line model's prices (`[memory]`); `None`: lines are free.
+    pub(crate) memory: Option<MemPrice>,
+    /// The relative standard deviation of per-batch work, in millionths (`[jitter]`; 0: none).
+    pub(crate) jitter_ppm: u32,
+}
+
+/// `[memory]` resolved: capacities in lines, times in ps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MemPrice {
+    pub llc_lines: u64,
+    pub l2_lines: u64,
+    pub dram_local: Ps,
+    pub dram_remote: Ps,
+    pub dram_stream: Ps,
 }
 
 /// Why a profile, or a CPU/node count against it, was rejected. Each message is one line and
@@ -518,8 +540,45 @@ impl Profile {
                 },
             );
         }
+        let count = |field: &str, q: &Quantity, max: f64| -> Result<f64, ProfileError> {
+            check_source(&format!("{field}.source"), &q.source, &invalid)?;
+            let v = q.value;
+            if !(v.is_finite() && v >= 0.0 && v <= max) {
+                return Err(invalid(
+                    &format!("{field}.value"),
+                    format!("must be between 0 and {max} (got {v})"),
+                ));
+            }
+            Ok(v)
+        };
+        let memory = match &spec.memory {
+            None => None,
+            Some(m) => {
+                let llc = count("memory.llc_lines", &m.llc_lines, MAX_CACHE_LINES)?;
+                let l2 = count("memory.l2_lines", &m.l2_lines, MAX_CACHE_LINES)?;
+                if llc < 1.0 || l2 < 1.0 {
+                    return Err(invalid(
+                        "memory",
+                        "a cache holds at least one line (llc_lines, l2_lines)".into(),
+                    ));
+                }
+                Some(MemPrice {
+                    llc_lines: llc.round() as u64,
+                    l2_lines: l2.round() as u64,
+                    dram_local: fig("memory.dram_local", &m.dram_local, None)?,
+                    dram_remote: fig("memory.dram_remote", &m.dram_remote, None)?,
+                    dram_stream: fig("memory.dram_stream", &m.dram_stream, None)?,
+                })
+            }
+        };
+        let jitter_ppm = match &spec.jitter {
+            None => 0,
+            Some(q) => (count("jitter", q, MAX_JITTER_PERCENT)? * 1e4).round() as u32,
+        };
         provenance::check(&spec, &invalid)?;
         Ok(Profile {
+            memory,
+            jitter_ppm,
             origin: origin.to_string(),
             spec,
             cost_ps,
@@ -574,88 +633,6 @@ impl Profile {
     /// The profile in its file format.
     pub fn to_toml_string(&self) -> String {
         toml::to_string_pretty(&self.spec).expect("a profile spec always serialises")
-    }
-
-    /// This profile with one named cost multiplied by `factor`, everything else unchanged: the
-    /// sensitivity of a prediction to one constant. `key` is a cost's key (`zap_pte`), or
-    /// `transfer.smt_sibling` / `transfer.same_socket` / `transfer.other_socket`, `wakeup`,
-    /// `atomic_rmw`, `smt.sibling_factor` (the slowdown above 1 is scaled: 1.6 x 1.5 → 1.9),
-    /// or `locks.NAME` (the uncontended acquire). A cost given as a bandwidth has its
-    /// bandwidth divided by `factor`, so that the time it stands for is multiplied. The name
-    /// gains ` (KEY xFACTOR)` so that every report says which profile it modelled.
-    pub fn scaled(&self, key: &str, factor: f64) -> Result<Profile, ProfileError> {
-        let invalid = |message: String| ProfileError::Invalid {
-            origin: self.origin.clone(),
-            field: key.to_string(),
-            message,
-        };
-        if !(factor.is_finite() && factor > 0.0) {
-            return Err(invalid(format!(
-                "scale factor must be positive (got {factor})"
-            )));
-        }
-        let mut spec = self.spec.clone();
-        // A formula follows its figure: `(formula) * factor`, so the scaled profile still
-        // states its arithmetic (and still loads).
-        let times = |formula: &mut Option<String>, op: &str| {
-            if let Some(f) = formula.as_mut() {
-                *f = format!("({f}) {op} {factor:?}");
-            }
-        };
-        let scale_fig = |f: &mut Figure| {
-            times(
-                &mut f.formula,
-                if f.bytes_per_ns.is_some() { "/" } else { "*" },
-            );
-            if let Some(v) = f.ns.as_mut() {
-                *v *= factor;
-            }
-            if let Some(v) = f.cycles.as_mut() {
-                *v *= factor;
-            }
-            if let Some(v) = f.bytes_per_ns.as_mut() {
-                *v /= factor;
-            }
-        };
-        match key {
-            "transfer.smt_sibling" => scale_fig(&mut spec.transfer.smt_sibling),
-            "transfer.same_socket" => scale_fig(&mut spec.transfer.same_socket),
-            "transfer.other_socket" => scale_fig(&mut spec.transfer.other_socket),
-            "wakeup" => scale_fig(&mut spec.wakeup),
-            "atomic_rmw" => scale_fig(&mut spec.atomic_rmw),
-            "smt.sibling_factor" => {
-                spec.smt.sibling_factor = 1.0 + (spec.smt.sibling_factor - 1.0) * factor;
-                if let Some(f) = spec.smt.formula.as_mut() {
-                    *f = format!("1 + (({f}) - 1) * {factor:?}");
-                }
-            }
-            _ => {
-                let cost = key.strip_prefix("costs.").unwrap_or(key);
-                if let Some(f) = spec.costs.get_mut(cost) {
-                    scale_fig(f);
-                } else if let Some(l) = key
-                    .strip_prefix("locks.")
-                    .map(|n| n.trim_matches('"'))
-                    .and_then(|n| spec.locks.get_mut(n))
-                {
-                    times(&mut l.formula, "*");
-                    if let Some(v) = l.acquire_ns.as_mut() {
-                        *v *= factor;
-                    }
-                    if let Some(v) = l.acquire_cycles.as_mut() {
-                        *v *= factor;
-                    }
-                } else {
-                    return Err(invalid(
-                        "no such cost (a cost key, transfer.*, wakeup, atomic_rmw, \
-                         smt.sibling_factor or locks.NAME)"
-                            .into(),
-                    ));
-                }
-            }
-        }
-        spec.name = format!("{} ({key} x{factor})", spec.name);
-        Profile::from_spec(spec, &self.origin)
     }
 
     /// `--cpus N` must not exceed the profile's hardware threads.

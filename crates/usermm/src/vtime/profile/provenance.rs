@@ -35,7 +35,7 @@ pub struct FormulaRow {
     pub field: String,
     /// The value as written.
     pub value: f64,
-    /// `ns`, `cycles`, `bytes_per_ns` or `factor`.
+    /// `ns`, `cycles`, `bytes_per_ns`, `factor`, `lines` or `percent`.
     pub unit: &'static str,
     pub formula: Option<String>,
     /// The formula evaluated over the inputs (None without a formula).
@@ -72,6 +72,25 @@ fn figures(spec: &ProfileSpec) -> Vec<(String, f64, &'static str, Option<&str>)>
         "factor",
         spec.smt.formula.as_deref(),
     ));
+    if let Some(m) = &spec.memory {
+        for (name, f) in [
+            ("memory.dram_local", &m.dram_local),
+            ("memory.dram_remote", &m.dram_remote),
+            ("memory.dram_stream", &m.dram_stream),
+        ] {
+            let (v, unit) = figure_value(f);
+            rows.push((name.to_string(), v, unit, f.formula.as_deref()));
+        }
+        for (name, q) in [
+            ("memory.llc_lines", &m.llc_lines),
+            ("memory.l2_lines", &m.l2_lines),
+        ] {
+            rows.push((name.to_string(), q.value, "lines", q.formula.as_deref()));
+        }
+    }
+    if let Some(q) = &spec.jitter {
+        rows.push(("jitter".into(), q.value, "percent", q.formula.as_deref()));
+    }
     for (name, l) in &spec.locks {
         let (v, unit) = match (l.acquire_ns, l.acquire_cycles) {
             (Some(v), _) => (v, "ns"),

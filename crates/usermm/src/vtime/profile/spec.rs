@@ -99,6 +99,35 @@ pub struct LockFigure {
     pub source: String,
 }
 
+/// A number that is not a time: a count of lines, a relative spread. Its `formula` over the
+/// profile's `[inputs]` gives `value`, as a [`Figure`]'s does.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quantity {
+    pub value: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub formula: Option<String>,
+    pub source: String,
+}
+
+/// `[memory]`: where a line can be, and what fetching it from there costs, beyond what the
+/// measured per-page costs already include (`vtime/memory.rs` states the rule).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySpec {
+    /// Lines of the last-level cache of one socket (inclusive, shared by its cores).
+    pub llc_lines: Quantity,
+    /// Lines of one core's private L2.
+    pub l2_lines: Quantity,
+    /// A load that misses every cache and is served by this socket's memory.
+    pub dram_local: Figure,
+    /// The same, served by another socket's memory.
+    pub dram_remote: Figure,
+    /// A miss the hardware prefetcher saw coming: the next line of a sequential stream within
+    /// one 4 KiB page, paid at streaming bandwidth instead of latency.
+    pub dram_stream: Figure,
+}
+
 /// A profile file, as written (serialised into reports beside the config).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -114,6 +143,15 @@ pub struct ProfileSpec {
     pub atomic_rmw: Figure,
     pub locks: BTreeMap<String, LockFigure>,
     pub costs: BTreeMap<String, Figure>,
+    /// The caches and DRAM that price the lines the engine touches (`vtime/memory.rs`);
+    /// without it every line access is free (the measured per-page costs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemorySpec>,
+    /// Seeded variability of the work between two synchronisation points (`vtime/jitter.rs`):
+    /// its relative standard deviation, in percent; without it every cost is exactly its
+    /// figure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<Quantity>,
     /// The numbers the figures are computed from, by name: each measured (with the command
     /// that took it), published (with where), or an assumption (with why).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -46,6 +46,29 @@ const PINNED: &[(&str, f64, &str, &str, &str)] = &[
         "Intel MLC",
         "4-socket Westmere-EX",
     ),
+    (
+        "dram_remote_min_ns",
+        194.0,
+        "ns",
+        "Intel MLC",
+        "4-socket Westmere-EX",
+    ),
+    (
+        "dram_remote_max_ns",
+        202.0,
+        "ns",
+        "Intel MLC",
+        "4-socket Westmere-EX",
+    ),
+    ("llc_mib_haswell_18c", 45.0, "MiB", "Intel ARK", "Haswell"),
+    ("llc_mib_e5_2680", 20.0, "MiB", "Intel ARK", "E5-2680"),
+    (
+        "l2_kib",
+        256.0,
+        "KiB",
+        "Optimization Reference Manual",
+        "Sandy Bridge and Haswell",
+    ),
 ];
 
 /// The pins, as a check a test can run on any profile (the mutation test runs it on an edited
@@ -122,6 +145,17 @@ fn source_of<'a>(spec: &'a ProfileSpec, field: &str) -> &'a str {
         "wakeup" => &spec.wakeup.source,
         "atomic_rmw" => &spec.atomic_rmw.source,
         "smt.sibling_factor" => &spec.smt.source,
+        "jitter" => &spec.jitter.as_ref().expect("jitter").source,
+        m if m.starts_with("memory.") => {
+            let mem = spec.memory.as_ref().expect("memory");
+            match m {
+                "memory.llc_lines" => &mem.llc_lines.source,
+                "memory.l2_lines" => &mem.l2_lines.source,
+                "memory.dram_local" => &mem.dram_local.source,
+                "memory.dram_remote" => &mem.dram_remote.source,
+                _ => &mem.dram_stream.source,
+            }
+        }
         other => panic!("no such field {other}"),
     }
 }
@@ -133,7 +167,8 @@ fn every_figure_of_a_builtin_is_its_formula_over_inputs_that_are_all_read() {
         let rows = p.provenance();
         assert_eq!(
             rows.len(),
-            6 + p.spec().locks.len() + Cost::COUNT,
+            // transfers (3), wakeup, atomic, SMT; memory (5) and jitter.
+            6 + 6 + p.spec().locks.len() + Cost::COUNT,
             "{name}: every figure has a row"
         );
         let mut read = std::collections::BTreeSet::new();
@@ -187,7 +222,9 @@ fn measured_inputs_name_the_program_that_took_them_and_assumptions_say_so() {
                         })
                         .collect();
                     assert!(
-                        !programs.is_empty() || i.source.contains("/proc/cpuinfo"),
+                        !programs.is_empty()
+                            || i.source.contains("/proc/cpuinfo")
+                            || i.source.contains("usermm calibrate"),
                         "{name}: measured input {key} names no program: {}",
                         i.source
                     );

@@ -45,6 +45,8 @@ use rustc_hash::FxHashMap;
 use super::{
     class::Mode,
     coro::YielderPtr,
+    jitter,
+    memory::{Memory, Touch},
     profile::{LockPrice, Placement, Profile, Ps},
 };
 
@@ -93,6 +95,8 @@ pub(super) struct Ctx {
     pub wait: Wait,
     pub joiners: Vec<CtxId>,
     pub yielder: YielderPtr,
+    /// The context's jitter generator (`vtime/jitter.rs`).
+    pub rng: u64,
 }
 
 #[derive(Debug, Default)]
@@ -189,6 +193,11 @@ pub(super) struct State {
     pub line_class_index: FxHashMap<&'static str, u16>,
     pub line_class_by_addr: FxHashMap<usize, u16>,
     pub counters: SchedCounters,
+    /// The line model (`vtime/memory.rs`), once the machine has told the runtime its memmap
+    /// and the profile has a `[memory]`.
+    pub mem: Option<Memory>,
+    /// The run's seed (`time.seed`): every context's jitter generator starts from it.
+    pub seed: u64,
 }
 
 impl State {
@@ -218,6 +227,8 @@ impl State {
             line_class_index: FxHashMap::default(),
             line_class_by_addr: FxHashMap::default(),
             counters: SchedCounters::default(),
+            mem: None,
+            seed: 0,
             model,
         }
     }
@@ -246,6 +257,7 @@ impl State {
             wait: Wait::Runnable,
             joiners: Vec::new(),
             yielder: YielderPtr::NONE,
+            rng: jitter::seed_for(self.seed, id),
         });
         self.live += 1;
         self.push_ready(id);
@@ -347,6 +359,46 @@ impl State {
         c.busy = c.busy.saturating_add(ps);
         let cpu = &mut self.cpus[c.cpu as usize];
         cpu.busy = cpu.busy.saturating_add(ps);
+    }
+
+    /// `id` touches frame `pfn`'s `struct page` (`vtime/memory.rs`): its price is busy time,
+    /// unscaled (memory time, like a hand-over).
+    #[inline]
+    pub(super) fn mem_touch_page(&mut self, id: CtxId, pfn: u64, how: Touch) {
+        let Some(mem) = self.mem.as_mut() else { return };
+        let cpu = self.ctxs[id as usize].cpu as usize;
+        let m = &self.model;
+        let ps = mem.touch_page(&m.placement, &m.profile.transfer_ps, cpu, pfn, how);
+        if ps > 0 {
+            self.busy(id, ps);
+        }
+    }
+
+    /// `id` touches the line at engine address `line`, homed on the node of frame `home_pfn`.
+    #[inline]
+    pub(super) fn mem_touch(&mut self, id: CtxId, line: usize, home_pfn: u64, how: Touch) {
+        let Some(mem) = self.mem.as_mut() else { return };
+        let cpu = self.ctxs[id as usize].cpu as usize;
+        let m = &self.model;
+        let ps = mem.touch_id(
+            &m.placement,
+            &m.profile.transfer_ps,
+            cpu,
+            line,
+            home_pfn,
+            how,
+        );
+        if ps > 0 {
+            self.busy(id, ps);
+        }
+    }
+
+    /// `id` filled `lines` untracked lines into its caches (cleared or copied pages).
+    pub(super) fn mem_fill(&mut self, id: CtxId, lines: u64) {
+        if let Some(mem) = self.mem.as_mut() {
+            let cpu = self.ctxs[id as usize].cpu as usize;
+            mem.fill(&self.model.placement, cpu, lines);
+        }
     }
 
     /// `id` spun from its clock until `t`.

@@ -1,0 +1,371 @@
+//! # The memory hierarchy: who last touched a line, and what fetching it costs
+//!
+//! The per-page costs of a profile were measured with one thread doing the work, so they
+//! contain the cache behaviour of that thread's pattern: the zap reads `struct page`s left in
+//! DRAM long ago (a sequential walk the prefetcher streams), and the free that follows finds
+//! them in its own core's caches. What they cannot contain is what changes when the work is
+//! spread over CPUs: a worker freeing pages another core zapped, four workers adding pages to
+//! the head of one zone's free list, each list operation writing a `struct page` another core
+//! wrote a moment ago (Aaron Lu, "RFC: eliminate zone->lock contention for
+//! will-it-scale/page_fault1 on big server", linux-mm 2018-02-05: "the most time consuming
+//! part of operations under zone->lock is cache misses on struct page"). This module prices
+//! that difference, line by line, from the profile's `[memory]` and `[transfer]` figures.
+//!
+//! ## Lines and their state
+//! A *line* is 64 bytes the engine touches on a modelled path:
+//! - every frame's `struct page` (one line: the kernel's `struct page` is 64 bytes; the
+//!   engine's `PageMeta` is smaller, the line is the kernel's), indexed by PFN in a dense
+//!   table sized at [`Memory::new`] (lazily zeroed host memory: untouched frames cost nothing);
+//! - a list head or a counter, by its address in the engine ([`Memory::touch_id`]): the
+//!   buddy free areas' and the pcp lists' heads, the LRU heads.
+//!
+//! Each line remembers the CPU that touched it last and two stamps: the fill count of that
+//! CPU's core (its L2) and of its socket (its last-level cache) at the moment of the touch.
+//!
+//! ## The rule
+//! Every core and every socket counts the lines filled into its cache (a *fill*: a touch the
+//! cache did not hold). A line last touched by CPU `w` is still in `w`'s L2 while fewer than
+//! `l2_lines` lines were filled into that core since, and in `w`'s socket's LLC while fewer
+//! than `llc_lines` were filled into that socket since: LRU by fill count, with the LLC
+//! inclusive (a line that left the LLC left the L2 too). A touch by CPU `c` costs:
+//!
+//! | where the line is | cost beyond the measured constants |
+//! |---|---|
+//! | never touched in this run | 0 (the first touch is what the constants measured) |
+//! | `c`'s core's L2 (`w` is `c` or its SMT sibling) | 0 |
+//! | another core's L2 | `T(w→c)`: the `[transfer]` figure by distance (a snoop of a modified line) |
+//! | `c`'s socket's LLC, not in any L2 that counts | 0 (an LLC hit: taken as what the constants include) |
+//! | another socket's LLC | `transfer.other_socket` |
+//! | nowhere: DRAM | `memory.dram_local` or `memory.dram_remote` by the socket of the line's home node; `memory.dram_stream` instead for a `struct page` that is the next line of this CPU's previous DRAM miss within one 4 KiB of the memmap (the L2 streamer's reach) |
+//!
+//! and fills `c`'s L2 (unless the line was there) and `c`'s socket's LLC (unless it was
+//! there); the line's state becomes `c`'s, stamped after the fills.
+//!
+//! A touch is either an [`Touch::Access`], priced by the table, or [`Touch::Measured`]: an
+//! access whose cost a measured constant already holds (the zap's read of the page it
+//! unmaps, the fault's store of the page it maps); it moves the line and fills caches, and is
+//! charged nothing.
+//!
+//! A touch is not a synchronisation point: its price is added to the running context's clock
+//! at once (unscaled by SMT: a miss is memory time, like a lock's hand-over), and the state it
+//! reads is the state at that context's clock wherever the line is touched under a lock (the
+//! lock's acquisition was a synchronisation point, and every earlier holder's touches came
+//! before it in virtual time) or handed over through one (a gathered page queued to a worker).
+//! Every line the engine prices is one of those.
+//!
+//! ## Where it differs from the hardware
+//! - Only the lines named above are tracked. User data, page-table pages and the kernel's
+//!   other data are not lines here, and their traffic does not fill the caches: the LLC holds
+//!   struct pages and list heads only, so it keeps them longer than a real one would while
+//!   `clear_page` streams through it.
+//! - LRU by fill count ignores associativity, the L1, the LLC's non-uniform slices, the
+//!   directory and any prefetcher other than the streamer's next-line rule above.
+//! - An LLC hit is charged nothing beyond the constants although the one-thread measurement
+//!   mostly hit its L2 (a difference of about ten nanoseconds per line).
+//! - A line's state is its last toucher's: a line read by two sockets is in one LLC here.
+//! - The DRAM figures are latencies of one dependent load; several misses in flight at once
+//!   (memory-level parallelism) are not modelled, except the streamer's.
+
+#![deny(unsafe_code)]
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use super::profile::{MemPrice, Placement, Ps};
+
+/// How a touch is priced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Touch {
+    /// Priced by where the line is (the module's table).
+    Access,
+    /// A measured constant already holds its cost: the line moves, nothing is charged.
+    Measured,
+}
+
+/// Where a touch found its line (the statistics' buckets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+enum Found {
+    First = 0,
+    OwnCache = 1,
+    OtherCore = 2,
+    SocketLlc = 3,
+    OtherSocket = 4,
+    DramLocal = 5,
+    DramRemote = 6,
+    DramStream = 7,
+}
+
+const FOUND: usize = 8;
+
+/// A line's state: `[last toucher + 1 (0: never), its core's fill stamp, its socket's]`.
+/// Stamps count fills in units of `1 << STAMP_SHIFT` and wrap at 2^32 units (2^36 fills):
+/// 12 bytes a frame, and a line would have to wait 2^36 fills of its cache to alias.
+type LineState = [u32; 3];
+
+/// A stamp counts fills by sixteen: capacities are rounded down to a multiple of 16 lines.
+const STAMP_SHIFT: u32 = 4;
+
+fn stamp_of(fills: u64) -> u32 {
+    (fills >> STAMP_SHIFT) as u32
+}
+
+/// What the lines cost a run, by where they were found (`Report::memory`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct MemoryStat {
+    /// Touches priced by the table (`Touch::Access`).
+    pub accesses: u64,
+    /// Touches whose cost a measured constant holds (`Touch::Measured`).
+    pub measured: u64,
+    /// Touches of a line nobody had touched in the run.
+    pub first: u64,
+    /// Found in the toucher's own core's L2.
+    pub own_cache: u64,
+    /// Found modified in another core's L2 (a transfer).
+    pub other_core: u64,
+    /// Found in the toucher's socket's LLC.
+    pub socket_llc: u64,
+    /// Found in another socket's LLC.
+    pub other_socket: u64,
+    /// Fetched from local DRAM at latency.
+    pub dram_local: u64,
+    /// Fetched from another socket's DRAM at latency.
+    pub dram_remote: u64,
+    /// Fetched from DRAM at streaming cost (the next line of a stream).
+    pub dram_stream: u64,
+    /// Total charged for priced touches, in ns.
+    pub charged_ns: u64,
+}
+
+impl MemoryStat {
+    /// What happened between `before` and `self` (two snapshots of one run).
+    pub fn since(&self, before: &MemoryStat) -> MemoryStat {
+        MemoryStat {
+            accesses: self.accesses - before.accesses,
+            measured: self.measured - before.measured,
+            first: self.first - before.first,
+            own_cache: self.own_cache - before.own_cache,
+            other_core: self.other_core - before.other_core,
+            socket_llc: self.socket_llc - before.socket_llc,
+            other_socket: self.other_socket - before.other_socket,
+            dram_local: self.dram_local - before.dram_local,
+            dram_remote: self.dram_remote - before.dram_remote,
+            dram_stream: self.dram_stream - before.dram_stream,
+            charged_ns: self.charged_ns - before.charged_ns,
+        }
+    }
+}
+
+/// The line model of one run: every tracked line's state, the caches' fill counts, and what
+/// the touches cost.
+#[derive(Debug)]
+pub(super) struct Memory {
+    price: MemPrice,
+    /// One `struct page` line per frame, by PFN.
+    pages: Vec<LineState>,
+    /// Frames per node (the engine's `page_to_nid` divides by it), and nodes.
+    frames_per_node: u64,
+    nr_nodes: u64,
+    /// Socket of each node.
+    node_socket: Vec<u16>,
+    /// Lines known by address (list heads, counters).
+    others: FxHashMap<usize, LineState>,
+    socket_fills: Vec<u64>,
+    core_fills: Vec<u64>,
+    /// Per CPU: the PFN after its last DRAM miss on a `struct page` (`u64::MAX`: none).
+    stream_next: Vec<u64>,
+    counts: [u64; FOUND],
+    accesses: u64,
+    measured: u64,
+    charged: Ps,
+}
+
+impl Memory {
+    /// A cold memory of `nr_frames` frames, `frames_per_node` to a node, for `placement`'s
+    /// CPUs.
+    pub(super) fn new(
+        price: MemPrice,
+        placement: &Placement,
+        nr_frames: u64,
+        frames_per_node: u64,
+    ) -> Self {
+        let cpus = placement.nr_cpus();
+        let sockets = (0..cpus).map(|c| placement.socket_of(c)).max().unwrap_or(0) + 1;
+        let cores = (0..cpus).map(|c| placement.core_of(c)).max().unwrap_or(0) + 1;
+        let nr_nodes = placement.nr_nodes() as u64;
+        Memory {
+            price,
+            // Zeroed allocations are lazily mapped: a frame's line costs host memory only
+            // once it is touched.
+            pages: vec![[0; 3]; nr_frames as usize],
+            frames_per_node: frames_per_node.max(1),
+            nr_nodes,
+            node_socket: (0..nr_nodes as usize)
+                .map(|n| placement.socket_of_node(n) as u16)
+                .collect(),
+            others: FxHashMap::default(),
+            socket_fills: vec![0; sockets],
+            core_fills: vec![0; cores],
+            stream_next: vec![u64::MAX; cpus],
+            counts: [0; FOUND],
+            accesses: 0,
+            measured: 0,
+            charged: 0,
+        }
+    }
+
+    /// The home node of frame `pfn` (the engine's `page_to_nid`).
+    fn node_of_pfn(&self, pfn: u64) -> usize {
+        (pfn / self.frames_per_node).min(self.nr_nodes - 1) as usize
+    }
+
+    /// CPU `cpu` touches frame `pfn`'s `struct page`; returns the price in ps.
+    pub(super) fn touch_page(
+        &mut self,
+        placement: &Placement,
+        transfer: &[Ps; 4],
+        cpu: usize,
+        pfn: u64,
+        how: Touch,
+    ) -> Ps {
+        let Some(&state) = self.pages.get(pfn as usize) else {
+            return 0;
+        };
+        let home = self.node_of_pfn(pfn);
+        let (price, new) = self.access(placement, transfer, cpu, state, home, Some(pfn), how);
+        self.pages[pfn as usize] = new;
+        price
+    }
+
+    /// CPU `cpu` touches the line at engine address `id`, homed on frame `home_pfn`'s node.
+    pub(super) fn touch_id(
+        &mut self,
+        placement: &Placement,
+        transfer: &[Ps; 4],
+        cpu: usize,
+        id: usize,
+        home_pfn: u64,
+        how: Touch,
+    ) -> Ps {
+        let state = self.others.get(&id).copied().unwrap_or([0; 3]);
+        let home = self.node_of_pfn(home_pfn);
+        let (price, new) = self.access(placement, transfer, cpu, state, home, None, how);
+        self.others.insert(id, new);
+        price
+    }
+
+    #[expect(clippy::too_many_arguments, reason = "one private step of two callers")]
+    fn access(
+        &mut self,
+        placement: &Placement,
+        transfer: &[Ps; 4],
+        cpu: usize,
+        state: LineState,
+        home: usize,
+        pfn: Option<u64>,
+        how: Touch,
+    ) -> (Ps, LineState) {
+        let socket = placement.socket_of(cpu);
+        let core = placement.core_of(cpu);
+        let (found, in_l2_here, in_llc_here) = if state[0] == 0 {
+            (Found::First, false, false)
+        } else {
+            let w = state[0] as usize - 1;
+            let (wsock, wcore) = (placement.socket_of(w), placement.core_of(w));
+            let age = |fills: u64, stamp: u32| stamp_of(fills).wrapping_sub(stamp) as u64;
+            let in_llc =
+                age(self.socket_fills[wsock], state[2]) < self.price.llc_lines >> STAMP_SHIFT;
+            let in_l2 = in_llc
+                && age(self.core_fills[wcore], state[1]) < self.price.l2_lines >> STAMP_SHIFT;
+            if in_l2 && wcore == core {
+                (Found::OwnCache, true, true)
+            } else if in_l2 && wsock == socket {
+                (Found::OtherCore, false, true)
+            } else if in_l2 || in_llc && wsock != socket {
+                (Found::OtherSocket, false, false)
+            } else if in_llc {
+                (Found::SocketLlc, false, true)
+            } else {
+                let remote = self.node_socket.get(home).copied().unwrap_or(0) as usize != socket;
+                let streamed =
+                    pfn.is_some_and(|p| self.stream_next[cpu] == p && p % LINES_PER_4K != 0);
+                if streamed {
+                    (Found::DramStream, false, false)
+                } else if remote {
+                    (Found::DramRemote, false, false)
+                } else {
+                    (Found::DramLocal, false, false)
+                }
+            }
+        };
+        if matches!(
+            found,
+            Found::DramLocal | Found::DramRemote | Found::DramStream
+        ) {
+            if let Some(p) = pfn {
+                self.stream_next[cpu] = p + 1;
+            }
+        }
+        let price = match found {
+            Found::First | Found::OwnCache | Found::SocketLlc => 0,
+            Found::OtherCore | Found::OtherSocket => {
+                let w = state[0] as usize - 1;
+                transfer[placement.distance(w, cpu) as usize]
+            }
+            Found::DramLocal => self.price.dram_local,
+            Found::DramRemote => self.price.dram_remote,
+            Found::DramStream => self.price.dram_stream,
+        };
+        if !in_l2_here {
+            self.core_fills[core] += 1;
+        }
+        if !in_llc_here {
+            self.socket_fills[socket] += 1;
+        }
+        let new = [
+            cpu as u32 + 1,
+            stamp_of(self.core_fills[core]),
+            stamp_of(self.socket_fills[socket]),
+        ];
+        match how {
+            Touch::Measured => {
+                self.measured += 1;
+                (0, new)
+            }
+            Touch::Access => {
+                self.accesses += 1;
+                self.counts[found as usize] += 1;
+                self.charged = self.charged.saturating_add(price);
+                (price, new)
+            }
+        }
+    }
+
+    /// `n` lines this CPU filled into its caches that the model does not track (a cleared or
+    /// copied page's data): they age every tracked line of the core and the socket.
+    pub(super) fn fill(&mut self, placement: &Placement, cpu: usize, n: u64) {
+        let (s, c) = (placement.socket_of(cpu), placement.core_of(cpu));
+        self.core_fills[c] = self.core_fills[c].saturating_add(n);
+        self.socket_fills[s] = self.socket_fills[s].saturating_add(n);
+    }
+
+    pub(super) fn stat(&self) -> MemoryStat {
+        let c = &self.counts;
+        MemoryStat {
+            accesses: self.accesses,
+            measured: self.measured,
+            first: c[Found::First as usize],
+            own_cache: c[Found::OwnCache as usize],
+            other_core: c[Found::OtherCore as usize],
+            socket_llc: c[Found::SocketLlc as usize],
+            other_socket: c[Found::OtherSocket as usize],
+            dram_local: c[Found::DramLocal as usize],
+            dram_remote: c[Found::DramRemote as usize],
+            dram_stream: c[Found::DramStream as usize],
+            charged_ns: self.charged / 1000,
+        }
+    }
+}
+
+/// `struct page`s per 4 KiB of the memmap: the L2 streamer does not cross a 4 KiB page.
+const LINES_PER_4K: u64 = 64;

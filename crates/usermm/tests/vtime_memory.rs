@@ -1,0 +1,218 @@
+//! The line model (`vtime/memory.rs`) and the jitter (`vtime/jitter.rs`) on cases with known
+//! answers: every figure asserted is a model output, exact by construction.
+
+mod vtime_support;
+
+use std::sync::Arc;
+
+use usermm::vtime::{
+    self, hooks, Figure, MemorySpec, Profile, ProfileSpec, Quantity, Runtime, Touch,
+};
+use vtime_support::*;
+
+const DRAM: u64 = 100;
+const DRAM_REMOTE: u64 = 200;
+const STREAM: u64 = 3;
+const L2_LINES: u64 = 256;
+const LLC_LINES: u64 = 4096;
+/// Frames of the test memmap: two nodes of 1 Mi frames.
+const FRAMES: u64 = 2 << 20;
+const PER_NODE: u64 = 1 << 20;
+
+fn ns(v: u64) -> Figure {
+    Figure {
+        ns: Some(v as f64),
+        cycles: None,
+        bytes_per_ns: None,
+        formula: None,
+        source: "test".into(),
+    }
+}
+
+fn count(v: u64) -> Quantity {
+    Quantity {
+        value: v as f64,
+        formula: None,
+        source: "test".into(),
+    }
+}
+
+fn with_memory(s: &mut ProfileSpec) {
+    s.memory = Some(MemorySpec {
+        llc_lines: count(LLC_LINES),
+        l2_lines: count(L2_LINES),
+        dram_local: ns(DRAM),
+        dram_remote: ns(DRAM_REMOTE),
+        dram_stream: ns(STREAM),
+    });
+}
+
+fn mem_rt() -> Runtime {
+    let rt = rt_with(with_memory);
+    rt.set_memmap(FRAMES, PER_NODE);
+    rt
+}
+
+/// What one touch of `pfn` costs the running context, in ns.
+fn touch(pfn: u64) -> u64 {
+    let t = vtime::now();
+    hooks::mem_touch_page(pfn, Touch::Access);
+    vtime::now() - t
+}
+
+/// `f` run on `cpu` after everything before it (a context started and joined).
+fn on<T: 'static>(cpu: usize, f: impl FnOnce() -> T + 'static) -> T {
+    vtime::spawn(cpu, f).join()
+}
+
+#[test]
+fn a_line_costs_by_who_touched_it_last() {
+    let rt = mem_rt();
+    let costs = rt.run(0, || {
+        let first = touch(5);
+        let again = touch(5);
+        // CPU 8 is CPU 0's SMT sibling: the same core's L2.
+        let sibling = on(8, || touch(5));
+        let other_core = on(1, || touch(5));
+        let other_socket = on(16, || touch(5));
+        let back_home = touch(5);
+        (first, again, sibling, other_core, other_socket, back_home)
+    });
+    assert_eq!(costs, (0, 0, 0, T_SOCK, T_REMOTE, T_REMOTE));
+    let m = rt.report().memory.expect("a [memory] and a memmap");
+    assert_eq!(m.accesses, 6);
+    assert_eq!(
+        (m.first, m.own_cache, m.other_core, m.other_socket),
+        (1, 2, 1, 2)
+    );
+    assert_eq!(m.charged_ns, T_SOCK + 2 * T_REMOTE);
+}
+
+#[test]
+fn a_measured_touch_moves_the_line_and_charges_nothing() {
+    let rt = mem_rt();
+    let (measured, after) = rt.run(0, || {
+        touch(7);
+        let measured = on(1, || {
+            let t = vtime::now();
+            hooks::mem_touch_page(7, Touch::Measured);
+            vtime::now() - t
+        });
+        // The line is CPU 1's now: CPU 0 pays the transfer back.
+        (measured, touch(7))
+    });
+    assert_eq!((measured, after), (0, T_SOCK));
+}
+
+#[test]
+fn lines_leave_the_l2_then_the_llc_and_come_back_from_dram() {
+    let rt = mem_rt();
+    let (llc, dram_local, dram_remote) = rt.run(0, || {
+        touch(1);
+        touch(PER_NODE + 1);
+        // Another core's fills do not age CPU 0's L2; CPU 0's own do. 2 x L2 lines later,
+        // page 1 is only in the socket's LLC: an LLC hit costs nothing beyond the constants.
+        for p in 0..2 * L2_LINES {
+            touch(10_000 + p * 64);
+        }
+        let llc = on(1, || touch(1));
+        // Fill the socket's LLC twice over: both lines are gone to DRAM. Page 1's memory is
+        // node 0's (socket 0: local to CPU 2), page PER_NODE + 1's is node 1's (remote).
+        for p in 0..2 * LLC_LINES {
+            touch(20_000 + p * 64);
+        }
+        let local = on(2, || touch(1));
+        let remote = on(2, || touch(PER_NODE + 1));
+        (llc, local, remote)
+    });
+    assert_eq!((llc, dram_local, dram_remote), (0, DRAM, DRAM_REMOTE));
+}
+
+#[test]
+fn the_next_struct_page_of_a_dram_stream_costs_bandwidth_not_latency() {
+    let rt = mem_rt();
+    let costs: Vec<u64> = rt.run(0, || {
+        for p in 0..130 {
+            touch(p);
+        }
+        for p in 0..2 * LLC_LINES {
+            touch(100_000 + p * 64);
+        }
+        // 62..66 crosses a 4 KiB boundary of the memmap at 64: the streamer starts again.
+        (62..66).map(touch).collect()
+    });
+    assert_eq!(costs, [DRAM, STREAM, DRAM, STREAM]);
+}
+
+#[test]
+fn cleared_pages_fill_the_cache_and_age_its_lines() {
+    let rt = mem_rt();
+    let cost = rt.run(0, || {
+        touch(3);
+        // A cleared 4 KiB page is 64 lines filled into the clearing CPU's caches.
+        hooks::charge(vtime::Cost::ClearPage, 2 * LLC_LINES / 64);
+        vtime::sync_point();
+        on(1, || touch(3))
+    });
+    assert_eq!(cost, DRAM);
+}
+
+#[test]
+fn without_a_memory_section_or_a_memmap_touches_are_free() {
+    // The test profile has no [memory].
+    let rt = rt();
+    rt.set_memmap(FRAMES, PER_NODE);
+    let c = rt.run(0, || {
+        touch(9);
+        on(16, || touch(9))
+    });
+    assert_eq!(c, 0);
+    assert!(rt.report().memory.is_none());
+    // A [memory] but no memmap told: nothing tracked.
+    let rt = rt_with(with_memory);
+    let c = rt.run(0, || {
+        touch(9);
+        on(16, || touch(9))
+    });
+    assert_eq!(c, 0);
+}
+
+#[test]
+fn jitter_varies_batches_by_seed_and_keeps_the_run_reproducible() {
+    let spec = |sigma: f64| {
+        let mut s = test_spec();
+        s.jitter = Some(Quantity {
+            value: sigma,
+            formula: None,
+            source: "test".into(),
+        });
+        Arc::new(Profile::from_spec(s, "test").unwrap())
+    };
+    let run = |sigma: f64, seed: u64| {
+        let rt = Runtime::new(spec(sigma), 32, 2).unwrap();
+        rt.set_seed(seed);
+        rt.run(0, || {
+            (0..100)
+                .map(|_| {
+                    let t = vtime::now();
+                    hooks::charge(vtime::Cost::ZapPte, 10);
+                    vtime::sync_point();
+                    vtime::now() - t
+                })
+                .collect::<Vec<u64>>()
+        })
+    };
+    let exact = run(0.0, 1);
+    let price = exact[0];
+    assert!(exact.iter().all(|&t| t == price));
+    let a = run(5.0, 1);
+    assert_eq!(a, run(5.0, 1), "the same seed gives the same run");
+    assert_ne!(a, run(5.0, 2), "another seed, other draws");
+    assert!(
+        a.iter().any(|&t| t != price),
+        "5 % jitter moves some batches"
+    );
+    // Irwin-Hall draws stay within ±2√3 σ of the figure.
+    let bound = price as f64 * 0.05 * 2.0 * 3f64.sqrt() + 1.0;
+    assert!(a.iter().all(|&t| (t as f64 - price as f64).abs() <= bound));
+}
