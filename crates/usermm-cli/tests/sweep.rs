@@ -277,6 +277,8 @@ fn emitted_jobs_give_the_local_table() {
     let mut merge = vec!["--merge"];
     merge.extend(pfiles.iter().map(|p| s(p)));
     let merged = sweep_json(&merge);
+    // A directory of job files is the same as its files.
+    assert_eq!(sweep_json(&["--merge", s(&pdir)]), merged);
 
     // Slurm: one array task per point, the index from SLURM_ARRAY_TASK_ID.
     let sdir = dir.join("slurm");
@@ -400,5 +402,42 @@ fn grid_mistakes_are_one_line_usage_errors() {
     assert_one_line(&usermm(&args), &args, "the grid has 12 points");
     let args = ["sweep"];
     assert_one_line(&usermm(&args), &args, "<FILE>");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The grid `text` as GNU parallel jobs (parsed and every point vetted; nothing runs).
+fn job_count(dir: &Path, text: &str) -> usize {
+    let grid = dir.join("doc.toml");
+    std::fs::write(&grid, text).unwrap();
+    let o = usermm(&["sweep", s(&grid), "--emit", "parallel"]);
+    assert!(o.status.success(), "{text}\n{}", common::text(&o.stderr));
+    stdout(&o).lines().count()
+}
+
+#[test]
+fn the_documented_grids_are_valid() {
+    let dir = setup("docs");
+    // docs/sweep.md's first TOML block.
+    let md = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/sweep.md"))
+        .unwrap();
+    let block = md
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("docs/sweep.md has a TOML grid");
+    assert_eq!(job_count(&dir, block), 12);
+    // The example in `usermm sweep --help`.
+    let help = stdout(&usermm(&["sweep", "--help"]));
+    let example: String = help
+        .split("Grid file (TOML")
+        .nth(1)
+        .expect("the help shows the grid format")
+        .lines()
+        .skip(2)
+        .take_while(|l| !l.is_empty())
+        .map(|l| format!("{}\n", l.trim_start()))
+        .collect();
+    assert!(example.starts_with("command = "), "{example}");
+    assert_eq!(job_count(&dir, &example), 2 * 3 * 3 * 2 * 2);
     let _ = std::fs::remove_dir_all(&dir);
 }

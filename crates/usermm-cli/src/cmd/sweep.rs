@@ -17,23 +17,23 @@ use crate::args::{usage, GlobalArgs};
 use crate::sweep::{self, emit::Jobs, Grid, RunOptions, SweepTable};
 
 /// The grid file's format, shown by `usermm sweep --help`.
-pub const GRID_HELP: &str = "\
-Grid file (TOML; docs/sweep.md):
+pub const GRID_HELP: &str = r#"Grid file (TOML; docs/sweep.md):
 
-  command = [\"bigfree\", \"{size}\", \"--time\", \"virtual\", \"--seed-only\"]
-  [axes]                                  # points: every combination, first axis outermost
-  \"{size}\" = [\"64M\", \"128M\"]             # fills {size} in the command
-  \"--max-active\" = [1, 2, 4]              # any flag of the command: --max-active=1
-  \"--scale-cost zap_pte\" = [0.5, 1, 2]    # --scale-cost zap_pte=0.5 (also \"--set KEY\")
-  \"free.threshold_pages\" = [1024, 4096]   # an engine key: --set free.threshold_pages=1024
-  \"--exit\" = [false, true]                # a switch: left out, given
-  [columns]                               # header = dotted path in the command's --json
-  \"patched (s)\" = \"bigfree.patched.time_s\"
-  ratio = \"bigfree.ratio\"
+  command = ["bigfree", "{size}", "--time", "virtual", "--seed-only"]
+  [axes]                                 # points: every combination, first axis outermost
+  "{size}" = ["64M", "128M"]             # fills {size} in the command
+  "--max-active" = [1, 2, 4]             # any flag of the command: --max-active=1
+  "--scale-cost zap_pte" = [0.5, 1, 2]   # --scale-cost zap_pte=0.5 (also "--set KEY")
+  "pcp.batch" = [31, 63]                 # an engine key: --set pcp.batch=31
+  "--exit" = [false, true]               # a switch: left out, given
+  [columns]                              # header = dotted path in the command's --json
+  "patched (s)" = "bigfree.patched.time_s"
+  ratio = "bigfree.ratio"
 
 Without [columns], the numbers at most two keys deep of each record. Paths in the grid are
 relative to its directory. Each point runs as `usermm --json ARGS`; its line (with its id, a
-hash of ARGS) is appended to the output, and a run again skips the points already there.";
+hash of ARGS) is appended to the output, and a run again skips the points already there.
+Points on the wall clock measure this host and disturb each other: run those with -j 1."#;
 
 /// `--emit`: the grid as work for other machines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -59,12 +59,13 @@ pub struct SweepArgs {
     #[arg(long, value_name = "PATH")]
     pub out: Option<PathBuf>,
     /// Print the grid as jobs for other machines instead of running it.
-    #[arg(long, value_name = "KIND", conflicts_with = "point")]
+    #[arg(long, value_name = "KIND", conflicts_with_all = ["point", "jobs"])]
     pub emit: Option<EmitArg>,
     /// Run only point INDEX (from 0; what each emitted job does).
     #[arg(long, value_name = "INDEX")]
     pub point: Option<usize>,
-    /// Print the table of the points in these outputs (job files or local outputs).
+    /// Print the table of the points in these outputs (job files, local outputs, or
+    /// directories of job files).
     #[arg(long, value_name = "OUT", num_args = 1..,
           conflicts_with_all = ["file", "jobs", "out", "emit", "point"])]
     pub merge: Vec<PathBuf>,
@@ -195,7 +196,7 @@ fn merge(a: &SweepArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     let t = &m.table;
     let title = format!(
         "sweep merged from {} file(s): {} of {} points",
-        a.merge.len(),
+        m.files,
         t.rows.len(),
         t.points
     );

@@ -3,7 +3,7 @@
 //! Every job is the same command, `usermm sweep GRID --point I --out DIR/I.jsonl`: it expands
 //! the grid again and runs point I alone, writing that point's line to a file of its own, so
 //! jobs on any number of machines never share a file, and a job run twice finds its line done
-//! and runs nothing. `usermm sweep --merge DIR/*.jsonl` then draws the table. The binary, the
+//! and runs nothing. `usermm sweep --merge DIR` then draws the table. The binary, the
 //! grid and the directory are written as absolute paths: the jobs run wherever those paths
 //! resolve (one machine, or a cluster's shared filesystem). Words are quoted for a POSIX shell
 //! by the `shlex` crate; the grid refuses control characters, which no quoting makes safe.
@@ -84,7 +84,7 @@ impl Jobs {
             "#!/bin/sh\n\
              # usermm sweep: one array task per point of {grid}.\n\
              # Submit with `sbatch THIS_FILE`; add your site's --partition/--time/--account.\n\
-             # Then: usermm sweep --merge {dir}/*.jsonl\n\
+             # Then: usermm sweep --merge {dir}\n\
              #SBATCH --job-name=usermm-sweep\n\
              #SBATCH --array=0-{last}\n\
              #SBATCH --ntasks=1\n\

@@ -10,7 +10,7 @@
 //! "{size}" = ["64M", "128M"]                # substituted into the command
 //! "--max-active" = [1, 2, 4]                 # any flag of the command: --max-active=1
 //! "--scale-cost zap_pte" = [0.5, 1, 2]       # --scale-cost zap_pte=0.5
-//! "free.threshold_pages" = [1024, 262144]    # an engine key: --set free.threshold_pages=1024
+//! "pcp.batch" = [31, 63]                     # an engine key: --set pcp.batch=31
 //! "--exit" = [false, true]                   # a switch: absent, present
 //! [columns]                                  # table header = dotted path in the --json record
 //! "patched (s)" = "bigfree.patched.time_s"
@@ -473,4 +473,142 @@ pub fn describe(coords: &[(String, String)]) -> String {
         .map(|(k, v)| format!("{k} {v}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    fn parse(text: &str) -> anyhow::Result<Grid> {
+        Grid::parse(text, Path::new("g.toml"))
+    }
+
+    #[test]
+    fn the_hash_is_fnv1a_of_nul_terminated_words() {
+        assert_eq!(stable_hash::<&str>(&[]), "cbf29ce484222325");
+        assert_eq!(stable_hash(&["bigfree", "1G"]), "9d6aade47be52773");
+        assert_ne!(stable_hash(&["ab", "c"]), stable_hash(&["a", "bc"]));
+    }
+
+    #[test]
+    fn every_kind_of_axis_in_file_order() {
+        let g = parse(
+            r#"
+            command = "bigfree {size} --time virtual"
+            [axes]
+            "{size}" = ["1M", "2M"]
+            "--max-active" = [1, 2]
+            "--scale-cost zap_pte" = [0.5]
+            "pcp.batch" = [31]
+            "--exit" = [false, true]
+            "-x" = ["v"]
+            [columns]
+            z = "a.b"
+            a = "c.0.d"
+            "#,
+        )
+        .unwrap();
+        let names: Vec<&str> = g.axes.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "{size}",
+                "--max-active",
+                "--scale-cost zap_pte",
+                "pcp.batch",
+                "--exit",
+                "-x"
+            ]
+        );
+        let cols: Vec<&str> = g.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(cols, ["z", "a"]);
+        assert_eq!(g.len(), 8);
+        let p = g.point(3).unwrap();
+        assert_eq!(
+            p.args,
+            [
+                "bigfree",
+                "1M",
+                "--time",
+                "virtual",
+                "--max-active=2",
+                "--scale-cost",
+                "zap_pte=0.5",
+                "--set",
+                "pcp.batch=31",
+                "--exit",
+                "-x",
+                "v"
+            ]
+        );
+        assert_eq!(p.coords[4], ("--exit".to_string(), "on".to_string()));
+        assert_eq!(p.id, stable_hash(&p.args));
+        let last = g.point(7).unwrap();
+        assert_eq!(&last.args[..2], ["bigfree", "2M"]);
+        assert_eq!(last.coords[4].1, "on");
+        assert!(last.args.contains(&"--exit".to_string()));
+        assert!(g.point(8).is_none());
+        let all = g.points(&|_| Ok(())).unwrap();
+        assert_eq!(all.len(), 8);
+        assert_eq!(all[2].args.last().map(String::as_str), Some("v"));
+        assert!(!all[2].args.contains(&"--exit".to_string()));
+        let e = g.points(&|a| Err(format!("no {}", a[1]))).unwrap_err();
+        assert_eq!(e.to_string(), "g.toml: point 0 ({size} 1M, --max-active 1, --scale-cost zap_pte 0.5, pcp.batch 31, --exit off, -x v): no 1M");
+    }
+
+    #[test]
+    fn mistakes_name_the_file_and_the_key() {
+        for (text, says) in [
+            (
+                "command = 3\n[axes]\nx = [1]",
+                "command: a list of words or one string",
+            ),
+            (
+                "command = \"bigfree 'a\"\n[axes]\nx = [1]",
+                "unbalanced quotes",
+            ),
+            ("command = [\"--json\"]\n[axes]\nx = [1]", "not a flag"),
+            (
+                "command = [\"bigfree\"]\n[axes]\n\"--json\" = [1]",
+                "adds --json itself",
+            ),
+            (
+                "command = [\"bigfree\"]\n[axes]\n\"--a b=c\" = [1]",
+                "one NAME",
+            ),
+            (
+                "command = [\"bigfree\"]\n[axes]\n\"a b\" = [1]",
+                "expected --flag",
+            ),
+            (
+                "command = [\"bigfree\"]\n[axes]\n\"-\" = [1]",
+                "expected a flag",
+            ),
+            (
+                "command = [\"bigfree\"]\n[axes]\n\"pcp.batch\" = [\"x\"]",
+                "--set pcp.batch=x",
+            ),
+            (
+                "command = [\"big\\u0007free\"]\n[axes]\nx = [1]",
+                "control character",
+            ),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.downcast_ref::<UsageError>().is_some(), "{text}");
+            let msg = e.to_string();
+            assert!(msg.starts_with("g.toml: "), "{msg}");
+            assert!(msg.contains(says), "{text}: {msg}");
+        }
+        let big = "command = [\"bigfree\"]\n[axes]\n".to_string()
+            + &(0..6)
+                .map(|i| {
+                    format!(
+                        "\"--a{i}\" = [{}]\n",
+                        (0..10).map(|v| v.to_string()).collect::<Vec<_>>().join(",")
+                    )
+                })
+                .collect::<String>();
+        let e = parse(&big).unwrap_err();
+        assert!(e.to_string().contains("at most 100000"), "{e}");
+    }
 }

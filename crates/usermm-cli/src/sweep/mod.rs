@@ -78,20 +78,29 @@ pub fn local_table(grid: &Grid, points: &[Point], out: &Path) -> anyhow::Result<
 #[derive(Debug)]
 pub struct Merged {
     pub table: SweepTable,
+    /// The files read.
+    pub files: usize,
     /// Lines skipped as incomplete or unreadable, and lines of a point seen already.
     pub skipped: usize,
     pub duplicates: usize,
 }
 
-/// The table of the points in the outputs `paths` (local outputs or job files of one grid),
-/// each point once, with the columns its line names.
+/// The table of the points in the outputs `paths` (local outputs, job files, or directories
+/// of job files, of one grid), each point once, with the columns its line names.
 pub fn merge(paths: &[PathBuf]) -> anyhow::Result<Merged> {
     let mut lines = Vec::new();
     let mut skipped = 0;
+    let mut files = Vec::new();
     for p in paths {
-        if !p.is_file() {
+        if p.is_dir() {
+            files.extend(jsonl_in(p)?);
+        } else if p.is_file() {
+            files.push(p.clone());
+        } else {
             return usage(format!("--merge {}: no such file", p.display()));
         }
+    }
+    for p in &files {
         let loaded =
             store::load(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?;
         skipped += loaded.skipped;
@@ -114,7 +123,25 @@ pub fn merge(paths: &[PathBuf]) -> anyhow::Result<Merged> {
     let points = lines.iter().map(|l| l.points).max().unwrap_or(0);
     Ok(Merged {
         table: SweepTable::new(table::rows_from_lines(lines, &[]), points),
+        files: files.len(),
         skipped,
         duplicates,
     })
+}
+
+/// The `*.jsonl` files in `dir`, sorted by name.
+fn jsonl_in(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.display()))?;
+    let mut files = Vec::new();
+    for e in entries {
+        let p = e
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.display()))?
+            .path();
+        if p.is_file() && p.extension().is_some_and(|x| x == "jsonl") {
+            files.push(p);
+        }
+    }
+    files.sort();
+    Ok(files)
 }
