@@ -8,7 +8,7 @@
 //! Points are vetted by the parser the CLI hands in ([`run`]'s `check`), so a flag the command
 //! does not take is one usage error before anything runs.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use serde::Serialize;
@@ -71,11 +71,6 @@ pub struct SweepArgs {
     pub merge: Vec<PathBuf>,
 }
 
-/// `path` with its extension replaced by `ext` (or `ext` added).
-fn beside(file: &Path, ext: &str) -> PathBuf {
-    file.with_extension(ext)
-}
-
 fn print_table(
     g: &GlobalArgs,
     table: &SweepTable,
@@ -107,10 +102,13 @@ pub fn run(
     };
     let grid = Grid::load(file)?;
     let points = grid.points(check)?;
-    let exe = std::env::current_exe()
-        .map_err(|e| anyhow::anyhow!("cannot find the usermm binary: {e}"))?;
     if let Some(kind) = a.emit {
-        let dir = a.out.clone().unwrap_or_else(|| beside(file, "points"));
+        let dir = a
+            .out
+            .clone()
+            .unwrap_or_else(|| file.with_extension("points"));
+        let exe = std::env::current_exe()
+            .map_err(|e| anyhow::anyhow!("cannot find the usermm binary: {e}"))?;
         let jobs = Jobs::new(&exe, file, &dir)?;
         let text = match kind {
             EmitArg::Parallel => jobs.parallel(points.len())?,
@@ -118,7 +116,10 @@ pub fn run(
         };
         return Ok(super::print(&text)?);
     }
-    let out = a.out.clone().unwrap_or_else(|| beside(file, "jsonl"));
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| file.with_extension("jsonl"));
     if std::path::absolute(&out).ok() == std::path::absolute(file).ok() {
         return usage(format!(
             "--out {}: that is the grid file; name another output",
@@ -142,15 +143,7 @@ pub fn run(
         Some(n) => usize::from(n),
         None => std::thread::available_parallelism().map_or(1, usize::from),
     };
-    let opts = RunOptions {
-        exe,
-        cwd: grid.dir(),
-        jobs,
-        out: out.clone(),
-        grid_id: grid.id(),
-        grid_len: grid.len(),
-        columns: grid.columns.clone(),
-    };
+    let opts = RunOptions::for_grid(&grid, out.clone(), jobs)?;
     let done = sweep::run_grid(&grid, &chosen, &opts)?;
     let s = &done.summary;
     let title = format!(

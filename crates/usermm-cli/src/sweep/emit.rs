@@ -8,7 +8,7 @@
 //! resolve (one machine, or a cluster's shared filesystem). Words are quoted for a POSIX shell
 //! by the `shlex` crate; the grid refuses control characters, which no quoting makes safe.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::args::usage;
 
@@ -45,11 +45,6 @@ impl Jobs {
             grid: absolute(grid)?,
             dir: absolute(dir)?,
         })
-    }
-
-    /// The output file of point `index`.
-    pub fn out_of(dir: &Path, index: usize) -> PathBuf {
-        dir.join(format!("{index}.jsonl"))
     }
 
     /// GNU parallel's input: one shell command line per point.

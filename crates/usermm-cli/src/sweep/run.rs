@@ -42,6 +42,23 @@ pub struct RunOptions {
     pub columns: Vec<Column>,
 }
 
+impl RunOptions {
+    /// The options that run `grid`'s points with this binary, `jobs` at a time, into `out`.
+    pub fn for_grid(grid: &super::Grid, out: PathBuf, jobs: usize) -> anyhow::Result<Self> {
+        let exe = std::env::current_exe()
+            .map_err(|e| anyhow::anyhow!("cannot find the usermm binary: {e}"))?;
+        Ok(RunOptions {
+            exe,
+            cwd: grid.dir(),
+            jobs,
+            out,
+            grid_id: grid.id(),
+            grid_len: grid.len(),
+            columns: grid.columns.clone(),
+        })
+    }
+}
+
 /// A point that failed.
 #[derive(Debug, Clone)]
 pub struct Failure {
