@@ -289,6 +289,7 @@ impl Grid {
         }
         let mut axes = Vec::with_capacity(axes_in.len());
         for (key, values) in axes_in {
+            check_word(origin, "axes", &key)?;
             let kind = axis_kind(origin, &key, &command)?;
             let values = values.into_inner();
             if values.is_empty() {
@@ -328,6 +329,8 @@ impl Grid {
         let mut columns = Vec::with_capacity(cols_in.len());
         for (name, path) in cols_in {
             let path = path.into_inner();
+            check_word(origin, "columns", &name)?;
+            check_word(origin, "columns", &path)?;
             if path.is_empty() || path.split('.').any(str::is_empty) {
                 return err(origin, format!("columns.\"{name}\": expected a dotted path such as bigfree.ratio, got '{path}'"));
             }
@@ -591,6 +594,14 @@ mod test {
             (
                 "command = [\"big\\u0007free\"]\n[axes]\nx = [1]",
                 "control character",
+            ),
+            (
+                "command = [\"bigfree\"]\n[axes]\n\"--a\\u001b\" = [1]",
+                "axes: '--a\u{1b}' holds a control character",
+            ),
+            (
+                "command = [\"bigfree\"]\n[axes]\n\"-r\" = [1]\n[columns]\n\"\\r\" = \"a\"",
+                "columns: ",
             ),
         ] {
             let e = parse(text).unwrap_err();

@@ -115,7 +115,8 @@ pub fn merge(paths: &[PathBuf]) -> anyhow::Result<Merged> {
     grids.dedup();
     if grids.len() > 1 {
         return usage(format!(
-            "--merge: the outputs come from {} different grids ({}); merge one grid's at a time",
+            "--merge: the outputs come from {} different grids ({}); merge one grid's at a time \
+             (or draw a local output's table with `usermm sweep GRID`)",
             grids.len(),
             grids.join(", ")
         ));
