@@ -17,7 +17,7 @@ use crate::args::{GlobalArgs, MachineArgs};
 use crate::cmd::{
     self, bench::BenchArgs, bigfree::BigfreeArgs, calibrate::CalibrateArgs,
     munmap_test::MunmapTestArgs, percpu_calibrate::PercpuCalibrateArgs,
-    percpu_test::PercpuTestArgs, reproduce::ReproduceArgs, usemem::UsememArgs,
+    percpu_test::PercpuTestArgs, reproduce::ReproduceArgs, sweep::SweepArgs, usemem::UsememArgs,
 };
 
 /// usermm: the core of Linux memory management in user space — reproduce the seed experiments,
@@ -53,6 +53,10 @@ pub enum Command {
     Bench(BenchArgs),
     /// Measure this host's kernel and write a this-host cost profile (--profile FILE).
     Calibrate(CalibrateArgs),
+    /// Run one command over a grid of arguments (locally, or as GNU parallel/Slurm jobs) and
+    /// merge the runs into one table.
+    #[command(after_help = cmd::sweep::GRID_HELP)]
+    Sweep(SweepArgs),
 }
 
 /// Run the command the user asked for.
@@ -69,6 +73,27 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Reproduce(a) => cmd::reproduce::run(a, g),
         Command::Bench(a) => cmd::bench::run(a, g),
         Command::Calibrate(a) => cmd::calibrate::run(a, g),
+        Command::Sweep(a) => cmd::sweep::run(a, g, &check_point),
+    }
+}
+
+/// Whether `args` (a subcommand and its arguments, without the program name) are a usermm
+/// command line a sweep can run; if not, why, on one line. `sweep` runs it on every point.
+pub fn check_point(args: &[String]) -> Result<(), String> {
+    use clap::error::ErrorKind;
+    let argv: Vec<OsString> = std::iter::once(OsString::from("usermm"))
+        .chain(args.iter().map(OsString::from))
+        .collect();
+    match Cli::try_parse_from(&argv) {
+        Ok(Cli {
+            command: Command::Sweep(_),
+            ..
+        }) => Err("a sweep cannot run sweeps".into()),
+        Ok(_) => Ok(()),
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            Err("asks for help or the version, not a run".into())
+        }
+        Err(e) => Err(one_line_error(&e, &argv)),
     }
 }
 

@@ -5,6 +5,7 @@
 //! ```text
 //!   cli       the command line: subcommands, parsing, dispatch
 //!   cmd/*     one module per subcommand: its flags, its run, its text rendering
+//!   sweep     grids of command lines: expansion, child runs, JSON-lines output, merge, jobs
 //!   args      shared flags and value parsers (the engine flags, sizes, UsageError)
 //!   report    tables, SVG plots, report.md + results.json, number formats, progress bars
 //! ```
@@ -20,3 +21,4 @@ pub mod args;
 pub mod cli;
 pub mod cmd;
 pub mod report;
+pub mod sweep;

@@ -1,5 +1,5 @@
-//! The crate's layers run one way (see `src/lib.rs`): `cli` → `cmd` → `args`, `report`, and
-//! `args` → `report::format`. A module may name only layers below it, so no two files import
+//! The crate's layers run one way (see `src/lib.rs`): `cli` → `cmd` → `sweep` → `args`,
+//! `report`, and `args` → `report::format`. A module may name only layers below it, so no two files import
 //! each other through a layer (the `args` ↔ `cmd` cycle of issue 13 cannot come back).
 
 use std::path::{Path, PathBuf};
@@ -53,6 +53,10 @@ fn assert_names_none(layer: &str, forbidden: &[&str]) {
 #[test]
 fn layers_only_look_down() {
     assert_names_none("cmd", &["crate::cli"]);
-    assert_names_none("args", &["crate::cli", "crate::cmd"]);
-    assert_names_none("report", &["crate::cli", "crate::cmd", "crate::args"]);
+    assert_names_none("sweep", &["crate::cli", "crate::cmd"]);
+    assert_names_none("args", &["crate::cli", "crate::cmd", "crate::sweep"]);
+    assert_names_none(
+        "report",
+        &["crate::cli", "crate::cmd", "crate::sweep", "crate::args"],
+    );
 }

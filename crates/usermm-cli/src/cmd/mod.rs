@@ -22,6 +22,7 @@ pub mod munmap_test;
 pub mod percpu_calibrate;
 pub mod percpu_test;
 pub mod reproduce;
+pub mod sweep;
 pub mod usemem;
 pub mod vmstat;
 
