@@ -210,10 +210,12 @@ pub(super) fn run(
             ),
         ],
     )?;
-    let reproduced = v.global_ops == 2 * v.faults && p.ops_per_mm == seed.ops_per_mm_patched as f64;
+    // The mechanism, counted; the seed's one verdict is judged on the modelled timing
+    // (`sides::huge_zero_verdict`).
+    let as_seed = v.global_ops == 2 * v.faults && p.ops_per_mm == seed.ops_per_mm_patched as f64;
     let verdict = format!(
-        "{} global counter: {:.0} ops/mm vanilla (2 per fault) → {:.0} patched; throughput {} with {} mms on {where_} (the seed: {} on {} cores; the contention on one cache line grows with cores).",
-        if reproduced { "reproduced —" } else { "NOT reproduced —" },
+        "global counter {}: {:.0} ops/mm vanilla (2 per fault) → {:.0} patched; throughput {} with {} mms on {where_} (the seed: {} on {} cores; the contention on one cache line grows with cores).",
+        if as_seed { "as the seed's" } else { "NOT as the seed's" },
         v.ops_per_mm,
         p.ops_per_mm,
         pct(ratio),
