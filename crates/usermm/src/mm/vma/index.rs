@@ -39,6 +39,7 @@ use std::ops::{Deref, DerefMut, RangeBounds};
 use std::sync::Arc;
 
 use super::area::Vma;
+use super::gap::GapTree;
 use crate::sync::class::MM_MT;
 use crate::sync::{MmLockSeq, RwSem, VmaLock};
 
@@ -157,13 +158,15 @@ impl VmaIndex {
     }
 }
 
-/// The tree's VMAs by start address, with the index (when per-VMA locks are on) kept in step
-/// with every change (see the module doc). The methods are `BTreeMap`'s, except that
-/// [`VmaMap::get_mut`] hands out a guard that republishes the VMA when dropped.
+/// The tree's VMAs by start address, with the index (when per-VMA locks are on) and the gap
+/// index (`gap.rs`, always) kept in step with every change (see the module doc). The methods
+/// are `BTreeMap`'s, except that [`VmaMap::get_mut`] hands out a guard that republishes the
+/// VMA, and records its new range in the gap index, when dropped.
 #[derive(Debug, Default)]
 pub struct VmaMap {
     map: BTreeMap<u64, Vma>,
     index: Option<Arc<VmaIndex>>,
+    gaps: GapTree,
 }
 
 impl VmaMap {
@@ -225,6 +228,11 @@ impl VmaMap {
         &self.map
     }
 
+    /// The gap index of the VMAs (for the unmapped-area searches).
+    pub(super) fn gaps(&self) -> &GapTree {
+        &self.gaps
+    }
+
     /// Insert (or replace) the VMA at `k`, publishing it write-locked.
     pub fn insert(&mut self, k: u64, v: Vma) -> Option<Vma> {
         if let Some(idx) = &self.index {
@@ -233,6 +241,7 @@ impl VmaMap {
             }
             idx.publish(&v);
         }
+        self.gaps.set(k, v.end, v.start_gap());
         self.map.insert(k, v)
     }
 
@@ -243,6 +252,7 @@ impl VmaMap {
                 idx.unpublish(*k);
             }
         }
+        self.gaps.remove(*k);
         self.map.remove(k)
     }
 
@@ -266,6 +276,7 @@ impl VmaMap {
                 idx.unpublish(k);
             }
         }
+        self.gaps.clear();
         self.map.clear();
     }
 }
@@ -310,6 +321,7 @@ impl Drop for VmaMut<'_> {
     fn drop(&mut self) {
         let v = &self.map.map[&self.key];
         vm_bug_on!(v.start != self.key, "a VMA's start changed in place");
+        self.map.gaps.set(self.key, v.end, v.start_gap());
         if let Some(idx) = &self.map.index {
             idx.unpublish(self.key);
             idx.publish(v);
