@@ -1,5 +1,6 @@
 //! The VMA index that faults read without the mmap lock (per-VMA locks, `vma.per_vma_lock`),
-//! and [`VmaMap`], the tree's map of VMAs that keeps the index in step with every change.
+//! and [`VmaMap`], the tree's map of VMAs that keeps the index (and the gap index of `gap/`)
+//! in step with every change.
 //!
 //! Mirrors the maple tree's RCU side (`mas_walk` under `rcu_read_lock` in
 //! `lock_vma_under_rcu`) and the writer's duties of `mm/vma.c` (`vma_start_write` before a
@@ -7,8 +8,9 @@
 //!
 //! ```text
 //!  VmaTree.vmas: VmaMap ── BTreeMap<start, Vma>           the truth, under mmap_lock
-//!                  └─ Option<Arc<VmaIndex>> ── RwSem<BTreeMap<start, Arc<VmaNode>>>
-//!                                               VmaNode = VmaLock + an immutable copy of the Vma
+//!                  ├─ Option<Arc<VmaIndex>> ── RwSem<BTreeMap<start, Arc<VmaNode>>>
+//!                  │                            VmaNode = VmaLock + an immutable copy of the Vma
+//!                  └─ GapTree (gap/): each VMA's range and guard start, for the area searches
 //! ```
 //! Every mutation of the map (always under the mmap write lock) first write-locks the nodes
 //! of the VMAs it changes or removes (`vma_start_write`: waits out their faults), then

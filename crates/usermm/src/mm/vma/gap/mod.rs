@@ -22,7 +22,9 @@
 //! 1. The nodes, in order, are exactly the VMA tree's VMAs: same `start`, `end` and
 //!    `vm_start_gap`, keyed and ordered by `start`.
 //! 2. Search-tree order by `start`; heap order by priority (a treap), each node's priority
-//!    a fixed mix of its `start`, so the shape depends only on the set of VMAs.
+//!    a mix of its `start` with the tree's random seed: the shape depends only on the set of
+//!    VMAs and the seed, and no choice of addresses can make the tree deep (its depth, and
+//!    so the recursion of every operation, is O(log n) with high probability).
 //! 3. Every node's summary is what its children's summaries and its own range make it
 //!    (the gap below a subtree's first VMA is left out: its neighbour lies outside; a search
 //!    computes it from the neighbour it came from).
@@ -82,22 +84,37 @@ struct Node {
     sum: Summary,
 }
 
-/// The treap's priority for a VMA starting at `start`: a bijective mix (splitmix64's
-/// finaliser), so that the keys' order and the priorities' order are unrelated.
-fn prio(start: u64) -> u64 {
-    let mut z = start.wrapping_add(0x9e37_79b9_7f4a_7c15);
+/// The treap's priority for a VMA starting at `start` in a tree seeded `seed`: a bijective mix
+/// (splitmix64's finaliser), so that the keys' order and the priorities' order are unrelated.
+fn prio(seed: u64, start: u64) -> u64 {
+    let mut z = (start ^ seed).wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
 }
 
 /// The augmented index of an mm's VMA ranges (see the module doc).
-#[derive(Debug, Clone, Default)]
+#[doc(alias = "rb_subtree_gap")]
+#[derive(Debug, Clone)]
 pub(super) struct GapTree {
     nodes: Vec<Node>,
     /// Arena slots of removed nodes, reused first.
     free: Vec<usize>,
     root: Link,
+    /// Mixed into every priority (invariant 2).
+    seed: u64,
+}
+
+impl Default for GapTree {
+    fn default() -> Self {
+        use std::hash::BuildHasher;
+        Self {
+            nodes: Vec::new(),
+            free: Vec::new(),
+            root: None,
+            seed: std::collections::hash_map::RandomState::new().hash_one(0u64),
+        }
+    }
 }
 
 impl GapTree {
@@ -115,6 +132,7 @@ impl GapTree {
 
     /// Record the VMA `[start, end)` whose guard starts at `start_gap`, replacing the one
     /// keyed `start` if there is one (`vma_gap_update` after a change, `vma_link` else).
+    #[doc(alias = "vma_gap_update")]
     pub(super) fn set(&mut self, start: u64, end: u64, start_gap: u64) {
         if self.update_at(self.root, start, end, start_gap) {
             return;
@@ -123,7 +141,7 @@ impl GapTree {
             start,
             end,
             start_gap,
-            prio: prio(start),
+            prio: prio(self.seed, start),
             left: None,
             right: None,
             sum: Summary {
@@ -316,7 +334,7 @@ impl GapTree {
             return Ok(None);
         };
         let n = self.nodes.get(x).ok_or("gap index link out of the arena")?;
-        if n.prio > parent_prio || n.prio != prio(n.start) {
+        if n.prio > parent_prio || n.prio != prio(self.seed, n.start) {
             return Err(format!("gap index node {:#x}: priority order", n.start));
         }
         let left = self.check(n.left, n.prio, order)?;

@@ -3,8 +3,8 @@
 //! a floor (`unmapped_area`, `mas_empty_area`).
 //!
 //! Each is an in-order walk (descending or ascending) that skips every subtree whose summary
-//! shows no gap of the length wanted, so it visits O(log n) nodes: the path to the answer and
-//! the roots of the subtrees it skips. A summary's gap is an upper bound of what the exact
+//! shows no gap of the length wanted, so it visits O(log n) nodes (the treap's depth, with high
+//! probability): the path to the answer and the roots of the subtrees it skips. A summary's gap is an upper bound of what the exact
 //! rules below allow (they can only shrink a gap: a floor, a ceiling, a guard above), so a
 //! skipped subtree never held the answer; a subtree whose bound passes but whose VMAs all fail
 //! the exact rules is walked into, which happens only next to a stack's guard gap or at the
