@@ -39,8 +39,10 @@
 //! - The gap is a property of the pair (prev, vma), kept at the node where the two meet in the
 //!   tree rather than in the upper VMA's node: no neighbour's node changes when a VMA is
 //!   inserted or removed (the rbtree's `vma_gap_update(next)`).
-//! - The top-down search keeps the engine's rule that a guard gap of a VMA above limits every
-//!   gap below it, not only its own (`min_start_gap` lets a skipped subtree apply that).
+//! - The top-down search keeps the engine's rule that the guard gap of any VMA above limits
+//!   every gap below it, not only its own (`min_start_gap` lets a skipped subtree apply that);
+//!   Linux checks the guard of the VMA just above the gap it found, and searches again below
+//!   that guard when it intrudes.
 
 mod search;
 #[cfg(test)]
