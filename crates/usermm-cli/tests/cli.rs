@@ -583,7 +583,8 @@ fn bench_json_has_every_path_and_the_memset_figure() {
             "munmap-4k",
             "huge-zero-read",
             "zero-read-4k",
-            "free-2-threads"
+            "free-2-threads",
+            "mmap-munmap-4k"
         ]
     );
     for p in paths {
@@ -597,7 +598,8 @@ fn bench_json_has_every_path_and_the_memset_figure() {
             "{p}"
         );
     }
-    assert_eq!(v["targets"].as_array().map(Vec::len), Some(8), "{v}");
+    assert_eq!(v["targets"].as_array().map(Vec::len), Some(9), "{v}");
+    assert!(v["mmaps"].as_u64().is_some_and(|n| n > 0), "{v}");
     // Both machines as configured: the engine flags on top of the bench's defaults.
     assert_eq!(v["config_full"]["prefault"], true, "{v}");
     assert_eq!(v["config_sparse"]["backing"], "sparse", "{v}");

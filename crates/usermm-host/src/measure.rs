@@ -416,6 +416,85 @@ pub fn host_touch_and_munmap_twice(
     Ok([round(&w[..7])?, round(&w[7..])?])
 }
 
+/// Result of [`host_mmap_munmap_pages`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostMmapMunmap {
+    /// One-page mappings made, then unmapped.
+    pub count: u64,
+    /// The child's CPU time over the mmaps, then over the munmaps
+    /// (`CLOCK_THREAD_CPUTIME_ID`: the kernel's work included), in ns.
+    pub mmap_cpu_ns: u64,
+    pub munmap_cpu_ns: u64,
+    /// Wall time of the mmaps and munmaps together, in ns.
+    pub wall_ns: u64,
+}
+
+/// How many more mappings this process may make under `vm.max_map_count`, counting its own
+/// from `/proc/self/maps` (a child forked now starts with at most as many); `None` if either
+/// cannot be read.
+pub fn map_count_headroom() -> Option<u64> {
+    let max = u64::from(crate::facts::max_map_count()?);
+    let now = std::fs::read_to_string("/proc/self/maps")
+        .ok()?
+        .lines()
+        .count() as u64;
+    Some(max.saturating_sub(now))
+}
+
+/// `count` one-page `MAP_PRIVATE` mappings of `/dev/zero` (read-write, nothing touched), one
+/// `mmap` each, then a `munmap` of each in the order they were made, in a forked child. Every
+/// mapping is at file offset 0, so no two merge (`usemem -u`'s mappings): the child holds
+/// `count` more VMAs at the peak, and each mmap searches for room among them. The caller keeps
+/// `count` within [`map_count_headroom`]; a failed mmap is an error.
+pub fn host_mmap_munmap_pages(count: u64) -> Result<HostMmapMunmap, HostError> {
+    let n = usize::try_from(count).map_err(|_| HostError::Sys {
+        what: "mmap count",
+        errno: libc::EINVAL,
+    })?;
+    // Allocated before the fork: the child only writes into it.
+    let mut addrs = vec![0u64; n];
+    let slots = &mut addrs[..];
+    let work = move || -> [u64; 4] {
+        let fd = match sys::open(c"/dev/zero", libc::O_RDWR) {
+            Ok(fd) => fd,
+            Err(e) => return [e as u64, 0, 0, 0],
+        };
+        let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        let c0 = sys::thread_cpu_ns();
+        let t0 = Instant::now();
+        for slot in slots.iter_mut() {
+            // SAFETY: not MAP_FIXED, so nothing existing is replaced.
+            match unsafe { sys::mmap(0, PAGE_SIZE, prot, libc::MAP_PRIVATE as u64, fd as u64, 0) } {
+                Ok(p) => *slot = p,
+                Err(e) => return [e as u64, 0, 0, 0],
+            }
+        }
+        let c1 = sys::thread_cpu_ns();
+        for &p in slots.iter() {
+            munmap(p, PAGE_SIZE);
+        }
+        let c2 = sys::thread_cpu_ns();
+        let wall = t0.elapsed().as_nanos() as u64;
+        [0, c1 - c0, c2 - c1, wall]
+    };
+    // SAFETY: `work` only opens /dev/zero, issues raw mmap/munmap calls on mappings it makes,
+    // reads the clocks (vDSO, clock_gettime) and stores into `addrs`, allocated before the fork
+    // and never grown.
+    let w = unsafe { run_forked(work)? };
+    if w[0] != 0 {
+        return Err(HostError::Sys {
+            what: "one-page mmap of /dev/zero in measurement child",
+            errno: w[0] as i32,
+        });
+    }
+    Ok(HostMmapMunmap {
+        count,
+        mmap_cpu_ns: w[1],
+        munmap_cpu_ns: w[2],
+        wall_ns: w[3],
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,6 +562,33 @@ mod tests {
             assert!(r.populate_ns > 0 && r.munmap_ns > 0);
         }
         assert!(host_touch_and_munmap_twice(0, true).is_err());
+    }
+
+    #[test]
+    fn host_mmap_munmap_pages_reports_both_phases() {
+        let head = map_count_headroom().expect("max_map_count and /proc/self/maps");
+        assert!(head > 1000, "{head}");
+        let r = host_mmap_munmap_pages(1000).unwrap();
+        assert_eq!(r.count, 1000);
+        assert!(
+            r.mmap_cpu_ns > 0 && r.munmap_cpu_ns > 0 && r.wall_ns > 0,
+            "{r:?}"
+        );
+        // Past the map limit (when it is small enough to reach here), the kernel's ENOMEM:
+        // the mappings do not merge.
+        if head < 200_000 {
+            let err = host_mmap_munmap_pages(head + 1000).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    HostError::Sys {
+                        errno: libc::ENOMEM,
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+        }
     }
 
     #[test]

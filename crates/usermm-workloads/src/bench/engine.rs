@@ -113,6 +113,35 @@ pub(super) fn engine_read(e: &Engine, len: u64, step: u64, thp: bool) -> Result<
     Ok(m)
 }
 
+/// `count` one-page private mappings of `/dev/zero` in a fresh mm, one mmap each, then a
+/// munmap of each in the order they were made: per mmap + munmap pair. No two merge (each
+/// maps file offset 0), so the mm holds `count` VMAs at the peak and every mmap searches for
+/// room among them, as on the host side ([`usermm_host::measure::host_mmap_munmap_pages`]).
+pub(super) fn engine_mmap_munmap(e: &Engine, count: u64) -> Result<Meas, BenchError> {
+    let mm = Mm::new(&e.machine, e.cpu).map_err(engine_err)?;
+    let mut addrs = Vec::with_capacity(usize::try_from(count).map_err(engine_err)?);
+    let t = Timer::start();
+    for _ in 0..count {
+        let a = mm
+            .mmap(
+                e.cpu,
+                0,
+                PAGE,
+                PROT_READ | PROT_WRITE,
+                MAP_PRIVATE,
+                MapFile::DevZero,
+            )
+            .map_err(engine_err)?;
+        addrs.push(a);
+    }
+    for &a in &addrs {
+        mm.munmap(e.cpu, a, PAGE).map_err(engine_err)?;
+    }
+    let m = t.per(count.max(1) as f64);
+    engine_exit(Task::new(mm, e.cpu));
+    Ok(m)
+}
+
 /// Two mms on two CPUs, each with half of `len` populated, unmap at the same moment: wall ns
 /// per page freed (both clocks of the result are the wall clock).
 pub(super) fn engine_free_2_threads(e: &Engine, len: u64) -> Result<Meas, BenchError> {

@@ -16,6 +16,12 @@
 //! | `huge-zero-read` | one huge-zero-page read fault | read one word per 2 MiB of a read-only `MADV_HUGEPAGE` mapping | the same |
 //! | `zero-read-4k` | one 4 KiB zero-page read fault | read one word per 4 KiB of a read-only `MADV_NOHUGEPAGE` mapping | the same |
 //! | `free-2-threads` | one page of two concurrent munmaps (wall) | two mms on two CPUs unmap their halves at once | — |
+//! | `mmap-munmap-4k` | one mmap and one munmap of a page | 65 530 one-page `/dev/zero` mappings (no two merge), then a munmap of each | the same with libc mmap/munmap |
+//!
+//! `mmap-munmap-4k` is the VMA tree's path: at its peak the mm holds 65 530 VMAs (the default
+//! `vm.max_map_count`; fewer when the host process has less room under its own limit, and
+//! then both sides make the same number, [`BenchResult::mmaps`]), and each mmap searches for a
+//! gap among them. Nothing is touched, so the backing mode does not matter there.
 //!
 //! # Same work, same state
 //! - **Warm memory on both sides.** The engine's full-backing machine is built once, with its
@@ -59,11 +65,16 @@ use usermm_host::{measure, HostError};
 use crate::stats;
 
 use self::engine::{
-    engine_free_2_threads, engine_populate, engine_read, memset_bandwidth, Engine, Meas,
+    engine_free_2_threads, engine_mmap_munmap, engine_populate, engine_read, memset_bandwidth,
+    Engine, Meas,
 };
 
 const PAGE: u64 = 4096;
 const HPAGE: u64 = 2 << 20;
+/// One-page mappings per `mmap-munmap-4k` sample: the default `vm.max_map_count`.
+pub const MMAPS: u64 = 65_530;
+/// Mappings left to the host child beyond those it makes (its own, such as the stack growing).
+const HOST_MAP_SLACK: u64 = 64;
 
 /// One measured path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,16 +85,18 @@ pub enum BenchPath {
     HugeZeroRead,
     ZeroRead4k,
     Free2Threads,
+    MmapMunmap4k,
 }
 
 impl BenchPath {
-    pub const ALL: [BenchPath; 6] = [
+    pub const ALL: [BenchPath; 7] = [
         BenchPath::Populate4k,
         BenchPath::PopulateThp,
         BenchPath::Munmap4k,
         BenchPath::HugeZeroRead,
         BenchPath::ZeroRead4k,
         BenchPath::Free2Threads,
+        BenchPath::MmapMunmap4k,
     ];
 
     pub fn name(self) -> &'static str {
@@ -94,6 +107,7 @@ impl BenchPath {
             BenchPath::HugeZeroRead => "huge-zero-read",
             BenchPath::ZeroRead4k => "zero-read-4k",
             BenchPath::Free2Threads => "free-2-threads",
+            BenchPath::MmapMunmap4k => "mmap-munmap-4k",
         }
     }
 
@@ -102,6 +116,7 @@ impl BenchPath {
         match self {
             BenchPath::HugeZeroRead => "fault (2 MiB)",
             BenchPath::ZeroRead4k => "fault (4 KiB)",
+            BenchPath::MmapMunmap4k => "mmap+munmap",
             _ => "4 KiB page",
         }
     }
@@ -131,6 +146,9 @@ pub struct BenchOpts {
     pub only: Option<BenchPath>,
     /// Run the host kernel's side.
     pub host: bool,
+    /// One-page mappings per `mmap-munmap-4k` sample (at most the machines'
+    /// `max_map_count` and the host's room are used).
+    pub mmaps: u64,
     /// Both engine machines' configuration, but for the memory size and the backing mode,
     /// which are the bench's ([`machine_config`]). Start from [`default_config`].
     pub base: MachineConfig,
@@ -146,6 +164,7 @@ impl BenchOpts {
             repeat: 5,
             only: None,
             host: true,
+            mmaps: MMAPS,
             base: default_config(),
         }
     }
@@ -234,6 +253,8 @@ pub struct BenchResult {
     pub zero_alloc_4k_gib_s: f64,
     /// `memset_gib_s` on the wall clock.
     pub memset_wall_gib_s: f64,
+    /// One-page mappings each `mmap-munmap-4k` sample made, on both sides (`None`: not run).
+    pub mmaps: Option<u64>,
     pub paths: Vec<PathResult>,
 }
 
@@ -319,6 +340,7 @@ pub fn steps(opts: &BenchOpts) -> u64 {
         opts.wants(BenchPath::HugeZeroRead),
         opts.wants(BenchPath::ZeroRead4k),
         opts.wants(BenchPath::Free2Threads),
+        opts.wants(BenchPath::MmapMunmap4k),
     ]
     .into_iter()
     .filter(|&w| w)
@@ -395,6 +417,16 @@ pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResu
     // Warm-up: each path once per engine machine, untimed in the medians; afterwards every
     // frame of the full machine has had an owner and must be zeroed on allocation, and the
     // read paths' page-table frames and their metadata (never prefaulted) are resident.
+    // As many mappings on both sides: the engine's limit, and the host child's room under its
+    // own (it starts with this process's mappings).
+    let mut mmaps = opts.mmaps.min(u64::from(opts.base.max_map_count));
+    if opts.host {
+        if let Some(room) = measure::map_count_headroom() {
+            mmaps = mmaps.min(room.saturating_sub(HOST_MAP_SLACK));
+        }
+    }
+    let mmaps = mmaps.max(1);
+
     progress("fresh machines and warm-up");
     for (path, thp, wanted) in [
         (BenchPath::Populate4k, false, populate_4k),
@@ -419,6 +451,9 @@ pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResu
         }
         if opts.wants(BenchPath::ZeroRead4k) {
             engine_read(e, size, PAGE, false)?;
+        }
+        if opts.wants(BenchPath::MmapMunmap4k) {
+            engine_mmap_munmap(e, mmaps)?;
         }
     }
 
@@ -502,6 +537,21 @@ pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResu
                 s[idx(BenchPath::Free2Threads)].engine(is_full).push(m);
             }
         }
+        if opts.wants(BenchPath::MmapMunmap4k) {
+            progress(&format!("repeat {r}: {mmaps} one-page mmaps, then munmaps"));
+            for (e, is_full) in sides {
+                let m = engine_mmap_munmap(e, mmaps)?;
+                s[idx(BenchPath::MmapMunmap4k)].engine(is_full).push(m);
+            }
+            if opts.host {
+                let h = measure::host_mmap_munmap_pages(mmaps)?;
+                s[idx(BenchPath::MmapMunmap4k)].host.push(host_meas(
+                    h.mmap_cpu_ns + h.munmap_cpu_ns,
+                    h.wall_ns,
+                    h.count,
+                ));
+            }
+        }
     }
 
     progress("memset bandwidth");
@@ -556,6 +606,7 @@ pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResu
         memset_gib_s,
         zero_alloc_4k_gib_s,
         memset_wall_gib_s,
+        mmaps: opts.wants(BenchPath::MmapMunmap4k).then_some(mmaps),
         paths,
     })
 }

@@ -48,6 +48,7 @@ fn engine_only_run_fills_every_path() {
     o.read_size = 16 << 20;
     o.repeat = 1;
     o.host = false;
+    o.mmaps = 2000;
     let mut steps = 0;
     let r = run(&o, &mut |_| steps += 1).unwrap();
     assert!(steps > 3);
@@ -60,10 +61,12 @@ fn engine_only_run_fills_every_path() {
         assert!(p.host_ns.is_none());
     }
     assert!(r.memset_gib_s > 0.0 && r.zero_alloc_4k_gib_s > 0.0);
+    assert_eq!(r.mmaps, Some(2000));
     assert!(r.config_full.prefault && r.config_full.backing == BackingMode::Full);
     assert_eq!(r.config_sparse.backing, BackingMode::Sparse);
     o.only = Some(BenchPath::ZeroRead4k);
     let r = run(&o, &mut |_| {}).unwrap();
     assert_eq!(r.paths.len(), 1);
     assert_eq!(r.paths[0].path, BenchPath::ZeroRead4k);
+    assert_eq!(r.mmaps, None);
 }

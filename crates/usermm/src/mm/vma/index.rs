@@ -1,5 +1,6 @@
 //! The VMA index that faults read without the mmap lock (per-VMA locks, `vma.per_vma_lock`),
-//! and [`VmaMap`], the tree's map of VMAs that keeps the index in step with every change.
+//! and [`VmaMap`], the tree's map of VMAs that keeps the index (and the gap index of `gap/`)
+//! in step with every change.
 //!
 //! Mirrors the maple tree's RCU side (`mas_walk` under `rcu_read_lock` in
 //! `lock_vma_under_rcu`) and the writer's duties of `mm/vma.c` (`vma_start_write` before a
@@ -7,8 +8,9 @@
 //!
 //! ```text
 //!  VmaTree.vmas: VmaMap ── BTreeMap<start, Vma>           the truth, under mmap_lock
-//!                  └─ Option<Arc<VmaIndex>> ── RwSem<BTreeMap<start, Arc<VmaNode>>>
-//!                                               VmaNode = VmaLock + an immutable copy of the Vma
+//!                  ├─ Option<Arc<VmaIndex>> ── RwSem<BTreeMap<start, Arc<VmaNode>>>
+//!                  │                            VmaNode = VmaLock + an immutable copy of the Vma
+//!                  └─ GapTree (gap/): each VMA's range and guard start, for the area searches
 //! ```
 //! Every mutation of the map (always under the mmap write lock) first write-locks the nodes
 //! of the VMAs it changes or removes (`vma_start_write`: waits out their faults), then
@@ -39,6 +41,7 @@ use std::ops::{Deref, DerefMut, RangeBounds};
 use std::sync::Arc;
 
 use super::area::Vma;
+use super::gap::GapTree;
 use crate::sync::class::MM_MT;
 use crate::sync::{MmLockSeq, RwSem, VmaLock};
 
@@ -157,13 +160,15 @@ impl VmaIndex {
     }
 }
 
-/// The tree's VMAs by start address, with the index (when per-VMA locks are on) kept in step
-/// with every change (see the module doc). The methods are `BTreeMap`'s, except that
-/// [`VmaMap::get_mut`] hands out a guard that republishes the VMA when dropped.
+/// The tree's VMAs by start address, with the index (when per-VMA locks are on) and the gap
+/// index (`gap.rs`, always) kept in step with every change (see the module doc). The methods
+/// are `BTreeMap`'s, except that [`VmaMap::get_mut`] hands out a guard that republishes the
+/// VMA, and records its new range in the gap index, when dropped.
 #[derive(Debug, Default)]
 pub struct VmaMap {
     map: BTreeMap<u64, Vma>,
     index: Option<Arc<VmaIndex>>,
+    gaps: GapTree,
 }
 
 impl VmaMap {
@@ -225,6 +230,11 @@ impl VmaMap {
         &self.map
     }
 
+    /// The gap index of the VMAs (for the unmapped-area searches).
+    pub(super) fn gaps(&self) -> &GapTree {
+        &self.gaps
+    }
+
     /// Insert (or replace) the VMA at `k`, publishing it write-locked.
     pub fn insert(&mut self, k: u64, v: Vma) -> Option<Vma> {
         if let Some(idx) = &self.index {
@@ -233,6 +243,7 @@ impl VmaMap {
             }
             idx.publish(&v);
         }
+        self.gaps.set(k, v.end, v.start_gap());
         self.map.insert(k, v)
     }
 
@@ -243,6 +254,7 @@ impl VmaMap {
                 idx.unpublish(*k);
             }
         }
+        self.gaps.remove(*k);
         self.map.remove(k)
     }
 
@@ -266,6 +278,7 @@ impl VmaMap {
                 idx.unpublish(k);
             }
         }
+        self.gaps.clear();
         self.map.clear();
     }
 }
@@ -310,6 +323,7 @@ impl Drop for VmaMut<'_> {
     fn drop(&mut self) {
         let v = &self.map.map[&self.key];
         vm_bug_on!(v.start != self.key, "a VMA's start changed in place");
+        self.map.gaps.set(self.key, v.end, v.start_gap());
         if let Some(idx) = &self.map.index {
             idx.unpublish(self.key);
             idx.publish(v);

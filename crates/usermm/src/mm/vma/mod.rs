@@ -13,6 +13,7 @@
 //!
 //! ```text
 //!  VmaTree (mm->mm_mt; protected by mmap_lock)        BTreeMap<vm_start, Vma>
+//!                                                     + GapTree: largest gap per subtree
 //!
 //!  0   mmap_min_addr        legacy base (TASK_SIZE/3)            mmap_base        TASK_SIZE
 //!  |....|..........[vma][vma]......|...........[vma]..[vma][vma]....|.....[stack]...|
@@ -28,6 +29,8 @@
 //!    file (its shmem inode), private kinds have no `VM_MAYSHARE`, `Anon` has no file, `DevZero`
 //!    has one, `Hugetlb` has `VM_HUGETLB`, `PfnMap` has `VM_PFNMAP`. Shared mappings never get an
 //!    `anon_vma`.
+//! 4. The gap index (`gap.rs`) holds exactly the VMAs' ranges and guard starts, and every node's
+//!    summary of the gaps below it is right (`rb_subtree_gap`'s invariant).
 //!
 //! # API in lifecycle pairs
 //! - `mmap`: [`VmaTree::get_unmapped_area`] (or [`VmaTree::thp_get_unmapped_area`] for
@@ -81,7 +84,10 @@
 //! the shmem inode (a global counter on Linux, per tree here, from [`FIRST_SHMEM_INO`]).
 //!
 //! # Differences from Linux
-//! - A `BTreeMap` stands in for the maple tree; `Vma`s are values, so a split copies one.
+//! - A `BTreeMap` stands in for the maple tree, and a treap augmented with the largest gap
+//!   below each node (`gap.rs`, the pre-6.1 `rb_subtree_gap`) for its gap metadata: lookups,
+//!   changes and the unmapped-area searches are O(log n). `Vma`s are values, so a split copies
+//!   one.
 //! - `anon_vma` is a number (0 = none); fork links the child's new anon_vma to its parent's
 //!   (`mm/fork.rs`) instead of building an `anon_vma_chain` of structures.
 //! - File identity is a number ([`Vma::file`]); there are no real files besides the shmem object.
@@ -99,6 +105,7 @@
 
 mod area;
 mod flags;
+mod gap;
 mod index;
 mod maps;
 mod merge;

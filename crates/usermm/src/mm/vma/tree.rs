@@ -428,6 +428,9 @@ impl VmaTree {
         if let Some(idx) = self.vmas.index() {
             idx.validate(self.vmas.raw())?;
         }
+        self.vmas
+            .gaps()
+            .validate(self.vmas.values().map(|v| (v.start, v.end, v.start_gap())))?;
         // do_mmap refuses only `map_count > max_map_count`, so a process can hold one more.
         if self.map_count() > max_map_count.saturating_add(1) {
             return Err(format!(

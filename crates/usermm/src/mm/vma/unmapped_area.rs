@@ -4,6 +4,9 @@
 //!
 //! Mirrors `mm/mmap.c`, `arch/x86/kernel/sys_x86_64.c` and `mm/huge_memory.c`. Read-only: the
 //! caller holds the mmap lock (for writing, as `do_mmap` does, since it inserts right after).
+//!
+//! The searches descend the gap index (`gap/`), as the kernel's descend the VMA tree's gap
+//! metadata, in O(log n); the linear scans that define their results are kept for the tests.
 
 use super::area::page_aligned;
 use super::tree::VmaTree;
@@ -154,9 +157,33 @@ impl VmaTree {
     }
 
     /// `unmapped_area_topdown`: the highest `addr` with `[addr, addr + len)` inside
-    /// `[low, high)` and inside a gap (a `VM_GROWSDOWN` VMA's guard gap counts as used).
-    #[doc(alias = "vm_unmapped_area")]
+    /// `[low, high)` and inside a gap (a `VM_GROWSDOWN` VMA's guard gap counts as used, and
+    /// limits every gap below it). A descent of the gap index, O(log n) in the VMAs.
+    #[doc(alias = "vm_unmapped_area", alias = "mas_empty_area_rev")]
     pub(super) fn unmapped_area_topdown(&self, len: u64, low: u64, high: u64) -> Option<u64> {
+        self.vmas.gaps().topdown(len, low, high)
+    }
+
+    /// `unmapped_area` (bottom-up): the lowest `addr` with `[addr, addr + len)` inside
+    /// `[low, high)` and inside a gap. A descent of the gap index, O(log n) in the VMAs.
+    #[doc(alias = "mas_empty_area")]
+    pub(super) fn unmapped_area(&self, len: u64, low: u64, high: u64) -> Option<u64> {
+        self.vmas.gaps().bottomup(len, low, high)
+    }
+}
+
+/// The searches as linear scans over every VMA, the definition the gap index's descents are
+/// tested against (`gap/test.rs`).
+#[cfg(test)]
+impl VmaTree {
+    /// [`VmaTree::unmapped_area_topdown`] by a linear scan: the highest `addr` with `[addr, addr + len)` inside
+    /// `[low, high)` and inside a gap (a `VM_GROWSDOWN` VMA's guard gap counts as used).
+    pub(super) fn unmapped_area_topdown_linear(
+        &self,
+        len: u64,
+        low: u64,
+        high: u64,
+    ) -> Option<u64> {
         if high < low || high - low < len {
             return None;
         }
@@ -180,9 +207,9 @@ impl VmaTree {
         (top >= low && top - low >= len).then(|| top - len)
     }
 
-    /// `unmapped_area` (bottom-up): the lowest `addr` with `[addr, addr + len)` inside
+    /// [`VmaTree::unmapped_area`] by a linear scan: the lowest `addr` with `[addr, addr + len)` inside
     /// `[low, high)` and inside a gap.
-    pub(super) fn unmapped_area(&self, len: u64, low: u64, high: u64) -> Option<u64> {
+    pub(super) fn unmapped_area_linear(&self, len: u64, low: u64, high: u64) -> Option<u64> {
         if high < low || high - low < len {
             return None;
         }
