@@ -1,0 +1,107 @@
+//! The seeds' verdicts on figures with known answers: one verdict each, every band checked.
+
+use usermm_workloads::seeds::{HUGE_ZERO, PARALLEL_FREE};
+
+use super::sides::{
+    bigfree_verdict, huge_zero_verdict, munmap_verdict, BigfreeFigures, CurveRow, Hold,
+    HugeZeroFigures, MunmapFigures,
+};
+
+/// The seed's own curve, scaled by `f` per row, spinning `spin8` at max_active 8.
+fn curve(f: impl Fn(u32) -> f64, spin8: f64, inline_s: f64) -> BigfreeFigures {
+    let mut rows = vec![CurveRow {
+        max_active: None,
+        seconds: inline_s,
+        speedup: 1.0,
+        spin_share: 0.0,
+    }];
+    for &(ma, s, _) in PARALLEL_FREE.rows {
+        let speedup = PARALLEL_FREE.vanilla_s / s * f(ma);
+        rows.push(CurveRow {
+            max_active: Some(ma),
+            seconds: inline_s / speedup,
+            speedup,
+            spin_share: if ma == 8 { spin8 } else { 0.1 },
+        });
+    }
+    BigfreeFigures { rows }
+}
+
+#[test]
+fn bigfree_the_seeds_own_curve_is_reproduced_and_each_band_can_miss() {
+    let v = bigfree_verdict(&curve(|_| 1.0, 0.6, 10.8), "p", true);
+    assert!(v.starts_with("reproduced (modelled, profile p)"), "{v}");
+    // ma1 30 % fast: outside ±25 %, named with its error.
+    let v = bigfree_verdict(
+        &curve(|m| if m == 1 { 1.3 } else { 1.0 }, 0.6, 10.8),
+        "p",
+        false,
+    );
+    assert!(v.starts_with("not reproduced"), "{v}");
+    assert!(v.contains("1: 1.58× vs 1.21× (+30 %)"), "{v}");
+    // Too little spinning at max_active 8.
+    let v = bigfree_verdict(&curve(|_| 1.0, 0.05, 10.8), "p", false);
+    assert!(v.contains("missed: spinning ≥ 40 %"), "{v}");
+    // The inline time is judged at the seed's scale only.
+    let slow = curve(|_| 1.0, 0.6, 20.0);
+    assert!(bigfree_verdict(&slow, "p", false).starts_with("reproduced"));
+    let v = bigfree_verdict(&slow, "p", true);
+    assert!(
+        v.contains("missed: inline free within ±35 % of 10.8 s (20.00 s)"),
+        "{v}"
+    );
+    // A flat tail: 32 not slower than 8.
+    let flat = curve(|m| if m == 32 { 2.26 / 1.74 } else { 1.0 }, 0.6, 10.8);
+    let v = bigfree_verdict(&flat, "p", false);
+    assert!(
+        v.contains("max_active 32 slower than 8") && v.starts_with("not"),
+        "{v}"
+    );
+}
+
+#[test]
+fn huge_zero_bands() {
+    let fig = |ratio, v, p| HugeZeroFigures {
+        throughput_ratio: ratio,
+        line_share_vanilla: Some(v),
+        line_share_patched: Some(p),
+    };
+    let seed = HUGE_ZERO.throughput_ratio;
+    assert!(huge_zero_verdict(&fig(seed, 0.54, 0.001), "p").starts_with("reproduced"));
+    let v = huge_zero_verdict(&fig(seed * 1.3, 0.54, 0.001), "p");
+    assert!(
+        v.starts_with("not") && v.contains("missed: patched/vanilla"),
+        "{v}"
+    );
+    let v = huge_zero_verdict(&fig(seed, 0.80, 0.001), "p");
+    assert!(
+        v.contains("missed: the huge zero page's line 40–68 %"),
+        "{v}"
+    );
+    let v = huge_zero_verdict(&fig(seed, 0.50, 0.02), "p");
+    assert!(v.contains("missed: under 1 % patched"), "{v}");
+}
+
+#[test]
+fn munmap_bands() {
+    let pages = (80u64 << 30) / 4096;
+    let fig = |per_page_ns: f64, patched_us: f64| {
+        let vanilla = per_page_ns * pages as f64 / 1000.0;
+        MunmapFigures {
+            exclusive_hold_us: Hold {
+                vanilla,
+                patched: patched_us,
+            },
+            ratio: vanilla / patched_us,
+            size: 80 << 30,
+        }
+    };
+    assert!(munmap_verdict(&fig(118.5, 1.0), "p").starts_with("reproduced"));
+    let v = munmap_verdict(&fig(243.0, 1.0), "p");
+    assert!(
+        v.contains("missed: vanilla hold per page within ±35 % of 118.5 ns (243.0 ns)"),
+        "{v}"
+    );
+    let v = munmap_verdict(&fig(118.5, 1e4), "p");
+    assert!(v.contains("missed: exclusive hold ≥ 1000× shorter"), "{v}");
+}
