@@ -51,7 +51,9 @@ impl NodeId {
 /// The CPU topology: how many CPUs and nodes, and which node each CPU sits on.
 ///
 /// CPUs are spread over nodes in contiguous blocks, as firmware numbers sockets: with 8 CPUs on 2
-/// nodes, CPUs 0–3 are node 0 and 4–7 node 1.
+/// nodes, CPUs 0–3 are node 0 and 4–7 node 1. With more nodes than CPUs (fake NUMA splitting
+/// each node's memory), CPU `c` sits on node `c · nodes / cpus`, the first of its share of
+/// nodes; the others have memory and no CPU, as a memory-only node has.
 #[derive(Debug, Clone)]
 pub struct Cpus {
     nr_cpus: u16,
@@ -60,7 +62,7 @@ pub struct Cpus {
 
 impl Cpus {
     pub fn new(nr_cpus: u16, nr_nodes: u16) -> Self {
-        debug_assert!(nr_cpus >= 1 && nr_nodes >= 1 && nr_nodes <= nr_cpus);
+        debug_assert!(nr_cpus >= 1 && nr_nodes >= 1);
         Self { nr_cpus, nr_nodes }
     }
 
@@ -92,8 +94,18 @@ impl Cpus {
     #[doc(alias = "cpu_to_node")]
     #[inline]
     pub fn node_of(&self, cpu: CpuId) -> NodeId {
-        let per_node = (self.nr_cpus as usize).div_ceil(self.nr_nodes as usize);
-        NodeId((cpu.index() / per_node) as u16)
+        NodeId(node_of_cpu(cpu.index(), self.nr_cpus as usize, self.nr_nodes as usize) as u16)
+    }
+}
+
+/// The node of CPU `cpu` of `cpus` on `nodes` nodes (the rule of [`Cpus`]; virtual time's
+/// placement uses the same).
+#[inline]
+pub fn node_of_cpu(cpu: usize, cpus: usize, nodes: usize) -> usize {
+    if nodes <= cpus {
+        cpu / cpus.div_ceil(nodes)
+    } else {
+        cpu * nodes / cpus
     }
 }
 

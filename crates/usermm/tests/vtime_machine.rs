@@ -53,3 +53,45 @@ fn smoke_parallel_free() {
     );
     m.validate().unwrap();
 }
+
+/// A fake-NUMA machine with more nodes than CPUs (MAX_NUMNODES 1024): a mapping spills over
+/// memory-only nodes in zonelist order and is freed in parallel, on both clocks; the line
+/// model homes each struct page on its node.
+#[test]
+fn more_nodes_than_cpus_populate_and_free() {
+    for mode in [TimeMode::Wall, TimeMode::Virtual] {
+        let mut c = virtual_config("haswell-ex-4s");
+        c.time.mode = mode;
+        c.mem = 4 << 30;
+        c.nodes = 1024;
+        c.free.policy = FreePolicy::Parallel;
+        c.free.threshold_pages = 2048;
+        c.free.max_active = 2;
+        let m = Machine::new(c).unwrap();
+        let cpu = CpuId(7);
+        let pages = m.run(cpu, || {
+            let mm = m.new_mm(cpu).unwrap();
+            // 32 MiB: more than the 4 MiB a node holds, so it spills over nodes.
+            let size = 32 << 20;
+            let a = mm
+                .mmap(
+                    cpu,
+                    0,
+                    size,
+                    PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS,
+                    MapFile::None,
+                )
+                .unwrap();
+            mm.populate(cpu, a, a + size, true);
+            mm.munmap_stats(cpu, a, size).unwrap().pages_zapped
+        });
+        assert_eq!(pages, 8192, "{mode:?}");
+        if mode == TimeMode::Virtual {
+            let r = m.last_run_report().unwrap();
+            assert_eq!(r.nr_nodes, 1024);
+            assert!(r.memory.is_some_and(|x| x.accesses > 0));
+        }
+        m.validate().unwrap();
+    }
+}

@@ -425,12 +425,27 @@ fn new_rejects_cpus_and_nodes_that_do_not_fit_the_profile() {
     let e = Runtime::new(Arc::clone(&p), 8, 0).unwrap_err().to_string();
     assert_eq!(
         e,
-        "nodes: 0 nodes; must be between 1 and the 8 CPUs (profile haswell-ep-2s)"
+        "nodes: 0 nodes; must be between 1 and 1024 (profile haswell-ep-2s)"
     );
+    let e = Runtime::new(Arc::clone(&p), 8, 1025)
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("nodes: 1025 nodes"), "{e}");
     // Fake NUMA: more nodes than sockets is fine.
-    let rt = Runtime::new(p, 72, 8).unwrap();
+    let rt = Runtime::new(Arc::clone(&p), 72, 8).unwrap();
     assert_eq!(rt.placement().socket_of_node(7), 1);
     assert_eq!(rt.report().nr_nodes, 8);
+    // ... and more nodes than CPUs (MAX_NUMNODES 1024): CPU c on node c * 1024 / 72, the
+    // nodes between memory-only, on the socket of the CPU below them.
+    let rt = Runtime::new(p, 72, 1024).unwrap();
+    let pl = rt.placement();
+    assert_eq!(
+        (pl.node_of(0), pl.node_of(1), pl.node_of(71)),
+        (0, 14, 1009)
+    );
+    assert_eq!(pl.socket_of_node(13), 0);
+    assert_eq!(pl.socket_of_node(1023), 1);
+    assert_eq!(rt.report().nr_nodes, 1024);
 }
 
 #[test]

@@ -208,7 +208,8 @@ pub struct EngineArgs {
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_CPUS)))]
     pub cpus: Option<u16>,
-    /// NUMA nodes: one zone and one LRU each (at most --cpus).
+    /// NUMA nodes: one zone and one LRU each, up to 1024 (MAX_NUMNODES); more than --cpus
+    /// makes memory-only nodes, as fake NUMA does.
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_NODES)))]
     pub nodes: Option<u16>,

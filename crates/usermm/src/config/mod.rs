@@ -20,7 +20,9 @@ pub const MAX_MEM_BYTES: u64 = 16 << 40;
 /// Smallest machine: one max-order block per node, plus room for page tables.
 pub const MIN_MEM_BYTES: u64 = 16 << 20;
 pub const MAX_CPUS: u16 = 4096;
-pub const MAX_NODES: u16 = 64;
+/// `MAX_NUMNODES` with `NODES_SHIFT` 10, as a fake-NUMA boot (`numa=fake=N`) may use. Nodes
+/// may outnumber CPUs: the nodes past the CPUs are memory-only ([`crate::cpu::Cpus::node_of`]).
+pub const MAX_NODES: u16 = 1024;
 /// Largest `pcp.high` (and so `pcp.batch`), pages: a per-CPU list of 64 GiB, far beyond any
 /// kernel's (`zone_highsize()` gives a CPU an eighth of its zone at most), and small enough that
 /// the list arithmetic (`batch << 5`, `count + batch`) stays within 32 bits.
@@ -612,11 +614,8 @@ impl MachineConfig {
         if self.cpus == 0 || self.cpus > MAX_CPUS {
             return err(format!("cpus must be 1..={MAX_CPUS}, got {}", self.cpus));
         }
-        if self.nodes == 0 || self.nodes > MAX_NODES || self.nodes > self.cpus {
-            return err(format!(
-                "nodes must be 1..={} and at most cpus ({}), got {}",
-                MAX_NODES, self.cpus, self.nodes
-            ));
+        if self.nodes == 0 || self.nodes > MAX_NODES {
+            return err(format!("nodes must be 1..={MAX_NODES}, got {}", self.nodes));
         }
         let per_node = self.mem / self.nodes as u64;
         if per_node < (PAGE_SIZE << MAX_PAGE_ORDER) {

@@ -126,3 +126,28 @@ fn presets_differ_only_in_what_they_name() {
         .validate()
         .unwrap();
 }
+
+/// `MAX_NUMNODES` with `NODES_SHIFT` 10: up to 1024 nodes, more than the CPUs if need be (fake
+/// NUMA's memory-only nodes), each with at least one max-order block.
+#[test]
+fn up_to_1024_nodes_more_than_cpus() {
+    let mut c = MachineConfig {
+        cpus: 4,
+        nodes: 1024,
+        mem: 8 << 30,
+        ..MachineConfig::default()
+    };
+    c.validate().unwrap();
+    c.nodes = 1025;
+    assert!(c.validate().unwrap_err().to_string().contains("1..=1024"));
+    c.nodes = 1024;
+    c.mem = 2 << 30;
+    assert!(c.validate().unwrap_err().to_string().contains("4 MiB"));
+    // CPU c sits on node c * nodes / cpus; the nodes between have no CPU.
+    let cpus = crate::cpu::Cpus::new(4, 1024);
+    let nodes: Vec<u16> = cpus.all().map(|c| cpus.node_of(c).0).collect();
+    assert_eq!(nodes, [0, 256, 512, 768]);
+    let cpus = crate::cpu::Cpus::new(8, 2);
+    let nodes: Vec<u16> = cpus.all().map(|c| cpus.node_of(c).0).collect();
+    assert_eq!(nodes, [0, 0, 0, 0, 1, 1, 1, 1]);
+}

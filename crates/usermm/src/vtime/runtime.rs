@@ -218,7 +218,7 @@ enum Failure {
 impl Runtime {
     /// A runtime for `nr_cpus` CPUs and `nr_nodes` nodes of `profile`'s machine. Fails, naming
     /// the field, when the CPUs exceed the profile's hardware threads or the nodes are not
-    /// between 1 and the CPUs.
+    /// between 1 and `MAX_NODES` (1024; nodes past the CPUs are memory-only).
     pub fn new(
         profile: Arc<Profile>,
         nr_cpus: usize,

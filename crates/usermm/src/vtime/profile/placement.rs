@@ -51,15 +51,17 @@ impl Placement {
     /// Places `nr_cpus` CPUs and `nr_nodes` memory nodes on the profile's machine.
     pub fn new(profile: &Profile, nr_cpus: usize, nr_nodes: usize) -> Result<Self, ProfileError> {
         profile.check_cpus(nr_cpus)?;
-        if nr_nodes == 0 || nr_nodes > nr_cpus {
+        if nr_nodes == 0 || nr_nodes > usize::from(crate::config::MAX_NODES) {
             return Err(profile.topology_error(
                 "nodes",
-                format!("{nr_nodes} nodes; must be between 1 and the {nr_cpus} CPUs"),
+                format!(
+                    "{nr_nodes} nodes; must be between 1 and {}",
+                    crate::config::MAX_NODES
+                ),
             ));
         }
         let t = profile.topology();
         let per_socket = nr_cpus.div_ceil(t.sockets as usize);
-        let per_node = nr_cpus.div_ceil(nr_nodes);
         let cps = t.cores_per_socket as usize;
         let mut p = Placement {
             nr_cpus,
@@ -75,7 +77,8 @@ impl Placement {
             p.socket.push(socket as u16);
             p.core.push((socket * cps + local % cps) as u32);
             p.thread.push((local / cps) as u8);
-            p.node.push((cpu / per_node) as u16);
+            p.node
+                .push(crate::cpu::node_of_cpu(cpu, nr_cpus, nr_nodes) as u16);
         }
         Ok(p)
     }
@@ -111,8 +114,16 @@ impl Placement {
 
     /// The socket holding `node`'s memory (the socket of its first CPU).
     pub fn socket_of_node(&self, node: usize) -> usize {
-        let first = self.node.iter().position(|n| *n as usize == node);
-        first.map_or(0, |cpu| self.socket_of(cpu))
+        match self.node.iter().position(|n| *n as usize == node) {
+            Some(cpu) => self.socket_of(cpu),
+            // A memory-only node (more nodes than CPUs): the socket of the last CPU on a
+            // node below it, whose memory fake NUMA split it from.
+            None => self
+                .node
+                .iter()
+                .rposition(|n| (*n as usize) < node)
+                .map_or(0, |cpu| self.socket_of(cpu)),
+        }
     }
 
     /// How far a line travels from `from` to `to`.
