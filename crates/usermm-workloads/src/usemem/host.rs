@@ -33,6 +33,8 @@ pub struct HostSys {
     pid_file: Arc<Mutex<Option<String>>>,
     /// Does the process have threads of its own (then `-d` stays attached)?
     threaded: bool,
+    /// Keep the `usermm: note:` lines off stderr ([`HostPlatform::quiet_notes`]).
+    quiet_notes: bool,
 }
 
 impl HostSys {
@@ -191,6 +193,12 @@ impl Sys for HostSys {
         StdIo.getchar()
     }
 
+    fn note(&self, s: &str) {
+        if !self.quiet_notes {
+            self.err(&format!("usermm: note: {s}\n"));
+        }
+    }
+
     fn detach(&self) -> i32 {
         if self.threaded {
             self.note(
@@ -208,6 +216,8 @@ impl Sys for HostSys {
                     .as_deref()
                 {
                     if let Err(e) = hu::append_pid(path, child) {
+                        // usemem's perror: the path and strerror, no Rust "(os error N)".
+                        let e = super::sys::strerror(e.raw_os_error().unwrap_or(0));
                         self.err(&format!("{path}: {e}\n"));
                         hu::exit_process(1);
                     }
@@ -237,8 +247,16 @@ impl HostPlatform {
                 gates: Arc::new([PipeGate::new()?, PipeGate::new()?]),
                 pid_file: Arc::new(Mutex::new(None)),
                 threaded: false,
+                quiet_notes: false,
             },
         })
+    }
+
+    /// Print no `usermm: note:` line (usemem itself prints none: a `usemem` link shows them
+    /// only when asked).
+    pub fn quiet_notes(mut self, quiet: bool) -> Self {
+        self.main.quiet_notes = quiet;
+        self
     }
 
     /// Run usemem with `args` on the host; its exit status.
@@ -297,7 +315,12 @@ fn do_task(main: &HostSys, plan: &Plan, prealloc: Option<u64>, index: u64) -> ! 
         gates: Arc::clone(&main.gates),
         pid_file: Arc::clone(&main.pid_file),
         threaded,
+        quiet_notes: main.quiet_notes,
     };
+    if o.workers_per_process() == 0 {
+        // A negative -t: usemem's loop starting threads runs zero times.
+        hu::exit_process(0);
+    }
     if threads == 0 {
         if let Err(e) = bind(index) {
             finish(&e);
@@ -384,7 +407,7 @@ impl Platform for HostPlatform {
     fn run_tasks(&mut self, plan: &Plan, prealloc: Option<u64>) -> Vec<WorkerRecord> {
         *self.main.pid_file.lock().unwrap_or_else(|e| e.into_inner()) = plan.opts.pid_file.clone();
         let o = &plan.opts;
-        let per_proc = o.threads_per_process().max(1);
+        let per_proc = o.workers_per_process();
         let total = o.workers();
         let mut children = Vec::new();
         for i in 0..o.processes() {

@@ -20,7 +20,8 @@
 //! the state they share.
 //!
 //! # What the engine does not model, and what stands in for it
-//! Each is said once on stderr as a `usermm: note:` line when a run uses it.
+//! Each is said once on stderr as a `usermm: note:` line when a run uses it (unless
+//! [`Hooks::quiet_notes`]).
 //! - **files** (`-f`, `--memfd`, `-D`'s file): the file is opened on the host (so its errors
 //!   are usemem's), its pages are engine shmem (`MAP_SHARED`) or anonymous memory
 //!   (`MAP_PRIVATE`), one object per mapping, not one page cache per file; an access past the
@@ -76,6 +77,9 @@ pub struct Hooks {
     pub pid: Option<i32>,
     /// Most worker threads alive at once (`None`: what `vm.max_map_count` allows).
     pub max_threads: Option<u64>,
+    /// Keep the `usermm: note:` lines off stderr (usemem itself prints none: a `usemem` link
+    /// shows them only when asked).
+    pub quiet_notes: bool,
 }
 
 /// Worker threads this process can add: each costs about five mappings (its stack and guard,
@@ -91,6 +95,8 @@ impl std::fmt::Debug for Hooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hooks")
             .field("pid", &self.pid)
+            .field("max_threads", &self.max_threads)
+            .field("quiet_notes", &self.quiet_notes)
             .finish_non_exhaustive()
     }
 }
@@ -140,11 +146,12 @@ struct Shared {
 
 impl Shared {
     fn note_once(&self, s: &str) {
-        if self
-            .notes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(s.to_string())
+        if !self.hooks.quiet_notes
+            && self
+                .notes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(s.to_string())
         {
             self.io.err(&format!("usermm: note: {s}\n"));
         }

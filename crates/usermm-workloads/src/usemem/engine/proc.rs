@@ -183,7 +183,7 @@ impl Platform for EnginePlatform {
         *shared.pid_file.lock().unwrap_or_else(|e| e.into_inner()) = plan.opts.pid_file.clone();
         let o = &plan.opts;
         let threads = o.threads_per_process();
-        let per_proc = threads.max(1);
+        let per_proc = o.workers_per_process();
         let total = o.workers();
         shared.workers.store(total, Relaxed);
         let plan = Arc::new(plan.clone());
@@ -235,6 +235,10 @@ impl Platform for EnginePlatform {
                 state: ProcState::new(&plan, prealloc, i),
                 left: AtomicUsize::new(per_proc as usize),
             });
+            if per_proc == 0 {
+                // A negative -t: the process starts no thread and ends at once.
+                proc.mm.mmput(cpu);
+            }
             for t in 0..per_proc {
                 let k = first + t;
                 if started == wave && !opened {
