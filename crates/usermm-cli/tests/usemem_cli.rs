@@ -501,3 +501,54 @@ fn pid_file_error_is_usemems_perror_line() {
         assert_pid_file_message(&o, &path);
     }
 }
+
+/// Regression: with `--show-addr --prealloc` and stdout a file or a pipe, usemem's parent
+/// line is still in its stdio buffer when it forks, so every process prints a copy (before
+/// its own line) and the parent its own at exit: `-n 2` gives three. A terminal (line
+/// buffering) gets it once.
+#[test]
+fn prealloc_address_line_follows_stdios_buffering() {
+    let d = Dir::new("showaddr");
+    let args = ["--show-addr", "--prealloc", "-n", "2", "64K"];
+    let is_addr = |l: &str| {
+        let w: Vec<&str> = l.split(' ').collect();
+        w.len() == 2 && w[0].parse::<u32>().is_ok() && w[1].starts_with("0x")
+    };
+    for host in ["0", "1"] {
+        let path = d.path("out");
+        let st = d
+            .cmd(&args, &[("USERMM_HOST", host)])
+            .stdout(File::create(&path).unwrap())
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let file = std::fs::read_to_string(&path).unwrap();
+        let piped = common::stdout(&d.run(&args, &[("USERMM_HOST", host)]));
+        for out in [&file, &piped] {
+            let lines: Vec<&str> = out.lines().collect();
+            let addrs: Vec<&str> = lines.iter().copied().filter(|l| is_addr(l)).collect();
+            assert_eq!(addrs.len(), 3, "host={host}: {out}");
+            assert!(addrs.iter().all(|a| *a == addrs[0]), "host={host}: {out}");
+            assert_eq!(lines.len(), 5, "host={host}: {out}");
+            assert!(is_addr(lines[0]) && is_addr(lines[4]), "host={host}: {out}");
+        }
+    }
+    // A terminal, through script(1)'s pseudo-terminal where the host has it.
+    let cmd = format!("./usemem {}", args.join(" "));
+    match Command::new("script")
+        .args(["-qc", &cmd, "/dev/null"])
+        .current_dir(&d.0)
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(o) if o.status.success() => {
+            let out = text(&o.stdout);
+            assert_eq!(
+                out.lines().filter(|l| is_addr(l.trim_end())).count(),
+                1,
+                "{out}"
+            );
+        }
+        _ => eprintln!("skipped the terminal half: script(1) cannot run here"),
+    }
+}

@@ -181,6 +181,10 @@ impl Sys for HostSys {
         StdIo.err(s);
     }
 
+    fn stdout_full_buffered(&self) -> bool {
+        StdIo.full_buffered()
+    }
+
     fn ready(&self, gate: Gate) {
         self.gates[gate as usize].arrive();
     }
@@ -271,8 +275,15 @@ impl HostPlatform {
     }
 }
 
-/// End this process the way `end` ends a usemem worker process.
-fn finish(end: &End) -> ! {
+/// End this process the way `end` ends a usemem worker process: `exit` flushes what its
+/// stdio buffer still holds from the parent, a signal loses it.
+fn finish(proc: &ProcState, end: &End) -> ! {
+    if !matches!(end, End::Signal(_)) {
+        let s = proc.take_inherited();
+        if !s.is_empty() {
+            StdIo.out(&s);
+        }
+    }
     match end {
         End::Exit(s) => hu::exit_process(*s),
         End::Signal(name) => hu::die_of_signal(match name.as_str() {
@@ -308,7 +319,6 @@ fn do_task(main: &HostSys, plan: &Plan, prealloc: Option<u64>, index: u64) -> ! 
             None => Err(End::Signal("SIGFPE".into())),
         }
     };
-    let proc = Arc::new(ProcState::new(plan, prealloc, index));
     let sys = |threaded| HostSys {
         space: Arc::clone(&main.space),
         file: Arc::clone(&main.file),
@@ -317,18 +327,19 @@ fn do_task(main: &HostSys, plan: &Plan, prealloc: Option<u64>, index: u64) -> ! 
         threaded,
         quiet_notes: main.quiet_notes,
     };
+    let proc = Arc::new(ProcState::new(plan, prealloc, index));
     if o.workers_per_process() == 0 {
         // A negative -t: usemem's loop starting threads runs zero times.
-        hu::exit_process(0);
+        finish(&proc, &End::Done);
     }
     if threads == 0 {
         if let Err(e) = bind(index) {
-            finish(&e);
+            finish(&proc, &e);
         }
         let s = sys(false);
         let mut w = Worker::new(&s, plan, &proc, index, 0);
         let end = w.run();
-        finish(&end);
+        finish(&proc, &end);
     }
     let handles: Vec<_> = (0..threads)
         .map(|t| {
@@ -337,12 +348,12 @@ fn do_task(main: &HostSys, plan: &Plan, prealloc: Option<u64>, index: u64) -> ! 
             let bind_res = bind(k);
             std::thread::Builder::new().spawn(move || {
                 if let Err(e) = bind_res {
-                    finish(&e);
+                    finish(&proc, &e);
                 }
                 let mut w = Worker::new(&s, &plan, &proc, k, 0);
                 let end = w.run();
                 if matches!(end, End::Exit(_) | End::Signal(_)) {
-                    finish(&end);
+                    finish(&proc, &end);
                 }
             })
         })
@@ -354,11 +365,11 @@ fn do_task(main: &HostSys, plan: &Plan, prealloc: Option<u64>, index: u64) -> ! 
             }
             Err(e) => {
                 main.err(&format!("pthread_create: {e}\n"));
-                hu::exit_process(1);
+                finish(&proc, &End::Exit(1));
             }
         }
     }
-    hu::exit_process(0)
+    finish(&proc, &End::Done)
 }
 
 impl Platform for HostPlatform {
@@ -440,6 +451,10 @@ impl Platform for HostPlatform {
             if !reaped {
                 hu::wait_child(*pid);
             }
+        }
+        // usemem's parent returns from main: its stdio buffer's copy goes out.
+        if !plan.inherited_out.is_empty() {
+            self.main.out(&plan.inherited_out);
         }
         Vec::new()
     }

@@ -142,6 +142,8 @@ struct Shared {
     stores_data: bool,
     pid_file: std::sync::Mutex<Option<String>>,
     notes: std::sync::Mutex<BTreeSet<String>>,
+    /// The parent's copy of [`super::worker::Plan::inherited_out`], until it exits.
+    parent_out: std::sync::Mutex<String>,
 }
 
 impl Shared {
@@ -166,9 +168,20 @@ impl Shared {
         self.maybe_release(&mut d);
     }
 
+    /// usemem's parent exits (its `wait3`s are done): its stdio buffer goes out.
+    fn parent_exits(&self) {
+        let s = std::mem::take(&mut *self.parent_out.lock().unwrap_or_else(|e| e.into_inner()));
+        if !s.is_empty() {
+            self.io.out(&s);
+        }
+    }
+
     fn maybe_release(&self, d: &mut DetachState) {
         if !d.released && d.detached > 0 && d.detached + d.ended >= self.workers.load(Relaxed) {
             d.released = true;
+            // Every worker process has detached (its foreground half exited) or ended: this
+            // is when usemem's parent exits.
+            self.parent_exits();
             if let Some(f) = &self.hooks.on_detached {
                 f();
             }
@@ -185,4 +198,16 @@ struct EProc {
     state: ProcState,
     /// Threads still running; the last one's end is the process's `exit_mmap`.
     left: AtomicUsize,
+}
+
+impl EProc {
+    /// The process ends (its last thread is done, on `cpu`): `exit` flushes its stdio buffer
+    /// — what it still holds from the parent — unless a signal killed it, and its mm goes.
+    fn end(&self, shared: &Shared, cpu: usermm::cpu::CpuId) {
+        let s = self.state.take_inherited();
+        if !s.is_empty() {
+            shared.io.out(&s);
+        }
+        self.mm.mmput(cpu);
+    }
 }
