@@ -481,9 +481,12 @@ fn notes_only_where_asked_for_in_the_link() {
     assert!(o.stderr.is_empty(), "{}", text(&o.stderr));
     let o = d.run(&args, &[("USERMM_HOST", "1"), ("USERMM_NOTES", "1")]);
     assert!(note(&o) > 0, "{}", text(&o.stderr));
-    // The link's usage names the variable.
+    // The link's usage names the variable, and both usages say where usermm differs.
     let o = d.run(&["-h"], &[]);
     assert!(text(&o.stderr).contains("USERMM_NOTES"));
+    for o in [o, usermm(&["usemem", "-h"])] {
+        assert!(text(&o.stderr).contains("usermm differs from usemem"));
+    }
 }
 
 /// Regression: `--host`'s detaching worker wrote an unwritable pid file's error as Rust's

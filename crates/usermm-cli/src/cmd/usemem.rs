@@ -186,8 +186,20 @@ fn engine_help(link: bool) -> String {
             NOTES_VAR
         ));
     }
+    s.push_str(DIFFERENCES);
     s
 }
+
+/// The end of both usages: what usermm does not do as usemem does.
+const DIFFERENCES: &str = "\
+usermm differs from usemem where it cannot match it:
+    -d with -t          the engine detaches each thread on its own; --host stays attached
+                        (in usemem a thread's detach forks it alone, and the exit of the
+                        process it leaves ends the other threads wherever they are)
+    -H                  the host's /proc/sys/vm/nr_hugepages is left alone (usemem sets 5)
+    what the engine does not model (page caches, SHM_LOCK, fadvise) runs as its nearest
+    model, each said in a `usermm: note:` line
+";
 
 /// The variable that brings back, in a `usemem` link, the `usermm: note:` lines usemem
 /// itself never prints (`usermm usemem` always shows them).
