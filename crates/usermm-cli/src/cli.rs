@@ -84,7 +84,7 @@ pub fn check_point(args: &[String]) -> Result<(), String> {
     let argv: Vec<OsString> = std::iter::once(OsString::from("usermm"))
         .chain(args.iter().map(OsString::from))
         .collect();
-    match Cli::try_parse_from(&argv) {
+    match Cli::try_parse_from(keep_usemem_separator(argv.clone())) {
         Ok(Cli {
             command: Command::Sweep(_),
             ..
@@ -107,7 +107,7 @@ pub fn parse() -> Result<Cli, ExitCode> {
 pub fn parse_from(argv: impl IntoIterator<Item = impl Into<OsString>>) -> Result<Cli, ExitCode> {
     use clap::error::ErrorKind;
     let argv: Vec<OsString> = argv.into_iter().map(Into::into).collect();
-    Cli::try_parse_from(&argv).map_err(|e| match e.kind() {
+    Cli::try_parse_from(keep_usemem_separator(argv.clone())).map_err(|e| match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
             let _ = e.print();
             ExitCode::SUCCESS
@@ -124,6 +124,25 @@ pub fn parse_from(argv: impl IntoIterator<Item = impl Into<OsString>>) -> Result
             ExitCode::from(2)
         }
     })
+}
+
+/// `usermm usemem ARGS`: ARGS reach usemem's own parser as given. clap would take a `--`
+/// before the first of them as its own separator and drop it, so `usermm usemem -- -5` would
+/// reach usemem as `-5`, an option; a `--` put right after the subcommand is the one clap
+/// takes, and the user's stays (getopt then reads every word after it as an operand).
+fn keep_usemem_separator(mut argv: Vec<OsString>) -> Vec<OsString> {
+    let sub = argv
+        .iter()
+        .enumerate()
+        .skip(1)
+        .find(|(_, a)| a.to_str().is_none_or(|a| a == "--" || !a.starts_with('-')))
+        .map(|(i, _)| i);
+    if let Some(i) = sub {
+        if argv[i] == "usemem" {
+            argv.insert(i + 1, OsString::from("--"));
+        }
+    }
+    argv
 }
 
 /// clap's message without its usage block and tips, on one line, pointing at the `--help` of
@@ -154,6 +173,25 @@ pub fn one_line_error(e: &clap::Error, argv: &[OsString]) -> String {
 #[cfg(test)]
 mod test {
     use super::*;
+
+    /// Regression: `usermm usemem -- -5` read `-5` as an option (clap dropped the `--`).
+    #[test]
+    fn usemem_keeps_the_users_separator() {
+        let parsed = |words: &[&str]| match parse_from(words.iter().copied()) {
+            Ok(Cli {
+                command: Command::Usemem(a),
+                ..
+            }) => a.args,
+            other => panic!("{words:?}: {other:?}"),
+        };
+        assert_eq!(parsed(&["usermm", "usemem", "--", "-5"]), ["--", "-5"]);
+        assert_eq!(parsed(&["usermm", "--json", "usemem", "--"]), ["--"]);
+        assert_eq!(
+            parsed(&["usermm", "usemem", "-n", "2", "1M"]),
+            ["-n", "2", "1M"]
+        );
+        assert!(parsed(&["usermm", "usemem"]).is_empty());
+    }
 
     #[test]
     fn clap_errors_fit_on_one_line() {

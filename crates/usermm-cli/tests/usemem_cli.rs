@@ -1,5 +1,10 @@
 //! `usermm usemem` and the `usemem` link from the outside: exit statuses, what goes to stdout
-//! and what to stderr, the engine flags from the environment, `--host`, `-d` and SIGUSR1.
+//! and what to stderr, the engine flags from the environment, `--host`, `-d` and SIGUSR1 —
+//! and, at the end, one regression test for each difference found by running usemem built
+//! from vm-scalability's sources beside it (`-t -1`, `--`, the process name, stdio's buffer
+//! inherited by `fork`, the notes, `--host`'s pid-file message).
+
+mod common;
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -23,7 +28,18 @@ impl Dir {
 
     /// `./usemem ARGS` in this directory, with `env` set and no other `USERMM_*` variable.
     fn cmd(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
-        let mut c = Command::new("./usemem");
+        self.setup(Command::new("./usemem"), args, env)
+    }
+
+    /// [`Dir::cmd`] with the binary under its own file name and `usemem` only in argv[0]
+    /// (`exec -a usemem usermm ARGS`).
+    fn cmd_argv0(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let mut c = Command::new(BIN);
+        std::os::unix::process::CommandExt::arg0(&mut c, "usemem");
+        self.setup(c, args, env)
+    }
+
+    fn setup(&self, mut c: Command, args: &[&str], env: &[(&str, &str)]) -> Command {
         c.current_dir(&self.0).args(args).stdin(Stdio::null());
         for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("USERMM_")) {
             c.env_remove(k);
@@ -326,5 +342,216 @@ fn write_signal_read_waits_for_sigusr1() {
         // The read pass counts only its accesses: 8192 words.
         assert!(is_bytes_line(lines[0], 65536), "{rest}");
         assert!(is_free_line(lines[1]), "{rest}");
+    }
+}
+
+/// A worker's pid file that cannot be written: usemem's `perror` line (path and strerror).
+fn assert_pid_file_message(o: &Output, path: &str) {
+    let want = format!("{path}: No such file or directory");
+    let err = text(&o.stderr);
+    assert!(err.lines().any(|l| l == want), "{err}");
+    assert!(!err.contains("os error"), "{err}");
+}
+
+/// Regression: `-t -1` ran one worker; usemem's loop starting threads runs zero times for a
+/// negative count, so nothing is printed and the status is 0 — on the engine and the host,
+/// with one process or several, with the barriers (`-x`, `-y`) on.
+#[test]
+fn negative_thread_count_starts_no_worker() {
+    let d = Dir::new("negt");
+    for host in ["0", "1"] {
+        for args in [
+            &["-t", "-1", "1M"][..],
+            &["-n", "2", "-t", "-1", "-x", "-y", "1M"],
+        ] {
+            let o = d.run(args, &[("USERMM_HOST", host)]);
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "{args:?} host={host}: {}",
+                text(&o.stderr)
+            );
+            assert!(
+                o.stdout.is_empty(),
+                "{args:?} host={host}: {}",
+                text(&o.stdout)
+            );
+            assert!(
+                o.stderr.is_empty(),
+                "{args:?} host={host}: {}",
+                text(&o.stderr)
+            );
+        }
+    }
+    let o = usermm(&["usemem", "-t", "-1", "1M"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(o.stdout.is_empty(), "{}", text(&o.stdout));
+}
+
+/// Regression: `usermm usemem -- -5` read `-5` as an option (clap took the `--`); after `--`
+/// every word is an operand, as getopt reads it and as the `usemem` link always did.
+#[test]
+fn double_dash_makes_the_rest_operands() {
+    let d = Dir::new("dashdash");
+    let via_cmd = usermm(&["usemem", "--", "-5"]);
+    let via_link = d.run(&["--", "-5"], &[]);
+    for (o, name) in [(&via_cmd, "usermm usemem"), (&via_link, "./usemem")] {
+        // -5 is SIZE: 2^64 - 5 bytes, which no mmap gives; the parent's status stays 0.
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert_eq!(
+            err_lines(o),
+            [format!("{name}: mmap failed: Cannot allocate memory")]
+        );
+    }
+    // `--` alone as SIZE after the separator: 0 bytes, only a free line.
+    let o = common::usermm(&["usemem", "-q", "--", "--"]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = common::stdout(&o);
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(is_free_line(out.trim_end()), "{out}");
+}
+
+/// Regression: started as `usemem` under the binary's own file name (`exec -a usemem usermm`),
+/// the detached worker's name was `usermm`; case-migrate waits while `/proc/PID/comm` says
+/// `usemem`.
+#[test]
+fn detached_worker_is_named_usemem() {
+    let d = Dir::new("comm");
+    for host in ["0", "1"] {
+        let pidf = d.path("pid");
+        let _ = std::fs::remove_file(&pidf);
+        let st = d
+            .cmd_argv0(
+                &["-d", "-s", "60", "-p", pidf.to_str().unwrap(), "64K"],
+                &[("USERMM_HOST", host)],
+            )
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success(), "host={host}");
+        let pid = std::fs::read_to_string(&pidf).unwrap();
+        let pid = pid.trim().to_string();
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        // case-migrate's end: SIGINT, then wait while the name is usemem's.
+        let _ = Command::new("kill").args(["-INT", &pid]).status();
+        assert_eq!(comm, "usemem\n", "host={host}");
+        assert!(
+            wait_gone(&pid, Duration::from_secs(60)),
+            "{pid} still running"
+        );
+    }
+}
+
+/// Regression: the `usemem` link printed `usermm: note:` lines where usemem prints nothing;
+/// they stay in `usermm usemem`, and come back in the link with `USERMM_NOTES=1`.
+#[test]
+fn notes_only_where_asked_for_in_the_link() {
+    let d = Dir::new("notes");
+    let note = |o: &Output| {
+        text(&o.stderr)
+            .lines()
+            .filter(|l| l.starts_with("usermm: note: "))
+            .count()
+    };
+    // The engine: -a is modelled as an anonymous mmap, and says so.
+    let o = usermm(&["usemem", "-a", "64K"]);
+    assert_eq!(
+        (o.status.code(), note(&o)),
+        (Some(0), 1),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = d.run(&["-a", "64K"], &[]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(o.stderr.is_empty(), "{}", text(&o.stderr));
+    assert_eq!(common::stdout(&o).lines().count(), 2);
+    for on in ["1", "yes"] {
+        let o = d.run(&["-a", "64K"], &[("USERMM_NOTES", on)]);
+        assert_eq!(note(&o), 1, "USERMM_NOTES={on}: {}", text(&o.stderr));
+    }
+    let o = d.run(&["-a", "64K"], &[("USERMM_NOTES", "0")]);
+    assert!(o.stderr.is_empty(), "{}", text(&o.stderr));
+    // The host: -d with -t stays attached, and each thread says so.
+    let args = ["-d", "-t", "2", "64K"];
+    let o = common::usermm_env(&["usemem", "--host", "-d", "-t", "2", "64K"], &[]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(note(&o) > 0, "{}", text(&o.stderr));
+    let o = d.run(&args, &[("USERMM_HOST", "1")]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(o.stderr.is_empty(), "{}", text(&o.stderr));
+    let o = d.run(&args, &[("USERMM_HOST", "1"), ("USERMM_NOTES", "1")]);
+    assert!(note(&o) > 0, "{}", text(&o.stderr));
+    // The link's usage names the variable, and both usages say where usermm differs.
+    let o = d.run(&["-h"], &[]);
+    assert!(text(&o.stderr).contains("USERMM_NOTES"));
+    for o in [o, usermm(&["usemem", "-h"])] {
+        assert!(text(&o.stderr).contains("usermm differs from usemem"));
+    }
+}
+
+/// Regression: `--host`'s detaching worker wrote an unwritable pid file's error as Rust's
+/// `io::Error` (`... (os error 2)`); usemem's `perror` line is the path and strerror alone.
+#[test]
+fn pid_file_error_is_usemems_perror_line() {
+    let d = Dir::new("pidfile");
+    let path = format!("/nonexistent-usermm-{}/pid", std::process::id());
+    for o in [
+        usermm(&["usemem", "--host", "-d", "-p", &path, "64K"]),
+        d.run(&["-d", "-p", &path, "64K"], &[("USERMM_HOST", "1")]),
+        usermm(&["usemem", "-d", "-p", &path, "64K"]),
+    ] {
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert_pid_file_message(&o, &path);
+    }
+}
+
+/// Regression: with `--show-addr --prealloc` and stdout a file or a pipe, usemem's parent
+/// line is still in its stdio buffer when it forks, so every process prints a copy (before
+/// its own line) and the parent its own at exit: `-n 2` gives three. A terminal (line
+/// buffering) gets it once.
+#[test]
+fn prealloc_address_line_follows_stdios_buffering() {
+    let d = Dir::new("showaddr");
+    let args = ["--show-addr", "--prealloc", "-n", "2", "64K"];
+    let is_addr = |l: &str| {
+        let w: Vec<&str> = l.split(' ').collect();
+        w.len() == 2 && w[0].parse::<u32>().is_ok() && w[1].starts_with("0x")
+    };
+    for host in ["0", "1"] {
+        let path = d.path("out");
+        let st = d
+            .cmd(&args, &[("USERMM_HOST", host)])
+            .stdout(File::create(&path).unwrap())
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let file = std::fs::read_to_string(&path).unwrap();
+        let piped = common::stdout(&d.run(&args, &[("USERMM_HOST", host)]));
+        for out in [&file, &piped] {
+            let lines: Vec<&str> = out.lines().collect();
+            let addrs: Vec<&str> = lines.iter().copied().filter(|l| is_addr(l)).collect();
+            assert_eq!(addrs.len(), 3, "host={host}: {out}");
+            assert!(addrs.iter().all(|a| *a == addrs[0]), "host={host}: {out}");
+            assert_eq!(lines.len(), 5, "host={host}: {out}");
+            assert!(is_addr(lines[0]) && is_addr(lines[4]), "host={host}: {out}");
+        }
+    }
+    // A terminal, through script(1)'s pseudo-terminal where the host has it.
+    let cmd = format!("./usemem {}", args.join(" "));
+    match Command::new("script")
+        .args(["-qc", &cmd, "/dev/null"])
+        .current_dir(&d.0)
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(o) if o.status.success() => {
+            let out = text(&o.stdout);
+            assert_eq!(
+                out.lines().filter(|l| is_addr(l.trim_end())).count(),
+                1,
+                "{out}"
+            );
+        }
+        _ => eprintln!("skipped the terminal half: script(1) cannot run here"),
     }
 }

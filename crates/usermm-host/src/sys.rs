@@ -434,6 +434,20 @@ pub(crate) fn set_parent_death_signal(sig: libc::c_int) {
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) };
 }
 
+/// `prctl(PR_SET_NAME, name)`: the calling thread's name (its `comm`, what `ps -o comm` and
+/// `/proc/PID/comm` show for the main thread), cut by the kernel to 15 bytes.
+pub(crate) fn set_thread_name(name: &CStr) -> Result<(), i32> {
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes from the pointer;
+    // `name` is a valid C string that outlives the call (the kernel copies at most 16 bytes
+    // and stops at the NUL).
+    let r = unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong, 0, 0, 0) };
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
+}
+
 /// `clock_gettime(CLOCK_MONOTONIC)` in ns (0 if the call fails). Allocation-free.
 pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {

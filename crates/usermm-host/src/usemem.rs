@@ -543,6 +543,15 @@ fn usr1_set() -> libc::sigset_t {
     set
 }
 
+/// Name the calling thread `name` (its `comm`; called from the main thread, the process's):
+/// a program started as `usemem` under another file's name (`exec -a usemem usermm`) then
+/// shows as `usemem` to `ps -o comm` and in `/proc/PID/comm`, which scripts wait on, and so
+/// do the processes it forks. A name with a NUL byte is refused with `EINVAL`.
+pub fn set_comm(name: &str) -> Result<(), i32> {
+    let name = CString::new(name).map_err(|_| libc::EINVAL)?;
+    sys::set_thread_name(&name)
+}
+
 /// Block SIGUSR1 in the calling thread (threads started after inherit it), so that it waits
 /// for [`wait_sigusr1`] instead of killing the process.
 pub fn block_sigusr1() {

@@ -545,3 +545,51 @@ fn getchar_menu_reads_stdin() {
     assert_eq!(out.matches(&menu).count(), 3, "{out}");
     m.validate().unwrap();
 }
+
+/// `--show-addr -P` with stdout a file: the parent's line stays in its stdio buffer, which
+/// each forked process prints with its first line (or at its exit), and the parent at its
+/// own exit; a lone process, a lone `--init-time` flush and a terminal print it once.
+#[test]
+fn parents_unflushed_line_is_printed_by_every_fork_to_a_file() {
+    let lines = |io: Capture, args: &[&str]| -> Vec<String> {
+        let m = machine();
+        let cap = Arc::new(io);
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let r = usemem::run_args(
+            &m,
+            NAME,
+            &args,
+            Arc::clone(&cap) as Arc<dyn Io>,
+            Hooks::default(),
+            "",
+        )
+        .unwrap();
+        assert_eq!(r.status, 0);
+        m.validate().unwrap();
+        cap.stdout().lines().map(norm).collect()
+    };
+    let addr = |out: &[String]| out.iter().filter(|l| *l == "P A").count();
+    let args = ["--show-addr", "-P", "-n", "2", "64K"];
+    let file = lines(Capture::as_file(), &args);
+    assert_eq!(addr(&file), 3, "{file:?}");
+    // Each process's copy comes before its throughput line; the parent's is last.
+    assert_eq!(file.last().map(String::as_str), Some("P A"), "{file:?}");
+    assert_eq!(file[0], "P A", "{file:?}");
+    let tty = lines(Capture::default(), &args);
+    assert_eq!(tty, ["P A", &bytes_line(73728), &bytes_line(73728)]);
+    // Processes that start no thread (-t -1) still flush theirs at exit.
+    let none = lines(
+        Capture::as_file(),
+        &["--show-addr", "-P", "-t", "-1", "-n", "2", "64K"],
+    );
+    assert_eq!(none, ["P A", "P A", "P A"]);
+    // --init-time flushes before forking: one copy.
+    let init = lines(
+        Capture::as_file(),
+        &["--show-addr", "-P", "--init-time", "64K"],
+    );
+    assert_eq!(addr(&init), 1, "{init:?}");
+    // Without -P nothing is pending at the fork: each worker prints its own mapping once.
+    let own = lines(Capture::as_file(), &["--show-addr", "-n", "2", "64K"]);
+    assert_eq!(addr(&own), 2, "{own:?}");
+}

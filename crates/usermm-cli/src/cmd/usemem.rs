@@ -11,7 +11,9 @@
 //!   alone, exactly, so vm-scalability's `case-*` scripts run `./usemem` unchanged; the
 //!   engine flags come from the environment: `USERMM_MEM=4G`, `USERMM_CPUS=8`,
 //!   `USERMM_SET='free.parallel=on pcp.high=64'` (words split on blanks), `USERMM_HOST=1`,
-//!   … — each engine flag `--foo-bar` is `USERMM_FOO_BAR`.
+//!   … — each engine flag `--foo-bar` is `USERMM_FOO_BAR`. Its stderr carries usemem's
+//!   lines only: the `usermm: note:` lines (what the engine does not model) need
+//!   `USERMM_NOTES=1`. Its process is named `usemem` even when argv[0] alone says so.
 //!
 //! # This command follows usemem's conventions, not usermm's
 //! usermm's commands answer a bad argument with one `usermm: error:` line and exit 2; this
@@ -178,7 +180,34 @@ fn engine_help(link: bool) -> String {
         };
         s.push_str(&format!("    {name:<22}{help}\n"));
     }
+    if link {
+        s.push_str(&format!(
+            "    {:<22}Show the `usermm: note:` lines (what the engine does not model) on stderr\n",
+            NOTES_VAR
+        ));
+    }
+    s.push_str(DIFFERENCES);
     s
+}
+
+/// The end of both usages: what usermm does not do as usemem does.
+const DIFFERENCES: &str = "\
+usermm differs from usemem where it cannot match it:
+    -d with -t          the engine detaches each thread on its own; --host stays attached
+                        (in usemem a thread's detach forks it alone, and the exit of the
+                        process it leaves ends the other threads wherever they are)
+    -H                  the host's /proc/sys/vm/nr_hugepages is left alone (usemem sets 5)
+    what the engine does not model (page caches, SHM_LOCK, fadvise) runs as its nearest
+    model, each said in a `usermm: note:` line
+";
+
+/// The variable that brings back, in a `usemem` link, the `usermm: note:` lines usemem
+/// itself never prints (`usermm usemem` always shows them).
+const NOTES_VAR: &str = "USERMM_NOTES";
+
+/// Is a switch variable on (set, not empty, not `0`, as [`flags_from_env`] reads switches)?
+fn env_on(var: &str) -> bool {
+    std::env::var_os(var).is_some_and(|v| !v.is_empty() && v != "0")
 }
 
 /// usemem's options as far as sizing the machine needs them (a command line usemem would
@@ -283,6 +312,11 @@ pub fn busybox() -> Option<ExitCode> {
     if base != "usemem" {
         return None;
     }
+    // The kernel names the process after the file it ran, which is `usermm` when argv[0] was
+    // set apart from it (`exec -a usemem`): usemem's name, as scripts see it (case-migrate
+    // waits while `/proc/PID/comm` says `usemem`), and every process forked from this one
+    // (workers, the `-d` background) keeps it. A failure leaves the kernel's name.
+    let _ = usermm_host::usemem::set_comm("usemem");
     let name = argv0.to_string_lossy().into_owned();
     let args: Vec<String> = argv.map(|a| a.to_string_lossy().into_owned()).collect();
     let mine = flags_from_env(|k| std::env::var(k).ok());
@@ -338,6 +372,8 @@ fn run_usemem(
     };
     let json = json || own.json;
     let help = engine_help(link);
+    // A `usemem` link's stderr carries usemem's lines only, unless the notes are asked for.
+    let quiet_notes = link && !env_on(NOTES_VAR);
     let posixly = std::env::var_os("POSIXLY_CORRECT").is_some();
     let opts = preview(args);
     if own.host {
@@ -351,7 +387,9 @@ fn run_usemem(
         if opts.uses_sigusr1() {
             usermm_host::usemem::block_sigusr1();
         }
-        let mut p = HostPlatform::new().map_err(|e| anyhow::anyhow!("usemem --host: errno {e}"))?;
+        let mut p = HostPlatform::new()
+            .map_err(|e| anyhow::anyhow!("usemem --host: errno {e}"))?
+            .quiet_notes(quiet_notes);
         return Ok(p.run(name, args, posixly, &help).status);
     }
     if opts.workers() > MAX_WORKERS {
@@ -413,7 +451,7 @@ fn run_usemem(
         }
     }
     if own.ab {
-        return run_ab(name, args, config, json, &help);
+        return run_ab(name, args, config, json, &help, quiet_notes);
     }
     // -d: fork now, while this process has one thread; the foreground half exits 0 once
     // every worker has detached.
@@ -438,6 +476,7 @@ fn run_usemem(
         }),
         pid: None,
         max_threads: None,
+        quiet_notes,
     };
     let machine = super::boot(config)?;
     let io: Arc<dyn Io> = if json {
@@ -497,6 +536,7 @@ fn run_ab(
     config: MachineConfig,
     json: bool,
     help: &str,
+    quiet_notes: bool,
 ) -> anyhow::Result<i32> {
     let one = |patched: bool| -> anyhow::Result<(UsememResult, String)> {
         let mut c = config.clone();
@@ -507,7 +547,10 @@ fn run_ab(
             name,
             args,
             Arc::clone(&cap) as Arc<dyn Io>,
-            Hooks::default(),
+            Hooks {
+                quiet_notes,
+                ..Hooks::default()
+            },
             help,
         )
         .map_err(|e| anyhow::anyhow!("usemem: {e}"))?;

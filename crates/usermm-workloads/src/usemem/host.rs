@@ -33,6 +33,8 @@ pub struct HostSys {
     pid_file: Arc<Mutex<Option<String>>>,
     /// Does the process have threads of its own (then `-d` stays attached)?
     threaded: bool,
+    /// Keep the `usermm: note:` lines off stderr ([`HostPlatform::quiet_notes`]).
+    quiet_notes: bool,
 }
 
 impl HostSys {
@@ -179,6 +181,10 @@ impl Sys for HostSys {
         StdIo.err(s);
     }
 
+    fn stdout_full_buffered(&self) -> bool {
+        StdIo.full_buffered()
+    }
+
     fn ready(&self, gate: Gate) {
         self.gates[gate as usize].arrive();
     }
@@ -189,6 +195,12 @@ impl Sys for HostSys {
 
     fn getchar(&self) -> Option<u8> {
         StdIo.getchar()
+    }
+
+    fn note(&self, s: &str) {
+        if !self.quiet_notes {
+            self.err(&format!("usermm: note: {s}\n"));
+        }
     }
 
     fn detach(&self) -> i32 {
@@ -208,6 +220,8 @@ impl Sys for HostSys {
                     .as_deref()
                 {
                     if let Err(e) = hu::append_pid(path, child) {
+                        // usemem's perror: the path and strerror, no Rust "(os error N)".
+                        let e = super::sys::strerror(e.raw_os_error().unwrap_or(0));
                         self.err(&format!("{path}: {e}\n"));
                         hu::exit_process(1);
                     }
@@ -237,8 +251,16 @@ impl HostPlatform {
                 gates: Arc::new([PipeGate::new()?, PipeGate::new()?]),
                 pid_file: Arc::new(Mutex::new(None)),
                 threaded: false,
+                quiet_notes: false,
             },
         })
+    }
+
+    /// Print no `usermm: note:` line (usemem itself prints none: a `usemem` link shows them
+    /// only when asked).
+    pub fn quiet_notes(mut self, quiet: bool) -> Self {
+        self.main.quiet_notes = quiet;
+        self
     }
 
     /// Run usemem with `args` on the host; its exit status.
@@ -253,8 +275,15 @@ impl HostPlatform {
     }
 }
 
-/// End this process the way `end` ends a usemem worker process.
-fn finish(end: &End) -> ! {
+/// End this process the way `end` ends a usemem worker process: `exit` flushes what its
+/// stdio buffer still holds from the parent, a signal loses it.
+fn finish(proc: &ProcState, end: &End) -> ! {
+    if !matches!(end, End::Signal(_)) {
+        let s = proc.take_inherited();
+        if !s.is_empty() {
+            StdIo.out(&s);
+        }
+    }
     match end {
         End::Exit(s) => hu::exit_process(*s),
         End::Signal(name) => hu::die_of_signal(match name.as_str() {
@@ -290,22 +319,27 @@ fn do_task(main: &HostSys, plan: &Plan, prealloc: Option<u64>, index: u64) -> ! 
             None => Err(End::Signal("SIGFPE".into())),
         }
     };
-    let proc = Arc::new(ProcState::new(plan, prealloc, index));
     let sys = |threaded| HostSys {
         space: Arc::clone(&main.space),
         file: Arc::clone(&main.file),
         gates: Arc::clone(&main.gates),
         pid_file: Arc::clone(&main.pid_file),
         threaded,
+        quiet_notes: main.quiet_notes,
     };
+    let proc = Arc::new(ProcState::new(plan, prealloc, index));
+    if o.workers_per_process() == 0 {
+        // A negative -t: usemem's loop starting threads runs zero times.
+        finish(&proc, &End::Done);
+    }
     if threads == 0 {
         if let Err(e) = bind(index) {
-            finish(&e);
+            finish(&proc, &e);
         }
         let s = sys(false);
         let mut w = Worker::new(&s, plan, &proc, index, 0);
         let end = w.run();
-        finish(&end);
+        finish(&proc, &end);
     }
     let handles: Vec<_> = (0..threads)
         .map(|t| {
@@ -314,12 +348,12 @@ fn do_task(main: &HostSys, plan: &Plan, prealloc: Option<u64>, index: u64) -> ! 
             let bind_res = bind(k);
             std::thread::Builder::new().spawn(move || {
                 if let Err(e) = bind_res {
-                    finish(&e);
+                    finish(&proc, &e);
                 }
                 let mut w = Worker::new(&s, &plan, &proc, k, 0);
                 let end = w.run();
                 if matches!(end, End::Exit(_) | End::Signal(_)) {
-                    finish(&end);
+                    finish(&proc, &end);
                 }
             })
         })
@@ -331,11 +365,11 @@ fn do_task(main: &HostSys, plan: &Plan, prealloc: Option<u64>, index: u64) -> ! 
             }
             Err(e) => {
                 main.err(&format!("pthread_create: {e}\n"));
-                hu::exit_process(1);
+                finish(&proc, &End::Exit(1));
             }
         }
     }
-    hu::exit_process(0)
+    finish(&proc, &End::Done)
 }
 
 impl Platform for HostPlatform {
@@ -384,7 +418,7 @@ impl Platform for HostPlatform {
     fn run_tasks(&mut self, plan: &Plan, prealloc: Option<u64>) -> Vec<WorkerRecord> {
         *self.main.pid_file.lock().unwrap_or_else(|e| e.into_inner()) = plan.opts.pid_file.clone();
         let o = &plan.opts;
-        let per_proc = o.threads_per_process().max(1);
+        let per_proc = o.workers_per_process();
         let total = o.workers();
         let mut children = Vec::new();
         for i in 0..o.processes() {
@@ -417,6 +451,10 @@ impl Platform for HostPlatform {
             if !reaped {
                 hu::wait_child(*pid);
             }
+        }
+        // usemem's parent returns from main: its stdio buffer's copy goes out.
+        if !plan.inherited_out.is_empty() {
+            self.main.out(&plan.inherited_out);
         }
         Vec::new()
     }

@@ -4,10 +4,12 @@
 //! usemem writes each throughput line with `write(1, ...)` after flushing stdio, and its
 //! other stdout lines through stdio — so with `fflush` before every direct write, whatever it
 //! prints reaches a file or a pipe in the order it happened. Writing each line as it is made
-//! keeps that order; nothing is buffered here.
+//! keeps that order; nothing is buffered here. What stdio's buffering does show — a line the
+//! parent printed without flushing is copied into every process it forks — is modelled by
+//! `program.rs` and the workers, asking [`Io::full_buffered`] whether stdout is a terminal.
 
 use std::collections::VecDeque;
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::sync::Mutex;
 
 /// A usemem run's standard streams.
@@ -18,6 +20,10 @@ pub trait Io: Send + Sync {
     fn err(&self, s: &str);
     /// One byte of stdin; `None` at its end.
     fn getchar(&self) -> Option<u8>;
+    /// Would C stdio buffer stdout fully (a file or a pipe, not a terminal)? Default: no.
+    fn full_buffered(&self) -> bool {
+        false
+    }
 }
 
 /// The process's own stdin, stdout and stderr (write errors such as a closed pipe are
@@ -43,6 +49,10 @@ impl Io for StdIo {
             _ => None,
         }
     }
+
+    fn full_buffered(&self) -> bool {
+        !std::io::stdout().is_terminal()
+    }
 }
 
 /// Streams kept in memory.
@@ -53,6 +63,9 @@ pub struct Capture {
     input: Mutex<VecDeque<u8>>,
     /// Also copy stderr to the process's (for `--json` runs, which still show notes).
     tee_err: bool,
+    /// Behave as a file would for C stdio ([`Io::full_buffered`]); kept lines are still
+    /// kept as they are written.
+    as_file: bool,
 }
 
 impl Capture {
@@ -60,6 +73,14 @@ impl Capture {
     pub fn tee_stderr() -> Self {
         Capture {
             tee_err: true,
+            ..Default::default()
+        }
+    }
+
+    /// Kept streams, stdout standing for a file (fully buffered by C stdio).
+    pub fn as_file() -> Self {
+        Capture {
+            as_file: true,
             ..Default::default()
         }
     }
@@ -97,6 +118,10 @@ impl Io for Capture {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push_str(s);
+    }
+
+    fn full_buffered(&self) -> bool {
+        self.as_file
     }
 
     fn getchar(&self) -> Option<u8> {

@@ -27,6 +27,11 @@
 //! prints 1179648, `usemem 44739242` 50331645, `usemem -j 4100 16M` 2129920, `usemem 64Q`
 //! (64 bytes) 72, and `usemem 1.5G` (1 byte) and `usemem 0` only a free line.
 //!
+//! Where stdout is a file or a pipe, C stdio buffers it fully, and one effect of that shows:
+//! the line `--show-addr` prints for `-P`'s mapping is still in the parent's buffer when it
+//! forks, so each process prints a copy before its first line (or at its exit) and the parent
+//! prints its own at exit — `-n 2` gives three. On a terminal it is printed once, at once.
+//!
 //! Exit statuses are usemem's: 0 for a run (whatever its workers did — usemem's parent only
 //! waits for them), 0 for `-h` and for a missing SIZE (usage on stderr), 1 for a bad option
 //! (glibc's line and the usage on stderr) and for the checks `main` makes.

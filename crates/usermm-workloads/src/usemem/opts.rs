@@ -42,7 +42,7 @@ pub struct UsememOpts {
     pub size: u64,
     /// `-n`: worker processes (`nr_task`; 0 means 1, below 0 none).
     pub nproc: i32,
-    /// `-t`: threads per process (`nr_thread`; 0: the process works itself).
+    /// `-t`: threads per process (`nr_thread`; 0: the process works itself; below 0: none).
     pub threads: i32,
     /// `-b`: bind worker k to CPU `k * bind % nr_cpu` (0: no binding).
     pub bind: i32,
@@ -213,14 +213,25 @@ impl UsememOpts {
         }
     }
 
-    /// Threads each process starts (0: the process is the worker).
+    /// Threads each process starts (0: the process is the worker, or none works below 0).
     pub fn threads_per_process(&self) -> u64 {
         self.threads.max(0) as u64
     }
 
-    /// Workers that walk: processes × threads (or processes).
+    /// Workers in each process: its `-t` threads, the process itself without `-t`, and none
+    /// for a negative `-t` — usemem's loop that starts the threads then runs zero times, so
+    /// each process starts nothing, prints nothing and ends.
+    pub fn workers_per_process(&self) -> u64 {
+        match self.threads {
+            0 => 1,
+            t if t < 0 => 0,
+            t => t as u64,
+        }
+    }
+
+    /// Workers that walk: processes × [`Self::workers_per_process`].
     pub fn workers(&self) -> u64 {
-        self.processes() * self.threads_per_process().max(1)
+        self.processes() * self.workers_per_process()
     }
 
     /// Words between two accesses: `step / 8`, at least 1.

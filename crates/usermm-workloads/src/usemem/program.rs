@@ -27,7 +27,7 @@
 use super::opts::{memparse, UsememOpts};
 use super::parse::{parse, usage_text, Parsed};
 use super::sys::{strerror, Errno, MapFd, ShmCmd, Sys};
-use super::worker::{Plan, ProcState, Worker, WorkerRecord, PROT_WRITE};
+use super::worker::{End, Plan, ProcState, Worker, WorkerRecord, PROT_WRITE};
 
 /// The machine a usemem run runs on: the parent's [`Sys`], the file, the workers.
 pub trait Platform {
@@ -53,7 +53,8 @@ pub trait Platform {
     /// Things this platform does not model, said once before the workers start.
     fn notes(&self, plan: &Plan) -> Vec<String>;
     /// usemem's `do_tasks`: start the processes (each with its threads), run the barriers,
-    /// wait for all. `prealloc` is the parent's preallocation (`None`: NULL).
+    /// wait for all. `prealloc` is the parent's preallocation (`None`: NULL). The parent's
+    /// copy of [`Plan::inherited_out`] is printed here, when usemem's parent would exit.
     fn run_tasks(&mut self, plan: &Plan, prealloc: Option<u64>) -> Vec<WorkerRecord>;
 }
 
@@ -164,22 +165,39 @@ pub fn main<P: Platform>(
         done_bytes: 0,
         fd: MapFd::Opened,
         start_us,
+        inherited_out: String::new(),
     };
     for n in p.notes(&plan) {
         p.main_sys().note(&n);
     }
-    // The parent's own allocations go through a worker of the parent process.
+    // The parent's own allocations go through a worker of the parent process. What it prints
+    // (`--show-addr`) stays in stdio's buffer when stdout is a file or a pipe: `pending`.
     let main_proc = ProcState::new(&plan, None, 0);
     let mut prealloc: Option<u64> = None;
+    let mut pending = String::new();
+    // `exit` flushes stdout: the parent's buffer goes out as it ends.
+    let exit = |sys: &P::Sys, pending: String, status: i32| {
+        if !pending.is_empty() {
+            sys.out(&pending);
+        }
+        Outcome::exit(status)
+    };
     {
         let sys = p.main_sys();
         let mut w = Worker::new(sys, &plan, &main_proc, 0, 0);
+        if sys.stdout_full_buffered() {
+            w.hold_output();
+        }
         if opts.prealloc {
             match w.allocate(opts.size) {
                 Ok(0) => {}
                 Ok(a) => prealloc = Some(a),
-                Err(_) => return Outcome::exit(1),
+                // `exit(1)` after `--show-addr`'s line (a failed `--madv-thp`) flushes it; a
+                // signal (`--touch-alloc`) loses it.
+                Err(End::Signal(_)) => return Outcome::exit(1),
+                Err(_) => return exit(sys, w.take_held(), 1),
             }
+            pending = w.take_held();
             plan.done_bytes = opts.size / 8;
         }
         if opts.remap {
@@ -195,7 +213,7 @@ pub fn main<P: Platform>(
         }
         if opts.shm_lock {
             if let Err(status) = shm_allocate_and_lock(sys, opts.size) {
-                return Outcome::exit(status);
+                return exit(sys, pending, status);
             }
             plan.done_bytes = plan.done_bytes.wrapping_add(opts.size / 8);
         }
@@ -210,7 +228,7 @@ pub fn main<P: Platform>(
                 file_label(&opts),
                 strerror(e)
             ));
-            return Outcome::exit(1);
+            return exit(p.main_sys(), pending, 1);
         }
         p.fadvise(false);
         plan.done_bytes = plan.done_bytes.wrapping_add(opts.size);
@@ -222,18 +240,21 @@ pub fn main<P: Platform>(
         let at = prealloc.unwrap_or(0);
         if let Err(e) = sys.mincore(at, opts.size) {
             sys.err(&format!("mincore failed with error: {}", strerror(e)));
-            return Outcome::exit(1);
+            return exit(sys, pending, 1);
         }
-        return Outcome::exit(0);
+        return exit(sys, pending, 0);
     }
     if opts.mincore_hugepages {
-        return Outcome::exit(mincore_hugepages(sys, opts.size));
+        let status = mincore_hugepages(sys, opts.size);
+        return exit(sys, pending, status);
     }
+    // The two lines below are flushed, and the parent's buffer with them.
     if opts.init_time {
         let now = sys.now_us();
         let d = now.wrapping_sub(start_us.unwrap_or(0));
         sys.out(&format!(
-            "the initialization time is {} secs {} usecs\n",
+            "{}the initialization time is {} secs {} usecs\n",
+            std::mem::take(&mut pending),
             d / 1_000_000,
             d % 1_000_000
         ));
@@ -242,9 +263,14 @@ pub fn main<P: Platform>(
         }
     }
     if opts.signal_fork {
-        sys.out(&format!("Main Process {} is waiting signal\n", sys.pid()));
+        sys.out(&format!(
+            "{}Main Process {} is waiting signal\n",
+            std::mem::take(&mut pending),
+            sys.pid()
+        ));
         sys.wait_sigusr1();
     }
+    plan.inherited_out = pending;
     let workers = p.run_tasks(&plan, prealloc);
     Outcome {
         status: 0,

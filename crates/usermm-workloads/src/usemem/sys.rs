@@ -128,6 +128,12 @@ pub trait Sys {
     fn time(&self) -> u64;
     /// Write to stdout now (usemem flushes before each line it writes).
     fn out(&self, s: &str);
+    /// Is stdout a file or a pipe, which C stdio buffers fully (a terminal is line-buffered)?
+    /// Then what usemem's parent `printf`s before it forks stays in its buffer, and every
+    /// forked process prints its own copy ([`super::worker::Plan::inherited_out`]).
+    fn stdout_full_buffered(&self) -> bool {
+        false
+    }
     /// Write to stderr.
     fn err(&self, s: &str);
     /// Arrive at a barrier and wait until the parent opens it (usemem's `ready`).

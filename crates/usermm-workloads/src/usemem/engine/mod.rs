@@ -20,7 +20,8 @@
 //! the state they share.
 //!
 //! # What the engine does not model, and what stands in for it
-//! Each is said once on stderr as a `usermm: note:` line when a run uses it.
+//! Each is said once on stderr as a `usermm: note:` line when a run uses it (unless
+//! [`Hooks::quiet_notes`]).
 //! - **files** (`-f`, `--memfd`, `-D`'s file): the file is opened on the host (so its errors
 //!   are usemem's), its pages are engine shmem (`MAP_SHARED`) or anonymous memory
 //!   (`MAP_PRIVATE`), one object per mapping, not one page cache per file; an access past the
@@ -76,6 +77,9 @@ pub struct Hooks {
     pub pid: Option<i32>,
     /// Most worker threads alive at once (`None`: what `vm.max_map_count` allows).
     pub max_threads: Option<u64>,
+    /// Keep the `usermm: note:` lines off stderr (usemem itself prints none: a `usemem` link
+    /// shows them only when asked).
+    pub quiet_notes: bool,
 }
 
 /// Worker threads this process can add: each costs about five mappings (its stack and guard,
@@ -91,6 +95,8 @@ impl std::fmt::Debug for Hooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hooks")
             .field("pid", &self.pid)
+            .field("max_threads", &self.max_threads)
+            .field("quiet_notes", &self.quiet_notes)
             .finish_non_exhaustive()
     }
 }
@@ -136,15 +142,18 @@ struct Shared {
     stores_data: bool,
     pid_file: std::sync::Mutex<Option<String>>,
     notes: std::sync::Mutex<BTreeSet<String>>,
+    /// The parent's copy of [`super::worker::Plan::inherited_out`], until it exits.
+    parent_out: std::sync::Mutex<String>,
 }
 
 impl Shared {
     fn note_once(&self, s: &str) {
-        if self
-            .notes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(s.to_string())
+        if !self.hooks.quiet_notes
+            && self
+                .notes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(s.to_string())
         {
             self.io.err(&format!("usermm: note: {s}\n"));
         }
@@ -159,9 +168,20 @@ impl Shared {
         self.maybe_release(&mut d);
     }
 
+    /// usemem's parent exits (its `wait3`s are done): its stdio buffer goes out.
+    fn parent_exits(&self) {
+        let s = std::mem::take(&mut *self.parent_out.lock().unwrap_or_else(|e| e.into_inner()));
+        if !s.is_empty() {
+            self.io.out(&s);
+        }
+    }
+
     fn maybe_release(&self, d: &mut DetachState) {
         if !d.released && d.detached > 0 && d.detached + d.ended >= self.workers.load(Relaxed) {
             d.released = true;
+            // Every worker process has detached (its foreground half exited) or ended: this
+            // is when usemem's parent exits.
+            self.parent_exits();
             if let Some(f) = &self.hooks.on_detached {
                 f();
             }
@@ -178,4 +198,16 @@ struct EProc {
     state: ProcState,
     /// Threads still running; the last one's end is the process's `exit_mmap`.
     left: AtomicUsize,
+}
+
+impl EProc {
+    /// The process ends (its last thread is done, on `cpu`): `exit` flushes its stdio buffer
+    /// — what it still holds from the parent — unless a signal killed it, and its mm goes.
+    fn end(&self, shared: &Shared, cpu: usermm::cpu::CpuId) {
+        let s = self.state.take_inherited();
+        if !s.is_empty() {
+            shared.io.out(&s);
+        }
+        self.mm.mmput(cpu);
+    }
 }

@@ -78,6 +78,7 @@ impl EnginePlatform {
             stores_data: machine.phys().backing().mode() == BackingMode::Full,
             pid_file: Default::default(),
             notes: Default::default(),
+            parent_out: Default::default(),
         });
         let plan0 = Plan {
             name: String::new(),
@@ -85,6 +86,7 @@ impl EnginePlatform {
             done_bytes: 0,
             fd: MapFd::Opened,
             start_us: None,
+            inherited_out: String::new(),
         };
         let proc = Arc::new(EProc {
             mm: Arc::clone(&mm),
@@ -183,9 +185,11 @@ impl Platform for EnginePlatform {
         *shared.pid_file.lock().unwrap_or_else(|e| e.into_inner()) = plan.opts.pid_file.clone();
         let o = &plan.opts;
         let threads = o.threads_per_process();
-        let per_proc = threads.max(1);
+        let per_proc = o.workers_per_process();
         let total = o.workers();
         shared.workers.store(total, Relaxed);
+        plan.inherited_out
+            .clone_into(&mut shared.parent_out.lock().unwrap_or_else(|e| e.into_inner()));
         let plan = Arc::new(plan.clone());
         let nr_cpus = self.nr_cpus;
         let mut handles = Vec::new();
@@ -235,6 +239,10 @@ impl Platform for EnginePlatform {
                 state: ProcState::new(&plan, prealloc, i),
                 left: AtomicUsize::new(per_proc as usize),
             });
+            if per_proc == 0 {
+                // A negative -t: the process starts no thread and ends at once.
+                proc.end(&shared, cpu);
+            }
             for t in 0..per_proc {
                 let k = first + t;
                 if started == wave && !opened {
@@ -269,6 +277,7 @@ impl Platform for EnginePlatform {
                         let end = if bound.is_none() {
                             // usemem's bind_cpu divides by a CPU count it never read.
                             sys.note("-b below 0: usemem's worker dies of SIGFPE (a division by zero) here");
+                            proc.state.lose_inherited();
                             End::Signal("SIGFPE".into())
                         } else {
                             w.run()
@@ -282,7 +291,7 @@ impl Platform for EnginePlatform {
                         }
                         shared.worker_ended(sys.detached.get());
                         if proc.left.fetch_sub(1, Relaxed) == 1 {
-                            proc.mm.mmput(cpu);
+                            proc.end(&shared, cpu);
                         }
                         finished.abandon();
                         rec
@@ -311,6 +320,7 @@ impl Platform for EnginePlatform {
         }
         let mut recs: Vec<WorkerRecord> =
             handles.into_iter().filter_map(|h| h.join().ok()).collect();
+        shared.parent_exits();
         recs.sort_by_key(|r| r.worker);
         recs
     }

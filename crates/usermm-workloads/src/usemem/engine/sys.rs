@@ -484,6 +484,10 @@ impl Sys for EngineSys {
         self.shared.io.err(s);
     }
 
+    fn stdout_full_buffered(&self) -> bool {
+        self.shared.io.full_buffered()
+    }
+
     fn ready(&self, gate: Gate) {
         let g = gate as usize;
         self.arrived[g].set(true);

@@ -141,6 +141,7 @@ fn p_plan() -> Plan {
         done_bytes: 0,
         fd: MapFd::Opened,
         start_us: None,
+        inherited_out: String::new(),
     }
 }
 

@@ -37,6 +37,7 @@
 mod unit;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
 
 use serde::Serialize;
 
@@ -74,6 +75,11 @@ pub struct Plan {
     pub fd: MapFd,
     /// `main`'s clock reading, µs (`None` with `-W` and no `--init-time`: never set).
     pub start_us: Option<u64>,
+    /// What `main` printed without flushing before it forked (with stdout a file or a pipe,
+    /// `--show-addr`'s line for `-P`'s mapping): every forked process has a copy of the
+    /// buffer and prints it before its own first line, or at its exit if it prints none (not
+    /// if a signal kills it); the parent prints its own copy when it exits.
+    pub inherited_out: String,
 }
 
 impl Plan {
@@ -129,6 +135,8 @@ pub struct ProcState {
     pub prealloc: Option<u64>,
     /// Its index among the processes (`do_task`'s `task_nr`).
     pub index: u64,
+    /// This process's copy of [`Plan::inherited_out`], until it is printed or lost.
+    inherited: Mutex<String>,
 }
 
 impl ProcState {
@@ -139,7 +147,27 @@ impl ProcState {
             dead: AtomicBool::new(false),
             prealloc,
             index,
+            inherited: Mutex::new(plan.inherited_out.clone()),
         }
+    }
+
+    /// What the process's stdio buffer still holds from the parent (empty once printed):
+    /// its next flushed line, or its exit, prints it.
+    pub fn take_inherited(&self) -> String {
+        std::mem::take(&mut *self.inherited.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// What [`ProcState::take_inherited`] would take, left in place (a fork's other half).
+    pub fn inherited_copy(&self) -> String {
+        self.inherited
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A signal killed the process: its stdio buffer is never written.
+    pub fn lose_inherited(&self) {
+        self.take_inherited();
     }
 
     pub fn is_dead(&self) -> bool {
@@ -207,6 +235,8 @@ pub struct Worker<'a, S: Sys> {
     /// What usemem prints through stdio without flushing (the `-g` menu): it reaches stdout
     /// with the next line usemem flushes, and never if the worker waits for ever.
     buffered: String,
+    /// Everything printed is held here instead ([`Worker::hold_output`]).
+    held: Option<String>,
 }
 
 impl<S: Sys> std::fmt::Debug for Worker<'_, S> {
@@ -232,7 +262,19 @@ impl<'a, S: Sys> Worker<'a, S> {
             },
             rng: Rand48::new(0),
             buffered: String::new(),
+            held: None,
         }
+    }
+
+    /// From now on keep what this worker prints instead of writing it: `main`'s `printf`s into
+    /// a fully buffered stdout before it forks ([`Plan::inherited_out`]).
+    pub fn hold_output(&mut self) {
+        self.held.get_or_insert_with(String::new);
+    }
+
+    /// What was held since [`Worker::hold_output`]; printing goes on being held.
+    pub fn take_held(&mut self) -> String {
+        self.held.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     fn opts(&self) -> &UsememOpts {
@@ -241,7 +283,13 @@ impl<'a, S: Sys> Worker<'a, S> {
 
     fn out(&mut self, s: &str) {
         let s = std::mem::take(&mut self.buffered) + s;
-        self.sys.out(&s);
+        if let Some(held) = &mut self.held {
+            held.push_str(&s);
+            return;
+        }
+        // The parent's unflushed lines go out with this process's first flush.
+        let inherited = self.proc.take_inherited();
+        self.sys.out(&(inherited + &s));
         self.rec.lines.push(s);
     }
 
@@ -273,6 +321,7 @@ impl<'a, S: Sys> Worker<'a, S> {
             )),
             Stop::Signal { name, detail } => {
                 self.proc.dead.store(true, Relaxed);
+                self.proc.lose_inherited();
                 self.sys.note(&format!(
                     "usemem worker {} killed by {name} ({detail}), as usemem's process would be",
                     self.rec.worker
@@ -493,6 +542,12 @@ impl<'a, S: Sys> Worker<'a, S> {
             self.statistics(rw, "read again ");
         }
         if o.detach {
+            // usemem's detach forks: the half that exits flushes what its buffer still holds
+            // from the parent (nothing printed yet: a signal mode), the background keeps a copy.
+            let held = self.proc.inherited_copy();
+            if !held.is_empty() {
+                self.sys.out(&held);
+            }
             self.sys.detach();
         }
         if o.mlock {
