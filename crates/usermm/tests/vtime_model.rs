@@ -460,6 +460,49 @@ fn smt_siblings_both_busy_run_at_the_sibling_factor() {
     assert_eq!(rt.report().end_ns, 100_000);
 }
 
+/// The SMT factor's extra is labelled by what the sibling did: work beside a busy sibling,
+/// or beside one spinning on a lock the worker holds.
+#[test]
+fn smt_slowdown_beside_a_spinning_sibling_is_labelled_apart() {
+    let rt = rt();
+    rt.run(31, || {
+        vtime::scope(|s| {
+            // CPU 0 takes the lock and works; its sibling CPU 8 queues and spins meanwhile.
+            s.spawn(0, || {
+                lock(1, &SPIN);
+                vtime::sync_point();
+                vtime::work(1000);
+                unlock(1, &SPIN);
+            });
+            s.spawn(8, || {
+                vtime::work(1);
+                lock(1, &SPIN);
+                unlock(1, &SPIN);
+            });
+            // CPUs 1 and 9 share core 1, both working: a busy sibling.
+            s.spawn(1, || {
+                vtime::work(2);
+                vtime::sync_point();
+                vtime::work(500);
+            });
+            s.spawn(9, || {
+                vtime::work(2);
+                vtime::sync_point();
+                vtime::work(500);
+            });
+        });
+    });
+    let r = rt.report();
+    let extra = |ns: u64| (ns as f64 * (SMT_FACTOR - 1.0)) as u64;
+    assert_eq!(r.cpus[0].smt_spinning_sibling_ns, extra(1000));
+    assert_eq!(r.cpus[0].smt_busy_sibling_ns, 0);
+    assert_eq!(
+        (r.cpus[1].smt_busy_sibling_ns, r.cpus[9].smt_busy_sibling_ns),
+        (extra(500), extra(2) + extra(500))
+    );
+    assert_eq!(r.cpus[1].smt_spinning_sibling_ns, 0);
+}
+
 #[test]
 fn named_costs_charge_the_profile_price_times_n() {
     let rt = rt();

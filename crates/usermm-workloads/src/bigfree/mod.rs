@@ -257,6 +257,10 @@ pub struct CpuWindow {
     pub busy_ns: u64,
     pub spin_ns: u64,
     pub idle_ns: u64,
+    /// Of `busy_ns`, what the SMT factor added beside a running sibling, and beside one
+    /// spinning on a lock (`usermm::vtime::CpuTime`).
+    pub smt_busy_sibling_ns: u64,
+    pub smt_spinning_sibling_ns: u64,
 }
 
 /// One timed free.
@@ -352,6 +356,10 @@ pub struct BigfreeRow {
     /// Median over runs of the spinning share of the CPUs' busy and spin time during the
     /// free (the seed thread's "spinlock share of CPU time"; virtual time).
     pub spin_share: f64,
+    /// Median over runs of what the SMT factor added to the CPUs' work during the free, ms:
+    /// beside a running sibling, and beside a spinning one (virtual time).
+    pub smt_busy_sibling_ms: f64,
+    pub smt_spinning_sibling_ms: f64,
     /// Median utilisation of `zone.lock` and `lru_lock` during the free: hold time summed
     /// over the nodes' locks, over the free time (how busy the locks were, beside how often
     /// a waiter queued).

@@ -31,6 +31,10 @@ fn cpu_windows(a: &vtime::Report, b: &vtime::Report) -> Vec<CpuWindow> {
                 busy_ns: busy,
                 spin_ns: spin,
                 idle_ns: window.saturating_sub(busy + spin),
+                smt_busy_sibling_ns: y.smt_busy_sibling_ns.saturating_sub(x.smt_busy_sibling_ns),
+                smt_spinning_sibling_ns: y
+                    .smt_spinning_sibling_ns
+                    .saturating_sub(x.smt_spinning_sibling_ns),
             }
         })
         .collect()
@@ -239,6 +243,15 @@ fn summarize(
             let busy: u64 = s.cpus.iter().map(|c| c.busy_ns + c.spin_ns).sum();
             s.spin_ns as f64 / busy.max(1) as f64
         }),
+        smt_busy_sibling_ms: f(&|s| {
+            s.cpus.iter().map(|c| c.smt_busy_sibling_ns).sum::<u64>() as f64
+        }) / 1e6,
+        smt_spinning_sibling_ms: f(&|s| {
+            s.cpus
+                .iter()
+                .map(|c| c.smt_spinning_sibling_ns)
+                .sum::<u64>() as f64
+        }) / 1e6,
         zone_utilisation: f(&|s| s.zone_lock.hold_ns as f64 / s.free_ns.max(1) as f64),
         lru_utilisation: f(&|s| s.lru_lock.hold_ns as f64 / s.free_ns.max(1) as f64),
         samples,

@@ -31,6 +31,10 @@ pub struct CpuTime {
     pub spin_ns: u64,
     /// Everything else: no occupant.
     pub idle_ns: u64,
+    /// Of `busy_ns`, what the SMT factor added while a sibling thread was busy, apart by what
+    /// the sibling did: ran (work, stalls) or spun on a lock.
+    pub smt_busy_sibling_ns: u64,
+    pub smt_spinning_sibling_ns: u64,
 }
 
 /// One context (virtual thread).
@@ -136,6 +140,8 @@ impl Report {
                 busy_ns: ns(c.busy),
                 spin_ns: ns(c.spin),
                 idle_ns: ns(end.saturating_sub(c.busy + c.spin)),
+                smt_busy_sibling_ns: ns(c.smt_extra_busy),
+                smt_spinning_sibling_ns: ns(c.smt_extra_spin),
             })
             .collect();
         let contexts = st

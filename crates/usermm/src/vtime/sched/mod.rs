@@ -101,6 +101,11 @@ pub(super) struct Ctx {
 
 #[derive(Debug, Default)]
 pub(super) struct CpuState {
+    /// The extra time the SMT factor added to this CPU's work while a sibling was busy,
+    /// labelled by what every busy sibling was doing: spinning for a lock, or anything else
+    /// (the same factor applies; the report shows them apart).
+    pub smt_extra_busy: Ps,
+    pub smt_extra_spin: Ps,
     pub occupant: Option<CtxId>,
     pub runq: VecDeque<CtxId>,
     pub busy: Ps,
@@ -124,6 +129,8 @@ pub(super) struct Model {
     /// `dist[from * nr_cpus + to]`: the [`Distance`](super::profile::Distance) as an index.
     dist: Vec<u8>,
     core: Vec<u32>,
+    /// The CPUs of each core (its hardware threads), by core.
+    core_cpus: Vec<Vec<u16>>,
 }
 
 impl Model {
@@ -135,13 +142,18 @@ impl Model {
                 dist.push(placement.distance(a, b) as u8);
             }
         }
-        let core = (0..n).map(|c| placement.core_of(c) as u32).collect();
+        let core: Vec<u32> = (0..n).map(|c| placement.core_of(c) as u32).collect();
+        let mut core_cpus = vec![Vec::new(); core.iter().max().map_or(0, |&m| m as usize + 1)];
+        for (cpu, &k) in core.iter().enumerate() {
+            core_cpus[k as usize].push(cpu as u16);
+        }
         Model {
             profile,
             placement,
             nr_cpus: n,
             dist,
             core,
+            core_cpus,
         }
     }
 
@@ -337,12 +349,29 @@ impl State {
     }
 
     /// Charges `ps` of work to `id`: busy time, times the SMT factor while another hardware
-    /// thread of its core is busy (has an occupant) at the moment of the charge.
+    /// thread of its core is busy (has an occupant) at the moment of the charge; the extra is
+    /// labelled by whether every busy sibling was spinning on a lock.
     #[inline]
     pub(super) fn work(&mut self, id: CtxId, ps: Ps) {
         let cpu = self.ctxs[id as usize].cpu as usize;
-        let ps = if self.core_busy[self.model.core[cpu] as usize] >= 2 {
-            (ps as u128 * self.model.profile.smt_milli as u128 / 1000) as Ps
+        let core = self.model.core[cpu] as usize;
+        let ps = if self.core_busy[core] >= 2 {
+            let scaled = (ps as u128 * self.model.profile.smt_milli as u128 / 1000) as Ps;
+            let extra = scaled - ps;
+            // A sibling that occupies its CPU while queued on a lock is spinning (a sleeping
+            // waiter leaves its CPU).
+            let spinning = self.model.core_cpus[core]
+                .iter()
+                .filter(|&&s| s as usize != cpu)
+                .filter_map(|&s| self.cpus[s as usize].occupant)
+                .all(|o| matches!(self.ctxs[o as usize].wait, Wait::Lock { .. }));
+            let c = &mut self.cpus[cpu];
+            if spinning {
+                c.smt_extra_spin = c.smt_extra_spin.saturating_add(extra);
+            } else {
+                c.smt_extra_busy = c.smt_extra_busy.saturating_add(extra);
+            }
+            scaled
         } else {
             ps
         };
