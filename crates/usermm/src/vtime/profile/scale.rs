@@ -4,7 +4,9 @@
 
 #![deny(unsafe_code)]
 
-use super::{Figure, Profile, ProfileError};
+use std::collections::BTreeMap;
+
+use super::{evaluate, Figure, Profile, ProfileError, TOPOLOGY_GHZ};
 
 impl Profile {
     /// This profile with one named cost multiplied by `factor`, everything else unchanged: the
@@ -29,7 +31,23 @@ impl Profile {
         }
         let mut spec = self.spec.clone();
         // A formula follows its figure: `(formula) * factor`, so the scaled profile still
-        // states its arithmetic (and still loads).
+        // states its arithmetic (and still loads). The scaled figure is then the scaled
+        // formula's value, not the file's rounded figure times the factor: a figure written
+        // to 0.03 of its formula, times 4, would miss it by 0.12 and fail to load.
+        let inputs: BTreeMap<String, f64> = spec
+            .inputs
+            .iter()
+            .map(|(k, i)| (k.clone(), i.value))
+            .chain([(TOPOLOGY_GHZ.to_string(), spec.topology.ghz)])
+            .collect();
+        let settle = |value: &mut f64, formula: &Option<String>| {
+            if let Some(v) = formula
+                .as_deref()
+                .and_then(|f| evaluate(f, &|n| inputs.get(n).copied()).ok())
+            {
+                *value = v;
+            }
+        };
         let times = |formula: &mut Option<String>, op: &str| {
             if let Some(f) = formula.as_mut() {
                 *f = format!("({f}) {op} {factor:?}");
@@ -42,12 +60,15 @@ impl Profile {
             );
             if let Some(v) = f.ns.as_mut() {
                 *v *= factor;
+                settle(v, &f.formula);
             }
             if let Some(v) = f.cycles.as_mut() {
                 *v *= factor;
+                settle(v, &f.formula);
             }
             if let Some(v) = f.bytes_per_ns.as_mut() {
                 *v /= factor;
+                settle(v, &f.formula);
             }
         };
         match key {
@@ -77,12 +98,14 @@ impl Profile {
                 };
                 q.value *= factor;
                 times(&mut q.formula, "*");
+                settle(&mut q.value, &q.formula);
             }
             "smt.sibling_factor" => {
                 spec.smt.sibling_factor = 1.0 + (spec.smt.sibling_factor - 1.0) * factor;
                 if let Some(f) = spec.smt.formula.as_mut() {
                     *f = format!("1 + (({f}) - 1) * {factor:?}");
                 }
+                settle(&mut spec.smt.sibling_factor, &spec.smt.formula);
             }
             _ => {
                 let cost = key.strip_prefix("costs.").unwrap_or(key);
@@ -96,9 +119,11 @@ impl Profile {
                     times(&mut l.formula, "*");
                     if let Some(v) = l.acquire_ns.as_mut() {
                         *v *= factor;
+                        settle(v, &l.formula);
                     }
                     if let Some(v) = l.acquire_cycles.as_mut() {
                         *v *= factor;
+                        settle(v, &l.formula);
                     }
                 } else {
                     return Err(invalid(

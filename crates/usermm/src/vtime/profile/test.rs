@@ -307,3 +307,43 @@ fn scaling_one_cost_changes_that_cost_only() {
     assert!(p.scaled("no_such_cost", 2.0).is_err());
     assert!(p.scaled("zap_pte", 0.0).is_err());
 }
+
+/// Regression: a figure written rounded (5.2 for a formula giving 5.2315) scaled by 4 missed
+/// its scaled formula by 0.13 and the scaled profile failed to load; every scalable key of
+/// every built-in profile now scales by 4 and by 0.25.
+#[test]
+fn every_key_scales_by_large_factors_and_still_loads() {
+    for name in Profile::builtin_names() {
+        let p = Profile::builtin(name).unwrap();
+        let mut keys: Vec<String> = p.spec().costs.keys().cloned().collect();
+        keys.extend(p.spec().locks.keys().map(|l| format!("locks.{l}")));
+        keys.extend(
+            [
+                "transfer.smt_sibling",
+                "transfer.same_socket",
+                "transfer.other_socket",
+                "wakeup",
+                "atomic_rmw",
+                "smt.sibling_factor",
+                "memory.dram_local",
+                "memory.dram_remote",
+                "memory.dram_stream",
+                "memory.llc_lines",
+                "memory.l2_lines",
+                "jitter",
+            ]
+            .map(String::from),
+        );
+        for k in &keys {
+            for f in [4.0, 0.25] {
+                if let Err(e) = p.scaled(k, f) {
+                    panic!("{name}: {k} x{f}: {e}");
+                }
+            }
+        }
+    }
+    let p = Profile::builtin("haswell-ex-4s").unwrap();
+    let s = p.scaled("free_pcppages_bulk_page", 4.0).unwrap();
+    let ratio = s.cost_ns(Cost::FreePcppagesBulkPage) / p.cost_ns(Cost::FreePcppagesBulkPage);
+    assert!((ratio - 4.0).abs() < 0.03, "{ratio}");
+}
