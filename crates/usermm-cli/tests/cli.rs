@@ -671,6 +671,48 @@ fn calibrate_rejects_bad_arguments_on_one_line() {
     );
 }
 
+/// `calibrate --from RECORD`: no measuring, the profile this version derives from a saved
+/// record (the fixture of a real run): it loads, and its caches and jitter come from the
+/// record (cpu0's L3 of 32 MiB is 524 288 lines; munmap_4k's spread 5.618 of 279.77 ns).
+#[test]
+fn calibrate_from_a_saved_record_writes_its_profile() {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../usermm-workloads/tests/fixtures/host-calibration-2026-11-25.json");
+    let dir = std::env::temp_dir().join(format!("usermm-cli-calfrom-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("this-host.toml");
+    let o = usermm(&[
+        "calibrate",
+        "--from",
+        fixture.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let doc: toml::Table = toml::from_str(&text).unwrap();
+    assert_eq!(
+        doc["memory"]["llc_lines"]["value"].as_float(),
+        Some(524_288.0)
+    );
+    let jitter = doc["jitter"]["value"].as_float().unwrap();
+    assert!(
+        (jitter - 1.4826 * 100.0 * 5.618_476_867_675_781 / 279.769_393_920_898_44).abs() < 1e-3
+    );
+    // Not a record: one line, exit 2.
+    assert_usage_error(
+        &[
+            "calibrate",
+            "--from",
+            out.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        "is not a calibration record",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A small calibration (test sizes, 2 samples): the record has every figure, positive; the
 /// table names them all and the profile; the profile it writes loads in virtual time. No
 /// assertion on the values: they are this host's, whatever its load.

@@ -23,6 +23,10 @@ pub struct CalibrateArgs {
     /// Samples per figure, each from a fresh process (at least 7).
     #[arg(long, value_name = "N", default_value_t = MIN_REPEAT)]
     pub repeat: u32,
+    /// Measure nothing: write the profile of a calibration saved earlier (`calibrate
+    /// --json` output), as this version of usermm derives it.
+    #[arg(long, value_name = "RECORD", conflicts_with = "repeat")]
+    pub from: Option<PathBuf>,
     /// Test only: tiny probe sizes, and any repeat count ≥ 1 (the figures mean little).
     #[arg(long, hide = true)]
     pub test_sizes: bool,
@@ -37,6 +41,25 @@ pub fn run(args: &CalibrateArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         ));
     }
     check_out(&args.out)?;
+    if let Some(from) = &args.from {
+        let text = std::fs::read_to_string(from)
+            .map_err(|e| anyhow::anyhow!("calibrate: cannot read {}: {e}", from.display()))?;
+        let record: HostCalibration = match serde_json::from_str(&text) {
+            Ok(r) => r,
+            Err(e) => {
+                return usage(format!(
+                    "calibrate: {} is not a calibration record (`usermm calibrate --json`): {e}",
+                    from.display()
+                ))
+            }
+        };
+        let profile = usermm_workloads::calibrate::this_host_profile(&record);
+        usermm::vtime::Profile::from_toml_str(&profile, &args.out.display().to_string())
+            .map_err(|e| anyhow::anyhow!("calibrate: the profile derived does not load: {e}"))?;
+        std::fs::write(&args.out, &profile)
+            .map_err(|e| anyhow::anyhow!("calibrate: cannot write {}: {e}", args.out.display()))?;
+        return super::emit(g, &record, |r| render(r, &args.out));
+    }
     let opts = CalibrateOpts {
         repeat: args.repeat,
         sizes: if args.test_sizes {
