@@ -72,7 +72,9 @@ fn bad_cpus_exit_2() {
     assert_usage_error(&["meminfo", "--cpus", "4097"], "--cpus");
     assert_usage_error(&["meminfo", "--cpus", "99999999"], "--cpus");
     assert_usage_error(&["meminfo", "--cpus", "two"], "--cpus");
-    assert_usage_error(&["meminfo", "--cpus", "2", "--nodes", "4"], "nodes");
+    // More nodes than CPUs is fake NUMA; a node needs 4 MiB, and there are at most 1024.
+    assert_usage_error(&["meminfo", "--mem", "16M", "--nodes", "8"], "node");
+    assert_usage_error(&["meminfo", "--cpus", "2", "--nodes", "1025"], "--nodes");
 }
 
 #[test]

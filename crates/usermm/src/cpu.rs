@@ -98,6 +98,10 @@ impl Cpus {
     }
 }
 
+/// `MAX_NUMNODES` with `NODES_SHIFT` 10: the most nodes a machine may have (fake NUMA's
+/// memory-only nodes included). `config::MAX_NODES` is this bound.
+pub const MAX_NUMNODES: u16 = 1024;
+
 /// The node of CPU `cpu` of `cpus` on `nodes` nodes (the rule of [`Cpus`]; virtual time's
 /// placement uses the same).
 #[inline]

@@ -22,7 +22,7 @@ pub const MIN_MEM_BYTES: u64 = 16 << 20;
 pub const MAX_CPUS: u16 = 4096;
 /// `MAX_NUMNODES` with `NODES_SHIFT` 10, as a fake-NUMA boot (`numa=fake=N`) may use. Nodes
 /// may outnumber CPUs: the nodes past the CPUs are memory-only ([`crate::cpu::Cpus::node_of`]).
-pub const MAX_NODES: u16 = 1024;
+pub const MAX_NODES: u16 = crate::cpu::MAX_NUMNODES;
 /// Largest `pcp.high` (and so `pcp.batch`), pages: a per-CPU list of 64 GiB, far beyond any
 /// kernel's (`zone_highsize()` gives a CPU an eighth of its zone at most), and small enough that
 /// the list arithmetic (`batch << 5`, `count + batch`) stays within 32 bits.

@@ -55,6 +55,9 @@ fn set_and_validate() {
     c.mem = 1 << 30;
     c.nodes = 8;
     c.cpus = 4;
+    // More nodes than CPUs is fake NUMA (memory-only nodes); past MAX_NODES it is refused.
+    assert!(c.validate().is_ok());
+    c.nodes = MAX_NODES + 1;
     assert!(c.validate().is_err());
 }
 

@@ -51,12 +51,12 @@ impl Placement {
     /// Places `nr_cpus` CPUs and `nr_nodes` memory nodes on the profile's machine.
     pub fn new(profile: &Profile, nr_cpus: usize, nr_nodes: usize) -> Result<Self, ProfileError> {
         profile.check_cpus(nr_cpus)?;
-        if nr_nodes == 0 || nr_nodes > usize::from(crate::config::MAX_NODES) {
+        if nr_nodes == 0 || nr_nodes > usize::from(crate::cpu::MAX_NUMNODES) {
             return Err(profile.topology_error(
                 "nodes",
                 format!(
                     "{nr_nodes} nodes; must be between 1 and {}",
-                    crate::config::MAX_NODES
+                    crate::cpu::MAX_NUMNODES
                 ),
             ));
         }
