@@ -62,7 +62,12 @@ fn norm(line: &str) -> String {
 }
 
 fn run_on(m: &Arc<Machine>, args: &[&str]) -> Run {
-    let cap = Arc::new(Capture::default());
+    run_with_io(m, Capture::default(), args)
+}
+
+/// usemem on `m` with `io` standing for its stdout and stderr (a terminal or a file).
+fn run_with_io(m: &Arc<Machine>, io: Capture, args: &[&str]) -> Run {
+    let cap = Arc::new(io);
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     let r = usemem::run_args(
         m,
@@ -553,20 +558,10 @@ fn getchar_menu_reads_stdin() {
 fn parents_unflushed_line_is_printed_by_every_fork_to_a_file() {
     let lines = |io: Capture, args: &[&str]| -> Vec<String> {
         let m = machine();
-        let cap = Arc::new(io);
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let r = usemem::run_args(
-            &m,
-            NAME,
-            &args,
-            Arc::clone(&cap) as Arc<dyn Io>,
-            Hooks::default(),
-            "",
-        )
-        .unwrap();
+        let r = run_with_io(&m, io, args);
         assert_eq!(r.status, 0);
         m.validate().unwrap();
-        cap.stdout().lines().map(norm).collect()
+        r.out
     };
     let addr = |out: &[String]| out.iter().filter(|l| *l == "P A").count();
     let args = ["--show-addr", "-P", "-n", "2", "64K"];

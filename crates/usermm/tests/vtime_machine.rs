@@ -19,6 +19,22 @@ fn virtual_config(profile: &str) -> MachineConfig {
     c
 }
 
+/// A private anonymous mapping of `size` bytes, every page written; its address.
+fn touched(mm: &usermm::mm::Mm, cpu: CpuId, size: u64) -> u64 {
+    let a = mm
+        .mmap(
+            cpu,
+            0,
+            size,
+            PROT_READ | PROT_WRITE,
+            MAP_PRIVATE | MAP_ANONYMOUS,
+            MapFile::None,
+        )
+        .unwrap();
+    mm.populate(cpu, a, a + size, true);
+    a
+}
+
 #[test]
 fn smoke_parallel_free() {
     let mut c = virtual_config("haswell-ex-4s");
@@ -31,17 +47,7 @@ fn smoke_parallel_free() {
     let (ns, pages) = m.run(cpu, || {
         let mm = m.new_mm(cpu).unwrap();
         let size = 64 << 20;
-        let a = mm
-            .mmap(
-                cpu,
-                0,
-                size,
-                PROT_READ | PROT_WRITE,
-                MAP_PRIVATE | MAP_ANONYMOUS,
-                MapFile::None,
-            )
-            .unwrap();
-        mm.populate(cpu, a, a + size, true);
+        let a = touched(&mm, cpu, size);
         let t0 = usermm::sync::clock::now();
         let st = mm.munmap_stats(cpu, a, size).unwrap();
         (t0.elapsed_ns(), st.pages_zapped)
@@ -73,17 +79,7 @@ fn more_nodes_than_cpus_populate_and_free() {
             let mm = m.new_mm(cpu).unwrap();
             // 32 MiB: more than the 4 MiB a node holds, so it spills over nodes.
             let size = 32 << 20;
-            let a = mm
-                .mmap(
-                    cpu,
-                    0,
-                    size,
-                    PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS,
-                    MapFile::None,
-                )
-                .unwrap();
-            mm.populate(cpu, a, a + size, true);
+            let a = touched(&mm, cpu, size);
             mm.munmap_stats(cpu, a, size).unwrap().pages_zapped
         });
         assert_eq!(pages, 8192, "{mode:?}");

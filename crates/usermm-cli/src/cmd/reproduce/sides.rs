@@ -222,8 +222,29 @@ fn miss(ours: f64, seed: f64, band: f64) -> Option<f64> {
     (err.abs() > band).then_some(err)
 }
 
-/// The one verdict of a timing seed: `reproduced` when every check passed, else `not
-/// reproduced` and every check that failed.
+/// A timing seed's checks, each met or missed.
+#[derive(Default)]
+struct Checks {
+    passed: Vec<String>,
+    failed: Vec<String>,
+}
+
+impl Checks {
+    fn check(&mut self, ok: bool, what: String) {
+        if ok {
+            self.passed.push(what);
+        } else {
+            self.failed.push(what);
+        }
+    }
+
+    /// The one verdict: `reproduced` when every check passed, else `not reproduced` and
+    /// every check that failed.
+    fn verdict(self, profile: &str) -> String {
+        verdict(profile, &self.passed, &self.failed)
+    }
+}
+
 fn verdict(profile: &str, passed: &[String], failed: &[String]) -> String {
     format!(
         "{} (modelled, profile {profile}) — {}{}",
@@ -254,14 +275,7 @@ pub(super) fn bigfree_verdict(m: &BigfreeFigures, profile: &str, seed_scale: boo
     let Some(best) = par.iter().min_by(|a, b| a.seconds.total_cmp(&b.seconds)) else {
         return "no parallel row".into();
     };
-    let (mut passed, mut failed) = (Vec::new(), Vec::new());
-    let mut check = |ok: bool, what: String| {
-        if ok {
-            passed.push(what)
-        } else {
-            failed.push(what)
-        }
-    };
+    let mut c = Checks::default();
     let mut misses = Vec::new();
     for &(ma, s, _) in PARALLEL_FREE.rows {
         let seed = PARALLEL_FREE.vanilla_s / s;
@@ -274,7 +288,7 @@ pub(super) fn bigfree_verdict(m: &BigfreeFigures, profile: &str, seed_scale: boo
             }
         }
     }
-    check(
+    c.check(
         misses.is_empty(),
         if misses.is_empty() {
             "every speedup within ±25 % of the seed's".into()
@@ -283,7 +297,7 @@ pub(super) fn bigfree_verdict(m: &BigfreeFigures, profile: &str, seed_scale: boo
         },
     );
     let best_ma = best.max_active.unwrap_or(0);
-    check(
+    c.check(
         matches!(best_ma, 4 | 8 | 16),
         format!(
             "fastest row at 4, 8 or 16 (max_active {best_ma}, {:.2}×)",
@@ -291,13 +305,13 @@ pub(super) fn bigfree_verdict(m: &BigfreeFigures, profile: &str, seed_scale: boo
         ),
     );
     if let (Some(a), Some(b)) = (m.seconds(Some(32)), m.seconds(Some(8))) {
-        check(
+        c.check(
             a > b,
             format!("max_active 32 slower than 8 ({a:.3} s vs {b:.3} s)"),
         );
     }
     if let Some(r8) = m.rows.iter().find(|r| r.max_active == Some(8)) {
-        check(
+        c.check(
             r8.spin_share >= 0.40,
             format!(
                 "spinning ≥ 40 % of CPU time at max_active 8 ({:.1} %; seed thread 62.6 %)",
@@ -307,7 +321,7 @@ pub(super) fn bigfree_verdict(m: &BigfreeFigures, profile: &str, seed_scale: boo
     }
     if seed_scale {
         if let Some(v) = m.seconds(None) {
-            check(
+            c.check(
                 miss(v, PARALLEL_FREE.vanilla_s, 0.35).is_none(),
                 format!(
                     "inline free within ±35 % of {} s ({v:.2} s)",
@@ -316,7 +330,7 @@ pub(super) fn bigfree_verdict(m: &BigfreeFigures, profile: &str, seed_scale: boo
             );
         }
     }
-    verdict(profile, &passed, &failed)
+    c.verdict(profile)
 }
 
 /// Seed 002 (issue 25's bands): the throughput ratio within ±25 % of 2.64, the huge zero
@@ -327,22 +341,15 @@ pub(super) fn huge_zero_verdict(m: &HugeZeroFigures, profile: &str) -> String {
         m.line_share_vanilla.unwrap_or(0.0),
         m.line_share_patched.unwrap_or(1.0),
     );
-    let (mut passed, mut failed) = (Vec::new(), Vec::new());
-    let mut check = |ok: bool, what: String| {
-        if ok {
-            passed.push(what)
-        } else {
-            failed.push(what)
-        }
-    };
-    check(
+    let mut c = Checks::default();
+    c.check(
         miss(m.throughput_ratio, HUGE_ZERO.throughput_ratio, 0.25).is_none(),
         format!(
             "patched/vanilla throughput within ±25 % of {:.2}× ({:.2}×)",
             HUGE_ZERO.throughput_ratio, m.throughput_ratio
         ),
     );
-    check(
+    c.check(
         (0.40..=0.68).contains(&v),
         format!(
             "the huge zero page's line 40–68 % of CPU time vanilla ({:.2} %; seed {:.2} %)",
@@ -350,8 +357,8 @@ pub(super) fn huge_zero_verdict(m: &HugeZeroFigures, profile: &str) -> String {
             HUGE_ZERO.cycles_share_vanilla * 100.0
         ),
     );
-    check(p < 0.01, format!("under 1 % patched ({:.2} %)", p * 100.0));
-    verdict(profile, &passed, &failed)
+    c.check(p < 0.01, format!("under 1 % patched ({:.2} %)", p * 100.0));
+    c.verdict(profile)
 }
 
 /// Seed 003 (issue 25's bands): the exclusive hold at least 1000× shorter patched, and the
@@ -360,15 +367,8 @@ pub(super) fn munmap_verdict(m: &MunmapFigures, profile: &str) -> String {
     let seed_per_page = MUNMAP_DOWNGRADE.exclusive_vanilla_us as f64 * 1000.0
         / (MUNMAP_DOWNGRADE.size / 4096) as f64;
     let ours = m.exclusive_hold_us.vanilla * 1000.0 / (m.size / 4096).max(1) as f64;
-    let (mut passed, mut failed) = (Vec::new(), Vec::new());
-    let mut check = |ok: bool, what: String| {
-        if ok {
-            passed.push(what)
-        } else {
-            failed.push(what)
-        }
-    };
-    check(
+    let mut c = Checks::default();
+    c.check(
         m.ratio >= 1000.0,
         format!(
             "exclusive hold ≥ 1000× shorter ({:.1} µs → {:.1} µs, {:.0}×, at {} GiB)",
@@ -378,11 +378,11 @@ pub(super) fn munmap_verdict(m: &MunmapFigures, profile: &str) -> String {
             m.size >> 30
         ),
     );
-    check(
+    c.check(
         miss(ours, seed_per_page, 0.35).is_none(),
         format!("vanilla hold per page within ±35 % of {seed_per_page:.1} ns ({ours:.1} ns)"),
     );
-    verdict(profile, &passed, &failed)
+    c.verdict(profile)
 }
 
 fn opt(x: Option<f64>, f: impl Fn(f64) -> String) -> String {
