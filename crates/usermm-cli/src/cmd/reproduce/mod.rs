@@ -14,6 +14,7 @@ mod host_check;
 mod huge_zero;
 mod munmap;
 mod percpu;
+mod sensitivity;
 mod sides;
 mod staging;
 #[cfg(test)]
@@ -80,6 +81,11 @@ pub struct ReproduceArgs {
     /// 32 GiB in the seed's own 1 GiB jobs.
     #[arg(long)]
     pub quick: bool,
+    /// After the seeds, run each modelled timing seed again with one input halved and doubled
+    /// at a time, and report which three inputs move each headline most (about 10 minutes on
+    /// 2 cores; resumable: the points are kept in DIR/sensitivity/).
+    #[arg(long)]
+    pub sensitivity: bool,
     /// Wall or virtual time; without --profile each experiment models its seed's machine.
     #[command(flatten)]
     pub time: TimeArgs,
@@ -136,6 +142,9 @@ pub struct Results {
     pub munmap: Option<sides::MunmapPair>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub percpu: Option<sides::Pair<sides::NoFigures, percpu::PercpuRecord>>,
+    /// `--sensitivity`: each modelled headline against its inputs halved and doubled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sensitivity: Option<Vec<sensitivity::Headline>>,
     /// "The model checked on this host": the this-host profile, the predictions, the
     /// measurements and `rows[]` (`name`, `unit`, `predicted`, `measured`, `error`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -207,6 +216,7 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         munmap: None,
         percpu: None,
         host_check: None,
+        sensitivity: None,
     };
     let mut sections = Vec::new();
     let mut verdicts = Vec::new();
@@ -290,6 +300,38 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         host_section = Some(section);
         host_verdict = Some(verdict);
     }
+    let mut sensitivity_section = None;
+    if args.sensitivity {
+        let ran = |e: &str| {
+            verdicts
+                .iter()
+                .any(|(n, k, _)| *n == e && *k == sides::SideKind::Modelled)
+        };
+        let others: Vec<&str> = ["huge-zero", "munmap"]
+            .into_iter()
+            .filter(|e| ran(e))
+            .collect();
+        eprintln!("usermm reproduce: sensitivity (each input halved and doubled) ...");
+        let te = std::time::Instant::now();
+        let (section, headlines) = sensitivity::run(
+            &out.join("sensitivity"),
+            args.quick,
+            ran("bigfree"),
+            &others,
+        )?;
+        eprintln!(
+            "usermm reproduce: sensitivity done in {:.1} s",
+            te.elapsed().as_secs_f64()
+        );
+        if !g.json {
+            println!("== {} ==", section.heading);
+            for t in &section.tables {
+                println!("{}", t.render_text());
+            }
+        }
+        results.sensitivity = Some(headlines);
+        sensitivity_section = Some(section);
+    }
     let modelled = results.modelled_verdicts();
     let mut summary = String::new();
     for (name, v) in &modelled {
@@ -323,6 +365,7 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         comparison,
     ];
     all.extend(host_section);
+    all.extend(sensitivity_section);
     all.extend(sections);
     results.wall_seconds = (!modelled_only).then(|| t0.elapsed().as_secs_f64());
     // Through a Value: its map keeps keys sorted, as results.json has always had them.
