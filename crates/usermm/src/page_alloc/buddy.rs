@@ -137,6 +137,7 @@ impl PhysMem {
         for nid in self.nodes[local].fallback.iter() {
             let zone = &self.nodes[nid.index()].zone;
             let got = match pcp_index(order) {
+                Some(_) if zone.exhausted_for(cpu) => None,
                 Some(idx) => self.rmqueue_pcplist(cpu, zone, order, idx),
                 None if zone.free_pages.load(Relaxed) < order.nr_pages() => None,
                 None => {

@@ -82,7 +82,7 @@ mod release;
 mod test;
 mod validate;
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 
 use serde::Serialize;
@@ -221,6 +221,28 @@ struct Zone {
     /// `lock`, read without it.
     free_pages: AtomicU64,
     pcp: PerCpu<SpinLock<PerCpuPages>>,
+    /// Each CPU's `pcp.count`, stored whenever it changes under the pcp lock and read without
+    /// it: the allocator's walk skips a zone whose buddy and this CPU's lists are both empty
+    /// without taking the pcp lock (see [`Zone::exhausted_for`]).
+    pcp_pages: PerCpu<AtomicU32>,
+}
+
+impl Zone {
+    /// Neither this zone's buddy nor `cpu`'s pcp lists hold a page: an allocation on `cpu`
+    /// cannot be served here, and the zonelist walk moves on without touching the pcp lock,
+    /// as `zone_watermark_fast` lets Linux pass an exhausted zone on its counters alone. A
+    /// hint read without locks: a free racing on the same CPU is ordered after the walk.
+    #[doc(alias = "zone_watermark_fast")]
+    #[inline]
+    fn exhausted_for(&self, cpu: CpuId) -> bool {
+        self.free_pages.load(Relaxed) == 0 && self.pcp_pages[cpu].load(Relaxed) == 0
+    }
+
+    /// Publish `pcp.count` of `cpu` for [`Zone::exhausted_for`] (caller holds the pcp lock).
+    #[inline]
+    fn publish_pcp_count(&self, cpu: CpuId, pcp: &PerCpuPages) {
+        self.pcp_pages[cpu].store(pcp.count, Relaxed);
+    }
 }
 
 /// `struct lruvec` (anon only).
@@ -324,6 +346,7 @@ impl PhysMem {
                         pcp: PerCpu::new(cpus.nr_possible(), |_| {
                             SpinLock::new(&PCP_LOCK, PerCpuPages::default())
                         }),
+                        pcp_pages: PerCpu::new(cpus.nr_possible(), |_| AtomicU32::new(0)),
                     },
                     lru: StatMutex::new(&LRU_LOCK, "&lruvec->lru_lock", Lruvec::default()),
                     fallback,

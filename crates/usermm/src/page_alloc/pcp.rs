@@ -77,6 +77,7 @@ impl PhysMem {
             charge(Cost::FreeOneMerge, merges);
             drop(fa);
         }
+        zone.publish_pcp_count(cpu, pcp);
         self.stat.add(cpu, VmItem::NrFreePages, freed as i64);
         self.stat.inc(cpu, VmItem::PcpDrain);
     }
@@ -98,6 +99,7 @@ impl PhysMem {
         pcp.lists[idx].push_front(self.meta_slice(), pfn);
         let nr = o.nr_pages() as u32;
         pcp.count += nr;
+        zone.publish_pcp_count(cpu, pcp);
         if !self.pcp_auto_tune {
             if pcp.count >= self.pcp_high {
                 self.free_pcppages_bulk(cpu, zone, pcp, self.pcp_batch);
@@ -193,6 +195,7 @@ impl PhysMem {
         let pfn = pcp.lists[idx].pop_front(meta)?;
         charge(Cost::RmqueuePcp, 1);
         pcp.count -= order.nr_pages() as u32;
+        zone.publish_pcp_count(cpu, &pcp);
         let m = &meta[pfn.index()];
         m.flags.store(0, Relaxed);
         m.order.store(0, Relaxed);

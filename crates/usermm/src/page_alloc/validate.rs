@@ -80,6 +80,14 @@ impl PhysMem {
                         z.node.0, pcp.count
                     ));
                 }
+                if z.pcp_pages[cpu].load(Relaxed) != pcp.count {
+                    return Err(format!(
+                        "{cpu} node {}: pcp count {} but {} published for the zonelist walk",
+                        z.node.0,
+                        pcp.count,
+                        z.pcp_pages[cpu].load(Relaxed)
+                    ));
+                }
                 // Auto-tuning keeps high within its bounds and free_count near its cap.
                 let fc_cap = (self.pcp_batch << PCP_BATCH_SCALE_MAX) + (1 << HPAGE_PMD_ORDER.0);
                 if pcp.high > self.pcp_high_max || pcp.free_count >= fc_cap {

@@ -255,7 +255,13 @@ pub(super) fn bigfree_verdict(m: &BigfreeFigures, profile: &str, seed_scale: boo
         return "no parallel row".into();
     };
     let (mut passed, mut failed) = (Vec::new(), Vec::new());
-    let mut check = |ok: bool, what: String| if ok { passed.push(what) } else { failed.push(what) };
+    let mut check = |ok: bool, what: String| {
+        if ok {
+            passed.push(what)
+        } else {
+            failed.push(what)
+        }
+    };
     let mut misses = Vec::new();
     for &(ma, s, _) in PARALLEL_FREE.rows {
         let seed = PARALLEL_FREE.vanilla_s / s;
@@ -322,7 +328,13 @@ pub(super) fn huge_zero_verdict(m: &HugeZeroFigures, profile: &str) -> String {
         m.line_share_patched.unwrap_or(1.0),
     );
     let (mut passed, mut failed) = (Vec::new(), Vec::new());
-    let mut check = |ok: bool, what: String| if ok { passed.push(what) } else { failed.push(what) };
+    let mut check = |ok: bool, what: String| {
+        if ok {
+            passed.push(what)
+        } else {
+            failed.push(what)
+        }
+    };
     check(
         miss(m.throughput_ratio, HUGE_ZERO.throughput_ratio, 0.25).is_none(),
         format!(
@@ -338,21 +350,24 @@ pub(super) fn huge_zero_verdict(m: &HugeZeroFigures, profile: &str) -> String {
             HUGE_ZERO.cycles_share_vanilla * 100.0
         ),
     );
-    check(
-        p < 0.01,
-        format!("under 1 % patched ({:.2} %)", p * 100.0),
-    );
+    check(p < 0.01, format!("under 1 % patched ({:.2} %)", p * 100.0));
     verdict(profile, &passed, &failed)
 }
 
 /// Seed 003 (issue 25's bands): the exclusive hold at least 1000× shorter patched, and the
 /// vanilla hold per page within ±35 % of the seed's own (2 485 684 µs for 80 GiB: 118.5 ns).
 pub(super) fn munmap_verdict(m: &MunmapFigures, profile: &str) -> String {
-    let seed_per_page =
-        MUNMAP_DOWNGRADE.exclusive_vanilla_us as f64 * 1000.0 / (MUNMAP_DOWNGRADE.size / 4096) as f64;
+    let seed_per_page = MUNMAP_DOWNGRADE.exclusive_vanilla_us as f64 * 1000.0
+        / (MUNMAP_DOWNGRADE.size / 4096) as f64;
     let ours = m.exclusive_hold_us.vanilla * 1000.0 / (m.size / 4096).max(1) as f64;
     let (mut passed, mut failed) = (Vec::new(), Vec::new());
-    let mut check = |ok: bool, what: String| if ok { passed.push(what) } else { failed.push(what) };
+    let mut check = |ok: bool, what: String| {
+        if ok {
+            passed.push(what)
+        } else {
+            failed.push(what)
+        }
+    };
     check(
         m.ratio >= 1000.0,
         format!(
