@@ -209,7 +209,10 @@ impl Mm {
         let pgd = crate::pgtable::alloc_table(phys, cpu)?;
         let nr = machine.cpus().nr_possible();
         let id = machine.next_mm_id();
-        let mmap_lock = MmapLock::new(VmaTree::new(mmap::MMAP_BASE));
+        let mmap_lock = MmapLock::with_clock(
+            VmaTree::new(mmap::MMAP_BASE),
+            machine.lockstat_clock().sibling(),
+        );
         let vma_index = machine.per_vma_lock().then(|| {
             let idx = Arc::new(vma::VmaIndex::new(Arc::clone(mmap_lock.mm_lock_seq())));
             mmap_lock.write().set_index(Arc::clone(&idx));
