@@ -81,8 +81,9 @@ mod release;
 #[cfg(test)]
 mod test;
 mod validate;
+mod zonemask;
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 
 use serde::Serialize;
@@ -221,28 +222,6 @@ struct Zone {
     /// `lock`, read without it.
     free_pages: AtomicU64,
     pcp: PerCpu<SpinLock<PerCpuPages>>,
-    /// Each CPU's `pcp.count`, stored whenever it changes under the pcp lock and read without
-    /// it: the allocator's walk skips a zone whose buddy and this CPU's lists are both empty
-    /// without taking the pcp lock (see [`Zone::exhausted_for`]).
-    pcp_pages: PerCpu<AtomicU32>,
-}
-
-impl Zone {
-    /// Neither this zone's buddy nor `cpu`'s pcp lists hold a page: an allocation on `cpu`
-    /// cannot be served here, and the zonelist walk moves on without touching the pcp lock,
-    /// as `zone_watermark_fast` lets Linux pass an exhausted zone on its counters alone. A
-    /// hint read without locks: a free racing on the same CPU is ordered after the walk.
-    #[doc(alias = "zone_watermark_fast")]
-    #[inline]
-    fn exhausted_for(&self, cpu: CpuId) -> bool {
-        self.free_pages.load(Relaxed) == 0 && self.pcp_pages[cpu].load(Relaxed) == 0
-    }
-
-    /// Publish `pcp.count` of `cpu` for [`Zone::exhausted_for`] (caller holds the pcp lock).
-    #[inline]
-    fn publish_pcp_count(&self, cpu: CpuId, pcp: &PerCpuPages) {
-        self.pcp_pages[cpu].store(pcp.count, Relaxed);
-    }
 }
 
 /// `struct lruvec` (anon only).
@@ -257,8 +236,6 @@ struct Node {
     zone: Zone,
     /// `lruvec->lru_lock` (the pgdat `lru_lock` of 2017).
     lru: StatMutex<Lruvec>,
-    /// Zonelist: this node first, then the others.
-    fallback: Box<[NodeId]>,
 }
 
 /// Counts returned by [`PhysMem::validate`].
@@ -301,6 +278,8 @@ pub struct PhysMem {
     hugetlb_total: u64,
     shrinkers: RwSem<Vec<Weak<dyn Shrinker>>>,
     stat: Arc<VmStat>,
+    /// Which zones can serve an allocation (the zonelist walk's index).
+    zone_mask: zonemask::ZoneMask,
 }
 
 impl std::fmt::Debug for PhysMem {
@@ -332,10 +311,6 @@ impl PhysMem {
                 } else {
                     start + frames_per_node
                 };
-                let fallback = std::iter::once(n)
-                    .chain((0..nr_nodes).filter(|&o| o != n))
-                    .map(|o| NodeId(o as u16))
-                    .collect();
                 Node {
                     zone: Zone {
                         node: NodeId(n as u16),
@@ -346,14 +321,13 @@ impl PhysMem {
                         pcp: PerCpu::new(cpus.nr_possible(), |_| {
                             SpinLock::new(&PCP_LOCK, PerCpuPages::default())
                         }),
-                        pcp_pages: PerCpu::new(cpus.nr_possible(), |_| AtomicU32::new(0)),
                     },
                     lru: StatMutex::new(&LRU_LOCK, "&lruvec->lru_lock", Lruvec::default()),
-                    fallback,
                 }
             })
             .collect();
         let lru_add_batch = cfg.lru.add_batch as usize;
+        let zone_mask = zonemask::ZoneMask::new(nr_nodes as usize, cpus.nr_possible());
         let pm = PhysMem {
             nr_frames,
             meta,
@@ -379,6 +353,7 @@ impl PhysMem {
             hugetlb_total: cfg.nr_hugepages as u64,
             shrinkers: RwSem::new(&SHRINKER_RWSEM, Vec::new()),
             stat,
+            zone_mask,
         };
         for node in pm.nodes.iter() {
             pm.free_range_boot(&node.zone);
@@ -415,6 +390,8 @@ impl PhysMem {
             pfn += 1 << order;
         }
         zone.free_pages.fetch_add(freed, Relaxed);
+        self.zone_mask
+            .set_buddy(zone.node.index(), zone.free_pages.load(Relaxed) > 0);
         self.stat.add(CpuId(0), VmItem::NrFreePages, freed as i64);
     }
 
