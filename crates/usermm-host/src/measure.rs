@@ -495,7 +495,7 @@ pub fn host_mmap_munmap_pages(count: u64) -> Result<HostMmapMunmap, HostError> {
     })
 }
 
-/// Unnamed mappings at least this large are dropped by a child that times forks.
+/// Anonymous mappings at least this large are dropped by a child that times forks.
 const SHED_MIN_BYTES: u64 = 1 << 20;
 /// Bytes a fork-timing child reads `/proc/self/maps` into.
 const MAPS_BUF: u64 = 512 << 10;
@@ -512,11 +512,12 @@ fn parse_hex(s: &[u8]) -> Option<u64> {
     (!s.is_empty()).then_some(v)
 }
 
-/// In a child that times forks: unmap every unnamed mapping of at least [`SHED_MIN_BYTES`]
-/// but the one holding this stack — the calling process's emulated RAM and struct pages,
-/// inherited at the child's own fork — so that the forks it times copy the page tables of a
-/// small process, as a small program's fork does. Child-safe (its buffer is a mapping of its
-/// own, freed before it returns).
+/// In a child that times forks: unmap every anonymous mapping of at least [`SHED_MIN_BYTES`]
+/// (the brk heap included) but the one holding this stack — the calling process's emulated
+/// RAM, struct pages and heap, inherited at the child's own fork — so that the forks it times
+/// copy the page tables of a small process, as a small program's fork does. Child-safe: it
+/// allocates nothing (its buffer is a mapping of its own, freed before it returns), and the
+/// child, which never allocates, needs none of what it drops.
 fn shed_big_mappings() {
     let Ok(buf) = map_anon(MAPS_BUF, libc::PROT_READ | libc::PROT_WRITE, false) else {
         return;
@@ -531,7 +532,10 @@ fn shed_big_mappings() {
         // start-end perms offset dev inode [path]
         let mut f = line.split(|&b| b == b' ').filter(|x| !x.is_empty());
         let range = f.next().unwrap_or_default();
-        let named = f.nth(4).is_some();
+        // Anonymous: no path, the brk heap, or a named anonymous mapping.
+        let anon = f
+            .nth(4)
+            .is_none_or(|p| p == b"[heap]" || p.starts_with(b"[anon:"));
         let mut ends = range.splitn(2, |&b| b == b'-');
         let (Some(lo), Some(hi)) = (
             ends.next().and_then(parse_hex),
@@ -539,7 +543,7 @@ fn shed_big_mappings() {
         ) else {
             continue;
         };
-        if !named && hi - lo >= SHED_MIN_BYTES && !(lo..hi).contains(&here) {
+        if anon && hi - lo >= SHED_MIN_BYTES && !(lo..hi).contains(&here) {
             munmap(lo, hi - lo);
         }
     }

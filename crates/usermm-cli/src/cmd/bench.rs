@@ -138,7 +138,7 @@ pub fn targets(r: &BenchResult) -> Vec<Target> {
             &format!("{what}, full backing: ≤ the host kernel's time"),
             path(r, p)
                 .and_then(|p| p.engine_full_ns.zip(p.host_ns))
-                .map(|(f, h)| (f <= h, format!("{:.2}×", f / h))),
+                .map(|(f, h)| (f <= h, format!("{:.3}×", f / h))),
         );
     }
     let nodes = path(r, BenchPath::BigfreeNodes).and_then(|p| p.nodes.as_ref());
