@@ -563,7 +563,7 @@ pub struct HostForkExit {
 }
 
 /// `count` times `fork()`, `_exit(0)` in the new process and `waitpid` for it, in a forked
-/// child that first sheds the calling process's large mappings ([`shed_big_mappings`]) and
+/// child that first sheds the calling process's large mappings (`shed_big_mappings`) and
 /// writes [`FORK_TOUCHED_PAGES`] pages of its own: the fork and exit of a small process.
 pub fn host_fork_exit(count: u64) -> Result<HostForkExit, HostError> {
     let work = move || -> [u64; 4] {
