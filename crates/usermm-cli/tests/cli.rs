@@ -586,21 +586,43 @@ fn bench_json_has_every_path_and_the_memset_figure() {
             "huge-zero-read",
             "zero-read-4k",
             "free-2-threads",
-            "mmap-munmap-4k"
+            "mmap-munmap-4k",
+            "fork-exit",
+            "random-write-4k",
+            "bigfree-nodes"
         ]
     );
     for p in paths {
-        for key in ["engine_full_ns", "engine_sparse_ns"] {
+        // bigfree runs on sparse backing only.
+        let keys: &[&str] = if p["path"] == "bigfree-nodes" {
+            &["engine_sparse_ns"]
+        } else {
+            &["engine_full_ns", "engine_sparse_ns"]
+        };
+        for key in keys {
             assert!(p[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {p}");
         }
-        // The host kernel runs every path but the engine-only two-thread free path.
-        assert_eq!(
-            p["host_ns"].is_number(),
-            p["path"] != "free-2-threads",
-            "{p}"
+        // The host kernel runs every path but the engine-only two: the two-thread free and
+        // bigfree at two node counts.
+        let engine_only = p["path"] == "free-2-threads" || p["path"] == "bigfree-nodes";
+        assert_eq!(p["host_ns"].is_number(), !engine_only, "{p}");
+    }
+    // bigfree at 4 and 64 nodes: CPU time on the wall clock, modelled time in virtual time,
+    // and the ratios.
+    let nodes = &paths[9]["nodes"];
+    assert_eq!(nodes["nodes"], serde_json::json!([4, 64]), "{nodes}");
+    for key in [
+        "cpu_ratio",
+        "wall_ratio",
+        "virtual_ratio",
+        "virtual_host_cpu_ratio",
+    ] {
+        assert!(
+            nodes[key].as_f64().is_some_and(|x| x > 0.0),
+            "{key}: {nodes}"
         );
     }
-    assert_eq!(v["targets"].as_array().map(Vec::len), Some(9), "{v}");
+    assert_eq!(v["targets"].as_array().map(Vec::len), Some(14), "{v}");
     assert!(v["mmaps"].as_u64().is_some_and(|n| n > 0), "{v}");
     // Both machines as configured: the engine flags on top of the bench's defaults.
     assert_eq!(v["config_full"]["prefault"], true, "{v}");

@@ -64,4 +64,4 @@ pub mod usemem;
 
 pub use backend::HostBackend;
 pub use error::HostError;
-pub use sys::try_lock_exclusive;
+pub use sys::{process_cpu_ns, try_lock_exclusive};

@@ -495,6 +495,180 @@ pub fn host_mmap_munmap_pages(count: u64) -> Result<HostMmapMunmap, HostError> {
     })
 }
 
+/// Anonymous mappings at least this large are dropped by a child that times forks.
+const SHED_MIN_BYTES: u64 = 1 << 20;
+/// Bytes a fork-timing child reads `/proc/self/maps` into.
+const MAPS_BUF: u64 = 512 << 10;
+/// Pages of its own a fork-timing child has written before it forks: a small program's data.
+pub const FORK_TOUCHED_PAGES: u64 = 16;
+
+/// A hexadecimal number of `/proc/self/maps`.
+fn parse_hex(s: &[u8]) -> Option<u64> {
+    let mut v = 0u64;
+    for &c in s {
+        let d = (c as char).to_digit(16)?;
+        v = v.checked_mul(16)?.checked_add(u64::from(d))?;
+    }
+    (!s.is_empty()).then_some(v)
+}
+
+/// In a child that times forks: unmap every anonymous mapping of at least [`SHED_MIN_BYTES`]
+/// (the brk heap included) but the one holding this stack — the calling process's emulated
+/// RAM, struct pages and heap, inherited at the child's own fork — so that the forks it times
+/// copy the page tables of a small process, as a small program's fork does. Child-safe: it
+/// allocates nothing (its buffer is a mapping of its own, freed before it returns), and the
+/// child, which never allocates, needs none of what it drops.
+fn shed_big_mappings() {
+    let Ok(buf) = map_anon(MAPS_BUF, libc::PROT_READ | libc::PROT_WRITE, false) else {
+        return;
+    };
+    // SAFETY: buf..buf+MAPS_BUF is a fresh private read-write mapping of this child's, never
+    // unmapped below (it is smaller than SHED_MIN_BYTES).
+    let maps =
+        unsafe { std::slice::from_raw_parts_mut(buf as usize as *mut u8, MAPS_BUF as usize) };
+    let n = sys::read_small_file(c"/proc/self/maps", maps).unwrap_or(0);
+    let here = std::ptr::from_ref(&n) as u64;
+    for line in maps[..n].split(|&b| b == b'\n') {
+        // start-end perms offset dev inode [path]
+        let mut f = line.split(|&b| b == b' ').filter(|x| !x.is_empty());
+        let range = f.next().unwrap_or_default();
+        // Anonymous: no path, the brk heap, or a named anonymous mapping.
+        let anon = f
+            .nth(4)
+            .is_none_or(|p| p == b"[heap]" || p.starts_with(b"[anon:"));
+        let mut ends = range.splitn(2, |&b| b == b'-');
+        let (Some(lo), Some(hi)) = (
+            ends.next().and_then(parse_hex),
+            ends.next().and_then(parse_hex),
+        ) else {
+            continue;
+        };
+        if anon && hi - lo >= SHED_MIN_BYTES && !(lo..hi).contains(&here) {
+            munmap(lo, hi - lo);
+        }
+    }
+    munmap(buf, MAPS_BUF);
+}
+
+/// Result of [`host_fork_exit`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostForkExit {
+    pub count: u64,
+    /// The forking child's CPU time over the loop (`CLOCK_THREAD_CPUTIME_ID`: the forks' and
+    /// waits' kernel time), in ns.
+    pub parent_cpu_ns: u64,
+    /// The forked processes' CPU time (`RUSAGE_CHILDREN`: their `_exit`s and teardowns), ns.
+    pub children_cpu_ns: u64,
+    pub wall_ns: u64,
+}
+
+/// `count` times `fork()`, `_exit(0)` in the new process and `waitpid` for it, in a forked
+/// child that first sheds the calling process's large mappings (`shed_big_mappings`) and
+/// writes [`FORK_TOUCHED_PAGES`] pages of its own: the fork and exit of a small process.
+pub fn host_fork_exit(count: u64) -> Result<HostForkExit, HostError> {
+    let work = move || -> [u64; 4] {
+        shed_big_mappings();
+        let len = FORK_TOUCHED_PAGES * PAGE_SIZE;
+        let p = match map_anon(len, libc::PROT_READ | libc::PROT_WRITE, false) {
+            Ok(p) => p,
+            Err(e) => return [e as u64, 0, 0, 0],
+        };
+        for off in (0..len).step_by(PAGE_SIZE as usize) {
+            // SAFETY: p..p+len is a private read-write mapping owned by this child alone.
+            unsafe { std::ptr::write_volatile((p + off) as usize as *mut u8, 1) };
+        }
+        let (c0, k0, t0) = (sys::thread_cpu_ns(), sys::children_cpu_ns(), Instant::now());
+        for _ in 0..count {
+            // SAFETY: the new process only calls `_exit`.
+            match unsafe { sys::fork_raw() } {
+                Ok(0) => sys::exit_now(0),
+                Ok(pid) => drop(sys::waitpid(pid, false)),
+                Err(e) => return [e as u64, 0, 0, 0],
+            }
+        }
+        let wall = t0.elapsed().as_nanos() as u64;
+        let (c1, k1) = (sys::thread_cpu_ns(), sys::children_cpu_ns());
+        [0, c1 - c0, k1.saturating_sub(k0), wall]
+    };
+    // SAFETY: `work` only issues raw system calls (mmap, munmap, read of a /proc file into its
+    // own mapping, fork, _exit, waitpid), stores into its own mapping and reads the clocks.
+    let w = unsafe { run_forked(work)? };
+    if w[0] != 0 {
+        return Err(HostError::Sys {
+            what: "fork in measurement child",
+            errno: w[0] as i32,
+        });
+    }
+    Ok(HostForkExit {
+        count,
+        parent_cpu_ns: w[1],
+        children_cpu_ns: w[2],
+        wall_ns: w[3],
+    })
+}
+
+/// One round of [`host_random_writes`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostRandomRound {
+    /// Minor faults over the writes.
+    pub faults: u64,
+    /// CPU time (`CLOCK_THREAD_CPUTIME_ID`) and wall time of the writes, in ns.
+    pub cpu_ns: u64,
+    pub wall_ns: u64,
+}
+
+/// A fresh `MADV_NOHUGEPAGE` mapping of `order.len()` pages, one byte written to page
+/// `order[i]` for each `i` in turn (every page once, in the caller's random order: one 4 KiB
+/// write fault each), then unmapped; twice in one child, `[cold, warm]` as
+/// [`host_touch_and_munmap_twice`]. Every entry of `order` must be below its length.
+pub fn host_random_writes(order: &[u32]) -> Result<[HostRandomRound; 2], HostError> {
+    let pages = order.len() as u64;
+    if pages == 0 || order.iter().any(|&i| u64::from(i) >= pages) {
+        return Err(HostError::Sys {
+            what: "random write order",
+            errno: libc::EINVAL,
+        });
+    }
+    let len = pages * PAGE_SIZE;
+    let round = move || -> Result<[u64; 3], i32> {
+        let p = map_anon(len, libc::PROT_READ | libc::PROT_WRITE, false)?;
+        madvise(p, len, thp_advice(false));
+        let (f0, c0, t0) = (sys::minflt(), sys::thread_cpu_ns(), Instant::now());
+        for &i in order {
+            // SAFETY: i < pages, so the byte is in p..p+len, a private read-write mapping
+            // owned by this child alone.
+            unsafe {
+                std::ptr::write_volatile((p + u64::from(i) * PAGE_SIZE) as usize as *mut u8, 1)
+            };
+        }
+        let wall = t0.elapsed().as_nanos() as u64;
+        let out = [sys::minflt() - f0, sys::thread_cpu_ns() - c0, wall];
+        munmap(p, len);
+        Ok(out)
+    };
+    let work = move || -> [u64; 7] {
+        match (round(), round()) {
+            (Ok(a), Ok(b)) => [0, a[0], a[1], a[2], b[0], b[1], b[2]],
+            (Err(e), _) | (_, Err(e)) => [e as u64, 0, 0, 0, 0, 0, 0],
+        }
+    };
+    // SAFETY: `work` only issues raw system calls, volatile stores into its own fresh
+    // mappings and reads of `order` (allocated before the fork), and reads the clocks.
+    let w = unsafe { run_forked(work)? };
+    if w[0] != 0 {
+        return Err(HostError::Sys {
+            what: "mmap in measurement child",
+            errno: w[0] as i32,
+        });
+    }
+    let r = |x: &[u64]| HostRandomRound {
+        faults: x[0],
+        cpu_ns: x[1],
+        wall_ns: x[2],
+    };
+    Ok([r(&w[1..4]), r(&w[4..7])])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -594,5 +768,23 @@ mod tests {
     #[test]
     fn host_measure_rejects_zero_size() {
         assert!(host_touch_and_munmap(0, false).is_err());
+    }
+
+    #[test]
+    fn host_fork_exit_counts_its_forks() {
+        let r = host_fork_exit(20).unwrap();
+        assert_eq!(r.count, 20);
+        assert!(r.parent_cpu_ns > 0 && r.wall_ns > 0, "{r:?}");
+    }
+
+    #[test]
+    fn host_random_writes_fault_every_page_once() {
+        let order: Vec<u32> = (0..512u32).rev().collect();
+        let [cold, warm] = host_random_writes(&order).unwrap();
+        for r in [cold, warm] {
+            assert!(r.faults >= 512 && r.faults < 512 + 64, "{r:?}");
+        }
+        assert!(host_random_writes(&[0, 5]).is_err());
+        assert!(host_random_writes(&[]).is_err());
     }
 }

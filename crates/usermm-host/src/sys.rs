@@ -315,6 +315,62 @@ pub(crate) fn minflt() -> u64 {
     rusage_self().ru_minflt.max(0) as u64
 }
 
+/// `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`: this process's CPU time (every thread, user and
+/// system) in ns, 0 if the call fails.
+pub fn process_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the call writes nothing else.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec.max(0) as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec.max(0) as u64)
+}
+
+/// `getrusage(RUSAGE_CHILDREN)`: user + system time of the waited-for children, in ns.
+/// Allocation-free, so usable in a forked child.
+pub(crate) fn children_cpu_ns() -> u64 {
+    // SAFETY: rusage is plain old data; all-zero is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage; on failure it stays zeroed.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let ns = |t: libc::timeval| {
+        (t.tv_sec.max(0) as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(t.tv_usec.max(0) as u64 * 1000)
+    };
+    ns(ru.ru_utime) + ns(ru.ru_stime)
+}
+
+/// The bare `fork` system call (`clone(SIGCHLD)`), without libc's `atfork` handlers: for a
+/// measurement child that forks, whose malloc arenas may be gone. 0 in the new child.
+///
+/// # Safety
+/// As [`fork`]: until it calls `exit_now`, the new child must only run async-signal-safe
+/// code.
+pub(crate) unsafe fn fork_raw() -> Result<libc::pid_t, i32> {
+    // SAFETY: clone with SIGCHLD and no other flag is fork; every pointer argument is null.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::SIGCHLD as libc::c_long,
+            0 as libc::c_long,
+            0 as libc::c_long,
+            0 as libc::c_long,
+            0 as libc::c_long,
+        )
+    };
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(r as libc::pid_t)
+    }
+}
+
 /// `clock_gettime(CLOCK_THREAD_CPUTIME_ID)`: the calling thread's CPU time (user and system)
 /// in ns, 0 if the call fails. Allocation-free, so usable in a forked child.
 pub(crate) fn thread_cpu_ns() -> u64 {

@@ -77,6 +77,9 @@ pub struct Machine {
     /// `vm.max_map_count`, read by every VMA split.
     max_map_count: usize,
     next_mm_id: AtomicU64,
+    /// The clock every mm's mmap lock times its read holds on (a sibling of it): the host's
+    /// TSC resolved once, at boot.
+    lockstat_clock: crate::sync::clock::LockstatClock,
     /// The percpu allocator (`mm/percpu.c`): first and reserved chunks built at boot.
     pcpu: Arc<PcpuAllocator>,
     /// The cost profile of a virtual machine; `None` on the wall clock.
@@ -157,6 +160,7 @@ impl Machine {
             thp,
             max_map_count,
             next_mm_id: AtomicU64::new(1),
+            lockstat_clock: crate::sync::clock::LockstatClock::new(),
             pcpu,
             profile,
             last_report: Mutex::new(&UNMODELLED, None),
@@ -297,6 +301,13 @@ impl Machine {
 
     pub(crate) fn next_mm_id(&self) -> u64 {
         self.next_mm_id.fetch_add(1, Relaxed)
+    }
+
+    /// The clock a new mm's mmap lock is a [`LockstatClock::sibling`] of.
+    ///
+    /// [`LockstatClock::sibling`]: crate::sync::clock::LockstatClock::sibling
+    pub(crate) fn lockstat_clock(&self) -> &crate::sync::clock::LockstatClock {
+        &self.lockstat_clock
     }
 
     /// `echo 3 > /proc/sys/vm/drop_caches`: run the shrinkers (the huge zero page's) and

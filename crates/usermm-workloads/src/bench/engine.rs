@@ -29,7 +29,7 @@ pub(super) struct Meas {
 }
 
 /// The measuring thread's two clocks from one instant.
-struct Timer {
+pub(super) struct Timer {
     pub(super) wall: Instant,
     pub(super) cpu: u64,
 }
@@ -54,7 +54,12 @@ impl Timer {
 }
 
 /// Map `len` bytes of anonymous memory in a fresh mm, 2 MiB-aligned, with `advice`.
-fn engine_map(e: &Engine, len: u64, prot: u32, advice: i32) -> Result<(Task, u64), BenchError> {
+pub(super) fn engine_map(
+    e: &Engine,
+    len: u64,
+    prot: u32,
+    advice: i32,
+) -> Result<(Task, u64), BenchError> {
     let mm = Mm::new(&e.machine, e.cpu).map_err(engine_err)?;
     let raw = mm
         .mmap(
@@ -79,7 +84,7 @@ fn engine_map(e: &Engine, len: u64, prot: u32, advice: i32) -> Result<(Task, u64
 }
 
 /// Tear an mm down (its `mmput`) outside any clock.
-fn engine_exit(t: Task) {
+pub(super) fn engine_exit(t: Task) {
     t.mm().mmput(t.cpu());
 }
 

@@ -17,6 +17,13 @@
 //! | `zero-read-4k` | one 4 KiB zero-page read fault | read one word per 4 KiB of a read-only `MADV_NOHUGEPAGE` mapping | the same |
 //! | `free-2-threads` | one page of two concurrent munmaps (wall) | two mms on two CPUs unmap their halves at once | — |
 //! | `mmap-munmap-4k` | one mmap and one munmap of a page | 65 530 one-page `/dev/zero` mappings (no two merge), then a munmap of each | the same with libc mmap/munmap |
+//! | `fork-exit` | one fork and exit of a small process | `Mm::fork` of a 16-page mm and the child's `mmput`, ×1 000 | `fork`, `_exit`, `waitpid` ×1 000 |
+//! | `random-write-4k` | a 4 KiB write fault | one write per page of a fresh mapping, pages in a random order | the same, the same order |
+//! | `bigfree-nodes` | a 4 KiB page of bigfree at 64 nodes (sparse) | `bigfree SIZE/4 --max-active 8 --cpus 144` at 4 and 64 nodes, wall and virtual | — |
+//!
+//! The last three are about scale (module [`scale`]): many processes, random faults, many
+//! nodes. `bigfree-nodes` runs on sparse backing only; its row carries both node counts on
+//! both clocks and their ratios ([`scale::NodeScaling`]).
 //!
 //! `mmap-munmap-4k` is the VMA tree's path: at its peak the mm holds 65 530 VMAs (the default
 //! `vm.max_map_count`; fewer when the host process has less room under its own limit, and
@@ -54,6 +61,7 @@
 //! Nothing here asserts a time; the figures are for people (and `--json` for scripts).
 
 mod engine;
+pub mod scale;
 #[cfg(test)]
 mod test;
 
@@ -86,10 +94,13 @@ pub enum BenchPath {
     ZeroRead4k,
     Free2Threads,
     MmapMunmap4k,
+    ForkExit,
+    RandomWrite4k,
+    BigfreeNodes,
 }
 
 impl BenchPath {
-    pub const ALL: [BenchPath; 7] = [
+    pub const ALL: [BenchPath; 10] = [
         BenchPath::Populate4k,
         BenchPath::PopulateThp,
         BenchPath::Munmap4k,
@@ -97,6 +108,9 @@ impl BenchPath {
         BenchPath::ZeroRead4k,
         BenchPath::Free2Threads,
         BenchPath::MmapMunmap4k,
+        BenchPath::ForkExit,
+        BenchPath::RandomWrite4k,
+        BenchPath::BigfreeNodes,
     ];
 
     pub fn name(self) -> &'static str {
@@ -108,6 +122,9 @@ impl BenchPath {
             BenchPath::ZeroRead4k => "zero-read-4k",
             BenchPath::Free2Threads => "free-2-threads",
             BenchPath::MmapMunmap4k => "mmap-munmap-4k",
+            BenchPath::ForkExit => "fork-exit",
+            BenchPath::RandomWrite4k => "random-write-4k",
+            BenchPath::BigfreeNodes => "bigfree-nodes",
         }
     }
 
@@ -117,6 +134,8 @@ impl BenchPath {
             BenchPath::HugeZeroRead => "fault (2 MiB)",
             BenchPath::ZeroRead4k => "fault (4 KiB)",
             BenchPath::MmapMunmap4k => "mmap+munmap",
+            BenchPath::ForkExit => "fork+exit",
+            BenchPath::BigfreeNodes => "4 KiB page (64 nodes)",
             _ => "4 KiB page",
         }
     }
@@ -235,6 +254,8 @@ pub struct PathResult {
     pub engine_full: Option<Spread>,
     pub engine_sparse: Option<Spread>,
     pub host: Option<Spread>,
+    /// `bigfree-nodes`: both node counts, both clocks, the ratios.
+    pub nodes: Option<scale::NodeScaling>,
 }
 
 /// The whole run.
@@ -341,6 +362,9 @@ pub fn steps(opts: &BenchOpts) -> u64 {
         opts.wants(BenchPath::ZeroRead4k),
         opts.wants(BenchPath::Free2Threads),
         opts.wants(BenchPath::MmapMunmap4k),
+        opts.wants(BenchPath::ForkExit),
+        opts.wants(BenchPath::RandomWrite4k),
+        opts.wants(BenchPath::BigfreeNodes),
     ]
     .into_iter()
     .filter(|&w| w)
@@ -457,6 +481,22 @@ pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResu
         }
     }
 
+    if opts.wants(BenchPath::ForkExit) {
+        for e in [&full, &sparse] {
+            scale::engine_fork_exit(e, scale::FORKS)?;
+        }
+    }
+    let order = if opts.wants(BenchPath::RandomWrite4k) {
+        let order = scale::random_order(pages, 0x5eed);
+        for e in [&full, &sparse] {
+            scale::engine_random_writes(e, &order)?;
+        }
+        order
+    } else {
+        Vec::new()
+    };
+    let mut node_runs: [[Vec<scale::NodeRun>; 2]; 2] = Default::default();
+
     let sides = [(&sparse, false), (&full, true)];
     for rep in 0..opts.repeat {
         let r = rep + 1;
@@ -552,7 +592,54 @@ pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResu
                 ));
             }
         }
+        if opts.wants(BenchPath::ForkExit) {
+            progress(&format!("repeat {r}: {} forks and exits", scale::FORKS));
+            for (e, is_full) in sides {
+                let m = scale::engine_fork_exit(e, scale::FORKS)?;
+                s[idx(BenchPath::ForkExit)].engine(is_full).push(m);
+            }
+            if opts.host {
+                let h = measure::host_fork_exit(scale::FORKS)?;
+                let cpu = h.parent_cpu_ns + h.children_cpu_ns;
+                s[idx(BenchPath::ForkExit)]
+                    .host
+                    .push(host_meas(cpu, h.wall_ns, h.count));
+            }
+        }
+        if opts.wants(BenchPath::RandomWrite4k) {
+            progress(&format!("repeat {r}: 4 KiB write faults in random order"));
+            for (e, is_full) in sides {
+                let m = scale::engine_random_writes(e, &order)?;
+                s[idx(BenchPath::RandomWrite4k)].engine(is_full).push(m);
+            }
+            if opts.host {
+                let [cold, warm] = measure::host_random_writes(&order)?;
+                let p = &mut s[idx(BenchPath::RandomWrite4k)];
+                p.host.push(host_meas(warm.cpu_ns, warm.wall_ns, pages));
+                p.host_cold.push(cold.cpu_ns as f64 / pages as f64);
+            }
+        }
+        if opts.wants(BenchPath::BigfreeNodes) {
+            progress(&format!(
+                "repeat {r}: bigfree at 4 and 64 nodes, both clocks"
+            ));
+            for (k, &nodes) in scale::NODES.iter().enumerate() {
+                for (v, virt) in [false, true].into_iter().enumerate() {
+                    let b = scale::bigfree_size(size);
+                    node_runs[v][k].push(scale::bigfree_run(b, nodes, virt)?);
+                }
+            }
+            let last = node_runs[0][1].last().copied().unwrap_or_default();
+            s[idx(BenchPath::BigfreeNodes)].sparse.push(Meas {
+                cpu: last.cpu,
+                wall: last.wall,
+            });
+        }
     }
+    let [wall_runs, virt_runs] = node_runs;
+    let nodes = opts
+        .wants(BenchPath::BigfreeNodes)
+        .then(|| scale::NodeScaling::of(scale::bigfree_size(size), &wall_runs, &virt_runs));
 
     progress("memset bandwidth");
     let (memset_gib_s, zero_alloc_4k_gib_s, memset_wall_gib_s) =
@@ -561,7 +648,7 @@ pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResu
     let paths = BenchPath::ALL
         .iter()
         .zip(s)
-        .filter(|(p, x)| opts.wants(**p) && !x.full.cpu.is_empty())
+        .filter(|(p, x)| opts.wants(**p) && !(x.full.cpu.is_empty() && x.sparse.cpu.is_empty()))
         .map(|(&path, x)| {
             let full_s = Spread::of(x.full.cpu);
             let sparse_s = Spread::of(x.sparse.cpu);
@@ -595,6 +682,9 @@ pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResu
                 engine_full: full_s,
                 engine_sparse: sparse_s,
                 host: host_s,
+                nodes: (path == BenchPath::BigfreeNodes)
+                    .then(|| nodes.clone())
+                    .flatten(),
             }
         })
         .collect();

@@ -54,12 +54,19 @@ fn engine_only_run_fills_every_path() {
     assert!(steps > 3);
     assert_eq!(r.paths.len(), BenchPath::ALL.len());
     for p in &r.paths {
-        assert!(
-            p.engine_full_ns.is_some() && p.engine_sparse_ns.is_some(),
-            "{p:?}"
-        );
+        // bigfree runs on sparse backing only.
+        let full = p.path != BenchPath::BigfreeNodes;
+        assert_eq!(p.engine_full_ns.is_some(), full, "{p:?}");
+        assert!(p.engine_sparse_ns.is_some(), "{p:?}");
         assert!(p.host_ns.is_none());
+        assert_eq!(p.nodes.is_some(), !full, "{p:?}");
     }
+    let n = r.paths[9].nodes.as_ref().unwrap();
+    assert_eq!(
+        (n.nodes, n.size),
+        (scale::NODES, scale::bigfree_size(8 << 20))
+    );
+    assert!(n.cpu_ratio > 0.0 && n.virtual_ratio > 0.0 && n.virtual_host_cpu_ratio > 0.0);
     assert!(r.memset_gib_s > 0.0 && r.zero_alloc_4k_gib_s > 0.0);
     assert_eq!(r.mmaps, Some(2000));
     assert!(r.config_full.prefault && r.config_full.backing == BackingMode::Full);
@@ -69,4 +76,15 @@ fn engine_only_run_fills_every_path() {
     assert_eq!(r.paths.len(), 1);
     assert_eq!(r.paths[0].path, BenchPath::ZeroRead4k);
     assert_eq!(r.mmaps, None);
+}
+
+#[test]
+fn random_order_is_a_permutation_fixed_by_its_seed() {
+    let a = scale::random_order(1000, 7);
+    let mut sorted = a.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (0..1000).collect::<Vec<u32>>());
+    assert_eq!(a, scale::random_order(1000, 7));
+    assert_ne!(a, scale::random_order(1000, 8));
+    assert_ne!(a, sorted);
 }

@@ -115,6 +115,12 @@ pub trait Sys {
     fn walk(&self, base: u64, from: u64, to: u64, stride: u64, op: WalkOp) -> Result<u64, Stop>;
     /// One access to the word at `addr`; a load returns the word.
     fn access(&self, addr: u64, a: Access) -> Result<u64, Stop>;
+    /// Accesses in order, as [`Sys::access`] each with the loads' words discarded: a random
+    /// walk's run between two looks at the clock. Stops at the first that fails.
+    fn access_many(&self, ops: &[(u64, Access)]) -> Result<(), Stop> {
+        ops.iter()
+            .try_for_each(|&(addr, a)| self.access(addr, a).map(|_| ()))
+    }
 
     /// `gettimeofday` in µs (only differences and whole seconds matter).
     fn now_us(&self) -> u64;

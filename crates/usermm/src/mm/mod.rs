@@ -209,7 +209,10 @@ impl Mm {
         let pgd = crate::pgtable::alloc_table(phys, cpu)?;
         let nr = machine.cpus().nr_possible();
         let id = machine.next_mm_id();
-        let mmap_lock = MmapLock::new(VmaTree::new(mmap::MMAP_BASE));
+        let mmap_lock = MmapLock::with_clock(
+            VmaTree::new(mmap::MMAP_BASE),
+            machine.lockstat_clock().sibling(),
+        );
         let vma_index = machine.per_vma_lock().then(|| {
             let idx = Arc::new(vma::VmaIndex::new(Arc::clone(mmap_lock.mm_lock_seq())));
             mmap_lock.write().set_index(Arc::clone(&idx));
@@ -545,6 +548,69 @@ impl Task {
             let chunk = &data[done..done + n];
             self.access(a, true, |pfn| backing.write(pfn, off, chunk))?;
             done += n;
+        }
+        Ok(())
+    }
+
+    /// 8-byte accesses at scattered addresses, in order (`Some(v)`: store `v`; `None`: a load,
+    /// its value discarded), as many as possible in one hold of the TLB gate: what a random
+    /// walk does between two looks at the clock. Stops at the first access that faults without
+    /// a fix, returning its index and the fault.
+    ///
+    /// The same accesses as [`Task::write_u64`] and [`Task::read_u64`] one by one, and the
+    /// same faults in the same order (the gate is left for each fault and taken again). What
+    /// changes is the host's work: entering and leaving the gate are locked instructions, and
+    /// each one waits for the store before it (a cache miss, when addresses are random) to
+    /// complete, so that one gate per access serialised every miss. Under one hold the stores
+    /// overlap, as the host CPU's do. A flush waits for at most one batch (callers keep them
+    /// short: tens of accesses), as a shootdown waits for the target CPU to take its IPI.
+    /// A word that crosses a page boundary takes the general path ([`Task::write`]).
+    pub fn access_words(&self, ops: &[(u64, Option<u64>)]) -> Result<(), (usize, Fault)> {
+        let phys = self.mm.machine.phys();
+        let backing = phys.backing();
+        let mut i = 0;
+        // The fault loop's bound, per access (as in `access`).
+        let (mut tries, mut faulting) = (0, usize::MAX);
+        while i < ops.len() {
+            // `Some(true)`: access `i` needs a fault; `Some(false)`: its word crosses a page.
+            let stuck = self.mm.with_tlb_gate(self.cpu, || {
+                while let Some(&(addr, v)) = ops.get(i) {
+                    let off = (addr % PAGE_SIZE) as usize;
+                    if off + 8 > PAGE_SIZE as usize {
+                        return Some(false);
+                    }
+                    let Some(pfn) = fault::translate(phys, self.mm.pgd, addr, v.is_some()) else {
+                        return Some(true);
+                    };
+                    match v {
+                        Some(v) => backing.write(pfn, off, &v.to_ne_bytes()),
+                        None => {
+                            let mut w = [0u8; 8];
+                            backing.read(pfn, off, &mut w);
+                            std::hint::black_box(w);
+                        }
+                    }
+                    i += 1;
+                }
+                None
+            });
+            let Some(needs_fault) = stuck else { break };
+            let (addr, v) = ops[i];
+            if !needs_fault {
+                match v {
+                    Some(v) => self.write_u64(addr, v),
+                    None => self.read_u64(addr).map(|_| ()),
+                }
+                .map_err(|e| (i, e))?;
+                i += 1;
+                continue;
+            }
+            if faulting != i {
+                (tries, faulting) = (0, i);
+            }
+            tries += 1;
+            vm_bug_on!(tries > 64, "fault loop at {addr:#x}");
+            fault::handle_mm_fault(&self.mm, self.cpu, addr, v.is_some()).map_err(|e| (i, e))?;
         }
         Ok(())
     }

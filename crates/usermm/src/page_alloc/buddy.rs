@@ -43,6 +43,9 @@ impl PhysMem {
                 // Written only under zone.lock (held): a plain update, no locked RMW.
                 let nr = zone.free_pages.load(Relaxed) - order.nr_pages();
                 zone.free_pages.store(nr, Relaxed);
+                if nr == 0 {
+                    self.zone_mask.set_buddy(zone.node.index(), false);
+                }
                 return Some(pfn);
             }
         }
@@ -65,8 +68,11 @@ impl PhysMem {
         let (mut pfn, mut order) = (pfn.0, order.0);
         let start_order = order;
         // Written only under zone.lock (held): a plain update, no locked RMW per page.
-        zone.free_pages
-            .store(zone.free_pages.load(Relaxed) + (1 << order), Relaxed);
+        let was = zone.free_pages.load(Relaxed);
+        zone.free_pages.store(was + (1 << order), Relaxed);
+        if was == 0 {
+            self.zone_mask.set_buddy(zone.node.index(), true);
+        }
         while order < MAX_PAGE_ORDER {
             let buddy = pfn ^ (1 << order);
             if buddy < zone.start_pfn || buddy + (1 << order) > zone.end_pfn {
@@ -134,9 +140,12 @@ impl PhysMem {
 
     pub(super) fn get_page_from_freelist(&self, cpu: CpuId, order: Order) -> Option<Pfn> {
         let local = self.cpus.node_of(cpu).index().min(self.nodes.len() - 1);
-        for nid in self.nodes[local].fallback.iter() {
-            let zone = &self.nodes[nid.index()].zone;
-            let got = match pcp_index(order) {
+        let pcp = pcp_index(order);
+        // The zonelist (the local node, then the others from 0 up), visiting only the zones
+        // whose buddy or (for a pcp order) this CPU's pcp lists hold a page: see `zonemask`.
+        self.zone_mask.walk(cpu, local, pcp.is_some(), |nid| {
+            let zone = &self.nodes[nid].zone;
+            match pcp {
                 Some(idx) => self.rmqueue_pcplist(cpu, zone, order, idx),
                 None if zone.free_pages.load(Relaxed) < order.nr_pages() => None,
                 None => {
@@ -150,12 +159,8 @@ impl PhysMem {
                     }
                     p
                 }
-            };
-            if got.is_some() {
-                return got;
             }
-        }
-        None
+        })
     }
 
     /// `prep_new_page` + `prep_compound_page`.

@@ -81,6 +81,7 @@ mod release;
 #[cfg(test)]
 mod test;
 mod validate;
+mod zonemask;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
@@ -235,8 +236,6 @@ struct Node {
     zone: Zone,
     /// `lruvec->lru_lock` (the pgdat `lru_lock` of 2017).
     lru: StatMutex<Lruvec>,
-    /// Zonelist: this node first, then the others.
-    fallback: Box<[NodeId]>,
 }
 
 /// Counts returned by [`PhysMem::validate`].
@@ -279,6 +278,8 @@ pub struct PhysMem {
     hugetlb_total: u64,
     shrinkers: RwSem<Vec<Weak<dyn Shrinker>>>,
     stat: Arc<VmStat>,
+    /// Which zones can serve an allocation (the zonelist walk's index).
+    zone_mask: zonemask::ZoneMask,
 }
 
 impl std::fmt::Debug for PhysMem {
@@ -310,10 +311,6 @@ impl PhysMem {
                 } else {
                     start + frames_per_node
                 };
-                let fallback = std::iter::once(n)
-                    .chain((0..nr_nodes).filter(|&o| o != n))
-                    .map(|o| NodeId(o as u16))
-                    .collect();
                 Node {
                     zone: Zone {
                         node: NodeId(n as u16),
@@ -326,11 +323,11 @@ impl PhysMem {
                         }),
                     },
                     lru: StatMutex::new(&LRU_LOCK, "&lruvec->lru_lock", Lruvec::default()),
-                    fallback,
                 }
             })
             .collect();
         let lru_add_batch = cfg.lru.add_batch as usize;
+        let zone_mask = zonemask::ZoneMask::new(nr_nodes as usize, cpus.nr_possible());
         let pm = PhysMem {
             nr_frames,
             meta,
@@ -356,6 +353,7 @@ impl PhysMem {
             hugetlb_total: cfg.nr_hugepages as u64,
             shrinkers: RwSem::new(&SHRINKER_RWSEM, Vec::new()),
             stat,
+            zone_mask,
         };
         for node in pm.nodes.iter() {
             pm.free_range_boot(&node.zone);
@@ -392,6 +390,8 @@ impl PhysMem {
             pfn += 1 << order;
         }
         zone.free_pages.fetch_add(freed, Relaxed);
+        self.zone_mask
+            .set_buddy(zone.node.index(), zone.free_pages.load(Relaxed) > 0);
         self.stat.add(CpuId(0), VmItem::NrFreePages, freed as i64);
     }
 

@@ -77,6 +77,8 @@ impl PhysMem {
             charge(Cost::FreeOneMerge, merges);
             drop(fa);
         }
+        self.zone_mask
+            .set_pcp(cpu, zone.node.index(), pcp.count > 0);
         self.stat.add(cpu, VmItem::NrFreePages, freed as i64);
         self.stat.inc(cpu, VmItem::PcpDrain);
     }
@@ -98,6 +100,8 @@ impl PhysMem {
         pcp.lists[idx].push_front(self.meta_slice(), pfn);
         let nr = o.nr_pages() as u32;
         pcp.count += nr;
+        self.zone_mask
+            .set_pcp(cpu, zone.node.index(), pcp.count > 0);
         if !self.pcp_auto_tune {
             if pcp.count >= self.pcp_high {
                 self.free_pcppages_bulk(cpu, zone, pcp, self.pcp_batch);
@@ -193,6 +197,8 @@ impl PhysMem {
         let pfn = pcp.lists[idx].pop_front(meta)?;
         charge(Cost::RmqueuePcp, 1);
         pcp.count -= order.nr_pages() as u32;
+        self.zone_mask
+            .set_pcp(cpu, zone.node.index(), pcp.count > 0);
         let m = &meta[pfn.index()];
         m.flags.store(0, Relaxed);
         m.order.store(0, Relaxed);

@@ -411,6 +411,86 @@ mod lru {
     }
 }
 
+mod zonelist {
+    use super::*;
+
+    /// What the zonelist walk reads of zone 0: neither its buddy nor `cpu`'s lists hold a page.
+    fn exhausted(p: &PhysMem, cpu: CpuId) -> bool {
+        !p.zone_mask.buddy(0) && !p.zone_mask.pcp(cpu, 0)
+    }
+
+    /// Regression (issue "Speed at scale"): the zonelist walk took every exhausted zone's pcp
+    /// lock on every fallback allocation, so a 64-node machine paid 64 lock round trips per
+    /// page. It now passes a zone on the zone mask alone — but only when this CPU's pcp lists
+    /// are empty too: pages freed to them are still found before the next node's.
+    #[test]
+    fn an_exhausted_zone_is_passed_but_its_pcp_pages_are_still_used() {
+        let p = phys_with(16 << 20, 2, 2, |_| {});
+        let mut got = vec![];
+        loop {
+            let pfn = p.alloc_pages(C0, Order(0), Gfp::KERNEL).unwrap();
+            if p.node_of(pfn) == 1 {
+                p.put_page(C0, pfn).unwrap();
+                break;
+            }
+            got.push(pfn);
+        }
+        assert_eq!(p.nodes[0].zone.free_pages.load(Relaxed), 0);
+        // Node 0's pcp list of CPU 0 was emptied by the last local allocations.
+        assert!(exhausted(&p, C0));
+        p.validate().unwrap();
+        // One node-0 page freed on CPU 0 sits on CPU 0's pcp list of node 0, not the buddy:
+        // the walk must take it rather than fall back to node 1.
+        let back = got.pop().unwrap();
+        p.put_page(C0, back).unwrap();
+        assert!(!exhausted(&p, C0));
+        assert!(exhausted(&p, C1));
+        p.validate().unwrap();
+        assert_eq!(p.alloc_pages(C0, Order(0), Gfp::KERNEL).unwrap(), back);
+        assert!(exhausted(&p, C0));
+        got.push(back);
+        p.validate().unwrap();
+        p.release_pages(C1, &got);
+        p.drain_all_pages();
+        assert_eq!(p.nr_free_pages(), 4096);
+        assert!(!exhausted(&p, C0));
+        p.validate().unwrap();
+    }
+}
+
+mod zonelist_order {
+    use super::*;
+
+    /// The walk keeps the zonelist's order: the local node, then the others from 0 up,
+    /// skipping exhausted ones (64 nodes: the configuration's most).
+    #[test]
+    fn fallback_goes_local_then_up_skipping_exhausted_nodes() {
+        let p = phys_with(64 * (4 << 20), 64, 64, |_| {});
+        let cpu = CpuId(60);
+        let mut seen = vec![];
+        let mut held = vec![];
+        while let Ok(pfn) = p.alloc_pages(cpu, Order(0), Gfp::KERNEL.union(Gfp::NOWAIT)) {
+            let n = p.node_of(pfn);
+            if seen.last() != Some(&n) {
+                seen.push(n);
+            }
+            held.push(pfn);
+            if seen.len() == 4 {
+                break;
+            }
+        }
+        assert_eq!(seen, [60, 0, 1, 2]);
+        // Node 0 gets a page back on CPU 60's lists: it comes before node 2's.
+        let zero = *held.iter().find(|&&f| p.node_of(f) == 0).unwrap();
+        p.put_page(cpu, zero).unwrap();
+        assert_eq!(p.alloc_pages(cpu, Order(0), Gfp::KERNEL).unwrap(), zero);
+        p.validate().unwrap();
+        p.release_pages(C1, &held);
+        p.drain_all_pages();
+        p.validate().unwrap();
+    }
+}
+
 mod concurrent {
     use super::*;
 

@@ -52,6 +52,12 @@ impl PhysMem {
                     zone_free += list.len() << o;
                     buddy_listed += list.len();
                 }
+                if self.zone_mask.buddy(z.node.index()) != (zone_free > 0) {
+                    return Err(format!(
+                        "node {}: {zone_free} pages free but the zone mask says otherwise",
+                        z.node.0
+                    ));
+                }
                 if zone_free != z.free_pages.load(Relaxed) {
                     return Err(format!(
                         "node {}: free lists hold {zone_free} pages, nr_free says {}",
@@ -77,6 +83,12 @@ impl PhysMem {
                 if pages != pcp.count as u64 {
                     return Err(format!(
                         "{cpu} node {}: pcp count {} ≠ {pages}",
+                        z.node.0, pcp.count
+                    ));
+                }
+                if self.zone_mask.pcp(cpu, z.node.index()) != (pcp.count > 0) {
+                    return Err(format!(
+                        "{cpu} node {}: pcp count {} but the zone mask says otherwise",
                         z.node.0, pcp.count
                     ));
                 }

@@ -146,6 +146,18 @@ impl LockstatClock {
         Self::with_tsc(invariant_tsc())
     }
 
+    /// A clock on the same counter, origin and rate (once fixed) as this one: what a new
+    /// lock takes from its machine's clock, so that making one costs no `cpuid` (a VM exit
+    /// on a guest, microseconds: most of a fork once) and no calibration of its own.
+    pub fn sibling(&self) -> Self {
+        LockstatClock {
+            tsc: self.tsc,
+            born_ns: self.born_ns,
+            born_ticks: self.born_ticks,
+            rate: AtomicU64::new(self.rate.load(Relaxed)),
+        }
+    }
+
     /// A clock on the TSC (`tsc`, if the host has one at all) or on [`now`].
     fn with_tsc(tsc: bool) -> Self {
         let tsc = tsc && cfg!(target_arch = "x86_64");

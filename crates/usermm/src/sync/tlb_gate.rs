@@ -7,9 +7,12 @@
 //! that may have used the old translation.
 //!
 //! - **Wall mode**: a per-CPU [`RwSem`] (class `tlb_gate`). An access holds it for reading
-//!   ([`TlbGate::enter`]); a flush takes and releases it for writing on every CPU of the mm's
-//!   cpumask ([`TlbGate::wait_out_accesses`]) — the acknowledgement of the IPI. A configured
-//!   `tlb.flush_cost_ns` is then spun on the host ([`tlb_flush_cost`]).
+//!   ([`TlbGate::enter`]), or a short run of accesses does (`Task::access_words`: entering and
+//!   leaving are locked instructions that wait for the store before them, so one hold per
+//!   random word would serialise its cache misses); a flush takes and releases it for writing
+//!   on every CPU of the mm's cpumask ([`TlbGate::wait_out_accesses`]) — the acknowledgement
+//!   of the IPI. A configured `tlb.flush_cost_ns` is then spun on the host
+//!   ([`tlb_flush_cost`]).
 //! - **Virtual time**: no gate is taken. One context runs at a time and an access passes no
 //!   synchronisation point between its walk and its copy (an atomic section, checked in debug
 //!   builds), so it is atomic with respect to every flush. A flush charges the profile's

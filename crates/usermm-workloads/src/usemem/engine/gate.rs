@@ -8,50 +8,59 @@ use super::USEMEM_WAIT;
 
 /// A barrier: workers arrive and wait; the parent opens it once all have arrived (a worker
 /// that ends without arriving counts, where usemem's parent would wait for ever).
+///
+/// Two condition variables, as usemem's two pipes: an arrival wakes only whoever counts the
+/// arrivals (the parent, [`EGate::open_after`] and [`EGate::wait_count`]), and the opening
+/// wakes the workers. With one, every arrival woke every worker already waiting, only for it
+/// to sleep again: n² wakeups for n workers, most of `usemem -n 1000`'s time.
 #[derive(Debug)]
 pub(super) struct EGate {
     pub(super) st: Mutex<(u64, bool)>,
-    pub(super) cv: CondVar,
+    /// Signalled on each arrival (or abandon): the counters wait here.
+    arrived: CondVar,
+    /// Signalled when the gate opens: the arrived workers wait here.
+    opened: CondVar,
 }
 
 impl EGate {
     pub(super) fn new() -> Self {
         EGate {
             st: Mutex::new(USEMEM_WAIT, (0, false)),
-            cv: CondVar::new(),
+            arrived: CondVar::new(),
+            opened: CondVar::new(),
         }
     }
 
     pub(super) fn arrive_wait(&self) {
         let mut g = self.st.lock();
         g.0 += 1;
-        self.cv.notify_all();
+        self.arrived.notify_all();
         while !g.1 {
-            self.cv.wait(&mut g);
+            self.opened.wait(&mut g);
         }
     }
 
     pub(super) fn abandon(&self) {
         let mut g = self.st.lock();
         g.0 += 1;
-        self.cv.notify_all();
+        self.arrived.notify_all();
     }
 
     /// Wait until at least `n` have arrived (without opening).
     pub(super) fn wait_count(&self, n: u64) {
         let mut g = self.st.lock();
         while g.0 < n {
-            self.cv.wait(&mut g);
+            self.arrived.wait(&mut g);
         }
     }
 
     pub(super) fn open_after(&self, n: u64) {
         let mut g = self.st.lock();
         while g.0 < n {
-            self.cv.wait(&mut g);
+            self.arrived.wait(&mut g);
         }
         g.1 = true;
-        self.cv.notify_all();
+        self.opened.notify_all();
     }
 }
 
@@ -95,5 +104,40 @@ impl Usr1 {
             self.cv.wait(&mut g);
         }
         *g
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use std::sync::Arc;
+
+    use super::EGate;
+
+    /// Regression (issue "Speed at scale"): arrivals signalled the condition variable the
+    /// arrived workers sleep on, waking all of them at every arrival. Now the workers wait
+    /// where only the opening is signalled, and the gate still lets all of them through.
+    #[test]
+    fn arrivals_wake_the_parent_only_and_the_opening_every_worker() {
+        let gate = Arc::new(EGate::new());
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                let g = Arc::clone(&gate);
+                std::thread::spawn(move || g.arrive_wait())
+            })
+            .collect();
+        gate.wait_count(4);
+        {
+            // Held: every worker is asleep in its wait (it counted itself under this lock
+            // and released it only by waiting).
+            let _st = gate.st.lock();
+            assert_eq!(gate.arrived.notify_all(), 0);
+            assert_eq!(gate.opened.notify_all(), 4);
+        }
+        gate.open_after(4);
+        for w in workers {
+            w.join().unwrap();
+        }
+        let st = gate.st.lock();
+        assert_eq!(*st, (4, true));
     }
 }

@@ -6,6 +6,7 @@ use std::cell::Cell;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use usermm::config::TimeMode;
 use usermm::cpu::CpuId;
 use usermm::mm::mman::MREMAP_MAYMOVE;
 use usermm::mm::mmap::MapFile;
@@ -454,6 +455,39 @@ impl Sys for EngineSys {
             Access::Write(v) => self.task.write_u64(addr, v).map(|()| 0),
         }
         .map_err(fault_stop)
+    }
+
+    /// In wall mode, one [`Task::access_words`] (one TLB gate hold) for the run of accesses
+    /// that pass the checks of [`Sys::access`]; in virtual time, or with a short file mapped
+    /// (whose SIGBUS is decided per word), [`Sys::access`] each.
+    fn access_many(&self, ops: &[(u64, Access)]) -> Result<(), Stop> {
+        let virt = self.task.mm().machine().time_mode() == TimeMode::Virtual;
+        if virt || self.proc.short_maps.load(Relaxed) {
+            return ops
+                .iter()
+                .try_for_each(|&(addr, a)| self.access(addr, a).map(|_| ()));
+        }
+        let ok = ops
+            .iter()
+            .take_while(|(addr, _)| {
+                addr.checked_add(8)
+                    .is_some_and(|e| e <= usermm::addr::TASK_SIZE)
+            })
+            .count();
+        let words: Vec<(u64, Option<u64>)> = ops[..ok]
+            .iter()
+            .map(|&(addr, a)| match a {
+                Access::Read => (addr, None),
+                Access::Write(v) => (addr, Some(v)),
+            })
+            .collect();
+        self.task
+            .access_words(&words)
+            .map_err(|(_, f)| fault_stop(f))?;
+        match ops.get(ok) {
+            Some(&(addr, a)) => self.access(addr, a).map(|_| ()),
+            None => Ok(()),
+        }
     }
 
     fn now_us(&self) -> u64 {

@@ -4,6 +4,10 @@
 //! what comes after them are the parent module's.
 
 use super::{lcm, Worker, MADV_HUGEPAGE, PAGE_SIZE, R};
+
+/// Most accesses of a random walk handed to the platform at once ([`Sys::access_many`]): on
+/// the engine, one TLB gate hold each.
+const RANDOM_RUN: usize = 64;
 use crate::usemem::sys::{strerror, Access, Gate, Stop, Sys, WalkOp};
 
 impl<S: Sys> Worker<'_, S> {
@@ -97,6 +101,9 @@ impl<S: Sys> Worker<'_, S> {
         if !random && o.delay_ns == 0 && limit == 0 {
             return self.walk_segments(p, m, stride, op, rep, repeats);
         }
+        if !verify && o.delay_ns == 0 && limit == 0 {
+            return self.random_runs(p, m, stride, read, data, rep, repeats);
+        }
         // One access at a time: random order, the per-page delay, or a counted read.
         let mut count = 0u64;
         let mut prev_page = 0u64;
@@ -139,6 +146,60 @@ impl<S: Sys> Worker<'_, S> {
             match i.checked_add(stride) {
                 Some(n) => i = n,
                 None => break,
+            }
+        }
+        Ok(count * 8)
+    }
+
+    /// The random walk without verification, delay or count: the loop below, its accesses
+    /// handed to [`Sys::access_many`] in runs of at most [`RANDOM_RUN`] that end after each
+    /// index where usemem looks at the clock — the same words, values and order.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "do_rw_once's state, passed through"
+    )]
+    fn random_runs(
+        &mut self,
+        p: u64,
+        m: u64,
+        stride: u64,
+        read: bool,
+        data: Option<u64>,
+        mut rep: Option<&mut u64>,
+        repeats: u64,
+    ) -> R<u64> {
+        let mut ops = Vec::with_capacity(RANDOM_RUN);
+        let mut count = 0u64;
+        let mut i = 0u64;
+        let mut done = false;
+        while !done && i < m {
+            ops.clear();
+            let mut look = false;
+            while ops.len() < RANDOM_RUN && i < m {
+                let idx = self.rng.below(m - 1);
+                let addr = p.wrapping_add(idx.wrapping_mul(8));
+                let a = if read {
+                    Access::Read
+                } else {
+                    Access::Write(data.unwrap_or(idx))
+                };
+                ops.push((addr, a));
+                look = i & 0xffff == 0;
+                match i.checked_add(stride) {
+                    Some(n) => i = n,
+                    None => done = true,
+                }
+                if look || done {
+                    break;
+                }
+            }
+            self.sys.access_many(&ops).map_err(|s| self.killed(s))?;
+            count += ops.len() as u64;
+            if look && self.runtime_exceeded() {
+                if let Some(r) = rep.as_deref_mut() {
+                    *r = repeats;
+                }
+                break;
             }
         }
         Ok(count * 8)
