@@ -583,22 +583,32 @@ fn bench_json_has_every_path_and_the_memset_figure() {
             "munmap-4k",
             "huge-zero-read",
             "zero-read-4k",
+            "bigfree-virtual",
+            "usemem-ab-virtual",
             "free-2-threads",
             "mmap-munmap-4k"
         ]
     );
     for p in paths {
-        for key in ["engine_full_ns", "engine_sparse_ns"] {
+        // Virtual time's host cost: the same run on both clocks, on process CPU time.
+        let vcost = p["path"] == "bigfree-virtual" || p["path"] == "usemem-ab-virtual";
+        let keys = if vcost {
+            ["wall_cpu_ns", "virtual_cpu_ns", "virtual_over_wall"].as_slice()
+        } else {
+            ["engine_full_ns", "engine_sparse_ns"].as_slice()
+        };
+        for key in keys {
             assert!(p[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {p}");
         }
-        // The host kernel runs every path but the engine-only two-thread free path.
+        assert_eq!(p["virtual_over_wall"].is_number(), vcost, "{p}");
+        // The host kernel runs every path but the engine-only ones.
         assert_eq!(
             p["host_ns"].is_number(),
-            p["path"] != "free-2-threads",
+            p["path"] != "free-2-threads" && !vcost,
             "{p}"
         );
     }
-    assert_eq!(v["targets"].as_array().map(Vec::len), Some(9), "{v}");
+    assert_eq!(v["targets"].as_array().map(Vec::len), Some(11), "{v}");
     assert!(v["mmaps"].as_u64().is_some_and(|n| n > 0), "{v}");
     // Both machines as configured: the engine flags on top of the bench's defaults.
     assert_eq!(v["config_full"]["prefault"], true, "{v}");

@@ -17,6 +17,12 @@
 //! | `zero-read-4k` | one 4 KiB zero-page read fault | read one word per 4 KiB of a read-only `MADV_NOHUGEPAGE` mapping | the same |
 //! | `free-2-threads` | one page of two concurrent munmaps (wall) | two mms on two CPUs unmap their halves at once | — |
 //! | `mmap-munmap-4k` | one mmap and one munmap of a page | 65 530 one-page `/dev/zero` mappings (no two merge), then a munmap of each | the same with libc mmap/munmap |
+//! | `bigfree-virtual` | a 4 KiB page of `bigfree --max-active 8 --seed-only` | process CPU time in virtual time over the same run's on the wall clock | — |
+//! | `usemem-ab-virtual` | a fault of `usemem -n 8 --readonly -j 2M --ab` | the same | — |
+//!
+//! The last two measure virtual time's cost on the host, not the engine's speed
+//! ([`vtime_cost`]): their figures are `wall_cpu_ns`, `virtual_cpu_ns` and
+//! `virtual_over_wall`, on process CPU time.
 //!
 //! `mmap-munmap-4k` is the VMA tree's path: at its peak the mm holds 65 530 VMAs (the default
 //! `vm.max_map_count`; fewer when the host process has less room under its own limit, and
@@ -56,6 +62,7 @@
 mod engine;
 #[cfg(test)]
 mod test;
+pub mod vtime_cost;
 
 use serde::Serialize;
 use usermm::config::{BackingMode, MachineConfig, ThpMode};
@@ -84,17 +91,23 @@ pub enum BenchPath {
     Munmap4k,
     HugeZeroRead,
     ZeroRead4k,
+    // Virtual time's host cost (vtime_cost.rs).
+    BigfreeVirtual,
+    UsememAbVirtual,
     Free2Threads,
     MmapMunmap4k,
 }
 
 impl BenchPath {
-    pub const ALL: [BenchPath; 7] = [
+    pub const ALL: [BenchPath; 9] = [
         BenchPath::Populate4k,
         BenchPath::PopulateThp,
         BenchPath::Munmap4k,
         BenchPath::HugeZeroRead,
         BenchPath::ZeroRead4k,
+        // Virtual time's host cost.
+        BenchPath::BigfreeVirtual,
+        BenchPath::UsememAbVirtual,
         BenchPath::Free2Threads,
         BenchPath::MmapMunmap4k,
     ];
@@ -106,6 +119,8 @@ impl BenchPath {
             BenchPath::Munmap4k => "munmap-4k",
             BenchPath::HugeZeroRead => "huge-zero-read",
             BenchPath::ZeroRead4k => "zero-read-4k",
+            BenchPath::BigfreeVirtual => "bigfree-virtual",
+            BenchPath::UsememAbVirtual => "usemem-ab-virtual",
             BenchPath::Free2Threads => "free-2-threads",
             BenchPath::MmapMunmap4k => "mmap-munmap-4k",
         }
@@ -116,6 +131,7 @@ impl BenchPath {
         match self {
             BenchPath::HugeZeroRead => "fault (2 MiB)",
             BenchPath::ZeroRead4k => "fault (4 KiB)",
+            BenchPath::UsememAbVirtual => "fault (2 MiB)",
             BenchPath::MmapMunmap4k => "mmap+munmap",
             _ => "4 KiB page",
         }
@@ -216,6 +232,11 @@ pub struct PathResult {
     pub engine_full_ns: Option<f64>,
     pub engine_sparse_ns: Option<f64>,
     pub host_ns: Option<f64>,
+    /// `bigfree-virtual`, `usemem-ab-virtual`: process CPU time of the wall-clock run and of
+    /// the virtual-time run (medians), and their ratio (the targets: ≤ 1.5×, ≤ 2×).
+    pub wall_cpu_ns: Option<f64>,
+    pub virtual_cpu_ns: Option<f64>,
+    pub virtual_over_wall: Option<f64>,
     /// host / engine full: how many times faster the engine is (> 1: faster).
     pub host_over_full: Option<f64>,
     /// engine full / engine sparse: what real data costs on top of the mm work.
@@ -339,6 +360,8 @@ pub fn steps(opts: &BenchOpts) -> u64 {
         opts.wants(BenchPath::PopulateThp),
         opts.wants(BenchPath::HugeZeroRead),
         opts.wants(BenchPath::ZeroRead4k),
+        opts.wants(BenchPath::BigfreeVirtual),
+        opts.wants(BenchPath::UsememAbVirtual),
         opts.wants(BenchPath::Free2Threads),
         opts.wants(BenchPath::MmapMunmap4k),
     ]
@@ -370,6 +393,9 @@ struct Samples {
     host: Side,
     full_fresh: Option<f64>,
     host_cold: Vec<f64>,
+    /// Virtual time's host cost: process CPU per unit on the wall clock, in virtual time.
+    wall_run: Vec<f64>,
+    virtual_run: Vec<f64>,
 }
 
 impl Samples {
@@ -530,6 +556,27 @@ pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResu
                 ));
             }
         }
+        for (path, what) in [
+            (BenchPath::BigfreeVirtual, "bigfree"),
+            (BenchPath::UsememAbVirtual, "usemem --ab"),
+        ] {
+            if !opts.wants(path) {
+                continue;
+            }
+            progress(&format!("repeat {r}: {what}, wall clock and virtual time"));
+            let x = &mut s[idx(path)];
+            for virt in [false, true] {
+                let ns = match path {
+                    BenchPath::BigfreeVirtual => vtime_cost::bigfree_cpu(opts.size, virt)?,
+                    _ => vtime_cost::usemem_ab_cpu(opts.read_size, virt)?,
+                };
+                if virt {
+                    x.virtual_run.push(ns);
+                } else {
+                    x.wall_run.push(ns);
+                }
+            }
+        }
         if opts.wants(BenchPath::Free2Threads) {
             progress(&format!("repeat {r}: free path, 2 threads"));
             for (e, is_full) in sides {
@@ -561,8 +608,10 @@ pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResu
     let paths = BenchPath::ALL
         .iter()
         .zip(s)
-        .filter(|(p, x)| opts.wants(**p) && !x.full.cpu.is_empty())
+        .filter(|(p, x)| opts.wants(**p) && !(x.full.cpu.is_empty() && x.wall_run.is_empty()))
         .map(|(&path, x)| {
+            let wall_cpu = Spread::of(x.wall_run).map(|s| s.median);
+            let virtual_cpu = Spread::of(x.virtual_run).map(|s| s.median);
             let full_s = Spread::of(x.full.cpu);
             let sparse_s = Spread::of(x.sparse.cpu);
             let host_s = Spread::of(x.host.cpu);
@@ -573,14 +622,17 @@ pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResu
             PathResult {
                 path,
                 unit: path.unit(),
-                clock: if path == BenchPath::Free2Threads {
-                    "wall"
-                } else {
-                    "thread-cpu"
+                clock: match path {
+                    BenchPath::Free2Threads => "wall",
+                    BenchPath::BigfreeVirtual | BenchPath::UsememAbVirtual => "process-cpu",
+                    _ => "thread-cpu",
                 },
                 engine_full_ns: f,
                 engine_sparse_ns: sp,
                 host_ns: h,
+                wall_cpu_ns: wall_cpu,
+                virtual_cpu_ns: virtual_cpu,
+                virtual_over_wall: virtual_cpu.zip(wall_cpu).map(|(v, w)| v / w),
                 host_over_full: h.zip(f).map(|(h, f)| h / f),
                 full_over_sparse: f.zip(sp).map(|(f, s)| f / s),
                 full_memset_share: f.filter(|_| zeroes).map(|f| {

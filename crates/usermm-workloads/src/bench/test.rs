@@ -54,8 +54,20 @@ fn engine_only_run_fills_every_path() {
     assert!(steps > 3);
     assert_eq!(r.paths.len(), BenchPath::ALL.len());
     for p in &r.paths {
-        assert!(
+        let vcost = matches!(
+            p.path,
+            BenchPath::BigfreeVirtual | BenchPath::UsememAbVirtual
+        );
+        // The engine rows have both machines' figures; virtual time's cost rows both clocks'
+        // process CPU time and their ratio.
+        assert_eq!(
             p.engine_full_ns.is_some() && p.engine_sparse_ns.is_some(),
+            !vcost,
+            "{p:?}"
+        );
+        assert_eq!(
+            p.wall_cpu_ns.is_some() && p.virtual_over_wall.is_some_and(|x| x > 0.0),
+            vcost,
             "{p:?}"
         );
         assert!(p.host_ns.is_none());

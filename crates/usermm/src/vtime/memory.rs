@@ -231,9 +231,10 @@ impl Memory {
         let Some(&state) = self.pages.get(pfn as usize) else {
             return 0;
         };
-        let home = self.node_of_pfn(pfn);
-        let (price, new) = self.access(placement, transfer, cpu, state, home, Some(pfn), how);
-        self.pages[pfn as usize] = new;
+        let (price, new) = self.access(placement, transfer, cpu, state, pfn, Some(pfn), how);
+        if let Some(line) = self.pages.get_mut(pfn as usize) {
+            *line = new;
+        }
         price
     }
 
@@ -248,20 +249,22 @@ impl Memory {
         how: Touch,
     ) -> Ps {
         let state = self.others.get(&id).copied().unwrap_or([0; 3]);
-        let home = self.node_of_pfn(home_pfn);
-        let (price, new) = self.access(placement, transfer, cpu, state, home, None, how);
+        let (price, new) = self.access(placement, transfer, cpu, state, home_pfn, None, how);
         self.others.insert(id, new);
         price
     }
 
+    /// The touch of a line in `state`, whose memory is on the node of frame `home_pfn` (the
+    /// node is looked up, a division, only when the line comes from DRAM).
     #[expect(clippy::too_many_arguments, reason = "one private step of two callers")]
+    #[inline]
     fn access(
         &mut self,
         placement: &Placement,
         transfer: &[Ps; 4],
         cpu: usize,
         state: LineState,
-        home: usize,
+        home_pfn: u64,
         pfn: Option<u64>,
         how: Touch,
     ) -> (Ps, LineState) {
@@ -286,6 +289,7 @@ impl Memory {
             } else if in_llc {
                 (Found::SocketLlc, false, true)
             } else {
+                let home = self.node_of_pfn(home_pfn);
                 let remote = self.node_socket.get(home).copied().unwrap_or(0) as usize != socket;
                 let streamed =
                     pfn.is_some_and(|p| self.stream_next[cpu] == p && p % LINES_PER_4K != 0);
