@@ -295,18 +295,7 @@ mod virt {
 
     #[inline(never)]
     pub(super) fn mem_touch_list(head: usize, pfns: [u32; 3]) {
-        with_current(|rt| {
-            rt.with_running_raw(|st, me| {
-                for p in pfns {
-                    if p != u32::MAX {
-                        st.mem_touch_page(me, u64::from(p), Touch::Access);
-                    }
-                }
-                if head != 0 && pfns[0] != u32::MAX {
-                    st.mem_touch(me, head, u64::from(pfns[0]), Touch::Access);
-                }
-            })
-        });
+        with_current(|rt| rt.with_running_raw(|st, me| st.mem_touch_list(me, head, pfns)));
     }
 
     #[inline(never)]

@@ -422,6 +422,29 @@ impl State {
         }
     }
 
+    /// `id` touches the lines of one list operation, in order: the `struct page`s of `pfns`
+    /// (`u32::MAX`: none) and, when `head` is not 0, the list head at that address homed on
+    /// the first page's node; each an [`Touch::Access`]. Their prices are busy time, charged
+    /// as one sum (the same clock as one charge each: nothing reads it in between).
+    #[inline]
+    pub(super) fn mem_touch_list(&mut self, id: CtxId, head: usize, pfns: [u32; 3]) {
+        let Some(mem) = self.mem.as_mut() else { return };
+        let cpu = self.ctxs[id as usize].cpu as usize;
+        let (pl, xfer) = (&self.model.placement, &self.model.profile.transfer_ps);
+        let mut ps: Ps = 0;
+        for p in pfns {
+            if p != u32::MAX {
+                ps += mem.touch_page(pl, xfer, cpu, u64::from(p), Touch::Access);
+            }
+        }
+        if head != 0 && pfns[0] != u32::MAX {
+            ps += mem.touch_id(pl, xfer, cpu, head, u64::from(pfns[0]), Touch::Access);
+        }
+        if ps > 0 {
+            self.busy(id, ps);
+        }
+    }
+
     /// `id` filled `lines` untracked lines into its caches (cleared or copied pages).
     pub(super) fn mem_fill(&mut self, id: CtxId, lines: u64) {
         if let Some(mem) = self.mem.as_mut() {
