@@ -14,7 +14,8 @@
 //! | `usemem-ab-virtual` | `usermm usemem -n 8 --readonly -j 0x200000 SIZE --ab` (8 CPUs, 2 nodes, THP always) | virtual ≤ 2× wall |
 //!
 //! Virtual time uses the profile `haswell-ex-4s` for both, with the same CPUs, nodes and
-//! memory as the wall run. The figure is process CPU time (`getrusage`: every thread's user
+//! memory as the wall run. These machines are the rows' own: the bench's engine flags
+//! (`--cpus`, `--set`, ...) describe the engine rows' two machines only. The figure is process CPU time (`getrusage`: every thread's user
 //! and system time, so the wall run's worker threads count), per 4 KiB page of the bigfree
 //! mapping or per usemem fault; the ratio `virtual_over_wall` is what the targets read.
 //!
