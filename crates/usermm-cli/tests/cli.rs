@@ -585,6 +585,8 @@ fn bench_json_has_every_path_and_the_memset_figure() {
             "munmap-4k",
             "huge-zero-read",
             "zero-read-4k",
+            "bigfree-virtual",
+            "usemem-ab-virtual",
             "free-2-threads",
             "mmap-munmap-4k",
             "fork-exit",
@@ -593,8 +595,12 @@ fn bench_json_has_every_path_and_the_memset_figure() {
         ]
     );
     for p in paths {
-        // bigfree runs on sparse backing only.
-        let keys: &[&str] = if p["path"] == "bigfree-nodes" {
+        // Virtual time's host cost: the same run on both clocks, on process CPU time;
+        // bigfree at two node counts runs on sparse backing only.
+        let vcost = p["path"] == "bigfree-virtual" || p["path"] == "usemem-ab-virtual";
+        let keys: &[&str] = if vcost {
+            &["wall_cpu_ns", "virtual_cpu_ns", "virtual_over_wall"]
+        } else if p["path"] == "bigfree-nodes" {
             &["engine_sparse_ns"]
         } else {
             &["engine_full_ns", "engine_sparse_ns"]
@@ -602,14 +608,15 @@ fn bench_json_has_every_path_and_the_memset_figure() {
         for key in keys {
             assert!(p[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {p}");
         }
-        // The host kernel runs every path but the engine-only two: the two-thread free and
-        // bigfree at two node counts.
-        let engine_only = p["path"] == "free-2-threads" || p["path"] == "bigfree-nodes";
+        assert_eq!(p["virtual_over_wall"].is_number(), vcost, "{p}");
+        // The host kernel runs every path but the engine-only ones: the two-thread free,
+        // bigfree at two node counts, and virtual time's cost.
+        let engine_only = p["path"] == "free-2-threads" || p["path"] == "bigfree-nodes" || vcost;
         assert_eq!(p["host_ns"].is_number(), !engine_only, "{p}");
     }
     // bigfree at 4 and 64 nodes: CPU time on the wall clock, modelled time in virtual time,
     // and the ratios.
-    let nodes = &paths[9]["nodes"];
+    let nodes = &paths[11]["nodes"];
     assert_eq!(nodes["nodes"], serde_json::json!([4, 64]), "{nodes}");
     for key in [
         "cpu_ratio",
@@ -622,7 +629,7 @@ fn bench_json_has_every_path_and_the_memset_figure() {
             "{key}: {nodes}"
         );
     }
-    assert_eq!(v["targets"].as_array().map(Vec::len), Some(14), "{v}");
+    assert_eq!(v["targets"].as_array().map(Vec::len), Some(16), "{v}");
     assert!(v["mmaps"].as_u64().is_some_and(|n| n > 0), "{v}");
     // Both machines as configured: the engine flags on top of the bench's defaults.
     assert_eq!(v["config_full"]["prefault"], true, "{v}");

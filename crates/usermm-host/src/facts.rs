@@ -10,6 +10,7 @@
 //! | overcommit | `/proc/sys/vm/overcommit_memory` | [`overcommit`] |
 //! | load | `/proc/loadavg` | [`loadavg_1min`] |
 //! | context switches | `getrusage(RUSAGE_SELF)` | [`context_switches`] |
+//! | process CPU time | `getrusage(RUSAGE_SELF)` | [`process_cpu_ns`] |
 //! | resource limits, privilege | `getrlimit`, `geteuid` | [`memlock_limit`], [`stack_limit`], [`is_root`] |
 //!
 //! Every reader returns `None` when its file or call is unavailable; callers choose their
@@ -150,6 +151,16 @@ pub fn context_switches() -> ContextSwitches {
     }
 }
 
+/// CPU time of this process so far, every thread's user and system time (`ru_utime` +
+/// `ru_stime`), in ns; 0 if `getrusage` fails. What `/usr/bin/time -f %U+%S` shows of a whole
+/// run: the host cost of a workload whatever threads it ran on.
+pub fn process_cpu_ns() -> u64 {
+    let ru = sys::rusage_self();
+    let ns =
+        |t: libc::timeval| t.tv_sec.max(0) as u64 * 1_000_000_000 + t.tv_usec.max(0) as u64 * 1000;
+    ns(ru.ru_utime) + ns(ru.ru_stime)
+}
+
 #[cfg(test)]
 mod test {
     use super::*;
@@ -163,6 +174,9 @@ mod test {
         assert!(!f.kernel_release.is_empty());
         assert_eq!(mem_total_kb(), Some(f.mem_total_kb));
         assert!(mem_available_bytes().is_some_and(|a| a <= f.mem_total_kb * 1024));
+        let t0 = process_cpu_ns();
+        let spin: u64 = (0..2_000_000u64).map(std::hint::black_box).sum();
+        assert!(spin > 0 && process_cpu_ns() >= t0 && t0 > 0);
         assert!(loadavg_1min().is_some_and(|l| l >= 0.0));
         serde_json::to_string(&f).unwrap();
     }

@@ -94,6 +94,12 @@ impl Machine {
     pub fn new(config: MachineConfig) -> Result<Arc<Machine>, MachineError> {
         config.validate()?;
         let profile = config.resolve_profile()?;
+        if cfg!(feature = "no_vtime_seam") && config.time.mode == TimeMode::Virtual {
+            return Err(MachineError::Config(ConfigError(
+                "time.mode=virtual: this build has no virtual-time seam (feature no_vtime_seam)"
+                    .into(),
+            )));
+        }
         let workers = match config.time.mode {
             TimeMode::Wall => Workers::Host,
             TimeMode::Virtual => Workers::Virtual,

@@ -20,10 +20,15 @@
 //! | `fork-exit` | one fork and exit of a small process | `Mm::fork` of a 16-page mm and the child's `mmput`, ×1 000 | `fork`, `_exit`, `waitpid` ×1 000 |
 //! | `random-write-4k` | a 4 KiB write fault | one write per page of a fresh mapping, pages in a random order | the same, the same order |
 //! | `bigfree-nodes` | a 4 KiB page of bigfree at 64 nodes (sparse) | `bigfree SIZE/4 --max-active 8 --cpus 144` at 4 and 64 nodes, wall and virtual | — |
+//! | `bigfree-virtual` | a 4 KiB page of `bigfree --max-active 8 --seed-only` | process CPU time in virtual time over the same run's on the wall clock | — |
+//! | `usemem-ab-virtual` | a fault of `usemem -n 8 --readonly -j 2M --ab` | the same | — |
 //!
-//! The last three are about scale (module [`scale`]): many processes, random faults, many
-//! nodes. `bigfree-nodes` runs on sparse backing only; its row carries both node counts on
-//! both clocks and their ratios ([`scale::NodeScaling`]).
+//! `fork-exit`, `random-write-4k` and `bigfree-nodes` are about scale (module [`scale`]): many
+//! processes, random faults, many nodes. `bigfree-nodes` runs on sparse backing only; its row
+//! carries both node counts on both clocks and their ratios ([`scale::NodeScaling`]).
+//! `bigfree-virtual` and `usemem-ab-virtual` measure virtual time's cost on the host, not the
+//! engine's speed ([`vtime_cost`]): their figures are `wall_cpu_ns`, `virtual_cpu_ns` and
+//! `virtual_over_wall`, on process CPU time.
 //!
 //! `mmap-munmap-4k` is the VMA tree's path: at its peak the mm holds 65 530 VMAs (the default
 //! `vm.max_map_count`; fewer when the host process has less room under its own limit, and
@@ -64,6 +69,7 @@ mod engine;
 pub mod scale;
 #[cfg(test)]
 mod test;
+pub mod vtime_cost;
 
 use serde::Serialize;
 use usermm::config::{BackingMode, MachineConfig, ThpMode};
@@ -92,6 +98,9 @@ pub enum BenchPath {
     Munmap4k,
     HugeZeroRead,
     ZeroRead4k,
+    // Virtual time's host cost (vtime_cost.rs).
+    BigfreeVirtual,
+    UsememAbVirtual,
     Free2Threads,
     MmapMunmap4k,
     ForkExit,
@@ -100,12 +109,15 @@ pub enum BenchPath {
 }
 
 impl BenchPath {
-    pub const ALL: [BenchPath; 10] = [
+    pub const ALL: [BenchPath; 12] = [
         BenchPath::Populate4k,
         BenchPath::PopulateThp,
         BenchPath::Munmap4k,
         BenchPath::HugeZeroRead,
         BenchPath::ZeroRead4k,
+        // Virtual time's host cost.
+        BenchPath::BigfreeVirtual,
+        BenchPath::UsememAbVirtual,
         BenchPath::Free2Threads,
         BenchPath::MmapMunmap4k,
         BenchPath::ForkExit,
@@ -120,6 +132,8 @@ impl BenchPath {
             BenchPath::Munmap4k => "munmap-4k",
             BenchPath::HugeZeroRead => "huge-zero-read",
             BenchPath::ZeroRead4k => "zero-read-4k",
+            BenchPath::BigfreeVirtual => "bigfree-virtual",
+            BenchPath::UsememAbVirtual => "usemem-ab-virtual",
             BenchPath::Free2Threads => "free-2-threads",
             BenchPath::MmapMunmap4k => "mmap-munmap-4k",
             BenchPath::ForkExit => "fork-exit",
@@ -133,6 +147,7 @@ impl BenchPath {
         match self {
             BenchPath::HugeZeroRead => "fault (2 MiB)",
             BenchPath::ZeroRead4k => "fault (4 KiB)",
+            BenchPath::UsememAbVirtual => "fault (2 MiB)",
             BenchPath::MmapMunmap4k => "mmap+munmap",
             BenchPath::ForkExit => "fork+exit",
             BenchPath::BigfreeNodes => "4 KiB page (64 nodes)",
@@ -235,6 +250,11 @@ pub struct PathResult {
     pub engine_full_ns: Option<f64>,
     pub engine_sparse_ns: Option<f64>,
     pub host_ns: Option<f64>,
+    /// `bigfree-virtual`, `usemem-ab-virtual`: process CPU time of the wall-clock run and of
+    /// the virtual-time run (medians), and their ratio (the targets: ≤ 1.5×, ≤ 2×).
+    pub wall_cpu_ns: Option<f64>,
+    pub virtual_cpu_ns: Option<f64>,
+    pub virtual_over_wall: Option<f64>,
     /// host / engine full: how many times faster the engine is (> 1: faster).
     pub host_over_full: Option<f64>,
     /// engine full / engine sparse: what real data costs on top of the mm work.
@@ -360,6 +380,8 @@ pub fn steps(opts: &BenchOpts) -> u64 {
         opts.wants(BenchPath::PopulateThp),
         opts.wants(BenchPath::HugeZeroRead),
         opts.wants(BenchPath::ZeroRead4k),
+        opts.wants(BenchPath::BigfreeVirtual),
+        opts.wants(BenchPath::UsememAbVirtual),
         opts.wants(BenchPath::Free2Threads),
         opts.wants(BenchPath::MmapMunmap4k),
         opts.wants(BenchPath::ForkExit),
@@ -394,6 +416,9 @@ struct Samples {
     host: Side,
     full_fresh: Option<f64>,
     host_cold: Vec<f64>,
+    /// Virtual time's host cost: process CPU per unit on the wall clock, in virtual time.
+    wall_run: Vec<f64>,
+    virtual_run: Vec<f64>,
 }
 
 impl Samples {
@@ -570,6 +595,27 @@ pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResu
                 ));
             }
         }
+        for (path, what) in [
+            (BenchPath::BigfreeVirtual, "bigfree"),
+            (BenchPath::UsememAbVirtual, "usemem --ab"),
+        ] {
+            if !opts.wants(path) {
+                continue;
+            }
+            progress(&format!("repeat {r}: {what}, wall clock and virtual time"));
+            let x = &mut s[idx(path)];
+            for virt in [false, true] {
+                let ns = match path {
+                    BenchPath::BigfreeVirtual => vtime_cost::bigfree_cpu(opts.size, virt)?,
+                    _ => vtime_cost::usemem_ab_cpu(opts.read_size, virt)?,
+                };
+                if virt {
+                    x.virtual_run.push(ns);
+                } else {
+                    x.wall_run.push(ns);
+                }
+            }
+        }
         if opts.wants(BenchPath::Free2Threads) {
             progress(&format!("repeat {r}: free path, 2 threads"));
             for (e, is_full) in sides {
@@ -648,8 +694,13 @@ pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResu
     let paths = BenchPath::ALL
         .iter()
         .zip(s)
-        .filter(|(p, x)| opts.wants(**p) && !(x.full.cpu.is_empty() && x.sparse.cpu.is_empty()))
+        .filter(|(p, x)| {
+            opts.wants(**p)
+                && !(x.full.cpu.is_empty() && x.sparse.cpu.is_empty() && x.wall_run.is_empty())
+        })
         .map(|(&path, x)| {
+            let wall_cpu = Spread::of(x.wall_run).map(|s| s.median);
+            let virtual_cpu = Spread::of(x.virtual_run).map(|s| s.median);
             let full_s = Spread::of(x.full.cpu);
             let sparse_s = Spread::of(x.sparse.cpu);
             let host_s = Spread::of(x.host.cpu);
@@ -660,14 +711,17 @@ pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResu
             PathResult {
                 path,
                 unit: path.unit(),
-                clock: if path == BenchPath::Free2Threads {
-                    "wall"
-                } else {
-                    "thread-cpu"
+                clock: match path {
+                    BenchPath::Free2Threads => "wall",
+                    BenchPath::BigfreeVirtual | BenchPath::UsememAbVirtual => "process-cpu",
+                    _ => "thread-cpu",
                 },
                 engine_full_ns: f,
                 engine_sparse_ns: sp,
                 host_ns: h,
+                wall_cpu_ns: wall_cpu,
+                virtual_cpu_ns: virtual_cpu,
+                virtual_over_wall: virtual_cpu.zip(wall_cpu).map(|(v, w)| v / w),
                 host_over_full: h.zip(f).map(|(h, f)| h / f),
                 full_over_sparse: f.zip(sp).map(|(f, s)| f / s),
                 full_memset_share: f.filter(|_| zeroes).map(|f| {

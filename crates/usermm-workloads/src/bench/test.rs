@@ -54,10 +54,20 @@ fn engine_only_run_fills_every_path() {
     assert!(steps > 3);
     assert_eq!(r.paths.len(), BenchPath::ALL.len());
     for p in &r.paths {
-        // bigfree runs on sparse backing only.
+        let vcost = matches!(
+            p.path,
+            BenchPath::BigfreeVirtual | BenchPath::UsememAbVirtual
+        );
+        // bigfree-nodes runs on sparse backing only; virtual time's cost rows have both
+        // clocks' process CPU time and their ratio instead of the engine's figures.
         let full = p.path != BenchPath::BigfreeNodes;
-        assert_eq!(p.engine_full_ns.is_some(), full, "{p:?}");
-        assert!(p.engine_sparse_ns.is_some(), "{p:?}");
+        assert_eq!(p.engine_full_ns.is_some(), full && !vcost, "{p:?}");
+        assert_eq!(p.engine_sparse_ns.is_some(), !vcost, "{p:?}");
+        assert_eq!(
+            p.wall_cpu_ns.is_some() && p.virtual_over_wall.is_some_and(|x| x > 0.0),
+            vcost,
+            "{p:?}"
+        );
         assert!(p.host_ns.is_none());
         assert_eq!(p.nodes.is_some(), !full, "{p:?}");
     }

@@ -35,9 +35,11 @@
 //! `spawn`/`scope` itself in a run.
 
 //!
-//! Under `--cfg loom` `active` is the constant `false`, so every primitive takes its host
+//! Under `--cfg loom`, and in a build with the `no_vtime_seam` feature, `active` is the
+//! constant `false` and every hook its wall-mode constant, so every primitive takes its host
 //! path (loom's, there) and the hooks compile to nothing: loom explores the locks, not virtual
-//! time.
+//! time, and the feature's build is the "engine without the seam" that wall-mode paths are
+//! measured against.
 
 #![cfg_attr(loom, allow(dead_code))] // the loom RwSem calls no hooks
 
@@ -48,25 +50,25 @@ pub use crate::vtime::Cost;
 pub(crate) use crate::vtime::Touch;
 pub(crate) use crate::vtime::{Acquired, Mode};
 
-/// A virtual run is active on this host thread (`Machine::run` in virtual mode): the runtime's
-/// one thread-local flag, read with one load.
-#[cfg(not(loom))]
-#[inline]
-pub(crate) fn active() -> bool {
-    vt::active()
-}
+/// The seam is compiled in: not under loom, nor with the `no_vtime_seam` feature (the build
+/// that wall-mode paths are measured against). Without it every hook below is its wall-mode
+/// constant and `charge` does nothing, so the optimiser removes the hooks and their tests.
+const SEAM: bool = !cfg!(any(loom, feature = "no_vtime_seam"));
 
-/// Under loom no virtual run is ever active.
-#[cfg(loom)]
+/// A virtual run is active on this host thread (`Machine::run` in virtual mode): the runtime's
+/// one thread-local flag, read with one load (the constant `false` without the seam).
 #[inline(always)]
 pub(crate) fn active() -> bool {
-    false
+    SEAM && vt::active()
 }
 
 /// Before taking the host lock. Blocks (in virtual time) until the lock is the caller's:
 /// FIFO hand-over, spin or sleep by class. `id` = the lock's address.
 #[inline]
 pub(crate) fn lock_acquire(id: usize, class: &'static LockClass, mode: Mode) -> Acquired {
+    if !SEAM {
+        return Acquired::default();
+    }
     vt::lock_acquire(id, class, mode)
 }
 
@@ -77,37 +79,50 @@ pub(crate) fn lock_try_acquire(
     class: &'static LockClass,
     mode: Mode,
 ) -> Option<Acquired> {
+    if !SEAM {
+        return Some(Acquired::default());
+    }
     vt::lock_try_acquire(id, class, mode)
 }
 
 /// After releasing the host lock.
 #[inline]
 pub(crate) fn lock_release(id: usize, class: &'static LockClass, mode: Mode) {
-    vt::lock_release(id, class, mode);
+    if SEAM {
+        vt::lock_release(id, class, mode);
+    }
 }
 
 /// `downgrade_write`: exclusive -> shared, waking queued readers.
 #[inline]
 pub(crate) fn lock_downgrade(id: usize, class: &'static LockClass) {
-    vt::lock_downgrade(id, class);
+    if SEAM {
+        vt::lock_downgrade(id, class);
+    }
 }
 
 /// The lock is being dropped: forget its virtual state.
 #[inline]
 pub(crate) fn lock_forget(id: usize) {
-    vt::lock_forget(id);
+    if SEAM {
+        vt::lock_forget(id);
+    }
 }
 
 /// Before an RMW on a modelled shared line.
 #[inline]
 pub(crate) fn line_rmw(id: usize, class: &'static LineClass) {
-    vt::line_rmw(id, class);
+    if SEAM {
+        vt::line_rmw(id, class);
+    }
 }
 
 /// The shared line is being dropped: forget its virtual state (a reused address starts cold).
 #[inline]
 pub(crate) fn line_forget(id: usize) {
-    vt::line_forget(id);
+    if SEAM {
+        vt::line_forget(id);
+    }
 }
 
 /// Condition variable: called with the mutex `mutex_id` held (host lock already released by
@@ -115,19 +130,26 @@ pub(crate) fn line_forget(id: usize) {
 /// re-acquire `mutex_id` in virtual time (the seam then re-takes the host lock).
 #[inline]
 pub(crate) fn cv_wait(cv_id: usize, mutex_id: usize, mutex_class: &'static LockClass) {
-    vt::cv_wait(cv_id, mutex_id, mutex_class);
+    if SEAM {
+        vt::cv_wait(cv_id, mutex_id, mutex_class);
+    }
 }
 
 /// Wake one (or all) waiters of `cv_id` in virtual time.
 #[inline]
 pub(crate) fn cv_notify(cv_id: usize, all: bool) {
-    vt::cv_notify(cv_id, all);
+    if SEAM {
+        vt::cv_notify(cv_id, all);
+    }
 }
 
-/// Charge `n` units of a named cost to the current CPU (counted; read only in a run).
+/// Charge `n` units of a named cost to the current CPU: counted in a run, nothing on the wall
+/// clock (the flag test keeps the wall path from writing the counts).
 #[inline(always)]
 pub(crate) fn charge(cost: Cost, n: u64) {
-    vt::charge(cost, n);
+    if active() {
+        vt::charge(cost, n);
+    }
 }
 
 /// The lines of one list operation (`page_alloc/meta.rs`): up to three `struct page`s (`NIL`
@@ -135,33 +157,34 @@ pub(crate) fn charge(cost: Cost, n: u64) {
 /// node of the first page. One flag test in wall mode.
 #[inline]
 pub(crate) fn mem_touch_list(head: usize, pfns: [u32; 3]) {
-    if vt::active() {
-        for p in pfns {
-            if p != u32::MAX {
-                vt::mem_touch_page(u64::from(p), Touch::Access);
-            }
-        }
-        if head != 0 && pfns[0] != u32::MAX {
-            vt::mem_touch(head, u64::from(pfns[0]), Touch::Access);
-        }
+    if active() {
+        vt::mem_touch_list(head, pfns);
     }
 }
 
 /// One `struct page` touched: priced (`Access`) or only moved (`Measured`).
 #[inline]
 pub(crate) fn mem_touch_page(pfn: u64, how: Touch) {
-    vt::mem_touch_page(pfn, how);
+    if SEAM {
+        vt::mem_touch_page(pfn, how);
+    }
 }
 
 /// Virtual now in ns, `None` in wall mode.
 #[inline]
 pub(crate) fn now_ns() -> Option<u64> {
+    if !SEAM {
+        return None;
+    }
     vt::now_ns()
 }
 
 /// Virtual busy time of the current context in ns, `None` in wall mode.
 #[inline]
 pub(crate) fn thread_cpu_ns() -> Option<u64> {
+    if !SEAM {
+        return None;
+    }
     vt::thread_cpu_ns()
 }
 
@@ -176,5 +199,5 @@ pub(crate) fn atomic_section() -> vt::AtomicSection {
 /// Sleep in virtual time; returns false in wall mode (the seam then sleeps on the host).
 #[inline]
 pub(crate) fn sleep_ns(ns: u64) -> bool {
-    vt::sleep_ns(ns)
+    SEAM && vt::sleep_ns(ns)
 }

@@ -10,12 +10,12 @@
 //! Each hook is `#[inline]` and only tests the thread-local flag; the work of a run is in an
 //! out-of-line function (`virt::*`), so that wall mode pays a load and a branch, not a call.
 //!
-//! [`charge`] is not even a test: it adds `n` to a thread-local count per [`Cost`] (two
-//! instructions, no branch, no call, so that it leaves the engine's hot paths as they were),
-//! and the runtime prices and applies the counts to the running context's clock at its next
-//! synchronisation point or clock read. That is exact: between two synchronisation points
-//! nothing else runs, so neither the context's CPU nor its SMT sibling's state can change. On
-//! the wall clock the counts are never read.
+//! [`charge`] is not a test: it adds `n` to a thread-local count per [`Cost`] and marks the
+//! cost in a mask (a few instructions, no branch, no call; the seam calls it only in a run,
+//! behind its flag test), and the runtime prices and applies the marked counts to the running
+//! context's clock at its next synchronisation point or clock read. That is exact: between
+//! two synchronisation points nothing else runs, so neither the context's CPU nor its SMT
+//! sibling's state can change.
 //!
 //! Inside a run every hook except `charge`, `now_ns`, `thread_cpu_ns` and `lock_forget` is a
 //! synchronisation point: the caller first waits for its turn (its clock the smallest of the
@@ -131,6 +131,16 @@ pub fn charge(cost: Cost, n: u64) {
 pub fn mem_touch_page(pfn: u64, how: Touch) {
     if in_run() {
         virt::mem_touch_page(pfn, how);
+    }
+}
+
+/// The lines of one list operation: the `struct page`s of `pfns` (`u32::MAX` entries
+/// skipped) in order, then, when `head` is not 0, the list head at that address, homed on the
+/// node of the first page; every touch an [`Touch::Access`]. One lookup of the run for all.
+#[inline]
+pub fn mem_touch_list(head: usize, pfns: [u32; 3]) {
+    if in_run() {
+        virt::mem_touch_list(head, pfns);
     }
 }
 
@@ -281,6 +291,11 @@ mod virt {
     #[inline(never)]
     pub(super) fn mem_touch_page(pfn: u64, how: Touch) {
         with_current(|rt| rt.with_running_raw(|st, me| st.mem_touch_page(me, pfn, how)));
+    }
+
+    #[inline(never)]
+    pub(super) fn mem_touch_list(head: usize, pfns: [u32; 3]) {
+        with_current(|rt| rt.with_running_raw(|st, me| st.mem_touch_list(me, head, pfns)));
     }
 
     #[inline(never)]

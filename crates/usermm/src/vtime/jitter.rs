@@ -54,7 +54,8 @@ fn standard(state: &mut u64) -> f64 {
     let sum: u64 = (0..4).map(|i| (x >> (16 * i)) & 0xFFFF).sum();
     // Each uniform is (k + 0.5) / 65536 on [0, 1): mean 1/2, variance 1/12; the sum's mean
     // is 2 and its variance 1/3.
-    let u = (sum as f64 + 2.0) / 65536.0;
+    // Through i64: the same value (below 2^19), without the unsigned conversion's extra steps.
+    let u = (sum as i64 as f64 + 2.0) / 65536.0;
     (u - 2.0) * 3f64.sqrt()
 }
 
@@ -65,7 +66,34 @@ pub(super) fn apply(ps: Ps, sigma_ppm: u32, state: &mut u64) -> Ps {
         return ps;
     }
     let f = 1.0 + f64::from(sigma_ppm) * 1e-6 * standard(state);
-    (ps as f64 * f.max(0.0)).round() as Ps
+    round_non_negative(to_f64(ps) * f.max(0.0))
+}
+
+/// `ps as f64`, through the signed conversion (one instruction on baseline x86-64) where the
+/// value fits it: the same correctly rounded result.
+#[inline]
+fn to_f64(ps: Ps) -> f64 {
+    match i64::try_from(ps) {
+        Ok(v) => v as f64,
+        Err(_) => ps as f64,
+    }
+}
+
+/// `x.round() as Ps` for a non-negative `x`, without the C library's `round` (a call on the
+/// baseline x86-64, which has no rounding instruction): the integer part by truncation, plus
+/// one when the fraction is at least a half (ties away from zero, as `round`). Exact: below
+/// 2^53 the fraction `x - trunc(x)` is representable, above it `x` is an integer.
+#[inline]
+fn round_non_negative(x: f64) -> Ps {
+    if !(0.0..9.0e18).contains(&x) {
+        return x.round() as Ps;
+    }
+    let t = x as Ps;
+    if x - to_f64(t) >= 0.5 {
+        t + 1
+    } else {
+        t
+    }
 }
 
 #[cfg(test)]
@@ -83,6 +111,24 @@ mod test {
         assert!((var - 1.0).abs() < 0.02, "variance {var}");
         let bound = 2.0 * 3f64.sqrt();
         assert!(draws.iter().all(|z| z.abs() <= bound));
+    }
+
+    #[test]
+    fn rounding_matches_round() {
+        let mut s = seed_for(3, 1);
+        let edge = [
+            0.0,
+            0.5,
+            1.5,
+            2.5,
+            0.499_999_999_999_999_94,
+            4503599627370495.5,
+            9.1e18,
+        ];
+        let draws = (0..100_000).map(|_| (next_u64(&mut s) >> 11) as f64 / 64.0);
+        for x in edge.into_iter().chain(draws) {
+            assert_eq!(round_non_negative(x), x.round() as Ps, "{x}");
+        }
     }
 
     #[test]

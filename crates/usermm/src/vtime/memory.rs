@@ -228,12 +228,18 @@ impl Memory {
         pfn: u64,
         how: Touch,
     ) -> Ps {
-        let Some(&state) = self.pages.get(pfn as usize) else {
-            return 0;
+        // The table is moved out (three words) while the line is updated in place.
+        let mut pages = std::mem::take(&mut self.pages);
+        let price = match pages.get_mut(pfn as usize) {
+            Some(line) => {
+                let (price, new) =
+                    self.access(placement, transfer, cpu, *line, pfn, Some(pfn), how);
+                *line = new;
+                price
+            }
+            None => 0,
         };
-        let home = self.node_of_pfn(pfn);
-        let (price, new) = self.access(placement, transfer, cpu, state, home, Some(pfn), how);
-        self.pages[pfn as usize] = new;
+        self.pages = pages;
         price
     }
 
@@ -247,21 +253,27 @@ impl Memory {
         home_pfn: u64,
         how: Touch,
     ) -> Ps {
-        let state = self.others.get(&id).copied().unwrap_or([0; 3]);
-        let home = self.node_of_pfn(home_pfn);
-        let (price, new) = self.access(placement, transfer, cpu, state, home, None, how);
-        self.others.insert(id, new);
+        // One lookup: the table is moved out (three words, no allocation) while the line's
+        // entry is updated in place.
+        let mut others = std::mem::take(&mut self.others);
+        let line = others.entry(id).or_insert([0; 3]);
+        let (price, new) = self.access(placement, transfer, cpu, *line, home_pfn, None, how);
+        *line = new;
+        self.others = others;
         price
     }
 
+    /// The touch of a line in `state`, whose memory is on the node of frame `home_pfn` (the
+    /// node is looked up, a division, only when the line comes from DRAM).
     #[expect(clippy::too_many_arguments, reason = "one private step of two callers")]
+    #[inline(always)]
     fn access(
         &mut self,
         placement: &Placement,
         transfer: &[Ps; 4],
         cpu: usize,
         state: LineState,
-        home: usize,
+        home_pfn: u64,
         pfn: Option<u64>,
         how: Touch,
     ) -> (Ps, LineState) {
@@ -286,6 +298,7 @@ impl Memory {
             } else if in_llc {
                 (Found::SocketLlc, false, true)
             } else {
+                let home = self.node_of_pfn(home_pfn);
                 let remote = self.node_socket.get(home).copied().unwrap_or(0) as usize != socket;
                 let streamed =
                     pfn.is_some_and(|p| self.stream_next[cpu] == p && p % LINES_PER_4K != 0);

@@ -188,7 +188,8 @@
 //! ## How the seam plugs in
 //! The sync seam (`crate::sync`) calls [`hooks`] around every host lock, condition variable,
 //! shared atomic, sleep and clock read; outside a run each hook is one thread-local load and a
-//! branch. The runtime finds its run through a thread-local *current runtime*, set only while
+//! branch (`charge` included). A build with the `no_vtime_seam` feature has no hooks at all
+//! (and refuses virtual time): the reference the seam's wall-clock cost is measured against. The runtime finds its run through a thread-local *current runtime*, set only while
 //! [`Runtime::run`] executes on that host thread — the analogue of the kernel's `current`
 //! (which task, hence which machine, the code runs for), never a policy: two machines on two
 //! host threads each have their own. Thread start, join and `scope` in a run are this module's
@@ -232,13 +233,25 @@
 //!
 //! | operation | instructions | wall |
 //! |---|---|---|
-//! | a hook outside a run (flag test; with the bench loop) | ~10 | ~4 ns |
-//! | a synchronisation point on the fast path (no switch) | 68 | ~4 ns |
-//! | `charge` | ~100 | ~4 ns |
-//! | uncontended lock + unlock (two synchronisation points) | 619 | ~41 ns |
-//! | a switch (park one context, resume another) | 395 | ~42 ns |
-//! | a contended hand-over among 8 contexts (two switches) | 1146 | ~116 ns |
+//! | a hook outside a run (flag test; with the bench loop; `charge` too) | ~10 | ~2–4 ns |
+//! | a synchronisation point on the fast path (no switch) | 68 | ~4–6 ns |
+//! | `charge` in a run (a count and a bit of the pending mask; the bench's loop folds to nothing) | ~100 | — |
+//! | uncontended lock + unlock (two synchronisation points) | 619 | ~38–41 ns |
+//! | a switch (park one context, resume another; one heap sift) | ≤ 395 | ~42–60 ns |
+//! | a contended hand-over among 8 contexts (two switches) | 1146 | ~116–121 ns |
+//! | a `struct page` touch of the line model (`memory.rs`; callgrind of `bigfree 1G` in a run) | ~110 | — |
 //! | for comparison: a host mutex+condvar hand-off | — | ~10 µs |
+//!
+//! What whole runs cost (process CPU time, `/usr/bin/time -f %U+%S`, medians of 5 interleaved
+//! runs on this loaded host; `--cpus 12 --nodes 4` on both clocks, virtual with `--profile
+//! haswell-ex-4s`; `usermm bench` rows `bigfree-virtual` and `usemem-ab-virtual` measure the
+//! same): `bigfree 8G --max-active 8 --seed-only` takes 2.9× the wall-clock run's CPU in
+//! virtual time (the line model's ~34 touches per page are about half of it), `usemem -n 8
+//! --readonly -j 0x200000 128G --ab` 4.1× (about 12 synchronisation points per fault, 8 of
+//! them a switch). On the wall clock the seam itself costs the engine's fault paths 7–17 %
+//! of thread CPU time against a build without it (`--features usermm/no_vtime_seam`, `usermm
+//! bench --only populate-4k` and `zero-read-4k`, interleaved): about 15 flag tests per fault
+//! and the inlining they change, not any work of the runtime.
 //!
 //! ## unsafe
 //! Only `coro.rs`: the coroutine constructor that lets bodies borrow (like `std::thread::scope`)

@@ -75,9 +75,13 @@ thread_local! {
     /// Units of each [`Cost`] charged since the running context's last synchronisation point
     /// (see [`hooks::charge`](super::hooks::charge)); on the wall clock, never read.
     static PENDING: [Cell<u64>; Cost::COUNT] = const { [const { Cell::new(0) }; Cost::COUNT] };
-    /// Some count of `PENDING` may be non-zero.
-    static PENDING_ANY: Cell<bool> = const { Cell::new(false) };
+    /// Bit `i` set: count `i` of `PENDING` may be non-zero (so that applying the charges
+    /// visits only the costs charged since the last synchronisation point, usually two or
+    /// three of them).
+    static PENDING_MASK: Cell<u64> = const { Cell::new(0) };
 }
+
+const _: () = assert!(Cost::COUNT <= 64, "PENDING_MASK has a bit per cost");
 
 /// Count `n` units of cost `i` for the running context.
 #[inline(always)]
@@ -87,23 +91,29 @@ pub(super) fn add_pending(i: usize, n: u64) {
             c.set(c.get().wrapping_add(n));
         }
     });
-    PENDING_ANY.set(true);
+    PENDING_MASK.set(PENDING_MASK.get() | 1u64 << (i & 63));
 }
 
 /// The pending counts, cleared: their price at `cost_ps`, in ps, and the lines of the pages
-/// they cleared or copied (which fill the caches, `vtime/memory.rs`).
+/// they cleared or copied (which fill the caches, `vtime/memory.rs`). The costs are summed in
+/// index order, as a sum over every count would (the others are zero).
 #[inline]
 fn take_pending(cost_ps: &[Ps; Cost::COUNT]) -> (Ps, u64) {
-    if !PENDING_ANY.replace(false) {
+    let mut mask = PENDING_MASK.replace(0);
+    if mask == 0 {
         return (0, 0);
     }
     PENDING.with(|p| {
-        let pages = p[Cost::ClearPage.index()].get() + p[Cost::CopyPage.index()].get();
-        let ps = p
-            .iter()
-            .zip(cost_ps)
-            .map(|(c, &price)| c.replace(0).saturating_mul(price))
-            .fold(0, Ps::saturating_add);
+        let (clear, copy) = (Cost::ClearPage.index(), Cost::CopyPage.index());
+        let pages = p[clear].get() + p[copy].get();
+        let mut ps: Ps = 0;
+        while mask != 0 {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            if let (Some(c), Some(&price)) = (p.get(i), cost_ps.get(i)) {
+                ps = ps.saturating_add(c.replace(0).saturating_mul(price));
+            }
+        }
         (ps, pages.saturating_mul(LINES_PER_PAGE))
     })
 }
@@ -114,7 +124,7 @@ const LINES_PER_PAGE: u64 = 64;
 /// Drops whatever was counted outside a context (wall-mode code before the run).
 fn clear_pending() {
     PENDING.with(|p| p.iter().for_each(|c| c.set(0)));
-    PENDING_ANY.set(false);
+    PENDING_MASK.set(0);
 }
 
 /// An [`atomic`](super::hooks::atomic) section: no synchronisation point may be passed while
@@ -439,7 +449,7 @@ impl Inner {
         st.counters.sync_points += 1;
         if !st.may_pass(me) {
             st.counters.gate_yields += 1;
-            st.push_ready(me);
+            st.yield_ready(me);
             let y = st.ctxs[me as usize].yielder;
             drop(st);
             coro::suspend(y);

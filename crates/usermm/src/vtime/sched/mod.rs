@@ -186,6 +186,10 @@ pub(super) struct State {
     pub model: Model,
     pub ctxs: Vec<Ctx>,
     ready: BinaryHeap<Reverse<u128>>,
+    /// A context that could not pass its synchronisation point and suspended: ready, not yet
+    /// in `ready`. [`State::next`] swaps it for the heap's top in one sift, where a push and a
+    /// pop would take two.
+    yielded: Option<CtxId>,
     pub running: Option<CtxId>,
     pub cpus: Vec<CpuState>,
     core_busy: Vec<u8>,
@@ -223,6 +227,7 @@ impl State {
         State {
             ctxs: Vec::new(),
             ready: BinaryHeap::new(),
+            yielded: None,
             running: None,
             cpus: (0..n).map(|_| CpuState::default()).collect(),
             core_busy: vec![0; cores],
@@ -298,9 +303,33 @@ impl State {
         self.ready.push(Reverse(k));
     }
 
+    /// The running context `id` could not pass its synchronisation point (its key is above
+    /// the heap's top) and suspends, ready at its clock: [`State::next`] puts it in the heap.
+    #[inline]
+    pub(super) fn yield_ready(&mut self, id: CtxId) {
+        debug_assert!(self.yielded.is_none());
+        self.ctxs[id as usize].wait = Wait::Runnable;
+        self.yielded = Some(id);
+    }
+
+    /// The smallest ready key, removed from the heap (with a yielded context put in): the same
+    /// key a push of the yielded context and a pop would give, since the heap's order is its
+    /// keys' alone.
+    #[inline]
+    fn pop_ready(&mut self) -> Option<u128> {
+        let Some(y) = self.yielded.take() else {
+            return self.ready.pop().map(|Reverse(k)| k);
+        };
+        let k = self.key_of(y);
+        match self.ready.peek_mut() {
+            Some(mut top) if top.0 < k => Some(std::mem::replace(&mut *top, Reverse(k)).0),
+            _ => Some(k),
+        }
+    }
+
     /// The context the scheduler resumes next: the smallest ready key, after it has its CPU.
     pub(super) fn next(&mut self) -> Next {
-        while let Some(Reverse(k)) = self.ready.pop() {
+        while let Some(k) = self.pop_ready() {
             let id = k as u32;
             let c = &self.ctxs[id as usize];
             if !c.on_cpu {
@@ -417,6 +446,29 @@ impl State {
             home_pfn,
             how,
         );
+        if ps > 0 {
+            self.busy(id, ps);
+        }
+    }
+
+    /// `id` touches the lines of one list operation, in order: the `struct page`s of `pfns`
+    /// (`u32::MAX`: none) and, when `head` is not 0, the list head at that address homed on
+    /// the first page's node; each an [`Touch::Access`]. Their prices are busy time, charged
+    /// as one sum (the same clock as one charge each: nothing reads it in between).
+    #[inline]
+    pub(super) fn mem_touch_list(&mut self, id: CtxId, head: usize, pfns: [u32; 3]) {
+        let Some(mem) = self.mem.as_mut() else { return };
+        let cpu = self.ctxs[id as usize].cpu as usize;
+        let (pl, xfer) = (&self.model.placement, &self.model.profile.transfer_ps);
+        let mut ps: Ps = 0;
+        for p in pfns {
+            if p != u32::MAX {
+                ps += mem.touch_page(pl, xfer, cpu, u64::from(p), Touch::Access);
+            }
+        }
+        if head != 0 && pfns[0] != u32::MAX {
+            ps += mem.touch_id(pl, xfer, cpu, head, u64::from(pfns[0]), Touch::Access);
+        }
         if ps > 0 {
             self.busy(id, ps);
         }
