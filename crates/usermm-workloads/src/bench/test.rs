@@ -71,7 +71,7 @@ fn engine_only_run_fills_every_path() {
         assert!(p.host_ns.is_none());
         assert_eq!(p.nodes.is_some(), !full, "{p:?}");
     }
-    let n = r.paths[9].nodes.as_ref().unwrap();
+    let n = r.paths[11].nodes.as_ref().unwrap();
     assert_eq!(
         (n.nodes, n.size),
         (scale::NODES, scale::bigfree_size(8 << 20))
