@@ -510,7 +510,7 @@ impl Backing {
 
     /// Store `value(w)` into each 8-byte word `w` of `words` (word indexes in the frame,
     /// every `step`-th from the start) of a data frame: a user walk's stores, one 8-byte
-    /// atomic store each (dropped when sparse). The same bytes as [`Backing::write`] of each
+    /// atomic store each (dropped when sparse). The same bytes as `Backing::write` of each
     /// word's native-endian bytes.
     pub fn write_words(
         &self,

@@ -1,5 +1,5 @@
 //! Value parsers for clap: sizes in the kernel's `memparse` syntax. Each returns an error
-//! message that clap prints after "invalid value '...' for '<FLAG>':", so the flag is named by
+//! message that clap prints after `invalid value '...' for '<FLAG>':`, so the flag is named by
 //! clap and the message names the limit.
 //!
 //! Every size is at most [`MAX_MEM_BYTES`] (16T), the most RAM an emulated machine has: a

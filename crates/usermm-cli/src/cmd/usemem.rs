@@ -13,7 +13,7 @@
 //!   `USERMM_SET='free.parallel=on pcp.high=64'` (words split on blanks), `USERMM_HOST=1`,
 //!   … — each engine flag `--foo-bar` is `USERMM_FOO_BAR`. Its stderr carries usemem's
 //!   lines only: the `usermm: note:` lines (what the engine does not model) need
-//!   `USERMM_NOTES=1`. Its process is named `usemem` even when argv[0] alone says so.
+//!   `USERMM_NOTES=1`. Its process is named `usemem` even when `argv[0]` alone says so.
 //!
 //! # This command follows usemem's conventions, not usermm's
 //! usermm's commands answer a bad argument with one `usermm: error:` line and exit 2; this

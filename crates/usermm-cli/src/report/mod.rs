@@ -4,7 +4,7 @@
 //! - [`plot`]: [`line_plot`] and [`bar_plot`], SVG charts.
 //! - [`host`]: [`HostSummary`], the host line that heads a report.
 //! - [`document`]: [`write_report`], `report.md` + `results.json`.
-//! - [`format`]: how numbers and sizes are written (`16M`, `2 485 692`, `+164 %`).
+//! - [`format`](mod@format): how numbers and sizes are written (`16M`, `2 485 692`, `+164 %`).
 //! - [`progress`]: [`Progress`], a progress bar on stderr.
 //!
 //! Nothing here knows a command or an experiment: commands build their records and choose

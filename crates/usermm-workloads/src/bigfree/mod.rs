@@ -5,7 +5,7 @@
 //! the last `mmput` (exit). The free is timed inline (vanilla: `free.policy=inline`,
 //! `gather.max_batch_count=19`) and then once per `max_active` value of the free workqueue
 //! (`free.policy=parallel`, `gather.max_batch_count=515`, `free.threshold_pages=262144`), each
-//! run on a fresh [`Machine`] so that no row inherits another's free lists.
+//! run on a fresh [`Machine`](usermm::Machine) so that no row inherits another's free lists.
 //!
 //! ```text
 //!  row:  Machine::new(cfg) → mmap(SIZE) → populate (write faults) → [t0, cpu0] munmap | mmput
@@ -31,7 +31,7 @@
 //! patch on top of it: one worker per zone lock, no more than the host can run at once).
 //!
 //! # Wall and virtual time
-//! Each row runs through [`Machine::run`] and reads every time from `usermm::sync::clock`. On
+//! Each row runs through [`Machine::run`](usermm::Machine::run) and reads every time from `usermm::sync::clock`. On
 //! the wall clock the workers are host threads on however many host cores there are — on a
 //! 2-core host the seed's knee (workers ≈ nodes) cannot show; the table is this host's own
 //! curve, *measured (this host)*. With `time.mode=virtual` the same code runs as a model of

@@ -36,7 +36,7 @@
 //! CPUs) cost the faulters.
 //!
 //! # Wall and virtual time
-//! A run is one [`Machine::run`]: every thread is a task of `usermm::sync::thread` and every
+//! A run is one [`Machine::run`](usermm::Machine::run): every thread is a task of `usermm::sync::thread` and every
 //! latency is read from `usermm::sync::clock`. With `time.mode=virtual` they are contexts on
 //! emulated CPUs of the profile's machine and every figure is modelled, the same run after run.
 //! There the loaded baseline is not run (each emulated CPU is a core of its own: a spinning

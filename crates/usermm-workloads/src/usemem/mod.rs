@@ -3,7 +3,7 @@
 //!
 //! usemem is what vm-scalability's `case-*` scripts run, what LKP parses into
 //! `vm-scalability.throughput`, and what mmtests' usemem configuration drives. This module is
-//! usemem's behaviour written once — its command line ([`parse`], glibc `getopt_long` rules),
+//! usemem's behaviour written once — its command line ([`parse`](mod@parse), glibc `getopt_long` rules),
 //! its `main` ([`program`]) and its workers ([`worker`]) — against a [`Sys`] trait, with two
 //! machines under it:
 //!

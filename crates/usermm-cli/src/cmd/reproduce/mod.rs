@@ -2,7 +2,7 @@
 //! own with `--scale seed`), the seeds' tables beside ours, and `report/` written with
 //! [`crate::report::write_report`].
 //!
-//! One module per experiment ([`bigfree`], [`huge_zero`], [`munmap`], [`percpu`]), each
+//! One module per experiment (`bigfree`, `huge_zero`, `munmap`, `percpu`), each
 //! returning an [`Outcome`] (defined below them, in `experiment.rs`): its report section, a
 //! one-line verdict, and its typed record for `results.json`. Every published figure they
 //! print, plot, judge by or record comes from `usermm_workloads::seeds`; [`Results`] is the
@@ -123,7 +123,7 @@ impl<R> Outcome<R> {
 }
 
 /// `results` of `results.json`, and what `--json` prints: the run's scale and wall time, the
-/// host's facts, and one [`sides::Pair`] per experiment that ran (named as `--only` names
+/// host's facts, and one `sides::Pair` per experiment that ran (named as `--only` names
 /// them): its `modelled` side (virtual time on the seed's machine) and its `measured` side
 /// (this host's wall clock), each with its headline figures, its profile and its full record.
 #[derive(Debug, Serialize)]

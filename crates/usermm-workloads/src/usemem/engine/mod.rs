@@ -4,7 +4,8 @@
 //!
 //! Worker `k` (`k = process × threads + thread`) runs on CPU `k·b mod nr_cpus` with `-b b`
 //! (usemem's `bind_cpu`), otherwise on CPU `k mod nr_cpus`. The barriers are usemem's
-//! (every worker arrives, the parent opens), built on the seam's [`Mutex`] and [`CondVar`].
+//! (every worker arrives, the parent opens), built on the seam's [`Mutex`](usermm::sync::Mutex) and
+//! [`CondVar`](usermm::sync::CondVar).
 //! Output goes to an [`Io`] as it happens, so lines appear in the order usemem's do: each
 //! worker's throughput line, then — when it frees — its free line.
 //!
