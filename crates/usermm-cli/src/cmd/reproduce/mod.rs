@@ -82,8 +82,9 @@ pub struct ReproduceArgs {
     #[arg(long)]
     pub quick: bool,
     /// After the seeds, run each modelled timing seed again with one input halved and doubled
-    /// at a time, and report which three inputs move each headline most (about 10 minutes on
-    /// 2 cores; resumable: the points are kept in DIR/sensitivity/).
+    /// at a time, and report which three inputs move each headline most (5.5 minutes for the
+    /// three timing seeds on this 2-core host; resumable: the points are kept in
+    /// DIR/sensitivity/).
     #[arg(long)]
     pub sensitivity: bool,
     /// Wall or virtual time; without --profile each experiment models its seed's machine.
