@@ -216,3 +216,35 @@ fn jitter_varies_batches_by_seed_and_keeps_the_run_reproducible() {
     let bound = price as f64 * 0.05 * 2.0 * 3f64.sqrt() + 1.0;
     assert!(a.iter().all(|&t| (t as f64 - price as f64).abs() <= bound));
 }
+
+/// A list operation touches its pages and, when given, the list head (a line known by its
+/// address, homed on the first page's node): `list_add` on another socket pays the transfer
+/// for the new entry's neighbour and for the head; absent entries (`u32::MAX`) are skipped.
+#[test]
+fn a_list_operation_prices_its_pages_and_its_head() {
+    const NONE: u32 = u32::MAX;
+    let head = 0x1000usize;
+    let rt = mem_rt();
+    let costs = rt.run(0, || {
+        let t = vtime::now();
+        hooks::mem_touch_list(head, [40, NONE, NONE]);
+        let first = vtime::now() - t;
+        on(16, move || {
+            let t = vtime::now();
+            // A new entry 41 (never touched) before 40, which CPU 0 wrote, and the head.
+            hooks::mem_touch_list(head, [41, 40, NONE]);
+            let add = vtime::now() - t;
+            let t = vtime::now();
+            // No head: only the entry, now this CPU's own.
+            hooks::mem_touch_list(0, [41, NONE, NONE]);
+            (first, add, vtime::now() - t)
+        })
+    });
+    assert_eq!(costs, (0, 2 * T_REMOTE, 0));
+    let m = rt.report().memory.unwrap();
+    // 40 and the head first (CPU 0); then 41 first, 40 and the head remote; then 41 own.
+    assert_eq!(
+        (m.accesses, m.first, m.other_socket, m.own_cache),
+        (6, 3, 2, 1)
+    );
+}

@@ -144,15 +144,6 @@ pub fn mem_touch_list(head: usize, pfns: [u32; 3]) {
     }
 }
 
-/// The running CPU touches the line at engine address `line` (a list head, a counter), whose
-/// memory is on the node of frame `home_pfn`.
-#[inline]
-pub fn mem_touch(line: usize, home_pfn: u64, how: Touch) {
-    if in_run() {
-        virt::mem_touch(line, home_pfn, how);
-    }
-}
-
 /// Virtual now in ns, `None` in wall mode.
 #[inline]
 pub fn now_ns() -> Option<u64> {
@@ -296,11 +287,6 @@ mod virt {
     #[inline(never)]
     pub(super) fn mem_touch_list(head: usize, pfns: [u32; 3]) {
         with_current(|rt| rt.with_running_raw(|st, me| st.mem_touch_list(me, head, pfns)));
-    }
-
-    #[inline(never)]
-    pub(super) fn mem_touch(line: usize, home_pfn: u64, how: Touch) {
-        with_current(|rt| rt.with_running_raw(|st, me| st.mem_touch(me, line, home_pfn, how)));
     }
 
     #[inline(never)]

@@ -232,8 +232,7 @@ impl Memory {
         let mut pages = std::mem::take(&mut self.pages);
         let price = match pages.get_mut(pfn as usize) {
             Some(line) => {
-                let (price, new) =
-                    self.access(placement, transfer, cpu, *line, pfn, Some(pfn), how);
+                let (price, new) = self.access(placement, transfer, cpu, *line, pfn, true, how);
                 *line = new;
                 price
             }
@@ -257,14 +256,15 @@ impl Memory {
         // entry is updated in place.
         let mut others = std::mem::take(&mut self.others);
         let line = others.entry(id).or_insert([0; 3]);
-        let (price, new) = self.access(placement, transfer, cpu, *line, home_pfn, None, how);
+        let (price, new) = self.access(placement, transfer, cpu, *line, home_pfn, false, how);
         *line = new;
         self.others = others;
         price
     }
 
     /// The touch of a line in `state`, whose memory is on the node of frame `home_pfn` (the
-    /// node is looked up, a division, only when the line comes from DRAM).
+    /// node is looked up, a division, only when the line comes from DRAM); `page`: the line is
+    /// frame `home_pfn`'s own `struct page` (which the streamer can fetch ahead).
     #[expect(clippy::too_many_arguments, reason = "one private step of two callers")]
     #[inline(always)]
     fn access(
@@ -274,7 +274,7 @@ impl Memory {
         cpu: usize,
         state: LineState,
         home_pfn: u64,
-        pfn: Option<u64>,
+        page: bool,
         how: Touch,
     ) -> (Ps, LineState) {
         let socket = placement.socket_of(cpu);
@@ -300,8 +300,9 @@ impl Memory {
             } else {
                 let home = self.node_of_pfn(home_pfn);
                 let remote = self.node_socket.get(home).copied().unwrap_or(0) as usize != socket;
-                let streamed =
-                    pfn.is_some_and(|p| self.stream_next[cpu] == p && p % LINES_PER_4K != 0);
+                let streamed = page
+                    && self.stream_next[cpu] == home_pfn
+                    && !home_pfn.is_multiple_of(LINES_PER_4K);
                 if streamed {
                     (Found::DramStream, false, false)
                 } else if remote {
@@ -311,13 +312,13 @@ impl Memory {
                 }
             }
         };
-        if matches!(
-            found,
-            Found::DramLocal | Found::DramRemote | Found::DramStream
-        ) {
-            if let Some(p) = pfn {
-                self.stream_next[cpu] = p + 1;
-            }
+        if page
+            && matches!(
+                found,
+                Found::DramLocal | Found::DramRemote | Found::DramStream
+            )
+        {
+            self.stream_next[cpu] = home_pfn + 1;
         }
         let price = match found {
             Found::First | Found::OwnCache | Found::SocketLlc => 0,

@@ -105,11 +105,8 @@ pub(super) fn run(
             threshold_pages: seed_job.0,
             max_batch_count: seed_job.1,
             pcp_tune_rows: false,
-            ..bigfree::BigfreeOpts::new(size, &[8])
-        };
-        let one = bigfree::BigfreeOpts {
-            base: opts.base.clone(),
-            ..one
+            max_active: vec![8],
+            ..opts.clone()
         };
         let full =
             bigfree::run_with(&one, &mut |_| {}).map_err(|e| anyhow::anyhow!("bigfree: {e}"))?;

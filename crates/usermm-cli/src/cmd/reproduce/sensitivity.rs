@@ -229,8 +229,7 @@ pub(super) fn run(
         text: "Each timing seed's modelled experiment run again with one profile figure \
                halved and doubled (`--scale-cost`, its formula scaled with it); `*` marks \
                the three inputs that move a headline most. The ×1 column is the run with \
-               `zap_pte` scaled by 1: its figure taken at its formula's exact value, which the \
-               profile file rounds (a difference in the fifth digit). The inputs are known to ±30–50 % \
+               `zap_pte` scaled by 1, which is the profile unchanged. The inputs are known to ±30–50 % \
                (docs/profiles.md): a headline that swings more than its band when one of them \
                moves is not decided by the model's mechanisms alone.\n"
             .into(),

@@ -241,29 +241,26 @@ impl Checks {
     /// The one verdict: `reproduced` when every check passed, else `not reproduced` and
     /// every check that failed.
     fn verdict(self, profile: &str) -> String {
-        verdict(profile, &self.passed, &self.failed)
+        let (passed, failed) = (self.passed, self.failed);
+        format!(
+            "{} (modelled, profile {profile}) — {}{}",
+            if failed.is_empty() {
+                "reproduced"
+            } else {
+                "not reproduced"
+            },
+            if failed.is_empty() {
+                String::new()
+            } else {
+                format!("missed: {}; ", failed.join("; "))
+            },
+            if passed.is_empty() {
+                String::new()
+            } else {
+                format!("met: {}", passed.join("; "))
+            }
+        )
     }
-}
-
-fn verdict(profile: &str, passed: &[String], failed: &[String]) -> String {
-    format!(
-        "{} (modelled, profile {profile}) — {}{}",
-        if failed.is_empty() {
-            "reproduced"
-        } else {
-            "not reproduced"
-        },
-        if failed.is_empty() {
-            String::new()
-        } else {
-            format!("missed: {}; ", failed.join("; "))
-        },
-        if passed.is_empty() {
-            String::new()
-        } else {
-            format!("met: {}", passed.join("; "))
-        }
-    )
 }
 
 /// Seeds 000/001, judged on the modelled curve (issue 25's bands): each speedup within ±25 %

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use super::formula::agrees;
 use super::{evaluate, Figure, Profile, ProfileError, TOPOLOGY_GHZ};
 
 impl Profile {
@@ -31,9 +32,10 @@ impl Profile {
         }
         let mut spec = self.spec.clone();
         // A formula follows its figure: `(formula) * factor`, so the scaled profile still
-        // states its arithmetic (and still loads). The scaled figure is then the scaled
-        // formula's value, not the file's rounded figure times the factor: a figure written
-        // to 0.03 of its formula, times 4, would miss it by 0.12 and fail to load.
+        // states its arithmetic (and still loads). The figure is the file's times the factor
+        // while that still agrees with the scaled formula; where it does not (a figure written
+        // to 0.03 of its formula, times 4, misses it by 0.12) it is the scaled formula's value.
+        // So a factor of 1 changes nothing.
         let inputs: BTreeMap<String, f64> = spec
             .inputs
             .iter()
@@ -44,6 +46,7 @@ impl Profile {
             if let Some(v) = formula
                 .as_deref()
                 .and_then(|f| evaluate(f, &|n| inputs.get(n).copied()).ok())
+                .filter(|v| !agrees(*value, *v))
             {
                 *value = v;
             }

@@ -432,25 +432,6 @@ impl State {
         }
     }
 
-    /// `id` touches the line at engine address `line`, homed on the node of frame `home_pfn`.
-    #[inline]
-    pub(super) fn mem_touch(&mut self, id: CtxId, line: usize, home_pfn: u64, how: Touch) {
-        let Some(mem) = self.mem.as_mut() else { return };
-        let cpu = self.ctxs[id as usize].cpu as usize;
-        let m = &self.model;
-        let ps = mem.touch_id(
-            &m.placement,
-            &m.profile.transfer_ps,
-            cpu,
-            line,
-            home_pfn,
-            how,
-        );
-        if ps > 0 {
-            self.busy(id, ps);
-        }
-    }
-
     /// `id` touches the lines of one list operation, in order: the `struct page`s of `pfns`
     /// (`u32::MAX`: none) and, when `head` is not 0, the list head at that address homed on
     /// the first page's node; each an [`Touch::Access`]. Their prices are busy time, charged
