@@ -17,6 +17,10 @@ fn main() -> ExitCode {
     if let Some(code) = usermm_cli::cmd::usemem::busybox() {
         return code;
     }
+    // So is a link named `TEST_processes` or `TEST_threads` will-it-scale's binary.
+    if let Some(code) = usermm_cli::cmd::will_it_scale::busybox() {
+        return code;
+    }
     let cli = match cli::parse() {
         Ok(cli) => cli,
         Err(status) => return status,

@@ -83,11 +83,23 @@ struct VirtualCount {
     samples: RefCell<Vec<u64>>,
     /// With a shared CPU: when to give it up next.
     next_slice: Option<Cell<u64>>,
+    /// The clock at the last count, and how many counts in a row saw it.
+    still: Cell<(u64, u64)>,
 }
+
+/// Counts at one virtual instant after which a task is taken to make no progress
+/// ([`Stop::NoProgress`]): a million operations that cost nothing.
+const STILL_LIMIT: u64 = 1 << 20;
 
 impl VirtualCount {
     fn count(&self, n: u64) -> Result<(), Stop> {
         let now = clock::now().as_ns();
+        let (at, times) = self.still.get();
+        let times = if at == now { times + 1 } else { 0 };
+        if times >= STILL_LIMIT {
+            return Err(Stop::NoProgress);
+        }
+        self.still.set((now, times));
         let before = self.count.get();
         let mut samples = self.samples.borrow_mut();
         while now >= self.next.get() && samples.len() < self.periods {
@@ -405,6 +417,7 @@ where
                             periods: sched.periods,
                             samples: RefCell::new(Vec::with_capacity(sched.periods)),
                             next_slice: shared.then(|| Cell::new(t0)),
+                            still: Cell::new((t0, 0)),
                         })
                     } else {
                         Counter::Wall { slot, stop }

@@ -163,6 +163,7 @@ fn child_exit(stop: Stop) -> ! {
             eprintln!("Assertion `{what}' failed.");
             die_of_signal(libc_sig::SIGABRT)
         }
+        Stop::NoProgress => exit_process(1),
     }
 }
 

@@ -70,6 +70,9 @@ pub enum Stop {
     Signal { name: &'static str, detail: String },
     /// An `assert` of the C program failed: it would abort (`SIGABRT`).
     Assert(String),
+    /// In virtual time, the loop counted on and on without its clock moving: nothing it does
+    /// is priced, and it would never reach the run's end.
+    NoProgress,
 }
 
 impl std::fmt::Display for Stop {
@@ -78,6 +81,7 @@ impl std::fmt::Display for Stop {
             Stop::Done => write!(f, "done"),
             Stop::Signal { name, detail } => write!(f, "killed by {name} ({detail})"),
             Stop::Assert(what) => write!(f, "Assertion `{what}' failed (SIGABRT)"),
+            Stop::NoProgress => write!(f, "stopped: its loop takes no virtual time"),
         }
     }
 }
