@@ -215,6 +215,29 @@ impl Space {
         }
     }
 
+    /// This space's VMAs and their `Rss:` in kB, from `/proc/self/smaps`: those inside its
+    /// mappings, and the break's above its floor. Its own figures, which no other thread of
+    /// the process moves (the zero page is not in `Rss:`, as in the kernel's rss counters).
+    pub fn vmas_and_rss_kb(&self) -> (u64, u64) {
+        /// How far above the floor a VMA counts as this space's break's.
+        const BRK_REACH: u64 = 1 << 30;
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+        let maps = self.maps.borrow();
+        let (mut ours, mut vmas, mut kb) = (false, 0, 0);
+        for line in smaps.lines() {
+            let head = line.split_whitespace().next().unwrap_or("");
+            if let Some((a, _)) = head.split_once('-').filter(|_| !head.ends_with(':')) {
+                let a = u64::from_str_radix(a, 16).unwrap_or(0);
+                ours = maps.iter().any(|&(s, l)| s <= a && a < s + l)
+                    || (self.floor <= a && a < self.floor + BRK_REACH);
+                vmas += u64::from(ours);
+            } else if ours && head == "Rss:" {
+                kb += line[4..].trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+            }
+        }
+        (vmas, kb)
+    }
+
     /// One byte stored at `addr` (`c[i] = v`).
     pub fn write_u8(&self, addr: u64, v: u8) -> Result<(), Unmapped> {
         if !self.covers(addr, addr.saturating_add(1)) {
@@ -388,9 +411,25 @@ pub fn host_cores() -> Vec<Vec<usize>> {
     cores.into_iter().map(|(_, v)| v).collect()
 }
 
-/// This process's minor faults so far (`getrusage(RUSAGE_SELF).ru_minflt`).
-pub fn minor_faults() -> u64 {
-    sys::minflt()
+/// The calling thread's minor faults so far (`getrusage(RUSAGE_THREAD).ru_minflt`).
+pub fn thread_minor_faults() -> u64 {
+    // SAFETY: rusage is plain old data; all-zero is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage; on failure it stays zeroed.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    ru.ru_minflt.max(0) as u64
+}
+
+/// `/proc/vmstat`'s counters named `keys`, in order (0 for one it does not have).
+pub fn vmstat(keys: &[&str]) -> Vec<u64> {
+    let s = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
+    keys.iter()
+        .map(|k| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(k)?.strip_prefix(' ')?.trim().parse().ok())
+                .unwrap_or(0)
+        })
+        .collect()
 }
 
 /// The program break now (`sbrk(0)`).

@@ -152,11 +152,13 @@ fn fault_stop(f: usermm::Fault) -> Stop {
 }
 
 impl EngineTask<'_> {
-    fn cpu(&self) -> CpuId {
+    /// The emulated CPU the task runs on.
+    pub fn cpu(&self) -> CpuId {
         self.task.cpu()
     }
 
-    fn mm(&self) -> &Arc<Mm> {
+    /// The task's address space (its process's).
+    pub fn mm(&self) -> &Arc<Mm> {
         self.task.mm()
     }
 }

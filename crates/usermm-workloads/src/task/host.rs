@@ -105,6 +105,12 @@ impl Task for HostTask<'_> {
 }
 
 impl<'a> HostTask<'a> {
+    /// The VMAs of this task's mappings and break, and their rss in kB
+    /// (`usermm_host::task::Space::vmas_and_rss_kb`).
+    pub fn vmas_and_rss_kb(&self) -> (u64, u64) {
+        self.space.vmas_and_rss_kb()
+    }
+
     /// Task `index` counting into `slots` (its space made now: the break it finds is its floor).
     pub fn new(slots: &'a Slots, index: usize) -> Self {
         HostTask {

@@ -117,6 +117,80 @@ pub trait Task {
     fn count(&self, n: u64) -> Result<(), Stop>;
 }
 
+/// A task whose run ends after `limit` operations: `inner` with its own count, for a fixed
+/// number of iterations (a differential test, a benchmark's row) on any backend.
+#[derive(Debug)]
+pub struct Limited<'t, T: Task> {
+    pub inner: &'t T,
+    pub limit: u64,
+    done: std::cell::Cell<u64>,
+}
+
+impl<'t, T: Task> Limited<'t, T> {
+    pub fn new(inner: &'t T, limit: u64) -> Self {
+        Limited {
+            inner,
+            limit,
+            done: std::cell::Cell::new(0),
+        }
+    }
+}
+
+impl<T: Task> Task for Limited<'_, T> {
+    type File = T::File;
+    fn index(&self) -> usize {
+        self.inner.index()
+    }
+    fn mmap(&self, len: u64, prot: u32, flags: u32, f: Option<&T::File>) -> Result<u64, Errno> {
+        self.inner.mmap(len, prot, flags, f)
+    }
+    fn munmap(&self, addr: u64, len: u64) -> Result<(), Errno> {
+        self.inner.munmap(addr, len)
+    }
+    fn mprotect(&self, addr: u64, len: u64, prot: u32) -> Result<(), Errno> {
+        self.inner.mprotect(addr, len, prot)
+    }
+    fn madvise(&self, addr: u64, len: u64, advice: i32) -> Result<(), Errno> {
+        self.inner.madvise(addr, len, advice)
+    }
+    fn brk(&self, addr: u64) -> Result<(), Errno> {
+        self.inner.brk(addr)
+    }
+    fn sbrk(&self, incr: i64) -> Result<u64, Errno> {
+        self.inner.sbrk(incr)
+    }
+    fn malloc(&self, len: u64) -> Result<u64, Errno> {
+        self.inner.malloc(len)
+    }
+    fn free(&self, addr: u64) {
+        self.inner.free(addr)
+    }
+    fn tmpfile(&self, size: u64) -> Result<T::File, Errno> {
+        self.inner.tmpfile(size)
+    }
+    fn write_u8(&self, addr: u64, v: u8) -> Result<(), Stop> {
+        self.inner.write_u8(addr, v)
+    }
+    fn read_u8(&self, addr: u64) -> Result<u8, Stop> {
+        self.inner.read_u8(addr)
+    }
+    fn write_u64(&self, addr: u64, v: u64) -> Result<(), Stop> {
+        self.inner.write_u64(addr, v)
+    }
+    fn read_u64(&self, addr: u64) -> Result<u64, Stop> {
+        self.inner.read_u64(addr)
+    }
+    /// Counts toward the limit (the inner task does not count them).
+    fn count(&self, n: u64) -> Result<(), Stop> {
+        self.done.set(self.done.get() + n);
+        if self.done.get() >= self.limit {
+            Err(Stop::Done)
+        } else {
+            Ok(())
+        }
+    }
+}
+
 /// How the tasks share address spaces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
