@@ -124,14 +124,19 @@ pub fn loadavg_1min() -> Option<f64> {
 /// steal + guest + guest_nice (will-it-scale's `runtest.py` splits it so).
 pub fn cpu_idle_busy() -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat.lines().find(|l| l.split_whitespace().next() == Some("cpu"))?;
+    let line = stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("cpu"))?;
     let v: Vec<u64> = line
         .split_whitespace()
         .skip(1)
         .map(|x| x.parse().unwrap_or(0))
         .collect();
     let f = |i: usize| v.get(i).copied().unwrap_or(0);
-    Some((f(3) + f(4), f(0) + f(1) + f(2) + f(5) + f(6) + f(7) + f(8) + f(9)))
+    Some((
+        f(3) + f(4),
+        f(0) + f(1) + f(2) + f(5) + f(6) + f(7) + f(8) + f(9),
+    ))
 }
 
 /// `RLIMIT_MEMLOCK`'s soft limit, bytes (`u64::MAX`: unlimited).

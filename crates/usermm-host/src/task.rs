@@ -53,8 +53,7 @@ impl TmpFile {
         // SAFETY: unlinking the path we just created; the open file stays.
         unsafe { libc::unlink(template.as_ptr().cast()) };
         // SAFETY: ftruncate on our own descriptor.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), size.min(i64::MAX as u64) as libc::off_t) }
-            != 0
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), size.min(i64::MAX as u64) as libc::off_t) } != 0
         {
             return Err(sys::errno());
         }
@@ -99,7 +98,13 @@ impl Space {
 
     /// `mmap(NULL, len, prot, flags, fd or -1, 0)` (`MAP_FIXED` is refused: nothing existing
     /// may be replaced).
-    pub fn mmap(&self, len: u64, prot: u32, flags: u32, file: Option<&TmpFile>) -> Result<u64, i32> {
+    pub fn mmap(
+        &self,
+        len: u64,
+        prot: u32,
+        flags: u32,
+        file: Option<&TmpFile>,
+    ) -> Result<u64, i32> {
         if flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE) as u32 != 0 {
             return Err(libc::EINVAL);
         }
@@ -113,7 +118,12 @@ impl Space {
     /// `munmap(addr, len)` of (part of) a mapping made here; anything else is `EINVAL`.
     pub fn munmap(&self, addr: u64, len: u64) -> Result<(), i32> {
         let end = addr.saturating_add(len);
-        if !self.maps.borrow().iter().any(|&(s, l)| s <= addr && end <= s + l) {
+        if !self
+            .maps
+            .borrow()
+            .iter()
+            .any(|&(s, l)| s <= addr && end <= s + l)
+        {
             return Err(libc::EINVAL);
         }
         // SAFETY: the range lies in one of this space's mappings: it holds no Rust object.
@@ -141,7 +151,12 @@ impl Space {
     /// kernel's answer for an unmapped range).
     fn ours(&self, addr: u64, len: u64) -> Result<(), i32> {
         let end = addr.saturating_add(len);
-        if self.maps.borrow().iter().any(|&(s, l)| s <= addr && end <= s + l) {
+        if self
+            .maps
+            .borrow()
+            .iter()
+            .any(|&(s, l)| s <= addr && end <= s + l)
+        {
             Ok(())
         } else {
             Err(libc::ENOMEM)
@@ -232,7 +247,12 @@ impl Space {
                     || (self.floor <= a && a < self.floor + BRK_REACH);
                 vmas += u64::from(ours);
             } else if ours && head == "Rss:" {
-                kb += line[4..].trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+                kb += line[4..]
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse()
+                    .unwrap_or(0);
             }
         }
         (vmas, kb)

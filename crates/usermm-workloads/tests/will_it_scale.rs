@@ -52,7 +52,12 @@ fn small(t: Test) -> Option<u64> {
 
 #[test]
 fn virtual_runs_are_deterministic_and_print_main_cs_lines() {
-    let p = params(4, Mode::Threads, Duration::from_micros(200), small(Test::PageFault1));
+    let p = params(
+        4,
+        Mode::Threads,
+        Duration::from_micros(200),
+        small(Test::PageFault1),
+    );
     let go = || {
         let m = machine(72, Some("haswell-ep-2s"));
         let mut text = String::new();
@@ -84,7 +89,9 @@ fn virtual_runs_are_deterministic_and_print_main_cs_lines() {
     let vm = rec.vmstat.as_ref().unwrap();
     assert!(vm["pgfault"] > 0);
     let locks = rec.lock_stat.as_ref().unwrap();
-    assert!(locks.iter().any(|l| l.class == "mmap_lock" && l.acquisitions > 0));
+    assert!(locks
+        .iter()
+        .any(|l| l.class == "mmap_lock" && l.acquisitions > 0));
 }
 
 #[test]
@@ -96,7 +103,12 @@ fn every_test_runs_in_both_modes_on_both_clocks() {
             if t.virtual_refusal().is_none() {
                 let p = params(3, mode, Duration::from_micros(100), small(t));
                 let r = run(t, Backend::Engine(&virt), &p, &mut |_| {}).unwrap();
-                assert!(r.average.unwrap() > 0, "{} {mode:?}: {:?}", t.name(), r.lines);
+                assert!(
+                    r.average.unwrap() > 0,
+                    "{} {mode:?}: {:?}",
+                    t.name(),
+                    r.lines
+                );
                 assert!(r.stops.iter().all(|s| s == "done"), "{:?}", r.stops);
             }
             let mut p = params(2, mode, Duration::from_millis(5), small(t));
@@ -115,7 +127,10 @@ fn malloc2_is_refused_in_virtual_time() {
     let m = machine(4, Some("haswell-ep-2s"));
     let p = params(1, Mode::Processes, Duration::from_micros(100), None);
     let e = run(Test::Malloc2, Backend::Engine(&m), &p, &mut |_| {}).unwrap_err();
-    assert!(matches!(e, WisError::Usage(ref s) if s.contains("no system call")), "{e}");
+    assert!(
+        matches!(e, WisError::Usage(ref s) if s.contains("no system call")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -124,7 +139,11 @@ fn a_loop_that_takes_no_virtual_time_stops_with_the_reason() {
     let m = machine(2, Some("haswell-ep-2s"));
     let p = params(1, Mode::Processes, Duration::from_micros(100), Some(1024));
     let r = run(Test::Malloc1, Backend::Engine(&m), &p, &mut |_| {}).unwrap();
-    assert!(r.stops[0].contains("takes no virtual time"), "{:?}", r.stops);
+    assert!(
+        r.stops[0].contains("takes no virtual time"),
+        "{:?}",
+        r.stops
+    );
     assert_eq!(r.average, Some(0));
 }
 
@@ -143,12 +162,25 @@ fn tasks_beyond_the_cpus_take_turns() {
 #[test]
 fn runtest_walks_tasks_in_both_modes() {
     let m = machine(8, Some("haswell-ep-2s"));
-    let base = params(1, Mode::Processes, Duration::from_micros(100), Some(64 << 10));
-    let (rows, recs) = runtest(Test::Mmap1, Backend::Engine(&m), &[1, 2], &base, &mut |_| {})
-        .unwrap();
+    let base = params(
+        1,
+        Mode::Processes,
+        Duration::from_micros(100),
+        Some(64 << 10),
+    );
+    let (rows, recs) = runtest(
+        Test::Mmap1,
+        Backend::Engine(&m),
+        &[1, 2],
+        &base,
+        &mut |_| {},
+    )
+    .unwrap();
     assert_eq!(recs.len(), 4);
     assert_eq!(rows[0].linear, rows[0].processes.max(rows[0].threads));
     assert_eq!(rows[1].linear, 2 * rows[0].linear);
     let csv = runtest_csv(&rows);
-    assert!(csv.starts_with("tasks,processes,processes_idle,threads,threads_idle,linear\n0,0,100,0,100,0\n1,"));
+    assert!(csv.starts_with(
+        "tasks,processes,processes_idle,threads,threads_idle,linear\n0,0,100,0,100,0\n1,"
+    ));
 }

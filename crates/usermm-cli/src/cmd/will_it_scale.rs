@@ -54,7 +54,12 @@ pub struct WillItScaleArgs {
     #[arg(value_name = "TEST")]
     pub test: String,
     /// Tasks (will-it-scale's -t); a comma-separated list walks them as runtest.py does.
-    #[arg(short = 't', long = "tasks", value_name = "N[,N...]", default_value = "1")]
+    #[arg(
+        short = 't',
+        long = "tasks",
+        value_name = "N[,N...]",
+        default_value = "1"
+    )]
     pub tasks: String,
     /// Measured periods after the six of warm-up (will-it-scale's -s).
     #[arg(short = 's', long = "seconds", value_name = "N", default_value_t = 5)]
@@ -91,7 +96,9 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     let (num, unit) = s
         .find(|c: char| !c.is_ascii_digit())
         .map_or((s, "s"), |i| s.split_at(i));
-    let n: u64 = num.parse().map_err(|_| format!("`{s}`: expected e.g. 10ms, 1s"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}`: expected e.g. 10ms, 1s"))?;
     let d = match unit {
         "s" => Duration::from_secs(n),
         "ms" => Duration::from_millis(n),
@@ -273,10 +280,9 @@ fn atoi(s: &str) -> i64 {
         Some(b'+') => (false, &t[1..]),
         _ => (false, t),
     };
-    let n = d
-        .bytes()
-        .take_while(u8::is_ascii_digit)
-        .fold(0i64, |n, b| n.saturating_mul(10).saturating_add(i64::from(b - b'0')));
+    let n = d.bytes().take_while(u8::is_ascii_digit).fold(0i64, |n, b| {
+        n.saturating_mul(10).saturating_add(i64::from(b - b'0'))
+    });
     if neg {
         -n
     } else {
@@ -394,7 +400,10 @@ pub fn link_command(
 pub fn busybox() -> Option<ExitCode> {
     let mut argv = std::env::args_os();
     let argv0: OsString = argv.next()?;
-    let base = std::path::Path::new(&argv0).file_name()?.to_str()?.to_string();
+    let base = std::path::Path::new(&argv0)
+        .file_name()?
+        .to_str()?
+        .to_string();
     let test = base
         .strip_suffix("_processes")
         .or_else(|| base.strip_suffix("_threads"))?;
@@ -437,8 +446,7 @@ mod test {
     #[test]
     fn links_read_main_cs_options() {
         let none = |_: &str| None;
-        let cmd = link_command("page_fault1_processes", &["-t".into(), "2".into()], none)
-            .unwrap();
+        let cmd = link_command("page_fault1_processes", &["-t".into(), "2".into()], none).unwrap();
         assert_eq!(
             cmd[2..],
             ["page_fault1", "--processes", "-t", "2", "-s", "0"]

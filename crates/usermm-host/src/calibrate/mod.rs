@@ -39,8 +39,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::HostError;
 use crate::ops::{HPAGE_SIZE, PAGE_SIZE};
 
-pub use system::{CacheLevel, SystemInfo};
 pub(crate) use system::parse_cpu_list;
+pub use system::{CacheLevel, SystemInfo};
 
 /// The record's format version (bump when a field changes meaning).
 pub const FORMAT: u32 = 1;

@@ -68,7 +68,10 @@ enum Counter<'a> {
     /// Not counted (the parent's own allocation).
     None,
     /// The sampler reads `slot`; `stop` ends the run.
-    Wall { slot: &'a AtomicU64, stop: &'a AtomicBool },
+    Wall {
+        slot: &'a AtomicU64,
+        stop: &'a AtomicBool,
+    },
     /// The task samples itself on its virtual clock.
     Virtual(VirtualCount),
 }
@@ -447,7 +450,10 @@ where
         }
         let joined: Vec<(Stop, Vec<u64>)> = handles
             .into_iter()
-            .map(|h| h.join().unwrap_or((Stop::Assert("the task panicked".into()), Vec::new())))
+            .map(|h| {
+                h.join()
+                    .unwrap_or((Stop::Assert("the task panicked".into()), Vec::new()))
+            })
             .collect();
         joined
     });
@@ -460,7 +466,12 @@ where
     // sampler has handed them over already).
     let periods = if virt { sched.periods } else { 0 };
     let rows = (0..periods)
-        .map(|k| joined.iter().map(|(_, v)| v.get(k).copied().unwrap_or(0)).collect())
+        .map(|k| {
+            joined
+                .iter()
+                .map(|(_, v)| v.get(k).copied().unwrap_or(0))
+                .collect()
+        })
         .collect();
     Ok((rows, joined.into_iter().map(|(s, _)| s).collect()))
 }

@@ -150,10 +150,7 @@ where
         Mode::Processes => run_processes(launch, &cpusets, &slots, &body, on_sample)?,
         Mode::Threads => run_threads(launch, &cpusets, &slots, &body, on_sample),
     };
-    Ok(HostOut {
-        stops,
-        cpusets,
-    })
+    Ok(HostOut { stops, cpusets })
 }
 
 /// A child's end: its body's stop made real.

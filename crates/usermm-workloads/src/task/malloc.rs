@@ -123,7 +123,12 @@ impl Malloc {
         let nb = request2size(len);
         if nb >= self.threshold {
             let size = align_up(nb + SIZE_SZ, PAGE);
-            let p = t.mmap(size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None)?;
+            let p = t.mmap(
+                size,
+                PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS,
+                None,
+            )?;
             t.write_u64(p + SIZE_SZ, size | IS_MMAPPED)
                 .map_err(|_| 14)?;
             self.mmapped.insert(p + 2 * SIZE_SZ, size);
@@ -165,8 +170,7 @@ impl Malloc {
         }
         let c = self.top;
         self.top += nb;
-        t.write_u64(c + SIZE_SZ, nb | PREV_INUSE)
-            .map_err(|_| 14)?;
+        t.write_u64(c + SIZE_SZ, nb | PREV_INUSE).map_err(|_| 14)?;
         t.write_u64(self.top + SIZE_SZ, (self.top_end - self.top) | PREV_INUSE)
             .map_err(|_| 14)?;
         Ok(c)

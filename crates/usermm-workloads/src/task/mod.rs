@@ -94,8 +94,13 @@ pub trait Task {
     /// This task's number, from 0 (will-it-scale's `nr`).
     fn index(&self) -> usize;
     /// `mmap(NULL, len, prot, flags, file or -1, 0)`.
-    fn mmap(&self, len: u64, prot: u32, flags: u32, file: Option<&Self::File>)
-        -> Result<u64, Errno>;
+    fn mmap(
+        &self,
+        len: u64,
+        prot: u32,
+        flags: u32,
+        file: Option<&Self::File>,
+    ) -> Result<u64, Errno>;
     fn munmap(&self, addr: u64, len: u64) -> Result<(), Errno>;
     fn mprotect(&self, addr: u64, len: u64, prot: u32) -> Result<(), Errno>;
     fn madvise(&self, addr: u64, len: u64, advice: i32) -> Result<(), Errno>;
@@ -303,7 +308,9 @@ mod test {
         assert_eq!(cpus, [0, 1, 2, 3, 0]);
         assert_eq!(bind_set(3, &cores, Affinity::Cores), [1, 3]);
         // -m: hardware threads in hwloc's order, a core's siblings together.
-        let pus: Vec<usize> = (0..4).map(|i| engine_cpu(i, &cores, Affinity::Pus)).collect();
+        let pus: Vec<usize> = (0..4)
+            .map(|i| engine_cpu(i, &cores, Affinity::Pus))
+            .collect();
         assert_eq!(pus, [0, 2, 1, 3]);
         assert!(bind_set(0, &cores, Affinity::None).is_empty());
     }

@@ -78,21 +78,56 @@ const REFUSED: &[(&[&str], &str)] = &[
     ),
     (
         &[
-            "read1", "read2", "read3", "read4", "pread1", "pread2", "pread3", "write1", "pwrite1",
-            "pwrite2", "pwrite3", "lseek1", "lseek2", "readseek1", "readseek2", "readseek3",
-            "writeseek1", "writeseek2", "writeseek3", "fallocate1", "fallocate2",
+            "read1",
+            "read2",
+            "read3",
+            "read4",
+            "pread1",
+            "pread2",
+            "pread3",
+            "write1",
+            "pwrite1",
+            "pwrite2",
+            "pwrite3",
+            "lseek1",
+            "lseek2",
+            "readseek1",
+            "readseek2",
+            "readseek3",
+            "writeseek1",
+            "writeseek2",
+            "writeseek3",
+            "fallocate1",
+            "fallocate2",
         ],
         "a file system and its page cache: the engine has neither",
     ),
     (
-        &["open1", "open2", "open3", "unlink1", "unlink2", "dup1", "lock1", "lock2"],
+        &[
+            "open1", "open2", "open3", "unlink1", "unlink2", "dup1", "lock1", "lock2",
+        ],
         "a file system (open files, directories, file locks): the engine has none",
     ),
     (
         &[
-            "context_switch1", "eventfd1", "futex1", "futex2", "futex3", "futex4", "getppid1",
-            "pipe1", "poll1", "poll2", "posix_semaphore1", "pthread_mutex1", "pthread_mutex2",
-            "pthread_mutex3", "pthread_mutex4", "pthread_mutex5", "sched_yield", "signal1",
+            "context_switch1",
+            "eventfd1",
+            "futex1",
+            "futex2",
+            "futex3",
+            "futex4",
+            "getppid1",
+            "pipe1",
+            "poll1",
+            "poll2",
+            "posix_semaphore1",
+            "pthread_mutex1",
+            "pthread_mutex2",
+            "pthread_mutex3",
+            "pthread_mutex4",
+            "pthread_mutex5",
+            "sched_yield",
+            "signal1",
             "unix1",
         ],
         "the scheduler, IPC or signals: not memory management, the engine does not model them",
@@ -276,7 +311,11 @@ mod test {
         }
         let e = Test::parse("page_fault2").unwrap_err();
         assert!(e.starts_with("page_fault2: needs a file page cache"), "{e}");
-        assert!(Test::parse("futex1").unwrap_err().contains("not memory management"));
-        assert!(Test::parse("nope").unwrap_err().contains("not a will-it-scale test"));
+        assert!(Test::parse("futex1")
+            .unwrap_err()
+            .contains("not memory management"));
+        assert!(Test::parse("nope")
+            .unwrap_err()
+            .contains("not a will-it-scale test"));
     }
 }

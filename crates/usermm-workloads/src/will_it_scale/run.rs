@@ -221,7 +221,11 @@ pub fn run(
         lines: Vec::with_capacity(periods.min(1024)),
         per_task: Vec::with_capacity(periods.min(1024)),
         total: 0,
-        scale: if virt { (1_000_000_000, period_ns) } else { (1, 1) },
+        scale: if virt {
+            (1_000_000_000, period_ns)
+        } else {
+            (1, 1)
+        },
         params: *params,
         out,
     };
@@ -276,8 +280,8 @@ pub fn run(
             rec.stops = o.stops;
         }
     }
-    rec.average = (params.seconds > 0 && s.lines.len() == periods)
-        .then(|| s.total / params.seconds as u64);
+    rec.average =
+        (params.seconds > 0 && s.lines.len() == periods).then(|| s.total / params.seconds as u64);
     rec.lines = s.lines;
     rec.per_task = s.per_task;
     Ok(rec)
