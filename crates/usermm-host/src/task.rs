@@ -383,11 +383,9 @@ impl Drop for Slots {
 pub fn bind_to_cpus(cpus: &[usize]) -> Result<(), i32> {
     // SAFETY: cpu_set_t is plain old data; all-zero is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in cpus {
-        // SAFETY: the index is checked against CPU_SETSIZE, the set's size.
-        if c < libc::CPU_SETSIZE as usize {
-            unsafe { libc::CPU_SET(c, &mut set) };
-        }
+    for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+        // SAFETY: the index is below CPU_SETSIZE, the set's size.
+        unsafe { libc::CPU_SET(c, &mut set) };
     }
     // SAFETY: `set` is a valid cpu_set_t of the size passed.
     let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };

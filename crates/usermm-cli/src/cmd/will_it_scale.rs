@@ -303,8 +303,7 @@ fn parse_main_c(args: &[String]) -> Option<(i64, i64, bool, bool, bool)> {
         let Some(flags) = a.strip_prefix('-').filter(|f| !f.is_empty()) else {
             break;
         };
-        let mut chars = flags.char_indices();
-        while let Some((k, c)) = chars.next() {
+        for (k, c) in flags.char_indices() {
             match c {
                 'm' => m = true,
                 'n' => n = true,
@@ -364,18 +363,17 @@ fn flags_from_env(get: impl Fn(&str) -> Option<String>) -> Vec<String> {
     v
 }
 
-/// The command line a link `TEST_MODE` with `main.c`'s `args` stands for (`Err`: its usage).
+/// The command line a link `TEST_MODE` with `main.c`'s `args` stands for (`None`: its usage).
 pub fn link_command(
     name: &str,
     args: &[String],
     env: impl Fn(&str) -> Option<String>,
-) -> Result<Vec<String>, ()> {
+) -> Option<Vec<String>> {
     let (test, mode) = name
         .strip_suffix("_processes")
         .map(|t| (t, "--processes"))
-        .or_else(|| name.strip_suffix("_threads").map(|t| (t, "--threads")))
-        .ok_or(())?;
-    let (t, s, m, n, v) = parse_main_c(args).ok_or(())?;
+        .or_else(|| name.strip_suffix("_threads").map(|t| (t, "--threads")))?;
+    let (t, s, m, n, v) = parse_main_c(args)?;
     let mut cmd = vec![
         "usermm".to_string(),
         "will-it-scale".into(),
@@ -392,7 +390,7 @@ pub fn link_command(
         }
     }
     cmd.extend(flags_from_env(env));
-    Ok(cmd)
+    Some(cmd)
 }
 
 /// Invoked as `TEST_processes` or `TEST_threads` (a link or a copy so named) for a
@@ -413,8 +411,8 @@ pub fn busybox() -> Option<ExitCode> {
     }
     let args: Vec<String> = argv.map(|a| a.to_string_lossy().into_owned()).collect();
     let cmd = match link_command(&base, &args, |k| std::env::var(k).ok()) {
-        Ok(c) => c,
-        Err(()) => return Some(link_usage(&argv0.to_string_lossy())),
+        Some(c) => c,
+        None => return Some(link_usage(&argv0.to_string_lossy())),
     };
     if let Some(t) = cmd.get(5).and_then(|t| t.parse::<i64>().ok()) {
         if t > MAX_TASKS as i64 {
@@ -459,7 +457,7 @@ mod test {
         );
         let bad = |a: &[&str]| {
             let a: Vec<String> = a.iter().map(|s| s.to_string()).collect();
-            link_command("mmap1_threads", &a, none).is_err()
+            link_command("mmap1_threads", &a, none).is_none()
         };
         assert!(bad(&["-x"]) && bad(&["-m", "-n"]) && bad(&["extra"]) && bad(&["-t"]));
         assert!(!bad(&["-t", "abc"]), "atoi reads 0");

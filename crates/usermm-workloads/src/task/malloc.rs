@@ -38,6 +38,9 @@ use usermm::mm::mman::{
 use super::{Errno, Task};
 
 const PAGE: u64 = 4096;
+/// What a failed allocation returns; a header write the engine cannot fault in (its OOM)
+/// fails the allocation too.
+const ENOMEM: Errno = 12;
 const SIZE_SZ: u64 = 8;
 const MALLOC_ALIGNMENT: u64 = 16;
 const MINSIZE: u64 = 32;
@@ -118,7 +121,7 @@ impl Malloc {
         if !self.tcache_made {
             // tcache_init: the thread's first allocation is its tcache.
             self.tcache_made = true;
-            self.from_arena(t, request2size(TCACHE_STRUCT))?;
+            self.cut_from_top(t, request2size(TCACHE_STRUCT))?;
         }
         let nb = request2size(len);
         if nb >= self.threshold {
@@ -130,17 +133,17 @@ impl Malloc {
                 None,
             )?;
             t.write_u64(p + SIZE_SZ, size | IS_MMAPPED)
-                .map_err(|_| 14)?;
+                .map_err(|_| ENOMEM)?;
             self.mmapped.insert(p + 2 * SIZE_SZ, size);
             return Ok(p + 2 * SIZE_SZ);
         }
         if let Some(c) = self.free.get_mut(&nb).and_then(Vec::pop) {
             // tcache_get: the entry's key is cleared.
-            t.write_u64(c + 3 * SIZE_SZ, 0).map_err(|_| 14)?;
+            t.write_u64(c + 3 * SIZE_SZ, 0).map_err(|_| ENOMEM)?;
             self.in_use.insert(c + 2 * SIZE_SZ, nb);
             return Ok(c + 2 * SIZE_SZ);
         }
-        let c = self.from_arena(t, nb)?;
+        let c = self.cut_from_top(t, nb)?;
         self.in_use.insert(c + 2 * SIZE_SZ, nb);
         Ok(c + 2 * SIZE_SZ)
     }
@@ -161,7 +164,7 @@ impl Malloc {
     }
 
     /// Cut a chunk of `nb` bytes from the top, growing the arena first if needed; the chunk.
-    fn from_arena<T: Task + ?Sized>(&mut self, t: &T, nb: u64) -> Result<u64, Errno> {
+    fn cut_from_top<T: Task + ?Sized>(&mut self, t: &T, nb: u64) -> Result<u64, Errno> {
         if self.top_end.saturating_sub(self.top) < nb + MINSIZE {
             match self.arena {
                 Arena::Main => self.grow_main(t, nb)?,
@@ -170,9 +173,10 @@ impl Malloc {
         }
         let c = self.top;
         self.top += nb;
-        t.write_u64(c + SIZE_SZ, nb | PREV_INUSE).map_err(|_| 14)?;
+        t.write_u64(c + SIZE_SZ, nb | PREV_INUSE)
+            .map_err(|_| ENOMEM)?;
         t.write_u64(self.top + SIZE_SZ, (self.top_end - self.top) | PREV_INUSE)
-            .map_err(|_| 14)?;
+            .map_err(|_| ENOMEM)?;
         Ok(c)
     }
 
@@ -212,7 +216,7 @@ impl Malloc {
             t.munmap(p2 + HEAP_MAX, HEAP_MAX - (p2 - p1))?;
             t.mprotect(p2, size, rw)?;
             // The heap_info and the arena's malloc_state are written at the heap's start.
-            t.write_u64(p2, 0).map_err(|_| 14)?;
+            t.write_u64(p2, 0).map_err(|_| ENOMEM)?;
             self.heap = (p2, p2 + HEAP_MAX);
             self.top = align_up(p2 + ARENA_HEADER, MALLOC_ALIGNMENT);
             self.top_end = p2 + size;
@@ -220,7 +224,7 @@ impl Malloc {
         }
         let need = align_up(nb + MINSIZE + TOP_PAD, PAGE);
         if self.top_end + need > self.heap.1 {
-            return Err(12);
+            return Err(ENOMEM);
         }
         t.mprotect(self.top_end, need, PROT_READ | PROT_WRITE)?;
         self.top_end += need;
