@@ -630,13 +630,13 @@ impl PipeGate {
     }
 }
 
-/// Append `pid` and a newline to `path` (usemem's `update_pid_file`).
+/// Append `pid` and a newline to `path` (usemem's `update_pid_file`): one `write` of the
+/// whole line, as usemem's `fprintf` + `fclose` of an `"a"` stream makes, so that workers
+/// appending at once never interleave within a line. Unlike usemem's `fopen`, a link at
+/// `path` is not followed (`ELOOP`) and only a regular file is written
+/// ([`crate::files::append_once`]).
 pub fn append_pid(path: &str, pid: i32) -> std::io::Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(path)?;
-    writeln!(f, "{pid}")
+    crate::files::append_once(std::path::Path::new(path), format!("{pid}\n").as_bytes())
 }
 
 /// `gettimeofday` in µs.

@@ -332,7 +332,7 @@ pub fn busybox() -> Option<ExitCode> {
                         .join(" ")
                 )
             );
-            if e.downcast_ref::<UsageError>().is_some() {
+            if crate::args::is_usage_error(&e) {
                 2
             } else {
                 1
@@ -376,6 +376,12 @@ fn run_usemem(
     let quiet_notes = link && !env_on(NOTES_VAR);
     let posixly = std::env::var_os("POSIXLY_CORRECT").is_some();
     let opts = preview(args);
+    if let Some(pf) = opts.pid_file.as_ref().filter(|_| opts.detach) {
+        // usemem appends to it only at -d's detach, after the work: a link or a device there
+        // is refused now, in one line (`append_pid` refuses it again when it writes).
+        let path = std::path::Path::new(pf);
+        usermm_host::files::check_output(&format!("usemem: -p {pf}"), path)?;
+    }
     if own.host {
         let t = &own.engine.time;
         if t.is_virtual() || t.profile.is_some() || !t.scale_cost.is_empty() {
