@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use usermm_host::calibrate::{self, CalibrateOpts, HostCalibration, Sizes, MIN_REPEAT};
+use usermm_host::files;
 
 use crate::args::{usage, GlobalArgs};
 use crate::report::{Progress, Table};
@@ -42,9 +43,8 @@ pub fn run(args: &CalibrateArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     }
     check_out(&args.out)?;
     if let Some(from) = &args.from {
-        let text = std::fs::read_to_string(from)
-            .map_err(|e| anyhow::anyhow!("calibrate: cannot read {}: {e}", from.display()))?;
-        let record: HostCalibration = match serde_json::from_str(&text) {
+        let text = files::read_regular(&files::label("calibrate: --from", from), from)?;
+        let record: HostCalibration = match serde_json::from_slice(&text) {
             Ok(r) => r,
             Err(e) => {
                 return usage(format!(
@@ -56,8 +56,7 @@ pub fn run(args: &CalibrateArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         let profile = usermm_workloads::calibrate::this_host_profile(&record);
         usermm::vtime::Profile::from_toml_str(&profile, &args.out.display().to_string())
             .map_err(|e| anyhow::anyhow!("calibrate: the profile derived does not load: {e}"))?;
-        std::fs::write(&args.out, &profile)
-            .map_err(|e| anyhow::anyhow!("calibrate: cannot write {}: {e}", args.out.display()))?;
+        write_profile(&args.out, &profile)?;
         return super::emit(g, &record, |r| render(r, &args.out));
     }
     let opts = CalibrateOpts {
@@ -93,13 +92,19 @@ pub(crate) fn measure_and_write(
     bar.finish();
     let record = record.map_err(|e| anyhow::anyhow!("calibrate: {e}"))?;
     let profile = usermm_workloads::calibrate::this_host_profile(&record);
-    std::fs::write(out, &profile)
-        .map_err(|e| anyhow::anyhow!("calibrate: cannot write {}: {e}", out.display()))?;
+    write_profile(out, &profile)?;
     Ok((record, profile))
 }
 
-/// `--out` must name a file in a directory that exists (checked before the minutes of
-/// measuring).
+/// The profile written whole to `out` (a new file renamed over it: never truncated in
+/// place, never through a link).
+fn write_profile(out: &Path, profile: &str) -> anyhow::Result<()> {
+    let label = files::label("calibrate: --out", out);
+    Ok(files::write_atomic(&label, out, profile.as_bytes())?)
+}
+
+/// `--out` must name a regular file or nothing, not through a link, in a directory that
+/// exists (checked before the minutes of measuring).
 fn check_out(out: &Path) -> anyhow::Result<()> {
     if out.as_os_str().is_empty() || out.is_dir() {
         return usage(format!(
@@ -107,10 +112,8 @@ fn check_out(out: &Path) -> anyhow::Result<()> {
             out.display()
         ));
     }
-    let dir = match out.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    files::check_output(&files::label("calibrate: --out", out), out)?;
+    let dir = files::parent(out);
     if !dir.is_dir() {
         return usage(format!(
             "calibrate: --out {}: directory {} does not exist",

@@ -227,9 +227,8 @@ pub fn open_locked(label: &str, path: &Path, append: bool) -> Result<File> {
     match crate::try_lock_exclusive(&file) {
         Ok(true) => Ok(file),
         Ok(false) => Err(FileError::Refused(format!(
-            "{label}: another usermm run is writing it (it holds the lock on {}); wait for it \
-             to end, or name another",
-            path.display()
+            "{label}: another usermm run holds it locked (it is writing there); wait for it to \
+             end, or name another"
         ))),
         Err(e) => Err(io_err(label, e)),
     }
