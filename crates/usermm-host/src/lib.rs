@@ -70,4 +70,4 @@ pub mod usemem;
 
 pub use backend::HostBackend;
 pub use error::HostError;
-pub use sys::{process_cpu_ns, try_lock_exclusive};
+pub use sys::{die_with_parent, process_cpu_ns, try_lock_exclusive};

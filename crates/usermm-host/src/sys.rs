@@ -644,6 +644,30 @@ pub(crate) fn read_small_file(path: &CStr, buf: &mut [u8]) -> Result<usize, i32>
     Ok(have)
 }
 
+/// Make the child that `cmd` spawns (and `exec`s) get SIGTERM when this process dies, and
+/// end at once if it died before the child could ask (`prctl(PR_SET_PDEATHSIG)`): a sweep's
+/// points must not run on, orphaned, after a Ctrl-C, a `kill` or a crash of the sweep. The
+/// signal comes when the *thread* that spawned the child ends, so spawn from a thread that
+/// waits for it.
+pub fn die_with_parent(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the hook runs in the child between fork and exec, where only async-signal-safe
+    // calls are allowed: prctl, getppid and _exit are, and it touches only its copied pid.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        })
+    };
+}
+
 /// `flock(fd, LOCK_EX | LOCK_NB)` on `file`: `Ok(true)` when this open file now holds the
 /// exclusive advisory lock (released when it is closed), `Ok(false)` when another holds it.
 /// (`File::try_lock` needs Rust 1.89; the workspace's MSRV is older.)

@@ -11,6 +11,10 @@
 //! profile that does not load): every point would share it, so the sweep stops taking points
 //! and reports it as a usage error. Any other failure is that point's alone: it is reported,
 //! writes no line (so the next run tries it again) and the others go on.
+//!
+//! A child is told to end with the sweep (`usermm_host::die_with_parent`: SIGTERM when the
+//! worker thread that started it ends, as it does when the sweep dies): after a Ctrl-C or a
+//! `kill` of the sweep no point runs on, orphaned, writing reports nobody reads.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -106,12 +110,14 @@ fn child_error(stderr: &[u8], status: std::process::ExitStatus) -> String {
 }
 
 fn run_one(opts: &RunOptions, p: &Point) -> Outcome {
-    let out = Command::new(&opts.exe)
-        .arg("--json")
+    let mut cmd = Command::new(&opts.exe);
+    cmd.arg("--json")
         .args(&p.args)
         .current_dir(&opts.cwd)
-        .stdin(Stdio::null())
-        .output();
+        .stdin(Stdio::null());
+    // A point ends with the sweep (only the sweep writes its line: an orphan's work is lost).
+    usermm_host::die_with_parent(&mut cmd);
+    let out = cmd.output();
     let out = match out {
         Ok(o) => o,
         Err(e) => {
