@@ -231,8 +231,8 @@ fn fixture() -> PathBuf {
 }
 
 /// Item 3: `calibrate --out` wrote through a link and rewrote a file in place. It now
-/// refuses a link, a device and a FIFO, and replaces a file by a new one (an old hard link
-/// keeps the old bytes: nothing was truncated).
+/// refuses a link, a device, a FIFO and a file it did not write, and replaces a profile it
+/// wrote by a new file (an old hard link keeps the old bytes: nothing was truncated).
 #[test]
 fn calibrate_out_is_replaced_whole_and_never_through_a_link() {
     let d = scratch("item3");
@@ -250,18 +250,28 @@ fn calibrate_out_is_replaced_whole_and_never_through_a_link() {
     }
     intact(&victim);
     assert!(fifo.metadata().unwrap().file_type().is_fifo());
-    // In place: the old inode keeps its bytes (a hard link to it shows them).
+    // A user's file is not replaced.
     let real = d.join("this-host.toml");
     plant(&real);
-    std::fs::hard_link(&real, d.join("backup")).unwrap();
     let args = ["calibrate", "--from", s(&fx), "--out", s(&real)];
-    ok(&usermm(&args));
-    intact(&d.join("backup"));
-    let text_now = std::fs::read_to_string(&real).unwrap();
-    assert!(
-        text_now.starts_with("# Cost profile: this host"),
-        "{text_now}"
+    assert_one_line(
+        &usermm(&args),
+        &args,
+        "not a profile usermm calibrate wrote",
     );
+    intact(&real);
+    // A profile it wrote is replaced by a new file: the old inode keeps its bytes (a hard
+    // link to it shows them), nothing was truncated in place.
+    std::fs::remove_file(&real).unwrap();
+    ok(&usermm(&args));
+    let mut old = std::fs::read(&real).unwrap();
+    old.extend_from_slice(b"# edited\n");
+    std::fs::write(&real, &old).unwrap();
+    std::fs::hard_link(&real, d.join("backup")).unwrap();
+    ok(&usermm(&args));
+    assert_eq!(std::fs::read(d.join("backup")).unwrap(), old);
+    let now = std::fs::read_to_string(&real).unwrap();
+    assert!(now.starts_with("# Cost profile: this host") && !now.contains("# edited"));
     assert_ne!(
         real.metadata().unwrap().ino(),
         d.join("backup").metadata().unwrap().ino()

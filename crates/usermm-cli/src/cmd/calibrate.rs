@@ -12,13 +12,15 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use usermm_host::calibrate::{self, CalibrateOpts, HostCalibration, Sizes, MIN_REPEAT};
 use usermm_host::files;
+use usermm_workloads::calibrate::THIS_HOST_HEADER;
 
 use crate::args::{usage, GlobalArgs};
 use crate::report::{Progress, Table};
 
 #[derive(Debug, Clone, Args)]
 pub struct CalibrateArgs {
-    /// Where to write the this-host profile.
+    /// Where to write the this-host profile: a new file, or a profile calibrate wrote before
+    /// (replaced whole, by a new file renamed over it); never through a link.
     #[arg(long, value_name = "FILE", default_value = "this-host.toml")]
     pub out: PathBuf,
     /// Samples per figure, each from a fresh process (at least 7).
@@ -103,8 +105,8 @@ fn write_profile(out: &Path, profile: &str) -> anyhow::Result<()> {
     Ok(files::write_atomic(&label, out, profile.as_bytes())?)
 }
 
-/// `--out` must name a regular file or nothing, not through a link, in a directory that
-/// exists (checked before the minutes of measuring).
+/// `--out` must name nothing yet or a profile `calibrate` wrote (a regular file, not through
+/// a link), in a directory that exists (checked before the minutes of measuring).
 fn check_out(out: &Path) -> anyhow::Result<()> {
     if out.as_os_str().is_empty() || out.is_dir() {
         return usage(format!(
@@ -112,7 +114,16 @@ fn check_out(out: &Path) -> anyhow::Result<()> {
             out.display()
         ));
     }
-    files::check_output(&files::label("calibrate: --out", out), out)?;
+    let label = files::label("calibrate: --out", out);
+    if files::check_output(&label, out)?.is_some() {
+        let text = files::read_regular(&label, out)?;
+        if !text.starts_with(THIS_HOST_HEADER.as_bytes()) {
+            return usage(format!(
+                "{label}: exists and is not a profile usermm calibrate wrote; name a new file \
+                 (or that profile)"
+            ));
+        }
+    }
     let dir = files::parent(out);
     if !dir.is_dir() {
         return usage(format!(

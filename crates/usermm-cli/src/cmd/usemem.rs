@@ -380,7 +380,14 @@ fn run_usemem(
         // usemem appends to it only at -d's detach, after the work: a link or a device there
         // is refused now, in one line (`append_pid` refuses it again when it writes).
         let path = std::path::Path::new(pf);
-        usermm_host::files::check_output(&format!("usemem: -p {pf}"), path)?;
+        let label = format!("usemem: -p {pf}");
+        if usermm_host::files::check_output(&label, path)?.is_some() {
+            let bytes = usermm_host::files::read_regular(&label, path)?;
+            if !usermm_host::usemem::is_pid_file(&bytes) {
+                let why = usermm_host::usemem::NOT_A_PID_FILE;
+                return usage(format!("{label}: {why}; usemem appends only to a pid file"));
+            }
+        }
     }
     if own.host {
         let t = &own.engine.time;

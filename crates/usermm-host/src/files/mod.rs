@@ -270,9 +270,15 @@ pub fn read_regular(label: &str, path: &Path) -> Result<Vec<u8>> {
 
 /// Append `line` to `path` in one `write` (usemem's pid file): created if missing (mode 0666
 /// less the umask), never through a link (`ELOOP`), refused unless a regular file (`EISDIR`
-/// for a directory, `EINVAL` for the rest), `EIO` for a short write. Errors carry an errno,
-/// for usemem's `perror`-style message.
-pub fn append_once(path: &Path, line: &[u8]) -> io::Result<()> {
+/// for a directory, `EINVAL` for the rest) whose bytes so far `accept` takes (else an error
+/// saying `refused`), `EIO` for a short write. Errors carry an errno where there is one, for
+/// usemem's `perror`-style message.
+pub fn append_once(
+    path: &Path,
+    line: &[u8],
+    accept: impl Fn(&[u8]) -> bool,
+    refused: &str,
+) -> io::Result<()> {
     let not_regular = |t: FileType| {
         io::Error::from_raw_os_error(if t.is_dir() {
             libc::EISDIR
@@ -287,7 +293,8 @@ pub fn append_once(path: &Path, line: &[u8]) -> io::Result<()> {
         Ok(m) if !m.is_file() => return Err(not_regular(m.file_type())),
         _ => {}
     }
-    let file = OpenOptions::new()
+    let mut file = OpenOptions::new()
+        .read(true)
         .append(true)
         .create(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
@@ -297,7 +304,12 @@ pub fn append_once(path: &Path, line: &[u8]) -> io::Result<()> {
     if !t.is_file() {
         return Err(not_regular(t));
     }
-    match (&file).write(line)? {
+    let mut before = Vec::new();
+    file.read_to_end(&mut before)?;
+    if !accept(&before) {
+        return Err(io::Error::other(refused.to_string()));
+    }
+    match file.write(line)? {
         n if n == line.len() => Ok(()),
         _ => Err(io::Error::from_raw_os_error(libc::EIO)),
     }

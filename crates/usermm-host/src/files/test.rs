@@ -141,9 +141,16 @@ fn read_regular_refuses_devices_and_fifos_without_blocking() {
 fn append_once_writes_whole_lines_and_refuses_links() {
     let d = scratch("append");
     let pf = d.join("pf");
+    let pids = |b: &[u8]| b.iter().all(|c| c.is_ascii_digit() || *c == b'\n');
+    let append_once = |p: &Path, line: &[u8]| append_once(p, line, pids, "not a pid file");
     append_once(&pf, b"12\n").unwrap();
     append_once(&pf, b"34\n").unwrap();
     assert_eq!(std::fs::read(&pf).unwrap(), b"12\n34\n");
+    let user = d.join("notes");
+    std::fs::write(&user, b"mine\n").unwrap();
+    let e = append_once(&user, b"1\n").unwrap_err();
+    assert_eq!(e.to_string(), "not a pid file");
+    assert_eq!(std::fs::read(&user).unwrap(), b"mine\n");
     let user = d.join("v");
     std::fs::write(&user, b"data\n").unwrap();
     let link = d.join("link");
