@@ -157,7 +157,7 @@ impl Staging {
     /// mark it, and make an empty staging directory in it.
     pub(super) fn begin(out: &Path) -> anyhow::Result<Staging> {
         let label = files::label("--out", out);
-        if out.file_name().is_none() && out.parent().is_some() {
+        if out.as_os_str().is_empty() || (out.file_name().is_none() && out.parent().is_some()) {
             return usage(format!("{label}: name a directory (not . or ..)"));
         }
         open_dir(&label, out)?;
@@ -348,7 +348,8 @@ fn judge(label: &str, out: &Path) -> anyhow::Result<State> {
             return usage(format!(
                 "{label}: is not empty and is not a usermm report (it has no {MARKER}); \
                  usermm writes a report only into a new or empty directory or over an earlier \
-                 report: name another --out"
+                 report: name another --out (a report from a usermm older than the marker has \
+                 none either: move it away)"
             ));
         }
     }
