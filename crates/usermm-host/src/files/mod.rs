@@ -21,10 +21,12 @@
 //!   LOCK_NB)` takes it for this run alone. The lock lives as long as the open file and is
 //!   never unlinked: a lock file removed while another run has it open would let a third run
 //!   lock a new file of the same name, and two runs would both hold "the" lock.
-//! - **Earlier output read back** ([`read_regular`]): `stat` first and refuse what is not a
-//!   regular file, then open with `O_NONBLOCK` and check again with `fstat` (what is at the
-//!   path may change in between; the second check is on the file actually opened), so that
-//!   neither `/dev/zero` (endless) nor a FIFO (no writer) can hold a command up.
+//! - **Earlier output read back**: an output being appended to is read through the file
+//!   [`open_locked`] opened ([`read_all`]); any other ([`read_regular`]: `--merge`'s inputs, a
+//!   grid, a report's marker, `calibrate --from`) is `stat`ed first and refused unless a
+//!   regular file, then opened with `O_NONBLOCK` and checked again with `fstat` (what is at
+//!   the path may change in between; the second check is on the file actually opened), so
+//!   that neither `/dev/zero` (endless) nor a FIFO (no writer) can hold a command up.
 //! - **usemem's pid file** ([`append_once`]): appended, as vm-scalability's usemem appends it,
 //!   with the same `O_NOFOLLOW` and regular-file checks, and the line (`PID\n`) in one
 //!   `write` so that processes appending at once never interleave within a line.
