@@ -15,6 +15,11 @@
 //! - [`usemem`]: the host kernel as vm-scalability's usemem uses it (files, mappings, word
 //!   accesses, SysV segments, forked processes, pipe barriers, SIGUSR1), for
 //!   `usermm usemem --host`.
+//! - [`files`]: every file usermm writes (whole files by temp file and `rename`, appended
+//!   outputs and lock files opened `O_NOFOLLOW` and `flock`ed, usemem's pid file) and every
+//!   earlier output it reads back, never through a link and never into anything but a
+//!   regular file; and [`files::cleanup`], which removes what a run created when SIGINT or
+//!   SIGTERM ends it.
 //! - [`HostBackend`] and the op vocabulary [`ops`]: the host kernel as an address space that
 //!   executes [`ops::Op`]s in a forked child, one side of the differential tests (the
 //!   engine's side and the comparison live in `usermm-diff`).
@@ -60,6 +65,7 @@ pub mod calibrate;
 pub mod check;
 mod error;
 pub mod facts;
+pub mod files;
 mod fork;
 pub mod measure;
 pub mod ops;
@@ -70,4 +76,4 @@ pub mod usemem;
 
 pub use backend::HostBackend;
 pub use error::HostError;
-pub use sys::{process_cpu_ns, try_lock_exclusive};
+pub use sys::{die_with_parent, process_cpu_ns, try_lock_exclusive};

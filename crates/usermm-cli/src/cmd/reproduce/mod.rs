@@ -62,7 +62,10 @@ pub struct ReproduceArgs {
     /// How big to run.
     #[arg(long, value_name = "SCALE", default_value = "default")]
     pub scale: Scale,
-    /// Directory for report.md, results.json and the plots.
+    /// Directory for report.md, results.json and the plots: a new directory (made with its
+    /// parents), an empty one, or an earlier report (it carries DIR/.usermm-report, which
+    /// lists the files usermm wrote: only those are replaced). Any other directory is
+    /// refused. A link to a directory is written through; the report appears when complete.
     #[arg(long, value_name = "DIR", default_value = "report")]
     pub out: PathBuf,
     /// Run only these experiments (repeatable or a comma list; default: all).
@@ -83,8 +86,9 @@ pub struct ReproduceArgs {
     pub quick: bool,
     /// After the seeds, run each modelled timing seed again with one input halved and doubled
     /// at a time, and report which three inputs move each headline most (5.5 minutes for the
-    /// three timing seeds on this 2-core host; resumable: the points are kept in
-    /// DIR/sensitivity/).
+    /// three timing seeds on this 2-core host). Resumable: the points are kept in
+    /// DIR/sensitivity/, and a later run into DIR reuses every point found there (delete
+    /// that directory to run them afresh).
     #[arg(long)]
     pub sensitivity: bool,
     /// Wall or virtual time; without --profile each experiment models its seed's machine.
@@ -204,9 +208,10 @@ impl Results {
 }
 
 pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
-    // Everything is written beside --out and renamed into place when complete.
-    let staging = staging::Staging::begin(&args.out)?;
-    let out = staging.dir();
+    // Everything but --sensitivity's points is written into a staging directory in --out and
+    // put in place when complete.
+    let mut staging = staging::Staging::begin(&args.out)?;
+    let out = &staging.dir().to_path_buf();
     let t0 = std::time::Instant::now();
     let mut results = Results {
         scale: args.scale,
@@ -285,7 +290,8 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         } else {
             usermm_workloads::host_check::HostCheckOpts::standard()
         };
-        let (section, verdict, record) = host_check::run(out, args.host_profile.as_deref(), &opts)?;
+        let (section, verdict, record) =
+            host_check::run(out, &args.out, args.host_profile.as_deref(), &opts)?;
         eprintln!(
             "usermm reproduce: host-check done in {:.1} s: {verdict}",
             te.elapsed().as_secs_f64()
@@ -314,12 +320,8 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
             .collect();
         eprintln!("usermm reproduce: sensitivity (each input halved and doubled) ...");
         let te = std::time::Instant::now();
-        let (section, headlines) = sensitivity::run(
-            &out.join("sensitivity"),
-            args.quick,
-            ran("bigfree"),
-            &others,
-        )?;
+        let (section, headlines) =
+            sensitivity::run(&mut staging, args.quick, ran("bigfree"), &others)?;
         eprintln!(
             "usermm reproduce: sensitivity done in {:.1} s",
             te.elapsed().as_secs_f64()
