@@ -394,8 +394,11 @@ pub fn link_command(
 }
 
 /// Invoked as `TEST_processes` or `TEST_threads` (a link or a copy so named) for a
-/// will-it-scale test name: that binary. `None` when the program has another name.
-pub fn busybox() -> Option<ExitCode> {
+/// will-it-scale test name: that binary's command line as a `usermm will-it-scale` command
+/// line (`Ok`), which `main` runs as it runs every other, or the exit status when the link
+/// stops before running (its usage, too many tasks: `Err`). `None` when the program has
+/// another name.
+pub fn busybox() -> Option<Result<Vec<String>, ExitCode>> {
     let mut argv = std::env::args_os();
     let argv0: OsString = argv.next()?;
     let base = std::path::Path::new(&argv0)
@@ -412,29 +415,15 @@ pub fn busybox() -> Option<ExitCode> {
     let args: Vec<String> = argv.map(|a| a.to_string_lossy().into_owned()).collect();
     let cmd = match link_command(&base, &args, |k| std::env::var(k).ok()) {
         Some(c) => c,
-        None => return Some(link_usage(&argv0.to_string_lossy())),
+        None => return Some(Err(link_usage(&argv0.to_string_lossy()))),
     };
     if let Some(t) = cmd.get(5).and_then(|t| t.parse::<i64>().ok()) {
         if t > MAX_TASKS as i64 {
             println!("tasks cannot exceed {MAX_TASKS}");
-            return Some(ExitCode::from(1));
+            return Some(Err(ExitCode::from(1)));
         }
     }
-    let cli = match crate::cli::parse_from(cmd) {
-        Ok(c) => c,
-        Err(code) => return Some(code),
-    };
-    Some(match crate::cli::run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("usermm: error: {}", crate::args::visible(&format!("{e:#}")));
-            ExitCode::from(if e.downcast_ref::<UsageError>().is_some() {
-                2
-            } else {
-                1
-            })
-        }
-    })
+    Some(Ok(cmd))
 }
 
 #[cfg(test)]
