@@ -283,7 +283,7 @@ impl Backing {
     /// sparse), in `PREFAULT_CHUNK` (64 MiB) steps shared out to one thread per host CPU. Call at
     /// construction, before any frame is handed out: on a host without `MADV_POPULATE_WRITE`
     /// it writes a zero into every page.
-    pub fn prefault(&self) -> std::io::Result<()> {
+    pub(crate) fn prefault(&self) -> std::io::Result<()> {
         let Some(populated) = &self.populated else {
             return Ok(());
         };
@@ -512,7 +512,7 @@ impl Backing {
     /// every `step`-th from the start) of a data frame: a user walk's stores, one 8-byte
     /// atomic store each (dropped when sparse). The same bytes as `Backing::write` of each
     /// word's native-endian bytes.
-    pub fn write_words(
+    pub(crate) fn write_words(
         &self,
         pfn: Pfn,
         words: std::ops::Range<usize>,
@@ -530,7 +530,7 @@ impl Backing {
 
     /// Load each 8-byte word `w` of `words` (every `step`-th) of a data frame: a user walk's
     /// loads; their xor, so that they are not optimised away (0 when sparse).
-    pub fn read_words(&self, pfn: Pfn, words: std::ops::Range<usize>, step: usize) -> u64 {
+    pub(crate) fn read_words(&self, pfn: Pfn, words: std::ops::Range<usize>, step: usize) -> u64 {
         if self.mode == BackingMode::Sparse {
             return 0;
         }
