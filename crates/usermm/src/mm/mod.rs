@@ -69,7 +69,7 @@ use crate::sync::mmap_lock::{MmapLock, MmapLockInfo, MmapReadGuard};
 use crate::sync::{SpinLock, TlbGate};
 
 mod pgtable_alias {
-    pub(super) use crate::pgtable::{pgd_index, pmd_index, pte_index, pud_index, Entry, Slot};
+    pub(super) use crate::pgtable::{Entry, Slot};
 }
 
 /// `NR_MM_COUNTERS`: the rss counter indexes.
@@ -401,7 +401,7 @@ impl Mm {
         let phys = self.machine.phys();
         let hz = self.machine.huge_zero().pfn();
         let mut n = 0;
-        memory::for_each_leaf(phys, self.pgd, |_, e, huge| {
+        crate::pgtable::for_each_leaf(phys, self.pgd, |_, e, huge| {
             if huge
                 && Some(e.pfn()) != hz
                 && !phys.meta(e.pfn()).test(crate::page_alloc::meta::PG_HUGETLB)
@@ -417,7 +417,7 @@ impl Mm {
         let tree = self.mmap_lock.read();
         let phys = self.machine.phys();
         let mut n = 0;
-        memory::for_each_leaf(phys, self.pgd, |addr, e, huge| {
+        crate::pgtable::for_each_leaf(phys, self.pgd, |addr, e, huge| {
             if let Some(v) = tree.find_vma(addr) {
                 if v.start <= addr && v.flags.contains(vma::VmFlags::VM_LOCKED) && !e.special() {
                     n += if huge { 512 } else { 1 };

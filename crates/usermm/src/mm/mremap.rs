@@ -40,16 +40,14 @@
 //! A table that cannot be allocated mid-move (memory exhausted) fails the call with `ENOMEM`
 //! as in Linux: what moved is moved back, the new range unmapped, the source left as it was.
 
-use std::sync::atomic::Ordering::Relaxed;
-
 use super::mman::{MAP_SHARED, MREMAP_DONTUNMAP, MREMAP_FIXED, MREMAP_MAYMOVE};
 use super::pgtable_alias::*;
 use super::vma::{VmFlags, Vma, VmaKind, VmaTree, VmaWriteGuard};
 use super::{huge_memory, Mm};
-use crate::addr::{PAGE_SIZE, PMD_SIZE, TASK_SIZE};
+use crate::addr::{Pfn, PAGE_SIZE, PMD_SIZE, TASK_SIZE};
 use crate::cpu::CpuId;
 use crate::error::Errno;
-use crate::sync::class::{PMD_LOCK, PTL};
+use crate::pgtable::{Level, TablePair};
 
 /// `PAGE_ALIGN`, wrapping to 0 as the kernel's does for lengths near `u64::MAX`.
 #[inline]
@@ -395,12 +393,13 @@ pub(crate) fn move_page_tables(mm: &Mm, cpu: CpuId, old_addr: u64, new_addr: u64
         flushed_any = true;
         if e.huge() {
             if extent == PMD_SIZE {
-                huge_memory::move_huge_pmd(mm, old_pmd, new_pmd);
+                huge_memory::move_huge_pmd(mm, old_pmd.table, new_pmd.table, old, new);
                 done += extent;
                 continue;
             }
             huge_memory::split_huge_pmd(mm, cpu, old_pmd, old & !(PMD_SIZE - 1));
-        } else if extent == PMD_SIZE && move_normal_pmd(mm, old_pmd, new_pmd) {
+        } else if extent == PMD_SIZE && move_normal_pmd(mm, old_pmd.table, new_pmd.table, old, new)
+        {
             done += extent;
             continue;
         }
@@ -421,43 +420,32 @@ pub(crate) fn move_page_tables(mm: &Mm, cpu: CpuId, old_addr: u64, new_addr: u64
     done
 }
 
-/// `move_normal_pmd`: with both addresses 2 MiB aligned and the new PMD slot empty, the whole
-/// PTE table moves by moving the one PMD entry. Returns false (nothing moved) otherwise.
-fn move_normal_pmd(mm: &Mm, old: Slot, new: Slot) -> bool {
+/// `move_normal_pmd`: with both addresses 2 MiB aligned and the new PMD entry empty, the
+/// whole PTE table moves by moving the one PMD entry, from the one mapping `old_addr` in the PMD
+/// table `old` to the one mapping `new_addr` in `new`. Returns false (nothing moved) otherwise.
+fn move_normal_pmd(mm: &Mm, old: Pfn, new: Pfn, old_addr: u64, new_addr: u64) -> bool {
     let phys = mm.machine().phys();
-    let _o = phys.meta(old.table).ptl.lock(&PMD_LOCK);
-    let _n = (new.table != old.table).then(|| phys.meta(new.table).ptl.lock(&PMD_LOCK));
-    let e = old.load(phys);
-    if e.is_none() || e.huge() || !new.load(phys).is_none() {
+    // Lock order: old PMD lock -> new PMD lock.
+    let pmds = TablePair::lock(phys, Level::Pmd, old, new);
+    let e = pmds.first().get(old_addr);
+    if e.is_none() || e.huge() || !pmds.second().get(new_addr).is_none() {
         return false;
     }
-    old.store(phys, Entry::NONE);
-    new.store(phys, e);
+    pmds.first().set(old_addr, Entry::NONE);
+    pmds.second().set(new_addr, e);
     true
 }
 
 /// `move_ptes`: move `len` bytes of PTEs from `old` (in `old_table`) to `new` (in `new_table`).
-fn move_ptes(
-    mm: &Mm,
-    old_table: crate::addr::Pfn,
-    new_table: crate::addr::Pfn,
-    old: u64,
-    new: u64,
-    len: u64,
-) {
+fn move_ptes(mm: &Mm, old_table: Pfn, new_table: Pfn, old: u64, new: u64, len: u64) {
     let phys = mm.machine().phys();
-    let (o, n) = (
-        phys.backing().table(old_table),
-        phys.backing().table(new_table),
-    );
     // Lock order: old PTE lock -> new PTE lock (one lock when both ranges share the table).
-    let _o = phys.meta(old_table).ptl.lock(&PTL);
-    let _n = (new_table != old_table).then(|| phys.meta(new_table).ptl.lock(&PTL));
+    let ptes = TablePair::lock(phys, Level::Pte, old_table, new_table);
     let mut off = 0;
     while off < len {
-        let e = o[pte_index(old + off)].swap(0, Relaxed);
-        if e != 0 {
-            n[pte_index(new + off)].store(e, Relaxed);
+        let e = ptes.first().take(old + off);
+        if !e.is_none() {
+            ptes.second().write(new + off, e);
         }
         off += PAGE_SIZE;
     }

@@ -13,8 +13,8 @@ use crate::mm::pgtable_alias::*;
 use crate::mm::vma::{Vma, VmaTree};
 use crate::mm::{rmap, Mm, RssItem, VmFault, OOM};
 use crate::page_alloc::Gfp;
+use crate::pgtable::Level;
 use crate::pgtable::_PAGE_SPECIAL;
-use crate::sync::class::PTL;
 
 /// `do_anonymous_page`: the first touch of an empty PTE of private anonymous memory. A read
 /// maps the shared zero page (read-only, special, no rss); a write maps a fresh zeroed page,
@@ -30,7 +30,7 @@ pub(super) fn do_anonymous_page(
     let machine = mm.machine();
     let phys = machine.phys();
     if !write {
-        if let Some(pte) = pte.lock_if_same(phys, &PTL, Entry::NONE) {
+        if let Some(pte) = pte.lock_if_same(phys, Level::Pte, Entry::NONE) {
             let b = vma.leaf_bits(false) | _PAGE_SPECIAL;
             pte.set(Entry::new(machine.zero_pfn(), b));
         }
@@ -40,7 +40,7 @@ pub(super) fn do_anonymous_page(
     let page = phys
         .alloc_pages(cpu, Order(0), Gfp::ZERO)
         .map_err(|_| OOM)?;
-    let Some(pte) = pte.lock_if_same(phys, &PTL, Entry::NONE) else {
+    let Some(pte) = pte.lock_if_same(phys, Level::Pte, Entry::NONE) else {
         let _ = phys.free_pages(cpu, page, Order(0));
         return Ok(());
     };
@@ -71,7 +71,7 @@ pub(super) fn shmem_fault(
     }
     // shmem_get_folio's -ENOMEM: vmf_error gives VM_FAULT_OOM.
     let page = obj.get_page(cpu, index).map_err(|_| OOM)?;
-    let Some(pte) = pte.lock_if_same(phys, &PTL, Entry::NONE) else {
+    let Some(pte) = pte.lock_if_same(phys, Level::Pte, Entry::NONE) else {
         let _ = phys.put_page(cpu, page);
         return Ok(());
     };

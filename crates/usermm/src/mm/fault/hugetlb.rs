@@ -10,8 +10,7 @@ use crate::cpu::CpuId;
 use crate::mm::pgtable_alias::*;
 use crate::mm::vma::Vma;
 use crate::mm::{rmap, Mm, VmFault};
-use crate::pgtable::{self, _PAGE_PSE};
-use crate::sync::class::PMD_LOCK;
+use crate::pgtable::{self, Level, _PAGE_PSE};
 use crate::sync::{charge, Cost};
 
 /// A fault in a `MAP_HUGETLB` VMA: a 2 MiB page from the pool, PMD-mapped. An empty pool is
@@ -37,7 +36,7 @@ pub(super) fn hugetlb_fault(
     let page = phys.alloc_hugetlb_page().ok_or(VmFault::Sigbus)?;
     phys.backing().zero_data(page, 512);
     charge(Cost::ClearPage, 512);
-    let Some(pmd) = pmd.lock_if_same(phys, &PMD_LOCK, Entry::NONE) else {
+    let Some(pmd) = pmd.lock_if_same(phys, Level::Pmd, Entry::NONE) else {
         let _ = phys.put_page(cpu, page);
         return Ok(());
     };
@@ -53,7 +52,7 @@ fn hugetlb_wp(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, e: Entry) -> Result<(),
     let phys = mm.machine().phys();
     let old = e.pfn();
     if !vma.is_cow_mapping() || phys.meta(old).map_count() == 1 {
-        if let Some(pmd) = pmd.lock_if_same(phys, &PMD_LOCK, e) {
+        if let Some(pmd) = pmd.lock_if_same(phys, Level::Pmd, e) {
             pmd.set(Entry::new(old, vma.leaf_bits(true) | _PAGE_PSE));
         }
         return Ok(());
@@ -62,7 +61,7 @@ fn hugetlb_wp(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: Slot, e: Entry) -> Result<(),
     for i in 0..512 {
         phys.backing().copy_frame(old.add(i), page.add(i));
     }
-    let Some(pmd) = pmd.lock_if_same(phys, &PMD_LOCK, e) else {
+    let Some(pmd) = pmd.lock_if_same(phys, Level::Pmd, e) else {
         let _ = phys.put_page(cpu, page);
         return Ok(());
     };

@@ -75,9 +75,8 @@ use super::{huge_memory, rmap, Mm, VmFault, OOM};
 use crate::addr::Pfn;
 use crate::cpu::CpuId;
 use crate::page_alloc::PhysMem;
-use crate::pgtable::{self, PtAllocError, Walk, _PAGE_SPECIAL};
+use crate::pgtable::{self, Level, PtAllocError, Walk, _PAGE_SPECIAL};
 use crate::stats::VmItem;
-use crate::sync::class::{PMD_LOCK, PTL};
 use crate::sync::{charge, Cost};
 
 /// How an access failed: the signal and `si_code` Linux would raise (`SIGSEGV` with
@@ -369,15 +368,12 @@ fn vma_fault(
             if table.is_none() || table.huge() {
                 return Ok(());
             }
-            let pte = Slot {
-                table: table.pfn(),
-                index: pte_index(addr),
-            };
+            let pte = Slot::offset(table.pfn(), Level::Pte, addr);
             return handle_pte_fault(mm, tree, vma, cpu, pte, addr, true);
         }
         // huge_pmd_set_accessed: someone else mapped it, or a split holds the PMD lock with
         // the PMD invalidated; take the lock so the retried access finds the result.
-        drop(pmd.lock(phys, &PMD_LOCK));
+        drop(pmd.lock(phys, Level::Pmd));
         return Ok(());
     }
     let pte_table = match pgtable::pte_alloc(mm, cpu, pmd) {
@@ -385,10 +381,7 @@ fn vma_fault(
         Err(PtAllocError::HugePmd) => return Ok(()), // raced with a huge mapping: re-walk
         Err(PtAllocError::NoMem) => return Err(OOM),
     };
-    let pte = Slot {
-        table: pte_table,
-        index: pte_index(addr),
-    };
+    let pte = Slot::offset(pte_table, Level::Pte, addr);
     charge(Cost::PtWalkLevel, 1);
     handle_pte_fault(mm, tree, vma, cpu, pte, addr, write)
 }
@@ -417,7 +410,7 @@ fn handle_pte_fault(
     if e.maps_frame() && !e.present() {
         // PROT_NONE entry in a VMA that now allows the access: a stale protection. A page
         // shared copy-on-write stays read-only (the write fault then copies it).
-        if let Some(pte) = pte.lock_if_same(phys, &PTL, e) {
+        if let Some(pte) = pte.lock_if_same(phys, Level::Pte, e) {
             let w =
                 !e.special() && (!vma.is_cow_mapping() || rmap::pte_anon_exclusive(phys, e.pfn()));
             pte.set(Entry::new(

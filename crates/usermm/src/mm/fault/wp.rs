@@ -15,8 +15,8 @@ use crate::mm::vma::{Vma, VmaTree};
 use crate::mm::{rmap, Mm, RssItem, VmFault, OOM};
 use crate::page_alloc::meta::PG_MLOCKED;
 use crate::page_alloc::Gfp;
+use crate::pgtable::Level;
 use crate::stats::VmItem;
-use crate::sync::class::PTL;
 use crate::sync::{charge, Cost};
 
 /// `do_wp_page`: write to a present read-only PTE in a writable VMA.
@@ -42,7 +42,7 @@ pub(super) fn do_wp_page(
     if !e.special() && (!vma.is_cow_mapping() || rmap::pte_exclusive(phys, e.pfn())) {
         // wp_page_reuse: an exclusive anonymous page (or a shared mapping's page) only needs
         // the write bit.
-        if let Some(pte) = pte.lock_if_same(phys, &PTL, e) {
+        if let Some(pte) = pte.lock_if_same(phys, Level::Pte, e) {
             if vma.is_cow_mapping() {
                 rmap::wp_reuse_anon(phys, e.pfn());
             }
@@ -58,7 +58,7 @@ pub(super) fn do_wp_page(
         phys.backing().copy_frame(e.pfn(), page);
         charge(Cost::CopyPage, 1);
     }
-    let Some(pte) = pte.lock_if_same(phys, &PTL, e) else {
+    let Some(pte) = pte.lock_if_same(phys, Level::Pte, e) else {
         let _ = phys.free_pages(cpu, page, Order(0));
         return Ok(());
     };
