@@ -42,8 +42,9 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::mmu_gather::{FullMm, MmuGather};
 use super::pgtable_alias::*;
-use super::vma::{VmFlags, Vma, VmaKind, VmaTree};
-use super::{rmap, Mm, RssItem, VmFault, OOM};
+use super::vma::{VmFlags, Vma, VmaKind};
+use super::VmFault;
+use super::{rmap, Mm, RssItem, VmFaultError, OOM};
 use crate::addr::{Pfn, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PTRS_PER_TABLE};
 use crate::config::{HugeZeroWriteFault, ThpMode};
 use crate::cpu::CpuId;
@@ -122,21 +123,14 @@ fn map_anon_thp_pmd(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: &LockedSlot<'_>, page: 
 /// THP); `Some(Err(Oom))` that the PMD's deposit table could not be had (`pte_alloc_one` →
 /// `VM_FAULT_OOM`, as in Linux: the table is allocated first on the read path, after the THP
 /// on the write path).
-pub(crate) fn do_huge_pmd_anonymous_page(
-    mm: &Mm,
-    tree: Option<&VmaTree>,
-    vma: &Vma,
-    cpu: CpuId,
-    pmd: Slot,
-    addr: u64,
-    write: bool,
-) -> Option<Result<(), VmFault>> {
+pub(crate) fn do_huge_pmd_anonymous_page(vmf: &VmFault<'_>) -> Option<Result<(), VmFaultError>> {
+    let (mm, vma, cpu, pmd) = (vmf.mm, vmf.vma, vmf.cpu, vmf.pmd());
     let machine = mm.machine();
     let phys = machine.phys();
     // vmf_anon_prepare comes first, also for a read that maps the huge zero page: the VMA
     // gets its anon_vma (which then keeps VM_ACCOUNT across mprotect and decides merges).
-    rmap::anon_vma_prepare(mm, tree, vma);
-    if !write {
+    rmap::anon_vma_prepare(mm, vmf.tree, vma);
+    if !vmf.write {
         let Ok(table) = pgtable::alloc_deposit_table(phys, cpu) else {
             return Some(Err(OOM));
         };
@@ -171,7 +165,6 @@ pub(crate) fn do_huge_pmd_anonymous_page(
     map_anon_thp_pmd(mm, vma, cpu, &pmd, page);
     drop(pmd);
     phys.lru_cache_add(cpu, page);
-    let _ = addr;
     Some(Ok(()))
 }
 
@@ -179,18 +172,12 @@ pub(crate) fn do_huge_pmd_anonymous_page(
 /// PMD was split (a THP shared with another mm, or the huge zero page under the split
 /// policy or with no THP to be had), and the caller handles the written 4 KiB page as a PTE
 /// fault.
-pub(crate) fn do_huge_pmd_wp_page(
-    mm: &Mm,
-    tree: Option<&VmaTree>,
-    vma: &Vma,
-    cpu: CpuId,
-    pmd: Slot,
-    addr: u64,
-) -> Option<Result<(), VmFault>> {
+pub(crate) fn do_huge_pmd_wp_page(vmf: &VmFault<'_>) -> Option<Result<(), VmFaultError>> {
+    let (mm, vma, cpu, pmd) = (vmf.mm, vmf.vma, vmf.cpu, vmf.pmd());
     let machine = mm.machine();
     let phys = machine.phys();
     let e = pmd.load(phys);
-    let haddr = addr & !(PMD_SIZE - 1);
+    let haddr = vmf.address & !(PMD_SIZE - 1);
     if !e.special() {
         if !vma.is_cow_mapping() || rmap::pmd_exclusive(phys, e.pfn()) {
             // An exclusive THP (it lost its write bit to mprotect, or the other side of a
@@ -206,7 +193,7 @@ pub(crate) fn do_huge_pmd_wp_page(
         return None;
     }
     if machine.huge_zero().write_fault_policy() == HugeZeroWriteFault::AllocThp {
-        rmap::anon_vma_prepare(mm, tree, vma);
+        rmap::anon_vma_prepare(mm, vmf.tree, vma);
         if let Some(page) = alloc_anon_thp(mm, cpu) {
             let Some(locked) = pmd.lock_if_same(phys, Level::Pmd, e) else {
                 let _ = phys.free_pages(cpu, page, HPAGE_PMD_ORDER);

@@ -52,6 +52,7 @@ pub(crate) mod rmap;
 pub mod shmem;
 mod tlb;
 mod validate;
+mod vm_fault;
 pub mod vma;
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, Ordering::Relaxed};
@@ -60,6 +61,7 @@ use std::sync::{Arc, OnceLock};
 use serde::Serialize;
 
 pub use self::fault::{Fault, SegvCode};
+pub(crate) use self::vm_fault::{VmFault, VmFaultError, OOM};
 use self::vma::VmaTree;
 use crate::addr::{Pfn, PAGE_SIZE};
 use crate::cpu::{CpuId, PerCpu};
@@ -83,42 +85,6 @@ pub enum RssItem {
 }
 
 pub use crate::huge_zero_page::MMF_HUGE_ZERO_PAGE;
-
-/// Why a fault could not be completed: the error bits of `vm_fault_t` (`mm_types.h`). What a
-/// task sees of each is `fault`'s `SegvCode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum VmFault {
-    /// `VM_FAULT_OOM`: no frame for a page or a page table.
-    Oom,
-    /// `VM_FAULT_SIGBUS`: the mapping's object cannot back the address.
-    Sigbus,
-    /// Not an error: the entry changed under the fault (a huge PMD appeared where a table
-    /// was to go); the access re-walks, as after Linux's `pte_offset_map` failure.
-    Raced,
-}
-
-impl VmFault {
-    /// `vm_fault_to_errno` for callers that populate (`__get_user_pages`).
-    pub(crate) fn errno(self) -> crate::error::Errno {
-        match self {
-            VmFault::Oom => crate::error::Errno::ENOMEM,
-            VmFault::Sigbus | VmFault::Raced => crate::error::Errno::EFAULT,
-        }
-    }
-}
-
-/// An allocation for the fault failed.
-#[doc(alias = "VM_FAULT_OOM")]
-pub(crate) const OOM: VmFault = VmFault::Oom;
-
-impl From<crate::pgtable::PtAllocError> for VmFault {
-    fn from(e: crate::pgtable::PtAllocError) -> VmFault {
-        match e {
-            crate::pgtable::PtAllocError::NoMem => VmFault::Oom,
-            crate::pgtable::PtAllocError::HugePmd => VmFault::Raced,
-        }
-    }
-}
 
 /// What a `munmap` or exit did, for the experiments.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
