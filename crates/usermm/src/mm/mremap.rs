@@ -55,6 +55,22 @@ fn page_align(x: u64) -> u64 {
     x.wrapping_add(PAGE_SIZE - 1) & !(PAGE_SIZE - 1)
 }
 
+/// `struct vma_remap_struct` (`vrm`): one move of `mremap`, as its steps pass it down — the
+/// source range, its new length, the flags, and the destination (once placed).
+#[doc(alias = "vma_remap_struct")]
+#[derive(Debug, Clone, Copy)]
+struct VmaRemap {
+    /// The source range's start.
+    addr: u64,
+    old_len: u64,
+    new_len: u64,
+    /// `MREMAP_*`.
+    flags: u32,
+    /// Where the mapping goes: the caller's `MREMAP_FIXED` address or a hint until
+    /// `mremap_to` has placed it, the placed address in `move_vma`.
+    new_addr: u64,
+}
+
 impl Mm {
     /// `mremap(addr, old_len, new_len, flags, new_addr)`: the new address of the mapping.
     #[doc(alias = "do_mremap")]
@@ -129,7 +145,14 @@ impl Mm {
         }
         let populate = expand && vma.flags.contains(VmFlags::VM_LOCKED);
         let result = if implies_new {
-            self.mremap_to(&mut tree, cpu, addr, old_len, new_len, flags, new_addr)
+            let vrm = VmaRemap {
+                addr,
+                old_len,
+                new_len,
+                flags,
+                new_addr,
+            };
+            self.mremap_to(&mut tree, cpu, vrm)
         } else if new_len == old_len {
             Ok(addr)
         } else if !expand {
@@ -190,7 +213,14 @@ impl Mm {
                 return Err(Errno::EINVAL);
             }
             check_resize(v, a, l, l, flags)?;
-            let got = self.mremap_to(tree, cpu, a, l, l, flags, to)?;
+            let vrm = VmaRemap {
+                addr: a,
+                old_len: l,
+                new_len: l,
+                flags,
+                new_addr: to,
+            };
+            let got = self.mremap_to(tree, cpu, vrm)?;
             if !seen {
                 res = Ok(got);
             }
@@ -222,22 +252,31 @@ impl Mm {
         if flags & MREMAP_MAYMOVE == 0 {
             return Err(Errno::ENOMEM);
         }
-        let to = new_area(tree, addr, new_len, 0, false)?;
-        self.move_vma(tree, cpu, addr, old_len, new_len, to, flags)
+        let new_addr = new_area(tree, addr, new_len, 0, false)?;
+        let vrm = VmaRemap {
+            addr,
+            old_len,
+            new_len,
+            flags,
+            new_addr,
+        };
+        self.move_vma(tree, cpu, vrm)
     }
 
     /// `mremap_to`: `MREMAP_FIXED` (the target range is unmapped first) or `MREMAP_DONTUNMAP`.
-    #[expect(clippy::too_many_arguments)]
     fn mremap_to(
         &self,
         tree: &mut VmaWriteGuard<'_>,
         cpu: CpuId,
-        addr: u64,
-        mut old_len: u64,
-        new_len: u64,
-        flags: u32,
-        new_addr: u64,
+        vrm: VmaRemap,
     ) -> Result<u64, Errno> {
+        let VmaRemap {
+            addr,
+            mut old_len,
+            new_len,
+            flags,
+            new_addr,
+        } = vrm;
         let fixed = flags & MREMAP_FIXED != 0;
         if fixed {
             self.do_munmap_locked(tree, cpu, new_addr, new_addr + new_len)?;
@@ -251,23 +290,30 @@ impl Mm {
             old_len = new_len;
         }
         let to = new_area(tree, addr, new_len, new_addr, fixed)?;
-        self.move_vma(tree, cpu, addr, old_len, new_len, to, flags)
+        let vrm = VmaRemap {
+            old_len,
+            new_addr: to,
+            ..vrm
+        };
+        self.move_vma(tree, cpu, vrm)
     }
 
     /// `move_vma`: place the new VMA (`copy_vma`), move the page tables, then unmap the old
     /// range — or, for `MREMAP_DONTUNMAP`, keep it (emptied, no longer locked, its anon_vma
     /// unlinked if the whole VMA moved).
-    #[expect(clippy::too_many_arguments)]
     fn move_vma(
         &self,
         tree: &mut VmaWriteGuard<'_>,
         cpu: CpuId,
-        old_addr: u64,
-        old_len: u64,
-        new_len: u64,
-        new_addr: u64,
-        flags: u32,
+        vrm: VmaRemap,
     ) -> Result<u64, Errno> {
+        let VmaRemap {
+            addr: old_addr,
+            old_len,
+            new_len,
+            flags,
+            new_addr,
+        } = vrm;
         if tree.map_count() >= self.machine().max_map_count().saturating_sub(3) {
             return Err(Errno::ENOMEM);
         }
