@@ -62,7 +62,8 @@
 //! # Differences from Linux
 //! No p4d (folded, as with 4-level paging). The PGD page is counted in `PageTables` too.
 
-use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use crate::backing::TableEntry;
+use crate::sync::primitive::atomic::Ordering::{Acquire, Release};
 
 use crate::addr::{Order, Pfn, PAGE_SHIFT, PGDIR_SHIFT, PMD_SHIFT, PUD_SHIFT};
 use crate::cpu::CpuId;
@@ -259,7 +260,7 @@ impl Slot {
     }
 
     #[inline]
-    fn atomic<'a>(&self, phys: &'a PhysMem) -> &'a AtomicU64 {
+    fn atomic<'a>(&self, phys: &'a PhysMem) -> &'a TableEntry {
         &phys.backing().table(self.table)[self.index]
     }
     #[inline]
@@ -274,6 +275,13 @@ impl Slot {
     fn store(&self, phys: &PhysMem, e: Entry) {
         charge(Cost::SetPte, 1);
         self.atomic(phys).store(e.0, Release)
+    }
+
+    /// Under loom only, for the negative control of `tests/loom_fault_zap.rs`: write the entry
+    /// with no lock, which nothing in the engine can do.
+    #[cfg(loom)]
+    pub(crate) fn store_unlocked(&self, phys: &PhysMem, e: Entry) {
+        self.store(phys, e)
     }
 
     /// Take the split lock of this slot's table page (`pte_offset_map_lock` for a PTE slot,
@@ -395,11 +403,7 @@ pub(crate) fn free_deposit_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
 
 /// Free a table page whose entries are all clear (`pagetable_free` after the dtor).
 pub(crate) fn free_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
-    debug_assert!(phys
-        .backing()
-        .table(pfn)
-        .iter()
-        .all(|e| e.load(Relaxed) == 0));
+    debug_assert!(phys.backing().table_is_clear(pfn));
     vm_bug_on!(
         phys.meta(pfn).pmd_huge_pte().is_some(),
         "freeing PMD table {pfn:?} with tables still deposited"

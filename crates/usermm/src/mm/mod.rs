@@ -43,6 +43,9 @@ pub mod fault;
 pub mod fork;
 pub mod huge_memory;
 mod lock_vma;
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod loom_fault_zap;
 pub mod memory;
 pub mod mman;
 pub mod mmap;
@@ -108,7 +111,8 @@ pub struct Mm {
     /// `mm->page_table_lock`: PGD and PUD entries. (Tables deposited under huge PMDs are on a
     /// list of their PMD table page, under its PMD lock: see `huge_memory::deposit`.)
     pub(crate) page_table_lock: SpinLock<()>,
-    rss: PerCpu<[AtomicI64; 4]>,
+    /// A loom atomic under loom (`sync::primitive`): the fault/zap race.
+    rss: PerCpu<[crate::sync::primitive::atomic::AtomicI64; 4]>,
     /// `mm_pgtables_bytes` in pages: table pages of this mm, deposits and PGD included.
     pub(crate) nr_tables: AtomicI64,
     pub(crate) flags: AtomicU64,

@@ -49,13 +49,11 @@
 //! cursor and opens the next, as the kernel's loops do; the lockless upper levels are walked by
 //! `walk.rs`.
 
-use std::sync::atomic::{
-    AtomicU64,
-    Ordering::{Relaxed, Release},
-};
+use crate::backing::TableEntry;
+use crate::sync::primitive::atomic::Ordering::{Relaxed, Release};
 
 use super::{Entry, Level};
-use crate::addr::{Pfn, PTRS_PER_TABLE};
+use crate::addr::Pfn;
 use crate::page_alloc::PhysMem;
 use crate::sync::{charge, Cost, PtLockGuard};
 
@@ -101,7 +99,7 @@ impl<'a> TableCursor<'a> {
     }
 
     #[inline]
-    fn entry(&self, index: usize) -> &AtomicU64 {
+    fn entry(&self, index: usize) -> &TableEntry {
         &self.phys.backing().table(self.table)[index]
     }
 
@@ -184,7 +182,6 @@ impl<'a> TableCursor<'a> {
         for (i, e) in self.phys.backing().table(table.0).iter().enumerate() {
             e.store(f(i).0, Relaxed);
         }
-        debug_assert_eq!(self.phys.backing().table(table.0).len(), PTRS_PER_TABLE);
     }
 }
 

@@ -8,7 +8,7 @@
 //! [`LockedSlot`](super::LockedSlot), before it writes. A load costs nothing in virtual time; a
 //! caller charges the levels it walked.
 
-use std::sync::atomic::Ordering::Relaxed;
+use crate::sync::primitive::atomic::Ordering::Relaxed;
 
 use super::{addr_end, pgd_index, pmd_index, pte_index, pud_index, Entry, Level, Slot};
 use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PUD_SIZE};
