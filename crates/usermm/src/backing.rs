@@ -13,7 +13,7 @@
 //!   reservation, or every scattered page-table page would commit a 2 MiB host page.)
 //!
 //! # Full backing behaves like a VM's RAM
-//! - **Resident before the clock starts** ([`Backing::prefault`], `prefault=on`): the whole
+//! - **Resident before the clock starts** (`Backing::prefault`, `prefault=on`): the whole
 //!   reservation is made `MADV_HUGEPAGE` (2 MiB host pages where the host's THP is not
 //!   `never`: 512 times fewer host faults and host TLB misses) and faulted in at construction
 //!   with `MADV_POPULATE_WRITE`, 64 MiB per call, on every host CPU.

@@ -45,15 +45,15 @@
 //!   (`set_pte_at`/`set_pmd_at`), and dropping it unlocks. `Slot::lock_if_same` is the whole
 //!   sequence.
 //! - **A run of entries, split lock** — zap, `change_protection`, fork's copy, mremap's move,
-//!   the THP split: a [`TableCursor`] (`cursor.rs`) holds one PTE or PMD table page's lock and
-//!   reads and writes its entries by address; a [`TablePair`] holds two (copy: child then
+//!   the THP split: a `TableCursor` (`cursor.rs`) holds one PTE or PMD table page's lock and
+//!   reads and writes its entries by address; a `TablePair` holds two (copy: child then
 //!   parent; move: old then new).
 //! - **PGD and PUD entries** — under `page_table_lock`: the allocator here (invariant 4) and
-//!   `free_pgtables` ([`pgd_clear`], [`pud_clear`]); [`pmd_clear_detached`] is invariant 1's
+//!   `free_pgtables` (`pgd_clear`, `pud_clear`); `pmd_clear_detached` is invariant 1's
 //!   exception.
 //!
 //! # Range walks (`walk.rs`)
-//! Lockless, as the MMU's: [`walk`] (one address), `pmd_tables` (the PGD and PUD levels of a
+//! Lockless, as the MMU's: [`walk()`] (one address), `pmd_tables` (the PGD and PUD levels of a
 //! range, down to its PMD tables: zap and fork copy), `table_entries` (the entries of one table
 //! over a range, with the `p?d_addr_end` steps: zap, copy and `free_pgd_range`), `find_pmd`
 //! (mremap), and the whole-tree scans of reports and validation (`for_each_leaf`,

@@ -4,11 +4,11 @@
 //! Mirrors `do_huge_pmd_anonymous_page` (with `__do_huge_pmd_anonymous_page`,
 //! `vma_alloc_anon_folio_pmd`, `map_anon_folio_pmd`), `do_huge_pmd_wp_page`, `zap_huge_pmd`,
 //! `__split_huge_pmd`, `copy_huge_pmd`, `move_huge_pmd`, `change_huge_pmd`,
-//! `thp_vma_allowable_order`, and the deposit list of `mm/pgtable-generic.c`
-//! (`pgtable_trans_huge_deposit`/`_withdraw`). The huge zero page itself (its refcount
-//! policies, its shrinker) is [`crate::huge_zero_page`]; the PTE-level fault, zap, copy and
-//! move paths that call into this file are `fault.rs`, `memory.rs`, `fork.rs` and
-//! `mremap.rs`. Hugetlb PMDs pass through `zap_huge_pmd`, `copy_huge_pmd` and
+//! `thp_vma_allowable_order`. The deposit list (`pgtable_trans_huge_deposit`/`_withdraw` of
+//! `mm/pgtable-generic.c`) is the locked PMD table's: `pgtable::TableCursor::deposit`,
+//! `withdraw` and `populate`. The huge zero page itself (its refcount policies, its shrinker)
+//! is [`crate::huge_zero_page`]; the PTE-level fault, zap, copy and move paths that call into
+//! this file are `fault/`, `memory.rs`, `fork.rs` and `mremap.rs`. Hugetlb PMDs pass through `zap_huge_pmd`, `copy_huge_pmd` and
 //! `move_huge_pmd` too (the kernel's `mm/hugetlb.c` twins), never through a split.
 //!
 //! ```text
@@ -27,7 +27,8 @@
 //!
 //! # Locks
 //! Every entry change here is under the PMD lock of the entry's table (`pmd_lock`), which
-//! also guards the deposit list. Lock order (`lib.rs`): `mmap_lock -> PMD lock -> PTE lock ->
+//! also guards the deposit list: a `LockedSlot` or a `TablePair` of PMD tables (`pgtable`), so
+//! the lock is in the type of every write. Lock order (`lib.rs`): `mmap_lock -> PMD lock -> PTE lock ->
 //! pcp lock -> zone.lock`; across two mms or two PMDs, child before parent (`copy_huge_pmd`)
 //! and old before new (`move_huge_pmd`). The huge zero page's references are atomics, taken
 //! under the PMD lock at most.

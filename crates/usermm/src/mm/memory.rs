@@ -1,5 +1,4 @@
-//! Tearing mappings down: the zap walk, `free_pgtables`, `exit_mmap`; and the page-table
-//! walkers that other paths share (protection changes, reports, validation).
+//! Tearing mappings down: the zap walk, `free_pgtables`, `exit_mmap`; and protection changes.
 //!
 //! Mirrors `mm/memory.c` (`unmap_vmas`, `unmap_page_range`, `zap_pud_range`, `zap_pmd_range`,
 //! `zap_pte_range`, `free_pgd_range`, `free_pgtables`), `mm/mprotect.c` (`change_protection`)
@@ -7,7 +6,7 @@
 //! `huge_memory.rs` (`zap_huge_pmd`, `__split_huge_pmd`, `change_huge_pmd`).
 //!
 //! # zap_pte_range, as here
-//! Lock the PTE page's PTL; for each entry: clear it, widen the gather's range, and — for a
+//! Lock the PTE page's PTL (a `TableCursor`, `pgtable/cursor.rs`); for each entry: clear it, widen the gather's range, and — for a
 //! normal page — drop its mapcount and queue it in the gather; count the rss change locally.
 //! Publish the rss deltas while the PTL is held. If the gather reported full: flush the TLB
 //! *before* dropping the PTL, then free after unlocking, and resume at the next address.
@@ -15,7 +14,9 @@
 //! # free_pgd_range, floor and ceiling
 //! A table is freed only when the whole aligned span it maps lies between `floor` (end of the
 //! previous VMA) and `ceiling` (start of the next; 0 = top of the address space). Arithmetic is
-//! on `x − 1` so that a ceiling of 0 means the top, as in the kernel.
+//! on `x − 1` so that a ceiling of 0 means the top, as in the kernel. The walk's levels come
+//! from `pgtable::table_entries`; its clears are `pgtable`'s `pgd_clear` and `pud_clear` (under
+//! `page_table_lock`) and `pmd_clear_detached` (no lock: the range is detached).
 //!
 //! # Differences from Linux
 //! No `need_resched` break-outs: the walk never yields mid-table. (How a THP split differs:

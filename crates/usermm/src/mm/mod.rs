@@ -6,7 +6,8 @@
 //!
 //! ```text
 //!  Mm ── mmap_lock: MmapLock<VmaTree>   the only way to the VMAs
-//!     ├─ pgd ─ PUD ─ PMD ─ PTE pages    lockless walks; split PTLs for changes (pgtable.rs)
+//!     ├─ pgd ─ PUD ─ PMD ─ PTE pages    lockless walks; writes through pgtable's locked slot
+//!     │                                 and table cursor (the split PTL in their type)
 //!     ├─ page_table_lock                PGD/PUD entries (deposits: per PMD table, its PMD lock)
 //!     ├─ rss per CPU                    MM_FILEPAGES, MM_ANONPAGES, MM_SWAPENTS, MM_SHMEMPAGES
 //!     ├─ mm_users / flags               MMF_HUGE_ZERO_PAGE

@@ -80,7 +80,7 @@ impl<'a> VmFault<'a> {
 
 /// Why a fault could not be completed: the error bits of `vm_fault_t` (`mm_types.h`). What a
 /// task sees of each is `fault`'s `SegvCode`. (The fault itself, `struct vm_fault`, is
-/// `fault::VmFault`.)
+/// [`VmFault`].)
 #[doc(alias = "vm_fault_t")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum VmFaultError {

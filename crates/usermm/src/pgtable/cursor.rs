@@ -18,8 +18,8 @@
 //! # Invariants
 //! 1. An entry of a PTE or PMD table is written only through a cursor or a
 //!    [`LockedSlot`](super::LockedSlot) (which is a cursor on one slot): the lock is in the
-//!    type, and the table's memory is reached nowhere else outside the table module. A cursor
-//!    borrows the [`PhysMem`] it locked in, so it cannot outlive it.
+//!    type. Outside the table module only the backing that holds the entries reaches them
+//!    (`tests/source_rules.rs` keeps `mm/` off them). A cursor borrows the [`PhysMem`] it locked in, so it cannot outlive it.
 //! 2. Entries are addressed by virtual address, the index being the cursor's business: the
 //!    caller names the address its loop is at, as the kernel's loops move `pte` and `addr`
 //!    together.

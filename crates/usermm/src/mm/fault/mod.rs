@@ -22,6 +22,11 @@
 //!   split), or split into zero PTEs and COW the one page.
 //! - Shared anonymous memory → the page of the shmem object at that offset.
 //!
+//! # The fault as it goes down
+//! `handle_vma_fault` (`__handle_mm_fault`) makes a `VmFault` (`struct vm_fault`,
+//! `mm/vm_fault.rs`): the mm, the VMA, the CPU, the address, the access; the walk adds the PMD
+//! slot, then the PTE slot and the entry it saw (`orig_pte`). Every handler below takes it.
+//!
 //! # Files, by kind of fault
 //! This file: the entry (`handle_mm_fault`, the per-VMA-lock attempt, stack growth, the
 //! access check) and the walk down to the entry (`__handle_mm_fault`, `handle_pte_fault`).

@@ -17,7 +17,7 @@ use crate::mm::mman::{
 use crate::mm::vma::{PfnMapPages, VmFlags, Vma, VmaKind, VmaTree};
 use crate::mm::{fault, Mm};
 use crate::page_alloc::OwnedPages;
-use crate::pgtable::{leaf_bits, Level, Slot, _PAGE_SPECIAL};
+use crate::pgtable::{leaf_bits, Level, TableCursor, _PAGE_SPECIAL};
 use crate::stats::VmItem;
 
 impl Mm {
@@ -296,9 +296,8 @@ impl Mm {
         ) | _PAGE_SPECIAL;
         for (i, &table) in (0..nr).zip(&tables) {
             let addr = start + i * PAGE_SIZE;
-            Slot::offset(table, Level::Pte, addr)
-                .lock(phys, Level::Pte)
-                .set(crate::pgtable::Entry::new(pfn.add(i), bits));
+            TableCursor::lock(phys, table, Level::Pte)
+                .set(addr, crate::pgtable::Entry::new(pfn.add(i), bits));
         }
         tree.insert_or_merge(vma);
         Ok(start)
