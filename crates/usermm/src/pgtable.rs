@@ -444,20 +444,11 @@ pub(crate) enum PtAllocError {
 #[doc(alias = "__pud_alloc")]
 #[doc(alias = "pud_alloc")]
 pub(crate) fn pmd_alloc(mm: &impl MmTables, cpu: CpuId, addr: u64) -> Result<Slot, PtAllocError> {
-    let pgd_slot = Slot {
-        table: mm.pgd_table(),
-        index: pgd_index(addr),
-    };
+    let pgd_slot = Slot::offset(mm.pgd_table(), Level::Pgd, addr);
     let pud_table = table_alloc(mm, cpu, pgd_slot, false)?;
-    let pud_slot = Slot {
-        table: pud_table,
-        index: pud_index(addr),
-    };
+    let pud_slot = Slot::offset(pud_table, Level::Pud, addr);
     let pmd_table = table_alloc(mm, cpu, pud_slot, false)?;
-    Ok(Slot {
-        table: pmd_table,
-        index: pmd_index(addr),
-    })
+    Ok(Slot::offset(pmd_table, Level::Pmd, addr))
 }
 
 /// `pte_alloc` (`__pte_alloc`): the PTE table the PMD entry `pmd` points to, allocated and

@@ -144,14 +144,14 @@ impl Mm {
             check_resize(vma, addr, old_len.min(new_len), new_len, flags)?;
         }
         let populate = expand && vma.flags.contains(VmFlags::VM_LOCKED);
+        let vrm = VmaRemap {
+            addr,
+            old_len,
+            new_len,
+            flags,
+            new_addr,
+        };
         let result = if implies_new {
-            let vrm = VmaRemap {
-                addr,
-                old_len,
-                new_len,
-                flags,
-                new_addr,
-            };
             self.mremap_to(&mut tree, cpu, vrm)
         } else if new_len == old_len {
             Ok(addr)
@@ -161,7 +161,7 @@ impl Mm {
             self.do_munmap_locked(&mut tree, cpu, addr + new_len, end)
                 .map(|()| addr)
         } else {
-            self.expand_vma(&mut tree, cpu, addr, old_len, new_len, flags)
+            self.expand_vma(&mut tree, cpu, vrm)
         };
         drop(tree);
         if let Ok(at) = result {
@@ -237,11 +237,15 @@ impl Mm {
         &self,
         tree: &mut VmaWriteGuard<'_>,
         cpu: CpuId,
-        addr: u64,
-        old_len: u64,
-        new_len: u64,
-        flags: u32,
+        vrm: VmaRemap,
     ) -> Result<u64, Errno> {
+        let VmaRemap {
+            addr,
+            old_len,
+            new_len,
+            flags,
+            ..
+        } = vrm;
         let vma = tree.vma_lookup(addr).expect("checked");
         let delta = new_len - old_len;
         if addr + old_len == vma.end && tree.vma_expandable(vma.start, delta) {
@@ -253,14 +257,7 @@ impl Mm {
             return Err(Errno::ENOMEM);
         }
         let new_addr = new_area(tree, addr, new_len, 0, false)?;
-        let vrm = VmaRemap {
-            addr,
-            old_len,
-            new_len,
-            flags,
-            new_addr,
-        };
-        self.move_vma(tree, cpu, vrm)
+        self.move_vma(tree, cpu, VmaRemap { new_addr, ..vrm })
     }
 
     /// `mremap_to`: `MREMAP_FIXED` (the target range is unmapped first) or `MREMAP_DONTUNMAP`.

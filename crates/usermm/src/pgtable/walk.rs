@@ -10,8 +10,8 @@
 
 use crate::sync::primitive::atomic::Ordering::Relaxed;
 
-use super::{addr_end, pgd_index, pmd_index, pte_index, pud_index, Entry, Level, Slot};
-use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PUD_SIZE};
+use super::{addr_end, Entry, Level, Slot};
+use crate::addr::{Pfn, PGDIR_SIZE, PUD_SIZE};
 use crate::page_alloc::PhysMem;
 
 /// The range walk from the PGD down to the PMD tables, written once: each present PMD table
@@ -46,22 +46,14 @@ impl Iterator for PmdTables<'_> {
     fn next(&mut self) -> Option<(Pfn, u64, u64)> {
         while self.addr < self.end {
             let a = self.addr;
-            let pgd = Slot {
-                table: self.pgd,
-                index: pgd_index(a),
-            }
-            .load(self.phys);
+            let pgd = Slot::offset(self.pgd, Level::Pgd, a).load(self.phys);
             if pgd.is_none() {
                 self.addr = addr_end(a, PGDIR_SIZE, self.end);
                 continue;
             }
             let next = addr_end(a, PUD_SIZE, self.end);
             self.addr = next;
-            let pud = Slot {
-                table: pgd.pfn(),
-                index: pud_index(a),
-            }
-            .load(self.phys);
+            let pud = Slot::offset(pgd.pfn(), Level::Pud, a).load(self.phys);
             if !pud.is_none() {
                 return Some((pud.pfn(), a, next));
             }
@@ -75,10 +67,7 @@ impl Iterator for PmdTables<'_> {
 #[doc(alias = "mm_find_pmd")]
 pub(crate) fn find_pmd(phys: &PhysMem, pgd: Pfn, addr: u64) -> Option<Slot> {
     let (table, _, _) = pmd_tables(phys, pgd, addr, addr.checked_add(1)?).next()?;
-    Some(Slot {
-        table,
-        index: pmd_index(addr),
-    })
+    Some(Slot::offset(table, Level::Pmd, addr))
 }
 
 /// Where a lockless walk stopped.
@@ -95,32 +84,16 @@ pub enum Walk {
 /// A lockless walk from the PGD (what the MMU does): follows present table entries.
 #[inline]
 pub fn walk(phys: &PhysMem, pgd: Pfn, addr: u64) -> Walk {
-    let s = Slot {
-        table: pgd,
-        index: pgd_index(addr),
-    };
-    let e = s.load(phys);
-    if e.is_none() {
-        return Walk::Hole {
-            level: Level::Pgd,
-            slot: s,
-        };
+    let mut table = pgd;
+    for level in [Level::Pgd, Level::Pud] {
+        let slot = Slot::offset(table, level, addr);
+        let e = slot.load(phys);
+        if e.is_none() {
+            return Walk::Hole { level, slot };
+        }
+        table = e.pfn();
     }
-    let s = Slot {
-        table: e.pfn(),
-        index: pud_index(addr),
-    };
-    let e = s.load(phys);
-    if e.is_none() {
-        return Walk::Hole {
-            level: Level::Pud,
-            slot: s,
-        };
-    }
-    let pmd = Slot {
-        table: e.pfn(),
-        index: pmd_index(addr),
-    };
+    let pmd = Slot::offset(table, Level::Pmd, addr);
     let e = pmd.load(phys);
     if e.is_none() {
         return Walk::Hole {
@@ -131,10 +104,7 @@ pub fn walk(phys: &PhysMem, pgd: Pfn, addr: u64) -> Walk {
     if e.huge() {
         return Walk::HugePmd { pmd, entry: e };
     }
-    let pte = Slot {
-        table: e.pfn(),
-        index: pte_index(addr),
-    };
+    let pte = Slot::offset(e.pfn(), Level::Pte, addr);
     Walk::Pte {
         pmd,
         pte,
@@ -204,54 +174,50 @@ pub(crate) fn scan_table(phys: &PhysMem, table: Pfn) -> impl Iterator<Item = Ent
 /// Visit every mapped leaf (`(addr, entry, is_huge)`), for reports and validation. The
 /// caller keeps the page tables stable (mmap lock).
 pub(crate) fn for_each_leaf(phys: &PhysMem, pgd: Pfn, mut f: impl FnMut(u64, Entry, bool)) {
-    for (i, e) in scan_table(phys, pgd).enumerate() {
-        if e.is_none() {
-            continue;
-        }
-        let a0 = (i as u64) * PGDIR_SIZE;
-        for (j, e) in scan_table(phys, e.pfn()).enumerate() {
-            if e.is_none() {
-                continue;
-            }
-            let a1 = a0 + j as u64 * PUD_SIZE;
-            for (k, e) in scan_table(phys, e.pfn()).enumerate() {
-                if e.is_none() {
-                    continue;
-                }
-                let a2 = a1 + k as u64 * PMD_SIZE;
-                if e.huge() {
-                    f(a2, e, true);
-                    continue;
-                }
-                for (l, e) in scan_table(phys, e.pfn()).enumerate() {
-                    if e.maps_frame() {
-                        f(a2 + l as u64 * PAGE_SIZE, e, false);
-                    }
-                }
-            }
-        }
-    }
+    for_each_entry(phys, pgd, Level::Pte, &mut |level, addr, e| match level {
+        Level::Pmd if e.huge() => f(addr, e, true),
+        Level::Pte if e.maps_frame() => f(addr, e, false),
+        _ => {}
+    });
 }
 
 /// Visit every table page below the PGD: `(base address, span it maps, table pfn)`.
 pub(crate) fn for_each_table(phys: &PhysMem, pgd: Pfn, mut f: impl FnMut(u64, u64, Pfn)) {
-    for (i, e) in scan_table(phys, pgd).enumerate() {
-        if e.is_none() {
-            continue;
+    for_each_entry(phys, pgd, Level::Pmd, &mut |level, addr, e| {
+        if !e.huge() {
+            f(addr, level.entry_size(), e.pfn());
         }
-        let a0 = i as u64 * PGDIR_SIZE;
-        f(a0, PGDIR_SIZE, e.pfn());
-        for (j, e) in scan_table(phys, e.pfn()).enumerate() {
+    });
+}
+
+/// Every entry of the tree under `pgd` that is not none, down to level `deepest`, in address
+/// order: `f(level, addr, entry)`, a table entry's table walked right after it (a huge PMD
+/// has none).
+fn for_each_entry(phys: &PhysMem, pgd: Pfn, deepest: Level, f: &mut impl FnMut(Level, u64, Entry)) {
+    fn table(
+        phys: &PhysMem,
+        t: Pfn,
+        level: Level,
+        base: u64,
+        deepest: Level,
+        f: &mut impl FnMut(Level, u64, Entry),
+    ) {
+        for (i, e) in scan_table(phys, t).enumerate() {
             if e.is_none() {
                 continue;
             }
-            let a1 = a0 + j as u64 * PUD_SIZE;
-            f(a1, PUD_SIZE, e.pfn());
-            for (k, e) in scan_table(phys, e.pfn()).enumerate() {
-                if !e.is_none() && !e.huge() {
-                    f(a1 + k as u64 * PMD_SIZE, PMD_SIZE, e.pfn());
-                }
+            let addr = base + i as u64 * level.entry_size();
+            f(level, addr, e);
+            let below = match level {
+                Level::Pgd => Some(Level::Pud),
+                Level::Pud => Some(Level::Pmd),
+                Level::Pmd if !e.huge() => Some(Level::Pte),
+                _ => None,
+            };
+            if let Some(below) = below.filter(|_| level != deepest) {
+                table(phys, e.pfn(), below, addr, deepest, f);
             }
         }
     }
+    table(phys, pgd, Level::Pgd, 0, deepest, f);
 }
