@@ -235,3 +235,123 @@ impl<'a> TablePair<'a> {
         self.second.as_ref().unwrap_or(&self.first)
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod test {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::addr::{PAGE_SIZE, PMD_SIZE};
+    use crate::config::MachineConfig;
+    use crate::cpu::{CpuId, Cpus};
+    use crate::pgtable::{alloc_deposit_table, alloc_table, free_deposit_table, free_table, Slot};
+    use crate::stats::VmStat;
+
+    const C0: CpuId = CpuId(0);
+
+    fn phys() -> PhysMem {
+        let cfg = MachineConfig {
+            mem: 4 << 20,
+            cpus: 2,
+            nodes: 1,
+            ..Default::default()
+        };
+        PhysMem::new(&cfg, Cpus::new(2, 1), Arc::new(VmStat::new(2))).unwrap()
+    }
+
+    #[test]
+    fn entries_are_addressed_by_virtual_address_and_the_lock_is_held() {
+        let p = phys();
+        let t = alloc_table(&p, C0).unwrap();
+        let base = 0x7f00_0000_0000u64;
+        {
+            let pte = TableCursor::lock(&p, t, Level::Pte);
+            assert!(p.meta(t).ptl.is_locked());
+            let e = Entry::new(Pfn(42), 1);
+            pte.write(base + 3 * PAGE_SIZE, e);
+            assert_eq!(pte.get(base + 3 * PAGE_SIZE), e);
+            // The entry is the one a lockless walk of that address reads.
+            assert_eq!(
+                Slot::offset(t, Level::Pte, base + 3 * PAGE_SIZE).load(&p),
+                e
+            );
+            assert_eq!(pte.take(base + 3 * PAGE_SIZE), e);
+            assert!(pte.get(base + 3 * PAGE_SIZE).is_none());
+        }
+        assert!(!p.meta(t).ptl.is_locked(), "dropping the cursor unlocks");
+        // A PMD table is indexed by 2 MiB.
+        {
+            let pmd = TableCursor::lock(&p, t, Level::Pmd);
+            pmd.write(base + 5 * PMD_SIZE, Entry::new(Pfn(7), 1));
+            assert_eq!(
+                Slot::offset(t, Level::Pmd, base + 5 * PMD_SIZE).load(&p),
+                Entry::new(Pfn(7), 1)
+            );
+            pmd.take(base + 5 * PMD_SIZE);
+        }
+        free_table(&p, C0, t);
+        p.validate().unwrap();
+    }
+
+    #[test]
+    fn a_pair_of_one_table_takes_one_lock() {
+        let p = phys();
+        let (a, b) = (alloc_table(&p, C0).unwrap(), alloc_table(&p, C0).unwrap());
+        {
+            let one = TablePair::lock(&p, Level::Pte, a, a);
+            assert!(std::ptr::eq(one.first(), one.second()));
+            assert!(p.meta(a).ptl.is_locked());
+            one.second().write(0, Entry::new(Pfn(9), 1));
+            assert_eq!(one.first().take(0), Entry::new(Pfn(9), 1));
+        }
+        assert!(!p.meta(a).ptl.is_locked());
+        {
+            let two = TablePair::lock(&p, Level::Pte, a, b);
+            assert!(p.meta(a).ptl.is_locked() && p.meta(b).ptl.is_locked());
+            assert_eq!((two.first().table(), two.second().table()), (a, b));
+        }
+        assert!(!p.meta(a).ptl.is_locked() && !p.meta(b).ptl.is_locked());
+        free_table(&p, C0, a);
+        free_table(&p, C0, b);
+        p.validate().unwrap();
+    }
+
+    #[test]
+    fn a_withdrawn_table_is_filled_under_the_pmd_lock() {
+        let p = phys();
+        let pmd_table = alloc_table(&p, C0).unwrap();
+        let (d1, d2) = (
+            alloc_deposit_table(&p, C0).unwrap(),
+            alloc_deposit_table(&p, C0).unwrap(),
+        );
+        let pmd = TableCursor::lock(&p, pmd_table, Level::Pmd);
+        pmd.deposit(d1);
+        pmd.deposit(d2);
+        // Last in, first out, like the kernel's list.
+        let w = pmd.withdraw().expect("two deposited");
+        assert_eq!(w.pfn(), d2);
+        pmd.populate(&w, |i| Entry::new(Pfn(1000 + i as u64), 1));
+        for i in [0usize, 1, 511] {
+            let e = Slot {
+                table: d2,
+                index: i,
+            }
+            .load(&p);
+            assert_eq!(e.pfn(), Pfn(1000 + i as u64));
+        }
+        assert_eq!(pmd.withdraw().map(|w| w.pfn()), Some(d1));
+        assert!(pmd.withdraw().is_none());
+        drop(pmd);
+        for i in 0..512 {
+            Slot {
+                table: d2,
+                index: i,
+            }
+            .store(&p, Entry::NONE);
+        }
+        free_deposit_table(&p, C0, d1);
+        free_table(&p, C0, d2);
+        free_table(&p, C0, pmd_table);
+        p.validate().unwrap();
+    }
+}
