@@ -25,7 +25,8 @@
 #   and frees the table; broken: the fault without the pmd_same re-check under the PTL.
 # - loom_fault_zap.rs: a write fault (re-check and writes under the PTL, through the locked slot)
 #   racing a zap (the table cursor) on one PTE table of the engine's own PhysMem, whose entries,
-#   mapcounts and rss are loom atomics; broken: the fault's re-check and writes without the PTL.
+#   mapcounts and rss are loom atomics (123 iterations); broken: the fault's re-check and
+#   writes without the PTL.
 # - loom_mmap_lock.rs: downgrade vs writer, detach-then-downgrade munmap vs a faulting reader;
 #   broken: zap before detach.
 # - loom_vma_lock.rs: a fault under the per-VMA lock racing mprotect, a detached VMA; broken: a
