@@ -23,6 +23,10 @@
 #   zone.lock before the pcp lock (deadlock).
 # - loom_ptl_unmap.rs: a fault installing a PTE under the PTL against a zap that clears the PMD
 #   and frees the table; broken: the fault without the pmd_same re-check under the PTL.
+# - loom_fault_zap.rs: a write fault (re-check and writes under the PTL, through the locked slot)
+#   racing a zap (the table cursor) on one PTE table of the engine's own PhysMem, whose entries,
+#   mapcounts and rss are loom atomics (123 iterations); broken: the fault's re-check and
+#   writes without the PTL.
 # - loom_mmap_lock.rs: downgrade vs writer, detach-then-downgrade munmap vs a faulting reader;
 #   broken: zap before detach.
 # - loom_vma_lock.rs: a fault under the per-VMA lock racing mprotect, a detached VMA; broken: a
@@ -52,5 +56,6 @@ RUSTFLAGS="--cfg loom" \
     --test loom_shared_line \
     --test loom_pcp \
     --test loom_ptl_unmap \
+    --test loom_fault_zap \
     --test loom_mmap_lock \
     --test loom_vma_lock

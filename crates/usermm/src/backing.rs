@@ -13,7 +13,7 @@
 //!   reservation, or every scattered page-table page would commit a 2 MiB host page.)
 //!
 //! # Full backing behaves like a VM's RAM
-//! - **Resident before the clock starts** ([`Backing::prefault`], `prefault=on`): the whole
+//! - **Resident before the clock starts** (`Backing::prefault`, `prefault=on`): the whole
 //!   reservation is made `MADV_HUGEPAGE` (2 MiB host pages where the host's THP is not
 //!   `never`: 512 times fewer host faults and host TLB misses) and faulted in at construction
 //!   with `MADV_POPULATE_WRITE`, 64 MiB per call, on every host CPU.
@@ -178,9 +178,19 @@ impl Drop for HostMapping {
 ///
 /// # Safety
 /// Implementors must be valid when every byte is zero, and contain no references.
-pub unsafe trait ZeroValid: Sync {}
+pub unsafe trait ZeroValid: Sync {
+    /// Under loom: the value all-zero memory stands for, built (a loom atomic is a handle into
+    /// the model, not an integer, so zeroed memory holds none).
+    #[cfg(loom)]
+    fn zeroed() -> Self;
+}
 // SAFETY: atomics of integers are plain integers in memory; zero is valid.
-unsafe impl ZeroValid for AtomicU64 {}
+unsafe impl ZeroValid for AtomicU64 {
+    #[cfg(loom)]
+    fn zeroed() -> Self {
+        AtomicU64::new(0)
+    }
+}
 
 /// A large array of `T` in a lazily-zeroed host mapping: the emulated `mem_map`.
 ///
@@ -200,6 +210,12 @@ impl<T: ZeroValid> ZeroedArray<T> {
             .checked_mul(std::mem::size_of::<T>())
             .expect("array size overflows");
         let map = HostMapping::new(bytes.max(1), HostPages::Default)?;
+        #[cfg(loom)]
+        for i in 0..len {
+            // SAFETY: element `i < len` lies inside the mapping, which is aligned for T (page
+            // aligned) and not yet shared; the zero bytes there are overwritten, not dropped.
+            unsafe { map.base.as_ptr().cast::<T>().add(i).write(T::zeroed()) };
+        }
         Ok(Self {
             map,
             len,
@@ -216,8 +232,26 @@ impl<T: ZeroValid> ZeroedArray<T> {
     }
 }
 
-/// One page-table page: 512 entries.
-pub type TablePage = [AtomicU64; PTRS_PER_TABLE];
+/// One page-table page: 512 entries, in the frame's own memory.
+#[cfg(not(loom))]
+pub type TablePage = [TableEntry; PTRS_PER_TABLE];
+
+/// A page-table entry's word: a host atomic, a loom one under loom (`sync::primitive`).
+pub type TableEntry = crate::sync::primitive::atomic::AtomicU64;
+
+#[cfg(loom)]
+mod loom;
+#[cfg(loom)]
+pub use self::loom::TablePage;
+
+/// The entries of `page` that may be nonzero: all of them on the host; under loom the ones made
+/// so far (the others are zero by definition).
+fn entries_in_use(page: &TablePage) -> impl Iterator<Item = &TableEntry> {
+    #[cfg(not(loom))]
+    return page.iter();
+    #[cfg(loom)]
+    return page.made();
+}
 
 /// Does the host give this process transparent huge pages on `MADV_HUGEPAGE` mappings?
 /// (`/sys/kernel/mm/transparent_hugepage/enabled` is not `[never]`.)
@@ -241,6 +275,9 @@ pub struct Backing {
     populated: Option<ZeroedArray<AtomicU64>>,
     /// Full backing on a host whose THP is not `never`: populated regions are 2 MiB host pages.
     host_huge_pages: bool,
+    /// Under loom: the page-table entries of each frame, made on first use (see [`TablePage`]).
+    #[cfg(loom)]
+    tables: loom::Tables,
 }
 
 /// Frames per 2 MiB region of the reservation (the host's huge page).
@@ -267,6 +304,8 @@ impl Backing {
             used,
             populated,
             host_huge_pages: mode == BackingMode::Full && host_thp_available(),
+            #[cfg(loom)]
+            tables: loom::Tables::new(nr_frames),
         })
     }
 
@@ -283,7 +322,7 @@ impl Backing {
     /// sparse), in `PREFAULT_CHUNK` (64 MiB) steps shared out to one thread per host CPU. Call at
     /// construction, before any frame is handed out: on a host without `MADV_POPULATE_WRITE`
     /// it writes a zero into every page.
-    pub fn prefault(&self) -> std::io::Result<()> {
+    pub(crate) fn prefault(&self) -> std::io::Result<()> {
         let Some(populated) = &self.populated else {
             return Ok(());
         };
@@ -355,21 +394,44 @@ impl Backing {
         unsafe { self.map.base.as_ptr().add(pfn.index() * PAGE_SIZE as usize) }
     }
 
-    /// The 512 entries of a page-table page.
+    /// A frame's memory as 512 words (data frames; on the host, page tables too).
     #[inline]
-    pub(crate) fn table(&self, pfn: Pfn) -> &TablePage {
+    fn words(&self, pfn: Pfn) -> &[AtomicU64; PTRS_PER_TABLE] {
         let p = self.frame_ptr(pfn);
         // SAFETY: the frame is 4 KiB of mapped memory, page aligned, and lives as long as
-        // `self`. Entries are only accessed through atomics (rule 1), so aliasing shared
+        // `self`. Words are only accessed through atomics (rule 1), so aliasing shared
         // references is sound; AtomicU64 is valid at any bit pattern of initialised memory.
-        unsafe { &*p.cast::<TablePage>() }
+        unsafe { &*p.cast::<[AtomicU64; PTRS_PER_TABLE]>() }
+    }
+
+    /// The 512 entries of a page-table page.
+    #[cfg(not(loom))]
+    #[inline]
+    pub(crate) fn table(&self, pfn: Pfn) -> &TablePage {
+        self.words(pfn)
+    }
+
+    /// The 512 entries of a page-table page: under loom, loom atomics beside the frame.
+    #[cfg(loom)]
+    pub(crate) fn table(&self, pfn: Pfn) -> &TablePage {
+        assert!(
+            pfn.0 < self.nr_frames,
+            "pfn {:#x} beyond the backing",
+            pfn.0
+        );
+        self.tables.get(pfn)
     }
 
     /// Zero a frame that the caller owns exclusively (rule 2): a new page-table page.
     pub(crate) fn zero_table(&self, pfn: Pfn) {
-        for e in self.table(pfn) {
+        for e in entries_in_use(self.table(pfn)) {
             e.store(0, Ordering::Relaxed);
         }
+    }
+
+    /// Are all the entries of the page-table page `pfn` none (a table about to be freed)?
+    pub(crate) fn table_is_clear(&self, pfn: Pfn) -> bool {
+        entries_in_use(self.table(pfn)).all(|e| e.load(Ordering::Relaxed) == 0)
     }
 
     /// Zero `nr` data frames from `pfn`, owned exclusively by the caller, whatever they hold
@@ -464,7 +526,7 @@ impl Backing {
         let src = &self.bytes(pfn)[off..off + buf.len()];
         if off.is_multiple_of(8) {
             // Whole words first, one 8-byte load each (the bytes a byte-wise copy reads).
-            let t = &self.table(pfn)[off / 8..];
+            let t = &self.words(pfn)[off / 8..];
             let mut chunks = buf.chunks_exact_mut(8);
             for (d, w) in (&mut chunks).zip(t) {
                 d.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
@@ -489,7 +551,7 @@ impl Backing {
         let dst = &self.bytes(pfn)[off..off + data.len()];
         if off.is_multiple_of(8) {
             // Whole words first, one 8-byte store each (the bytes a byte-wise copy stores).
-            let t = &self.table(pfn)[off / 8..];
+            let t = &self.words(pfn)[off / 8..];
             let chunks = data.chunks_exact(8);
             let tail = chunks.remainder();
             for (s, w) in chunks.zip(t) {
@@ -512,7 +574,7 @@ impl Backing {
     /// every `step`-th from the start) of a data frame: a user walk's stores, one 8-byte
     /// atomic store each (dropped when sparse). The same bytes as `Backing::write` of each
     /// word's native-endian bytes.
-    pub fn write_words(
+    pub(crate) fn write_words(
         &self,
         pfn: Pfn,
         words: std::ops::Range<usize>,
@@ -522,7 +584,7 @@ impl Backing {
         if self.mode == BackingMode::Sparse {
             return;
         }
-        let t = self.table(pfn);
+        let t = self.words(pfn);
         for w in words.step_by(step.max(1)) {
             t[w].store(value(w), Ordering::Relaxed);
         }
@@ -530,11 +592,11 @@ impl Backing {
 
     /// Load each 8-byte word `w` of `words` (every `step`-th) of a data frame: a user walk's
     /// loads; their xor, so that they are not optimised away (0 when sparse).
-    pub fn read_words(&self, pfn: Pfn, words: std::ops::Range<usize>, step: usize) -> u64 {
+    pub(crate) fn read_words(&self, pfn: Pfn, words: std::ops::Range<usize>, step: usize) -> u64 {
         if self.mode == BackingMode::Sparse {
             return 0;
         }
-        let t = self.table(pfn);
+        let t = self.words(pfn);
         words
             .step_by(step.max(1))
             .fold(0, |acc, w| acc ^ t[w].load(Ordering::Relaxed))
@@ -545,7 +607,7 @@ impl Backing {
         if self.mode == BackingMode::Sparse {
             return;
         }
-        let (s, d) = (self.table(src), self.table(dst));
+        let (s, d) = (self.words(src), self.words(dst));
         for (d, s) in d.iter().zip(s) {
             d.store(s.load(Ordering::Relaxed), Ordering::Relaxed);
         }

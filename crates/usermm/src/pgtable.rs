@@ -4,7 +4,7 @@
 //! (`pmd_addr_end` and its siblings), `mm/memory.c` (`__pte_alloc`, `__pmd_alloc`,
 //! `__pud_alloc`: `pmd_alloc`, `pte_alloc`) and `include/linux/mm.h` (`pte_offset_map_lock`,
 //! `pmd_lock`, `pte_lockptr`, `pmd_lockptr`, split PTLs in the `ptdesc`: `Slot::lock` and
-//! `LockedSlot`).
+//! `LockedSlot`; the locked table of a run of entries: `TableCursor`).
 //!
 //! ```text
 //!  PGD page ─[47:39]→ PUD page ─[38:30]→ PMD page ─[29:21]→ PTE page ─[20:12]→ 4 KiB frame
@@ -35,37 +35,53 @@
 //!    (`page_table_lock` for PGD and PUD entries, the PMD lock for a PMD entry), after a
 //!    re-check that the slot is still none; the loser of a race frees its table.
 //!
-//! # The locked slot
-//! "Lock the PTL, load the entry again, compare it with what the lockless walk saw, bail if it
-//! changed" is what every fault path does before it writes. `Slot::lock` takes the split lock
-//! of the slot's table page and returns a `LockedSlot`, the proof that the lock is held:
-//! `LockedSlot::same` is the re-check (`pte_same`), `LockedSlot::set` the write
-//! (`set_pte_at`/`set_pmd_at`), and dropping it unlocks. `Slot::lock_if_same` is the
-//! whole sequence. Zaps, splits, copies and moves that rewrite a run of entries under one lock
-//! still write the table page's atomics directly (with the lock held, by the same rule).
+//! # Who writes an entry
+//! Nothing outside this module and its `cursor` reaches a table page's entries for writing:
+//! every write goes through a type that holds the lock that protects the entry.
+//! - **One entry, split lock** — the fault paths. "Lock the PTL, load the entry again, compare
+//!   it with what the lockless walk saw, bail if it changed": `Slot::lock` takes the split lock
+//!   of the slot's table page and returns a `LockedSlot`, the proof that the lock is held;
+//!   `LockedSlot::same` is the re-check (`pte_same`), `LockedSlot::set` the write
+//!   (`set_pte_at`/`set_pmd_at`), and dropping it unlocks. `Slot::lock_if_same` is the whole
+//!   sequence.
+//! - **A run of entries, split lock** — zap, `change_protection`, fork's copy, mremap's move,
+//!   the THP split: a `TableCursor` (`cursor.rs`) holds one PTE or PMD table page's lock and
+//!   reads and writes its entries by address; a `TablePair` holds two (copy: child then
+//!   parent; move: old then new).
+//! - **PGD and PUD entries** — under `page_table_lock`: the allocator here (invariant 4) and
+//!   `free_pgtables` (`pgd_clear`, `pud_clear`); `pmd_clear_detached` is invariant 1's
+//!   exception.
 //!
-//! # Range walks
-//! `pmd_tables` is the one walk from the PGD down to the PMD tables of a range (the zap and
-//! the fork copy run on it; `mremap` looks a PMD up with `find_pmd`). Still written out by
-//! hand: `free_pgd_range` (it frees upper tables on the way back up, so it needs their
-//! slots), `change_protection` (it re-walks per address with [`walk`], splitting as it goes)
-//! and the whole-tree scans of reports and validation (`for_each_leaf`, `for_each_table`).
+//! # Range walks (`walk.rs`)
+//! Lockless, as the MMU's: [`walk()`] (one address), `pmd_tables` (the PGD and PUD levels of a
+//! range, down to its PMD tables: zap and fork copy), `table_entries` (the entries of one table
+//! over a range, with the `p?d_addr_end` steps: zap, copy and `free_pgd_range`), `find_pmd`
+//! (mremap), and the whole-tree scans of reports and validation (`for_each_leaf`,
+//! `for_each_table`, `scan_table`).
 //!
 //! # Differences from Linux
 //! No p4d (folded, as with 4-level paging). The PGD page is counted in `PageTables` too.
 
-use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use crate::backing::TableEntry;
+use crate::sync::primitive::atomic::Ordering::{Acquire, Release};
 
-use crate::addr::{
-    Order, Pfn, PAGE_SHIFT, PGDIR_SHIFT, PGDIR_SIZE, PMD_SHIFT, PUD_SHIFT, PUD_SIZE,
-};
+use crate::addr::{Order, Pfn, PAGE_SHIFT, PGDIR_SHIFT, PMD_SHIFT, PUD_SHIFT};
 use crate::cpu::CpuId;
 use crate::error::AllocError;
 use crate::page_alloc::meta::PG_PGTABLE;
 use crate::page_alloc::{Gfp, PhysMem};
 use crate::stats::VmItem;
-use crate::sync::class::PMD_LOCK;
-use crate::sync::{charge, Cost, LockClass, PtLockGuard, SpinLockGuard};
+use crate::sync::class::{PMD_LOCK, PTL};
+use crate::sync::{charge, Cost, LockClass, SpinLockGuard};
+
+mod cursor;
+mod walk;
+
+pub(crate) use self::cursor::{TableCursor, TablePair};
+pub(crate) use self::walk::{
+    find_pmd, for_each_leaf, for_each_table, pmd_tables, scan_table, table_entries,
+};
+pub use self::walk::{walk, Walk};
 
 pub const _PAGE_PRESENT: u64 = 1 << 0;
 pub const _PAGE_RW: u64 = 1 << 1;
@@ -173,6 +189,54 @@ pub fn addr_end(addr: u64, size: u64, end: u64) -> u64 {
     ((addr & !(size - 1)) + size).min(end)
 }
 
+/// Page-table level names, for walks, holes and the levels a cursor may lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Pgd,
+    Pud,
+    Pmd,
+    Pte,
+}
+
+impl Level {
+    /// How far one entry of this level reaches (`PGDIR_SIZE`, `PUD_SIZE`, `PMD_SIZE`,
+    /// `PAGE_SIZE`).
+    #[inline]
+    pub fn entry_size(self) -> u64 {
+        1 << self.shift()
+    }
+
+    #[inline]
+    fn shift(self) -> u32 {
+        match self {
+            Level::Pgd => PGDIR_SHIFT,
+            Level::Pud => PUD_SHIFT,
+            Level::Pmd => PMD_SHIFT,
+            Level::Pte => PAGE_SHIFT,
+        }
+    }
+
+    /// The index of `addr`'s entry in a table of this level (`pgd_index` … `pte_index`).
+    #[inline]
+    fn index(self, addr: u64) -> usize {
+        ((addr >> self.shift()) & 511) as usize
+    }
+
+    /// The class of the split lock of a table page of this level: the PMD lock of a PMD
+    /// table, the PTL of a PTE table. PGD and PUD entries are under `page_table_lock`, which
+    /// is no split lock (see [`pgd_clear`]).
+    #[inline]
+    fn split_lock_class(self) -> &'static LockClass {
+        match self {
+            Level::Pmd => &PMD_LOCK,
+            Level::Pte => &PTL,
+            Level::Pgd | Level::Pud => {
+                unreachable!("PGD and PUD tables have no split lock: page_table_lock")
+            }
+        }
+    }
+}
+
 /// One entry slot: a table page and an index in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot {
@@ -181,79 +245,101 @@ pub struct Slot {
 }
 
 impl Slot {
+    /// `pgd_offset`, `pud_offset`, `pmd_offset`, `pte_offset`: the slot of `addr` in `table`,
+    /// a table of level `level`.
+    #[doc(alias = "pgd_offset")]
+    #[doc(alias = "pud_offset")]
+    #[doc(alias = "pmd_offset")]
+    #[doc(alias = "pte_offset_kernel")]
     #[inline]
-    pub(crate) fn atomic<'a>(&self, phys: &'a PhysMem) -> &'a AtomicU64 {
+    pub fn offset(table: Pfn, level: Level, addr: u64) -> Slot {
+        Slot {
+            table,
+            index: level.index(addr),
+        }
+    }
+
+    #[inline]
+    fn atomic<'a>(&self, phys: &'a PhysMem) -> &'a TableEntry {
         &phys.backing().table(self.table)[self.index]
     }
     #[inline]
     pub fn load(&self, phys: &PhysMem) -> Entry {
         Entry(self.atomic(phys).load(Acquire))
     }
-    /// Write the entry. The caller holds the lock that protects this level, or is
-    /// `free_pgtables` clearing a PMD of a detached range (invariant 1). Where the lock is the
-    /// slot's own table page's split lock, write through [`Slot::lock`] and
-    /// [`LockedSlot::set`] instead; the users left are the PGD/PUD entries under
-    /// `page_table_lock` (the allocator, `free_pgtables`) and the moves of `mremap`, which
-    /// hold the old and the new table's locks for two slots that may share one.
+    /// Write the entry (`set_pte_at` and its siblings: one `SetPte`). Private to the table
+    /// module: outside it an entry is written through the lock that protects it — a
+    /// [`LockedSlot`] or a [`TableCursor`] (split locks), [`pgd_clear`]/[`pud_clear`]
+    /// (`page_table_lock`) — or by [`pmd_clear_detached`] (invariant 1's exception).
     #[inline]
-    pub(crate) fn store(&self, phys: &PhysMem, e: Entry) {
+    fn store(&self, phys: &PhysMem, e: Entry) {
         charge(Cost::SetPte, 1);
         self.atomic(phys).store(e.0, Release)
     }
-    /// Clear and return the old value (`ptep_get_and_clear`).
-    #[inline]
-    pub(crate) fn take(&self, phys: &PhysMem) -> Entry {
-        Entry(self.atomic(phys).swap(0, Relaxed))
+
+    /// Under loom only, for the negative control of `tests/loom_fault_zap.rs`: write the entry
+    /// with no lock, which nothing in the engine can do.
+    #[cfg(loom)]
+    pub(crate) fn store_unlocked(&self, phys: &PhysMem, e: Entry) {
+        self.store(phys, e)
     }
 
     /// Take the split lock of this slot's table page (`pte_offset_map_lock` for a PTE slot,
-    /// class `PTL`; `pmd_lock` for a PMD slot, class `PMD_LOCK`).
+    /// class `PTL`; `pmd_lock` for a PMD slot, class `PMD_LOCK`): `level` is the level of the
+    /// slot's table.
     #[doc(alias = "pte_offset_map_lock")]
     #[doc(alias = "pmd_lock")]
     #[inline]
-    pub(crate) fn lock<'a>(self, phys: &'a PhysMem, class: &'static LockClass) -> LockedSlot<'a> {
-        let ptl = phys.meta(self.table).ptl.lock(class);
+    pub(crate) fn lock(self, phys: &PhysMem, level: Level) -> LockedSlot<'_> {
         LockedSlot {
-            slot: self,
-            phys,
-            _ptl: ptl,
+            table: TableCursor::lock(phys, self.table, level),
+            index: self.index,
         }
     }
 
     /// [`Slot::lock`], then the re-check: `None` (the lock released again) when the entry is
     /// no longer `seen`, the value the caller decided on without the lock.
     #[inline]
-    pub(crate) fn lock_if_same<'a>(
+    pub(crate) fn lock_if_same(
         self,
-        phys: &'a PhysMem,
-        class: &'static LockClass,
+        phys: &PhysMem,
+        level: Level,
         seen: Entry,
-    ) -> Option<LockedSlot<'a>> {
-        let l = self.lock(phys, class);
+    ) -> Option<LockedSlot<'_>> {
+        let l = self.lock(phys, level);
         l.same(seen).then_some(l)
     }
 }
 
-/// A [`Slot`] whose table page's split lock is held: entries are written under the PTL.
-/// Dropping it unlocks. (Lock order, `lib.rs`: PMD lock -> PTE lock; a fault holds one.)
+/// A [`Slot`] whose table page's split lock is held: the one-entry [`TableCursor`] of the
+/// fault paths. Dropping it unlocks. (Lock order, `lib.rs`: PMD lock -> PTE lock; a fault
+/// holds one.)
 #[must_use = "if unused the page-table lock is released at once"]
 pub(crate) struct LockedSlot<'a> {
-    slot: Slot,
-    phys: &'a PhysMem,
-    _ptl: PtLockGuard<'a>,
+    table: TableCursor<'a>,
+    index: usize,
 }
 
-impl LockedSlot<'_> {
+impl<'a> LockedSlot<'a> {
     /// The entry, as it is under the lock.
     #[inline]
     pub(crate) fn get(&self) -> Entry {
-        self.slot.load(self.phys)
+        self.slot().load(self.table.phys)
     }
 
     /// The slot whose lock is held.
     #[inline]
     pub(crate) fn slot(&self) -> Slot {
-        self.slot
+        Slot {
+            table: self.table.table(),
+            index: self.index,
+        }
+    }
+
+    /// The locked table the slot is in (a PMD table's deposit list is under the same lock).
+    #[inline]
+    pub(crate) fn table(&self) -> &TableCursor<'a> {
+        &self.table
     }
 
     /// `pte_same` against a fresh load: is the entry still `seen`?
@@ -267,7 +353,7 @@ impl LockedSlot<'_> {
     #[doc(alias = "pmdp_huge_get_and_clear")]
     #[inline]
     pub(crate) fn take(&self) -> Entry {
-        self.slot.take(self.phys)
+        self.table.take_index(self.index)
     }
 
     /// `set_pte_at` / `set_pmd_at`.
@@ -275,7 +361,7 @@ impl LockedSlot<'_> {
     #[doc(alias = "set_pmd_at")]
     #[inline]
     pub(crate) fn set(&self, e: Entry) {
-        self.slot.store(self.phys, e)
+        self.slot().store(self.table.phys, e)
     }
 }
 
@@ -317,11 +403,7 @@ pub(crate) fn free_deposit_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
 
 /// Free a table page whose entries are all clear (`pagetable_free` after the dtor).
 pub(crate) fn free_table(phys: &PhysMem, cpu: CpuId, pfn: Pfn) {
-    debug_assert!(phys
-        .backing()
-        .table(pfn)
-        .iter()
-        .all(|e| e.load(Relaxed) == 0));
+    debug_assert!(phys.backing().table_is_clear(pfn));
     vm_bug_on!(
         phys.meta(pfn).pmd_huge_pte().is_some(),
         "freeing PMD table {pfn:?} with tables still deposited"
@@ -362,20 +444,11 @@ pub(crate) enum PtAllocError {
 #[doc(alias = "__pud_alloc")]
 #[doc(alias = "pud_alloc")]
 pub(crate) fn pmd_alloc(mm: &impl MmTables, cpu: CpuId, addr: u64) -> Result<Slot, PtAllocError> {
-    let pgd_slot = Slot {
-        table: mm.pgd_table(),
-        index: pgd_index(addr),
-    };
+    let pgd_slot = Slot::offset(mm.pgd_table(), Level::Pgd, addr);
     let pud_table = table_alloc(mm, cpu, pgd_slot, false)?;
-    let pud_slot = Slot {
-        table: pud_table,
-        index: pud_index(addr),
-    };
+    let pud_slot = Slot::offset(pud_table, Level::Pud, addr);
     let pmd_table = table_alloc(mm, cpu, pud_slot, false)?;
-    Ok(Slot {
-        table: pmd_table,
-        index: pmd_index(addr),
-    })
+    Ok(Slot::offset(pmd_table, Level::Pmd, addr))
 }
 
 /// `pte_alloc` (`__pte_alloc`): the PTE table the PMD entry `pmd` points to, allocated and
@@ -429,141 +502,28 @@ fn table_alloc(
     }
 }
 
-/// The range walk from the PGD down to the PMD tables, written once: each present PMD table
-/// that maps part of `[start, end)`, with the part `(table, addr, next)` it maps, in address
-/// order — the `pgd_offset`/`pud_offset` loops with their `pgd_addr_end`/`pud_addr_end` steps
-/// that `unmap_page_range` and `copy_page_range` open with. A none PGD entry skips its whole
-/// span. Lockless, as those loops are: the caller keeps the upper levels stable (the range is
-/// detached, or the mmap lock is held for writing). Entry loads cost nothing in virtual time;
-/// a caller charges the levels it walked.
-pub(crate) fn pmd_tables(phys: &PhysMem, pgd: Pfn, start: u64, end: u64) -> PmdTables<'_> {
-    PmdTables {
-        phys,
-        pgd,
-        addr: start,
-        end,
-    }
+/// `pgd_clear` (`p4d_clear`) of `free_pud_range`: clear a PGD entry whose PUD table is being
+/// freed, under `mm->page_table_lock`, the lock of the upper levels.
+#[doc(alias = "p4d_clear")]
+pub(crate) fn pgd_clear(mm: &impl MmTables, pgd: Slot) {
+    let _g = mm.page_table_lock();
+    pgd.store(mm.phys(), Entry::NONE);
 }
 
-/// The iterator of [`pmd_tables`].
-#[derive(Debug)]
-pub(crate) struct PmdTables<'a> {
-    phys: &'a PhysMem,
-    pgd: Pfn,
-    addr: u64,
-    end: u64,
+/// `pud_clear` of `free_pmd_range`: clear a PUD entry whose PMD table is being freed, under
+/// `mm->page_table_lock`.
+pub(crate) fn pud_clear(mm: &impl MmTables, pud: Slot) {
+    let _g = mm.page_table_lock();
+    pud.store(mm.phys(), Entry::NONE);
 }
 
-impl Iterator for PmdTables<'_> {
-    /// A PMD table, and the part `[addr, next)` of the range it maps.
-    type Item = (Pfn, u64, u64);
-
-    fn next(&mut self) -> Option<(Pfn, u64, u64)> {
-        while self.addr < self.end {
-            let a = self.addr;
-            let pgd = Slot {
-                table: self.pgd,
-                index: pgd_index(a),
-            }
-            .load(self.phys);
-            if pgd.is_none() {
-                self.addr = addr_end(a, PGDIR_SIZE, self.end);
-                continue;
-            }
-            let next = addr_end(a, PUD_SIZE, self.end);
-            self.addr = next;
-            let pud = Slot {
-                table: pgd.pfn(),
-                index: pud_index(a),
-            }
-            .load(self.phys);
-            if !pud.is_none() {
-                return Some((pud.pfn(), a, next));
-            }
-        }
-        None
-    }
-}
-
-/// The PMD slot mapping `addr`, if the PGD and PUD entries above it are present; no table is
-/// allocated (lockless, like [`pmd_tables`]).
-#[doc(alias = "mm_find_pmd")]
-pub(crate) fn find_pmd(phys: &PhysMem, pgd: Pfn, addr: u64) -> Option<Slot> {
-    let (table, _, _) = pmd_tables(phys, pgd, addr, addr.checked_add(1)?).next()?;
-    Some(Slot {
-        table,
-        index: pmd_index(addr),
-    })
-}
-
-/// Where a lockless walk stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Walk {
-    /// No table at this level: the PGD/PUD/PMD entry at `slot` is none.
-    Hole { level: Level, slot: Slot },
-    /// A huge PMD entry.
-    HugePmd { pmd: Slot, entry: Entry },
-    /// The PTE slot (its value may be none).
-    Pte { pmd: Slot, pte: Slot, entry: Entry },
-}
-
-/// Page-table level names for reports and holes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
-    Pgd,
-    Pud,
-    Pmd,
-    Pte,
-}
-
-/// A lockless walk from the PGD (what the MMU does): follows present table entries.
-#[inline]
-pub fn walk(phys: &PhysMem, pgd: Pfn, addr: u64) -> Walk {
-    let s = Slot {
-        table: pgd,
-        index: pgd_index(addr),
-    };
-    let e = s.load(phys);
-    if e.is_none() {
-        return Walk::Hole {
-            level: Level::Pgd,
-            slot: s,
-        };
-    }
-    let s = Slot {
-        table: e.pfn(),
-        index: pud_index(addr),
-    };
-    let e = s.load(phys);
-    if e.is_none() {
-        return Walk::Hole {
-            level: Level::Pud,
-            slot: s,
-        };
-    }
-    let pmd = Slot {
-        table: e.pfn(),
-        index: pmd_index(addr),
-    };
-    let e = pmd.load(phys);
-    if e.is_none() {
-        return Walk::Hole {
-            level: Level::Pmd,
-            slot: pmd,
-        };
-    }
-    if e.huge() {
-        return Walk::HugePmd { pmd, entry: e };
-    }
-    let pte = Slot {
-        table: e.pfn(),
-        index: pte_index(addr),
-    };
-    Walk::Pte {
-        pmd,
-        pte,
-        entry: pte.load(phys),
-    }
+/// `pmd_clear` of `free_pte_range`: clear a PMD entry whose PTE table is being freed, with no
+/// lock — the one write of an entry without its lock (invariant 1): the range's VMAs are
+/// detached, so no fault installs anything there, and the lockless walkers that may still read
+/// the old entry are waited out by the TLB flush before the table is freed.
+#[doc(alias = "free_pte_range")]
+pub(crate) fn pmd_clear_detached(phys: &PhysMem, pmd: Slot) {
+    pmd.store(phys, Entry::NONE);
 }
 
 #[cfg(test)]

@@ -22,9 +22,10 @@
 //!   CPU 0's pcp under the same locks. After every interleaving,
 //!   `PhysMem::validate` holds (every frame exactly once in the buddy, on a pcp list or
 //!   allocated; each pcp `count` equal to its lists; `free_pages` equal to the free lists) and
-//!   the free-page count accounts for the page still allocated. Only the locks are explored:
-//!   the metadata are host atomics, which loom does not reorder, so this checks the lock
-//!   protocol, not the orderings of the metadata stores.
+//!   the free-page count accounts for the page still allocated. The locks are explored, and
+//!   a page's `refcount` and `mapcount` (loom atomics under loom, `sync/primitive.rs`); the
+//!   list links and flags are host atomics, which loom does not reorder, so this checks the
+//!   lock protocol, not the orderings of the list stores.
 //! - [`protocol_refill_vs_drain`]: the same race on a small replica of the protocol built on the
 //!   seam's real lock types (`SpinLock` of class `pcp`, `StatMutex` of class `zone.lock`), in
 //!   the same lock order, with the checks spelt out: no page lost or duplicated, `count` equal

@@ -19,6 +19,10 @@
 //!   `crates/usermm/src` outside `src/sync/`: one place decides how the engine's locks behave
 //!   (host locks, loom, virtual time).
 //!
+//! - **No page table by hand in `mm/`.** No file under `src/mm/` reaches a table page's
+//!   entries (`backing().table(`) or takes a split lock itself (`ptl.lock(`): an entry is
+//!   written through `pgtable`'s locked slot or table cursor, whose type carries the lock.
+//!
 //! A file's dependencies are every path it names that starts with `crate::`, `super::` or
 //! `self::` (in `use` items, including nested groups, and inline in code), resolved to the
 //! longest prefix that is a module file. Comments are skipped; unit-test files (`test.rs`) are
@@ -580,4 +584,58 @@ fn mapcounts_are_written_only_by_rmap_and_the_allocator() {
     assert!(!writes_a_mapcount(
         "let entire_mapcount = 1; total_mapcount.store(1)"
     ));
+}
+
+/// What in `code` reaches a page-table page by hand, if anything: its entries' memory (the
+/// backing's `table`, `zero_table`) or its split lock (`ptl.lock`, `ptl.try_lock`). Whitespace
+/// is ignored, so a call split over lines is seen.
+fn touches_a_table_by_hand(code: &str) -> Option<&'static str> {
+    let squeezed: String = code.chars().filter(|c| !c.is_whitespace()).collect();
+    [
+        "backing().table(",
+        "backing().zero_table(",
+        ".ptl.lock(",
+        ".ptl.try_lock(",
+    ]
+    .into_iter()
+    .find(|pat| squeezed.contains(pat))
+}
+
+/// The mm writes page-table entries only through `pgtable` (`LockedSlot`, `TableCursor`,
+/// `TablePair`, the `p?d_clear`s), so every write carries its lock in its type.
+#[test]
+fn mm_reaches_page_tables_only_through_pgtable() {
+    let root = src_dir();
+    let mm = root.join("mm");
+    let offenders: Vec<String> = module_files()
+        .values()
+        .filter(|p| p.starts_with(&mm))
+        .filter_map(|p| {
+            let what = touches_a_table_by_hand(&code_of(p))?;
+            Some(format!(
+                "{}: {what}",
+                p.strip_prefix(&root).expect("under src").display()
+            ))
+        })
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "page tables reached by hand in src/mm/ (use pgtable's TableCursor or LockedSlot):\n{}",
+        offenders.join("\n")
+    );
+    for bad in [
+        "let t = phys.backing().table(pfn);",
+        "let t = phys\n    .backing()\n    .table(pfn)",
+        "let _g = phys.meta(t).ptl.lock(&PTL);",
+        "phys.meta(t).ptl.try_lock(&PMD_LOCK)",
+    ] {
+        assert!(touches_a_table_by_hand(bad).is_some(), "missed: {bad}");
+    }
+    for fine in [
+        "let pte = TableCursor::lock(phys, table, Level::Pte);",
+        "phys.backing().read(pfn, 0, &mut data);",
+        "pmd.table().deposit(t);",
+    ] {
+        assert_eq!(touches_a_table_by_hand(fine), None, "false alarm: {fine}");
+    }
 }

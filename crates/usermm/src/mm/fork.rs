@@ -44,17 +44,14 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::pgtable_alias::*;
 use super::vma::{VmFlags, Vma, VmaKind};
 use super::{huge_memory, rmap, Mm, RssItem};
-use crate::addr::{Pfn, PAGE_SIZE, PMD_SIZE};
+use crate::addr::{Pfn, PAGE_SIZE};
 use crate::cpu::CpuId;
 use crate::error::Errno;
 use crate::page_alloc::meta::PG_ANON;
-use crate::pgtable::_PAGE_RW;
-use crate::pgtable::{self, addr_end, pmd_tables};
+use crate::pgtable::{self, pmd_tables, table_entries, Level, TablePair, _PAGE_RW};
 use crate::stats::VmItem;
-use crate::sync::class::PTL;
 
 impl Mm {
     /// `fork()`'s `dup_mm`: a new address space with a copy of this one's VMAs, sharing its
@@ -112,83 +109,78 @@ impl Mm {
 /// `copy_page_range` for one VMA `v` (the child's copy; same range in both mms).
 fn copy_page_range(dst: &Mm, src: &Mm, v: &Vma, cpu: CpuId) -> Result<(), Errno> {
     let phys = src.machine().phys();
-    let cow = v.is_cow_mapping();
+    let copy = CopyContext {
+        dst,
+        src,
+        cpu,
+        cow: v.is_cow_mapping(),
+    };
     for (pmd_table, start, end) in pmd_tables(phys, src.pgd(), v.start, v.end) {
-        let mut addr = start;
-        while addr < end {
-            let next = addr_end(addr, PMD_SIZE, end);
-            let src_pmd = Slot {
-                table: pmd_table,
-                index: pmd_index(addr),
-            };
-            let e = src_pmd.load(phys);
-            if !e.is_none() {
-                let dst_pmd = pgtable::pmd_alloc(dst, cpu, addr).map_err(|_| Errno::ENOMEM)?;
-                if e.huge() {
-                    huge_memory::copy_huge_pmd(dst, src, cpu, dst_pmd, src_pmd, cow)?;
-                } else {
-                    let dst_table =
-                        pgtable::pte_alloc(dst, cpu, dst_pmd).map_err(|_| Errno::ENOMEM)?;
-                    copy_pte_range(dst, src, cpu, dst_table, e.pfn(), addr, next, cow);
-                }
+        for (src_pmd, e, addr, next) in table_entries(phys, pmd_table, Level::Pmd, start, end) {
+            let dst_pmd = pgtable::pmd_alloc(dst, cpu, addr).map_err(|_| Errno::ENOMEM)?;
+            if e.huge() {
+                huge_memory::copy_huge_pmd(dst, src, cpu, dst_pmd, src_pmd, copy.cow)?;
+            } else {
+                let dst_table = pgtable::pte_alloc(dst, cpu, dst_pmd).map_err(|_| Errno::ENOMEM)?;
+                copy.copy_pte_range(dst_table, e.pfn(), addr, next);
             }
-            addr = next;
         }
     }
     Ok(())
 }
 
-/// `copy_pte_range` + `copy_present_pte` over `[addr, end)` of one PTE table.
-#[expect(clippy::too_many_arguments)]
-fn copy_pte_range(
-    dst: &Mm,
-    src: &Mm,
+/// What every level of one VMA's copy shares: the two mms, the CPU, and whether the mapping
+/// is copy-on-write (the kernel's `copy_page_range` passes `dst_vma` and `src_vma` down, and
+/// each level reads the rest from them).
+struct CopyContext<'a> {
+    dst: &'a Mm,
+    src: &'a Mm,
     cpu: CpuId,
-    dst_table: Pfn,
-    src_table: Pfn,
-    addr: u64,
-    end: u64,
+    /// `is_cow_mapping(src_vma->vm_flags)`: a writable entry loses RW on both sides.
     cow: bool,
-) {
-    let machine = src.machine();
-    let phys = machine.phys();
-    let (d, s) = (
-        phys.backing().table(dst_table),
-        phys.backing().table(src_table),
-    );
-    let (mut anon, mut shmem, mut first) = (0i64, 0i64, 0i64);
-    // Lock order: child PTE lock -> parent PTE lock.
-    let _dst_ptl = phys.meta(dst_table).ptl.lock(&PTL);
-    let _src_ptl = phys.meta(src_table).ptl.lock(&PTL);
-    let mut a = addr;
-    while a < end {
-        let i = pte_index(a);
-        a += PAGE_SIZE;
-        let mut e = Entry(s[i].load(Relaxed));
-        if !e.maps_frame() {
-            continue;
+}
+
+impl CopyContext<'_> {
+    /// `copy_pte_range` + `copy_present_pte` over `[addr, end)` of one PTE table, under both
+    /// tables' locks.
+    #[doc(alias = "copy_present_pte")]
+    fn copy_pte_range(&self, dst_table: Pfn, src_table: Pfn, addr: u64, end: u64) {
+        let machine = self.src.machine();
+        let phys = machine.phys();
+        let (mut anon, mut shmem, mut first) = (0i64, 0i64, 0i64);
+        // Lock order: child PTE lock -> parent PTE lock.
+        let ptes = TablePair::lock(phys, Level::Pte, dst_table, src_table);
+        let (d, s) = (ptes.first(), ptes.second());
+        let mut a = addr;
+        while a < end {
+            let at = a;
+            a += PAGE_SIZE;
+            let mut e = s.get(at);
+            if !e.maps_frame() {
+                continue;
+            }
+            if !e.special() {
+                let head = rmap::compound_head(phys, e.pfn());
+                if rmap::folio_try_dup_anon_rmap_pte(phys, e.pfn()) {
+                    first += 1;
+                }
+                if phys.meta(head).test(PG_ANON) {
+                    anon += 1;
+                } else {
+                    shmem += 1;
+                }
+                if self.cow && e.writable() {
+                    // ptep_set_wrprotect on the parent; the child gets the same read-only entry.
+                    e = e.with_bits(0, _PAGE_RW);
+                    s.write(at, e);
+                }
+            }
+            d.write(at, e);
         }
-        if !e.special() {
-            let head = rmap::compound_head(phys, e.pfn());
-            if rmap::folio_try_dup_anon_rmap_pte(phys, e.pfn()) {
-                first += 1;
-            }
-            if phys.meta(head).test(PG_ANON) {
-                anon += 1;
-            } else {
-                shmem += 1;
-            }
-            if cow && e.writable() {
-                // ptep_set_wrprotect on the parent; the child gets the same read-only entry.
-                e = e.with_bits(0, _PAGE_RW);
-                s[i].store(e.0, Relaxed);
-            }
+        self.dst.add_rss(self.cpu, RssItem::AnonPages, anon);
+        self.dst.add_rss(self.cpu, RssItem::ShmemPages, shmem);
+        if first != 0 {
+            machine.vmstat().add(self.cpu, VmItem::NrAnonPages, first);
         }
-        d[i].store(e.0, Relaxed);
-    }
-    dst.add_rss(cpu, RssItem::AnonPages, anon);
-    dst.add_rss(cpu, RssItem::ShmemPages, shmem);
-    if first != 0 {
-        machine.vmstat().add(cpu, VmItem::NrAnonPages, first);
     }
 }

@@ -4,11 +4,11 @@
 //! Mirrors `do_huge_pmd_anonymous_page` (with `__do_huge_pmd_anonymous_page`,
 //! `vma_alloc_anon_folio_pmd`, `map_anon_folio_pmd`), `do_huge_pmd_wp_page`, `zap_huge_pmd`,
 //! `__split_huge_pmd`, `copy_huge_pmd`, `move_huge_pmd`, `change_huge_pmd`,
-//! `thp_vma_allowable_order`, and the deposit list of `mm/pgtable-generic.c`
-//! (`pgtable_trans_huge_deposit`/`_withdraw`). The huge zero page itself (its refcount
-//! policies, its shrinker) is [`crate::huge_zero_page`]; the PTE-level fault, zap, copy and
-//! move paths that call into this file are `fault.rs`, `memory.rs`, `fork.rs` and
-//! `mremap.rs`. Hugetlb PMDs pass through `zap_huge_pmd`, `copy_huge_pmd` and
+//! `thp_vma_allowable_order`. The deposit list (`pgtable_trans_huge_deposit`/`_withdraw` of
+//! `mm/pgtable-generic.c`) is the locked PMD table's: `pgtable::TableCursor::deposit`,
+//! `withdraw` and `populate`. The huge zero page itself (its refcount policies, its shrinker)
+//! is [`crate::huge_zero_page`]; the PTE-level fault, zap, copy and move paths that call into
+//! this file are `fault/`, `memory.rs`, `fork.rs` and `mremap.rs`. Hugetlb PMDs pass through `zap_huge_pmd`, `copy_huge_pmd` and
 //! `move_huge_pmd` too (the kernel's `mm/hugetlb.c` twins), never through a split.
 //!
 //! ```text
@@ -27,7 +27,8 @@
 //!
 //! # Locks
 //! Every entry change here is under the PMD lock of the entry's table (`pmd_lock`), which
-//! also guards the deposit list. Lock order (`lib.rs`): `mmap_lock -> PMD lock -> PTE lock ->
+//! also guards the deposit list: a `LockedSlot` or a `TablePair` of PMD tables (`pgtable`), so
+//! the lock is in the type of every write. Lock order (`lib.rs`): `mmap_lock -> PMD lock -> PTE lock ->
 //! pcp lock -> zone.lock`; across two mms or two PMDs, child before parent (`copy_huge_pmd`)
 //! and old before new (`move_huge_pmd`). The huge zero page's references are atomics, taken
 //! under the PMD lock at most.
@@ -42,8 +43,9 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::mmu_gather::{FullMm, MmuGather};
 use super::pgtable_alias::*;
-use super::vma::{VmFlags, Vma, VmaKind, VmaTree};
-use super::{rmap, Mm, RssItem, VmFault, OOM};
+use super::vma::{VmFlags, Vma, VmaKind};
+use super::VmFault;
+use super::{rmap, Mm, RssItem, VmFaultError, OOM};
 use crate::addr::{Pfn, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PTRS_PER_TABLE};
 use crate::config::{HugeZeroWriteFault, ThpMode};
 use crate::cpu::CpuId;
@@ -51,10 +53,10 @@ use crate::error::Errno;
 use crate::page_alloc::meta::{PG_ANON, PG_HUGETLB, PG_MLOCKED};
 use crate::page_alloc::{Gfp, PhysMem};
 use crate::pgtable::{
-    self, LockedSlot, _PAGE_PRESENT, _PAGE_PROTNONE, _PAGE_PSE, _PAGE_RW, _PAGE_SPECIAL,
+    self, Level, LockedSlot, TableCursor, TablePair, _PAGE_PRESENT, _PAGE_PROTNONE, _PAGE_PSE,
+    _PAGE_RW, _PAGE_SPECIAL,
 };
 use crate::stats::VmItem;
-use crate::sync::class::{PMD_LOCK, PTL};
 use crate::sync::{charge, Cost};
 
 /// Is an anonymous VMA eligible for THP at this address?
@@ -74,41 +76,6 @@ pub(crate) fn thp_eligible(mm: &Mm, vma: &Vma, addr: u64) -> bool {
     };
     let h = addr & !(PMD_SIZE - 1);
     allowed && h >= vma.start && h + PMD_SIZE <= vma.end
-}
-
-/// Deposit a table for a huge PMD (`pgtable_trans_huge_deposit`). Caller holds the PMD lock
-/// of `slot.table`, which protects the deposit list.
-///
-/// As in the kernel with split PMD locks, the deposited tables of a PMD table page form a
-/// list headed in that page's descriptor (`ptdesc->pmd_huge_pte`) and threaded through the
-/// deposited pages' own list link (`pgtable->lru`): [`PageMeta::pmd_huge_pte`] and
-/// [`PageMeta::deposit_next`]. So a fault deposits with two stores: no allocation, no other
-/// lock.
-///
-/// [`PageMeta::pmd_huge_pte`]: crate::page_alloc::PageMeta::pmd_huge_pte
-/// [`PageMeta::deposit_next`]: crate::page_alloc::PageMeta::deposit_next
-#[doc(alias = "pgtable_trans_huge_deposit")]
-pub(crate) fn deposit(mm: &Mm, slot: Slot, table: Pfn) {
-    let phys = mm.machine().phys();
-    let pmd_table = phys.meta(slot.table);
-    // assert_spin_locked(pmd_lockptr(mm, pmdp))
-    vm_bug_on!(!pmd_table.ptl.is_locked(), "deposit without the PMD lock");
-    phys.meta(table).set_deposit_next(pmd_table.pmd_huge_pte());
-    pmd_table.set_pmd_huge_pte(Some(table));
-}
-
-/// `pgtable_trans_huge_withdraw`: take a deposited table off the list of `slot`'s PMD table
-/// (any one: they are all unused). Caller holds the PMD lock.
-#[doc(alias = "pgtable_trans_huge_withdraw")]
-pub(crate) fn withdraw_deposit(mm: &Mm, slot: Slot) -> Option<Pfn> {
-    let phys = mm.machine().phys();
-    let pmd_table = phys.meta(slot.table);
-    vm_bug_on!(!pmd_table.ptl.is_locked(), "withdraw without the PMD lock");
-    let first = pmd_table.pmd_huge_pte()?;
-    let m = phys.meta(first);
-    pmd_table.set_pmd_huge_pte(m.deposit_next());
-    m.set_deposit_next(None);
-    Some(first)
 }
 
 /// The tables deposited under the huge PMDs of the PMD table `pmd_table` (for validation; the
@@ -157,21 +124,14 @@ fn map_anon_thp_pmd(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: &LockedSlot<'_>, page: 
 /// THP); `Some(Err(Oom))` that the PMD's deposit table could not be had (`pte_alloc_one` →
 /// `VM_FAULT_OOM`, as in Linux: the table is allocated first on the read path, after the THP
 /// on the write path).
-pub(crate) fn do_huge_pmd_anonymous_page(
-    mm: &Mm,
-    tree: Option<&VmaTree>,
-    vma: &Vma,
-    cpu: CpuId,
-    pmd: Slot,
-    addr: u64,
-    write: bool,
-) -> Option<Result<(), VmFault>> {
+pub(crate) fn do_huge_pmd_anonymous_page(vmf: &VmFault<'_>) -> Option<Result<(), VmFaultError>> {
+    let (mm, vma, cpu, pmd) = (vmf.mm, vmf.vma, vmf.cpu, vmf.pmd());
     let machine = mm.machine();
     let phys = machine.phys();
     // vmf_anon_prepare comes first, also for a read that maps the huge zero page: the VMA
     // gets its anon_vma (which then keeps VM_ACCOUNT across mprotect and decides merges).
-    rmap::anon_vma_prepare(mm, tree, vma);
-    if !write {
+    rmap::anon_vma_prepare(mm, vmf.tree, vma);
+    if !vmf.write {
         let Ok(table) = pgtable::alloc_deposit_table(phys, cpu) else {
             return Some(Err(OOM));
         };
@@ -180,12 +140,12 @@ pub(crate) fn do_huge_pmd_anonymous_page(
             pgtable::free_deposit_table(phys, cpu, table);
             return None;
         };
-        let Some(pmd) = pmd.lock_if_same(phys, &PMD_LOCK, Entry::NONE) else {
+        let Some(pmd) = pmd.lock_if_same(phys, Level::Pmd, Entry::NONE) else {
             hz.fault_unused(cpu);
             pgtable::free_deposit_table(phys, cpu, table);
             return Some(Ok(()));
         };
-        deposit(mm, pmd.slot(), table);
+        pmd.table().deposit(table);
         mm.nr_tables.fetch_add(1, Relaxed);
         let b = vma.leaf_bits(false) | _PAGE_PSE | _PAGE_SPECIAL;
         pmd.set(Entry::new(zero, b));
@@ -196,17 +156,16 @@ pub(crate) fn do_huge_pmd_anonymous_page(
         let _ = phys.free_pages(cpu, page, HPAGE_PMD_ORDER);
         return Some(Err(OOM));
     };
-    let Some(pmd) = pmd.lock_if_same(phys, &PMD_LOCK, Entry::NONE) else {
+    let Some(pmd) = pmd.lock_if_same(phys, Level::Pmd, Entry::NONE) else {
         let _ = phys.free_pages(cpu, page, HPAGE_PMD_ORDER);
         pgtable::free_deposit_table(phys, cpu, table);
         return Some(Ok(()));
     };
-    deposit(mm, pmd.slot(), table);
+    pmd.table().deposit(table);
     mm.nr_tables.fetch_add(1, Relaxed);
     map_anon_thp_pmd(mm, vma, cpu, &pmd, page);
     drop(pmd);
     phys.lru_cache_add(cpu, page);
-    let _ = addr;
     Some(Ok(()))
 }
 
@@ -214,23 +173,17 @@ pub(crate) fn do_huge_pmd_anonymous_page(
 /// PMD was split (a THP shared with another mm, or the huge zero page under the split
 /// policy or with no THP to be had), and the caller handles the written 4 KiB page as a PTE
 /// fault.
-pub(crate) fn do_huge_pmd_wp_page(
-    mm: &Mm,
-    tree: Option<&VmaTree>,
-    vma: &Vma,
-    cpu: CpuId,
-    pmd: Slot,
-    addr: u64,
-) -> Option<Result<(), VmFault>> {
+pub(crate) fn do_huge_pmd_wp_page(vmf: &VmFault<'_>) -> Option<Result<(), VmFaultError>> {
+    let (mm, vma, cpu, pmd) = (vmf.mm, vmf.vma, vmf.cpu, vmf.pmd());
     let machine = mm.machine();
     let phys = machine.phys();
     let e = pmd.load(phys);
-    let haddr = addr & !(PMD_SIZE - 1);
+    let haddr = vmf.address & !(PMD_SIZE - 1);
     if !e.special() {
         if !vma.is_cow_mapping() || rmap::pmd_exclusive(phys, e.pfn()) {
             // An exclusive THP (it lost its write bit to mprotect, or the other side of a
             // fork let go of it): reuse it.
-            if let Some(pmd) = pmd.lock_if_same(phys, &PMD_LOCK, e) {
+            if let Some(pmd) = pmd.lock_if_same(phys, Level::Pmd, e) {
                 pmd.set(Entry::new(e.pfn(), vma.leaf_bits(true) | _PAGE_PSE));
             }
             return Some(Ok(()));
@@ -241,9 +194,9 @@ pub(crate) fn do_huge_pmd_wp_page(
         return None;
     }
     if machine.huge_zero().write_fault_policy() == HugeZeroWriteFault::AllocThp {
-        rmap::anon_vma_prepare(mm, tree, vma);
+        rmap::anon_vma_prepare(mm, vmf.tree, vma);
         if let Some(page) = alloc_anon_thp(mm, cpu) {
-            let Some(locked) = pmd.lock_if_same(phys, &PMD_LOCK, e) else {
+            let Some(locked) = pmd.lock_if_same(phys, Level::Pmd, e) else {
                 let _ = phys.free_pages(cpu, page, HPAGE_PMD_ORDER);
                 return Some(Ok(()));
             };
@@ -269,18 +222,18 @@ pub(crate) fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u
     let machine = mm.machine();
     let phys = machine.phys();
     let cpu = tlb.cpu();
-    let pmd = slot.lock(phys, &PMD_LOCK);
+    let pmd = slot.lock(phys, Level::Pmd);
     if !pmd.get().huge() {
         return None;
     }
     let old = pmd.take();
     tlb.remove_tlb_entry(addr, PMD_SIZE);
     charge(Cost::ZapPte, 1);
-    let deposit = withdraw_deposit(mm, slot);
+    let deposit = pmd.table().withdraw();
     drop(pmd);
     if let Some(t) = deposit {
         // zap_deposited_table: the withdrawn table was never a live table.
-        crate::pgtable::free_deposit_table(phys, cpu, t);
+        crate::pgtable::free_deposit_table(phys, cpu, t.pfn());
         mm.nr_tables.fetch_sub(1, Relaxed);
     }
     let pfn = old.pfn();
@@ -325,36 +278,33 @@ pub(crate) fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u
 pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
     let machine = mm.machine();
     let phys = machine.phys();
-    let pmd = slot.lock(phys, &PMD_LOCK);
+    let pmd = slot.lock(phys, Level::Pmd);
     let old = pmd.get();
     if !old.huge() {
         return;
     }
-    let Some(table) = withdraw_deposit(mm, slot) else {
+    let Some(table) = pmd.table().withdraw() else {
         vm_bug_on!(true, "huge PMD without a deposited table");
         return;
     };
     let bits = old.0 & !(_PAGE_PSE) & 0x8000_0000_0000_0fff;
     let pfn = old.pfn();
-    let entries = phys.backing().table(table);
     if old.special() {
         // The huge zero page: 512 read-only zero-page PTEs. The PMD's reference goes away.
         let zero = machine.zero_pfn();
         let b = (bits & !_PAGE_RW) | _PAGE_SPECIAL;
-        for e in entries.iter() {
-            e.store(Entry::new(zero, b).0, Relaxed);
-        }
+        pmd.table().populate(&table, |_| Entry::new(zero, b));
         machine.huge_zero().zap_put(cpu);
     } else if !rmap::pmd_exclusive(phys, pfn) {
         // Another mm maps the folio too (fork), by PMD or by PTEs: map its subpages from this
         // mm's PTEs and keep it whole (Linux would queue a deferred split). Each PTE holds a
         // reference on the folio where the PMD held one.
         vm_bug_on!(phys.meta(pfn).test(PG_HUGETLB), "splitting a hugetlb PMD");
-        for (i, e) in entries.iter().enumerate() {
+        pmd.table().populate(&table, |i| {
             let p = pfn.add(i as u64);
             rmap::folio_add_anon_rmap_pte(phys, p);
-            e.store(Entry::new(p, bits).0, Relaxed);
-        }
+            Entry::new(p, bits)
+        });
         phys.meta(pfn)
             .refcount
             .fetch_add(PTRS_PER_TABLE as i32 - 1, Relaxed);
@@ -371,7 +321,7 @@ pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
         rmap::folio_remove_rmap_pmd(phys, pfn);
         let mlocked = phys.meta(pfn).test(PG_MLOCKED);
         phys.split_compound(cpu, pfn);
-        for (i, e) in entries.iter().enumerate() {
+        pmd.table().populate(&table, |i| {
             let p = pfn.add(i as u64);
             let m = phys.meta(p);
             rmap::folio_add_anon_rmap_pte(phys, p);
@@ -382,8 +332,8 @@ pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
             if i > 0 {
                 phys.lru_cache_add(cpu, p);
             }
-            e.store(Entry::new(p, bits).0, Relaxed);
-        }
+            Entry::new(p, bits)
+        });
         machine
             .vmstat()
             .add(cpu, VmItem::NrAnonTransparentHugepages, -1);
@@ -395,7 +345,7 @@ pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
     // none PMD would make it skip the 2 MiB and leave the split's 512 pages mapped.
     pmd.set(old.with_bits(0, _PAGE_PRESENT | _PAGE_PROTNONE));
     mm.flush_tlb(cpu, Some(512));
-    pmd.set(Entry::new(table, crate::pgtable::TABLE_BITS));
+    pmd.set(Entry::new(table.pfn(), crate::pgtable::TABLE_BITS));
     drop(pmd);
     machine.vmstat().inc(cpu, VmItem::ThpSplitPmd);
     let _ = haddr;
@@ -425,18 +375,17 @@ pub(crate) fn split_thp_remap_zero(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) 
         return;
     }
     let zero = machine.zero_pfn();
-    let entries = phys.backing().table(table.pfn());
     let mut tlb = MmuGather::new(mm, cpu, FullMm::No);
     let mut data = vec![0u8; PAGE_SIZE as usize];
-    let mut i = 0;
-    while i < PTRS_PER_TABLE {
+    let (mut addr, end) = (haddr, haddr + PMD_SIZE);
+    while addr < end {
         let mut force_flush = false;
         let mut freed = 0i64;
-        let ptl = phys.meta(table.pfn()).ptl.lock(&PTL);
-        while i < PTRS_PER_TABLE {
-            let addr = haddr + i as u64 * PAGE_SIZE;
-            let e = Entry(entries[i].load(Relaxed));
-            i += 1;
+        let pte = TableCursor::lock(phys, table.pfn(), Level::Pte);
+        while addr < end {
+            let a = addr;
+            let e = pte.get(a);
+            addr += PAGE_SIZE;
             if !e.maps_frame() || e.special() {
                 continue;
             }
@@ -449,11 +398,8 @@ pub(crate) fn split_thp_remap_zero(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) 
                 continue;
             }
             let bits = e.0 & 0x8000_0000_0000_0fff;
-            entries[i - 1].store(
-                Entry::new(zero, (bits & !_PAGE_RW) | _PAGE_SPECIAL).0,
-                Relaxed,
-            );
-            tlb.remove_tlb_entry(addr, PAGE_SIZE);
+            pte.write(a, Entry::new(zero, (bits & !_PAGE_RW) | _PAGE_SPECIAL));
+            tlb.remove_tlb_entry(a, PAGE_SIZE);
             rmap::folio_remove_rmap_pte(phys, e.pfn());
             freed += 1;
             if tlb.remove_page(e.pfn()) {
@@ -466,7 +412,7 @@ pub(crate) fn split_thp_remap_zero(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) 
         if force_flush {
             tlb.flush_tlbonly();
         }
-        drop(ptl);
+        drop(pte);
         if force_flush {
             tlb.forced_flush();
         }
@@ -509,8 +455,8 @@ pub(crate) fn copy_huge_pmd(
         None
     };
     // Lock order: child PMD lock -> parent PMD lock.
-    let dst_locked = dst_pmd.lock(phys, &PMD_LOCK);
-    let src_locked = src_pmd.lock(phys, &PMD_LOCK);
+    let dst_locked = dst_pmd.lock(phys, Level::Pmd);
+    let src_locked = src_pmd.lock(phys, Level::Pmd);
     let mut e = src_locked.get();
     vm_bug_on!(!e.huge(), "copy_huge_pmd of a PMD that stopped being huge");
     if let Some(z) = zero {
@@ -530,31 +476,35 @@ pub(crate) fn copy_huge_pmd(
         src_locked.set(e);
     }
     if let Some(t) = table {
-        deposit(dst, dst_pmd, t);
+        dst_locked.table().deposit(t);
         dst.nr_tables.fetch_add(1, Relaxed);
     }
     dst_locked.set(e);
     Ok(())
 }
 
-/// `move_huge_pmd` (and `move_hugetlb_page_tables` for a hugetlb PMD): the entry and its
-/// deposited table move to the new slot.
-pub(crate) fn move_huge_pmd(mm: &Mm, old: Slot, new: Slot) {
+/// `move_huge_pmd` (and `move_hugetlb_page_tables` for a hugetlb PMD): the entry mapping
+/// `old_addr` in the PMD table `old` and its deposited table move to the entry mapping
+/// `new_addr` in the PMD table `new`.
+pub(crate) fn move_huge_pmd(mm: &Mm, old: Pfn, new: Pfn, old_addr: u64, new_addr: u64) {
     let phys = mm.machine().phys();
     // Lock order: old PMD lock -> new PMD lock.
-    let _o = phys.meta(old.table).ptl.lock(&PMD_LOCK);
-    let _n = (new.table != old.table).then(|| phys.meta(new.table).ptl.lock(&PMD_LOCK));
-    let e = old.take(phys);
-    vm_bug_on!(!new.load(phys).is_none(), "move_huge_pmd onto a mapped PMD");
+    let pmds = TablePair::lock(phys, Level::Pmd, old, new);
+    let e = pmds.first().take(old_addr);
+    vm_bug_on!(
+        !pmds.second().get(new_addr).is_none(),
+        "move_huge_pmd onto a mapped PMD"
+    );
     if !e.special() && phys.meta(e.pfn()).test(PG_HUGETLB) {
-        new.store(phys, e);
+        pmds.second().set(new_addr, e);
         return;
     }
-    if let Some(t) = withdraw_deposit(mm, old) {
-        deposit(mm, new, t);
+    if let Some(t) = pmds.first().withdraw() {
+        pmds.second().deposit(t.pfn());
     }
-    new.store(phys, e);
+    pmds.second().set(new_addr, e);
 }
+
 /// `change_huge_pmd`: rewrite the permission bits of one huge PMD that a protection change
 /// covers whole, under its PMD lock: `leaf` if it may be writable, else `leaf_ro`. Returns
 /// whether an entry changed (false when a split got there first). The huge zero page never
@@ -568,7 +518,7 @@ pub(crate) fn change_huge_pmd(
     cow: bool,
 ) -> bool {
     let phys = mm.machine().phys();
-    let pmd = pmd.lock(phys, &PMD_LOCK);
+    let pmd = pmd.lock(phys, Level::Pmd);
     let e = pmd.get();
     if !e.huge() {
         return false;

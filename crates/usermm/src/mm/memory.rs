@@ -1,5 +1,4 @@
-//! Tearing mappings down: the zap walk, `free_pgtables`, `exit_mmap`; and the page-table
-//! walkers that other paths share (protection changes, reports, validation).
+//! Tearing mappings down: the zap walk, `free_pgtables`, `exit_mmap`; and protection changes.
 //!
 //! Mirrors `mm/memory.c` (`unmap_vmas`, `unmap_page_range`, `zap_pud_range`, `zap_pmd_range`,
 //! `zap_pte_range`, `free_pgd_range`, `free_pgtables`), `mm/mprotect.c` (`change_protection`)
@@ -7,7 +6,7 @@
 //! `huge_memory.rs` (`zap_huge_pmd`, `__split_huge_pmd`, `change_huge_pmd`).
 //!
 //! # zap_pte_range, as here
-//! Lock the PTE page's PTL; for each entry: clear it, widen the gather's range, and — for a
+//! Lock the PTE page's PTL (a `TableCursor`, `pgtable/cursor.rs`); for each entry: clear it, widen the gather's range, and — for a
 //! normal page — drop its mapcount and queue it in the gather; count the rss change locally.
 //! Publish the rss deltas while the PTL is held. If the gather reported full: flush the TLB
 //! *before* dropping the PTL, then free after unlocking, and resume at the next address.
@@ -15,7 +14,9 @@
 //! # free_pgd_range, floor and ceiling
 //! A table is freed only when the whole aligned span it maps lies between `floor` (end of the
 //! previous VMA) and `ceiling` (start of the next; 0 = top of the address space). Arithmetic is
-//! on `x − 1` so that a ceiling of 0 means the top, as in the kernel.
+//! on `x − 1` so that a ceiling of 0 means the top, as in the kernel. The walk's levels come
+//! from `pgtable::table_entries`; its clears are `pgtable`'s `pgd_clear` and `pud_clear` (under
+//! `page_table_lock`) and `pmd_clear_detached` (no lock: the range is detached).
 //!
 //! # Differences from Linux
 //! No `need_resched` break-outs: the walk never yields mid-table. (How a THP split differs:
@@ -26,15 +27,14 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::huge_memory::{change_huge_pmd, split_huge_pmd, zap_huge_pmd};
 use super::mmu_gather::{FullMm, MmuGather};
 use super::pgtable_alias::*;
+use super::vma::VmFlags;
 use super::{rmap, Mm, RssItem, UnmapStats};
 use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::cpu::CpuId;
 use crate::page_alloc::meta::{PG_ANON, PG_MLOCKED};
-use crate::page_alloc::PhysMem;
 use crate::pgtable::_PAGE_SPECIAL;
-use crate::pgtable::{addr_end, pmd_tables};
+use crate::pgtable::{self, addr_end, pmd_tables, table_entries, Level, TableCursor, Walk};
 use crate::stats::VmItem;
-use crate::sync::class::PTL;
 use crate::sync::{charge, Cost};
 
 /// Zap every mapping in `[start, end)` (`unmap_page_range` over all levels; the body of
@@ -55,19 +55,11 @@ pub(crate) fn zap_range(tlb: &mut MmuGather<'_>, mm: &Mm, start: u64, end: u64) 
 fn zap_pmd_range(tlb: &mut MmuGather<'_>, mm: &Mm, pmd_table: Pfn, start: u64, end: u64) -> u64 {
     let phys = mm.machine().phys();
     let mut zapped = 0;
-    let mut addr = start;
-    while addr < end {
-        let next = addr_end(addr, PMD_SIZE, end);
-        let slot = Slot {
-            table: pmd_table,
-            index: pmd_index(addr),
-        };
-        let mut e = slot.load(phys);
+    for (slot, mut e, addr, next) in table_entries(phys, pmd_table, Level::Pmd, start, end) {
         if e.huge() {
             if addr.is_multiple_of(PMD_SIZE) && next - addr == PMD_SIZE {
                 if let Some(n) = zap_huge_pmd(tlb, mm, slot, addr) {
                     zapped += n;
-                    addr = next;
                     continue;
                 }
                 // A split won the PMD lock: zap the PTE table it left (fall through).
@@ -79,7 +71,6 @@ fn zap_pmd_range(tlb: &mut MmuGather<'_>, mm: &Mm, pmd_table: Pfn, start: u64, e
         if !e.is_none() {
             zapped += zap_pte_range(tlb, mm, e.pfn(), addr, next);
         }
-        addr = next;
     }
     zapped
 }
@@ -88,7 +79,6 @@ fn zap_pte_range(tlb: &mut MmuGather<'_>, mm: &Mm, pte_table: Pfn, start: u64, e
     let machine = mm.machine();
     let phys = machine.phys();
     let cpu = tlb.cpu();
-    let table = phys.backing().table(pte_table);
     let mut addr = start;
     let mut zapped = 0;
     // pmd_offset + pte_offset_map of this table.
@@ -101,14 +91,13 @@ fn zap_pte_range(tlb: &mut MmuGather<'_>, mm: &Mm, pte_table: Pfn, start: u64, e
         // Entries cleared and pages gathered under this hold of the PTL, charged (one batch per
         // table) before it is released.
         let (zapped0, mut gathered) = (zapped, 0u64);
-        let ptl = phys.meta(pte_table).ptl.lock(&PTL);
+        let pte = TableCursor::lock(phys, pte_table, Level::Pte);
         while addr < end {
-            let slot = &table[pte_index(addr)];
-            if slot.load(Relaxed) == 0 {
+            if pte.get(addr).is_none() {
                 addr += PAGE_SIZE;
                 continue;
             }
-            let old = Entry(slot.swap(0, Relaxed));
+            let old = pte.take(addr);
             tlb.remove_tlb_entry(addr, PAGE_SIZE);
             addr += PAGE_SIZE;
             zapped += 1;
@@ -147,7 +136,7 @@ fn zap_pte_range(tlb: &mut MmuGather<'_>, mm: &Mm, pte_table: Pfn, start: u64, e
         if force_flush {
             tlb.flush_tlbonly();
         }
-        drop(ptl);
+        drop(pte);
         if force_flush {
             tlb.forced_flush();
         }
@@ -160,12 +149,12 @@ fn zap_pte_range(tlb: &mut MmuGather<'_>, mm: &Mm, pte_table: Pfn, start: u64, e
 /// `free_pgd_range`: free the tables that map only `[addr, end)`, within `floor`/`ceiling`.
 pub(crate) fn free_pgd_range(
     tlb: &mut MmuGather<'_>,
-    mm: &Mm,
     addr: u64,
     end: u64,
     floor: u64,
     ceiling: u64,
 ) {
+    let mm = tlb.mm();
     let phys = mm.machine().phys();
     let mut addr = addr & !(PMD_SIZE - 1);
     if addr < floor {
@@ -187,90 +176,56 @@ pub(crate) fn free_pgd_range(
     if addr > end.wrapping_sub(1) {
         return;
     }
-    let mut a = addr;
-    while a < end {
-        let next = addr_end(a, PGDIR_SIZE, end);
-        let slot = Slot {
-            table: mm.pgd(),
-            index: pgd_index(a),
-        };
-        let e = slot.load(phys);
-        if !e.is_none() {
-            free_pud_range(tlb, mm, slot, e.pfn(), a, next, floor, ceiling);
-        }
-        a = next;
+    for (pgd, _, a, next) in table_entries(phys, mm.pgd(), Level::Pgd, addr, end) {
+        free_pud_range(tlb, pgd, a, next, floor, ceiling);
     }
 }
 
-#[expect(clippy::too_many_arguments)]
 fn free_pud_range(
     tlb: &mut MmuGather<'_>,
-    mm: &Mm,
-    pgd_slot: Slot,
-    pud_table: Pfn,
+    pgd: Slot,
     start: u64,
     end: u64,
     floor: u64,
     ceiling: u64,
 ) {
+    let mm = tlb.mm();
     let phys = mm.machine().phys();
-    let mut a = start;
-    while a < end {
-        let next = addr_end(a, PUD_SIZE, end);
-        let slot = Slot {
-            table: pud_table,
-            index: pud_index(a),
-        };
-        let e = slot.load(phys);
-        if !e.is_none() {
-            free_pmd_range(tlb, mm, slot, e.pfn(), a, next, floor, ceiling);
-        }
-        a = next;
+    let pud_table = pgd.load(phys).pfn();
+    for (pud, _, a, next) in table_entries(phys, pud_table, Level::Pud, start, end) {
+        free_pmd_range(tlb, pud, a, next, floor, ceiling);
     }
     if !span_free(start, end, PGDIR_SIZE, floor, ceiling) {
         return;
     }
-    let _g = mm.page_table_lock.lock();
-    pgd_slot.store(phys, Entry::NONE);
-    drop(_g);
+    pgtable::pgd_clear(mm, pgd);
     mm.nr_tables.fetch_sub(1, Relaxed);
     tlb.remove_table(pud_table);
 }
 
-#[expect(clippy::too_many_arguments)]
 fn free_pmd_range(
     tlb: &mut MmuGather<'_>,
-    mm: &Mm,
-    pud_slot: Slot,
-    pmd_table: Pfn,
+    pud: Slot,
     start: u64,
     end: u64,
     floor: u64,
     ceiling: u64,
 ) {
+    let mm = tlb.mm();
     let phys = mm.machine().phys();
-    let mut a = start;
-    while a < end {
-        let next = addr_end(a, PMD_SIZE, end);
-        let slot = Slot {
-            table: pmd_table,
-            index: pmd_index(a),
-        };
-        let e = slot.load(phys);
-        if !e.is_none() && !e.huge() {
+    let pmd_table = pud.load(phys).pfn();
+    for (pmd, e, _, _) in table_entries(phys, pmd_table, Level::Pmd, start, end) {
+        if !e.huge() {
             // free_pte_range
-            slot.store(phys, Entry::NONE);
+            pgtable::pmd_clear_detached(phys, pmd);
             mm.nr_tables.fetch_sub(1, Relaxed);
             tlb.remove_table(e.pfn());
         }
-        a = next;
     }
     if !span_free(start, end, PUD_SIZE, floor, ceiling) {
         return;
     }
-    let _g = mm.page_table_lock.lock();
-    pud_slot.store(phys, Entry::NONE);
-    drop(_g);
+    pgtable::pud_clear(mm, pud);
     mm.nr_tables.fetch_sub(1, Relaxed);
     tlb.remove_table(pmd_table);
 }
@@ -297,7 +252,6 @@ fn span_free(start: u64, end: u64, size: u64, floor: u64, ceiling: u64) -> bool 
 /// `ceiling`: ranges closer than a PMD share one `free_pgd_range` call.
 pub(crate) fn free_pgtables(
     tlb: &mut MmuGather<'_>,
-    mm: &Mm,
     ranges: &[(u64, u64)],
     floor: u64,
     ceiling: u64,
@@ -316,7 +270,7 @@ pub(crate) fn free_pgtables(
         } else {
             ceiling
         };
-        free_pgd_range(tlb, mm, start, end, floor, ceil);
+        free_pgd_range(tlb, start, end, floor, ceil);
         i = j;
     }
 }
@@ -339,7 +293,7 @@ pub(crate) fn exit_mmap(mm: &Mm, cpu: CpuId) -> UnmapStats {
     for &(s, e) in &ranges {
         zapped += zap_range(&mut tlb, mm, s, e);
     }
-    free_pgtables(&mut tlb, mm, &ranges, 0, 0);
+    free_pgtables(&mut tlb, &ranges, 0, 0);
     let gs = tlb.finish();
     tree.clear();
     drop(tree);
@@ -353,22 +307,19 @@ pub(crate) fn exit_mmap(mm: &Mm, cpu: CpuId) -> UnmapStats {
     }
 }
 
-/// Rewrite the permission bits of every mapping in `[start, end)` (`change_protection`).
-/// Exclusive anonymous pages become writable at once when the VMA allows writing; the zero
-/// pages never do.
-#[expect(clippy::too_many_arguments)]
-pub(crate) fn change_protection(
-    mm: &Mm,
-    cpu: CpuId,
-    start: u64,
-    end: u64,
-    read: bool,
-    write: bool,
-    exec: bool,
-    cow: bool,
-) {
+/// Rewrite the permission bits of every mapping in `[start, end)` to those of a VMA with
+/// `newflags` (`change_protection`, with the VMA's new `vm_page_prot`). Exclusive anonymous
+/// pages become writable at once when the VMA allows writing; the zero pages never do.
+pub(crate) fn change_protection(mm: &Mm, cpu: CpuId, start: u64, end: u64, newflags: VmFlags) {
     let machine = mm.machine();
     let phys = machine.phys();
+    let (read, write, exec) = (
+        newflags.contains(VmFlags::VM_READ),
+        newflags.contains(VmFlags::VM_WRITE),
+        newflags.contains(VmFlags::VM_EXEC),
+    );
+    // is_cow_mapping: a private mapping that may be written shares pages copy-on-write.
+    let cow = !newflags.contains(VmFlags::VM_SHARED) && newflags.contains(VmFlags::VM_MAYWRITE);
     let leaf = crate::pgtable::leaf_bits(read, write, exec);
     // x86 has no write-only pages: a write-only VMA's read-only entries (zero page, COW) stay
     // readable.
@@ -377,15 +328,11 @@ pub(crate) fn change_protection(
     let mut addr = start;
     while addr < end {
         match crate::pgtable::walk(phys, mm.pgd(), addr) {
-            crate::pgtable::Walk::Hole { level, .. } => {
-                let size = match level {
-                    crate::pgtable::Level::Pgd => PGDIR_SIZE,
-                    crate::pgtable::Level::Pud => PUD_SIZE,
-                    _ => PMD_SIZE,
-                };
-                addr = addr_end(addr, size, end);
+            Walk::Hole { level, .. } => {
+                // Past the reach of the none entry (a PGD, PUD or PMD entry).
+                addr = addr_end(addr, level.entry_size(), end);
             }
-            crate::pgtable::Walk::HugePmd { pmd, .. } => {
+            Walk::HugePmd { pmd, .. } => {
                 let next = addr_end(addr, PMD_SIZE, end);
                 if !addr.is_multiple_of(PMD_SIZE) || next - addr != PMD_SIZE {
                     split_huge_pmd(mm, cpu, pmd, addr & !(PMD_SIZE - 1));
@@ -394,93 +341,29 @@ pub(crate) fn change_protection(
                 changed |= change_huge_pmd(mm, pmd, leaf, leaf_ro, write, cow);
                 addr = next;
             }
-            crate::pgtable::Walk::Pte { pmd, .. } => {
+            Walk::Pte { pmd, .. } => {
+                // change_pte_range: the PTE table's lock over the rest of the PMD's reach.
                 let next = addr_end(addr, PMD_SIZE, end);
                 let table = pmd.load(phys).pfn();
-                let ptl = phys.meta(table).ptl.lock(&PTL);
-                let entries = phys.backing().table(table);
+                let pte = TableCursor::lock(phys, table, Level::Pte);
                 while addr < next {
-                    let s = &entries[pte_index(addr)];
-                    let e = Entry(s.load(Relaxed));
+                    let e = pte.get(addr);
                     if e.maps_frame() {
                         // can_change_pte_writable: only a PageAnonExclusive page.
                         let w = write
                             && !e.special()
                             && (!cow || rmap::pte_anon_exclusive(phys, e.pfn()));
                         let b = if w { leaf } else { leaf_ro };
-                        s.store(Entry::new(e.pfn(), b | (e.0 & _PAGE_SPECIAL)).0, Relaxed);
+                        pte.write(addr, Entry::new(e.pfn(), b | (e.0 & _PAGE_SPECIAL)));
                         changed = true;
                     }
                     addr += PAGE_SIZE;
                 }
-                drop(ptl);
+                drop(pte);
             }
         }
     }
     if changed {
         mm.flush_tlb(cpu, Some((end - start) / PAGE_SIZE));
-    }
-}
-
-/// Visit every mapped leaf (`(addr, entry, is_huge)`), for reports and validation. The
-/// caller keeps the page tables stable (mmap lock).
-pub(crate) fn for_each_leaf(phys: &PhysMem, pgd: Pfn, mut f: impl FnMut(u64, Entry, bool)) {
-    let t = phys.backing().table(pgd);
-    for (i, e) in t.iter().enumerate() {
-        let e = Entry(e.load(Relaxed));
-        if e.is_none() {
-            continue;
-        }
-        let a0 = (i as u64) * PGDIR_SIZE;
-        for (j, e) in phys.backing().table(e.pfn()).iter().enumerate() {
-            let e = Entry(e.load(Relaxed));
-            if e.is_none() {
-                continue;
-            }
-            let a1 = a0 + j as u64 * PUD_SIZE;
-            for (k, e) in phys.backing().table(e.pfn()).iter().enumerate() {
-                let e = Entry(e.load(Relaxed));
-                if e.is_none() {
-                    continue;
-                }
-                let a2 = a1 + k as u64 * PMD_SIZE;
-                if e.huge() {
-                    f(a2, e, true);
-                    continue;
-                }
-                for (l, e) in phys.backing().table(e.pfn()).iter().enumerate() {
-                    let e = Entry(e.load(Relaxed));
-                    if e.maps_frame() {
-                        f(a2 + l as u64 * PAGE_SIZE, e, false);
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Visit every table page below the PGD: `(base address, span it maps, table pfn)`.
-pub(crate) fn for_each_table(phys: &PhysMem, pgd: Pfn, mut f: impl FnMut(u64, u64, Pfn)) {
-    for (i, e) in phys.backing().table(pgd).iter().enumerate() {
-        let e = Entry(e.load(Relaxed));
-        if e.is_none() {
-            continue;
-        }
-        let a0 = i as u64 * PGDIR_SIZE;
-        f(a0, PGDIR_SIZE, e.pfn());
-        for (j, e) in phys.backing().table(e.pfn()).iter().enumerate() {
-            let e = Entry(e.load(Relaxed));
-            if e.is_none() {
-                continue;
-            }
-            let a1 = a0 + j as u64 * PUD_SIZE;
-            f(a1, PUD_SIZE, e.pfn());
-            for (k, e) in phys.backing().table(e.pfn()).iter().enumerate() {
-                let e = Entry(e.load(Relaxed));
-                if !e.is_none() && !e.huge() {
-                    f(a1 + k as u64 * PMD_SIZE, PMD_SIZE, e.pfn());
-                }
-            }
-        }
     }
 }

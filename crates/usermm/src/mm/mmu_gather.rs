@@ -164,6 +164,12 @@ impl<'a> MmuGather<'a> {
         self.cpu
     }
 
+    /// The mm whose entries this gather collects (`tlb->mm`).
+    #[inline]
+    pub(crate) fn mm(&self) -> &'a Mm {
+        self.mm
+    }
+
     /// `tlb_remove_tlb_entry`: widen the range to flush by one cleared entry of `size` bytes.
     #[inline]
     pub(crate) fn remove_tlb_entry(&mut self, addr: u64, size: u64) {

@@ -6,7 +6,8 @@
 //!
 //! ```text
 //!  Mm ── mmap_lock: MmapLock<VmaTree>   the only way to the VMAs
-//!     ├─ pgd ─ PUD ─ PMD ─ PTE pages    lockless walks; split PTLs for changes (pgtable.rs)
+//!     ├─ pgd ─ PUD ─ PMD ─ PTE pages    lockless walks; writes through pgtable's locked slot
+//!     │                                 and table cursor (the split PTL in their type)
 //!     ├─ page_table_lock                PGD/PUD entries (deposits: per PMD table, its PMD lock)
 //!     ├─ rss per CPU                    MM_FILEPAGES, MM_ANONPAGES, MM_SWAPENTS, MM_SHMEMPAGES
 //!     ├─ mm_users / flags               MMF_HUGE_ZERO_PAGE
@@ -43,6 +44,9 @@ pub mod fault;
 pub mod fork;
 pub mod huge_memory;
 mod lock_vma;
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod loom_fault_zap;
 pub mod memory;
 pub mod mman;
 pub mod mmap;
@@ -52,6 +56,7 @@ pub(crate) mod rmap;
 pub mod shmem;
 mod tlb;
 mod validate;
+mod vm_fault;
 pub mod vma;
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, Ordering::Relaxed};
@@ -60,6 +65,7 @@ use std::sync::{Arc, OnceLock};
 use serde::Serialize;
 
 pub use self::fault::{Fault, SegvCode};
+pub(crate) use self::vm_fault::{VmFault, VmFaultError, OOM};
 use self::vma::VmaTree;
 use crate::addr::{Pfn, PAGE_SIZE};
 use crate::cpu::{CpuId, PerCpu};
@@ -69,7 +75,7 @@ use crate::sync::mmap_lock::{MmapLock, MmapLockInfo, MmapReadGuard};
 use crate::sync::{SpinLock, TlbGate};
 
 mod pgtable_alias {
-    pub(super) use crate::pgtable::{pgd_index, pmd_index, pte_index, pud_index, Entry, Slot};
+    pub(super) use crate::pgtable::{Entry, Slot};
 }
 
 /// `NR_MM_COUNTERS`: the rss counter indexes.
@@ -83,42 +89,6 @@ pub enum RssItem {
 }
 
 pub use crate::huge_zero_page::MMF_HUGE_ZERO_PAGE;
-
-/// Why a fault could not be completed: the error bits of `vm_fault_t` (`mm_types.h`). What a
-/// task sees of each is `fault`'s `SegvCode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum VmFault {
-    /// `VM_FAULT_OOM`: no frame for a page or a page table.
-    Oom,
-    /// `VM_FAULT_SIGBUS`: the mapping's object cannot back the address.
-    Sigbus,
-    /// Not an error: the entry changed under the fault (a huge PMD appeared where a table
-    /// was to go); the access re-walks, as after Linux's `pte_offset_map` failure.
-    Raced,
-}
-
-impl VmFault {
-    /// `vm_fault_to_errno` for callers that populate (`__get_user_pages`).
-    pub(crate) fn errno(self) -> crate::error::Errno {
-        match self {
-            VmFault::Oom => crate::error::Errno::ENOMEM,
-            VmFault::Sigbus | VmFault::Raced => crate::error::Errno::EFAULT,
-        }
-    }
-}
-
-/// An allocation for the fault failed.
-#[doc(alias = "VM_FAULT_OOM")]
-pub(crate) const OOM: VmFault = VmFault::Oom;
-
-impl From<crate::pgtable::PtAllocError> for VmFault {
-    fn from(e: crate::pgtable::PtAllocError) -> VmFault {
-        match e {
-            crate::pgtable::PtAllocError::NoMem => VmFault::Oom,
-            crate::pgtable::PtAllocError::HugePmd => VmFault::Raced,
-        }
-    }
-}
 
 /// What a `munmap` or exit did, for the experiments.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -142,7 +112,8 @@ pub struct Mm {
     /// `mm->page_table_lock`: PGD and PUD entries. (Tables deposited under huge PMDs are on a
     /// list of their PMD table page, under its PMD lock: see `huge_memory::deposit`.)
     pub(crate) page_table_lock: SpinLock<()>,
-    rss: PerCpu<[AtomicI64; 4]>,
+    /// A loom atomic under loom (`sync::primitive`): the fault/zap race.
+    rss: PerCpu<[crate::sync::primitive::atomic::AtomicI64; 4]>,
     /// `mm_pgtables_bytes` in pages: table pages of this mm, deposits and PGD included.
     pub(crate) nr_tables: AtomicI64,
     pub(crate) flags: AtomicU64,
@@ -401,7 +372,7 @@ impl Mm {
         let phys = self.machine.phys();
         let hz = self.machine.huge_zero().pfn();
         let mut n = 0;
-        memory::for_each_leaf(phys, self.pgd, |_, e, huge| {
+        crate::pgtable::for_each_leaf(phys, self.pgd, |_, e, huge| {
             if huge
                 && Some(e.pfn()) != hz
                 && !phys.meta(e.pfn()).test(crate::page_alloc::meta::PG_HUGETLB)
@@ -417,7 +388,7 @@ impl Mm {
         let tree = self.mmap_lock.read();
         let phys = self.machine.phys();
         let mut n = 0;
-        memory::for_each_leaf(phys, self.pgd, |addr, e, huge| {
+        crate::pgtable::for_each_leaf(phys, self.pgd, |addr, e, huge| {
             if let Some(v) = tree.find_vma(addr) {
                 if v.start <= addr && v.flags.contains(vma::VmFlags::VM_LOCKED) && !e.special() {
                     n += if huge { 512 } else { 1 };

@@ -40,21 +40,35 @@
 //! A table that cannot be allocated mid-move (memory exhausted) fails the call with `ENOMEM`
 //! as in Linux: what moved is moved back, the new range unmapped, the source left as it was.
 
-use std::sync::atomic::Ordering::Relaxed;
-
 use super::mman::{MAP_SHARED, MREMAP_DONTUNMAP, MREMAP_FIXED, MREMAP_MAYMOVE};
 use super::pgtable_alias::*;
 use super::vma::{VmFlags, Vma, VmaKind, VmaTree, VmaWriteGuard};
 use super::{huge_memory, Mm};
-use crate::addr::{PAGE_SIZE, PMD_SIZE, TASK_SIZE};
+use crate::addr::{Pfn, PAGE_SIZE, PMD_SIZE, TASK_SIZE};
 use crate::cpu::CpuId;
 use crate::error::Errno;
-use crate::sync::class::{PMD_LOCK, PTL};
+use crate::pgtable::{Level, TablePair};
 
 /// `PAGE_ALIGN`, wrapping to 0 as the kernel's does for lengths near `u64::MAX`.
 #[inline]
 fn page_align(x: u64) -> u64 {
     x.wrapping_add(PAGE_SIZE - 1) & !(PAGE_SIZE - 1)
+}
+
+/// `struct vma_remap_struct` (`vrm`): one move of `mremap`, as its steps pass it down — the
+/// source range, its new length, the flags, and the destination (once placed).
+#[doc(alias = "vma_remap_struct")]
+#[derive(Debug, Clone, Copy)]
+struct VmaRemap {
+    /// The source range's start.
+    addr: u64,
+    old_len: u64,
+    new_len: u64,
+    /// `MREMAP_*`.
+    flags: u32,
+    /// Where the mapping goes: the caller's `MREMAP_FIXED` address or a hint until
+    /// `mremap_to` has placed it, the placed address in `move_vma`.
+    new_addr: u64,
 }
 
 impl Mm {
@@ -130,8 +144,15 @@ impl Mm {
             check_resize(vma, addr, old_len.min(new_len), new_len, flags)?;
         }
         let populate = expand && vma.flags.contains(VmFlags::VM_LOCKED);
+        let vrm = VmaRemap {
+            addr,
+            old_len,
+            new_len,
+            flags,
+            new_addr,
+        };
         let result = if implies_new {
-            self.mremap_to(&mut tree, cpu, addr, old_len, new_len, flags, new_addr)
+            self.mremap_to(&mut tree, cpu, vrm)
         } else if new_len == old_len {
             Ok(addr)
         } else if !expand {
@@ -140,7 +161,7 @@ impl Mm {
             self.do_munmap_locked(&mut tree, cpu, addr + new_len, end)
                 .map(|()| addr)
         } else {
-            self.expand_vma(&mut tree, cpu, addr, old_len, new_len, flags)
+            self.expand_vma(&mut tree, cpu, vrm)
         };
         drop(tree);
         if let Ok(at) = result {
@@ -192,7 +213,14 @@ impl Mm {
                 return Err(Errno::EINVAL);
             }
             check_resize(v, a, l, l, flags)?;
-            let got = self.mremap_to(tree, cpu, a, l, l, flags, to)?;
+            let vrm = VmaRemap {
+                addr: a,
+                old_len: l,
+                new_len: l,
+                flags,
+                new_addr: to,
+            };
+            let got = self.mremap_to(tree, cpu, vrm)?;
             if !seen {
                 res = Ok(got);
             }
@@ -209,11 +237,15 @@ impl Mm {
         &self,
         tree: &mut VmaWriteGuard<'_>,
         cpu: CpuId,
-        addr: u64,
-        old_len: u64,
-        new_len: u64,
-        flags: u32,
+        vrm: VmaRemap,
     ) -> Result<u64, Errno> {
+        let VmaRemap {
+            addr,
+            old_len,
+            new_len,
+            flags,
+            ..
+        } = vrm;
         let vma = tree.vma_lookup(addr).expect("checked");
         let delta = new_len - old_len;
         if addr + old_len == vma.end && tree.vma_expandable(vma.start, delta) {
@@ -224,22 +256,24 @@ impl Mm {
         if flags & MREMAP_MAYMOVE == 0 {
             return Err(Errno::ENOMEM);
         }
-        let to = new_area(tree, addr, new_len, 0, false)?;
-        self.move_vma(tree, cpu, addr, old_len, new_len, to, flags)
+        let new_addr = new_area(tree, addr, new_len, 0, false)?;
+        self.move_vma(tree, cpu, VmaRemap { new_addr, ..vrm })
     }
 
     /// `mremap_to`: `MREMAP_FIXED` (the target range is unmapped first) or `MREMAP_DONTUNMAP`.
-    #[expect(clippy::too_many_arguments)]
     fn mremap_to(
         &self,
         tree: &mut VmaWriteGuard<'_>,
         cpu: CpuId,
-        addr: u64,
-        mut old_len: u64,
-        new_len: u64,
-        flags: u32,
-        new_addr: u64,
+        vrm: VmaRemap,
     ) -> Result<u64, Errno> {
+        let VmaRemap {
+            addr,
+            mut old_len,
+            new_len,
+            flags,
+            new_addr,
+        } = vrm;
         let fixed = flags & MREMAP_FIXED != 0;
         if fixed {
             self.do_munmap_locked(tree, cpu, new_addr, new_addr + new_len)?;
@@ -253,23 +287,30 @@ impl Mm {
             old_len = new_len;
         }
         let to = new_area(tree, addr, new_len, new_addr, fixed)?;
-        self.move_vma(tree, cpu, addr, old_len, new_len, to, flags)
+        let vrm = VmaRemap {
+            old_len,
+            new_addr: to,
+            ..vrm
+        };
+        self.move_vma(tree, cpu, vrm)
     }
 
     /// `move_vma`: place the new VMA (`copy_vma`), move the page tables, then unmap the old
     /// range — or, for `MREMAP_DONTUNMAP`, keep it (emptied, no longer locked, its anon_vma
     /// unlinked if the whole VMA moved).
-    #[expect(clippy::too_many_arguments)]
     fn move_vma(
         &self,
         tree: &mut VmaWriteGuard<'_>,
         cpu: CpuId,
-        old_addr: u64,
-        old_len: u64,
-        new_len: u64,
-        new_addr: u64,
-        flags: u32,
+        vrm: VmaRemap,
     ) -> Result<u64, Errno> {
+        let VmaRemap {
+            addr: old_addr,
+            old_len,
+            new_len,
+            flags,
+            new_addr,
+        } = vrm;
         if tree.map_count() >= self.machine().max_map_count().saturating_sub(3) {
             return Err(Errno::ENOMEM);
         }
@@ -395,12 +436,13 @@ pub(crate) fn move_page_tables(mm: &Mm, cpu: CpuId, old_addr: u64, new_addr: u64
         flushed_any = true;
         if e.huge() {
             if extent == PMD_SIZE {
-                huge_memory::move_huge_pmd(mm, old_pmd, new_pmd);
+                huge_memory::move_huge_pmd(mm, old_pmd.table, new_pmd.table, old, new);
                 done += extent;
                 continue;
             }
             huge_memory::split_huge_pmd(mm, cpu, old_pmd, old & !(PMD_SIZE - 1));
-        } else if extent == PMD_SIZE && move_normal_pmd(mm, old_pmd, new_pmd) {
+        } else if extent == PMD_SIZE && move_normal_pmd(mm, old_pmd.table, new_pmd.table, old, new)
+        {
             done += extent;
             continue;
         }
@@ -421,43 +463,32 @@ pub(crate) fn move_page_tables(mm: &Mm, cpu: CpuId, old_addr: u64, new_addr: u64
     done
 }
 
-/// `move_normal_pmd`: with both addresses 2 MiB aligned and the new PMD slot empty, the whole
-/// PTE table moves by moving the one PMD entry. Returns false (nothing moved) otherwise.
-fn move_normal_pmd(mm: &Mm, old: Slot, new: Slot) -> bool {
+/// `move_normal_pmd`: with both addresses 2 MiB aligned and the new PMD entry empty, the
+/// whole PTE table moves by moving the one PMD entry, from the one mapping `old_addr` in the PMD
+/// table `old` to the one mapping `new_addr` in `new`. Returns false (nothing moved) otherwise.
+fn move_normal_pmd(mm: &Mm, old: Pfn, new: Pfn, old_addr: u64, new_addr: u64) -> bool {
     let phys = mm.machine().phys();
-    let _o = phys.meta(old.table).ptl.lock(&PMD_LOCK);
-    let _n = (new.table != old.table).then(|| phys.meta(new.table).ptl.lock(&PMD_LOCK));
-    let e = old.load(phys);
-    if e.is_none() || e.huge() || !new.load(phys).is_none() {
+    // Lock order: old PMD lock -> new PMD lock.
+    let pmds = TablePair::lock(phys, Level::Pmd, old, new);
+    let e = pmds.first().get(old_addr);
+    if e.is_none() || e.huge() || !pmds.second().get(new_addr).is_none() {
         return false;
     }
-    old.store(phys, Entry::NONE);
-    new.store(phys, e);
+    pmds.first().set(old_addr, Entry::NONE);
+    pmds.second().set(new_addr, e);
     true
 }
 
 /// `move_ptes`: move `len` bytes of PTEs from `old` (in `old_table`) to `new` (in `new_table`).
-fn move_ptes(
-    mm: &Mm,
-    old_table: crate::addr::Pfn,
-    new_table: crate::addr::Pfn,
-    old: u64,
-    new: u64,
-    len: u64,
-) {
+fn move_ptes(mm: &Mm, old_table: Pfn, new_table: Pfn, old: u64, new: u64, len: u64) {
     let phys = mm.machine().phys();
-    let (o, n) = (
-        phys.backing().table(old_table),
-        phys.backing().table(new_table),
-    );
     // Lock order: old PTE lock -> new PTE lock (one lock when both ranges share the table).
-    let _o = phys.meta(old_table).ptl.lock(&PTL);
-    let _n = (new_table != old_table).then(|| phys.meta(new_table).ptl.lock(&PTL));
+    let ptes = TablePair::lock(phys, Level::Pte, old_table, new_table);
     let mut off = 0;
     while off < len {
-        let e = o[pte_index(old + off)].swap(0, Relaxed);
-        if e != 0 {
-            n[pte_index(new + off)].store(e, Relaxed);
+        let e = ptes.first().take(old + off);
+        if !e.is_none() {
+            ptes.second().write(new + off, e);
         }
         off += PAGE_SIZE;
     }

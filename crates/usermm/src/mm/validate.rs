@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::vma::{VmaKind, VmaTree};
-use super::{huge_memory, memory, rmap, Mm, RssItem};
+use super::{huge_memory, rmap, Mm, RssItem};
 use crate::addr::Pfn;
 use crate::page_alloc::meta::{PG_ANON, PG_HEAD, PG_HUGETLB, PG_PGTABLE};
 
@@ -108,7 +108,7 @@ impl Mm {
         let huge_zero = machine.huge_zero().pfn();
         let (mut anon, mut shmem) = (0i64, 0i64);
         let mut err = None;
-        memory::for_each_leaf(phys, self.pgd, |addr, e, huge| {
+        crate::pgtable::for_each_leaf(phys, self.pgd, |addr, e, huge| {
             if err.is_some() {
                 return;
             }
@@ -170,7 +170,7 @@ impl Mm {
         if !tables_seen.insert(self.pgd.0) {
             return Err(format!("PGD {:?} shared with another mm", self.pgd));
         }
-        memory::for_each_table(phys, self.pgd, |base, span, pfn| {
+        crate::pgtable::for_each_table(phys, self.pgd, |base, span, pfn| {
             tables += 1;
             if !tables_seen.insert(pfn.0) {
                 err = Some(format!(
@@ -188,11 +188,7 @@ impl Mm {
             }
             if span == crate::addr::PUD_SIZE {
                 // A PMD table: one deposited table per huge PMD that is not hugetlb.
-                let huge = phys
-                    .backing()
-                    .table(pfn)
-                    .iter()
-                    .map(|e| crate::pgtable::Entry(e.load(Relaxed)))
+                let huge = crate::pgtable::scan_table(phys, pfn)
                     .filter(|e| e.huge() && !phys.meta(e.pfn()).test(PG_HUGETLB))
                     .count();
                 let mut deposits = 0;

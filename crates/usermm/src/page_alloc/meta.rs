@@ -30,10 +30,11 @@
 
 #![expect(unsafe_code)] // fenced (lib.rs, "Unsafe"): `PageMeta: ZeroValid`, the promise that all-zero metadata is valid
 
-use std::sync::atomic::{AtomicI32, AtomicU16, AtomicU32, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU8, Ordering::Relaxed};
 
 use crate::addr::Pfn;
 use crate::backing::ZeroValid;
+use crate::sync::primitive::atomic::AtomicI32 as PrimAtomicI32;
 use crate::sync::{vhook, PtLock};
 
 /// No frame: the end of a list.
@@ -80,8 +81,9 @@ pub const PG_ANON_EXCLUSIVE: u32 = 1 << 13;
 #[repr(C)]
 pub struct PageMeta {
     pub(crate) flags: AtomicU32,
-    pub(crate) refcount: AtomicI32,
-    pub(crate) mapcount: AtomicI32,
+    /// A loom atomic under loom (`sync::primitive`), as is `mapcount`: the fault/zap race.
+    pub(crate) refcount: PrimAtomicI32,
+    pub(crate) mapcount: PrimAtomicI32,
     pub(crate) private: AtomicU32,
     pub(crate) next: AtomicU32,
     pub(crate) prev: AtomicU32,
@@ -93,11 +95,26 @@ pub struct PageMeta {
 
 // SAFETY: every field is an integer atomic (valid at zero) or a `PtLock`, which is one
 // `AtomicU8` whose all-zero state is "unlocked" by its own definition (`sync/ptlock.rs`,
-// checked by the test `ptl_zero_is_unlocked`). Under `--cfg loom` a `PtLock` is a loom
-// `AtomicU8`, an index into the model's object store: all-zero is still a valid bit pattern (an
-// integer, no niche, never dropped here), but not a usable lock; no loom model builds
-// `PageMeta` (`sync/ptlock.rs`).
-unsafe impl ZeroValid for PageMeta {}
+// checked by the test `ptl_zero_is_unlocked`). Under `--cfg loom` the `PtLock` and the two
+// counts are loom atomics, indexes into the model's object store: all-zero is still a valid bit
+// pattern (integers, no niche), but not usable, so under loom the array is built with
+// `zeroed` instead (`ZeroedArray::new`).
+unsafe impl ZeroValid for PageMeta {
+    #[cfg(loom)]
+    fn zeroed() -> Self {
+        PageMeta {
+            flags: AtomicU32::new(0),
+            refcount: PrimAtomicI32::new(0),
+            mapcount: PrimAtomicI32::new(0),
+            private: AtomicU32::new(0),
+            next: AtomicU32::new(0),
+            prev: AtomicU32::new(0),
+            pt_entries: AtomicU16::new(0),
+            order: AtomicU8::new(0),
+            ptl: PtLock::new(),
+        }
+    }
+}
 
 impl PageMeta {
     #[inline]

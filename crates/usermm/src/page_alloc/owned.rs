@@ -60,6 +60,24 @@ use crate::error::AllocError;
 /// }
 /// ```
 /// ```compile_fail,E0624
+/// // ...not a user walk's word stores (any frame: `Pfn`'s field is public)...
+/// fn store_words(m: &usermm::Machine, table: usermm::Pfn) {
+///     m.phys().backing().write_words(table, 0..512, 1, |_| u64::MAX);
+/// }
+/// ```
+/// ```compile_fail,E0624
+/// // ...nor its loads, which would read a page table or another mm's data...
+/// fn load_words(m: &usermm::Machine, table: usermm::Pfn) -> u64 {
+///     m.phys().backing().read_words(table, 0..512, 1)
+/// }
+/// ```
+/// ```compile_fail,E0624
+/// // ...nor a prefault, which may write zeros over every frame...
+/// fn prefault_again(m: &usermm::Machine) {
+///     let _ = m.phys().backing().prefault();
+/// }
+/// ```
+/// ```compile_fail,E0624
 /// // ...nor the LRU or a compound page's split...
 /// fn lru(m: &usermm::Machine, pfn: usermm::Pfn) {
 ///     m.phys().lru_cache_add(usermm::CpuId(0), pfn);

@@ -79,7 +79,7 @@ pub mod clock;
 mod condvar;
 mod lock;
 pub mod mmap_lock;
-mod primitive;
+pub(crate) mod primitive;
 mod ptlock;
 mod rwsem;
 mod shared_line;

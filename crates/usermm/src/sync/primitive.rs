@@ -4,6 +4,7 @@
 //! | here | host (normal build) | `--cfg loom` |
 //! |---|---|---|
 //! | [`atomic`] | `std::sync::atomic` | `loom::sync::atomic` (and `Ordering`, which loom re-exports from std) |
+//! | the engine's atomics of the fault/zap race | the same, through [`atomic`] | the same (see below) |
 //! | `RawMutex`, `RawMutexGuard` | `parking_lot::{Mutex, MutexGuard}` themselves | an adapter on `loom::sync::Mutex` with the part of parking_lot's API the seam uses |
 //! | `RawCondvar` | `parking_lot::Condvar` itself | an adapter on `loom::sync::Condvar` |
 //! | `parking` | `parking_lot_core` itself | a one-bucket parking lot on a loom mutex and condvar, same signatures |
@@ -15,6 +16,13 @@
 //! loom twin (`rwsem/loom.rs`). The virtual-time hooks compile to no-ops under loom
 //! (`vhook::active` is `false`).
 //!
+//! Beyond the seam, the atomics a fault and a zap race on come from [`atomic`] too: the
+//! page-table entries (`backing::TablePage`), a page's `refcount` and `mapcount`
+//! (`page_alloc::PageMeta`) and an mm's rss. On the host they are std's, as before. Under loom
+//! they are loom's, so a model of the engine's own tables sees every load and store of an
+//! entry: `PageMeta` is then built element by element (`backing::ZeroValid::zeroed`) rather
+//! than found zeroed, and a table page's entries are made on first use (`backing.rs`).
+//!
 //! # Where the loom adapters differ from parking_lot
 //! - loom objects must be created inside `loom::model`, so the constructors are not `const`
 //!   under loom (the seam's `new`s lose `const` there too).
@@ -25,14 +33,18 @@
 //! - `RawCondvar::notify_*` cannot say how many threads were woken: they return `false`/`0`.
 //! - The parking lot: see [`parking`].
 
+/// The seam's own atomics (`PtLock`'s state word) and the engine's that a fault races a zap
+/// on: page-table entries (`backing::TablePage`), a page's `refcount` and `mapcount`
+/// (`page_alloc::PageMeta`) and an mm's rss counters. The rest of the engine's atomics (page
+/// flags and links, vmstat, the backing's bitmaps) are host atomics in every build.
 #[cfg(not(loom))]
 pub(crate) mod atomic {
-    pub(crate) use std::sync::atomic::{AtomicU8, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, AtomicU8, Ordering};
 }
 
 #[cfg(loom)]
 pub(crate) mod atomic {
-    pub(crate) use loom::sync::atomic::{AtomicU8, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, AtomicU8, Ordering};
 }
 
 #[cfg(not(loom))]

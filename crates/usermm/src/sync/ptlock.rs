@@ -30,7 +30,8 @@
 //! `be_fair` is chosen by the model (`PtLock::loom_fair_unpark`) instead of by a 0.5 ms timer.
 //! A loom `AtomicU8` is an index into the model's object store, not a one-byte word that is
 //! unlocked at zero, so a loom `PtLock` must be made by [`PtLock::new`] inside a model, never
-//! found in zeroed `PageMeta`.
+//! found in zeroed memory: under loom `PageMeta` is built with one (`ZeroValid::zeroed`), so a
+//! model's page-table pages have real loom PTLs (`tests/loom_fault_zap.rs`).
 
 #![expect(unsafe_code)] // fenced (lib.rs, "Unsafe"): parking on the lock's address (`parking_lot_core`)
 

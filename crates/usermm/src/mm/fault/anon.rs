@@ -8,39 +8,32 @@
 //! fault-around, no userfaultfd, no mTHP (a page is 4 KiB or, in `huge_memory.rs`, 2 MiB).
 
 use crate::addr::Order;
-use crate::cpu::CpuId;
 use crate::mm::pgtable_alias::*;
-use crate::mm::vma::{Vma, VmaTree};
-use crate::mm::{rmap, Mm, RssItem, VmFault, OOM};
+use crate::mm::VmFault;
+use crate::mm::{rmap, RssItem, VmFaultError, OOM};
 use crate::page_alloc::Gfp;
+use crate::pgtable::Level;
 use crate::pgtable::_PAGE_SPECIAL;
-use crate::sync::class::PTL;
 
 /// `do_anonymous_page`: the first touch of an empty PTE of private anonymous memory. A read
 /// maps the shared zero page (read-only, special, no rss); a write maps a fresh zeroed page,
 /// allocated before the PTL is taken and freed again if the entry was filled meanwhile.
-pub(super) fn do_anonymous_page(
-    mm: &Mm,
-    tree: Option<&VmaTree>,
-    vma: &Vma,
-    cpu: CpuId,
-    pte: Slot,
-    write: bool,
-) -> Result<(), VmFault> {
+pub(super) fn do_anonymous_page(vmf: &VmFault<'_>) -> Result<(), VmFaultError> {
+    let (mm, vma, cpu, pte) = (vmf.mm, vmf.vma, vmf.cpu, vmf.pte());
     let machine = mm.machine();
     let phys = machine.phys();
-    if !write {
-        if let Some(pte) = pte.lock_if_same(phys, &PTL, Entry::NONE) {
+    if !vmf.write {
+        if let Some(pte) = pte.lock_if_same(phys, Level::Pte, Entry::NONE) {
             let b = vma.leaf_bits(false) | _PAGE_SPECIAL;
             pte.set(Entry::new(machine.zero_pfn(), b));
         }
         return Ok(());
     }
-    rmap::anon_vma_prepare(mm, tree, vma);
+    rmap::anon_vma_prepare(mm, vmf.tree, vma);
     let page = phys
         .alloc_pages(cpu, Order(0), Gfp::ZERO)
         .map_err(|_| OOM)?;
-    let Some(pte) = pte.lock_if_same(phys, &PTL, Entry::NONE) else {
+    let Some(pte) = pte.lock_if_same(phys, Level::Pte, Entry::NONE) else {
         let _ = phys.free_pages(cpu, page, Order(0));
         return Ok(());
     };
@@ -52,26 +45,21 @@ pub(super) fn do_anonymous_page(
 }
 
 /// Shared anonymous memory: map the shmem object's page for this offset.
-pub(super) fn shmem_fault(
-    mm: &Mm,
-    vma: &Vma,
-    cpu: CpuId,
-    pte: Slot,
-    addr: u64,
-) -> Result<(), VmFault> {
+pub(super) fn shmem_fault(vmf: &VmFault<'_>) -> Result<(), VmFaultError> {
+    let (mm, vma, cpu, pte, addr) = (vmf.mm, vmf.vma, vmf.cpu, vmf.pte(), vmf.address);
     let machine = mm.machine();
     let phys = machine.phys();
     let Some(obj) = vma.shmem.as_ref() else {
-        return Err(VmFault::Sigbus);
+        return Err(VmFaultError::Sigbus);
     };
     let index = vma.pgoff + ((addr - vma.start) >> 12);
     if vma.shmem_size != 0 && index >= vma.shmem_size {
         // Beyond the object's i_size (a shared /dev/zero mapping at an offset): SIGBUS.
-        return Err(VmFault::Sigbus);
+        return Err(VmFaultError::Sigbus);
     }
     // shmem_get_folio's -ENOMEM: vmf_error gives VM_FAULT_OOM.
     let page = obj.get_page(cpu, index).map_err(|_| OOM)?;
-    let Some(pte) = pte.lock_if_same(phys, &PTL, Entry::NONE) else {
+    let Some(pte) = pte.lock_if_same(phys, Level::Pte, Entry::NONE) else {
         let _ = phys.put_page(cpu, page);
         return Ok(());
     };

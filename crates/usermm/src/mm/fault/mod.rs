@@ -22,6 +22,11 @@
 //!   split), or split into zero PTEs and COW the one page.
 //! - Shared anonymous memory → the page of the shmem object at that offset.
 //!
+//! # The fault as it goes down
+//! `handle_vma_fault` (`__handle_mm_fault`) makes a `VmFault` (`struct vm_fault`,
+//! `mm/vm_fault.rs`): the mm, the VMA, the CPU, the address, the access; the walk adds the PMD
+//! slot, then the PTE slot and the entry it saw (`orig_pte`). Every handler below takes it.
+//!
 //! # Files, by kind of fault
 //! This file: the entry (`handle_mm_fault`, the per-VMA-lock attempt, stack growth, the
 //! access check) and the walk down to the entry (`__handle_mm_fault`, `handle_pte_fault`).
@@ -71,13 +76,12 @@ use serde::Serialize;
 
 use super::pgtable_alias::*;
 use super::vma::{VmFlags, Vma, VmaKind, VmaTree, VmaWriteGuard};
-use super::{huge_memory, rmap, Mm, VmFault, OOM};
+use super::{huge_memory, rmap, Mm, VmFault, VmFaultError, OOM};
 use crate::addr::Pfn;
 use crate::cpu::CpuId;
 use crate::page_alloc::PhysMem;
-use crate::pgtable::{self, PtAllocError, Walk, _PAGE_SPECIAL};
+use crate::pgtable::{self, Level, PtAllocError, Walk, _PAGE_SPECIAL};
 use crate::stats::VmItem;
-use crate::sync::class::{PMD_LOCK, PTL};
 use crate::sync::{charge, Cost};
 
 /// How an access failed: the signal and `si_code` Linux would raise (`SIGSEGV` with
@@ -303,14 +307,14 @@ pub(crate) fn fault_locked(
     })
 }
 
-impl VmFault {
+impl VmFaultError {
     /// What the task sees.
     fn code(self) -> SegvCode {
         match self {
-            VmFault::Oom => SegvCode::Oom,
-            VmFault::Sigbus => SegvCode::BusAdrErr,
+            VmFaultError::Oom => SegvCode::Oom,
+            VmFaultError::Sigbus => SegvCode::BusAdrErr,
             // Resolved inside `handle_vma_fault`; never reaches a task.
-            VmFault::Raced => SegvCode::MapErr,
+            VmFaultError::Raced => SegvCode::MapErr,
         }
     }
 }
@@ -323,45 +327,38 @@ pub(crate) fn handle_vma_fault(
     cpu: CpuId,
     addr: u64,
     write: bool,
-) -> Result<(), VmFault> {
-    let r = vma_fault(mm, tree, vma, cpu, addr, write);
-    if r == Err(VmFault::Oom) {
+) -> Result<(), VmFaultError> {
+    let r = vma_fault(VmFault::new(mm, tree, vma, cpu, addr, write));
+    if r == Err(VmFaultError::Oom) {
         mm.machine().vmstat().inc(cpu, VmItem::Oom);
     }
     r
 }
 
-fn vma_fault(
-    mm: &Mm,
-    tree: Option<&VmaTree>,
-    vma: &Vma,
-    cpu: CpuId,
-    addr: u64,
-    write: bool,
-) -> Result<(), VmFault> {
-    let machine = mm.machine();
-    let phys = machine.phys();
+#[doc(alias = "__handle_mm_fault")]
+fn vma_fault(mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
+    let (mm, vma, cpu, addr) = (vmf.mm, vmf.vma, vmf.cpu, vmf.address);
+    let phys = mm.machine().phys();
     if matches!(vma.kind, VmaKind::Hugetlb) {
-        return hugetlb::hugetlb_fault(mm, vma, cpu, addr, write);
+        return hugetlb::hugetlb_fault(&vmf);
     }
     if matches!(vma.kind, VmaKind::PfnMap) {
         // Populated at map time; an empty entry in a VM_PFNMAP VMA, which has no ->fault:
         // `do_fault` gives VM_FAULT_SIGBUS.
-        return Err(VmFault::Sigbus);
+        return Err(VmFaultError::Sigbus);
     }
     // pgd_offset, pud_alloc, pmd_alloc.
     charge(Cost::PtWalkLevel, 3);
     let pmd = pgtable::pmd_alloc(mm, cpu, addr)?;
+    vmf.pmd = Some(pmd);
     let e = pmd.load(phys);
     if e.is_none() && huge_memory::thp_eligible(mm, vma, addr) {
-        if let Some(done) =
-            huge_memory::do_huge_pmd_anonymous_page(mm, tree, vma, cpu, pmd, addr, write)
-        {
+        if let Some(done) = huge_memory::do_huge_pmd_anonymous_page(&vmf) {
             return done;
         }
     } else if e.huge() {
-        if write && !e.writable() {
-            if let Some(done) = huge_memory::do_huge_pmd_wp_page(mm, tree, vma, cpu, pmd, addr) {
+        if vmf.write && !e.writable() {
+            if let Some(done) = huge_memory::do_huge_pmd_wp_page(&vmf) {
                 return done;
             }
             // VM_FAULT_FALLBACK: the PMD was split; the written page is a PTE fault now.
@@ -369,15 +366,12 @@ fn vma_fault(
             if table.is_none() || table.huge() {
                 return Ok(());
             }
-            let pte = Slot {
-                table: table.pfn(),
-                index: pte_index(addr),
-            };
-            return handle_pte_fault(mm, tree, vma, cpu, pte, addr, true);
+            vmf.pte = Some(Slot::offset(table.pfn(), Level::Pte, addr));
+            return handle_pte_fault(vmf);
         }
         // huge_pmd_set_accessed: someone else mapped it, or a split holds the PMD lock with
         // the PMD invalidated; take the lock so the retried access finds the result.
-        drop(pmd.lock(phys, &PMD_LOCK));
+        drop(pmd.lock(phys, Level::Pmd));
         return Ok(());
     }
     let pte_table = match pgtable::pte_alloc(mm, cpu, pmd) {
@@ -385,39 +379,32 @@ fn vma_fault(
         Err(PtAllocError::HugePmd) => return Ok(()), // raced with a huge mapping: re-walk
         Err(PtAllocError::NoMem) => return Err(OOM),
     };
-    let pte = Slot {
-        table: pte_table,
-        index: pte_index(addr),
-    };
+    vmf.pte = Some(Slot::offset(pte_table, Level::Pte, addr));
     charge(Cost::PtWalkLevel, 1);
-    handle_pte_fault(mm, tree, vma, cpu, pte, addr, write)
+    handle_pte_fault(vmf)
 }
 
-fn handle_pte_fault(
-    mm: &Mm,
-    tree: Option<&VmaTree>,
-    vma: &Vma,
-    cpu: CpuId,
-    pte: Slot,
-    addr: u64,
-    write: bool,
-) -> Result<(), VmFault> {
-    let machine = mm.machine();
-    let phys = machine.phys();
+/// `handle_pte_fault`: load the entry at `vmf.pte` (`orig_pte`) and hand the fault to the
+/// handler for what it holds.
+fn handle_pte_fault(mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
+    let phys = vmf.mm.machine().phys();
+    let pte = vmf.pte();
     let e = pte.load(phys);
+    vmf.orig_pte = e;
     if e.is_none() {
-        if matches!(vma.kind, VmaKind::SharedAnon) {
-            return anon::shmem_fault(mm, vma, cpu, pte, addr);
+        if matches!(vmf.vma.kind, VmaKind::SharedAnon) {
+            return anon::shmem_fault(&vmf);
         }
-        return anon::do_anonymous_page(mm, tree, vma, cpu, pte, write);
+        return anon::do_anonymous_page(&vmf);
     }
-    if write && e.present() && !e.writable() {
-        return wp::do_wp_page(mm, tree, vma, cpu, pte, addr, e);
+    if vmf.write && e.present() && !e.writable() {
+        return wp::do_wp_page(&vmf);
     }
     if e.maps_frame() && !e.present() {
         // PROT_NONE entry in a VMA that now allows the access: a stale protection. A page
         // shared copy-on-write stays read-only (the write fault then copies it).
-        if let Some(pte) = pte.lock_if_same(phys, &PTL, e) {
+        if let Some(pte) = pte.lock_if_same(phys, Level::Pte, e) {
+            let vma = vmf.vma;
             let w =
                 !e.special() && (!vma.is_cow_mapping() || rmap::pte_anon_exclusive(phys, e.pfn()));
             pte.set(Entry::new(

@@ -11,12 +11,12 @@
 use crate::addr::{Order, Pfn};
 use crate::cpu::CpuId;
 use crate::mm::pgtable_alias::*;
-use crate::mm::vma::{Vma, VmaTree};
-use crate::mm::{rmap, Mm, RssItem, VmFault, OOM};
+use crate::mm::VmFault;
+use crate::mm::{rmap, Mm, RssItem, VmFaultError, OOM};
 use crate::page_alloc::meta::PG_MLOCKED;
 use crate::page_alloc::Gfp;
+use crate::pgtable::Level;
 use crate::stats::VmItem;
-use crate::sync::class::PTL;
 use crate::sync::{charge, Cost};
 
 /// `do_wp_page`: write to a present read-only PTE in a writable VMA.
@@ -28,21 +28,14 @@ use crate::sync::{charge, Cost};
 /// copied (as before large folios could be reused, v6.9).
 #[doc(alias = "wp_page_reuse")]
 #[doc(alias = "wp_page_copy")]
-pub(super) fn do_wp_page(
-    mm: &Mm,
-    tree: Option<&VmaTree>,
-    vma: &Vma,
-    cpu: CpuId,
-    pte: Slot,
-    addr: u64,
-    e: Entry,
-) -> Result<(), VmFault> {
+pub(super) fn do_wp_page(vmf: &VmFault<'_>) -> Result<(), VmFaultError> {
+    let (mm, vma, cpu, pte, e) = (vmf.mm, vmf.vma, vmf.cpu, vmf.pte(), vmf.orig_pte);
     let machine = mm.machine();
     let phys = machine.phys();
     if !e.special() && (!vma.is_cow_mapping() || rmap::pte_exclusive(phys, e.pfn())) {
         // wp_page_reuse: an exclusive anonymous page (or a shared mapping's page) only needs
         // the write bit.
-        if let Some(pte) = pte.lock_if_same(phys, &PTL, e) {
+        if let Some(pte) = pte.lock_if_same(phys, Level::Pte, e) {
             if vma.is_cow_mapping() {
                 rmap::wp_reuse_anon(phys, e.pfn());
             }
@@ -50,7 +43,7 @@ pub(super) fn do_wp_page(
         }
         return Ok(());
     }
-    rmap::anon_vma_prepare(mm, tree, vma);
+    rmap::anon_vma_prepare(mm, vmf.tree, vma);
     let page = phys
         .alloc_pages(cpu, Order(0), Gfp::ZERO)
         .map_err(|_| OOM)?;
@@ -58,7 +51,7 @@ pub(super) fn do_wp_page(
         phys.backing().copy_frame(e.pfn(), page);
         charge(Cost::CopyPage, 1);
     }
-    let Some(pte) = pte.lock_if_same(phys, &PTL, e) else {
+    let Some(pte) = pte.lock_if_same(phys, Level::Pte, e) else {
         let _ = phys.free_pages(cpu, page, Order(0));
         return Ok(());
     };
@@ -74,7 +67,6 @@ pub(super) fn do_wp_page(
         // The reference the old PTE held, dropped after the PTL (`folio_put`).
         let _ = phys.put_page(cpu, head);
     }
-    let _ = addr;
     Ok(())
 }
 

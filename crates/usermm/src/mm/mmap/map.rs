@@ -17,9 +17,8 @@ use crate::mm::mman::{
 use crate::mm::vma::{PfnMapPages, VmFlags, Vma, VmaKind, VmaTree};
 use crate::mm::{fault, Mm};
 use crate::page_alloc::OwnedPages;
-use crate::pgtable::{leaf_bits, Slot, _PAGE_SPECIAL};
+use crate::pgtable::{leaf_bits, Level, TableCursor, _PAGE_SPECIAL};
 use crate::stats::VmItem;
-use crate::sync::class::PTL;
 
 impl Mm {
     /// `mmap(addr, len, prot, flags, fd, 0)`.
@@ -297,12 +296,8 @@ impl Mm {
         ) | _PAGE_SPECIAL;
         for (i, &table) in (0..nr).zip(&tables) {
             let addr = start + i * PAGE_SIZE;
-            let slot = Slot {
-                table,
-                index: crate::pgtable::pte_index(addr),
-            };
-            slot.lock(phys, &PTL)
-                .set(crate::pgtable::Entry::new(pfn.add(i), bits));
+            TableCursor::lock(phys, table, Level::Pte)
+                .set(addr, crate::pgtable::Entry::new(pfn.add(i), bits));
         }
         tree.insert_or_merge(vma);
         Ok(start)

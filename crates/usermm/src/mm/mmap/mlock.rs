@@ -105,7 +105,7 @@ impl Mm {
         let machine = self.machine();
         let phys = machine.phys();
         let mut n = 0i64;
-        crate::mm::memory::for_each_leaf(phys, self.pgd(), |addr, e, huge| {
+        crate::pgtable::for_each_leaf(phys, self.pgd(), |addr, e, huge| {
             if addr < start || addr >= end || e.special() {
                 return;
             }

@@ -82,17 +82,7 @@ impl Mm {
                 && newflags.contains(VmFlags::VM_WRITE);
             self.vma_modify_flags(cpu, &mut tree, nstart, tmp, newflags, max)?;
             if changed {
-                change_protection(
-                    self,
-                    cpu,
-                    nstart,
-                    tmp,
-                    newflags.contains(VmFlags::VM_READ),
-                    newflags.contains(VmFlags::VM_WRITE),
-                    newflags.contains(VmFlags::VM_EXEC),
-                    !newflags.contains(VmFlags::VM_SHARED)
-                        && newflags.contains(VmFlags::VM_MAYWRITE),
-                );
+                change_protection(self, cpu, nstart, tmp, newflags);
             }
             if lock_populate {
                 let _ = self.populate_locked(&tree, cpu, nstart, tmp, true);

@@ -140,7 +140,7 @@ impl Mm {
             zapped += zap_range(&mut tlb, self, v.start, v.end);
         }
         let ranges: Vec<(u64, u64)> = vmas.iter().map(|v| (v.start, v.end)).collect();
-        free_pgtables(&mut tlb, self, &ranges, floor, ceiling);
+        free_pgtables(&mut tlb, &ranges, floor, ceiling);
         let gs = tlb.finish();
         (zapped, gs.tlb_flushes)
     }

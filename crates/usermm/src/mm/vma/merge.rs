@@ -28,6 +28,21 @@ pub(super) struct ExistingMerge {
     next: Option<(u64, u64)>,
 }
 
+/// `struct vma_merge_struct` (`vmg`): a new range to place by merging, with what the merge
+/// rules compare — its flags, kind, file, shmem object, offset and anon_vma (0: none yet).
+#[doc(alias = "vma_merge_struct")]
+#[derive(Debug, Clone, Copy)]
+pub(super) struct VmaMergeStruct<'a> {
+    pub(super) start: u64,
+    pub(super) end: u64,
+    pub(super) flags: VmFlags,
+    pub(super) kind: VmaKind,
+    pub(super) file: u64,
+    pub(super) shmem: Option<&'a Arc<Shmem>>,
+    pub(super) pgoff: u64,
+    pub(super) anon_vma: u64,
+}
+
 impl VmaTree {
     #[cfg(test)] // exercised by the unit tests only: not compiled into the library
     /// `vma_merge_new_range`: try to place the new range `[start, end)` (free, page aligned) by
@@ -52,7 +67,16 @@ impl VmaTree {
         } else {
             0
         };
-        self.merge_new_range(start, end, flags, kind, file, None, pgoff)
+        self.merge_new_range(&VmaMergeStruct {
+            start,
+            end,
+            flags,
+            kind,
+            file,
+            shmem: None,
+            pgoff,
+            anon_vma: 0,
+        })
     }
 
     /// The VMA-tree part of `__mmap_region`: merge `vma`'s range into a neighbour if the rules
@@ -65,15 +89,16 @@ impl VmaTree {
         if vma.kind.file_per_mapping() && vma.file == 0 {
             vma.file = self.new_shmem_ino();
         }
-        let merged = self.merge_new_range(
-            vma.start,
-            vma.end,
-            vma.flags,
-            vma.kind,
-            vma.file,
-            vma.shmem.as_ref(),
-            vma.pgoff,
-        );
+        let merged = self.merge_new_range(&VmaMergeStruct {
+            start: vma.start,
+            end: vma.end,
+            flags: vma.flags,
+            kind: vma.kind,
+            file: vma.file,
+            shmem: vma.shmem.as_ref(),
+            pgoff: vma.pgoff,
+            anon_vma: 0,
+        });
         match merged {
             Some(s) => s,
             None => {
@@ -84,34 +109,21 @@ impl VmaTree {
         }
     }
 
-    #[expect(clippy::too_many_arguments)]
-    pub(super) fn merge_new_range(
-        &mut self,
-        start: u64,
-        end: u64,
-        flags: VmFlags,
-        kind: VmaKind,
-        file: u64,
-        shmem: Option<&Arc<Shmem>>,
-        pgoff: u64,
-    ) -> Option<u64> {
-        self.merge_new_range_anon(start, end, flags, kind, file, shmem, pgoff, 0)
-    }
-
-    /// `vma_merge_new_range` for a range that already has an anon_vma (`copy_vma` of a moved
-    /// VMA): the neighbours must be compatible with `anon` too.
-    #[expect(clippy::too_many_arguments)]
-    pub(super) fn merge_new_range_anon(
-        &mut self,
-        start: u64,
-        end: u64,
-        flags: VmFlags,
-        kind: VmaKind,
-        file: u64,
-        shmem: Option<&Arc<Shmem>>,
-        pgoff: u64,
-        anon: u64,
-    ) -> Option<u64> {
+    /// `vma_merge_new_range`: place the free range `vmg` describes by expanding a neighbour
+    /// (prev, next, or prev swallowing next), when the merge rules allow; the neighbours must
+    /// be compatible with the range's anon_vma too (a moved VMA's, in `copy_vma`). Returns the
+    /// start of the VMA now covering the range, or `None`.
+    pub(super) fn merge_new_range(&mut self, vmg: &VmaMergeStruct<'_>) -> Option<u64> {
+        let &VmaMergeStruct {
+            start,
+            end,
+            flags,
+            kind,
+            file,
+            shmem,
+            pgoff,
+            anon_vma: anon,
+        } = vmg;
         vm_bug_on!(start >= end || !page_aligned(start) || !page_aligned(end));
         vm_bug_on!(
             self.find_vma_intersection(start, end).is_some(),

@@ -5,6 +5,7 @@
 //! The caller holds the mmap lock for writing and moves or zaps the page tables itself.
 
 use super::area::{anon_compatible, first_anon, page_aligned, Vma};
+use super::merge::VmaMergeStruct;
 use super::tree::VmaTree;
 use crate::addr::{PAGE_SHIFT, TASK_SIZE};
 
@@ -74,16 +75,16 @@ impl VmaTree {
         let merged = if src.kind.file_per_mapping() && src.shmem.is_none() {
             None
         } else {
-            self.merge_new_range_anon(
+            self.merge_new_range(&VmaMergeStruct {
                 start,
                 end,
-                src.flags,
-                src.kind,
-                src.file,
-                src.shmem.as_ref(),
+                flags: src.flags,
+                kind: src.kind,
+                file: src.file,
+                shmem: src.shmem.as_ref(),
                 pgoff,
-                anon,
-            )
+                anon_vma: anon,
+            })
         };
         if let Some(s) = merged {
             return s;
