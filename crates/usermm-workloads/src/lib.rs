@@ -5,7 +5,7 @@
 //! - [`bigfree`]: seeds 000/001, the free of one big touched mapping, inline and parallel.
 //! - [`munmap_test`]: seed 003, munmap's exclusive mmap-lock hold while other threads fault.
 //! - [`percpu_test`]: seed 004, `Percpu:` over the seed's memory-cgroup script.
-//! - [`bench`](mod@bench): `usermm bench`, the engine's hot paths beside the host kernel's (issue 16).
+//! - [`bench`](mod@bench): `usermm bench`, the engine's hot paths beside the host kernel's.
 //! - [`calibrate`]: the `this-host` cost profile from `usermm calibrate`'s measurements.
 //! - [`will_it_scale`]: will-it-scale's memory tests (page_fault1, mmap1, brk1, malloc1, ...)
 //!   and its output, written once over [`task::Task`], on the engine and the host kernel.

@@ -264,7 +264,7 @@ mod test {
         assert!("1000".parse::<CgroupShape>().is_err());
         assert!("0x10".parse::<CgroupShape>().is_err());
         assert!("ax10".parse::<CgroupShape>().is_err());
-        // Issue 13: the product overflowed; now the shape is refused by its total.
+        // A hostile shape: the product overflowed; now the shape is refused by its total.
         let e = "100000000x100000000".parse::<CgroupShape>().unwrap_err();
         assert!(e.contains("at most 65535"), "{e}");
         assert!("5957x10".parse::<CgroupShape>().is_ok());

@@ -10,7 +10,7 @@
 //! - vm-scalability's case scripts time whole runs of `usemem` on the wall clock and report
 //!   throughput; here each kernel step (a munmap, a fault, a `MADV_DONTNEED`) is timed alone on
 //!   the CPU clock of one process and divided by the pages or faults it covered, so that a
-//!   neighbour's load on this 2-vCPU guest does not enter the figure (only its cache effects).
+//!   neighbour's load on a shared host does not enter the figure (only its cache effects).
 //! - lmbench's `lat_mem_rd` walks strided chains of increasing size and prints a latency
 //!   curve; the DRAM figure here is one point — a random single-cycle permutation of the cache
 //!   lines of a THP-backed buffer far larger than the last-level cache — because the profile

@@ -4,7 +4,7 @@
 //! system calls on memory it maps itself, as in [`crate::measure`]), pins it to the CPU the
 //! parent chose, does its work, times the step of interest on the child's **thread CPU time**
 //! (`CLOCK_THREAD_CPUTIME_ID`: user and kernel time of this thread, so a preemption by the other
-//! helper's build on this 2-vCPU guest does not count), and returns a fixed array of words:
+//! process's work on a shared host does not count), and returns a fixed array of words:
 //! `[errno, pinned, …]`. The parent turns them into samples (`super::run`).
 
 #![expect(unsafe_code)]

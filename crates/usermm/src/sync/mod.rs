@@ -46,9 +46,15 @@
 //! - a [`Workqueue`] made with [`workqueue::Workers::Virtual`] runs its workers as contexts,
 //!   started by the run's first `queue_work` and ended with the run (`Machine::run`).
 //!
-//! Wall-mode code paths are those before virtual time existed, behind the one flag test; a
-//! [`charge`] is not behind it — it costs an add to a thread-local count that wall mode never
-//! reads, so the engine's hot loops keep no branch or call for virtual time.
+//! - the model's cache lines are touched through [`vhook`] too, outside any lock: the buddy
+//!   and pcp lists and the LRU (`page_alloc/meta.rs`'s list operations), the buddy check of
+//!   `__free_one_page` (`page_alloc/buddy.rs`), `release_pages`' reference drop
+//!   (`page_alloc/release.rs`) and the mapcount writes of `mm/rmap.rs`; each moves a line's
+//!   owner and age in `vtime::memory` and charges what that line's place costs.
+//!
+//! Wall-mode code paths are those before virtual time existed, behind the one flag test. A
+//! [`charge`] and a line touch are behind it as well: on the wall clock each costs one load of
+//! the thread-local flag and a branch not taken, and writes nothing.
 //!
 //! Wall-mode implementations are those the engine used before the seam (`parking_lot` locks,
 //! `CLOCK_MONOTONIC`, host threads), so wall figures do not move. Under `--cfg loom` every lock
@@ -109,9 +115,9 @@ pub use self::workqueue::{WorkHandle, WorkOutcome, WorkerStats, Workqueue, Workq
 /// Charge `n` units of the named cost to the current CPU: nothing on the host (the work itself
 /// takes the time), the profile's price in a virtual run.
 ///
-/// It adds to a thread-local count (no test, no branch, no call: a hot engine path keeps its
-/// shape); a virtual run prices the counts at the running context's next synchronisation point
-/// or clock read.
+/// In a run it adds to a thread-local count, which the runtime prices at the running
+/// context's next synchronisation point or clock read; on the wall clock it is the seam's one
+/// flag test and writes nothing.
 #[inline(always)]
 pub fn charge(cost: Cost, n: u64) {
     vhook::charge(cost, n);

@@ -2,7 +2,7 @@
 //!
 //! With every cost a constant, two workers that take the same lock for the same time each
 //! round fall into step and alternate without ever queueing: at 64 % utilisation the lock of
-//! the model saw 4 contentions in 66 032 acquisitions (the audit of 4b6af3a), where random
+//! the model saw 4 contentions in 66 032 acquisitions (a virtual bigfree before jitter existed), where random
 //! arrivals would wait on most of them (for M/D/1 the mean wait is ρ/(2(1−ρ)) holds). The
 //! hardware is never that regular: a batch of 31 pages takes a little more or less each time.
 //!

@@ -161,7 +161,7 @@ impl VmaIndex {
 }
 
 /// The tree's VMAs by start address, with the index (when per-VMA locks are on) and the gap
-/// index (`gap.rs`, always) kept in step with every change (see the module doc). The methods
+/// index (`gap/`, always) kept in step with every change (see the module doc). The methods
 /// are `BTreeMap`'s, except that [`VmaMap::get_mut`] hands out a guard that republishes the
 /// VMA, and records its new range in the gap index, when dropped.
 #[derive(Debug, Default)]

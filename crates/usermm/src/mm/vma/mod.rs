@@ -7,9 +7,11 @@
 //! `__get_unmapped_area`, `vm_unmapped_area`), `arch/x86/kernel/sys_x86_64.c`
 //! (`arch_get_unmapped_area[_topdown]`), `mm/huge_memory.c` (`__thp_get_unmapped_area`),
 //! `mm/rmap.c` (`anon_vma_prepare`, `find_mergeable_anon_vma`) and `fs/proc/task_mmu.c`
-//! (`show_map_vma`). This is a pure data structure: no page tables, no locks. The caller holds
-//! the mmap lock (write for every `&mut self` method, read for lookups and `anon_vma_prepare`)
-//! and zaps page tables itself.
+//! (`show_map_vma`). No page tables here: the caller zaps them itself. The tree has no lock of
+//! its own: the caller holds the mmap lock (write for every `&mut self` method, read for lookups
+//! and `anon_vma_prepare`). Its per-VMA-lock index (`index`) does take locks, under that write
+//! hold: each changed VMA's `VmaLock` for write, then the index's own `mm_mt` lock to publish
+//! (the order of `lib.rs`).
 //!
 //! ```text
 //!  VmaTree (mm->mm_mt; protected by mmap_lock)        BTreeMap<vm_start, Vma>
@@ -29,7 +31,7 @@
 //!    file (its shmem inode), private kinds have no `VM_MAYSHARE`, `Anon` has no file, `DevZero`
 //!    has one, `Hugetlb` has `VM_HUGETLB`, `PfnMap` has `VM_PFNMAP`. Shared mappings never get an
 //!    `anon_vma`.
-//! 4. The gap index (`gap.rs`) holds exactly the VMAs' ranges and guard starts, and every node's
+//! 4. The gap index (`gap/`) holds exactly the VMAs' ranges and guard starts, and every node's
 //!    summary of the gaps below it is right (`rb_subtree_gap`'s invariant).
 //!
 //! # API in lifecycle pairs
@@ -85,7 +87,7 @@
 //!
 //! # Differences from Linux
 //! - A `BTreeMap` stands in for the maple tree, and a treap augmented with the largest gap
-//!   below each node (`gap.rs`, the pre-6.1 `rb_subtree_gap`) for its gap metadata: lookups,
+//!   below each node (`gap/`, the pre-6.1 `rb_subtree_gap`) for its gap metadata: lookups,
 //!   changes and the unmapped-area searches are O(log n). `Vma`s are values, so a split copies
 //!   one.
 //! - `anon_vma` is a number (0 = none); fork links the child's new anon_vma to its parent's
