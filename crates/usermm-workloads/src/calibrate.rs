@@ -304,10 +304,11 @@ fn free_bulk() -> String {
     format!("{FREE_SIDE} * share_zone_locked / (share_lru + share_free_unref) - lock_xadd_ns / pcp_batch")
 }
 
-/// Every cost's formula (keyed by [`Cost::key`]) and the sentence that explains it.
-fn cost_formula(key: &str) -> (String, &'static str) {
-    let (f, why): (String, &'static str) = match key {
-        "zap_pte" => (
+/// Every cost's formula and the sentence that explains it: an exhaustive `match`, so a cost
+/// added to [`Cost`] does not compile until this host's profile prices it.
+fn cost_formula(cost: Cost) -> (String, &'static str) {
+    let (f, why): (String, &'static str) = match cost {
+        Cost::ZapPte => (
             format!(
                 "munmap_cow_4k - munmap_full_4k * share_gather - (2 * ({PT_WALK}) + pt_free_ns + lock_xadd_ns + ({}) + ({})) / ptes_per_table - tlb_flush_local_ns / (gather_batch * max_gather_batch_count) - (syscall_ns + vma_modify_ns + tlb_flush_local_ns + lock_xadd_ns) / munmap_pages",
                 free_unref(),
@@ -315,78 +316,77 @@ fn cost_formula(key: &str) -> (String, &'static str) {
             ),
             "the zap side, measured: the COW child's munmap per page (zap, gather, reference drop, its own page tables freed; no data page freed), less gather_page, less what the engine charges per PTE table (two pt_walk_level, pt_free, the PTL acquire, and the table page's own free_unref_page and free_pcppages_bulk_page) / ptes_per_table, per full gather (a forced local TLB flush every gather_batch * max_gather_batch_count pages) and per call (syscall, vma_modify, the final local TLB flush, the mmap_lock acquire) / munmap_pages: nothing is charged on top of the measured zap",
         ),
-        "gather_page" => (
+        Cost::GatherPage => (
             "munmap_full_4k * share_gather".into(),
             "the perf share of __tlb_remove_folio_pages (inputs.share_gather) of the paired full munmap",
         ),
-        "lru_del" => (
+        Cost::LruDel => (
             format!("{FREE_SIDE} * share_lru / (share_lru + share_free_unref) - lock_xadd_ns / lru_lock_batch"),
             "the free side, measured (paired full munmap - COW child's munmap, per page), times the lru_lock section's share of the perf-split free side, less the lru_lock acquire the engine charges per lru_lock_batch pages",
         ),
-        "free_unref_page" => (
+        Cost::FreeUnrefPage => (
             free_unref(),
             "the free side times the free_unref bucket's share of the perf-split free side without its zone->lock section, less the pcp lock acquire the engine charges per gather batch",
         ),
-        "free_pcppages_bulk_page" => (
+        Cost::FreePcppagesBulkPage => (
             free_bulk(),
             "the free side times the zone->lock section's share of the perf-split free side (__free_one_page and its merges included), less the zone.lock acquire the engine charges per pcp_batch pages",
         ),
-        "free_one_merge" => (
+        Cost::FreeOneMerge => (
             "0".into(),
             "included in free_pcppages_bulk_page: the zone->lock section's share covers __free_one_page with its merge steps",
         ),
-        "lru_add" => ("lru_add_ns".into(), "assumption (see inputs.lru_add_ns)"),
-        "rmqueue_pcp" => ("rmqueue_pcp_ns".into(), "assumption (see inputs.rmqueue_pcp_ns)"),
-        "rmqueue_bulk_page" => (
+        Cost::LruAdd => ("lru_add_ns".into(), "assumption (see inputs.lru_add_ns)"),
+        Cost::RmqueuePcp => ("rmqueue_pcp_ns".into(), "assumption (see inputs.rmqueue_pcp_ns)"),
+        Cost::RmqueueBulkPage => (
             "rmqueue_bulk_page_ns".into(),
             "assumption (see inputs.rmqueue_bulk_page_ns)",
         ),
-        "clear_page" => (
+        Cost::ClearPage => (
             "clear_bytes_per_ns".into(),
             "the memset bandwidth measured here, 4 KiB at a time over a buffer larger than the caches",
         ),
-        "copy_page" => (
+        Cost::CopyPage => (
             "clear_bytes_per_ns * copy_fraction".into(),
             "assumption: half of the memset bandwidth measured here (inputs.copy_fraction)",
         ),
-        "fault_entry" => (
+        Cost::FaultEntry => (
             "zero_fault_4k * (1 - share_handle_mm_fault) * (1 - fault_exit_fraction) - fault_lock_acquires * lock_xadd_ns - (pt_alloc_ns + page_bytes / clear_bytes_per_ns + zero_fault_4k * share_set_ptes + lock_xadd_ns + rmqueue_pcp_ns + rmqueue_bulk_page_ns + lock_xadd_ns + lock_xadd_ns / pcp_batch) / ptes_per_table".into(),
             "the measured zero-page read fault outside handle_mm_fault, less the return (fault_exit), the fault's lock acquires (fault_lock_acquires), and the new PTE table the engine charges per ptes_per_table faults (pt_alloc, its clear, the PMD entry's set_pte, the PMD lock, and the table page's allocation: rmqueue_pcp, its share of a pcp refill (rmqueue_bulk_page, a zone.lock acquire per pcp_batch) and the pcp lock): the engine's whole zero-page fault is the measured one",
         ),
-        "fault_exit" => (
+        Cost::FaultExit => (
             "zero_fault_4k * (1 - share_handle_mm_fault) * fault_exit_fraction".into(),
             "the return's part (assumption, inputs.fault_exit_fraction) of the measured zero-page read fault outside handle_mm_fault",
         ),
-        "pt_walk_level" => (
+        Cost::PtWalkLevel => (
             PT_WALK.into(),
             "handle_mm_fault's perf share of the measured zero-page read fault less set_ptes, over the 4 levels the engine charges",
         ),
-        "set_pte" => (
+        Cost::SetPte => (
             "zero_fault_4k * share_set_ptes".into(),
             "set_ptes' perf share of the measured zero-page read fault",
         ),
-        "pt_alloc" => ("pt_alloc_ns".into(), "assumption (see inputs.pt_alloc_ns); deducted from fault_entry per new table"),
-        "pt_free" => ("pt_free_ns".into(), "assumption (see inputs.pt_free_ns); deducted from zap_pte, not added to the measured munmap"),
-        "tlb_flush_local" => (
+        Cost::PtAlloc => ("pt_alloc_ns".into(), "assumption (see inputs.pt_alloc_ns); deducted from fault_entry per new table"),
+        Cost::PtFree => ("pt_free_ns".into(), "assumption (see inputs.pt_free_ns); deducted from zap_pte, not added to the measured munmap"),
+        Cost::TlbFlushLocal => (
             "tlb_flush_local_ns".into(),
             "assumption (see inputs.tlb_flush_local_ns); deducted from zap_pte",
         ),
-        "tlb_flush_remote_per_cpu" => (
+        Cost::TlbFlushRemotePerCpu => (
             "tlb_flush_remote_ns".into(),
             "assumption (see inputs.tlb_flush_remote_ns)",
         ),
-        "workqueue_wake" => ("workqueue_wake_ns".into(), "assumption (see inputs.workqueue_wake_ns)"),
-        "syscall" => ("syscall_ns".into(), "getppid measured here"),
-        "vma_modify" => ("vma_modify_ns".into(), "assumption (see inputs.vma_modify_ns); deducted from zap_pte"),
-        "user_line" => (
+        Cost::WorkqueueWake => ("workqueue_wake_ns".into(), "assumption (see inputs.workqueue_wake_ns)"),
+        Cost::Syscall => ("syscall_ns".into(), "getppid measured here"),
+        Cost::VmaModify => ("vma_modify_ns".into(), "assumption (see inputs.vma_modify_ns); deducted from zap_pte"),
+        Cost::UserLine => (
             "clear_bytes_per_ns".into(),
             "a user-space walk streams its lines at the memset bandwidth measured here",
         ),
-        "user_miss" => (
+        Cost::UserMiss => (
             "dram_latency_ns".into(),
             "a random user access misses every cache: the DRAM latency measured here",
         ),
-        _ => ("0".into(), "unknown to this version of usermm calibrate: not priced"),
     };
     (f, why)
 }
@@ -526,7 +526,7 @@ pub fn this_host_spec(c: &HostCalibration) -> ProfileSpec {
     }
     let mut costs = BTreeMap::new();
     for cost in Cost::ALL {
-        let (formula, source) = cost_formula(cost.key());
+        let (formula, source) = cost_formula(*cost);
         let mut fig = ns_fig(&values, &formula, source);
         if cost.bytes().is_some() {
             fig.bytes_per_ns = fig.ns.take();
