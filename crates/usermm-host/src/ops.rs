@@ -173,19 +173,6 @@ pub fn errno_name(errno: i32) -> Option<&'static str> {
     })
 }
 
-/// Round `x` down to a page boundary.
-pub const fn page_down(x: u64) -> u64 {
-    x & !(PAGE_SIZE - 1)
-}
-
-/// Round `x` up to a page boundary (`None` on overflow).
-pub const fn page_up(x: u64) -> Option<u64> {
-    match x.checked_add(PAGE_SIZE - 1) {
-        Some(v) => Some(v & !(PAGE_SIZE - 1)),
-        None => None,
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Ops
 // ---------------------------------------------------------------------------------------------
@@ -638,11 +625,6 @@ pub fn parse_maps(text: &str) -> Result<Vec<MapsLine>, String> {
         .filter(|l| !l.trim().is_empty())
         .map(MapsLine::from_str)
         .collect()
-}
-
-/// The lines that intersect the arena, unchanged.
-pub fn arena_lines(lines: &[MapsLine]) -> Vec<MapsLine> {
-    lines.iter().filter(|l| l.in_arena()).cloned().collect()
 }
 
 /// What maps comparisons look at: the arena lines, with device and inode cleared.

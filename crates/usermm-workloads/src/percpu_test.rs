@@ -39,7 +39,7 @@ use usermm::config::MachineConfig;
 use usermm::memcg::{CgId, MemCgroups, MemcgCounts, MemcgRecipe, RecipeEra};
 use usermm::pcpu::{DepopulatePolicy, PcpuError, PcpuStats};
 use usermm::sync::clock;
-use usermm::{CpuId, Errno, Machine, PAGE_SIZE};
+use usermm::{CpuId, Errno, Machine};
 
 use crate::seeds;
 
@@ -475,11 +475,6 @@ pub fn calibration_grid(
         }
     }
     Ok(points)
-}
-
-/// Pages of `Percpu:` a kB figure stands for, per unit (for reports).
-pub fn kb_to_pages_per_unit(kb: u64, nr_units: u64) -> u64 {
-    kb * 1024 / PAGE_SIZE / nr_units.max(1)
 }
 
 #[cfg(test)]

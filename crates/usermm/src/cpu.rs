@@ -86,11 +86,6 @@ impl Cpus {
         (n < self.nr_cpus as usize).then_some(CpuId(n as u16))
     }
 
-    /// The CPU a worker numbered `n` is bound to when workers are spread round-robin.
-    pub fn nth_wrapping(&self, n: usize) -> CpuId {
-        CpuId((n % self.nr_cpus as usize) as u16)
-    }
-
     #[doc(alias = "cpu_to_node")]
     #[inline]
     pub fn node_of(&self, cpu: CpuId) -> NodeId {

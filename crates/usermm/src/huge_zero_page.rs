@@ -96,11 +96,6 @@ impl HugeZeroPage {
         }
     }
 
-    #[inline]
-    pub fn is_huge_zero(&self, pfn: Pfn) -> bool {
-        self.pfn.load(Relaxed) == pfn.0
-    }
-
     pub fn refcount(&self) -> i64 {
         self.refcount.load(Relaxed)
     }

@@ -34,7 +34,8 @@
 //! | [`policy`] | the gather's and munmap's resolved policies (below both `machine` and `mm`) |
 //! | [`machine`], [`backing`] | the box: CPUs, nodes, physical memory and its host backing; [`Machine::run`], the clock |
 //!
-//! `vtime` uses no other engine module (a unit test compares its placement with `cpu`'s):
+//! `vtime` uses one other engine module, the leaf `cpu` (its CPU-to-node rule and
+//! `MAX_NUMNODES`, so the model places CPUs on nodes as the engine does):
 //! `sync` → `vtime` (the seam re-exports the
 //! runtime's classes, modes and costs and forwards its hooks), `config` → `vtime` (a profile is
 //! resolved with the config), `machine` → `vtime` (runs). `tests/source_rules.rs` keeps the

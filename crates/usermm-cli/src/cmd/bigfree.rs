@@ -17,7 +17,7 @@ use usermm_workloads::stats;
 
 use crate::args::{parse_nonzero_size_arg, usage, EngineArgs, GlobalArgs};
 use crate::report::format::human_bytes;
-use crate::report::{Progress, Series, Table};
+use crate::report::{Progress, Table};
 
 /// The largest host mapping `--host` touches.
 pub const HOST_CAP_BYTES: u64 = 8 << 30;
@@ -502,42 +502,6 @@ pub fn cpu_table(b: &BigfreeResult, row: &bigfree::BigfreeRow) -> Option<Table> 
         ]);
     }
     Some(t)
-}
-
-/// Speedup over vanilla against `max_active`, the seed's and ours (for a line plot).
-pub fn speedup_series(b: &BigfreeResult) -> Vec<Series> {
-    let seed = &b.seed;
-    let ours = b
-        .rows
-        .iter()
-        .filter(|r| b.is_seed_row(r))
-        .filter_map(|r| r.max_active.map(|m| (f64::from(m), r.speedup)));
-    vec![
-        Series {
-            name: format!(
-                "seed ({}, {} nodes / {} threads)",
-                human_bytes(seed.size),
-                seed.nodes,
-                seed.threads
-            ),
-            points: seed
-                .rows
-                .iter()
-                .map(|r| (f64::from(r.0), seed.vanilla_s / r.1))
-                .collect(),
-            dashed: true,
-        },
-        Series {
-            name: format!(
-                "engine ({}, {} nodes, {} host threads)",
-                human_bytes(b.size),
-                b.config.nodes,
-                b.host_cpus
-            ),
-            points: ours.collect(),
-            dashed: false,
-        },
-    ]
 }
 
 /// The seed's table beside ours, the lock_stat table, the host line and the warnings.

@@ -126,11 +126,6 @@ impl HostBackend {
         self.failed.as_deref()
     }
 
-    /// How long one op may take before the child is declared hung and killed (default 120 s).
-    pub fn set_op_timeout(&mut self, t: Duration) {
-        self.op_timeout = t;
-    }
-
     // ---- transport -------------------------------------------------------------------------
 
     fn recv_exact(&mut self, dst: &mut [u8], deadline: Instant) -> Result<(), String> {

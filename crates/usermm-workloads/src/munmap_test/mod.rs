@@ -399,16 +399,6 @@ fn ratio(v: &Summary, p: &Summary) -> Ratio {
     }
 }
 
-/// One policy, `opts.repeat` runs (`vma.per_vma_lock` as the machine has it).
-pub fn run_policy(
-    opts: &MunmapTestOpts,
-    downgrade: bool,
-    progress: &mut dyn FnMut(&'static str, u32),
-) -> Result<PolicyResult, MunmapTestError> {
-    let per_vma = opts.machine.vma.per_vma_lock;
-    run_policy_with(opts, downgrade, per_vma, progress)
-}
-
 fn run_policy_with(
     opts: &MunmapTestOpts,
     downgrade: bool,

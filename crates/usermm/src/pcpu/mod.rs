@@ -649,12 +649,6 @@ impl PcpuAllocator {
         self.wq.end_run();
     }
 
-    /// Run one balance pass now on the calling thread, then wait for queued ones.
-    pub fn balance_now(&self, cpu: CpuId) {
-        self.inner.balance_workfn(cpu);
-        self.flush();
-    }
-
     /// `pcpu_nr_pages() × PAGE_SIZE`: what `/proc/meminfo` prints as `Percpu:` (in bytes).
     /// Populated page indexes × units × page size; chunk metadata is not included (as
     /// `pcpu_nr_pages` counts only populated pages, `mm/percpu.c`).

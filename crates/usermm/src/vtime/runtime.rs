@@ -263,12 +263,6 @@ impl Runtime {
         self.inner.state.borrow_mut().seed = seed;
     }
 
-    /// Sets the stack size of contexts created from now on (default 1 MiB).
-    pub fn set_stack_size(&self, bytes: usize) {
-        self.inner.stack_size.set(bytes);
-        self.inner.stacks.borrow_mut().clear();
-    }
-
     /// Runs `f` as the first context, on `cpu`, at the time the previous run ended (0 the first
     /// time); returns `f`'s result when every context of the run has finished.
     ///

@@ -215,11 +215,6 @@ impl Vma {
         self
     }
 
-    pub fn with_shmem(mut self, shmem: Arc<Shmem>) -> Vma {
-        self.shmem = Some(shmem);
-        self
-    }
-
     pub fn with_pfn_base(mut self, pfn: u64) -> Vma {
         self.pfn_base = pfn;
         self

@@ -506,12 +506,6 @@ impl WorkHandle {
     pub fn wait(self) -> WorkOutcome {
         self.done.wait()
     }
-
-    /// Whether the item has finished (without waiting).
-    #[doc(alias = "work_pending")]
-    pub fn is_done(&self) -> bool {
-        self.done.get().is_some()
-    }
 }
 
 /// Start one worker per CPU of `cpus` (worker `i` on `cpus[i]`): host threads, or contexts of
