@@ -7,6 +7,7 @@
 //! - [`percpu_test`]: seed 004, `Percpu:` over the seed's memory-cgroup script.
 //! - [`bench`](mod@bench): `usermm bench`, the engine's hot paths beside the host kernel's (issue 16).
 //! - [`calibrate`]: the `this-host` cost profile from `usermm calibrate`'s measurements.
+//! - [`infer`]: `usermm infer`, the era factors estimated from named training rows.
 //! - [`seeds`]: every figure the seeds published, as data, in one place.
 //! - [`stats`]: the one median and spread every summary uses.
 //!
@@ -25,6 +26,7 @@ pub mod bench;
 pub mod bigfree;
 pub mod calibrate;
 pub mod host_check;
+pub mod infer;
 pub mod munmap_test;
 pub mod percpu_test;
 pub mod seeds;

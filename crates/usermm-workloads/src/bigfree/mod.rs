@@ -198,6 +198,21 @@ pub fn fit_seed_machine(
     }
 }
 
+/// The modelled run of seeds 000/001 that `reproduce` makes at `size` (32 GiB at its default
+/// scale, 320 GiB at `--scale seed`) and that `usermm infer` evaluates its training rows on:
+/// the seed's machine in virtual time ([`default_config`], then [`fit_seed_machine`]), the
+/// patch's 1 GiB jobs, one run a row, no pcp auto-tune rows. Rows are `max_active`.
+pub fn seed_model_opts(size: u64, max_active: &[u32]) -> BigfreeOpts {
+    let mut base = default_config(size, max_active, None, None);
+    base.time.mode = TimeMode::Virtual;
+    fit_seed_machine(&mut base, size, None, None, None);
+    BigfreeOpts {
+        pcp_tune_rows: false,
+        base,
+        ..BigfreeOpts::new(size, max_active)
+    }
+}
+
 /// The job size of a scale model of the seed: `(threshold_pages, max_batch_count)` such that
 /// SIZE makes as many jobs as the seed's 320 GiB made with the patch's 256K-page threshold
 /// (320), each gathered in `DIV_ROUND_UP(threshold, 510)` batch pages as the patch sizes

@@ -241,6 +241,31 @@ pub fn run(machine: &Arc<Machine>, opts: &UsememOpts) -> Result<UsememResult, Us
     )
 }
 
+/// Seed 002's run as `reproduce` makes it (and `usermm infer` evaluates its training row):
+/// `usemem -n 72 --readonly -j 0x200000 100G` on the seed's Haswell-EP (72 CPUs, 2 nodes,
+/// THP always, sparse backing, the seed's profile), at the seed's own size. The caller sets
+/// the clock (`time.mode`) and the policy ([`MachineConfig::set_patched`]).
+pub fn seed_002_run() -> (MachineConfig, UsememOpts) {
+    let seed = crate::seeds::HUGE_ZERO;
+    let opts = UsememOpts {
+        size: seed.size,
+        nproc: seed.nproc as i32,
+        readonly: true,
+        step: seed.step,
+        ..UsememOpts::default()
+    };
+    let mut base = MachineConfig {
+        mem: 16 << 30,
+        cpus: crate::seeds::HUGE_ZERO_MACHINE.cpus,
+        nodes: crate::seeds::HUGE_ZERO_MACHINE.nodes,
+        backing: usermm::config::BackingMode::Sparse,
+        thp: usermm::config::ThpMode::Always,
+        ..MachineConfig::default()
+    };
+    base.time.profile = SEED_PROFILE.into();
+    (base, opts)
+}
+
 /// Run the same usemem on a vanilla and a patched machine built from `base`.
 pub fn run_ab(
     base: &MachineConfig,

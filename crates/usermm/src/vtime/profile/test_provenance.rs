@@ -244,6 +244,8 @@ fn measured_inputs_name_the_program_that_took_them_and_assumptions_say_so() {
                     "{name}: {key} is an assumption and must begin by saying so"
                 ),
                 InputKind::Published => {}
+                // The loader refuses them in a profile's own inputs (era files hold them).
+                InputKind::Inferred => panic!("{name}: {key} is inferred inside a profile"),
             }
         }
         check_pins(&p).unwrap();
