@@ -38,8 +38,16 @@ pub fn run(args: &InferArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     let sizes = match &args.test_sizes {
         None => EvalSizes::default(),
         Some(s) => {
-            let parse = |x: &str| x.trim().parse::<u64>().ok().filter(|v| (64..=65536).contains(v));
-            match s.split_once(',').and_then(|(a, b)| Some((parse(a)?, parse(b)?))) {
+            let parse = |x: &str| {
+                x.trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|v| (64..=65536).contains(v))
+            };
+            match s
+                .split_once(',')
+                .and_then(|(a, b)| Some((parse(a)?, parse(b)?)))
+            {
                 Some((a, b)) => EvalSizes {
                     bigfree: a << 20,
                     usemem: b << 20,
@@ -54,7 +62,11 @@ pub fn run(args: &InferArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     let commit = crate::report::host::git_commit().unwrap_or_else(|| "unknown".into());
     let command = format!(
         "usermm infer{} (commit {commit}, {} GiB bigfree rows, {} GiB usemem)",
-        if args.test_sizes.is_some() { " --test-sizes" } else { "" },
+        if args.test_sizes.is_some() {
+            " --test-sizes"
+        } else {
+            ""
+        },
         sizes.bigfree >> 30,
         sizes.usemem >> 30
     );
@@ -92,7 +104,14 @@ pub fn run(args: &InferArgs, g: &GlobalArgs) -> anyhow::Result<()> {
 fn render(r: &InferResult) -> String {
     let mut t = Table::new(
         format!("Era factors ({}), fitted", r.era),
-        ["factor", "multiplies", "value", "range (rows in band)", "plausible"],
+        [
+            "factor",
+            "multiplies",
+            "written",
+            "least squares",
+            "range (rows in band)",
+            "in [0.25, 4]",
+        ],
     );
     for f in &r.factors {
         let range = match f.range {
@@ -104,7 +123,12 @@ fn render(r: &InferResult) -> String {
         t.push_row([
             f.input.to_string(),
             f.costs.join(", "),
-            format!("{:.4}", f.value),
+            if f.applied {
+                format!("{:.4}", f.value)
+            } else {
+                "1 (not applied)".to_string()
+            },
+            format!("{:.4}", f.unconstrained),
             range,
             if f.plausible {
                 "yes".into()
@@ -115,7 +139,15 @@ fn render(r: &InferResult) -> String {
     }
     let mut rows = Table::new(
         "Training rows (fitted, not reproduced)".to_string(),
-        ["row", "published", "unfitted", "fitted", "error", "band", "within"],
+        [
+            "row",
+            "published",
+            "unfitted",
+            "fitted",
+            "error",
+            "band",
+            "within",
+        ],
     );
     for x in &r.rows {
         let v = |v: f64| match x.unit {
@@ -154,8 +186,9 @@ fn render(r: &InferResult) -> String {
     }
     if !r.ok() {
         s.push_str(
-            "\nNot every factor is plausible or every training row within its band: the \
-             misses name a mechanism the model lacks (docs/profiles.md, \"Era factors\").\n",
+            "\nNot every factor is plausible and applied, or not every training row is within \
+             its band: the misses name a mechanism the model lacks (docs/profiles.md, \"Era \
+             factors\").\n",
         );
     }
     s

@@ -16,6 +16,11 @@ pub const DIFF_STEP: f64 = 0.048_790_164_169_432; // ln(1.05)
 /// Stop when every residual is within this (0.5 %).
 pub const TOLERANCE: f64 = 0.005;
 
+/// Stop when a step lowers the sum of squares by less than this share of it (1 %): each
+/// iteration costs a Jacobian's worth of engine runs, and a step that gains less moves no
+/// residual by a visible amount against bands of ±10 %.
+pub const MIN_GAIN: f64 = 0.01;
+
 /// Most Levenberg–Marquardt iterations (one Jacobian each).
 pub const MAX_ITERATIONS: usize = 8;
 
@@ -53,8 +58,14 @@ fn sum_sq(r: &[f64]) -> f64 {
     r.iter().map(|x| x * x).sum()
 }
 
-fn clamp_theta(t: f64) -> f64 {
-    t.clamp(MIN_FACTOR.ln(), MAX_FACTOR.ln())
+/// A search box in factors: `(low, high)`.
+pub type Bounds = (f64, f64);
+
+/// The widest box: what an era file may hold.
+pub const WIDE: Bounds = (MIN_FACTOR, MAX_FACTOR);
+
+fn clamp_theta(t: f64, b: Bounds) -> f64 {
+    t.clamp(b.0.ln(), b.1.ln())
 }
 
 /// Solves `a x = b` (square, small) by Gaussian elimination with partial pivoting; `None`
@@ -88,16 +99,28 @@ fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
 /// (`JᵀJ + λ·diag(JᵀJ)`), λ from 10⁻², divided by 3 on a step that lowers the sum of squares
 /// and multiplied by 4 on one that does not. Each iteration evaluates the Jacobian's
 /// `n` forward-difference points in one batch, then trial points one at a time. Stops when
-/// every residual is within [`TOLERANCE`], when no step lowers the sum by a relative 10⁻⁴,
-/// or after [`MAX_ITERATIONS`].
+/// every residual is within [`TOLERANCE`], when no step lowers the sum by a relative
+/// [`MIN_GAIN`], or after [`MAX_ITERATIONS`].
 pub fn levenberg_marquardt(start: Vec<f64>, f: &mut Residuals<'_>) -> LmFit {
-    let n = start.len();
-    let mut evaluations = 1;
     let first = f(std::slice::from_ref(&start)).remove(0);
-    let mut path = vec![Step {
-        theta: start,
-        residuals: first,
-    }];
+    let mut fit = levenberg_marquardt_from(
+        Step {
+            theta: start,
+            residuals: first,
+        },
+        f,
+        WIDE,
+    );
+    fit.evaluations += 1;
+    fit
+}
+
+/// [`levenberg_marquardt`] from a point whose residuals are known already (a scan's best),
+/// every step clamped to `bounds`.
+pub fn levenberg_marquardt_from(start: Step, f: &mut Residuals<'_>, bounds: Bounds) -> LmFit {
+    let n = start.theta.len();
+    let mut evaluations = 0;
+    let mut path = vec![start];
     let mut lambda: f64 = 1e-2;
     let mut jacobian: Vec<Vec<f64>> = Vec::new();
     let mut stopped = "iterations";
@@ -132,7 +155,11 @@ pub fn levenberg_marquardt(start: Vec<f64>, f: &mut Residuals<'_>) -> LmFit {
             })
             .collect();
         let jtr: Vec<f64> = (0..n)
-            .map(|a| -(0..m).map(|i| jacobian[i][a] * here.residuals[i]).sum::<f64>())
+            .map(|a| {
+                -(0..m)
+                    .map(|i| jacobian[i][a] * here.residuals[i])
+                    .sum::<f64>()
+            })
             .collect();
         let s0 = sum_sq(&here.residuals);
         let mut accepted = false;
@@ -149,7 +176,7 @@ pub fn levenberg_marquardt(start: Vec<f64>, f: &mut Residuals<'_>) -> LmFit {
                 .theta
                 .iter()
                 .zip(&delta)
-                .map(|(t, d)| clamp_theta(t + d))
+                .map(|(t, d)| clamp_theta(t + d, bounds))
                 .collect();
             let r = f(std::slice::from_ref(&trial)).remove(0);
             evaluations += 1;
@@ -161,7 +188,7 @@ pub fn levenberg_marquardt(start: Vec<f64>, f: &mut Residuals<'_>) -> LmFit {
                 });
                 lambda = (lambda / 3.0).max(1e-7);
                 accepted = true;
-                if gain < 1e-4 {
+                if gain < MIN_GAIN {
                     stopped = "the sum of squares stopped falling";
                 }
                 break;
@@ -199,11 +226,12 @@ pub struct SecantFit {
 }
 
 /// The root of one residual `r(θ)` by the secant method from `θ0` and `θ0 + DIFF_STEP·4`,
-/// each step clamped to the search box; stops within [`TOLERANCE`], at the box's edge (the
+/// each step clamped to `bounds`; stops within [`TOLERANCE`], at the box's edge (the
 /// factor the rows want lies outside it), or after 10 points.
-pub fn secant(theta0: f64, f: &mut dyn FnMut(f64) -> f64) -> SecantFit {
+pub fn secant(theta0: f64, f: &mut dyn FnMut(f64) -> f64, bounds: Bounds) -> SecantFit {
+    let theta0 = clamp_theta(theta0, bounds);
     let mut path = vec![(theta0, f(theta0))];
-    let t1 = clamp_theta(theta0 + 4.0 * DIFF_STEP);
+    let t1 = clamp_theta(theta0 + 4.0 * DIFF_STEP, bounds);
     path.push((t1, f(t1)));
     let stopped;
     loop {
@@ -222,7 +250,7 @@ pub fn secant(theta0: f64, f: &mut dyn FnMut(f64) -> f64) -> SecantFit {
             break;
         }
         let next = tb - rb * (tb - ta) / (rb - ra);
-        let clamped = clamp_theta(next);
+        let clamped = clamp_theta(next, bounds);
         if clamped == tb {
             stopped = "the search box's edge";
             break;
@@ -267,7 +295,10 @@ pub fn linear_range(
         low = low.max(lo);
         high = high.min(hi);
     }
-    (low.is_finite().then_some(low), high.is_finite().then_some(high))
+    (
+        low.is_finite().then_some(low),
+        high.is_finite().then_some(high),
+    )
 }
 
 #[cfg(test)]
@@ -323,11 +354,11 @@ mod test {
 
     #[test]
     fn secant_finds_a_root_and_reports_the_edge() {
-        let fit = secant(0.0, &mut |t| (0.3 + 0.5 * t.exp()).ln() - 1.2f64.ln());
+        let fit = secant(0.0, &mut |t| (0.3 + 0.5 * t.exp()).ln() - 1.2f64.ln(), WIDE);
         let (t, r) = *fit.path.last().unwrap();
         assert!(r.abs() <= TOLERANCE, "{fit:?}");
         assert!((t.exp() - 1.8).abs() < 0.05);
-        let edge = secant(0.0, &mut |t| t - 10.0);
+        let edge = secant(0.0, &mut |t| t - 10.0, WIDE);
         assert_eq!(edge.stopped, "the search box's edge");
         assert!((edge.path.last().unwrap().0 - MAX_FACTOR.ln()).abs() < 1e-9);
     }
@@ -347,11 +378,7 @@ mod test {
 
     #[test]
     fn solve_is_gaussian_elimination() {
-        let x = solve(
-            vec![vec![2.0, 1.0], vec![1.0, 3.0]],
-            vec![3.0, 5.0],
-        )
-        .unwrap();
+        let x = solve(vec![vec![2.0, 1.0], vec![1.0, 3.0]], vec![3.0, 5.0]).unwrap();
         assert!((x[0] - 0.8).abs() < 1e-12 && (x[1] - 1.4).abs() < 1e-12);
         assert!(solve(vec![vec![1.0, 2.0], vec![2.0, 4.0]], vec![1.0, 2.0]).is_none());
     }

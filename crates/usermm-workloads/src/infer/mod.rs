@@ -9,9 +9,13 @@
 //!
 //! # The procedure (deterministic: two runs give the same factors, bit for bit)
 //! 1. The unfitted point (every factor 1) is evaluated: the residuals the factors must explain.
-//! 2. The teardown factors: least squares on `ln(model / published)` of the three teardown
-//!    rows by Levenberg–Marquardt ([`fit::levenberg_marquardt`]) in `ln f`, from the uniform
-//!    factor that matches the inline row, forward differences of 5 %.
+//! 2. The teardown factors: a scan of nine splits of the published inline time between the
+//!    three paths ([`scan_points`]: the zap's share 20, 35 or 50 %, the locked sections' share
+//!    of the rest 35, 50 or 65 %), then least squares on `ln(model / published)` of the three
+//!    teardown rows by Levenberg–Marquardt ([`fit::levenberg_marquardt`]) in `ln f` from the
+//!    scan's best point, forward differences of 5 %. The scan is there because the parallel
+//!    rows change regime with the split (bound by the zapping task, or by the locks), and a
+//!    local search does not cross from one regime to the other.
 //! 3. The factors are rounded to four significant digits (what the era file holds) and the rows
 //!    evaluated again there: the residuals reported are those of the written factors.
 //! 4. The fault factor: the secant method on seed 002's share ([`fit::secant`]), with the
@@ -69,7 +73,14 @@ pub struct FactorResult {
     pub input: &'static str,
     pub path: &'static str,
     pub costs: Vec<&'static str>,
+    /// The factor written and applied (1 when not applied).
     pub value: f64,
+    /// The least-squares estimate in the wide search box ([`fit::WIDE`]).
+    pub unconstrained: f64,
+    /// Whether the fit within [`PLAUSIBLE`] met every training row of the factor's group:
+    /// only then is it applied; otherwise the factor is written as 1 and its rows name a
+    /// mechanism the model lacks.
+    pub applied: bool,
     /// The training rows it was estimated from.
     pub rows: Vec<&'static str>,
     /// The linear-model range (the other factors held) within which every training row stays
@@ -78,7 +89,7 @@ pub struct FactorResult {
     pub range: (Option<f64>, Option<f64>),
     /// The range's ends, run on the engine.
     pub range_checked: Vec<RangeEnd>,
-    /// Within [`PLAUSIBLE`].
+    /// The unconstrained estimate within [`PLAUSIBLE`].
     pub plausible: bool,
 }
 
@@ -112,7 +123,7 @@ pub struct InferResult {
     pub rows: Vec<RowResult>,
     /// Runs of a training row on the engine, in all.
     pub runs: usize,
-    pub teardown_stopped: &'static str,
+    pub teardown_stopped: String,
     pub fault_stopped: &'static str,
     pub path: Vec<PathPoint>,
     pub sizes: EvalSizes,
@@ -121,9 +132,9 @@ pub struct InferResult {
 }
 
 impl InferResult {
-    /// Every factor plausible and every training row within its band.
+    /// Every factor plausible and applied, and every training row within its band.
     pub fn ok(&self) -> bool {
-        self.factors.iter().all(|f| f.plausible) && self.rows.iter().all(|r| r.within)
+        self.factors.iter().all(|f| f.plausible && f.applied) && self.rows.iter().all(|r| r.within)
     }
 }
 
@@ -140,8 +151,11 @@ pub fn round4(v: f64) -> f64 {
 /// Runs the inference. `progress` gets one line per stage.
 pub fn run(opts: &InferOpts, progress: &mut dyn FnMut(&str)) -> Result<InferResult, String> {
     let started = Instant::now();
+    let progress = RefCell::new(progress);
+    let say = |line: &str| (*progress.borrow_mut())(line);
     let teardown = rows::teardown_rows();
     let fault = rows::fault_rows();
+    let all_rows: Vec<TrainingRow> = teardown.iter().chain(&fault).cloned().collect();
     let sizes = opts.sizes;
     let runs = RefCell::new(0usize);
     let failure: RefCell<Option<String>> = RefCell::new(None);
@@ -180,25 +194,31 @@ pub fn run(opts: &InferOpts, progress: &mut dyn FnMut(&str)) -> Result<InferResu
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let within = |e: &[f64], rows: &[TrainingRow]| {
+        e.iter()
+            .zip(rows)
+            .all(|(x, r)| (x.exp() - 1.0).abs() <= r.band() + 1e-12)
+    };
 
     // 1. The unfitted point.
-    progress("the unfitted point (every factor 1): 4 runs");
+    say("the unfitted point (every factor 1): 4 runs");
     let one = [1.0; NR_ERA_FACTORS];
-    let mut jobs: Vec<(RowKind, EraFactors)> = teardown.iter().map(|r| (r.kind, one)).collect();
-    jobs.extend(fault.iter().map(|r| (r.kind, one)));
-    let unfitted = eval(jobs);
-    let unfitted_teardown = &unfitted[..teardown.len()];
-    let unfitted_fault = &unfitted[teardown.len()..];
-    progress(&format!(
+    let unfitted = eval(all_rows.iter().map(|r| (r.kind, one)).collect());
+    let (unfitted_teardown, unfitted_fault) = unfitted.split_at(teardown.len());
+    say(&format!(
         "  unfitted: {} (teardown rows), {} (fault row)",
         pct(&errors(unfitted_teardown, &teardown)),
         pct(&errors(unfitted_fault, &fault))
     ));
 
-    // 2. The teardown factors.
-    progress("the teardown factors: Levenberg-Marquardt on ln(ns/page) of 3 rows");
-    let uniform = (teardown[0].published / unfitted_teardown[0]).ln();
-    let mut path = Vec::new();
+    // 2. The teardown factors: the scan, then least squares from its best point.
+    let group_ns = teardown_group_ns()?;
+    let starts = scan_points(unfitted_teardown[0], teardown[0].published, group_ns);
+    say(&format!(
+        "the teardown factors: a scan of {} splits of the inline time, then \
+         Levenberg-Marquardt on ln(ns/page) of 3 rows",
+        starts.len()
+    ));
     let mut residuals = |points: &[Vec<f64>]| -> Vec<Vec<f64>> {
         let jobs: Vec<(RowKind, EraFactors)> = points
             .iter()
@@ -213,7 +233,7 @@ pub fn run(opts: &InferOpts, progress: &mut dyn FnMut(&str)) -> Result<InferResu
             .map(|v| errors(v, &teardown))
             .collect();
         for (p, e) in points.iter().zip(&out) {
-            progress(&format!(
+            say(&format!(
                 "  zap {:.4} free {:.4} locked {:.4}: {}",
                 p[0].exp(),
                 p[1].exp(),
@@ -223,89 +243,166 @@ pub fn run(opts: &InferOpts, progress: &mut dyn FnMut(&str)) -> Result<InferResu
         }
         out
     };
-    let lm = fit::levenberg_marquardt(vec![uniform; 3], &mut residuals);
-    for s in &lm.path {
-        path.push(PathPoint {
-            factors: rows::factors_of(&s.theta, 1.0),
-            errors: s.residuals.clone(),
-        });
-    }
-    // 3. Rounded, and evaluated there.
-    let fitted_theta = lm.last().theta.clone();
-    let mut f_td = rows::factors_of(&fitted_theta, 1.0);
+    let scanned = residuals(&starts);
+    let best = (0..starts.len())
+        .min_by(|&a, &b| {
+            let s = |e: &[f64]| e.iter().map(|x| x * x).sum::<f64>();
+            s(&scanned[a]).total_cmp(&s(&scanned[b]))
+        })
+        .expect("the scan has points");
+    let wide = fit::levenberg_marquardt_from(
+        fit::Step {
+            theta: starts[best].clone(),
+            residuals: scanned[best].clone(),
+        },
+        &mut residuals,
+        fit::WIDE,
+    );
+    let mut path: Vec<PathPoint> = starts
+        .iter()
+        .zip(&scanned)
+        .map(|(t, e)| PathPoint {
+            factors: rows::factors_of(t, 1.0),
+            errors: e.clone(),
+        })
+        .collect();
+    let record = |lm: &fit::LmFit, path: &mut Vec<PathPoint>| {
+        for s in lm.path.iter().skip(1) {
+            path.push(PathPoint {
+                factors: rows::factors_of(&s.theta, 1.0),
+                errors: s.residuals.clone(),
+            });
+        }
+    };
+    record(&wide, &mut path);
+    let unconstrained_td: Vec<f64> = wide.last().theta.iter().map(|t| round4(t.exp())).collect();
+    // 3. Within the plausible range: again from the wide fit clamped into it, if it left it.
+    let plausible = |f: f64| (PLAUSIBLE.0..=PLAUSIBLE.1).contains(&f);
+    let (lm, teardown_stopped) = if unconstrained_td.iter().all(|f| plausible(*f)) {
+        (wide, "")
+    } else {
+        say("  outside [0.25, 4]: least squares again within it");
+        let theta: Vec<f64> = wide
+            .last()
+            .theta
+            .iter()
+            .map(|t| t.clamp(PLAUSIBLE.0.ln(), PLAUSIBLE.1.ln()))
+            .collect();
+        let r = residuals(std::slice::from_ref(&theta)).remove(0);
+        let lm = fit::levenberg_marquardt_from(
+            fit::Step {
+                theta,
+                residuals: r,
+            },
+            &mut residuals,
+            PLAUSIBLE,
+        );
+        record(&lm, &mut path);
+        (lm, " (within [0.25, 4])")
+    };
+    let teardown_stopped = if teardown_stopped.is_empty() {
+        lm.stopped.to_string()
+    } else {
+        format!("{}{teardown_stopped}", lm.stopped)
+    };
+    let mut f_td = rows::factors_of(&lm.last().theta, 1.0);
     for f in f_td.iter_mut().take(3) {
         *f = round4(*f);
     }
     let theta_r: Vec<f64> = f_td[..3].iter().map(|f| f.ln()).collect();
-    progress("the teardown factors rounded to four digits: 3 runs");
+    say("the teardown factors rounded to four digits: 3 runs");
     let fitted_td = eval(teardown.iter().map(|r| (r.kind, f_td)).collect());
     let err_td = errors(&fitted_td, &teardown);
+    // A group is applied only if its fit meets every one of its rows within the plausible range.
+    let apply_td = within(&err_td, &teardown);
 
-    // 4. The fault factor.
-    progress("the fault factor: secant on seed 002's share");
+    // 4. The fault factor, the teardown factors held as they will be written.
+    let held = if apply_td { f_td } else { one };
+    say("the fault factor: secant on seed 002's share");
     let mut fault_eval = |t: f64| -> f64 {
-        let mut f = f_td;
-        f[3] = t.exp().clamp(usermm::vtime::MIN_FACTOR, usermm::vtime::MAX_FACTOR);
+        let mut f = held;
+        f[3] = t
+            .exp()
+            .clamp(usermm::vtime::MIN_FACTOR, usermm::vtime::MAX_FACTOR);
         let v = eval(vec![(fault[0].kind, f)]);
         let e = errors(&v, &fault)[0];
-        progress(&format!("  fault {:.4}: {}", f[3], pct(&[e])));
+        say(&format!("  fault {:.4}: {}", f[3], pct(&[e])));
         e
     };
-    let sec = fit::secant(0.0, &mut fault_eval);
-    let mut factors = f_td;
-    factors[3] = round4(sec.path.last().expect("a secant point").0.exp());
-    progress("the fault factor rounded: 1 run");
-    let fitted_fault = eval(vec![(fault[0].kind, factors)]);
-    let err_fault = errors(&fitted_fault, &fault);
+    let sec_wide = fit::secant(0.0, &mut fault_eval, fit::WIDE);
+    let unconstrained_fault = round4(sec_wide.path.last().expect("a secant point").0.exp());
+    let sec = if plausible(unconstrained_fault) {
+        sec_wide
+    } else {
+        say("  outside [0.25, 4]: the secant again within it");
+        let t0 = unconstrained_fault.clamp(PLAUSIBLE.0, PLAUSIBLE.1).ln();
+        fit::secant(t0, &mut fault_eval, PLAUSIBLE)
+    };
+    let fault_fit = round4(sec.path.last().expect("a secant point").0.exp());
+    let fault_err = sec.path.last().expect("a secant point").1;
+    let apply_fault = within(&[fault_err], &fault);
+
+    // 5. The applied factors, and every row evaluated there (the teardown rows again: the
+    //    fault factor prices the populate before the timed free, and the machine's state
+    //    at the free depends a little on it).
+    let mut factors = held;
+    factors[3] = if apply_fault { fault_fit } else { 1.0 };
+    say("every training row at the factors written: 4 runs");
+    let fitted = eval(all_rows.iter().map(|r| (r.kind, factors)).collect());
+    let (fitted_td, fitted_fault) = fitted.split_at(teardown.len());
+    let err_td = errors(fitted_td, &teardown);
+    let err_fault = errors(fitted_fault, &fault);
     path.push(PathPoint {
         factors,
         errors: err_td.iter().chain(&err_fault).copied().collect(),
     });
 
-    // 5. Ranges: linear at the fit, then both ends on the engine.
+    // 6. Ranges: linear at the fit, then both ends on the engine (applied groups only).
     let bands_td: Vec<f64> = teardown.iter().map(TrainingRow::band).collect();
     let mut ranges: Vec<(Option<f64>, Option<f64>)> = (0..3)
         .map(|k| {
+            if !apply_td {
+                return (None, None);
+            }
             let (lo, hi) = fit::linear_range(&err_td, &lm.jacobian, &bands_td, k);
-            (lo.map(|d| (theta_r[k] + d).exp()), hi.map(|d| (theta_r[k] + d).exp()))
+            (
+                lo.map(|d| (theta_r[k] + d).exp()),
+                hi.map(|d| (theta_r[k] + d).exp()),
+            )
         })
         .collect();
-    // The fault factor's slope from the secant's last two distinct points.
-    let slope = {
+    ranges.push(if apply_fault {
+        // The slope from the secant's last two distinct points.
         let p = &sec.path;
         let n = p.len();
         let (a, b) = (p[n.saturating_sub(3).min(n - 2)], p[n - 2]);
-        if (b.0 - a.0).abs() > 1e-12 {
+        let slope = if (b.0 - a.0).abs() > 1e-12 {
             (b.1 - a.1) / (b.0 - a.0)
         } else {
             0.0
-        }
-    };
-    ranges.push({
-        let j = vec![vec![slope]];
-        let (lo, hi) = fit::linear_range(&err_fault, &j, &[fault[0].band()], 0);
+        };
+        let (lo, hi) = fit::linear_range(&err_fault, &[vec![slope]], &[fault[0].band()], 0);
         let t = factors[3].ln();
         (lo.map(|d| (t + d).exp()), hi.map(|d| (t + d).exp()))
+    } else {
+        (None, None)
     });
     let mut end_jobs: Vec<(usize, f64, RowKind, EraFactors)> = Vec::new();
     for (k, (lo, hi)) in ranges.iter().enumerate() {
         for end in [lo, hi].into_iter().flatten() {
             let mut f = factors;
-            f[k] = round4(
-                end.clamp(usermm::vtime::MIN_FACTOR, usermm::vtime::MAX_FACTOR),
-            );
-            let rows_k: Vec<&TrainingRow> = if k < 3 { teardown.iter().collect() } else { fault.iter().collect() };
+            f[k] = round4(end.clamp(usermm::vtime::MIN_FACTOR, usermm::vtime::MAX_FACTOR));
+            let rows_k = if k < 3 { &teardown } else { &fault };
             for r in rows_k {
                 end_jobs.push((k, f[k], r.kind, f));
             }
         }
     }
-    progress(&format!(
+    say(&format!(
         "the ranges' ends on the engine: {} runs",
         end_jobs.len()
     ));
     let end_values = eval(end_jobs.iter().map(|j| (j.2, j.3)).collect());
-    let all_rows: Vec<TrainingRow> = teardown.iter().chain(&fault).cloned().collect();
     let mut checked: Vec<Vec<RangeEnd>> = vec![Vec::new(); NR_ERA_FACTORS];
     let mut i = 0;
     while i < end_jobs.len() {
@@ -353,33 +450,36 @@ pub fn run(opts: &InferOpts, progress: &mut dyn FnMut(&str)) -> Result<InferResu
             within: fe.abs() <= r.band() + 1e-12,
         }
     };
-    let mut row_results: Vec<RowResult> = teardown
+    let row_results: Vec<RowResult> = all_rows
         .iter()
-        .zip(unfitted_teardown.iter().zip(&fitted_td))
+        .zip(unfitted.iter().zip(&fitted))
         .map(|(r, (u, f))| row_result(r, *u, *f))
         .collect();
-    row_results.extend(
-        fault
-            .iter()
-            .zip(unfitted_fault.iter().zip(&fitted_fault))
-            .map(|(r, (u, f))| row_result(r, *u, *f)),
-    );
     let factor_results = ERA_FACTORS
         .iter()
         .enumerate()
-        .map(|(k, e)| FactorResult {
-            input: e.input,
-            path: e.path,
-            costs: e.costs.iter().map(|c| c.key()).collect(),
-            value: factors[k],
-            rows: if k < 3 {
-                teardown.iter().map(|r| r.id).collect()
+        .map(|(k, e)| {
+            let (unconstrained, applied) = if k < 3 {
+                (unconstrained_td[k], apply_td)
             } else {
-                fault.iter().map(|r| r.id).collect()
-            },
-            range: ranges[k],
-            range_checked: checked[k].clone(),
-            plausible: (PLAUSIBLE.0..=PLAUSIBLE.1).contains(&factors[k]),
+                (unconstrained_fault, apply_fault)
+            };
+            FactorResult {
+                input: e.input,
+                path: e.path,
+                costs: e.costs.iter().map(|c| c.key()).collect(),
+                value: factors[k],
+                unconstrained,
+                applied,
+                rows: if k < 3 {
+                    teardown.iter().map(|r| r.id).collect()
+                } else {
+                    fault.iter().map(|r| r.id).collect()
+                },
+                range: ranges[k],
+                range_checked: checked[k].clone(),
+                plausible: plausible(unconstrained),
+            }
         })
         .collect();
     let runs = *runs.borrow();
@@ -388,12 +488,62 @@ pub fn run(opts: &InferOpts, progress: &mut dyn FnMut(&str)) -> Result<InferResu
         factors: factor_results,
         rows: row_results,
         runs,
-        teardown_stopped: lm.stopped,
+        teardown_stopped,
         fault_stopped: sec.stopped,
         path,
         sizes,
         wall_s: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The scan's splits: the zap's share of the published inline time per page …
+pub const SCAN_ZAP_SHARES: [f64; 3] = [0.2, 0.35, 0.5];
+/// … and the locked sections' share of the rest (the free outside the locks has the remainder).
+pub const SCAN_LOCKED_SHARES: [f64; 3] = [0.35, 0.5, 0.65];
+
+/// The unfitted price per page of each teardown factor's costs on the seed profile (each of
+/// its costs is charged once per freed page: `zap_pte` and `gather_page`; `free_unref_page`;
+/// `free_pcppages_bulk_page` and `lru_del`), in ns.
+fn teardown_group_ns() -> Result<[f64; 3], String> {
+    let p =
+        usermm::vtime::Profile::builtin(crate::bigfree::SEED_PROFILE).map_err(|e| e.to_string())?;
+    let mut g = [0.0; 3];
+    for (k, e) in ERA_FACTORS.iter().take(3).enumerate() {
+        g[k] = e.costs.iter().map(|c| p.base_cost_ns(*c)).sum();
+    }
+    Ok(g)
+}
+
+/// The scan's starting points (in `ln f`): each split of the published inline time per page
+/// between the three paths ([`SCAN_ZAP_SHARES`] × [`SCAN_LOCKED_SHARES`]), turned into the
+/// factors that price each path at its share. What the unfitted inline row spends outside the
+/// three paths (line transfers, table frees, flushes) is taken off first. Every point meets
+/// the inline row by construction; they differ in where the time goes, which decides whether
+/// the parallel rows are bound by the zapping task or by the locks — regimes a local search
+/// does not cross.
+pub fn scan_points(
+    unfitted_inline: f64,
+    published_inline: f64,
+    group_ns: [f64; 3],
+) -> Vec<Vec<f64>> {
+    let other = (unfitted_inline - group_ns.iter().sum::<f64>()).max(0.0);
+    let budget = (published_inline - other).max(published_inline * 0.1);
+    let ln = |v: f64| {
+        v.clamp(usermm::vtime::MIN_FACTOR, usermm::vtime::MAX_FACTOR)
+            .ln()
+    };
+    let mut out = Vec::new();
+    for sz in SCAN_ZAP_SHARES {
+        for sl in SCAN_LOCKED_SHARES {
+            let rest = (1.0 - sz) * budget;
+            out.push(vec![
+                ln(sz * budget / group_ns[0]),
+                ln((1.0 - sl) * rest / group_ns[1]),
+                ln(sl * rest / group_ns[2]),
+            ]);
+        }
+    }
+    out
 }
 
 fn toml_str(s: &str) -> String {
@@ -447,7 +597,14 @@ pub fn era_file(r: &InferResult, opts: &InferOpts) -> String {
             .rows
             .iter()
             .filter(|x| f.rows.contains(&x.id))
-            .map(|x| format!("{} {} (band ±{:.0} %)", x.id, pct(x.fitted_error), x.band * 100.0))
+            .map(|x| {
+                format!(
+                    "{} {} (band ±{:.0} %)",
+                    x.id,
+                    pct(x.fitted_error),
+                    x.band * 100.0
+                )
+            })
             .collect();
         let range = match f.range {
             (Some(lo), Some(hi)) => format!("{lo:.3}-{hi:.3}"),
@@ -468,10 +625,12 @@ pub fn era_file(r: &InferResult, opts: &InferOpts) -> String {
             })
             .collect();
         let method = if f.input == "era_fault" {
-            "the secant method on ln(share) of the row, the teardown factors held"
+            "the secant method on ln(share) of the row (the share of the CPUs' busy time that \
+             get_huge_zero_page spends on the refcount line), the teardown factors held"
         } else {
-            "least squares on ln(ns/page) over the three teardown rows (Levenberg-Marquardt, \
-             forward differences of 5 %, from the uniform factor that matches the inline row)"
+            "a scan of nine splits of the inline time between the three paths, then least \
+             squares on ln(ns/page) over the three teardown rows (Levenberg-Marquardt, forward \
+             differences of 5 %, from the scan's best point)"
         };
         let source = format!(
             "{}: {method}; residuals at the written factors: {}; range with the other factors \
@@ -484,14 +643,20 @@ pub fn era_file(r: &InferResult, opts: &InferOpts) -> String {
             r.runs,
             r.wall_s
         );
-        let source = if f.plausible {
-            source
-        } else {
-            format!(
-                "{source}; OUTSIDE [{}, {}]: the sign of a mechanism the model lacks, not an era \
-                 difference",
-                PLAUSIBLE.0, PLAUSIBLE.1
-            )
+        let source = match (f.plausible, f.applied) {
+            (true, true) => source,
+            (false, true) => format!(
+                "{source}; the least-squares estimate in the wide box is {}, OUTSIDE [{}, {}] \
+                 (the sign of a mechanism the model lacks, not an era difference); the value \
+                 written is the fit within [{}, {}], which meets every training row",
+                f.unconstrained, PLAUSIBLE.0, PLAUSIBLE.1, PLAUSIBLE.0, PLAUSIBLE.1
+            ),
+            (_, false) => format!(
+                "{source}; NOT APPLIED (written as 1): no factor within [{}, {}] meets its \
+                 training rows (the least-squares estimate in the wide box is {}), so the rows \
+                 name a mechanism the model lacks, not an era difference",
+                PLAUSIBLE.0, PLAUSIBLE.1, f.unconstrained
+            ),
         };
         s.push_str(&format!("\n# {}\n", f.path));
         s.push_str(&format!("[inputs.{}]\n", f.input));

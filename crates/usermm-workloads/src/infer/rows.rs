@@ -90,10 +90,7 @@ pub fn teardown_rows() -> Vec<TrainingRow> {
             published: t1.1 * 1e9 / seed_pages(),
             unit: "ns/page",
             spread: t1.2 / 100.0,
-            cites: format!(
-                "seed 000/001 max_active 1: {} s ±{} % ({post})",
-                t1.1, t1.2
-            ),
+            cites: format!("seed 000/001 max_active 1: {} s ±{} % ({post})", t1.1, t1.2),
         },
         TrainingRow {
             id: "000/001 max_active 8",
@@ -101,10 +98,7 @@ pub fn teardown_rows() -> Vec<TrainingRow> {
             published: t8.1 * 1e9 / seed_pages(),
             unit: "ns/page",
             spread: t8.2 / 100.0,
-            cites: format!(
-                "seed 000/001 max_active 8: {} s ±{} % ({post})",
-                t8.1, t8.2
-            ),
+            cites: format!("seed 000/001 max_active 8: {} s ±{} % ({post})", t8.1, t8.2),
         },
     ]
 }

@@ -9,7 +9,11 @@ fn training_rows_are_the_seeds_figures_per_page() {
     let ids: Vec<&str> = t.iter().map(|r| r.id).collect();
     assert_eq!(
         ids,
-        ["000/001 inline", "000/001 max_active 1", "000/001 max_active 8"]
+        [
+            "000/001 inline",
+            "000/001 max_active 1",
+            "000/001 max_active 8"
+        ]
     );
     // 10.8 s over 320 GiB of 4 KiB pages; 8.9 s; 4.77 s.
     let pages = (320u64 << 30) as f64 / 4096.0;
@@ -62,7 +66,9 @@ fn fake_result() -> InferResult {
                 input: e.input,
                 path: e.path,
                 costs: e.costs.iter().map(|c| c.key()).collect(),
-                value: [0.5, 0.75, 1.25, 5.0][k],
+                value: [0.5, 0.75, 1.25, 1.0][k],
+                unconstrained: [0.5, 0.75, 1.25, 5.0][k],
+                applied: k < 3,
                 rows: if k < 3 {
                     all[..3].iter().map(|r| r.id).collect()
                 } else {
@@ -89,7 +95,7 @@ fn fake_result() -> InferResult {
             })
             .collect(),
         runs: 42,
-        teardown_stopped: "x",
+        teardown_stopped: "x".into(),
         fault_stopped: "y",
         path: Vec::new(),
         sizes: EvalSizes::default(),
@@ -116,21 +122,33 @@ fn the_era_file_loads_names_its_rows_and_flags_an_implausible_factor() {
     assert!(zap.rows[0].contains("10.8 s"), "{:?}", zap.rows);
     let fault = &spec.inputs["era_fault"];
     assert_eq!(fault.rows.len(), 1);
-    assert!(fault.source.contains("OUTSIDE [0.25, 4]"), "{}", fault.source);
-    assert!(!zap.source.contains("OUTSIDE"));
+    assert_eq!(fault.value, 1.0, "not applied: written as 1");
+    assert!(fault.source.contains("NOT APPLIED"), "{}", fault.source);
+    assert!(!zap.source.contains("OUTSIDE") && !zap.source.contains("NOT APPLIED"));
 }
 
 #[test]
 fn the_built_in_era_names_every_training_row_and_profiles_apply_it() {
-    let want: Vec<String> = rows::training_rows().iter().map(|r| r.cites.clone()).collect();
+    let want: Vec<String> = rows::training_rows()
+        .iter()
+        .map(|r| r.cites.clone())
+        .collect();
     for name in ["haswell-ex-4s", "haswell-ep-2s", "e5-2680-32c"] {
         let p = Profile::builtin(name).unwrap();
         let era = p.era().expect("every seed profile names the era");
         assert_eq!(era.spec.name, ERA);
         for (k, e) in ERA_FACTORS.iter().enumerate() {
             let input = &era.spec.inputs[e.input];
-            let rows_k: Vec<String> = if k < 3 { want[..3].to_vec() } else { want[3..].to_vec() };
-            assert_eq!(input.rows, rows_k, "{name}: {} names its training rows", e.input);
+            let rows_k: Vec<String> = if k < 3 {
+                want[..3].to_vec()
+            } else {
+                want[3..].to_vec()
+            };
+            assert_eq!(
+                input.rows, rows_k,
+                "{name}: {} names its training rows",
+                e.input
+            );
             for c in e.costs {
                 let fitted = p.cost_ns(*c);
                 let base = p.base_cost_ns(*c);

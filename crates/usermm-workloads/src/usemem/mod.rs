@@ -100,7 +100,8 @@ pub struct UsememResult {
     /// `measured (this host)` or `modelled (profile NAME)`: how every time above was obtained.
     pub time: String,
     /// Virtual time: the share of the CPUs' busy time spent on the huge zero page's refcount
-    /// line (seed 002's cycles in `get_huge_zero_page`/`put_huge_zero_page`).
+    /// line by `get_huge_zero_page` (seed 002's published share; the puts' time is the report's
+    /// `huge_zero_refcount.put` line).
     pub huge_zero_line_share: Option<f64>,
     /// Virtual time: the run's report (every CPU's busy, spin and idle time, every context's
     /// CPU time, lock_stat per class, the shared lines).

@@ -595,7 +595,8 @@ impl MachineConfig {
                 self.time.profile = v.to_string();
             }
             "time.era" => {
-                crate::vtime::EraChoice::parse(v).map_err(|m| ConfigError(format!("time.era: {m}")))?;
+                crate::vtime::EraChoice::parse(v)
+                    .map_err(|m| ConfigError(format!("time.era: {m}")))?;
                 self.time.era = v.to_string();
             }
             "time.seed" => self.time.seed = parse_num(key, v)?,

@@ -112,7 +112,7 @@ pub(super) fn run(
         )
     };
     t.push_row([
-        "get/put_huge_zero_page share of cycles".to_string(),
+        "get_huge_zero_page share of cycles".to_string(),
         format!("{:.2} %", seed.cycles_share_vanilla * 100.0),
         format!("{:.2} %", seed.cycles_share_patched * 100.0),
         share(&v),

@@ -89,7 +89,12 @@ pub const ERA_FACTORS: [EraFactor; 4] = [
     EraFactor {
         input: "era_fault",
         path: "the fault (exception entry and exit, the page-table walk, the PTE store)",
-        costs: &[Cost::FaultEntry, Cost::FaultExit, Cost::PtWalkLevel, Cost::SetPte],
+        costs: &[
+            Cost::FaultEntry,
+            Cost::FaultExit,
+            Cost::PtWalkLevel,
+            Cost::SetPte,
+        ],
     },
 ];
 
@@ -159,7 +164,11 @@ impl EraChoice {
                 return Err(expected());
             };
             let Some(i) = keys.iter().position(|x| *x == k.trim()) else {
-                return Err(format!("unknown era factor `{}` ({})", k.trim(), expected()));
+                return Err(format!(
+                    "unknown era factor `{}` ({})",
+                    k.trim(),
+                    expected()
+                ));
             };
             if given[i].is_some() {
                 return Err(format!("era factor `{}` given twice", keys[i]));
@@ -173,7 +182,8 @@ impl EraChoice {
         }
         let mut out = [1.0; NR_ERA_FACTORS];
         for (i, g) in given.iter().enumerate() {
-            out[i] = g.ok_or_else(|| format!("era factor `{}` missing ({})", keys[i], expected()))?;
+            out[i] =
+                g.ok_or_else(|| format!("era factor `{}` missing ({})", keys[i], expected()))?;
         }
         Ok(EraChoice::Given(out))
     }

@@ -3,7 +3,9 @@
 //! A profile is a TOML file (see `profiles/*.toml` for the built-in ones and the module essay in
 //! `vtime/mod.rs` for the format). Every figure carries a `source`: a published measurement with
 //! where it was published, a measurement with the command that took it, or — where neither
-//! exists — `assumption` and why. A profile is never fitted to a seed's result table.
+//! exists — `assumption` and why. A profile's own figures are never fitted to a seed's result
+//! table; the one fitted layer is its era's factors (`era.rs`), inferred by `usermm infer` from
+//! named training rows.
 //!
 //! Loading is strict, because a typo in a cost file silently changes every modelled figure:
 //! unknown keys are errors, every [`Cost`] and every engine lock class must be present, every

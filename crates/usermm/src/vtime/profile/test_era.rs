@@ -64,13 +64,29 @@ fn an_era_file_holds_exactly_the_declared_factors_each_inferred_from_named_rows(
 fn a_profile_cannot_hold_an_inferred_input_or_rows_of_its_own() {
     let base = Profile::builtin("haswell-ep-2s").unwrap().to_toml_string();
     let inferred = base.replacen("kind = \"measured\"", "kind = \"inferred\"", 1);
-    let e = Profile::from_toml_str(&inferred, "t.toml").unwrap_err().to_string();
-    assert!(e.contains(".kind: a profile's own inputs are measured"), "{e}");
-    let rows = base.replacen("kind = \"measured\"", "kind = \"measured\"\nrows = [\"x\"]", 1);
-    let e = Profile::from_toml_str(&rows, "t.toml").unwrap_err().to_string();
-    assert!(e.contains(".rows: only an inferred input names training rows"), "{e}");
+    let e = Profile::from_toml_str(&inferred, "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(".kind: a profile's own inputs are measured"),
+        "{e}"
+    );
+    let rows = base.replacen(
+        "kind = \"measured\"",
+        "kind = \"measured\"\nrows = [\"x\"]",
+        1,
+    );
+    let e = Profile::from_toml_str(&rows, "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(".rows: only an inferred input names training rows"),
+        "{e}"
+    );
     let unknown = base.replace("era = \"intel-2016-2019\"", "era = \"vax-1985\"");
-    let e = Profile::from_toml_str(&unknown, "t.toml").unwrap_err().to_string();
+    let e = Profile::from_toml_str(&unknown, "t.toml")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("era: unknown era `vax-1985`"), "{e}");
 }
 
