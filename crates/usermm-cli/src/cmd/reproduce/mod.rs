@@ -184,7 +184,7 @@ impl Results {
         if let Some(s) = self.bigfree.as_ref().and_then(|p| p.modelled.as_ref()) {
             v.push((
                 "bigfree",
-                sides::bigfree_verdict(&s.figures, &name(&s.profile), self.scale == Scale::Seed),
+                sides::bigfree_verdict(&s.figures, &name(&s.profile)),
             ));
         }
         if let Some(s) = self.huge_zero.as_ref().and_then(|p| p.modelled.as_ref()) {
