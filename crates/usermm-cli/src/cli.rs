@@ -18,6 +18,7 @@ use crate::cmd::{
     self, bench::BenchArgs, bigfree::BigfreeArgs, calibrate::CalibrateArgs, infer::InferArgs,
     munmap_test::MunmapTestArgs, percpu_calibrate::PercpuCalibrateArgs,
     percpu_test::PercpuTestArgs, reproduce::ReproduceArgs, sweep::SweepArgs, usemem::UsememArgs,
+    will_it_scale::WillItScaleArgs,
 };
 
 /// usermm: the core of Linux memory management in user space — reproduce the seed experiments,
@@ -60,6 +61,9 @@ pub enum Command {
     /// merge the runs into one table.
     #[command(after_help = cmd::sweep::GRID_HELP)]
     Sweep(SweepArgs),
+    /// will-it-scale's memory tests (page_fault1, mmap1, brk1, malloc1, ...): its lines, or
+    /// runtest.py's CSV, on the engine (wall or virtual time) or the host kernel.
+    WillItScale(WillItScaleArgs),
 }
 
 /// Run the command the user asked for.
@@ -78,6 +82,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Calibrate(a) => cmd::calibrate::run(a, g),
         Command::Infer(a) => cmd::infer::run(a, g),
         Command::Sweep(a) => cmd::sweep::run(a, g, &check_point),
+        Command::WillItScale(a) => cmd::will_it_scale::run_cmd(a, g),
     }
 }
 

@@ -19,7 +19,19 @@
 //!
 //! 48 command lines, times `USERMM_TEST_SCALE`, from `USERMM_TEST_SEED` (see the README's testing
 //! notes).
+//!
+//! Issue 35's shapes, where usermm writes: every command that writes or reads back a file
+//! (`reproduce --out`, `sweep --out`, `--emit --out`, `--merge`, the grid, `calibrate --out`,
+//! usemem's `-p`) gets a path among a new one, an empty directory, a directory of the user's,
+//! a report directory, a user's file, links to a file, to a directory and to nothing, a FIFO,
+//! `/dev/null` and `/dev/zero`. Beyond the exit status, a case checks that the user's files
+//! keep their bytes, the links and the FIFO stay what they were, nothing appears where the
+//! dangling link points, no temporary or staging file is left, and no run blocks. 16 cases,
+//! times `USERMM_TEST_SCALE`.
 
+mod common;
+
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use proptest::prelude::*;
@@ -369,6 +381,165 @@ fn any_command_line_ends_in_0_1_or_2_without_a_panic() {
                 err
             );
         }
+        Ok(1)
+    });
+}
+
+/// The paths an output flag gets, relative to a case's directory (see [`plant`]).
+const OUT_PATHS: &[&str] = &[
+    "new",
+    "new/deeper/out",
+    "empty",
+    "full",
+    "full/user.tex",
+    "user.tex",
+    "report",
+    "link-file",
+    "link-dir",
+    "dangling",
+    "fifo",
+    "/dev/null",
+    "/dev/zero",
+    ".",
+    "",
+];
+
+/// The commands that write or read back a file, `{}` where the path goes.
+const OUT_COMMANDS: &[&[&str]] = &[
+    &[
+        "reproduce",
+        "--time",
+        "virtual",
+        "--only",
+        "percpu",
+        "--out",
+        "{}",
+    ],
+    &["sweep", "grid.toml", "--out", "{}"],
+    &["sweep", "grid.toml", "--emit", "parallel", "--out", "{}"],
+    &["sweep", "--merge", "{}"],
+    &["sweep", "{}"],
+    &["calibrate", "--from", FIXTURE, "--out", "{}"],
+    &["usemem", "-d", "-p", "{}", "64K"],
+];
+
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../usermm-workloads/tests/fixtures/host-calibration-2026-11-25.json"
+);
+const USER: &[u8] = b"the user's own bytes\n";
+
+/// A case's directory: a user's file, a directory of the user's, an empty one, a report
+/// directory (its marker, and a user's note in it), links to a file, to a directory and to
+/// nothing, a FIFO, and a one-point grid.
+fn plant(d: &Path) {
+    let _ = std::fs::remove_dir_all(d);
+    for sub in ["full", "empty", "report"] {
+        std::fs::create_dir_all(d.join(sub)).unwrap();
+    }
+    for f in ["user.tex", "full/user.tex", "report/notes.md"] {
+        std::fs::write(d.join(f), USER).unwrap();
+    }
+    std::fs::write(d.join("report/.usermm-report"), "usermm report directory\n").unwrap();
+    std::os::unix::fs::symlink("user.tex", d.join("link-file")).unwrap();
+    std::os::unix::fs::symlink("empty", d.join("link-dir")).unwrap();
+    std::os::unix::fs::symlink("nowhere", d.join("dangling")).unwrap();
+    common::mkfifo(&d.join("fifo"));
+    std::fs::write(
+        d.join("grid.toml"),
+        "command = [\"meminfo\", \"--mem\", \"{m}\"]\n[axes]\n\"{m}\" = [\"64M\"]\n",
+    )
+    .unwrap();
+}
+
+/// What must hold after any command ran in a case's directory.
+fn check_planted(d: &Path) -> Result<(), String> {
+    for f in ["user.tex", "full/user.tex", "report/notes.md"] {
+        if std::fs::read(d.join(f)).ok().as_deref() != Some(USER) {
+            return Err(format!("{f} changed"));
+        }
+    }
+    for (link, to) in [
+        ("link-file", "user.tex"),
+        ("link-dir", "empty"),
+        ("dangling", "nowhere"),
+    ] {
+        if std::fs::read_link(d.join(link)).ok() != Some(PathBuf::from(to)) {
+            return Err(format!("{link} is no longer a link to {to}"));
+        }
+    }
+    if d.join("nowhere").symlink_metadata().is_ok() {
+        return Err("something was written through the dangling link".into());
+    }
+    use std::os::unix::fs::FileTypeExt;
+    if !d
+        .join("fifo")
+        .metadata()
+        .is_ok_and(|m| m.file_type().is_fifo())
+    {
+        return Err("fifo is no longer a FIFO".into());
+    }
+    let mut stack = vec![d.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).map_err(|e| e.to_string())? {
+            let e = e.map_err(|e| e.to_string())?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.contains(".tmp-") || name == ".usermm-staging" {
+                return Err(format!("{} left behind", e.path().display()));
+            }
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(e.path());
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn any_output_path_leaves_the_users_files_alone() {
+    static CASE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let strategy = (
+        any::<prop::sample::Index>(),
+        any::<prop::sample::Index>(),
+        any::<bool>(),
+    )
+        .prop_map(|(c, p, json)| {
+            let path = OUT_PATHS[p.index(OUT_PATHS.len())];
+            let mut v: Vec<String> = OUT_COMMANDS[c.index(OUT_COMMANDS.len())]
+                .iter()
+                .map(|w| w.replace("{}", path))
+                .collect();
+            if json {
+                v.insert(0, "--json".into());
+            }
+            v
+        });
+    usermm_testscale::prop::check("cli_fuzz::any_output_path", file!(), 16, strategy, |args| {
+        let n = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("usermm-fuzz-out-{}-{n}", std::process::id()));
+        plant(&d);
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = common::usermm_within(&argv, Some(&d), 300);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        prop_assert!(!err.contains("panicked"), "{:?} panicked: {}", args, err);
+        prop_assert!(
+            matches!(out.status.code(), Some(0..=2)),
+            "{:?} ended with {:?}: {}",
+            args,
+            out.status,
+            err
+        );
+        if out.status.code() == Some(2) {
+            prop_assert!(
+                err.starts_with("usermm: error: ") && err.lines().count() == 1,
+                "{:?}: a usage error must be one 'usermm: error:' line, got: {}",
+                args,
+                err
+            );
+        }
+        let planted = check_planted(&d);
+        prop_assert!(planted.is_ok(), "{:?}: {}", args, planted.unwrap_err());
+        let _ = std::fs::remove_dir_all(&d);
         Ok(1)
     });
 }

@@ -280,7 +280,9 @@ fn errors_about_defaults_name_what_set_them() {
 
 /// Item 8: reproduce wrote into --out in place (old plots stayed beside a new report, an
 /// interrupted run mixed the two, two runs interleaved) and a file as --out was an errno
-/// without its path. Now it writes beside --out, renames into place, under a lock.
+/// without its path. Now it stages the report in --out and puts it in place when complete,
+/// under a lock; an earlier report's files that this run does not write go (the files a user
+/// added stay: `tests/output_files.rs`).
 #[test]
 fn reproduce_replaces_out_whole_under_a_lock() {
     let dir = std::env::temp_dir().join(format!("usermm-h27-rep-{}", std::process::id()));
@@ -291,49 +293,36 @@ fn reproduce_replaces_out_whole_under_a_lock() {
     let f = file.to_str().unwrap();
     assert_usage_error(
         &["reproduce", "--only", "percpu", "--out", f],
-        "afile: exists and is not a directory",
+        "afile: exists and is a regular file, not a directory",
     );
     let out = dir.join("rep");
     std::fs::create_dir_all(&out).unwrap();
-    std::fs::write(out.join("old-plot.svg"), "old").unwrap();
     let o_ = out.to_str().unwrap();
     // Another run holds the lock: refused, nothing touched.
-    let lock = std::fs::File::create(dir.join(".rep.lock")).unwrap();
+    let lock = std::fs::File::create(out.join(".usermm-report.lock")).unwrap();
     assert!(usermm_host::try_lock_exclusive(&lock).unwrap());
     assert_usage_error(
         &["reproduce", "--only", "percpu", "--out", o_],
-        "another usermm reproduce is writing it",
+        "another usermm run holds it locked",
     );
-    assert!(out.join("old-plot.svg").exists());
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 1);
     drop(lock);
-    let o = usermm(&[
-        "reproduce",
-        "--only",
-        "percpu",
-        "--time",
-        "virtual",
-        "--out",
-        o_,
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    assert!(out.join("report.md").exists());
+    let virt = |extra: &[&str]| {
+        let mut a = vec!["reproduce", "--time", "virtual", "--out", o_];
+        a.extend_from_slice(extra);
+        let o = usermm(&a);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        o
+    };
+    virt(&["--only", "munmap"]);
+    assert!(out.join("modelled/munmap_hold.svg").exists());
     // A virtual run's record is the same bytes run after run (no host run time in it; the
     // report file itself carries the date it was generated).
-    let args = [
-        "reproduce",
-        "--only",
-        "percpu",
-        "--time",
-        "virtual",
-        "--json",
-        "--out",
-        o_,
-    ];
-    let (a, b) = (usermm(&args), usermm(&args));
-    assert!(a.status.success(), "{}", text(&a.stderr));
+    let args = ["--only", "percpu", "--json"];
+    let (a, b) = (virt(&args), virt(&args));
     assert_eq!(a.stdout, b.stdout);
     assert!(
-        !out.join("old-plot.svg").exists(),
+        !out.join("modelled/munmap_hold.svg").exists(),
         "an earlier run's file survived"
     );
     let mut left: Vec<String> = std::fs::read_dir(&dir)

@@ -367,6 +367,9 @@ pub(crate) unsafe fn fork_raw() -> Result<libc::pid_t, i32> {
     if r < 0 {
         Err(errno())
     } else {
+        if r == 0 {
+            uncatch_signals_in_child();
+        }
         Ok(r as libc::pid_t)
     }
 }
@@ -560,7 +563,45 @@ pub(crate) unsafe fn fork() -> Result<libc::pid_t, i32> {
     if pid < 0 {
         Err(errno())
     } else {
+        if pid == 0 {
+            uncatch_signals_in_child();
+        }
         Ok(pid)
+    }
+}
+
+/// The termination signals a run may catch to remove what it created
+/// (`crate::files::cleanup`).
+const CLEANUP_SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
+
+/// `sig`'s current action, read with `sigaction(sig, NULL, &old)`.
+fn signal_action(sig: libc::c_int) -> Option<libc::sighandler_t> {
+    // SAFETY: sigaction is plain old data; all-zero is a valid value for the kernel to overwrite.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a null new action only reads the current one into `old`, which we own.
+    let r = unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) };
+    (r == 0).then_some(old.sa_sigaction)
+}
+
+/// Whether `sig` is ignored (`SIG_IGN`), as `nohup` or a non-interactive shell's background
+/// job starts a process: a run started so must not start dying of it.
+pub(crate) fn signal_ignored(sig: libc::c_int) -> bool {
+    signal_action(sig) == Some(libc::SIG_IGN)
+}
+
+/// In a child just forked (no `exec` follows): SIGINT and SIGTERM back to their default action
+/// when the parent caught them, as `exec` would reset them; an ignored signal stays ignored.
+/// The parent's handler only tells a thread of the parent's, which the child does not have, so
+/// without this a Ctrl-C would not end the child. Async-signal-safe (two system calls per signal).
+fn uncatch_signals_in_child() {
+    for sig in CLEANUP_SIGNALS {
+        match signal_action(sig) {
+            Some(h) if h != libc::SIG_IGN && h != libc::SIG_DFL => {
+                // SAFETY: restoring the default action has no memory-safety precondition.
+                unsafe { libc::signal(sig, libc::SIG_DFL) };
+            }
+            _ => {}
+        }
     }
 }
 
@@ -601,6 +642,30 @@ pub(crate) fn read_small_file(path: &CStr, buf: &mut [u8]) -> Result<usize, i32>
     }
     close(fd);
     Ok(have)
+}
+
+/// Make the child that `cmd` spawns (and `exec`s) get SIGTERM when this process dies, and
+/// end at once if it died before the child could ask (`prctl(PR_SET_PDEATHSIG)`): a sweep's
+/// points must not run on, orphaned, after a Ctrl-C, a `kill` or a crash of the sweep. The
+/// signal comes when the *thread* that spawned the child ends, so spawn from a thread that
+/// waits for it.
+pub fn die_with_parent(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the hook runs in the child between fork and exec, where only async-signal-safe
+    // calls are allowed: prctl, getppid and _exit are, and it touches only its copied pid.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        })
+    };
 }
 
 /// `flock(fd, LOCK_EX | LOCK_NB)` on `file`: `Ok(true)` when this open file now holds the

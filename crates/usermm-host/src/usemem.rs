@@ -630,13 +630,30 @@ impl PipeGate {
     }
 }
 
-/// Append `pid` and a newline to `path` (usemem's `update_pid_file`).
+/// Append `pid` and a newline to `path` (usemem's `update_pid_file`): one `write` of the
+/// whole line, as usemem's `fprintf` + `fclose` of an `"a"` stream makes, so that workers
+/// appending at once never interleave within a line. Unlike usemem's `fopen`, a link at
+/// `path` is not followed (`ELOOP`), and only a regular file that holds process ids alone
+/// ([`is_pid_file`]) is appended to ([`crate::files::append_once`]).
 pub fn append_pid(path: &str, pid: i32) -> std::io::Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(path)?;
-    writeln!(f, "{pid}")
+    crate::files::append_once(
+        std::path::Path::new(path),
+        format!("{pid}\n").as_bytes(),
+        is_pid_file,
+        NOT_A_PID_FILE,
+    )
+}
+
+/// Why [`append_pid`] refuses a file with other lines in it.
+pub const NOT_A_PID_FILE: &str = "not a pid file (a line is not a process id)";
+
+/// Whether `bytes` are a pid file so far: nothing, or lines of decimal digits.
+pub fn is_pid_file(bytes: &[u8]) -> bool {
+    let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    body.is_empty()
+        || body
+            .split(|&b| b == b'\n')
+            .all(|l| !l.is_empty() && l.iter().all(u8::is_ascii_digit))
 }
 
 /// `gettimeofday` in µs.

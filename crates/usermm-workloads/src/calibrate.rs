@@ -587,6 +587,10 @@ fn quantity(values: &BTreeMap<&str, f64>, formula: &str, source: &str) -> Quanti
     }
 }
 
+/// How every this-host profile starts: `usermm calibrate --out` replaces an existing file
+/// only when it starts so (one it wrote).
+pub const THIS_HOST_HEADER: &str = "# Cost profile: this host, written by `usermm calibrate`";
+
 /// The this-host profile of `c` as TOML text: a header naming the calibration and the figures
 /// it measured that no cost uses (for the record), then the profile.
 pub fn this_host_profile(c: &HostCalibration) -> String {
@@ -594,7 +598,7 @@ pub fn this_host_profile(c: &HostCalibration) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "# Cost profile: this host, written by `usermm calibrate` from its run of {}.\n\
+        "{THIS_HOST_HEADER} from its run of {}.\n\
          # Every figure is a `formula` over the [inputs] below; the loader holds each figure to it.\n\
          # Measured by the same run, used by no figure of the model yet (medians):",
         c.date

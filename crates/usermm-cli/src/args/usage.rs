@@ -1,6 +1,7 @@
 //! [`UsageError`]: a mistake in the arguments. `main` prints it on one line
-//! (`usermm: error: ...`) and exits with status 2, as clap does for its own usage errors; any
-//! other error is a failure while running (status 1).
+//! (`usermm: error: ...`) and exits with status 2, as clap does for its own usage errors, and
+//! so it does for a path `usermm_host::files` refuses ([`is_usage_error`]); any other error
+//! is a failure while running (status 1).
 
 /// A mistake in the arguments: printed on one line, exit status 2.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,6 +14,15 @@ impl std::fmt::Display for UsageError {
 }
 
 impl std::error::Error for UsageError {}
+
+/// Whether `e` is a mistake in the arguments (exit status 2): a [`UsageError`], or a path
+/// `usermm_host::files` refused (a link, a device, a directory that is not a report...) before
+/// touching anything.
+pub fn is_usage_error(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<UsageError>().is_some()
+        || e.downcast_ref::<usermm_host::files::FileError>()
+            .is_some_and(usermm_host::files::FileError::is_refusal)
+}
 
 /// `Err(UsageError)` as an `anyhow::Error`.
 pub fn usage<T>(msg: impl Into<String>) -> anyhow::Result<T> {

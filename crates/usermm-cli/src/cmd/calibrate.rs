@@ -11,13 +11,16 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use usermm_host::calibrate::{self, CalibrateOpts, HostCalibration, Sizes, MIN_REPEAT};
+use usermm_host::files;
+use usermm_workloads::calibrate::THIS_HOST_HEADER;
 
 use crate::args::{usage, GlobalArgs};
 use crate::report::{Progress, Table};
 
 #[derive(Debug, Clone, Args)]
 pub struct CalibrateArgs {
-    /// Where to write the this-host profile.
+    /// Where to write the this-host profile: a new file, or a profile calibrate wrote before
+    /// (replaced whole, by a new file renamed over it); never through a link.
     #[arg(long, value_name = "FILE", default_value = "this-host.toml")]
     pub out: PathBuf,
     /// Samples per figure, each from a fresh process (at least 7).
@@ -42,9 +45,8 @@ pub fn run(args: &CalibrateArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     }
     check_out(&args.out)?;
     if let Some(from) = &args.from {
-        let text = std::fs::read_to_string(from)
-            .map_err(|e| anyhow::anyhow!("calibrate: cannot read {}: {e}", from.display()))?;
-        let record: HostCalibration = match serde_json::from_str(&text) {
+        let text = files::read_regular(&files::label("calibrate: --from", from), from)?;
+        let record: HostCalibration = match serde_json::from_slice(&text) {
             Ok(r) => r,
             Err(e) => {
                 return usage(format!(
@@ -56,8 +58,7 @@ pub fn run(args: &CalibrateArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         let profile = usermm_workloads::calibrate::this_host_profile(&record);
         usermm::vtime::Profile::from_toml_str(&profile, &args.out.display().to_string())
             .map_err(|e| anyhow::anyhow!("calibrate: the profile derived does not load: {e}"))?;
-        std::fs::write(&args.out, &profile)
-            .map_err(|e| anyhow::anyhow!("calibrate: cannot write {}: {e}", args.out.display()))?;
+        write_profile(&args.out, &profile)?;
         return super::emit(g, &record, |r| render(r, &args.out));
     }
     let opts = CalibrateOpts {
@@ -93,13 +94,19 @@ pub(crate) fn measure_and_write(
     bar.finish();
     let record = record.map_err(|e| anyhow::anyhow!("calibrate: {e}"))?;
     let profile = usermm_workloads::calibrate::this_host_profile(&record);
-    std::fs::write(out, &profile)
-        .map_err(|e| anyhow::anyhow!("calibrate: cannot write {}: {e}", out.display()))?;
+    write_profile(out, &profile)?;
     Ok((record, profile))
 }
 
-/// `--out` must name a file in a directory that exists (checked before the minutes of
-/// measuring).
+/// The profile written whole to `out` (a new file renamed over it: never truncated in
+/// place, never through a link).
+fn write_profile(out: &Path, profile: &str) -> anyhow::Result<()> {
+    let label = files::label("calibrate: --out", out);
+    Ok(files::write_atomic(&label, out, profile.as_bytes())?)
+}
+
+/// `--out` must name nothing yet or a profile `calibrate` wrote (a regular file, not through
+/// a link), in a directory that exists (checked before the minutes of measuring).
 fn check_out(out: &Path) -> anyhow::Result<()> {
     if out.as_os_str().is_empty() || out.is_dir() {
         return usage(format!(
@@ -107,10 +114,17 @@ fn check_out(out: &Path) -> anyhow::Result<()> {
             out.display()
         ));
     }
-    let dir = match out.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let label = files::label("calibrate: --out", out);
+    if files::check_output(&label, out)?.is_some() {
+        let text = files::read_regular(&label, out)?;
+        if !text.starts_with(THIS_HOST_HEADER.as_bytes()) {
+            return usage(format!(
+                "{label}: exists and is not a profile usermm calibrate wrote; name a new file \
+                 (or that profile)"
+            ));
+        }
+    }
+    let dir = files::parent(out);
     if !dir.is_dir() {
         return usage(format!(
             "calibrate: --out {}: directory {} does not exist",

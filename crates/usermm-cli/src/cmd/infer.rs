@@ -195,52 +195,29 @@ fn render(r: &InferResult) -> String {
 }
 
 /// `--out` names a regular file (or nothing yet) in a directory that exists; checked before the
-/// minutes of fitting.
+/// minutes of fitting (links, FIFOs and devices are refused: `usermm_host::files`). An
+/// existing file is replaced only if it is an era file (`usermm infer` writes nothing else).
 fn check_out(out: &std::path::Path) -> anyhow::Result<()> {
-    let meta = std::fs::symlink_metadata(out);
-    if let Ok(m) = &meta {
-        if !m.file_type().is_file() {
+    use usermm_host::files;
+    let label = files::label("infer: --out", out);
+    if files::check_output(&label, out)?.is_some() {
+        let text = files::read_regular(&label, out)?;
+        if !String::from_utf8_lossy(&text).starts_with(usermm_workloads::infer::ERA_FILE_HEADER) {
             return usage(format!(
-                "infer: --out {}: exists and is not a regular file (a link, a directory or a \
-                 device is never written through)",
-                out.display()
+                "{label}: exists and is not an era file usermm infer wrote; name another file"
             ));
         }
     }
-    let dir = match out.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => std::path::Path::new("."),
-    };
-    if out.file_name().is_none() || !dir.is_dir() {
-        return usage(format!(
-            "infer: --out {}: not a file in a directory that exists",
-            out.display()
-        ));
+    if !files::parent(out).is_dir() {
+        return usage(format!("{label}: its directory does not exist"));
     }
     Ok(())
 }
 
-/// Writes `text` to a new file beside `out`, then renames it over `out`: never in place, never
-/// through a link.
+/// Writes the era file by temp file and rename (never in place, never through a link).
 fn write_out(out: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    use usermm_host::files;
     check_out(out)?;
-    let name = out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = out.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, out)
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        anyhow::anyhow!("infer: cannot write {}: {e}", out.display())
-    })
+    let label = files::label("infer: --out", out);
+    Ok(files::write_atomic(&label, out, text.as_bytes())?)
 }

@@ -54,8 +54,10 @@ pub struct SweepArgs {
     #[arg(short = 'j', long, value_name = "N",
           value_parser = clap::value_parser!(u16).range(1..))]
     pub jobs: Option<u16>,
-    /// The output: JSON lines, appended (default: FILE with .jsonl). With --emit, the
-    /// directory the jobs write into, one file per point (default: FILE with .points).
+    /// The output: JSON lines, appended (default: FILE with .jsonl; made, with its
+    /// directory, if missing). Only a regular file that is a sweep output already is appended
+    /// to, never through a link, by one sweep at a time. With --emit, the directory the jobs
+    /// write into, one file per point (default: FILE with .points).
     #[arg(long, value_name = "PATH")]
     pub out: Option<PathBuf>,
     /// Print the grid as jobs for other machines instead of running it.
@@ -107,6 +109,14 @@ pub fn run(
             .out
             .clone()
             .unwrap_or_else(|| file.with_extension("points"));
+        if let Some(m) = dir.metadata().ok().filter(|m| !m.is_dir()) {
+            return usage(format!(
+                "--out {}: is {}, not a directory: with --emit it names the directory the jobs \
+                 write their outputs into",
+                dir.display(),
+                usermm_host::files::kind(m.file_type())
+            ));
+        }
         let exe = std::env::current_exe()
             .map_err(|e| anyhow::anyhow!("cannot find the usermm binary: {e}"))?;
         let jobs = Jobs::new(&exe, file, &dir)?;

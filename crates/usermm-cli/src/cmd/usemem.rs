@@ -332,7 +332,7 @@ pub fn busybox() -> Option<ExitCode> {
                         .join(" ")
                 )
             );
-            if e.downcast_ref::<UsageError>().is_some() {
+            if crate::args::is_usage_error(&e) {
                 2
             } else {
                 1
@@ -376,6 +376,19 @@ fn run_usemem(
     let quiet_notes = link && !env_on(NOTES_VAR);
     let posixly = std::env::var_os("POSIXLY_CORRECT").is_some();
     let opts = preview(args);
+    if let Some(pf) = opts.pid_file.as_ref().filter(|_| opts.detach) {
+        // usemem appends to it only at -d's detach, after the work: a link or a device there
+        // is refused now, in one line (`append_pid` refuses it again when it writes).
+        let path = std::path::Path::new(pf);
+        let label = format!("usemem: -p {pf}");
+        if usermm_host::files::check_output(&label, path)?.is_some() {
+            let bytes = usermm_host::files::read_regular(&label, path)?;
+            if !usermm_host::usemem::is_pid_file(&bytes) {
+                let why = usermm_host::usemem::NOT_A_PID_FILE;
+                return usage(format!("{label}: {why}; usemem appends only to a pid file"));
+            }
+        }
+    }
     if own.host {
         let t = &own.engine.time;
         if t.is_virtual() || t.profile.is_some() || !t.scale_cost.is_empty() {

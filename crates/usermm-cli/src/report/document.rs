@@ -11,7 +11,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Serialize;
 
 use super::host::HostSummary;
@@ -60,26 +60,29 @@ pub fn render_report(
 }
 
 /// Write `out_dir/report.md` (the host line, then each section) and `out_dir/results.json`
-/// (`{"title", "host", "results": results}`), creating `out_dir` if needed.
+/// (`{"title", "host", "results": results}`) into the directory `out_dir`, each file whole
+/// ([`usermm_host::files::write_atomic`]).
 pub fn write_report(
     out_dir: &Path,
     title: &str,
     sections: &[Section],
     results: &impl Serialize,
 ) -> Result<()> {
-    std::fs::create_dir_all(out_dir)
-        .with_context(|| format!("cannot create {}", out_dir.display()))?;
     let host = HostSummary::collect();
-    let md_path = out_dir.join("report.md");
-    std::fs::write(&md_path, render_report(out_dir, title, &host, sections))
-        .with_context(|| format!("cannot write {}", md_path.display()))?;
+    let write = |name: &str, text: &str| -> Result<()> {
+        let path = out_dir.join(name);
+        let label = path.display().to_string();
+        Ok(usermm_host::files::write_atomic(
+            &label,
+            &path,
+            text.as_bytes(),
+        )?)
+    };
+    write("report.md", &render_report(out_dir, title, &host, sections))?;
     let record = serde_json::json!({ "title": title, "host": host, "results": results });
     let mut json = serde_json::to_string_pretty(&record)?;
     json.push('\n');
-    let json_path = out_dir.join("results.json");
-    std::fs::write(&json_path, json)
-        .with_context(|| format!("cannot write {}", json_path.display()))?;
-    Ok(())
+    write("results.json", &json)
 }
 
 #[cfg(test)]

@@ -167,30 +167,43 @@ pub fn line_plot(
         legend,
     };
 
-    let root = SVGBackend::new(path, PLOT_SIZE).into_drawing_area();
-    root.fill(&WHITE)?;
-    if log_x {
-        let (lo, hi) = if x1 > x0 {
-            (x0 / 1.15, x1 * 1.15)
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, PLOT_SIZE).into_drawing_area();
+        root.fill(&WHITE)?;
+        if log_x {
+            let (lo, hi) = if x1 > x0 {
+                (x0 / 1.15, x1 * 1.15)
+            } else {
+                (x0 / 2.0, x0 * 2.0)
+            };
+            let xs: Vec<f64> = all.iter().map(|&(x, _)| x).collect();
+            let ticks = log_ticks(&xs, lo, hi);
+            draw_lines(
+                &root,
+                (lo..hi).log_scale().with_key_points(ticks),
+                y,
+                &labels,
+                series,
+            )?;
         } else {
-            (x0 / 2.0, x0 * 2.0)
-        };
-        let xs: Vec<f64> = all.iter().map(|&(x, _)| x).collect();
-        let ticks = log_ticks(&xs, lo, hi);
-        draw_lines(
-            &root,
-            (lo..hi).log_scale().with_key_points(ticks),
-            y,
-            &labels,
-            series,
-        )?;
-    } else {
-        let pad = if x1 > x0 { (x1 - x0) * 0.03 } else { 1.0 };
-        draw_lines(&root, (x0 - pad)..(x1 + pad), y, &labels, series)?;
+            let pad = if x1 > x0 { (x1 - x0) * 0.03 } else { 1.0 };
+            draw_lines(&root, (x0 - pad)..(x1 + pad), y, &labels, series)?;
+        }
+        root.present()
+            .with_context(|| format!("cannot draw {}", path.display()))?;
     }
-    root.present()
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+    write_svg(path, &svg)
+}
+
+/// The drawn chart to `path`, whole ([`usermm_host::files::write_atomic`]).
+fn write_svg(path: &Path, svg: &str) -> Result<()> {
+    let label = path.display().to_string();
+    Ok(usermm_host::files::write_atomic(
+        &label,
+        path,
+        svg.as_bytes(),
+    )?)
 }
 
 struct Labels<'a> {
@@ -300,72 +313,74 @@ pub fn bar_plot(
         .enumerate()
         .flat_map(|(i, (_, b))| b.iter().map(move |&(_, v)| ((i as f64 + 0.5) / n, v)));
     let legend = emptiest_corner(tops.map(|(x, v)| (x, (v - y.start) / (y.end - y.start))));
-    let root = SVGBackend::new(path, PLOT_SIZE).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, (FONT, 24))
-        .margin(16)
-        .x_label_area_size(40)
-        .y_label_area_size(72)
-        .build_cartesian_2d(0.0..groups.len() as f64, y)?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(0)
-        .max_light_lines(1)
-        .y_desc(y_label)
-        .y_label_formatter(&|v| fmt_tick(*v))
-        .label_style((FONT, 15))
-        .axis_desc_style((FONT, 17))
-        .light_line_style(RGBColor(0, 0, 0).mix(0.05))
-        .bold_line_style(RGBColor(0, 0, 0).mix(0.12))
-        .draw()?;
-    let width = 0.8 / names.len() as f64;
-    let value_style = TextStyle::from((FONT, 13)).pos(Pos::new(HPos::Center, VPos::Bottom));
-    for (j, name) in names.iter().enumerate() {
-        let c = color(j);
-        let bars: Vec<(f64, f64)> = groups
-            .iter()
-            .enumerate()
-            .filter_map(|(i, (_, b))| {
-                let v = b.iter().find(|(n, _)| n == name)?.1;
-                v.is_finite()
-                    .then_some((i as f64 + 0.1 + j as f64 * width, v))
-            })
-            .collect();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, PLOT_SIZE).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, (FONT, 24))
+            .margin(16)
+            .x_label_area_size(40)
+            .y_label_area_size(72)
+            .build_cartesian_2d(0.0..groups.len() as f64, y)?;
         chart
-            .draw_series(bars.iter().map(|&(x, v)| {
-                Rectangle::new(
-                    [(x, v.max(0.0)), (x + width * 0.92, v.min(0.0))],
-                    c.filled(),
-                )
-            }))?
-            .label(*name)
-            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
-        chart
-            .draw_series(bars.iter().map(|&(x, v)| {
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .max_light_lines(1)
+            .y_desc(y_label)
+            .y_label_formatter(&|v| fmt_tick(*v))
+            .label_style((FONT, 15))
+            .axis_desc_style((FONT, 17))
+            .light_line_style(RGBColor(0, 0, 0).mix(0.05))
+            .bold_line_style(RGBColor(0, 0, 0).mix(0.12))
+            .draw()?;
+        let width = 0.8 / names.len() as f64;
+        let value_style = TextStyle::from((FONT, 13)).pos(Pos::new(HPos::Center, VPos::Bottom));
+        for (j, name) in names.iter().enumerate() {
+            let c = color(j);
+            let bars: Vec<(f64, f64)> = groups
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (_, b))| {
+                    let v = b.iter().find(|(n, _)| n == name)?.1;
+                    v.is_finite()
+                        .then_some((i as f64 + 0.1 + j as f64 * width, v))
+                })
+                .collect();
+            chart
+                .draw_series(bars.iter().map(|&(x, v)| {
+                    Rectangle::new(
+                        [(x, v.max(0.0)), (x + width * 0.92, v.min(0.0))],
+                        c.filled(),
+                    )
+                }))?
+                .label(*name)
+                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
+            chart.draw_series(bars.iter().map(|&(x, v)| {
                 Text::new(fmt_tick(v), (x + width * 0.46, v), value_style.clone())
             }))?;
+        }
+        // Category names under the axis, centred on their group: drawn on the root area in
+        // pixels, because the chart's x axis is a plain number line.
+        let cat_style = TextStyle::from((FONT, 16)).pos(Pos::new(HPos::Center, VPos::Top));
+        for (i, (cat, _)) in groups.iter().enumerate() {
+            let (px, py) = chart.backend_coord(&(i as f64 + 0.5, y_floor));
+            root.draw(&Text::new(cat.as_str(), (px, py + 10), cat_style.clone()))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(legend)
+            .margin(12)
+            .legend_area_size(22)
+            .label_font((FONT, 15))
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(0, 0, 0).mix(0.4))
+            .draw()?;
+        root.present()
+            .with_context(|| format!("cannot draw {}", path.display()))?;
     }
-    // Category names under the axis, centred on their group: drawn on the root area in
-    // pixels, because the chart's x axis is a plain number line.
-    let cat_style = TextStyle::from((FONT, 16)).pos(Pos::new(HPos::Center, VPos::Top));
-    for (i, (cat, _)) in groups.iter().enumerate() {
-        let (px, py) = chart.backend_coord(&(i as f64 + 0.5, y_floor));
-        root.draw(&Text::new(cat.as_str(), (px, py + 10), cat_style.clone()))?;
-    }
-    chart
-        .configure_series_labels()
-        .position(legend)
-        .margin(12)
-        .legend_area_size(22)
-        .label_font((FONT, 15))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(0, 0, 0).mix(0.4))
-        .draw()?;
-    root.present()
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+    write_svg(path, &svg)
 }
 
 #[cfg(test)]

@@ -352,11 +352,19 @@ impl Grid {
         Ok(grid)
     }
 
-    /// Read and [`Grid::parse`] a file.
+    /// Read and [`Grid::parse`] a file (a regular file: a FIFO or a device is refused
+    /// unread).
     pub fn load(path: &Path) -> anyhow::Result<Grid> {
-        match std::fs::read_to_string(path) {
+        let label = format!("{}: cannot read the grid", path.display());
+        let bytes = usermm_host::files::read_regular(&label, path).map_err(|e| match e {
+            usermm_host::files::FileError::Io(_, io) => {
+                crate::args::UsageError(format!("{label}: {io}")).into()
+            }
+            e => anyhow::Error::from(e),
+        })?;
+        match String::from_utf8(bytes) {
             Ok(text) => Grid::parse(&text, path),
-            Err(e) => err(path, format!("cannot read the grid: {e}")),
+            Err(_) => err(path, "cannot read the grid: it is not UTF-8 text"),
         }
     }
 

@@ -23,7 +23,7 @@ pub mod run;
 pub mod store;
 pub mod table;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 pub use grid::{describe, stable_hash, Axis, AxisKind, AxisValue, Column, Grid, Point};
@@ -31,7 +31,7 @@ pub use run::{run_points, Failure, RunOptions, RunSummary};
 pub use store::PointLine;
 pub use table::{default_columns, SweepTable};
 
-use crate::args::usage;
+use crate::args::{usage, UsageError};
 
 /// A finished sweep: what ran and the table of the points asked for.
 #[derive(Debug)]
@@ -41,28 +41,32 @@ pub struct Sweep {
 }
 
 /// Run the points of `grid` given (all of [`Grid::points`], or some) that `opts.out` does not
-/// hold yet, then draw their table from the output.
+/// hold yet, then draw their table from the output. The output is this run's alone while it
+/// runs ([`store::Output`]).
 pub fn run_grid(grid: &Grid, points: &[Point], opts: &RunOptions) -> anyhow::Result<Sweep> {
-    let summary = run_points(points, opts)?;
-    let table = local_table(grid, points, &opts.out)?;
+    let mut output = store::Output::open(&opts.out_label, &opts.out)?;
+    // An edited or forged line is refused before any point runs, not after.
+    store::unique(vec![(opts.out_label.clone(), output.earlier.clone())])?;
+    let summary = run_points(points, opts, &mut output)?;
+    let loaded = output.load()?;
+    let table = table_of(grid, points, &opts.out_label, loaded)?;
     Ok(Sweep { summary, table })
 }
 
-/// The table of `points` from the lines `out` holds for them (matched by id; their place and
-/// coordinates are the grid's, their figures the grid's columns).
-pub fn local_table(grid: &Grid, points: &[Point], out: &Path) -> anyhow::Result<SweepTable> {
-    let loaded =
-        store::load(out).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", out.display()))?;
+/// The table of `points` from the lines `loaded` from an output holds for them (matched by
+/// id; their place and coordinates are the grid's, their figures the grid's columns).
+fn table_of(
+    grid: &Grid,
+    points: &[Point],
+    label: &str,
+    loaded: store::Loaded,
+) -> anyhow::Result<SweepTable> {
     let by_id: HashMap<&str, &Point> = points.iter().map(|p| (p.id.as_str(), p)).collect();
-    let mut seen = HashSet::new();
-    let lines = loaded
-        .lines
+    let (lines, _) = store::unique(vec![(label.to_string(), loaded)])?;
+    let lines = lines
         .into_iter()
         .filter_map(|mut l| {
             let p = by_id.get(l.id.as_str())?;
-            if !seen.insert(l.id.clone()) {
-                return None;
-            }
             l.index = p.index;
             l.point = p.coords.clone();
             Some(l)
@@ -88,28 +92,31 @@ pub struct Merged {
 /// The table of the points in the outputs `paths` (local outputs, job files, or directories
 /// of job files, of one grid), each point once, with the columns its line names.
 pub fn merge(paths: &[PathBuf]) -> anyhow::Result<Merged> {
-    let mut lines = Vec::new();
     let mut skipped = 0;
     let mut files = Vec::new();
     for p in paths {
         if p.is_dir() {
             files.extend(jsonl_in(p)?);
-        } else if p.is_file() {
-            files.push(p.clone());
         } else {
-            return usage(format!("--merge {}: no such file", p.display()));
+            // Anything else is read as a file: a FIFO or a device is refused unread.
+            files.push(p.clone());
         }
     }
+    let mut sources = Vec::new();
     for p in &files {
-        let loaded =
-            store::load(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?;
+        let label = usermm_host::files::label("--merge", p);
+        let bytes = usermm_host::files::read_regular(&label, p).map_err(|e| {
+            if e.is_not_found() {
+                UsageError(format!("{label}: no such file")).into()
+            } else {
+                anyhow::Error::from(e)
+            }
+        })?;
+        let loaded = store::parse(&bytes);
         skipped += loaded.skipped;
-        lines.extend(loaded.lines);
+        sources.push((p.display().to_string(), loaded));
     }
-    let mut seen = HashSet::new();
-    let before = lines.len();
-    lines.retain(|l| seen.insert(l.id.clone()));
-    let duplicates = before - lines.len();
+    let (lines, duplicates) = store::unique(sources)?;
     let mut grids: Vec<&str> = lines.iter().map(|l| l.grid.as_str()).collect();
     grids.sort_unstable();
     grids.dedup();

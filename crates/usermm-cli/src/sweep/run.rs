@@ -11,15 +11,19 @@
 //! profile that does not load): every point would share it, so the sweep stops taking points
 //! and reports it as a usage error. Any other failure is that point's alone: it is reported,
 //! writes no line (so the next run tries it again) and the others go on.
+//!
+//! A child is told to end with the sweep (`usermm_host::die_with_parent`: SIGTERM when the
+//! worker thread that started it ends, as it does when the sweep dies): after a Ctrl-C or a
+//! `kill` of the sweep no point runs on, orphaned, writing reports nobody reads.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 
 use super::grid::{describe, Column, Point};
-use super::store::{self, PointLine};
+use super::store::{Output, PointLine};
 use super::table::default_columns;
 use crate::args::UsageError;
 use crate::report::Progress;
@@ -33,8 +37,9 @@ pub struct RunOptions {
     pub cwd: PathBuf,
     /// Points run at once.
     pub jobs: usize,
-    /// The output (JSON lines), appended to.
+    /// The output (JSON lines), appended to, and how messages name it (`--out PATH`).
     pub out: PathBuf,
+    pub out_label: String,
     /// The grid's identity and number of points, written in each line.
     pub grid_id: String,
     pub grid_len: usize,
@@ -51,6 +56,7 @@ impl RunOptions {
             exe,
             cwd: grid.dir(),
             jobs,
+            out_label: usermm_host::files::label("--out", &out),
             out,
             grid_id: grid.id(),
             grid_len: grid.len(),
@@ -104,12 +110,14 @@ fn child_error(stderr: &[u8], status: std::process::ExitStatus) -> String {
 }
 
 fn run_one(opts: &RunOptions, p: &Point) -> Outcome {
-    let out = Command::new(&opts.exe)
-        .arg("--json")
+    let mut cmd = Command::new(&opts.exe);
+    cmd.arg("--json")
         .args(&p.args)
         .current_dir(&opts.cwd)
-        .stdin(Stdio::null())
-        .output();
+        .stdin(Stdio::null());
+    // A point ends with the sweep (only the sweep writes its line: an orphan's work is lost).
+    usermm_host::die_with_parent(&mut cmd);
+    let out = cmd.output();
     let out = match out {
         Ok(o) => o,
         Err(e) => {
@@ -147,32 +155,32 @@ fn run_one(opts: &RunOptions, p: &Point) -> Outcome {
     }
 }
 
-/// The output's lines that belong to `points` (by id), read once: for resume and the table.
-pub fn done_ids(out: &Path) -> anyhow::Result<(HashSet<String>, usize)> {
-    let loaded =
-        store::load(out).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", out.display()))?;
-    Ok((
-        loaded.lines.into_iter().map(|l| l.id).collect(),
-        loaded.skipped,
-    ))
-}
-
-/// Run every point of `points` whose line `opts.out` does not hold yet; a progress bar counts
-/// them on stderr (on a terminal). Errors: the output cannot be read or written, or a child
+/// Run every point of `points` whose line `output` did not hold when opened; a progress bar
+/// counts them on stderr (on a terminal). Errors: the output cannot be written, or a child
 /// found a mistake in the arguments ([`UsageError`]).
-pub fn run_points(points: &[Point], opts: &RunOptions) -> anyhow::Result<RunSummary> {
-    let (done, skipped) = done_ids(&opts.out)?;
-    let todo: Vec<&Point> = points.iter().filter(|p| !done.contains(&p.id)).collect();
+pub fn run_points(
+    points: &[Point],
+    opts: &RunOptions,
+    output: &mut Output,
+) -> anyhow::Result<RunSummary> {
+    let done: HashSet<&str> = output
+        .earlier
+        .lines
+        .iter()
+        .map(|(_, l)| l.id.as_str())
+        .collect();
+    let todo: Vec<&Point> = points
+        .iter()
+        .filter(|p| !done.contains(p.id.as_str()))
+        .collect();
     let mut summary = RunSummary {
         reused: points.len() - todo.len(),
-        skipped,
+        skipped: output.earlier.skipped,
         ..RunSummary::default()
     };
     if todo.is_empty() {
         return Ok(summary);
     }
-    let mut file = store::open_append(&opts.out)
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", opts.out.display()))?;
     let bar = Progress::bar(todo.len() as u64, "sweep");
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
@@ -202,11 +210,10 @@ pub fn run_points(points: &[Point], opts: &RunOptions) -> anyhow::Result<RunSumm
                     if write_error.is_some() {
                         continue;
                     }
-                    match store::append(&mut file, &line) {
+                    match output.append(&line) {
                         Ok(()) => summary.ran += 1,
                         Err(e) => {
-                            write_error =
-                                Some(e.context(format!("cannot write {}", opts.out.display())));
+                            write_error = Some(e);
                             stop.store(true, Ordering::Relaxed);
                         }
                     }

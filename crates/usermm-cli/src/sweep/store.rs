@@ -2,17 +2,33 @@
 //!
 //! A line is written only once its point's run has finished, with one `write_all` of the whole
 //! line and its newline, so a line is either complete or the unterminated tail a killed sweep
-//! left. [`load`] reads every complete line that parses and skips the rest; [`open_append`]
+//! left. [`parse`] reads every complete line that parses and skips the rest; [`Output::open`]
 //! cuts such a tail off before appending, so that the next line starts on a line of its own.
 //! A point is done when a line with its id is there: that is all resume needs, and it lets any
 //! number of outputs (one per machine, one per job) be merged by id.
 //!
+//! The output is the user's file as much as ours, so [`Output::open`] takes it through
+//! `usermm_host::files::open_locked`: never through a link, only a regular file (`/dev/zero`
+//! or a FIFO is refused unread), never truncated but for that tail, and `flock`ed, so that a
+//! second sweep into the same output is refused instead of running every point again. An
+//! existing file is appended to only when it is a sweep output already (empty, or its first
+//! line starts as a point's line does): a file of the user's named by mistake is refused
+//! untouched.
+//!
 //! Each line carries the whole `--json` record of its run, so the table can be drawn again
-//! with other columns without running anything.
+//! with other columns without running anything. [`unique`] keeps each point once and refuses
+//! a line whose id is not the hash of its arguments, or two different records of one id: an
+//! edited or forged line, which a table must not pick silently.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
 use std::path::Path;
+
+use usermm_host::files;
+
+use super::grid::stable_hash;
+use crate::args::usage;
 
 use serde::{Deserialize, Serialize};
 
@@ -60,26 +76,18 @@ impl PointLine {
     }
 }
 
-/// What [`load`] found in one output.
-#[derive(Debug, Default)]
+/// What [`parse`] found in one output.
+#[derive(Debug, Default, Clone)]
 pub struct Loaded {
-    pub lines: Vec<PointLine>,
+    /// Each complete point line with its line number (from 1).
+    pub lines: Vec<(usize, PointLine)>,
     /// Lines that are there but not a point's line (not JSON, cut short, from elsewhere).
     pub skipped: usize,
 }
 
-/// Every complete point line of the output at `path`; a missing file holds none.
-pub fn load(path: &Path) -> std::io::Result<Loaded> {
-    let mut text = String::new();
-    match File::open(path) {
-        Ok(mut f) => {
-            let mut bytes = Vec::new();
-            f.read_to_end(&mut bytes)?;
-            text = String::from_utf8_lossy(&bytes).into_owned();
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
+/// Every complete point line of an output's bytes.
+pub fn parse(bytes: &[u8]) -> Loaded {
+    let text = String::from_utf8_lossy(bytes);
     let mut out = Loaded::default();
     // Only newline-terminated lines are complete: the tail after the last newline is not.
     let complete = text.rfind('\n').map_or("", |i| &text[..i]);
@@ -87,55 +95,108 @@ pub fn load(path: &Path) -> std::io::Result<Loaded> {
     if !tail.trim().is_empty() {
         out.skipped += 1;
     }
-    for l in complete.lines().filter(|l| !l.trim().is_empty()) {
+    for (n, l) in complete.lines().enumerate() {
+        if l.trim().is_empty() {
+            continue;
+        }
         match serde_json::from_str::<PointLine>(l) {
-            Ok(line) => out.lines.push(line),
+            Ok(line) => out.lines.push((n + 1, line)),
             Err(_) => out.skipped += 1,
         }
     }
-    Ok(out)
+    out
 }
 
-/// The output at `path` opened for appending (created with its directory if need be), with an
-/// unterminated last line cut off.
-pub fn open_append(path: &Path) -> std::io::Result<File> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
+/// How every point line starts (`id` is [`PointLine`]'s first field).
+const LINE_START: &[u8] = b"{\"id\":\"";
+
+/// An output this run writes alone: locked, checked to be a sweep output, its unterminated
+/// tail cut off.
+#[derive(Debug)]
+pub struct Output {
+    label: String,
+    file: File,
+    /// What it held when opened.
+    pub earlier: Loaded,
+}
+
+impl Output {
+    /// Open the output at `path` (made, with its directory, if missing); `label` names it in
+    /// messages (`--out PATH`).
+    pub fn open(label: &str, path: &Path) -> anyhow::Result<Output> {
+        files::check_output(label, path)?;
+        files::create_parent(label, path)?;
+        let mut file = files::open_locked(label, path, true)?;
+        let bytes = files::read_all(label, &mut file)?;
+        if !bytes.is_empty() && !bytes.starts_with(LINE_START) {
+            return usage(format!(
+                "{label}: is not a usermm sweep output (its first line is not a point's line); \
+                 usermm appends only to its own outputs: name another --out"
+            ));
+        }
+        // The tail after the last newline is a line a killed sweep cut short: ours to cut.
+        let keep = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        if keep < bytes.len() {
+            file.set_len(keep as u64)
+                .map_err(|e| anyhow::anyhow!("{label}: cannot cut its unfinished line: {e}"))?;
+        }
+        Ok(Output {
+            label: label.to_string(),
+            earlier: parse(&bytes),
+            file,
+        })
     }
-    let mut f = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .open(path)?;
-    let len = f.seek(SeekFrom::End(0))?;
-    if len > 0 {
-        // Find the last newline, reading backwards a block at a time.
-        let mut end = len;
-        let mut keep = 0;
-        let mut buf = vec![0u8; 64 * 1024];
-        'scan: while end > 0 {
-            let start = end.saturating_sub(buf.len() as u64);
-            let n = usize::try_from(end - start).unwrap_or(buf.len());
-            f.seek(SeekFrom::Start(start))?;
-            f.read_exact(&mut buf[..n])?;
-            if let Some(i) = buf[..n].iter().rposition(|&b| b == b'\n') {
-                keep = start + i as u64 + 1;
-                break 'scan;
+
+    /// Append one line (one write, then flushed to the file).
+    pub fn append(&mut self, line: &PointLine) -> anyhow::Result<()> {
+        let mut s = serde_json::to_string(line)?;
+        s.push('\n');
+        self.file
+            .write_all(s.as_bytes())
+            .and_then(|()| self.file.flush())
+            .map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", self.label))
+    }
+
+    /// Everything it holds now.
+    pub fn load(&mut self) -> anyhow::Result<Loaded> {
+        Ok(parse(&files::read_all(&self.label, &mut self.file)?))
+    }
+}
+
+/// The lines of `sources` (each a file's name and what it held), each point once in the order
+/// first seen, and how many repeated lines were dropped. Refused: a line whose id is not the
+/// hash of its arguments, and one id with two different runs (arguments or record).
+pub fn unique(sources: Vec<(String, Loaded)>) -> anyhow::Result<(Vec<PointLine>, usize)> {
+    let mut first: HashMap<String, (String, usize, usize)> = HashMap::new();
+    let mut kept: Vec<PointLine> = Vec::new();
+    let mut repeated = 0;
+    for (file, loaded) in sources {
+        for (n, line) in loaded.lines {
+            if stable_hash(&line.args) != line.id {
+                return usage(format!(
+                    "{file} line {n}: point {} does not match its arguments (its id is not \
+                     their hash): an edited or forged line",
+                    line.id
+                ));
             }
-            end = start;
-        }
-        if keep < len {
-            f.set_len(keep)?;
+            match first.get(&line.id) {
+                None => {
+                    first.insert(line.id.clone(), (file.clone(), n, kept.len()));
+                    kept.push(line);
+                }
+                Some((f0, n0, at)) => {
+                    if kept[*at].record != line.record {
+                        return usage(format!(
+                            "point {} has two different records ({f0} line {n0}, {file} line \
+                             {n}): an edited or forged line, or two runs of one point; keep \
+                             one of them",
+                            line.id
+                        ));
+                    }
+                    repeated += 1;
+                }
+            }
         }
     }
-    Ok(f)
-}
-
-/// Append one line (one write, then flushed to the file).
-pub fn append(f: &mut File, line: &PointLine) -> anyhow::Result<()> {
-    let mut s = serde_json::to_string(line)?;
-    s.push('\n');
-    f.write_all(s.as_bytes())?;
-    f.flush()?;
-    Ok(())
+    Ok((kept, repeated))
 }

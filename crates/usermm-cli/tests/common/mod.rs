@@ -55,3 +55,49 @@ pub fn assert_one_line(o: &Output, args: &[&str], mentions: &str) {
         "{args:?}: '{mentions}' not in {err}"
     );
 }
+
+/// `usermm ARGS` in `cwd` (or here), stopped with SIGKILL and failed if it runs longer than
+/// `secs`: for inputs that used to block (a FIFO, `/dev/zero`).
+#[track_caller]
+pub fn usermm_within(args: &[&str], cwd: Option<&std::path::Path>, secs: u64) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_usermm"));
+    c.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env_remove("RUST_BACKTRACE");
+    if let Some(d) = cwd {
+        c.current_dir(d);
+    }
+    let child = c.spawn().expect("cannot run usermm");
+    let pid = rustix::process::Pid::from_child(&child);
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let killer = std::thread::spawn(move || {
+        let late = rx
+            .recv_timeout(std::time::Duration::from_secs(secs))
+            .is_err();
+        if late {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+        late
+    });
+    let out = child.wait_with_output().expect("cannot wait for usermm");
+    let _ = tx.send(());
+    assert!(
+        !killer.join().unwrap(),
+        "{args:?} ran for more than {secs} s (blocked?)"
+    );
+    out
+}
+
+/// Make a FIFO at `path`.
+pub fn mkfifo(path: &std::path::Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .expect("mkfifo");
+}

@@ -43,6 +43,10 @@ use usermm::vtime::{EraFactors, ERA_FACTORS, NR_ERA_FACTORS, PLAUSIBLE};
 
 use self::rows::{EvalSizes, RowKind, TrainingRow};
 
+/// The first line of every era file `usermm infer` writes (so that `--out` replaces only one).
+pub const ERA_FILE_HEADER: &str =
+    "# Era factors: Linux 4.8-4.18 on bare-metal Intel (2016-2018), the seeds' kernels.";
+
 /// The era `usermm infer` writes: the seeds' kernels on bare-metal Intel.
 pub const ERA: &str = "intel-2016-2019";
 
@@ -565,9 +569,9 @@ fn toml_str(s: &str) -> String {
 pub fn era_file(r: &InferResult, opts: &InferOpts) -> String {
     let all_rows = rows::training_rows();
     let mut s = String::new();
+    s.push_str(ERA_FILE_HEADER);
     s.push_str(
-        "# Era factors: Linux 4.8-4.18 on bare-metal Intel (2016-2018), the seeds' kernels.\n\
-         # Written by `usermm infer` (crates/usermm-workloads/src/infer/); the factors and the\n\
+        "\n# Written by `usermm infer` (crates/usermm-workloads/src/infer/); the factors and the\n\
          # costs each multiplies are fixed in crates/usermm/src/vtime/profile/era.rs and\n\
          # docs/profiles.md. Do not edit a value by hand: run `usermm infer` again.\n",
     );

@@ -221,7 +221,7 @@ impl Sys for HostSys {
                 {
                     if let Err(e) = hu::append_pid(path, child) {
                         // usemem's perror: the path and strerror, no Rust "(os error N)".
-                        let e = super::sys::strerror(e.raw_os_error().unwrap_or(0));
+                        let e = super::sys::io_strerror(&e);
                         self.err(&format!("{path}: {e}\n"));
                         hu::exit_process(1);
                     }

@@ -30,6 +30,12 @@ pub fn strerror(e: Errno) -> String {
     }
 }
 
+/// `strerror` of an `io::Error`'s errno, or its own text when it has none (usermm's own
+/// refusals, such as a pid file that holds other lines).
+pub fn io_strerror(e: &std::io::Error) -> String {
+    e.raw_os_error().map_or_else(|| e.to_string(), strerror)
+}
+
 /// What a mapping maps: usemem's `fd` at the time of the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum MapFd {

@@ -33,9 +33,12 @@ pub struct HostCheckRecord {
     pub check: HostCheck,
 }
 
-/// Calibrates into `out/this-host.toml` unless `profile` names one, then predicts and measures.
+/// Calibrates into `out/this-host.toml` unless `profile` names one, then predicts and measures;
+/// the report names a profile calibrated here as `report_dir/this-host.toml`, where it will be
+/// once the report is in place (`out` is its staging directory).
 pub(super) fn run(
     out: &Path,
+    report_dir: &Path,
     profile: Option<&Path>,
     opts: &HostCheckOpts,
 ) -> anyhow::Result<(Section, String, HostCheckRecord)> {
@@ -61,8 +64,18 @@ pub(super) fn run(
     // Loads the profile once here so that a bad file is one clear error, not a failed run.
     usermm::vtime::Profile::resolve(&file.display().to_string())
         .map_err(|e| anyhow::anyhow!("host check: {e}"))?;
-    let check = host_check::run(&file.display().to_string(), opts)
+    let mut check = host_check::run(&file.display().to_string(), opts)
         .map_err(|e| anyhow::anyhow!("host check: {e}"))?;
+    // The record and the report name the profile where it will stay, not where it was staged.
+    let file = if calibrated {
+        let shown = report_dir.join("this-host.toml");
+        check.profile = check
+            .profile
+            .replace(&file.display().to_string(), &shown.display().to_string());
+        shown
+    } else {
+        file
+    };
     let section = section(&check, &file, calibrated);
     let verdict = verdict(&check);
     Ok((

@@ -62,7 +62,10 @@ pub struct ReproduceArgs {
     /// How big to run.
     #[arg(long, value_name = "SCALE", default_value = "default")]
     pub scale: Scale,
-    /// Directory for report.md, results.json and the plots.
+    /// Directory for report.md, results.json and the plots: a new directory (made with its
+    /// parents), an empty one, or an earlier report (it carries DIR/.usermm-report, which
+    /// lists the files usermm wrote: only those are replaced). Any other directory is
+    /// refused. A link to a directory is written through; the report appears when complete.
     #[arg(long, value_name = "DIR", default_value = "report")]
     pub out: PathBuf,
     /// Run only these experiments (repeatable or a comma list; default: all).
@@ -83,8 +86,9 @@ pub struct ReproduceArgs {
     pub quick: bool,
     /// After the seeds, run each modelled timing seed again with one input halved and doubled
     /// at a time, and report which three inputs move each headline most (5.5 minutes for the
-    /// three timing seeds on this 2-core host; resumable: the points are kept in
-    /// DIR/sensitivity/).
+    /// three timing seeds on this 2-core host). Resumable: the points are kept in
+    /// DIR/sensitivity/, and a later run into DIR reuses every point found there (delete
+    /// that directory to run them afresh).
     #[arg(long)]
     pub sensitivity: bool,
     /// Wall or virtual time; without --profile each experiment models its seed's machine.
@@ -150,6 +154,10 @@ pub struct Results {
     /// measurements and `rows[]` (`name`, `unit`, `predicted`, `measured`, `error`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_check: Option<host_check::HostCheckRecord>,
+    /// The era factors the modelled sides carry (`usermm infer`'s era file: every factor with
+    /// its value, its training rows and the run that inferred it), when a modelled side ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub era: Option<usermm::vtime::EraSpec>,
 }
 
 impl Results {
@@ -204,9 +212,10 @@ impl Results {
 }
 
 pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
-    // Everything is written beside --out and renamed into place when complete.
-    let staging = staging::Staging::begin(&args.out)?;
-    let out = staging.dir();
+    // Everything but --sensitivity's points is written into a staging directory in --out and
+    // put in place when complete.
+    let mut staging = staging::Staging::begin(&args.out)?;
+    let out = &staging.dir().to_path_buf();
     let t0 = std::time::Instant::now();
     let mut results = Results {
         scale: args.scale,
@@ -217,6 +226,7 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         munmap: None,
         percpu: None,
         host_check: None,
+        era: None,
         sensitivity: None,
     };
     let mut sections = Vec::new();
@@ -226,6 +236,10 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
             continue; // after the seeds, below
         }
         for (kind, time) in sides::sides(&args.time) {
+            // Percpu's figures are sizes: no era factor prices them.
+            if kind == sides::SideKind::Unfitted && e == Experiment::Percpu {
+                continue;
+            }
             // Each side's own plots in its own directory (report.md links them).
             let dir = out.join(kind.name());
             std::fs::create_dir_all(&dir)?;
@@ -268,6 +282,14 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
             sections.push(section);
         }
     }
+    if verdicts
+        .iter()
+        .any(|(_, k, _)| *k == sides::SideKind::Modelled)
+    {
+        results.era = usermm::vtime::Profile::builtin(usermm_workloads::bigfree::SEED_PROFILE)
+            .ok()
+            .and_then(|p| p.era().map(|e| e.spec.clone()));
+    }
     let comparison = sides::comparison(
         out,
         results.bigfree.as_ref(),
@@ -285,7 +307,8 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         } else {
             usermm_workloads::host_check::HostCheckOpts::standard()
         };
-        let (section, verdict, record) = host_check::run(out, args.host_profile.as_deref(), &opts)?;
+        let (section, verdict, record) =
+            host_check::run(out, &args.out, args.host_profile.as_deref(), &opts)?;
         eprintln!(
             "usermm reproduce: host-check done in {:.1} s: {verdict}",
             te.elapsed().as_secs_f64()
@@ -314,12 +337,8 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
             .collect();
         eprintln!("usermm reproduce: sensitivity (each input halved and doubled) ...");
         let te = std::time::Instant::now();
-        let (section, headlines) = sensitivity::run(
-            &out.join("sensitivity"),
-            args.quick,
-            ran("bigfree"),
-            &others,
-        )?;
+        let (section, headlines) =
+            sensitivity::run(&mut staging, args.quick, ran("bigfree"), &others)?;
         eprintln!(
             "usermm reproduce: sensitivity done in {:.1} s",
             te.elapsed().as_secs_f64()
@@ -336,7 +355,25 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     let modelled = results.modelled_verdicts();
     let mut summary = String::new();
     for (name, v) in &modelled {
-        summary += &format!("- **{name}** (timing, judged on the modelled column): {v}\n");
+        summary += &format!(
+            "- **{name}** (timing, judged on the modelled column's predicted figures): {v}\n"
+        );
+    }
+    if let Some(era) = &results.era {
+        summary += &format!(
+            "\nThe modelled columns carry the era factors of `{}` (docs/profiles.md, \"Era \
+             factors\"; `usermm infer`): {}. The unfitted columns are the same model with every \
+             factor 1.\n",
+            era.name,
+            usermm::vtime::ERA_FACTORS
+                .iter()
+                .filter_map(|f| era
+                    .inputs
+                    .get(f.input)
+                    .map(|i| format!("{} {}", f.input, i.value)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     for (name, kind, v) in &verdicts {
         summary += &format!("- {name}, {}: {v}\n", kind.name());

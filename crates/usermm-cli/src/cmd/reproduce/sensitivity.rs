@@ -12,10 +12,11 @@
 //! influential inputs. The candidates are the inputs the model's mechanisms turn on, not a
 //! search: a seed's table is never consulted.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 
+use super::staging::Staging;
 use crate::report::{Section, Table};
 use crate::sweep::{self, Grid, RunOptions};
 
@@ -28,6 +29,23 @@ struct Study {
     headlines: &'static [(&'static str, &'static str)],
     /// Points at once (nested `reproduce` runs share an output directory: one at a time).
     jobs: usize,
+    /// The report directory a nested `reproduce` writes (beside the grid), if the command
+    /// is one.
+    report: Option<&'static str>,
+}
+
+impl Study {
+    /// The grid file's name: `000-001.toml`; the output's is the same with `.jsonl`.
+    fn file(&self, ext: &str) -> String {
+        format!("{}.{ext}", self.seed.replace('/', "-"))
+    }
+
+    /// What the study writes in the sensitivity directory.
+    fn files(&self) -> Vec<String> {
+        let mut v = vec![self.file("toml"), self.file("jsonl")];
+        v.extend(self.report.map(str::to_string));
+        v
+    }
 }
 
 /// The headline at ×0.5 and ×2 of one input.
@@ -82,12 +100,14 @@ fn studies(quick: bool, bigfree: bool, others: &[&str]) -> Vec<Study> {
                 ("spinning at max_active 8", "bigfree.rows.2.spin_share"),
             ],
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            report: None,
         });
     }
     if others.contains(&"huge-zero") {
         v.push(Study {
             seed: "002",
             command: "reproduce --time virtual --only huge-zero --out hz".into(),
+            report: Some("hz"),
             inputs: &[
                 "atomic_rmw",
                 "transfer.same_socket",
@@ -112,6 +132,7 @@ fn studies(quick: bool, bigfree: bool, others: &[&str]) -> Vec<Study> {
         v.push(Study {
             seed: "003",
             command: "reproduce --time virtual --only munmap --out mu".into(),
+            report: Some("mu"),
             inputs: &["zap_pte", "lru_del", "free_unref_page", "tlb_flush_local"],
             headlines: &[(
                 "exclusive hold, vanilla (µs)",
@@ -141,23 +162,31 @@ fn grid_text(s: &Study) -> String {
     t
 }
 
-/// Runs every study of the experiments that ran modelled, in `dir`; returns the section and
-/// the headlines for `results.json`.
+/// Runs every study of the experiments that ran modelled, in the report's `sensitivity/`
+/// (kept there across runs, so that a run cut short resumes); returns the section and the
+/// headlines for `results.json`.
 pub(super) fn run(
-    dir: &Path,
+    staging: &mut Staging,
     quick: bool,
     bigfree: bool,
     others: &[&str],
 ) -> anyhow::Result<(Section, Vec<Headline>)> {
-    std::fs::create_dir_all(dir)?;
+    let studies = studies(quick, bigfree, others);
+    let names: Vec<String> = studies.iter().flat_map(Study::files).collect();
+    let dir = if names.is_empty() {
+        PathBuf::new()
+    } else {
+        staging.keep("sensitivity", &names)?
+    };
     let mut tables = Vec::new();
     let mut headlines = Vec::new();
-    for s in studies(quick, bigfree, others) {
-        let file = dir.join(format!("{}.toml", s.seed.replace('/', "-")));
-        std::fs::write(&file, grid_text(&s))?;
+    for s in studies {
+        let file = dir.join(s.file("toml"));
+        let label = file.display().to_string();
+        usermm_host::files::write_atomic(&label, &file, grid_text(&s).as_bytes())?;
         let grid = Grid::load(&file)?;
         let points = grid.points(&|_| Ok(()))?;
-        let out: PathBuf = file.with_extension("jsonl");
+        let out: PathBuf = dir.join(s.file("jsonl"));
         let opts = RunOptions::for_grid(&grid, out, s.jobs)?;
         let swept = sweep::run_grid(&grid, &points, &opts)?;
         let figure = |index: usize, col: &str| -> Option<f64> {
@@ -241,6 +270,8 @@ pub(super) fn run(
 
 #[cfg(test)]
 mod test {
+    use std::path::Path;
+
     use serde_json::Value;
 
     use super::*;

@@ -549,7 +549,7 @@ impl Sys for EngineSys {
             if let Err(e) = usermm_host::usemem::append_pid(path, pid) {
                 self.err(&format!(
                     "{path}: {}\n",
-                    crate::usemem::sys::strerror(e.raw_os_error().unwrap_or(0))
+                    crate::usemem::sys::io_strerror(&e)
                 ));
             }
         }

@@ -1,0 +1,186 @@
+//! What a run has created and not finished yet, removed when SIGINT or SIGTERM ends the run.
+//!
+//! A run that writes a file makes a temporary file first ([`super::write_atomic`]);
+//! `reproduce` makes a staging directory for its report. Each is a [`Created`]: removed when
+//! dropped (the run failed), forgotten once renamed into place or kept on purpose. Ctrl-C or
+//! `kill` would end the process before any destructor runs, so the first [`Created`] also
+//! starts a thread that waits for SIGINT and SIGTERM (the `signal-hook` crate); on one it
+//! removes everything still registered and then dies of that same signal, as if it had not
+//! been caught (a shell sees status 130 for SIGINT, and a script's loop stops). A signal
+//! ignored when the process started (`nohup`, a non-interactive shell's background job) stays
+//! ignored: no handler is installed for it.
+//!
+//! # The registry
+//! Signals go to the process, so the list the handler walks belongs to the process: one
+//! `static` here, touched by no other module. Its lock is held while a file or directory is
+//! created and registered, while one is renamed and forgotten, and by the handler from its
+//! sweep until the process dies: so the handler sees each path either registered (and
+//! removes it) or not yet created or already in place, never between the two. No one holds
+//! it for longer than one of those system calls (or a removal).
+//!
+//! # Children
+//! The handler's thread exists only in this process. A child forked without `exec` has the
+//! caught action but not the thread, so `usermm_host`'s fork wrappers put the two signals
+//! back to their default action in the child; `exec` resets them by itself.
+//!
+//! Nothing is registered by commands that write no files (usemem, bigfree, ...): the thread
+//! is never started there, and usemem's processes stay single-threaded, as its forks need.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    File,
+    /// Removed with everything under it: only a directory this run made.
+    Dir,
+}
+
+#[derive(Debug)]
+struct Registry {
+    next: u64,
+    live: Vec<(u64, PathBuf, Kind)>,
+    /// Whether the signal thread was started (or tried).
+    watching: bool,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    next: 0,
+    live: Vec::new(),
+    watching: false,
+});
+
+fn registry() -> MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A file or directory this run created and has not finished: removed when dropped, or by
+/// the signal handler, unless [`Created::rename_to`] or [`Created::keep`] came first.
+#[derive(Debug)]
+#[must_use = "dropping it removes what it names"]
+pub struct Created {
+    id: u64,
+    path: PathBuf,
+    kind: Kind,
+    done: bool,
+}
+
+/// Create a temporary file `.NAME.tmp-PID-N` in `dir` with `open` (which must create it
+/// exclusively), registered until it is renamed into place.
+pub fn create_file(
+    dir: &Path,
+    name: &OsStr,
+    open: impl FnOnce(&Path) -> io::Result<File>,
+) -> io::Result<(File, Created)> {
+    let mut r = registry();
+    watch(&mut r);
+    let id = r.next;
+    r.next += 1;
+    let mut tmp = OsString::from(".");
+    tmp.push(name);
+    tmp.push(format!(".tmp-{}-{id}", std::process::id()));
+    let path = dir.join(tmp);
+    let file = open(&path)?;
+    r.live.push((id, path.clone(), Kind::File));
+    Ok((file, Created::new(id, path, Kind::File)))
+}
+
+/// Create the directory `path` (its parent must exist; it must not), registered until kept.
+pub fn create_dir(path: &Path) -> io::Result<Created> {
+    let mut r = registry();
+    watch(&mut r);
+    let id = r.next;
+    r.next += 1;
+    std::fs::create_dir(path)?;
+    r.live.push((id, path.to_path_buf(), Kind::Dir));
+    Ok(Created::new(id, path.to_path_buf(), Kind::Dir))
+}
+
+impl Created {
+    fn new(id: u64, path: PathBuf, kind: Kind) -> Self {
+        Created {
+            id,
+            path,
+            kind,
+            done: false,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `rename` it to `to` and forget it (an error leaves it registered, and dropping it then
+    /// removes it).
+    pub fn rename_to(mut self, to: &Path) -> io::Result<()> {
+        let mut r = registry();
+        std::fs::rename(&self.path, to)?;
+        forget(&mut r, self.id);
+        self.done = true;
+        Ok(())
+    }
+
+    /// Leave it where it is and forget it.
+    pub fn keep(mut self) {
+        forget(&mut registry(), self.id);
+        self.done = true;
+    }
+}
+
+impl Drop for Created {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut r = registry();
+        remove(&self.path, self.kind);
+        forget(&mut r, self.id);
+    }
+}
+
+fn forget(r: &mut Registry, id: u64) {
+    r.live.retain(|(i, _, _)| *i != id);
+}
+
+fn remove(path: &Path, kind: Kind) {
+    let _ = match kind {
+        Kind::File => std::fs::remove_file(path),
+        Kind::Dir => std::fs::remove_dir_all(path),
+    };
+}
+
+/// Start the signal thread, once (under the registry's lock).
+fn watch(r: &mut Registry) {
+    if r.watching {
+        return;
+    }
+    r.watching = true;
+    let signals: Vec<libc::c_int> = [libc::SIGINT, libc::SIGTERM]
+        .into_iter()
+        .filter(|&s| !crate::sys::signal_ignored(s))
+        .collect();
+    if signals.is_empty() {
+        return;
+    }
+    // Without the thread a signal ends the run as it always did, leaving what it created.
+    let Ok(mut caught) = signal_hook::iterator::Signals::new(&signals) else {
+        return;
+    };
+    let _ = std::thread::Builder::new()
+        .name("usermm-cleanup".into())
+        .spawn(move || {
+            let Some(sig) = caught.forever().next() else {
+                return;
+            };
+            // Held until the process dies: nothing is created or renamed after this sweep.
+            let r = registry();
+            for (_, path, kind) in &r.live {
+                remove(path, *kind);
+            }
+            let _ = signal_hook::low_level::emulate_default_handler(sig);
+            std::process::exit(128 + sig);
+        });
+}
