@@ -7,9 +7,9 @@
 //!   fault factor (`era_fault`).
 //!
 //! Each teardown row is compared as time per page (the seed freed 320 GiB; `reproduce`'s
-//! default scale frees 32 GiB on the seed's machine, its memory shaped as the seed's for the free, and 1 GiB
-//! jobs: [`bigfree::seed_model_opts`]); the share as a share. A row's band is its published
-//! spread or ±10 %, whichever is wider.
+//! default scale frees 32 GiB on the seed's machine, its memory shaped as the seed's for the
+//! free, in 1 GiB jobs: [`bigfree::seed_model_opts`]); the share as a share. A row's band is
+//! its published spread or ±10 %, whichever is wider.
 
 use usermm::config::TimeMode;
 use usermm::vtime::{EraChoice, EraFactors, ERA_FACTORS, MAX_FACTOR, MIN_FACTOR};
