@@ -130,12 +130,7 @@ fn modelled_workers_run_on_the_zapping_tasks_node_and_the_mapping_shares_its_loc
         .filter(|(_, z)| z.acquisitions > 0)
         .map(|(n, _)| n)
         .collect();
-    assert_eq!(
-        zones,
-        [usize::from(task_node)],
-        "{:?}",
-        s.zone_lock_per_node
-    );
+    assert_eq!(zones, [task_node], "{:?}", s.zone_lock_per_node);
     // The same run modelled twice is the same to the nanosecond.
     let again = run(&o).unwrap();
     assert_eq!(again.rows[1].samples[0].free_ns, s.free_ns);
