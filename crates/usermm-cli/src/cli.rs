@@ -15,7 +15,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::args::{GlobalArgs, MachineArgs};
 use crate::cmd::{
-    self, bench::BenchArgs, bigfree::BigfreeArgs, calibrate::CalibrateArgs,
+    self, bench::BenchArgs, bigfree::BigfreeArgs, calibrate::CalibrateArgs, infer::InferArgs,
     munmap_test::MunmapTestArgs, percpu_calibrate::PercpuCalibrateArgs,
     percpu_test::PercpuTestArgs, reproduce::ReproduceArgs, sweep::SweepArgs, usemem::UsememArgs,
     will_it_scale::WillItScaleArgs,
@@ -54,6 +54,9 @@ pub enum Command {
     Bench(BenchArgs),
     /// Measure this host's kernel and write a this-host cost profile (--profile FILE).
     Calibrate(CalibrateArgs),
+    /// Estimate the era factors (the model's declared unknowns) from their training rows and
+    /// write the era file the seed profiles load.
+    Infer(InferArgs),
     /// Run one command over a grid of arguments (locally, or as GNU parallel/Slurm jobs) and
     /// merge the runs into one table.
     #[command(after_help = cmd::sweep::GRID_HELP)]
@@ -77,6 +80,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Reproduce(a) => cmd::reproduce::run(a, g),
         Command::Bench(a) => cmd::bench::run(a, g),
         Command::Calibrate(a) => cmd::calibrate::run(a, g),
+        Command::Infer(a) => cmd::infer::run(a, g),
         Command::Sweep(a) => cmd::sweep::run(a, g, &check_point),
         Command::WillItScale(a) => cmd::will_it_scale::run_cmd(a, g),
     }

@@ -85,6 +85,7 @@ fn input(value: f64, unit: &str, kind: InputKind, source: String) -> Input {
         unit: unit.to_string(),
         kind,
         source,
+        rows: Vec::new(),
     }
 }
 
@@ -534,6 +535,8 @@ pub fn this_host_spec(c: &HostCalibration) -> ProfileSpec {
         costs.insert(cost.key().to_string(), fig);
     }
     ProfileSpec {
+        // This host, now: no era's factors apply.
+        era: None,
         name: "this-host".into(),
         description: format!(
             "This host as calibrated {}: {}, {} socket(s) x {} core(s) x {} thread(s), {} \

@@ -180,6 +180,7 @@ pub fn this_host_machine(profile: &str, bytes: u64) -> MachineConfig {
             mode: TimeMode::Virtual,
             profile: profile.into(),
             scale: Vec::new(),
+            era: String::new(),
             seed: 0,
         },
         ..MachineConfig::default()

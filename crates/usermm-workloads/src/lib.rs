@@ -7,6 +7,7 @@
 //! - [`percpu_test`]: seed 004, `Percpu:` over the seed's memory-cgroup script.
 //! - [`bench`](mod@bench): `usermm bench`, the engine's hot paths beside the host kernel's.
 //! - [`calibrate`]: the `this-host` cost profile from `usermm calibrate`'s measurements.
+//! - [`infer`]: `usermm infer`, the era factors estimated from named training rows.
 //! - [`will_it_scale`]: will-it-scale's memory tests (page_fault1, mmap1, brk1, malloc1, ...)
 //!   and its output, written once over [`task::Task`], on the engine and the host kernel.
 //! - [`task`]: one task of an address-space workload as one trait, the engine's and the
@@ -29,6 +30,7 @@ pub mod bench;
 pub mod bigfree;
 pub mod calibrate;
 pub mod host_check;
+pub mod infer;
 pub mod munmap_test;
 pub mod percpu_test;
 pub mod seeds;

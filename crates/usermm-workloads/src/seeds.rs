@@ -101,6 +101,10 @@ impl ParallelFree {
     }
 }
 
+/// `WQ_DFL_ACTIVE`: the `max_active` of a workqueue allocated with 0, as the patch's
+/// `batch_free_wq` is (the seed's "patched, default wq" row).
+pub const DEFAULT_WQ_MAX_ACTIVE: u32 = 256;
+
 /// Seeds 000/001 (see [`ParallelFree`]): "Haswell EX which has 4nodes/72cores/144threads with
 /// 512G memory"; rebased on v4.11-rc2-mmotm for v2.
 pub const PARALLEL_FREE: ParallelFree = ParallelFree {
@@ -115,6 +119,10 @@ pub const PARALLEL_FREE: ParallelFree = ParallelFree {
         (8, 4.77, 0.97),
         (16, 4.85, 0.77),
         (32, 6.21, 0.46),
+        // "patched, default wq": the patch's `alloc_workqueue("batch_free_wq", WQ_UNBOUND |
+        // WQ_SYSFS, 0)`, whose 0 is WQ_DFL_ACTIVE (256), applied per node's pool_workqueue in
+        // v4.11: max_active 256.
+        (DEFAULT_WQ_MAX_ACTIVE, 5.795, 5.8),
     ],
     nodes: 4,
     threads: 144,

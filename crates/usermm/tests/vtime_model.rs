@@ -268,7 +268,7 @@ fn a_shared_line_hammered_by_n_cpus_serialises_every_rmw() {
                 .map(|cpu| {
                     s.spawn(cpu, move || {
                         for _ in 0..k {
-                            hooks::line_rmw(0x1000, &LINE);
+                            hooks::line_rmw(0x1000, &LINE, &LINE);
                         }
                         vtime::now()
                     })
@@ -296,7 +296,7 @@ fn line_time_is_a_share_of_busy_time_beside_other_work() {
     rt.run(0, || {
         for _ in 0..10 {
             vtime::work(90);
-            hooks::line_rmw(0x2000, &LINE2);
+            hooks::line_rmw(0x2000, &LINE2, &LINE2);
         }
     });
     let r = rt.report();

@@ -162,10 +162,10 @@ fn run(prog: &[(usize, Vec<Op>)]) -> Run {
                                     }
                                 }
                             }
-                            Op::Line { line } => hooks::line_rmw(
-                                0x100 + line as usize,
-                                if line == 0 { &LINE } else { &LINE2 },
-                            ),
+                            Op::Line { line } => {
+                                let class = if line == 0 { &LINE } else { &LINE2 };
+                                hooks::line_rmw(0x100 + line as usize, class, class)
+                            }
                             Op::Sleep(ns) => vtime::sleep(ns as u64),
                             Op::Work(ns) => vtime::work(ns as u64),
                         }

@@ -32,7 +32,7 @@ fn mixed(rt: &Runtime) -> Trace {
                         lock(1, &SPIN);
                         vtime::work(100 + cpu as u64);
                         unlock(1, &SPIN);
-                        hooks::line_rmw(0x10, &LINE);
+                        hooks::line_rmw(0x10, &LINE, &LINE);
                         if i % 5 == 0 {
                             lock(2, &MUTEX);
                             vtime::work(300);
@@ -374,7 +374,7 @@ fn hooks_outside_a_run_are_wall_mode_answers() {
     hooks::lock_release(1, &SPIN, Mode::Exclusive);
     hooks::lock_downgrade(1, &RWSEM);
     hooks::lock_forget(1);
-    hooks::line_rmw(1, &LINE);
+    hooks::line_rmw(1, &LINE, &LINE);
     hooks::line_forget(1);
     hooks::cv_wait(1, 2, &MUTEX);
     hooks::cv_notify(1, true);

@@ -87,6 +87,16 @@ pub struct TimeArgs {
     /// transfer.smt_sibling, wakeup, atomic_rmw, smt.sibling_factor or locks.NAME.
     #[arg(long = "scale-cost", value_name = "KEY=FACTOR", value_parser = parse_scale_cost)]
     pub scale_cost: Vec<(String, f64)>,
+    /// The era factors a 2016–2019 profile's costs carry (docs/profiles.md, "Era factors"):
+    /// inferred (the era file's, by `usermm infer`), unfitted (none: this host's costs scaled
+    /// by clock) or zap=F,free=F,locked=F,fault=F.
+    #[arg(long, value_name = "ERA", value_parser = parse_era)]
+    pub era: Option<String>,
+}
+
+/// `--era`: checked here, applied as `time.era`.
+fn parse_era(s: &str) -> Result<String, String> {
+    usermm::vtime::EraChoice::parse(s).map(|_| s.to_string())
 }
 
 /// `KEY=FACTOR` of `--scale-cost`.
@@ -110,7 +120,7 @@ impl TimeArgs {
         match self.mode {
             Some(TimeArg::Virtual) => true,
             Some(TimeArg::Wall) => false,
-            None => self.profile.is_some(),
+            None => self.profile.is_some() || self.era.is_some(),
         }
     }
 
@@ -123,6 +133,9 @@ impl TimeArgs {
         }
         if let Some(p) = &self.profile {
             c.time.profile = p.clone();
+        }
+        if let Some(e) = &self.era {
+            c.time.era = e.clone();
         }
     }
 
@@ -141,6 +154,9 @@ impl TimeArgs {
             }
             if let Some((k, _)) = self.scale_cost.first() {
                 return usage(format!("--scale-cost {k}=...: only with --time virtual"));
+            }
+            if let Some(e) = &self.era {
+                return usage(format!("--era {e}: only with --time virtual"));
             }
             return Ok(());
         }
@@ -163,6 +179,13 @@ impl TimeArgs {
                 return usage(format!("{flag}: {msg}"));
             }
         };
+        if let Some(e) = &self.era {
+            let choice = usermm::vtime::EraChoice::parse(e).map_err(anyhow::Error::msg)?;
+            if let Err(err) = p.with_era(choice) {
+                let msg = err.to_string();
+                return usage(format!("--era {e}: {msg}"));
+            }
+        }
         if !self.scale_cost.is_empty() {
             let mut scaled = p.clone();
             for (k, f) in &self.scale_cost {

@@ -158,8 +158,8 @@ pub fn opts(args: &BigfreeArgs) -> anyhow::Result<BigfreeOpts> {
         }
         Err(e) => return Err(e),
     };
-    // In virtual time, the seed's machine: all the profile's CPUs and nodes, RAM in the seed's
-    // proportion (unless the flags say otherwise).
+    // In virtual time, the seed's machine: all the profile's CPUs and nodes, RAM shaped as the
+    // seed's for its free (`fit_seed_machine`; unless the flags say otherwise).
     bigfree::fit_seed_machine(
         &mut base,
         args.size,

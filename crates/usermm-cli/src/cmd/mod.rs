@@ -17,6 +17,7 @@ use crate::args::GlobalArgs;
 pub mod bench;
 pub mod bigfree;
 pub mod calibrate;
+pub mod infer;
 pub mod meminfo;
 pub mod munmap_test;
 pub mod percpu_calibrate;

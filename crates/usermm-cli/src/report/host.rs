@@ -61,7 +61,7 @@ impl HostSummary {
     }
 }
 
-fn git_commit() -> Option<String> {
+pub(crate) fn git_commit() -> Option<String> {
     let git = |args: &[&str]| {
         let out = std::process::Command::new("git")
             .arg("-C")

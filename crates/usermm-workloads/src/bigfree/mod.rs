@@ -161,11 +161,20 @@ pub fn default_config(
 
 /// The seed's machine in virtual time, for the flags not given (`None` = not given): every
 /// hardware thread of `c`'s profile as a CPU, one memory node per profile node, and emulated RAM
-/// in the seed's own proportion to the mapping (512 GiB for 320 GiB on `haswell-ex-4s`), so that
-/// a smaller SIZE spans the nodes' zones as the seed's 320 GiB did: first-touched from the
-/// zapping task's node, then the next nodes in zonelist order, each with its own `zone.lock`
-/// and `lru_lock`. A no-op on the wall clock or when the profile does not resolve (the caller
-/// reports that).
+/// shaped as the seed's was for its free.
+///
+/// The seed's 320 GiB was first-touched from the zapping task's node and spilled into the next
+/// nodes in zonelist order (each node 128 GiB, its own `zone.lock` and `lru_lock`), and its jobs
+/// were freed in address order: with at most 32 jobs (32 GiB) in flight, the workers of every
+/// row shared one node's locks, but for a moment at the two node boundaries. A smaller SIZE
+/// keeps that property when each node holds at least the whole mapping — up to the seed's own
+/// node size, beyond which the mapping spills as the seed's did. So a node is
+/// `max(SIZE × the seed's RAM / 320 GiB / nodes, min(SIZE + overhead, the seed's node))`: at the
+/// seed's size exactly the seed's machine (512 GiB); at 32 GiB four nodes of 32 GiB and a
+/// little, the mapping on the zapping task's node. (Emulated RAM in the seed's proportion alone
+/// — 12.8 GiB nodes for 32 GiB — let 16 workers in flight spread over two nodes' locks, which
+/// the seed's never did.) A no-op on the wall clock or when the profile does not resolve (the
+/// caller reports that).
 pub fn fit_seed_machine(
     c: &mut MachineConfig,
     size: u64,
@@ -189,12 +198,32 @@ pub fn fit_seed_machine(
     if mem.is_none() {
         if let Some(gib) = t.memory_gib {
             let seed = seeds::PARALLEL_FREE.size as u128;
-            let want = (size as u128 * (u128::from(gib) << 30)).div_ceil(seed) as u64;
-            // Never less than SIZE and its overhead; whole MiB per node.
-            let want = want.max(size.saturating_add(overhead_bytes(size, c.cpus)));
-            let per_node = (want / u64::from(c.nodes)).next_multiple_of(1 << 20);
+            let proportional = (size as u128 * (u128::from(gib) << 30)).div_ceil(seed) as u64;
+            let nodes = u64::from(c.nodes);
+            let seed_node = (gib << 30) / u64::from(t.nodes.max(1));
+            let whole = size.saturating_add(overhead_bytes(size, c.cpus));
+            // Never less than SIZE and its overhead in all; whole MiB per node.
+            let per_node = (proportional / nodes)
+                .max(whole.min(seed_node))
+                .max(whole.div_ceil(nodes))
+                .next_multiple_of(1 << 20);
             c.mem = (per_node * u64::from(c.nodes)).min(usermm::config::MAX_MEM_BYTES);
         }
+    }
+}
+
+/// The modelled run of seeds 000/001 that `reproduce` makes at `size` (32 GiB at its default
+/// scale, 320 GiB at `--scale seed`) and that `usermm infer` evaluates its training rows on:
+/// the seed's machine in virtual time ([`default_config`], then [`fit_seed_machine`]), the
+/// patch's 1 GiB jobs, one run a row, no pcp auto-tune rows. Rows are `max_active`.
+pub fn seed_model_opts(size: u64, max_active: &[u32]) -> BigfreeOpts {
+    let mut base = default_config(size, max_active, None, None);
+    base.time.mode = TimeMode::Virtual;
+    fit_seed_machine(&mut base, size, None, None, None);
+    BigfreeOpts {
+        pcp_tune_rows: false,
+        base,
+        ..BigfreeOpts::new(size, max_active)
     }
 }
 

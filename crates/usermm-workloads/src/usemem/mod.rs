@@ -100,7 +100,8 @@ pub struct UsememResult {
     /// `measured (this host)` or `modelled (profile NAME)`: how every time above was obtained.
     pub time: String,
     /// Virtual time: the share of the CPUs' busy time spent on the huge zero page's refcount
-    /// line (seed 002's cycles in `get_huge_zero_page`/`put_huge_zero_page`).
+    /// line by `get_huge_zero_page` (seed 002's published share; the puts' time is the report's
+    /// `huge_zero_refcount.put` line).
     pub huge_zero_line_share: Option<f64>,
     /// Virtual time: the run's report (every CPU's busy, spin and idle time, every context's
     /// CPU time, lock_stat per class, the shared lines).
@@ -239,6 +240,31 @@ pub fn run(machine: &Arc<Machine>, opts: &UsememOpts) -> Result<UsememResult, Us
         Hooks::default(),
         "",
     )
+}
+
+/// Seed 002's run as `reproduce` makes it (and `usermm infer` evaluates its training row):
+/// `usemem -n 72 --readonly -j 0x200000 100G` on the seed's Haswell-EP (72 CPUs, 2 nodes,
+/// THP always, sparse backing, the seed's profile), at the seed's own size. The caller sets
+/// the clock (`time.mode`) and the policy ([`MachineConfig::set_patched`]).
+pub fn seed_002_run() -> (MachineConfig, UsememOpts) {
+    let seed = crate::seeds::HUGE_ZERO;
+    let opts = UsememOpts {
+        size: seed.size,
+        nproc: seed.nproc as i32,
+        readonly: true,
+        step: seed.step,
+        ..UsememOpts::default()
+    };
+    let mut base = MachineConfig {
+        mem: 16 << 30,
+        cpus: crate::seeds::HUGE_ZERO_MACHINE.cpus,
+        nodes: crate::seeds::HUGE_ZERO_MACHINE.nodes,
+        backing: usermm::config::BackingMode::Sparse,
+        thp: usermm::config::ThpMode::Always,
+        ..MachineConfig::default()
+    };
+    base.time.profile = SEED_PROFILE.into();
+    (base, opts)
 }
 
 /// Run the same usemem on a vanilla and a patched machine built from `base`.

@@ -193,6 +193,10 @@ pub struct TimeConfig {
     /// resolves it ([`Profile::scaled`]): the scaled profile lives in memory only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scale: Vec<ScaleCost>,
+    /// `time.era`: which era factors the profile's costs carry (`vtime::EraChoice`): empty
+    /// or `inferred` (the era file's), `unfitted` (none), or `zap=F,free=F,locked=F,fault=F`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub era: String,
     /// `time.seed`: the seed of the profile's jitter (`[jitter]`, `vtime/jitter.rs`); runs with
     /// the same seed are identical to the nanosecond.
     #[serde(default)]
@@ -220,7 +224,11 @@ impl TimeConfig {
     pub fn label(&self) -> String {
         match self.mode {
             TimeMode::Wall => "measured (this host)".into(),
-            TimeMode::Virtual => format!("modelled (profile {})", self.profile),
+            TimeMode::Virtual => match self.era.as_str() {
+                "" | "inferred" => format!("modelled (profile {})", self.profile),
+                "unfitted" => format!("modelled (profile {}, unfitted)", self.profile),
+                era => format!("modelled (profile {}, era {era})", self.profile),
+            },
         }
     }
 }
@@ -425,6 +433,7 @@ pub const CONFIG_KEYS: &[&str] = &[
     "pcpu.empty_pop_pages_high",
     "tlb.flush_cost_ns",
     "time.mode",
+    "time.era",
     "time.profile",
     "time.seed",
     "vma.per_vma_lock",
@@ -585,6 +594,11 @@ impl MachineConfig {
                 }
                 self.time.profile = v.to_string();
             }
+            "time.era" => {
+                crate::vtime::EraChoice::parse(v)
+                    .map_err(|m| ConfigError(format!("time.era: {m}")))?;
+                self.time.era = v.to_string();
+            }
             "time.seed" => self.time.seed = parse_num(key, v)?,
             "vma.per_vma_lock" => self.vma.per_vma_lock = parse_bool(key, v)?,
             _ => {
@@ -740,6 +754,11 @@ impl MachineConfig {
                 .scaled(&s.key, s.factor)
                 .map_err(|e| ConfigError(format!("time.scale {}={:?}: {e}", s.key, s.factor)))?;
         }
+        let era = crate::vtime::EraChoice::parse(&self.time.era)
+            .map_err(|m| ConfigError(format!("time.era: {m}")))?;
+        p = p
+            .with_era(era)
+            .map_err(|e| ConfigError(format!("time.era={}: {e}", self.time.era)))?;
         Placement::new(&p, usize::from(self.cpus), usize::from(self.nodes))
             .map_err(|e| ConfigError(e.to_string()))?;
         Ok(Some(Arc::new(p)))

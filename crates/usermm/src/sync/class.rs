@@ -86,8 +86,17 @@ pub static ALL_LOCK_CLASSES: &[&LockClass] = &[
     &UNMODELLED,
 ];
 
-/// The huge zero page's global reference count (`huge_zero_refcount`, seed 002).
+/// The huge zero page's global reference count (`huge_zero_refcount`, seed 002): the line,
+/// and the time of its `get_huge_zero_page` RMWs.
 pub static HUGE_ZERO_REFCOUNT: LineClass = LineClass::new("huge_zero_refcount");
+
+/// The same line's `put_huge_zero_page` RMWs, accounted apart ([`SharedLine::fetch_sub_as`]):
+/// in the seed's kernel (v4.8) `put_huge_zero_page` is a function of its own (called from
+/// `release_pages` and the zap), so a profile lists its cycles on a line of their own, not
+/// under `get_huge_zero_page`, whose share seed 002 published.
+///
+/// [`SharedLine::fetch_sub_as`]: super::shared_line::SharedLine::fetch_sub_as
+pub static HUGE_ZERO_REFCOUNT_PUT: LineClass = LineClass::new("huge_zero_refcount.put");
 
 #[cfg(test)]
 mod test {

@@ -107,8 +107,15 @@ impl<A: LineAtomic> SharedLine<A> {
 
     #[inline]
     fn rmw(&self) {
+        self.rmw_as(self.class);
+    }
+
+    /// An RMW of this line whose time is accounted to `site` (a class naming the caller, as a
+    /// profiler would attribute it); the line itself, its queue and its owner, are the same.
+    #[inline]
+    fn rmw_as(&self, site: &'static LineClass) {
         if vhook::active() {
-            vhook::line_rmw(std::ptr::from_ref(self) as usize, self.class);
+            vhook::line_rmw(std::ptr::from_ref(self) as usize, self.class, site);
         }
     }
 
@@ -139,6 +146,13 @@ impl<A: LineAtomic> SharedLine<A> {
     #[inline]
     pub fn fetch_sub(&self, v: A::Value, o: Ordering) -> A::Value {
         self.rmw();
+        self.value.fetch_sub(v, o)
+    }
+
+    /// [`fetch_sub`](Self::fetch_sub) with its time accounted to `site` (see `rmw_as`).
+    #[inline]
+    pub fn fetch_sub_as(&self, site: &'static LineClass, v: A::Value, o: Ordering) -> A::Value {
+        self.rmw_as(site);
         self.value.fetch_sub(v, o)
     }
 

@@ -109,11 +109,11 @@ pub(crate) fn lock_forget(id: usize) {
     }
 }
 
-/// Before an RMW on a modelled shared line.
+/// Before an RMW on a modelled shared line of `class`, its time accounted to `site`.
 #[inline]
-pub(crate) fn line_rmw(id: usize, class: &'static LineClass) {
+pub(crate) fn line_rmw(id: usize, class: &'static LineClass, site: &'static LineClass) {
     if SEAM {
-        vt::line_rmw(id, class);
+        vt::line_rmw(id, class, site);
     }
 }
 

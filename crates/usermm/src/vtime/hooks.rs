@@ -82,11 +82,12 @@ pub fn lock_forget(id: usize) {
     }
 }
 
-/// Before an RMW on a modelled shared line.
+/// Before an RMW on a modelled shared line of `class`; its time is accounted to `site` (the
+/// class itself, or one that names the calling kernel function).
 #[inline]
-pub fn line_rmw(id: usize, class: &'static LineClass) {
+pub fn line_rmw(id: usize, class: &'static LineClass, site: &'static LineClass) {
     if in_run() {
-        virt::line_rmw(id, class);
+        virt::line_rmw(id, class, site);
     }
 }
 
@@ -250,9 +251,9 @@ mod virt {
     }
 
     #[inline(never)]
-    pub(super) fn line_rmw(id: usize, class: &'static LineClass) {
+    pub(super) fn line_rmw(id: usize, class: &'static LineClass, site: &'static LineClass) {
         if let Some(rt) = current() {
-            rt.sync(|st, me| st.line_rmw(me, id, class));
+            rt.sync(|st, me| st.line_rmw(me, id, class, site));
         }
     }
 

@@ -274,9 +274,11 @@ pub use class::{Acquired, LineClass, LockClass, Mode, WaitKind};
 pub use hooks::charge;
 pub use memory::{MemoryStat, Touch};
 pub use profile::{
-    evaluate, Cost, Distance, Figure, FormulaRow, Input, InputKind, LockFigure, MemorySpec,
+    builtin_era, builtin_era_names, check_era, evaluate, parse_era, Cost, Distance, Era, EraChoice,
+    EraFactor, EraFactors, EraSpec, Figure, FormulaRow, Input, InputKind, LockFigure, MemorySpec,
     Placement, Profile, ProfileError, ProfileSpec, Quantity, Smt, Topology, Transfers,
-    ENGINE_LOCK_CLASSES, TOPOLOGY_GHZ,
+    ENGINE_LOCK_CLASSES, ERA_FACTORS, MAX_FACTOR, MIN_FACTOR, NR_ERA_FACTORS, PLAUSIBLE,
+    TOPOLOGY_GHZ,
 };
 pub use report::{ContextTime, CpuTime, LineStat, LockStat, Report, SchedStats};
 pub use runtime::{

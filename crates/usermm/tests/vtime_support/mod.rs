@@ -57,7 +57,8 @@ pub fn test_spec() -> ProfileSpec {
     s.transfer.same_socket = ns(T_SOCK, "test");
     s.transfer.other_socket = ns(T_REMOTE, "test");
     s.smt.sibling_factor = SMT_FACTOR;
-    // Round figures stand on their own: no inputs, no formulas.
+    // Round figures stand on their own: no inputs, no formulas, no era factors over them.
+    s.era = None;
     s.smt.formula = None;
     s.inputs.clear();
     // Exact formulas below: no line model and no jitter unless a test adds them.

@@ -76,7 +76,14 @@ pub(super) fn run(
         Scale::Default if modelled => (16u64 << 30, 1),
         Scale::Default => (16u64 << 30, 3),
     };
-    let ma = [1u32, 2, 4, 8, 16, 32];
+    // The seed's rows; the default workqueue's (max_active 256) only where it is modelled: on
+    // this host's wall clock 256 workers share its cores and say nothing new.
+    let ma: Vec<u32> = usermm_workloads::seeds::PARALLEL_FREE
+        .rows
+        .iter()
+        .map(|r| r.0)
+        .filter(|m| modelled || *m != usermm_workloads::seeds::DEFAULT_WQ_MAX_ACTIVE)
+        .collect();
     let mut base = bigfree::default_config(size, &ma, None, None);
     time.apply(&mut base);
     bigfree::fit_seed_machine(&mut base, size, None, None, None);

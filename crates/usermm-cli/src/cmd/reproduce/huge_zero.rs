@@ -6,11 +6,11 @@
 use std::path::Path;
 
 use serde::Serialize;
-use usermm::config::{BackingMode, MachineConfig, ThpMode, TimeMode};
+use usermm::config::{MachineConfig, TimeMode};
 use usermm::stats::VmItem;
 use usermm_host::measure::HostUsememResult;
 use usermm_workloads::seeds::{HugeZero, HUGE_ZERO};
-use usermm_workloads::usemem::{self, UsememOpts, UsememResult};
+use usermm_workloads::usemem::{self, UsememResult};
 
 use super::experiment::{Outcome, Scale};
 use crate::args::TimeArgs;
@@ -71,22 +71,7 @@ pub(super) fn run(
     time: &TimeArgs,
 ) -> anyhow::Result<Outcome<HugeZeroRecord>> {
     let seed = HUGE_ZERO;
-    let opts = UsememOpts {
-        size: seed.size,
-        nproc: seed.nproc as i32,
-        readonly: true,
-        step: seed.step,
-        ..UsememOpts::default()
-    };
-    let mut base = MachineConfig {
-        mem: 16 << 30,
-        cpus: usermm_workloads::seeds::HUGE_ZERO_MACHINE.cpus,
-        nodes: usermm_workloads::seeds::HUGE_ZERO_MACHINE.nodes,
-        backing: BackingMode::Sparse,
-        thp: ThpMode::Always,
-        ..MachineConfig::default()
-    };
-    base.time.profile = usemem::SEED_PROFILE.into();
+    let (mut base, opts) = usemem::seed_002_run();
     time.apply(&mut base);
     time.check(&mut base, None)?;
     let label = usermm_workloads::TimeLabel::of(&base).time;
@@ -127,7 +112,7 @@ pub(super) fn run(
         )
     };
     t.push_row([
-        "get/put_huge_zero_page share of cycles".to_string(),
+        "get_huge_zero_page share of cycles".to_string(),
         format!("{:.2} %", seed.cycles_share_vanilla * 100.0),
         format!("{:.2} %", seed.cycles_share_patched * 100.0),
         share(&v),

@@ -154,6 +154,10 @@ pub struct Results {
     /// measurements and `rows[]` (`name`, `unit`, `predicted`, `measured`, `error`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_check: Option<host_check::HostCheckRecord>,
+    /// The era factors the modelled sides carry (`usermm infer`'s era file: every factor with
+    /// its value, its training rows and the run that inferred it), when a modelled side ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub era: Option<usermm::vtime::EraSpec>,
 }
 
 impl Results {
@@ -188,7 +192,7 @@ impl Results {
         if let Some(s) = self.bigfree.as_ref().and_then(|p| p.modelled.as_ref()) {
             v.push((
                 "bigfree",
-                sides::bigfree_verdict(&s.figures, &name(&s.profile), self.scale == Scale::Seed),
+                sides::bigfree_verdict(&s.figures, &name(&s.profile)),
             ));
         }
         if let Some(s) = self.huge_zero.as_ref().and_then(|p| p.modelled.as_ref()) {
@@ -222,6 +226,7 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         munmap: None,
         percpu: None,
         host_check: None,
+        era: None,
         sensitivity: None,
     };
     let mut sections = Vec::new();
@@ -231,6 +236,10 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
             continue; // after the seeds, below
         }
         for (kind, time) in sides::sides(&args.time) {
+            // Percpu's figures are sizes: no era factor prices them.
+            if kind == sides::SideKind::Unfitted && e == Experiment::Percpu {
+                continue;
+            }
             // Each side's own plots in its own directory (report.md links them).
             let dir = out.join(kind.name());
             std::fs::create_dir_all(&dir)?;
@@ -272,6 +281,14 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
             results.add(kind, &time_label, o.record, args.scale);
             sections.push(section);
         }
+    }
+    if verdicts
+        .iter()
+        .any(|(_, k, _)| *k == sides::SideKind::Modelled)
+    {
+        results.era = usermm::vtime::Profile::builtin(usermm_workloads::bigfree::SEED_PROFILE)
+            .ok()
+            .and_then(|p| p.era().map(|e| e.spec.clone()));
     }
     let comparison = sides::comparison(
         out,
@@ -338,7 +355,25 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     let modelled = results.modelled_verdicts();
     let mut summary = String::new();
     for (name, v) in &modelled {
-        summary += &format!("- **{name}** (timing, judged on the modelled column): {v}\n");
+        summary += &format!(
+            "- **{name}** (timing, judged on the modelled column's predicted figures): {v}\n"
+        );
+    }
+    if let Some(era) = &results.era {
+        summary += &format!(
+            "\nThe modelled columns carry the era factors of `{}` (docs/profiles.md, \"Era \
+             factors\"; `usermm infer`): {}. The unfitted columns are the same model with every \
+             factor 1.\n",
+            era.name,
+            usermm::vtime::ERA_FACTORS
+                .iter()
+                .filter_map(|f| era
+                    .inputs
+                    .get(f.input)
+                    .map(|i| format!("{} {}", f.input, i.value)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     for (name, kind, v) in &verdicts {
         summary += &format!("- {name}, {}: {v}\n", kind.name());

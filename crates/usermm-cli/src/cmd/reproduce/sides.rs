@@ -21,7 +21,10 @@ use crate::report::{line_plot, Section, Series, Table};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SideKind {
+    /// Virtual time on the seed's machine with the inferred era factors.
     Modelled,
+    /// The same without them (`--era unfitted`): this host's costs scaled by clock.
+    Unfitted,
     Measured,
 }
 
@@ -29,25 +32,38 @@ impl SideKind {
     pub fn name(self) -> &'static str {
         match self {
             SideKind::Modelled => "modelled",
+            SideKind::Unfitted => "unfitted",
             SideKind::Measured => "measured",
         }
     }
 }
 
-/// The sides `--time`/`--profile` ask for: both when neither is given, else the one named.
+/// The sides `--time`/`--profile`/`--era` ask for: all three when none is given; the modelled
+/// side and its unfitted view with `--time virtual` (or `--profile`); the one named with
+/// `--era`; else the measured side.
 pub(super) fn sides(time: &TimeArgs) -> Vec<(SideKind, TimeArgs)> {
     let virt = TimeArgs {
         mode: Some(TimeArg::Virtual),
         ..time.clone()
     };
+    let unfitted = TimeArgs {
+        era: Some("unfitted".into()),
+        ..virt.clone()
+    };
     let wall = TimeArgs {
         mode: Some(TimeArg::Wall),
         profile: None,
         scale_cost: Vec::new(),
+        era: None,
     };
-    match (time.mode, &time.profile) {
-        (None, None) if time.scale_cost.is_empty() => {
-            vec![(SideKind::Modelled, virt), (SideKind::Measured, wall)]
+    match (time.mode, &time.profile, &time.era) {
+        (None, None, None) if time.scale_cost.is_empty() => vec![
+            (SideKind::Modelled, virt),
+            (SideKind::Unfitted, unfitted),
+            (SideKind::Measured, wall),
+        ],
+        (_, _, None) if time.is_virtual() => {
+            vec![(SideKind::Modelled, virt), (SideKind::Unfitted, unfitted)]
         }
         _ if time.is_virtual() => vec![(SideKind::Modelled, virt)],
         _ => vec![(SideKind::Measured, wall)],
@@ -69,10 +85,11 @@ pub struct Side<F, R> {
 
 impl<F, R> Side<F, R> {
     pub fn new(time: &str, figures: F, detail: Box<R>) -> Self {
+        // `modelled (profile NAME)` or `modelled (profile NAME, unfitted)`.
         let profile = time
             .strip_prefix("modelled (profile ")
             .and_then(|s| s.strip_suffix(')'))
-            .map(str::to_string);
+            .map(|s| s.split(", ").next().unwrap_or(s).to_string());
         Side {
             profile,
             time: time.to_string(),
@@ -82,11 +99,13 @@ impl<F, R> Side<F, R> {
     }
 }
 
-/// An experiment in `results.json`: its modelled and measured sides (either may be absent
-/// when `--time` picked one).
+/// An experiment in `results.json`: its modelled side, the same unfitted (no era factors),
+/// and its measured side (any may be absent when `--time`/`--era` picked fewer).
 #[derive(Debug, Serialize)]
 pub struct Pair<F, R> {
     pub modelled: Option<Side<F, R>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unfitted: Option<Side<F, R>>,
     pub measured: Option<Side<F, R>>,
 }
 
@@ -94,6 +113,7 @@ impl<F, R> Default for Pair<F, R> {
     fn default() -> Self {
         Pair {
             modelled: None,
+            unfitted: None,
             measured: None,
         }
     }
@@ -103,7 +123,40 @@ impl<F, R> Pair<F, R> {
     pub fn set(&mut self, kind: SideKind, side: Side<F, R>) {
         match kind {
             SideKind::Modelled => self.modelled = Some(side),
+            SideKind::Unfitted => self.unfitted = Some(side),
             SideKind::Measured => self.measured = Some(side),
+        }
+    }
+}
+
+/// Whether a seed's figure trained an era factor (*fitted*: shown, never judged) or is a
+/// prediction of the model (*predicted*: what the verdict is judged on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Fitted,
+    Predicted,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Fitted => "fitted",
+            Role::Predicted => "predicted",
+        }
+    }
+
+    /// The role of seeds 000/001's row at `max_active` (`None`: inline): fitted when
+    /// `usermm infer` trains on it.
+    pub fn of_bigfree_row(max_active: Option<u32>) -> Role {
+        use usermm_workloads::infer::rows::{teardown_rows, RowKind};
+        if teardown_rows()
+            .iter()
+            .any(|r| r.kind == RowKind::Teardown(max_active))
+        {
+            Role::Fitted
+        } else {
+            Role::Predicted
         }
     }
 }
@@ -113,6 +166,8 @@ impl<F, R> Pair<F, R> {
 pub struct CurveRow {
     /// `None` for vanilla (inline free).
     pub max_active: Option<u32>,
+    /// Fitted (a training row of the era factors) or predicted.
+    pub role: Role,
     pub seconds: f64,
     /// Vanilla time / this row's time.
     pub speedup: f64,
@@ -135,6 +190,7 @@ impl BigfreeFigures {
                 .filter(|x| !x.pcp_auto_tune)
                 .map(|x| CurveRow {
                     max_active: x.max_active,
+                    role: Role::of_bigfree_row(x.max_active),
                     seconds: x.time_s,
                     speedup: x.speedup,
                     spin_share: x.spin_share,
@@ -222,11 +278,12 @@ fn miss(ours: f64, seed: f64, band: f64) -> Option<f64> {
     (err.abs() > band).then_some(err)
 }
 
-/// A timing seed's checks, each met or missed.
+/// A timing seed's checks, each met or missed, and the figures shown but not judged.
 #[derive(Default)]
 struct Checks {
     passed: Vec<String>,
     failed: Vec<String>,
+    fitted: Vec<String>,
 }
 
 impl Checks {
@@ -238,12 +295,17 @@ impl Checks {
         }
     }
 
-    /// The one verdict: `reproduced` when every check passed, else `not reproduced` and
-    /// every check that failed.
+    /// A training row of the era factors: shown, never judged.
+    fn fitted(&mut self, what: String) {
+        self.fitted.push(what);
+    }
+
+    /// The one verdict, judged on the predicted figures: `reproduced` when every check
+    /// passed, else `not reproduced` and every check that failed; then the fitted figures.
     fn verdict(self, profile: &str) -> String {
         let (passed, failed) = (self.passed, self.failed);
         format!(
-            "{} (modelled, profile {profile}) — {}{}",
+            "{} (predicted figures, modelled, profile {profile}) — {}{}{}",
             if failed.is_empty() {
                 "reproduced"
             } else {
@@ -258,39 +320,65 @@ impl Checks {
                 String::new()
             } else {
                 format!("met: {}", passed.join("; "))
+            },
+            if self.fitted.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; fitted (training rows of the era factors, not judged): {}",
+                    self.fitted.join("; ")
+                )
             }
         )
     }
 }
 
-/// Seeds 000/001, judged on the modelled curve (issue 25's bands): each speedup within ±25 %
-/// of the seed's, the fastest row at max_active 4, 8 or 16, the 32 row slower than the 8 row,
-/// spinning at least 40 % of the CPU time at max_active 8 (the seed thread's node-bound run
-/// reports 62.6 %), and at `--scale seed` the inline free within ±35 % of 10.8 s.
-pub(super) fn bigfree_verdict(m: &BigfreeFigures, profile: &str, seed_scale: bool) -> String {
+/// Seeds 000/001, judged on the modelled curve's predicted rows (issue 31's bands): each
+/// predicted speedup within ±25 % of the seed's (max_active 2, 4, 16, 32 and the default
+/// workqueue's), the fastest row at max_active 4, 8 or 16, and the 32 row at least 15 %
+/// slower than the 8 row. The inline, max_active 1 and 8 rows trained the era factors
+/// (`usermm infer`): shown as fitted.
+pub(super) fn bigfree_verdict(m: &BigfreeFigures, profile: &str) -> String {
     let par: Vec<&CurveRow> = m.rows.iter().filter(|r| r.max_active.is_some()).collect();
     let Some(best) = par.iter().min_by(|a, b| a.seconds.total_cmp(&b.seconds)) else {
         return "no parallel row".into();
     };
     let mut c = Checks::default();
     let mut misses = Vec::new();
+    let mut judged = Vec::new();
+    let mut fitted = Vec::new();
+    if let Some(v) = m.seconds(None) {
+        fitted.push(format!("inline {v:.3} s"));
+    }
     for &(ma, s, _) in PARALLEL_FREE.rows {
         let seed = PARALLEL_FREE.vanilla_s / s;
-        if let Some(ours) = m.speedup(Some(ma)) {
-            if let Some(err) = miss(ours, seed, 0.25) {
-                misses.push(format!(
-                    "{ma}: {ours:.2}× vs {seed:.2}× ({:+.0} %)",
-                    err * 100.0
-                ));
-            }
+        let Some(ours) = m.speedup(Some(ma)) else {
+            continue;
+        };
+        if Role::of_bigfree_row(Some(ma)) == Role::Fitted {
+            fitted.push(format!("max_active {ma} {ours:.2}× (seed {seed:.2}×)"));
+            continue;
+        }
+        judged.push(ma.to_string());
+        if let Some(err) = miss(ours, seed, 0.25) {
+            misses.push(format!(
+                "{ma}: {ours:.2}× vs {seed:.2}× ({:+.0} %)",
+                err * 100.0
+            ));
         }
     }
     c.check(
         misses.is_empty(),
         if misses.is_empty() {
-            "every speedup within ±25 % of the seed's".into()
+            format!(
+                "every predicted speedup within ±25 % of the seed's (max_active {})",
+                judged.join(", ")
+            )
         } else {
-            format!("speedups within ±25 % (outside: {})", misses.join(", "))
+            format!(
+                "predicted speedups within ±25 % (outside: {})",
+                misses.join(", ")
+            )
         },
     );
     let best_ma = best.max_active.unwrap_or(0);
@@ -303,36 +391,21 @@ pub(super) fn bigfree_verdict(m: &BigfreeFigures, profile: &str, seed_scale: boo
     );
     if let (Some(a), Some(b)) = (m.seconds(Some(32)), m.seconds(Some(8))) {
         c.check(
-            a > b,
-            format!("max_active 32 slower than 8 ({a:.3} s vs {b:.3} s)"),
-        );
-    }
-    if let Some(r8) = m.rows.iter().find(|r| r.max_active == Some(8)) {
-        c.check(
-            r8.spin_share >= 0.40,
+            a >= b * 1.15,
             format!(
-                "spinning ≥ 40 % of CPU time at max_active 8 ({:.1} %; seed thread 62.6 %)",
-                r8.spin_share * 100.0
+                "max_active 32 at least 15 % slower than 8 ({a:.3} s vs {b:.3} s, {:+.0} %)",
+                (a / b - 1.0) * 100.0
             ),
         );
     }
-    if seed_scale {
-        if let Some(v) = m.seconds(None) {
-            c.check(
-                miss(v, PARALLEL_FREE.vanilla_s, 0.35).is_none(),
-                format!(
-                    "inline free within ±35 % of {} s ({v:.2} s)",
-                    PARALLEL_FREE.vanilla_s
-                ),
-            );
-        }
+    for f in fitted {
+        c.fitted(f);
     }
     c.verdict(profile)
 }
 
-/// Seed 002 (issue 25's bands): the throughput ratio within ±25 % of 2.64, the huge zero
-/// page's line between 40 % and 68 % of CPU time vanilla (the seed's 54.03 %), under 1 %
-/// patched.
+/// Seed 002 (issue 31's bands): the throughput ratio within ±25 % of 2.64 and the huge zero
+/// page's line under 1 % patched, predicted; the vanilla share trained the fault factor.
 pub(super) fn huge_zero_verdict(m: &HugeZeroFigures, profile: &str) -> String {
     let (v, p) = (
         m.line_share_vanilla.unwrap_or(0.0),
@@ -346,20 +419,18 @@ pub(super) fn huge_zero_verdict(m: &HugeZeroFigures, profile: &str) -> String {
             HUGE_ZERO.throughput_ratio, m.throughput_ratio
         ),
     );
-    c.check(
-        (0.40..=0.68).contains(&v),
-        format!(
-            "the huge zero page's line 40–68 % of CPU time vanilla ({:.2} %; seed {:.2} %)",
-            v * 100.0,
-            HUGE_ZERO.cycles_share_vanilla * 100.0
-        ),
-    );
     c.check(p < 0.01, format!("under 1 % patched ({:.2} %)", p * 100.0));
+    c.fitted(format!(
+        "get_huge_zero_page's share vanilla {:.2} % (seed {:.2} %)",
+        v * 100.0,
+        HUGE_ZERO.cycles_share_vanilla * 100.0
+    ));
     c.verdict(profile)
 }
 
 /// Seed 003 (issue 25's bands): the exclusive hold at least 1000× shorter patched, and the
 /// vanilla hold per page within ±35 % of the seed's own (2 485 684 µs for 80 GiB: 118.5 ns).
+/// Both predicted: nothing of seed 003 trains a factor.
 pub(super) fn munmap_verdict(m: &MunmapFigures, profile: &str) -> String {
     let seed_per_page = MUNMAP_DOWNGRADE.exclusive_vanilla_us as f64 * 1000.0
         / (MUNMAP_DOWNGRADE.size / 4096) as f64;
@@ -399,101 +470,138 @@ pub(super) fn comparison(
     munmap: Option<&MunmapPair>,
 ) -> anyhow::Result<Section> {
     let mut t = Table::new(
-        "Each seed's published figure, the model on the seed's machine, and this host".to_string(),
+        "Each seed's published figure, the model on the seed's machine (with the era factors, \
+         and unfitted), and this host"
+            .to_string(),
         [
             "seed",
             "figure",
+            "role",
             "published",
             "modelled",
+            "unfitted",
             "measured (this host)",
         ],
     );
     let mut notes = String::new();
     let x2 = |v: f64| format!("{v:.2}×");
+    let fig =
+        |s: &Option<Side<BigfreeFigures, BigfreeRecord>>| s.as_ref().map(|s| s.figures.clone());
     if let Some(b) = bigfree {
         notes += &format!(
-            "- bigfree: modelled {}; measured {}\n",
+            "- bigfree: modelled {}; unfitted {}; measured {}\n",
             side_label(&b.modelled),
+            side_label(&b.unfitted),
             side_label(&b.measured)
         );
-        let m = b.modelled.as_ref().map(|s| &s.figures);
-        let w = b.measured.as_ref().map(|s| &s.figures);
+        let (m, u, w) = (fig(&b.modelled), fig(&b.unfitted), fig(&b.measured));
         t.push_row([
             "000/001".into(),
             "vanilla free time (s)".into(),
+            Role::of_bigfree_row(None).name().into(),
             format!("{:.2} (320 GiB)", PARALLEL_FREE.vanilla_s),
-            opt(m.and_then(|f| f.seconds(None)), |v| format!("{v:.3}")),
-            opt(w.and_then(|f| f.seconds(None)), |v| format!("{v:.3}")),
+            opt(m.as_ref().and_then(|f| f.seconds(None)), |v| {
+                format!("{v:.3}")
+            }),
+            opt(u.as_ref().and_then(|f| f.seconds(None)), |v| {
+                format!("{v:.3}")
+            }),
+            opt(w.as_ref().and_then(|f| f.seconds(None)), |v| {
+                format!("{v:.3}")
+            }),
         ]);
         for &(ma, s, _) in PARALLEL_FREE.rows {
+            let label = if ma == usermm_workloads::seeds::DEFAULT_WQ_MAX_ACTIVE {
+                format!("speedup, default workqueue (max_active {ma})")
+            } else {
+                format!("speedup, max_active {ma}")
+            };
             t.push_row([
                 "000/001".into(),
-                format!("speedup, max_active {ma}"),
+                label,
+                Role::of_bigfree_row(Some(ma)).name().into(),
                 x2(PARALLEL_FREE.vanilla_s / s),
-                opt(m.and_then(|f| f.speedup(Some(ma))), x2),
-                opt(w.and_then(|f| f.speedup(Some(ma))), x2),
+                opt(m.as_ref().and_then(|f| f.speedup(Some(ma))), x2),
+                opt(u.as_ref().and_then(|f| f.speedup(Some(ma))), x2),
+                opt(w.as_ref().and_then(|f| f.speedup(Some(ma))), x2),
             ]);
         }
     }
     if let Some(h) = huge_zero {
         notes += &format!(
-            "- huge-zero: modelled {}; measured {}\n",
+            "- huge-zero: modelled {}; unfitted {}; measured {}\n",
             side_label(&h.modelled),
+            side_label(&h.unfitted),
             side_label(&h.measured)
         );
         let m = h.modelled.as_ref().map(|s| &s.figures);
+        let u = h.unfitted.as_ref().map(|s| &s.figures);
         let w = h.measured.as_ref().map(|s| &s.figures);
         let pct = |v: f64| format!("{:.2} %", v * 100.0);
         t.push_row([
             "002".into(),
             "throughput patched/vanilla".into(),
+            Role::Predicted.name().into(),
             x2(HUGE_ZERO.throughput_ratio),
             opt(m.map(|f| f.throughput_ratio), x2),
+            opt(u.map(|f| f.throughput_ratio), x2),
             opt(w.map(|f| f.throughput_ratio), x2),
         ]);
         t.push_row([
             "002".into(),
-            "huge zero line, vanilla".into(),
+            "get_huge_zero_page's line share, vanilla".into(),
+            Role::Fitted.name().into(),
             pct(HUGE_ZERO.cycles_share_vanilla),
             opt(m.and_then(|f| f.line_share_vanilla), pct),
+            opt(u.and_then(|f| f.line_share_vanilla), pct),
             opt(w.and_then(|f| f.line_share_vanilla), pct),
         ]);
         t.push_row([
             "002".into(),
-            "huge zero line, patched".into(),
+            "the line's share, patched".into(),
+            Role::Predicted.name().into(),
             pct(HUGE_ZERO.cycles_share_patched),
             opt(m.and_then(|f| f.line_share_patched), pct),
+            opt(u.and_then(|f| f.line_share_patched), pct),
             opt(w.and_then(|f| f.line_share_patched), pct),
         ]);
     }
     if let Some(p) = munmap {
         notes += &format!(
-            "- munmap: modelled {}; measured {}\n",
+            "- munmap: modelled {}; unfitted {}; measured {}\n",
             side_label(&p.modelled),
+            side_label(&p.unfitted),
             side_label(&p.measured)
         );
         let m = p.modelled.as_ref().map(|s| &s.figures);
+        let u = p.unfitted.as_ref().map(|s| &s.figures);
         let w = p.measured.as_ref().map(|s| &s.figures);
         let us = |v: f64| format!("{v:.1}");
         t.push_row([
             "003".into(),
             "exclusive hold, vanilla (µs)".into(),
+            Role::Predicted.name().into(),
             format!("{} (80 GB)", MUNMAP_DOWNGRADE.exclusive_vanilla_us),
             opt(m.map(|f| f.exclusive_hold_us.vanilla), us),
+            opt(u.map(|f| f.exclusive_hold_us.vanilla), us),
             opt(w.map(|f| f.exclusive_hold_us.vanilla), us),
         ]);
         t.push_row([
             "003".into(),
             "exclusive hold, patched (µs)".into(),
+            Role::Predicted.name().into(),
             "µs level".into(),
             opt(m.map(|f| f.exclusive_hold_us.patched), us),
+            opt(u.map(|f| f.exclusive_hold_us.patched), us),
             opt(w.map(|f| f.exclusive_hold_us.patched), us),
         ]);
         t.push_row([
             "003".into(),
             "hold vanilla/patched".into(),
+            Role::Predicted.name().into(),
             "≥ 10⁵×".into(),
             opt(m.map(|f| f.ratio), |v| format!("{v:.0}×")),
+            opt(u.map(|f| f.ratio), |v| format!("{v:.0}×")),
             opt(w.map(|f| f.ratio), |v| format!("{v:.0}×")),
         ]);
     }
@@ -521,6 +629,9 @@ pub(super) fn comparison(
         if let Some(s) = &b.modelled {
             series.push(curve(s.time.clone(), &s.figures, false));
         }
+        if let Some(s) = &b.unfitted {
+            series.push(curve(s.time.clone(), &s.figures, true));
+        }
         if let Some(s) = &b.measured {
             series.push(curve(s.time.clone(), &s.figures, false));
         }
@@ -537,10 +648,12 @@ pub(super) fn comparison(
     Ok(Section {
         heading: "The seeds: published, modelled, measured".into(),
         text: format!(
-            "Timing verdicts are judged on the modelled column (virtual time on the seed's \
-machine: a 2-core host cannot show a many-core effect); the measured column is this host's \
-wall clock. Each modelled figure names its profile; every cost of a profile names its source \
-(`--json` prints them).\n\n{notes}"
+            "Timing verdicts are judged on the modelled column's *predicted* figures (virtual \
+time on the seed's machine: a 2-core host cannot show a many-core effect). The *fitted* \
+figures trained the era factors (`usermm infer`, docs/profiles.md \"Era factors\"): shown, \
+never judged. The unfitted column is the same model without the era factors (this host's \
+costs scaled by clock); the measured column is this host's wall clock. Each modelled figure \
+names its profile; every cost of a profile names its source (`--json` prints them).\n\n{notes}"
         ),
         tables: vec![t],
         plots,

@@ -3,7 +3,9 @@
 //! A profile is a TOML file (see `profiles/*.toml` for the built-in ones and the module essay in
 //! `vtime/mod.rs` for the format). Every figure carries a `source`: a published measurement with
 //! where it was published, a measurement with the command that took it, or — where neither
-//! exists — `assumption` and why. A profile is never fitted to a seed's result table.
+//! exists — `assumption` and why. A profile's own figures are never fitted to a seed's result
+//! table; the one fitted layer is its era's factors (`era.rs`), inferred by `usermm infer` from
+//! named training rows.
 //!
 //! Loading is strict, because a typo in a cost file silently changes every modelled figure:
 //! unknown keys are errors, every [`Cost`] and every engine lock class must be present, every
@@ -18,12 +20,17 @@ use std::{collections::BTreeMap, fmt, path::Path};
 
 use serde::Serialize;
 
+mod era;
 mod formula;
 mod placement;
 mod provenance;
 mod scale;
 mod spec;
 
+pub use era::{
+    builtin_era, builtin_era_names, check_era, parse_era, Era, EraChoice, EraFactor, EraFactors,
+    EraSpec, ERA_FACTORS, MAX_FACTOR, MIN_FACTOR, NR_ERA_FACTORS, PLAUSIBLE,
+};
 pub use formula::evaluate;
 pub use placement::{Distance, Placement};
 pub use provenance::{FormulaRow, TOPOLOGY_GHZ};
@@ -209,7 +216,12 @@ pub(crate) struct LockPrice {
 pub struct Profile {
     spec: ProfileSpec,
     origin: String,
+    /// The costs as the file (and `--scale-cost`) price them, before the era's factors.
+    base_cost_ps: [Ps; Cost::COUNT],
+    /// The costs the model charges: [`Profile::base_cost_ps`] times the era's factors.
     pub(crate) cost_ps: [Ps; Cost::COUNT],
+    /// The era the profile names (`era = "NAME"`), with the factors applied.
+    era: Option<Era>,
     /// Indexed by [`Distance`]: same CPU (always 0), SMT sibling, same socket, other socket.
     pub(crate) transfer_ps: [Ps; 4],
     pub(crate) wakeup_ps: Ps,
@@ -576,18 +588,74 @@ impl Profile {
             Some(q) => (count("jitter", q, MAX_JITTER_PERCENT)? * 1e4).round() as u32,
         };
         provenance::check(&spec, &invalid)?;
-        Ok(Profile {
+        let era = match &spec.era {
+            None => None,
+            Some(name) => Some(Era::with_choice(
+                era::builtin_era(name, origin)?,
+                EraChoice::Inferred,
+            )),
+        };
+        let mut p = Profile {
             memory,
             jitter_ppm,
             origin: origin.to_string(),
             spec,
+            base_cost_ps: cost_ps,
             cost_ps,
+            era,
             transfer_ps,
             wakeup_ps,
             atomic_rmw_ps,
             smt_milli,
             locks,
-        })
+        };
+        p.price_era();
+        Ok(p)
+    }
+
+    /// `cost_ps` from `base_cost_ps` and the era's factors.
+    fn price_era(&mut self) {
+        self.cost_ps = self.base_cost_ps;
+        if let Some(era) = &self.era {
+            for c in Cost::ALL {
+                let f = era.factor_of(*c);
+                if f != 1.0 {
+                    self.cost_ps[c.index()] =
+                        (self.base_cost_ps[c.index()] as f64 * f).round() as Ps;
+                }
+            }
+        }
+    }
+
+    /// This profile with its era's factors chosen by `choice` (`time.era`): the inferred ones,
+    /// none (`unfitted`), or given ones. A profile without an era is returned as it is, except
+    /// that given factors are refused (they would silently change nothing).
+    pub fn with_era(&self, choice: EraChoice) -> Result<Profile, ProfileError> {
+        let mut p = self.clone();
+        match (&mut p.era, choice) {
+            (None, EraChoice::Given(_)) => {
+                return Err(ProfileError::Invalid {
+                    origin: self.origin.clone(),
+                    field: "era".into(),
+                    message: "this profile names no era, so era factors cannot apply".into(),
+                })
+            }
+            (None, _) => return Ok(p),
+            (Some(era), choice) => *era = Era::with_choice(era.spec.clone(), choice),
+        }
+        p.price_era();
+        Ok(p)
+    }
+
+    /// The era whose factors this profile's costs carry, if it names one.
+    pub fn era(&self) -> Option<&Era> {
+        self.era.as_ref()
+    }
+
+    /// The price of one unit of `cost` before the era's factors, in ns (the figure as the
+    /// file, and `--scale-cost`, give it).
+    pub fn base_cost_ns(&self, cost: Cost) -> f64 {
+        self.base_cost_ps[cost.index()] as f64 / 1000.0
     }
 
     /// The profile's name (its `name` field).
@@ -703,5 +771,7 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 
 #[cfg(test)]
 mod test;
+#[cfg(test)]
+mod test_era;
 #[cfg(test)]
 mod test_provenance;

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::formula::{agrees, Expr};
-use super::{Figure, ProfileError, ProfileSpec};
+use super::{Figure, InputKind, ProfileError, ProfileSpec};
 
 /// The name by which a formula reads the profile's own `topology.ghz` (so that a figure
 /// scaled from another machine's clock to this one's states both clocks).
@@ -184,6 +184,20 @@ pub(super) fn check(
             return Err(invalid(
                 &format!("{field}.source"),
                 "must say where the number comes from".into(),
+            ));
+        }
+        if i.kind == InputKind::Inferred {
+            return Err(invalid(
+                &format!("{field}.kind"),
+                "a profile's own inputs are measured, published or assumed; inferred \
+                 factors live in an era file (`era = \"NAME\"`)"
+                    .into(),
+            ));
+        }
+        if !i.rows.is_empty() {
+            return Err(invalid(
+                &format!("{field}.rows"),
+                "only an inferred input names training rows".into(),
             ));
         }
         values.insert(name.clone(), i.value);

@@ -138,6 +138,11 @@ impl Profile {
             }
         }
         spec.name = format!("{} ({key} x{factor})", spec.name);
-        Profile::from_spec(spec, &self.origin)
+        // The era's factors stay as this profile chose them.
+        let p = Profile::from_spec(spec, &self.origin)?;
+        match &self.era {
+            Some(e) => p.with_era(e.choice),
+            None => Ok(p),
+        }
     }
 }

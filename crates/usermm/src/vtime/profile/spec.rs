@@ -152,6 +152,10 @@ pub struct ProfileSpec {
     /// figure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter: Option<Quantity>,
+    /// The era whose factors multiply this profile's costs (`era.rs`): a built-in era's name.
+    /// Without it the profile's figures are priced as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub era: Option<String>,
     /// The numbers the figures are computed from, by name: each measured (with the command
     /// that took it), published (with where), or an assumption (with why).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -166,8 +170,13 @@ pub struct Input {
     /// What the number counts: `ns`, `ns/page`, `cycles`, `GHz`, `bytes/ns`, `share`, ...
     pub unit: String,
     pub kind: InputKind,
-    /// The measurement and its command, the publication and where, or why it is assumed.
+    /// The measurement and its command, the publication and where, or why it is assumed; for
+    /// an inferred input, the run that estimated it.
     pub source: String,
+    /// An inferred input's training rows: the published figures it was estimated from (only
+    /// `kind = "inferred"` has them, and it must).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rows: Vec<String>,
 }
 
 /// Where an input comes from.
@@ -181,6 +190,9 @@ pub enum InputKind {
     Published,
     /// Neither measured nor published; the source says why this value.
     Assumption,
+    /// Estimated by `usermm infer` from named published rows (`rows`): an era factor, the one
+    /// kind of number the model fits. Only era files hold it (`era.rs`).
+    Inferred,
 }
 
 impl InputKind {
@@ -189,6 +201,7 @@ impl InputKind {
             InputKind::Measured => "measured",
             InputKind::Published => "published",
             InputKind::Assumption => "assumption",
+            InputKind::Inferred => "inferred",
         }
     }
 }

@@ -489,7 +489,13 @@ impl State {
 
     /// An RMW on a shared line: starts when the line's previous RMW ended (or at the caller's
     /// clock, if later) and costs `atomic_rmw` plus a transfer from the line's last CPU.
-    pub(crate) fn line_rmw(&mut self, me: CtxId, id: usize, class: &'static LineClass) {
+    pub(crate) fn line_rmw(
+        &mut self,
+        me: CtxId,
+        id: usize,
+        class: &'static LineClass,
+        site: &'static LineClass,
+    ) {
         let key = class as *const LineClass as usize;
         let known = matches!(self.lines.get(&id), Some(ln) if ln.class_key == key);
         if !known {
@@ -506,8 +512,12 @@ impl State {
             );
         }
         let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
+        let ci = if std::ptr::eq(site, class) {
+            self.lines[&id].class
+        } else {
+            self.line_class(site)
+        };
         let ln = self.lines.get_mut(&id).expect("made above");
-        let ci = ln.class;
         let start = now.max(ln.free_at);
         let xfer = self.model.transfer(ln.last, cpu);
         let end = start + self.model.profile.atomic_rmw_ps + xfer;
