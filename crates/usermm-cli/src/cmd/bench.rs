@@ -160,7 +160,7 @@ pub fn targets(r: &BenchResult) -> Vec<Target> {
             ratio.map(|x| (x <= 1.2, format!("{x:.2}×"))),
         );
     }
-    // Virtual time's host cost (the "Speed at scale"), on process CPU time.
+    // Virtual time's host cost (the "Speed at scale" targets), on process CPU time.
     for (p, what, limit) in [
         (BenchPath::BigfreeVirtual, "bigfree", 1.5),
         (BenchPath::UsememAbVirtual, "usemem --ab", 2.0),

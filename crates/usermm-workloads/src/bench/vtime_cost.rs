@@ -4,7 +4,7 @@
 //! A virtual run executes the engine's same code, plus the runtime's part: at every
 //! synchronisation point the context waits for its turn (often a switch to another context's
 //! coroutine), every charge is priced, every line the model tracks is looked up
-//! (`usermm::vtime`, "What it costs the host"). The issue's "Speed at scale" asks that this
+//! (`usermm::vtime`, "What it costs the host"). The performance targets ask that this
 //! stays within a small factor of the wall-clock run, so that a sweep of modelled machines
 //! costs about what a sweep of host runs does. Two rows measure it:
 //!
@@ -19,7 +19,7 @@
 //! and system time, so the wall run's worker threads count), per 4 KiB page of the bigfree
 //! mapping or per usemem fault; the ratio `virtual_over_wall` is what the targets read.
 //!
-//! Sizes: bigfree maps the bench's `--size` (default 1 GiB, where the issue measured 8 GiB:
+//! Sizes: bigfree maps the bench's `--size` (default 1 GiB, where the target was first measured on 8 GiB:
 //! the bench stays quick), freed in 8 jobs as 8 GiB is with the seed's 1 GiB threshold; each
 //! usemem process maps 8 times `--size` (one huge-zero fault per 2 MiB: 4096 faults per
 //! process at the default). Machine set-up is in the figure on both sides alike.

@@ -63,7 +63,7 @@ fn virtual_per_vma_faults_take_their_vma_lock_during_the_munmap() {
     assert_eq!(r.vanilla.runs[0].vma_lock, VmaLockEvents::default());
 }
 
-/// Issue 27 item 9: a stall straddling a window counted whole (faulters "stalled" 100-340 %
+/// A stall straddling a window counted whole (faulters "stalled" 100-340 %
 /// of the window); only its part inside the window counts.
 #[test]
 fn stalls_are_clipped_to_their_window() {

@@ -61,7 +61,7 @@ fn set_and_validate() {
     assert!(c.validate().is_err());
 }
 
-/// Sizes near `u64::MAX` must be refused, not wrapped into a sum that passes (issue 13:
+/// Sizes near `u64::MAX` must be refused, not wrapped into a sum that passes (a hostile input:
 /// `--set pcpu.static_size=0xffffffffffff0000 --set pcpu.reserved_size=0x20000` ran).
 #[test]
 fn validation_arithmetic_does_not_wrap() {
@@ -101,7 +101,7 @@ fn list_sizes_are_bounded() {
     assert!(e.contains("lru.add_batch") && e.contains("4096"), "{e}");
 }
 
-/// The modelled flush cost spins per flush: an unbounded one hung `usemem` (issue 13).
+/// The modelled flush cost spins per flush: an unbounded one hung `usemem`.
 #[test]
 fn tlb_flush_cost_is_bounded() {
     let mut c = MachineConfig::default();

@@ -333,7 +333,7 @@ impl Checks {
     }
 }
 
-/// Seeds 000/001, judged on the modelled curve's predicted rows (issue 31's bands): each
+/// Seeds 000/001, judged on the modelled curve's predicted rows: each
 /// predicted speedup within ±25 % of the seed's (max_active 2, 4, 16, 32 and the default
 /// workqueue's), the fastest row at max_active 4, 8 or 16, and the 32 row at least 15 %
 /// slower than the 8 row. The inline, max_active 1 and 8 rows trained the era factors
@@ -404,7 +404,7 @@ pub(super) fn bigfree_verdict(m: &BigfreeFigures, profile: &str) -> String {
     c.verdict(profile)
 }
 
-/// Seed 002 (issue 31's bands): the throughput ratio within ±25 % of 2.64 and the huge zero
+/// Seed 002: the throughput ratio within ±25 % of 2.64 and the huge zero
 /// page's line under 1 % patched, predicted; the vanilla share trained the fault factor.
 pub(super) fn huge_zero_verdict(m: &HugeZeroFigures, profile: &str) -> String {
     let (v, p) = (
@@ -428,7 +428,7 @@ pub(super) fn huge_zero_verdict(m: &HugeZeroFigures, profile: &str) -> String {
     c.verdict(profile)
 }
 
-/// Seed 003 (issue 25's bands): the exclusive hold at least 1000× shorter patched, and the
+/// Seed 003: the exclusive hold at least 1000× shorter patched, and the
 /// vanilla hold per page within ±35 % of the seed's own (2 485 684 µs for 80 GiB: 118.5 ns).
 /// Both predicted: nothing of seed 003 trains a factor.
 pub(super) fn munmap_verdict(m: &MunmapFigures, profile: &str) -> String {

@@ -140,7 +140,7 @@ fn malformed_and_incomplete_files_name_the_field() {
     );
 }
 
-/// Issue 27's profile shapes: fields that overflowed the machine's size, truncated to a node
+/// Hostile profile shapes: fields that overflowed the machine's size, truncated to a node
 /// count, built a larger machine than the engine has, or priced a step past the clock's range.
 #[test]
 fn topology_and_figures_are_bounded() {
