@@ -25,6 +25,7 @@
 //! | [`cpu`] | `percpu-defs.h`, `topology.h` |
 //! | [`page_alloc`] | `mm/page_alloc.c` (`buddy`, `pcp`, `validate`), `include/linux/mmzone.h`, `mm/swap.c` (`lru`, `release`), `mm/hugetlb.c` (`hugetlb`) |
 //! | [`stats`] | `/proc/vmstat`, `/proc/meminfo`, `/proc/lock_stat` |
+//! | [`text`] | `string_escape_mem`: control characters in text a user gave, found and shown one way |
 //! | [`sync`] | the seam: `spinlock_t`, `struct mutex`, `rw_semaphore`, the split PTL, wait queues, completions, kthreads, `ktime_get`; `include/linux/mmap_lock.h`, `kernel/workqueue.c` |
 //! | [`vtime`] | no kernel file: virtual time, the machine model of docs/two-clocks.md (runtime, cost profiles, report) |
 //! | [`pgtable`] | `arch/x86/include/asm/pgtable*.h`, the table allocators of `mm/memory.c` (`__pte_alloc`, `__pmd_alloc`), `pte_offset_map_lock`/`pmd_lock` (`LockedSlot`, and `TableCursor` for a run of entries: zap, `change_protection`, fork's copy, mremap's move, the THP split), the deposit list, the `p?d_addr_end` range walks |
@@ -34,8 +35,8 @@
 //! | [`policy`] | the gather's and munmap's resolved policies (below both `machine` and `mm`) |
 //! | [`machine`], [`backing`] | the box: CPUs, nodes, physical memory and its host backing; [`Machine::run`], the clock |
 //!
-//! `vtime` uses one other engine module, the leaf `cpu` (its CPU-to-node rule and
-//! `MAX_NUMNODES`, so the model places CPUs on nodes as the engine does):
+//! `vtime` uses two other engine modules, both leaves: `cpu` (its CPU-to-node rule and
+//! `MAX_NUMNODES`, so the model places CPUs on nodes as the engine does) and `text`. Above it:
 //! `sync` → `vtime` (the seam re-exports the
 //! runtime's classes, modes and costs and forwards its hooks), `config` → `vtime` (a profile is
 //! resolved with the config), `machine` → `vtime` (runs). `tests/source_rules.rs` keeps the
@@ -123,6 +124,7 @@ pub mod pgtable;
 pub mod policy;
 pub mod stats;
 pub mod sync;
+pub mod text;
 pub mod vtime;
 
 pub use addr::{Order, Pfn, PAGE_SHIFT, PAGE_SIZE};

@@ -30,18 +30,8 @@ pub fn usage<T>(msg: impl Into<String>) -> anyhow::Result<T> {
 }
 
 /// `s` with every control character shown as an escape (`\u{1b}`), so that an argument or a
-/// file's text in an error line cannot drive the terminal.
-pub fn visible(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
+/// file's text in an error line cannot drive the terminal ([`usermm::text::visible`]).
+pub use usermm::text::visible;
 
 /// Refuse up front a run that would commit more of this host's memory than it has available
 /// (`MemAvailable`): `what` says which argument asks for `bytes` and why. No check when the

@@ -17,7 +17,7 @@ fn absolute(p: &Path) -> anyhow::Result<String> {
     let abs = std::path::absolute(p)
         .map_err(|e| anyhow::anyhow!("{}: cannot make the path absolute: {e}", p.display()))?;
     match abs.to_str() {
-        Some(s) if !s.chars().any(char::is_control) => Ok(s.to_string()),
+        Some(s) if usermm::text::first_control(s).is_none() => Ok(s.to_string()),
         _ => usage(format!(
             "{}: a job line needs a path in UTF-8 without control characters",
             abs.display()

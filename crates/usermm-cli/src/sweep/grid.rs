@@ -144,7 +144,8 @@ fn position(text: &str, at: usize) -> String {
 }
 
 fn check_word(origin: &Path, what: &str, w: &str) -> anyhow::Result<()> {
-    if w.chars().any(char::is_control) {
+    if usermm::text::first_control(w).is_some() {
+        let w = usermm::text::visible(w);
         return err(origin, format!("{what}: '{w}' holds a control character"));
     }
     Ok(())

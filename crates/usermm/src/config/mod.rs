@@ -586,10 +586,10 @@ impl MachineConfig {
                 }
             }
             "time.profile" => {
-                if v.is_empty() || v.chars().any(char::is_control) {
+                if v.is_empty() || crate::text::first_control(v).is_some() {
                     return err(format!(
                         "time.profile: expected a profile name or file, got '{}'",
-                        v.escape_debug()
+                        crate::text::visible(v)
                     ));
                 }
                 self.time.profile = v.to_string();

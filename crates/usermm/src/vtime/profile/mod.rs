@@ -417,14 +417,10 @@ impl Profile {
             return Err(invalid("name", "must not be empty".into()));
         }
         // Reports print the name and the description: no terminal control sequences.
-        if spec.name.chars().any(char::is_control) {
+        if crate::text::first_control(&spec.name).is_some() {
             return Err(invalid("name", "must not hold control characters".into()));
         }
-        if spec
-            .description
-            .chars()
-            .any(|c| c.is_control() && c != '\n')
-        {
+        if crate::text::has_control_but_newline(&spec.description) {
             return Err(invalid(
                 "description",
                 "must not hold control characters".into(),
