@@ -211,11 +211,11 @@ pub mod prop {
 /// test's `describe`) and the replay line. The message goes straight to the process's stderr,
 /// past the test harness's capture, which would die with the process.
 pub struct Watchdog {
-    shared: Arc<Shared>,
+    shared: Arc<WatchdogState>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-struct Shared {
+struct WatchdogState {
     name: String,
     timeout: Duration,
     start: Instant,
@@ -242,7 +242,7 @@ impl std::fmt::Debug for Watchdog {
     }
 }
 
-impl Shared {
+impl WatchdogState {
     fn now_ms(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
     }
@@ -295,7 +295,7 @@ impl Watchdog {
         timeout: Duration,
         describe: impl Fn(usize, u64) -> String + Send + Sync + 'static,
     ) -> Watchdog {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(WatchdogState {
             name: name.to_string(),
             timeout,
             start: Instant::now(),

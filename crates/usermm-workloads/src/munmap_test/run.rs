@@ -68,7 +68,7 @@ fn ns_since(t: Ktime) -> u64 {
 
 /// What the driver and the faulters share: the phase, the stop flag, the start barrier, and
 /// the count of faults attributed to the idle baseline.
-struct Shared<'a> {
+struct FaulterShared<'a> {
     phase: &'a AtomicU32,
     stop: &'a AtomicBool,
     started: &'a Barrier,
@@ -90,8 +90,8 @@ fn wait_for_baseline_faults(baseline_faults: &AtomicU64, n: u64) {
     }
 }
 
-fn faulter(task: Task, base: u64, len: u64, shared: Shared<'_>) -> FaulterHists {
-    let Shared {
+fn faulter(task: Task, base: u64, len: u64, shared: FaulterShared<'_>) -> FaulterHists {
+    let FaulterShared {
         phase,
         stop,
         started,
@@ -256,7 +256,7 @@ fn run_on(
                 // Faulter i runs on CPU 1 + i (wrapping past CPU 0, the munmapping one).
                 let cpu = CpuId((1 + i % (nr_cpus - 1)) as u16);
                 let task = Task::new(Arc::clone(&mm), cpu);
-                let shared = Shared {
+                let shared = FaulterShared {
                     phase: &phase,
                     stop: &stop,
                     started: &started,

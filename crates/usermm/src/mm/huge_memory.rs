@@ -42,7 +42,6 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::mmu_gather::{FullMm, MmuGather};
-use super::pgtable_alias::*;
 use super::vma::{VmFlags, Vma, VmaKind};
 use super::VmFault;
 use super::{rmap, Mm, RssItem, VmFaultError, OOM};
@@ -56,6 +55,7 @@ use crate::pgtable::{
     self, Level, LockedSlot, TableCursor, TablePair, _PAGE_PRESENT, _PAGE_PROTNONE, _PAGE_PSE,
     _PAGE_RW, _PAGE_SPECIAL,
 };
+use crate::pgtable::{Entry, Slot};
 use crate::stats::VmItem;
 use crate::sync::{charge, Cost};
 

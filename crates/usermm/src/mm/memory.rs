@@ -26,7 +26,6 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::huge_memory::{change_huge_pmd, split_huge_pmd, zap_huge_pmd};
 use super::mmu_gather::{FullMm, MmuGather};
-use super::pgtable_alias::*;
 use super::vma::VmFlags;
 use super::{rmap, Mm, RssItem, UnmapStats};
 use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PUD_SIZE};
@@ -34,6 +33,7 @@ use crate::cpu::CpuId;
 use crate::page_alloc::meta::{PG_ANON, PG_MLOCKED};
 use crate::pgtable::_PAGE_SPECIAL;
 use crate::pgtable::{self, addr_end, pmd_tables, table_entries, Level, TableCursor, Walk};
+use crate::pgtable::{Entry, Slot};
 use crate::stats::VmItem;
 use crate::sync::{charge, Cost};
 

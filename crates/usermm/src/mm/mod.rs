@@ -74,10 +74,6 @@ use crate::sync::class::{MMLIST_LOCK, PAGE_TABLE_LOCK};
 use crate::sync::mmap_lock::{MmapLock, MmapLockInfo, MmapReadGuard};
 use crate::sync::{SpinLock, TlbGate};
 
-mod pgtable_alias {
-    pub(super) use crate::pgtable::{Entry, Slot};
-}
-
 /// `NR_MM_COUNTERS`: the rss counter indexes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]

@@ -41,12 +41,12 @@
 //! as in Linux: what moved is moved back, the new range unmapped, the source left as it was.
 
 use super::mman::{MAP_SHARED, MREMAP_DONTUNMAP, MREMAP_FIXED, MREMAP_MAYMOVE};
-use super::pgtable_alias::*;
 use super::vma::{VmFlags, Vma, VmaKind, VmaTree, VmaWriteGuard};
 use super::{huge_memory, Mm};
 use crate::addr::{Pfn, PAGE_SIZE, PMD_SIZE, TASK_SIZE};
 use crate::cpu::CpuId;
 use crate::error::Errno;
+use crate::pgtable::{Entry, Slot};
 use crate::pgtable::{Level, TablePair};
 
 /// `PAGE_ALIGN`, wrapping to 0 as the kernel's does for lengths near `u64::MAX`.

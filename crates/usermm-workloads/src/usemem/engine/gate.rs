@@ -1,5 +1,5 @@
 //! usemem's synchronisation on the engine: the pipe barriers every worker arrives at and the
-//! parent opens ([`EGate`]), and SIGUSR1 as the workers see it ([`Usr1`]). Both wait on the
+//! parent opens ([`StartGate`]), and SIGUSR1 as the workers see it ([`Usr1`]). Both wait on the
 //! seam's [`Mutex`] and [`CondVar`] in the futex class (`USEMEM_WAIT`).
 
 use usermm::sync::{CondVar, Mutex};
@@ -10,11 +10,11 @@ use super::USEMEM_WAIT;
 /// that ends without arriving counts, where usemem's parent would wait for ever).
 ///
 /// Two condition variables, as usemem's two pipes: an arrival wakes only whoever counts the
-/// arrivals (the parent, [`EGate::open_after`] and [`EGate::wait_count`]), and the opening
+/// arrivals (the parent, [`StartGate::open_after`] and [`StartGate::wait_count`]), and the opening
 /// wakes the workers. With one, every arrival woke every worker already waiting, only for it
 /// to sleep again: n² wakeups for n workers, most of `usemem -n 1000`'s time.
 #[derive(Debug)]
-pub(super) struct EGate {
+pub(super) struct StartGate {
     pub(super) st: Mutex<(u64, bool)>,
     /// Signalled on each arrival (or abandon): the counters wait here.
     arrived: CondVar,
@@ -22,9 +22,9 @@ pub(super) struct EGate {
     opened: CondVar,
 }
 
-impl EGate {
+impl StartGate {
     pub(super) fn new() -> Self {
-        EGate {
+        StartGate {
             st: Mutex::new(USEMEM_WAIT, (0, false)),
             arrived: CondVar::new(),
             opened: CondVar::new(),
@@ -111,14 +111,14 @@ impl Usr1 {
 mod test {
     use std::sync::Arc;
 
-    use super::EGate;
+    use super::StartGate;
 
     /// Regression (issue "Speed at scale"): arrivals signalled the condition variable the
     /// arrived workers sleep on, waking all of them at every arrival. Now the workers wait
     /// where only the opening is signalled, and the gate still lets all of them through.
     #[test]
     fn arrivals_wake_the_parent_only_and_the_opening_every_worker() {
-        let gate = Arc::new(EGate::new());
+        let gate = Arc::new(StartGate::new());
         let workers: Vec<_> = (0..4)
             .map(|_| {
                 let g = Arc::clone(&gate);

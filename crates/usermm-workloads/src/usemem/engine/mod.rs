@@ -51,7 +51,7 @@ use usermm::{Machine, Mm};
 use super::io::Io;
 use super::worker::ProcState;
 
-use self::gate::EGate;
+use self::gate::StartGate;
 pub use self::gate::Usr1;
 pub use self::proc::EnginePlatform;
 pub use self::sys::EngineSys;
@@ -116,7 +116,7 @@ enum FileKind {
 
 /// One mapping a usemem process made, for the end of a file.
 #[derive(Debug, Clone, Copy)]
-struct MapRec {
+struct Mapping {
     addr: u64,
     len: u64,
     /// Bytes from `addr` that are backed (a file's end); `len` otherwise.
@@ -130,10 +130,10 @@ struct DetachState {
     released: bool,
 }
 
-struct Shared {
+struct RunShared {
     machine: Arc<Machine>,
     io: Arc<dyn Io>,
-    gates: [EGate; 2],
+    gates: [StartGate; 2],
     hooks: Hooks,
     file: std::sync::Mutex<FileKind>,
     shm: std::sync::Mutex<Vec<(u64, bool)>>,
@@ -147,7 +147,7 @@ struct Shared {
     parent_out: std::sync::Mutex<String>,
 }
 
-impl Shared {
+impl RunShared {
     fn note_once(&self, s: &str) {
         if !self.hooks.quiet_notes
             && self
@@ -191,9 +191,9 @@ impl Shared {
 }
 
 /// One usemem process on the engine.
-struct EProc {
+struct EngineProcess {
     mm: Arc<Mm>,
-    maps: std::sync::Mutex<Vec<MapRec>>,
+    maps: std::sync::Mutex<Vec<Mapping>>,
     /// Some mapping ends before its length (a file's end): accesses must look it up.
     short_maps: std::sync::atomic::AtomicBool,
     state: ProcState,
@@ -201,10 +201,10 @@ struct EProc {
     left: AtomicUsize,
 }
 
-impl EProc {
+impl EngineProcess {
     /// The process ends (its last thread is done, on `cpu`): `exit` flushes its stdio buffer
     /// — what it still holds from the parent — unless a signal killed it, and its mm goes.
-    fn end(&self, shared: &Shared, cpu: usermm::cpu::CpuId) {
+    fn end(&self, shared: &RunShared, cpu: usermm::cpu::CpuId) {
         let s = self.state.take_inherited();
         if !s.is_empty() {
             shared.io.out(&s);

@@ -9,10 +9,10 @@ use usermm::config::{BackingMode, TimeMode};
 use usermm::cpu::CpuId;
 use usermm::{Machine, Mm, Task};
 
-use super::gate::EGate;
+use super::gate::StartGate;
 use super::sys::errno;
 use super::sys::EngineSys;
-use super::{host_thread_budget, EProc, FileKind, Hooks, MapRec, Shared};
+use super::{host_thread_budget, EngineProcess, FileKind, Hooks, Mapping, RunShared};
 use crate::usemem::io::Io;
 use crate::usemem::program::{self, Outcome, Platform};
 use crate::usemem::sys::{Errno, Gate, MapFd, Sys};
@@ -23,7 +23,7 @@ use crate::usemem::worker::{bind_cpu, End, Plan, ProcState, Worker, WorkerRecord
 /// addresses, its anonymous pages shared copy-on-write; and a copy of the parent's mapping
 /// records (the ends of files).
 #[doc(alias = "fork")]
-pub(super) fn fork_proc(parent: &EngineSys, cpu: CpuId) -> Result<(Arc<Mm>, Vec<MapRec>), Errno> {
+pub(super) fn fork_proc(parent: &EngineSys, cpu: CpuId) -> Result<(Arc<Mm>, Vec<Mapping>), Errno> {
     let mm = parent.mm().fork(cpu).map_err(errno)?;
     let maps = parent
         .proc
@@ -57,10 +57,10 @@ impl EnginePlatform {
         let cpu0 = CpuId(0);
         let max_threads = hooks.max_threads.unwrap_or_else(host_thread_budget);
         let mm = Mm::new(machine, cpu0)?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(RunShared {
             machine: Arc::clone(machine),
             io,
-            gates: [EGate::new(), EGate::new()],
+            gates: [StartGate::new(), StartGate::new()],
             // Virtual time emulates the pid too (it seeds -R and is printed): the same run
             // after run. Wall time prints this process's, as usemem does.
             pid: hooks.pid.unwrap_or_else(|| {
@@ -88,7 +88,7 @@ impl EnginePlatform {
             start_us: None,
             inherited_out: String::new(),
         };
-        let proc = Arc::new(EProc {
+        let proc = Arc::new(EngineProcess {
             mm: Arc::clone(&mm),
             maps: Default::default(),
             short_maps: Default::default(),
@@ -203,10 +203,10 @@ impl Platform for EnginePlatform {
                  at once: they run in waves of {cap}, and the barriers hold the first wave only"
             ));
         }
-        let done = Arc::new(EGate::new());
+        let done = Arc::new(StartGate::new());
         let mut started = 0u64;
         let mut opened = false;
-        let open = |shared: &Shared| {
+        let open = |shared: &RunShared| {
             shared.gates[Gate::Start as usize].open_after(wave);
             if o.sync_free {
                 shared.gates[Gate::Free as usize].open_after(wave);
@@ -232,7 +232,7 @@ impl Platform for EnginePlatform {
                 }
             };
             let short = maps.iter().any(|r| r.valid < r.len);
-            let proc = Arc::new(EProc {
+            let proc = Arc::new(EngineProcess {
                 mm,
                 maps: std::sync::Mutex::new(maps),
                 short_maps: std::sync::atomic::AtomicBool::new(short),

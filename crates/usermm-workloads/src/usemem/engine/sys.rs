@@ -13,7 +13,7 @@ use usermm::mm::mmap::MapFile;
 use usermm::vtime::{charge, Cost};
 use usermm::{Mm, Task};
 
-use super::{EProc, FileKind, MapRec, Shared, EPOCH_US, MAP_HUGE_MASK, PAGE};
+use super::{EngineProcess, FileKind, Mapping, RunShared, EPOCH_US, MAP_HUGE_MASK, PAGE};
 use crate::usemem::sys::{
     Access, Errno, Gate, MapFd, ShmCmd, Stop, Sys, WalkOp, EBADF, EINVAL, ENOMEM,
 };
@@ -25,8 +25,8 @@ const LINE: u64 = 64;
 /// One usemem thread on the engine.
 pub struct EngineSys {
     pub(super) task: Task,
-    pub(super) proc: Arc<EProc>,
-    pub(super) shared: Arc<Shared>,
+    pub(super) proc: Arc<EngineProcess>,
+    pub(super) shared: Arc<RunShared>,
     pub(super) k: u64,
     pub(super) arrived: [Cell<bool>; 2],
     pub(super) detached: Cell<bool>,
@@ -66,7 +66,12 @@ fn fault_stop(f: usermm::Fault) -> Stop {
 }
 
 impl EngineSys {
-    pub(super) fn new(task: Task, proc: Arc<EProc>, shared: Arc<Shared>, k: u64) -> Self {
+    pub(super) fn new(
+        task: Task,
+        proc: Arc<EngineProcess>,
+        shared: Arc<RunShared>,
+        k: u64,
+    ) -> Self {
         let usr1_seen = Cell::new(shared.hooks.usr1.count());
         EngineSys {
             task,
@@ -87,14 +92,14 @@ impl EngineSys {
         &self.proc.mm
     }
 
-    pub(super) fn rec_at(&self, addr: u64) -> Option<MapRec> {
+    pub(super) fn rec_at(&self, addr: u64) -> Option<Mapping> {
         let maps = self.proc.maps.lock().unwrap_or_else(|e| e.into_inner());
         maps.iter()
             .find(|r| r.addr <= addr && addr < r.addr.saturating_add(r.len))
             .copied()
     }
 
-    pub(super) fn record(&self, r: MapRec) {
+    pub(super) fn record(&self, r: Mapping) {
         if r.valid < r.len {
             self.proc.short_maps.store(true, Relaxed);
         }
@@ -236,7 +241,7 @@ impl Sys for EngineSys {
             .mm()
             .mmap_pgoff(self.cpu(), 0, len, prot, flags, file, pgoff)
             .map_err(errno)?;
-        self.record(MapRec {
+        self.record(Mapping {
             addr: a,
             len,
             valid,
@@ -265,7 +270,7 @@ impl Sys for EngineSys {
                 new
             };
             self.forget(addr, old.max(1));
-            self.record(MapRec {
+            self.record(Mapping {
                 addr: n,
                 len: new,
                 valid,

@@ -47,7 +47,7 @@ fn fork_shares_the_preallocation_copy_on_write() {
     assert_eq!(maps[0].addr, a);
     let child = EngineSys::new(
         Task::new(Arc::clone(&mm), cpu1),
-        Arc::new(EProc {
+        Arc::new(EngineProcess {
             mm: Arc::clone(&mm),
             maps: std::sync::Mutex::new(maps),
             short_maps: Default::default(),

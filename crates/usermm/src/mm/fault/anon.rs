@@ -8,10 +8,10 @@
 //! fault-around, no userfaultfd, no mTHP (a page is 4 KiB or, in `huge_memory.rs`, 2 MiB).
 
 use crate::addr::Order;
-use crate::mm::pgtable_alias::*;
 use crate::mm::VmFault;
 use crate::mm::{rmap, RssItem, VmFaultError, OOM};
 use crate::page_alloc::Gfp;
+use crate::pgtable::Entry;
 use crate::pgtable::Level;
 use crate::pgtable::_PAGE_SPECIAL;
 

@@ -6,10 +6,10 @@
 //! Locks: the PMD lock of the entry. Differences: no reservations (`resv_map`), no hugetlbfs
 //! page cache (a shared mapping's pages are the mapping's own, copied at fork: `fork.rs`).
 
-use crate::mm::pgtable_alias::*;
 use crate::mm::VmFault;
 use crate::mm::{rmap, VmFaultError};
 use crate::pgtable::{self, Level, _PAGE_PSE};
+use crate::pgtable::{Entry, Slot};
 use crate::sync::{charge, Cost};
 
 /// A fault in a `MAP_HUGETLB` VMA: a 2 MiB page from the pool, PMD-mapped. An empty pool is

@@ -74,13 +74,13 @@ mod wp;
 
 use serde::Serialize;
 
-use super::pgtable_alias::*;
 use super::vma::{VmFlags, Vma, VmaKind, VmaTree, VmaWriteGuard};
 use super::{huge_memory, rmap, Mm, VmFault, VmFaultError, OOM};
 use crate::addr::Pfn;
 use crate::cpu::CpuId;
 use crate::page_alloc::PhysMem;
 use crate::pgtable::{self, Level, PtAllocError, Walk, _PAGE_SPECIAL};
+use crate::pgtable::{Entry, Slot};
 use crate::stats::VmItem;
 use crate::sync::{charge, Cost};
 

@@ -10,11 +10,11 @@
 
 use crate::addr::{Order, Pfn};
 use crate::cpu::CpuId;
-use crate::mm::pgtable_alias::*;
 use crate::mm::VmFault;
 use crate::mm::{rmap, Mm, RssItem, VmFaultError, OOM};
 use crate::page_alloc::meta::PG_MLOCKED;
 use crate::page_alloc::Gfp;
+use crate::pgtable::Entry;
 use crate::pgtable::Level;
 use crate::stats::VmItem;
 use crate::sync::{charge, Cost};

@@ -162,7 +162,7 @@ impl fmt::Debug for Work {
 
 /// What the workqueue and its workers share.
 #[derive(Debug)]
-struct Shared {
+struct WorkqueueShared {
     pool: Mutex<PoolState>,
     /// Signalled when an item is queued or the queue closes (workers wait on it).
     more_work: CondVar,
@@ -172,7 +172,7 @@ struct Shared {
     workers: Box<[CachePadded<WorkerCounters>]>,
 }
 
-impl Shared {
+impl WorkqueueShared {
     /// Mark item `seq` complete and advance the low-water mark over the completed prefix.
     fn complete(&self, seq: u64) {
         let mut pool = self.pool.lock();
@@ -245,7 +245,7 @@ pub struct Workqueue {
     /// Virtual workers run on the queuer's node (v4.11's per-node unbound pools).
     pools: Option<UnboundPools>,
     threads: Vec<JoinHandle<()>>,
-    shared: Arc<Shared>,
+    shared: Arc<WorkqueueShared>,
 }
 
 /// A queued item, to wait for.
@@ -279,7 +279,7 @@ impl Workqueue {
             "workqueue {name}: no CPU to bind workers to"
         );
         let worker_cpus: Box<[CpuId]> = (0..max_active).map(|i| cpus[i % cpus.len()]).collect();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(WorkqueueShared {
             pool: Mutex::new(&WORKQUEUE, PoolState::default()),
             more_work: CondVar::new(),
             flushed: CondVar::new(),
@@ -510,7 +510,7 @@ impl WorkHandle {
 
 /// Start one worker per CPU of `cpus` (worker `i` on `cpus[i]`): host threads, or contexts of
 /// the current virtual run.
-fn spawn_workers(name: &str, cpus: &[CpuId], shared: &Arc<Shared>) -> Vec<JoinHandle<()>> {
+fn spawn_workers(name: &str, cpus: &[CpuId], shared: &Arc<WorkqueueShared>) -> Vec<JoinHandle<()>> {
     cpus.iter()
         .enumerate()
         .map(|(i, &cpu)| {
@@ -526,7 +526,7 @@ fn spawn_workers(name: &str, cpus: &[CpuId], shared: &Arc<Shared>) -> Vec<JoinHa
 /// Body of worker `idx`: run items until the queue is closed (or, virtual, the run ends) and
 /// empty.
 #[doc(alias = "worker_thread")]
-fn worker_loop(cpu: CpuId, shared: &Shared, idx: usize) {
+fn worker_loop(cpu: CpuId, shared: &WorkqueueShared, idx: usize) {
     while let Some(w) = next_work(shared) {
         run_one(cpu, shared, idx, w);
     }
@@ -534,7 +534,7 @@ fn worker_loop(cpu: CpuId, shared: &Shared, idx: usize) {
 
 /// Run one item on worker `idx`, time it, complete it.
 #[doc(alias = "process_one_work")]
-fn run_one(cpu: CpuId, shared: &Shared, idx: usize, work: Work) {
+fn run_one(cpu: CpuId, shared: &WorkqueueShared, idx: usize, work: Work) {
     let counters = &shared.workers[idx];
     let Work { f, seq, done } = work;
     {
@@ -562,7 +562,7 @@ fn run_one(cpu: CpuId, shared: &Shared, idx: usize, work: Work) {
 
 /// Take the oldest queued item, sleeping while there is none; `None` once the queue is closed
 /// (or its virtual run ends) and drained.
-fn next_work(shared: &Shared) -> Option<Work> {
+fn next_work(shared: &WorkqueueShared) -> Option<Work> {
     let mut pool = shared.pool.lock();
     loop {
         if let Some(w) = pool.worklist.pop_front() {
