@@ -1,13 +1,14 @@
-//! Tearing mappings down: the zap walk, `free_pgtables`, `exit_mmap`; and protection changes.
+//! Tearing mappings down: the zap walk, `free_pgtables`, `exit_mmap`.
 //!
 //! Mirrors `mm/memory.c` (`unmap_vmas`, `unmap_page_range`, `zap_pud_range`, `zap_pmd_range`,
-//! `zap_pte_range`, `free_pgd_range`, `free_pgtables`), `mm/mprotect.c` (`change_protection`)
-//! and `mm/mmap.c` (`exit_mmap`). A huge PMD on the way is zapped, split or changed by
-//! `huge_memory.rs` (`zap_huge_pmd`, `__split_huge_pmd`, `change_huge_pmd`).
+//! `zap_pte_range`, `free_pgd_range`, `free_pgtables`) and `mm/mmap.c` (`exit_mmap`). A huge
+//! PMD on the way is zapped or split by `huge_memory.rs` (`zap_huge_pmd`, `__split_huge_pmd`);
+//! protection changes are `mmap/mprotect.rs`'s.
 //!
 //! # zap_pte_range, as here
-//! Lock the PTE page's PTL (a `TableCursor`, `pgtable/cursor.rs`); for each entry: clear it, widen the gather's range, and — for a
-//! normal page — drop its mapcount and queue it in the gather; count the rss change locally.
+//! Lock the PTE page's PTL (a `TableCursor`, `pgtable/cursor.rs`); for each entry: clear it,
+//! widen the gather's range, and — for a normal page — drop its mapcount and queue it in the
+//! gather; count the rss change locally.
 //! Publish the rss deltas while the PTL is held. If the gather reported full: flush the TLB
 //! *before* dropping the PTL, then free after unlocking, and resume at the next address.
 //!
@@ -24,16 +25,14 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::huge_memory::{change_huge_pmd, split_huge_pmd, zap_huge_pmd};
+use super::huge_memory::{split_huge_pmd, zap_huge_pmd};
 use super::mmu_gather::{FullMm, MmuGather};
-use super::vma::VmFlags;
 use super::{rmap, Mm, RssItem, UnmapStats};
 use crate::addr::{Pfn, PAGE_SIZE, PGDIR_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::cpu::CpuId;
 use crate::page_alloc::meta::{PG_ANON, PG_MLOCKED};
-use crate::pgtable::_PAGE_SPECIAL;
-use crate::pgtable::{self, addr_end, pmd_tables, table_entries, Level, TableCursor, Walk};
-use crate::pgtable::{Entry, Slot};
+use crate::pgtable::Slot;
+use crate::pgtable::{self, pmd_tables, table_entries, Level, TableCursor};
 use crate::stats::VmItem;
 use crate::sync::{charge, Cost};
 
@@ -304,66 +303,5 @@ pub(crate) fn exit_mmap(mm: &Mm, cpu: CpuId) -> UnmapStats {
         downgraded: false,
         pages_zapped: zapped,
         tlb_flushes: gs.tlb_flushes,
-    }
-}
-
-/// Rewrite the permission bits of every mapping in `[start, end)` to those of a VMA with
-/// `newflags` (`change_protection`, with the VMA's new `vm_page_prot`). Exclusive anonymous
-/// pages become writable at once when the VMA allows writing; the zero pages never do.
-pub(crate) fn change_protection(mm: &Mm, cpu: CpuId, start: u64, end: u64, newflags: VmFlags) {
-    let machine = mm.machine();
-    let phys = machine.phys();
-    let (read, write, exec) = (
-        newflags.contains(VmFlags::VM_READ),
-        newflags.contains(VmFlags::VM_WRITE),
-        newflags.contains(VmFlags::VM_EXEC),
-    );
-    // is_cow_mapping: a private mapping that may be written shares pages copy-on-write.
-    let cow = !newflags.contains(VmFlags::VM_SHARED) && newflags.contains(VmFlags::VM_MAYWRITE);
-    let leaf = crate::pgtable::leaf_bits(read, write, exec);
-    // x86 has no write-only pages: a write-only VMA's read-only entries (zero page, COW) stay
-    // readable.
-    let leaf_ro = crate::pgtable::leaf_bits(read || write, false, exec);
-    let mut changed = false;
-    let mut addr = start;
-    while addr < end {
-        match crate::pgtable::walk(phys, mm.pgd(), addr) {
-            Walk::Hole { level, .. } => {
-                // Past the reach of the none entry (a PGD, PUD or PMD entry).
-                addr = addr_end(addr, level.entry_size(), end);
-            }
-            Walk::HugePmd { pmd, .. } => {
-                let next = addr_end(addr, PMD_SIZE, end);
-                if !addr.is_multiple_of(PMD_SIZE) || next - addr != PMD_SIZE {
-                    split_huge_pmd(mm, cpu, pmd, addr & !(PMD_SIZE - 1));
-                    continue;
-                }
-                changed |= change_huge_pmd(mm, pmd, leaf, leaf_ro, write, cow);
-                addr = next;
-            }
-            Walk::Pte { pmd, .. } => {
-                // change_pte_range: the PTE table's lock over the rest of the PMD's reach.
-                let next = addr_end(addr, PMD_SIZE, end);
-                let table = pmd.load(phys).pfn();
-                let pte = TableCursor::lock(phys, table, Level::Pte);
-                while addr < next {
-                    let e = pte.get(addr);
-                    if e.maps_frame() {
-                        // can_change_pte_writable: only a PageAnonExclusive page.
-                        let w = write
-                            && !e.special()
-                            && (!cow || rmap::pte_anon_exclusive(phys, e.pfn()));
-                        let b = if w { leaf } else { leaf_ro };
-                        pte.write(addr, Entry::new(e.pfn(), b | (e.0 & _PAGE_SPECIAL)));
-                        changed = true;
-                    }
-                    addr += PAGE_SIZE;
-                }
-                drop(pte);
-            }
-        }
-    }
-    if changed {
-        mm.flush_tlb(cpu, Some((end - start) / PAGE_SIZE));
     }
 }

@@ -1,13 +1,17 @@
-//! `mprotect` (`do_mprotect_pkey`, `mprotect_fixup`), and the per-VMA flag change
-//! (`vma_modify_flags`) that madvise and mlock share.
+//! `mprotect` (`do_mprotect_pkey`, `mprotect_fixup`), the per-VMA flag change
+//! (`vma_modify_flags`) that madvise and mlock share, and the page-table side of a protection
+//! change (`change_protection` and `change_pte_range` of `mm/mprotect.c`; a huge PMD's is
+//! `huge_memory.rs`'s `change_huge_pmd`), one `TableCursor` per PTE table.
 
 use crate::addr::{align_up, PAGE_SIZE, PMD_SIZE};
 use crate::cpu::CpuId;
 use crate::error::Errno;
-use crate::mm::memory::change_protection;
+use crate::mm::huge_memory::{change_huge_pmd, split_huge_pmd};
 use crate::mm::mman::{PROT_EXEC, PROT_READ, PROT_SEM, PROT_WRITE};
+use crate::mm::rmap;
 use crate::mm::vma::{VmFlags, VmaWriteGuard};
 use crate::mm::Mm;
+use crate::pgtable::{addr_end, Entry, Level, TableCursor, Walk, _PAGE_SPECIAL};
 
 impl Mm {
     /// `mprotect(addr, len, prot)`.
@@ -138,5 +142,66 @@ impl Mm {
         {
             crate::mm::huge_memory::split_huge_pmd(self, cpu, pmd, addr & !(PMD_SIZE - 1));
         }
+    }
+}
+
+/// Rewrite the permission bits of every mapping in `[start, end)` to those of a VMA with
+/// `newflags` (`change_protection`, with the VMA's new `vm_page_prot`). Exclusive anonymous
+/// pages become writable at once when the VMA allows writing; the zero pages never do.
+pub(crate) fn change_protection(mm: &Mm, cpu: CpuId, start: u64, end: u64, newflags: VmFlags) {
+    let machine = mm.machine();
+    let phys = machine.phys();
+    let (read, write, exec) = (
+        newflags.contains(VmFlags::VM_READ),
+        newflags.contains(VmFlags::VM_WRITE),
+        newflags.contains(VmFlags::VM_EXEC),
+    );
+    // is_cow_mapping: a private mapping that may be written shares pages copy-on-write.
+    let cow = !newflags.contains(VmFlags::VM_SHARED) && newflags.contains(VmFlags::VM_MAYWRITE);
+    let leaf = crate::pgtable::leaf_bits(read, write, exec);
+    // x86 has no write-only pages: a write-only VMA's read-only entries (zero page, COW) stay
+    // readable.
+    let leaf_ro = crate::pgtable::leaf_bits(read || write, false, exec);
+    let mut changed = false;
+    let mut addr = start;
+    while addr < end {
+        match crate::pgtable::walk(phys, mm.pgd(), addr) {
+            Walk::Hole { level, .. } => {
+                // Past the reach of the none entry (a PGD, PUD or PMD entry).
+                addr = addr_end(addr, level.entry_size(), end);
+            }
+            Walk::HugePmd { pmd, .. } => {
+                let next = addr_end(addr, PMD_SIZE, end);
+                if !addr.is_multiple_of(PMD_SIZE) || next - addr != PMD_SIZE {
+                    split_huge_pmd(mm, cpu, pmd, addr & !(PMD_SIZE - 1));
+                    continue;
+                }
+                changed |= change_huge_pmd(mm, pmd, leaf, leaf_ro, write, cow);
+                addr = next;
+            }
+            Walk::Pte { pmd, .. } => {
+                // change_pte_range: the PTE table's lock over the rest of the PMD's reach.
+                let next = addr_end(addr, PMD_SIZE, end);
+                let table = pmd.load(phys).pfn();
+                let pte = TableCursor::lock(phys, table, Level::Pte);
+                while addr < next {
+                    let e = pte.get(addr);
+                    if e.maps_frame() {
+                        // can_change_pte_writable: only a PageAnonExclusive page.
+                        let w = write
+                            && !e.special()
+                            && (!cow || rmap::pte_anon_exclusive(phys, e.pfn()));
+                        let b = if w { leaf } else { leaf_ro };
+                        pte.write(addr, Entry::new(e.pfn(), b | (e.0 & _PAGE_SPECIAL)));
+                        changed = true;
+                    }
+                    addr += PAGE_SIZE;
+                }
+                drop(pte);
+            }
+        }
+    }
+    if changed {
+        mm.flush_tlb(cpu, Some((end - start) / PAGE_SIZE));
     }
 }
