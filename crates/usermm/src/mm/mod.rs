@@ -1,8 +1,8 @@
 //! Address spaces: `mm_struct`, its VMAs, page tables, faults, munmap and exit.
 //!
 //! Mirrors `include/linux/mm_types.h` (`struct mm_struct`), `kernel/fork.c` (`mm_alloc`,
-//! `mmget`, `mmput`, `__mmput`), `mm/mmap.c` (`exit_mmap`) and `fs/proc/task_mmu.c`
-//! (`smaps_rollup`).
+//! `mmget`, `mmput`, `__mmput`) and `mm/mmap.c` (`exit_mmap`); its `/proc` files are
+//! `proc.rs` (`fs/proc/task_mmu.c`), a workload thread's accesses `task.rs`.
 //!
 //! ```text
 //!  Mm ── mmap_lock: MmapLock<VmaTree>   the only way to the VMAs
@@ -52,8 +52,10 @@ pub mod mman;
 pub mod mmap;
 pub mod mmu_gather;
 pub mod mremap;
+mod proc;
 pub(crate) mod rmap;
 pub mod shmem;
+mod task;
 mod tlb;
 mod validate;
 mod vm_fault;
@@ -65,9 +67,11 @@ use std::sync::{Arc, OnceLock};
 use serde::Serialize;
 
 pub use self::fault::{Fault, SegvCode};
+pub use self::proc::SmapsRollup;
+pub use self::task::Task;
 pub(crate) use self::vm_fault::{VmFault, VmFaultError, OOM};
 use self::vma::VmaTree;
-use crate::addr::{Pfn, PAGE_SIZE};
+use crate::addr::Pfn;
 use crate::cpu::{CpuId, PerCpu};
 use crate::machine::Machine;
 use crate::sync::class::{MMLIST_LOCK, PAGE_TABLE_LOCK};
@@ -341,58 +345,6 @@ impl Mm {
         self.nr_tables.fetch_sub(1, Relaxed);
         st
     }
-
-    // ----- reports -----------------------------------------------------------------------
-
-    /// `/proc/<pid>/maps`.
-    pub fn maps(&self) -> String {
-        self.mmap_lock.read().render_maps()
-    }
-
-    /// `/proc/<pid>/smaps_rollup` figures, from the rss counters (the walk agrees: see
-    /// [`Mm::validate`]).
-    pub fn smaps_rollup(&self) -> SmapsRollup {
-        let kb = PAGE_SIZE as i64 / 1024;
-        let thp = self.count_thp_mappings();
-        SmapsRollup {
-            rss_kb: (self.rss_total() * kb) as u64,
-            anonymous_kb: (self.rss(RssItem::AnonPages) * kb) as u64,
-            anon_huge_pages_kb: thp * 2048,
-            shmem_kb: (self.rss(RssItem::ShmemPages) * kb) as u64,
-            locked_kb: self.locked_pages() * PAGE_SIZE / 1024,
-        }
-    }
-
-    fn count_thp_mappings(&self) -> u64 {
-        let tree = self.mmap_lock.read();
-        let phys = self.machine.phys();
-        let hz = self.machine.huge_zero().pfn();
-        let mut n = 0;
-        crate::pgtable::for_each_leaf(phys, self.pgd, |_, e, huge| {
-            if huge
-                && Some(e.pfn()) != hz
-                && !phys.meta(e.pfn()).test(crate::page_alloc::meta::PG_HUGETLB)
-            {
-                n += 1;
-            }
-        });
-        drop(tree);
-        n
-    }
-
-    fn locked_pages(&self) -> u64 {
-        let tree = self.mmap_lock.read();
-        let phys = self.machine.phys();
-        let mut n = 0;
-        crate::pgtable::for_each_leaf(phys, self.pgd, |addr, e, huge| {
-            if let Some(v) = tree.find_vma(addr) {
-                if v.start <= addr && v.flags.contains(vma::VmFlags::VM_LOCKED) && !e.special() {
-                    n += if huge { 512 } else { 1 };
-                }
-            }
-        });
-        n
-    }
 }
 
 /// The table allocators' view of an mm (`pgtable::pmd_alloc`, `pgtable::pte_alloc`).
@@ -421,245 +373,5 @@ impl Drop for Mm {
         if !self.exited.load(Relaxed) {
             self.exit(CpuId(0));
         }
-    }
-}
-
-/// `/proc/<pid>/smaps_rollup`, the lines the engine models (kB).
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
-pub struct SmapsRollup {
-    pub rss_kb: u64,
-    pub anonymous_kb: u64,
-    pub anon_huge_pages_kb: u64,
-    pub shmem_kb: u64,
-    pub locked_kb: u64,
-}
-
-impl SmapsRollup {
-    pub fn render(&self) -> String {
-        let mut s = String::new();
-        let mut line =
-            |l: &str, v: u64| s.push_str(&format!("{:<16}{:>8} kB\n", format!("{l}:"), v));
-        line("Rss", self.rss_kb);
-        line("Pss", self.rss_kb);
-        line("Pss_Anon", self.anonymous_kb);
-        line("Pss_Shmem", self.shmem_kb);
-        line("Anonymous", self.anonymous_kb);
-        line("AnonHugePages", self.anon_huge_pages_kb);
-        line("Locked", self.locked_kb);
-        s
-    }
-}
-
-/// A workload thread's handle: an address space and the CPU it runs on.
-#[derive(Debug, Clone)]
-pub struct Task {
-    mm: Arc<Mm>,
-    cpu: CpuId,
-}
-
-impl Task {
-    pub fn new(mm: Arc<Mm>, cpu: CpuId) -> Task {
-        Task { mm, cpu }
-    }
-
-    pub fn mm(&self) -> &Arc<Mm> {
-        &self.mm
-    }
-
-    pub fn cpu(&self) -> CpuId {
-        self.cpu
-    }
-
-    /// Translate `addr` for an access, faulting until it can be made (the MMU + page fault
-    /// loop), then run `f(pfn, huge_offset)` inside the TLB gate.
-    #[inline]
-    fn access<R>(&self, addr: u64, write: bool, mut f: impl FnMut(Pfn) -> R) -> Result<R, Fault> {
-        let phys = self.mm.machine.phys();
-        let mut tries = 0;
-        loop {
-            let got = self.mm.with_tlb_gate(self.cpu, || {
-                fault::translate(phys, self.mm.pgd, addr, write).map(&mut f)
-            });
-            if let Some(r) = got {
-                return Ok(r);
-            }
-            tries += 1;
-            vm_bug_on!(tries > 64, "fault loop at {addr:#x}");
-            fault::handle_mm_fault(&self.mm, self.cpu, addr, write)?;
-        }
-    }
-
-    /// Copy `buf.len()` bytes from user address `addr` (a `copy_from_user`).
-    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Fault> {
-        let backing = self.mm.machine.phys().backing();
-        let mut done = 0usize;
-        while done < buf.len() {
-            let a = addr + done as u64;
-            let off = (a % PAGE_SIZE) as usize;
-            let n = (PAGE_SIZE as usize - off).min(buf.len() - done);
-            let chunk = &mut buf[done..done + n];
-            self.access(a, false, |pfn| backing.read(pfn, off, chunk))?;
-            done += n;
-        }
-        Ok(())
-    }
-
-    /// Copy `data` to user address `addr` (a `copy_to_user`).
-    pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), Fault> {
-        let backing = self.mm.machine.phys().backing();
-        let mut done = 0usize;
-        while done < data.len() {
-            let a = addr + done as u64;
-            let off = (a % PAGE_SIZE) as usize;
-            let n = (PAGE_SIZE as usize - off).min(data.len() - done);
-            let chunk = &data[done..done + n];
-            self.access(a, true, |pfn| backing.write(pfn, off, chunk))?;
-            done += n;
-        }
-        Ok(())
-    }
-
-    /// 8-byte accesses at scattered addresses, in order (`Some(v)`: store `v`; `None`: a load,
-    /// its value discarded), as many as possible in one hold of the TLB gate: what a random
-    /// walk does between two looks at the clock. Stops at the first access that faults without
-    /// a fix, returning its index and the fault.
-    ///
-    /// The same accesses as [`Task::write_u64`] and [`Task::read_u64`] one by one, and the
-    /// same faults in the same order (the gate is left for each fault and taken again). What
-    /// changes is the host's work: entering and leaving the gate are locked instructions, and
-    /// each one waits for the store before it (a cache miss, when addresses are random) to
-    /// complete, so that one gate per access serialised every miss. Under one hold the stores
-    /// overlap, as the host CPU's do. A flush waits for at most one batch (callers keep them
-    /// short: tens of accesses), as a shootdown waits for the target CPU to take its IPI.
-    /// A word that crosses a page boundary takes the general path ([`Task::write`]).
-    pub fn access_words(&self, ops: &[(u64, Option<u64>)]) -> Result<(), (usize, Fault)> {
-        let phys = self.mm.machine.phys();
-        let backing = phys.backing();
-        let mut i = 0;
-        // The fault loop's bound, per access (as in `access`).
-        let (mut tries, mut faulting) = (0, usize::MAX);
-        while i < ops.len() {
-            // `Some(true)`: access `i` needs a fault; `Some(false)`: its word crosses a page.
-            let stuck = self.mm.with_tlb_gate(self.cpu, || {
-                while let Some(&(addr, v)) = ops.get(i) {
-                    let off = (addr % PAGE_SIZE) as usize;
-                    if off + 8 > PAGE_SIZE as usize {
-                        return Some(false);
-                    }
-                    let Some(pfn) = fault::translate(phys, self.mm.pgd, addr, v.is_some()) else {
-                        return Some(true);
-                    };
-                    match v {
-                        Some(v) => backing.write(pfn, off, &v.to_ne_bytes()),
-                        None => {
-                            let mut w = [0u8; 8];
-                            backing.read(pfn, off, &mut w);
-                            std::hint::black_box(w);
-                        }
-                    }
-                    i += 1;
-                }
-                None
-            });
-            let Some(needs_fault) = stuck else { break };
-            let (addr, v) = ops[i];
-            if !needs_fault {
-                match v {
-                    Some(v) => self.write_u64(addr, v),
-                    None => self.read_u64(addr).map(|_| ()),
-                }
-                .map_err(|e| (i, e))?;
-                i += 1;
-                continue;
-            }
-            if faulting != i {
-                (tries, faulting) = (0, i);
-            }
-            tries += 1;
-            vm_bug_on!(tries > 64, "fault loop at {addr:#x}");
-            fault::handle_mm_fault(&self.mm, self.cpu, addr, v.is_some()).map_err(|e| (i, e))?;
-        }
-        Ok(())
-    }
-
-    /// Touch one byte-range's pages: the access pattern of `usemem`'s walk, done page by page.
-    /// `step` bytes apart, reading or writing 8-byte words (`value(word_index)` when writing).
-    /// Returns the number of words accessed.
-    pub fn walk(
-        &self,
-        start: u64,
-        len: u64,
-        step: u64,
-        write: bool,
-        value: impl Fn(u64) -> u64,
-    ) -> Result<u64, Fault> {
-        let backing = self.mm.machine.phys().backing();
-        let step = step.max(8);
-        let mut words = 0u64;
-        let mut a = start;
-        let end = start + len;
-        while a < end {
-            let page_end = ((a / PAGE_SIZE) + 1) * PAGE_SIZE;
-            let stop = page_end.min(end);
-            let first = a;
-            let n = (stop - first).div_ceil(step);
-            let base = first - start;
-            self.access(first, write, |pfn| {
-                if backing.mode() == crate::config::BackingMode::Sparse {
-                    return;
-                }
-                if first.is_multiple_of(8) && step.is_multiple_of(8) {
-                    // Whole words: one 8-byte store or load each.
-                    let w0 = (first % PAGE_SIZE) as usize / 8;
-                    let w1 = w0 + (n as usize - 1) * (step / 8) as usize + 1;
-                    // The walk's index of the page's word 0 (wrapping: before `start`).
-                    let page_word = ((first - start) / 8).wrapping_sub(w0 as u64);
-                    if write {
-                        backing.write_words(pfn, w0..w1, (step / 8) as usize, |w| {
-                            value(page_word.wrapping_add(w as u64))
-                        });
-                    } else {
-                        std::hint::black_box(backing.read_words(pfn, w0..w1, (step / 8) as usize));
-                    }
-                    return;
-                }
-                let mut x = first;
-                while x < stop {
-                    let off = (x % PAGE_SIZE) as usize;
-                    if off + 8 <= PAGE_SIZE as usize {
-                        if write {
-                            backing.write(pfn, off, &value((x - start) / 8).to_ne_bytes());
-                        } else {
-                            let mut w = [0u8; 8];
-                            backing.read(pfn, off, &mut w);
-                            std::hint::black_box(w);
-                        }
-                    }
-                    // Saturating: a step past the address space (usemem -j -1) ends the walk.
-                    x = x.saturating_add(step);
-                }
-            })?;
-            let _ = base;
-            words += n;
-            a = first.saturating_add(n.saturating_mul(step));
-        }
-        Ok(words)
-    }
-
-    pub fn read_u64(&self, addr: u64) -> Result<u64, Fault> {
-        let mut b = [0u8; 8];
-        self.read(addr, &mut b)?;
-        Ok(u64::from_ne_bytes(b))
-    }
-
-    pub fn write_u64(&self, addr: u64, v: u64) -> Result<(), Fault> {
-        self.write(addr, &v.to_ne_bytes())
-    }
-
-    /// Can the page at `addr` be read / written without a SIGSEGV? (Faults it in if so.)
-    pub fn probe(&self, addr: u64) -> (bool, bool) {
-        let r = self.access(addr, false, |_| ()).is_ok();
-        let w = self.access(addr, true, |_| ()).is_ok();
-        (r, w)
     }
 }
