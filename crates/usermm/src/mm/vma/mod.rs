@@ -109,6 +109,7 @@ mod area;
 mod flags;
 mod gap;
 mod index;
+mod map;
 mod maps;
 mod merge;
 mod remap;

@@ -13,7 +13,8 @@ use super::area::{
     DEFAULT_START_BRK, FIRST_SHMEM_INO, TASK_UNMAPPED_BASE,
 };
 use super::flags::VmFlags;
-use super::index::{VmaIndex, VmaMap};
+use super::index::VmaIndex;
+use super::map::VmaMap;
 use crate::addr::{PAGE_SHIFT, PMD_SIZE, TASK_SIZE};
 use crate::error::Errno;
 
@@ -346,8 +347,8 @@ impl VmaTree {
     #[cfg(test)] // exercised by the unit tests only: not compiled into the library
     /// Mutable access to the flags of the VMA starting at `start`, for callers that split first
     /// and then change flags in place (follow with [`VmaTree::merge_after_change`]).
-    pub(super) fn flags_mut(&mut self, start: u64) -> Option<super::index::FlagsMut<'_>> {
-        self.vmas.get_mut(&start).map(super::index::FlagsMut)
+    pub(super) fn flags_mut(&mut self, start: u64) -> Option<super::map::FlagsMut<'_>> {
+        self.vmas.get_mut(&start).map(super::map::FlagsMut)
     }
 
     /// `anon_vma_prepare` under the mmap read lock: `vma`'s anon_vma, or else the anon_vma of an
