@@ -37,11 +37,9 @@
 //! reference-counted instead of RCU-freed.
 
 use std::collections::BTreeMap;
-
 use std::sync::Arc;
 
 use super::area::Vma;
-
 use crate::sync::class::MM_MT;
 use crate::sync::{MmLockSeq, RwSem, VmaLock};
 
