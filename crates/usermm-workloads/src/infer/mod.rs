@@ -35,7 +35,7 @@ pub mod rows;
 #[cfg(test)]
 mod test;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -155,306 +155,50 @@ pub fn round4(v: f64) -> f64 {
 /// Runs the inference. `progress` gets one line per stage.
 pub fn run(opts: &InferOpts, progress: &mut dyn FnMut(&str)) -> Result<InferResult, String> {
     let started = Instant::now();
-    let progress = RefCell::new(progress);
-    let say = |line: &str| (*progress.borrow_mut())(line);
-    let teardown = rows::teardown_rows();
-    let fault = rows::fault_rows();
-    let all_rows: Vec<TrainingRow> = teardown.iter().chain(&fault).cloned().collect();
-    let sizes = opts.sizes;
-    let runs = RefCell::new(0usize);
-    let failure: RefCell<Option<String>> = RefCell::new(None);
-    // Evaluate every (row, factors) pair given, in parallel; errors are kept for the end.
-    let eval = |jobs: Vec<(RowKind, EraFactors)>| -> Vec<f64> {
-        *runs.borrow_mut() += jobs.len();
-        rows::parallel_map(&jobs, opts.threads, &|(k, f)| rows::evaluate(*k, &sizes, f))
-            .into_iter()
-            .map(|r| match r {
-                Ok(v) => v,
-                Err(e) => {
-                    failure.borrow_mut().get_or_insert(e);
-                    f64::NAN
-                }
-            })
-            .collect()
-    };
-    let errors = |values: &[f64], rows: &[TrainingRow]| -> Vec<f64> {
-        values
-            .iter()
-            .zip(rows)
-            .map(|(v, r)| {
-                let e = (v / r.published).ln();
-                // A failed run is far from every band, so no search step accepts it.
-                if e.is_finite() {
-                    e
-                } else {
-                    10.0
-                }
-            })
-            .collect()
-    };
-    let pct = |e: &[f64]| {
-        e.iter()
-            .map(|x| format!("{:+.1} %", (x.exp() - 1.0) * 100.0))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let within = |e: &[f64], rows: &[TrainingRow]| {
-        e.iter()
-            .zip(rows)
-            .all(|(x, r)| (x.exp() - 1.0).abs() <= r.band() + 1e-12)
-    };
+    let inf = Inference::new(opts, progress);
 
     // 1. The unfitted point.
-    say("the unfitted point (every factor 1): 4 runs");
+    inf.say("the unfitted point (every factor 1): 4 runs");
     let one = [1.0; NR_ERA_FACTORS];
-    let unfitted = eval(all_rows.iter().map(|r| (r.kind, one)).collect());
-    let (unfitted_teardown, unfitted_fault) = unfitted.split_at(teardown.len());
-    say(&format!(
+    let unfitted = inf.eval(inf.all_rows.iter().map(|r| (r.kind, one)).collect());
+    let (unfitted_teardown, unfitted_fault) = unfitted.split_at(inf.teardown.len());
+    inf.say(&format!(
         "  unfitted: {} (teardown rows), {} (fault row)",
-        pct(&errors(unfitted_teardown, &teardown)),
-        pct(&errors(unfitted_fault, &fault))
+        pct(&errors(unfitted_teardown, &inf.teardown)),
+        pct(&errors(unfitted_fault, &inf.fault))
     ));
 
-    // 2. The teardown factors: the scan, then least squares from its best point.
-    let group_ns = teardown_group_ns()?;
-    let starts = scan_points(unfitted_teardown[0], teardown[0].published, group_ns);
-    say(&format!(
-        "the teardown factors: a scan of {} splits of the inline time, then \
-         Levenberg-Marquardt on ln(ns/page) of 3 rows",
-        starts.len()
-    ));
-    let mut residuals = |points: &[Vec<f64>]| -> Vec<Vec<f64>> {
-        let jobs: Vec<(RowKind, EraFactors)> = points
-            .iter()
-            .flat_map(|p| {
-                let f = rows::factors_of(p, 1.0);
-                teardown.iter().map(move |r| (r.kind, f))
-            })
-            .collect();
-        let values = eval(jobs);
-        let out: Vec<Vec<f64>> = values
-            .chunks(teardown.len())
-            .map(|v| errors(v, &teardown))
-            .collect();
-        for (p, e) in points.iter().zip(&out) {
-            say(&format!(
-                "  zap {:.4} free {:.4} locked {:.4}: {}",
-                p[0].exp(),
-                p[1].exp(),
-                p[2].exp(),
-                pct(e)
-            ));
-        }
-        out
-    };
-    let scanned = residuals(&starts);
-    let best = (0..starts.len())
-        .min_by(|&a, &b| {
-            let s = |e: &[f64]| e.iter().map(|x| x * x).sum::<f64>();
-            s(&scanned[a]).total_cmp(&s(&scanned[b]))
-        })
-        .expect("the scan has points");
-    let wide = fit::levenberg_marquardt_from(
-        fit::Step {
-            theta: starts[best].clone(),
-            residuals: scanned[best].clone(),
-        },
-        &mut residuals,
-        fit::WIDE,
-    );
-    let mut path: Vec<PathPoint> = starts
-        .iter()
-        .zip(&scanned)
-        .map(|(t, e)| PathPoint {
-            factors: rows::factors_of(t, 1.0),
-            errors: e.clone(),
-        })
-        .collect();
-    let record = |lm: &fit::LmFit, path: &mut Vec<PathPoint>| {
-        for s in lm.path.iter().skip(1) {
-            path.push(PathPoint {
-                factors: rows::factors_of(&s.theta, 1.0),
-                errors: s.residuals.clone(),
-            });
-        }
-    };
-    record(&wide, &mut path);
-    let unconstrained_td: Vec<f64> = wide.last().theta.iter().map(|t| round4(t.exp())).collect();
-    // 3. Within the plausible range: again from the wide fit clamped into it, if it left it.
-    let plausible = |f: f64| (PLAUSIBLE.0..=PLAUSIBLE.1).contains(&f);
-    let (lm, teardown_stopped) = if unconstrained_td.iter().all(|f| plausible(*f)) {
-        (wide, "")
-    } else {
-        say("  outside [0.25, 4]: least squares again within it");
-        let theta: Vec<f64> = wide
-            .last()
-            .theta
-            .iter()
-            .map(|t| t.clamp(PLAUSIBLE.0.ln(), PLAUSIBLE.1.ln()))
-            .collect();
-        let r = residuals(std::slice::from_ref(&theta)).remove(0);
-        let lm = fit::levenberg_marquardt_from(
-            fit::Step {
-                theta,
-                residuals: r,
-            },
-            &mut residuals,
-            PLAUSIBLE,
-        );
-        record(&lm, &mut path);
-        (lm, " (within [0.25, 4])")
-    };
-    let teardown_stopped = if teardown_stopped.is_empty() {
-        lm.stopped.to_string()
-    } else {
-        format!("{}{teardown_stopped}", lm.stopped)
-    };
-    let mut f_td = rows::factors_of(&lm.last().theta, 1.0);
-    for f in f_td.iter_mut().take(3) {
-        *f = round4(*f);
-    }
-    let theta_r: Vec<f64> = f_td[..3].iter().map(|f| f.ln()).collect();
-    say("the teardown factors rounded to four digits: 3 runs");
-    let fitted_td = eval(teardown.iter().map(|r| (r.kind, f_td)).collect());
-    let err_td = errors(&fitted_td, &teardown);
-    // A group is applied only if its fit meets every one of its rows within the plausible range.
-    let apply_td = within(&err_td, &teardown);
-
-    // 4. The fault factor, the teardown factors held as they will be written.
-    let held = if apply_td { f_td } else { one };
-    say("the fault factor: secant on seed 002's share");
-    let mut fault_eval = |t: f64| -> f64 {
-        let mut f = held;
-        f[3] = t
-            .exp()
-            .clamp(usermm::vtime::MIN_FACTOR, usermm::vtime::MAX_FACTOR);
-        let v = eval(vec![(fault[0].kind, f)]);
-        let e = errors(&v, &fault)[0];
-        say(&format!("  fault {:.4}: {}", f[3], pct(&[e])));
-        e
-    };
-    let sec_wide = fit::secant(0.0, &mut fault_eval, fit::WIDE);
-    let unconstrained_fault = round4(sec_wide.path.last().expect("a secant point").0.exp());
-    let sec = if plausible(unconstrained_fault) {
-        sec_wide
-    } else {
-        say("  outside [0.25, 4]: the secant again within it");
-        let t0 = unconstrained_fault.clamp(PLAUSIBLE.0, PLAUSIBLE.1).ln();
-        fit::secant(t0, &mut fault_eval, PLAUSIBLE)
-    };
-    let fault_fit = round4(sec.path.last().expect("a secant point").0.exp());
-    let fault_err = sec.path.last().expect("a secant point").1;
-    let apply_fault = within(&[fault_err], &fault);
+    // 2, 3. The teardown factors; 4. the fault factor, the teardown factors held as they will
+    // be written.
+    let mut path = Vec::new();
+    let td = inf.fit_teardown(unfitted_teardown[0], &mut path)?;
+    let held = if td.applied { td.factors } else { one };
+    let ft = inf.fit_fault(held);
 
     // 5. The applied factors, and every row evaluated there (the teardown rows again: the
     //    fault factor prices the populate before the timed free, and the machine's state
     //    at the free depends a little on it).
     let mut factors = held;
-    factors[3] = if apply_fault { fault_fit } else { 1.0 };
-    say("every training row at the factors written: 4 runs");
-    let fitted = eval(all_rows.iter().map(|r| (r.kind, factors)).collect());
-    let (fitted_td, fitted_fault) = fitted.split_at(teardown.len());
-    let err_td = errors(fitted_td, &teardown);
-    let err_fault = errors(fitted_fault, &fault);
+    factors[3] = if ft.applied { ft.value } else { 1.0 };
+    inf.say("every training row at the factors written: 4 runs");
+    let fitted = inf.eval(inf.all_rows.iter().map(|r| (r.kind, factors)).collect());
+    let (fitted_td, fitted_fault) = fitted.split_at(inf.teardown.len());
+    let err_td = errors(fitted_td, &inf.teardown);
+    let err_fault = errors(fitted_fault, &inf.fault);
     path.push(PathPoint {
         factors,
         errors: err_td.iter().chain(&err_fault).copied().collect(),
     });
 
     // 6. Ranges: linear at the fit, then both ends on the engine (applied groups only).
-    let bands_td: Vec<f64> = teardown.iter().map(TrainingRow::band).collect();
-    let mut ranges: Vec<(Option<f64>, Option<f64>)> = (0..3)
-        .map(|k| {
-            if !apply_td {
-                return (None, None);
-            }
-            let (lo, hi) = fit::linear_range(&err_td, &lm.jacobian, &bands_td, k);
-            (
-                lo.map(|d| (theta_r[k] + d).exp()),
-                hi.map(|d| (theta_r[k] + d).exp()),
-            )
-        })
-        .collect();
-    ranges.push(if apply_fault {
-        // The slope from the secant's last two distinct points.
-        let p = &sec.path;
-        let n = p.len();
-        let (a, b) = (p[n.saturating_sub(3).min(n - 2)], p[n - 2]);
-        let slope = if (b.0 - a.0).abs() > 1e-12 {
-            (b.1 - a.1) / (b.0 - a.0)
-        } else {
-            0.0
-        };
-        let (lo, hi) = fit::linear_range(&err_fault, &[vec![slope]], &[fault[0].band()], 0);
-        let t = factors[3].ln();
-        (lo.map(|d| (t + d).exp()), hi.map(|d| (t + d).exp()))
-    } else {
-        (None, None)
-    });
-    let mut end_jobs: Vec<(usize, f64, RowKind, EraFactors)> = Vec::new();
-    for (k, (lo, hi)) in ranges.iter().enumerate() {
-        for end in [lo, hi].into_iter().flatten() {
-            let mut f = factors;
-            f[k] = round4(end.clamp(usermm::vtime::MIN_FACTOR, usermm::vtime::MAX_FACTOR));
-            let rows_k = if k < 3 { &teardown } else { &fault };
-            for r in rows_k {
-                end_jobs.push((k, f[k], r.kind, f));
-            }
-        }
-    }
-    say(&format!(
-        "the ranges' ends on the engine: {} runs",
-        end_jobs.len()
-    ));
-    let end_values = eval(end_jobs.iter().map(|j| (j.2, j.3)).collect());
-    let mut checked: Vec<Vec<RangeEnd>> = vec![Vec::new(); NR_ERA_FACTORS];
-    let mut i = 0;
-    while i < end_jobs.len() {
-        let (k, fk) = (end_jobs[i].0, end_jobs[i].1);
-        let mut worst: Option<RangeEnd> = None;
-        while i < end_jobs.len() && end_jobs[i].0 == k && end_jobs[i].1 == fk {
-            let row = all_rows
-                .iter()
-                .find(|r| r.kind == end_jobs[i].2)
-                .expect("a training row");
-            let e = end_values[i] / row.published - 1.0;
-            let over = e.abs() - row.band();
-            if worst
-                .as_ref()
-                .is_none_or(|w| over > w.worst_error.abs() - w.worst_band)
-            {
-                worst = Some(RangeEnd {
-                    factor: fk,
-                    worst_row: row.id.to_string(),
-                    worst_error: e,
-                    worst_band: row.band(),
-                    within: over <= 1e-12,
-                });
-            }
-            i += 1;
-        }
-        checked[k].extend(worst);
-    }
-    if let Some(e) = failure.borrow_mut().take() {
+    let ranges = inf.ranges(&td, &ft, &factors, &err_td, &err_fault);
+    let checked = inf.check_range_ends(&factors, &ranges);
+    if let Some(e) = inf.failure.borrow_mut().take() {
         return Err(e);
     }
 
-    let row_result = |r: &TrainingRow, u: f64, f: f64| {
-        let fe = f / r.published - 1.0;
-        RowResult {
-            id: r.id,
-            cites: r.cites.clone(),
-            unit: r.unit,
-            published: r.published,
-            band: r.band(),
-            unfitted: u,
-            unfitted_error: u / r.published - 1.0,
-            fitted: f,
-            fitted_error: fe,
-            within: fe.abs() <= r.band() + 1e-12,
-        }
-    };
-    let row_results: Vec<RowResult> = all_rows
+    let rows: Vec<RowResult> = inf
+        .all_rows
         .iter()
         .zip(unfitted.iter().zip(&fitted))
         .map(|(r, (u, f))| row_result(r, *u, *f))
@@ -463,10 +207,10 @@ pub fn run(opts: &InferOpts, progress: &mut dyn FnMut(&str)) -> Result<InferResu
         .iter()
         .enumerate()
         .map(|(k, e)| {
-            let (unconstrained, applied) = if k < 3 {
-                (unconstrained_td[k], apply_td)
+            let (unconstrained, applied, rows) = if k < 3 {
+                (td.unconstrained[k], td.applied, &inf.teardown)
             } else {
-                (unconstrained_fault, apply_fault)
+                (ft.unconstrained, ft.applied, &inf.fault)
             };
             FactorResult {
                 input: e.input,
@@ -475,29 +219,393 @@ pub fn run(opts: &InferOpts, progress: &mut dyn FnMut(&str)) -> Result<InferResu
                 value: factors[k],
                 unconstrained,
                 applied,
-                rows: if k < 3 {
-                    teardown.iter().map(|r| r.id).collect()
-                } else {
-                    fault.iter().map(|r| r.id).collect()
-                },
+                rows: rows.iter().map(|r| r.id).collect(),
                 range: ranges[k],
                 range_checked: checked[k].clone(),
                 plausible: plausible(unconstrained),
             }
         })
         .collect();
-    let runs = *runs.borrow();
     Ok(InferResult {
         era: ERA,
         factors: factor_results,
-        rows: row_results,
-        runs,
-        teardown_stopped,
-        fault_stopped: sec.stopped,
+        rows,
+        runs: inf.runs.get(),
+        teardown_stopped: td.stopped,
+        fault_stopped: ft.sec.stopped,
         path,
-        sizes,
+        sizes: opts.sizes,
         wall_s: started.elapsed().as_secs_f64(),
     })
+}
+
+/// One inference under way: the training rows, the runs counted, the first failed run kept
+/// for the end (a failed run's value is NaN, which no search step accepts).
+struct Inference<'a> {
+    opts: &'a InferOpts,
+    progress: RefCell<&'a mut dyn FnMut(&str)>,
+    teardown: Vec<TrainingRow>,
+    fault: Vec<TrainingRow>,
+    all_rows: Vec<TrainingRow>,
+    runs: Cell<usize>,
+    failure: RefCell<Option<String>>,
+}
+
+/// The teardown group's fit (stages 2 and 3).
+struct TeardownFit {
+    /// The last least-squares fit (its Jacobian gives the ranges).
+    lm: fit::LmFit,
+    /// The wide box's estimate, rounded.
+    unconstrained: Vec<f64>,
+    stopped: String,
+    /// The fit rounded to four digits; the fault factor 1.
+    factors: EraFactors,
+    /// `ln` of the rounded factors.
+    theta: Vec<f64>,
+    /// Whether every teardown row is within its band at `factors`.
+    applied: bool,
+}
+
+/// The fault factor's fit (stage 4).
+struct FaultFit {
+    sec: fit::SecantFit,
+    unconstrained: f64,
+    value: f64,
+    applied: bool,
+}
+
+/// `ln(value / published)` of each row; a failed run is far from every band.
+fn errors(values: &[f64], rows: &[TrainingRow]) -> Vec<f64> {
+    values
+        .iter()
+        .zip(rows)
+        .map(|(v, r)| {
+            let e = (v / r.published).ln();
+            if e.is_finite() {
+                e
+            } else {
+                10.0
+            }
+        })
+        .collect()
+}
+
+/// Log errors as signed percentages, for progress lines.
+fn pct(e: &[f64]) -> String {
+    e.iter()
+        .map(|x| format!("{:+.1} %", (x.exp() - 1.0) * 100.0))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Every row within its band.
+fn within(e: &[f64], rows: &[TrainingRow]) -> bool {
+    e.iter()
+        .zip(rows)
+        .all(|(x, r)| (x.exp() - 1.0).abs() <= r.band() + 1e-12)
+}
+
+fn plausible(f: f64) -> bool {
+    (PLAUSIBLE.0..=PLAUSIBLE.1).contains(&f)
+}
+
+fn row_result(r: &TrainingRow, u: f64, f: f64) -> RowResult {
+    let fe = f / r.published - 1.0;
+    RowResult {
+        id: r.id,
+        cites: r.cites.clone(),
+        unit: r.unit,
+        published: r.published,
+        band: r.band(),
+        unfitted: u,
+        unfitted_error: u / r.published - 1.0,
+        fitted: f,
+        fitted_error: fe,
+        within: fe.abs() <= r.band() + 1e-12,
+    }
+}
+
+impl<'a> Inference<'a> {
+    fn new(opts: &'a InferOpts, progress: &'a mut dyn FnMut(&str)) -> Self {
+        let teardown = rows::teardown_rows();
+        let fault = rows::fault_rows();
+        let all_rows = teardown.iter().chain(&fault).cloned().collect();
+        Inference {
+            opts,
+            progress: RefCell::new(progress),
+            teardown,
+            fault,
+            all_rows,
+            runs: Cell::new(0),
+            failure: RefCell::new(None),
+        }
+    }
+
+    fn say(&self, line: &str) {
+        (*self.progress.borrow_mut())(line);
+    }
+
+    /// Evaluate every (row, factors) pair given, in parallel; a failure is kept for the end.
+    fn eval(&self, jobs: Vec<(RowKind, EraFactors)>) -> Vec<f64> {
+        self.runs.set(self.runs.get() + jobs.len());
+        let sizes = self.opts.sizes;
+        rows::parallel_map(&jobs, self.opts.threads, &|(k, f)| {
+            rows::evaluate(*k, &sizes, f)
+        })
+        .into_iter()
+        .map(|r| match r {
+            Ok(v) => v,
+            Err(e) => {
+                self.failure.borrow_mut().get_or_insert(e);
+                f64::NAN
+            }
+        })
+        .collect()
+    }
+
+    /// The teardown rows' log errors at each point (`ln` of the three teardown factors).
+    fn teardown_residuals(&self, points: &[Vec<f64>]) -> Vec<Vec<f64>> {
+        let jobs: Vec<(RowKind, EraFactors)> = points
+            .iter()
+            .flat_map(|p| {
+                let f = rows::factors_of(p, 1.0);
+                self.teardown.iter().map(move |r| (r.kind, f))
+            })
+            .collect();
+        let values = self.eval(jobs);
+        let out: Vec<Vec<f64>> = values
+            .chunks(self.teardown.len())
+            .map(|v| errors(v, &self.teardown))
+            .collect();
+        for (p, e) in points.iter().zip(&out) {
+            self.say(&format!(
+                "  zap {:.4} free {:.4} locked {:.4}: {}",
+                p[0].exp(),
+                p[1].exp(),
+                p[2].exp(),
+                pct(e)
+            ));
+        }
+        out
+    }
+
+    /// Stages 2 and 3: the scan, least squares from its best point in the wide box, again
+    /// within [0.25, 4] if the wide estimate left it; the fit rounded and run again. Every
+    /// accepted point goes on `path`.
+    fn fit_teardown(
+        &self,
+        unfitted_inline: f64,
+        path: &mut Vec<PathPoint>,
+    ) -> Result<TeardownFit, String> {
+        let starts = scan_points(
+            unfitted_inline,
+            self.teardown[0].published,
+            teardown_group_ns()?,
+        );
+        self.say(&format!(
+            "the teardown factors: a scan of {} splits of the inline time, then \
+             Levenberg-Marquardt on ln(ns/page) of 3 rows",
+            starts.len()
+        ));
+        let mut residuals = |points: &[Vec<f64>]| self.teardown_residuals(points);
+        let scanned = residuals(&starts);
+        let sum_sq = |e: &[f64]| e.iter().map(|x| x * x).sum::<f64>();
+        let best = (0..starts.len())
+            .min_by(|&a, &b| sum_sq(&scanned[a]).total_cmp(&sum_sq(&scanned[b])))
+            .expect("the scan has points");
+        let wide = fit::levenberg_marquardt_from(
+            fit::Step {
+                theta: starts[best].clone(),
+                residuals: scanned[best].clone(),
+            },
+            &mut residuals,
+            fit::WIDE,
+        );
+        path.extend(starts.iter().zip(&scanned).map(|(t, e)| PathPoint {
+            factors: rows::factors_of(t, 1.0),
+            errors: e.clone(),
+        }));
+        let record = |lm: &fit::LmFit, path: &mut Vec<PathPoint>| {
+            path.extend(lm.path.iter().skip(1).map(|s| PathPoint {
+                factors: rows::factors_of(&s.theta, 1.0),
+                errors: s.residuals.clone(),
+            }));
+        };
+        record(&wide, path);
+        let unconstrained: Vec<f64> = wide.last().theta.iter().map(|t| round4(t.exp())).collect();
+        let (lm, stopped) = if unconstrained.iter().all(|f| plausible(*f)) {
+            let stopped = wide.stopped.to_string();
+            (wide, stopped)
+        } else {
+            self.say("  outside [0.25, 4]: least squares again within it");
+            let theta: Vec<f64> = wide
+                .last()
+                .theta
+                .iter()
+                .map(|t| t.clamp(PLAUSIBLE.0.ln(), PLAUSIBLE.1.ln()))
+                .collect();
+            let r = residuals(std::slice::from_ref(&theta)).remove(0);
+            let lm = fit::levenberg_marquardt_from(
+                fit::Step {
+                    theta,
+                    residuals: r,
+                },
+                &mut residuals,
+                PLAUSIBLE,
+            );
+            record(&lm, path);
+            let stopped = format!("{} (within [0.25, 4])", lm.stopped);
+            (lm, stopped)
+        };
+        let mut factors = rows::factors_of(&lm.last().theta, 1.0);
+        for f in factors.iter_mut().take(3) {
+            *f = round4(*f);
+        }
+        let theta: Vec<f64> = factors[..3].iter().map(|f| f.ln()).collect();
+        self.say("the teardown factors rounded to four digits: 3 runs");
+        let fitted = self.eval(self.teardown.iter().map(|r| (r.kind, factors)).collect());
+        // A group is applied only if its fit meets every one of its rows within the
+        // plausible range.
+        let applied = within(&errors(&fitted, &self.teardown), &self.teardown);
+        Ok(TeardownFit {
+            lm,
+            unconstrained,
+            stopped,
+            factors,
+            theta,
+            applied,
+        })
+    }
+
+    /// Stage 4: the fault factor by the secant method on seed 002's share, the teardown
+    /// factors `held`; again within [0.25, 4] if the wide estimate left it.
+    fn fit_fault(&self, held: EraFactors) -> FaultFit {
+        self.say("the fault factor: secant on seed 002's share");
+        let mut fault_eval = |t: f64| -> f64 {
+            let mut f = held;
+            f[3] = t
+                .exp()
+                .clamp(usermm::vtime::MIN_FACTOR, usermm::vtime::MAX_FACTOR);
+            let v = self.eval(vec![(self.fault[0].kind, f)]);
+            let e = errors(&v, &self.fault)[0];
+            self.say(&format!("  fault {:.4}: {}", f[3], pct(&[e])));
+            e
+        };
+        let last = |s: &fit::SecantFit| *s.path.last().expect("a secant point");
+        let sec_wide = fit::secant(0.0, &mut fault_eval, fit::WIDE);
+        let unconstrained = round4(last(&sec_wide).0.exp());
+        let sec = if plausible(unconstrained) {
+            sec_wide
+        } else {
+            self.say("  outside [0.25, 4]: the secant again within it");
+            let t0 = unconstrained.clamp(PLAUSIBLE.0, PLAUSIBLE.1).ln();
+            fit::secant(t0, &mut fault_eval, PLAUSIBLE)
+        };
+        let (theta, err) = last(&sec);
+        FaultFit {
+            value: round4(theta.exp()),
+            applied: within(&[err], &self.fault),
+            sec,
+            unconstrained,
+        }
+    }
+
+    /// Each applied factor's range (the others held) over which every row of its group stays
+    /// within its band, from the linear model at the fit; `None` ends for a group not applied.
+    fn ranges(
+        &self,
+        td: &TeardownFit,
+        ft: &FaultFit,
+        factors: &EraFactors,
+        err_td: &[f64],
+        err_fault: &[f64],
+    ) -> Vec<(Option<f64>, Option<f64>)> {
+        let bands_td: Vec<f64> = self.teardown.iter().map(TrainingRow::band).collect();
+        let mut ranges: Vec<(Option<f64>, Option<f64>)> = (0..3)
+            .map(|k| {
+                if !td.applied {
+                    return (None, None);
+                }
+                let (lo, hi) = fit::linear_range(err_td, &td.lm.jacobian, &bands_td, k);
+                (
+                    lo.map(|d| (td.theta[k] + d).exp()),
+                    hi.map(|d| (td.theta[k] + d).exp()),
+                )
+            })
+            .collect();
+        ranges.push(if ft.applied {
+            // The slope from the secant's last two distinct points.
+            let p = &ft.sec.path;
+            let n = p.len();
+            let (a, b) = (p[n.saturating_sub(3).min(n - 2)], p[n - 2]);
+            let slope = if (b.0 - a.0).abs() > 1e-12 {
+                (b.1 - a.1) / (b.0 - a.0)
+            } else {
+                0.0
+            };
+            let (lo, hi) = fit::linear_range(err_fault, &[vec![slope]], &[self.fault[0].band()], 0);
+            let t = factors[3].ln();
+            (lo.map(|d| (t + d).exp()), hi.map(|d| (t + d).exp()))
+        } else {
+            (None, None)
+        });
+        ranges
+    }
+
+    /// Both ends of every range run on the engine: per end, the row furthest outside (or
+    /// least inside) its band.
+    fn check_range_ends(
+        &self,
+        factors: &EraFactors,
+        ranges: &[(Option<f64>, Option<f64>)],
+    ) -> Vec<Vec<RangeEnd>> {
+        let mut end_jobs: Vec<(usize, f64, RowKind, EraFactors)> = Vec::new();
+        for (k, (lo, hi)) in ranges.iter().enumerate() {
+            for end in [lo, hi].into_iter().flatten() {
+                let mut f = *factors;
+                f[k] = round4(end.clamp(usermm::vtime::MIN_FACTOR, usermm::vtime::MAX_FACTOR));
+                let rows_k = if k < 3 { &self.teardown } else { &self.fault };
+                for r in rows_k {
+                    end_jobs.push((k, f[k], r.kind, f));
+                }
+            }
+        }
+        self.say(&format!(
+            "the ranges' ends on the engine: {} runs",
+            end_jobs.len()
+        ));
+        let end_values = self.eval(end_jobs.iter().map(|j| (j.2, j.3)).collect());
+        let mut checked: Vec<Vec<RangeEnd>> = vec![Vec::new(); NR_ERA_FACTORS];
+        let mut i = 0;
+        while i < end_jobs.len() {
+            let (k, fk) = (end_jobs[i].0, end_jobs[i].1);
+            let mut worst: Option<RangeEnd> = None;
+            while i < end_jobs.len() && end_jobs[i].0 == k && end_jobs[i].1 == fk {
+                let row = self
+                    .all_rows
+                    .iter()
+                    .find(|r| r.kind == end_jobs[i].2)
+                    .expect("a training row");
+                let e = end_values[i] / row.published - 1.0;
+                let over = e.abs() - row.band();
+                if worst
+                    .as_ref()
+                    .is_none_or(|w| over > w.worst_error.abs() - w.worst_band)
+                {
+                    worst = Some(RangeEnd {
+                        factor: fk,
+                        worst_row: row.id.to_string(),
+                        worst_error: e,
+                        worst_band: row.band(),
+                        within: over <= 1e-12,
+                    });
+                }
+                i += 1;
+            }
+            checked[k].extend(worst);
+        }
+        checked
+    }
 }
 
 /// The scan's splits: the zap's share of the published inline time per page …
