@@ -67,6 +67,67 @@ pub(super) fn run(
     out: &Path,
     time: &TimeArgs,
 ) -> anyhow::Result<Outcome<BigfreeRecord>> {
+    let modelled = time.is_virtual();
+    let (opts, scaled) = run_opts(scale, quick, time)?;
+    let r = bigfree::run_with(&opts, &mut |_| {}).map_err(|e| anyhow::anyhow!("bigfree: {e}"))?;
+    let overhead_share = if scaled {
+        overhead_share(&opts, &r)?
+    } else {
+        None
+    };
+    let size = opts.size;
+    let jobs = JobSize {
+        pages_per_job: opts.threshold_pages,
+        jobs: (size / usermm::PAGE_SIZE).div_ceil(opts.threshold_pages),
+        scaled,
+        overhead_share,
+    };
+    let t = table(&r, &jobs, size);
+    let plot = out.join("bigfree.svg");
+    curve_plot(&r, &plot)?;
+    let verdict = verdict(&r, modelled);
+    let text = "Seeds 000/001 (\"mm: support parallel free of memory\", not merged). The gather hands batch lists \
+of 256K pages to `batch_free_wq`; the zapping task keeps zapping and `tlb_finish_mmu` waits for every job. \
+Contention is real: `zone.lock` and `lru_lock` per node on the free path. The worker CPU share answers the \
+review's question of who pays for the work. The `+ pcp tune` rows go past the seed: Linux 6.7+ grows \
+the pcp drain with a run of frees (up to 992 pages per `zone.lock` round trip instead of 31), the \
+allocator-side fix the review asked for, alone and under the patch.\n".to_string();
+    let record = BigfreeRecord {
+        vanilla: VanillaFigures {
+            time_s: r.vanilla_s,
+            row: r.rows.first().cloned(),
+        },
+        patched: r.patched,
+        ratio: r.ratio,
+        beyond: r.beyond,
+        rows: r.rows,
+        config: r.config,
+        time: r.time,
+        profile: r.profile,
+        warnings: r.warnings,
+        seed: r.seed,
+        jobs,
+    };
+    Ok(Outcome {
+        name: "bigfree",
+        section: Section {
+            heading: "Seeds 000/001: parallel free at teardown".into(),
+            text,
+            tables: vec![t],
+            plots: vec![plot],
+        },
+        record,
+        verdict,
+    })
+}
+
+/// The options of `reproduce`'s bigfree run at `scale`, and whether its jobs are scaled
+/// (`--quick` on the virtual clock: jobs sized so that SIZE makes the seed's 320).
+fn run_opts(
+    scale: Scale,
+    quick: bool,
+    time: &TimeArgs,
+) -> anyhow::Result<(bigfree::BigfreeOpts, bool)> {
     let seed_size = usermm_workloads::seeds::PARALLEL_FREE.size;
     let modelled = time.is_virtual();
     let (size, repeat) = match scale {
@@ -88,16 +149,11 @@ pub(super) fn run(
     time.apply(&mut base);
     bigfree::fit_seed_machine(&mut base, size, None, None, None);
     time.check(&mut base, None)?;
-    let seed_job = (
-        bigfree::DEFAULT_THRESHOLD_PAGES,
-        bigfree::PATCHED_MAX_BATCH_COUNT,
-    );
-    // --quick: jobs scaled so that SIZE makes the seed's 320 (`seed_scaled_job`).
     let scaled = modelled && quick && scale == Scale::Default;
     let (threshold_pages, max_batch_count) = if scaled {
         bigfree::seed_scaled_job(size)
     } else {
-        seed_job
+        SEED_JOB
     };
     let opts = bigfree::BigfreeOpts {
         threshold_pages,
@@ -106,35 +162,42 @@ pub(super) fn run(
         base,
         ..bigfree::BigfreeOpts::new(size, &ma)
     };
-    let r = bigfree::run_with(&opts, &mut |_| {}).map_err(|e| anyhow::anyhow!("bigfree: {e}"))?;
-    let overhead_share = if scaled {
-        let one = bigfree::BigfreeOpts {
-            threshold_pages: seed_job.0,
-            max_batch_count: seed_job.1,
-            pcp_tune_rows: false,
-            max_active: vec![8],
-            ..opts.clone()
-        };
-        let full =
-            bigfree::run_with(&one, &mut |_| {}).map_err(|e| anyhow::anyhow!("bigfree: {e}"))?;
-        let t = |rows: &[BigfreeRow]| {
-            rows.iter()
-                .find(|x| x.max_active == Some(8) && !x.pcp_auto_tune)
-                .map(|x| x.time_s)
-        };
-        match (t(&r.rows), t(&full.rows)) {
-            (Some(a), Some(b)) if a > 0.0 => Some((a - b) / a),
-            _ => None,
-        }
-    } else {
-        None
+    Ok((opts, scaled))
+}
+
+/// The seed's job: 256K pages, at most the patch's gather batches.
+const SEED_JOB: (u64, u32) = (
+    bigfree::DEFAULT_THRESHOLD_PAGES,
+    bigfree::PATCHED_MAX_BATCH_COUNT,
+);
+
+/// With scaled jobs: the share of the max_active 8 row that the smaller jobs' per-job costs
+/// take, from one more run of that row with the seed's own job size.
+fn overhead_share(
+    opts: &bigfree::BigfreeOpts,
+    r: &bigfree::BigfreeResult,
+) -> anyhow::Result<Option<f64>> {
+    let one = bigfree::BigfreeOpts {
+        threshold_pages: SEED_JOB.0,
+        max_batch_count: SEED_JOB.1,
+        pcp_tune_rows: false,
+        max_active: vec![8],
+        ..opts.clone()
     };
-    let jobs = JobSize {
-        pages_per_job: threshold_pages,
-        jobs: (size / usermm::PAGE_SIZE).div_ceil(threshold_pages),
-        scaled,
-        overhead_share,
+    let full = bigfree::run_with(&one, &mut |_| {}).map_err(|e| anyhow::anyhow!("bigfree: {e}"))?;
+    let t = |rows: &[BigfreeRow]| {
+        rows.iter()
+            .find(|x| x.max_active == Some(8) && !x.pcp_auto_tune)
+            .map(|x| x.time_s)
     };
+    Ok(match (t(&r.rows), t(&full.rows)) {
+        (Some(a), Some(b)) if a > 0.0 => Some((a - b) / a),
+        _ => None,
+    })
+}
+
+/// The run's table: every row beside the seed's time.
+fn table(r: &bigfree::BigfreeResult, jobs: &JobSize, size: u64) -> Table {
     let seed = &r.seed;
     let mut t = Table::new(
         format!(
@@ -190,7 +253,12 @@ pub(super) fn run(
             format!("{:.1} %", row.spin_share * 100.0),
         ]);
     }
-    let plot = out.join("bigfree.svg");
+    t
+}
+
+/// The free time against max_active, relative to vanilla, the seed's curve beside.
+fn curve_plot(r: &bigfree::BigfreeResult, plot: &Path) -> anyhow::Result<()> {
+    let seed = &r.seed;
     let mut ours = Series {
         name: format!("usermm, {}", r.time),
         ..Default::default()
@@ -210,13 +278,18 @@ pub(super) fn run(
         }
     }
     line_plot(
-        &plot,
+        plot,
         "Free time vs max_active, relative to vanilla",
         "max_active",
         "time / vanilla time",
         &[ours, theirs],
         true,
-    )?;
+    )
+}
+
+/// What this side shows, in one line.
+fn verdict(r: &bigfree::BigfreeResult, modelled: bool) -> String {
+    let seed = &r.seed;
     let best = r.patched.as_ref();
     // What this side shows, without a judgement: the seed's one verdict is judged on the
     // modelled curve (`sides::bigfree_verdict`).
@@ -255,7 +328,7 @@ pub(super) fn run(
         ),
         (None, _) => "no parallel row".into(),
     };
-    let verdict = match &r.beyond {
+    match &r.beyond {
         Some(x) => format!(
             "{verdict} Beyond the seed, with 6.7+ pcp auto-tuning: inline {:.2}×, max_active {} {:.2}× ({:.2}× the patch alone).",
             x.inline_speedup,
@@ -264,38 +337,5 @@ pub(super) fn run(
             x.over_patch.unwrap_or(0.0)
         ),
         None => verdict,
-    };
-    let text = "Seeds 000/001 (\"mm: support parallel free of memory\", not merged). The gather hands batch lists \
-of 256K pages to `batch_free_wq`; the zapping task keeps zapping and `tlb_finish_mmu` waits for every job. \
-Contention is real: `zone.lock` and `lru_lock` per node on the free path. The worker CPU share answers the \
-review's question of who pays for the work. The `+ pcp tune` rows go past the seed: Linux 6.7+ grows \
-the pcp drain with a run of frees (up to 992 pages per `zone.lock` round trip instead of 31), the \
-allocator-side fix the review asked for, alone and under the patch.\n".to_string();
-    let record = BigfreeRecord {
-        vanilla: VanillaFigures {
-            time_s: r.vanilla_s,
-            row: r.rows.first().cloned(),
-        },
-        patched: r.patched,
-        ratio: r.ratio,
-        beyond: r.beyond,
-        rows: r.rows,
-        config: r.config,
-        time: r.time,
-        profile: r.profile,
-        warnings: r.warnings,
-        seed: r.seed,
-        jobs,
-    };
-    Ok(Outcome {
-        name: "bigfree",
-        section: Section {
-            heading: "Seeds 000/001: parallel free at teardown".into(),
-            text,
-            tables: vec![t],
-            plots: vec![plot],
-        },
-        record,
-        verdict,
-    })
+    }
 }

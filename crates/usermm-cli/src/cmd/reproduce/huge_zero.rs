@@ -88,6 +88,64 @@ pub(super) fn run(
     let ratio = p.throughput_kbps as f64 / v.throughput_kbps.max(1) as f64;
     let host = usermm_host::measure::host_usemem_readonly(4 << 30, 2 << 20).ok();
     let engine_fps = v.faults as f64 / (v.wall_usecs.max(1) as f64 / 1e6);
+    let t = table(&v, &p, ratio, &label);
+    let mut host_text = String::new();
+    if let Some(h) = &host {
+        let hfps = h.faults as f64 / (h.ns.max(1) as f64 / 1e9);
+        host_text = format!(
+            "Host kernel, same shape (one process, 4 GiB, MADV_HUGEPAGE, one read per 2 MiB): {} faults, {:.0} faults/s; engine (vanilla, {} mms): {:.0} faults/s.\n",
+            h.faults, hfps, seed.nproc, engine_fps
+        );
+    }
+    let plot = out.join("huge_zero_ops.svg");
+    let plot2 = out.join("huge_zero_throughput.svg");
+    plots(&v, &p, ratio, &where_, &plot, &plot2)?;
+    // The mechanism, counted; the seed's one verdict is judged on the modelled timing
+    // (`sides::huge_zero_verdict`).
+    let as_seed = v.global_ops == 2 * v.faults && p.ops_per_mm == seed.ops_per_mm_patched as f64;
+    let verdict = format!(
+        "global counter {}: {:.0} ops/mm vanilla (2 per fault) → {:.0} patched; throughput {} with {} mms on {where_} (the seed: {} on {} cores; the contention on one cache line grows with cores).",
+        if as_seed { "as the seed's" } else { "NOT as the seed's" },
+        v.ops_per_mm,
+        p.ops_per_mm,
+        pct(ratio),
+        seed.nproc,
+        pct(seed.throughput_ratio),
+        seed.nproc,
+    );
+    let text = format!(
+        "Seed 002 (\"thp: reduce usage of huge zero page's atomic counter\"). Every read fault maps the huge \
+zero page with a deposited page table; vanilla takes a global reference per fault and drops one per zapped PMD, \
+patched takes one per mm (`MMF_HUGE_ZERO_PAGE`) and drops it in `mmput`.\n\n{host_text}"
+    );
+    let record = HugeZeroRecord {
+        seed,
+        ratio: HugeZeroRatio {
+            throughput: ratio,
+            global_ops: v.global_ops as f64 / p.global_ops.max(1) as f64,
+        },
+        vanilla: v,
+        patched: p,
+        host,
+        config: base,
+        time: label.clone(),
+    };
+    Ok(Outcome {
+        name: "huge-zero",
+        section: Section {
+            heading: "Seed 002: huge zero page reference per mm".into(),
+            text,
+            tables: vec![t],
+            plots: vec![plot, plot2],
+        },
+        record,
+        verdict,
+    })
+}
+
+/// The seed's table beside the engine's two runs.
+fn table(v: &RunFigures, p: &RunFigures, ratio: f64, label: &str) -> Table {
+    let seed = HUGE_ZERO;
     let mut t = Table::new(
         format!(
             "usemem -n {} --readonly -j {:#x} {}G ({} mms; seed measured, usermm {})",
@@ -146,17 +204,21 @@ pub(super) fn run(
         v.throughput_kbps.to_string(),
         format!("{} ({})", p.throughput_kbps, pct(ratio)),
     ]);
-    let mut host_text = String::new();
-    if let Some(h) = &host {
-        let hfps = h.faults as f64 / (h.ns.max(1) as f64 / 1e9);
-        host_text = format!(
-            "Host kernel, same shape (one process, 4 GiB, MADV_HUGEPAGE, one read per 2 MiB): {} faults, {:.0} faults/s; engine (vanilla, {} mms): {:.0} faults/s.\n",
-            h.faults, hfps, seed.nproc, engine_fps
-        );
-    }
-    let plot = out.join("huge_zero_ops.svg");
+    t
+}
+
+/// The operations per mm and the relative throughput, the seed's beside the engine's.
+fn plots(
+    v: &RunFigures,
+    p: &RunFigures,
+    ratio: f64,
+    where_: &str,
+    plot: &Path,
+    plot2: &Path,
+) -> anyhow::Result<()> {
+    let seed = HUGE_ZERO;
     bar_plot(
-        &plot,
+        plot,
         "Huge zero page: global refcount operations per mm (log-free view: vanilla vs patched)",
         "operations per mm",
         &[
@@ -176,9 +238,8 @@ pub(super) fn run(
             ),
         ],
     )?;
-    let plot2 = out.join("huge_zero_throughput.svg");
     bar_plot(
-        &plot2,
+        plot2,
         "usemem --readonly throughput, patched relative to vanilla",
         "relative throughput",
         &[
@@ -194,46 +255,5 @@ pub(super) fn run(
                 vec![("vanilla".into(), 1.0), ("patched".into(), ratio)],
             ),
         ],
-    )?;
-    // The mechanism, counted; the seed's one verdict is judged on the modelled timing
-    // (`sides::huge_zero_verdict`).
-    let as_seed = v.global_ops == 2 * v.faults && p.ops_per_mm == seed.ops_per_mm_patched as f64;
-    let verdict = format!(
-        "global counter {}: {:.0} ops/mm vanilla (2 per fault) → {:.0} patched; throughput {} with {} mms on {where_} (the seed: {} on {} cores; the contention on one cache line grows with cores).",
-        if as_seed { "as the seed's" } else { "NOT as the seed's" },
-        v.ops_per_mm,
-        p.ops_per_mm,
-        pct(ratio),
-        seed.nproc,
-        pct(seed.throughput_ratio),
-        seed.nproc,
-    );
-    let text = format!(
-        "Seed 002 (\"thp: reduce usage of huge zero page's atomic counter\"). Every read fault maps the huge \
-zero page with a deposited page table; vanilla takes a global reference per fault and drops one per zapped PMD, \
-patched takes one per mm (`MMF_HUGE_ZERO_PAGE`) and drops it in `mmput`.\n\n{host_text}"
-    );
-    let record = HugeZeroRecord {
-        seed,
-        ratio: HugeZeroRatio {
-            throughput: ratio,
-            global_ops: v.global_ops as f64 / p.global_ops.max(1) as f64,
-        },
-        vanilla: v,
-        patched: p,
-        host,
-        config: base,
-        time: label.clone(),
-    };
-    Ok(Outcome {
-        name: "huge-zero",
-        section: Section {
-            heading: "Seed 002: huge zero page reference per mm".into(),
-            text,
-            tables: vec![t],
-            plots: vec![plot, plot2],
-        },
-        record,
-        verdict,
-    })
+    )
 }

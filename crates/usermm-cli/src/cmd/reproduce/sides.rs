@@ -484,165 +484,19 @@ pub(super) fn comparison(
         ],
     );
     let mut notes = String::new();
-    let x2 = |v: f64| format!("{v:.2}×");
-    let fig =
-        |s: &Option<Side<BigfreeFigures, BigfreeRecord>>| s.as_ref().map(|s| s.figures.clone());
     if let Some(b) = bigfree {
-        notes += &format!(
-            "- bigfree: modelled {}; unfitted {}; measured {}\n",
-            side_label(&b.modelled),
-            side_label(&b.unfitted),
-            side_label(&b.measured)
-        );
-        let (m, u, w) = (fig(&b.modelled), fig(&b.unfitted), fig(&b.measured));
-        t.push_row([
-            "000/001".into(),
-            "vanilla free time (s)".into(),
-            Role::of_bigfree_row(None).name().into(),
-            format!("{:.2} (320 GiB)", PARALLEL_FREE.vanilla_s),
-            opt(m.as_ref().and_then(|f| f.seconds(None)), |v| {
-                format!("{v:.3}")
-            }),
-            opt(u.as_ref().and_then(|f| f.seconds(None)), |v| {
-                format!("{v:.3}")
-            }),
-            opt(w.as_ref().and_then(|f| f.seconds(None)), |v| {
-                format!("{v:.3}")
-            }),
-        ]);
-        for &(ma, s, _) in PARALLEL_FREE.rows {
-            let label = if ma == usermm_workloads::seeds::DEFAULT_WQ_MAX_ACTIVE {
-                format!("speedup, default workqueue (max_active {ma})")
-            } else {
-                format!("speedup, max_active {ma}")
-            };
-            t.push_row([
-                "000/001".into(),
-                label,
-                Role::of_bigfree_row(Some(ma)).name().into(),
-                x2(PARALLEL_FREE.vanilla_s / s),
-                opt(m.as_ref().and_then(|f| f.speedup(Some(ma))), x2),
-                opt(u.as_ref().and_then(|f| f.speedup(Some(ma))), x2),
-                opt(w.as_ref().and_then(|f| f.speedup(Some(ma))), x2),
-            ]);
-        }
+        bigfree_rows(&mut t, &mut notes, b);
     }
     if let Some(h) = huge_zero {
-        notes += &format!(
-            "- huge-zero: modelled {}; unfitted {}; measured {}\n",
-            side_label(&h.modelled),
-            side_label(&h.unfitted),
-            side_label(&h.measured)
-        );
-        let m = h.modelled.as_ref().map(|s| &s.figures);
-        let u = h.unfitted.as_ref().map(|s| &s.figures);
-        let w = h.measured.as_ref().map(|s| &s.figures);
-        let pct = |v: f64| format!("{:.2} %", v * 100.0);
-        t.push_row([
-            "002".into(),
-            "throughput patched/vanilla".into(),
-            Role::Predicted.name().into(),
-            x2(HUGE_ZERO.throughput_ratio),
-            opt(m.map(|f| f.throughput_ratio), x2),
-            opt(u.map(|f| f.throughput_ratio), x2),
-            opt(w.map(|f| f.throughput_ratio), x2),
-        ]);
-        t.push_row([
-            "002".into(),
-            "get_huge_zero_page's line share, vanilla".into(),
-            Role::Fitted.name().into(),
-            pct(HUGE_ZERO.cycles_share_vanilla),
-            opt(m.and_then(|f| f.line_share_vanilla), pct),
-            opt(u.and_then(|f| f.line_share_vanilla), pct),
-            opt(w.and_then(|f| f.line_share_vanilla), pct),
-        ]);
-        t.push_row([
-            "002".into(),
-            "the line's share, patched".into(),
-            Role::Predicted.name().into(),
-            pct(HUGE_ZERO.cycles_share_patched),
-            opt(m.and_then(|f| f.line_share_patched), pct),
-            opt(u.and_then(|f| f.line_share_patched), pct),
-            opt(w.and_then(|f| f.line_share_patched), pct),
-        ]);
+        huge_zero_rows(&mut t, &mut notes, h);
     }
     if let Some(p) = munmap {
-        notes += &format!(
-            "- munmap: modelled {}; unfitted {}; measured {}\n",
-            side_label(&p.modelled),
-            side_label(&p.unfitted),
-            side_label(&p.measured)
-        );
-        let m = p.modelled.as_ref().map(|s| &s.figures);
-        let u = p.unfitted.as_ref().map(|s| &s.figures);
-        let w = p.measured.as_ref().map(|s| &s.figures);
-        let us = |v: f64| format!("{v:.1}");
-        t.push_row([
-            "003".into(),
-            "exclusive hold, vanilla (µs)".into(),
-            Role::Predicted.name().into(),
-            format!("{} (80 GB)", MUNMAP_DOWNGRADE.exclusive_vanilla_us),
-            opt(m.map(|f| f.exclusive_hold_us.vanilla), us),
-            opt(u.map(|f| f.exclusive_hold_us.vanilla), us),
-            opt(w.map(|f| f.exclusive_hold_us.vanilla), us),
-        ]);
-        t.push_row([
-            "003".into(),
-            "exclusive hold, patched (µs)".into(),
-            Role::Predicted.name().into(),
-            "µs level".into(),
-            opt(m.map(|f| f.exclusive_hold_us.patched), us),
-            opt(u.map(|f| f.exclusive_hold_us.patched), us),
-            opt(w.map(|f| f.exclusive_hold_us.patched), us),
-        ]);
-        t.push_row([
-            "003".into(),
-            "hold vanilla/patched".into(),
-            Role::Predicted.name().into(),
-            "≥ 10⁵×".into(),
-            opt(m.map(|f| f.ratio), |v| format!("{v:.0}×")),
-            opt(u.map(|f| f.ratio), |v| format!("{v:.0}×")),
-            opt(w.map(|f| f.ratio), |v| format!("{v:.0}×")),
-        ]);
+        munmap_rows(&mut t, &mut notes, p);
     }
     let mut plots = Vec::new();
     if let Some(b) = bigfree {
         let plot = out.join("seeds_modelled_measured.svg");
-        let curve = |name: String, f: &BigfreeFigures, dashed: bool| Series {
-            name,
-            dashed,
-            points: f
-                .rows
-                .iter()
-                .filter_map(|r| r.max_active.map(|m| (m as f64, r.speedup)))
-                .collect(),
-        };
-        let mut series = vec![Series {
-            name: "seed (published, 320 GiB)".into(),
-            dashed: true,
-            points: PARALLEL_FREE
-                .rows
-                .iter()
-                .map(|&(m, s, _)| (m as f64, PARALLEL_FREE.vanilla_s / s))
-                .collect(),
-        }];
-        if let Some(s) = &b.modelled {
-            series.push(curve(s.time.clone(), &s.figures, false));
-        }
-        if let Some(s) = &b.unfitted {
-            series.push(curve(s.time.clone(), &s.figures, true));
-        }
-        if let Some(s) = &b.measured {
-            series.push(curve(s.time.clone(), &s.figures, false));
-        }
-        line_plot(
-            &plot,
-            "Seeds 000/001: free speedup over vanilla vs max_active",
-            "max_active",
-            "speedup (vanilla time / time)",
-            &series,
-            true,
-        )?;
+        speedup_plot(&plot, b)?;
         plots.push(plot);
     }
     Ok(Section {
@@ -658,4 +512,171 @@ names its profile; every cost of a profile names its source (`--json` prints the
         tables: vec![t],
         plots,
     })
+}
+
+/// Seeds 000/001's rows of the comparison table.
+fn bigfree_rows(t: &mut Table, notes: &mut String, b: &BigfreePair) {
+    let x2 = |v: f64| format!("{v:.2}×");
+    let fig =
+        |s: &Option<Side<BigfreeFigures, BigfreeRecord>>| s.as_ref().map(|s| s.figures.clone());
+    *notes += &format!(
+        "- bigfree: modelled {}; unfitted {}; measured {}\n",
+        side_label(&b.modelled),
+        side_label(&b.unfitted),
+        side_label(&b.measured)
+    );
+    let (m, u, w) = (fig(&b.modelled), fig(&b.unfitted), fig(&b.measured));
+    t.push_row([
+        "000/001".into(),
+        "vanilla free time (s)".into(),
+        Role::of_bigfree_row(None).name().into(),
+        format!("{:.2} (320 GiB)", PARALLEL_FREE.vanilla_s),
+        opt(m.as_ref().and_then(|f| f.seconds(None)), |v| {
+            format!("{v:.3}")
+        }),
+        opt(u.as_ref().and_then(|f| f.seconds(None)), |v| {
+            format!("{v:.3}")
+        }),
+        opt(w.as_ref().and_then(|f| f.seconds(None)), |v| {
+            format!("{v:.3}")
+        }),
+    ]);
+    for &(ma, s, _) in PARALLEL_FREE.rows {
+        let label = if ma == usermm_workloads::seeds::DEFAULT_WQ_MAX_ACTIVE {
+            format!("speedup, default workqueue (max_active {ma})")
+        } else {
+            format!("speedup, max_active {ma}")
+        };
+        t.push_row([
+            "000/001".into(),
+            label,
+            Role::of_bigfree_row(Some(ma)).name().into(),
+            x2(PARALLEL_FREE.vanilla_s / s),
+            opt(m.as_ref().and_then(|f| f.speedup(Some(ma))), x2),
+            opt(u.as_ref().and_then(|f| f.speedup(Some(ma))), x2),
+            opt(w.as_ref().and_then(|f| f.speedup(Some(ma))), x2),
+        ]);
+    }
+}
+
+/// Seed 002's rows of the comparison table.
+fn huge_zero_rows(t: &mut Table, notes: &mut String, h: &HugeZeroPair) {
+    let x2 = |v: f64| format!("{v:.2}×");
+    *notes += &format!(
+        "- huge-zero: modelled {}; unfitted {}; measured {}\n",
+        side_label(&h.modelled),
+        side_label(&h.unfitted),
+        side_label(&h.measured)
+    );
+    let m = h.modelled.as_ref().map(|s| &s.figures);
+    let u = h.unfitted.as_ref().map(|s| &s.figures);
+    let w = h.measured.as_ref().map(|s| &s.figures);
+    let pct = |v: f64| format!("{:.2} %", v * 100.0);
+    t.push_row([
+        "002".into(),
+        "throughput patched/vanilla".into(),
+        Role::Predicted.name().into(),
+        x2(HUGE_ZERO.throughput_ratio),
+        opt(m.map(|f| f.throughput_ratio), x2),
+        opt(u.map(|f| f.throughput_ratio), x2),
+        opt(w.map(|f| f.throughput_ratio), x2),
+    ]);
+    t.push_row([
+        "002".into(),
+        "get_huge_zero_page's line share, vanilla".into(),
+        Role::Fitted.name().into(),
+        pct(HUGE_ZERO.cycles_share_vanilla),
+        opt(m.and_then(|f| f.line_share_vanilla), pct),
+        opt(u.and_then(|f| f.line_share_vanilla), pct),
+        opt(w.and_then(|f| f.line_share_vanilla), pct),
+    ]);
+    t.push_row([
+        "002".into(),
+        "the line's share, patched".into(),
+        Role::Predicted.name().into(),
+        pct(HUGE_ZERO.cycles_share_patched),
+        opt(m.and_then(|f| f.line_share_patched), pct),
+        opt(u.and_then(|f| f.line_share_patched), pct),
+        opt(w.and_then(|f| f.line_share_patched), pct),
+    ]);
+}
+
+/// Seed 003's rows of the comparison table.
+fn munmap_rows(t: &mut Table, notes: &mut String, p: &MunmapPair) {
+    *notes += &format!(
+        "- munmap: modelled {}; unfitted {}; measured {}\n",
+        side_label(&p.modelled),
+        side_label(&p.unfitted),
+        side_label(&p.measured)
+    );
+    let m = p.modelled.as_ref().map(|s| &s.figures);
+    let u = p.unfitted.as_ref().map(|s| &s.figures);
+    let w = p.measured.as_ref().map(|s| &s.figures);
+    let us = |v: f64| format!("{v:.1}");
+    t.push_row([
+        "003".into(),
+        "exclusive hold, vanilla (µs)".into(),
+        Role::Predicted.name().into(),
+        format!("{} (80 GB)", MUNMAP_DOWNGRADE.exclusive_vanilla_us),
+        opt(m.map(|f| f.exclusive_hold_us.vanilla), us),
+        opt(u.map(|f| f.exclusive_hold_us.vanilla), us),
+        opt(w.map(|f| f.exclusive_hold_us.vanilla), us),
+    ]);
+    t.push_row([
+        "003".into(),
+        "exclusive hold, patched (µs)".into(),
+        Role::Predicted.name().into(),
+        "µs level".into(),
+        opt(m.map(|f| f.exclusive_hold_us.patched), us),
+        opt(u.map(|f| f.exclusive_hold_us.patched), us),
+        opt(w.map(|f| f.exclusive_hold_us.patched), us),
+    ]);
+    t.push_row([
+        "003".into(),
+        "hold vanilla/patched".into(),
+        Role::Predicted.name().into(),
+        "≥ 10⁵×".into(),
+        opt(m.map(|f| f.ratio), |v| format!("{v:.0}×")),
+        opt(u.map(|f| f.ratio), |v| format!("{v:.0}×")),
+        opt(w.map(|f| f.ratio), |v| format!("{v:.0}×")),
+    ]);
+}
+
+/// The free-time curve three ways (published, modelled and unfitted, measured).
+fn speedup_plot(plot: &Path, b: &BigfreePair) -> anyhow::Result<()> {
+    let curve = |name: String, f: &BigfreeFigures, dashed: bool| Series {
+        name,
+        dashed,
+        points: f
+            .rows
+            .iter()
+            .filter_map(|r| r.max_active.map(|m| (m as f64, r.speedup)))
+            .collect(),
+    };
+    let mut series = vec![Series {
+        name: "seed (published, 320 GiB)".into(),
+        dashed: true,
+        points: PARALLEL_FREE
+            .rows
+            .iter()
+            .map(|&(m, s, _)| (m as f64, PARALLEL_FREE.vanilla_s / s))
+            .collect(),
+    }];
+    if let Some(s) = &b.modelled {
+        series.push(curve(s.time.clone(), &s.figures, false));
+    }
+    if let Some(s) = &b.unfitted {
+        series.push(curve(s.time.clone(), &s.figures, true));
+    }
+    if let Some(s) = &b.measured {
+        series.push(curve(s.time.clone(), &s.figures, false));
+    }
+    line_plot(
+        plot,
+        "Seeds 000/001: free speedup over vanilla vs max_active",
+        "max_active",
+        "speedup (vanilla time / time)",
+        &series,
+        true,
+    )
 }
