@@ -657,9 +657,37 @@ fn bench_json_has_every_path_and_the_memset_figure() {
     assert_eq!(v["config_full"]["prefault"], false, "{v}");
 }
 
+/// `--only` takes a comma list, as `--max-active` does: exactly those paths run, in the
+/// dashboard's order.
+#[test]
+fn bench_only_takes_a_comma_list() {
+    let o = usermm(&[
+        "bench",
+        "--size",
+        "4M",
+        "--repeat",
+        "1",
+        "--only",
+        "zero-read-4k,populate-4k",
+        "--no-host",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    let mut paths: Vec<String> = v["paths"]
+        .as_array()
+        .expect("paths")
+        .iter()
+        .map(|p| p["path"].as_str().unwrap_or("").to_string())
+        .collect();
+    paths.sort();
+    assert_eq!(paths, ["populate-4k", "zero-read-4k"], "{v}");
+}
+
 #[test]
 fn bench_rejects_bad_arguments_on_one_line() {
     assert_usage_error(&["bench", "--only", "nope"], "nope");
+    assert_usage_error(&["bench", "--only", "zero-read-4k,nope"], "nope");
     assert_usage_error(&["bench", "--repeat", "0"], "--repeat");
     assert_usage_error(&["bench", "--size", "1M"], "--size");
     assert_usage_error(&["bench", "--size", "x"], "x");

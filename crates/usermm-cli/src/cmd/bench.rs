@@ -24,11 +24,11 @@ use crate::report::{Progress, Table};
 
 #[derive(Debug, Clone, Args, Serialize)]
 pub struct BenchArgs {
-    /// Run only this path: populate-4k, populate-thp, munmap-4k, huge-zero-read, zero-read-4k,
-    /// bigfree-virtual, usemem-ab-virtual, free-2-threads, mmap-munmap-4k, fork-exit,
-    /// random-write-4k, bigfree-nodes.
-    #[arg(long, value_name = "PATH", value_parser = parse_path)]
-    pub only: Option<BenchPath>,
+    /// Run only these paths (a comma list): populate-4k, populate-thp, munmap-4k,
+    /// huge-zero-read, zero-read-4k, bigfree-virtual, usemem-ab-virtual, free-2-threads,
+    /// mmap-munmap-4k, fork-exit, random-write-4k, bigfree-nodes.
+    #[arg(long, value_name = "PATH[,PATH...]", value_parser = parse_path, value_delimiter = ',')]
+    pub only: Vec<BenchPath>,
     /// Bytes each populate and munmap maps (the huge-zero read walks 8 times as much).
     #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_size_arg)]
     pub size: u64,
@@ -348,7 +348,7 @@ pub fn opts(args: &BenchArgs) -> anyhow::Result<BenchOpts> {
     })?;
     let mut opts = BenchOpts::new(args.size);
     opts.repeat = args.repeat;
-    opts.only = args.only;
+    opts.only = args.only.clone();
     opts.host = !args.no_host;
     opts.base = args.engine.to_config(bench::default_config())?;
     if let Err(e) = bench::check(&opts) {

@@ -176,8 +176,8 @@ pub struct BenchOpts {
     pub read_size: u64,
     /// Timed repeats of every path.
     pub repeat: u32,
-    /// Run only this path (the memset figure is always taken).
-    pub only: Option<BenchPath>,
+    /// Run only these paths; every path when empty (the memset figure is always taken).
+    pub only: Vec<BenchPath>,
     /// Run the host kernel's side.
     pub host: bool,
     /// One-page mappings per `mmap-munmap-4k` sample (at most the machines'
@@ -196,7 +196,7 @@ impl BenchOpts {
             size,
             read_size: size.saturating_mul(8),
             repeat: 5,
-            only: None,
+            only: Vec::new(),
             host: true,
             mmaps: MMAPS,
             base: default_config(),
@@ -204,7 +204,7 @@ impl BenchOpts {
     }
 
     fn wants(&self, p: BenchPath) -> bool {
-        self.only.is_none_or(|o| o == p)
+        self.only.is_empty() || self.only.contains(&p)
     }
 }
 

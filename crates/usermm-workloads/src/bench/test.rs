@@ -81,7 +81,7 @@ fn engine_only_run_fills_every_path() {
     assert_eq!(r.mmaps, Some(2000));
     assert!(r.config_full.prefault && r.config_full.backing == BackingMode::Full);
     assert_eq!(r.config_sparse.backing, BackingMode::Sparse);
-    o.only = Some(BenchPath::ZeroRead4k);
+    o.only = vec![BenchPath::ZeroRead4k];
     let r = run(&o, &mut |_| {}).unwrap();
     assert_eq!(r.paths.len(), 1);
     assert_eq!(r.paths[0].path, BenchPath::ZeroRead4k);
