@@ -19,6 +19,7 @@ mod sides;
 mod staging;
 #[cfg(test)]
 mod test_verdicts;
+mod validation;
 
 pub use experiment::{Outcome, Scale};
 
@@ -45,15 +46,18 @@ pub enum Experiment {
     Percpu,
     /// The model checked on this host: calibrate, predict three scenarios, measure them.
     HostCheck,
+    /// The seed thread's other runs, predicted with the era factors and no refit (modelled).
+    Validation,
 }
 
 impl Experiment {
-    pub const ALL: [Experiment; 5] = [
+    pub const ALL: [Experiment; 6] = [
         Experiment::Bigfree,
         Experiment::HugeZero,
         Experiment::Munmap,
         Experiment::Percpu,
         Experiment::HostCheck,
+        Experiment::Validation,
     ];
 }
 
@@ -78,6 +82,9 @@ pub struct ReproduceArgs {
     /// Test only: the host check at tiny sizes (its figures mean little).
     #[arg(long, hide = true)]
     pub host_check_test_sizes: bool,
+    /// Test only: the validation set at tiny sizes (its figures mean little).
+    #[arg(long, hide = true)]
+    pub validation_test_sizes: bool,
     /// Faster, less faithful: the modelled bigfree at 16 GiB with its jobs scaled down to
     /// keep the seed's 320 (every per-job cost then comes 20x as often per page; the report
     /// gives the share that costs at max_active 8). Without it the modelled bigfree frees
@@ -154,6 +161,10 @@ pub struct Results {
     /// measurements and `rows[]` (`name`, `unit`, `predicted`, `measured`, `error`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_check: Option<host_check::HostCheckRecord>,
+    /// The validation set: `rows[]` (`name`, `source`, `machine`, `published`, `predicted`,
+    /// `unfitted`, `error`, `band`, `unit`, `within`) and each run's verdict, all modelled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub validation: Option<usermm_workloads::validation::Validation>,
     /// The era factors the modelled sides carry (`usermm infer`'s era file: every factor with
     /// its value, its training rows and the run that inferred it), when a modelled side ran.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -226,13 +237,14 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         munmap: None,
         percpu: None,
         host_check: None,
+        validation: None,
         era: None,
         sensitivity: None,
     };
     let mut sections = Vec::new();
     let mut verdicts = Vec::new();
     for e in args.experiments() {
-        if e == Experiment::HostCheck {
+        if matches!(e, Experiment::HostCheck | Experiment::Validation) {
             continue; // after the seeds, below
         }
         for (kind, time) in sides::sides(&args.time) {
@@ -258,7 +270,9 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
                 Experiment::Percpu => {
                     percpu::run(args.scale, &dir, &time)?.into_record(Record::Percpu)
                 }
-                Experiment::HostCheck => unreachable!("run after the seeds' experiments"),
+                Experiment::HostCheck | Experiment::Validation => {
+                    unreachable!("run after the seeds' experiments")
+                }
             };
             eprintln!(
                 "usermm reproduce: {} ({}) done in {:.1} s: {}",
@@ -269,13 +283,7 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
             );
             let mut section = o.section;
             section.heading = format!("{} — {}", section.heading, kind.name());
-            if !g.json {
-                println!("== {} ==", section.heading);
-                for t in &section.tables {
-                    println!("{}", t.render_text());
-                }
-                println!("verdict: {}\n", o.verdict);
-            }
+            print_section(g, &section, Some(&o.verdict));
             verdicts.push((o.name, kind, o.verdict));
             let time_label = record_time(&o.record);
             results.add(kind, &time_label, o.record, args.scale);
@@ -313,17 +321,21 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
             "usermm reproduce: host-check done in {:.1} s: {verdict}",
             te.elapsed().as_secs_f64()
         );
-        if !g.json {
-            println!("== {} ==", section.heading);
-            for t in &section.tables {
-                println!("{}", t.render_text());
-            }
-            println!("verdict: {verdict}\n");
-        }
+        print_section(g, &section, Some(&verdict));
         results.host_check = Some(record);
         host_section = Some(section);
         host_verdict = Some(verdict);
     }
+    let (validation_section, validation_verdict) =
+        if args.experiments().contains(&Experiment::Validation) {
+            let (section, verdict, record) =
+                validation::run(args.scale, args.validation_test_sizes)?;
+            print_section(g, &section, Some(&verdict));
+            results.validation = Some(record);
+            (Some(section), Some(verdict))
+        } else {
+            (None, None)
+        };
     let mut sensitivity_section = None;
     if args.sensitivity {
         let ran = |e: &str| {
@@ -343,12 +355,7 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
             "usermm reproduce: sensitivity done in {:.1} s",
             te.elapsed().as_secs_f64()
         );
-        if !g.json {
-            println!("== {} ==", section.heading);
-            for t in &section.tables {
-                println!("{}", t.render_text());
-            }
-        }
+        print_section(g, &section, None);
         results.sensitivity = Some(headlines);
         sensitivity_section = Some(section);
     }
@@ -378,6 +385,9 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     for (name, kind, v) in &verdicts {
         summary += &format!("- {name}, {}: {v}\n", kind.name());
     }
+    if let Some(v) = &validation_verdict {
+        summary += &format!("- **validation** (predicted, no refit): {v}\n");
+    }
     if let Some(v) = &host_verdict {
         summary += &format!("- **host check** (the this-host profile against this host): {v}\n");
     }
@@ -403,6 +413,7 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         comparison,
     ];
     all.extend(host_section);
+    all.extend(validation_section);
     all.extend(sensitivity_section);
     all.extend(sections);
     results.wall_seconds = (!modelled_only).then(|| t0.elapsed().as_secs_f64());
@@ -423,6 +434,20 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Print a section's tables and its verdict on stdout (not with `--json`).
+fn print_section(g: &GlobalArgs, section: &Section, verdict: Option<&str>) {
+    if g.json {
+        return;
+    }
+    println!("== {} ==", section.heading);
+    for t in &section.tables {
+        println!("{}", t.render_text());
+    }
+    if let Some(v) = verdict {
+        println!("verdict: {v}\n");
+    }
+}
+
 /// The time label a record carries (`modelled (profile NAME)` or `measured (this host)`).
 fn record_time(r: &Record) -> String {
     match r {
@@ -441,6 +466,7 @@ impl Experiment {
             Experiment::Munmap => "munmap",
             Experiment::Percpu => "percpu",
             Experiment::HostCheck => "host-check",
+            Experiment::Validation => "validation",
         }
     }
 }
