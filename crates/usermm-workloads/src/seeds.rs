@@ -237,6 +237,14 @@ impl HpeFree {
     }
 }
 
+/// Alex Thorlton's machine as the validation set models it: a profile of its published size
+/// and assumed parts (`hpe-64s`), every hardware thread a CPU, one node per socket.
+pub const HPE_FREE_MACHINE: SeedMachine = SeedMachine {
+    profile: "hpe-64s",
+    cpus: 2048,
+    nodes: 64,
+};
+
 /// Alex Thorlton's run (see [`HpeFree`]).
 pub const HPE_FREE: HpeFree = HpeFree {
     sockets: 64,
@@ -425,6 +433,7 @@ mod test {
             HUGE_ZERO_MACHINE,
             MUNMAP_DOWNGRADE_MACHINE,
             PERCPU_DEPOPULATE_MACHINE,
+            HPE_FREE_MACHINE,
         ] {
             let p = usermm::vtime::Profile::builtin(m.profile).unwrap();
             let t = p.topology();
@@ -436,6 +445,16 @@ mod test {
             HUGE_ZERO.nproc as usize
         );
         assert_eq!(MUNMAP_DOWNGRADE.cpus, 32);
+        let hpe = usermm::vtime::Profile::builtin(HPE_FREE_MACHINE.profile).unwrap();
+        let t = hpe.topology();
+        assert_eq!(
+            (t.sockets, t.sockets * t.cores_per_socket, t.memory_gib),
+            (
+                u32::from(HPE_FREE.sockets),
+                u32::from(HPE_FREE.cores),
+                Some(HPE_FREE.ram >> 30)
+            )
+        );
         let ex = usermm::vtime::Profile::builtin(PARALLEL_FREE_MACHINE.profile).unwrap();
         assert_eq!(
             (ex.topology().hw_threads(), ex.topology().nodes),

@@ -61,7 +61,10 @@ fn a_bound_task_allocates_only_on_its_node() {
     assert_eq!((ok, oom), (2048, 0));
     let after = per_node(&m);
     for n in [0, 2, 3] {
-        assert_eq!(after[n], before[n], "node {n} gave pages: {before:?} → {after:?}");
+        assert_eq!(
+            after[n], before[n],
+            "node {n} gave pages: {before:?} → {after:?}"
+        );
     }
     // The data pages and the page tables (with the batch pages of a free) came from node 1.
     assert!(before[1] - after[1] >= 2048 + 1, "{before:?} → {after:?}");
@@ -93,7 +96,10 @@ fn a_full_bound_node_is_out_of_memory_not_a_fallback() {
     assert_eq!((m.vmstat().get(VmItem::Oom) - oom0) as u64, oom);
     let after = per_node(&m);
     for n in [0, 2, 3] {
-        assert_eq!(after[n], before[n], "node {n} gave pages: {before:?} → {after:?}");
+        assert_eq!(
+            after[n], before[n],
+            "node {n} gave pages: {before:?} → {after:?}"
+        );
     }
     assert!(after[1] < 64, "node 1 is used up: {after:?}");
     // Freeing on node 1 lets a failed write succeed.

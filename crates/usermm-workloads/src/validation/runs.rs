@@ -17,6 +17,15 @@
 //!   `bigfree::fit_seed_machine` sizes seeds 000/001's machine (the posting's 100 GiB spilled
 //!   from the zapping task's node into the other at 64 GiB; its ≤ 16 GiB in flight shared one
 //!   node's locks but at that boundary, and at 20 GiB on 20 GiB nodes they always do).
+//! - **hpe**: `hpe-64s` (a profile of the posting's published size, 64 sockets, 1024 cores,
+//!   8 TiB, its unknowns labelled as assumptions in the file), all 2048 hardware threads as
+//!   CPUs (within `MAX_CPUS`), 64 nodes. v1 at its defaults: the v1 series (2017-02-24) already
+//!   held all five patches, so its default is the cover letter's "with default setting" row —
+//!   1 GiB jobs (`ASYNC_FREE_THRESHOLD`, `MAX_GATHER_BATCH_COUNT` 515) on `batch_free_wq`
+//!   allocated with max_active 0, i.e. `WQ_DFL_ACTIVE` (256). Each node holds the whole
+//!   mapping (16 GiB at the default scale), so the free is node-local; the posting's 1 TB
+//!   filled eight 128 GiB nodes from the zapping task's outward, seven of them remote to the
+//!   task and its workers (`--scale seed` builds that).
 //! - **munmap-hold**: seed 003's own modelled run (`munmap_test`, the machine `reproduce` uses),
 //!   vanilla only: its exclusive hold per page.
 
@@ -29,7 +38,7 @@ use super::{
 use crate::bigfree::{self, BigfreeOpts, BigfreeResult, BigfreeRow};
 use crate::infer::rows::parallel_map;
 use crate::munmap_test::{self, MunmapTestOpts};
-use crate::seeds::{self, MUNMAP_DOWNGRADE, NODE_BOUND_FREE, TWO_NODE_FREE};
+use crate::seeds::{self, HPE_FREE, MUNMAP_DOWNGRADE, NODE_BOUND_FREE, TWO_NODE_FREE};
 
 /// One validation run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -39,17 +48,20 @@ pub enum Run {
     NodeBound,
     /// The 2-node Haswell-EP.
     TwoNode,
+    /// HPE's 64-socket machine, v1 at its defaults.
+    Hpe,
     /// Seed 003's vanilla hold per page.
     MunmapHold,
 }
 
 impl Run {
-    pub const ALL: [Run; 3] = [Run::MunmapHold, Run::NodeBound, Run::TwoNode];
+    pub const ALL: [Run; 4] = [Run::MunmapHold, Run::NodeBound, Run::TwoNode, Run::Hpe];
 
     pub fn name(self) -> &'static str {
         match self {
             Run::NodeBound => "node-bound",
             Run::TwoNode => "two-node",
+            Run::Hpe => "hpe",
             Run::MunmapHold => "munmap-hold",
         }
     }
@@ -60,15 +72,18 @@ impl Run {
 pub struct Sizes {
     pub node_bound: u64,
     pub two_node: u64,
+    pub hpe: u64,
     pub munmap: u64,
 }
 
 impl Sizes {
-    /// A tenth of the postings' mappings, near enough (12 GiB of 120, 20 GiB of 100), and
-    /// seed 003's 8 GiB of `reproduce`'s default scale.
+    /// A tenth of the postings' mappings, near enough (12 GiB of 120, 20 GiB of 100), HPE's
+    /// 1 TiB as 16 GiB (16 jobs: the pipeline's one-job fill and drain are a sixteenth of the
+    /// run), and seed 003's 8 GiB of `reproduce`'s default scale.
     pub const DEFAULT: Sizes = Sizes {
         node_bound: 12 << 30,
         two_node: 20 << 30,
+        hpe: 16 << 30,
         munmap: 8 << 30,
     };
 
@@ -77,6 +92,7 @@ impl Sizes {
         Sizes {
             node_bound: NODE_BOUND_FREE.size,
             two_node: TWO_NODE_FREE.size,
+            hpe: HPE_FREE.size,
             munmap: MUNMAP_DOWNGRADE.size_decimal & !((2 << 20) - 1),
         }
     }
@@ -196,6 +212,16 @@ fn jobs_of(opts: &ValidationOpts, run: Run, era: &str) -> Result<Vec<(Run, u8, J
                 (run, 1, bigfree(size, &ma, c, tn.batch_count_2g)),
             ]
         }
+        Run::Hpe => {
+            let h = &HPE_FREE;
+            let size = opts.sizes.hpe;
+            // v1's defaults: 1 GiB jobs, `batch_free_wq` with max_active 0 (WQ_DFL_ACTIVE).
+            let ma = [seeds::DEFAULT_WQ_MAX_ACTIVE];
+            let profile = seeds::HPE_FREE_MACHINE.profile;
+            let c = with_era(seed_shaped(profile, size, (h.size, h.ram), &ma)?);
+            let b = bigfree(size, &ma, c, bigfree::PATCHED_MAX_BATCH_COUNT);
+            vec![(run, 0, b)]
+        }
         Run::MunmapHold => {
             let mut o = MunmapTestOpts::new(opts.sizes.munmap, 1);
             o.machine.time.mode = TimeMode::Virtual;
@@ -221,10 +247,7 @@ fn run_job(job: &Job) -> Result<Out, String> {
 
 /// Run every run of `opts` with the era factors and without, and build its rows.
 /// `progress` is told of each virtual run as it starts.
-pub fn run(
-    opts: &ValidationOpts,
-    progress: &(dyn Fn(&str) + Sync),
-) -> Result<Validation, String> {
+pub fn run(opts: &ValidationOpts, progress: &(dyn Fn(&str) + Sync)) -> Result<Validation, String> {
     let mut jobs = Vec::new();
     for &r in &opts.runs {
         for era in ERAS {
@@ -251,6 +274,7 @@ pub fn run(
         let (rows, outcome) = match r {
             Run::NodeBound => node_bound_rows(&fitted, &unfitted)?,
             Run::TwoNode => two_node_rows(&fitted, &unfitted)?,
+            Run::Hpe => hpe_rows(&fitted, &unfitted)?,
             Run::MunmapHold => munmap_rows(&fitted, &unfitted)?,
         };
         v.rows.extend(rows);
@@ -276,7 +300,10 @@ fn row_of(r: &BigfreeResult, ma: Option<u32>) -> Result<&BigfreeRow, String> {
 
 /// `(max_active, ns/page)` of every row of `r` (vanilla as `None`).
 fn per_page(r: &BigfreeResult) -> Vec<(Option<u32>, f64)> {
-    r.rows.iter().map(|x| (x.max_active, x.ns_per_page)).collect()
+    r.rows
+        .iter()
+        .map(|x| (x.max_active, x.ns_per_page))
+        .collect()
 }
 
 /// The fastest of `rows` (`(max_active, time)`, as published or predicted).
@@ -310,7 +337,8 @@ fn machine_label(r: &BigfreeResult) -> String {
         c.cpus,
         c.nodes,
         c.mem / u64::from(c.nodes) >> 20,
-        c.mm.membind.map_or(String::new(), |n| format!(", membind {n}")),
+        c.mm.membind
+            .map_or(String::new(), |n| format!(", membind {n}")),
         r.size >> 30
     )
 }
@@ -368,10 +396,20 @@ fn node_bound_rows(
             Some(_) => format!("spinlock share, {}", label(m)),
         };
         let (sf, su) = (spin_shares(row_of(f, m)?).0, spin_shares(row_of(u, m)?).0);
-        rows.push(ValidationRow::new(&at, name, SHARE_BAND, "%", published, (sf, su)));
+        rows.push(ValidationRow::new(
+            &at,
+            name,
+            SHARE_BAND,
+            "%",
+            published,
+            (sf, su),
+        ));
     }
     let split = Some(nb.split_max_active);
-    let (sf, su) = (spin_shares(row_of(f, split)?), spin_shares(row_of(u, split)?));
+    let (sf, su) = (
+        spin_shares(row_of(f, split)?),
+        spin_shares(row_of(u, split)?),
+    );
     let m = nb.split_max_active;
     rows.push(ValidationRow::new(
         &at,
@@ -459,7 +497,10 @@ fn two_node_rows(
         TIME_BAND,
         "ns/page",
         ns(tn.vanilla_s),
-        (row_of(f[0], None)?.ns_per_page, row_of(u[0], None)?.ns_per_page),
+        (
+            row_of(f[0], None)?.ns_per_page,
+            row_of(u[0], None)?.ns_per_page,
+        ),
     )];
     let curves = [("1 GiB jobs", tn.rows_1g), ("2 GiB jobs", tn.rows_2g)];
     for (i, (jobs, published)) in curves.iter().enumerate() {
@@ -502,6 +543,48 @@ fn two_node_rows(
         (at2(&f)?, at2(&u)?),
     ));
     let o = outcome(&at, f[0], &rows);
+    Ok((rows, o))
+}
+
+fn hpe_rows(fitted: &[Out], unfitted: &[Out]) -> Result<(Vec<ValidationRow>, RunOutcome), String> {
+    let h = &HPE_FREE;
+    let (f, u) = (bigfree_of(fitted, 0)?, bigfree_of(unfitted, 0)?);
+    let at = RunAt {
+        run: Run::Hpe.name(),
+        source: h.posting,
+        machine: machine_label(f),
+    };
+    let ns = |s: f64| s * 1e9 / pages(h.size);
+    let v1 = Some(seeds::DEFAULT_WQ_MAX_ACTIVE);
+    let pp = |r: &BigfreeResult, m| row_of(r, m).map(|x| x.ns_per_page);
+    let speedup = |r: &BigfreeResult| -> Result<f64, String> { Ok(pp(r, None)? / pp(r, v1)?) };
+    let rows = vec![
+        ValidationRow::new(
+            &at,
+            "time per page, vanilla",
+            TIME_BAND,
+            "ns/page",
+            ns(h.vanilla_s),
+            (pp(f, None)?, pp(u, None)?),
+        ),
+        ValidationRow::new(
+            &at,
+            "time per page, v1 (1 GiB jobs, max_active 256)",
+            TIME_BAND,
+            "ns/page",
+            ns(h.patched_s),
+            (pp(f, v1)?, pp(u, v1)?),
+        ),
+        ValidationRow::new(
+            &at,
+            "speedup, vanilla over v1",
+            TIME_BAND,
+            "ratio",
+            h.ratio(),
+            (speedup(f)?, speedup(u)?),
+        ),
+    ];
+    let o = outcome(&at, f, &rows);
     Ok((rows, o))
 }
 

@@ -73,7 +73,10 @@ fn a_row_carries_its_error_both_verdicts_and_kind() {
     ] {
         assert!(j.get(k).is_some(), "{k} missing: {j}");
     }
-    assert_eq!(j["band"], serde_json::json!({"kind": "relative", "value": 0.25}));
+    assert_eq!(
+        j["band"],
+        serde_json::json!({"kind": "relative", "value": 0.25})
+    );
 }
 
 #[test]
@@ -97,6 +100,7 @@ fn tiny_virtual_runs_are_deterministic_and_complete() {
         sizes: Sizes {
             node_bound: 256 << 20,
             two_node: 256 << 20,
+            hpe: 256 << 20,
             munmap: 64 << 20,
         },
         job_divisor: 16,
@@ -111,12 +115,14 @@ fn tiny_virtual_runs_are_deterministic_and_complete() {
     // vanilla + 3 + 3 times, fastest + turn per job size, 2 GiB vs 1 GiB.
     assert_eq!(count("two-node"), 12);
     assert_eq!(count("munmap-hold"), 1);
+    // vanilla and v1 per page, the speedup.
+    assert_eq!(count("hpe"), 3);
     for r in &a.rows {
         assert!(r.predicted.is_finite() && r.unfitted.is_finite(), "{r:?}");
         assert_eq!(r.kind, "predicted");
         assert_eq!(r.within, r.band.within(r.published, r.predicted));
     }
-    assert_eq!(a.runs.len(), 3);
+    assert_eq!(a.runs.len(), 4);
     for o in &a.runs {
         assert_eq!(o.rows, a.rows.iter().filter(|r| r.run == o.run).count());
         assert!(o.verdict.starts_with("met") || o.verdict.starts_with("missed"));

@@ -185,7 +185,7 @@ impl TimeMode {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimeConfig {
     pub mode: TimeMode,
-    /// A built-in profile's name (`haswell-ex-4s`, `haswell-ep-2s`, `e5-2680-32c`) or the
+    /// A built-in profile's name (`haswell-ex-4s`, `haswell-ep-2s`, `e5-2680-32c`, `hpe-64s`) or the
     /// path of a profile file; used in virtual mode only (a wall machine ignores it).
     #[serde(default)]
     pub profile: String,
@@ -754,7 +754,10 @@ impl MachineConfig {
             ));
         }
         if let Some(n) = self.mm.membind.filter(|&n| n >= self.nodes) {
-            return err(format!("mm.membind: node {n} does not exist ({} nodes)", self.nodes));
+            return err(format!(
+                "mm.membind: node {n} does not exist ({} nodes)",
+                self.nodes
+            ));
         }
         self.resolve_profile()?;
         Ok(())

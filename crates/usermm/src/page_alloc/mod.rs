@@ -463,7 +463,9 @@ impl PhysMem {
 
     /// `NR_FREE_PAGES` of node `node`'s zone (`None`: no such node).
     pub fn node_free_pages(&self, node: usize) -> Option<u64> {
-        self.nodes.get(node).map(|n| n.zone.free_pages.load(Relaxed))
+        self.nodes
+            .get(node)
+            .map(|n| n.zone.free_pages.load(Relaxed))
     }
 
     /// Pages sitting on per-CPU lists.

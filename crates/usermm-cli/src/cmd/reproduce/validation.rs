@@ -16,6 +16,7 @@ fn opts(scale: Scale, test: bool) -> ValidationOpts {
             sizes: Sizes {
                 node_bound: 256 << 20,
                 two_node: 256 << 20,
+                hpe: 256 << 20,
                 munmap: 64 << 20,
             },
             job_divisor: 16,
@@ -91,10 +92,7 @@ pub(super) fn run(scale: Scale, test: bool) -> anyhow::Result<(Section, String, 
         let rows: Vec<&ValidationRow> = v.rows.iter().filter(|r| r.run == run.run).collect();
         let source = rows.first().map_or("", |r| r.source.as_str());
         tables.push(table(
-            format!(
-                "{} — {} ({}), {}",
-                run.run, run.machine, run.time, source
-            ),
+            format!("{} — {} ({}), {}", run.run, run.machine, run.time, source),
             &rows,
         ));
         text += &format!("- **{}**: {}\n", run.run, run.verdict);
