@@ -43,6 +43,7 @@
 //! flight shared one node's locks but for moments at node boundaries, and so do these (see
 //! [`runs`]).
 
+mod notes;
 pub mod runs;
 #[cfg(test)]
 mod test;

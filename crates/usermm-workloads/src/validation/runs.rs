@@ -33,7 +33,8 @@ use usermm::config::{MachineConfig, TimeMode};
 use usermm::PAGE_SIZE;
 
 use super::{
-    verdict, Band, RunAt, RunOutcome, Validation, ValidationRow, HOLD_BAND, SHARE_BAND, TIME_BAND,
+    notes, verdict, Band, RunAt, RunOutcome, Validation, ValidationRow, HOLD_BAND, SHARE_BAND,
+    TIME_BAND,
 };
 use crate::bigfree::{self, BigfreeOpts, BigfreeResult, BigfreeRow};
 use crate::infer::rows::parallel_map;
@@ -438,7 +439,8 @@ fn node_bound_rows(
         (&per_page(f), &per_page(u)),
         &[(4, 8), (8, 16)],
     ));
-    let o = outcome(&at, f, &rows);
+    let mut o = outcome(&at, f, &rows);
+    o.notes = notes::node_bound(&rows, f);
     Ok((rows, o))
 }
 
@@ -542,7 +544,8 @@ fn two_node_rows(
         tn.rows_2g[0].1 / tn.rows_1g[0].1,
         (at2(&f)?, at2(&u)?),
     ));
-    let o = outcome(&at, f[0], &rows);
+    let mut o = outcome(&at, f[0], &rows);
+    o.notes = notes::two_node(&rows, f);
     Ok((rows, o))
 }
 
@@ -584,7 +587,8 @@ fn hpe_rows(fitted: &[Out], unfitted: &[Out]) -> Result<(Vec<ValidationRow>, Run
             (speedup(f)?, speedup(u)?),
         ),
     ];
-    let o = outcome(&at, f, &rows);
+    let mut o = outcome(&at, f, &rows);
+    o.notes = notes::hpe(&rows, f, v1);
     Ok((rows, o))
 }
 

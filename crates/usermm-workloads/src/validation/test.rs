@@ -126,6 +126,8 @@ fn tiny_virtual_runs_are_deterministic_and_complete() {
     for o in &a.runs {
         assert_eq!(o.rows, a.rows.iter().filter(|r| r.run == o.run).count());
         assert!(o.verdict.starts_with("met") || o.verdict.starts_with("missed"));
+        // A note says what a miss points to: none where every row was met.
+        assert!(o.met < o.rows || o.notes.is_empty(), "{o:?}");
     }
     // The bound run's machine is bound to node 1; the era changes the predictions.
     assert!(a.runs[1].machine.contains("membind 1"), "{:?}", a.runs[1]);

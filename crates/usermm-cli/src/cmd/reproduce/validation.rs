@@ -115,6 +115,9 @@ pub(super) fn run(scale: Scale, test: bool) -> anyhow::Result<(Section, String, 
     );
     for r in &v.runs {
         eprintln!("usermm reproduce: validation, {}: {}", r.run, r.verdict);
+        for n in &r.notes {
+            eprintln!("  - {n}");
+        }
     }
     let section = Section {
         heading: "Validation: the seed thread's other runs, predicted (no refit)".into(),
