@@ -44,7 +44,7 @@ fn table(title: String, rows: &[&ValidationRow]) -> Table {
         title,
         [
             "row",
-            "",
+            "role",
             "published",
             "predicted (era factors)",
             "unfitted",
