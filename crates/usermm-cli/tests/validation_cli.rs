@@ -71,7 +71,10 @@ fn reproduce_validation_rows_in_results_json() {
     assert_eq!(names, ["munmap-hold", "node-bound", "two-node", "hpe"]);
     let report = std::fs::read_to_string(dir.join("a/report.md")).unwrap();
     assert!(report.contains("Validation: the seed thread's other runs"));
-    assert!(!report.contains("reproduced"), "the validation section never says reproduced");
+    assert!(
+        !report.contains("reproduced"),
+        "the validation section never says reproduced"
+    );
     // Deterministic: the same rows again.
     let again = run(&dir.join("b"));
     assert_eq!(again["validation"], v["validation"]);
