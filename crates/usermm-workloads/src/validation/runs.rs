@@ -302,6 +302,10 @@ fn row_of(r: &BigfreeResult, ma: Option<u32>) -> Result<&BigfreeRow, String> {
         .ok_or_else(|| format!("no row for max_active {ma:?}"))
 }
 
+/// A curve: `(max_active, time)` per setting, vanilla as `None` (s or ns/page: its ratios
+/// and its fastest setting are the same in either).
+type Curve = [(Option<u32>, f64)];
+
 /// `(max_active, ns/page)` of every row of `r` (vanilla as `None`).
 fn per_page(r: &BigfreeResult) -> Vec<(Option<u32>, f64)> {
     r.rows
@@ -311,7 +315,7 @@ fn per_page(r: &BigfreeResult) -> Vec<(Option<u32>, f64)> {
 }
 
 /// The fastest of `rows` (`(max_active, time)`, as published or predicted).
-fn fastest(rows: &[(Option<u32>, f64)]) -> f64 {
+fn fastest(rows: &Curve) -> f64 {
     rows.iter()
         .filter(|r| r.0.is_some())
         .min_by(|a, b| a.1.total_cmp(&b.1))
@@ -340,7 +344,7 @@ fn machine_label(r: &BigfreeResult) -> String {
         c.time.profile,
         c.cpus,
         c.nodes,
-        c.mem / u64::from(c.nodes) >> 20,
+        (c.mem / u64::from(c.nodes)) >> 20,
         c.mm.membind
             .map_or(String::new(), |n| format!(", membind {n}")),
         r.size >> 30
@@ -452,11 +456,11 @@ fn node_bound_rows(
 fn direction_rows(
     at: &RunAt,
     suffix: &str,
-    published: &[(Option<u32>, f64)],
-    (f, u): (&[(Option<u32>, f64)], &[(Option<u32>, f64)]),
+    published: &Curve,
+    (f, u): (&Curve, &Curve),
     pairs: &[(u32, u32)],
 ) -> Vec<ValidationRow> {
-    let time = |rows: &[(Option<u32>, f64)], m: u32| {
+    let time = |rows: &Curve, m: u32| {
         rows.iter()
             .find(|r| r.0 == Some(m))
             .map_or(f64::NAN, |r| r.1)
@@ -470,7 +474,7 @@ fn direction_rows(
         (fastest(f), fastest(u)),
     )];
     for &(a, b) in pairs {
-        let ratio = |rows: &[(Option<u32>, f64)]| time(rows, b) / time(rows, a);
+        let ratio = |rows: &Curve| time(rows, b) / time(rows, a);
         rows.push(ValidationRow::new(
             at,
             format!("max_active {b} over max_active {a} (time){suffix}"),
