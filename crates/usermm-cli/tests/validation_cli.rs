@@ -28,18 +28,7 @@ fn reproduce_validation_rows_in_results_json() {
     let rows = v["validation"]["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 33, "{}", v["validation"]);
     for r in rows {
-        for k in [
-            "name",
-            "source",
-            "machine",
-            "published",
-            "predicted",
-            "unfitted",
-            "error",
-            "band",
-            "unit",
-            "within",
-        ] {
+        for k in usermm_workloads::validation::ROW_KEYS {
             assert!(!r[k].is_null(), "{k} missing in {r}");
         }
         assert_eq!(r["kind"], "predicted", "{r}");

@@ -169,6 +169,20 @@ impl ValidationRow {
     }
 }
 
+/// The keys of a row in `results.json` that scripts read (`results.validation.rows[]`).
+pub const ROW_KEYS: &[&str] = &[
+    "name",
+    "source",
+    "machine",
+    "published",
+    "predicted",
+    "unfitted",
+    "error",
+    "band",
+    "unit",
+    "within",
+];
+
 /// What every row of one run shares: the run, the posting, the machine.
 #[derive(Debug, Clone)]
 pub struct RunAt {

@@ -123,6 +123,21 @@ impl ValidationOpts {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
+
+    /// Every run at tiny sizes with jobs to match (64 MiB jobs), for tests: seconds, not
+    /// minutes, and figures that mean little.
+    pub fn tiny() -> Self {
+        ValidationOpts {
+            sizes: Sizes {
+                node_bound: 256 << 20,
+                two_node: 256 << 20,
+                hpe: 256 << 20,
+                munmap: 64 << 20,
+            },
+            job_divisor: 16,
+            ..ValidationOpts::new(Sizes::DEFAULT)
+        }
+    }
 }
 
 /// `time.era` of the two sides: the era file's factors, and none.
@@ -365,17 +380,28 @@ fn outcome(at: &RunAt, r: &BigfreeResult, rows: &[ValidationRow]) -> RunOutcome 
     }
 }
 
+/// The two sides of a one-table run and what its rows share.
+fn one_table<'a>(
+    run: Run,
+    source: &'static str,
+    fitted: &'a [Out],
+    unfitted: &'a [Out],
+) -> Result<(&'a BigfreeResult, &'a BigfreeResult, RunAt), String> {
+    let (f, u) = (bigfree_of(fitted, 0)?, bigfree_of(unfitted, 0)?);
+    let at = RunAt {
+        run: run.name(),
+        source,
+        machine: machine_label(f),
+    };
+    Ok((f, u, at))
+}
+
 fn node_bound_rows(
     fitted: &[Out],
     unfitted: &[Out],
 ) -> Result<(Vec<ValidationRow>, RunOutcome), String> {
     let nb = &NODE_BOUND_FREE;
-    let (f, u) = (bigfree_of(fitted, 0)?, bigfree_of(unfitted, 0)?);
-    let at = RunAt {
-        run: Run::NodeBound.name(),
-        source: nb.posting,
-        machine: machine_label(f),
-    };
+    let (f, u, at) = one_table(Run::NodeBound, nb.posting, fitted, unfitted)?;
     let ns = |s: f64| s * 1e9 / pages(nb.size);
     let label = |m: Option<u32>| m.map_or("vanilla".to_string(), |m| format!("max_active {m}"));
     let settings: Vec<Option<u32>> = std::iter::once(None)
@@ -558,12 +584,7 @@ fn two_node_rows(
 
 fn hpe_rows(fitted: &[Out], unfitted: &[Out]) -> Result<(Vec<ValidationRow>, RunOutcome), String> {
     let h = &HPE_FREE;
-    let (f, u) = (bigfree_of(fitted, 0)?, bigfree_of(unfitted, 0)?);
-    let at = RunAt {
-        run: Run::Hpe.name(),
-        source: h.posting,
-        machine: machine_label(f),
-    };
+    let (f, u, at) = one_table(Run::Hpe, h.posting, fitted, unfitted)?;
     let ns = |s: f64| s * 1e9 / pages(h.size);
     let v1 = Some(seeds::DEFAULT_WQ_MAX_ACTIVE);
     let pp = |r: &BigfreeResult, m| row_of(r, m).map(|x| x.ns_per_page);

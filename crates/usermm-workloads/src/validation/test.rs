@@ -59,18 +59,7 @@ fn a_row_carries_its_error_both_verdicts_and_kind() {
         ("test", "a posting", "a machine")
     );
     let j = serde_json::to_value(&r).unwrap();
-    for k in [
-        "name",
-        "source",
-        "machine",
-        "published",
-        "predicted",
-        "error",
-        "band",
-        "unit",
-        "within",
-        "unfitted",
-    ] {
+    for k in ROW_KEYS {
         assert!(j.get(k).is_some(), "{k} missing: {j}");
     }
     assert_eq!(
@@ -96,15 +85,8 @@ fn verdict_says_met_or_names_every_miss_and_never_reproduced() {
 #[test]
 fn tiny_virtual_runs_are_deterministic_and_complete() {
     let opts = ValidationOpts {
-        runs: Run::ALL.to_vec(),
-        sizes: Sizes {
-            node_bound: 256 << 20,
-            two_node: 256 << 20,
-            hpe: 256 << 20,
-            munmap: 64 << 20,
-        },
-        job_divisor: 16,
         threads: 2,
+        ..ValidationOpts::tiny()
     };
     let a = run(&opts, &|_| {}).unwrap();
     let b = run(&opts, &|_| {}).unwrap();

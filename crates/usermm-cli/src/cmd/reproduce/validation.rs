@@ -12,16 +12,7 @@ use crate::report::{Section, Table};
 /// The sizes of `scale` (`test`: tiny sizes with jobs to match, for the CLI's tests).
 fn opts(scale: Scale, test: bool) -> ValidationOpts {
     if test {
-        return ValidationOpts {
-            sizes: Sizes {
-                node_bound: 256 << 20,
-                two_node: 256 << 20,
-                hpe: 256 << 20,
-                munmap: 64 << 20,
-            },
-            job_divisor: 16,
-            ..ValidationOpts::new(Sizes::DEFAULT)
-        };
+        return ValidationOpts::tiny();
     }
     match scale {
         Scale::Default => ValidationOpts::new(Sizes::DEFAULT),
