@@ -2,8 +2,8 @@
 //! allocates — its data pages, its page tables, its gather's batch pages — comes from node N,
 //! whichever CPU the task runs on; when node N is full the fault fails with `VM_FAULT_OOM`
 //! (the kernel's OOM killer then picks among the tasks bound to N) and no other node gives a
-//! page; freeing on node N lets the fault succeed again. Without the policy the same task
-//! takes its local node's pages. The config refuses a node that does not exist.
+//! page (`MADV_POPULATE_WRITE` says `ENOMEM`); freeing on node N lets the fault succeed again.
+//! Without the policy the same task takes its local node's pages. The config refuses a node that does not exist.
 
 mod common;
 
@@ -11,8 +11,10 @@ use std::sync::Arc;
 
 use common::*;
 use usermm::config::{BackingMode, MachineConfig};
+use usermm::mm::mmap::{MapFile, MADV_POPULATE_WRITE, MAP_ANONYMOUS, MAP_PRIVATE};
+use usermm::mm::mmap::{PROT_READ, PROT_WRITE};
 use usermm::stats::VmItem;
-use usermm::{CpuId, Machine, SegvCode, Task, PAGE_SIZE};
+use usermm::{CpuId, Errno, Machine, SegvCode, Task, PAGE_SIZE};
 
 const NODES: u16 = 4;
 /// 16 MiB a node.
@@ -107,6 +109,38 @@ fn a_full_bound_node_is_out_of_memory_not_a_fallback() {
     let t = Task::new(Arc::clone(&mm), CpuId(0));
     assert_eq!(t.write_u64(base + (23 << 20), 7), Ok(()));
     mm.validate().unwrap();
+    exit_and_check(&m, mm, before.iter().sum());
+}
+
+/// A caller that populates gets the fault's errno: `MADV_POPULATE_WRITE` of more than node 1
+/// holds is `ENOMEM` (`vm_fault_to_errno` of `VM_FAULT_OOM`), with the other nodes untouched.
+#[test]
+fn populating_past_the_bound_node_is_enomem() {
+    let m = machine(Some(1));
+    let before = per_node(&m);
+    let mm = m.new_mm(C0).expect("mm");
+    let len = 24 << 20;
+    let a = mm
+        .mmap(
+            C0,
+            0,
+            len,
+            PROT_READ | PROT_WRITE,
+            MAP_PRIVATE | MAP_ANONYMOUS,
+            MapFile::None,
+        )
+        .unwrap();
+    assert_eq!(
+        mm.madvise(C0, a, len, MADV_POPULATE_WRITE),
+        Err(Errno::ENOMEM)
+    );
+    let after = per_node(&m);
+    for n in [0, 2, 3] {
+        assert_eq!(
+            after[n], before[n],
+            "node {n} gave pages: {before:?} → {after:?}"
+        );
+    }
     exit_and_check(&m, mm, before.iter().sum());
 }
 
