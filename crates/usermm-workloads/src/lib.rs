@@ -12,6 +12,7 @@
 //!   and its output, written once over [`task::Task`], on the engine and the host kernel.
 //! - [`task`]: one task of an address-space workload as one trait, the engine's and the
 //!   host's, and the way N of them start as processes or threads, placed and counted.
+//! - [`validation`]: the seed thread's other runs predicted with the era factors, no refit.
 //! - [`seeds`]: every figure the seeds published, as data, in one place.
 //! - [`stats`]: the one median and spread every summary uses.
 //!
@@ -37,6 +38,7 @@ pub mod seeds;
 pub mod stats;
 pub mod task;
 pub mod usemem;
+pub mod validation;
 pub mod will_it_scale;
 
 use serde::Serialize;

@@ -128,6 +128,134 @@ pub const PARALLEL_FREE: ParallelFree = ParallelFree {
     threads: 144,
 };
 
+/// Seeds 000/001's thread, the node-bound run (Aaron Lu, "Re: [PATCH v2 0/5] mm: support
+/// parallel free of memory", 2017-03-24, `<20170324123710.GA10672@aaronlu.sh.intel.com>`): the
+/// same Haswell-EX, a 120 GiB mapping whose memory `numactl --membind=1` bound to node 1, freed
+/// on v4.11-rc2-mmotm vanilla and with the series at `max_active` 1–16; the spinlock share of
+/// the CPU cycles of each row, and at `max_active` 8 the split of that share between its two
+/// callers. A validation set: nothing in it trains a factor.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeBoundFree {
+    /// The mapping freed, bytes, and the node its memory was bound to.
+    pub size: u64,
+    pub membind: u16,
+    /// The machine's RAM (seeds 000/001's "512G memory"), bytes.
+    pub ram: u64,
+    /// Vanilla free time, s; its spinlock share is published as "< 1 %" (this bound).
+    pub vanilla_s: f64,
+    pub vanilla_spin_below: f64,
+    /// `(max_active, time s, spinlock share of the cycles)` with the series.
+    pub rows: &'static [(u32, f64, f64)],
+    /// At this `max_active`, the spinlock share split by caller: `free_pcppages_bulk`
+    /// (`zone->lock`) and `release_pages` (the pgdat `lru_lock`).
+    pub split_max_active: u32,
+    pub zone_lock_share: f64,
+    pub lru_lock_share: f64,
+    #[serde(skip)]
+    pub posting: &'static str,
+}
+
+impl NodeBoundFree {
+    /// The published time for `max_active` (`None`: vanilla).
+    pub fn time_of(&self, max_active: Option<u32>) -> Option<f64> {
+        match max_active {
+            None => Some(self.vanilla_s),
+            Some(m) => self.rows.iter().find(|r| r.0 == m).map(|r| r.1),
+        }
+    }
+}
+
+/// The node-bound run (see [`NodeBoundFree`]).
+pub const NODE_BOUND_FREE: NodeBoundFree = NodeBoundFree {
+    size: 120 << 30,
+    membind: 1,
+    ram: 512 << 30,
+    vanilla_s: 3.81,
+    vanilla_spin_below: 0.01,
+    rows: &[
+        (1, 3.10, 0.148),
+        (2, 2.44, 0.370),
+        (4, 2.07, 0.597),
+        (8, 1.98, 0.626),
+        (16, 2.01, 0.796),
+    ],
+    split_max_active: 8,
+    zone_lock_share: 0.372,
+    lru_lock_share: 0.253,
+    posting: "<20170324123710.GA10672@aaronlu.sh.intel.com>",
+};
+
+/// Seeds 000/001's thread, the 2-node run (Aaron Lu, 2017-03-16,
+/// `<20170316135122.GF13054@aaronlu.sh.intel.com>`): a Haswell-EP with 128 GiB of RAM, a
+/// 100 GiB mapping freed vanilla and with the series, in the patch's 1 GiB jobs and in 2 GiB
+/// jobs (`max_gather_batch_count` 1030 through the series' debugfs knob).
+#[derive(Debug, Clone, Serialize)]
+pub struct TwoNodeFree {
+    pub size: u64,
+    /// The machine's RAM, bytes.
+    pub ram: u64,
+    pub vanilla_s: f64,
+    /// `(max_active, time s)` with 1 GiB jobs, and with 2 GiB jobs.
+    pub rows_1g: &'static [(u32, f64)],
+    pub rows_2g: &'static [(u32, f64)],
+    /// `max_gather_batch_count` of the 2 GiB rows.
+    pub batch_count_2g: u32,
+    #[serde(skip)]
+    pub posting: &'static str,
+}
+
+/// The 2-node run (see [`TwoNodeFree`]).
+pub const TWO_NODE_FREE: TwoNodeFree = TwoNodeFree {
+    size: 100 << 30,
+    ram: 128 << 30,
+    vanilla_s: 2.971,
+    rows_1g: &[(2, 1.699), (4, 1.616), (8, 1.642)],
+    rows_2g: &[(2, 1.605), (4, 1.639), (8, 1.626)],
+    batch_count_2g: 1030,
+    posting: "<20170316135122.GF13054@aaronlu.sh.intel.com>",
+};
+
+/// Seeds 000/001's thread, Alex Thorlton's run (HPE, a reply in the v1 thread, 2017): 64
+/// sockets, 1024 cores, 8 TB, `free()` of a 1 TB `malloc`, vanilla and with v1 at its defaults
+/// (1 GiB jobs, `batch_free_wq` allocated with max_active 0: `WQ_DFL_ACTIVE`).
+#[derive(Debug, Clone, Serialize)]
+pub struct HpeFree {
+    pub sockets: u16,
+    pub cores: u16,
+    /// RAM and the mapping, bytes ("8 TB", "1 TB" read as binary).
+    pub ram: u64,
+    pub size: u64,
+    pub vanilla_s: f64,
+    pub patched_s: f64,
+    #[serde(skip)]
+    pub posting: &'static str,
+}
+
+impl HpeFree {
+    pub fn ratio(&self) -> f64 {
+        self.vanilla_s / self.patched_s
+    }
+}
+
+/// Alex Thorlton's machine as the validation set models it: a profile of its published size
+/// and assumed parts (`hpe-64s`), every hardware thread a CPU, one node per socket.
+pub const HPE_FREE_MACHINE: SeedMachine = SeedMachine {
+    profile: "hpe-64s",
+    cpus: 2048,
+    nodes: 64,
+};
+
+/// Alex Thorlton's run (see [`HpeFree`]).
+pub const HPE_FREE: HpeFree = HpeFree {
+    sockets: 64,
+    cores: 1024,
+    ram: 8 << 40,
+    size: 1 << 40,
+    vanilla_s: 41.69,
+    patched_s: 21.56,
+    posting: "Alex Thorlton (HPE), reply to \"[PATCH 0/5] mm: support parallel free of memory\" (v1, 2017-02-24)",
+};
+
 /// Seed 002: "thp: reduce usage of huge zero page's atomic counter" (Aaron Lu, linux-mm,
 /// 2016-08-29, as quoted in Andrew Morton's reply), tested on Haswell EP with `usemem -n 72 --readonly -j
 /// 0x200000 100G`: perf's share of cycles in `get_huge_zero_page` before, in
@@ -305,6 +433,7 @@ mod test {
             HUGE_ZERO_MACHINE,
             MUNMAP_DOWNGRADE_MACHINE,
             PERCPU_DEPOPULATE_MACHINE,
+            HPE_FREE_MACHINE,
         ] {
             let p = usermm::vtime::Profile::builtin(m.profile).unwrap();
             let t = p.topology();
@@ -316,6 +445,16 @@ mod test {
             HUGE_ZERO.nproc as usize
         );
         assert_eq!(MUNMAP_DOWNGRADE.cpus, 32);
+        let hpe = usermm::vtime::Profile::builtin(HPE_FREE_MACHINE.profile).unwrap();
+        let t = hpe.topology();
+        assert_eq!(
+            (t.sockets, t.sockets * t.cores_per_socket, t.memory_gib),
+            (
+                u32::from(HPE_FREE.sockets),
+                u32::from(HPE_FREE.cores),
+                Some(HPE_FREE.ram >> 30)
+            )
+        );
         let ex = usermm::vtime::Profile::builtin(PARALLEL_FREE_MACHINE.profile).unwrap();
         assert_eq!(
             (ex.topology().hw_threads(), ex.topology().nodes),

@@ -110,7 +110,7 @@ impl Machine {
             PhysMem::new(&config, cpus.clone(), Arc::clone(&stat)).map_err(MachineError::Host)?,
         );
         let zero_pfn = phys
-            .alloc_pages(CpuId(0), Order(0), Gfp::ZERO)
+            .alloc_pages_node(CpuId(0), Order(0), Gfp::ZERO)
             .map_err(|_| MachineError::Config(ConfigError("no memory for the zero page".into())))?;
         phys.meta(zero_pfn).set(PG_RESERVED);
         let huge_zero = Arc::new(HugeZeroPage::new(

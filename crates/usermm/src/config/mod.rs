@@ -185,7 +185,7 @@ impl TimeMode {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimeConfig {
     pub mode: TimeMode,
-    /// A built-in profile's name (`haswell-ex-4s`, `haswell-ep-2s`, `e5-2680-32c`) or the
+    /// A built-in profile's name (`haswell-ex-4s`, `haswell-ep-2s`, `e5-2680-32c`, `hpe-64s`) or the
     /// path of a profile file; used in virtual mode only (a wall machine ignores it).
     #[serde(default)]
     pub profile: String,
@@ -240,6 +240,20 @@ pub struct VmaConfig {
     pub per_vma_lock: bool,
 }
 
+/// The memory policy of the machine's tasks (`set_mempolicy`, as `numactl` sets it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MmConfig {
+    /// `MPOL_BIND` to this one node (`numactl --membind=N`): every allocation a task makes
+    /// comes from node N or fails; `None`: the local node first, then the others.
+    pub membind: Option<u16>,
+}
+
+impl MmConfig {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TlbConfig {
     /// Modelled cost of one flush on the initiating CPU, in ns (0 = only counted).
@@ -281,6 +295,9 @@ pub struct MachineConfig {
     pub time: TimeConfig,
     #[serde(default)]
     pub vma: VmaConfig,
+    /// Left out of a record when default, as records before it were written.
+    #[serde(default, skip_serializing_if = "MmConfig::is_default")]
+    pub mm: MmConfig,
 }
 
 impl Default for MachineConfig {
@@ -335,6 +352,7 @@ impl Default for MachineConfig {
             tlb: TlbConfig { flush_cost_ns: 0 },
             time: TimeConfig::default(),
             vma: VmaConfig::default(),
+            mm: MmConfig::default(),
         }
     }
 }
@@ -437,6 +455,7 @@ pub const CONFIG_KEYS: &[&str] = &[
     "time.profile",
     "time.seed",
     "vma.per_vma_lock",
+    "mm.membind",
 ];
 
 fn parse_bool(key: &str, v: &str) -> Result<bool, ConfigError> {
@@ -601,6 +620,12 @@ impl MachineConfig {
             }
             "time.seed" => self.time.seed = parse_num(key, v)?,
             "vma.per_vma_lock" => self.vma.per_vma_lock = parse_bool(key, v)?,
+            "mm.membind" => {
+                self.mm.membind = match v {
+                    "none" | "off" => None,
+                    _ => Some(parse_num(key, v)?),
+                }
+            }
             _ => {
                 return err(format!(
                     "unknown config key '{key}' (keys: {})",
@@ -726,6 +751,12 @@ impl MachineConfig {
             return err(format!(
                 "tlb.flush_cost_ns must be at most {MAX_TLB_FLUSH_COST_NS} (1 ms), got {}",
                 self.tlb.flush_cost_ns
+            ));
+        }
+        if let Some(n) = self.mm.membind.filter(|&n| n >= self.nodes) {
+            return err(format!(
+                "mm.membind: node {n} does not exist ({} nodes)",
+                self.nodes
             ));
         }
         self.resolve_profile()?;

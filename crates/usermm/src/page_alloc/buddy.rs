@@ -100,19 +100,49 @@ impl PhysMem {
 }
 
 impl PhysMem {
-    /// `alloc_pages(gfp, order)` on `cpu`: the local node first, then the others; on failure
-    /// (unless `NOWAIT`) drain the pcp lists, run the shrinkers and try once more.
+    /// `alloc_pages(gfp, order)` on `cpu` for a task (v4.10's `alloc_pages_current`, or
+    /// `alloc_pages_vma` for a user page: a VMA carries no policy of its own here): under the
+    /// machine's `mm.membind`, node N's zone alone (`MPOL_BIND` filters the zonelist to its
+    /// nodemask); else the local node first, then the others. On failure (unless `NOWAIT`)
+    /// drain the pcp lists, run the shrinkers and try once more; a bound allocation that still
+    /// finds nothing on node N fails (`NoMem`: the fault's `VM_FAULT_OOM`, where the kernel's
+    /// OOM killer picks a victim among the tasks bound to N) and never takes another node's page.
     #[doc(alias = "__alloc_pages")]
+    #[doc(alias = "alloc_pages_current")]
     pub(crate) fn alloc_pages(
         &self,
         cpu: CpuId,
         order: Order,
         gfp: Gfp,
     ) -> Result<Pfn, AllocError> {
+        self.alloc_pages_in(cpu, order, gfp, self.membind)
+    }
+
+    /// `alloc_pages_node(cpu_to_node(cpu), gfp, order)`: the zonelist of `cpu`'s node, with no
+    /// task policy — the allocations the kernel makes for a CPU or at boot (the percpu
+    /// allocator's pages, the zero page, the hugetlb pool), which `numactl --membind` does not
+    /// bind.
+    #[doc(alias = "__alloc_pages_node")]
+    pub(crate) fn alloc_pages_node(
+        &self,
+        cpu: CpuId,
+        order: Order,
+        gfp: Gfp,
+    ) -> Result<Pfn, AllocError> {
+        self.alloc_pages_in(cpu, order, gfp, None)
+    }
+
+    fn alloc_pages_in(
+        &self,
+        cpu: CpuId,
+        order: Order,
+        gfp: Gfp,
+        bind: Option<usize>,
+    ) -> Result<Pfn, AllocError> {
         if order.0 > MAX_PAGE_ORDER {
             return Err(AllocError::BadOrder);
         }
-        let pfn = match self.get_page_from_freelist(cpu, order) {
+        let pfn = match self.get_page_from_freelist(cpu, order, bind) {
             Some(p) => p,
             None if gfp.has(Gfp::NOWAIT) => return Err(AllocError::NoMem),
             None => {
@@ -121,7 +151,7 @@ impl PhysMem {
                 self.drain_all_pages();
                 self.shrink_all(cpu);
                 self.drain_all_pages();
-                self.get_page_from_freelist(cpu, order)
+                self.get_page_from_freelist(cpu, order, bind)
                     .ok_or(AllocError::NoMem)?
             }
         };
@@ -138,12 +168,16 @@ impl PhysMem {
         Ok(pfn)
     }
 
-    pub(super) fn get_page_from_freelist(&self, cpu: CpuId, order: Order) -> Option<Pfn> {
+    /// `get_page_from_freelist`: the zonelist of `cpu`'s node, or node `bind`'s zone alone.
+    pub(super) fn get_page_from_freelist(
+        &self,
+        cpu: CpuId,
+        order: Order,
+        bind: Option<usize>,
+    ) -> Option<Pfn> {
         let local = self.cpus.node_of(cpu).index().min(self.nodes.len() - 1);
         let pcp = pcp_index(order);
-        // The zonelist (the local node, then the others from 0 up), visiting only the zones
-        // whose buddy or (for a pcp order) this CPU's pcp lists hold a page: see `zonemask`.
-        self.zone_mask.walk(cpu, local, pcp.is_some(), |nid| {
+        let try_zone = |nid: usize| {
             let zone = &self.nodes[nid].zone;
             match pcp {
                 Some(idx) => self.rmqueue_pcplist(cpu, zone, order, idx),
@@ -160,7 +194,15 @@ impl PhysMem {
                     p
                 }
             }
-        })
+        };
+        match bind {
+            // MPOL_BIND to one node: its zone is the whole filtered zonelist.
+            Some(n) => try_zone(n),
+            // The zonelist (the local node, then the others from 0 up), visiting only the
+            // zones whose buddy or (for a pcp order) this CPU's pcp lists hold a page: see
+            // `zonemask`.
+            None => self.zone_mask.walk(cpu, local, pcp.is_some(), try_zone),
+        }
     }
 
     /// `prep_new_page` + `prep_compound_page`.

@@ -56,6 +56,17 @@
 //!   above `high_min` stay on the list until the next drain or `drain_all_pages`). The
 //!   high-order `free_high` heuristic and `ZONE_BELOW_HIGH` (watermarks) are not modelled.
 //!
+//! # Memory policy (`mm.membind`, `MPOL_BIND` to one node)
+//! The one policy modelled is `numactl --membind=N` on a task: [`PhysMem::alloc_pages`] (the
+//! kernel's `alloc_pages_current` / `alloc_pages_vma`) then takes pages from node N's zone
+//! alone — data pages, page tables, gather batch pages, whichever CPU the task runs on — and
+//! fails when that zone has none after the drain and the shrinkers (the fault's
+//! `VM_FAULT_OOM`; no other node gives a page). It binds memory, not CPUs. It is the machine's,
+//! applying to every task (the engine's tasks are a workload's, all started under one
+//! `numactl`); `alloc_pages_node` (the percpu allocator's pages, the zero page, the hugetlb
+//! pool at boot) ignores it, as in the kernel. Frees are unaffected: a page goes back to its
+//! own zone through the freeing CPU's pcp list of that zone.
+//!
 //! # Picking outside `zone.lock` (`pcp.pick_outside_lock`, v4.18–v5.17)
 //! Aaron Lu's follow-up to the parallel-free series: a drain takes its pages off the pcp
 //! lists first and holds `zone.lock` only for the buddy merges; v5.18 went back to one pass
@@ -280,6 +291,9 @@ pub struct PhysMem {
     stat: Arc<VmStat>,
     /// Which zones can serve an allocation (the zonelist walk's index).
     zone_mask: zonemask::ZoneMask,
+    /// `mm.membind`: the one node a task's allocations may come from (`MPOL_BIND`), resolved
+    /// once here; `None`: the zonelist of the allocating CPU's node.
+    membind: Option<usize>,
 }
 
 impl std::fmt::Debug for PhysMem {
@@ -354,6 +368,7 @@ impl PhysMem {
             shrinkers: RwSem::new(&SHRINKER_RWSEM, Vec::new()),
             stat,
             zone_mask,
+            membind: cfg.mm.membind.map(usize::from),
         };
         for node in pm.nodes.iter() {
             pm.free_range_boot(&node.zone);
@@ -361,7 +376,7 @@ impl PhysMem {
         let cpu0 = CpuId(0);
         for _ in 0..cfg.nr_hugepages {
             let pfn = pm
-                .alloc_pages(cpu0, HPAGE_PMD_ORDER, Gfp::NOWAIT)
+                .alloc_pages_node(cpu0, HPAGE_PMD_ORDER, Gfp::NOWAIT)
                 .map_err(|_| std::io::Error::other("cannot fill the hugetlb pool"))?;
             let m = pm.meta(pfn);
             m.set(PG_HUGETLB);
@@ -444,6 +459,13 @@ impl PhysMem {
             .iter()
             .map(|n| n.zone.free_pages.load(Relaxed))
             .sum()
+    }
+
+    /// `NR_FREE_PAGES` of node `node`'s zone (`None`: no such node).
+    pub fn node_free_pages(&self, node: usize) -> Option<u64> {
+        self.nodes
+            .get(node)
+            .map(|n| n.zone.free_pages.load(Relaxed))
     }
 
     /// Pages sitting on per-CPU lists.

@@ -76,7 +76,7 @@ impl Pcpu {
             let unit = slot % self.nr_units;
             match self
                 .phys
-                .alloc_pages(self.unit_cpu(unit), Order::ZERO, Gfp::KERNEL)
+                .alloc_pages_node(self.unit_cpu(unit), Order::ZERO, Gfp::KERNEL)
             {
                 Ok(pfn) => {
                     self.phys.meta(pfn).set(PG_PERCPU);
@@ -118,7 +118,7 @@ impl Pcpu {
                 );
                 match self
                     .phys
-                    .alloc_pages(self.unit_cpu(unit), Order::ZERO, Gfp::KERNEL)
+                    .alloc_pages_node(self.unit_cpu(unit), Order::ZERO, Gfp::KERNEL)
                 {
                     Ok(pfn) => taken.push((slot, pfn)),
                     Err(e) => {

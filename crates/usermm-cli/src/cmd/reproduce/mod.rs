@@ -19,6 +19,7 @@ mod sides;
 mod staging;
 #[cfg(test)]
 mod test_verdicts;
+mod validation;
 
 pub use experiment::{Outcome, Scale};
 
@@ -45,15 +46,18 @@ pub enum Experiment {
     Percpu,
     /// The model checked on this host: calibrate, predict three scenarios, measure them.
     HostCheck,
+    /// The seed thread's other runs, predicted with the era factors and no refit (modelled).
+    Validation,
 }
 
 impl Experiment {
-    pub const ALL: [Experiment; 5] = [
+    pub const ALL: [Experiment; 6] = [
         Experiment::Bigfree,
         Experiment::HugeZero,
         Experiment::Munmap,
         Experiment::Percpu,
         Experiment::HostCheck,
+        Experiment::Validation,
     ];
 }
 
@@ -78,6 +82,9 @@ pub struct ReproduceArgs {
     /// Test only: the host check at tiny sizes (its figures mean little).
     #[arg(long, hide = true)]
     pub host_check_test_sizes: bool,
+    /// Test only: the validation set at tiny sizes (its figures mean little).
+    #[arg(long, hide = true)]
+    pub validation_test_sizes: bool,
     /// Faster, less faithful: the modelled bigfree at 16 GiB with its jobs scaled down to
     /// keep the seed's 320 (every per-job cost then comes 20x as often per page; the report
     /// gives the share that costs at max_active 8). Without it the modelled bigfree frees
@@ -154,6 +161,10 @@ pub struct Results {
     /// measurements and `rows[]` (`name`, `unit`, `predicted`, `measured`, `error`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_check: Option<host_check::HostCheckRecord>,
+    /// The validation set: `rows[]` (`name`, `source`, `machine`, `published`, `predicted`,
+    /// `unfitted`, `error`, `band`, `unit`, `within`) and each run's verdict, all modelled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub validation: Option<usermm_workloads::validation::Validation>,
     /// The era factors the modelled sides carry (`usermm infer`'s era file: every factor with
     /// its value, its training rows and the run that inferred it), when a modelled side ran.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -161,6 +172,23 @@ pub struct Results {
 }
 
 impl Results {
+    /// The record of a run at `scale` before any experiment: this host's facts alone.
+    fn new(scale: Scale) -> Self {
+        Results {
+            scale,
+            wall_seconds: None,
+            host_facts: usermm_host::facts::facts(),
+            bigfree: None,
+            huge_zero: None,
+            munmap: None,
+            percpu: None,
+            host_check: None,
+            validation: None,
+            era: None,
+            sensitivity: None,
+        }
+    }
+
     fn add(&mut self, kind: sides::SideKind, time: &str, record: Record, scale: Scale) {
         use sides::{Side, *};
         match record {
@@ -217,22 +245,11 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     let mut staging = staging::Staging::begin(&args.out)?;
     let out = &staging.dir().to_path_buf();
     let t0 = std::time::Instant::now();
-    let mut results = Results {
-        scale: args.scale,
-        wall_seconds: None,
-        host_facts: usermm_host::facts::facts(),
-        bigfree: None,
-        huge_zero: None,
-        munmap: None,
-        percpu: None,
-        host_check: None,
-        era: None,
-        sensitivity: None,
-    };
+    let mut results = Results::new(args.scale);
     let mut sections = Vec::new();
     let mut verdicts = Vec::new();
     for e in args.experiments() {
-        if e == Experiment::HostCheck {
+        if matches!(e, Experiment::HostCheck | Experiment::Validation) {
             continue; // after the seeds, below
         }
         for (kind, time) in sides::sides(&args.time) {
@@ -240,26 +257,8 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
             if kind == sides::SideKind::Unfitted && e == Experiment::Percpu {
                 continue;
             }
-            // Each side's own plots in its own directory (report.md links them).
-            let dir = out.join(kind.name());
-            std::fs::create_dir_all(&dir)?;
-            eprintln!("usermm reproduce: {} ({}) ...", e.name(), kind.name());
             let te = std::time::Instant::now();
-            let o = match e {
-                Experiment::Bigfree => {
-                    bigfree::run(args.scale, args.quick, &dir, &time)?.into_record(Record::Bigfree)
-                }
-                Experiment::HugeZero => {
-                    huge_zero::run(args.scale, &dir, &time)?.into_record(Record::HugeZero)
-                }
-                Experiment::Munmap => {
-                    munmap::run(args.scale, &dir, &time)?.into_record(Record::Munmap)
-                }
-                Experiment::Percpu => {
-                    percpu::run(args.scale, &dir, &time)?.into_record(Record::Percpu)
-                }
-                Experiment::HostCheck => unreachable!("run after the seeds' experiments"),
-            };
+            let o = run_seed(e, kind, &time, args, out)?;
             eprintln!(
                 "usermm reproduce: {} ({}) done in {:.1} s: {}",
                 e.name(),
@@ -269,13 +268,7 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
             );
             let mut section = o.section;
             section.heading = format!("{} — {}", section.heading, kind.name());
-            if !g.json {
-                println!("== {} ==", section.heading);
-                for t in &section.tables {
-                    println!("{}", t.render_text());
-                }
-                println!("verdict: {}\n", o.verdict);
-            }
+            print_section(g, &section, Some(&o.verdict));
             verdicts.push((o.name, kind, o.verdict));
             let time_label = record_time(&o.record);
             results.add(kind, &time_label, o.record, args.scale);
@@ -297,35 +290,18 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         results.munmap.as_ref(),
     )?;
     // The model checked on this host: after the comparison, before the experiments' sections.
-    let mut host_section = None;
-    let mut host_verdict = None;
-    if args.experiments().contains(&Experiment::HostCheck) {
-        eprintln!("usermm reproduce: host-check (calibrate, predict, measure) ...");
-        let te = std::time::Instant::now();
-        let opts = if args.host_check_test_sizes {
-            usermm_workloads::host_check::HostCheckOpts::small()
+    let (host_section, host_verdict) = run_host_check(args, out, g, &mut results)?.unzip();
+    let (validation_section, validation_verdict) =
+        if args.experiments().contains(&Experiment::Validation) {
+            let (section, verdict, record) =
+                validation::run(args.scale, args.validation_test_sizes)?;
+            print_section(g, &section, Some(&verdict));
+            results.validation = Some(record);
+            (Some(section), Some(verdict))
         } else {
-            usermm_workloads::host_check::HostCheckOpts::standard()
+            (None, None)
         };
-        let (section, verdict, record) =
-            host_check::run(out, &args.out, args.host_profile.as_deref(), &opts)?;
-        eprintln!(
-            "usermm reproduce: host-check done in {:.1} s: {verdict}",
-            te.elapsed().as_secs_f64()
-        );
-        if !g.json {
-            println!("== {} ==", section.heading);
-            for t in &section.tables {
-                println!("{}", t.render_text());
-            }
-            println!("verdict: {verdict}\n");
-        }
-        results.host_check = Some(record);
-        host_section = Some(section);
-        host_verdict = Some(verdict);
-    }
-    let mut sensitivity_section = None;
-    if args.sensitivity {
+    let sensitivity_section = if args.sensitivity {
         let ran = |e: &str| {
             verdicts
                 .iter()
@@ -343,48 +319,27 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
             "usermm reproduce: sensitivity done in {:.1} s",
             te.elapsed().as_secs_f64()
         );
-        if !g.json {
-            println!("== {} ==", section.heading);
-            for t in &section.tables {
-                println!("{}", t.render_text());
-            }
-        }
+        print_section(g, &section, None);
         results.sensitivity = Some(headlines);
-        sensitivity_section = Some(section);
-    }
+        Some(section)
+    } else {
+        None
+    };
     let modelled = results.modelled_verdicts();
-    let mut summary = String::new();
-    for (name, v) in &modelled {
-        summary += &format!(
-            "- **{name}** (timing, judged on the modelled column's predicted figures): {v}\n"
-        );
-    }
-    if let Some(era) = &results.era {
-        summary += &format!(
-            "\nThe modelled columns carry the era factors of `{}` (docs/profiles.md, \"Era \
-             factors\"; `usermm infer`): {}. The unfitted columns are the same model with every \
-             factor 1.\n",
-            era.name,
-            usermm::vtime::ERA_FACTORS
-                .iter()
-                .filter_map(|f| era
-                    .inputs
-                    .get(f.input)
-                    .map(|i| format!("{} {}", f.input, i.value)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
-    for (name, kind, v) in &verdicts {
-        summary += &format!("- {name}, {}: {v}\n", kind.name());
-    }
-    if let Some(v) = &host_verdict {
-        summary += &format!("- **host check** (the this-host profile against this host): {v}\n");
-    }
     let modelled_only = args.time.is_virtual();
-    if !modelled_only {
-        summary += &format!("\nTotal run time: {:.0} s.\n", t0.elapsed().as_secs_f64());
-    }
+    let summary = summary_text(
+        &results,
+        &modelled,
+        &verdicts,
+        &[
+            ("validation** (predicted, no refit)", &validation_verdict),
+            (
+                "host check** (the this-host profile against this host)",
+                &host_verdict,
+            ),
+        ],
+        (!modelled_only).then(|| t0.elapsed().as_secs_f64()),
+    );
     if !g.json {
         println!("== {} ==", comparison.heading);
         for t in &comparison.tables {
@@ -403,6 +358,7 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         comparison,
     ];
     all.extend(host_section);
+    all.extend(validation_section);
     all.extend(sensitivity_section);
     all.extend(sections);
     results.wall_seconds = (!modelled_only).then(|| t0.elapsed().as_secs_f64());
@@ -423,6 +379,121 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One seed experiment on one side, its plots in that side's own directory (report.md links
+/// them).
+fn run_seed(
+    e: Experiment,
+    kind: sides::SideKind,
+    time: &TimeArgs,
+    args: &ReproduceArgs,
+    out: &std::path::Path,
+) -> anyhow::Result<Outcome<Record>> {
+    let dir = out.join(kind.name());
+    std::fs::create_dir_all(&dir)?;
+    eprintln!("usermm reproduce: {} ({}) ...", e.name(), kind.name());
+    Ok(match e {
+        Experiment::Bigfree => {
+            bigfree::run(args.scale, args.quick, &dir, time)?.into_record(Record::Bigfree)
+        }
+        Experiment::HugeZero => {
+            huge_zero::run(args.scale, &dir, time)?.into_record(Record::HugeZero)
+        }
+        Experiment::Munmap => munmap::run(args.scale, &dir, time)?.into_record(Record::Munmap),
+        Experiment::Percpu => percpu::run(args.scale, &dir, time)?.into_record(Record::Percpu),
+        Experiment::HostCheck | Experiment::Validation => {
+            unreachable!("run after the seeds' experiments")
+        }
+    })
+}
+
+/// `reproduce`'s host check, when asked for: its section and verdict (its record in `results`).
+fn run_host_check(
+    args: &ReproduceArgs,
+    out: &std::path::Path,
+    g: &GlobalArgs,
+    results: &mut Results,
+) -> anyhow::Result<Option<(Section, String)>> {
+    if !args.experiments().contains(&Experiment::HostCheck) {
+        return Ok(None);
+    }
+    eprintln!("usermm reproduce: host-check (calibrate, predict, measure) ...");
+    let te = std::time::Instant::now();
+    let opts = if args.host_check_test_sizes {
+        usermm_workloads::host_check::HostCheckOpts::small()
+    } else {
+        usermm_workloads::host_check::HostCheckOpts::standard()
+    };
+    let (section, verdict, record) =
+        host_check::run(out, &args.out, args.host_profile.as_deref(), &opts)?;
+    eprintln!(
+        "usermm reproduce: host-check done in {:.1} s: {verdict}",
+        te.elapsed().as_secs_f64()
+    );
+    print_section(g, &section, Some(&verdict));
+    results.host_check = Some(record);
+    Ok(Some((section, verdict)))
+}
+
+/// The report's summary: each timing seed's verdict, the era factors the modelled columns
+/// carry, every side's verdict, then `extra` (`(bold name and gloss, verdict)`, when run) and
+/// the total run time of a run that measured.
+fn summary_text(
+    results: &Results,
+    modelled: &[(&'static str, String)],
+    verdicts: &[(&'static str, sides::SideKind, String)],
+    extra: &[(&str, &Option<String>)],
+    total_s: Option<f64>,
+) -> String {
+    let mut summary = String::new();
+    for (name, v) in modelled {
+        summary += &format!(
+            "- **{name}** (timing, judged on the modelled column's predicted figures): {v}\n"
+        );
+    }
+    if let Some(era) = &results.era {
+        summary += &format!(
+            "\nThe modelled columns carry the era factors of `{}` (docs/profiles.md, \"Era \
+             factors\"; `usermm infer`): {}. The unfitted columns are the same model with every \
+             factor 1.\n",
+            era.name,
+            usermm::vtime::ERA_FACTORS
+                .iter()
+                .filter_map(|f| era
+                    .inputs
+                    .get(f.input)
+                    .map(|i| format!("{} {}", f.input, i.value)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for (name, kind, v) in verdicts {
+        summary += &format!("- {name}, {}: {v}\n", kind.name());
+    }
+    for (name, v) in extra {
+        if let Some(v) = v {
+            summary += &format!("- **{name}: {v}\n");
+        }
+    }
+    if let Some(t) = total_s {
+        summary += &format!("\nTotal run time: {t:.0} s.\n");
+    }
+    summary
+}
+
+/// Print a section's tables and its verdict on stdout (not with `--json`).
+fn print_section(g: &GlobalArgs, section: &Section, verdict: Option<&str>) {
+    if g.json {
+        return;
+    }
+    println!("== {} ==", section.heading);
+    for t in &section.tables {
+        println!("{}", t.render_text());
+    }
+    if let Some(v) = verdict {
+        println!("verdict: {v}\n");
+    }
+}
+
 /// The time label a record carries (`modelled (profile NAME)` or `measured (this host)`).
 fn record_time(r: &Record) -> String {
     match r {
@@ -441,6 +512,7 @@ impl Experiment {
             Experiment::Munmap => "munmap",
             Experiment::Percpu => "percpu",
             Experiment::HostCheck => "host-check",
+            Experiment::Validation => "validation",
         }
     }
 }

@@ -39,7 +39,7 @@ pub use spec::{
     Transfers,
 };
 
-/// The built-in profiles, by name: the seeds' machines.
+/// The built-in profiles, by name: the seeds' machines and the validation set's HPE machine.
 const BUILTIN: &[(&str, &str)] = &[
     (
         "haswell-ex-4s",
@@ -50,6 +50,8 @@ const BUILTIN: &[(&str, &str)] = &[
         include_str!("../profiles/haswell-ep-2s.toml"),
     ),
     ("e5-2680-32c", include_str!("../profiles/e5-2680-32c.toml")),
+    // Not a seed's: the validation set's HPE machine (usermm_workloads::validation).
+    ("hpe-64s", include_str!("../profiles/hpe-64s.toml")),
 ];
 
 /// Most sockets a profile may have (a bound, so that the machine's size cannot overflow).
