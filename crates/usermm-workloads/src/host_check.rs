@@ -150,7 +150,8 @@ pub struct HostCheck {
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostCheckError {
-    #[error("cannot boot the modelled machine: {0}")]
+    /// The modelled machine could not boot, or its run failed (says which).
+    #[error(transparent)]
     Machine(#[from] MachineError),
     #[error("{op}: {errno:?}")]
     Syscall { op: &'static str, errno: Errno },
@@ -226,7 +227,7 @@ fn predict_dontneed(profile: &str, bytes: u64) -> Result<(f64, f64), HostCheckEr
         Ok((one, t0.elapsed_ns() as f64))
     });
     drop(machine);
-    r
+    r?
 }
 
 /// Row (b) on the engine: the faulter's (p50, p99) ns during the munmap, from seed 003's own
@@ -306,7 +307,7 @@ fn predict_readers(profile: &str, procs: u16, bytes: u64) -> Result<f64, HostChe
         Ok(faults as f64 / (longest.max(1) as f64 / 1e9))
     });
     drop(machine);
-    r
+    r?
 }
 
 /// The engine's predictions for `opts` on `profile` (deterministic: the same every run).

@@ -60,9 +60,7 @@ pub fn boot(config: usermm::MachineConfig) -> anyhow::Result<std::sync::Arc<user
     use usermm::machine::MachineError;
     match usermm::Machine::new(config) {
         Ok(m) => Ok(m),
-        Err(MachineError::Config(e)) => {
-            crate::args::usage(format!("invalid machine configuration: {e}"))
-        }
+        Err(e @ MachineError::Config(_)) => crate::args::usage(e.to_string()),
         Err(e) => Err(anyhow::Error::new(e).context("cannot boot the machine")),
     }
 }

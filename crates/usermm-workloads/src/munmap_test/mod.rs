@@ -139,7 +139,8 @@ pub const SEED_PROFILE: &str = crate::seeds::MUNMAP_DOWNGRADE_MACHINE.profile;
 /// Why a run could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum MunmapTestError {
-    #[error("cannot boot the machine: {0}")]
+    /// The machine could not boot, or its run failed (says which).
+    #[error(transparent)]
     Machine(#[from] MachineError),
     #[error("{op}: {errno:?}")]
     Syscall { op: &'static str, errno: Errno },

@@ -189,7 +189,7 @@ pub fn run_once(
     let cpu0 = CpuId(0);
     let r = machine.run(cpu0, || run_on(&machine, config, opts));
     drop(machine);
-    let mut r = r?;
+    let mut r = r??;
     r.boot_ms = boot_ms;
     Ok(r)
 }
