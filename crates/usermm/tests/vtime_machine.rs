@@ -126,5 +126,8 @@ fn a_run_past_the_end_of_virtual_time_fails() {
         matches!(&e, usermm::machine::MachineError::ClockEnd { profile } if profile == "haswell-ex-4s"),
         "{e}"
     );
-    assert!(e.to_string().contains("virtual clock reached its end"), "{e}");
+    assert!(
+        e.to_string().contains("virtual clock reached its end"),
+        "{e}"
+    );
 }

@@ -376,6 +376,10 @@ fn run_usemem(
     let quiet_notes = link && !env_on(NOTES_VAR);
     let posixly = std::env::var_os("POSIXLY_CORRECT").is_some();
     let opts = preview(args);
+    if let Some(why) = opts.never_ends() {
+        // On every clock and on the host: a run that cannot end is refused, not started.
+        return usage(format!("usemem: {why}"));
+    }
     if let Some(pf) = opts.pid_file.as_ref().filter(|_| opts.detach) {
         // usemem appends to it only at -d's detach, after the work: a link or a device there
         // is refused now, in one line (`append_pid` refuses it again when it writes).
