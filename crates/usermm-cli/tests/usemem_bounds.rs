@@ -42,3 +42,35 @@ fn a_delay_of_a_second_is_refused_on_every_clock() {
         assert!(!common::stderr(&o).contains("--time"), "{args:?}");
     }
 }
+
+/// `-r` prints a dot per walk: the dots are written through as they come (stdout holds
+/// them all, in order) and a worker's record keeps only its first lines, counting the rest
+/// (a billion dots were kept in memory, 1.22 GB for `-T 7 -r 1000000000`).
+#[test]
+fn progress_dots_are_written_through_not_kept() {
+    let args = [
+        "usemem",
+        "8K",
+        "-T",
+        "3",
+        "-r",
+        "3000",
+        "--profile",
+        "haswell-ex-4s",
+    ];
+    let o = usermm(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let out = common::stdout(&o);
+    assert!(out.matches('.').count() >= 2999, "{out}");
+    let mut json = args.to_vec();
+    json.push("--json");
+    let o = usermm(&json);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for w in v["workers"].as_array().unwrap() {
+        let kept = w["lines"].as_array().unwrap().len();
+        let more = w["lines_not_kept"].as_u64().unwrap();
+        assert_eq!(kept, 1024, "{w}");
+        assert!(more > 0, "{w}");
+    }
+}
