@@ -192,10 +192,6 @@ impl TimeArgs {
     }
 }
 
-/// RAM per byte of host memory a booted machine's page metadata commits (measured: a 1 TiB
-/// sparse machine's meminfo peaks at 1 GiB of host RSS).
-const METADATA_DIVISOR: u64 = 1024;
-
 /// The emulated machine, shared by every engine command. Each flag left out keeps the
 /// command's default.
 #[derive(Debug, Clone, Default, Args, Serialize)]
@@ -269,18 +265,42 @@ impl EngineArgs {
         }
         self.time.check(&mut c, self.cpus)?;
         if let Err(e) = c.validate() {
-            return usage(format!("invalid machine configuration: {e}"));
+            return usage(format!("{}: {e}", self.shape(&c)));
         }
-        // The page metadata a machine touches at boot: about 1/1024 of its RAM.
-        super::usage::check_host_memory(c.mem / METADATA_DIVISOR, || {
-            let mem = crate::report::format::human_bytes(c.mem);
-            let flag = match self.mem {
-                Some(_) => format!("--mem {mem}"),
-                None => format!("mem {mem} (the command's default machine)"),
-            };
-            format!("{flag}: booting the machine commits its page metadata")
+        // What booting the machine commits: its page metadata (about 1/1024 of its RAM) and
+        // per-CPU lists (one per node and CPU).
+        super::usage::check_machine_memory(&c, 0, 0, || {
+            format!(
+                "{}: booting it commits its page metadata and per-CPU lists",
+                self.shape(&c)
+            )
         })?;
         Ok(c)
+    }
+}
+
+impl EngineArgs {
+    /// The machine's shape as the flags gave it, for an error about the shape: `--mem 16M
+    /// --nodes 8`, the command's default values named as such.
+    fn shape(&self, c: &MachineConfig) -> String {
+        let mem = crate::report::format::human_bytes(c.mem);
+        let given: Vec<String> = [
+            self.mem.map(|_| format!("--mem {mem}")),
+            self.cpus.map(|n| format!("--cpus {n}")),
+            self.nodes.map(|n| format!("--nodes {n}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let default = format!(
+            "the machine (mem {mem}, cpus {}, nodes {})",
+            c.cpus, c.nodes
+        );
+        if given.is_empty() {
+            default
+        } else {
+            format!("{}: {default}", given.join(" "))
+        }
     }
 }
 

@@ -53,7 +53,7 @@ pub fn emit<R: Serialize>(
     }
 }
 
-pub use crate::args::check_host_memory;
+pub use crate::args::{check_host_memory, check_machine_memory, check_profile_memory};
 
 /// Boot a machine, turning a configuration the engine rejects into a usage error.
 pub fn boot(config: usermm::MachineConfig) -> anyhow::Result<std::sync::Arc<usermm::Machine>> {

@@ -67,11 +67,6 @@ impl MunmapTestArgs {
                 human_bytes(MAX_MEM_BYTES)
             ));
         }
-        // Each faulter is a host thread (its stack) and an emulated CPU's state: about
-        // 2 MiB of host memory each (4095 faulters took 6.6 GB).
-        super::check_host_memory(u64::from(faulters).saturating_mul(2 << 20), || {
-            format!("--faulters {faulters}: each is a host thread and an emulated CPU")
-        })?;
         let defaults = default_machine(self.size, faulters);
         let default_cpus = defaults.cpus;
         let machine = match self.engine.to_config(defaults) {
@@ -104,6 +99,21 @@ impl MunmapTestArgs {
         if machine.cpus < 2 {
             return usage("munmap-test needs --cpus ≥ 2 (the munmapping CPU and the faulters')");
         }
+        let size = human_bytes(self.size);
+        super::check_profile_memory(&machine, need, || {
+            format!("SIZE {size} and the faulters' VMAs ({})", human_bytes(need))
+        })?;
+        // The mapping and every faulter's VMA, their page tables, and what each faulter keeps
+        // (its histograms and stack).
+        let extra = u64::from(faulters).saturating_mul(munmap_test::faulter_host_bytes());
+        super::check_machine_memory(&machine, need.saturating_add(need / 512), extra, || {
+            format!(
+                "SIZE {size} with --faulters {faulters}: the machine's memory for the VMAs \
+                 (page metadata and tables, data with full backing), and {} of latency \
+                 histograms per faulter",
+                human_bytes(munmap_test::faulter_host_bytes())
+            )
+        })?;
         let modelled = machine.time.mode == usermm::config::TimeMode::Virtual;
         Ok(MunmapTestOpts {
             machine,

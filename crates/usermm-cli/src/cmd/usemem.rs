@@ -440,9 +440,9 @@ fn run_usemem(
             (true, Some(u)) => UsageError(format!("{u} (from USERMM_* variables)")).into(),
             _ => e,
         })?;
-    if config.backing == BackingMode::Full {
-        // What the walks write is host memory with full backing (one copy per worker, and
-        // the parent's with --prealloc).
+    {
+        // What the walks allocate of the machine's RAM: one copy per worker, and the
+        // parent's with --prealloc (read-only walks map the zero page).
         let copies = opts
             .workers()
             .max(1)
@@ -452,10 +452,15 @@ fn run_usemem(
         } else {
             opts.size.min(config.mem)
         };
-        super::check_host_memory(copies.saturating_mul(data).min(config.mem), || {
+        let touched = copies.saturating_mul(data).min(config.mem);
+        let touched = touched.saturating_add(touched / 512);
+        super::check_machine_memory(&config, touched, 0, || {
+            let hint = match config.backing {
+                BackingMode::Full => " (pass --backing sparse)",
+                BackingMode::Sparse => "",
+            };
             format!(
-                "usemem: SIZE {} × {copies} cop(ies) on full backing writes into this host's \
-                 memory (pass --backing sparse)",
+                "usemem: SIZE {} × {copies} cop(ies): the machine's memory for them{hint}",
                 human_bytes(opts.size)
             )
         })?;

@@ -59,7 +59,7 @@ use usermm::{Errno, PAGE_SIZE};
 use crate::seeds::{self, MunmapDowngrade};
 use crate::stats;
 
-pub use self::run::run_once;
+pub use self::run::{faulter_host_bytes, run_once};
 
 /// Where the faulters' VMAs go: far below the top-down mmap area, each in its own 1 GiB slot
 /// (own page tables down to the PMD page, never merged with a neighbour).
