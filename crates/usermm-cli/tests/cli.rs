@@ -675,16 +675,21 @@ fn bench_rejects_bad_arguments_on_one_line() {
 fn calibrate_rejects_bad_arguments_on_one_line() {
     assert_usage_error(
         &["calibrate", "--repeat", "0"],
-        "--repeat must be at least 7",
+        "--repeat 0: must be 7 to 100",
     );
     assert_usage_error(
         &["calibrate", "--repeat", "6"],
-        "--repeat must be at least 7",
+        "--repeat 6: must be 7 to 100",
+    );
+    // Bounded above too: a million rounds were seventy days.
+    assert_usage_error(
+        &["calibrate", "--repeat", "1000000"],
+        "--repeat 1000000: must be 7 to 100",
     );
     assert_usage_error(&["calibrate", "--repeat", "x"], "--repeat");
     assert_usage_error(
         &["calibrate", "--test-sizes", "--repeat", "0"],
-        "--repeat must be at least 1",
+        "--repeat 0: must be 1 to 100",
     );
     // A directory that cannot exist: under this test's own temporary directory, never made.
     let own = std::env::temp_dir().join(format!("usermm-cli-calib-{}", std::process::id()));

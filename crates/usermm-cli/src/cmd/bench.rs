@@ -380,6 +380,7 @@ fn usage_error(e: BenchError) -> anyhow::Error {
 
 pub fn run(args: &BenchArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     let opts = opts(args)?;
+    let _measuring = super::lock_for_measuring("bench")?;
     let bar = Progress::bar(bench::steps(&opts), "bench");
     let mut first = true;
     let result = bench::run(&opts, &mut |msg: &str| {

@@ -47,6 +47,10 @@ pub const FORMAT: u32 = 1;
 /// Repeats the command line asks for at least (a test may ask the library for fewer).
 pub const MIN_REPEAT: u32 = 7;
 
+/// The most samples a figure may ask for: a round of every probe takes about 6 s here, so
+/// 100 rounds are ten minutes (a million were seventy days).
+pub const MAX_REPEAT: u32 = 100;
+
 /// One measured figure: its samples (one per process) and their summary.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Measured {

@@ -210,6 +210,13 @@ impl Results {
 pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     // Everything but --sensitivity's points is written into a staging directory in --out and
     // put in place when complete.
+    // The host check measures this host: no other measuring command may run meanwhile, and
+    // a busy lock is said now, not after the seeds' minutes.
+    let _measuring = if args.experiments().contains(&Experiment::HostCheck) {
+        Some(super::lock_for_measuring("reproduce: host-check")?)
+    } else {
+        None
+    };
     let mut staging = staging::Staging::begin(&args.out)?;
     let out = &staging.dir().to_path_buf();
     let t0 = std::time::Instant::now();
