@@ -157,9 +157,12 @@ impl TimeArgs {
                     Some(name) => format!("--profile {name}"),
                     None => format!("time.profile={}", c.time.profile),
                 };
-                // The profile's own message names its field ("profile t.toml: costs.x: ...").
+                // The profile's own message names its field ("profile t.toml: costs.x: ..."):
+                // the flag already names the profile.
                 let msg = e.to_string();
                 let msg = msg.strip_prefix("profile: ").unwrap_or(&msg);
+                let own = format!("profile {}: ", c.time.profile);
+                let msg = msg.strip_prefix(own.as_str()).unwrap_or(msg);
                 return usage(format!("{flag}: {msg}"));
             }
         };
@@ -168,7 +171,10 @@ impl TimeArgs {
             for (k, f) in &self.scale_cost {
                 scaled = match scaled.scaled(k, *f) {
                     Ok(s) => s,
-                    Err(e) => return usage(format!("--scale-cost {k}={f:?}: {e}")),
+                    Err(e) => {
+                        let f = usermm::vtime::compact_number(*f);
+                        return usage(format!("--scale-cost {k}={f}: {e}"));
+                    }
                 };
             }
             // The machine applies the same scaling when it resolves the profile at boot:
@@ -261,6 +267,20 @@ impl EngineArgs {
         for s in &self.set {
             if let Err(e) = c.set(s) {
                 return usage(format!("--set {s}: {e}"));
+            }
+        }
+        if c.time.mode != TimeMode::Virtual {
+            // A profile set on the wall clock would be ignored: say so instead.
+            if let Some(s) = self
+                .set
+                .iter()
+                .find(|s| s.trim_start().starts_with("time."))
+            {
+                if !s.trim_start().starts_with("time.mode") {
+                    return usage(format!(
+                        "--set {s}: only with --time virtual (wall time measures this host)"
+                    ));
+                }
             }
         }
         self.time.check(&mut c, self.cpus)?;

@@ -438,6 +438,20 @@ fn run_usemem(
         .to_config(default_config(&opts, own.ab))
         .map_err(|e| match (link, e.downcast_ref::<UsageError>()) {
             (true, Some(u)) => UsageError(format!("{u} (from USERMM_* variables)")).into(),
+            // The default machine's CPUs come from the workers: name them, and the fix.
+            (false, Some(u)) if own.engine.cpus.is_none() && u.0.starts_with("cpus: ") => {
+                let threads = match opts.threads_per_process() {
+                    0 | 1 => String::new(),
+                    t => format!(" × -t {t}"),
+                };
+                UsageError(format!(
+                    "usemem: -n {}{threads}: the default machine gets a CPU per worker ({}); \
+                     pass fewer workers, or --cpus",
+                    opts.processes(),
+                    u.0.trim_start_matches("cpus: ")
+                ))
+                .into()
+            }
             _ => e,
         })?;
     {

@@ -274,8 +274,8 @@ pub use class::{Acquired, LineClass, LockClass, Mode, WaitKind};
 pub use hooks::charge;
 pub use memory::{MemoryStat, Touch};
 pub use profile::{
-    evaluate, Cost, Distance, Figure, FormulaRow, Input, InputKind, LockFigure, MemorySpec,
-    Placement, Profile, ProfileError, ProfileSpec, Quantity, Smt, Topology, Transfers,
+    compact_number, evaluate, Cost, Distance, Figure, FormulaRow, Input, InputKind, LockFigure,
+    MemorySpec, Placement, Profile, ProfileError, ProfileSpec, Quantity, Smt, Topology, Transfers,
     ENGINE_LOCK_CLASSES, TOPOLOGY_GHZ,
 };
 pub use report::{ContextTime, CpuTime, LineStat, LockStat, Report, SchedStats};

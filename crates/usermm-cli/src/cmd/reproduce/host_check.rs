@@ -33,6 +33,32 @@ pub struct HostCheckRecord {
     pub check: HostCheck,
 }
 
+/// `--host-profile FILE`, checked before any experiment runs: it must load, and be this
+/// host's (`usermm calibrate` names it `this-host`, with this host's CPUs as its hardware
+/// threads); another machine's profile would check the model against the wrong machine.
+pub(super) fn check_host_profile(path: &Path) -> anyhow::Result<()> {
+    let flag = format!("--host-profile {}", path.display());
+    let p = match usermm::vtime::Profile::resolve(&path.display().to_string()) {
+        Ok(p) => p,
+        Err(e) => {
+            let msg = e.to_string();
+            let msg = msg.strip_prefix("profile: ").unwrap_or(&msg).to_string();
+            return crate::args::usage(format!("{flag}: {msg}"));
+        }
+    };
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let threads = p.topology().hw_threads();
+    if p.name() != "this-host" || threads != cpus {
+        return crate::args::usage(format!(
+            "{flag}: profile {} ({threads} hardware threads) is not this host's: the host check \
+             needs the this-host profile `usermm calibrate` writes here (this host has {cpus} \
+             CPUs)",
+            p.name()
+        ));
+    }
+    Ok(())
+}
+
 /// Calibrates into `out/this-host.toml` unless `profile` names one, then predicts and measures;
 /// the report names a profile calibrated here as `report_dir/this-host.toml`, where it will be
 /// once the report is in place (`out` is its staging directory).

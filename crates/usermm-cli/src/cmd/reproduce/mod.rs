@@ -213,6 +213,9 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     // The host check measures this host: no other measuring command may run meanwhile, and
     // a busy lock is said now, not after the seeds' minutes.
     let _measuring = if args.experiments().contains(&Experiment::HostCheck) {
+        if let Some(p) = &args.host_profile {
+            host_check::check_host_profile(p)?;
+        }
         Some(super::lock_for_measuring("reproduce: host-check")?)
     } else {
         None

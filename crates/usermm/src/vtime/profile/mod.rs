@@ -27,6 +27,7 @@ mod spec;
 pub use formula::evaluate;
 pub use placement::{Distance, Placement};
 pub use provenance::{FormulaRow, TOPOLOGY_GHZ};
+pub use scale::compact_number;
 pub use spec::{
     Figure, Input, InputKind, LockFigure, MemorySpec, ProfileSpec, Quantity, Smt, Topology,
     Transfers,

@@ -137,7 +137,17 @@ impl Profile {
                 }
             }
         }
-        spec.name = format!("{} ({key} x{factor})", spec.name);
+        spec.name = format!("{} ({key} x{})", spec.name, compact_number(factor));
         Profile::from_spec(spec, &self.origin)
+    }
+}
+
+/// `f` in few characters: plain for the everyday factors (`1.5`, `10000000`), with an
+/// exponent outside them (`1e-300`, not three hundred zeros).
+pub fn compact_number(f: f64) -> String {
+    if f == 0.0 || (1e-4..1e7).contains(&f.abs()) {
+        format!("{f}")
+    } else {
+        format!("{f:e}")
     }
 }
