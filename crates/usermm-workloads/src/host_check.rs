@@ -58,14 +58,35 @@ pub struct HostCheckOpts {
     pub munmap_repeat: u32,
 }
 
+/// The most host memory one measurement of the host check populates: `reproduce` at its
+/// default scale must run on an 8 GiB laptop, under 2 GiB of RSS (the 8 GiB munmap it had
+/// peaked at 8.4 GB). The huge-zero readers commit nothing (every read maps the one huge
+/// zero page).
+pub const MEASURE_BUDGET: u64 = 1 << 30;
+
+/// The least a measurement populates, however little the host has available.
+const MEASURE_MIN: u64 = 64 << 20;
+
 impl HostCheckOpts {
-    /// 1 GiB freed by DONTNEED (5 host repeats); 8 GiB munmapped while 1 MiB is faulted (2
-    /// host repeats: populating 8 GiB dominates the check's time); 64 GiB of huge-zero reads
-    /// per process (32 768 faults, long enough that the two readers overlap; 5 repeats).
+    /// [`HostCheckOpts::sized_for`] a host with memory enough for the budget.
     pub fn standard() -> Self {
+        Self::sized_for(None)
+    }
+
+    /// The check's sizes for a host that has `available` bytes for it (`None`: not known):
+    /// the DONTNEED mapping and the munmapped one each [`MEASURE_BUDGET`], or a quarter of
+    /// what is available when that is less (at least 64 MiB), 5 and 2 host repeats; a 1 MiB
+    /// faulter; 64 GiB of huge-zero reads per process (32 768 faults, long enough that the
+    /// two readers overlap; 5 repeats).
+    pub fn sized_for(available: Option<u64>) -> Self {
+        let populated = available
+            .map_or(MEASURE_BUDGET, |a| (a / 4).min(MEASURE_BUDGET))
+            .max(MEASURE_MIN)
+            / HPAGE
+            * HPAGE;
         Self {
-            dontneed_bytes: 1 << 30,
-            munmap_bytes: 8 << 30,
+            dontneed_bytes: populated,
+            munmap_bytes: populated,
             faulter_bytes: 1 << 20,
             reader_bytes: 64 << 30,
             repeat: 5,

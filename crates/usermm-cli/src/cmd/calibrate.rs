@@ -57,6 +57,12 @@ pub fn run(args: &CalibrateArgs, g: &GlobalArgs) -> anyhow::Result<()> {
                 ))
             }
         };
+        if let Err(why) = calibrate::validate(&record) {
+            return usage(format!(
+                "calibrate: --from {}: {why}: not a record `usermm calibrate --json` writes",
+                from.display()
+            ));
+        }
         let profile = usermm_workloads::calibrate::this_host_profile(&record);
         usermm::vtime::Profile::from_toml_str(&profile, &args.out.display().to_string())
             .map_err(|e| anyhow::anyhow!("calibrate: the profile derived does not load: {e}"))?;

@@ -165,10 +165,12 @@ fn section(c: &HostCheck, file: &Path, calibrated: bool) -> Section {
          Nothing measured here is used by the profile.\n\n\
          - (a) {} MiB touched, freed by `MADV_DONTNEED` by one thread, then by two threads on \
          halves ({} host repeats, medians);\n\
-         - (b) a thread write-faulting its own {} KiB VMA while another munmaps {} GiB ({} host \
+         - (b) a thread write-faulting its own {} KiB VMA while another munmaps {} MiB ({} host \
          repeats; {} faults overlapped the munmaps);\n\
          - (c) {} GiB of huge-zero-page reads (one fault per 2 MiB) by one process, then by two \
          at once ({} host repeats, medians).\n\n\
+         The populated mappings are sized to the host: each at most 1 GiB and a quarter of \
+         the memory available, so that the check's RSS stays under 2 GiB.\n\n\
          A row outside ±30 % is a miss of the model and is reported as one.\n",
         if calibrated {
             "calibrated in this run"
@@ -178,7 +180,7 @@ fn section(c: &HostCheck, file: &Path, calibrated: bool) -> Section {
         o.dontneed_bytes >> 20,
         o.repeat,
         o.faulter_bytes >> 10,
-        o.munmap_bytes >> 30,
+        o.munmap_bytes >> 20,
         o.munmap_repeat,
         c.measured.faults_during_munmap,
         o.reader_bytes >> 30,

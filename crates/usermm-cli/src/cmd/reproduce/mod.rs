@@ -298,7 +298,7 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         let opts = if args.host_check_test_sizes {
             usermm_workloads::host_check::HostCheckOpts::small()
         } else {
-            usermm_workloads::host_check::HostCheckOpts::standard()
+            usermm_workloads::host_check::HostCheckOpts::sized_for(crate::args::host_memory_budget())
         };
         let (section, verdict, record) =
             host_check::run(out, &args.out, args.host_profile.as_deref(), &opts)?;
