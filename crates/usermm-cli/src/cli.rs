@@ -18,6 +18,7 @@ use crate::cmd::{
     self, bench::BenchArgs, bigfree::BigfreeArgs, calibrate::CalibrateArgs,
     munmap_test::MunmapTestArgs, percpu_calibrate::PercpuCalibrateArgs,
     percpu_test::PercpuTestArgs, reproduce::ReproduceArgs, sweep::SweepArgs, usemem::UsememArgs,
+    will_it_scale::WillItScaleArgs,
 };
 
 /// usermm: the core of Linux memory management in user space — reproduce the seed experiments,
@@ -57,6 +58,9 @@ pub enum Command {
     /// merge the runs into one table.
     #[command(after_help = cmd::sweep::GRID_HELP)]
     Sweep(SweepArgs),
+    /// will-it-scale's memory tests (page_fault1, mmap1, brk1, malloc1, ...): its lines, or
+    /// runtest.py's CSV, on the engine (wall or virtual time) or the host kernel.
+    WillItScale(WillItScaleArgs),
 }
 
 /// Run the command the user asked for.
@@ -74,6 +78,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(a) => cmd::bench::run(a, g),
         Command::Calibrate(a) => cmd::calibrate::run(a, g),
         Command::Sweep(a) => cmd::sweep::run(a, g, &check_point),
+        Command::WillItScale(a) => cmd::will_it_scale::run_cmd(a, g),
     }
 }
 

@@ -18,7 +18,14 @@ fn main() -> ExitCode {
     if let Some(code) = usermm_cli::cmd::usemem::busybox() {
         return code;
     }
-    let cli = match cli::parse() {
+    // So is a link named `TEST_processes` or `TEST_threads` will-it-scale's binary: its
+    // options become a `usermm will-it-scale` command line.
+    let parsed = match usermm_cli::cmd::will_it_scale::busybox() {
+        Some(Ok(argv)) => cli::parse_from(argv),
+        Some(Err(status)) => return status,
+        None => cli::parse(),
+    };
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(status) => return status,
     };

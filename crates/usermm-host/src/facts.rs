@@ -9,6 +9,7 @@
 //! | map limit | `/proc/sys/vm/max_map_count` | [`max_map_count`] |
 //! | overcommit | `/proc/sys/vm/overcommit_memory` | [`overcommit`] |
 //! | load | `/proc/loadavg` | [`loadavg_1min`] |
+//! | CPU time, idle and busy | `/proc/stat` | [`cpu_idle_busy`] |
 //! | context switches | `getrusage(RUSAGE_SELF)` | [`context_switches`] |
 //! | process CPU time | `getrusage(RUSAGE_SELF)` | [`process_cpu_ns`] |
 //! | resource limits, privilege | `getrlimit`, `geteuid` | [`memlock_limit`], [`stack_limit`], [`is_root`] |
@@ -116,6 +117,26 @@ pub fn loadavg_1min() -> Option<f64> {
         .next()?
         .parse()
         .ok()
+}
+
+/// The machine's CPU time so far as `/proc/stat`'s `cpu` line counts it, in jiffies:
+/// `(idle, busy)` with idle = idle + iowait and busy = user + nice + system + irq + softirq +
+/// steal + guest + guest_nice (will-it-scale's `runtest.py` splits it so).
+pub fn cpu_idle_busy() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("cpu"))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    let f = |i: usize| v.get(i).copied().unwrap_or(0);
+    Some((
+        f(3) + f(4),
+        f(0) + f(1) + f(2) + f(5) + f(6) + f(7) + f(8) + f(9),
+    ))
 }
 
 /// `RLIMIT_MEMLOCK`'s soft limit, bytes (`u64::MAX`: unlimited).

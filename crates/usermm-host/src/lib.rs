@@ -23,9 +23,12 @@
 //! - [`HostBackend`] and the op vocabulary [`ops`]: the host kernel as an address space that
 //!   executes [`ops::Op`]s in a forked child, one side of the differential tests (the
 //!   engine's side and the comparison live in `usermm-diff`).
+//! - [`task`]: the host kernel as one task of an address-space workload (will-it-scale's
+//!   tests) sees it — mappings, the break, glibc's malloc, byte and word accesses — and
+//!   the counters, CPU binding and core list that start such tasks as processes or threads.
 //!
 //! # Where the `unsafe` is
-//! Talking to the kernel without libstd's wrappers needs `unsafe`; it is fenced into seven
+//! Talking to the kernel without libstd's wrappers needs `unsafe`; it is fenced into eight
 //! modules and denied everywhere else in the crate:
 //! - `sys` — every raw system call, each wrapper with its `// SAFETY:` argument, among them
 //!   the one family of memory-management wrappers (`mmap`, `munmap`, `mprotect`,
@@ -39,6 +42,8 @@
 //! - [`backend`] — forking the request server, and its stores into the test arena;
 //! - [`check`] — the host check's stores into its own mappings, in this process's
 //!   threads;
+//! - [`task`] — a task's system calls, its loads and stores into the mappings it made, and
+//!   the counters shared across `fork`;
 //! - [`usemem`] — usemem's system calls, its loads and stores into the mappings it made, and
 //!   forks from a single-threaded process.
 //!
@@ -66,6 +71,7 @@ pub mod measure;
 pub mod ops;
 pub mod procfs;
 mod sys;
+pub mod task;
 pub mod usemem;
 
 pub use backend::HostBackend;

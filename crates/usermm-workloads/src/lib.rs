@@ -7,6 +7,10 @@
 //! - [`percpu_test`]: seed 004, `Percpu:` over the seed's memory-cgroup script.
 //! - [`bench`](mod@bench): `usermm bench`, the engine's hot paths beside the host kernel's (issue 16).
 //! - [`calibrate`]: the `this-host` cost profile from `usermm calibrate`'s measurements.
+//! - [`will_it_scale`]: will-it-scale's memory tests (page_fault1, mmap1, brk1, malloc1, ...)
+//!   and its output, written once over [`task::Task`], on the engine and the host kernel.
+//! - [`task`]: one task of an address-space workload as one trait, the engine's and the
+//!   host's, and the way N of them start as processes or threads, placed and counted.
 //! - [`seeds`]: every figure the seeds published, as data, in one place.
 //! - [`stats`]: the one median and spread every summary uses.
 //!
@@ -29,7 +33,9 @@ pub mod munmap_test;
 pub mod percpu_test;
 pub mod seeds;
 pub mod stats;
+pub mod task;
 pub mod usemem;
+pub mod will_it_scale;
 
 use serde::Serialize;
 use usermm::MachineConfig;

@@ -25,6 +25,7 @@ pub mod reproduce;
 pub mod sweep;
 pub mod usemem;
 pub mod vmstat;
+pub mod will_it_scale;
 
 /// Write `text` to stdout as is.
 pub fn print(text: &str) -> std::io::Result<()> {

@@ -39,6 +39,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::HostError;
 use crate::ops::{HPAGE_SIZE, PAGE_SIZE};
 
+pub(crate) use system::parse_cpu_list;
 pub use system::{CacheLevel, SystemInfo};
 
 /// The record's format version (bump when a field changes meaning).

@@ -34,6 +34,7 @@ impl Mm {
     #[doc(alias = "sys_brk")]
     #[doc(alias = "do_brk_flags")]
     pub fn brk(&self, cpu: CpuId, brk: u64) -> u64 {
+        crate::sync::charge(crate::sync::Cost::Syscall, 1);
         let mut tree = self.mmap_lock.write();
         let origbrk = tree.brk();
         let start_brk = tree.start_brk();
