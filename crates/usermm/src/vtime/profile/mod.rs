@@ -23,6 +23,7 @@ mod placement;
 mod provenance;
 mod scale;
 mod spec;
+mod units;
 
 pub use formula::evaluate;
 pub use placement::{Distance, Placement};

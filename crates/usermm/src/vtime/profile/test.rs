@@ -199,7 +199,7 @@ fn cycles_and_bandwidth_convert_at_the_profile_clock() {
         ns: None,
         cycles: Some(27.0),
         bytes_per_ns: None,
-        formula: None,
+        formula: Some("27".into()),
         source: "test".into(),
     };
     let c = Profile::from_spec(spec, "t").unwrap();
