@@ -204,20 +204,23 @@ pub(super) fn check(
                 "missing: every figure gives the arithmetic that makes it from [inputs]".into(),
             ));
         };
-        let e = Expr::parse(text)
-            .map_err(|m| invalid(&format!("{field}.formula"), format!("`{text}` {m}")))?;
-        units::check(&e, unit, &unit_of)
-            .map_err(|m| invalid(&format!("{field}.formula"), format!("`{text}` {m}")))?;
+        let bad = |m: String| {
+            invalid(
+                &format!("{field}.formula"),
+                format!("`{}` {m}", shown(text)),
+            )
+        };
+        let e = Expr::parse(text).map_err(bad)?;
+        units::check(&e, unit, &unit_of).map_err(bad)?;
         read.extend(e.inputs().into_iter().map(str::to_string));
-        let computed = e
-            .eval(&values)
-            .map_err(|m| invalid(&format!("{field}.formula"), format!("`{text}` {m}")))?;
+        let computed = e.eval(&values).map_err(bad)?;
         if !agrees(value, computed) {
             return Err(invalid(
                 &field,
                 format!(
-                    "the figure says {value} {unit}, its formula `{text}` gives {computed:.4} \
-                     (change the inputs, not the result)"
+                    "the figure says {value} {unit}, its formula `{}` gives {computed:.4} \
+                     (change the inputs, not the result)",
+                    shown(text)
                 ),
             ));
         }
@@ -229,6 +232,17 @@ pub(super) fn check(
         ));
     }
     Ok(())
+}
+
+/// A formula as an error line quotes it: whole, or its first 60 characters and its length
+/// (a hostile file's 100 000-term formula would otherwise be the line).
+fn shown(text: &str) -> String {
+    const MAX: usize = 80;
+    if text.chars().count() <= MAX {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(60).collect();
+    format!("{head}... ({} characters)", text.chars().count())
 }
 
 /// The inputs of `spec` that nothing reads, given the inputs the formulas read (`read`).

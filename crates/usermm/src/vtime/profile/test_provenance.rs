@@ -431,3 +431,38 @@ fn a_missing_formula_a_wrong_unit_and_an_unread_input_are_refused_by_name() {
          nobody checks)"
     );
 }
+
+/// A hostile formula (20 000 parentheses deep, 100 000 terms, 100 000 unary minuses) is
+/// refused in one short line that names the figure and quotes only the formula's start.
+#[test]
+fn a_hostile_formula_is_refused_in_one_short_line() {
+    let text = Profile::builtin("haswell-ex-4s").unwrap().to_toml_string();
+    let zap = "host_munmap_4k * share_zap * host_ghz / topology_ghz";
+    for (hostile, why) in [
+        (
+            format!("{}{zap}{}", "(".repeat(20_000), ")".repeat(20_000)),
+            "is longer than 1000 tokens",
+        ),
+        (format!("{zap}{}", " + 0".repeat(100_000)), "is longer"),
+        (format!("{}{zap}", "-".repeat(100_000)), "is longer"),
+        (
+            format!("{}{zap}{}", "(".repeat(65), ")".repeat(65)),
+            "nests deeper",
+        ),
+    ] {
+        let bad = text.replacen(
+            &format!("formula = \"{zap}\""),
+            &format!("formula = \"{hostile}\""),
+            1,
+        );
+        let e = Profile::from_toml_str(&bad, "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("profile t.toml: costs.zap_pte.formula: `"),
+            "{e}"
+        );
+        assert!(e.contains(why) && e.contains(" characters)"), "{e}");
+        assert!(e.len() < 200 && !e.contains('\n'), "{e}");
+    }
+}
