@@ -64,6 +64,8 @@ pub(super) const MAX_FIGURE_NS: f64 = 1e9;
 const MAX_CACHE_LINES: f64 = 4_294_967_296.0;
 /// The largest relative spread of per-batch work, in percent (a standard deviation of 100 %).
 const MAX_JITTER_PERCENT: f64 = 100.0;
+/// The largest profile file read (a built-in one is about 30 KB).
+const MAX_FILE_BYTES: u64 = 16 << 20;
 
 /// Lock classes the engine declares; every profile must price each of them.
 ///
@@ -320,11 +322,27 @@ impl Profile {
 
     /// A profile from a TOML file.
     pub fn load(path: &Path) -> Result<Profile, ProfileError> {
+        use std::io::Read;
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ProfileError::Read {
+        let read = |message: String| ProfileError::Read {
             path: origin.clone(),
-            message: e.to_string(),
-        })?;
+            message,
+        };
+        // A device or a FIFO would be read forever or block: only a regular file is a
+        // profile, and only its first MAX_FILE_BYTES (a built-in one is 30 KB).
+        let file = std::fs::File::open(path).map_err(|e| read(e.to_string()))?;
+        let meta = file.metadata().map_err(|e| read(e.to_string()))?;
+        if !meta.is_file() {
+            return Err(read("not a regular file".into()));
+        }
+        let mut bytes = Vec::new();
+        file.take(MAX_FILE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| read(e.to_string()))?;
+        if bytes.len() as u64 > MAX_FILE_BYTES {
+            return Err(read(format!("larger than {} MiB", MAX_FILE_BYTES >> 20)));
+        }
+        let text = String::from_utf8(bytes).map_err(|_| read("not UTF-8 text".into()))?;
         Profile::from_toml_str(&text, &origin)
     }
 
@@ -334,7 +352,9 @@ impl Profile {
             return Profile::builtin(name_or_path);
         }
         let path = Path::new(name_or_path);
-        if path.is_file() {
+        // What exists, or is written as a path, is read as one (so that a missing file or a
+        // directory says so rather than "unknown profile").
+        if path.exists() || name_or_path.contains('/') || name_or_path.ends_with(".toml") {
             return Profile::load(path);
         }
         Err(ProfileError::Unknown {
