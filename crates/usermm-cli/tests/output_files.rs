@@ -313,6 +313,56 @@ fn reproduce_out_through_a_link_to_a_directory() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// An output under a regular file (`thesis.tex/out`) is a usage error (exit 2, one line) for
+/// every command that writes, reproduce's report and the directory of emitted jobs included
+/// (these exited 1, or emitted jobs that could only fail); an error of the system is said
+/// once, not once more as its cause.
+#[test]
+fn outputs_under_a_regular_file_are_usage_errors() {
+    let d = scratch("under-file");
+    let grid = d.join("g.toml");
+    std::fs::write(&grid, TINY_GRID).unwrap();
+    let victim = d.join("thesis.tex");
+    plant(&victim);
+    let under = victim.join("out");
+    let under_toml = victim.join("p.toml");
+    let fixture = fixture();
+    let cases: [Vec<&str>; 4] = [
+        vec![
+            "reproduce",
+            "--time",
+            "virtual",
+            "--only",
+            "percpu",
+            "--out",
+            s(&under),
+        ],
+        vec!["sweep", s(&grid), "--emit", "parallel", "--out", s(&under)],
+        vec!["sweep", s(&grid), "--out", s(&under)],
+        vec!["calibrate", "--from", s(&fixture), "--out", s(&under_toml)],
+    ];
+    for args in cases {
+        let o = usermm_within(&args, None, 60);
+        assert_one_line(&o, &args, "a directory on the path is not a directory");
+    }
+    intact(&victim);
+    // A directory the system will not make: exit 1, its error said once.
+    let args = [
+        "reproduce",
+        "--time",
+        "virtual",
+        "--only",
+        "percpu",
+        "--out",
+        "/proc/usermm/x",
+    ];
+    let o = usermm_within(&args, None, 60);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.matches("(os error").count(), 1, "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 /// A one-point grid whose point runs in milliseconds.
 const TINY_GRID: &str =
     "command = [\"meminfo\", \"--mem\", \"{m}\"]\n[axes]\n\"{m}\" = [\"64M\"]\n";

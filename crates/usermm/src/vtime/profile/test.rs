@@ -376,7 +376,10 @@ fn paths_that_are_not_profile_files_say_what_they_are() {
     let e = Profile::resolve(missing.to_str().unwrap())
         .unwrap_err()
         .to_string();
-    assert!(e.starts_with("profile ") && e.contains(": cannot read: "), "{e}");
+    assert!(
+        e.starts_with("profile ") && e.contains(": cannot read: "),
+        "{e}"
+    );
     assert!(!e.contains("unknown profile"), "{e}");
     let e = Profile::resolve(own.to_str().unwrap())
         .unwrap_err()
