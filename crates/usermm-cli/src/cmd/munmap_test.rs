@@ -46,6 +46,10 @@ pub struct MunmapTestArgs {
     pub engine: EngineArgs,
 }
 
+/// The most faulters a wall-clock run gives each host CPU it may use: each still runs
+/// within a scheduler period or so of its turn, well inside a baseline window.
+const FAULTERS_PER_HOST_CPU: u64 = 64;
+
 impl MunmapTestArgs {
     /// The workload's options: the munmap-test machine (sparse, THP off, 32 CPUs, RAM for SIZE)
     /// with the engine flags on top.
@@ -99,6 +103,20 @@ impl MunmapTestArgs {
         if machine.cpus < 2 {
             return usage("munmap-test needs --cpus ≥ 2 (the munmapping CPU and the faulters')");
         }
+        let modelled = machine.time.mode == usermm::config::TimeMode::Virtual;
+        // On the wall clock each faulter is a host thread whose latency is measured: past
+        // FAULTERS_PER_HOST_CPU of them on each host CPU a faulter waits whole seconds for
+        // its turn (4095 on 2 CPUs took 42 s and 6.7 GB for a 64M test), so the windows
+        // would measure the host's run queue, not the mmap lock.
+        let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+        if !modelled && u64::from(faulters) > FAULTERS_PER_HOST_CPU * host_cpus {
+            return usage(format!(
+                "--faulters {faulters}: on the wall clock each faulter is a thread of this \
+                 host, which has {host_cpus} CPUs for them (at most {FAULTERS_PER_HOST_CPU} \
+                 faulters a CPU, {} here); pass fewer --faulters, or --time virtual",
+                FAULTERS_PER_HOST_CPU * host_cpus
+            ));
+        }
         let size = human_bytes(self.size);
         super::check_profile_memory(&machine, need, || {
             format!("SIZE {size} and the faulters' VMAs ({})", human_bytes(need))
@@ -114,7 +132,6 @@ impl MunmapTestArgs {
                 human_bytes(munmap_test::faulter_host_bytes())
             )
         })?;
-        let modelled = machine.time.mode == usermm::config::TimeMode::Virtual;
         Ok(MunmapTestOpts {
             machine,
             size: self.size,
