@@ -7,6 +7,9 @@ mod common;
 
 use serde_json::{json, Value};
 
+/// An edit of the record, and what the refusal must say.
+type Case = (&'static str, Box<dyn Fn(&mut Value)>);
+
 fn fixture() -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../usermm-workloads/tests/fixtures/host-calibration-2026-11-25.json");
@@ -17,7 +20,7 @@ fn fixture() -> Value {
 fn impossible_records_are_refused_naming_their_field() {
     let dir = std::env::temp_dir().join(format!("usermm-from-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+    let cases: Vec<Case> = vec![
         ("format: 2", Box::new(|r| r["format"] = json!(2))),
         (
             "figures.munmap_4k.samples: 0 samples",

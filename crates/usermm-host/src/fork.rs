@@ -151,10 +151,8 @@ mod test {
     #[test]
     fn a_child_dies_with_the_process_that_forked_it() {
         // SAFETY: PR_SET_CHILD_SUBREAPER takes an integer flag and nothing else.
-        assert_eq!(
-            unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) },
-            0
-        );
+        let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+        assert_eq!(r, 0);
         let shared = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
         let slot = std::sync::Arc::clone(&shared);
         // SAFETY: the middle process forks (raw system calls), stores a pid in an atomic

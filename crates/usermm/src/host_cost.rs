@@ -93,7 +93,7 @@ mod test {
         };
         let boot = host_bytes(&c, 0);
         assert!(
-            boot >= (1 << 40) / 1024 && boot < (1 << 40) / 1000,
+            ((1 << 40) / 1024..(1 << 40) / 1000).contains(&boot),
             "{boot}"
         );
         // A sparse run over all of it adds its metadata and page tables, not its data.
