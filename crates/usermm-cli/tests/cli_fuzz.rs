@@ -283,20 +283,9 @@ const USEMEM: &[Flag] = &[
     ("--show-addr", None),
     // Issue 27: time- and signal-based options; with any of them the run is forced into
     // virtual time (see `VIRTUAL_ONLY`), where each either runs to its end or is refused.
-    // And delays near a second (999 999 001 to 999 999 999 ns never ended).
-    (
-        "-e",
-        Some(&[
-            "1",
-            "1u",
-            "2000m",
-            "0",
-            "999999001",
-            "999999999",
-            "1000000000",
-            "999999900",
-        ]),
-    ),
+    // And delays near a second (999 999 001 to 999 999 999 ns never ended): see NEAR_SECOND.
+    ("-e", Some(&["1", "1u", "2000m", "0"])),
+    ("-e", Some(NEAR_SECOND)),
     ("-T", Some(&["1", "0", "-1"])),
     ("-Z", None),
     ("-W", None),
@@ -305,6 +294,12 @@ const USEMEM: &[Flag] = &[
     ("--signal-fork", None),
     ("--signal-loop", None),
 ];
+
+/// `-e` just under, at and above a second. usemem busy-waits that long at each new page,
+/// touching the page again and again, so a modelled second costs the host millions of
+/// accesses: a command line with one of these becomes `usemem 8K -e T --time virtual` (two
+/// pages), the shape that never ended, whatever else was picked.
+const NEAR_SECOND: &[&str] = &["999999001", "999999900", "999999999", "1000000000"];
 
 /// usemem's options that wait on the host (a signal, a kill, a delay that never ends, the
 /// wall clock's seconds): a command line with one of them gets `--time virtual`.
@@ -422,6 +417,12 @@ fn argv() -> impl Strategy<Value = Vec<String>> {
                     }
                 }
                 v.extend(["--time".into(), "virtual".into()]);
+            }
+            if let Some(i) = v.iter().position(|a| NEAR_SECOND.contains(&a.as_str())) {
+                let delay = v[i].clone();
+                v = ["usemem", "8K", "-e", &delay, "--time", "virtual"]
+                    .map(String::from)
+                    .to_vec();
             }
             if json {
                 v.push("--json".into());

@@ -319,11 +319,7 @@ fn reproduce_out_through_a_link_to_a_directory() {
 /// once, not once more as its cause.
 #[test]
 fn outputs_under_a_regular_file_are_usage_errors() {
-    let d = scratch("under-file");
-    let grid = d.join("g.toml");
-    std::fs::write(&grid, TINY_GRID).unwrap();
-    let victim = d.join("thesis.tex");
-    plant(&victim);
+    let (d, grid, victim) = grid_and_thesis("under-file");
     let under = victim.join("out");
     let under_toml = victim.join("p.toml");
     let fixture = fixture();
@@ -363,6 +359,16 @@ fn outputs_under_a_regular_file_are_usage_errors() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// A test's directory with [`TINY_GRID`] as `g.toml` and a user's `thesis.tex` planted.
+fn grid_and_thesis(name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let d = scratch(name);
+    let grid = d.join("g.toml");
+    std::fs::write(&grid, TINY_GRID).unwrap();
+    let victim = d.join("thesis.tex");
+    plant(&victim);
+    (d, grid, victim)
+}
+
 /// A one-point grid whose point runs in milliseconds.
 const TINY_GRID: &str =
     "command = [\"meminfo\", \"--mem\", \"{m}\"]\n[axes]\n\"{m}\" = [\"64M\"]\n";
@@ -371,13 +377,9 @@ const TINY_GRID: &str =
 /// the grid file and `--merge` likewise. Each is refused unread, in one line.
 #[test]
 fn sweep_refuses_devices_fifos_and_links_unread() {
-    let d = scratch("item9");
-    let grid = d.join("g.toml");
-    std::fs::write(&grid, TINY_GRID).unwrap();
+    let (d, grid, victim) = grid_and_thesis("item9");
     let fifo = d.join("fifo");
     mkfifo(&fifo);
-    let victim = d.join("thesis.tex");
-    plant(&victim);
     let link = d.join("link.jsonl");
     std::os::unix::fs::symlink(&victim, &link).unwrap();
     let cases: [(Vec<&str>, &str); 8] = [

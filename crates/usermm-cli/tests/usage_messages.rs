@@ -78,6 +78,21 @@ fn nothing_is_said_twice_and_numbers_are_compact() {
     ]);
     common::assert_one_line(&o, &["--scale-cost"], "--scale-cost zap_pte=1e300: ");
     assert!(common::stderr(&o).len() < 300, "{}", common::stderr(&o));
+    // Past f64's range the figure is infinite: said so, not "(got inf)".
+    let args = [
+        "bigfree",
+        "1G",
+        "--scale-cost",
+        "zap_pte=1e308",
+        "--profile",
+        P,
+    ];
+    common::assert_one_line(
+        &usermm(&args),
+        &args,
+        "--scale-cost zap_pte=1e308: profile haswell-ex-4s: costs.zap_pte.ns: is past the \
+         largest number (1.7976931348623157e308)",
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

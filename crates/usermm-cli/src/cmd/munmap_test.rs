@@ -106,8 +106,8 @@ impl MunmapTestArgs {
         let modelled = machine.time.mode == usermm::config::TimeMode::Virtual;
         // On the wall clock each faulter is a host thread whose latency is measured: past
         // FAULTERS_PER_HOST_CPU of them on each host CPU a faulter waits whole seconds for
-        // its turn (4095 on 2 CPUs took 42 s and 6.7 GB for a 64M test), so the windows
-        // would measure the host's run queue, not the mmap lock.
+        // its turn (and thousands of them make a 64M test take tens of seconds and gigabytes
+        // of histograms), so the windows would measure the host's run queue, not the mmap lock.
         let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
         if !modelled && u64::from(faulters) > FAULTERS_PER_HOST_CPU * host_cpus {
             return usage(format!(

@@ -704,6 +704,12 @@ fn nonneg(
 ) -> Result<f64, ProfileError> {
     if v.is_finite() && v >= 0.0 {
         Ok(v)
+    } else if v == f64::INFINITY {
+        // A scaled figure past f64's range (`--scale-cost KEY=1e308`).
+        Err(invalid(
+            field,
+            format!("is past the largest number ({:e})", f64::MAX),
+        ))
     } else {
         Err(invalid(
             field,
