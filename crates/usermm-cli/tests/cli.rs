@@ -421,7 +421,8 @@ fn virtual_time_bad_input_names_the_field() {
             "--time",
             "virtual",
         ],
-        "cpus: 73 CPUs, but the machine has 72 hardware threads (profile haswell-ep-2s)",
+        "usemem: -n 73: the default machine gets a CPU per worker (73 CPUs, but the machine \
+         has 72 hardware threads (profile haswell-ep-2s)); pass fewer workers, or --cpus",
     );
     assert_usage_error(
         &["meminfo", "--time", "virtual"],
@@ -703,16 +704,21 @@ fn bench_rejects_bad_arguments_on_one_line() {
 fn calibrate_rejects_bad_arguments_on_one_line() {
     assert_usage_error(
         &["calibrate", "--repeat", "0"],
-        "--repeat must be at least 7",
+        "--repeat 0: must be 7 to 100",
     );
     assert_usage_error(
         &["calibrate", "--repeat", "6"],
-        "--repeat must be at least 7",
+        "--repeat 6: must be 7 to 100",
+    );
+    // Bounded above too: a million rounds were seventy days.
+    assert_usage_error(
+        &["calibrate", "--repeat", "1000000"],
+        "--repeat 1000000: must be 7 to 100",
     );
     assert_usage_error(&["calibrate", "--repeat", "x"], "--repeat");
     assert_usage_error(
         &["calibrate", "--test-sizes", "--repeat", "0"],
-        "--repeat must be at least 1",
+        "--repeat 0: must be 1 to 100",
     );
     // A directory that cannot exist: under this test's own temporary directory, never made.
     let own = std::env::temp_dir().join(format!("usermm-cli-calib-{}", std::process::id()));
@@ -781,15 +787,20 @@ fn calibrate_small_writes_a_profile_that_runs_bigfree() {
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("this-host.toml");
     let out_s = out.to_str().unwrap();
-    let o = usermm(&[
-        "calibrate",
-        "--test-sizes",
-        "--repeat",
-        "2",
-        "--out",
-        out_s,
-        "--json",
-    ]);
+    // Its own measuring lock (a runtime directory of its own): a test's tiny calibration is
+    // not refused because a real measurement, or another checkout's tests, hold the host's.
+    let o = common::usermm_env(
+        &[
+            "calibrate",
+            "--test-sizes",
+            "--repeat",
+            "2",
+            "--out",
+            out_s,
+            "--json",
+        ],
+        &[("XDG_RUNTIME_DIR", dir.to_str().unwrap())],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("--json is JSON");
     let figures = v["figures"].as_object().unwrap();
@@ -808,7 +819,10 @@ fn calibrate_small_writes_a_profile_that_runs_bigfree() {
         .contains("name = \"this-host\""));
 
     // The table: one row per figure and where the profile went.
-    let o = usermm(&["calibrate", "--test-sizes", "--repeat", "1", "--out", out_s]);
+    let o = common::usermm_env(
+        &["calibrate", "--test-sizes", "--repeat", "1", "--out", out_s],
+        &[("XDG_RUNTIME_DIR", dir.to_str().unwrap())],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     for k in figures.keys() {
@@ -850,27 +864,35 @@ fn reproduce_host_check_rows_in_results_json() {
     let dir = std::env::temp_dir().join(format!("usermm-cli-test-hc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let profile = dir.join("this-host.toml");
-    let o = usermm(&[
-        "calibrate",
-        "--test-sizes",
-        "--repeat",
-        "1",
-        "--out",
-        profile.to_str().unwrap(),
-    ]);
+    // A measuring lock of its own, as calibrate_small_writes_a_profile_that_runs_bigfree's.
+    let env = [("XDG_RUNTIME_DIR", dir.to_str().unwrap())];
+    let o = common::usermm_env(
+        &[
+            "calibrate",
+            "--test-sizes",
+            "--repeat",
+            "1",
+            "--out",
+            profile.to_str().unwrap(),
+        ],
+        &env,
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let out = dir.join("report");
-    let o = usermm(&[
-        "reproduce",
-        "--only",
-        "host-check",
-        "--host-profile",
-        profile.to_str().unwrap(),
-        "--host-check-test-sizes",
-        "--json",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = common::usermm_env(
+        &[
+            "reproduce",
+            "--only",
+            "host-check",
+            "--host-profile",
+            profile.to_str().unwrap(),
+            "--host-check-test-sizes",
+            "--json",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &env,
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let hc = &v["host_check"];

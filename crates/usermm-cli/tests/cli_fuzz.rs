@@ -17,6 +17,11 @@
 //! signal-based options, which force `--time virtual` (on the wall clock they wait for a
 //! signal or a kill, by design).
 //!
+//! Hostile profiles and factors too: profiles with formulas 20 000 deep, 100 000 terms long or
+//! 100 000 minuses, a figure without a formula, an input in the wrong unit, an input no
+//! formula reads; `--scale-cost` sets that together reach the virtual clock's end; usemem's
+//! `-e` just under, at and above a second.
+//!
 //! 48 command lines, times `USERMM_TEST_SCALE`, from `USERMM_TEST_SEED` (see the README's testing
 //! notes).
 //!
@@ -24,10 +29,10 @@
 //! (`reproduce --out`, `sweep --out`, `--emit --out`, `--merge`, the grid, `calibrate --out`,
 //! usemem's `-p`) gets a path among a new one, an empty directory, a directory of the user's,
 //! a report directory, a user's file, links to a file, to a directory and to nothing, a FIFO,
-//! `/dev/null` and `/dev/zero`. Beyond the exit status, a case checks that the user's files
-//! keep their bytes, the links and the FIFO stay what they were, nothing appears where the
-//! dangling link points, no temporary or staging file is left, and no run blocks. 16 cases,
-//! times `USERMM_TEST_SCALE`.
+//! a path under a user's file, `/dev/null` and `/dev/zero`. Beyond the exit status, a case
+//! checks that the user's files keep their bytes, the links and the FIFO stay what they were,
+//! nothing appears where the dangling link points, no temporary or staging file is left, and
+//! no run blocks. 16 cases, times `USERMM_TEST_SCALE`.
 
 mod common;
 
@@ -77,6 +82,16 @@ const PROFILE_TRUNCATE: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/fuzz-profi
 const PROFILE_HUGE_COST: &str =
     concat!(env!("CARGO_TARGET_TMPDIR"), "/fuzz-profile-huge-cost.toml");
 const PROFILE_ESCAPE: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/fuzz-profile-escape.toml");
+/// Formulas that overflowed the parser's stack (20 000 parentheses deep, 100 000 terms,
+/// 100 000 unary minuses), and the rules every profile keeps: a figure with no formula, an
+/// input in GHz where ns are read, an input nothing reads.
+const PROFILE_DEEP: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/fuzz-profile-deep.toml");
+const PROFILE_LONG: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/fuzz-profile-long.toml");
+const PROFILE_MINUS: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/fuzz-profile-minus.toml");
+const PROFILE_NO_FORMULA: &str =
+    concat!(env!("CARGO_TARGET_TMPDIR"), "/fuzz-profile-no-formula.toml");
+const PROFILE_GHZ: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/fuzz-profile-ghz.toml");
+const PROFILE_UNREAD: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/fuzz-profile-unread.toml");
 
 /// A built-in profile with one line replaced, for each of the files above.
 fn write_profiles() {
@@ -98,6 +113,44 @@ fn write_profiles() {
         assert!(src.contains(from), "{from} is no longer in the profile");
         std::fs::write(path, src.replacen(from, to, 1)).expect("write a fuzz profile");
     }
+    let wakeup = "formula = \"wakeup_ns\"";
+    let unread = "\n[inputs.spare]\nvalue = 1.0\nunit = \"ns\"\nkind = \"assumption\"\n\
+                  source = \"assumption: read by nothing\"\n";
+    for (path, from, to) in [
+        (
+            PROFILE_DEEP,
+            wakeup.to_string(),
+            format!(
+                "formula = \"{}wakeup_ns{}\"",
+                "(".repeat(20_000),
+                ")".repeat(20_000)
+            ),
+        ),
+        (
+            PROFILE_LONG,
+            wakeup.to_string(),
+            format!("formula = \"wakeup_ns{}\"", " + 0".repeat(100_000)),
+        ),
+        (
+            PROFILE_MINUS,
+            wakeup.to_string(),
+            format!("formula = \"{}wakeup_ns\"", "-".repeat(100_000)),
+        ),
+        (PROFILE_NO_FORMULA, format!("{wakeup}\n"), String::new()),
+        (
+            PROFILE_GHZ,
+            "unit = \"ns/page\"".into(),
+            "unit = \"GHz\"".into(),
+        ),
+        (
+            PROFILE_UNREAD,
+            "[topology]".into(),
+            format!("{unread}\n[topology]"),
+        ),
+    ] {
+        assert!(src.contains(&from), "{from} is no longer in the profile");
+        std::fs::write(path, src.replacen(&from, &to, 1)).expect("write a fuzz profile");
+    }
 }
 
 const ENGINE: &[Flag] = &[
@@ -113,6 +166,12 @@ const ENGINE: &[Flag] = &[
             PROFILE_TRUNCATE,
             PROFILE_HUGE_COST,
             PROFILE_ESCAPE,
+            PROFILE_DEEP,
+            PROFILE_LONG,
+            PROFILE_MINUS,
+            PROFILE_NO_FORMULA,
+            PROFILE_GHZ,
+            PROFILE_UNREAD,
         ]),
     ),
     (
@@ -121,10 +180,17 @@ const ENGINE: &[Flag] = &[
             "zap_pte=1.5",
             "zap_pte=1e-300",
             "zap_pte=1e300",
+            "zap_pte=1e308",
             "user_line=4",
             "user_miss=0.001",
             "nope=2",
             "x",
+            // Three factors that together drove the virtual clock to its end (2^64 ps).
+            "zap_pte=1e7",
+            "free_unref_page=1.4e7",
+            "lru_del=1.5e7",
+            "transfer.other_socket=1e6",
+            "wakeup=0",
         ]),
     ),
     (
@@ -217,7 +283,9 @@ const USEMEM: &[Flag] = &[
     ("--show-addr", None),
     // Issue 27: time- and signal-based options; with any of them the run is forced into
     // virtual time (see `VIRTUAL_ONLY`), where each either runs to its end or is refused.
+    // And delays near a second (999 999 001 to 999 999 999 ns never ended): see NEAR_SECOND.
     ("-e", Some(&["1", "1u", "2000m", "0"])),
+    ("-e", Some(NEAR_SECOND)),
     ("-T", Some(&["1", "0", "-1"])),
     ("-Z", None),
     ("-W", None),
@@ -226,6 +294,12 @@ const USEMEM: &[Flag] = &[
     ("--signal-fork", None),
     ("--signal-loop", None),
 ];
+
+/// `-e` just under, at and above a second. usemem busy-waits that long at each new page,
+/// touching the page again and again, so a modelled second costs the host millions of
+/// accesses: a command line with one of these becomes `usemem 8K -e T --time virtual` (two
+/// pages), the shape that never ended, whatever else was picked.
+const NEAR_SECOND: &[&str] = &["999999001", "999999900", "999999999", "1000000000"];
 
 /// usemem's options that wait on the host (a signal, a kill, a delay that never ends, the
 /// wall clock's seconds): a command line with one of them gets `--time virtual`.
@@ -344,6 +418,12 @@ fn argv() -> impl Strategy<Value = Vec<String>> {
                 }
                 v.extend(["--time".into(), "virtual".into()]);
             }
+            if let Some(i) = v.iter().position(|a| NEAR_SECOND.contains(&a.as_str())) {
+                let delay = v[i].clone();
+                v = ["usemem", "8K", "-e", &delay, "--time", "virtual"]
+                    .map(String::from)
+                    .to_vec();
+            }
             if json {
                 v.push("--json".into());
             }
@@ -398,6 +478,7 @@ const OUT_PATHS: &[&str] = &[
     "link-dir",
     "dangling",
     "fifo",
+    "user.tex/under",
     "/dev/null",
     "/dev/zero",
     ".",

@@ -313,6 +313,62 @@ fn reproduce_out_through_a_link_to_a_directory() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// An output under a regular file (`thesis.tex/out`) is a usage error (exit 2, one line) for
+/// every command that writes, reproduce's report and the directory of emitted jobs included
+/// (these exited 1, or emitted jobs that could only fail); an error of the system is said
+/// once, not once more as its cause.
+#[test]
+fn outputs_under_a_regular_file_are_usage_errors() {
+    let (d, grid, victim) = grid_and_thesis("under-file");
+    let under = victim.join("out");
+    let under_toml = victim.join("p.toml");
+    let fixture = fixture();
+    let cases: [Vec<&str>; 4] = [
+        vec![
+            "reproduce",
+            "--time",
+            "virtual",
+            "--only",
+            "percpu",
+            "--out",
+            s(&under),
+        ],
+        vec!["sweep", s(&grid), "--emit", "parallel", "--out", s(&under)],
+        vec!["sweep", s(&grid), "--out", s(&under)],
+        vec!["calibrate", "--from", s(&fixture), "--out", s(&under_toml)],
+    ];
+    for args in cases {
+        let o = usermm_within(&args, None, 60);
+        assert_one_line(&o, &args, "a directory on the path is not a directory");
+    }
+    intact(&victim);
+    // A directory the system will not make: exit 1, its error said once.
+    let args = [
+        "reproduce",
+        "--time",
+        "virtual",
+        "--only",
+        "percpu",
+        "--out",
+        "/proc/usermm/x",
+    ];
+    let o = usermm_within(&args, None, 60);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.matches("(os error").count(), 1, "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A test's directory with [`TINY_GRID`] as `g.toml` and a user's `thesis.tex` planted.
+fn grid_and_thesis(name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let d = scratch(name);
+    let grid = d.join("g.toml");
+    std::fs::write(&grid, TINY_GRID).unwrap();
+    let victim = d.join("thesis.tex");
+    plant(&victim);
+    (d, grid, victim)
+}
+
 /// A one-point grid whose point runs in milliseconds.
 const TINY_GRID: &str =
     "command = [\"meminfo\", \"--mem\", \"{m}\"]\n[axes]\n\"{m}\" = [\"64M\"]\n";
@@ -321,13 +377,9 @@ const TINY_GRID: &str =
 /// the grid file and `--merge` likewise. Each is refused unread, in one line.
 #[test]
 fn sweep_refuses_devices_fifos_and_links_unread() {
-    let d = scratch("item9");
-    let grid = d.join("g.toml");
-    std::fs::write(&grid, TINY_GRID).unwrap();
+    let (d, grid, victim) = grid_and_thesis("item9");
     let fifo = d.join("fifo");
     mkfifo(&fifo);
-    let victim = d.join("thesis.tex");
-    plant(&victim);
     let link = d.join("link.jsonl");
     std::os::unix::fs::symlink(&victim, &link).unwrap();
     let cases: [(Vec<&str>, &str); 8] = [

@@ -149,6 +149,11 @@ pub fn stack_limit() -> Option<u64> {
     sys::rlimit_soft(libc::RLIMIT_STACK)
 }
 
+/// The effective user id (`geteuid`).
+pub fn euid() -> u32 {
+    sys::geteuid()
+}
+
 /// Is this process privileged (effective UID 0: no mlock limit, `mmap_min_addr` waived)?
 pub fn is_root() -> bool {
     sys::geteuid() == 0

@@ -29,13 +29,18 @@ pub(crate) struct ChildProc {
 }
 
 impl ChildProc {
-    /// Fork; the child runs `f` and then `_exit(0)`s.
+    /// Fork; the child runs `f` and then `_exit(0)`s. The child is killed with SIGKILL when
+    /// the process that forked it dies (`PR_SET_PDEATHSIG`), and ends at once if that already
+    /// happened: a measurement must not run on, orphaned, after a Ctrl-C of `calibrate` or
+    /// `reproduce`.
     ///
     /// # Safety
     /// `f` runs in a child forked from a possibly multi-threaded process: it must be
     /// async-signal-safe (raw system calls on memory allocated before the fork; no allocation,
     /// no locks, no stdio, no panics).
     pub(crate) unsafe fn fork<F: FnOnce()>(f: F) -> Result<ChildProc, HostError> {
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
         // SAFETY: forwarded to our caller's contract on `f`.
         match unsafe { sys::fork() } {
             Err(errno) => Err(HostError::Sys {
@@ -43,6 +48,11 @@ impl ChildProc {
                 errno,
             }),
             Ok(0) => {
+                sys::set_parent_death_signal(libc::SIGKILL);
+                // SAFETY: getppid has no preconditions.
+                if unsafe { libc::getppid() } != parent {
+                    sys::exit_now(1);
+                }
                 f();
                 sys::exit_now(0)
             }
@@ -127,5 +137,70 @@ impl ChildProc {
 impl Drop for ChildProc {
     fn drop(&mut self) {
         self.kill_and_reap();
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    /// A forked child dies with the process that forked it: a measurement does not run on,
+    /// orphaned, after its parent is gone (a Ctrl-C of `calibrate` left one at 500 MB). A
+    /// middle process forks the measurement and dies; this test process, made the orphans'
+    /// reaper, sees the measurement killed.
+    #[test]
+    fn a_child_dies_with_the_process_that_forked_it() {
+        // SAFETY: PR_SET_CHILD_SUBREAPER takes an integer flag and nothing else.
+        let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+        assert_eq!(r, 0);
+        let shared = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
+        let slot = std::sync::Arc::clone(&shared);
+        // SAFETY: the middle process forks (raw system calls), stores a pid in an atomic
+        // allocated before the fork (its own copy: the parent reads the pid from the exit
+        // status instead), and exits; the measurement only sleeps until it is killed.
+        let mut middle = unsafe {
+            ChildProc::fork(move || {
+                let child = ChildProc::fork(|| loop {
+                    libc::pause();
+                });
+                let pid = child.as_ref().map_or(0, ChildProc::pid);
+                slot.store(pid, std::sync::atomic::Ordering::Relaxed);
+                std::mem::forget(child);
+                // Give the measurement time to ask for its death signal (one that finds its
+                // parent gone already ends at once, with status 1).
+                let pause = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 200_000_000,
+                };
+                libc::nanosleep(&pause, std::ptr::null_mut());
+                // The pid, as the exit status cannot carry it: 0 means the fork failed.
+                sys::exit_now(i32::from(pid != 0));
+            })
+        }
+        .unwrap();
+        let status = sys::waitpid(middle.pid(), false).expect("the middle process is ours");
+        middle.exit = Some("reaped".into());
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            1,
+            "the middle process could not fork"
+        );
+        // The orphaned measurement is reparented to this process and must end, killed.
+        let status = loop {
+            let mut st = 0;
+            // SAFETY: `st` is a valid int to write the status into.
+            let pid = unsafe { libc::waitpid(-1, &mut st, 0) };
+            assert!(pid > 0, "no orphan came back to this reaper");
+            if pid != middle.pid() {
+                break st;
+            }
+        };
+        assert!(
+            libc::WIFSIGNALED(status),
+            "{}",
+            sys::describe_status(status)
+        );
+        assert_eq!(libc::WTERMSIG(status), libc::SIGKILL);
+        drop(shared);
     }
 }

@@ -656,6 +656,15 @@ pub fn is_pid_file(bytes: &[u8]) -> bool {
             .all(|l| !l.is_empty() && l.iter().all(u8::is_ascii_digit))
 }
 
+/// A monotonic clock in ns (`clock_gettime(CLOCK_MONOTONIC)`; only differences matter).
+pub fn now_ns() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_nanos() as u64
+}
+
 /// `gettimeofday` in µs.
 pub fn now_us() -> u64 {
     std::time::SystemTime::now()

@@ -58,14 +58,35 @@ pub struct HostCheckOpts {
     pub munmap_repeat: u32,
 }
 
+/// The most host memory one measurement of the host check populates: `reproduce` at its
+/// default scale must run on an 8 GiB laptop, under 2 GiB of RSS (the 8 GiB munmap it had
+/// peaked at 8.4 GB). The huge-zero readers commit nothing (every read maps the one huge
+/// zero page).
+pub const MEASURE_BUDGET: u64 = 1 << 30;
+
+/// The least a measurement populates, however little the host has available.
+const MEASURE_MIN: u64 = 64 << 20;
+
 impl HostCheckOpts {
-    /// 1 GiB freed by DONTNEED (5 host repeats); 8 GiB munmapped while 1 MiB is faulted (2
-    /// host repeats: populating 8 GiB dominates the check's time); 64 GiB of huge-zero reads
-    /// per process (32 768 faults, long enough that the two readers overlap; 5 repeats).
+    /// [`HostCheckOpts::sized_for`] a host with memory enough for the budget.
     pub fn standard() -> Self {
+        Self::sized_for(None)
+    }
+
+    /// The check's sizes for a host that has `available` bytes for it (`None`: not known):
+    /// the DONTNEED mapping and the munmapped one each [`MEASURE_BUDGET`], or a quarter of
+    /// what is available when that is less (at least 64 MiB), 5 and 2 host repeats; a 1 MiB
+    /// faulter; 64 GiB of huge-zero reads per process (32 768 faults, long enough that the
+    /// two readers overlap; 5 repeats).
+    pub fn sized_for(available: Option<u64>) -> Self {
+        let populated = available
+            .map_or(MEASURE_BUDGET, |a| (a / 4).min(MEASURE_BUDGET))
+            .max(MEASURE_MIN)
+            / HPAGE
+            * HPAGE;
         Self {
-            dontneed_bytes: 1 << 30,
-            munmap_bytes: 8 << 30,
+            dontneed_bytes: populated,
+            munmap_bytes: populated,
             faulter_bytes: 1 << 20,
             reader_bytes: 64 << 30,
             repeat: 5,
@@ -150,7 +171,8 @@ pub struct HostCheck {
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostCheckError {
-    #[error("cannot boot the modelled machine: {0}")]
+    /// The modelled machine could not boot, or its run failed (says which).
+    #[error(transparent)]
     Machine(#[from] MachineError),
     #[error("{op}: {errno:?}")]
     Syscall { op: &'static str, errno: Errno },
@@ -227,7 +249,7 @@ fn predict_dontneed(profile: &str, bytes: u64) -> Result<(f64, f64), HostCheckEr
         Ok((one, t0.elapsed_ns() as f64))
     });
     drop(machine);
-    r
+    r?
 }
 
 /// Row (b) on the engine: the faulter's (p50, p99) ns during the munmap, from seed 003's own
@@ -307,7 +329,7 @@ fn predict_readers(profile: &str, procs: u16, bytes: u64) -> Result<f64, HostChe
         Ok(faults as f64 / (longest.max(1) as f64 / 1e9))
     });
     drop(machine);
-    r
+    r?
 }
 
 /// The engine's predictions for `opts` on `profile` (deterministic: the same every run).
@@ -439,5 +461,24 @@ mod tests {
         assert!((rows[2].error.unwrap() + 0.5).abs() < 1e-12);
         let none = HostCheckRow::new("x", "ns", 1.0, 0.0);
         assert_eq!(none.error, None);
+    }
+
+    /// The populated mappings are at most 1 GiB each, a quarter of what is available when
+    /// that is less, never below 64 MiB, in whole huge pages: `reproduce`'s host check stays
+    /// under 2 GiB of RSS on a host of any size (it peaked at 8.4 GB with an 8 GiB munmap).
+    #[test]
+    fn the_measurements_are_sized_to_the_host() {
+        let sized = |a: Option<u64>| {
+            let o = HostCheckOpts::sized_for(a);
+            assert_eq!(o.dontneed_bytes, o.munmap_bytes);
+            o.munmap_bytes
+        };
+        assert_eq!(sized(None), 1 << 30);
+        assert_eq!(sized(Some(24 << 30)), 1 << 30);
+        assert_eq!(sized(Some(4 << 30)), 1 << 30);
+        assert_eq!(sized(Some(2 << 30)), 512 << 20);
+        assert_eq!(sized(Some((1 << 30) + 12345)), 256 << 20);
+        assert_eq!(sized(Some(100 << 20)), 64 << 20);
+        assert_eq!(sized(Some(0)), 64 << 20);
     }
 }

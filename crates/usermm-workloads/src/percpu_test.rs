@@ -282,7 +282,9 @@ pub fn run(
     let mcfg = opts.machine_config(cfg);
     let machine =
         Machine::new(mcfg.clone()).map_err(|e| PercpuTestError::Machine(e.to_string()))?;
-    machine.run(CpuId(0), || script(opts, &machine, &mcfg))
+    machine
+        .run(CpuId(0), || script(opts, &machine, &mcfg))
+        .map_err(|e| PercpuTestError::Machine(e.to_string()))?
 }
 
 /// The body of [`run`], on the machine's clock.

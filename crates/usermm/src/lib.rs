@@ -114,6 +114,7 @@ pub mod cpu;
 #[macro_use]
 pub mod debug;
 pub mod error;
+pub mod host_cost;
 pub mod huge_zero_page;
 pub mod machine;
 pub mod memcg;

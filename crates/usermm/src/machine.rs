@@ -38,13 +38,24 @@ pub enum MachineError {
     Config(ConfigError),
     /// The host refused the reservation.
     Host(std::io::Error),
+    /// A virtual run's clock reached the end of virtual time (`u64::MAX` ps, about 213 days,
+    /// where the scheduler's clocks stop): what it would report is not a time.
+    ClockEnd {
+        profile: String,
+    },
 }
 
 impl std::fmt::Display for MachineError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            MachineError::Config(e) => write!(f, "{e}"),
+            MachineError::Config(e) => write!(f, "invalid machine configuration: {e}"),
             MachineError::Host(e) => write!(f, "host memory reservation failed: {e}"),
+            MachineError::ClockEnd { profile } => write!(
+                f,
+                "the virtual clock reached its end (2^64 ps, about 213 days of modelled time) \
+                 on profile {profile}: its costs times its counts are too large to be a time, \
+                 so the run reports nothing"
+            ),
         }
     }
 }
@@ -179,15 +190,19 @@ impl Machine {
     /// [`crate::sync::thread`], the workqueues' workers); the run's report is then
     /// [`Machine::last_run_report`]. Inside a run already, `f` is just called.
     ///
+    /// A virtual run whose clock reached the end of virtual time fails with
+    /// [`MachineError::ClockEnd`] (its result is dropped), so that no caller can read a
+    /// figure from a clock that stopped.
+    ///
     /// # Panics
     /// With the payload of a context's panic, or when the run deadlocks (the message names the
     /// blocked contexts).
-    pub fn run<T>(&self, cpu: CpuId, f: impl FnOnce() -> T) -> T {
+    pub fn run<T>(&self, cpu: CpuId, f: impl FnOnce() -> T) -> Result<T, MachineError> {
         let Some(profile) = &self.profile else {
-            return f();
+            return Ok(f());
         };
         if vtime::in_run() {
-            return f();
+            return Ok(f());
         }
         let rt = vtime::Runtime::new(
             Arc::clone(profile),
@@ -207,7 +222,12 @@ impl Machine {
             r
         });
         *self.last_report.lock() = Some(rt.report());
-        r
+        if rt.clock_ended() {
+            return Err(MachineError::ClockEnd {
+                profile: profile.name().to_string(),
+            });
+        }
+        Ok(r)
     }
 
     /// The clock this machine runs on.

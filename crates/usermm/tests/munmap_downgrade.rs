@@ -499,6 +499,7 @@ fn race(
         c.time.profile = "e5-2680-32c".into();
     });
     m.run(C0, || race_on(&m, how, racers, len, budget))
+        .expect("the virtual clock stays below its end")
 }
 
 fn race_on(m: &Arc<Machine>, how: Unmap, racers: usize, len: u64, budget: Duration) -> Outcome {

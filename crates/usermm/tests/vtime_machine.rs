@@ -44,14 +44,16 @@ fn smoke_parallel_free() {
     c.gather.max_batch_count = 8;
     let m = Machine::new(c).unwrap();
     let cpu = CpuId(7);
-    let (ns, pages) = m.run(cpu, || {
-        let mm = m.new_mm(cpu).unwrap();
-        let size = 64 << 20;
-        let a = touched(&mm, cpu, size);
-        let t0 = usermm::sync::clock::now();
-        let st = mm.munmap_stats(cpu, a, size).unwrap();
-        (t0.elapsed_ns(), st.pages_zapped)
-    });
+    let (ns, pages) = m
+        .run(cpu, || {
+            let mm = m.new_mm(cpu).unwrap();
+            let size = 64 << 20;
+            let a = touched(&mm, cpu, size);
+            let t0 = usermm::sync::clock::now();
+            let st = mm.munmap_stats(cpu, a, size).unwrap();
+            (t0.elapsed_ns(), st.pages_zapped)
+        })
+        .expect("the virtual clock stays below its end");
     let r = m.last_run_report().unwrap();
     eprintln!(
         "{ns} ns, {pages} pages; {}",
@@ -75,13 +77,15 @@ fn more_nodes_than_cpus_populate_and_free() {
         c.free.max_active = 2;
         let m = Machine::new(c).unwrap();
         let cpu = CpuId(7);
-        let pages = m.run(cpu, || {
-            let mm = m.new_mm(cpu).unwrap();
-            // 32 MiB: more than the 4 MiB a node holds, so it spills over nodes.
-            let size = 32 << 20;
-            let a = touched(&mm, cpu, size);
-            mm.munmap_stats(cpu, a, size).unwrap().pages_zapped
-        });
+        let pages = m
+            .run(cpu, || {
+                let mm = m.new_mm(cpu).unwrap();
+                // 32 MiB: more than the 4 MiB a node holds, so it spills over nodes.
+                let size = 32 << 20;
+                let a = touched(&mm, cpu, size);
+                mm.munmap_stats(cpu, a, size).unwrap().pages_zapped
+            })
+            .expect("the virtual clock stays below its end");
         assert_eq!(pages, 8192, "{mode:?}");
         if mode == TimeMode::Virtual {
             let r = m.last_run_report().unwrap();
@@ -90,4 +94,40 @@ fn more_nodes_than_cpus_populate_and_free() {
         }
         m.validate().unwrap();
     }
+}
+
+/// A run whose costs add up past the end of virtual time (2^64 ps) fails as a whole with
+/// `MachineError::ClockEnd`: the clocks saturate there instead of wrapping, and no figure is
+/// returned from a clock that stopped. (A profile's step costs at most 1 s, so a real run
+/// needs some ten million steps to get there; `vtime::work` charges the same clock at once.)
+#[test]
+fn a_run_past_the_end_of_virtual_time_fails() {
+    let run = |charges: u32| {
+        let m = Machine::new(virtual_config("haswell-ex-4s")).unwrap();
+        let cpu = CpuId(7);
+        let r = m.run(cpu, || {
+            let mm = m.new_mm(cpu).unwrap();
+            let size = 4 << 20;
+            let a = touched(&mm, cpu, size);
+            let t0 = usermm::sync::clock::now();
+            for _ in 0..charges {
+                // Half of the clock's range, in ns.
+                usermm::vtime::work(u64::MAX / 2000 + 1);
+            }
+            mm.munmap(cpu, a, size).unwrap();
+            t0.elapsed_ns()
+        });
+        m.validate().unwrap();
+        r
+    };
+    assert!(run(1).unwrap() > u64::MAX / 2000);
+    let e = run(2).unwrap_err();
+    assert!(
+        matches!(&e, usermm::machine::MachineError::ClockEnd { profile } if profile == "haswell-ex-4s"),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("virtual clock reached its end"),
+        "{e}"
+    );
 }

@@ -24,7 +24,7 @@ fn ns(v: u64) -> Figure {
         ns: Some(v as f64),
         cycles: None,
         bytes_per_ns: None,
-        formula: None,
+        formula: Some(v.to_string()),
         source: "test".into(),
     }
 }
@@ -32,7 +32,7 @@ fn ns(v: u64) -> Figure {
 fn count(v: u64) -> Quantity {
     Quantity {
         value: v as f64,
-        formula: None,
+        formula: Some(v.to_string()),
         source: "test".into(),
     }
 }
@@ -183,7 +183,7 @@ fn jitter_varies_batches_by_seed_and_keeps_the_run_reproducible() {
         let mut s = test_spec();
         s.jitter = Some(Quantity {
             value: sigma,
-            formula: None,
+            formula: Some(sigma.to_string()),
             source: "test".into(),
         });
         Arc::new(Profile::from_spec(s, "test").unwrap())

@@ -319,8 +319,10 @@ fn workqueue(m: usize, j: u64, d: u64) -> (u64, Vec<u64>, vtime::Report) {
             &mut s.transfer.other_socket,
         ] {
             t.ns = Some(0.0);
+            t.formula = Some("0".into());
         }
-        s.locks.get_mut("test.mutex").unwrap().acquire_ns = Some(0.0);
+        let m = s.locks.get_mut("test.mutex").unwrap();
+        (m.acquire_ns, m.formula) = (Some(0.0), Some("0".into()));
     });
     let queue = RefCell::new(VecDeque::new());
     let done = Cell::new(0u64);

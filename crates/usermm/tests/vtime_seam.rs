@@ -233,9 +233,11 @@ fn workqueue(m: usize, j: u64, d: u64) -> (u64, u64, Vec<u64>) {
         ] {
             t.ns = Some(0.0);
             t.cycles = None;
+            t.formula = Some("0".into());
         }
         let wq = s.locks.get_mut("workqueue").unwrap();
         (wq.acquire_ns, wq.acquire_cycles) = (Some(0.0), None);
+        wq.formula = Some("0".into());
     });
     // Workers on CPUs 1..=M: each its own core of socket 0 (CPU 0 is the queuer's).
     let cpus = (1..=m as u16).map(CpuId).collect();

@@ -173,9 +173,12 @@ impl TimeArgs {
                     Some(name) => format!("--profile {name}"),
                     None => format!("time.profile={}", c.time.profile),
                 };
-                // The profile's own message names its field ("profile t.toml: costs.x: ...").
+                // The profile's own message names its field ("profile t.toml: costs.x: ..."):
+                // the flag already names the profile.
                 let msg = e.to_string();
                 let msg = msg.strip_prefix("profile: ").unwrap_or(&msg);
+                let own = format!("profile {}: ", c.time.profile);
+                let msg = msg.strip_prefix(own.as_str()).unwrap_or(msg);
                 return usage(format!("{flag}: {msg}"));
             }
         };
@@ -191,7 +194,10 @@ impl TimeArgs {
             for (k, f) in &self.scale_cost {
                 scaled = match scaled.scaled(k, *f) {
                     Ok(s) => s,
-                    Err(e) => return usage(format!("--scale-cost {k}={f:?}: {e}")),
+                    Err(e) => {
+                        let f = usermm::vtime::compact_number(*f);
+                        return usage(format!("--scale-cost {k}={f}: {e}"));
+                    }
                 };
             }
             // The machine applies the same scaling when it resolves the profile at boot:
@@ -214,10 +220,6 @@ impl TimeArgs {
         Ok(())
     }
 }
-
-/// RAM per byte of host memory a booted machine's page metadata commits (measured: a 1 TiB
-/// sparse machine's meminfo peaks at 1 GiB of host RSS).
-const METADATA_DIVISOR: u64 = 1024;
 
 /// The emulated machine, shared by every engine command. Each flag left out keeps the
 /// command's default.
@@ -290,20 +292,58 @@ impl EngineArgs {
                 return usage(format!("--set {s}: {e}"));
             }
         }
+        if c.time.mode != TimeMode::Virtual {
+            // A profile set on the wall clock would be ignored: say so instead.
+            if let Some(s) = self
+                .set
+                .iter()
+                .find(|s| s.trim_start().starts_with("time."))
+            {
+                if !s.trim_start().starts_with("time.mode") {
+                    return usage(format!(
+                        "--set {s}: only with --time virtual (wall time measures this host)"
+                    ));
+                }
+            }
+        }
         self.time.check(&mut c, self.cpus)?;
         if let Err(e) = c.validate() {
-            return usage(format!("invalid machine configuration: {e}"));
+            return usage(format!("{}: {e}", self.shape(&c)));
         }
-        // The page metadata a machine touches at boot: about 1/1024 of its RAM.
-        super::usage::check_host_memory(c.mem / METADATA_DIVISOR, || {
-            let mem = crate::report::format::human_bytes(c.mem);
-            let flag = match self.mem {
-                Some(_) => format!("--mem {mem}"),
-                None => format!("mem {mem} (the command's default machine)"),
-            };
-            format!("{flag}: booting the machine commits its page metadata")
+        // What booting the machine commits: its page metadata (about 1/1024 of its RAM) and
+        // per-CPU lists (one per node and CPU).
+        super::usage::check_machine_memory(&c, 0, 0, || {
+            format!(
+                "{}: booting it commits its page metadata and per-CPU lists",
+                self.shape(&c)
+            )
         })?;
         Ok(c)
+    }
+}
+
+impl EngineArgs {
+    /// The machine's shape as the flags gave it, for an error about the shape: `--mem 16M
+    /// --nodes 8`, the command's default values named as such.
+    fn shape(&self, c: &MachineConfig) -> String {
+        let mem = crate::report::format::human_bytes(c.mem);
+        let given: Vec<String> = [
+            self.mem.map(|_| format!("--mem {mem}")),
+            self.cpus.map(|n| format!("--cpus {n}")),
+            self.nodes.map(|n| format!("--nodes {n}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let default = format!(
+            "the machine (mem {mem}, cpus {}, nodes {})",
+            c.cpus, c.nodes
+        );
+        if given.is_empty() {
+            default
+        } else {
+            format!("{}: {default}", given.join(" "))
+        }
     }
 }
 

@@ -21,7 +21,10 @@ use clap::Args;
 use serde::Serialize;
 
 pub use engine::{BackingArg, EngineArgs, MachineArgs, ThpArg, TimeArg, TimeArgs};
-pub use usage::{check_host_memory, is_usage_error, usage, visible, UsageError};
+pub use usage::{
+    check_host_memory, check_machine_memory, check_profile_memory, host_memory_budget,
+    is_usage_error, usage, visible, UsageError, MEM_AVAILABLE_VAR,
+};
 pub use value::{parse_mem_arg, parse_nonzero_size_arg, parse_size_arg};
 
 /// Flags every subcommand accepts, before or after its name.

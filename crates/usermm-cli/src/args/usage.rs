@@ -33,19 +33,78 @@ pub fn usage<T>(msg: impl Into<String>) -> anyhow::Result<T> {
 /// file's text in an error line cannot drive the terminal ([`usermm::text::visible`]).
 pub use usermm::text::visible;
 
-/// Refuse up front a run that would commit more of this host's memory than it has available
-/// (`MemAvailable`): `what` says which argument asks for `bytes` and why. No check when the
-/// host does not say.
+/// The variable that lowers the host memory a run may use below `MemAvailable` (a size:
+/// `2G`, `512M`): a smaller budget than the host's, e.g. to leave room for other work.
+pub const MEM_AVAILABLE_VAR: &str = "USERMM_HOST_MEM_AVAILABLE";
+
+/// The host memory a run may use: `MemAvailable`, or [`MEM_AVAILABLE_VAR`] when that is
+/// set lower. `None` when neither says.
+pub fn host_memory_budget() -> Option<u64> {
+    let avail = usermm_host::facts::mem_available_bytes();
+    let budget = std::env::var(MEM_AVAILABLE_VAR)
+        .ok()
+        .and_then(|v| usermm::config::parse_size(&v).ok());
+    match (avail, budget) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Refuse up front a run that would commit more of this host's memory than it may use
+/// ([`host_memory_budget`]): `what` says which argument asks for `bytes` and why. No check
+/// when the host does not say. Every command's check comes here, most through
+/// [`check_machine_memory`].
 pub fn check_host_memory(bytes: u64, what: impl FnOnce() -> String) -> anyhow::Result<()> {
-    let Some(avail) = usermm_host::facts::mem_available_bytes() else {
+    let Some(avail) = host_memory_budget() else {
         return Ok(());
     };
     if bytes > avail {
         return usage(format!(
-            "{}: about {} MiB of this host's memory, which has {} MiB available",
+            "{}: about {} of this host's memory, which has {} available",
             what(),
-            bytes.div_ceil(1 << 20),
-            avail >> 20
+            crate::report::format::human_bytes(bytes.next_multiple_of(1 << 20)),
+            crate::report::format::human_bytes(avail >> 20 << 20)
+        ));
+    }
+    Ok(())
+}
+
+/// [`check_host_memory`] for a run on the machine `config`: what the machine commits at
+/// boot and for `touched` bytes of RAM the run allocates (`usermm::host_cost`), plus
+/// `extra` bytes the workload keeps beside it (threads, histograms, a host copy).
+pub fn check_machine_memory(
+    config: &usermm::MachineConfig,
+    touched: u64,
+    extra: u64,
+    what: impl FnOnce() -> String,
+) -> anyhow::Result<()> {
+    let bytes = usermm::host_cost::host_bytes(config, touched).saturating_add(extra);
+    check_host_memory(bytes, what)
+}
+
+/// Refuse a run of `bytes` on a virtual machine larger than the machine its profile models
+/// (`topology.memory_gib`): the figures would be of a machine that cannot exist. `what`
+/// names the argument that asks for `bytes`.
+pub fn check_profile_memory(
+    config: &usermm::MachineConfig,
+    bytes: u64,
+    what: impl FnOnce() -> String,
+) -> anyhow::Result<()> {
+    if config.time.mode != usermm::config::TimeMode::Virtual {
+        return Ok(());
+    }
+    let Ok(p) = usermm::vtime::Profile::resolve(&config.time.profile) else {
+        return Ok(());
+    };
+    let Some(gib) = p.topology().memory_gib else {
+        return Ok(());
+    };
+    if bytes > gib << 30 {
+        return usage(format!(
+            "{}: more than the {} GiB of memory the machine of profile {} has",
+            what(),
+            gib,
+            p.name()
         ));
     }
     Ok(())

@@ -339,18 +339,24 @@ pub fn opts(args: &BenchArgs) -> anyhow::Result<BenchOpts> {
              measures the engine's speed on this host (wall time only)",
         );
     }
-    // Both the full-backing machine and the host kernel write --size of this host's memory.
-    super::check_host_memory(args.size, || {
-        format!(
-            "bench: --size {}: the full-backing machine and the host kernel each populate it",
-            human_bytes(args.size)
-        )
-    })?;
     let mut opts = BenchOpts::new(args.size);
     opts.repeat = args.repeat;
     opts.only = args.only.clone();
     opts.host = !args.no_host;
     opts.base = args.engine.to_config(bench::default_config())?;
+    // The full-backing machine and the host kernel each populate --size of this host's
+    // memory, one after the other: the machine is the larger.
+    let full = usermm::MachineConfig {
+        backing: usermm::config::BackingMode::Full,
+        ..opts.base.clone()
+    };
+    let touched = args.size.saturating_add(args.size / 512);
+    super::check_machine_memory(&full, touched, 0, || {
+        format!(
+            "bench: --size {}: the full-backing machine and the host kernel each populate it",
+            human_bytes(args.size)
+        )
+    })?;
     if let Err(e) = bench::check(&opts) {
         return Err(usage_error(e));
     }
@@ -375,6 +381,7 @@ fn usage_error(e: BenchError) -> anyhow::Error {
 
 pub fn run(args: &BenchArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     let opts = opts(args)?;
+    let _measuring = super::lock_for_measuring("bench")?;
     let bar = Progress::bar(bench::steps(&opts), "bench");
     let mut first = true;
     let result = bench::run(&opts, &mut |msg: &str| {

@@ -132,11 +132,21 @@ pub struct BigfreeRecord {
 
 /// The options of the run the flags describe.
 pub fn opts(args: &BigfreeArgs) -> anyhow::Result<BigfreeOpts> {
-    let defaults = bigfree::default_config(
+    let mut defaults = bigfree::default_config(
         args.size,
         &args.max_active,
         args.engine.cpus,
         args.engine.nodes,
+    );
+    // A virtual run's default machine is the profile's, from the start: its CPUs are the
+    // profile's hardware threads, not --max-active's.
+    args.engine.time.apply(&mut defaults);
+    bigfree::fit_seed_machine(
+        &mut defaults,
+        args.size,
+        args.engine.cpus,
+        args.engine.nodes,
+        args.engine.mem,
     );
     let default_cpus = defaults.cpus;
     let mut base = match args.engine.to_config(defaults) {
@@ -201,6 +211,17 @@ pub fn opts(args: &BigfreeArgs) -> anyhow::Result<BigfreeOpts> {
             e => usage(e.to_string()),
         };
     }
+    let size = human_bytes(args.size);
+    super::check_profile_memory(&o.base, args.size, || format!("SIZE {size}"))?;
+    // One machine at a time: the mapping's frames and its page tables.
+    let touched = args.size.saturating_add(args.size / 512);
+    super::check_machine_memory(&o.base, touched, 0, || {
+        let backing = match o.base.backing {
+            usermm::config::BackingMode::Full => "its data, ",
+            usermm::config::BackingMode::Sparse => "",
+        };
+        format!("SIZE {size}: the machine holds {backing}its page metadata and page tables")
+    })?;
     Ok(o)
 }
 

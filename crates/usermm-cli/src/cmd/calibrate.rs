@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use usermm_host::calibrate::{self, CalibrateOpts, HostCalibration, Sizes, MIN_REPEAT};
+use usermm_host::calibrate::{self, CalibrateOpts, HostCalibration, Sizes, MAX_REPEAT, MIN_REPEAT};
 use usermm_host::files;
 use usermm_workloads::calibrate::THIS_HOST_HEADER;
 
@@ -23,7 +23,8 @@ pub struct CalibrateArgs {
     /// (replaced whole, by a new file renamed over it); never through a link.
     #[arg(long, value_name = "FILE", default_value = "this-host.toml")]
     pub out: PathBuf,
-    /// Samples per figure, each from a fresh process (at least 7).
+    /// Samples per figure, each from a fresh process (7 to 100; a round of every probe takes
+    /// about 6 s).
     #[arg(long, value_name = "N", default_value_t = MIN_REPEAT)]
     pub repeat: u32,
     /// Measure nothing: write the profile of a calibration saved earlier (`calibrate
@@ -37,9 +38,10 @@ pub struct CalibrateArgs {
 
 pub fn run(args: &CalibrateArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     let min = if args.test_sizes { 1 } else { MIN_REPEAT };
-    if args.repeat < min {
+    if args.repeat < min || args.repeat > MAX_REPEAT {
         return usage(format!(
-            "calibrate: --repeat must be at least {min} (got {})",
+            "calibrate: --repeat {}: must be {min} to {MAX_REPEAT} (each round of samples takes \
+             about 6 s)",
             args.repeat
         ));
     }
@@ -55,12 +57,19 @@ pub fn run(args: &CalibrateArgs, g: &GlobalArgs) -> anyhow::Result<()> {
                 ))
             }
         };
+        if let Err(why) = calibrate::validate(&record) {
+            return usage(format!(
+                "calibrate: --from {}: {why}: not a record `usermm calibrate --json` writes",
+                from.display()
+            ));
+        }
         let profile = usermm_workloads::calibrate::this_host_profile(&record);
         usermm::vtime::Profile::from_toml_str(&profile, &args.out.display().to_string())
             .map_err(|e| anyhow::anyhow!("calibrate: the profile derived does not load: {e}"))?;
         write_profile(&args.out, &profile)?;
         return super::emit(g, &record, |r| render(r, &args.out));
     }
+    let _measuring = super::lock_for_measuring("calibrate")?;
     let opts = CalibrateOpts {
         repeat: args.repeat,
         sizes: if args.test_sizes {

@@ -55,16 +55,46 @@ pub fn emit<R: Serialize>(
     }
 }
 
-pub use crate::args::check_host_memory;
+pub use crate::args::{check_host_memory, check_machine_memory, check_profile_memory};
+
+/// Where the commands that measure this host take their lock: `$XDG_RUNTIME_DIR` (the
+/// user's own runtime directory) or else `/tmp`, one file per user.
+pub fn measuring_lock_path() -> std::path::PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| std::path::Path::new(d).is_dir()) {
+        Some(d) => std::path::PathBuf::from(d).join("usermm-measuring.lock"),
+        None => std::path::PathBuf::from(format!(
+            "/tmp/usermm-measuring-{}.lock",
+            usermm_host::facts::euid()
+        )),
+    }
+}
+
+/// Take the host-wide lock of the commands that measure this host (`calibrate`, `bench`,
+/// `reproduce`'s host check) for as long as the returned file is open: two measurements at
+/// once would each measure the other's load. A second one refuses in one line (exit 1),
+/// naming what it is and the lock, rather than report figures of a busy host.
+pub fn lock_for_measuring(what: &str) -> anyhow::Result<std::fs::File> {
+    let path = measuring_lock_path();
+    let label = format!("{what}: the measuring lock {}", path.display());
+    usermm_host::files::open_locked(&label, &path, false).map_err(|e| match e {
+        usermm_host::files::FileError::Refused(m) if m.contains("holds it locked") => {
+            anyhow::anyhow!(
+                "{what}: another usermm command is measuring this host (calibrate, bench or \
+             reproduce's host check holds {}); two at once would measure each other, so this \
+             one does not start: run it when that one has ended",
+                path.display()
+            )
+        }
+        e => anyhow::Error::new(e),
+    })
+}
 
 /// Boot a machine, turning a configuration the engine rejects into a usage error.
 pub fn boot(config: usermm::MachineConfig) -> anyhow::Result<std::sync::Arc<usermm::Machine>> {
     use usermm::machine::MachineError;
     match usermm::Machine::new(config) {
         Ok(m) => Ok(m),
-        Err(MachineError::Config(e)) => {
-            crate::args::usage(format!("invalid machine configuration: {e}"))
-        }
+        Err(e @ MachineError::Config(_)) => crate::args::usage(e.to_string()),
         Err(e) => Err(anyhow::Error::new(e).context("cannot boot the machine")),
     }
 }

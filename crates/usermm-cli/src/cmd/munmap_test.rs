@@ -46,6 +46,10 @@ pub struct MunmapTestArgs {
     pub engine: EngineArgs,
 }
 
+/// The most faulters a wall-clock run gives each host CPU it may use: each still runs
+/// within a scheduler period or so of its turn, well inside a baseline window.
+const FAULTERS_PER_HOST_CPU: u64 = 64;
+
 impl MunmapTestArgs {
     /// The workload's options: the munmap-test machine (sparse, THP off, 32 CPUs, RAM for SIZE)
     /// with the engine flags on top.
@@ -67,11 +71,6 @@ impl MunmapTestArgs {
                 human_bytes(MAX_MEM_BYTES)
             ));
         }
-        // Each faulter is a host thread (its stack) and an emulated CPU's state: about
-        // 2 MiB of host memory each (4095 faulters took 6.6 GB).
-        super::check_host_memory(u64::from(faulters).saturating_mul(2 << 20), || {
-            format!("--faulters {faulters}: each is a host thread and an emulated CPU")
-        })?;
         let defaults = default_machine(self.size, faulters);
         let default_cpus = defaults.cpus;
         let machine = match self.engine.to_config(defaults) {
@@ -105,6 +104,34 @@ impl MunmapTestArgs {
             return usage("munmap-test needs --cpus ≥ 2 (the munmapping CPU and the faulters')");
         }
         let modelled = machine.time.mode == usermm::config::TimeMode::Virtual;
+        // On the wall clock each faulter is a host thread whose latency is measured: past
+        // FAULTERS_PER_HOST_CPU of them on each host CPU a faulter waits whole seconds for
+        // its turn (and thousands of them make a 64M test take tens of seconds and gigabytes
+        // of histograms), so the windows would measure the host's run queue, not the mmap lock.
+        let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+        if !modelled && u64::from(faulters) > FAULTERS_PER_HOST_CPU * host_cpus {
+            return usage(format!(
+                "--faulters {faulters}: on the wall clock each faulter is a thread of this \
+                 host, which has {host_cpus} CPUs for them (at most {FAULTERS_PER_HOST_CPU} \
+                 faulters a CPU, {} here); pass fewer --faulters, or --time virtual",
+                FAULTERS_PER_HOST_CPU * host_cpus
+            ));
+        }
+        let size = human_bytes(self.size);
+        super::check_profile_memory(&machine, need, || {
+            format!("SIZE {size} and the faulters' VMAs ({})", human_bytes(need))
+        })?;
+        // The mapping and every faulter's VMA, their page tables, and what each faulter keeps
+        // (its histograms and stack).
+        let extra = u64::from(faulters).saturating_mul(munmap_test::faulter_host_bytes());
+        super::check_machine_memory(&machine, need.saturating_add(need / 512), extra, || {
+            format!(
+                "SIZE {size} with --faulters {faulters}: the machine's memory for the VMAs \
+                 (page metadata and tables, data with full backing), and {} of latency \
+                 histograms per faulter",
+                human_bytes(munmap_test::faulter_host_bytes())
+            )
+        })?;
         Ok(MunmapTestOpts {
             machine,
             size: self.size,

@@ -57,6 +57,18 @@ pub fn run(args: &PercpuCalibrateArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         return usage("percpu-calibrate: the CPU counts are --grid-cpus, not --cpus");
     }
     let cfg = args.engine.to_config(MachineConfig::default())?;
+    if cfg.time.mode == usermm::config::TimeMode::Virtual {
+        // Each grid point is a machine of that many CPUs: the profile must have them.
+        if let Ok(p) = usermm::vtime::Profile::resolve(&cfg.time.profile) {
+            for &n in &args.grid_cpus {
+                if let Err(e) = p.check_cpus(usize::from(n)) {
+                    let msg = e.to_string();
+                    let msg = msg.strip_prefix("cpus: ").unwrap_or(&msg).to_string();
+                    return usage(format!("percpu-calibrate: --grid-cpus {n}: {msg}"));
+                }
+            }
+        }
+    }
     let base = PercpuTestOpts {
         parents: args.cgroups.parents as usize,
         children: args.cgroups.children as usize,

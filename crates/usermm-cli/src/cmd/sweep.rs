@@ -109,7 +109,8 @@ pub fn run(
             .out
             .clone()
             .unwrap_or_else(|| file.with_extension("points"));
-        if let Some(m) = dir.metadata().ok().filter(|m| !m.is_dir()) {
+        let label = usermm_host::files::label("--out", &dir);
+        if let Some(m) = usermm_host::files::metadata(&label, &dir)?.filter(|m| !m.is_dir()) {
             return usage(format!(
                 "--out {}: is {}, not a directory: with --emit it names the directory the jobs \
                  write their outputs into",

@@ -376,6 +376,10 @@ fn run_usemem(
     let quiet_notes = link && !env_on(NOTES_VAR);
     let posixly = std::env::var_os("POSIXLY_CORRECT").is_some();
     let opts = preview(args);
+    if let Some(why) = opts.never_ends() {
+        // On every clock and on the host: a run that cannot end is refused, not started.
+        return usage(format!("usemem: {why}"));
+    }
     if let Some(pf) = opts.pid_file.as_ref().filter(|_| opts.detach) {
         // usemem appends to it only at -d's detach, after the work: a link or a device there
         // is refused now, in one line (`append_pid` refuses it again when it writes).
@@ -434,11 +438,25 @@ fn run_usemem(
         .to_config(default_config(&opts, own.ab))
         .map_err(|e| match (link, e.downcast_ref::<UsageError>()) {
             (true, Some(u)) => UsageError(format!("{u} (from USERMM_* variables)")).into(),
+            // The default machine's CPUs come from the workers: name them, and the fix.
+            (false, Some(u)) if own.engine.cpus.is_none() && u.0.starts_with("cpus: ") => {
+                let threads = match opts.threads_per_process() {
+                    0 | 1 => String::new(),
+                    t => format!(" × -t {t}"),
+                };
+                UsageError(format!(
+                    "usemem: -n {}{threads}: the default machine gets a CPU per worker ({}); \
+                     pass fewer workers, or --cpus",
+                    opts.processes(),
+                    u.0.trim_start_matches("cpus: ")
+                ))
+                .into()
+            }
             _ => e,
         })?;
-    if config.backing == BackingMode::Full {
-        // What the walks write is host memory with full backing (one copy per worker, and
-        // the parent's with --prealloc).
+    {
+        // What the walks allocate of the machine's RAM: one copy per worker, and the
+        // parent's with --prealloc (read-only walks map the zero page).
         let copies = opts
             .workers()
             .max(1)
@@ -448,10 +466,15 @@ fn run_usemem(
         } else {
             opts.size.min(config.mem)
         };
-        super::check_host_memory(copies.saturating_mul(data).min(config.mem), || {
+        let touched = copies.saturating_mul(data).min(config.mem);
+        let touched = touched.saturating_add(touched / 512);
+        super::check_machine_memory(&config, touched, 0, || {
+            let hint = match config.backing {
+                BackingMode::Full => " (pass --backing sparse)",
+                BackingMode::Sparse => "",
+            };
             format!(
-                "usemem: SIZE {} × {copies} cop(ies) on full backing writes into this host's \
-                 memory (pass --backing sparse)",
+                "usemem: SIZE {} × {copies} cop(ies): the machine's memory for them{hint}",
                 human_bytes(opts.size)
             )
         })?;

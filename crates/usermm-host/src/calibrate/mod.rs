@@ -48,6 +48,10 @@ pub const FORMAT: u32 = 1;
 /// Repeats the command line asks for at least (a test may ask the library for fewer).
 pub const MIN_REPEAT: u32 = 7;
 
+/// The most samples a figure may ask for: a round of every probe takes about 6 s here, so
+/// 100 rounds are ten minutes (a million were seventy days).
+pub const MAX_REPEAT: u32 = 100;
+
 /// One measured figure: its samples (one per process) and their summary.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Measured {
@@ -235,6 +239,80 @@ impl Default for CalibrateOpts {
             sizes: Sizes::full(),
         }
     }
+}
+
+/// Why a calibration record cannot be one `usermm calibrate` wrote: the record's field, and
+/// what is wrong with it.
+pub fn validate(r: &HostCalibration) -> Result<(), String> {
+    let bad = |field: &str, why: String| Err(format!("{field}: {why}"));
+    if r.format != FORMAT {
+        return bad(
+            "format",
+            format!("{} (this usermm reads format {FORMAT})", r.format),
+        );
+    }
+    if !(1..=MAX_REPEAT).contains(&r.repeat) {
+        return bad("repeat", format!("{} (1 to {MAX_REPEAT})", r.repeat));
+    }
+    let s = &r.system;
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    if !positive(s.cpu_mhz) {
+        return bad(
+            "system.cpu_mhz",
+            format!("{} (a positive clock)", s.cpu_mhz),
+        );
+    }
+    for (field, n) in [
+        ("system.online_cpus", s.online_cpus),
+        ("system.threads_per_core", s.threads_per_core),
+        ("system.sockets", s.sockets),
+        ("system.nodes", s.nodes),
+    ] {
+        if n == 0 || n > 1 << 16 {
+            return bad(field, format!("{n} (1 to 65536)"));
+        }
+    }
+    if s.memory_kb == 0 {
+        return bad("system.memory_kb", "0".into());
+    }
+    if !s
+        .caches
+        .iter()
+        .any(|c| c.size_bytes > 0 && c.kind != "Instruction")
+    {
+        return bad("system.caches", "no data cache with a size".into());
+    }
+    if let Some(c) = s.caches.iter().find(|c| c.size_bytes == 0) {
+        return bad(
+            &format!("system.caches (L{} {})", c.level, c.kind),
+            "size_bytes 0".into(),
+        );
+    }
+    if r.cpus_used.len() != r.repeat as usize {
+        return bad(
+            "cpus_used",
+            format!("{} CPUs for {} repeats", r.cpus_used.len(), r.repeat),
+        );
+    }
+    for (key, m) in r.figures.all() {
+        let field = format!("figures.{key}");
+        if m.samples.len() != r.repeat as usize {
+            return bad(
+                &format!("{field}.samples"),
+                format!("{} samples for {} repeats", m.samples.len(), r.repeat),
+            );
+        }
+        if let Some(v) = m.samples.iter().find(|v| !positive(**v)) {
+            return bad(
+                &format!("{field}.samples"),
+                format!("{v} (a positive figure)"),
+            );
+        }
+        if !positive(m.median) {
+            return bad(&format!("{field}.median"), format!("{}", m.median));
+        }
+    }
+    Ok(())
 }
 
 /// The calibration of one host: what the system reports and every measured figure.

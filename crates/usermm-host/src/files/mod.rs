@@ -82,14 +82,9 @@ impl std::fmt::Display for FileError {
     }
 }
 
-impl std::error::Error for FileError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            FileError::Refused(_) => None,
-            FileError::Io(_, e) => Some(e),
-        }
-    }
-}
+/// No source: the message already ends with the system's error, and a chain printed whole
+/// (`{:#}`, as `main` prints) would say it twice.
+impl std::error::Error for FileError {}
 
 pub type Result<T> = std::result::Result<T, FileError>;
 
@@ -174,7 +169,23 @@ pub fn parent(path: &Path) -> &Path {
 /// Create the directories up to `path`'s parent (`mkdir -p`), for the commands whose help
 /// says that they do.
 pub fn create_parent(label: &str, path: &Path) -> Result<()> {
-    std::fs::create_dir_all(parent(path)).map_err(|e| io_err(label, e))
+    create_dir_all(label, parent(path))
+}
+
+/// Create the directory `dir` and its parents (`mkdir -p`): a path through something that
+/// is not a directory is refused, as everywhere here.
+pub fn create_dir_all(label: &str, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| io_err(label, e))
+}
+
+/// What is at `path`, following links: `None` when nothing is; a path through something
+/// that is not a directory is refused.
+pub fn metadata(label: &str, path: &Path) -> Result<Option<Metadata>> {
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err(label, e)),
+        Ok(m) => Ok(Some(m)),
+    }
 }
 
 /// Write `bytes` as the whole of `path`: into a new file beside it, then `rename`d over it.

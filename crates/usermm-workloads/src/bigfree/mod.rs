@@ -477,7 +477,8 @@ pub enum BigfreeError {
     ZeroRepeat,
     #[error("size {size} does not fit in the emulated RAM ({mem} bytes; {need} needed with page tables) — raise --mem")]
     TooBig { size: u64, mem: u64, need: u64 },
-    #[error("invalid machine: {0}")]
+    /// The machine could not boot, or its run failed (says which).
+    #[error(transparent)]
     Machine(#[from] usermm::machine::MachineError),
     #[error("mmap failed: {0}")]
     Mmap(usermm::Errno),

@@ -55,7 +55,7 @@ pub fn run_once(
     let cpu = CpuId(cfg.cpus - 1);
     let sample = machine.run(cpu, || {
         sample_free(&machine, cpu, size, free_by, label, rep, on_event)
-    })?;
+    })??;
     on_event(Event::Done {
         label,
         rep,

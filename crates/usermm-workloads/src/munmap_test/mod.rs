@@ -59,7 +59,7 @@ use usermm::{Errno, PAGE_SIZE};
 use crate::seeds::{self, MunmapDowngrade};
 use crate::stats;
 
-pub use self::run::run_once;
+pub use self::run::{faulter_host_bytes, run_once};
 
 /// Where the faulters' VMAs go: far below the top-down mmap area, each in its own 1 GiB slot
 /// (own page tables down to the PMD page, never merged with a neighbour).
@@ -139,7 +139,8 @@ pub const SEED_PROFILE: &str = crate::seeds::MUNMAP_DOWNGRADE_MACHINE.profile;
 /// Why a run could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum MunmapTestError {
-    #[error("cannot boot the machine: {0}")]
+    /// The machine could not boot, or its run failed (says which).
+    #[error(transparent)]
     Machine(#[from] MachineError),
     #[error("{op}: {errno:?}")]
     Syscall { op: &'static str, errno: Errno },
@@ -397,6 +398,16 @@ fn ratio(v: &Summary, p: &Summary) -> Ratio {
         patched_p99_vs_loaded: div(p.during.p99_ns as f64, p.baseline_loaded.p99_ns as f64),
         vanilla_p99_vs_baseline: div(v.during.p99_ns as f64, v.baseline.p99_ns as f64),
     }
+}
+
+/// One policy, `opts.repeat` runs (`vma.per_vma_lock` as the machine has it).
+pub fn run_policy(
+    opts: &MunmapTestOpts,
+    downgrade: bool,
+    progress: &mut dyn FnMut(&'static str, u32),
+) -> Result<PolicyResult, MunmapTestError> {
+    let per_vma = opts.machine.vma.per_vma_lock;
+    run_policy_with(opts, downgrade, per_vma, progress)
 }
 
 fn run_policy_with(

@@ -334,9 +334,11 @@ where
         .collect();
     let before = machine.vmstat_snapshot();
     let virt = machine.time_mode() == TimeMode::Virtual;
-    let (rows, stops) = machine.run(CpuId(0), || {
-        run_inside(machine, launch, &cpus, &body, &mut *on_sample, virt)
-    })?;
+    let (rows, stops) = machine
+        .run(CpuId(0), || {
+            run_inside(machine, launch, &cpus, &body, &mut *on_sample, virt)
+        })
+        .map_err(|e| e.to_string())??;
     for row in &rows {
         on_sample(row);
     }

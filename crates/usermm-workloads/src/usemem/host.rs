@@ -157,6 +157,10 @@ impl Sys for HostSys {
         hu::now_us()
     }
 
+    fn now_ns(&self) -> u64 {
+        hu::now_ns()
+    }
+
     fn sleep_secs(&self, secs: u64) {
         std::thread::sleep(std::time::Duration::from_secs(secs));
     }

@@ -55,10 +55,15 @@ impl Io for StdIo {
     }
 }
 
+/// The most bytes of stdout a [`Capture`] keeps (a run's lines; `-r` with a billion walks
+/// prints a billion dots, which are counted, not kept).
+pub const CAPTURE_LIMIT: usize = 16 << 20;
+
 /// Streams kept in memory.
 #[derive(Debug, Default)]
 pub struct Capture {
-    out: Mutex<String>,
+    /// Stdout as written, up to [`CAPTURE_LIMIT`] bytes; then how many more were written.
+    out: Mutex<(String, u64)>,
     err: Mutex<String>,
     input: Mutex<VecDeque<u8>>,
     /// Also copy stderr to the process's (for `--json` runs, which still show notes).
@@ -93,8 +98,14 @@ impl Capture {
         }
     }
 
+    /// Stdout as written; past [`CAPTURE_LIMIT`] bytes, the first ones and a line that says
+    /// how many more were not kept.
     pub fn stdout(&self) -> String {
-        self.out.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        let (kept, more) = &*self.out.lock().unwrap_or_else(|e| e.into_inner());
+        if *more == 0 {
+            return kept.clone();
+        }
+        format!("{kept}\n[usermm: {more} more bytes of stdout were not kept]\n")
     }
 
     pub fn stderr(&self) -> String {
@@ -104,10 +115,12 @@ impl Capture {
 
 impl Io for Capture {
     fn out(&self, s: &str) {
-        self.out
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_str(s);
+        let (kept, more) = &mut *self.out.lock().unwrap_or_else(|e| e.into_inner());
+        if *more == 0 && kept.len() + s.len() <= CAPTURE_LIMIT {
+            kept.push_str(s);
+        } else {
+            *more += s.len() as u64;
+        }
     }
 
     fn err(&self, s: &str) {

@@ -118,6 +118,9 @@ pub enum UsememError {
     Mm(usermm::Errno),
     #[error("cannot boot the machine: {0}")]
     Boot(String),
+    /// The run failed as a whole (its virtual clock reached its end).
+    #[error(transparent)]
+    Run(#[from] usermm::machine::MachineError),
 }
 
 /// Run usemem with `args` (what follows its name) on `machine`, its lines to `io`.
@@ -142,7 +145,7 @@ pub fn run_args(
             let out = p.run(name, args, posixly, engine_help);
             drop(p);
             Ok::<_, usermm::Errno>((out, t0.elapsed_ns() / 1000))
-        })
+        })?
         .map_err(UsememError::Mm)?;
     let report = machine.last_run_report();
     let vm = machine.vmstat_snapshot().since(&vm0);

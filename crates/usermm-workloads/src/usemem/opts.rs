@@ -296,13 +296,23 @@ impl UsememOpts {
                 self.getchar,
                 "-g reads its menu from stdin, which virtual time cannot wait on",
             ),
-            (
-                self.delay_ns >= 1_000_000_000,
-                "an -e of a second or more never ends (usemem compares the clock's nanoseconds)",
-            ),
         ]
         .into_iter()
         .find_map(|(on, what)| on.then_some(what))
+    }
+
+    /// Why this run would never end on any clock, if it would not: usemem's `delay` compares
+    /// the nanoseconds within the current second, which never reach a second, so an `-e` of
+    /// a second or more spins forever on the first page (the engine, the host and the C
+    /// program alike).
+    pub fn never_ends(&self) -> Option<String> {
+        (self.delay_ns >= 1_000_000_000).then(|| {
+            format!(
+                "-e {}: a delay of a second or more never ends (usemem's delay compares the \
+                 clock's nanoseconds within a second); the most is 999999999 ns",
+                self.delay_ns
+            )
+        })
     }
 
     /// The write-then-signal modes that suppress the first throughput line.

@@ -130,6 +130,8 @@ pub trait Sys {
 
     /// `gettimeofday` in µs (only differences and whole seconds matter).
     fn now_us(&self) -> u64;
+    /// `clock_gettime` in ns (only differences matter): `-e`'s delay.
+    fn now_ns(&self) -> u64;
     /// `sleep(secs)`.
     fn sleep_secs(&self, secs: u64);
     /// The pid usemem prints (`getpid`).

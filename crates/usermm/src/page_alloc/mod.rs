@@ -201,6 +201,12 @@ fn pcp_high_max(cfg: &MachineConfig, frames_per_node: u64) -> u32 {
     h.min(u64::from(u32::MAX >> 1)) as u32
 }
 
+/// Host bytes of one zone's per-CPU page lists for one CPU (its cache-padded slot), for
+/// [`crate::host_cost`].
+pub(crate) fn pcp_slot_bytes() -> usize {
+    std::mem::size_of::<crossbeam_utils::CachePadded<SpinLock<PerCpuPages>>>()
+}
+
 /// `struct per_cpu_pages`.
 #[derive(Debug, Default)]
 struct PerCpuPages {

@@ -274,10 +274,10 @@ pub use class::{Acquired, LineClass, LockClass, Mode, WaitKind};
 pub use hooks::charge;
 pub use memory::{MemoryStat, Touch};
 pub use profile::{
-    builtin_era, builtin_era_names, check_era, evaluate, parse_era, Cost, Distance, Era, EraChoice,
-    EraFactor, EraFactors, EraSpec, Figure, FormulaRow, Input, InputKind, LockFigure, MemorySpec,
-    Placement, Profile, ProfileError, ProfileSpec, Quantity, Smt, Topology, Transfers,
-    ENGINE_LOCK_CLASSES, ERA_FACTORS, MAX_FACTOR, MIN_FACTOR, NR_ERA_FACTORS, PLAUSIBLE,
+    builtin_era, builtin_era_names, check_era, compact_number, evaluate, parse_era, Cost, Distance,
+    Era, EraChoice, EraFactor, EraFactors, EraSpec, Figure, FormulaRow, Input, InputKind,
+    LockFigure, MemorySpec, Placement, Profile, ProfileError, ProfileSpec, Quantity, Smt, Topology,
+    Transfers, ENGINE_LOCK_CLASSES, ERA_FACTORS, MAX_FACTOR, MIN_FACTOR, NR_ERA_FACTORS, PLAUSIBLE,
     TOPOLOGY_GHZ,
 };
 pub use report::{ContextTime, CpuTime, LineStat, LockStat, Report, SchedStats};

@@ -314,6 +314,12 @@ impl Runtime {
         Report::from_state(&self.inner.state.borrow())
     }
 
+    /// Whether a clock of the runs so far reached the end of virtual time (`u64::MAX` ps,
+    /// 213 days), where it stops: its figures are not times, and no caller may print them.
+    pub fn clock_ended(&self) -> bool {
+        self.inner.state.borrow().clock_ended()
+    }
+
     /// The virtual time at which the last run ended, in ns.
     pub fn end_ns(&self) -> u64 {
         self.inner.state.borrow().end / 1000

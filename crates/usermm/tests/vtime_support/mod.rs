@@ -35,7 +35,8 @@ fn ns(v: u64, source: &str) -> Figure {
         ns: Some(v as f64),
         cycles: None,
         bytes_per_ns: None,
-        formula: None,
+        // A figure of its own stands on a formula that is its number.
+        formula: Some(v.to_string()),
         source: source.into(),
     }
 }
@@ -57,15 +58,17 @@ pub fn test_spec() -> ProfileSpec {
     s.transfer.same_socket = ns(T_SOCK, "test");
     s.transfer.other_socket = ns(T_REMOTE, "test");
     s.smt.sibling_factor = SMT_FACTOR;
-    // Round figures stand on their own: no inputs, no formulas, no era factors over them.
+    // Round figures stand on their own: no inputs, each formula its number, no era factors
+    // over them.
     s.era = None;
-    s.smt.formula = None;
+    s.smt.formula = Some(SMT_FACTOR.to_string());
     s.inputs.clear();
     // Exact formulas below: no line model and no jitter unless a test adds them.
     s.memory = None;
     s.jitter = None;
     for l in s.locks.values_mut() {
-        l.formula = None;
+        let v = l.acquire_ns.or(l.acquire_cycles).unwrap_or(0.0);
+        l.formula = Some(v.to_string());
     }
     s.wakeup = ns(W, "test");
     s.atomic_rmw = ns(A, "test");
@@ -77,7 +80,7 @@ pub fn test_spec() -> ProfileSpec {
                 acquire_cycles: None,
                 data_lines: L as u32,
                 data_lines_source: String::new(),
-                formula: None,
+                formula: Some(U.to_string()),
                 source: "test".into(),
             },
         );

@@ -33,6 +33,32 @@ pub struct HostCheckRecord {
     pub check: HostCheck,
 }
 
+/// `--host-profile FILE`, checked before any experiment runs: it must load, and be this
+/// host's (`usermm calibrate` names it `this-host`, with this host's CPUs as its hardware
+/// threads); another machine's profile would check the model against the wrong machine.
+pub(super) fn check_host_profile(path: &Path) -> anyhow::Result<()> {
+    let flag = format!("--host-profile {}", path.display());
+    let p = match usermm::vtime::Profile::resolve(&path.display().to_string()) {
+        Ok(p) => p,
+        Err(e) => {
+            let msg = e.to_string();
+            let msg = msg.strip_prefix("profile: ").unwrap_or(&msg).to_string();
+            return crate::args::usage(format!("{flag}: {msg}"));
+        }
+    };
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let threads = p.topology().hw_threads();
+    if p.name() != "this-host" || threads != cpus {
+        return crate::args::usage(format!(
+            "{flag}: profile {} ({threads} hardware threads) is not this host's: the host check \
+             needs the this-host profile `usermm calibrate` writes here (this host has {cpus} \
+             CPUs)",
+            p.name()
+        ));
+    }
+    Ok(())
+}
+
 /// Calibrates into `out/this-host.toml` unless `profile` names one, then predicts and measures;
 /// the report names a profile calibrated here as `report_dir/this-host.toml`, where it will be
 /// once the report is in place (`out` is its staging directory).
@@ -139,10 +165,12 @@ fn section(c: &HostCheck, file: &Path, calibrated: bool) -> Section {
          Nothing measured here is used by the profile.\n\n\
          - (a) {} MiB touched, freed by `MADV_DONTNEED` by one thread, then by two threads on \
          halves ({} host repeats, medians);\n\
-         - (b) a thread write-faulting its own {} KiB VMA while another munmaps {} GiB ({} host \
+         - (b) a thread write-faulting its own {} KiB VMA while another munmaps {} MiB ({} host \
          repeats; {} faults overlapped the munmaps);\n\
          - (c) {} GiB of huge-zero-page reads (one fault per 2 MiB) by one process, then by two \
          at once ({} host repeats, medians).\n\n\
+         The populated mappings are sized to the host: each at most 1 GiB and a quarter of \
+         the memory available, so that the check's RSS stays under 2 GiB.\n\n\
          A row outside ±30 % is a miss of the model and is reported as one.\n",
         if calibrated {
             "calibrated in this run"
@@ -152,7 +180,7 @@ fn section(c: &HostCheck, file: &Path, calibrated: bool) -> Section {
         o.dontneed_bytes >> 20,
         o.repeat,
         o.faulter_bytes >> 10,
-        o.munmap_bytes >> 30,
+        o.munmap_bytes >> 20,
         o.munmap_repeat,
         c.measured.faults_during_munmap,
         o.reader_bytes >> 30,

@@ -242,6 +242,16 @@ impl Results {
 pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     // Everything but --sensitivity's points is written into a staging directory in --out and
     // put in place when complete.
+    // The host check measures this host: no other measuring command may run meanwhile, and
+    // a busy lock is said now, not after the seeds' minutes.
+    let _measuring = if args.experiments().contains(&Experiment::HostCheck) {
+        if let Some(p) = &args.host_profile {
+            host_check::check_host_profile(p)?;
+        }
+        Some(super::lock_for_measuring("reproduce: host-check")?)
+    } else {
+        None
+    };
     let mut staging = staging::Staging::begin(&args.out)?;
     let out = &staging.dir().to_path_buf();
     let t0 = std::time::Instant::now();
@@ -421,7 +431,7 @@ fn run_host_check(
     let opts = if args.host_check_test_sizes {
         usermm_workloads::host_check::HostCheckOpts::small()
     } else {
-        usermm_workloads::host_check::HostCheckOpts::standard()
+        usermm_workloads::host_check::HostCheckOpts::sized_for(crate::args::host_memory_budget())
     };
     let (section, verdict, record) =
         host_check::run(out, &args.out, args.host_profile.as_deref(), &opts)?;

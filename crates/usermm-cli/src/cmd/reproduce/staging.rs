@@ -305,9 +305,11 @@ impl Staging {
 /// directory or a link to one.
 fn open_dir(label: &str, out: &Path) -> anyhow::Result<()> {
     match out.symlink_metadata() {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir_all(out)
-            .map_err(|e| anyhow::anyhow!("{label}: cannot create the directory: {e}")),
-        Err(e) => Err(anyhow::anyhow!("{label}: {e}")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let what = format!("{label}: cannot create the directory");
+            Ok(files::create_dir_all(&what, out)?)
+        }
+        Err(_) => Ok(files::metadata(label, out).map(drop)?),
         Ok(m) if m.is_dir() => Ok(()),
         Ok(m) if m.file_type().is_symlink() => match out.metadata() {
             Ok(t) if t.is_dir() => Ok(()),

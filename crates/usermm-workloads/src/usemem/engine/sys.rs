@@ -499,6 +499,10 @@ impl Sys for EngineSys {
         usermm::sync::clock::now().as_ns() / 1000 + EPOCH_US
     }
 
+    fn now_ns(&self) -> u64 {
+        usermm::sync::clock::now().as_ns()
+    }
+
     fn sleep_secs(&self, secs: u64) {
         usermm::sync::thread::sleep(std::time::Duration::from_secs(secs));
     }

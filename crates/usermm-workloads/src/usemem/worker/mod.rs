@@ -210,10 +210,20 @@ pub struct WorkerRecord {
     pub kb_per_sec: u64,
     /// The free line's figure, if printed.
     pub free_usecs: Option<u64>,
-    /// Every line the worker printed on stdout, in order.
+    /// The lines the worker printed on stdout, in order: the first [`MAX_KEPT_LINES`].
     pub lines: Vec<String>,
+    /// How many lines it printed past those (`-r` prints a dot per walk: a record keeps
+    /// the first lines, not a billion dots).
+    pub lines_not_kept: u64,
     pub end: Option<End>,
 }
+
+/// The most lines a [`WorkerRecord`] keeps.
+pub const MAX_KEPT_LINES: usize = 1024;
+
+/// The size of C stdio's buffer for a file or a pipe (glibc takes `st_blksize`, 4 KiB on
+/// pipes and most file systems): a fully buffered stdout is written out each time it fills.
+pub const STDIO_BUFSIZ: usize = 4096;
 
 /// `((bytes * 1000000) >> 10) / usecs` as usemem computes it (64-bit, wrapping).
 pub fn kb_per_sec(bytes: u64, usecs: u64) -> u64 {
@@ -285,12 +295,27 @@ impl<'a, S: Sys> Worker<'a, S> {
         let s = std::mem::take(&mut self.buffered) + s;
         if let Some(held) = &mut self.held {
             held.push_str(&s);
+            // A full stdio buffer is written out, as stdio does: only what is left in it
+            // is copied into the processes forked later.
+            if held.len() >= STDIO_BUFSIZ {
+                let mut full = held.len() / STDIO_BUFSIZ * STDIO_BUFSIZ;
+                while !held.is_char_boundary(full) {
+                    full -= 1;
+                }
+                let rest = held.split_off(full);
+                let out = std::mem::replace(held, rest);
+                self.sys.out(&out);
+            }
             return;
         }
         // The parent's unflushed lines go out with this process's first flush.
         let inherited = self.proc.take_inherited();
         self.sys.out(&(inherited + &s));
-        self.rec.lines.push(s);
+        if self.rec.lines.len() < MAX_KEPT_LINES {
+            self.rec.lines.push(s);
+        } else {
+            self.rec.lines_not_kept += 1;
+        }
     }
 
     /// A `printf` that stays in stdio's buffer until the next flushed line.

@@ -269,14 +269,20 @@ impl<S: Sys> Worker<'_, S> {
         }
     }
 
-    /// usemem's `delay`: access the word again and again until `ns` have passed by the
-    /// nanosecond field of the clock (so a delay of a second or more never ends, as there).
+    /// usemem's `delay`: access the word again and again until `ns` have passed, read on a
+    /// nanosecond clock. usemem compares the nanoseconds within the second, so a delay of a
+    /// second or more never ends there ([`UsememOpts::never_ends`] refuses it before the
+    /// run); below a second this loop reads the whole elapsed time, where the C loop goes
+    /// round a second more on the rare look at the clock that skips the window between `ns`
+    /// and the next second. (A microsecond clock read as nanoseconds made every `-e` above
+    /// 999 999 000 unreachable.)
+    ///
+    /// [`UsememOpts::never_ends`]: crate::usemem::UsememOpts::never_ends
     pub(super) fn delay(&mut self, ns: u64, addr: u64, a: Access) -> R<()> {
-        let start = self.sys.now_us();
+        let start = self.sys.now_ns();
         loop {
             self.sys.access(addr, a).map_err(|s| self.killed(s))?;
-            let elapsed = self.sys.now_us().wrapping_sub(start).wrapping_mul(1000) % 1_000_000_000;
-            if elapsed >= ns {
+            if self.sys.now_ns().saturating_sub(start) >= ns {
                 return Ok(());
             }
         }

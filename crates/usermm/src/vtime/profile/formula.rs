@@ -11,6 +11,11 @@
 //! (`[a-z_][a-z0-9_]*`), `+ - * /`, unary minus and parentheses, with the usual precedence and
 //! left associativity. No functions, no variables other than inputs: a formula reads as the
 //! sentence in the figure's `source` that explains it.
+//!
+//! A formula is bounded, so that a hostile file cannot exhaust the stack of the recursive
+//! parser, evaluator or destructor: at most [`MAX_TOKENS`] tokens and [`MAX_DEPTH`] levels of
+//! nesting (parentheses and unary minuses). The longest derivation in the built-in profiles
+//! has 17 tokens and one level of parentheses.
 
 #![deny(unsafe_code)]
 
@@ -32,6 +37,12 @@ pub(crate) enum Op {
     Mul,
     Div,
 }
+
+/// The most tokens a formula may have (numbers, names, operators, parentheses).
+pub(crate) const MAX_TOKENS: usize = 1000;
+
+/// The deepest a formula may nest: parentheses and unary minuses, each one level.
+pub(crate) const MAX_DEPTH: usize = 64;
 
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
@@ -96,6 +107,9 @@ fn tokens(text: &str) -> Result<Vec<Tok>, String> {
             }
             other => return Err(format!("unexpected `{}`", other.escape_default())),
         }
+        if out.len() > MAX_TOKENS {
+            return Err(format!("is longer than {MAX_TOKENS} tokens"));
+        }
     }
     Ok(out)
 }
@@ -103,6 +117,8 @@ fn tokens(text: &str) -> Result<Vec<Tok>, String> {
 struct Parser {
     toks: Vec<Tok>,
     at: usize,
+    /// Parentheses and unary minuses open around the current token.
+    depth: usize,
 }
 
 impl Parser {
@@ -140,11 +156,23 @@ impl Parser {
         Ok(lhs)
     }
 
+    /// One level deeper (a parenthesis or a unary minus), refused past [`MAX_DEPTH`].
+    fn enter(&mut self) -> Result<(), String> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(format!("nests deeper than {MAX_DEPTH} levels"));
+        }
+        Ok(())
+    }
+
     /// unary := '-' unary | atom
     fn unary(&mut self) -> Result<Expr, String> {
         if let Some(Tok::Op('-')) = self.peek() {
             self.at += 1;
-            return Ok(Expr::Neg(Box::new(self.unary()?)));
+            self.enter()?;
+            let e = Expr::Neg(Box::new(self.unary()?));
+            self.depth -= 1;
+            return Ok(e);
         }
         self.atom()
     }
@@ -155,7 +183,9 @@ impl Parser {
             Some(Tok::Num(v)) => Ok(Expr::Num(v)),
             Some(Tok::Name(n)) => Ok(Expr::Input(n)),
             Some(Tok::Open) => {
+                self.enter()?;
                 let e = self.sum()?;
+                self.depth -= 1;
                 match self.next() {
                     Some(Tok::Close) => Ok(e),
                     _ => Err("missing `)`".into()),
@@ -175,7 +205,11 @@ impl Expr {
         if toks.is_empty() {
             return Err("is empty".into());
         }
-        let mut p = Parser { toks, at: 0 };
+        let mut p = Parser {
+            toks,
+            at: 0,
+            depth: 0,
+        };
         let e = p.sum()?;
         if p.at < p.toks.len() {
             return Err(format!("unexpected text after position {}", p.at));
@@ -294,6 +328,40 @@ mod tests {
         assert_eq!(
             Expr::parse("a / z").unwrap().eval(&i).unwrap_err(),
             "divides by zero"
+        );
+    }
+
+    #[test]
+    fn length_and_depth_are_bounded_without_exhausting_the_stack() {
+        let bad = |s: &str| Expr::parse(s).unwrap_err();
+        let deep = format!("{}1{}", "(".repeat(20_000), ")".repeat(20_000));
+        assert_eq!(bad(&deep), format!("is longer than {MAX_TOKENS} tokens"));
+        let deep = format!(
+            "{}1{}",
+            "(".repeat(MAX_DEPTH + 1),
+            ")".repeat(MAX_DEPTH + 1)
+        );
+        assert_eq!(bad(&deep), format!("nests deeper than {MAX_DEPTH} levels"));
+        assert_eq!(
+            bad(&"-".repeat(MAX_DEPTH + 1)),
+            format!("nests deeper than {MAX_DEPTH} levels")
+        );
+        assert_eq!(
+            bad(&format!("1{}", " + 0".repeat(100_000))),
+            format!("is longer than {MAX_TOKENS} tokens")
+        );
+        assert_eq!(
+            bad(&"-".repeat(100_000)),
+            format!("is longer than {MAX_TOKENS} tokens")
+        );
+        // At the bounds, a formula parses and evaluates.
+        let ok = format!("{}1{}", "(".repeat(MAX_DEPTH), ")".repeat(MAX_DEPTH));
+        assert_eq!(Expr::parse(&ok).unwrap().eval(&ins(&[])).unwrap(), 1.0);
+        let terms = (MAX_TOKENS - 1) / 2;
+        let long = format!("1{}", " + 1".repeat(terms));
+        assert_eq!(
+            Expr::parse(&long).unwrap().eval(&ins(&[])).unwrap(),
+            (terms + 1) as f64
         );
     }
 

@@ -26,6 +26,7 @@ mod placement;
 mod provenance;
 mod scale;
 mod spec;
+mod units;
 
 pub use era::{
     builtin_era, builtin_era_names, check_era, parse_era, Era, EraChoice, EraFactor, EraFactors,
@@ -34,6 +35,7 @@ pub use era::{
 pub use formula::evaluate;
 pub use placement::{Distance, Placement};
 pub use provenance::{FormulaRow, TOPOLOGY_GHZ};
+pub use scale::compact_number;
 pub use spec::{
     Figure, Input, InputKind, LockFigure, MemorySpec, ProfileSpec, Quantity, Smt, Topology,
     Transfers,
@@ -71,6 +73,8 @@ pub(super) const MAX_FIGURE_NS: f64 = 1e9;
 const MAX_CACHE_LINES: f64 = 4_294_967_296.0;
 /// The largest relative spread of per-batch work, in percent (a standard deviation of 100 %).
 const MAX_JITTER_PERCENT: f64 = 100.0;
+/// The largest profile file read (a built-in one is about 30 KB).
+const MAX_FILE_BYTES: u64 = 16 << 20;
 
 /// Lock classes the engine declares; every profile must price each of them.
 ///
@@ -332,11 +336,27 @@ impl Profile {
 
     /// A profile from a TOML file.
     pub fn load(path: &Path) -> Result<Profile, ProfileError> {
+        use std::io::Read;
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ProfileError::Read {
+        let read = |message: String| ProfileError::Read {
             path: origin.clone(),
-            message: e.to_string(),
-        })?;
+            message,
+        };
+        // A device or a FIFO would be read forever or block: only a regular file is a
+        // profile, and only its first MAX_FILE_BYTES (a built-in one is 30 KB).
+        let file = std::fs::File::open(path).map_err(|e| read(e.to_string()))?;
+        let meta = file.metadata().map_err(|e| read(e.to_string()))?;
+        if !meta.is_file() {
+            return Err(read("not a regular file".into()));
+        }
+        let mut bytes = Vec::new();
+        file.take(MAX_FILE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| read(e.to_string()))?;
+        if bytes.len() as u64 > MAX_FILE_BYTES {
+            return Err(read(format!("larger than {} MiB", MAX_FILE_BYTES >> 20)));
+        }
+        let text = String::from_utf8(bytes).map_err(|_| read("not UTF-8 text".into()))?;
         Profile::from_toml_str(&text, &origin)
     }
 
@@ -346,7 +366,9 @@ impl Profile {
             return Profile::builtin(name_or_path);
         }
         let path = Path::new(name_or_path);
-        if path.is_file() {
+        // What exists, or is written as a path, is read as one (so that a missing file or a
+        // directory says so rather than "unknown profile").
+        if path.exists() || name_or_path.contains('/') || name_or_path.ends_with(".toml") {
             return Profile::load(path);
         }
         Err(ProfileError::Unknown {
@@ -748,6 +770,12 @@ fn nonneg(
 ) -> Result<f64, ProfileError> {
     if v.is_finite() && v >= 0.0 {
         Ok(v)
+    } else if v == f64::INFINITY {
+        // A scaled figure past f64's range (`--scale-cost KEY=1e308`).
+        Err(invalid(
+            field,
+            format!("is past the largest number ({:e})", f64::MAX),
+        ))
     } else {
         Err(invalid(
             field,

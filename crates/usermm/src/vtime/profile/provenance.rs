@@ -5,14 +5,15 @@
 //! `formula` that turns them into its value. The loader ([`check`]) evaluates every formula and
 //! refuses a profile in which a figure disagrees with its own arithmetic or an input is
 //! malformed. So editing one number in a profile — a figure, or an input its figure depends
-//! on — makes the profile fail to load. The built-in profiles' tests (`test.rs`) go further:
-//! a formula on every figure, no input that no formula reads (a number nobody uses is a
-//! number nobody checks), and every published input pinned to its value and citation.
+//! on — makes the profile fail to load. The built-in profiles' tests (`test_provenance.rs`)
+//! go further: every published input pinned to its value and citation, every measured one
+//! naming its program.
 //!
 //! Besides the inputs, a formula may read `topology_ghz`, the profile's own clock.
 //!
-//! A user's own profile may leave formulas out (a quick experiment); the built-in profiles and
-//! the `this-host` profile that `usermm calibrate` writes may not.
+//! Every profile, built in or a user's, is held to the same rules when it loads: a formula on
+//! every figure, the formula's units giving the figure's (`units.rs`), and no input that
+//! nothing reads (a number nobody uses is a number nobody checks).
 
 #![deny(unsafe_code)]
 
@@ -21,6 +22,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::formula::{agrees, Expr};
+use super::units;
 use super::{Figure, InputKind, ProfileError, ProfileSpec};
 
 /// The name by which a formula reads the profile's own `topology.ghz` (so that a figure
@@ -202,22 +204,71 @@ pub(super) fn check(
         }
         values.insert(name.clone(), i.value);
     }
+    let unit_of = |n: &str| {
+        if n == TOPOLOGY_GHZ {
+            return units::dim_of("GHz");
+        }
+        spec.inputs.get(n).and_then(|i| units::dim_of(&i.unit))
+    };
+    let mut read = std::collections::BTreeSet::new();
     for (field, value, unit, formula) in figures(spec) {
-        let Some(text) = formula else { continue };
-        let e = Expr::parse(text)
-            .map_err(|m| invalid(&format!("{field}.formula"), format!("`{text}` {m}")))?;
-        let computed = e
-            .eval(&values)
-            .map_err(|m| invalid(&format!("{field}.formula"), format!("`{text}` {m}")))?;
+        let Some(text) = formula else {
+            return Err(invalid(
+                &format!("{field}.formula"),
+                "missing: every figure gives the arithmetic that makes it from [inputs]".into(),
+            ));
+        };
+        let bad = |m: String| {
+            invalid(
+                &format!("{field}.formula"),
+                format!("`{}` {m}", shown(text)),
+            )
+        };
+        let e = Expr::parse(text).map_err(bad)?;
+        units::check(&e, unit, &unit_of).map_err(bad)?;
+        read.extend(e.inputs().into_iter().map(str::to_string));
+        let computed = e.eval(&values).map_err(bad)?;
         if !agrees(value, computed) {
             return Err(invalid(
                 &field,
                 format!(
-                    "the figure says {value} {unit}, its formula `{text}` gives {computed:.4} \
-                     (change the inputs, not the result)"
+                    "the figure says {value} {unit}, its formula `{}` gives {computed:.4} \
+                     (change the inputs, not the result)",
+                    shown(text)
                 ),
             ));
         }
     }
+    if let Some(name) = unread_inputs(spec, &read).first() {
+        return Err(invalid(
+            &format!("inputs.{name}"),
+            "no formula reads it (a number nobody uses is a number nobody checks)".into(),
+        ));
+    }
     Ok(())
+}
+
+/// A formula as an error line quotes it: whole, or its first 60 characters and its length
+/// (a hostile file's 100 000-term formula would otherwise be the line).
+fn shown(text: &str) -> String {
+    const MAX: usize = 80;
+    if text.chars().count() <= MAX {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(60).collect();
+    format!("{head}... ({} characters)", text.chars().count())
+}
+
+/// The inputs of `spec` that nothing reads, given the inputs the formulas read (`read`).
+/// The one place that knows what reads an input: an input another part of a profile reads
+/// (outside its formulas) is to be counted here.
+fn unread_inputs<'a>(
+    spec: &'a ProfileSpec,
+    read: &std::collections::BTreeSet<String>,
+) -> Vec<&'a str> {
+    spec.inputs
+        .keys()
+        .filter(|k| !read.contains(*k))
+        .map(String::as_str)
+        .collect()
 }

@@ -137,12 +137,22 @@ impl Profile {
                 }
             }
         }
-        spec.name = format!("{} ({key} x{factor})", spec.name);
+        spec.name = format!("{} ({key} x{})", spec.name, compact_number(factor));
         // The era's factors stay as this profile chose them.
         let p = Profile::from_spec(spec, &self.origin)?;
         match &self.era {
             Some(e) => p.with_era(e.choice),
             None => Ok(p),
         }
+    }
+}
+
+/// `f` in few characters: plain for the everyday factors (`1.5`, `10000000`), with an
+/// exponent outside them (`1e-300`, not three hundred zeros).
+pub fn compact_number(f: f64) -> String {
+    if f == 0.0 || (1e-4..1e7).contains(&f.abs()) {
+        format!("{f}")
+    } else {
+        format!("{f:e}")
     }
 }

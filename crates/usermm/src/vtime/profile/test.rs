@@ -199,7 +199,7 @@ fn cycles_and_bandwidth_convert_at_the_profile_clock() {
         ns: None,
         cycles: Some(27.0),
         bytes_per_ns: None,
-        formula: None,
+        formula: Some("27".into()),
         source: "test".into(),
     };
     let c = Profile::from_spec(spec, "t").unwrap();
@@ -363,4 +363,41 @@ fn every_key_scales_by_large_factors_and_still_loads() {
             assert_eq!(s.jitter_ppm, p.jitter_ppm, "{name} {k}");
         }
     }
+}
+
+/// A name that is a path, or a path that exists, is read as a file: a missing file, a
+/// directory and a device each say so in one line (a device is never read: /dev/zero
+/// would be endless), and an oversized file is refused unread past its bound.
+#[test]
+fn paths_that_are_not_profile_files_say_what_they_are() {
+    let own = std::env::temp_dir().join(format!("usermm-profile-paths-{}", std::process::id()));
+    std::fs::create_dir_all(&own).unwrap();
+    let missing = own.join("nope.toml");
+    let e = Profile::resolve(missing.to_str().unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("profile ") && e.contains(": cannot read: "),
+        "{e}"
+    );
+    assert!(!e.contains("unknown profile"), "{e}");
+    let e = Profile::resolve(own.to_str().unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.ends_with("cannot read: not a regular file"), "{e}");
+    for dev in ["/dev/zero", "/dev/null"] {
+        let e = Profile::resolve(dev).unwrap_err().to_string();
+        assert_eq!(e, format!("profile {dev}: cannot read: not a regular file"));
+    }
+    let big = own.join("big.toml");
+    std::fs::write(&big, vec![b'#'; (MAX_FILE_BYTES + 1) as usize]).unwrap();
+    let e = Profile::resolve(big.to_str().unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.ends_with("cannot read: larger than 16 MiB"), "{e}");
+    assert!(Profile::resolve("no-such-builtin")
+        .unwrap_err()
+        .to_string()
+        .contains("unknown profile `no-such-builtin`"));
+    std::fs::remove_dir_all(&own).unwrap();
 }

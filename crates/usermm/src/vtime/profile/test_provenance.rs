@@ -400,3 +400,72 @@ fn a_figure_that_disagrees_with_its_formula_is_refused_by_name() {
         .unwrap();
     assert!(row.formula.unwrap().ends_with(") * 1.5"));
 }
+
+/// A user's profile is held to the built-ins' rules when it loads: a figure whose formula
+/// line is deleted, an input whose unit does not give its figure's, and an input that no
+/// formula reads are each refused in one line naming the field.
+#[test]
+fn a_missing_formula_a_wrong_unit_and_an_unread_input_are_refused_by_name() {
+    let text = Profile::builtin("haswell-ex-4s").unwrap().to_toml_string();
+    let load = |t: &str| Profile::from_toml_str(t, "t.toml").unwrap_err().to_string();
+    let zap = "formula = \"host_munmap_4k * share_zap * host_ghz / topology_ghz\"\n";
+    assert!(text.contains(zap));
+    let e = load(&text.replacen(zap, "", 1));
+    assert_eq!(
+        e,
+        "profile t.toml: costs.zap_pte.formula: missing: every figure gives the arithmetic \
+         that makes it from [inputs]"
+    );
+    let ns = "unit = \"ns/page\"";
+    assert_eq!(text.matches(ns).count(), 1);
+    let e = load(&text.replacen(ns, "unit = \"GHz\"", 1));
+    assert!(
+        e.starts_with("profile t.toml: costs.")
+            && e.contains("host_munmap_4k")
+            && e.ends_with("its inputs' units give cycles/ns, but the figure is in ns"),
+        "{e}"
+    );
+    let spare = "\n[inputs.spare]\nvalue = 1.0\nunit = \"ns\"\nkind = \"assumption\"\n\
+                 source = \"assumption: read by nothing\"\n";
+    let e = load(&format!("{text}{spare}"));
+    assert_eq!(
+        e,
+        "profile t.toml: inputs.spare: no formula reads it (a number nobody uses is a number \
+         nobody checks)"
+    );
+}
+
+/// A hostile formula (20 000 parentheses deep, 100 000 terms, 100 000 unary minuses) is
+/// refused in one short line that names the figure and quotes only the formula's start.
+#[test]
+fn a_hostile_formula_is_refused_in_one_short_line() {
+    let text = Profile::builtin("haswell-ex-4s").unwrap().to_toml_string();
+    let zap = "host_munmap_4k * share_zap * host_ghz / topology_ghz";
+    for (hostile, why) in [
+        (
+            format!("{}{zap}{}", "(".repeat(20_000), ")".repeat(20_000)),
+            "is longer than 1000 tokens",
+        ),
+        (format!("{zap}{}", " + 0".repeat(100_000)), "is longer"),
+        (format!("{}{zap}", "-".repeat(100_000)), "is longer"),
+        (
+            format!("{}{zap}{}", "(".repeat(65), ")".repeat(65)),
+            "nests deeper",
+        ),
+    ] {
+        let bad = text.replacen(
+            &format!("formula = \"{zap}\""),
+            &format!("formula = \"{hostile}\""),
+            1,
+        );
+        let e = Profile::from_toml_str(&bad, "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("profile t.toml: costs.zap_pte.formula: `"),
+            "{e}"
+        );
+        assert!(e.contains(why) && e.contains(" characters)"), "{e}");
+        assert!(e.len() < 200 && !e.contains('\n'), "{e}");
+    }
+}

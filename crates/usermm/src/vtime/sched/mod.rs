@@ -217,6 +217,12 @@ pub(super) struct State {
 }
 
 impl State {
+    /// Whether a clock of the runs so far reached its end (`Ps::MAX`, where every clock sum
+    /// saturates): the times read from it are not times.
+    pub(crate) fn clock_ended(&self) -> bool {
+        self.end == Ps::MAX
+    }
+
     pub(super) fn new(model: Model) -> Self {
         let n = model.placement.nr_cpus();
         let cores = (0..n)
@@ -410,8 +416,10 @@ impl State {
     /// Charges `ps` of busy time to `id` and its CPU, unscaled (lock and line stalls).
     #[inline]
     pub(super) fn busy(&mut self, id: CtxId, ps: Ps) {
-        // Saturating: a clock stops at u64::MAX ps (213 days) instead of wrapping to a small
-        // time (every figure is bounded to 1 s, but a run may charge many of them).
+        // Saturating: a clock stops at its end, `Ps::MAX` (213 days), instead of wrapping to a
+        // small time (every figure is bounded to 1 s, but a run may charge many of them); a
+        // run whose clock reached the end fails ([`State::clock_ended`]), so no figure is read
+        // from a stopped clock. Every sum of clock times in the scheduler saturates likewise.
         let c = &mut self.ctxs[id as usize];
         c.now = c.now.saturating_add(ps);
         c.busy = c.busy.saturating_add(ps);
@@ -444,11 +452,18 @@ impl State {
         let mut ps: Ps = 0;
         for p in pfns {
             if p != u32::MAX {
-                ps += mem.touch_page(pl, xfer, cpu, u64::from(p), Touch::Access);
+                ps = ps.saturating_add(mem.touch_page(pl, xfer, cpu, u64::from(p), Touch::Access));
             }
         }
         if head != 0 && pfns[0] != u32::MAX {
-            ps += mem.touch_id(pl, xfer, cpu, head, u64::from(pfns[0]), Touch::Access);
+            ps = ps.saturating_add(mem.touch_id(
+                pl,
+                xfer,
+                cpu,
+                head,
+                u64::from(pfns[0]),
+                Touch::Access,
+            ));
         }
         if ps > 0 {
             self.busy(id, ps);
@@ -468,8 +483,9 @@ impl State {
         let c = &mut self.ctxs[id as usize];
         let d = t.saturating_sub(c.now);
         c.now += d;
-        c.spin += d;
-        self.cpus[c.cpu as usize].spin += d;
+        c.spin = c.spin.saturating_add(d);
+        let cpu = &mut self.cpus[c.cpu as usize];
+        cpu.spin = cpu.spin.saturating_add(d);
     }
 
     /// `id` is woken by an event at `t`: it will run at `t` plus the wake-up latency.

@@ -193,7 +193,7 @@ pub(in crate::vtime) enum AcquireStep {
 fn record(min: &mut Ps, max: &mut Ps, total: &mut Ps, v: Ps) {
     *min = (*min).min(v);
     *max = (*max).max(v);
-    *total += v;
+    *total = total.saturating_add(v);
 }
 
 impl State {
@@ -322,7 +322,9 @@ impl State {
         let price = self.lock_classes[ci as usize].price;
         let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
         let start = now.max(lk.word_free_at);
-        let end = start + price.acquire + self.model.transfer(lk.word_last, cpu);
+        let end = start
+            .saturating_add(price.acquire)
+            .saturating_add(self.model.transfer(lk.word_last, cpu));
         lk.word_free_at = end;
         lk.word_last = Some(cpu);
         self.busy(me, end - now);
@@ -365,7 +367,9 @@ impl State {
             Mode::Exclusive => 1 + price.data_lines as Ps,
             Mode::Shared => 1,
         };
-        let end = start + price.acquire + xfer * lines;
+        let end = start
+            .saturating_add(price.acquire)
+            .saturating_add(xfer.saturating_mul(lines));
         lk.word_free_at = end;
         lk.word_last = Some(cpu);
         lk.set_taken(me, mode, end);
@@ -406,7 +410,7 @@ impl State {
         };
         let taken = lk.remove_holder(me, mode);
         let start = now.max(lk.word_free_at);
-        let end = start + self.model.transfer(lk.word_last, cpu);
+        let end = start.saturating_add(self.model.transfer(lk.word_last, cpu));
         lk.word_free_at = end;
         lk.word_last = Some(cpu);
         let ci = lk.class as usize;
@@ -439,7 +443,7 @@ impl State {
         };
         lk.readers.push((me, now));
         let start = now.max(lk.word_free_at);
-        let end = start + self.model.transfer(lk.word_last, cpu);
+        let end = start.saturating_add(self.model.transfer(lk.word_last, cpu));
         lk.word_free_at = end;
         lk.word_last = Some(cpu);
         let ci = lk.class as usize;
@@ -520,7 +524,9 @@ impl State {
         let ln = self.lines.get_mut(&id).expect("made above");
         let start = now.max(ln.free_at);
         let xfer = self.model.transfer(ln.last, cpu);
-        let end = start + self.model.profile.atomic_rmw_ps + xfer;
+        let end = start
+            .saturating_add(self.model.profile.atomic_rmw_ps)
+            .saturating_add(xfer);
         ln.free_at = end;
         ln.last = Some(cpu);
         self.busy(me, end - now);
@@ -529,8 +535,8 @@ impl State {
         if xfer > 0 {
             st.bounces += 1;
         }
-        st.wait += start - now;
-        st.time += end - now;
+        st.wait = st.wait.saturating_add(start - now);
+        st.time = st.time.saturating_add(end - now);
     }
 
     /// The line at `id` is gone.
@@ -562,7 +568,8 @@ impl State {
     /// `me` sleeps `ps`: off its CPU, ready again at its clock + `ps`.
     pub(crate) fn sleep_begin(&mut self, me: CtxId, ps: Ps) {
         self.vacate(me);
-        self.ctxs[me as usize].now += ps;
+        let c = &mut self.ctxs[me as usize];
+        c.now = c.now.saturating_add(ps);
         self.push_ready(me);
     }
 
