@@ -344,12 +344,15 @@ pub fn opts(args: &BenchArgs) -> anyhow::Result<BenchOpts> {
     opts.only = args.only.clone();
     opts.host = !args.no_host;
     opts.base = args.engine.to_config(bench::default_config())?;
+    if let Err(e) = bench::check(&opts) {
+        return Err(usage_error(e));
+    }
     // The full-backing machine and the host kernel each populate --size of this host's
-    // memory, one after the other: the machine is the larger.
-    let full = usermm::MachineConfig {
-        backing: usermm::config::BackingMode::Full,
-        ..opts.base.clone()
-    };
+    // memory, one after the other: the machine is the larger. Its memory is the one the
+    // bench boots (sized from --size), not the base configuration's, or the estimate of what
+    // it touches would be capped at the base's.
+    let full =
+        bench::machine_config(&opts, usermm::config::BackingMode::Full).map_err(usage_error)?;
     let touched = args.size.saturating_add(args.size / 512);
     super::check_machine_memory(&full, touched, 0, || {
         format!(
@@ -357,9 +360,6 @@ pub fn opts(args: &BenchArgs) -> anyhow::Result<BenchOpts> {
             human_bytes(args.size)
         )
     })?;
-    if let Err(e) = bench::check(&opts) {
-        return Err(usage_error(e));
-    }
     Ok(opts)
 }
 
