@@ -570,9 +570,19 @@ fn usemem_out_of_memory_is_reported_as_such() {
     assert!(!err.contains("SIGSEGV") && !err.contains("SEGV_"), "{err}");
 }
 
+/// `usermm bench` with a measuring lock of its own (a runtime directory per test): the bench
+/// tests run side by side, and bench refuses while another command measures the host.
+fn bench(test: &str, args: &[&str]) -> std::process::Output {
+    let dir = std::env::temp_dir().join(format!("usermm-cli-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut all = vec!["bench"];
+    all.extend_from_slice(args);
+    common::usermm_env(&all, &[("XDG_RUNTIME_DIR", dir.to_str().unwrap())])
+}
+
 #[test]
 fn bench_json_has_every_path_and_the_memset_figure() {
-    let o = usermm(&["bench", "--size", "4M", "--repeat", "1", "--json"]);
+    let o = bench("bench-json", &["--size", "4M", "--repeat", "1", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
     assert!(v["memset_gib_s"].as_f64().is_some_and(|x| x > 0.0), "{v}");
@@ -636,19 +646,21 @@ fn bench_json_has_every_path_and_the_memset_figure() {
     assert_eq!(v["config_full"]["prefault"], true, "{v}");
     assert_eq!(v["config_sparse"]["backing"], "sparse", "{v}");
 
-    let o = usermm(&[
-        "bench",
-        "--size",
-        "4M",
-        "--repeat",
-        "1",
-        "--only",
-        "zero-read-4k",
-        "--no-host",
-        "--set",
-        "prefault=off",
-        "--json",
-    ]);
+    let o = bench(
+        "bench-only",
+        &[
+            "--size",
+            "4M",
+            "--repeat",
+            "1",
+            "--only",
+            "zero-read-4k",
+            "--no-host",
+            "--set",
+            "prefault=off",
+            "--json",
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
     let paths = v["paths"].as_array().expect("paths");
@@ -662,17 +674,19 @@ fn bench_json_has_every_path_and_the_memset_figure() {
 /// dashboard's order.
 #[test]
 fn bench_only_takes_a_comma_list() {
-    let o = usermm(&[
-        "bench",
-        "--size",
-        "4M",
-        "--repeat",
-        "1",
-        "--only",
-        "zero-read-4k,populate-4k",
-        "--no-host",
-        "--json",
-    ]);
+    let o = bench(
+        "bench-list",
+        &[
+            "--size",
+            "4M",
+            "--repeat",
+            "1",
+            "--only",
+            "zero-read-4k,populate-4k",
+            "--no-host",
+            "--json",
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
     let mut paths: Vec<String> = v["paths"]

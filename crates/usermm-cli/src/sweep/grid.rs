@@ -606,7 +606,8 @@ mod test {
             ),
             (
                 "command = [\"bigfree\"]\n[axes]\n\"--a\\u001b\" = [1]",
-                "axes: '--a\u{1b}' holds a control character",
+                // Shown escaped: an error line must not drive the terminal.
+                "axes: '--a\\u{1b}' holds a control character",
             ),
             (
                 "command = [\"bigfree\"]\n[axes]\n\"-r\" = [1]\n[columns]\n\"\\r\" = \"a\"",

@@ -359,3 +359,45 @@ pub fn check_era(spec: &EraSpec, origin: &str) -> Result<(), ProfileError> {
     }
     Ok(())
 }
+
+/// A profile's era layer: its factors applied over the figures' prices.
+impl super::Profile {
+    /// `cost_ps` from `base_cost_ps` and the era's factors.
+    pub(super) fn price_era(&mut self) {
+        self.cost_ps = self.base_cost_ps;
+        if let Some(era) = &self.era {
+            for c in super::Cost::ALL {
+                let f = era.factor_of(*c);
+                if f != 1.0 {
+                    self.cost_ps[c.index()] =
+                        (self.base_cost_ps[c.index()] as f64 * f).round() as super::Ps;
+                }
+            }
+        }
+    }
+
+    /// This profile with its era's factors chosen by `choice` (`time.era`): the inferred ones,
+    /// none (`unfitted`), or given ones. A profile without an era is returned as it is, except
+    /// that given factors are refused (they would silently change nothing).
+    pub fn with_era(&self, choice: EraChoice) -> Result<super::Profile, super::ProfileError> {
+        let mut p = self.clone();
+        match (&mut p.era, choice) {
+            (None, EraChoice::Given(_)) => {
+                return Err(super::ProfileError::Invalid {
+                    origin: self.origin.clone(),
+                    field: "era".into(),
+                    message: "this profile names no era, so era factors cannot apply".into(),
+                })
+            }
+            (None, _) => return Ok(p),
+            (Some(era), choice) => *era = Era::with_choice(era.spec.clone(), choice),
+        }
+        p.price_era();
+        Ok(p)
+    }
+
+    /// The era whose factors this profile's costs carry, if it names one.
+    pub fn era(&self) -> Option<&Era> {
+        self.era.as_ref()
+    }
+}
