@@ -48,7 +48,7 @@ pub enum MachineError {
 impl std::fmt::Display for MachineError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            MachineError::Config(e) => write!(f, "invalid machine configuration: {e}"),
+            MachineError::Config(e) => write!(f, "{e}"),
             MachineError::Host(e) => write!(f, "host memory reservation failed: {e}"),
             MachineError::ClockEnd { profile } => write!(
                 f,
