@@ -173,8 +173,8 @@ fn table(v: &RunFigures, p: &RunFigures, ratio: f64, label: &str) -> Table {
         "get_huge_zero_page share of cycles".to_string(),
         format!("{:.2} %", seed.cycles_share_vanilla * 100.0),
         format!("{:.2} %", seed.cycles_share_patched * 100.0),
-        share(&v),
-        share(&p),
+        share(v),
+        share(p),
     ]);
     t.push_row([
         "global refcount operations per mm".to_string(),
