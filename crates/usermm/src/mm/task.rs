@@ -56,31 +56,19 @@ impl Task {
     /// Copy `buf.len()` bytes from user address `addr` (a `copy_from_user`).
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Fault> {
         let backing = self.mm.machine.phys().backing();
-        let mut done = 0usize;
-        while done < buf.len() {
-            let a = addr + done as u64;
-            let off = (a % PAGE_SIZE) as usize;
-            let n = (PAGE_SIZE as usize - off).min(buf.len() - done);
-            let chunk = &mut buf[done..done + n];
-            self.access(a, false, |pfn| backing.read(pfn, off, chunk))?;
-            done += n;
-        }
-        Ok(())
+        for_each_page_span(addr, buf.len(), |a, off, r| {
+            let chunk = &mut buf[r];
+            self.access(a, false, |pfn| backing.read(pfn, off, chunk))
+        })
     }
 
     /// Copy `data` to user address `addr` (a `copy_to_user`).
     pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), Fault> {
         let backing = self.mm.machine.phys().backing();
-        let mut done = 0usize;
-        while done < data.len() {
-            let a = addr + done as u64;
-            let off = (a % PAGE_SIZE) as usize;
-            let n = (PAGE_SIZE as usize - off).min(data.len() - done);
-            let chunk = &data[done..done + n];
-            self.access(a, true, |pfn| backing.write(pfn, off, chunk))?;
-            done += n;
-        }
-        Ok(())
+        for_each_page_span(addr, data.len(), |a, off, r| {
+            let chunk = &data[r];
+            self.access(a, true, |pfn| backing.write(pfn, off, chunk))
+        })
     }
 
     /// 8-byte accesses at scattered addresses, in order (`Some(v)`: store `v`; `None`: a load,
@@ -226,4 +214,22 @@ impl Task {
         let w = self.access(addr, true, |_| ()).is_ok();
         (r, w)
     }
+}
+
+/// Walk `len` bytes from user address `addr` one page at a time: `f(address, offset in its
+/// page, range of the caller's buffer)`, stopping at the first fault.
+fn for_each_page_span(
+    addr: u64,
+    len: usize,
+    mut f: impl FnMut(u64, usize, std::ops::Range<usize>) -> Result<(), Fault>,
+) -> Result<(), Fault> {
+    let mut done = 0usize;
+    while done < len {
+        let a = addr + done as u64;
+        let off = (a % PAGE_SIZE) as usize;
+        let n = (PAGE_SIZE as usize - off).min(len - done);
+        f(a, off, done..done + n)?;
+        done += n;
+    }
+    Ok(())
 }

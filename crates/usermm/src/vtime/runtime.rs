@@ -52,7 +52,6 @@ pub(super) struct Inner {
     pub state: RefCell<State>,
     coros: RefCell<Vec<Option<coro::Context>>>,
     stacks: RefCell<Vec<DefaultStack>>,
-    stack_size: Cell<usize>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -241,7 +240,6 @@ impl Runtime {
                 state: RefCell::new(state),
                 coros: RefCell::new(Vec::new()),
                 stacks: RefCell::new(Vec::new()),
-                stack_size: Cell::new(DEFAULT_STACK_SIZE),
             }),
         })
     }
@@ -371,7 +369,7 @@ impl Inner {
         let stack = self.stacks.borrow_mut().pop();
         let stack = match stack {
             Some(s) => s,
-            None => DefaultStack::new(self.stack_size.get())
+            None => DefaultStack::new(DEFAULT_STACK_SIZE)
                 .unwrap_or_else(|e| panic!("vtime: cannot map a context stack: {e}")),
         };
         let body = move |yp| {
