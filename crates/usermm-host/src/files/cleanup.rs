@@ -13,7 +13,8 @@
 //! # The registry
 //! Signals go to the process, so the list the handler walks belongs to the process: one
 //! `static` here, touched by no other module. Its lock is held while a file or directory is
-//! created and registered, while one is renamed and forgotten, and by the handler from its
+//! created and registered, while one is renamed and forgotten, while a subdirectory is made
+//! inside a registered directory ([`create_dir_all_within`]), and by the handler from its
 //! sweep until the process dies: so the handler sees each path either registered (and
 //! removes it) or not yet created or already in place, never between the two. No one holds
 //! it for longer than one of those system calls (or a removal).
@@ -97,6 +98,16 @@ pub fn create_dir(path: &Path) -> io::Result<Created> {
     std::fs::create_dir(path)?;
     r.live.push((id, path.to_path_buf(), Kind::Dir));
     Ok(Created::new(id, path.to_path_buf(), Kind::Dir))
+}
+
+/// `mkdir -p` for `path` inside a directory this run registered (the staging directory),
+/// under the registry's lock. The handler removes a registered directory with everything in
+/// it, and that removal fails (`ENOTEMPTY`) when another thread makes a subdirectory after it
+/// has read the directory: holding the lock, a subdirectory is made before the sweep (and
+/// removed with its parent) or never.
+pub fn create_dir_all_within(path: &Path) -> io::Result<()> {
+    let _r = registry();
+    std::fs::create_dir_all(path)
 }
 
 impl Created {
@@ -183,4 +194,31 @@ fn watch(r: &mut Registry) {
             let _ = signal_hook::low_level::emulate_default_handler(sig);
             std::process::exit(128 + sig);
         });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CI failure of 2026-11-28: a Ctrl-C'd `reproduce` left `.usermm-staging` behind
+    /// because its main thread made a subdirectory in it while the handler was removing it.
+    /// A subdirectory is made only while no one else holds the registry.
+    #[test]
+    fn a_subdirectory_waits_for_the_handlers_sweep() {
+        let base = std::env::temp_dir().join(format!("usermm-cleanup-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir(&base).unwrap();
+        let sub = base.join("a/b");
+        let held = registry();
+        let maker = {
+            let sub = sub.clone();
+            std::thread::spawn(move || create_dir_all_within(&sub))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!base.join("a").exists(), "made while the registry was held");
+        drop(held);
+        maker.join().unwrap().unwrap();
+        assert!(sub.is_dir());
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 }

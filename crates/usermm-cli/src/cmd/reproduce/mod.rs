@@ -399,7 +399,8 @@ fn run_seed(
     out: &std::path::Path,
 ) -> anyhow::Result<Outcome<Record>> {
     let dir = out.join(kind.name());
-    std::fs::create_dir_all(&dir)?;
+    // `out` is the staging directory, which a Ctrl-C removes whole: made under its lock.
+    usermm_host::files::cleanup::create_dir_all_within(&dir)?;
     eprintln!("usermm reproduce: {} ({}) ...", e.name(), kind.name());
     Ok(match e {
         Experiment::Bigfree => {
