@@ -33,6 +33,7 @@ pub mod calibrate;
 pub mod host_check;
 pub mod infer;
 pub mod munmap_test;
+pub mod parallel;
 pub mod percpu_test;
 pub mod seeds;
 pub mod stats;

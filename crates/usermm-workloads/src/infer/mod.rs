@@ -27,7 +27,7 @@
 //! 6. A factor outside [0.25, 4] ([`usermm::vtime::PLAUSIBLE`]) is reported as the sign of a
 //!    mechanism the model lacks; the file is still written so the finding can be examined.
 //!
-//! Each point's rows run on separate host threads ([`rows::parallel_map`]): each virtual run is
+//! Each point's rows run on separate host threads ([`crate::parallel::map`]): each virtual run is
 //! single-threaded and deterministic on its own, so the threads change the wall time only.
 
 pub mod fit;
@@ -349,7 +349,7 @@ impl<'a> Inference<'a> {
     fn eval(&self, jobs: Vec<(RowKind, EraFactors)>) -> Vec<f64> {
         self.runs.set(self.runs.get() + jobs.len());
         let sizes = self.opts.sizes;
-        rows::parallel_map(&jobs, self.opts.threads, &|(k, f)| {
+        crate::parallel::map(&jobs, self.opts.threads, &|(k, f)| {
             rows::evaluate(*k, &sizes, f)
         })
         .into_iter()

@@ -195,35 +195,6 @@ pub fn evaluate(kind: RowKind, sizes: &EvalSizes, factors: &EraFactors) -> Resul
     }
 }
 
-/// Runs `jobs` on up to `threads` host threads (each virtual run is single-threaded and
-/// deterministic on its own, so the results do not depend on the order), in input order.
-pub fn parallel_map<T: Sync, R: Send>(
-    jobs: &[T],
-    threads: usize,
-    f: &(dyn Fn(&T) -> R + Sync),
-) -> Vec<R> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let out: Vec<std::sync::Mutex<Option<R>>> =
-        jobs.iter().map(|_| std::sync::Mutex::new(None)).collect();
-    std::thread::scope(|s| {
-        for _ in 0..threads.clamp(1, jobs.len().max(1)) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(job) = jobs.get(i) else { break };
-                let r = f(job);
-                *out[i].lock().expect("no job panics while holding its slot") = Some(r);
-            });
-        }
-    });
-    out.into_iter()
-        .map(|m| {
-            m.into_inner()
-                .expect("no job panicked")
-                .expect("every job ran")
-        })
-        .collect()
-}
-
 /// The factors in [`ERA_FACTORS`] order from the teardown `theta` (ln of zap, free, locked)
 /// and the fault factor.
 pub fn factors_of(theta: &[f64], fault: f64) -> EraFactors {

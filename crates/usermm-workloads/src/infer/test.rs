@@ -47,7 +47,7 @@ fn a_row_runs_the_same_alone_and_beside_another() {
         .iter()
         .map(|k| rows::evaluate(*k, &sizes, &f).unwrap())
         .collect();
-    let together = rows::parallel_map(&jobs, 2, &|k| rows::evaluate(*k, &sizes, &f).unwrap());
+    let together = crate::parallel::map(&jobs, 2, &|k| rows::evaluate(*k, &sizes, &f).unwrap());
     assert_eq!(alone, together);
     // The factors reach the run: the inline free is dearer at twice the zap.
     let g = [1.0, 0.75, 1.25, 1.0];
