@@ -26,7 +26,7 @@
 use std::sync::Arc;
 
 use usermm::config::ThpMode;
-use usermm::mm::mmap::MapFile;
+use usermm::mm::mmap::{MapFile, MapFileAt};
 use usermm::mm::vma::VmFlags;
 use usermm::stats::VmItem;
 use usermm::{CpuId, Machine, MachineConfig, Mm, Task};
@@ -266,10 +266,17 @@ impl EngineBackend {
             MapSource::DevZero => MapFile::DevZero,
         };
         let cpu = self.cpu();
-        let got = match self
-            .mm()
-            .mmap_pgoff(cpu, addr, len, prot, flags, file, offset / PAGE_SIZE)
-        {
+        let got = match self.mm().mmap_pgoff(
+            cpu,
+            addr,
+            len,
+            prot,
+            flags,
+            MapFileAt {
+                file,
+                pgoff: offset / PAGE_SIZE,
+            },
+        ) {
             Ok(a) => a,
             Err(e) => return OpResult::Err(e.0),
         };

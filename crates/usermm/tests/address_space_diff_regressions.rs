@@ -116,25 +116,75 @@ fn dev_zero_offsets() {
     let free0 = free_pages(&m);
     let mm = Mm::new(&m, C0).unwrap();
     let fl = MAP_PRIVATE | MAP_FIXED_NOREPLACE;
-    mm.mmap_pgoff(C0, at(0), 4 * P, RW, fl, MapFile::DevZero, 0)
-        .unwrap();
-    mm.mmap_pgoff(C0, at(4), 4 * P, RW, fl, MapFile::DevZero, 4)
-        .unwrap();
-    mm.mmap_pgoff(C0, at(8), 4 * P, RW, fl, MapFile::DevZero, 16)
-        .unwrap();
+    mm.mmap_pgoff(
+        C0,
+        at(0),
+        4 * P,
+        RW,
+        fl,
+        MapFileAt {
+            file: MapFile::DevZero,
+            pgoff: 0,
+        },
+    )
+    .unwrap();
+    mm.mmap_pgoff(
+        C0,
+        at(4),
+        4 * P,
+        RW,
+        fl,
+        MapFileAt {
+            file: MapFile::DevZero,
+            pgoff: 4,
+        },
+    )
+    .unwrap();
+    mm.mmap_pgoff(
+        C0,
+        at(8),
+        4 * P,
+        RW,
+        fl,
+        MapFileAt {
+            file: MapFile::DevZero,
+            pgoff: 16,
+        },
+    )
+    .unwrap();
     let l = lines(&mm);
     assert_eq!(l.len(), 2, "{l:?}");
     assert_eq!((l[0].0, l[0].1, l[0].3), (at(0), at(8), 0));
     assert_eq!((l[1].0, l[1].1, l[1].3), (at(8), at(12), 16 * P));
     let max_pgoff = (u64::MAX >> 12) - 1;
     assert_eq!(
-        mm.mmap_pgoff(C0, at(16), 2 * P, RW, fl, MapFile::DevZero, max_pgoff),
+        mm.mmap_pgoff(
+            C0,
+            at(16),
+            2 * P,
+            RW,
+            fl,
+            MapFileAt {
+                file: MapFile::DevZero,
+                pgoff: max_pgoff
+            }
+        ),
         Err(Errno::EOVERFLOW)
     );
     // Anonymous memory ignores the offset.
     let anon = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE;
     assert_eq!(
-        mm.mmap_pgoff(C0, at(16), 2 * P, RW, anon, MapFile::None, max_pgoff),
+        mm.mmap_pgoff(
+            C0,
+            at(16),
+            2 * P,
+            RW,
+            anon,
+            MapFileAt {
+                file: MapFile::None,
+                pgoff: max_pgoff
+            }
+        ),
         Ok(at(16))
     );
     exit_and_check(&m, mm, free0);
@@ -218,8 +268,10 @@ fn shared_dev_zero_past_its_object_is_sigbus() {
         4 * P,
         RW,
         MAP_SHARED | MAP_FIXED_NOREPLACE,
-        MapFile::DevZero,
-        2,
+        MapFileAt {
+            file: MapFile::DevZero,
+            pgoff: 2,
+        },
     )
     .unwrap();
     assert_eq!(lines(&mm)[0].3, 2 * P);

@@ -240,7 +240,17 @@ mod outcomes {
         assert_eq!(f.code.signal(), Some("SIGBUS"));
         assert_eq!(f.to_string(), format!("SIGBUS (BUS_ADRERR) at {h2:#x}"));
         let z = mm
-            .mmap_pgoff(C0, 0, 2 * PAGE_SIZE, RW, MAP_SHARED, MapFile::DevZero, 1)
+            .mmap_pgoff(
+                C0,
+                0,
+                2 * PAGE_SIZE,
+                RW,
+                MAP_SHARED,
+                MapFileAt {
+                    file: MapFile::DevZero,
+                    pgoff: 1,
+                },
+            )
             .unwrap();
         t.write_u64(z, 1).expect("offset 1 < i_size 2");
         let f = t.read_u64(z + PAGE_SIZE).unwrap_err();

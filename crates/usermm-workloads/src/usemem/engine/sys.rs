@@ -9,7 +9,7 @@ use std::sync::Arc;
 use usermm::config::TimeMode;
 use usermm::cpu::CpuId;
 use usermm::mm::mman::MREMAP_MAYMOVE;
-use usermm::mm::mmap::MapFile;
+use usermm::mm::mmap::{MapFile, MapFileAt};
 use usermm::vtime::{charge, Cost};
 use usermm::{Mm, Task};
 
@@ -239,7 +239,7 @@ impl Sys for EngineSys {
         let pgoff = (offset as u64) >> 12;
         let a = self
             .mm()
-            .mmap_pgoff(self.cpu(), 0, len, prot, flags, file, pgoff)
+            .mmap_pgoff(self.cpu(), 0, len, prot, flags, MapFileAt { file, pgoff })
             .map_err(errno)?;
         self.record(Mapping {
             addr: a,

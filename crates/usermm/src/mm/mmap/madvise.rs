@@ -15,7 +15,7 @@ use crate::mm::mman::{
 };
 use crate::mm::mmu_gather::{FullMm, MmuGather};
 use crate::mm::shmem::Shmem;
-use crate::mm::vma::{VmFlags, VmaKind, VmaTree};
+use crate::mm::vma::{VmFlags, Vma, VmaKind, VmaTree};
 use crate::mm::Mm;
 
 impl Mm {
@@ -23,28 +23,7 @@ impl Mm {
     #[doc(alias = "do_madvise")]
     pub fn madvise(&self, cpu: CpuId, addr: u64, len: u64, advice: i32) -> Result<(), Errno> {
         crate::sync::charge(crate::sync::Cost::Syscall, 1);
-        let (set, clear): (VmFlags, VmFlags) = match advice {
-            MADV_NORMAL => (
-                VmFlags(0),
-                VmFlags(VmFlags::VM_SEQ_READ.0 | VmFlags::VM_RAND_READ.0),
-            ),
-            MADV_RANDOM => (VmFlags::VM_RAND_READ, VmFlags::VM_SEQ_READ),
-            MADV_SEQUENTIAL => (VmFlags::VM_SEQ_READ, VmFlags::VM_RAND_READ),
-            MADV_DONTFORK => (VmFlags::VM_DONTCOPY, VmFlags(0)),
-            MADV_DOFORK => (VmFlags(0), VmFlags::VM_DONTCOPY),
-            MADV_DONTDUMP => (VmFlags::VM_DONTDUMP, VmFlags(0)),
-            MADV_DODUMP => (VmFlags(0), VmFlags::VM_DONTDUMP),
-            MADV_WIPEONFORK => (VmFlags::VM_WIPEONFORK, VmFlags(0)),
-            MADV_KEEPONFORK => (VmFlags(0), VmFlags::VM_WIPEONFORK),
-            MADV_HUGEPAGE => (VmFlags::VM_HUGEPAGE, VmFlags::VM_NOHUGEPAGE),
-            MADV_NOHUGEPAGE => (VmFlags::VM_NOHUGEPAGE, VmFlags::VM_HUGEPAGE),
-            // ksm_madvise (CONFIG_KSM=y): only the flag; there is no KSM daemon.
-            MADV_MERGEABLE => (VmFlags::VM_MERGEABLE, VmFlags(0)),
-            MADV_UNMERGEABLE => (VmFlags(0), VmFlags::VM_MERGEABLE),
-            MADV_WILLNEED | MADV_DONTNEED | MADV_FREE | MADV_COLD | MADV_PAGEOUT
-            | MADV_POPULATE_READ | MADV_POPULATE_WRITE | MADV_REMOVE => (VmFlags(0), VmFlags(0)),
-            _ => return Err(Errno::EINVAL),
-        };
+        let (set, clear) = madvise_flags(advice)?;
         if !addr.is_multiple_of(PAGE_SIZE) {
             return Err(Errno::EINVAL);
         }
@@ -98,38 +77,7 @@ impl Mm {
                 let (vflags, vkind) = (vma.flags, vma.kind);
                 match advice {
                     MADV_DONTNEED | MADV_FREE | MADV_REMOVE => {
-                        if vflags.intersects(VmFlags(
-                            VmFlags::VM_LOCKED.0 | VmFlags::VM_PFNMAP.0 | VmFlags::VM_HUGETLB.0,
-                        )) {
-                            return Err(Errno::EINVAL);
-                        }
-                        match advice {
-                            MADV_DONTNEED => self.zap_page_range(cpu, start, tmp),
-                            MADV_FREE if !matches!(vkind, VmaKind::Anon | VmaKind::DevZero) => {
-                                return Err(Errno::EINVAL)
-                            }
-                            MADV_FREE => self.split_partial_thps(cpu, start, tmp),
-                            // madvise_remove: no file → EINVAL; a file not mapped shared-writable
-                            // (private /dev/zero) → EACCES.
-                            MADV_REMOVE if matches!(vkind, VmaKind::DevZero) => {
-                                return Err(Errno::EACCES)
-                            }
-                            MADV_REMOVE if !matches!(vkind, VmaKind::SharedAnon) => {
-                                return Err(Errno::EINVAL)
-                            }
-                            MADV_REMOVE => {
-                                self.zap_page_range(cpu, start, tmp);
-                                if let Some(obj) = &vma.shmem {
-                                    let (index, nr) = (
-                                        vma.pgoff + ((start - vma.start) >> 12),
-                                        (tmp - start) >> 12,
-                                    );
-                                    obj.punch_hole(index, nr);
-                                    punched.push((Arc::clone(obj), index, nr));
-                                }
-                            }
-                            _ => {}
-                        }
+                        self.madvise_dontneed_free(cpu, advice, vma, start, tmp, &mut punched)?
                     }
                     // Only memory without a file (not even /dev/zero) can be wiped on fork.
                     MADV_WIPEONFORK if !matches!(vkind, VmaKind::Anon) => {
@@ -183,6 +131,54 @@ impl Mm {
             self.unmap_punched_in_family(cpu, &punched);
         }
         r
+    }
+
+    /// `MADV_DONTNEED`, `MADV_FREE` and `MADV_REMOVE` over `[start, end)` of one VMA
+    /// (`madvise_dontneed_free`, `madvise_remove`): a hole punched in a shmem object is
+    /// recorded in `punched`, to be unmapped from the object's other mappings once the mmap
+    /// lock is dropped.
+    #[doc(alias = "madvise_remove")]
+    fn madvise_dontneed_free(
+        &self,
+        cpu: CpuId,
+        advice: i32,
+        vma: &Vma,
+        start: u64,
+        end: u64,
+        punched: &mut Vec<(Arc<Shmem>, u64, u64)>,
+    ) -> Result<(), Errno> {
+        let (vflags, vkind) = (vma.flags, vma.kind);
+        if vflags.intersects(VmFlags(
+            VmFlags::VM_LOCKED.0 | VmFlags::VM_PFNMAP.0 | VmFlags::VM_HUGETLB.0,
+        )) {
+            return Err(Errno::EINVAL);
+        }
+        match advice {
+            MADV_DONTNEED => self.zap_page_range(cpu, start, end),
+            MADV_FREE if !matches!(vkind, VmaKind::Anon | VmaKind::DevZero) => {
+                return Err(Errno::EINVAL);
+            }
+            MADV_FREE => self.split_partial_thps(cpu, start, end),
+            // madvise_remove: no file → EINVAL; a file not mapped shared-writable
+            // (private /dev/zero) → EACCES.
+            MADV_REMOVE if matches!(vkind, VmaKind::DevZero) => {
+                return Err(Errno::EACCES);
+            }
+            MADV_REMOVE if !matches!(vkind, VmaKind::SharedAnon) => {
+                return Err(Errno::EINVAL);
+            }
+            MADV_REMOVE => {
+                self.zap_page_range(cpu, start, end);
+                if let Some(obj) = &vma.shmem {
+                    let (index, nr) =
+                        (vma.pgoff + ((start - vma.start) >> 12), (end - start) >> 12);
+                    obj.punch_hole(index, nr);
+                    punched.push((Arc::clone(obj), index, nr));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     /// `unmap_mapping_range` after `shmem_fallocate(PUNCH_HOLE)`: zap the punched indices of
@@ -289,4 +285,33 @@ impl Mm {
         zap_range(&mut tlb, self, start, end);
         let _ = tlb.finish();
     }
+}
+
+/// The VMA flags `advice` sets and clears (`madvise_update_vma`'s new flags; none for an
+/// advice that acts on the pages), or `EINVAL` for an advice the kernel does not know
+/// (`madvise_behavior_valid`).
+#[doc(alias = "madvise_behavior_valid")]
+fn madvise_flags(advice: i32) -> Result<(VmFlags, VmFlags), Errno> {
+    Ok(match advice {
+        MADV_NORMAL => (
+            VmFlags(0),
+            VmFlags(VmFlags::VM_SEQ_READ.0 | VmFlags::VM_RAND_READ.0),
+        ),
+        MADV_RANDOM => (VmFlags::VM_RAND_READ, VmFlags::VM_SEQ_READ),
+        MADV_SEQUENTIAL => (VmFlags::VM_SEQ_READ, VmFlags::VM_RAND_READ),
+        MADV_DONTFORK => (VmFlags::VM_DONTCOPY, VmFlags(0)),
+        MADV_DOFORK => (VmFlags(0), VmFlags::VM_DONTCOPY),
+        MADV_DONTDUMP => (VmFlags::VM_DONTDUMP, VmFlags(0)),
+        MADV_DODUMP => (VmFlags(0), VmFlags::VM_DONTDUMP),
+        MADV_WIPEONFORK => (VmFlags::VM_WIPEONFORK, VmFlags(0)),
+        MADV_KEEPONFORK => (VmFlags(0), VmFlags::VM_WIPEONFORK),
+        MADV_HUGEPAGE => (VmFlags::VM_HUGEPAGE, VmFlags::VM_NOHUGEPAGE),
+        MADV_NOHUGEPAGE => (VmFlags::VM_NOHUGEPAGE, VmFlags::VM_HUGEPAGE),
+        // ksm_madvise (CONFIG_KSM=y): only the flag; there is no KSM daemon.
+        MADV_MERGEABLE => (VmFlags::VM_MERGEABLE, VmFlags(0)),
+        MADV_UNMERGEABLE => (VmFlags(0), VmFlags::VM_MERGEABLE),
+        MADV_WILLNEED | MADV_DONTNEED | MADV_FREE | MADV_COLD | MADV_PAGEOUT
+        | MADV_POPULATE_READ | MADV_POPULATE_WRITE | MADV_REMOVE => (VmFlags(0), VmFlags(0)),
+        _ => return Err(Errno::EINVAL),
+    })
 }

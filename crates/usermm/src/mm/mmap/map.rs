@@ -5,7 +5,7 @@
 //! [`OwnedPages`]: the VMAs that map it hold it, munmap's zap leaves it alone, and it is freed
 //! with the last of them (`vm_ops->close`), so no handle can free frames a PTE still maps.
 
-use super::{floor_ceiling, MapFile};
+use super::{floor_ceiling, MapFile, MapFileAt};
 use crate::addr::{align_up, PAGE_SIZE, PMD_SIZE, TASK_SIZE};
 use crate::cpu::CpuId;
 use crate::error::Errno;
@@ -31,13 +31,13 @@ impl Mm {
         flags: u32,
         file: MapFile,
     ) -> Result<u64, Errno> {
-        self.mmap_pgoff(cpu, addr, len, prot, flags, file, 0)
+        self.mmap_pgoff(cpu, addr, len, prot, flags, file.into())
     }
 
-    /// `mmap(addr, len, prot, flags, fd, pgoff << PAGE_SHIFT)`: `pgoff` is the file offset in
-    /// pages (it places and names a `/dev/zero` mapping; anonymous memory ignores it).
+    /// `mmap(addr, len, prot, flags, fd, pgoff << PAGE_SHIFT)`: `src` is the file and the
+    /// offset in it in pages (the offset places and names a `/dev/zero` mapping; anonymous
+    /// memory ignores it).
     #[doc(alias = "do_mmap")]
-    #[expect(clippy::too_many_arguments)]
     pub fn mmap_pgoff(
         &self,
         cpu: CpuId,
@@ -45,9 +45,9 @@ impl Mm {
         len: u64,
         prot: u32,
         flags: u32,
-        file: MapFile,
-        pgoff: u64,
+        src: MapFileAt,
     ) -> Result<u64, Errno> {
+        let MapFileAt { file, pgoff } = src;
         crate::sync::charge(crate::sync::Cost::Syscall, 1);
         if flags & MAP_ANONYMOUS == 0 && file == MapFile::None {
             return Err(Errno::EBADF);
@@ -127,24 +127,7 @@ impl Mm {
         if flags & MAP_GROWSDOWN != 0 && (shared || !anon) {
             return Err(Errno::EINVAL);
         }
-        let mut vmf = VmFlags::from_prot(prot)
-            .union(VmFlags::VM_MAYREAD)
-            .union(VmFlags::VM_MAYWRITE)
-            .union(VmFlags::VM_MAYEXEC);
-        if shared {
-            vmf = vmf.union(VmFlags::VM_SHARED).union(VmFlags::VM_MAYSHARE);
-        }
-        if flags & MAP_LOCKED != 0 {
-            vmf = vmf.union(VmFlags::VM_LOCKED);
-        }
-        if flags & MAP_NORESERVE != 0 {
-            vmf = vmf.union(VmFlags::VM_NORESERVE);
-        } else if !shared && prot & PROT_WRITE != 0 {
-            vmf = vmf.union(VmFlags::VM_ACCOUNT);
-        }
-        if flags & MAP_GROWSDOWN != 0 {
-            vmf = vmf.union(VmFlags::VM_GROWSDOWN);
-        }
+        let mut vmf = mmap_vm_flags(prot, flags, shared);
         let kind = if hugetlb {
             vmf = vmf.union(VmFlags::VM_HUGETLB).union(VmFlags::VM_DONTEXPAND);
             if self.machine().phys().hugetlb_free() < len / PMD_SIZE {
@@ -302,4 +285,29 @@ impl Mm {
         tree.insert_or_merge(vma);
         Ok(start)
     }
+}
+
+/// The VMA flags of a new mapping (`calc_vm_prot_bits` and `calc_vm_flag_bits` with
+/// `do_mmap`'s own): from `prot`, the `MAP_` flags, and whether it is shared.
+#[doc(alias = "calc_vm_flag_bits")]
+fn mmap_vm_flags(prot: u32, flags: u32, shared: bool) -> VmFlags {
+    let mut vmf = VmFlags::from_prot(prot)
+        .union(VmFlags::VM_MAYREAD)
+        .union(VmFlags::VM_MAYWRITE)
+        .union(VmFlags::VM_MAYEXEC);
+    if shared {
+        vmf = vmf.union(VmFlags::VM_SHARED).union(VmFlags::VM_MAYSHARE);
+    }
+    if flags & MAP_LOCKED != 0 {
+        vmf = vmf.union(VmFlags::VM_LOCKED);
+    }
+    if flags & MAP_NORESERVE != 0 {
+        vmf = vmf.union(VmFlags::VM_NORESERVE);
+    } else if !shared && prot & PROT_WRITE != 0 {
+        vmf = vmf.union(VmFlags::VM_ACCOUNT);
+    }
+    if flags & MAP_GROWSDOWN != 0 {
+        vmf = vmf.union(VmFlags::VM_GROWSDOWN);
+    }
+    vmf
 }

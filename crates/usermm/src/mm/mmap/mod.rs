@@ -62,6 +62,22 @@ pub enum MapFile {
     DevZero,
 }
 
+/// What a mapping maps (`do_mmap`'s `file` and `pgoff`): a file, or none for anonymous
+/// memory, and the offset in it in pages. The offset places and names a `/dev/zero` mapping;
+/// anonymous memory ignores it but for the overflow check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MapFileAt {
+    pub file: MapFile,
+    pub pgoff: u64,
+}
+
+impl From<MapFile> for MapFileAt {
+    /// `file` from its start.
+    fn from(file: MapFile) -> Self {
+        MapFileAt { file, pgoff: 0 }
+    }
+}
+
 /// The floor and ceiling for freeing tables of `[start, end)`: the end of the previous VMA
 /// and the start of the next (0 = no limit).
 fn floor_ceiling(tree: &VmaTree, start: u64, end: u64) -> (u64, u64) {
