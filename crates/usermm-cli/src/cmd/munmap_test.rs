@@ -251,12 +251,23 @@ fn lat_cells(l: &Latency) -> [String; 5] {
     ]
 }
 
-/// The text rendering of a run.
+/// The text rendering of a run: what ran, the seed's trace beside ours, the hold times, the
+/// faulters' latencies, the lock over the window, and the headline.
 pub fn render(r: &MunmapTestResult) -> String {
+    let mut s = render_header(r);
+    s += &render_traces(r);
+    s += &render_holds(r);
+    s += &render_latency(r);
+    s += &render_lock(r);
+    s += &render_summary(r);
+    s
+}
+
+/// What ran: the mapping, the faulters, the machine and the clock.
+fn render_header(r: &MunmapTestResult) -> String {
     let o = &r.opts;
     let m = &o.machine;
-    let (v, p) = (&r.vanilla.median, &r.patched.median);
-    let mut s = format!(
+    format!(
         "usermm munmap-test {}: one mapping of {} pages (4 KiB, thp={:?}, backing={:?}) unmapped while {} thread(s) \
 write-fault in VMAs of their own (each {}; MADV_DONTNEED after each pass). Machine: {} CPUs, {} node(s), mem {}; \
 host: {} CPU(s). {} run(s) per policy, each on a fresh machine; figures are medians.\nusermm's times: {}.\n\n",
@@ -272,7 +283,13 @@ host: {} CPU(s). {} run(s) per policy, each on a fresh machine; figures are medi
         r.host_cpus,
         o.repeat,
         r.time,
-    );
+    )
+}
+
+/// The seed's function-graph trace of its patched munmap, and ours of both policies.
+fn render_traces(r: &MunmapTestResult) -> String {
+    let (v, p) = (&r.vanilla.median, &r.patched.median);
+    let mut s = String::new();
     let seed = &r.seed;
     s += &format!(
         "The seed ({}, {}, {}), patched kernel:\n",
@@ -297,6 +314,13 @@ host: {} CPU(s). {} run(s) per policy, each on a fresh machine; figures are medi
     s += &ftrace("usermm-munmap", 0, 0.0, "__vm_munmap", v.total_ns, None, 0);
     s += "\n";
 
+    s
+}
+
+/// The exclusive hold, the zap under the read lock and the totals, seed beside usermm.
+fn render_holds(r: &MunmapTestResult) -> String {
+    let o = &r.opts;
+    let (v, p) = (&r.vanilla.median, &r.patched.median);
     let mut t = Table::new(
         format!(
             "munmap of {} (medians; seed measured, usermm {})",
@@ -360,9 +384,12 @@ host: {} CPU(s). {} run(s) per policy, each on a fresh machine; figures are medi
         format!("{}/{}", p.downgraded_runs, o.repeat),
         "".into(),
     ]);
-    s += &t.render_text();
-    s += "\n";
+    t.render_text() + "\n"
+}
 
+/// The faulters' write-fault latency by policy and window.
+fn render_latency(r: &MunmapTestResult) -> String {
+    let o = &r.opts;
     let mut t = Table::new(
         "faulters' write faults in their own VMAs: latency (medians over runs)",
         ["", "faults", "p50", "p99", "p99.9", "max"],
@@ -384,9 +411,12 @@ host: {} CPU(s). {} run(s) per policy, each on a fresh machine; figures are medi
         }
         row("during the munmap", &med.during);
     }
-    s += &t.render_text();
-    s += "\n";
+    t.render_text() + "\n"
+}
 
+/// `mmap_lock`'s lock_stat over the munmap window, and what the faulters saw of it.
+fn render_lock(r: &MunmapTestResult) -> String {
+    let o = &r.opts;
     let mut t = Table::new(
         "mmap_lock over the munmap window (lock_stat; median run of each policy)",
         ["", "vanilla", "patched", "per-VMA lock"],
@@ -481,9 +511,14 @@ host: {} CPU(s). {} run(s) per policy, each on a fresh machine; figures are medi
             }),
         );
     }
-    s += &t.render_text();
-    s += "\n";
+    t.render_text() + "\n"
+}
 
+/// The headline: the hold, the faulters' p99, and the per-VMA lock's.
+fn render_summary(r: &MunmapTestResult) -> String {
+    let o = &r.opts;
+    let (v, p) = (&r.vanilla.median, &r.patched.median);
+    let mut s = String::new();
     let q = &r.ratio;
     s += &format!(
         "exclusive hold: {} vanilla → {} patched ({} shorter); the zap ({}) moved under the read lock.\n",
