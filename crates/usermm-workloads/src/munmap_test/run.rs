@@ -202,20 +202,10 @@ pub fn run_once(
     Ok(r)
 }
 
-/// The body of [`run_once`], on the machine's clock.
-fn run_on(
-    machine: &Arc<Machine>,
-    config: &MachineConfig,
-    opts: &MunmapTestOpts,
-) -> Result<RunResult, MunmapTestError> {
+/// The faulters' VMAs, at fixed addresses far from the big one (mapped before it).
+fn map_faulter_vmas(mm: &Arc<Mm>, opts: &MunmapTestOpts) -> Result<Vec<u64>, MunmapTestError> {
     let cpu0 = CpuId(0);
-    let mm = Mm::new(machine, cpu0).map_err(|errno| MunmapTestError::Syscall {
-        op: "mm_alloc",
-        errno,
-    })?;
-    let rw = PROT_READ | PROT_WRITE;
-    let anon = MAP_PRIVATE | MAP_ANONYMOUS;
-    // The faulters' VMAs first, at fixed addresses far from the big one.
+    let (rw, anon) = (PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
     let mut vmas = Vec::new();
     for i in 0..u64::from(opts.faulters) {
         let hint = FAULTER_BASE + i * FAULTER_SLOT;
@@ -232,6 +222,57 @@ fn run_on(
         )?;
         vmas.push(a);
     }
+    Ok(vmas)
+}
+
+/// The three windows (baseline, loaded baseline, during the munmap) from every faulter's
+/// histograms: latencies merged, and each stall counted only for its part inside its window
+/// (`bounds`, on the clock).
+fn merge_windows(
+    hists: Vec<std::thread::Result<FaulterHists>>,
+    windows_ns: [u64; 3],
+    bounds: [(u64, u64); 3],
+) -> Result<[Window; 3], MunmapTestError> {
+    let mut faults = [histogram(), histogram(), histogram()];
+    let mut madvise = [histogram(), histogram(), histogram()];
+    let mut errors = [0u64; 3];
+    let mut stalled = [0u64; 3];
+    for h in hists {
+        let h = h.map_err(|_| MunmapTestError::Faulter)?;
+        for w in 0..3 {
+            faults[w].add(&h.faults[w]).expect("same bounds");
+            madvise[w].add(&h.madvise[w]).expect("same bounds");
+            errors[w] += h.errors[w];
+        }
+        // Only the part of a stall inside its window counts (one straddling the window's
+        // start or end was counted whole, past 100 % of the window).
+        for &(w, start, end) in &h.stalls {
+            stalled[w] += clipped((start, end), bounds[w]);
+        }
+    }
+    Ok(std::array::from_fn(|w| Window {
+        ns: windows_ns[w],
+        faults: Latency::of(&faults[w]),
+        madvise: Latency::of(&madvise[w]),
+        errors: errors[w],
+        stalled_ns: stalled[w],
+    }))
+}
+
+/// The body of [`run_once`], on the machine's clock.
+fn run_on(
+    machine: &Arc<Machine>,
+    config: &MachineConfig,
+    opts: &MunmapTestOpts,
+) -> Result<RunResult, MunmapTestError> {
+    let cpu0 = CpuId(0);
+    let mm = Mm::new(machine, cpu0).map_err(|errno| MunmapTestError::Syscall {
+        op: "mm_alloc",
+        errno,
+    })?;
+    let rw = PROT_READ | PROT_WRITE;
+    let anon = MAP_PRIVATE | MAP_ANONYMOUS;
+    let vmas = map_faulter_vmas(&mm, opts)?;
     let big = sys(
         "mmap",
         mm.mmap(cpu0, 0, opts.size, rw, anon | MAP_NORESERVE, MapFile::None),
@@ -324,30 +365,7 @@ fn run_on(
         handles.into_iter().map(|h| h.join()).collect()
     });
     let unmap = sys("munmap", unmap)?;
-    let mut faults = [histogram(), histogram(), histogram()];
-    let mut madvise = [histogram(), histogram(), histogram()];
-    let mut errors = [0u64; 3];
-    let mut stalled = [0u64; 3];
-    for h in hists {
-        let h = h.map_err(|_| MunmapTestError::Faulter)?;
-        for w in 0..3 {
-            faults[w].add(&h.faults[w]).expect("same bounds");
-            madvise[w].add(&h.madvise[w]).expect("same bounds");
-            errors[w] += h.errors[w];
-        }
-        // Only the part of a stall inside its window counts (one straddling the window's
-        // start or end was counted whole, past 100 % of the window).
-        for &(w, start, end) in &h.stalls {
-            stalled[w] += clipped((start, end), bounds[w]);
-        }
-    }
-    let window = |w: usize| Window {
-        ns: windows_ns[w],
-        faults: Latency::of(&faults[w]),
-        madvise: Latency::of(&madvise[w]),
-        errors: errors[w],
-        stalled_ns: stalled[w],
-    };
+    let [baseline, baseline_loaded, during] = merge_windows(hists, windows_ns, bounds)?;
     drop(mm);
     let other_ns = unmap
         .total_ns
@@ -361,8 +379,8 @@ fn run_on(
         lock_munmap,
         lock_baseline,
         vma_lock,
-        baseline: window(0),
-        baseline_loaded: loaded_baseline.then(|| window(1)),
-        during: window(2),
+        baseline,
+        baseline_loaded: loaded_baseline.then_some(baseline_loaded),
+        during,
     })
 }
