@@ -342,16 +342,11 @@ pub fn busybox() -> Option<ExitCode> {
     Some(ExitCode::from(code))
 }
 
-/// Run usemem as `name` with usemem's `args` and usermm's flags `mine`; usemem's exit status.
-fn run_usemem(
-    name: &str,
-    args: &[String],
-    mine: &[String],
-    json: bool,
-    link: bool,
-) -> anyhow::Result<i32> {
-    let own = match OwnFlags::try_parse_from(mine) {
-        Ok(o) => o,
+/// usermm's own flags (`mine`), or one usage line naming the one at fault (`link`: they came
+/// from `USERMM_*` variables).
+fn parse_own_flags(mine: &[String], link: bool) -> anyhow::Result<OwnFlags> {
+    match OwnFlags::try_parse_from(mine) {
+        Ok(o) => Ok(o),
         Err(e) => {
             let words: Vec<String> = e
                 .render()
@@ -367,22 +362,16 @@ fn run_usemem(
             } else {
                 ""
             };
-            return usage(format!("usemem: {msg}{from}"));
+            usage(format!("usemem: {msg}{from}"))
         }
-    };
-    let json = json || own.json;
-    let help = engine_help(link);
-    // A `usemem` link's stderr carries usemem's lines only, unless the notes are asked for.
-    let quiet_notes = link && !env_on(NOTES_VAR);
-    let posixly = std::env::var_os("POSIXLY_CORRECT").is_some();
-    let opts = preview(args);
-    if let Some(why) = opts.never_ends() {
-        // On every clock and on the host: a run that cannot end is refused, not started.
-        return usage(format!("usemem: {why}"));
     }
+}
+
+/// `-p FILE` with `-d`: usemem appends to it only at the detach, after the work, so a link,
+/// a device or a file that is not a pid file is refused now, in one line (`append_pid`
+/// refuses it again when it writes).
+fn check_pid_file(opts: &UsememOpts) -> anyhow::Result<()> {
     if let Some(pf) = opts.pid_file.as_ref().filter(|_| opts.detach) {
-        // usemem appends to it only at -d's detach, after the work: a link or a device there
-        // is refused now, in one line (`append_pid` refuses it again when it writes).
         let path = std::path::Path::new(pf);
         let label = format!("usemem: -p {pf}");
         if usermm_host::files::check_output(&label, path)?.is_some() {
@@ -393,22 +382,11 @@ fn run_usemem(
             }
         }
     }
-    if own.host {
-        let t = &own.engine.time;
-        if t.is_virtual() || t.profile.is_some() || !t.scale_cost.is_empty() {
-            return usage(
-                "usemem --host: --time virtual, --profile and --scale-cost do not apply: \
-                 the host kernel runs on the wall clock",
-            );
-        }
-        if opts.uses_sigusr1() {
-            usermm_host::usemem::block_sigusr1();
-        }
-        let mut p = HostPlatform::new()
-            .map_err(|e| anyhow::anyhow!("usemem --host: errno {e}"))?
-            .quiet_notes(quiet_notes);
-        return Ok(p.run(name, args, posixly, &help).status);
-    }
+    Ok(())
+}
+
+/// The engine's bounds on workers and sizes, before a machine is shaped for them.
+fn check_sizes(opts: &UsememOpts, own: &OwnFlags) -> anyhow::Result<()> {
     if opts.workers() > MAX_WORKERS {
         return usage(format!(
             "usemem: {} workers (-n {} × -t {}); the engine runs at most {MAX_WORKERS}, one host thread each",
@@ -425,7 +403,7 @@ fn run_usemem(
             human_bytes(MAX_MEM_BYTES)
         ));
     }
-    if own.engine.mem.is_none() && default_need(&opts) > MAX_MEM_BYTES {
+    if own.engine.mem.is_none() && default_need(opts) > MAX_MEM_BYTES {
         return usage(format!(
             "usemem: SIZE {} × {} worker(s) needs more than the {} of emulated RAM a machine can have; size it with --mem",
             human_bytes(opts.size),
@@ -433,9 +411,14 @@ fn run_usemem(
             human_bytes(MAX_MEM_BYTES)
         ));
     }
-    let config = own
-        .engine
-        .to_config(default_config(&opts, own.ab))
+    Ok(())
+}
+
+/// The machine: usermm's flags over usemem's default (a CPU per worker), its usage errors
+/// said in usemem's terms.
+fn engine_config(own: &OwnFlags, opts: &UsememOpts, link: bool) -> anyhow::Result<MachineConfig> {
+    own.engine
+        .to_config(default_config(opts, own.ab))
         .map_err(|e| match (link, e.downcast_ref::<UsageError>()) {
             (true, Some(u)) => UsageError(format!("{u} (from USERMM_* variables)")).into(),
             // The default machine's CPUs come from the workers: name them, and the fix.
@@ -453,32 +436,75 @@ fn run_usemem(
                 .into()
             }
             _ => e,
-        })?;
-    {
-        // What the walks allocate of the machine's RAM: one copy per worker, and the
-        // parent's with --prealloc (read-only walks map the zero page).
-        let copies = opts
-            .workers()
-            .max(1)
-            .saturating_add(u64::from(opts.prealloc));
-        let data = if opts.readonly && !opts.shm_lock {
-            0
-        } else {
-            opts.size.min(config.mem)
+        })
+}
+
+/// What the walks allocate of the machine's RAM fits the machine (and the host): one copy
+/// per worker, and the parent's with --prealloc (read-only walks map the zero page).
+fn check_walk_memory(opts: &UsememOpts, config: &MachineConfig) -> anyhow::Result<()> {
+    let copies = opts
+        .workers()
+        .max(1)
+        .saturating_add(u64::from(opts.prealloc));
+    let data = if opts.readonly && !opts.shm_lock {
+        0
+    } else {
+        opts.size.min(config.mem)
+    };
+    let touched = copies.saturating_mul(data).min(config.mem);
+    let touched = touched.saturating_add(touched / 512);
+    super::check_machine_memory(config, touched, 0, || {
+        let hint = match config.backing {
+            BackingMode::Full => " (pass --backing sparse)",
+            BackingMode::Sparse => "",
         };
-        let touched = copies.saturating_mul(data).min(config.mem);
-        let touched = touched.saturating_add(touched / 512);
-        super::check_machine_memory(&config, touched, 0, || {
-            let hint = match config.backing {
-                BackingMode::Full => " (pass --backing sparse)",
-                BackingMode::Sparse => "",
-            };
-            format!(
-                "usemem: SIZE {} × {copies} cop(ies): the machine's memory for them{hint}",
-                human_bytes(opts.size)
-            )
-        })?;
+        format!(
+            "usemem: SIZE {} × {copies} cop(ies): the machine's memory for them{hint}",
+            human_bytes(opts.size)
+        )
+    })?;
+    Ok(())
+}
+
+/// Run usemem as `name` with usemem's `args` and usermm's flags `mine`; usemem's exit status.
+fn run_usemem(
+    name: &str,
+    args: &[String],
+    mine: &[String],
+    json: bool,
+    link: bool,
+) -> anyhow::Result<i32> {
+    let own = parse_own_flags(mine, link)?;
+    let json = json || own.json;
+    let help = engine_help(link);
+    // A `usemem` link's stderr carries usemem's lines only, unless the notes are asked for.
+    let quiet_notes = link && !env_on(NOTES_VAR);
+    let posixly = std::env::var_os("POSIXLY_CORRECT").is_some();
+    let opts = preview(args);
+    if let Some(why) = opts.never_ends() {
+        // On every clock and on the host: a run that cannot end is refused, not started.
+        return usage(format!("usemem: {why}"));
     }
+    check_pid_file(&opts)?;
+    if own.host {
+        let t = &own.engine.time;
+        if t.is_virtual() || t.profile.is_some() || !t.scale_cost.is_empty() {
+            return usage(
+                "usemem --host: --time virtual, --profile and --scale-cost do not apply: \
+                 the host kernel runs on the wall clock",
+            );
+        }
+        if opts.uses_sigusr1() {
+            usermm_host::usemem::block_sigusr1();
+        }
+        let mut p = HostPlatform::new()
+            .map_err(|e| anyhow::anyhow!("usemem --host: errno {e}"))?
+            .quiet_notes(quiet_notes);
+        return Ok(p.run(name, args, posixly, &help).status);
+    }
+    check_sizes(&opts, &own)?;
+    let config = engine_config(&own, &opts, link)?;
+    check_walk_memory(&opts, &config)?;
     if config.time.mode == TimeMode::Virtual {
         if let Some(what) = opts.waits_outside() {
             return usage(format!(
