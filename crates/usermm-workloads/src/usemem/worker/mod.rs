@@ -488,16 +488,7 @@ impl<'a, S: Sys> Worker<'a, S> {
     fn units(&mut self) -> R<()> {
         let o = self.opts().clone();
         if o.random || o.signal_read_random {
-            let mut seed = self.proc.seed.load(Relaxed);
-            if seed == 0 {
-                seed = self.sys.time() ^ (self.sys.tid() as i64 as u64);
-                // The process's first thread to get here chooses; the others use its seed.
-                seed = match self.proc.seed.compare_exchange(0, seed, Relaxed, Relaxed) {
-                    Ok(_) => seed,
-                    Err(other) => other,
-                };
-            }
-            self.rng = Rand48::new(seed);
+            self.seed_rng();
         }
         let unit = o.unit_bytes();
         if !o.sync_rw {
@@ -536,35 +527,7 @@ impl<'a, S: Sys> Worker<'a, S> {
             (self.rec.bytes, self.rec.usecs, self.rec.kb_per_sec) = (unit_bytes, usecs, kbps);
         }
         if o.read_again && unit_bytes != 0 {
-            if self.proc.prealloc.is_some() {
-                // usemem never fills its pointer array with -P: it reads one it did not set.
-                return Err(self.killed(Stop::Signal {
-                    name: "SIGSEGV",
-                    detail: "-Z with -P reads a pointer usemem never set".into(),
-                }));
-            }
-            self.proc.set_start(self.sys.now_us());
-            let mut rw = 0u64;
-            let repeats = o.repeats();
-            for &(p, len) in &ptrs {
-                let mut rep = 0;
-                while rep < repeats {
-                    if rep > 0 && !o.quiet {
-                        self.out(".");
-                    }
-                    rw += self.rw_once(p, len, true, Some(&mut rep), repeats, false)?;
-                    if let Some(mode) = o.msync {
-                        if len > 0 {
-                            if let Err(e) = self.sys.msync(p, len, mode.flag()) {
-                                return Err(self
-                                    .fail(format!("msync failed with error {} \n", strerror(e))));
-                            }
-                        }
-                    }
-                    rep += 1;
-                }
-            }
-            self.statistics(rw, "read again ");
+            self.read_again(&ptrs)?;
         }
         if o.detach {
             // usemem's detach forks: the half that exits flushes what its buffer still holds
@@ -575,10 +538,79 @@ impl<'a, S: Sys> Worker<'a, S> {
             }
             self.sys.detach();
         }
+        self.mlock_and_punch(&ptrs)?;
+        self.signal_phases(buffer)?;
+        if o.sleep_secs > 0 {
+            self.sys.sleep_secs(o.sleep_secs as u64);
+        }
+        if o.sync_free {
+            self.sys.ready(Gate::Free);
+        }
+        self.alive()?;
+        if self.proc.prealloc.is_none() && nptr <= MAX_POINTERS {
+            self.free_units(&ptrs);
+        }
+        Ok(())
+    }
+
+    /// `-r`/`-R`: the random generator, seeded once per process (its first thread to get
+    /// here chooses; the others use its seed).
+    fn seed_rng(&mut self) {
+        let mut seed = self.proc.seed.load(Relaxed);
+        if seed == 0 {
+            seed = self.sys.time() ^ (self.sys.tid() as i64 as u64);
+            // The process's first thread to get here chooses; the others use its seed.
+            seed = match self.proc.seed.compare_exchange(0, seed, Relaxed, Relaxed) {
+                Ok(_) => seed,
+                Err(other) => other,
+            };
+        }
+        self.rng = Rand48::new(seed);
+    }
+
+    /// `-Z`: read every unit again (`-R N` times), after the first pass's statistics.
+    fn read_again(&mut self, ptrs: &[(u64, u64)]) -> R<()> {
+        let o = self.opts().clone();
+        if self.proc.prealloc.is_some() {
+            // usemem never fills its pointer array with -P: it reads one it did not set.
+            return Err(self.killed(Stop::Signal {
+                name: "SIGSEGV",
+                detail: "-Z with -P reads a pointer usemem never set".into(),
+            }));
+        }
+        self.proc.set_start(self.sys.now_us());
+        let mut rw = 0u64;
+        let repeats = o.repeats();
+        for &(p, len) in ptrs {
+            let mut rep = 0;
+            while rep < repeats {
+                if rep > 0 && !o.quiet {
+                    self.out(".");
+                }
+                rw += self.rw_once(p, len, true, Some(&mut rep), repeats, false)?;
+                if let Some(mode) = o.msync {
+                    if len > 0 {
+                        if let Err(e) = self.sys.msync(p, len, mode.flag()) {
+                            return Err(
+                                self.fail(format!("msync failed with error {} \n", strerror(e)))
+                            );
+                        }
+                    }
+                }
+                rep += 1;
+            }
+        }
+        self.statistics(rw, "read again ");
+        Ok(())
+    }
+
+    /// `-L` (mlock) and `--punch-holes` over the units, or over the `-P` buffer.
+    fn mlock_and_punch(&mut self, ptrs: &[(u64, u64)]) -> R<()> {
+        let o = self.opts().clone();
         if o.mlock {
             let ranges: Vec<(u64, u64)> = match self.proc.prealloc {
                 Some(p) => vec![(p, o.size)],
-                None => ptrs.clone(),
+                None => ptrs.to_vec(),
             };
             for (p, len) in ranges {
                 if len == 0 {
@@ -597,13 +629,20 @@ impl<'a, S: Sys> Worker<'a, S> {
             }
             let ranges: Vec<(u64, u64)> = match self.proc.prealloc {
                 Some(p) => vec![(p, o.size)],
-                None => ptrs.clone(),
+                None => ptrs.to_vec(),
             };
             for (p, len) in ranges {
                 self.punch_holes(p, len)?;
             }
             self.out("punch holes done\n");
         }
+        Ok(())
+    }
+
+    /// The signal-driven phases (`--madv-pageout`, `-W`-style read/write/THP waits), looped
+    /// with `--signal-loop`.
+    fn signal_phases(&mut self, buffer: u64) -> R<()> {
+        let o = self.opts().clone();
         loop {
             self.alive()?;
             if o.madv_pageout {
@@ -661,30 +700,26 @@ impl<'a, S: Sys> Worker<'a, S> {
                 break;
             }
         }
-        if o.sleep_secs > 0 {
-            self.sys.sleep_secs(o.sleep_secs as u64);
-        }
-        if o.sync_free {
-            self.sys.ready(Gate::Free);
-        }
-        self.alive()?;
-        if self.proc.prealloc.is_none() && nptr <= MAX_POINTERS {
-            let t0 = self.sys.now_us();
-            for &(p, len) in &ptrs {
-                if len == 0 {
-                    continue;
-                }
-                if o.malloc {
-                    self.sys.free(p, len);
-                } else {
-                    let _ = self.sys.munmap(p, len);
-                }
-            }
-            let us = self.sys.now_us().wrapping_sub(t0);
-            self.rec.free_usecs = Some(us);
-            self.out(&format!("{us} usecs to free memory\n"));
-        }
         Ok(())
+    }
+
+    /// Free every unit (`free` with `--malloc`, otherwise `munmap`) and say how long it took.
+    fn free_units(&mut self, ptrs: &[(u64, u64)]) {
+        let o = self.opts().clone();
+        let t0 = self.sys.now_us();
+        for &(p, len) in ptrs {
+            if len == 0 {
+                continue;
+            }
+            if o.malloc {
+                self.sys.free(p, len);
+            } else {
+                let _ = self.sys.munmap(p, len);
+            }
+        }
+        let us = self.sys.now_us().wrapping_sub(t0);
+        self.rec.free_usecs = Some(us);
+        self.out(&format!("{us} usecs to free memory\n"));
     }
 
     /// usemem's `do_punch_holes`: every other page, from the first, while two whole pages fit.
