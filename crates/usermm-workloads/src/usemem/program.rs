@@ -99,38 +99,13 @@ pub fn main<P: Platform>(
             return usage(p, status);
         }
     };
-    let sys = p.main_sys();
-    if opts.punch_holes && opts.malloc {
-        sys.err(&format!("{name}: malloc options ignored for punch-holes\n"));
-        opts.malloc = false;
-    }
-    if opts.malloc {
-        if opts.prefault || opts.anonymous || opts.hugetlb {
-            sys.err(&format!("{name}: mmap options ignored for malloc()\n"));
-        }
-    } else if opts.hugetlb && !opts.anonymous {
-        sys.err(&format!("{name}: MAP_HUGETLB relies on MAP_ANONYMOUS\n"));
-    }
-    if opts.bind >= 0 {
-        let nr_cpu = p.nr_cpu();
-        if opts.bind as u64 >= nr_cpu {
-            p.main_sys().err(&format!(
-                "{name}: invalid binding interval {} for {nr_cpu} CPUs\n",
-                opts.bind
-            ));
-            return Outcome::exit(1);
-        }
-    }
-    let sys = p.main_sys();
-    if opts.signal_read_count != 0 && !opts.write_signal_read {
-        sys.err(&format!(
-            "{name}: --signal-read-count should use with --write-signal-read\n"
-        ));
-        return Outcome::exit(1);
+    if let Err(out) = check_options(p, name, &mut opts) {
+        return *out;
     }
     if operands.len() != 1 {
         return usage(p, 0);
     }
+    let sys = p.main_sys();
     let start_us = (!opts.write_signal_read || opts.init_time).then(|| sys.now_us());
     opts.size = memparse(&operands[0]);
     if opts.sync_rw && opts.unit != 0 && opts.unit != opts.size {
@@ -173,51 +148,11 @@ pub fn main<P: Platform>(
     // The parent's own allocations go through a worker of the parent process. What it prints
     // (`--show-addr`) stays in stdio's buffer when stdout is a file or a pipe: `pending`.
     let main_proc = ProcState::new(&plan, None, 0);
-    let mut prealloc: Option<u64> = None;
-    let mut pending = String::new();
-    // `exit` flushes stdout: the parent's buffer goes out as it ends.
-    let exit = |sys: &P::Sys, pending: String, status: i32| {
-        if !pending.is_empty() {
-            sys.out(&pending);
-        }
-        Outcome::exit(status)
+    // `exit` flushes stdout: the parent's buffer goes out as it ends ([`flushed`]).
+    let (prealloc, mut pending) = match parent_allocations(p, &opts, &mut plan, &main_proc) {
+        Ok(held) => held,
+        Err(out) => return *out,
     };
-    {
-        let sys = p.main_sys();
-        let mut w = Worker::new(sys, &plan, &main_proc, 0, 0);
-        if sys.stdout_full_buffered() {
-            w.hold_output();
-        }
-        if opts.prealloc {
-            match w.allocate(opts.size) {
-                Ok(0) => {}
-                Ok(a) => prealloc = Some(a),
-                // `exit(1)` after `--show-addr`'s line (a failed `--madv-thp`) flushes it; a
-                // signal (`--touch-alloc`) loses it.
-                Err(End::Signal(_)) => return Outcome::exit(1),
-                Err(_) => return exit(sys, w.take_held(), 1),
-            }
-            pending = w.take_held();
-            plan.done_bytes = opts.size / 8;
-        }
-        if opts.remap {
-            prealloc = match prealloc {
-                Some(a) => match sys.mremap(a, opts.size, opts.size.wrapping_mul(10)) {
-                    Ok(n) => Some(n),
-                    Err(_) => Some(u64::MAX),
-                },
-                // mremap(NULL, ...) fails: the workers get MAP_FAILED.
-                None => Some(u64::MAX),
-            };
-            plan.done_bytes = plan.done_bytes.wrapping_add(opts.size / 8);
-        }
-        if opts.shm_lock {
-            if let Err(status) = shm_allocate_and_lock(sys, opts.size) {
-                return exit(sys, pending, status);
-            }
-            plan.done_bytes = plan.done_bytes.wrapping_add(opts.size / 8);
-        }
-    }
     if opts.advise {
         p.fadvise(true);
         p.close();
@@ -228,7 +163,7 @@ pub fn main<P: Platform>(
                 file_label(&opts),
                 strerror(e)
             ));
-            return exit(p.main_sys(), pending, 1);
+            return flushed(p.main_sys(), pending, 1);
         }
         p.fadvise(false);
         plan.done_bytes = plan.done_bytes.wrapping_add(opts.size);
@@ -240,13 +175,13 @@ pub fn main<P: Platform>(
         let at = prealloc.unwrap_or(0);
         if let Err(e) = sys.mincore(at, opts.size) {
             sys.err(&format!("mincore failed with error: {}", strerror(e)));
-            return exit(sys, pending, 1);
+            return flushed(sys, pending, 1);
         }
-        return exit(sys, pending, 0);
+        return flushed(sys, pending, 0);
     }
     if opts.mincore_hugepages {
         let status = mincore_hugepages(sys, opts.size);
-        return exit(sys, pending, status);
+        return flushed(sys, pending, status);
     }
     // The two lines below are flushed, and the parent's buffer with them.
     if opts.init_time {
@@ -277,6 +212,102 @@ pub fn main<P: Platform>(
         plan: Some(plan),
         workers,
     }
+}
+
+/// usemem's checks of option combinations: a warning for an option it ignores, exit 1 for a
+/// combination it refuses.
+fn check_options<P: Platform>(
+    p: &P,
+    name: &str,
+    opts: &mut UsememOpts,
+) -> Result<(), Box<Outcome>> {
+    let sys = p.main_sys();
+    if opts.punch_holes && opts.malloc {
+        sys.err(&format!("{name}: malloc options ignored for punch-holes\n"));
+        opts.malloc = false;
+    }
+    if opts.malloc {
+        if opts.prefault || opts.anonymous || opts.hugetlb {
+            sys.err(&format!("{name}: mmap options ignored for malloc()\n"));
+        }
+    } else if opts.hugetlb && !opts.anonymous {
+        sys.err(&format!("{name}: MAP_HUGETLB relies on MAP_ANONYMOUS\n"));
+    }
+    if opts.bind >= 0 {
+        let nr_cpu = p.nr_cpu();
+        if opts.bind as u64 >= nr_cpu {
+            p.main_sys().err(&format!(
+                "{name}: invalid binding interval {} for {nr_cpu} CPUs\n",
+                opts.bind
+            ));
+            return Err(Box::new(Outcome::exit(1)));
+        }
+    }
+    let sys = p.main_sys();
+    if opts.signal_read_count != 0 && !opts.write_signal_read {
+        sys.err(&format!(
+            "{name}: --signal-read-count should use with --write-signal-read\n"
+        ));
+        return Err(Box::new(Outcome::exit(1)));
+    }
+    Ok(())
+}
+
+/// What the parent maps before the workers start (`-P` preallocation, `--remap`, `--shm-lock`),
+/// through a worker of the parent process: the preallocated address and the output its stdio
+/// buffer holds, or the outcome of a failure (its buffer flushed as `exit` flushes it).
+fn parent_allocations<P: Platform>(
+    p: &P,
+    opts: &UsememOpts,
+    plan: &mut Plan,
+    main_proc: &ProcState,
+) -> Result<(Option<u64>, String), Box<Outcome>> {
+    let mut prealloc: Option<u64> = None;
+    let mut pending = String::new();
+
+    let sys = p.main_sys();
+    let mut w = Worker::new(sys, plan, main_proc, 0, 0);
+    if sys.stdout_full_buffered() {
+        w.hold_output();
+    }
+    if opts.prealloc {
+        match w.allocate(opts.size) {
+            Ok(0) => {}
+            Ok(a) => prealloc = Some(a),
+            // `exit(1)` after `--show-addr`'s line (a failed `--madv-thp`) flushes it; a
+            // signal (`--touch-alloc`) loses it.
+            Err(End::Signal(_)) => return Err(Box::new(Outcome::exit(1))),
+            Err(_) => return Err(Box::new(flushed(sys, w.take_held(), 1))),
+        }
+        pending = w.take_held();
+        plan.done_bytes = opts.size / 8;
+    }
+    if opts.remap {
+        prealloc = match prealloc {
+            Some(a) => match sys.mremap(a, opts.size, opts.size.wrapping_mul(10)) {
+                Ok(n) => Some(n),
+                Err(_) => Some(u64::MAX),
+            },
+            // mremap(NULL, ...) fails: the workers get MAP_FAILED.
+            None => Some(u64::MAX),
+        };
+        plan.done_bytes = plan.done_bytes.wrapping_add(opts.size / 8);
+    }
+    if opts.shm_lock {
+        if let Err(status) = shm_allocate_and_lock(sys, opts.size) {
+            return Err(Box::new(flushed(sys, pending, status)));
+        }
+        plan.done_bytes = plan.done_bytes.wrapping_add(opts.size / 8);
+    }
+    Ok((prealloc, pending))
+}
+
+/// `exit(status)` with `pending` still in stdout's buffer: flushed first.
+fn flushed<S: Sys>(sys: &S, pending: String, status: i32) -> Outcome {
+    if !pending.is_empty() {
+        sys.out(&pending);
+    }
+    Outcome::exit(status)
 }
 
 /// usemem's `perror(msg)` with the errno it had: `msg: strerror`.
