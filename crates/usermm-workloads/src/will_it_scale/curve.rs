@@ -28,13 +28,18 @@ use crate::validation::{Band, TIME_BAND};
 /// How the curve is run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct CurveOpts {
-    /// A period of virtual time.
+    /// A period of virtual time (in `results.json`: `period_ms`).
+    #[serde(rename = "period_ms", serialize_with = "millis")]
     pub period: Duration,
     /// Measured periods after the warm-up (will-it-scale's `-s`).
     pub seconds: usize,
     /// page_fault1's mapping instead of its 128 MiB (tests of this crate: a shorter run whose
     /// figures mean little).
     pub size: Option<u64>,
+}
+
+fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1e3)
 }
 
 impl CurveOpts {
