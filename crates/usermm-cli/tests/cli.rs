@@ -602,7 +602,8 @@ fn bench_json_has_every_path_and_the_memset_figure() {
             "mmap-munmap-4k",
             "fork-exit",
             "random-write-4k",
-            "bigfree-nodes"
+            "bigfree-nodes",
+            "wis-page-fault1"
         ]
     );
     for p in paths {
@@ -640,7 +641,12 @@ fn bench_json_has_every_path_and_the_memset_figure() {
             "{key}: {nodes}"
         );
     }
-    assert_eq!(v["targets"].as_array().map(Vec::len), Some(16), "{v}");
+    assert_eq!(v["targets"].as_array().map(Vec::len), Some(17), "{v}");
+    // will-it-scale's page_fault1 at one task: engine and host kernel in one run, their ratio.
+    let wis = &paths[12];
+    assert_eq!(wis["clock"], "wall", "{wis}");
+    let ratio = wis["host_ns"].as_f64().unwrap() / wis["engine_full_ns"].as_f64().unwrap();
+    assert!((wis["host_over_full"].as_f64().unwrap() - ratio).abs() < 1e-9 * ratio);
     assert!(v["mmaps"].as_u64().is_some_and(|n| n > 0), "{v}");
     // Both machines as configured: the engine flags on top of the bench's defaults.
     assert_eq!(v["config_full"]["prefault"], true, "{v}");
