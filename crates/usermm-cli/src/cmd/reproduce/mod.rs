@@ -45,7 +45,7 @@ pub enum Experiment {
     Munmap,
     /// Seed 004: percpu partial chunk depopulation.
     Percpu,
-    /// The model checked on this host: calibrate, predict three scenarios, measure them.
+    /// The model checked on this host: calibrate, predict four scenarios, measure them.
     HostCheck,
     /// The seed thread's other runs, predicted with the era factors and no refit (modelled).
     Validation,
