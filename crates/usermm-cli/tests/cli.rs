@@ -928,7 +928,11 @@ fn reproduce_host_check_rows_in_results_json() {
         // The error is the row's own arithmetic, or null when the host measured nothing or
         // was busy meanwhile (which the row says, with why).
         let busy = r["host_busy"].as_bool().unwrap();
-        assert_eq!(busy, !r["quiet"]["why"].as_array().unwrap().is_empty(), "{r}");
+        assert_eq!(
+            busy,
+            !r["quiet"]["why"].as_array().unwrap().is_empty(),
+            "{r}"
+        );
         match r["error"].as_f64() {
             Some(e) => assert!(!busy && (e - (p - m) / m).abs() < 1e-9, "{r}"),
             None => assert!(r["error"].is_null() && (m == 0.0 || busy), "{r}"),

@@ -94,7 +94,9 @@ pub fn judge(
         }
     });
     if let Some(s) = steal_pct.filter(|&s| s > STEAL_LIMIT_PCT) {
-        why.push(format!("steal {s:.1} % of CPU time, over {STEAL_LIMIT_PCT} %"));
+        why.push(format!(
+            "steal {s:.1} % of CPU time, over {STEAL_LIMIT_PCT} %"
+        ));
     }
     for (i, &share) in cpu_over_wall.iter().enumerate() {
         if !(share >= CPU_SHARE_MIN) {
@@ -129,15 +131,29 @@ mod test {
 
     #[test]
     fn each_criterion_marks_a_busy_host_and_says_why() {
-        let quiet = judge(load(0.9, 10, 1000), load(2.4, 12, 2000), 2, vec![0.99, 0.95]);
+        let quiet = judge(
+            load(0.9, 10, 1000),
+            load(2.4, 12, 2000),
+            2,
+            vec![0.99, 0.95],
+        );
         assert!(!quiet.busy, "{quiet:?}");
         assert_eq!(quiet.steal_pct, Some(0.2));
         let loaded = judge(load(1.6, 0, 1000), load(1.0, 0, 2000), 1, vec![]);
-        assert!(loaded.busy && loaded.why[0].contains("before"), "{loaded:?}");
+        assert!(
+            loaded.busy && loaded.why[0].contains("before"),
+            "{loaded:?}"
+        );
         let stolen = judge(load(0.1, 0, 1000), load(0.1, 30, 2000), 1, vec![1.0]);
-        assert!(stolen.busy && stolen.why[0].starts_with("steal 3.0 %"), "{stolen:?}");
+        assert!(
+            stolen.busy && stolen.why[0].starts_with("steal 3.0 %"),
+            "{stolen:?}"
+        );
         let starved = judge(load(0.1, 0, 1000), load(0.1, 0, 2000), 2, vec![1.0, 0.5]);
-        assert_eq!(starved.why, ["task 1 had 50 % of its wall time as CPU, under 90 %"]);
+        assert_eq!(
+            starved.why,
+            ["task 1 had 50 % of its wall time as CPU, under 90 %"]
+        );
         // A share that could not be taken (NaN) is not quiet either.
         assert!(judge(load(0.0, 0, 1), load(0.0, 0, 2), 1, vec![f64::NAN]).busy);
         // Unreadable files judge nothing.

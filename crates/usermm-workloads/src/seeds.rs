@@ -278,7 +278,11 @@ pub struct PageFault1Curve {
 impl PageFault1Curve {
     /// The published figure at `tasks` in process (`threads` false) or thread mode.
     pub fn at(&self, tasks: usize, threads: bool) -> Option<u64> {
-        let rows = if threads { self.threads } else { self.processes };
+        let rows = if threads {
+            self.threads
+        } else {
+            self.processes
+        };
         rows.iter().find(|r| r.0 == tasks).map(|r| r.1)
     }
 }

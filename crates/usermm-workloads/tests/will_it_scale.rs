@@ -203,7 +203,11 @@ fn the_published_curve_is_predicted_row_by_row_and_deterministically() {
     );
     let want = published_rows(&usermm_workloads::seeds::PAGE_FAULT1);
     assert_eq!(want.len(), 6);
-    let got: Vec<_> = a.rows.iter().map(|r| (r.tasks, r.mode, r.published)).collect();
+    let got: Vec<_> = a
+        .rows
+        .iter()
+        .map(|r| (r.tasks, r.mode, r.published))
+        .collect();
     assert_eq!(got, want);
     assert_eq!(a.time, "modelled (profile broadwell-ep-2s)");
     for r in &a.rows {

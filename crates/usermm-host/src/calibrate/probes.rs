@@ -470,3 +470,86 @@ pub(super) fn dram_chase(cpu: Option<usize>, len: u64, loads: u64) -> Result<Wor
         [0, 0, c1 - c0, huge, 0, 0, 0, 0]
     })
 }
+
+/// Rounds of the SMT probe's loop the partner runs between two looks at its stop word.
+const SMT_CHECK_EVERY: u64 = 4096;
+
+/// The SMT probe's CPU-bound loop: eight independent 64-bit linear congruential chains
+/// (Knuth's MMIX constants), `rounds` rounds of one multiply and one add each — integer
+/// multiply and ALU throughput, no memory beyond registers. Returns the chains' xor, so that
+/// nothing is optimised away.
+fn smt_loop(rounds: u64, seed: u64) -> u64 {
+    const MUL: u64 = 6_364_136_223_846_793_005;
+    const INC: u64 = 1_442_695_040_888_963_407;
+    let mut x = [0u64; 8];
+    for (k, v) in x.iter_mut().enumerate() {
+        *v = seed.wrapping_add(k as u64);
+    }
+    for _ in 0..rounds {
+        for (k, v) in x.iter_mut().enumerate() {
+            *v = v.wrapping_mul(MUL).wrapping_add(INC ^ k as u64);
+        }
+        x = std::hint::black_box(x);
+    }
+    x.iter().fold(0, |a, v| a ^ v)
+}
+
+/// The SMT probe: [`smt_loop`] of `rounds` alone on `cpu`, then again while a grandchild
+/// pinned to `other` runs the same loop without pause (it started first and stops after):
+/// `[_, _, alone_cpu_ns, paired_cpu_ns, other_pinned]`. On two hardware threads of one core
+/// the paired run gets the core's execution units half the time and takes longer in CPU time;
+/// on two cores it takes as long as alone.
+pub(super) fn smt_pair(cpu: Option<usize>, other: usize, rounds: u64) -> Result<Words, HostError> {
+    in_child(cpu, move || {
+        let c0 = sys::thread_cpu_ns();
+        std::hint::black_box(smt_loop(rounds, 1));
+        let alone = sys::thread_cpu_ns() - c0;
+        let flags = (libc::MAP_SHARED | libc::MAP_ANONYMOUS) as u64;
+        let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        // SAFETY: a non-fixed mapping never replaces existing memory.
+        let p = match unsafe { sys::mmap(0, PAGE_SIZE, prot, flags, u64::MAX, 0) } {
+            Ok(p) => p,
+            Err(e) => return err(e),
+        };
+        // SAFETY: p is page-aligned, mapped read-write and shared with the grandchild only;
+        // the words at p and p+64 are used only as atomics by both processes.
+        let ready = unsafe { &*(p as usize as *const AtomicU64) };
+        // SAFETY: as above, p + 64 is inside the same page.
+        let stop = unsafe { &*((p + 64) as usize as *const AtomicU64) };
+        // SAFETY: this child is single-threaded (forked); the grandchild only issues raw
+        // system calls, reads the clock, computes in registers and uses the two shared atomics
+        // before `_exit`.
+        let pid = match unsafe { sys::fork() } {
+            Ok(pid) => pid,
+            Err(e) => return err(e),
+        };
+        if pid == 0 {
+            sys::set_parent_death_signal(libc::SIGKILL);
+            let pinned = sys::pin_to_cpu(other).is_ok();
+            ready.store(1 + pinned as u64, Ordering::SeqCst);
+            let deadline = sys::monotonic_ns() + PARTNER_TIMEOUT_NS;
+            while stop.load(Ordering::Relaxed) == 0 && sys::monotonic_ns() < deadline {
+                std::hint::black_box(smt_loop(SMT_CHECK_EVERY, 2));
+            }
+            sys::exit_now(0);
+        }
+        let deadline = sys::monotonic_ns() + PARTNER_TIMEOUT_NS;
+        while ready.load(Ordering::SeqCst) == 0 {
+            if sys::monotonic_ns() > deadline {
+                sys::kill(pid, libc::SIGKILL);
+                let _ = sys::waitpid(pid, false);
+                return err(libc::ETIMEDOUT);
+            }
+            std::hint::spin_loop();
+        }
+        let other_pinned = ready.load(Ordering::SeqCst) == 2;
+        let c0 = sys::thread_cpu_ns();
+        std::hint::black_box(smt_loop(rounds, 3));
+        let paired = sys::thread_cpu_ns() - c0;
+        stop.store(1, Ordering::SeqCst);
+        let _ = sys::waitpid(pid, false);
+        // SAFETY: unmaps the page mapped above; the grandchild has exited.
+        let _ = unsafe { sys::munmap(p, PAGE_SIZE) };
+        [0, 0, alone, paired, other_pinned as u64, 0, 0, 0]
+    })
+}

@@ -461,10 +461,7 @@ pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResu
 }
 
 /// Every path but `wis-page-fault1`, whose machines and runs are its own ([`wis`]).
-fn run_paths(
-    opts: &BenchOpts,
-    progress: &mut dyn FnMut(&str),
-) -> Result<BenchResult, BenchError> {
+fn run_paths(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResult, BenchError> {
     check(opts)?;
     let size = opts.size.next_multiple_of(HPAGE);
     let read_size = opts.read_size.max(HPAGE).next_multiple_of(HPAGE);

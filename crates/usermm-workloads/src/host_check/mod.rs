@@ -574,8 +574,14 @@ mod tests {
         assert!((rows[2].error.unwrap() + 0.5).abs() < 1e-12);
         // (c) and the last page_fault1 row were measured on a busy host.
         assert!(rows[3].host_busy && rows[3].error.is_none() && rows[3].measured == 2.0);
-        assert_eq!(rows[4].name, "(d) will-it-scale page_fault1, 1 process: faults/s");
-        assert_eq!(rows[6].name, "(d) will-it-scale page_fault1, 1 thread: faults/s");
+        assert_eq!(
+            rows[4].name,
+            "(d) will-it-scale page_fault1, 1 process: faults/s"
+        );
+        assert_eq!(
+            rows[6].name,
+            "(d) will-it-scale page_fault1, 1 thread: faults/s"
+        );
         assert_eq!(rows[5].error, Some(-0.5));
         assert!(rows[7].host_busy && rows[7].error.is_none());
         let none = HostCheckRow::new("x", "ns", (1.0, 0.0), &quiet(false));

@@ -117,7 +117,8 @@ pub fn predict(profile: &str, opts: &HostCheckOpts) -> Result<Vec<f64>, HostChec
             let bytes = (size + size / 256 + (2 << 20)) * tasks as u64;
             let m = Machine::new(this_host_machine(profile, bytes))?;
             let p = params(opts, tasks, mode);
-            let rec = run(Test::PageFault1, Backend::Engine(&m), &p, &mut |_| {}).map_err(wis_err)?;
+            let rec =
+                run(Test::PageFault1, Backend::Engine(&m), &p, &mut |_| {}).map_err(wis_err)?;
             average(&rec)
         })
         .collect()

@@ -11,9 +11,7 @@
 //! allocates nothing while they run. Counters live in one shared mapping
 //! ([`usermm_host::task::Slots`]), as `main.c`'s do.
 
-use usermm_host::task::{
-    bind_to_cpus, host_cores, thread_cpu_ns, Slots, Space, TmpFile, Unmapped,
-};
+use usermm_host::task::{bind_to_cpus, host_cores, thread_cpu_ns, Slots, Space, TmpFile, Unmapped};
 use usermm_host::usemem::{
     child_ended, die_of_signal, exit_process, fork_process, wait_child, PipeGate,
 };

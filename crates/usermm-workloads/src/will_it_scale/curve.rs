@@ -115,7 +115,10 @@ fn machine(tasks: usize, size: u64) -> Result<std::sync::Arc<Machine>, WisError>
 
 /// Every published `(tasks, mode, faults/s)` of `curve`, processes first.
 pub fn published_rows(curve: &PageFault1Curve) -> Vec<(usize, Mode, u64)> {
-    let p = curve.processes.iter().map(|&(n, f)| (n, Mode::Processes, f));
+    let p = curve
+        .processes
+        .iter()
+        .map(|&(n, f)| (n, Mode::Processes, f));
     let t = curve.threads.iter().map(|&(n, f)| (n, Mode::Threads, f));
     p.chain(t).collect()
 }

@@ -18,9 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use usermm_host::calibrate::{self, CalibrateOpts, Sizes};
 use usermm_workloads::host_check::page_fault1::{self, HostCase};
-use usermm_workloads::host_check::{
-    self, HostCheck, HostCheckError, HostCheckOpts, HostCheckRow,
-};
+use usermm_workloads::host_check::{self, HostCheck, HostCheckError, HostCheckOpts, HostCheckRow};
 use usermm_workloads::task::Mode;
 use usermm_workloads::will_it_scale::Params;
 
@@ -142,10 +140,16 @@ fn runner(p: &Params) -> Result<HostCase, HostCheckError> {
 fn spawned(p: &Params) -> Result<HostCase, String> {
     let exe = std::env::current_exe().map_err(|e| format!("page_fault1: this program: {e}"))?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(["will-it-scale", "page_fault1", "--host", "--processes", "--json"])
-        .args(["-t", &p.tasks.to_string(), "-s", &p.seconds.to_string()])
-        .args(["--period", &format!("{}us", p.period.as_micros())])
-        .stdin(std::process::Stdio::null());
+    cmd.args([
+        "will-it-scale",
+        "page_fault1",
+        "--host",
+        "--processes",
+        "--json",
+    ])
+    .args(["-t", &p.tasks.to_string(), "-s", &p.seconds.to_string()])
+    .args(["--period", &format!("{}us", p.period.as_micros())])
+    .stdin(std::process::Stdio::null());
     if let Some(size) = p.size {
         cmd.args(["--size", &size.to_string()]);
     }
