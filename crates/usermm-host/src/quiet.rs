@@ -99,7 +99,7 @@ pub fn judge(
         ));
     }
     for (i, &share) in cpu_over_wall.iter().enumerate() {
-        if !(share >= CPU_SHARE_MIN) {
+        if share.is_nan() || share < CPU_SHARE_MIN {
             why.push(format!(
                 "task {i} had {:.0} % of its wall time as CPU, under {:.0} %",
                 share * 100.0,

@@ -164,7 +164,7 @@ fn smt_factor(c: &HostCalibration) -> Input {
 fn threads_per_core(c: &HostCalibration) -> usize {
     let s = &c.system;
     let probe_siblings = c.smt.as_ref().is_some_and(|p| p.shared_core);
-    if probe_siblings && s.threads_per_core <= 1 && s.online_cpus % 2 == 0 {
+    if probe_siblings && s.threads_per_core <= 1 && s.online_cpus.is_multiple_of(2) {
         2
     } else {
         s.threads_per_core.max(1)
