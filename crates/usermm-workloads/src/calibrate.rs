@@ -171,11 +171,10 @@ fn threads_per_core(c: &HostCalibration) -> usize {
     }
 }
 
-/// The inputs of the this-host profile of `c`, by name.
-pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
-    let mut m = BTreeMap::new();
+/// The calibration's figures the profile reads, each a measured input of its median.
+fn measured_figures(c: &HostCalibration) -> BTreeMap<String, Input> {
     let f = &c.figures;
-    for (name, fig) in [
+    [
         ("munmap_cow_4k", &f.munmap_cow_4k),
         ("munmap_full_4k", &f.munmap_full_paired_4k),
         ("zero_fault_4k", &f.zero_read_fault_4k),
@@ -184,17 +183,23 @@ pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
         ("syscall_ns", &f.syscall),
         ("line_transfer_ns", &f.cacheline_transfer),
         ("lock_xadd_ns", &f.atomic_rmw),
-    ] {
-        m.insert(
-            name.to_string(),
-            input(
-                r4(fig.median),
-                &fig.unit,
-                InputKind::Measured,
-                measured_source(c, fig),
-            ),
+    ]
+    .into_iter()
+    .map(|(name, fig)| {
+        let i = input(
+            r4(fig.median),
+            &fig.unit,
+            InputKind::Measured,
+            measured_source(c, fig),
         );
-    }
+        (name.to_string(), i)
+    })
+    .collect()
+}
+
+/// The inputs of the this-host profile of `c`, by name.
+pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
+    let mut m = measured_figures(c);
     let cache = |level: u32| {
         c.system
             .caches
@@ -219,7 +224,7 @@ pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
             ),
         );
     }
-    let munmap = &f.munmap_4k;
+    let munmap = &c.figures.munmap_4k;
     m.insert(
         "munmap_rel_mad_pct".into(),
         input(
@@ -319,6 +324,12 @@ pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
         ),
     );
     m.insert("smt_sibling_factor".into(), smt_factor(c));
+    borrow_inputs(&mut m);
+    m
+}
+
+/// The [`BORROWED`] inputs, as [`SHARES_FROM`] writes them.
+fn borrow_inputs(m: &mut BTreeMap<String, Input>) {
     if let Ok(seed) = Profile::builtin(SHARES_FROM) {
         for name in BORROWED {
             if let Some(i) = seed.spec().inputs.get(*name) {
@@ -328,7 +339,6 @@ pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
             }
         }
     }
-    m
 }
 
 /// The free side of a page, measured: paired full munmap − the COW child's munmap.
@@ -467,10 +477,8 @@ fn ns_fig(values: &BTreeMap<&str, f64>, formula: &str, source: &str) -> Figure {
     }
 }
 
-/// The this-host profile of `c`, as the engine's profile type.
-pub fn this_host_spec(c: &HostCalibration) -> ProfileSpec {
-    let inputs = inputs(c);
-    let values: BTreeMap<&str, f64> = inputs.iter().map(|(k, v)| (k.as_str(), v.value)).collect();
+/// The this-host topology: what the system reports, with the SMT probe's threads a core.
+fn topology(c: &HostCalibration) -> Topology {
     let s = &c.system;
     let sockets = s.sockets.max(1);
     let tpc = threads_per_core(c);
@@ -484,7 +492,7 @@ pub fn this_host_spec(c: &HostCalibration) -> ProfileSpec {
         Some(p) => format!("; {}", p.summary()),
         None => String::new(),
     };
-    let topology = Topology {
+    Topology {
         sockets: sockets as u32,
         nodes: s.nodes.max(1) as u32,
         cores_per_socket: cores_per_socket as u32,
@@ -516,7 +524,15 @@ pub fn this_host_spec(c: &HostCalibration) -> ProfileSpec {
                 .join(", "),
             smt_note
         ),
-    };
+    }
+}
+
+/// The this-host profile of `c`, as the engine's profile type.
+pub fn this_host_spec(c: &HostCalibration) -> ProfileSpec {
+    let inputs = inputs(c);
+    let values: BTreeMap<&str, f64> = inputs.iter().map(|(k, v)| (k.as_str(), v.value)).collect();
+    let tpc = threads_per_core(c);
+    let topology = topology(c);
     let transfer = Transfers {
         smt_sibling: ns_fig(
             &values,
@@ -603,7 +619,13 @@ pub fn this_host_spec(c: &HostCalibration) -> ProfileSpec {
         description: format!(
             "This host as calibrated {}: {}, {} socket(s) x {} core(s) x {} thread(s), {} \
              node(s), Linux {}",
-            c.date, s.cpu_model, sockets, cores_per_socket, s.threads_per_core, s.nodes, s.kernel
+            c.date,
+            c.system.cpu_model,
+            topology.sockets,
+            topology.cores_per_socket,
+            topology.threads_per_core,
+            topology.nodes,
+            c.system.kernel
         ),
         topology,
         transfer,

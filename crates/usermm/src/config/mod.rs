@@ -185,9 +185,8 @@ impl TimeMode {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimeConfig {
     pub mode: TimeMode,
-    /// A built-in profile's name (`haswell-ex-4s`, `haswell-ep-2s`, `e5-2680-32c`, `hpe-64s`,
-    /// `broadwell-ep-2s`) or the path of a profile file; used in virtual mode only (a wall
-    /// machine ignores it).
+    /// A built-in profile's name (`haswell-ep-2s`, ...: `Profile::builtin_names`) or the
+    /// path of a profile file; used in virtual mode only (a wall machine ignores it).
     #[serde(default)]
     pub profile: String,
     /// `--scale-cost`: named costs of the profile multiplied, in order, when the machine

@@ -272,11 +272,8 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     let mut sections = Vec::new();
     let mut verdicts = Vec::new();
     for e in args.experiments() {
-        if matches!(
-            e,
-            Experiment::HostCheck | Experiment::Validation | Experiment::WillItScale
-        ) {
-            continue; // after the seeds, below
+        if e.after_the_seeds() {
+            continue; // below
         }
         for (kind, time) in sides::sides(&args.time) {
             // Percpu's figures are sizes: no era factor prices them.
@@ -317,24 +314,9 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     )?;
     // The model checked on this host: after the comparison, before the experiments' sections.
     let (host_section, host_verdict) = run_host_check(args, out, g, &mut results)?.unzip();
-    let (validation_section, validation_verdict) =
-        if args.experiments().contains(&Experiment::Validation) {
-            let (section, verdict, record) =
-                validation::run(args.scale, args.validation_test_sizes)?;
-            print_section(g, &section, Some(&verdict));
-            results.validation = Some(record);
-            (Some(section), Some(verdict))
-        } else {
-            (None, None)
-        };
-    let (wis_section, wis_verdict) = if args.experiments().contains(&Experiment::WillItScale) {
-        let (section, verdict, record) = will_it_scale::run(args.will_it_scale_test_sizes)?;
-        print_section(g, &section, Some(&verdict));
-        results.will_it_scale = Some(record);
-        (Some(section), Some(verdict))
-    } else {
-        (None, None)
-    };
+    let [validation, wis] = run_predicted_sets(args, g, &mut results)?;
+    let (validation_section, validation_verdict) = validation.unzip();
+    let (wis_section, wis_verdict) = wis.unzip();
     let sensitivity_section = if args.sensitivity {
         let ran = |e: &str| {
             verdicts
@@ -368,7 +350,7 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         &[
             ("validation** (predicted, no refit)", &validation_verdict),
             (
-                "will-it-scale** (a published page_fault1 curve, predicted)",
+                "will-it-scale** (a published curve, predicted)",
                 &wis_verdict,
             ),
             (
@@ -444,6 +426,29 @@ fn run_seed(
             unreachable!("run after the seeds' experiments")
         }
     })
+}
+
+/// The validation set and the will-it-scale curve, each when asked for: its section and
+/// verdict (its record in `results`).
+fn run_predicted_sets(
+    args: &ReproduceArgs,
+    g: &GlobalArgs,
+    results: &mut Results,
+) -> anyhow::Result<[Option<(Section, String)>; 2]> {
+    let mut out = [None, None];
+    if args.experiments().contains(&Experiment::Validation) {
+        let (section, verdict, record) = validation::run(args.scale, args.validation_test_sizes)?;
+        print_section(g, &section, Some(&verdict));
+        results.validation = Some(record);
+        out[0] = Some((section, verdict));
+    }
+    if args.experiments().contains(&Experiment::WillItScale) {
+        let (section, verdict, record) = will_it_scale::run(args.will_it_scale_test_sizes)?;
+        print_section(g, &section, Some(&verdict));
+        results.will_it_scale = Some(record);
+        out[1] = Some((section, verdict));
+    }
+    Ok(out)
 }
 
 /// `reproduce`'s host check, when asked for: its section and verdict (its record in `results`).
@@ -545,6 +550,14 @@ fn record_time(r: &Record) -> String {
 }
 
 impl Experiment {
+    /// Run after the seeds' experiments, each by a function of its own, not by `run_seed`.
+    fn after_the_seeds(self) -> bool {
+        matches!(
+            self,
+            Experiment::HostCheck | Experiment::Validation | Experiment::WillItScale
+        )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Experiment::Bigfree => "bigfree",
