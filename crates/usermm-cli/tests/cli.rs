@@ -602,7 +602,8 @@ fn bench_json_has_every_path_and_the_memset_figure() {
             "mmap-munmap-4k",
             "fork-exit",
             "random-write-4k",
-            "bigfree-nodes"
+            "bigfree-nodes",
+            "wis-page-fault1"
         ]
     );
     for p in paths {
@@ -640,7 +641,12 @@ fn bench_json_has_every_path_and_the_memset_figure() {
             "{key}: {nodes}"
         );
     }
-    assert_eq!(v["targets"].as_array().map(Vec::len), Some(16), "{v}");
+    assert_eq!(v["targets"].as_array().map(Vec::len), Some(17), "{v}");
+    // will-it-scale's page_fault1 at one task: engine and host kernel in one run, their ratio.
+    let wis = &paths[12];
+    assert_eq!(wis["clock"], "wall", "{wis}");
+    let ratio = wis["host_ns"].as_f64().unwrap() / wis["engine_full_ns"].as_f64().unwrap();
+    assert!((wis["host_over_full"].as_f64().unwrap() - ratio).abs() < 1e-9 * ratio);
     assert!(v["mmaps"].as_u64().is_some_and(|n| n > 0), "{v}");
     // Both machines as configured: the engine flags on top of the bench's defaults.
     assert_eq!(v["config_full"]["prefault"], true, "{v}");
@@ -912,19 +918,32 @@ fn reproduce_host_check_rows_in_results_json() {
     let hc = &v["host_check"];
     assert_eq!(hc["calibrated"], false);
     let rows = hc["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 4, "{hc}");
+    assert_eq!(rows.len(), 8, "{hc}");
     for r in rows {
         let (p, m) = (
             r["predicted"].as_f64().unwrap(),
             r["measured"].as_f64().unwrap(),
         );
         assert!(p > 0.0 && m >= 0.0, "{r}");
-        // The error is the row's own arithmetic, or null when the host measured nothing.
+        // The error is the row's own arithmetic, or null when the host measured nothing or
+        // was busy meanwhile (which the row says, with why).
+        let busy = r["host_busy"].as_bool().unwrap();
+        assert_eq!(
+            busy,
+            !r["quiet"]["why"].as_array().unwrap().is_empty(),
+            "{r}"
+        );
         match r["error"].as_f64() {
-            Some(e) => assert!((e - (p - m) / m).abs() < 1e-9, "{r}"),
-            None => assert!(r["error"].is_null() && m == 0.0, "{r}"),
+            Some(e) => assert!(!busy && (e - (p - m) / m).abs() < 1e-9, "{r}"),
+            None => assert!(r["error"].is_null() && (m == 0.0 || busy), "{r}"),
         }
         assert!(r["name"].as_str().unwrap().starts_with('('), "{r}");
+    }
+    // page_fault1's rows: the tasks' CPU share of their wall time was recorded on the host.
+    for r in &rows[4..] {
+        assert!(r["name"].as_str().unwrap().contains("page_fault1"), "{r}");
+        let shares = r["quiet"]["cpu_over_wall"].as_array().unwrap();
+        assert!(!shares.is_empty() && shares.len() <= 2, "{r}");
     }
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("The model checked on this host"));

@@ -10,6 +10,7 @@
 //! | overcommit | `/proc/sys/vm/overcommit_memory` | [`overcommit`] |
 //! | load | `/proc/loadavg` | [`loadavg_1min`] |
 //! | CPU time, idle and busy | `/proc/stat` | [`cpu_idle_busy`] |
+//! | steal time | `/proc/stat` | [`cpu_steal_total`] |
 //! | context switches | `getrusage(RUSAGE_SELF)` | [`context_switches`] |
 //! | process CPU time | `getrusage(RUSAGE_SELF)` | [`process_cpu_ns`] |
 //! | resource limits, privilege | `getrlimit`, `geteuid` | [`memlock_limit`], [`stack_limit`], [`is_root`] |
@@ -123,6 +124,15 @@ pub fn loadavg_1min() -> Option<f64> {
 /// `(idle, busy)` with idle = idle + iowait and busy = user + nice + system + irq + softirq +
 /// steal + guest + guest_nice (will-it-scale's `runtest.py` splits it so).
 pub fn cpu_idle_busy() -> Option<(u64, u64)> {
+    let f = cpu_line()?;
+    Some((
+        f(3) + f(4),
+        f(0) + f(1) + f(2) + f(5) + f(6) + f(7) + f(8) + f(9),
+    ))
+}
+
+/// `/proc/stat`'s `cpu` line as a reader of its fields by index (0: user ... 7: steal).
+fn cpu_line() -> Option<impl Fn(usize) -> u64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let line = stat
         .lines()
@@ -132,11 +142,15 @@ pub fn cpu_idle_busy() -> Option<(u64, u64)> {
         .skip(1)
         .map(|x| x.parse().unwrap_or(0))
         .collect();
-    let f = |i: usize| v.get(i).copied().unwrap_or(0);
-    Some((
-        f(3) + f(4),
-        f(0) + f(1) + f(2) + f(5) + f(6) + f(7) + f(8) + f(9),
-    ))
+    Some(move |i: usize| v.get(i).copied().unwrap_or(0))
+}
+
+/// The machine's steal time so far and its whole CPU time (user + nice + system + idle +
+/// iowait + irq + softirq + steal; guest time is inside user), in jiffies: the share of the
+/// time a hypervisor gave this guest's CPUs to someone else, between two readings.
+pub fn cpu_steal_total() -> Option<(u64, u64)> {
+    let f = cpu_line()?;
+    Some((f(7), (0..8).map(f).sum()))
 }
 
 /// `RLIMIT_MEMLOCK`'s soft limit, bytes (`u64::MAX`: unlimited).

@@ -5,6 +5,8 @@
 //! - [`facts`]: what a report says about the host — `uname -r`, `/proc/meminfo`, the THP
 //!   mode, `vm.max_map_count`, the load average, this process's context switches. There is one
 //!   `/proc` "`Key:  N kB`" parser ([`procfs::field_kb`]), one `uname`, one `getrusage`.
+//! - [`quiet`]: whether the host was quiet around a measurement (load average, steal time,
+//!   the measuring threads' CPU share), by one stated rule.
 //! - [`calibrate`]: `usermm calibrate`'s measurements of this host's kernel (munmap, the
 //!   COW-child/full teardown pair, `MADV_DONTNEED`, faults, memset, a system call, a line
 //!   transfer, a locked RMW, DRAM latency) and what the system reports, as a
@@ -70,6 +72,7 @@ mod fork;
 pub mod measure;
 pub mod ops;
 pub mod procfs;
+pub mod quiet;
 mod sys;
 pub mod task;
 pub mod usemem;

@@ -429,6 +429,12 @@ pub fn host_cores() -> Vec<Vec<usize>> {
     cores.into_iter().map(|(_, v)| v).collect()
 }
 
+/// The calling thread's CPU time (user and system), ns: what a task spent of the wall time it
+/// ran for (allocation-free, so a forked child may call it).
+pub fn thread_cpu_ns() -> u64 {
+    sys::thread_cpu_ns()
+}
+
 /// The calling thread's minor faults so far (`getrusage(RUSAGE_THREAD).ru_minflt`).
 pub fn thread_minor_faults() -> u64 {
     // SAFETY: rusage is plain old data; all-zero is a valid value.

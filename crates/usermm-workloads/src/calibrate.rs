@@ -115,11 +115,66 @@ fn measured_source(c: &HostCalibration, fig: &Measured) -> String {
     )
 }
 
-/// The inputs of the this-host profile of `c`, by name.
-pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
-    let mut m = BTreeMap::new();
+/// This host's SMT factor: measured by the SMT probe when it found two CPUs sharing a core (1
+/// over its median throughput ratio: each of two busy siblings runs at 1/factor of a lone
+/// thread); otherwise 1, never applied (the profile's topology then has one thread a core),
+/// with what the probe found, or that a format-1 record has no probe.
+fn smt_factor(c: &HostCalibration) -> Input {
+    let tpc = c.system.threads_per_core;
+    match &c.smt {
+        Some(p) if p.shared_core => input(
+            r4(1.0 / p.ratio.median),
+            "factor",
+            InputKind::Measured,
+            format!(
+                "{}; {}: 1 / the median ratio",
+                measured_source(c, &p.ratio),
+                p.summary()
+            ),
+        ),
+        Some(p) => input(
+            1.0,
+            "factor",
+            InputKind::Assumption,
+            format!(
+                "assumption: {} ({tpc} thread(s) per core in cpu0's thread_siblings_list), so \
+                 no two emulated CPUs of this profile share a core and the factor is never \
+                 applied; 1 = no slowdown",
+                p.summary()
+            ),
+        ),
+        None => input(
+            1.0,
+            "factor",
+            InputKind::Assumption,
+            format!(
+                "assumption: this host has {tpc} thread(s) per core (cpu0's \
+                 thread_siblings_list; a format-1 calibration record, without the SMT probe), \
+                 so no two emulated CPUs of this profile share a core and the factor is never \
+                 applied; 1 = no slowdown"
+            ),
+        ),
+    }
+}
+
+/// Threads per core of the this-host topology: what sysfs says, or 2 when the SMT probe found
+/// two CPUs sharing a core that sysfs shows as one thread each (a guest's view) and the CPUs
+/// pair up evenly — taken for every pair, as a hypervisor presents siblings in pairs (an
+/// assumption the topology's source states).
+fn threads_per_core(c: &HostCalibration) -> usize {
+    let s = &c.system;
+    let probe_siblings = c.smt.as_ref().is_some_and(|p| p.shared_core);
+    if probe_siblings && s.threads_per_core <= 1 && s.online_cpus.is_multiple_of(2) {
+        2
+    } else {
+        s.threads_per_core.max(1)
+    }
+}
+
+/// The calibration's figures the profile reads, each a measured input of its median.
+fn measured_figures(c: &HostCalibration) -> BTreeMap<String, Input> {
     let f = &c.figures;
-    for (name, fig) in [
+    [
         ("munmap_cow_4k", &f.munmap_cow_4k),
         ("munmap_full_4k", &f.munmap_full_paired_4k),
         ("zero_fault_4k", &f.zero_read_fault_4k),
@@ -128,17 +183,23 @@ pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
         ("syscall_ns", &f.syscall),
         ("line_transfer_ns", &f.cacheline_transfer),
         ("lock_xadd_ns", &f.atomic_rmw),
-    ] {
-        m.insert(
-            name.to_string(),
-            input(
-                r4(fig.median),
-                &fig.unit,
-                InputKind::Measured,
-                measured_source(c, fig),
-            ),
+    ]
+    .into_iter()
+    .map(|(name, fig)| {
+        let i = input(
+            r4(fig.median),
+            &fig.unit,
+            InputKind::Measured,
+            measured_source(c, fig),
         );
-    }
+        (name.to_string(), i)
+    })
+    .collect()
+}
+
+/// The inputs of the this-host profile of `c`, by name.
+pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
+    let mut m = measured_figures(c);
     let cache = |level: u32| {
         c.system
             .caches
@@ -163,7 +224,7 @@ pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
             ),
         );
     }
-    let munmap = &f.munmap_4k;
+    let munmap = &c.figures.munmap_4k;
     m.insert(
         "munmap_rel_mad_pct".into(),
         input(
@@ -262,20 +323,13 @@ pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
                 .into(),
         ),
     );
-    m.insert(
-        "smt_sibling_factor".into(),
-        input(
-            1.0,
-            "factor",
-            InputKind::Assumption,
-            format!(
-                "assumption: this host has {} thread(s) per core (cpu0's thread_siblings_list), \
-                 so no two emulated CPUs of this profile share a core and the factor is never \
-                 applied; 1 = no slowdown",
-                c.system.threads_per_core
-            ),
-        ),
-    );
+    m.insert("smt_sibling_factor".into(), smt_factor(c));
+    borrow_inputs(&mut m);
+    m
+}
+
+/// The [`BORROWED`] inputs, as [`SHARES_FROM`] writes them.
+fn borrow_inputs(m: &mut BTreeMap<String, Input>) {
     if let Ok(seed) = Profile::builtin(SHARES_FROM) {
         for name in BORROWED {
             if let Some(i) = seed.spec().inputs.get(*name) {
@@ -285,7 +339,6 @@ pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
             }
         }
     }
-    m
 }
 
 /// The free side of a page, measured: paired full munmap − the COW child's munmap.
@@ -424,24 +477,32 @@ fn ns_fig(values: &BTreeMap<&str, f64>, formula: &str, source: &str) -> Figure {
     }
 }
 
-/// The this-host profile of `c`, as the engine's profile type.
-pub fn this_host_spec(c: &HostCalibration) -> ProfileSpec {
-    let inputs = inputs(c);
-    let values: BTreeMap<&str, f64> = inputs.iter().map(|(k, v)| (k.as_str(), v.value)).collect();
+/// The this-host topology: what the system reports, with the SMT probe's threads a core.
+fn topology(c: &HostCalibration) -> Topology {
     let s = &c.system;
     let sockets = s.sockets.max(1);
-    let cores_per_socket = (s.cores() / sockets).max(1);
-    let topology = Topology {
+    let tpc = threads_per_core(c);
+    let cores_per_socket = (s.online_cpus / tpc / sockets).max(1);
+    let smt_note = match &c.smt {
+        Some(p) if tpc != s.threads_per_core.max(1) => format!(
+            "; {}, which sysfs does not show: {tpc} threads a core, every CPU taken to pair \
+             as the probed two do (an assumption)",
+            p.summary()
+        ),
+        Some(p) => format!("; {}", p.summary()),
+        None => String::new(),
+    };
+    Topology {
         sockets: sockets as u32,
         nodes: s.nodes.max(1) as u32,
         cores_per_socket: cores_per_socket as u32,
-        threads_per_core: s.threads_per_core.max(1) as u32,
+        threads_per_core: tpc as u32,
         ghz: r4(s.cpu_mhz / 1000.0).max(0.001),
         memory_gib: Some((s.memory_kb >> 20).max(1)),
         source: format!(
             "what the system reports ({}): /proc/cpuinfo `{}` at {} MHz, {} online CPUs, cpu0's \
              thread_siblings_list ({} per core), physical_package_id ({} socket(s)), \
-             /sys/devices/system/node ({} node(s)), MemTotal {} kB; caches of cpu0: {}",
+             /sys/devices/system/node ({} node(s)), MemTotal {} kB; caches of cpu0: {}{}",
             c.date,
             s.cpu_model,
             s.cpu_mhz,
@@ -460,14 +521,27 @@ pub fn this_host_spec(c: &HostCalibration) -> ProfileSpec {
                     k.shared_cpu_list
                 ))
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
+            smt_note
         ),
-    };
+    }
+}
+
+/// The this-host profile of `c`, as the engine's profile type.
+pub fn this_host_spec(c: &HostCalibration) -> ProfileSpec {
+    let inputs = inputs(c);
+    let values: BTreeMap<&str, f64> = inputs.iter().map(|(k, v)| (k.as_str(), v.value)).collect();
+    let tpc = threads_per_core(c);
+    let topology = topology(c);
     let transfer = Transfers {
         smt_sibling: ns_fig(
             &values,
             "line_transfer_ns",
-            "no SMT siblings on this host: never applied in this profile's topology; the transfer measured between this host's two CPUs stands in",
+            if tpc > 1 {
+                "the one-way cache-line transfer measured here (CAS ping-pong between two CPUs), between SMT siblings as the SMT probe found this host's CPUs"
+            } else {
+                "no SMT siblings on this host: never applied in this profile's topology; the transfer measured between this host's two CPUs stands in"
+            },
         ),
         same_socket: ns_fig(
             &values,
@@ -483,7 +557,11 @@ pub fn this_host_spec(c: &HostCalibration) -> ProfileSpec {
     let smt = Smt {
         sibling_factor: eval("smt_sibling_factor", &values).unwrap_or(1.0),
         formula: Some("smt_sibling_factor".into()),
-        source: "assumption (see inputs.smt_sibling_factor)".into(),
+        source: if c.smt.as_ref().is_some_and(|p| p.shared_core) {
+            "measured by usermm calibrate's SMT probe (see inputs.smt_sibling_factor)".into()
+        } else {
+            "assumption (see inputs.smt_sibling_factor)".into()
+        },
     };
     let mut locks = BTreeMap::new();
     for class in ENGINE_LOCK_CLASSES {
@@ -541,7 +619,13 @@ pub fn this_host_spec(c: &HostCalibration) -> ProfileSpec {
         description: format!(
             "This host as calibrated {}: {}, {} socket(s) x {} core(s) x {} thread(s), {} \
              node(s), Linux {}",
-            c.date, s.cpu_model, sockets, cores_per_socket, s.threads_per_core, s.nodes, s.kernel
+            c.date,
+            c.system.cpu_model,
+            topology.sockets,
+            topology.cores_per_socket,
+            topology.threads_per_core,
+            topology.nodes,
+            c.system.kernel
         ),
         topology,
         transfer,

@@ -256,6 +256,59 @@ pub const HPE_FREE: HpeFree = HpeFree {
     posting: "Alex Thorlton (HPE), reply to \"[PATCH 0/5] mm: support parallel free of memory\" (v1, 2017-02-24)",
 };
 
+/// A published will-it-scale page_fault1 curve: Daniel Jordan, "[RFC PATCH v2 0/8] lru_lock
+/// scalability and SMP list functions" (LKML 2018-09-10,
+/// `<20180911004240.4758-1-daniel.m.jordan@oracle.com>`), the 4.16 baseline kernel's row of its
+/// table on a "44-core Xeon E5-2699 v4 with 503G memory" ("N tasks mmap, touch each 4K page in,
+/// and munmap an anonymous 128M memory region"). No seed's: a validation set for the model, of
+/// which no figure is an input or trains a factor.
+#[derive(Debug, Clone, Serialize)]
+pub struct PageFault1Curve {
+    /// `(tasks, page faults per second)` in process mode.
+    pub processes: &'static [(usize, u64)],
+    /// `(tasks, page faults per second)` in thread mode.
+    pub threads: &'static [(usize, u64)],
+    /// The kernel the curve was taken on.
+    #[serde(skip)]
+    pub kernel: &'static str,
+    #[serde(skip)]
+    pub posting: &'static str,
+}
+
+impl PageFault1Curve {
+    /// The published figure at `tasks` in process (`threads` false) or thread mode.
+    pub fn at(&self, tasks: usize, threads: bool) -> Option<u64> {
+        let rows = if threads {
+            self.threads
+        } else {
+            self.processes
+        };
+        rows.iter().find(|r| r.0 == tasks).map(|r| r.1)
+    }
+}
+
+/// The machine of [`PAGE_FAULT1`] as the model builds it: `broadwell-ep-2s` (2 sockets x 22
+/// cores x 2 threads), every hardware thread a CPU, one node per socket.
+pub const PAGE_FAULT1_MACHINE: SeedMachine = SeedMachine {
+    profile: "broadwell-ep-2s",
+    cpus: 88,
+    nodes: 2,
+};
+
+/// Daniel Jordan's page_fault1 curve (see [`PageFault1Curve`]).
+pub const PAGE_FAULT1: PageFault1Curve = PageFault1Curve {
+    processes: &[
+        (1, 626_944),
+        (2, 1_206_238),
+        (22, 7_569_187),
+        (44, 13_446_153),
+        (88, 10_321_790),
+    ],
+    threads: &[(1, 625_509)],
+    kernel: "Linux 4.16",
+    posting: "Daniel Jordan, \"[RFC PATCH v2 0/8] lru_lock scalability and SMP list functions\", LKML 2018-09-10",
+};
+
 /// Seed 002: "thp: reduce usage of huge zero page's atomic counter" (Aaron Lu, linux-mm,
 /// 2016-08-29, as quoted in Andrew Morton's reply), tested on Haswell EP with `usemem -n 72 --readonly -j
 /// 0x200000 100G`: perf's share of cycles in `get_huge_zero_page` before, in
@@ -434,6 +487,7 @@ mod test {
             MUNMAP_DOWNGRADE_MACHINE,
             PERCPU_DEPOPULATE_MACHINE,
             HPE_FREE_MACHINE,
+            PAGE_FAULT1_MACHINE,
         ] {
             let p = usermm::vtime::Profile::builtin(m.profile).unwrap();
             let t = p.topology();
@@ -455,6 +509,16 @@ mod test {
                 Some(HPE_FREE.ram >> 30)
             )
         );
+        let bdw = usermm::vtime::Profile::builtin(PAGE_FAULT1_MACHINE.profile).unwrap();
+        let t = bdw.topology();
+        assert_eq!(
+            (t.hw_threads(), t.sockets * t.cores_per_socket, t.memory_gib),
+            (usize::from(PAGE_FAULT1_MACHINE.cpus), 44, Some(503)),
+            "\"44-core Xeon E5-2699 v4 with 503G memory\""
+        );
+        assert_eq!(PAGE_FAULT1.at(44, false), Some(13_446_153));
+        assert_eq!(PAGE_FAULT1.at(1, true), Some(625_509));
+        assert_eq!(PAGE_FAULT1.at(2, true), None);
         let ex = usermm::vtime::Profile::builtin(PARALLEL_FREE_MACHINE.profile).unwrap();
         assert_eq!(
             (ex.topology().hw_threads(), ex.topology().nodes),

@@ -14,7 +14,7 @@
 
 use usermm::config::{BackingMode, MachineConfig, ThpMode, TimeMode};
 use usermm::mm::mmap::{MapFile, MAP_ANONYMOUS, MAP_PRIVATE, PROT_READ, PROT_WRITE};
-use usermm::vtime::{self, Profile};
+use usermm::vtime::{self, InputKind, Profile};
 use usermm::{CpuId, Machine, Task, PAGE_SIZE};
 use usermm_host::calibrate::HostCalibration;
 use usermm_workloads::calibrate::{eval, inputs, this_host_profile};
@@ -292,4 +292,58 @@ fn the_teardown_split_adds_up_to_the_paired_munmap() {
         "{free_side} vs {}",
         full - zap
     );
+}
+
+/// The SMT probe decides the profile's SMT: two CPUs found sharing a core give two threads a
+/// core and a measured sibling factor (1 over the probe's median ratio); two found apart keep
+/// the topology sysfs reports and the factor 1, an assumption that quotes the probe; a
+/// format-1 record (the fixture: no probe) keeps that rule too. Each profile loads.
+#[test]
+fn the_smt_probe_sets_the_sibling_factor_only_when_the_cpus_share_a_core() {
+    use usermm_host::calibrate::{Measured, SmtProbe, SHARED_BELOW};
+    let old = fixture();
+    assert!(old.smt.is_none() && old.format == 1);
+    let probe = |ratio: f64| SmtProbe {
+        pairs: vec![(0, 1); 3],
+        ratio: Measured::new(vec![ratio; 3], "ratio", "the probe".into()),
+        shared_core: ratio < SHARED_BELOW,
+        pinned: true,
+    };
+    let load = |c: &HostCalibration| {
+        Profile::from_toml_str(&this_host_profile(c), "this-host").expect("loads")
+    };
+    let p = load(&old);
+    assert_eq!(p.topology().threads_per_core, 1);
+    let i = &p.spec().inputs["smt_sibling_factor"];
+    assert!(i.kind == InputKind::Assumption && i.source.contains("format-1"));
+
+    let mut apart = old.clone();
+    apart.format = 2;
+    apart.smt = Some(probe(0.98));
+    let p = load(&apart);
+    assert_eq!(p.topology().threads_per_core, 1);
+    let i = &p.spec().inputs["smt_sibling_factor"];
+    assert_eq!((i.kind, i.value), (InputKind::Assumption, 1.0));
+    assert!(
+        i.source.contains("do not share a physical core"),
+        "{}",
+        i.source
+    );
+
+    let mut siblings = apart.clone();
+    siblings.smt = Some(probe(0.625));
+    let p = load(&siblings);
+    let t = p.topology();
+    assert_eq!(
+        (t.threads_per_core, t.hw_threads()),
+        (2, old.system.online_cpus)
+    );
+    assert!(
+        t.source.contains("they share a physical core"),
+        "{}",
+        t.source
+    );
+    let i = &p.spec().inputs["smt_sibling_factor"];
+    assert_eq!((i.kind, i.value), (InputKind::Measured, 1.6));
+    assert_eq!(p.spec().smt.sibling_factor, 1.6);
 }

@@ -184,3 +184,36 @@ fn runtest_walks_tasks_in_both_modes() {
         "tasks,processes,processes_idle,threads,threads_idle,linear\n0,0,100,0,100,0\n1,"
     ));
 }
+
+/// The published page_fault1 curve's rows, at a tiny size: every published row is run, each
+/// in its mode and at its task count on the posting's machine, and the record is the same
+/// twice (a virtual run is deterministic).
+#[test]
+fn the_published_curve_is_predicted_row_by_row_and_deterministically() {
+    use usermm_workloads::will_it_scale::curve::{predict, published_rows, CurveOpts};
+    let opts = CurveOpts {
+        size: Some(64 << 10),
+        ..CurveOpts::tiny()
+    };
+    let a = predict(&opts, &|_| {}).unwrap();
+    let b = predict(&opts, &|_| {}).unwrap();
+    assert_eq!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&b).unwrap()
+    );
+    let want = published_rows(&usermm_workloads::seeds::PAGE_FAULT1);
+    assert_eq!(want.len(), 6);
+    let got: Vec<_> = a
+        .rows
+        .iter()
+        .map(|r| (r.tasks, r.mode, r.published))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(a.time, "modelled (profile broadwell-ep-2s)");
+    for r in &a.rows {
+        assert!(r.predicted > 0, "{r:?}");
+        let e = r.predicted as f64 / r.published as f64 - 1.0;
+        assert!((r.error - e).abs() < 1e-12 && r.within == (e.abs() <= 0.25));
+    }
+    assert_eq!(a.within, a.rows.iter().filter(|r| r.within).count());
+}

@@ -78,8 +78,8 @@ pub struct TimeArgs {
     /// deterministic model of the profile's machine (modelled, identical run after run).
     #[arg(long = "time", value_name = "MODE")]
     pub mode: Option<TimeArg>,
-    /// Cost profile of virtual time: haswell-ex-4s, haswell-ep-2s, e5-2680-32c, hpe-64s or a .toml
-    /// file (alone, it implies --time virtual; default: the experiment's seed machine).
+    /// Cost profile of virtual time: haswell-ex-4s, haswell-ep-2s, e5-2680-32c, hpe-64s,
+    /// broadwell-ep-2s or a .toml file (alone, it implies --time virtual; default: the experiment's seed machine).
     #[arg(long, value_name = "NAME|FILE")]
     pub profile: Option<String>,
     /// Multiply one named cost of the profile by FACTOR (repeatable), for sensitivity runs:

@@ -74,7 +74,9 @@ fn path(r: &BenchResult, p: BenchPath) -> Option<&PathResult> {
 /// The targets of the VMA gap index's work (engine paths against the host kernel), the
 /// mmap-munmap row's (engine within 2× of the host kernel), and those of "Speed at scale"
 /// (fork+exit and random write faults no slower than the host kernel; bigfree at 64 nodes
-/// within 1.2× of 4 nodes on both clocks), evaluated on one run (on the CPU-time figures).
+/// within 1.2× of 4 nodes on both clocks), and will-it-scale's page_fault1 at one task no
+/// slower than the host kernel (on the wall clock, as will-it-scale counts), evaluated on one
+/// run (on the CPU-time figures but for that one).
 pub fn targets(r: &BenchResult) -> Vec<Target> {
     let mut t = Vec::new();
     let mut add = |what: &str, v: Option<(bool, String)>| {
@@ -143,6 +145,12 @@ pub fn targets(r: &BenchResult) -> Vec<Target> {
                 .map(|(f, h)| (f <= h, format!("{:.3}×", f / h))),
         );
     }
+    add(
+        "will-it-scale page_fault1, 1 task, full backing: ≥ the host kernel's faults/s",
+        path(r, BenchPath::WisPageFault1)
+            .and_then(|p| p.host_over_full)
+            .map(|x| (x >= 1.0, format!("{x:.2}×"))),
+    );
     let nodes = path(r, BenchPath::BigfreeNodes).and_then(|p| p.nodes.as_ref());
     for (what, ratio) in [
         (

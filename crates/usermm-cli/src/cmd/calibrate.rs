@@ -165,6 +165,18 @@ pub fn render(r: &HostCalibration, out: &Path) -> String {
         ]);
     }
     let mut text = t.render_text();
+    match &r.smt {
+        Some(p) => text.push_str(&format!(
+            "{}; the profile's SMT factor: {}\n",
+            p.summary(),
+            if p.shared_core {
+                format!("{:.2}, measured", 1.0 / p.ratio.median)
+            } else {
+                "1, never applied (one thread a core)".to_string()
+            }
+        )),
+        None => text.push_str("SMT probe: not in this record (format 1)\n"),
+    }
     if !r.pinned {
         text.push_str(
             "note: pinning failed in some child; samples ran where the scheduler put them\n",

@@ -6,7 +6,8 @@
 //! in virtual time (`--time virtual`, `--profile NAME`, default `haswell-ep-2s`: the profile
 //! machine's CPUs and nodes; a period is `--period` of virtual time, each line scaled to a
 //! second), and the host kernel (`--host`). Every engine machine is sparse-backed, with RAM
-//! for every task's mappings.
+//! for every task's mappings. On the wall clock and the host a period is main.c's second
+//! unless `--period` asks for a shorter one (each line then scaled to a second).
 //!
 //! # Runs and runtest
 //! One run prints `main.c`'s lines (`testcase:`, `warmup`, one `min: max: total:` line per
@@ -85,9 +86,13 @@ pub struct WillItScaleArgs {
     /// Run on the host kernel instead of the engine.
     #[arg(long)]
     pub host: bool,
-    /// A period of virtual time (virtual runs only), e.g. 10ms, 1s.
+    /// A period, e.g. 10ms, 1s: of virtual time (default 10ms), or on the wall clock and the
+    /// host (default will-it-scale's 1s; each line is scaled to a second).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub period: Option<Duration>,
+    /// The test's size in bytes instead of will-it-scale's (tests: a shorter loop).
+    #[arg(long, value_name = "BYTES", hide = true)]
+    pub size: Option<u64>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -158,12 +163,12 @@ fn params(a: &WillItScaleArgs, tasks: usize, mode: Mode, virt: bool) -> Params {
             Affinity::Cores
         },
         seconds: a.seconds,
-        period: if virt {
-            a.period.unwrap_or(DEFAULT_PERIOD)
+        period: a.period.unwrap_or(if virt {
+            DEFAULT_PERIOD
         } else {
             Duration::from_secs(1)
-        },
-        size: None,
+        }),
+        size: a.size,
         verbose: a.verbose,
     }
 }
@@ -187,14 +192,18 @@ struct RuntestRecord {
 pub fn run_cmd(a: &WillItScaleArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     let test = Test::parse(&a.test).map_err(UsageError)?;
     let tasks = parse_tasks(&a.tasks)?;
+    if let Some(s) = a.size.filter(|&s| s == 0 || s > test.default_size()) {
+        return usage(format!(
+            "--size {s}: from 1 to {}, the test's own size",
+            test.default_size()
+        ));
+    }
     let walk = a.runtest || tasks.len() > 1;
     if a.host {
         let t = &a.engine.time;
-        if t.is_virtual() || a.period.is_some() {
-            return usage("--host: --time virtual, --profile and --period do not apply: the host kernel runs on the wall clock");
+        if t.is_virtual() {
+            return usage("--host: --time virtual and --profile do not apply: the host kernel runs on the wall clock");
         }
-    } else if a.period.is_some() && !a.engine.time.is_virtual() {
-        return usage("--period: only with --time virtual (a wall-clock period is a second)");
     }
     let machine: Option<Arc<Machine>> = if a.host {
         None

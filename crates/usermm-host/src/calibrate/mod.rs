@@ -29,6 +29,7 @@
 #![deny(unsafe_code)]
 
 mod probes;
+mod smt;
 mod stats;
 mod system;
 
@@ -39,11 +40,16 @@ use serde::{Deserialize, Serialize};
 use crate::error::HostError;
 use crate::ops::{HPAGE_SIZE, PAGE_SIZE};
 
+pub use smt::{SmtProbe, SHARED_BELOW};
 pub(crate) use system::parse_cpu_list;
 pub use system::{CacheLevel, SystemInfo};
 
-/// The record's format version (bump when a field changes meaning).
-pub const FORMAT: u32 = 1;
+/// The record's format version (bump when a field changes meaning). 2 added the SMT probe
+/// (`smt`); a format-1 record, which has none, is still read (its profile keeps the rule it
+/// always had: the topology sysfs reports, no SMT factor measured).
+pub const FORMAT: u32 = 2;
+/// The oldest format this usermm reads.
+pub const OLDEST_FORMAT: u32 = 1;
 
 /// Repeats the command line asks for at least (a test may ask the library for fewer).
 pub const MIN_REPEAT: u32 = 7;
@@ -160,6 +166,9 @@ pub struct Sizes {
     /// The pointer-chase buffer, and the timed loads.
     pub dram_bytes: u64,
     pub dram_loads: u64,
+    /// Rounds of the SMT probe's loop (format 2; 0 in a format-1 record, which has no probe).
+    #[serde(default)]
+    pub smt_rounds: u64,
 }
 
 impl Sizes {
@@ -177,6 +186,7 @@ impl Sizes {
             round_trips: 200_000,
             dram_bytes: 512 << 20,
             dram_loads: 4_000_000,
+            smt_rounds: 5_000_000,
         }
     }
 
@@ -194,6 +204,7 @@ impl Sizes {
             round_trips: 2_000,
             dram_bytes: 16 << 20,
             dram_loads: 100_000,
+            smt_rounds: 50_000,
         }
     }
 
@@ -210,6 +221,7 @@ impl Sizes {
                 self.rmw_iters,
                 self.round_trips,
                 self.dram_loads,
+                self.smt_rounds,
             ]
             .iter()
             .all(|&n| n > 0);
@@ -245,10 +257,13 @@ impl Default for CalibrateOpts {
 /// what is wrong with it.
 pub fn validate(r: &HostCalibration) -> Result<(), String> {
     let bad = |field: &str, why: String| Err(format!("{field}: {why}"));
-    if r.format != FORMAT {
+    if !(OLDEST_FORMAT..=FORMAT).contains(&r.format) {
         return bad(
             "format",
-            format!("{} (this usermm reads format {FORMAT})", r.format),
+            format!(
+                "{} (this usermm reads formats {OLDEST_FORMAT} to {FORMAT})",
+                r.format
+            ),
         );
     }
     if !(1..=MAX_REPEAT).contains(&r.repeat) {
@@ -256,6 +271,25 @@ pub fn validate(r: &HostCalibration) -> Result<(), String> {
     }
     let s = &r.system;
     let positive = |v: f64| v.is_finite() && v > 0.0;
+    match (&r.smt, r.format) {
+        (None, 1) => {}
+        (Some(p), 2) => {
+            if p.ratio.samples.len() != r.repeat as usize || p.pairs.len() != r.repeat as usize {
+                return bad(
+                    "smt.ratio.samples",
+                    format!("{} samples for {} repeats", p.ratio.samples.len(), r.repeat),
+                );
+            }
+            if let Some(v) = p.ratio.samples.iter().find(|v| !positive(**v)) {
+                return bad("smt.ratio.samples", format!("{v} (a positive ratio)"));
+            }
+            if p.shared_core != (p.ratio.median < SHARED_BELOW) {
+                return bad("smt.shared_core", "disagrees with smt.ratio.median".into());
+            }
+        }
+        (None, _) => return bad("smt", "missing (format 2 has the SMT probe)".into()),
+        (Some(_), _) => return bad("smt", "present in a format-1 record".into()),
+    }
     if !positive(s.cpu_mhz) {
         return bad(
             "system.cpu_mhz",
@@ -335,17 +369,41 @@ pub struct HostCalibration {
     /// Wall time of the whole run, s (not a figure: the budget).
     pub wall_seconds: f64,
     pub figures: Figures,
+    /// The SMT probe (format 2): do two of this host's CPUs share a physical core?
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smt: Option<SmtProbe>,
 }
 
 /// One step of the run, for a progress line: `(what, done, total)`.
 pub type Progress<'a> = &'a mut dyn FnMut(&str, usize, usize);
 
 /// Probes per round (a progress bar counts `repeat * PROBES` steps).
-pub const PROBES: usize = 12;
+pub const PROBES: usize = 13;
 
-/// Runs every probe `opts.repeat` times (rounds of one sample of each, so that a change of the
-/// host's load spreads over all figures) and summarises.
+/// Runs every probe `opts.repeat` times and summarises: the figures' rounds (one sample of
+/// each figure a round, so that a change of the host's load spreads over all of them), then
+/// the SMT probe's samples ([`SmtProbe`]).
 pub fn calibrate(
+    opts: &CalibrateOpts,
+    progress: Progress<'_>,
+) -> Result<HostCalibration, HostError> {
+    let mut c = measure_rounds(opts, progress)?;
+    let t = Instant::now();
+    let n = opts.repeat as usize;
+    let probe = smt::run(
+        n,
+        opts.sizes.smt_rounds,
+        (n * (PROBES - 1), n * PROBES),
+        progress,
+    )?;
+    c.pinned &= probe.pinned;
+    c.smt = Some(probe);
+    c.wall_seconds += t.elapsed().as_secs_f64();
+    Ok(c)
+}
+
+/// The figures' rounds (every probe but the SMT probe).
+fn measure_rounds(
     opts: &CalibrateOpts,
     progress: Progress<'_>,
 ) -> Result<HostCalibration, HostError> {
@@ -604,6 +662,7 @@ pub fn calibrate(
         thp_seen,
         wall_seconds: started.elapsed().as_secs_f64(),
         figures,
+        smt: None,
     })
 }
 
@@ -670,6 +729,21 @@ mod tests {
             assert!(!m.method.is_empty() && !m.unit.is_empty(), "{key}");
         }
         assert!(!c.system.kernel.is_empty());
+        // The SMT probe: a sample a round, on two distinct CPUs; the record validates, and
+        // without its probe it is a format-1 record (which still validates) or refused.
+        let smt = c.smt.as_ref().unwrap();
+        assert_eq!((smt.ratio.samples.len(), smt.pairs.len()), (2, 2));
+        assert!(smt.pairs.iter().all(|(a, b)| a != b) && smt.ratio.median > 0.0);
+        assert_eq!(smt.shared_core, smt.ratio.median < SHARED_BELOW);
+        assert!(smt.summary().starts_with("SMT probe: CPUs "));
+        assert_eq!(validate(&c), Ok(()));
+        let mut old = c.clone();
+        old.smt = None;
+        assert!(validate(&old).unwrap_err().starts_with("smt: missing"));
+        old.format = 1;
+        assert_eq!(validate(&old), Ok(()));
+        old.format = 3;
+        assert!(validate(&old).unwrap_err().contains("reads formats 1 to 2"));
         let json = serde_json::to_string(&c).unwrap();
         let back: HostCalibration = serde_json::from_str(&json).unwrap();
         // serde_json's default float parsing may differ in the last bit.

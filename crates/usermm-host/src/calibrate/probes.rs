@@ -315,6 +315,76 @@ pub(super) fn atomic_rmw(cpu: Option<usize>, iters: u64) -> Result<Words, HostEr
     })
 }
 
+/// A partner process of a probe child: a grandchild pinned to another CPU, sharing one
+/// anonymous page with it — a word for the probe's own use ([`Partner::line`], at the page's
+/// start) and the grandchild's `ready` word a line further — that has said it runs.
+struct Partner {
+    page: u64,
+    pid: i32,
+    /// The grandchild was pinned where asked.
+    pinned: bool,
+    /// When waiting for the partner gives up (it died).
+    deadline: u64,
+}
+
+impl Partner {
+    /// Forks the partner, pinned to `other`, to run `body` on the shared line and `_exit`; returns
+    /// once it has said it runs (or the error words of a probe that cannot go on).
+    fn start(other: usize, body: impl FnOnce(&AtomicU64)) -> Result<Partner, Words> {
+        let flags = (libc::MAP_SHARED | libc::MAP_ANONYMOUS) as u64;
+        let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        // SAFETY: a non-fixed mapping never replaces existing memory.
+        let page = unsafe { sys::mmap(0, PAGE_SIZE, prot, flags, u64::MAX, 0) }.map_err(err)?;
+        let ready = shared_word(page, 64);
+        // SAFETY: the calling child is single-threaded (forked); the grandchild only issues raw
+        // system calls, reads the clock, computes in registers and uses the shared atomics
+        // (`body` is a probe's loop of that kind) before `_exit`.
+        let pid = unsafe { sys::fork() }.map_err(err)?;
+        if pid == 0 {
+            sys::set_parent_death_signal(libc::SIGKILL);
+            let pinned = sys::pin_to_cpu(other).is_ok();
+            ready.store(1 + pinned as u64, Ordering::SeqCst);
+            body(shared_word(page, 0));
+            sys::exit_now(0);
+        }
+        let deadline = sys::monotonic_ns() + PARTNER_TIMEOUT_NS;
+        while ready.load(Ordering::SeqCst) == 0 {
+            if sys::monotonic_ns() > deadline {
+                sys::kill(pid, libc::SIGKILL);
+                let _ = sys::waitpid(pid, false);
+                return Err(err(libc::ETIMEDOUT));
+            }
+            std::hint::spin_loop();
+        }
+        Ok(Partner {
+            page,
+            pid,
+            pinned: ready.load(Ordering::SeqCst) == 2,
+            deadline,
+        })
+    }
+
+    /// The word the probe and its partner share.
+    fn line(&self) -> &AtomicU64 {
+        shared_word(self.page, 0)
+    }
+
+    /// Waits for the partner to end and unmaps the page.
+    fn finish(self) {
+        let _ = sys::waitpid(self.pid, false);
+        // SAFETY: unmaps the page mapped in `start`; the grandchild has exited.
+        let _ = unsafe { sys::munmap(self.page, PAGE_SIZE) };
+    }
+}
+
+/// The atomic word at `off` (0 or 64) of a probe's shared page.
+fn shared_word<'a>(page: u64, off: u64) -> &'a AtomicU64 {
+    // SAFETY: `page` is a live, page-aligned, read-write shared mapping of the probe's own
+    // (Partner::start's), unmapped only by `finish`, after which no word is used; the words at
+    // 0 and 64 are used only as atomics by both processes.
+    unsafe { &*((page + off) as usize as *const AtomicU64) }
+}
+
 /// Cache-line ping-pong by compare-and-swap between this child (pinned to `cpu`) and a
 /// grandchild pinned to `other`, through a shared anonymous page, `round_trips` times in
 /// batches: `[_, _, median_batch_cpu_ns, round_trips_per_batch, other_pinned]` of the pinging
@@ -325,28 +395,7 @@ pub(super) fn ping_pong(
     round_trips: u64,
 ) -> Result<Words, HostError> {
     in_child(cpu, move || {
-        let flags = (libc::MAP_SHARED | libc::MAP_ANONYMOUS) as u64;
-        let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
-        // SAFETY: a non-fixed mapping never replaces existing memory.
-        let p = match unsafe { sys::mmap(0, PAGE_SIZE, prot, flags, u64::MAX, 0) } {
-            Ok(p) => p,
-            Err(e) => return err(e),
-        };
-        // SAFETY: p is page-aligned, mapped read-write and shared with the grandchild only;
-        // the two words at p and p+64 are used only as atomics by both processes.
-        let line = unsafe { &*(p as usize as *const AtomicU64) };
-        // SAFETY: as above, p + 64 is inside the same page.
-        let ready = unsafe { &*((p + 64) as usize as *const AtomicU64) };
-        // SAFETY: this child is single-threaded (forked); the grandchild only issues raw
-        // system calls, reads the clock and uses the two shared atomics before `_exit`.
-        let pid = match unsafe { sys::fork() } {
-            Ok(pid) => pid,
-            Err(e) => return err(e),
-        };
-        if pid == 0 {
-            sys::set_parent_death_signal(libc::SIGKILL);
-            let pinned = sys::pin_to_cpu(other).is_ok();
-            ready.store(1 + pinned as u64, Ordering::SeqCst);
+        let partner = Partner::start(other, move |line| {
             let deadline = sys::monotonic_ns() + PARTNER_TIMEOUT_NS;
             for k in 0..round_trips {
                 let mut spins = 0u32;
@@ -361,18 +410,12 @@ pub(super) fn ping_pong(
                     std::hint::spin_loop();
                 }
             }
-            sys::exit_now(0);
-        }
-        let deadline = sys::monotonic_ns() + PARTNER_TIMEOUT_NS;
-        while ready.load(Ordering::SeqCst) == 0 {
-            if sys::monotonic_ns() > deadline {
-                sys::kill(pid, libc::SIGKILL);
-                let _ = sys::waitpid(pid, false);
-                return err(libc::ETIMEDOUT);
-            }
-            std::hint::spin_loop();
-        }
-        let other_pinned = ready.load(Ordering::SeqCst) == 2;
+        });
+        let partner = match partner {
+            Ok(p) => p,
+            Err(w) => return w,
+        };
+        let (line, pid, deadline) = (partner.line(), partner.pid, partner.deadline);
         // Batches of round trips, each timed on its own: a batch during which the partner was
         // preempted (the other vCPU is shared with other work) is an outlier, and the median
         // batch is what one transfer costs while both sides run.
@@ -416,9 +459,8 @@ pub(super) fn ping_pong(
         let times = &mut times[..batches];
         times.sort_unstable();
         let median = times[batches / 2];
-        let _ = sys::waitpid(pid, false);
-        // SAFETY: unmaps the page mapped above; the grandchild has exited.
-        let _ = unsafe { sys::munmap(p, PAGE_SIZE) };
+        let other_pinned = partner.pinned;
+        partner.finish();
         [0, 0, median, per, other_pinned as u64, 0, 0, 0]
     })
 }
@@ -468,5 +510,59 @@ pub(super) fn dram_chase(cpu: Option<usize>, len: u64, loads: u64) -> Result<Wor
         std::hint::black_box(idx);
         munmap(p, len);
         [0, 0, c1 - c0, huge, 0, 0, 0, 0]
+    })
+}
+
+/// Rounds of the SMT probe's loop the partner runs between two looks at its stop word.
+const SMT_CHECK_EVERY: u64 = 4096;
+
+/// The SMT probe's CPU-bound loop: eight independent 64-bit linear congruential chains
+/// (Knuth's MMIX constants), `rounds` rounds of one multiply and one add each — integer
+/// multiply and ALU throughput, no memory beyond registers. Returns the chains' xor, so that
+/// nothing is optimised away.
+fn smt_loop(rounds: u64, seed: u64) -> u64 {
+    const MUL: u64 = 6_364_136_223_846_793_005;
+    const INC: u64 = 1_442_695_040_888_963_407;
+    let mut x = [0u64; 8];
+    for (k, v) in x.iter_mut().enumerate() {
+        *v = seed.wrapping_add(k as u64);
+    }
+    for _ in 0..rounds {
+        for (k, v) in x.iter_mut().enumerate() {
+            *v = v.wrapping_mul(MUL).wrapping_add(INC ^ k as u64);
+        }
+        x = std::hint::black_box(x);
+    }
+    x.iter().fold(0, |a, v| a ^ v)
+}
+
+/// The SMT probe: [`smt_loop`] of `rounds` alone on `cpu`, then again while a grandchild
+/// pinned to `other` runs the same loop without pause (it started first and stops after):
+/// `[_, _, alone_cpu_ns, paired_cpu_ns, other_pinned]`. On two hardware threads of one core
+/// the paired run gets the core's execution units half the time and takes longer in CPU time;
+/// on two cores it takes as long as alone.
+pub(super) fn smt_pair(cpu: Option<usize>, other: usize, rounds: u64) -> Result<Words, HostError> {
+    in_child(cpu, move || {
+        let c0 = sys::thread_cpu_ns();
+        std::hint::black_box(smt_loop(rounds, 1));
+        let alone = sys::thread_cpu_ns() - c0;
+        // The partner's loop, until the shared word says stop (or the deadline passes).
+        let partner = Partner::start(other, |stop| {
+            let deadline = sys::monotonic_ns() + PARTNER_TIMEOUT_NS;
+            while stop.load(Ordering::Relaxed) == 0 && sys::monotonic_ns() < deadline {
+                std::hint::black_box(smt_loop(SMT_CHECK_EVERY, 2));
+            }
+        });
+        let partner = match partner {
+            Ok(p) => p,
+            Err(w) => return w,
+        };
+        let c0 = sys::thread_cpu_ns();
+        std::hint::black_box(smt_loop(rounds, 3));
+        let paired = sys::thread_cpu_ns() - c0;
+        partner.line().store(1, Ordering::SeqCst);
+        let other_pinned = partner.pinned;
+        partner.finish();
+        [0, 0, alone, paired, other_pinned as u64, 0, 0, 0]
     })
 }

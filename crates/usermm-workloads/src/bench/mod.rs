@@ -22,6 +22,7 @@
 //! | `bigfree-nodes` | a 4 KiB page of bigfree at 64 nodes (sparse) | `bigfree SIZE/4 --max-active 8 --cpus 144` at 4 and 64 nodes, wall and virtual | — |
 //! | `bigfree-virtual` | a 4 KiB page of `bigfree --max-active 8 --seed-only` | process CPU time in virtual time over the same run's on the wall clock | — |
 //! | `usemem-ab-virtual` | a fault of `usemem -n 8 --readonly -j 2M --ab` | the same | — |
+//! | `wis-page-fault1` | a fault of will-it-scale's page_fault1, 1 task (wall) | the test over the engine's task, sparse and full | the same test over the host's task ([`wis`]; a thread on both sides) |
 //!
 //! `fork-exit`, `random-write-4k` and `bigfree-nodes` are about scale (module [`scale`]): many
 //! processes, random faults, many nodes. `bigfree-nodes` runs on sparse backing only; its row
@@ -70,6 +71,7 @@ pub mod scale;
 #[cfg(test)]
 mod test;
 pub mod vtime_cost;
+pub mod wis;
 
 use serde::Serialize;
 use usermm::config::{BackingMode, MachineConfig, ThpMode};
@@ -106,10 +108,11 @@ pub enum BenchPath {
     ForkExit,
     RandomWrite4k,
     BigfreeNodes,
+    WisPageFault1,
 }
 
 impl BenchPath {
-    pub const ALL: [BenchPath; 12] = [
+    pub const ALL: [BenchPath; 13] = [
         BenchPath::Populate4k,
         BenchPath::PopulateThp,
         BenchPath::Munmap4k,
@@ -123,6 +126,7 @@ impl BenchPath {
         BenchPath::ForkExit,
         BenchPath::RandomWrite4k,
         BenchPath::BigfreeNodes,
+        BenchPath::WisPageFault1,
     ];
 
     pub fn name(self) -> &'static str {
@@ -139,6 +143,7 @@ impl BenchPath {
             BenchPath::ForkExit => "fork-exit",
             BenchPath::RandomWrite4k => "random-write-4k",
             BenchPath::BigfreeNodes => "bigfree-nodes",
+            BenchPath::WisPageFault1 => "wis-page-fault1",
         }
     }
 
@@ -151,6 +156,7 @@ impl BenchPath {
             BenchPath::MmapMunmap4k => "mmap+munmap",
             BenchPath::ForkExit => "fork+exit",
             BenchPath::BigfreeNodes => "4 KiB page (64 nodes)",
+            BenchPath::WisPageFault1 => "fault (page_fault1, 1 task)",
             _ => "4 KiB page",
         }
     }
@@ -183,6 +189,9 @@ pub struct BenchOpts {
     /// One-page mappings per `mmap-munmap-4k` sample (at most the machines'
     /// `max_map_count` and the host's room are used).
     pub mmaps: u64,
+    /// A period of `wis-page-fault1` (a warm-up period and a measured one per side and
+    /// repeat, on the wall clock).
+    pub wis_period: std::time::Duration,
     /// Both engine machines' configuration, but for the memory size and the backing mode,
     /// which are the bench's ([`machine_config`]). Start from [`default_config`].
     pub base: MachineConfig,
@@ -199,6 +208,7 @@ impl BenchOpts {
             only: Vec::new(),
             host: true,
             mmaps: MMAPS,
+            wis_period: std::time::Duration::from_millis(200),
             base: default_config(),
         }
     }
@@ -387,6 +397,7 @@ pub fn steps(opts: &BenchOpts) -> u64 {
         opts.wants(BenchPath::ForkExit),
         opts.wants(BenchPath::RandomWrite4k),
         opts.wants(BenchPath::BigfreeNodes),
+        opts.wants(BenchPath::WisPageFault1),
     ]
     .into_iter()
     .filter(|&w| w)
@@ -442,6 +453,15 @@ fn host_meas(cpu_ns: u64, wall_ns: u64, units: u64) -> Meas {
 /// Run the bench. `progress` gets a short message before each step (for a progress bar: see
 /// [`steps`]).
 pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResult, BenchError> {
+    let mut r = run_paths(opts, progress)?;
+    if opts.wants(BenchPath::WisPageFault1) {
+        r.paths.push(wis::row(opts, progress)?);
+    }
+    Ok(r)
+}
+
+/// Every path but `wis-page-fault1`, whose machines and runs are its own ([`wis`]).
+fn run_paths(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResult, BenchError> {
     check(opts)?;
     let size = opts.size.next_multiple_of(HPAGE);
     let read_size = opts.read_size.max(HPAGE).next_multiple_of(HPAGE);

@@ -49,6 +49,7 @@ fn engine_only_run_fills_every_path() {
     o.repeat = 1;
     o.host = false;
     o.mmaps = 2000;
+    o.wis_period = std::time::Duration::from_millis(10);
     let mut steps = 0;
     let r = run(&o, &mut |_| steps += 1).unwrap();
     assert!(steps > 3);
@@ -71,6 +72,9 @@ fn engine_only_run_fills_every_path() {
         assert!(p.host_ns.is_none());
         assert_eq!(p.nodes.is_some(), !full, "{p:?}");
     }
+    let wis = r.paths.last().unwrap();
+    assert_eq!(wis.path, BenchPath::WisPageFault1);
+    assert!(wis.engine_full_ns.is_some_and(|x| x > 0.0) && wis.clock == "wall");
     let n = r.paths[11].nodes.as_ref().unwrap();
     assert_eq!(
         (n.nodes, n.size),
@@ -97,4 +101,26 @@ fn random_order_is_a_permutation_fixed_by_its_seed() {
     assert_eq!(a, scale::random_order(1000, 7));
     assert_ne!(a, scale::random_order(1000, 8));
     assert_ne!(a, sorted);
+}
+
+/// `wis-page-fault1` alone at a tiny size, the host's side included: one sample of each side
+/// per repeat and the ratio of the host's figure over the full-backed engine's.
+#[test]
+fn the_page_fault1_row_measures_engine_and_host_in_one_run() {
+    let mut o = BenchOpts::new(4 << 20);
+    o.read_size = 4 << 20;
+    o.repeat = 2;
+    o.only = vec![BenchPath::WisPageFault1];
+    o.wis_period = std::time::Duration::from_millis(20);
+    assert_eq!(wis::size(&o), 4 << 20);
+    let r = run(&o, &mut |_| {}).unwrap();
+    assert_eq!(r.paths.len(), 1);
+    let p = &r.paths[0];
+    assert_eq!((p.path, p.clock), (BenchPath::WisPageFault1, "wall"));
+    for side in [&p.engine_full, &p.engine_sparse, &p.host] {
+        assert_eq!(side.as_ref().unwrap().samples.len(), 2, "{p:?}");
+    }
+    let (h, f) = (p.host_ns.unwrap(), p.engine_full_ns.unwrap());
+    assert_eq!(p.host_over_full, Some(h / f));
+    assert_eq!(wis::size(&BenchOpts::new(1 << 30)), 128 << 20);
 }

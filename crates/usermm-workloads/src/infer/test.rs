@@ -133,7 +133,13 @@ fn the_built_in_era_names_every_training_row_and_profiles_apply_it() {
         .iter()
         .map(|r| r.cites.clone())
         .collect();
-    for name in ["haswell-ex-4s", "haswell-ep-2s", "e5-2680-32c", "hpe-64s"] {
+    for name in [
+        "haswell-ex-4s",
+        "haswell-ep-2s",
+        "e5-2680-32c",
+        "hpe-64s",
+        "broadwell-ep-2s",
+    ] {
         let p = Profile::builtin(name).unwrap();
         let era = p.era().expect("every seed profile names the era");
         assert_eq!(era.spec.name, ERA);

@@ -11,7 +11,7 @@
 //! allocates nothing while they run. Counters live in one shared mapping
 //! ([`usermm_host::task::Slots`]), as `main.c`'s do.
 
-use usermm_host::task::{bind_to_cpus, host_cores, Slots, Space, TmpFile, Unmapped};
+use usermm_host::task::{bind_to_cpus, host_cores, thread_cpu_ns, Slots, Space, TmpFile, Unmapped};
 use usermm_host::usemem::{
     child_ended, die_of_signal, exit_process, fork_process, wait_child, PipeGate,
 };
@@ -128,6 +128,40 @@ pub struct HostOut {
     pub stops: Vec<String>,
     /// Each task's cpuset.
     pub cpusets: Vec<Vec<usize>>,
+    /// Each task's CPU time over the wall time its body ran for (its own thread's clock,
+    /// user and system; NaN for a task whose body never returned: killed from outside).
+    pub cpu_over_wall: Vec<f64>,
+}
+
+/// Each task's clocks around its body, in a second set of shared slots (so that a forked
+/// child's survive it): `2 i` its CPU ns, `2 i + 1` its wall ns.
+struct Clocks(Slots);
+
+impl Clocks {
+    fn new(tasks: usize) -> Result<Clocks, String> {
+        Slots::new(2 * tasks)
+            .map(Clocks)
+            .map_err(|e| format!("mmap: {}", strerror(e)))
+    }
+
+    /// Run task `i`'s body, its clocks taken around it.
+    fn time<T>(&self, i: usize, body: impl FnOnce() -> T) -> T {
+        let (c0, w0) = (thread_cpu_ns(), std::time::Instant::now());
+        let r = body();
+        let wall = w0.elapsed().as_nanos() as u64;
+        self.0.add(2 * i, thread_cpu_ns().saturating_sub(c0));
+        self.0.add(2 * i + 1, wall.max(1));
+        r
+    }
+
+    fn shares(&self, tasks: usize) -> Vec<f64> {
+        (0..tasks)
+            .map(|i| match self.0.get(2 * i + 1) {
+                0 => f64::NAN,
+                wall => self.0.get(2 * i) as f64 / wall as f64,
+            })
+            .collect()
+    }
 }
 
 /// Run `body` as `launch.tasks` host processes or threads (see the module doc), calling
@@ -146,11 +180,17 @@ where
         .map(|i| bind_set(i, &cores, launch.affinity))
         .collect();
     let slots = Slots::new(launch.tasks).map_err(|e| format!("mmap: {}", strerror(e)))?;
+    let clocks = Clocks::new(launch.tasks)?;
+    let run = (&slots, &clocks);
     let stops = match launch.mode {
-        Mode::Processes => run_processes(launch, &cpusets, &slots, &body, on_sample)?,
-        Mode::Threads => run_threads(launch, &cpusets, &slots, &body, on_sample),
+        Mode::Processes => run_processes(launch, &cpusets, run, &body, on_sample)?,
+        Mode::Threads => run_threads(launch, &cpusets, run, &body, on_sample),
     };
-    Ok(HostOut { stops, cpusets })
+    Ok(HostOut {
+        stops,
+        cpusets,
+        cpu_over_wall: clocks.shares(launch.tasks),
+    })
 }
 
 /// A child's end: its body's stop made real.
@@ -193,7 +233,7 @@ fn describe_status(status: Option<i32>) -> String {
 fn run_processes<F>(
     launch: &Launch,
     cpusets: &[Vec<usize>],
-    slots: &Slots,
+    (slots, clocks): (&Slots, &Clocks),
     body: &F,
     on_sample: &mut OnSample<'_>,
 ) -> Result<Vec<String>, String>
@@ -210,7 +250,7 @@ where
                 }
                 gate.arrive();
                 let t = HostTask::new(slots, i);
-                let end = body(&t).err().unwrap_or(Stop::Done);
+                let end = clocks.time(i, || body(&t)).err().unwrap_or(Stop::Done);
                 drop(t);
                 child_exit(end);
             }
@@ -252,7 +292,7 @@ where
 fn run_threads<F>(
     launch: &Launch,
     cpusets: &[Vec<usize>],
-    slots: &Slots,
+    (slots, clocks): (&Slots, &Clocks),
     body: &F,
     on_sample: &mut OnSample<'_>,
 ) -> Vec<String>
@@ -272,7 +312,7 @@ where
                     }
                     let t = HostTask::new(slots, i);
                     gate.wait();
-                    body(&t).err().unwrap_or(Stop::Done)
+                    clocks.time(i, || body(&t)).err().unwrap_or(Stop::Done)
                 })
             })
             .collect();

@@ -35,10 +35,15 @@
 //! malloc2 is refused in virtual time: its loop makes no system call and no fault, and no
 //! profile prices user-space allocator work, so its iterations would take no virtual time.
 //!
+//! # The published curve
+//! `curve.rs` predicts a published page_fault1 curve on its machine's profile (`reproduce
+//! --only will-it-scale`): a validation set, nothing fitted to it.
+//!
 //! # Sizes
 //! [`Params::size`] overrides the tests' 128 MiB (1 MiB for tlb_flush2, 1 KiB for malloc2),
 //! for tests of this crate that need a short loop; the command line keeps will-it-scale's.
 
+pub mod curve;
 mod run;
 mod runtest;
 

@@ -3,11 +3,12 @@
 //! `measurement` after the sixth, and after `-s` more the `average:` of those — the same
 //! lines, the same arithmetic (integer division, the first six periods left out).
 //!
-//! A period is a second on the wall clock and on the host, as in `main.c`. In virtual time
-//! it is [`Params::period`] of virtual time, and each line's counts are scaled to a second
-//! (`count × 1 s / period`, rounded down): the lines and the average stay operations per
-//! second, over a shorter run — 88 modelled CPUs faulting for eleven virtual seconds would be
-//! hours of host time.
+//! A period is [`Params::period`]: a second on the wall clock and on the host, as in
+//! `main.c`, unless a caller asks for less (`reproduce`'s host check); in virtual time a
+//! period of virtual time. A line's counts are scaled to a second (`count × 1 s / period`,
+//! rounded down; at a 1 s period, the counts themselves): the lines and the average stay
+//! operations per second, over a shorter run — 88 modelled CPUs faulting for eleven virtual
+//! seconds would be hours of host time.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -41,7 +42,8 @@ pub struct Params {
     pub affinity: Affinity,
     /// `-s`: measured periods after the warm-up; 0 runs until killed (wall clock only).
     pub seconds: usize,
-    /// A period's length: 1 s on the wall clock; a virtual run's choice in virtual time.
+    /// A period's length: will-it-scale's 1 s on the wall clock (less for a quicker run, each
+    /// line then scaled to a second); a virtual run's choice in virtual time.
     pub period: Duration,
     /// The test's size instead of will-it-scale's (tests of this crate).
     pub size: Option<u64>,
@@ -96,6 +98,10 @@ pub struct WisRecord {
     pub cpus: Vec<Vec<usize>>,
     /// How each task ended.
     pub stops: Vec<String>,
+    /// The host: each task's CPU time over the wall time its loop ran (a CPU-bound loop on
+    /// a quiet host: about 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_cpu_over_wall: Option<Vec<f64>>,
     /// The engine's `/proc/vmstat` counters over the run (none on the host).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vmstat: Option<BTreeMap<String, i64>>,
@@ -221,11 +227,7 @@ pub fn run(
         lines: Vec::with_capacity(periods.min(1024)),
         per_task: Vec::with_capacity(periods.min(1024)),
         total: 0,
-        scale: if virt {
-            (1_000_000_000, period_ns)
-        } else {
-            (1, 1)
-        },
+        scale: (1_000_000_000, period_ns),
         params: *params,
         out,
     };
@@ -242,6 +244,7 @@ pub fn run(
         per_task: Vec::new(),
         cpus: Vec::new(),
         stops: Vec::new(),
+        task_cpu_over_wall: None,
         vmstat: None,
         lock_stat: None,
         idle_percent: None,
@@ -278,6 +281,7 @@ pub fn run(
             .map_err(WisError::Failed)?;
             rec.cpus = o.cpusets;
             rec.stops = o.stops;
+            rec.task_cpu_over_wall = Some(o.cpu_over_wall);
         }
     }
     rec.average =

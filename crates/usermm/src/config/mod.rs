@@ -185,7 +185,7 @@ impl TimeMode {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimeConfig {
     pub mode: TimeMode,
-    /// A built-in profile's name (`haswell-ex-4s`, `haswell-ep-2s`, `e5-2680-32c`, `hpe-64s`) or the
+    /// A built-in profile's name (`haswell-ep-2s`, ...: `Profile::builtin_names`) or the
     /// path of a profile file; used in virtual mode only (a wall machine ignores it).
     #[serde(default)]
     pub profile: String,

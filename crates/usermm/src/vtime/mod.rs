@@ -148,7 +148,8 @@
 //!
 //! ## Profile format
 //! TOML (the `toml` crate), one file per machine; the built-in ones are `profiles/*.toml`
-//! ([`Profile::builtin`]: `haswell-ex-4s`, `haswell-ep-2s`, `e5-2680-32c`; `hpe-64s`, the validation set's HPE machine), others load from a
+//! ([`Profile::builtin`]: `haswell-ex-4s`, `haswell-ep-2s`, `e5-2680-32c`; `hpe-64s`, the validation set's HPE machine; `broadwell-ep-2s`, the
+//! will-it-scale page_fault1 curve's machine), others load from a
 //! path ([`Profile::resolve`] takes either). Every figure is exactly one of `ns`, `cycles` (at
 //! `topology.ghz`) or `bytes_per_ns` (costs that move bytes: `clear_page`, `copy_page`), and a
 //! `source`: a publication, a measurement with its command, or `assumption: <why>` where neither exists. Unknown

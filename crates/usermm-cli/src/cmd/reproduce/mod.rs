@@ -20,6 +20,7 @@ mod staging;
 #[cfg(test)]
 mod test_verdicts;
 mod validation;
+mod will_it_scale;
 
 pub use experiment::{Outcome, Scale};
 
@@ -44,20 +45,24 @@ pub enum Experiment {
     Munmap,
     /// Seed 004: percpu partial chunk depopulation.
     Percpu,
-    /// The model checked on this host: calibrate, predict three scenarios, measure them.
+    /// The model checked on this host: calibrate, predict four scenarios, measure them.
     HostCheck,
     /// The seed thread's other runs, predicted with the era factors and no refit (modelled).
     Validation,
+    /// A published will-it-scale page_fault1 curve (88 CPUs, Broadwell-EP), predicted with no
+    /// refit (modelled; about a minute of host time, 70 s on a 2-core host).
+    WillItScale,
 }
 
 impl Experiment {
-    pub const ALL: [Experiment; 6] = [
+    pub const ALL: [Experiment; 7] = [
         Experiment::Bigfree,
         Experiment::HugeZero,
         Experiment::Munmap,
         Experiment::Percpu,
         Experiment::HostCheck,
         Experiment::Validation,
+        Experiment::WillItScale,
     ];
 }
 
@@ -85,6 +90,9 @@ pub struct ReproduceArgs {
     /// Test only: the validation set at tiny sizes (its figures mean little).
     #[arg(long, hide = true)]
     pub validation_test_sizes: bool,
+    /// Test only: the will-it-scale curve at tiny sizes (its figures mean little).
+    #[arg(long, hide = true)]
+    pub will_it_scale_test_sizes: bool,
     /// Faster, less faithful: the modelled bigfree at 16 GiB with its jobs scaled down to
     /// keep the seed's 320 (every per-job cost then comes 20x as often per page; the report
     /// gives the share that costs at max_active 8). Without it the modelled bigfree frees
@@ -165,6 +173,10 @@ pub struct Results {
     /// `unfitted`, `error`, `band`, `unit`, `within`) and each run's verdict, all modelled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub validation: Option<usermm_workloads::validation::Validation>,
+    /// The published page_fault1 curve predicted: `rows[]` (`tasks`, `mode`, `published`,
+    /// `predicted`, `error`, `band`, `within`), all modelled on `broadwell-ep-2s`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub will_it_scale: Option<usermm_workloads::will_it_scale::curve::CurveRecord>,
     /// The era factors the modelled sides carry (`usermm infer`'s era file: every factor with
     /// its value, its training rows and the run that inferred it), when a modelled side ran.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -184,6 +196,7 @@ impl Results {
             percpu: None,
             host_check: None,
             validation: None,
+            will_it_scale: None,
             era: None,
             sensitivity: None,
         }
@@ -259,8 +272,8 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     let mut sections = Vec::new();
     let mut verdicts = Vec::new();
     for e in args.experiments() {
-        if matches!(e, Experiment::HostCheck | Experiment::Validation) {
-            continue; // after the seeds, below
+        if e.after_the_seeds() {
+            continue; // below
         }
         for (kind, time) in sides::sides(&args.time) {
             // Percpu's figures are sizes: no era factor prices them.
@@ -301,16 +314,9 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     )?;
     // The model checked on this host: after the comparison, before the experiments' sections.
     let (host_section, host_verdict) = run_host_check(args, out, g, &mut results)?.unzip();
-    let (validation_section, validation_verdict) =
-        if args.experiments().contains(&Experiment::Validation) {
-            let (section, verdict, record) =
-                validation::run(args.scale, args.validation_test_sizes)?;
-            print_section(g, &section, Some(&verdict));
-            results.validation = Some(record);
-            (Some(section), Some(verdict))
-        } else {
-            (None, None)
-        };
+    let [validation, wis] = run_predicted_sets(args, g, &mut results)?;
+    let (validation_section, validation_verdict) = validation.unzip();
+    let (wis_section, wis_verdict) = wis.unzip();
     let sensitivity_section = if args.sensitivity {
         let ran = |e: &str| {
             verdicts
@@ -344,6 +350,10 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         &[
             ("validation** (predicted, no refit)", &validation_verdict),
             (
+                "will-it-scale** (a published curve, predicted)",
+                &wis_verdict,
+            ),
+            (
                 "host check** (the this-host profile against this host)",
                 &host_verdict,
             ),
@@ -369,6 +379,7 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     ];
     all.extend(host_section);
     all.extend(validation_section);
+    all.extend(wis_section);
     all.extend(sensitivity_section);
     all.extend(sections);
     results.wall_seconds = (!modelled_only).then(|| t0.elapsed().as_secs_f64());
@@ -411,10 +422,33 @@ fn run_seed(
         }
         Experiment::Munmap => munmap::run(args.scale, &dir, time)?.into_record(Record::Munmap),
         Experiment::Percpu => percpu::run(args.scale, &dir, time)?.into_record(Record::Percpu),
-        Experiment::HostCheck | Experiment::Validation => {
+        Experiment::HostCheck | Experiment::Validation | Experiment::WillItScale => {
             unreachable!("run after the seeds' experiments")
         }
     })
+}
+
+/// The validation set and the will-it-scale curve, each when asked for: its section and
+/// verdict (its record in `results`).
+fn run_predicted_sets(
+    args: &ReproduceArgs,
+    g: &GlobalArgs,
+    results: &mut Results,
+) -> anyhow::Result<[Option<(Section, String)>; 2]> {
+    let mut out = [None, None];
+    if args.experiments().contains(&Experiment::Validation) {
+        let (section, verdict, record) = validation::run(args.scale, args.validation_test_sizes)?;
+        print_section(g, &section, Some(&verdict));
+        results.validation = Some(record);
+        out[0] = Some((section, verdict));
+    }
+    if args.experiments().contains(&Experiment::WillItScale) {
+        let (section, verdict, record) = will_it_scale::run(args.will_it_scale_test_sizes)?;
+        print_section(g, &section, Some(&verdict));
+        results.will_it_scale = Some(record);
+        out[1] = Some((section, verdict));
+    }
+    Ok(out)
 }
 
 /// `reproduce`'s host check, when asked for: its section and verdict (its record in `results`).
@@ -516,6 +550,14 @@ fn record_time(r: &Record) -> String {
 }
 
 impl Experiment {
+    /// Run after the seeds' experiments, each by a function of its own, not by `run_seed`.
+    fn after_the_seeds(self) -> bool {
+        matches!(
+            self,
+            Experiment::HostCheck | Experiment::Validation | Experiment::WillItScale
+        )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Experiment::Bigfree => "bigfree",
@@ -524,6 +566,7 @@ impl Experiment {
             Experiment::Percpu => "percpu",
             Experiment::HostCheck => "host-check",
             Experiment::Validation => "validation",
+            Experiment::WillItScale => "will-it-scale",
         }
     }
 }

@@ -55,6 +55,12 @@ const BUILTIN: &[(&str, &str)] = &[
     ("e5-2680-32c", include_str!("../profiles/e5-2680-32c.toml")),
     // Not a seed's: the validation set's HPE machine (usermm_workloads::validation).
     ("hpe-64s", include_str!("../profiles/hpe-64s.toml")),
+    // Not a seed's: the machine of the will-it-scale page_fault1 validation curve
+    // (usermm_workloads::seeds::PAGE_FAULT1).
+    (
+        "broadwell-ep-2s",
+        include_str!("../profiles/broadwell-ep-2s.toml"),
+    ),
 ];
 
 /// Most sockets a profile may have (a bound, so that the machine's size cannot overflow).

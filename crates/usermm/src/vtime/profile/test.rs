@@ -74,7 +74,7 @@ fn unknown_profile_names_the_builtins() {
     assert_eq!(
         e,
         "profile: unknown profile `skylake-9000` (built in: haswell-ex-4s, haswell-ep-2s, \
-         e5-2680-32c, hpe-64s; or the path of a .toml file)"
+         e5-2680-32c, hpe-64s, broadwell-ep-2s; or the path of a .toml file)"
     );
     assert!(Profile::resolve("haswell-ex-4s").is_ok());
 }

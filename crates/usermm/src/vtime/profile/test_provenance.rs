@@ -62,6 +62,37 @@ const PINNED: &[(&str, f64, &str, &str, &str)] = &[
     ),
     ("llc_mib_haswell_18c", 45.0, "MiB", "Intel ARK", "Haswell"),
     ("llc_mib_e5_2680", 20.0, "MiB", "Intel ARK", "E5-2680"),
+    ("llc_mb_e5_2699_v4", 55.0, "MiB", "Intel ARK", "E5-2699 v4"),
+    // Intel MLC's idle latency matrix on FD.io CSIT's Haswell testbed: the nearest published
+    // DRAM latencies of the Broadwell-EP generation (the same uncore).
+    (
+        "mlc_hsw_ep_local_node0_ns",
+        97.5,
+        "ns",
+        "FD.io CSIT",
+        "Xeon E5-2699 v3",
+    ),
+    (
+        "mlc_hsw_ep_local_node1_ns",
+        98.0,
+        "ns",
+        "FD.io CSIT",
+        "Xeon E5-2699 v3",
+    ),
+    (
+        "mlc_hsw_ep_remote_0_from_1_ns",
+        139.6,
+        "ns",
+        "FD.io CSIT",
+        "Xeon E5-2699 v3",
+    ),
+    (
+        "mlc_hsw_ep_remote_1_from_0_ns",
+        132.8,
+        "ns",
+        "FD.io CSIT",
+        "Xeon E5-2699 v3",
+    ),
     (
         "l2_kib",
         256.0,

@@ -1,6 +1,6 @@
-//! The model checked on this host: three scenarios predicted by the engine in virtual time with
+//! The model checked on this host: four scenarios predicted by the engine in virtual time with
 //! the `this-host` profile, then measured on this host's kernel in the same run, each row with
-//! its error.
+//! its error — or marked *host busy* when the host was not quiet while it was measured.
 //!
 //! The seeds' tables judge the model on machines nobody here can run; this check judges it on
 //! the one machine that is here. It predicts first and measures after, and nothing it measures
@@ -12,11 +12,19 @@
 //! | (a) | `MADV_DONTNEED` of a touched mapping by two threads on disjoint halves, against one thread | two freers of one mm: one zone and LRU lock, the mm's TLB flushes reaching the other CPU |
 //! | (b) | a thread write-faulting in its own VMA while another munmaps a big mapping: p50, p99 | per-VMA locks and munmap's downgraded mmap_lock (6.18 has both) |
 //! | (c) | huge-zero-page read faults of two processes at once, against one | the huge zero page's shared line under 6.18's per-mm reference |
+//! | (d) | will-it-scale's page_fault1 at 1 and 2 tasks, processes and threads: faults/s | the whole fault, zero, map and unmap cycle; two mms against one shared mm (its mmap lock, its TLB flushes reaching the other thread's CPU) (`page_fault1.rs`) |
 //!
 //! The modelled machine is this host as the kernel runs it: the CPUs it has (at least 2), one
 //! node, pcp auto-tuning, per-VMA locks, munmap under a downgraded lock, the per-mm huge zero
 //! reference, THP `madvise`. Row (a)'s and (c)'s figures are speed-ups (a ratio of wall times
-//! on each side), row (b)'s are latencies in ns.
+//! on each side), row (b)'s are latencies in ns, row (d)'s faults per second.
+//!
+//! # A busy host
+//! Before and after each measurement the check reads the load average and the steal time, and
+//! row (d) also each task's CPU time against its wall time; a row measured while the host was
+//! not quiet (the rule is [`usermm_host::quiet`]'s: load average over the measurement's own
+//! threads + 0.5, steal over 2 %, a task under 90 % of its wall time as CPU) is *host busy*:
+//! its figures are kept, its error is not given, and it counts neither way.
 
 use std::sync::Arc;
 
@@ -33,15 +41,21 @@ use usermm::{CpuId, Errno, Machine, Mm, Task};
 use usermm_host::check as host;
 use usermm_host::HostError;
 
+use usermm_host::quiet::{self, HostLoad, Quietness};
+
 use crate::munmap_test::{self, Latency, MunmapTestOpts};
 use crate::stats;
+
+pub mod page_fault1;
+
+use page_fault1::Pf1Measured;
 
 /// 2 MiB: a huge page, and the stride of the huge-zero readers.
 const HPAGE: u64 = 2 << 20;
 /// Where row (c)'s readers map (2 MiB-aligned, far from anything else).
 const READER_BASE: u64 = 0x2000_0000_0000;
 
-/// Sizes of the three scenarios.
+/// Sizes of the four scenarios.
 #[derive(Debug, Clone, Serialize)]
 pub struct HostCheckOpts {
     /// Row (a): the mapping freed by `MADV_DONTNEED`.
@@ -56,6 +70,12 @@ pub struct HostCheckOpts {
     pub repeat: u32,
     /// Host repeats of row (b) (its quantiles are over every fault of every repeat).
     pub munmap_repeat: u32,
+    /// Row (d): page_fault1's mapping instead of its 128 MiB (tests).
+    pub wis_size: Option<u64>,
+    /// Row (d): a period, ms (on the host's wall clock and in virtual time alike).
+    pub wis_period_ms: u64,
+    /// Row (d): measured periods after the six of warm-up.
+    pub wis_seconds: usize,
 }
 
 /// The most host memory one measurement of the host check populates: `reproduce` at its
@@ -91,6 +111,9 @@ impl HostCheckOpts {
             reader_bytes: 64 << 30,
             repeat: 5,
             munmap_repeat: 2,
+            wis_size: None,
+            wis_period_ms: 250,
+            wis_seconds: 4,
         }
     }
 }
@@ -105,6 +128,9 @@ impl HostCheckOpts {
             reader_bytes: 256 << 20,
             repeat: 1,
             munmap_repeat: 1,
+            wis_size: Some(256 << 10),
+            wis_period_ms: 10,
+            wis_seconds: 1,
         }
     }
 }
@@ -117,20 +143,26 @@ pub struct HostCheckRow {
     pub predicted: f64,
     pub measured: f64,
     /// `(predicted - measured) / measured`; `None` when nothing was measured (a host too busy
-    /// to run the scenario: no fault overlapped a munmap).
+    /// to run the scenario: no fault overlapped a munmap) or the host was busy.
     pub error: Option<f64>,
+    /// The host was not quiet while this row was measured: no error, counted neither way.
+    pub host_busy: bool,
+    /// The host around the measurement (load average, steal, the tasks' CPU share).
+    pub quiet: Quietness,
 }
 
 impl HostCheckRow {
-    fn new(name: &str, unit: &str, predicted: f64, measured: f64) -> Self {
-        let error =
-            (measured > 0.0 && measured.is_finite()).then(|| (predicted - measured) / measured);
+    fn new(name: &str, unit: &str, (predicted, measured): (f64, f64), quiet: &Quietness) -> Self {
+        let error = (measured > 0.0 && measured.is_finite() && !quiet.busy)
+            .then(|| (predicted - measured) / measured);
         Self {
             name: name.into(),
             unit: unit.into(),
             predicted,
             measured,
             error,
+            host_busy: quiet.busy,
+            quiet: quiet.clone(),
         }
     }
 }
@@ -144,6 +176,8 @@ pub struct Predicted {
     pub fault_p99_ns: f64,
     pub readers_one_per_sec: f64,
     pub readers_two_per_sec: f64,
+    /// Row (d): faults per second of each of [`page_fault1::CASES`].
+    pub page_fault1: Vec<f64>,
 }
 
 /// The measurements, as medians of the host's repeats.
@@ -156,6 +190,12 @@ pub struct Measured {
     pub faults_during_munmap: usize,
     pub readers_one_per_sec: f64,
     pub readers_two_per_sec: f64,
+    /// Row (d), each of [`page_fault1::CASES`].
+    pub page_fault1: Vec<Pf1Measured>,
+    /// The host around rows (a), (b) and (c)'s measurements.
+    pub quiet_dontneed: Quietness,
+    pub quiet_munmap: Quietness,
+    pub quiet_readers: Quietness,
 }
 
 /// The whole check: profile, sizes, both sides and the rows.
@@ -180,6 +220,8 @@ pub enum HostCheckError {
     Munmap(#[from] munmap_test::MunmapTestError),
     #[error("the host: {0}")]
     Host(#[from] HostError),
+    #[error("{0}")]
+    WillItScale(String),
 }
 
 fn sys<T>(op: &'static str, r: Result<T, Errno>) -> Result<T, HostCheckError> {
@@ -338,6 +380,7 @@ pub fn predict(profile: &str, opts: &HostCheckOpts) -> Result<Predicted, HostChe
     let (p50, p99) = predict_faults(profile, opts)?;
     let r1 = predict_readers(profile, 1, opts.reader_bytes)?;
     let r2 = predict_readers(profile, 2, opts.reader_bytes)?;
+    let page_fault1 = page_fault1::predict(profile, opts)?;
     Ok(Predicted {
         dontneed_one_ns: d1,
         dontneed_two_ns: d2,
@@ -345,6 +388,7 @@ pub fn predict(profile: &str, opts: &HostCheckOpts) -> Result<Predicted, HostChe
         fault_p99_ns: p99,
         readers_one_per_sec: r1,
         readers_two_per_sec: r2,
+        page_fault1,
     })
 }
 
@@ -352,15 +396,34 @@ fn median(v: &[f64]) -> f64 {
     stats::upper_median(v, f64::total_cmp).unwrap_or(0.0)
 }
 
-/// This host's kernel on the same scenarios.
-pub fn measure(opts: &HostCheckOpts) -> Result<Measured, HostCheckError> {
-    let d = host::dontneed_split(opts.dontneed_bytes, opts.repeat)?;
+/// `measure()`'s result with the host's quietness around it (two threads or processes of its
+/// own at most; the CPU share of the scenarios' threads is not recorded).
+fn judged<T>(measure: impl FnOnce() -> Result<T, HostError>) -> Result<(T, Quietness), HostError> {
+    let before = HostLoad::now();
+    let r = measure()?;
+    Ok((r, quiet::judge(before, HostLoad::now(), 2, Vec::new())))
+}
+
+/// This host's kernel on the same scenarios, row (d)'s cases run by `runner`
+/// ([`page_fault1::in_process`] unless the caller has threads of its own).
+pub fn measure(
+    opts: &HostCheckOpts,
+    runner: &page_fault1::HostRunner<'_>,
+) -> Result<Measured, HostCheckError> {
+    let (d, quiet_dontneed) = judged(|| host::dontneed_split(opts.dontneed_bytes, opts.repeat))?;
     let as_f = |v: &[u64]| v.iter().map(|x| *x as f64).collect::<Vec<_>>();
-    let f = host::faults_during_munmap(opts.munmap_bytes, opts.faulter_bytes, opts.munmap_repeat)?;
+    let (f, quiet_munmap) = judged(|| {
+        host::faults_during_munmap(opts.munmap_bytes, opts.faulter_bytes, opts.munmap_repeat)
+    })?;
     let n = f.during_ns.len();
     let during = Latency::of_samples(&f.during_ns);
-    let r1 = host::huge_zero_readers(1, opts.reader_bytes, opts.repeat)?;
-    let r2 = host::huge_zero_readers(2, opts.reader_bytes, opts.repeat)?;
+    let ((r1, r2), quiet_readers) = judged(|| {
+        Ok((
+            host::huge_zero_readers(1, opts.reader_bytes, opts.repeat)?,
+            host::huge_zero_readers(2, opts.reader_bytes, opts.repeat)?,
+        ))
+    })?;
+    let page_fault1 = page_fault1::measure(opts, runner)?;
     Ok(Measured {
         dontneed_one_ns: median(&as_f(&d.one_thread_ns)),
         dontneed_two_ns: median(&as_f(&d.two_threads_ns)),
@@ -369,44 +432,67 @@ pub fn measure(opts: &HostCheckOpts) -> Result<Measured, HostCheckError> {
         faults_during_munmap: n,
         readers_one_per_sec: median(&r1.faults_per_sec()),
         readers_two_per_sec: median(&r2.faults_per_sec()),
+        page_fault1,
+        quiet_dontneed,
+        quiet_munmap,
+        quiet_readers,
     })
 }
 
 /// The rows of the check from both sides.
 pub fn rows(p: &Predicted, m: &Measured) -> Vec<HostCheckRow> {
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
-    vec![
+    let mut rows = vec![
         HostCheckRow::new(
             "(a) MADV_DONTNEED, two threads on halves vs one thread: speed-up",
             "x",
-            ratio(p.dontneed_one_ns, p.dontneed_two_ns),
-            ratio(m.dontneed_one_ns, m.dontneed_two_ns),
+            (
+                ratio(p.dontneed_one_ns, p.dontneed_two_ns),
+                ratio(m.dontneed_one_ns, m.dontneed_two_ns),
+            ),
+            &m.quiet_dontneed,
         ),
         HostCheckRow::new(
             "(b) write fault in its own VMA during an munmap: p50",
             "ns",
-            p.fault_p50_ns,
-            m.fault_p50_ns,
+            (p.fault_p50_ns, m.fault_p50_ns),
+            &m.quiet_munmap,
         ),
         HostCheckRow::new(
             "(b) write fault in its own VMA during an munmap: p99",
             "ns",
-            p.fault_p99_ns,
-            m.fault_p99_ns,
+            (p.fault_p99_ns, m.fault_p99_ns),
+            &m.quiet_munmap,
         ),
         HostCheckRow::new(
             "(c) huge-zero read faults, two processes vs one: throughput ratio",
             "x",
-            ratio(p.readers_two_per_sec, p.readers_one_per_sec),
-            ratio(m.readers_two_per_sec, m.readers_one_per_sec),
+            (
+                ratio(p.readers_two_per_sec, p.readers_one_per_sec),
+                ratio(m.readers_two_per_sec, m.readers_one_per_sec),
+            ),
+            &m.quiet_readers,
         ),
-    ]
+    ];
+    for (predicted, measured) in p.page_fault1.iter().zip(&m.page_fault1) {
+        rows.push(HostCheckRow::new(
+            &page_fault1::row_name(measured.tasks, measured.mode),
+            "faults/s",
+            (*predicted, measured.faults_per_sec),
+            &measured.quiet,
+        ));
+    }
+    rows
 }
 
-/// Predict, then measure, then compare.
-pub fn run(profile: &str, opts: &HostCheckOpts) -> Result<HostCheck, HostCheckError> {
+/// Predict, then measure (row (d)'s cases by `runner`), then compare.
+pub fn run(
+    profile: &str,
+    opts: &HostCheckOpts,
+    runner: &page_fault1::HostRunner<'_>,
+) -> Result<HostCheck, HostCheckError> {
     let predicted = predict(profile, opts)?;
-    let measured = measure(opts)?;
+    let measured = measure(opts, runner)?;
     let rows = rows(&predicted, &measured);
     Ok(HostCheck {
         profile: format!("modelled (profile {profile}) vs measured (this host)"),
@@ -421,9 +507,19 @@ pub fn run(profile: &str, opts: &HostCheckOpts) -> Result<HostCheck, HostCheckEr
 mod tests {
     use super::*;
 
+    fn quiet(busy: bool) -> Quietness {
+        let load = HostLoad {
+            loadavg_1min: Some(if busy { 9.0 } else { 0.0 }),
+            steal_total: Some((0, 100)),
+        };
+        quiet::judge(load, load, 1, Vec::new())
+    }
+
     /// The predictions are a deterministic model output: the same twice, and the shapes the
     /// mechanisms give (two freers are faster than one, two readers of their own mm double the
-    /// throughput on a machine with a core each, a faulter's p99 is at least its p50).
+    /// throughput on a machine with a core each, a faulter's p99 is at least its p50, two
+    /// page_fault1 processes fault about twice as fast as one on a core each). A row measured
+    /// on a busy host has no error.
     #[test]
     fn predictions_are_deterministic_and_shaped_by_the_mechanisms() {
         let opts = HostCheckOpts {
@@ -433,6 +529,9 @@ mod tests {
             reader_bytes: 64 << 20,
             repeat: 1,
             munmap_repeat: 1,
+            wis_size: Some(256 << 10),
+            wis_period_ms: 2,
+            wis_seconds: 1,
         };
         let a = predict("haswell-ep-2s", &opts).unwrap();
         let b = predict("haswell-ep-2s", &opts).unwrap();
@@ -444,6 +543,16 @@ mod tests {
             a.fault_p99_ns >= a.fault_p50_ns && a.fault_p50_ns > 0.0,
             "{a:?}"
         );
+        let pf = &a.page_fault1;
+        assert_eq!(pf.len(), page_fault1::CASES.len());
+        let two_procs = pf[1] / pf[0];
+        assert!(two_procs > 1.5 && two_procs <= 2.0 + 1e-9, "{a:?}");
+        let measured = |k: usize| Pf1Measured {
+            tasks: page_fault1::CASES[k].0,
+            mode: page_fault1::CASES[k].1,
+            faults_per_sec: pf[k] * 2.0,
+            quiet: quiet(k == 3),
+        };
         let rows = rows(
             &a,
             &Measured {
@@ -454,12 +563,28 @@ mod tests {
                 faults_during_munmap: 1,
                 readers_one_per_sec: 1.0,
                 readers_two_per_sec: 2.0,
+                page_fault1: (0..4).map(measured).collect(),
+                quiet_dontneed: quiet(false),
+                quiet_munmap: quiet(false),
+                quiet_readers: quiet(true),
             },
         );
-        assert_eq!(rows.len(), 4);
+        assert_eq!(rows.len(), 8);
         assert_eq!(rows[1].error, Some(0.0));
         assert!((rows[2].error.unwrap() + 0.5).abs() < 1e-12);
-        let none = HostCheckRow::new("x", "ns", 1.0, 0.0);
+        // (c) and the last page_fault1 row were measured on a busy host.
+        assert!(rows[3].host_busy && rows[3].error.is_none() && rows[3].measured == 2.0);
+        assert_eq!(
+            rows[4].name,
+            "(d) will-it-scale page_fault1, 1 process: faults/s"
+        );
+        assert_eq!(
+            rows[6].name,
+            "(d) will-it-scale page_fault1, 1 thread: faults/s"
+        );
+        assert_eq!(rows[5].error, Some(-0.5));
+        assert!(rows[7].host_busy && rows[7].error.is_none());
+        let none = HostCheckRow::new("x", "ns", (1.0, 0.0), &quiet(false));
         assert_eq!(none.error, None);
     }
 
