@@ -8,6 +8,7 @@
 //! | THP mode | `/sys/kernel/mm/transparent_hugepage/{enabled,defrag}` | [`thp_enabled`], [`thp_defrag`] |
 //! | map limit | `/proc/sys/vm/max_map_count` | [`max_map_count`] |
 //! | overcommit | `/proc/sys/vm/overcommit_memory` | [`overcommit`] |
+//! | CPUs this process may run on | `sched_getaffinity` (`available_parallelism`) | [`usable_cpus`] |
 //! | load | `/proc/loadavg` | [`loadavg_1min`] |
 //! | CPU time, idle and busy | `/proc/stat` | [`cpu_idle_busy`] |
 //! | steal time | `/proc/stat` | [`cpu_steal_total`] |
@@ -56,6 +57,13 @@ pub fn facts() -> HostFacts {
         overcommit: overcommit(),
         page_size: sys::sysconf(libc::_SC_PAGESIZE).unwrap_or(crate::ops::PAGE_SIZE),
     }
+}
+
+/// The host CPUs this process may run on (`std::thread::available_parallelism`: the affinity
+/// mask, cgroup quota considered), the one count of host threads every workload and report
+/// sizes itself by. 1 when the host will not say: one thread always runs.
+pub fn usable_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// `uname -r`.

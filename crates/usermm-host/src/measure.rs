@@ -75,6 +75,26 @@ pub struct HostUsememResult {
     pub anon_rss_delta_kb: i64,
 }
 
+/// [`run_forked`] of a `work` whose first word is an errno (0: it ran): its words, or the
+/// error that `what` failed with that errno. The epilogue every measurement child shares.
+///
+/// # Safety
+/// As [`run_forked`]: `work` must be async-signal-safe.
+pub(crate) unsafe fn run_forked_checked<const N: usize, F: FnOnce() -> [u64; N]>(
+    what: &'static str,
+    work: F,
+) -> Result<[u64; N], HostError> {
+    // SAFETY: our caller keeps `run_forked`'s contract.
+    let w = unsafe { run_forked(work)? };
+    if w[0] != 0 {
+        return Err(HostError::Sys {
+            what,
+            errno: w[0] as i32,
+        });
+    }
+    Ok(w)
+}
+
 /// Fork a single-threaded child that runs `work` and returns its words.
 ///
 /// # Safety
@@ -217,13 +237,7 @@ pub fn host_touch_and_munmap(size: u64, thp: bool) -> Result<HostFreeResult, Hos
     };
     // SAFETY: `work` only issues raw system calls, volatile stores into its own fresh mapping,
     // reads the clock (vDSO) and reads a /proc file into a stack buffer.
-    let w = unsafe { run_forked(work)? };
-    if w[0] != 0 {
-        return Err(HostError::Sys {
-            what: "mmap in measurement child",
-            errno: w[0] as i32,
-        });
-    }
+    let w = unsafe { run_forked_checked("mmap in measurement child", work)? };
     Ok(HostFreeResult {
         size: len,
         thp,
@@ -290,13 +304,7 @@ pub fn host_read_walk(size: u64, step: u64, thp: bool) -> Result<HostReadWalk, H
     };
     // SAFETY: `work` only issues raw system calls, volatile loads from its own fresh mapping,
     // reads the clocks (vDSO, clock_gettime) and reads a /proc file into a stack buffer.
-    let w = unsafe { run_forked(work)? };
-    if w[0] != 0 {
-        return Err(HostError::Sys {
-            what: "mmap in measurement child",
-            errno: w[0] as i32,
-        });
-    }
+    let w = unsafe { run_forked_checked("mmap in measurement child", work)? };
     Ok(HostReadWalk {
         walk: HostUsememResult {
             size: len,
@@ -480,13 +488,7 @@ pub fn host_mmap_munmap_pages(count: u64) -> Result<HostMmapMunmap, HostError> {
     // SAFETY: `work` only opens /dev/zero, issues raw mmap/munmap calls on mappings it makes,
     // reads the clocks (vDSO, clock_gettime) and stores into `addrs`, allocated before the fork
     // and never grown.
-    let w = unsafe { run_forked(work)? };
-    if w[0] != 0 {
-        return Err(HostError::Sys {
-            what: "one-page mmap of /dev/zero in measurement child",
-            errno: w[0] as i32,
-        });
-    }
+    let w = unsafe { run_forked_checked("one-page mmap of /dev/zero in measurement child", work)? };
     Ok(HostMmapMunmap {
         count,
         mmap_cpu_ns: w[1],
@@ -592,13 +594,7 @@ pub fn host_fork_exit(count: u64) -> Result<HostForkExit, HostError> {
     };
     // SAFETY: `work` only issues raw system calls (mmap, munmap, read of a /proc file into its
     // own mapping, fork, _exit, waitpid), stores into its own mapping and reads the clocks.
-    let w = unsafe { run_forked(work)? };
-    if w[0] != 0 {
-        return Err(HostError::Sys {
-            what: "fork in measurement child",
-            errno: w[0] as i32,
-        });
-    }
+    let w = unsafe { run_forked_checked("fork in measurement child", work)? };
     Ok(HostForkExit {
         count,
         parent_cpu_ns: w[1],
@@ -654,13 +650,7 @@ pub fn host_random_writes(order: &[u32]) -> Result<[HostRandomRound; 2], HostErr
     };
     // SAFETY: `work` only issues raw system calls, volatile stores into its own fresh
     // mappings and reads of `order` (allocated before the fork), and reads the clocks.
-    let w = unsafe { run_forked(work)? };
-    if w[0] != 0 {
-        return Err(HostError::Sys {
-            what: "mmap in measurement child",
-            errno: w[0] as i32,
-        });
-    }
+    let w = unsafe { run_forked_checked("mmap in measurement child", work)? };
     let r = |x: &[u64]| HostRandomRound {
         faults: x[0],
         cpu_ns: x[1],

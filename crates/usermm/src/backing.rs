@@ -63,9 +63,10 @@ use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use crate::addr::{Pfn, PAGE_SIZE, PTRS_PER_TABLE};
 use crate::config::BackingMode;
 
-/// An anonymous private host mapping, unmapped on drop.
+/// An anonymous private host mapping (`MAP_NORESERVE`, read-write, zero-filled), unmapped on
+/// drop: the host memory behind the frames here, and behind percpu chunks (`pcpu/region.rs`).
 #[derive(Debug)]
-struct HostMapping {
+pub(crate) struct HostMapping {
     base: NonNull<u8>,
     len: usize,
 }
@@ -79,7 +80,7 @@ unsafe impl Sync for HostMapping {}
 
 /// What the host is told about a reservation's page size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum HostPages {
+pub(crate) enum HostPages {
     /// Whatever the host's THP policy gives an unadvised mapping (full backing: regions are
     /// advised `MADV_HUGEPAGE` one by one as they are populated).
     Default,
@@ -92,7 +93,7 @@ enum HostPages {
 const PREFAULT_CHUNK: usize = 64 << 20;
 
 impl HostMapping {
-    fn new(len: usize, pages: HostPages) -> std::io::Result<Self> {
+    pub(crate) fn new(len: usize, pages: HostPages) -> std::io::Result<Self> {
         assert!(len > 0);
         // SAFETY: an anonymous mapping with a null hint has no preconditions; we check the result.
         let p = unsafe {
@@ -121,6 +122,15 @@ impl HostMapping {
             base: NonNull::new(p.cast()).expect("mmap returned NULL"),
             len,
         })
+    }
+
+    /// The first byte of the mapping; `len()` bytes from it are ours until drop.
+    pub(crate) fn base(&self) -> NonNull<u8> {
+        self.base
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
     }
 
     /// Best-effort advice on `off..off+len` (a host that refuses it keeps its default).

@@ -91,23 +91,49 @@ pub struct PcpuObject {
     pub free_rank: u8,
 }
 
-const fn obj(
-    name: &'static str,
-    size: u32,
-    align: u32,
-    per_node: bool,
-    accounted: bool,
-    freed: FreeStage,
-    free_rank: u8,
-) -> PcpuObject {
-    PcpuObject {
-        name,
-        size,
-        align,
-        per_node,
-        accounted,
-        freed,
-        free_rank,
+impl PcpuObject {
+    /// `name`, `size` bytes per unit: aligned to 8 (a `long`), one per cgroup, not accounted,
+    /// freed with the css and first in its stage until the methods below say otherwise.
+    const fn new(name: &'static str, size: u32) -> Self {
+        PcpuObject {
+            name,
+            size,
+            align: 8,
+            per_node: false,
+            accounted: false,
+            freed: FreeStage::CssFree,
+            free_rank: 0,
+        }
+    }
+
+    /// Aligned to `align` bytes (`__alloc_percpu`'s `align`).
+    const fn align(self, align: u32) -> Self {
+        Self { align, ..self }
+    }
+
+    /// One per NUMA node (allocated in a `for_each_node` loop).
+    const fn per_node(self) -> Self {
+        Self {
+            per_node: true,
+            ..self
+        }
+    }
+
+    /// Allocated with `GFP_KERNEL_ACCOUNT`: charged to the parent memcg.
+    const fn accounted(self) -> Self {
+        Self {
+            accounted: true,
+            ..self
+        }
+    }
+
+    /// Freed at `stage`, `rank`-th within it.
+    const fn freed(self, stage: FreeStage, rank: u8) -> Self {
+        Self {
+            freed: stage,
+            free_rank: rank,
+            ..self
+        }
     }
 }
 
@@ -154,45 +180,36 @@ impl MemcgRecipe {
             era: RecipeEra::V2021,
             objects: vec![
                 // cgroup_create
-                obj("cgrp->self.refcnt", 8, 8, false, false, CgroupFree, 0),
-                obj("cgrp->rstat_cpu", 64, 8, false, false, CgroupFree, 2),
-                obj("cgrp->psi.pcpu", 128, 64, false, false, CgroupFree, 1),
-                obj("cgrp->bpf.refcnt", 8, 8, false, false, Offline, 1),
+                PcpuObject::new("cgrp->self.refcnt", 8).freed(CgroupFree, 0),
+                PcpuObject::new("cgrp->rstat_cpu", 64).freed(CgroupFree, 2),
+                PcpuObject::new("cgrp->psi.pcpu", 128)
+                    .align(64)
+                    .freed(CgroupFree, 1),
+                PcpuObject::new("cgrp->bpf.refcnt", 8).freed(Offline, 1),
                 // css_create(memory): mem_cgroup_alloc, css refcnt, online (objcg)
-                obj("memcg->vmstats_local", vmstats, 8, false, true, CssFree, 6),
-                obj("memcg->vmstats_percpu", vmstats, 8, false, true, CssFree, 5),
-                obj(
-                    "pn->lruvec_stat_local",
-                    8 * node_items,
-                    8,
-                    true,
-                    true,
-                    CssFree,
-                    4,
-                ),
-                obj(
-                    "pn->lruvec_stat_cpu",
-                    4 * node_items,
-                    4,
-                    true,
-                    true,
-                    CssFree,
-                    3,
-                ),
-                obj(
-                    "memcg->cgwb_domain.completions",
-                    4,
-                    4,
-                    false,
-                    false,
-                    CssFree,
-                    1,
-                ),
-                obj("memcg->css.refcnt", 8, 8, false, false, CssFree, 0),
-                obj("objcg->refcnt", 8, 8, false, false, Offline, 0),
+                PcpuObject::new("memcg->vmstats_local", vmstats)
+                    .accounted()
+                    .freed(CssFree, 6),
+                PcpuObject::new("memcg->vmstats_percpu", vmstats)
+                    .accounted()
+                    .freed(CssFree, 5),
+                PcpuObject::new("pn->lruvec_stat_local", 8 * node_items)
+                    .per_node()
+                    .accounted()
+                    .freed(CssFree, 4),
+                PcpuObject::new("pn->lruvec_stat_cpu", 4 * node_items)
+                    .align(4)
+                    .per_node()
+                    .accounted()
+                    .freed(CssFree, 3),
+                PcpuObject::new("memcg->cgwb_domain.completions", 4)
+                    .align(4)
+                    .freed(CssFree, 1),
+                PcpuObject::new("memcg->css.refcnt", 8).freed(CssFree, 0),
+                PcpuObject::new("objcg->refcnt", 8).freed(Offline, 0),
                 // css_create(perf_event)
-                obj("perf_cgroup->info", 16, 8, false, false, CssFree, 8),
-                obj("perf_cgroup->css.refcnt", 8, 8, false, false, CssFree, 7),
+                PcpuObject::new("perf_cgroup->info", 16).freed(CssFree, 8),
+                PcpuObject::new("perf_cgroup->css.refcnt", 8).freed(CssFree, 7),
             ],
         }
     }
@@ -205,29 +222,31 @@ impl MemcgRecipe {
             era: RecipeEra::Modern,
             objects: vec![
                 // cgroup_create
-                obj("cgrp->self.refcnt", 8, 8, false, false, CgroupFree, 0),
-                obj("cgrp->rstat_base_cpu", 160, 8, false, false, CgroupFree, 3),
-                obj("cgrp->self.rstat_cpu", 32, 8, false, false, CgroupFree, 2),
-                obj("cgrp->psi->pcpu", 128, 64, false, false, CgroupFree, 1),
-                obj("cgrp->bpf.refcnt", 8, 8, false, false, Offline, 1),
+                PcpuObject::new("cgrp->self.refcnt", 8).freed(CgroupFree, 0),
+                PcpuObject::new("cgrp->rstat_base_cpu", 160).freed(CgroupFree, 3),
+                PcpuObject::new("cgrp->self.rstat_cpu", 32).freed(CgroupFree, 2),
+                PcpuObject::new("cgrp->psi->pcpu", 128)
+                    .align(64)
+                    .freed(CgroupFree, 1),
+                PcpuObject::new("cgrp->bpf.refcnt", 8).freed(Offline, 1),
                 // css_create(memory)
-                obj("memcg->vmstats_percpu", 1216, 64, false, true, CssFree, 5),
-                obj("pn->lruvec_stats_percpu", 528, 8, true, true, CssFree, 4),
-                obj(
-                    "memcg->cgwb_domain.completions",
-                    4,
-                    4,
-                    false,
-                    false,
-                    CssFree,
-                    3,
-                ),
-                obj("memcg->css.refcnt", 8, 8, false, false, CssFree, 0),
-                obj("memcg->css.rstat_cpu", 32, 8, false, false, CssFree, 1),
-                obj("objcg->refcnt", 8, 8, false, false, Offline, 0),
+                PcpuObject::new("memcg->vmstats_percpu", 1216)
+                    .align(64)
+                    .accounted()
+                    .freed(CssFree, 5),
+                PcpuObject::new("pn->lruvec_stats_percpu", 528)
+                    .per_node()
+                    .accounted()
+                    .freed(CssFree, 4),
+                PcpuObject::new("memcg->cgwb_domain.completions", 4)
+                    .align(4)
+                    .freed(CssFree, 3),
+                PcpuObject::new("memcg->css.refcnt", 8).freed(CssFree, 0),
+                PcpuObject::new("memcg->css.rstat_cpu", 32).freed(CssFree, 1),
+                PcpuObject::new("objcg->refcnt", 8).freed(Offline, 0),
                 // css_create(perf_event)
-                obj("perf_cgroup->info", 32, 8, false, false, CssFree, 7),
-                obj("perf_cgroup->css.refcnt", 8, 8, false, false, CssFree, 6),
+                PcpuObject::new("perf_cgroup->info", 32).freed(CssFree, 7),
+                PcpuObject::new("perf_cgroup->css.refcnt", 8).freed(CssFree, 6),
             ],
         }
     }

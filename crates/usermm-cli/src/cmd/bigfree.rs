@@ -384,103 +384,73 @@ pub fn free_table(b: &BigfreeResult) -> Table {
     t
 }
 
-/// Where the time goes: lock_stat of the free and who spent the CPU time, per row.
+/// Where the time goes: lock_stat of the free and who spent the CPU time, per row. The lock
+/// columns are the same on both clocks; the last ones differ: the host's facts on the wall
+/// clock (median of runs), the emulated CPUs' spin time in virtual time (a virtual run has no
+/// host facts, and its runs are identical, so finer figures are shown).
 pub fn lock_table(b: &BigfreeResult) -> Table {
-    if b.profile.is_some() {
-        return virtual_lock_table(b);
-    }
+    let virt = b.profile.is_some();
+    let mut columns = vec![
+        "row",
+        "zone.lock acq",
+        "contended",
+        "wait (ms)",
+        "hold (ms)",
+        "lru_lock acq",
+        "contended",
+        "wait (ms)",
+        "hold (ms)",
+        "task CPU (s)",
+        "workers CPU (s)",
+    ];
+    columns.extend(if virt {
+        &["spin (ms)", "worker CPUs"][..]
+    } else {
+        &["preempted", "slept", "host load"][..]
+    });
+    let over = if virt { "" } else { " (median of runs)" };
     let mut l = Table::new(
         format!(
-            "where the time goes: lock_stat of the free, summed over nodes (median of runs), {}",
+            "where the time goes: lock_stat of the free, summed over nodes{over}, {}",
             b.time
         ),
-        [
-            "row",
-            "zone.lock acq",
-            "contended",
-            "wait (ms)",
-            "hold (ms)",
-            "lru_lock acq",
-            "contended",
-            "wait (ms)",
-            "hold (ms)",
-            "task CPU (s)",
-            "workers CPU (s)",
-            "preempted",
-            "slept",
-            "host load",
-        ],
+        columns,
     );
+    let ms = |v: f64| {
+        if virt {
+            format!("{v:.2}")
+        } else {
+            format!("{v:.1}")
+        }
+    };
     for row in &b.rows {
         let m = |f: &dyn Fn(&bigfree::RunSample) -> f64| {
             stats::median(&row.samples.iter().map(f).collect::<Vec<_>>())
         };
-        l.push_row([
+        let mut cells = vec![
             row.label.clone(),
             format!("{:.0}", m(&|s| s.zone_lock.acquisitions as f64)),
             format!("{}", row.zone_contentions),
-            format!("{:.1}", row.zone_wait_ms),
-            format!("{:.1}", m(&|s| s.zone_lock.hold_ns as f64) / 1e6),
+            ms(row.zone_wait_ms),
+            ms(m(&|s| s.zone_lock.hold_ns as f64) / 1e6),
             format!("{:.0}", m(&|s| s.lru_lock.acquisitions as f64)),
             format!("{}", row.lru_contentions),
-            format!("{:.1}", row.lru_wait_ms),
-            format!("{:.1}", m(&|s| s.lru_lock.hold_ns as f64) / 1e6),
+            ms(row.lru_wait_ms),
+            ms(m(&|s| s.lru_lock.hold_ns as f64) / 1e6),
             secs(m(&|s| s.task_cpu_ns as f64) / 1e9),
             secs(m(&|s| s.worker_cpu_ns as f64) / 1e9),
-            format!("{:.0}", m(&|s| s.host_preemptions as f64)),
-            format!("{:.0}", m(&|s| s.host_sleeps as f64)),
-            format!("{:.2}", m(&|s| s.host_loadavg)),
-        ]);
-    }
-    l
-}
-
-/// [`lock_table`] of a virtual run: the same lock_stat and who paid, in virtual time, with the
-/// emulated CPUs' spin time instead of the host's facts (a virtual run has none).
-fn virtual_lock_table(b: &BigfreeResult) -> Table {
-    let mut l = Table::new(
-        format!(
-            "where the time goes: lock_stat of the free, summed over nodes, {}",
-            b.time
-        ),
-        [
-            "row",
-            "zone.lock acq",
-            "contended",
-            "wait (ms)",
-            "hold (ms)",
-            "lru_lock acq",
-            "contended",
-            "wait (ms)",
-            "hold (ms)",
-            "task CPU (s)",
-            "workers CPU (s)",
-            "spin (ms)",
-            "worker CPUs",
-        ],
-    );
-    for row in &b.rows {
-        let m = |f: &dyn Fn(&bigfree::RunSample) -> f64| {
-            stats::median(&row.samples.iter().map(f).collect::<Vec<_>>())
-        };
-        let workers = row.max_active.map_or("-".to_string(), |_| {
-            row.samples.first().map_or(String::new(), worker_cpus_text)
-        });
-        l.push_row([
-            row.label.clone(),
-            format!("{:.0}", m(&|s| s.zone_lock.acquisitions as f64)),
-            format!("{}", row.zone_contentions),
-            format!("{:.2}", row.zone_wait_ms),
-            format!("{:.2}", m(&|s| s.zone_lock.hold_ns as f64) / 1e6),
-            format!("{:.0}", m(&|s| s.lru_lock.acquisitions as f64)),
-            format!("{}", row.lru_contentions),
-            format!("{:.2}", row.lru_wait_ms),
-            format!("{:.2}", m(&|s| s.lru_lock.hold_ns as f64) / 1e6),
-            secs(m(&|s| s.task_cpu_ns as f64) / 1e9),
-            secs(m(&|s| s.worker_cpu_ns as f64) / 1e9),
-            format!("{:.2}", row.spin_ms),
-            workers,
-        ]);
+        ];
+        if virt {
+            cells.push(ms(row.spin_ms));
+            cells.push(row.max_active.map_or("-".to_string(), |_| {
+                row.samples.first().map_or(String::new(), worker_cpus_text)
+            }));
+        } else {
+            cells.push(format!("{:.0}", m(&|s| s.host_preemptions as f64)));
+            cells.push(format!("{:.0}", m(&|s| s.host_sleeps as f64)));
+            cells.push(format!("{:.2}", m(&|s| s.host_loadavg)));
+        }
+        l.push_row(cells);
     }
     l
 }

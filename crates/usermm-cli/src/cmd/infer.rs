@@ -33,7 +33,7 @@ pub fn run(args: &InferArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         Some(0) => return usage("--threads: at least 1 (got 0)"),
         Some(n) if n > 64 => return usage(format!("--threads: at most 64 (got {n})")),
         Some(n) => n,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        None => usermm_host::facts::usable_cpus(),
     };
     let sizes = match &args.test_sizes {
         None => EvalSizes::default(),

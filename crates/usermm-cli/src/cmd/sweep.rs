@@ -152,7 +152,7 @@ pub fn run(
     };
     let jobs = match a.jobs {
         Some(n) => usize::from(n),
-        None => std::thread::available_parallelism().map_or(1, usize::from),
+        None => usermm_host::facts::usable_cpus(),
     };
     let opts = RunOptions::for_grid(&grid, out.clone(), jobs)?;
     let done = sweep::run_grid(&grid, &chosen, &opts)?;

@@ -135,7 +135,7 @@ fn engine_config(a: &WillItScaleArgs, test: Test, tasks: usize) -> anyhow::Resul
     let mut c = MachineConfig {
         mem: mem.min(MAX_MEM_BYTES),
         backing: BackingMode::Sparse,
-        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()) as u16,
+        cpus: usermm_host::facts::usable_cpus() as u16,
         ..MachineConfig::default()
     };
     c.time.profile = DEFAULT_PROFILE.into();

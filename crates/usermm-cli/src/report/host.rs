@@ -32,7 +32,7 @@ pub struct HostSummary {
 impl HostSummary {
     pub fn collect() -> Self {
         HostSummary {
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpus: usermm_host::facts::usable_cpus(),
             mem_total_kb: facts::mem_total_kb(),
             kernel: facts::kernel_release(),
             usermm_version: env!("CARGO_PKG_VERSION").to_string(),

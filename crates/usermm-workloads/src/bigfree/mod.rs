@@ -445,7 +445,7 @@ pub struct BigfreeResult {
     pub ratio: f64,
     /// The pcp auto-tune rows, if run.
     pub beyond: Option<Beyond>,
-    /// Host threads available (`available_parallelism`) while measuring.
+    /// Host threads available (`usermm_host::facts::usable_cpus`) while measuring.
     pub host_cpus: usize,
     /// The seed's published table, for printing beside ours.
     pub seed: ParallelFree,
@@ -564,7 +564,7 @@ pub fn gather_capacity(count: u32, switch: BatchSwitch) -> u64 {
 /// host's hardware threads on the wall clock (a virtual run gives every worker a CPU).
 pub fn tuned_max_active(base: &MachineConfig) -> u32 {
     let host = match base.time.mode {
-        TimeMode::Wall => std::thread::available_parallelism().map_or(1, |n| n.get()) as u32,
+        TimeMode::Wall => usermm_host::facts::usable_cpus() as u32,
         TimeMode::Virtual => u32::MAX,
     };
     u32::from(base.nodes).min(host).max(1)

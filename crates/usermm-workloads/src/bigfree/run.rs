@@ -333,7 +333,7 @@ pub fn run_with(
             opts.threshold_pages
         ));
     }
-    let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let host_cpus = facts::usable_cpus();
     let wall = opts.base.time.mode == TimeMode::Wall;
     if let Some(&m) = opts.max_active.iter().max().filter(|_| wall) {
         if m as usize >= host_cpus {

@@ -349,7 +349,7 @@ pub fn run_with_progress(
         profile,
         opts: opts.clone(),
         seed: seeds::MUNMAP_DOWNGRADE,
-        host_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        host_cpus: usermm_host::facts::usable_cpus(),
         vanilla: ab.vanilla,
         patched: ab.patched,
         per_vma,

@@ -129,7 +129,7 @@ impl ValidationOpts {
             runs: Run::ALL.to_vec(),
             sizes,
             job_divisor: 1,
-            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            threads: usermm_host::facts::usable_cpus(),
             host_budget: HOST_BUDGET,
         }
     }

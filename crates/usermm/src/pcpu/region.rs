@@ -20,51 +20,30 @@
 
 #![expect(unsafe_code)] // fenced (lib.rs, "Unsafe"): the host mapping behind percpu chunks
 
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use crate::addr::PAGE_SIZE;
+use crate::backing::{HostMapping, HostPages};
 
-/// One anonymous host mapping, unmapped on drop.
+/// One anonymous host mapping of `MADV_NOHUGEPAGE` pages, unmapped on drop (the backing's
+/// [`HostMapping`]: the `mmap` is written once, there). It is `Send` and `Sync` because the
+/// mapping is plain memory and every access to it here is atomic (rule 1).
 #[derive(Debug)]
 pub(crate) struct PcpuRegion {
-    base: NonNull<u8>,
-    len: usize,
+    map: HostMapping,
 }
 
-// SAFETY: the mapping is plain memory owned by this value and every access to it is atomic
-// (rule 1), so the handle may move between threads.
-unsafe impl Send for PcpuRegion {}
-// SAFETY: shared access is through `&[AtomicU8]` only (rule 1).
-unsafe impl Sync for PcpuRegion {}
-
 impl PcpuRegion {
-    /// Reserve `len` bytes (a multiple of the page size) of zero-filled host memory.
+    /// Reserve `len` bytes (a multiple of the page size) of zero-filled host memory. No host
+    /// huge pages, so discarding one 4 KiB page really returns its memory.
     pub(crate) fn new(len: usize) -> std::io::Result<Self> {
         assert!(
             len > 0 && len.is_multiple_of(PAGE_SIZE as usize),
             "region of {len} bytes"
         );
-        // SAFETY: an anonymous mapping with a null hint has no preconditions; the result is
-        // checked below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `p..p+len` is the mapping just made; madvise only changes advice. No host
-        // huge pages, so discarding one 4 KiB page really returns its memory.
-        unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };
-        let base = NonNull::new(p.cast::<u8>()).ok_or_else(std::io::Error::last_os_error)?;
-        Ok(Self { base, len })
+        Ok(Self {
+            map: HostMapping::new(len, HostPages::Small)?,
+        })
     }
 
     /// The bytes `[start, start + len)` as atomics.
@@ -74,23 +53,25 @@ impl PcpuRegion {
     pub(crate) fn bytes(&self, start: usize, len: usize) -> &[AtomicU8] {
         let end = start.checked_add(len).expect("range overflows");
         assert!(
-            end <= self.len,
+            end <= self.map.len(),
             "bytes {start}..{end} beyond a region of {}",
-            self.len
+            self.map.len()
         );
         // SAFETY: the range is inside the mapping (checked), which lives as long as `&self`;
         // `AtomicU8` has alignment 1 and is valid for any initialised byte (anonymous memory is
         // zero-filled); all access is atomic (rule 1), so shared views may alias.
-        unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(start).cast::<AtomicU8>(), len) }
+        unsafe {
+            std::slice::from_raw_parts(self.map.base().as_ptr().add(start).cast::<AtomicU8>(), len)
+        }
     }
 
     /// Give the page-aligned range `[start, start + len)` back to the host (`MADV_DONTNEED`).
     pub(crate) fn discard(&self, start: usize, len: usize) {
         let end = start.checked_add(len).expect("range overflows");
         assert!(
-            end <= self.len,
+            end <= self.map.len(),
             "discard {start}..{end} beyond a region of {}",
-            self.len
+            self.map.len()
         );
         assert!(start.is_multiple_of(PAGE_SIZE as usize) && len.is_multiple_of(PAGE_SIZE as usize));
         if len == 0 {
@@ -100,7 +81,7 @@ impl PcpuRegion {
         // mapped and makes it read as zeros (rule 3); no non-atomic reference into it exists.
         let rc = unsafe {
             libc::madvise(
-                self.base.as_ptr().add(start).cast(),
+                self.map.base().as_ptr().add(start).cast(),
                 len,
                 libc::MADV_DONTNEED,
             )
@@ -121,13 +102,5 @@ impl PcpuRegion {
                 b.store(0, Relaxed);
             }
         }
-    }
-}
-
-impl Drop for PcpuRegion {
-    fn drop(&mut self) {
-        // SAFETY: `base..base+len` is our own mapping; every view borrows `&self` and every
-        // owner holds the `Arc`, so none outlives this drop.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
     }
 }

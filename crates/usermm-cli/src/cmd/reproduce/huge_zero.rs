@@ -77,10 +77,7 @@ pub(super) fn run(
     let label = usermm_workloads::TimeLabel::of(&base).time;
     // Where usermm's throughput comes from: this host's cores, or the profile's modelled CPUs.
     let where_ = match base.time.mode {
-        TimeMode::Wall => format!(
-            "{} host cores",
-            std::thread::available_parallelism().map_or(0, |n| n.get())
-        ),
+        TimeMode::Wall => format!("{} host cores", usermm_host::facts::usable_cpus()),
         TimeMode::Virtual => format!("{} CPUs, {label}", base.cpus),
     };
     let (v, p) = usemem::run_ab(&base, &opts).map_err(|e| anyhow::anyhow!("usemem: {e}"))?;

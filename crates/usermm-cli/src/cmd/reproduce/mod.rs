@@ -143,7 +143,7 @@ impl<R> Outcome<R> {
 }
 
 /// `results` of `results.json`, and what `--json` prints: the run's scale and wall time, the
-/// host's facts, and one `sides::Pair` per experiment that ran (named as `--only` names
+/// host's facts, and one `sides::ExperimentSides` per experiment that ran (named as `--only` names
 /// them): its `modelled` side (virtual time on the seed's machine) and its `measured` side
 /// (this host's wall clock), each with its headline figures, its profile and its full record.
 #[derive(Debug, Serialize)]
@@ -155,13 +155,13 @@ pub struct Results {
     pub wall_seconds: Option<f64>,
     pub host_facts: HostFacts,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub bigfree: Option<sides::BigfreePair>,
+    pub bigfree: Option<sides::BigfreeSides>,
     #[serde(rename = "huge-zero", skip_serializing_if = "Option::is_none")]
-    pub huge_zero: Option<sides::HugeZeroPair>,
+    pub huge_zero: Option<sides::HugeZeroSides>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub munmap: Option<sides::MunmapPair>,
+    pub munmap: Option<sides::MunmapSides>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub percpu: Option<sides::Pair<sides::NoFigures, percpu::PercpuRecord>>,
+    pub percpu: Option<sides::ExperimentSides<sides::NoFigures, percpu::PercpuRecord>>,
     /// `--sensitivity`: each modelled headline against its inputs halved and doubled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sensitivity: Option<Vec<sensitivity::Headline>>,
@@ -203,26 +203,26 @@ impl Results {
     }
 
     fn add(&mut self, kind: sides::SideKind, time: &str, record: Record, scale: Scale) {
-        use sides::{Side, *};
+        use sides::{SideRecord, *};
         match record {
             Record::Bigfree(r) => self
                 .bigfree
                 .get_or_insert_with(Default::default)
-                .set(kind, Side::new(time, BigfreeFigures::of(&r), r)),
+                .set(kind, SideRecord::new(time, BigfreeFigures::of(&r), r)),
             Record::HugeZero(r) => self
                 .huge_zero
                 .get_or_insert_with(Default::default)
-                .set(kind, Side::new(time, HugeZeroFigures::of(&r), r)),
+                .set(kind, SideRecord::new(time, HugeZeroFigures::of(&r), r)),
             Record::Munmap(r) => {
                 let size = munmap::size(scale);
                 self.munmap
                     .get_or_insert_with(Default::default)
-                    .set(kind, Side::new(time, MunmapFigures::of(&r, size), r))
+                    .set(kind, SideRecord::new(time, MunmapFigures::of(&r, size), r))
             }
             Record::Percpu(r) => self
                 .percpu
                 .get_or_insert_with(Default::default)
-                .set(kind, Side::new(time, NoFigures {}, r)),
+                .set(kind, SideRecord::new(time, NoFigures {}, r)),
         }
     }
 

@@ -99,7 +99,7 @@ fn studies(quick: bool, bigfree: bool, others: &[&str]) -> Vec<Study> {
                 ("speedup, max_active 32", "bigfree.rows.3.speedup"),
                 ("spinning at max_active 8", "bigfree.rows.2.spin_share"),
             ],
-            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            jobs: usermm_host::facts::usable_cpus(),
             report: None,
         });
     }

@@ -1,10 +1,12 @@
-//! Modelled and measured, side by side: each experiment of `reproduce` runs once in virtual
-//! time on its seed's machine (*modelled (profile NAME)*) and once on this host's wall clock
-//! (*measured (this host)*), unless `--time` picks one. This module holds the two sides of a
-//! record ([`Pair`], [`Side`]), the headline figures scripts read from `results.json`, the one
-//! table and the one plot that put the seed's published figure beside both, and the verdicts —
-//! judged on the modelled column for timing effects, because a 2-core host cannot show a
-//! many-core effect (docs/two-clocks.md).
+//! Modelled and measured, side by side. Each experiment of `reproduce` has up to three sides:
+//! *modelled* (virtual time on its seed's machine with the inferred era factors: *modelled
+//! (profile NAME)*), *unfitted* (the same virtual run without the era factors: this host's
+//! costs scaled by clock) and *measured* (this host's wall clock: *measured (this host)*);
+//! `--time`, `--profile` and `--era` pick fewer. This module holds an experiment's sides
+//! ([`ExperimentSides`], one [`SideRecord`] per side that ran), the headline figures scripts read
+//! from `results.json`, the one table and the one plot that put the seed's published figure
+//! beside them, and the verdicts — judged on the modelled side for timing effects, because a
+//! 2-core host cannot show a many-core effect (docs/two-clocks.md).
 
 use std::path::Path;
 
@@ -70,10 +72,11 @@ pub(super) fn sides(time: &TimeArgs) -> Vec<(SideKind, TimeArgs)> {
     }
 }
 
-/// One side of an experiment: the headline figures `F` (flattened into the side, for
-/// scripts), how they were obtained, and the experiment's full record.
+/// What one side of an experiment (modelled, unfitted or measured) produced: the headline
+/// figures `F` (flattened into the side, for scripts), how they were obtained, and the
+/// experiment's full record `R`.
 #[derive(Debug, Serialize)]
-pub struct Side<F, R> {
+pub struct SideRecord<F, R> {
     /// The profile's name when modelled; `None` when measured.
     pub profile: Option<String>,
     /// `modelled (profile NAME)` or `measured (this host)`.
@@ -83,14 +86,14 @@ pub struct Side<F, R> {
     pub detail: Box<R>,
 }
 
-impl<F, R> Side<F, R> {
+impl<F, R> SideRecord<F, R> {
     pub fn new(time: &str, figures: F, detail: Box<R>) -> Self {
         // `modelled (profile NAME)` or `modelled (profile NAME, unfitted)`.
         let profile = time
             .strip_prefix("modelled (profile ")
             .and_then(|s| s.strip_suffix(')'))
             .map(|s| s.split(", ").next().unwrap_or(s).to_string());
-        Side {
+        SideRecord {
             profile,
             time: time.to_string(),
             figures,
@@ -99,19 +102,20 @@ impl<F, R> Side<F, R> {
     }
 }
 
-/// An experiment in `results.json`: its modelled side, the same unfitted (no era factors),
-/// and its measured side (any may be absent when `--time`/`--era` picked fewer).
+/// An experiment in `results.json`, by side: modelled (virtual time, era factors), unfitted
+/// (virtual time, no era factors) and measured (this host's wall clock); any may be absent
+/// when `--time`/`--profile`/`--era` picked fewer.
 #[derive(Debug, Serialize)]
-pub struct Pair<F, R> {
-    pub modelled: Option<Side<F, R>>,
+pub struct ExperimentSides<F, R> {
+    pub modelled: Option<SideRecord<F, R>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub unfitted: Option<Side<F, R>>,
-    pub measured: Option<Side<F, R>>,
+    pub unfitted: Option<SideRecord<F, R>>,
+    pub measured: Option<SideRecord<F, R>>,
 }
 
-impl<F, R> Default for Pair<F, R> {
+impl<F, R> Default for ExperimentSides<F, R> {
     fn default() -> Self {
-        Pair {
+        ExperimentSides {
             modelled: None,
             unfitted: None,
             measured: None,
@@ -119,8 +123,8 @@ impl<F, R> Default for Pair<F, R> {
     }
 }
 
-impl<F, R> Pair<F, R> {
-    pub fn set(&mut self, kind: SideKind, side: Side<F, R>) {
+impl<F, R> ExperimentSides<F, R> {
+    pub fn set(&mut self, kind: SideKind, side: SideRecord<F, R>) {
         match kind {
             SideKind::Modelled => self.modelled = Some(side),
             SideKind::Unfitted => self.unfitted = Some(side),
@@ -268,9 +272,9 @@ impl MunmapFigures {
 #[derive(Debug, Clone, Serialize)]
 pub struct NoFigures {}
 
-pub(super) type BigfreePair = Pair<BigfreeFigures, BigfreeRecord>;
-pub(super) type HugeZeroPair = Pair<HugeZeroFigures, HugeZeroRecord>;
-pub(super) type MunmapPair = Pair<MunmapFigures, MunmapRecord>;
+pub(super) type BigfreeSides = ExperimentSides<BigfreeFigures, BigfreeRecord>;
+pub(super) type HugeZeroSides = ExperimentSides<HugeZeroFigures, HugeZeroRecord>;
+pub(super) type MunmapSides = ExperimentSides<MunmapFigures, MunmapRecord>;
 
 /// `ours` within `band` (a fraction) of `seed`: `None` when it is, else the miss, signed.
 fn miss(ours: f64, seed: f64, band: f64) -> Option<f64> {
@@ -457,7 +461,7 @@ fn opt(x: Option<f64>, f: impl Fn(f64) -> String) -> String {
     x.map_or_else(|| "-".to_string(), f)
 }
 
-fn side_label<F, R>(s: &Option<Side<F, R>>) -> String {
+fn side_label<F, R>(s: &Option<SideRecord<F, R>>) -> String {
     s.as_ref().map_or_else(|| "-".into(), |s| s.time.clone())
 }
 
@@ -465,9 +469,9 @@ fn side_label<F, R>(s: &Option<Side<F, R>>) -> String {
 /// free-time curve three ways) of the report's comparison section.
 pub(super) fn comparison(
     out: &Path,
-    bigfree: Option<&BigfreePair>,
-    huge_zero: Option<&HugeZeroPair>,
-    munmap: Option<&MunmapPair>,
+    bigfree: Option<&BigfreeSides>,
+    huge_zero: Option<&HugeZeroSides>,
+    munmap: Option<&MunmapSides>,
 ) -> anyhow::Result<Section> {
     let mut t = Table::new(
         "Each seed's published figure, the model on the seed's machine (with the era factors, \
@@ -515,10 +519,11 @@ names its profile; every cost of a profile names its source (`--json` prints the
 }
 
 /// Seeds 000/001's rows of the comparison table.
-fn bigfree_rows(t: &mut Table, notes: &mut String, b: &BigfreePair) {
+fn bigfree_rows(t: &mut Table, notes: &mut String, b: &BigfreeSides) {
     let x2 = |v: f64| format!("{v:.2}×");
-    let fig =
-        |s: &Option<Side<BigfreeFigures, BigfreeRecord>>| s.as_ref().map(|s| s.figures.clone());
+    let fig = |s: &Option<SideRecord<BigfreeFigures, BigfreeRecord>>| {
+        s.as_ref().map(|s| s.figures.clone())
+    };
     *notes += &format!(
         "- bigfree: modelled {}; unfitted {}; measured {}\n",
         side_label(&b.modelled),
@@ -560,7 +565,7 @@ fn bigfree_rows(t: &mut Table, notes: &mut String, b: &BigfreePair) {
 }
 
 /// Seed 002's rows of the comparison table.
-fn huge_zero_rows(t: &mut Table, notes: &mut String, h: &HugeZeroPair) {
+fn huge_zero_rows(t: &mut Table, notes: &mut String, h: &HugeZeroSides) {
     let x2 = |v: f64| format!("{v:.2}×");
     *notes += &format!(
         "- huge-zero: modelled {}; unfitted {}; measured {}\n",
@@ -602,7 +607,7 @@ fn huge_zero_rows(t: &mut Table, notes: &mut String, h: &HugeZeroPair) {
 }
 
 /// Seed 003's rows of the comparison table.
-fn munmap_rows(t: &mut Table, notes: &mut String, p: &MunmapPair) {
+fn munmap_rows(t: &mut Table, notes: &mut String, p: &MunmapSides) {
     *notes += &format!(
         "- munmap: modelled {}; unfitted {}; measured {}\n",
         side_label(&p.modelled),
@@ -643,7 +648,7 @@ fn munmap_rows(t: &mut Table, notes: &mut String, p: &MunmapPair) {
 }
 
 /// The free-time curve three ways (published, modelled and unfitted, measured).
-fn speedup_plot(plot: &Path, b: &BigfreePair) -> anyhow::Result<()> {
+fn speedup_plot(plot: &Path, b: &BigfreeSides) -> anyhow::Result<()> {
     let curve = |name: String, f: &BigfreeFigures, dashed: bool| Series {
         name,
         dashed,

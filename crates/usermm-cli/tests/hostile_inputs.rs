@@ -1,5 +1,5 @@
-//! Issue 27, "Hostile inputs, round 2": each input that crashed, hung, or said something
-//! untrue now runs or is refused with one `usermm: error:` line and exit 2. Small machines,
+//! Hostile inputs to the CLI: each input here once crashed, hung, or said something untrue,
+//! and now runs or is refused with one `usermm: error:` line and exit 2. Small machines,
 //! sparse backing, no wall-clock timings.
 
 mod common;
@@ -8,7 +8,7 @@ use std::process::Command;
 
 use common::{assert_one_line, assert_usage_error, text, usermm, usermm_env};
 
-/// Item 1: an unaligned first-chunk size indexed past the allocation map at boot.
+/// An unaligned first-chunk size indexed past the allocation map at boot.
 #[test]
 fn unaligned_percpu_sizes_are_refused() {
     for key in ["pcpu.static_size", "pcpu.reserved_size"] {
@@ -21,7 +21,7 @@ fn unaligned_percpu_sizes_are_refused() {
         }
     }
     // The busybox link takes them from USERMM_SET.
-    let dir = std::env::temp_dir().join(format!("usermm-h27-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("usermm-hostile-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let link = dir.join("usemem");
     let _ = std::fs::remove_file(&link);
@@ -36,7 +36,7 @@ fn unaligned_percpu_sizes_are_refused() {
     assert_one_line(&o, &["usemem (link)"], "PCPU_MIN_ALLOC_SIZE");
 }
 
-/// Item 10: `pcpu.empty_pop_pages_high` had no upper bound (a run took 330 s).
+/// `pcpu.empty_pop_pages_high` had no upper bound (a run took 330 s).
 #[test]
 fn empty_pop_pages_high_is_bounded() {
     assert_usage_error(
@@ -45,7 +45,7 @@ fn empty_pop_pages_high_is_bounded() {
     );
 }
 
-/// Item 10: `--mem` given is kept, not silently raised to what the script needs.
+/// `--mem` given is kept, not silently raised to what the script needs.
 #[test]
 fn percpu_test_keeps_the_mem_it_was_given() {
     assert_usage_error(
@@ -54,7 +54,7 @@ fn percpu_test_keeps_the_mem_it_was_given() {
     );
 }
 
-/// Item 2: options that wait for SIGUSR1 (or a kill) deadlocked a virtual run.
+/// Options that wait for SIGUSR1 (or a kill) deadlocked a virtual run.
 #[test]
 fn usemem_signal_waits_are_refused_in_virtual_time() {
     for opt in [
@@ -79,7 +79,7 @@ fn usemem_signal_waits_are_refused_in_virtual_time() {
     }
 }
 
-/// Item 12: 0/0 was printed as a ratio of 0.000.
+/// 0/0 was printed as a ratio of 0.000.
 #[test]
 fn usemem_ab_of_nothing_has_no_ratio() {
     let o = usermm(&["usemem", "0", "--ab", "--backing", "sparse"]);
@@ -132,7 +132,7 @@ fn usemem_user_work_takes_virtual_time() {
     assert_usage_error(&["usemem", "8K", "-e", "2000m", "--time", "virtual"], "-e");
 }
 
-/// Item 5 on the full backing: the words written are read back by `-r`'s verification.
+/// On the full backing: the words written are read back by `-r`'s verification.
 #[test]
 fn usemem_repeats_verify_with_word_stores() {
     let o = usermm(&["usemem", "1M", "-r", "3", "-j", "24", "--mem", "64M"]);
@@ -143,12 +143,12 @@ fn usemem_repeats_verify_with_word_stores() {
     assert!(o.status.success(), "{}", text(&o.stderr));
 }
 
-/// Item 7: `--scale-cost` wrote `$TMPDIR/usermm-profile-<pid>-…` (through a planted symlink,
+/// `--scale-cost` wrote `$TMPDIR/usermm-profile-<pid>-…` (through a planted symlink,
 /// never removed, its path in `--json`); a tiny or huge factor failed on the file name. Now
 /// the machine scales the profile in memory: nothing written, the same bytes run after run.
 #[test]
 fn scale_cost_writes_nothing_and_repeats_exactly() {
-    let tmp = std::env::temp_dir().join(format!("usermm-h27-scale-{}", std::process::id()));
+    let tmp = std::env::temp_dir().join(format!("usermm-hostile-scale-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let tmpdir = tmp.to_str().unwrap();
     let args = [
@@ -193,7 +193,7 @@ fn scale_cost_writes_nothing_and_repeats_exactly() {
     );
 }
 
-/// Item 11: virtual time emulates the pid (it seeded -R and was printed), so two runs with
+/// Virtual time emulates the pid (it seeded -R and was printed), so two runs with
 /// `-R` and `--show-addr` are the same bytes; the bench has no virtual figures to give.
 #[test]
 fn virtual_usemem_is_the_same_run_after_run() {
@@ -215,7 +215,7 @@ fn virtual_usemem_is_the_same_run_after_run() {
     assert_usage_error(&["bench", "--time", "virtual"], "wall time only");
 }
 
-/// Item 16: a profile with --time wall or --host was ignored; escape sequences in an
+/// A profile with --time wall or --host was ignored; escape sequences in an
 /// argument or a profile's name reached the terminal.
 #[test]
 fn profiles_that_would_be_ignored_and_control_characters_are_refused() {
@@ -231,7 +231,7 @@ fn profiles_that_would_be_ignored_and_control_characters_are_refused() {
     assert_one_line(&o, &["meminfo --profile ESC"], "\\u{1b}[31mred");
     assert!(!o.stderr.contains(&0x1b));
     // A profile file whose name holds an escape: refused by the loader, shown escaped.
-    let dir = std::env::temp_dir().join(format!("usermm-h27-esc-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("usermm-hostile-esc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let builtin = dir.join("p.toml");
     let src = std::fs::read_to_string(concat!(
@@ -248,7 +248,7 @@ fn profiles_that_would_be_ignored_and_control_characters_are_refused() {
     assert!(!o.stderr.contains(&0x1b));
 }
 
-/// Item 15: errors about a default blamed a flag nobody gave, or did not name the fix.
+/// Errors about a default blamed a flag nobody gave, or did not name the fix.
 #[test]
 fn errors_about_defaults_name_what_set_them() {
     // The default machine is sized from the profile: what it could not fit now runs.
@@ -277,14 +277,14 @@ fn errors_about_defaults_name_what_set_them() {
     );
 }
 
-/// Item 8: reproduce wrote into --out in place (old plots stayed beside a new report, an
+/// `reproduce` wrote into --out in place (old plots stayed beside a new report, an
 /// interrupted run mixed the two, two runs interleaved) and a file as --out was an errno
 /// without its path. Now it stages the report in --out and puts it in place when complete,
 /// under a lock; an earlier report's files that this run does not write go (the files a user
 /// added stay: `tests/output_files.rs`).
 #[test]
 fn reproduce_replaces_out_whole_under_a_lock() {
-    let dir = std::env::temp_dir().join(format!("usermm-h27-rep-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("usermm-hostile-rep-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("afile");
@@ -333,7 +333,7 @@ fn reproduce_replaces_out_whole_under_a_lock() {
     assert_eq!(left, ["afile", "rep"], "files left beside --out");
 }
 
-/// Item 13: a full-backing size larger than the host's available memory was OOM-killed
+/// A full-backing size larger than the host's available memory was OOM-killed
 /// (bench --size 1T at 24 GB); it is refused before anything is touched.
 #[test]
 fn full_backing_beyond_the_hosts_memory_is_refused() {
@@ -358,7 +358,7 @@ fn full_backing_beyond_the_hosts_memory_is_refused() {
     );
 }
 
-/// Item 13: percpu-test --cpus 4096 ran for minutes with no line; the work (cgroups × CPUs)
+/// percpu-test --cpus 4096 ran for minutes with no line; the work (cgroups × CPUs)
 /// is bounded up front, naming both flags.
 #[test]
 fn percpu_test_work_is_bounded() {
