@@ -8,17 +8,7 @@ mod common;
 use common::*;
 
 fn run(out: &std::path::Path) -> serde_json::Value {
-    let o = usermm(&[
-        "reproduce",
-        "--only",
-        "validation",
-        "--validation-test-sizes",
-        "--json",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    serde_json::from_str(&stdout(&o)).unwrap()
+    reproduce_json("validation", "--validation-test-sizes", out)
 }
 
 #[test]

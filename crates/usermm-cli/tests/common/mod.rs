@@ -101,3 +101,19 @@ pub fn mkfifo(path: &std::path::Path) {
     )
     .expect("mkfifo");
 }
+
+/// `usermm reproduce --only ONLY TEST_SIZES --json --out OUT`, which must succeed: its JSON
+/// record (the sections that run at tiny sizes for tests).
+pub fn reproduce_json(only: &str, test_sizes: &str, out: &std::path::Path) -> serde_json::Value {
+    let o = usermm(&[
+        "reproduce",
+        "--only",
+        only,
+        test_sizes,
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_str(&stdout(&o)).unwrap()
+}
