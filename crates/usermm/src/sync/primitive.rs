@@ -72,7 +72,7 @@ pub(crate) use self::loom_impl::{RawCondvar, RawMutex, RawMutexGuard};
 /// that asked for it (`parking::set_fair_unpark`), so that a model can explore the fair
 /// hand-off on purpose.
 #[cfg(loom)]
-#[allow(unsafe_code)] // `unsafe fn` declarations only, to keep parking_lot_core's signatures
+#[expect(unsafe_code)] // `unsafe fn` declarations only, to keep parking_lot_core's signatures
 pub(crate) mod parking {
     use std::sync::PoisonError;
     use std::time::Instant;
