@@ -185,7 +185,7 @@ fn bigfree_json_has_the_pcp_tune_rows_unless_seed_only() {
     assert!(no_beyond);
 }
 
-/// Issue 13's bad input: each is refused with one line that names the argument and its limit,
+/// Bad command-line input: each is refused with one line that names the argument and its limit,
 /// exit 2 (before: panics in debug builds, wrapped sizes and misleading errors in release,
 /// a configuration that wrapped and ran, thread-spawn aborts, a hang).
 #[test]

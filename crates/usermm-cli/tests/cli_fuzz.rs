@@ -3,7 +3,7 @@
 //! `usermm: error:` line) — never a panic or a signal. Values are small so that the
 //! runs that are valid stay short.
 //!
-//! The shapes of issue 13's bad input are in every list, so the class stays closed: sizes near
+//! The shapes of bad command-line input are in every list, so the class stays closed: sizes near
 //! `u64::MAX` (they used to wrap or panic in `next_multiple_of`), huge counts (thread-spawn
 //! aborts, overflowing products), extreme configuration values (sums that wrapped inside
 //! `MachineConfig::validate`, an unbounded flush cost that hung, list sizes that panicked or
@@ -11,7 +11,7 @@
 //! 16T usemem or 4096 workers would run for hours. `-s` never gets a negative value: that
 //! sleeps until killed, which `cli.rs` tests with a child it kills.
 //!
-//! Issue 27's shapes too: `--time`, `--profile` (built in, unknown, an escape sequence, and
+//! The clock's and the profile's shapes too: `--time`, `--profile` (built in, unknown, an escape sequence, and
 //! files whose fields overflow or truncate, a cost past the 1 s bound, a name with an
 //! escape), `--scale-cost` extremes, unaligned `pcpu.*` sizes, and usemem's time- and
 //! signal-based options, which force `--time virtual` (on the wall clock they wait for a
@@ -25,7 +25,7 @@
 //! 48 command lines, times `USERMM_TEST_SCALE`, from `USERMM_TEST_SEED` (see the README's testing
 //! notes).
 //!
-//! Issue 35's shapes, where usermm writes: every command that writes or reads back a file
+//! The shapes of where usermm writes: every command that writes or reads back a file
 //! (`reproduce --out`, `sweep --out`, `--emit --out`, `--merge`, the grid, `calibrate --out`,
 //! usemem's `-p`) gets a path among a new one, an empty directory, a directory of the user's,
 //! a report directory, a user's file, links to a file, to a directory and to nothing, a FIFO,
@@ -75,7 +75,7 @@ const HUGE_COUNTS: &[&str] = &["4097", "100000", "4294967295", "4294967296"];
 /// A flag and the values it may get (`None`: a switch).
 type Flag = (&'static str, Option<&'static [&'static str]>);
 
-/// Profile files with fields that overflow or truncate (issue 27): written by
+/// Profile files with fields that overflow or truncate: written by
 /// [`write_profiles`] before the first run.
 const PROFILE_OVERFLOW: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/fuzz-profile-overflow.toml");
 const PROFILE_TRUNCATE: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/fuzz-profile-truncate.toml");
@@ -154,7 +154,7 @@ fn write_profiles() {
 }
 
 const ENGINE: &[Flag] = &[
-    // Issue 27: the clock and the profile, with their hostile shapes.
+    // The clock and the profile, with their hostile shapes.
     ("--time", Some(&["virtual", "wall", "x"])),
     (
         "--profile",
@@ -243,7 +243,7 @@ const ENGINE: &[Flag] = &[
             "gather.max_batch_count=4294967295",
             "munmap.downgrade_min_bytes=0xffffffffffffffff",
             "pcpu.empty_pop_pages_high=4294967295",
-            // Issue 27: unaligned first-chunk sizes indexed past the allocation map at boot;
+            // Unaligned first-chunk sizes indexed past the allocation map at boot;
             // an unbounded empty-page target ran for minutes.
             "pcpu.static_size=1",
             "pcpu.static_size=4097",
@@ -281,7 +281,7 @@ const USEMEM: &[Flag] = &[
     ("--ab", None),
     ("--random-seed", Some(NUMS)),
     ("--show-addr", None),
-    // Issue 27: time- and signal-based options; with any of them the run is forced into
+    // Time- and signal-based options; with any of them the run is forced into
     // virtual time (see `VIRTUAL_ONLY`), where each either runs to its end or is refused.
     // And delays near a second (999 999 001 to 999 999 999 ns never ended): see NEAR_SECOND.
     ("-e", Some(&["1", "1u", "2000m", "0"])),

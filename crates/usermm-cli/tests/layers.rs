@@ -1,6 +1,6 @@
 //! The crate's layers run one way (see `src/lib.rs`): `cli` → `cmd` → `sweep` → `args`,
 //! `report`, and `args` → `report::format`. A module may name only layers below it, so no two files import
-//! each other through a layer (the `args` ↔ `cmd` cycle of issue 13 cannot come back).
+//! each other through a layer (an `args` ↔ `cmd` cycle, which once existed, cannot come back).
 
 use std::path::{Path, PathBuf};
 

@@ -1,4 +1,4 @@
-//! `OwnedPages`, the only way a library user allocates frames (issue 24): a handle frees its
+//! `OwnedPages`, the only way a library user allocates frames: a handle frees its
 //! block exactly once, on drop or by `free`, and reads and writes reach its own frames only.
 //! What cannot be done outside the crate (free a raw PFN, write a frame not owned) is shown by
 //! the `compile_fail` examples on `OwnedPages` itself.

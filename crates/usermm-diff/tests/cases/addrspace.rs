@@ -1,4 +1,4 @@
-//! Fixed cases for fork, mremap and brk (issue 18), from the suites `docs/testing.md` names:
+//! Fixed cases for fork, mremap and brk, from the suites `docs/testing.md` names:
 //! * LTP `mremap01`–`05` (grow, EINVAL/EFAULT/ENOMEM, `MREMAP_FIXED`), `brk01`/`brk02`,
 //!   `madvise10` (`MADV_WIPEONFORK`/`MADV_KEEPONFORK` across fork);
 //! * gVisor `mremap.cc` (in place / may move / fixed × shrink / grow / across VMAs),
