@@ -156,20 +156,27 @@ impl MemoryStat {
     }
 }
 
-/// The line model of one run: every tracked line's state, the caches' fill counts, and what
-/// the touches cost.
+/// The line model of one run: every tracked line's state beside the caches' fill counts and
+/// what the touches cost. The two line tables and the caches are separate fields, so that a
+/// touch updates its line in place while the caches price it (no table is moved per touch).
 #[derive(Debug)]
 pub(super) struct Memory {
-    price: MemPrice,
     /// One `struct page` line per frame, by PFN.
     pages: Vec<LineState>,
+    /// Lines known by address (list heads, counters).
+    others: FxHashMap<usize, LineState>,
+    caches: Caches,
+}
+
+/// The caches of one run: their fill counts, the prices, and the statistics.
+#[derive(Debug)]
+struct Caches {
+    price: MemPrice,
     /// Frames per node (the engine's `page_to_nid` divides by it), and nodes.
     frames_per_node: u64,
     nr_nodes: u64,
     /// Socket of each node.
     node_socket: Vec<u16>,
-    /// Lines known by address (list heads, counters).
-    others: FxHashMap<usize, LineState>,
     socket_fills: Vec<u64>,
     core_fills: Vec<u64>,
     /// Per CPU: the PFN after its last DRAM miss on a `struct page` (`u64::MAX`: none).
@@ -194,29 +201,26 @@ impl Memory {
         let cores = (0..cpus).map(|c| placement.core_of(c)).max().unwrap_or(0) + 1;
         let nr_nodes = placement.nr_nodes() as u64;
         Memory {
-            price,
             // Zeroed allocations are lazily mapped: a frame's line costs host memory only
             // once it is touched.
             pages: vec![[0; 3]; nr_frames as usize],
-            frames_per_node: frames_per_node.max(1),
-            nr_nodes,
-            node_socket: (0..nr_nodes as usize)
-                .map(|n| placement.socket_of_node(n) as u16)
-                .collect(),
             others: FxHashMap::default(),
-            socket_fills: vec![0; sockets],
-            core_fills: vec![0; cores],
-            stream_next: vec![u64::MAX; cpus],
-            counts: [0; FOUND],
-            accesses: 0,
-            measured: 0,
-            charged: 0,
+            caches: Caches {
+                price,
+                frames_per_node: frames_per_node.max(1),
+                nr_nodes,
+                node_socket: (0..nr_nodes as usize)
+                    .map(|n| placement.socket_of_node(n) as u16)
+                    .collect(),
+                socket_fills: vec![0; sockets],
+                core_fills: vec![0; cores],
+                stream_next: vec![u64::MAX; cpus],
+                counts: [0; FOUND],
+                accesses: 0,
+                measured: 0,
+                charged: 0,
+            },
         }
-    }
-
-    /// The home node of frame `pfn` (the engine's `page_to_nid`).
-    fn node_of_pfn(&self, pfn: u64) -> usize {
-        (pfn / self.frames_per_node).min(self.nr_nodes - 1) as usize
     }
 
     /// CPU `cpu` touches frame `pfn`'s `struct page`; returns the price in ps.
@@ -228,17 +232,13 @@ impl Memory {
         pfn: u64,
         how: Touch,
     ) -> Ps {
-        // The table is moved out (three words) while the line is updated in place.
-        let mut pages = std::mem::take(&mut self.pages);
-        let price = match pages.get_mut(pfn as usize) {
-            Some(line) => {
-                let (price, new) = self.access(placement, transfer, cpu, *line, pfn, true, how);
-                *line = new;
-                price
-            }
-            None => 0,
+        let Some(line) = self.pages.get_mut(pfn as usize) else {
+            return 0;
         };
-        self.pages = pages;
+        let (price, new) = self
+            .caches
+            .access(placement, transfer, cpu, *line, pfn, true, how);
+        *line = new;
         price
     }
 
@@ -252,14 +252,29 @@ impl Memory {
         home_pfn: u64,
         how: Touch,
     ) -> Ps {
-        // One lookup: the table is moved out (three words, no allocation) while the line's
-        // entry is updated in place.
-        let mut others = std::mem::take(&mut self.others);
-        let line = others.entry(id).or_insert([0; 3]);
-        let (price, new) = self.access(placement, transfer, cpu, *line, home_pfn, false, how);
+        let line = self.others.entry(id).or_insert([0; 3]);
+        let (price, new) = self
+            .caches
+            .access(placement, transfer, cpu, *line, home_pfn, false, how);
         *line = new;
-        self.others = others;
         price
+    }
+
+    /// `n` lines this CPU filled into its caches that the model does not track (a cleared or
+    /// copied page's data): they age every tracked line of the core and the socket.
+    pub(super) fn fill(&mut self, placement: &Placement, cpu: usize, n: u64) {
+        self.caches.fill(placement, cpu, n);
+    }
+
+    pub(super) fn stat(&self) -> MemoryStat {
+        self.caches.stat()
+    }
+}
+
+impl Caches {
+    /// The home node of frame `pfn` (the engine's `page_to_nid`).
+    fn node_of_pfn(&self, pfn: u64) -> usize {
+        (pfn / self.frames_per_node).min(self.nr_nodes - 1) as usize
     }
 
     /// The touch of a line in `state`, whose memory is on the node of frame `home_pfn` (the
@@ -355,15 +370,14 @@ impl Memory {
         }
     }
 
-    /// `n` lines this CPU filled into its caches that the model does not track (a cleared or
-    /// copied page's data): they age every tracked line of the core and the socket.
-    pub(super) fn fill(&mut self, placement: &Placement, cpu: usize, n: u64) {
+    /// See [`Memory::fill`].
+    fn fill(&mut self, placement: &Placement, cpu: usize, n: u64) {
         let (s, c) = (placement.socket_of(cpu), placement.core_of(cpu));
         self.core_fills[c] = self.core_fills[c].saturating_add(n);
         self.socket_fills[s] = self.socket_fills[s].saturating_add(n);
     }
 
-    pub(super) fn stat(&self) -> MemoryStat {
+    fn stat(&self) -> MemoryStat {
         let c = &self.counts;
         MemoryStat {
             accesses: self.accesses,
