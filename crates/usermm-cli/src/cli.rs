@@ -16,9 +16,8 @@ use clap::{CommandFactory, Parser, Subcommand};
 use crate::args::{GlobalArgs, MachineArgs};
 use crate::cmd::{
     self, bench::BenchArgs, bigfree::BigfreeArgs, calibrate::CalibrateArgs, infer::InferArgs,
-    munmap_test::MunmapTestArgs, percpu_calibrate::PercpuCalibrateArgs,
-    percpu_test::PercpuTestArgs, reproduce::ReproduceArgs, sweep::SweepArgs, usemem::UsememArgs,
-    will_it_scale::WillItScaleArgs,
+    munmap_test::MunmapTestArgs, percpu_grid::PercpuGridArgs, percpu_test::PercpuTestArgs,
+    reproduce::ReproduceArgs, sweep::SweepArgs, usemem::UsememArgs, will_it_scale::WillItScaleArgs,
 };
 
 /// usermm: the core of Linux memory management in user space — reproduce the seed experiments,
@@ -46,8 +45,9 @@ pub enum Command {
     MunmapTest(MunmapTestArgs),
     /// Seed 004: percpu memory after creating and removing memory cgroups.
     PercpuTest(PercpuTestArgs),
-    /// Seed 004's calibration table: the script at several CPU counts and event counts.
-    PercpuCalibrate(PercpuCalibrateArgs),
+    /// Seed 004's grid: the script at several CPU counts and event counts (the table behind
+    /// percpu-test's one fitted constant).
+    PercpuGrid(PercpuGridArgs),
     /// Run the four experiments and write report/ (Markdown, SVG, JSON).
     Reproduce(ReproduceArgs),
     /// The performance dashboard: every hot path, engine (sparse, full) beside the host kernel.
@@ -76,7 +76,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bigfree(a) => cmd::bigfree::run(a, g),
         Command::MunmapTest(a) => cmd::munmap_test::run(a, g),
         Command::PercpuTest(a) => cmd::percpu_test::run(a, g),
-        Command::PercpuCalibrate(a) => cmd::percpu_calibrate::run(a, g),
+        Command::PercpuGrid(a) => cmd::percpu_grid::run(a, g),
         Command::Reproduce(a) => cmd::reproduce::run(a, g),
         Command::Bench(a) => cmd::bench::run(a, g),
         Command::Calibrate(a) => cmd::calibrate::run(a, g),

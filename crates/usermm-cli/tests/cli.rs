@@ -329,12 +329,12 @@ fn percpu_test_title_names_the_run() {
     );
 }
 
-/// `percpu-calibrate` (the ignored `calibration_grid` test it replaces asserted nothing): one
-/// row per point, the event knob only for the 2021 recipe, `--cpus` refused for `--grid-cpus`.
+/// `percpu-grid`: one row per point, the event knob only for the 2021 recipe, `--cpus`
+/// refused for `--grid-cpus`.
 #[test]
-fn percpu_calibrate_prints_one_row_per_point() {
+fn percpu_grid_prints_one_row_per_point() {
     let args = [
-        "percpu-calibrate",
+        "percpu-grid",
         "--cgroups",
         "20x3",
         "--grid-cpus",
@@ -358,8 +358,8 @@ fn percpu_calibrate_prints_one_row_per_point() {
     let points = v["points"].as_array().expect("points");
     assert_eq!(points.len(), 2, "{v}");
     assert!(points.iter().all(|p| p["nr_vm_event_items"].is_null()));
-    assert_usage_error(&["percpu-calibrate", "--cpus", "4"], "--grid-cpus");
-    assert_usage_error(&["percpu-calibrate", "--grid-events", "0"], "--grid-events");
+    assert_usage_error(&["percpu-grid", "--cpus", "4"], "--grid-cpus");
+    assert_usage_error(&["percpu-grid", "--grid-events", "0"], "--grid-events");
 }
 
 /// Virtual time's bad input: an unknown profile, a malformed or incomplete profile file, and

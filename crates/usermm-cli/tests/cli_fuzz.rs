@@ -356,7 +356,7 @@ const PERCPU_TEST: &[Flag] = &[
     ("--recipe", Some(&["2021", "modern", "1999"])),
 ];
 
-const PERCPU_CALIBRATE: &[Flag] = &[
+const PERCPU_GRID: &[Flag] = &[
     ("--grid-cpus", Some(&["2", "2,4", "0", "x", "4097", ""])),
     ("--grid-events", Some(&["4", "96", "0", "4097", "x"])),
     ("--recipe", Some(&["2021", "modern", "1999"])),
@@ -370,7 +370,7 @@ const COMMANDS: &[(&str, bool, &[Flag])] = &[
     ("bigfree", true, BIGFREE),
     ("munmap-test", true, MUNMAP_TEST),
     ("percpu-test", false, PERCPU_TEST),
-    ("percpu-calibrate", false, PERCPU_CALIBRATE),
+    ("percpu-grid", false, PERCPU_GRID),
 ];
 
 fn argv() -> impl Strategy<Value = Vec<String>> {
@@ -392,7 +392,7 @@ fn argv() -> impl Strategy<Value = Vec<String>> {
                 // The baseline windows default to 1 s each: keep valid runs short.
                 v.extend(["--baseline-ms".into(), "1".into()]);
             }
-            if name == "percpu-calibrate" {
+            if name == "percpu-grid" {
                 // Every point is a full script: keep it small.
                 v.extend(["--cgroups".into(), "5x2".into()]);
             }

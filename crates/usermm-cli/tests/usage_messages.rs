@@ -10,7 +10,7 @@ const P: &str = "haswell-ex-4s";
 #[test]
 fn the_flag_given_is_the_one_blamed() {
     assert_usage_error(
-        &["percpu-calibrate", "--grid-cpus", "200", "--profile", P],
+        &["percpu-grid", "--grid-cpus", "200", "--profile", P],
         "--grid-cpus 200: 200 CPUs, but the machine has 144 hardware threads",
     );
     assert_usage_error(

@@ -22,7 +22,7 @@
 //! The *ideal* row 3 is start + (row 2 − start) × survivors / created: what would remain if the
 //! allocator gave back every page not holding a live object.
 //!
-//! # Calibration
+//! # The one fitted constant
 //! Only the CPU count ([`SEED_CPUS`]) is fitted, against row 2; the 2021 recipe keeps its
 //! a-priori sizes (its one config-dependent size, [`SEED_NR_VM_EVENT_ITEMS`], is a knob but was
 //! not moved). Row 3 comes out of the allocator untuned. Row 1 differs (the model's boot area
@@ -30,7 +30,7 @@
 //!
 //! What moves row 3 is the recipe's size per unit against the page size, not the CPU count (all
 //! rows scale with the units): the vanilla/patched ratio goes from 2.4 at 1.5 KiB per unit to
-//! 3.9 at 3.4 KiB. [`calibration_grid`] (`usermm percpu-calibrate`) runs that table.
+//! 3.9 at 3.4 KiB. [`percpu_grid`] (`usermm percpu-grid`) runs that table.
 
 use std::sync::Arc;
 
@@ -422,7 +422,7 @@ pub fn run_ab(
     })
 }
 
-/// One point of [`calibration_grid`]: the script both ways with one CPU count and one
+/// One point of [`percpu_grid`]: the script both ways with one CPU count and one
 /// `NR_VM_EVENT_ITEMS`.
 #[derive(Debug, Clone, Serialize)]
 pub struct GridPoint {
@@ -440,11 +440,11 @@ pub struct GridPoint {
     pub patched_over_ideal: f64,
 }
 
-/// The calibration table behind [`SEED_CPUS`]: the script (`base`'s shape and recipe) both
+/// The grid behind [`SEED_CPUS`]: the script (`base`'s shape and recipe) both
 /// ways at every CPU count of `cpus` and, for the 2021 recipe, every `NR_VM_EVENT_ITEMS` of
 /// `events` (the modern recipe has no such knob: one point per CPU count). Each point runs on
 /// machines built from `cfg`; invariants are not re-checked (the points are for reading).
-pub fn calibration_grid(
+pub fn percpu_grid(
     base: &PercpuTestOpts,
     cpus: &[u16],
     events: &[u32],
@@ -526,9 +526,9 @@ mod test {
     }
 
     #[test]
-    fn calibration_grid_points_follow_the_recipe_size() {
+    fn percpu_grid_points_follow_the_recipe_size() {
         let base = small();
-        let g = calibration_grid(&base, &[4, 8], &[4, 96], &MachineConfig::default()).unwrap();
+        let g = percpu_grid(&base, &[4, 8], &[4, 96], &MachineConfig::default()).unwrap();
         assert_eq!(
             g.iter()
                 .map(|p| (p.cpus, p.nr_vm_event_items))
@@ -558,7 +558,7 @@ mod test {
             recipe: RecipeEra::Modern,
             ..small()
         };
-        let g = calibration_grid(&modern, &[4], &[4, 96], &MachineConfig::default()).unwrap();
+        let g = percpu_grid(&modern, &[4], &[4, 96], &MachineConfig::default()).unwrap();
         assert_eq!(g.len(), 1);
         assert_eq!(g[0].nr_vm_event_items, None);
     }

@@ -20,7 +20,7 @@ pub mod calibrate;
 pub mod infer;
 pub mod meminfo;
 pub mod munmap_test;
-pub mod percpu_calibrate;
+pub mod percpu_grid;
 pub mod percpu_test;
 pub mod reproduce;
 pub mod sweep;

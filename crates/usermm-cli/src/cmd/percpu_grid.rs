@@ -1,4 +1,4 @@
-//! `usermm percpu-calibrate`: the table behind `percpu-test`'s one fitted constant.
+//! `usermm percpu-grid`: the table behind `percpu-test`'s one fitted constant.
 //!
 //! `percpu-test` runs the seed's script on a machine whose CPU count
 //! ([`percpu_test::SEED_CPUS`]) was chosen so that the row "after creating" matches the seed's;
@@ -26,7 +26,7 @@ use crate::report::Table;
 pub const MAX_EVENTS: u32 = 4096;
 
 #[derive(Debug, Clone, Args, Serialize)]
-pub struct PercpuCalibrateArgs {
+pub struct PercpuGridArgs {
     /// CPU counts (units per chunk) to try, a comma list.
     #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "15",
           value_parser = clap::value_parser!(u16).range(1..=i64::from(usermm::config::MAX_CPUS)))]
@@ -45,16 +45,16 @@ pub struct PercpuCalibrateArgs {
     pub engine: EngineArgs,
 }
 
-/// What `usermm percpu-calibrate` prints (with `--json`, as is).
+/// What `usermm percpu-grid` prints (with `--json`, as is).
 #[derive(Debug, Serialize)]
-pub struct CalibrationRecord {
-    pub args: PercpuCalibrateArgs,
+pub struct GridRecord {
+    pub args: PercpuGridArgs,
     pub points: Vec<GridPoint>,
 }
 
-pub fn run(args: &PercpuCalibrateArgs, g: &GlobalArgs) -> anyhow::Result<()> {
+pub fn run(args: &PercpuGridArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     if args.engine.cpus.is_some() {
-        return usage("percpu-calibrate: the CPU counts are --grid-cpus, not --cpus");
+        return usage("percpu-grid: the CPU counts are --grid-cpus, not --cpus");
     }
     let cfg = args.engine.to_config(MachineConfig::default())?;
     if cfg.time.mode == usermm::config::TimeMode::Virtual {
@@ -64,7 +64,7 @@ pub fn run(args: &PercpuCalibrateArgs, g: &GlobalArgs) -> anyhow::Result<()> {
                 if let Err(e) = p.check_cpus(usize::from(n)) {
                     let msg = e.to_string();
                     let msg = msg.strip_prefix("cpus: ").unwrap_or(&msg).to_string();
-                    return usage(format!("percpu-calibrate: --grid-cpus {n}: {msg}"));
+                    return usage(format!("percpu-grid: --grid-cpus {n}: {msg}"));
                 }
             }
         }
@@ -75,9 +75,9 @@ pub fn run(args: &PercpuCalibrateArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         recipe: args.recipe.era(),
         ..PercpuTestOpts::default()
     };
-    let points = percpu_test::calibration_grid(&base, &args.grid_cpus, &args.grid_events, &cfg)
-        .map_err(|e| anyhow::anyhow!("percpu-calibrate: {e}"))?;
-    let record = CalibrationRecord {
+    let points = percpu_test::percpu_grid(&base, &args.grid_cpus, &args.grid_events, &cfg)
+        .map_err(|e| anyhow::anyhow!("percpu-grid: {e}"))?;
+    let record = GridRecord {
         args: args.clone(),
         points,
     };
@@ -85,7 +85,7 @@ pub fn run(args: &PercpuCalibrateArgs, g: &GlobalArgs) -> anyhow::Result<()> {
 }
 
 /// One row per point.
-pub fn table(r: &CalibrationRecord) -> Table {
+pub fn table(r: &GridRecord) -> Table {
     let seed = PERCPU_DEPOPULATE;
     let shape = r.args.cgroups;
     let recipe = match r.args.recipe.era() {
