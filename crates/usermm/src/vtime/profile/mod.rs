@@ -65,8 +65,6 @@ const BUILTIN: &[(&str, &str)] = &[
 
 /// Most sockets a profile may have (a bound, so that the machine's size cannot overflow).
 const MAX_SOCKETS: u32 = 1024;
-/// Most memory nodes: the engine's one `MAX_NUMNODES` (`crate::cpu`).
-const MAX_NUMNODES: u32 = crate::cpu::MAX_NUMNODES as u32;
 /// Most hardware threads per core (x86 has 2; POWER up to 8).
 const MAX_SMT: u32 = 8;
 /// Largest `memory_gib`: the engine's largest machine (`config::MAX_MEM_BYTES`, 16 TiB; the

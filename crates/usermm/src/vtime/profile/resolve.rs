@@ -11,7 +11,7 @@ use super::era::{self, Era, EraChoice};
 use super::{
     provenance, Cost, Figure, LockPrice, MemPrice, Profile, ProfileError, ProfileSpec, Ps,
     Quantity, ENGINE_LOCK_CLASSES, MAX_CACHE_LINES, MAX_FIGURE_NS, MAX_JITTER_PERCENT,
-    MAX_MEMORY_GIB, MAX_NUMNODES, MAX_SMT, MAX_SOCKETS,
+    MAX_MEMORY_GIB, MAX_SMT, MAX_SOCKETS,
 };
 
 impl Profile {
@@ -99,7 +99,11 @@ impl Resolve<'_> {
         let t = &spec.topology;
         for (field, v, max) in [
             ("topology.sockets", t.sockets, MAX_SOCKETS),
-            ("topology.nodes", t.nodes, MAX_NUMNODES),
+            (
+                "topology.nodes",
+                t.nodes,
+                u32::from(crate::cpu::MAX_NUMNODES),
+            ),
             (
                 "topology.cores_per_socket",
                 t.cores_per_socket,
