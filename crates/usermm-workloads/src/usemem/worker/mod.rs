@@ -48,19 +48,13 @@ use crate::usemem::sys::{strerror, Gate, MapFd, Stop, Sys};
 /// usemem keeps at most this many allocations to free; beyond, teardown happens at exit.
 pub const MAX_POINTERS: usize = 32;
 
-pub const PROT_READ: u32 = 1;
-pub const PROT_WRITE: u32 = 2;
-pub const MAP_SHARED: u32 = 0x01;
-pub const MAP_PRIVATE: u32 = 0x02;
-pub const MAP_ANONYMOUS: u32 = 0x20;
-pub const MAP_POPULATE: u32 = 0x8000;
-pub const MAP_HUGETLB: u32 = 0x4_0000;
-/// `MAP_HUGE_2MB`: 21 << `MAP_HUGE_SHIFT` (26).
-pub const MAP_HUGE_2MB: u32 = 21 << 26;
-pub const MADV_DONTNEED: i32 = 4;
-pub const MADV_HUGEPAGE: i32 = 14;
-pub const MADV_COLD: i32 = 20;
-pub const MADV_PAGEOUT: i32 = 21;
+/// The mmap(2) and madvise(2) flags usemem passes, with Linux's values: the engine's one
+/// definition, which both [`Sys`] backends take (the host one hands them to the kernel as they
+/// are; a test below checks them against libc's).
+pub use usermm::mm::mman::{
+    MADV_COLD, MADV_DONTNEED, MADV_HUGEPAGE, MADV_PAGEOUT, MAP_ANONYMOUS, MAP_HUGETLB,
+    MAP_HUGE_2MB, MAP_POPULATE, MAP_PRIVATE, MAP_SHARED, PROT_READ, PROT_WRITE,
+};
 const PAGE_SIZE: u64 = 4096;
 
 /// The part of usemem's globals that `main` settles before the workers start.
@@ -783,5 +777,41 @@ mod test {
         assert_eq!(kb_per_sec(50331645, 368527), 133374);
         assert_eq!(kb_per_sec(72, 1851), 37);
         assert_eq!(kb_per_sec(3276800, 2848), 1123595);
+    }
+
+    /// The engine's flags are what the host backend hands the kernel: libc's values.
+    #[test]
+    fn the_engines_flags_are_the_host_kernels() {
+        use usermm_host::ops as host;
+        assert_eq!(
+            [
+                PROT_READ,
+                PROT_WRITE,
+                MAP_SHARED,
+                MAP_PRIVATE,
+                MAP_ANONYMOUS,
+                MAP_POPULATE,
+                MAP_HUGETLB
+            ],
+            [
+                host::PROT_READ,
+                host::PROT_WRITE,
+                host::MAP_SHARED,
+                host::MAP_PRIVATE,
+                host::MAP_ANONYMOUS,
+                host::MAP_POPULATE,
+                host::MAP_HUGETLB
+            ]
+        );
+        assert_eq!(
+            [MADV_DONTNEED, MADV_HUGEPAGE, MADV_COLD, MADV_PAGEOUT],
+            [
+                host::MADV_DONTNEED,
+                host::MADV_HUGEPAGE,
+                host::MADV_COLD,
+                host::MADV_PAGEOUT
+            ]
+        );
+        assert_eq!(1u64 << (MAP_HUGE_2MB >> 26), 2 << 20);
     }
 }
