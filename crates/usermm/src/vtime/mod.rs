@@ -281,7 +281,7 @@ pub use profile::{
     Transfers, ENGINE_LOCK_CLASSES, ERA_FACTORS, MAX_FACTOR, MIN_FACTOR, NR_ERA_FACTORS, PLAUSIBLE,
     TOPOLOGY_GHZ,
 };
-pub use report::{ContextTime, CpuTime, LineStat, LockStat, Report, SchedStats};
+pub use report::{ContextTime, CpuTime, CpuUse, LineStat, LockStat, Report, SchedStats};
 pub use runtime::{
     join_id, scope, spawn, spawn_named, JoinHandle, Runtime, Scope, ScopedJoinHandle,
 };
