@@ -448,26 +448,19 @@ fn render_lock(r: &MunmapTestResult) -> String {
             )
         }),
     );
-    row(
-        "read: acquisitions",
-        both(&|x| group(x.lock_munmap.read.acquisitions)),
-    );
-    row(
-        "read: contentions",
-        both(&|x| group(x.lock_munmap.read.contentions)),
-    );
-    row(
-        "read: waittime-max",
-        both(&|x| us(x.lock_munmap.read.waittime_max_ns)),
-    );
-    row(
-        "read: waittime-total",
-        both(&|x| us(x.lock_munmap.read.waittime_total_ns)),
-    );
-    row(
-        "read: holdtime-max",
-        both(&|x| us(x.lock_munmap.read.holdtime_max_ns)),
-    );
+    // The readers' side of lock_stat: one row a column.
+    let reads: [(&str, fn(&munmap_test::RunResult) -> String); 5] = [
+        ("acquisitions", |x| group(x.lock_munmap.read.acquisitions)),
+        ("contentions", |x| group(x.lock_munmap.read.contentions)),
+        ("waittime-max", |x| us(x.lock_munmap.read.waittime_max_ns)),
+        ("waittime-total", |x| {
+            us(x.lock_munmap.read.waittime_total_ns)
+        }),
+        ("holdtime-max", |x| us(x.lock_munmap.read.holdtime_max_ns)),
+    ];
+    for (column, f) in reads {
+        row(&format!("read: {column}"), both(&f));
+    }
     row(
         "munmap: waiting for the lock + overhead",
         both(&|x| us(x.other_ns)),
