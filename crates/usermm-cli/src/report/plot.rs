@@ -10,6 +10,7 @@ use std::{ops::Range, path::Path};
 
 use anyhow::{bail, Context, Result};
 use plotters::{
+    chart::MeshStyle,
     coord::{
         ranged1d::{AsRangedCoord, ValueFormatter},
         Shift,
@@ -18,6 +19,16 @@ use plotters::{
     style::text_anchor::{HPos, Pos, VPos},
 };
 use serde::Serialize;
+
+/// Every chart's mesh: its fonts, and grid lines faint enough not to compete with the data.
+fn house_style<'m, 'a, 'b, X: Ranged, Y: Ranged, DB: DrawingBackend>(
+    mesh: &'m mut MeshStyle<'a, 'b, X, Y, DB>,
+) -> &'m mut MeshStyle<'a, 'b, X, Y, DB> {
+    mesh.label_style((FONT, 15))
+        .axis_desc_style((FONT, 17))
+        .light_line_style(RGBColor(0, 0, 0).mix(0.05))
+        .bold_line_style(RGBColor(0, 0, 0).mix(0.12))
+}
 
 /// One line of a [`line_plot`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -230,17 +241,12 @@ where
         .x_label_area_size(48)
         .y_label_area_size(72)
         .build_cartesian_2d(x, y)?;
-    chart
-        .configure_mesh()
-        .x_desc(labels.x_label)
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(labels.x_label)
         .y_desc(labels.y_label)
         .x_label_formatter(&|v| fmt_tick(*v))
-        .y_label_formatter(&|v| fmt_tick(*v))
-        .label_style((FONT, 15))
-        .axis_desc_style((FONT, 17))
-        .light_line_style(RGBColor(0, 0, 0).mix(0.05))
-        .bold_line_style(RGBColor(0, 0, 0).mix(0.12))
-        .draw()?;
+        .y_label_formatter(&|v| fmt_tick(*v));
+    house_style(&mut mesh).draw()?;
     for (i, s) in series.iter().enumerate() {
         let c = color(i);
         let style = c.stroke_width(2);
@@ -323,18 +329,13 @@ pub fn bar_plot(
             .x_label_area_size(40)
             .y_label_area_size(72)
             .build_cartesian_2d(0.0..groups.len() as f64, y)?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
+        let mut mesh = chart.configure_mesh();
+        mesh.disable_x_mesh()
             .x_labels(0)
             .max_light_lines(1)
             .y_desc(y_label)
-            .y_label_formatter(&|v| fmt_tick(*v))
-            .label_style((FONT, 15))
-            .axis_desc_style((FONT, 17))
-            .light_line_style(RGBColor(0, 0, 0).mix(0.05))
-            .bold_line_style(RGBColor(0, 0, 0).mix(0.12))
-            .draw()?;
+            .y_label_formatter(&|v| fmt_tick(*v));
+        house_style(&mut mesh).draw()?;
         let width = 0.8 / names.len() as f64;
         let value_style = TextStyle::from((FONT, 13)).pos(Pos::new(HPos::Center, VPos::Bottom));
         for (j, name) in names.iter().enumerate() {
