@@ -510,11 +510,11 @@ fn run_rounds(
         r.take(4, &w, per(w[2], w[3]));
         tick("4 KiB write fault", progress);
 
-        let w = probes::zero_read_fault_4k(c, s.fault_bytes)?;
+        let w = probes::read_fault(c, s.fault_bytes, false)?;
         r.take(5, &w, per(w[2], w[3]));
         tick("zero-page read fault", progress);
 
-        let w = probes::huge_zero_read_fault(c, s.huge_zero_bytes)?;
+        let w = probes::read_fault(c, s.huge_zero_bytes, true)?;
         r.huge_zero_seen &= w[4] == 1;
         r.take(6, &w, per(w[2], w[3]));
         tick("huge-zero read fault", progress);

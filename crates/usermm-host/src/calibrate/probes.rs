@@ -173,35 +173,27 @@ pub(super) fn write_fault(cpu: Option<usize>, len: u64, thp: bool) -> Result<Wor
     })
 }
 
-/// Read faults on untouched 4 KiB pages (`MADV_NOHUGEPAGE`, read-only): each maps the shared
-/// zero page. `[_, _, cpu_ns, faults]`.
-pub(super) fn zero_read_fault_4k(cpu: Option<usize>, len: u64) -> Result<Words, HostError> {
+/// Read faults on an untouched read-only mapping, one read per page: each maps the shared zero
+/// page (4 KiB pages, `MADV_NOHUGEPAGE`), or with `thp` the huge zero page (one read per 2 MiB
+/// of a 2 MiB-aligned `MADV_HUGEPAGE` range). `[_, _, cpu_ns, faults, huge_zero_seen]`: the
+/// last, with `thp` only, is 1 when a second read in the first region took no fault (a 2 MiB
+/// mapping, not a 4 KiB zero page).
+pub(super) fn read_fault(cpu: Option<usize>, len: u64, thp: bool) -> Result<Words, HostError> {
+    let step = if thp { HPAGE_SIZE } else { PAGE_SIZE };
     in_child(cpu, move || {
-        let p = map_anon(len, libc::PROT_READ, false)?;
-        madvise(p, len, libc::MADV_NOHUGEPAGE);
+        let p = map_anon(len, libc::PROT_READ, thp)?;
+        madvise(p, len, crate::measure::thp_advice(thp));
         let (cpu_ns, faults) = timed_faults(|| {
-            std::hint::black_box(touch_read(p, len, PAGE_SIZE));
+            std::hint::black_box(touch_read(p, len, step));
         });
+        let mut huge_zero_seen = false;
+        if thp {
+            let f1 = sys::minflt();
+            std::hint::black_box(touch_read(p + PAGE_SIZE, PAGE_SIZE, PAGE_SIZE));
+            huge_zero_seen = sys::minflt() == f1;
+        }
         munmap(p, len);
-        Ok([0, 0, cpu_ns, faults, 0, 0, 0, 0])
-    })
-}
-
-/// Read faults on untouched 2 MiB-aligned `MADV_HUGEPAGE` regions, one read per 2 MiB: each maps
-/// the huge zero page. `[_, _, cpu_ns, faults, huge_zero_seen]`: the last is 1 when a second
-/// read in the first region took no fault (a 2 MiB mapping, not a 4 KiB zero page).
-pub(super) fn huge_zero_read_fault(cpu: Option<usize>, len: u64) -> Result<Words, HostError> {
-    in_child(cpu, move || {
-        let p = map_anon(len, libc::PROT_READ, true)?;
-        madvise(p, len, libc::MADV_HUGEPAGE);
-        let (cpu_ns, faults) = timed_faults(|| {
-            std::hint::black_box(touch_read(p, len, HPAGE_SIZE));
-        });
-        let f1 = sys::minflt();
-        std::hint::black_box(touch_read(p + PAGE_SIZE, PAGE_SIZE, PAGE_SIZE));
-        let f2 = sys::minflt();
-        munmap(p, len);
-        Ok([0, 0, cpu_ns, faults, (f2 == f1) as u64, 0, 0, 0])
+        Ok([0, 0, cpu_ns, faults, huge_zero_seen as u64, 0, 0, 0])
     })
 }
 
