@@ -161,24 +161,18 @@ impl PcpuChunk {
 
     // ----- per-block views of the allocation map ---------------------------------------------
 
-    /// First clear bit of block `i` at or after `from` (block-relative), or `BLOCK`.
+    /// First bit of block `i` at or after `from` (block-relative) that is set (`set`) or clear,
+    /// or `BLOCK`.
     #[inline]
-    fn blk_next_zero(&self, i: u32, from: u32) -> u32 {
+    fn blk_next(&self, i: u32, from: u32, set: bool) -> u32 {
         let base = (i * BLOCK) as usize;
-        (self
-            .alloc_map
-            .find_next_zero_bit(base + BLOCK as usize, base + from as usize)
-            - base) as u32
-    }
-
-    /// First set bit of block `i` at or after `from` (block-relative), or `BLOCK`.
-    #[inline]
-    fn blk_next_set(&self, i: u32, from: u32) -> u32 {
-        let base = (i * BLOCK) as usize;
-        (self
-            .alloc_map
-            .find_next_bit(base + BLOCK as usize, base + from as usize)
-            - base) as u32
+        let (size, from) = (base + BLOCK as usize, base + from as usize);
+        let b = if set {
+            self.alloc_map.find_next_bit(size, from)
+        } else {
+            self.alloc_map.find_next_zero_bit(size, from)
+        };
+        (b - base) as u32
     }
 
     /// Last set bit of block `i` below `end` (block-relative), or `end` when there is none.
@@ -212,11 +206,11 @@ impl PcpuChunk {
         };
         block.right_free = 0;
         loop {
-            let rs = self.blk_next_zero(i, start);
+            let rs = self.blk_next(i, start, false);
             if rs >= BLOCK {
                 break;
             }
-            let re = self.blk_next_set(i, rs + 1);
+            let re = self.blk_next(i, rs + 1, true);
             block.update(rs, re);
             start = re;
         }
@@ -361,7 +355,7 @@ impl PcpuChunk {
             }
             let mut s = s;
             if s_off == s.first_free {
-                s.first_free = self.blk_next_zero(s_index, s_off + bits);
+                s.first_free = self.blk_next(s_index, s_off + bits, false);
             }
             if region_overlap(
                 s.scan_hint_start,
@@ -400,7 +394,7 @@ impl PcpuChunk {
             if e.contig_hint == BLOCK {
                 nr_empty += 1;
             }
-            e.first_free = self.blk_next_zero(e_index, e_off);
+            e.first_free = self.blk_next(e_index, e_off, false);
             let mut between_end = e_index;
             if e_off == BLOCK {
                 // Fully covered: reset like the blocks in between.
@@ -483,7 +477,7 @@ impl PcpuChunk {
         let end = if e_off == e.contig_hint_start {
             e.contig_hint_start + e.contig_hint
         } else {
-            self.blk_next_set(e_index, e_off)
+            self.blk_next(e_index, e_off, true)
         };
 
         let s_end = if s_index == e_index { end } else { BLOCK };
