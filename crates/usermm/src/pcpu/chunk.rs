@@ -341,10 +341,7 @@ impl PcpuChunk {
     #[doc(alias = "pcpu_block_update_hint_alloc")]
     pub(crate) fn block_update_hint_alloc(&mut self, bit_off: u32, bits: u32) -> i32 {
         let mut nr_empty = 0i32;
-        let s_index = bit_off / BLOCK;
-        let e_index = (bit_off + bits - 1) / BLOCK;
-        let s_off = bit_off % BLOCK;
-        let e_off = (bit_off + bits - 1) % BLOCK + 1;
+        let (s_index, s_off, e_index, e_off) = block_span(bit_off, bits);
 
         // The first block: its first_free moves if the allocation took it; a broken contig hint
         // needs a block rescan, otherwise the edge runs shrink in place.
@@ -457,10 +454,7 @@ impl PcpuChunk {
     #[doc(alias = "pcpu_block_update_hint_free")]
     pub(crate) fn block_update_hint_free(&mut self, bit_off: u32, bits: u32) -> i32 {
         let mut nr_empty = 0i32;
-        let s_index = bit_off / BLOCK;
-        let e_index = (bit_off + bits - 1) / BLOCK;
-        let s_off = bit_off % BLOCK;
-        let e_off = (bit_off + bits - 1) % BLOCK + 1;
+        let (s_index, s_off, e_index, e_off) = block_span(bit_off, bits);
 
         let s = self.md_blocks[s_index as usize];
         let start = if s_off == s.contig_hint + s.contig_hint_start {
@@ -725,4 +719,17 @@ impl PcpuChunk {
 #[inline]
 fn ffs(x: u32) -> u32 {
     x.trailing_zeros()
+}
+
+/// The blocks `[bit_off, +bits)` spans: the first block and the run's offset in it, the last
+/// block and the run's end in it (block-relative, exclusive: `1..=BLOCK`), as the kernel's
+/// `pcpu_block_update_hint_alloc`/`_free` compute them.
+fn block_span(bit_off: u32, bits: u32) -> (u32, u32, u32, u32) {
+    let last = bit_off + bits - 1;
+    (
+        bit_off / BLOCK,
+        bit_off % BLOCK,
+        last / BLOCK,
+        last % BLOCK + 1,
+    )
 }
