@@ -54,8 +54,8 @@ pub const OLDEST_FORMAT: u32 = 1;
 /// Repeats the command line asks for at least (a test may ask the library for fewer).
 pub const MIN_REPEAT: u32 = 7;
 
-/// The most samples a figure may ask for: a round of every probe takes about 6 s here, so
-/// 100 rounds are ten minutes (a million were seventy days).
+/// The most samples a figure may ask for: a round of every probe takes seconds (about 6 s on a
+/// 2-core host), so 100 rounds are ten minutes or more (a million were seventy days).
 pub const MAX_REPEAT: u32 = 100;
 
 /// One measured figure: its samples (one per process) and their summary.
@@ -148,8 +148,8 @@ impl Figures {
     }
 }
 
-/// How big each probe is. [`Sizes::full`] is what `usermm calibrate` runs (the whole run stays
-/// under three minutes on this host); [`Sizes::small`] is a test-only knob.
+/// How big each probe is. [`Sizes::full`] is what `usermm calibrate` runs (the whole run takes
+/// a few minutes on a small host); [`Sizes::small`] is a test-only knob.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sizes {
     /// Bytes mapped, touched and torn down by the munmap, COW-pair and MADV_DONTNEED probes.
@@ -601,7 +601,7 @@ fn figures(samples: [Vec<f64>; FIGURES], s: &Sizes, system: &SystemInfo, n: usiz
             format!(
                 "one byte written to each 4 KiB page of a fresh {} MiB MADV_NOHUGEPAGE mapping \
                  (after a warm-up round of the same size whose munmap leaves the frames resident \
-                 on the guest's free lists), / minor faults (getrusage); {common}",
+                 on the kernel's free lists), / minor faults (getrusage); {common}",
                 mib(s.fault_bytes)
             ),
         ),

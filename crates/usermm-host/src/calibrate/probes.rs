@@ -349,7 +349,7 @@ pub(super) fn ping_pong(
         })?;
         let (line, pid, deadline) = (partner.line(), partner.pid, partner.deadline);
         // Batches of round trips, each timed on its own: a batch during which the partner was
-        // preempted (the other vCPU is shared with other work) is an outlier, and the median
+        // preempted (its CPU may be shared with other work) is an outlier, and the median
         // batch is what one transfer costs while both sides run.
         let batches = (round_trips / PING_BATCH).clamp(1, MAX_PING_BATCHES as u64) as usize;
         let per = round_trips / batches as u64;
