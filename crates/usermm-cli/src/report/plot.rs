@@ -10,7 +10,7 @@ use std::{ops::Range, path::Path};
 
 use anyhow::{bail, Context, Result};
 use plotters::{
-    chart::MeshStyle,
+    chart::{MeshStyle, SeriesLabelStyle},
     coord::{
         ranged1d::{AsRangedCoord, ValueFormatter},
         Shift,
@@ -28,6 +28,17 @@ fn house_style<'m, 'a, 'b, X: Ranged, Y: Ranged, DB: DrawingBackend>(
         .axis_desc_style((FONT, 17))
         .light_line_style(RGBColor(0, 0, 0).mix(0.05))
         .bold_line_style(RGBColor(0, 0, 0).mix(0.12))
+}
+
+/// Every chart's legend box: its font, a margin, and a light background and border.
+fn house_legend<'m, 'a, 'b, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    legend: &'m mut SeriesLabelStyle<'a, 'b, DB, CT>,
+) -> &'m mut SeriesLabelStyle<'a, 'b, DB, CT> {
+    legend
+        .margin(12)
+        .label_font((FONT, 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(0, 0, 0).mix(0.4))
 }
 
 /// One line of a [`line_plot`].
@@ -272,15 +283,9 @@ where
         chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
     }
     if series.iter().any(|s| !s.name.is_empty()) {
-        chart
-            .configure_series_labels()
-            .position(labels.legend.clone())
-            .margin(12)
-            .legend_area_size(28)
-            .label_font((FONT, 15))
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(0, 0, 0).mix(0.4))
-            .draw()?;
+        let mut legend = chart.configure_series_labels();
+        legend.position(labels.legend.clone()).legend_area_size(28);
+        house_legend(&mut legend).draw()?;
     }
     Ok(())
 }
@@ -369,15 +374,9 @@ pub fn bar_plot(
             let (px, py) = chart.backend_coord(&(i as f64 + 0.5, y_floor));
             root.draw(&Text::new(cat.as_str(), (px, py + 10), cat_style.clone()))?;
         }
-        chart
-            .configure_series_labels()
-            .position(legend)
-            .margin(12)
-            .legend_area_size(22)
-            .label_font((FONT, 15))
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(0, 0, 0).mix(0.4))
-            .draw()?;
+        let mut labels = chart.configure_series_labels();
+        labels.position(legend).legend_area_size(22);
+        house_legend(&mut labels).draw()?;
         root.present()
             .with_context(|| format!("cannot draw {}", path.display()))?;
     }
