@@ -323,6 +323,16 @@ impl<'a, S: Sys> Worker<'a, S> {
         End::Exit(status)
     }
 
+    /// `-S`: `msync` the `len` bytes at `p` a walk just covered (usemem skips an empty range).
+    fn msync_walked(&self, p: u64, len: u64) -> R<()> {
+        if let (Some(mode), true) = (self.opts().msync, len > 0) {
+            if let Err(e) = self.sys.msync(p, len, mode.flag()) {
+                return Err(self.fail(format!("msync failed with error {} \n", strerror(e))));
+            }
+        }
+        Ok(())
+    }
+
     /// An error line on stderr, then `exit(1)`.
     fn fail(&self, msg: String) -> End {
         self.sys.err(&msg);
@@ -582,15 +592,7 @@ impl<'a, S: Sys> Worker<'a, S> {
                     self.out(".");
                 }
                 rw += self.rw_once(p, len, true, Some(&mut rep), repeats, false)?;
-                if let Some(mode) = o.msync {
-                    if len > 0 {
-                        if let Err(e) = self.sys.msync(p, len, mode.flag()) {
-                            return Err(
-                                self.fail(format!("msync failed with error {} \n", strerror(e)))
-                            );
-                        }
-                    }
-                }
+                self.msync_walked(p, len)?;
                 rep += 1;
             }
         }
