@@ -449,7 +449,8 @@ fn render_lock(r: &MunmapTestResult) -> String {
         }),
     );
     // The readers' side of lock_stat: one row a column.
-    let reads: [(&str, fn(&munmap_test::RunResult) -> String); 5] = [
+    type Cell = fn(&munmap_test::RunResult) -> String;
+    let reads: [(&str, Cell); 5] = [
         ("acquisitions", |x| group(x.lock_munmap.read.acquisitions)),
         ("contentions", |x| group(x.lock_munmap.read.contentions)),
         ("waittime-max", |x| us(x.lock_munmap.read.waittime_max_ns)),
