@@ -248,15 +248,19 @@ impl EngineBackend {
         }
     }
 
-    fn do_mmap(
-        &mut self,
-        addr: u64,
-        len: u64,
-        prot: u32,
-        flags: u32,
-        source: MapSource,
-        offset: u64,
-    ) -> OpResult {
+    /// An [`Op::Mmap`].
+    fn do_mmap(&mut self, op: &Op) -> OpResult {
+        let &Op::Mmap {
+            addr,
+            len,
+            prot,
+            flags,
+            source,
+            offset,
+        } = op
+        else {
+            return OpResult::BackendFailure(format!("do_mmap of {op}"));
+        };
         // arch/x86/kernel/sys_x86_64.c: sys_mmap checks the byte offset first.
         if !offset.is_multiple_of(PAGE_SIZE) {
             return OpResult::Err(EINVAL);
@@ -283,15 +287,7 @@ impl EngineBackend {
         let fixed = flags & (crate::ops::MAP_FIXED | crate::ops::MAP_FIXED_NOREPLACE) != 0;
         let rounded = len.div_ceil(PAGE_SIZE) * PAGE_SIZE;
         let inside = (ARENA_BASE..=ARENA_END).contains(&got) && rounded <= ARENA_END - got;
-        let op = Op::Mmap {
-            addr,
-            len,
-            prot,
-            flags,
-            source,
-            offset,
-        };
-        self.note_failed_populate(&op, &OpResult::Ok(got));
+        self.note_failed_populate(op, &OpResult::Ok(got));
         if !fixed && !inside {
             let _ = self.mm().munmap(cpu, got, len);
             return OpResult::Misplaced { addr: got };
@@ -476,14 +472,7 @@ impl EngineBackend {
     fn apply_inner(&mut self, op: &Op) -> OpResult {
         let cpu = self.cpu();
         match op {
-            &Op::Mmap {
-                addr,
-                len,
-                prot,
-                flags,
-                source,
-                offset,
-            } => self.do_mmap(addr, len, prot, flags, source, offset),
+            Op::Mmap { .. } => self.do_mmap(op),
             &Op::Munmap { addr, len } => Self::errno_result(self.mm().munmap(cpu, addr, len)),
             &Op::Mprotect { addr, len, prot } => {
                 Self::errno_result(self.mm().mprotect(cpu, addr, len, prot))

@@ -15,6 +15,7 @@
 //! | context switches | `getrusage(RUSAGE_SELF)` | [`context_switches`] |
 //! | process CPU time | `getrusage(RUSAGE_SELF)` | [`process_cpu_ns`] |
 //! | resource limits, privilege | `getrlimit`, `geteuid` | [`memlock_limit`], [`stack_limit`], [`is_root`] |
+//! | the date | `CLOCK_REALTIME` | [`utc_now`] (through [`civil_from_days`]) |
 //!
 //! Every reader returns `None` when its file or call is unavailable; callers choose their
 //! placeholder. [`facts`] gathers the set a report prints ([`HostFacts`]).
@@ -209,9 +210,45 @@ pub fn process_cpu_ns() -> u64 {
     ns(ru.ru_utime) + ns(ru.ru_stime)
 }
 
+/// Now by the host's clock, UTC, as `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
 #[cfg(test)]
 mod test {
     use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_782), (2026, 11, 25));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
 
     #[test]
     fn host_facts_are_sane() {

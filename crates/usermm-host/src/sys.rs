@@ -315,20 +315,26 @@ pub(crate) fn minflt() -> u64 {
     rusage_self().ru_minflt.max(0) as u64
 }
 
-/// `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`: this process's CPU time (every thread, user and
-/// system) in ns, 0 if the call fails.
-pub fn process_cpu_ns() -> u64 {
+/// `clock_gettime(clock)` in ns, 0 if the call fails. Allocation-free, so usable in a forked
+/// child.
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: `ts` is a valid, writable timespec; the call writes nothing else.
-    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
         return 0;
     }
     (ts.tv_sec.max(0) as u64)
         .saturating_mul(1_000_000_000)
         .saturating_add(ts.tv_nsec.max(0) as u64)
+}
+
+/// `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`: this process's CPU time (every thread, user and
+/// system) in ns, 0 if the call fails.
+pub fn process_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
 /// `getrusage(RUSAGE_CHILDREN)`: user + system time of the waited-for children, in ns.
@@ -377,17 +383,7 @@ pub(crate) unsafe fn fork_raw() -> Result<libc::pid_t, i32> {
 /// `clock_gettime(CLOCK_THREAD_CPUTIME_ID)`: the calling thread's CPU time (user and system)
 /// in ns, 0 if the call fails. Allocation-free, so usable in a forked child.
 pub(crate) fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the call writes nothing else.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-        return 0;
-    }
-    (ts.tv_sec.max(0) as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec.max(0) as u64)
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// `uname(2)`'s `release` field (`uname -r`), NUL-terminated in `out`; `None` if the call
@@ -509,17 +505,7 @@ pub(crate) fn set_thread_name(name: &CStr) -> Result<(), i32> {
 
 /// `clock_gettime(CLOCK_MONOTONIC)` in ns (0 if the call fails). Allocation-free.
 pub(crate) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the call writes nothing else.
-    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
-        return 0;
-    }
-    (ts.tv_sec.max(0) as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec.max(0) as u64)
+    clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 /// `_exit(code)`: leaves without running destructors or atexit handlers.

@@ -94,7 +94,7 @@ fn machine(profile: &str, mem: u64) -> std::sync::Arc<Machine> {
 
 /// The busy + spin time of CPU 0 between two snapshots, ns.
 fn cpu_ns(a: &vtime::Report, b: &vtime::Report) -> u64 {
-    let t = |r: &vtime::Report| r.cpus[0].busy_ns + r.cpus[0].spin_ns;
+    let t = |r: &vtime::Report| r.cpus[0].time.busy_ns + r.cpus[0].time.spin_ns;
     t(b) - t(a)
 }
 

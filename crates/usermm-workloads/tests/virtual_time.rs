@@ -66,7 +66,7 @@ fn bigfree_is_deterministic_and_parallel_free_beats_inline_on_idle_cores() {
         let s = &row.samples[0];
         for c in &s.cpus {
             assert_eq!(
-                c.busy_ns + c.spin_ns + c.idle_ns,
+                c.time.busy_ns + c.time.spin_ns + c.time.idle_ns,
                 s.free_ns,
                 "{} cpu{}",
                 row.label,

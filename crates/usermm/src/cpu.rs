@@ -1,6 +1,7 @@
 //! Emulated CPUs and per-CPU data.
 //!
-//! The seeds ran on boxes with 72 to 144 hardware threads; this machine has 2. An emulated CPU is
+//! The seeds ran on boxes with 72 to 144 hardware threads; the host that runs usermm may have
+//! far fewer (as few as one or two). An emulated CPU is
 //! therefore a *name* a host thread carries, not a host core: every workload thread, and every
 //! worker of a workqueue, is bound to one [`CpuId`] and passes it explicitly to the engine (there
 //! is no thread-local "current CPU" — see "No globals" in `lib.rs`). Per-CPU structures are

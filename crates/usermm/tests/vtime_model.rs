@@ -71,11 +71,11 @@ fn n_cpus_one_spinlock_take_n_k_hold_plus_hand_over() {
     // Spinners keep their CPUs busy: each worker CPU is busy or spinning from 0 to its end.
     for (cpu, end) in ends.iter().enumerate() {
         let c = &r.cpus[cpu];
-        assert_eq!(c.busy_ns + c.spin_ns, *end, "cpu{cpu}");
-        assert!(c.spin_ns > 0);
+        assert_eq!(c.time.busy_ns + c.time.spin_ns, *end, "cpu{cpu}");
+        assert!(c.time.spin_ns > 0);
     }
     // Busy time is the holds plus what each acquisition cost.
-    let busy: u64 = r.cpus[..4].iter().map(|c| c.busy_ns).sum();
+    let busy: u64 = r.cpus[..4].iter().map(|c| c.time.busy_ns).sum();
     assert_eq!(busy, n * k * h + U + (n * k - 1) * H_SOCK);
 }
 
@@ -101,12 +101,16 @@ fn sleeping_waiters_pay_the_wake_up_and_leave_their_cpus_idle() {
     let r = rt.report();
     for (cpu, end) in ends.iter().enumerate() {
         let c = &r.cpus[cpu];
-        assert_eq!(c.spin_ns, 0, "cpu{cpu}: sleepers do not spin");
+        assert_eq!(c.time.spin_ns, 0, "cpu{cpu}: sleepers do not spin");
         // Off its CPU while it waits: busy is its holds and acquisitions only.
         let hand_overs = if cpu == 0 { k - 1 } else { k };
         let first = if cpu == 0 { U } else { 0 };
-        assert_eq!(c.busy_ns, k * h + first + hand_overs * H_SOCK, "cpu{cpu}");
-        assert_eq!(c.idle_ns, r.end_ns - c.busy_ns);
+        assert_eq!(
+            c.time.busy_ns,
+            k * h + first + hand_overs * H_SOCK,
+            "cpu{cpu}"
+        );
+        assert_eq!(c.time.idle_ns, r.end_ns - c.time.busy_ns);
         assert!(*end <= r.end_ns);
     }
     assert_eq!(r.lock("test.mutex", Mode::Exclusive).unwrap().wait, "sleep");
@@ -135,10 +139,10 @@ fn spin_and_sleep_waits_are_accounted_apart() {
         let (c1, ctx1) = (&r.cpus[1], &r.contexts[2]);
         assert_eq!(ctx1.cpu, 1);
         if spin {
-            assert_eq!((c1.spin_ns, c1.busy_ns), (released, H_SOCK));
+            assert_eq!((c1.time.spin_ns, c1.time.busy_ns), (released, H_SOCK));
             assert_eq!(ctx1.end_ns, Some(released + H_SOCK));
         } else {
-            assert_eq!((c1.spin_ns, c1.busy_ns), (0, H_SOCK));
+            assert_eq!((c1.time.spin_ns, c1.time.busy_ns), (0, H_SOCK));
             assert_eq!(ctx1.end_ns, Some(released + W + H_SOCK));
         }
         let ls = r.lock(class.name, Mode::Exclusive).unwrap();
@@ -178,7 +182,7 @@ fn n_cpus_on_disjoint_locks_take_k_times_u_plus_h() {
     let r = rt.report();
     let ls = r.lock("test.spin", Mode::Exclusive).unwrap();
     assert_eq!((ls.contentions, ls.acq_bounces), (0, 0));
-    assert!(r.cpus[..6].iter().all(|c| c.spin_ns == 0));
+    assert!(r.cpus[..6].iter().all(|c| c.time.spin_ns == 0));
 }
 
 #[test]
@@ -371,7 +375,7 @@ fn workqueue(m: usize, j: u64, d: u64) -> (u64, Vec<u64>, vtime::Report) {
         vtime::now()
     });
     let r = rt.report();
-    let busy = (1..=m).map(|c| r.cpus[c].busy_ns).collect();
+    let busy = (1..=m).map(|c| r.cpus[c].time.busy_ns).collect();
     (end, busy, r)
 }
 
@@ -417,7 +421,7 @@ fn sleep_is_exact_and_lets_another_context_use_the_cpu() {
     assert_eq!((b_start, end), (1000, 6000));
     let r = rt.report();
     assert_eq!(
-        (r.cpus[0].busy_ns, r.cpus[0].idle_ns, r.end_ns),
+        (r.cpus[0].time.busy_ns, r.cpus[0].time.idle_ns, r.end_ns),
         (1300, 4700, 6000)
     );
     assert_eq!(
@@ -496,13 +500,16 @@ fn smt_slowdown_beside_a_spinning_sibling_is_labelled_apart() {
     });
     let r = rt.report();
     let extra = |ns: u64| (ns as f64 * (SMT_FACTOR - 1.0)) as u64;
-    assert_eq!(r.cpus[0].smt_spinning_sibling_ns, extra(1000));
-    assert_eq!(r.cpus[0].smt_busy_sibling_ns, 0);
+    assert_eq!(r.cpus[0].time.smt_spinning_sibling_ns, extra(1000));
+    assert_eq!(r.cpus[0].time.smt_busy_sibling_ns, 0);
     assert_eq!(
-        (r.cpus[1].smt_busy_sibling_ns, r.cpus[9].smt_busy_sibling_ns),
+        (
+            r.cpus[1].time.smt_busy_sibling_ns,
+            r.cpus[9].time.smt_busy_sibling_ns
+        ),
         (extra(500), extra(2) + extra(500))
     );
-    assert_eq!(r.cpus[1].smt_spinning_sibling_ns, 0);
+    assert_eq!(r.cpus[1].time.smt_spinning_sibling_ns, 0);
 }
 
 #[test]
@@ -516,7 +523,7 @@ fn named_costs_charge_the_profile_price_times_n() {
     });
     let expect = (512.0 * p.cost_ns(Cost::ZapPte) + 2.0 * p.cost_ns(Cost::ClearPage)) as u64;
     assert_eq!((t, cpu_time), (expect, expect));
-    assert_eq!(rt.report().cpus[3].busy_ns, expect);
+    assert_eq!(rt.report().cpus[3].time.busy_ns, expect);
 }
 
 #[test]

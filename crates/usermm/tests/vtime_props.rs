@@ -220,12 +220,12 @@ proptest! {
         // Every CPU's busy and spin fit in the run; contexts and CPUs agree on the sums.
         let r = &a.report;
         for c in &r.cpus {
-            prop_assert_eq!(c.busy_ns + c.spin_ns + c.idle_ns, r.end_ns, "cpu{}", c.cpu);
+            prop_assert_eq!(c.time.busy_ns + c.time.spin_ns + c.time.idle_ns, r.end_ns, "cpu{}", c.cpu);
         }
         let ctx_busy: u64 = r.contexts.iter().map(|c| c.busy_ns).sum();
         let ctx_spin: u64 = r.contexts.iter().map(|c| c.spin_ns).sum();
         prop_assert_eq!(ctx_busy, r.busy_ns());
-        prop_assert_eq!(ctx_spin, r.cpus.iter().map(|c| c.spin_ns).sum::<u64>());
+        prop_assert_eq!(ctx_spin, r.cpus.iter().map(|c| c.time.spin_ns).sum::<u64>());
         let lines: u64 = prog.iter().flat_map(|(_, ops)| ops).filter(|o| matches!(o, Op::Line { .. })).count() as u64;
         prop_assert_eq!(r.lines.iter().map(|l| l.rmws).sum::<u64>(), lines);
         prop_assert!(r.contexts.iter().all(|c| c.end_ns.is_some()));

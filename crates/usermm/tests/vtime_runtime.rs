@@ -138,8 +138,8 @@ fn runs_continue_the_clock_and_accumulate_statistics() {
     assert_eq!(
         (
             r.end_ns,
-            r.cpus[0].busy_ns,
-            r.cpus[5].busy_ns,
+            r.cpus[0].time.busy_ns,
+            r.cpus[5].time.busy_ns,
             r.contexts.len()
         ),
         (1010, 1000, 10, 3)

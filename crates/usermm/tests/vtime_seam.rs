@@ -79,7 +79,7 @@ fn mutex_waiters_sleep_and_pay_the_wake_up() {
         U + n * k * h + (n * k - 1) * (W + H_SOCK)
     );
     let r = rt.report();
-    assert!(r.cpus[..4].iter().all(|c| c.spin_ns == 0));
+    assert!(r.cpus[..4].iter().all(|c| c.time.spin_ns == 0));
 }
 
 #[test]

@@ -486,9 +486,9 @@ pub fn cpu_table(b: &BigfreeResult, row: &bigfree::BigfreeRow) -> Option<Table> 
             c.cpu.to_string(),
             c.socket.to_string(),
             c.node.to_string(),
-            format!("{:.3}", c.busy_ns as f64 / 1e6),
-            format!("{:.3}", c.spin_ns as f64 / 1e6),
-            format!("{:.3}", c.idle_ns as f64 / 1e6),
+            format!("{:.3}", c.time.busy_ns as f64 / 1e6),
+            format!("{:.3}", c.time.spin_ns as f64 / 1e6),
+            format!("{:.3}", c.time.idle_ns as f64 / 1e6),
             role,
         ]);
     }

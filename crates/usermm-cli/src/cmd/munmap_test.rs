@@ -108,7 +108,7 @@ impl MunmapTestArgs {
         // FAULTERS_PER_HOST_CPU of them on each host CPU a faulter waits whole seconds for
         // its turn (and thousands of them make a 64M test take tens of seconds and gigabytes
         // of histograms), so the windows would measure the host's run queue, not the mmap lock.
-        let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+        let host_cpus = usermm_host::facts::usable_cpus() as u64;
         if !modelled && u64::from(faulters) > FAULTERS_PER_HOST_CPU * host_cpus {
             return usage(format!(
                 "--faulters {faulters}: on the wall clock each faulter is a thread of this \
@@ -145,9 +145,7 @@ impl MunmapTestArgs {
             populate_threads: if modelled {
                 2
             } else {
-                std::thread::available_parallelism()
-                    .map_or(1, |n| n.get())
-                    .min(4) as u32
+                usermm_host::facts::usable_cpus().min(4) as u32
             },
         })
     }
@@ -450,26 +448,20 @@ fn render_lock(r: &MunmapTestResult) -> String {
             )
         }),
     );
-    row(
-        "read: acquisitions",
-        both(&|x| group(x.lock_munmap.read.acquisitions)),
-    );
-    row(
-        "read: contentions",
-        both(&|x| group(x.lock_munmap.read.contentions)),
-    );
-    row(
-        "read: waittime-max",
-        both(&|x| us(x.lock_munmap.read.waittime_max_ns)),
-    );
-    row(
-        "read: waittime-total",
-        both(&|x| us(x.lock_munmap.read.waittime_total_ns)),
-    );
-    row(
-        "read: holdtime-max",
-        both(&|x| us(x.lock_munmap.read.holdtime_max_ns)),
-    );
+    // The readers' side of lock_stat: one row a column.
+    type Cell = fn(&munmap_test::RunResult) -> String;
+    let reads: [(&str, Cell); 5] = [
+        ("acquisitions", |x| group(x.lock_munmap.read.acquisitions)),
+        ("contentions", |x| group(x.lock_munmap.read.contentions)),
+        ("waittime-max", |x| us(x.lock_munmap.read.waittime_max_ns)),
+        ("waittime-total", |x| {
+            us(x.lock_munmap.read.waittime_total_ns)
+        }),
+        ("holdtime-max", |x| us(x.lock_munmap.read.holdtime_max_ns)),
+    ];
+    for (column, f) in reads {
+        row(&format!("read: {column}"), both(&f));
+    }
     row(
         "munmap: waiting for the lock + overhead",
         both(&|x| us(x.other_ns)),

@@ -18,8 +18,8 @@ use usermm::MachineConfig;
 use usermm_workloads::percpu_test::{self, GridPoint, PercpuTestOpts};
 use usermm_workloads::seeds::PERCPU_DEPOPULATE;
 
-use super::percpu_test::{CgroupShape, Recipe};
-use crate::args::{usage, EngineArgs, GlobalArgs};
+use super::percpu_test::PercpuTestArgs;
+use crate::args::{usage, GlobalArgs};
 use crate::report::Table;
 
 /// Largest `NR_VM_EVENT_ITEMS` tried: the kernel's has about a hundred entries (96 in 5.12).
@@ -35,14 +35,10 @@ pub struct PercpuGridArgs {
     #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "96",
           value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_EVENTS)))]
     pub grid_events: Vec<u32>,
-    /// Cgroups to create: N parents each followed by M children.
-    #[arg(long, value_name = "NxM", default_value = "1000x10")]
-    pub cgroups: CgroupShape,
-    /// Per-cgroup percpu allocations of this kernel era.
-    #[arg(long, value_name = "ERA", default_value = "2021")]
-    pub recipe: Recipe,
+    /// The script's shape and recipe, and the engine flags: `percpu-test`'s own.
     #[command(flatten)]
-    pub engine: EngineArgs,
+    #[serde(flatten)]
+    pub run: PercpuTestArgs,
 }
 
 /// What `usermm percpu-grid` prints (with `--json`, as is).
@@ -53,10 +49,10 @@ pub struct GridRecord {
 }
 
 pub fn run(args: &PercpuGridArgs, g: &GlobalArgs) -> anyhow::Result<()> {
-    if args.engine.cpus.is_some() {
+    if args.run.engine.cpus.is_some() {
         return usage("percpu-grid: the CPU counts are --grid-cpus, not --cpus");
     }
-    let cfg = args.engine.to_config(MachineConfig::default())?;
+    let cfg = args.run.engine.to_config(MachineConfig::default())?;
     if cfg.time.mode == usermm::config::TimeMode::Virtual {
         // Each grid point is a machine of that many CPUs: the profile must have them.
         if let Ok(p) = usermm::vtime::Profile::resolve(&cfg.time.profile) {
@@ -70,9 +66,9 @@ pub fn run(args: &PercpuGridArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         }
     }
     let base = PercpuTestOpts {
-        parents: args.cgroups.parents as usize,
-        children: args.cgroups.children as usize,
-        recipe: args.recipe.era(),
+        parents: args.run.cgroups.parents as usize,
+        children: args.run.cgroups.children as usize,
+        recipe: args.run.recipe.era(),
         ..PercpuTestOpts::default()
     };
     let points = percpu_test::percpu_grid(&base, &args.grid_cpus, &args.grid_events, &cfg)
@@ -87,8 +83,8 @@ pub fn run(args: &PercpuGridArgs, g: &GlobalArgs) -> anyhow::Result<()> {
 /// One row per point.
 pub fn table(r: &GridRecord) -> Table {
     let seed = PERCPU_DEPOPULATE;
-    let shape = r.args.cgroups;
-    let recipe = match r.args.recipe.era() {
+    let shape = r.args.run.cgroups;
+    let recipe = match r.args.run.recipe.era() {
         RecipeEra::V2021 => "2021",
         RecipeEra::Modern => "modern",
     };

@@ -82,18 +82,8 @@ pub(crate) fn git_commit() -> Option<String> {
 
 /// `YYYY-MM-DD HH:MM UTC` for seconds since the epoch (proleptic Gregorian calendar).
 fn utc_timestamp(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
     let (hh, mm) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
-    // Days since 1970-01-01 to a civil date, counting in 400-year eras that start on March 1st.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = usermm_host::facts::civil_from_days((secs / 86_400) as i64);
     format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02} UTC")
 }
 

@@ -10,6 +10,7 @@ use std::{ops::Range, path::Path};
 
 use anyhow::{bail, Context, Result};
 use plotters::{
+    chart::{MeshStyle, SeriesLabelStyle},
     coord::{
         ranged1d::{AsRangedCoord, ValueFormatter},
         Shift,
@@ -18,6 +19,27 @@ use plotters::{
     style::text_anchor::{HPos, Pos, VPos},
 };
 use serde::Serialize;
+
+/// Every chart's mesh: its fonts, and grid lines faint enough not to compete with the data.
+fn house_style<'m, 'a, 'b, X: Ranged, Y: Ranged, DB: DrawingBackend>(
+    mesh: &'m mut MeshStyle<'a, 'b, X, Y, DB>,
+) -> &'m mut MeshStyle<'a, 'b, X, Y, DB> {
+    mesh.label_style((FONT, 15))
+        .axis_desc_style((FONT, 17))
+        .light_line_style(RGBColor(0, 0, 0).mix(0.05))
+        .bold_line_style(RGBColor(0, 0, 0).mix(0.12))
+}
+
+/// Every chart's legend box: its font, a margin, and a light background and border.
+fn house_legend<'m, 'a, 'b, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    legend: &'m mut SeriesLabelStyle<'a, 'b, DB, CT>,
+) -> &'m mut SeriesLabelStyle<'a, 'b, DB, CT> {
+    legend
+        .margin(12)
+        .label_font((FONT, 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(0, 0, 0).mix(0.4))
+}
 
 /// One line of a [`line_plot`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -230,17 +252,12 @@ where
         .x_label_area_size(48)
         .y_label_area_size(72)
         .build_cartesian_2d(x, y)?;
-    chart
-        .configure_mesh()
-        .x_desc(labels.x_label)
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(labels.x_label)
         .y_desc(labels.y_label)
         .x_label_formatter(&|v| fmt_tick(*v))
-        .y_label_formatter(&|v| fmt_tick(*v))
-        .label_style((FONT, 15))
-        .axis_desc_style((FONT, 17))
-        .light_line_style(RGBColor(0, 0, 0).mix(0.05))
-        .bold_line_style(RGBColor(0, 0, 0).mix(0.12))
-        .draw()?;
+        .y_label_formatter(&|v| fmt_tick(*v));
+    house_style(&mut mesh).draw()?;
     for (i, s) in series.iter().enumerate() {
         let c = color(i);
         let style = c.stroke_width(2);
@@ -266,15 +283,9 @@ where
         chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
     }
     if series.iter().any(|s| !s.name.is_empty()) {
-        chart
-            .configure_series_labels()
-            .position(labels.legend.clone())
-            .margin(12)
-            .legend_area_size(28)
-            .label_font((FONT, 15))
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(0, 0, 0).mix(0.4))
-            .draw()?;
+        let mut legend = chart.configure_series_labels();
+        legend.position(labels.legend.clone()).legend_area_size(28);
+        house_legend(&mut legend).draw()?;
     }
     Ok(())
 }
@@ -323,18 +334,13 @@ pub fn bar_plot(
             .x_label_area_size(40)
             .y_label_area_size(72)
             .build_cartesian_2d(0.0..groups.len() as f64, y)?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
+        let mut mesh = chart.configure_mesh();
+        mesh.disable_x_mesh()
             .x_labels(0)
             .max_light_lines(1)
             .y_desc(y_label)
-            .y_label_formatter(&|v| fmt_tick(*v))
-            .label_style((FONT, 15))
-            .axis_desc_style((FONT, 17))
-            .light_line_style(RGBColor(0, 0, 0).mix(0.05))
-            .bold_line_style(RGBColor(0, 0, 0).mix(0.12))
-            .draw()?;
+            .y_label_formatter(&|v| fmt_tick(*v));
+        house_style(&mut mesh).draw()?;
         let width = 0.8 / names.len() as f64;
         let value_style = TextStyle::from((FONT, 13)).pos(Pos::new(HPos::Center, VPos::Bottom));
         for (j, name) in names.iter().enumerate() {
@@ -368,15 +374,9 @@ pub fn bar_plot(
             let (px, py) = chart.backend_coord(&(i as f64 + 0.5, y_floor));
             root.draw(&Text::new(cat.as_str(), (px, py + 10), cat_style.clone()))?;
         }
-        chart
-            .configure_series_labels()
-            .position(legend)
-            .margin(12)
-            .legend_area_size(22)
-            .label_font((FONT, 15))
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(0, 0, 0).mix(0.4))
-            .draw()?;
+        let mut labels = chart.configure_series_labels();
+        labels.position(legend).legend_area_size(22);
+        house_legend(&mut labels).draw()?;
         root.present()
             .with_context(|| format!("cannot draw {}", path.display()))?;
     }

@@ -33,7 +33,7 @@ mod smt;
 mod stats;
 mod system;
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -54,8 +54,8 @@ pub const OLDEST_FORMAT: u32 = 1;
 /// Repeats the command line asks for at least (a test may ask the library for fewer).
 pub const MIN_REPEAT: u32 = 7;
 
-/// The most samples a figure may ask for: a round of every probe takes about 6 s here, so
-/// 100 rounds are ten minutes (a million were seventy days).
+/// The most samples a figure may ask for: a round of every probe takes seconds (about 6 s on a
+/// 2-core host), so 100 rounds are ten minutes or more (a million were seventy days).
 pub const MAX_REPEAT: u32 = 100;
 
 /// One measured figure: its samples (one per process) and their summary.
@@ -93,6 +93,9 @@ impl Measured {
     }
 }
 
+/// How many figures [`Figures`] holds.
+pub const FIGURES: usize = 13;
+
 /// Every figure `usermm calibrate` measures.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Figures {
@@ -126,7 +129,7 @@ pub struct Figures {
 
 impl Figures {
     /// Every figure with its key, in table order.
-    pub fn all(&self) -> [(&'static str, &Measured); 13] {
+    pub fn all(&self) -> [(&'static str, &Measured); FIGURES] {
         [
             ("munmap_4k", &self.munmap_4k),
             ("munmap_cow_4k", &self.munmap_cow_4k),
@@ -145,8 +148,8 @@ impl Figures {
     }
 }
 
-/// How big each probe is. [`Sizes::full`] is what `usermm calibrate` runs (the whole run stays
-/// under three minutes on this host); [`Sizes::small`] is a test-only knob.
+/// How big each probe is. [`Sizes::full`] is what `usermm calibrate` runs (the whole run takes
+/// a few minutes on a small host); [`Sizes::small`] is a test-only knob.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sizes {
     /// Bytes mapped, touched and torn down by the munmap, COW-pair and MADV_DONTNEED probes.
@@ -415,7 +418,7 @@ fn measure_rounds(
     }
     opts.sizes.check()?;
     let started = Instant::now();
-    let date = utc_now();
+    let date = crate::facts::utc_now();
     let system = SystemInfo::read();
     let allowed = crate::sys::allowed_cpus();
     if allowed.len() < 2 {
@@ -425,7 +428,50 @@ fn measure_rounds(
         });
     }
     let s = opts.sizes;
-    let n = opts.repeat as usize;
+    let rounds = run_rounds(&s, opts.repeat as usize, &allowed, progress)?;
+    let figures = figures(rounds.samples, &s, &system, opts.repeat as usize);
+    Ok(HostCalibration {
+        format: FORMAT,
+        date,
+        repeat: opts.repeat,
+        sizes: s,
+        system,
+        cpus_used: rounds.cpus_used,
+        pinned: rounds.pinned,
+        huge_zero_page_seen: rounds.huge_zero_seen,
+        thp_seen: rounds.thp_seen,
+        wall_seconds: started.elapsed().as_secs_f64(),
+        figures,
+        smt: None,
+    })
+}
+
+/// What the rounds of [`run_rounds`] gathered: every figure's samples, in [`Figures`]' order,
+/// and what the children said of their pinning and of the pages they got.
+struct Rounds {
+    samples: [Vec<f64>; FIGURES],
+    cpus_used: Vec<usize>,
+    pinned: bool,
+    huge_zero_seen: bool,
+    thp_seen: bool,
+}
+
+impl Rounds {
+    /// One probe's sample of figure `figure` (its index in [`Figures::all`]), from its words.
+    fn take(&mut self, figure: usize, w: &probes::Words, sample: f64) {
+        self.pinned &= w[1] == 1;
+        self.samples[figure].push(sample);
+    }
+}
+
+/// `n` rounds of every probe but the SMT probe's, each round on the least-loaded CPU of
+/// `allowed` (its ping-pong partner on the next).
+fn run_rounds(
+    s: &Sizes,
+    n: usize,
+    allowed: &[usize],
+    progress: Progress<'_>,
+) -> Result<Rounds, HostError> {
     let total = n * PROBES;
     let mut step = 0;
     let mut tick = |what: &str, progress: &mut dyn FnMut(&str, usize, usize)| {
@@ -433,88 +479,84 @@ fn measure_rounds(
         progress(what, step, total);
     };
     let pages = |bytes: u64| (bytes / PAGE_SIZE) as f64;
-    let mut v: [Vec<f64>; 13] = Default::default();
-    let mut cpus_used = Vec::new();
-    let mut pinned = true;
-    let mut huge_zero_seen = true;
-    let mut thp_seen = true;
+    let per = |a: u64, b: u64| a as f64 / b.max(1) as f64;
+    let mut r = Rounds {
+        samples: Default::default(),
+        cpus_used: Vec::new(),
+        pinned: true,
+        huge_zero_seen: true,
+        thp_seen: true,
+    };
     for _ in 0..n {
-        let order = system::cpus_by_idle(&allowed);
+        let order = system::cpus_by_idle(allowed);
         let (cpu, other) = (order[0], order[1]);
-        cpus_used.push(cpu);
+        r.cpus_used.push(cpu);
         let c = Some(cpu);
 
         let w = probes::munmap_4k(c, s.teardown_bytes)?;
-        pinned &= w[1] == 1;
-        v[0].push(w[2] as f64 / pages(s.teardown_bytes));
+        r.take(0, &w, w[2] as f64 / pages(s.teardown_bytes));
         tick("munmap", progress);
 
         let w = probes::cow_pair(c, s.teardown_bytes)?;
-        pinned &= w[1] == 1;
-        v[1].push(w[2] as f64 / pages(s.teardown_bytes));
-        v[2].push(w[3] as f64 / pages(s.teardown_bytes));
+        r.take(1, &w, w[2] as f64 / pages(s.teardown_bytes));
+        r.take(2, &w, w[3] as f64 / pages(s.teardown_bytes));
         tick("COW-child munmap + full munmap", progress);
 
         let w = probes::dontneed_4k(c, s.teardown_bytes)?;
-        pinned &= w[1] == 1;
-        v[3].push(w[2] as f64 / pages(s.teardown_bytes));
+        r.take(3, &w, w[2] as f64 / pages(s.teardown_bytes));
         tick("MADV_DONTNEED", progress);
 
-        let w = probes::write_fault_4k(c, s.fault_bytes)?;
-        pinned &= w[1] == 1;
-        v[4].push(w[2] as f64 / w[3].max(1) as f64);
+        let w = probes::write_fault(c, s.fault_bytes, false)?;
+        r.take(4, &w, per(w[2], w[3]));
         tick("4 KiB write fault", progress);
 
-        let w = probes::zero_read_fault_4k(c, s.fault_bytes)?;
-        pinned &= w[1] == 1;
-        v[5].push(w[2] as f64 / w[3].max(1) as f64);
+        let w = probes::read_fault(c, s.fault_bytes, false)?;
+        r.take(5, &w, per(w[2], w[3]));
         tick("zero-page read fault", progress);
 
-        let w = probes::huge_zero_read_fault(c, s.huge_zero_bytes)?;
-        pinned &= w[1] == 1;
-        huge_zero_seen &= w[4] == 1;
-        v[6].push(w[2] as f64 / w[3].max(1) as f64);
+        let w = probes::read_fault(c, s.huge_zero_bytes, true)?;
+        r.huge_zero_seen &= w[4] == 1;
+        r.take(6, &w, per(w[2], w[3]));
         tick("huge-zero read fault", progress);
 
-        let w = probes::thp_write_fault(c, s.thp_bytes)?;
-        pinned &= w[1] == 1;
-        thp_seen &= w[4] * 1024 >= s.thp_bytes / 2;
-        v[7].push(w[2] as f64 / w[3].max(1) as f64);
+        let w = probes::write_fault(c, s.thp_bytes, true)?;
+        r.thp_seen &= w[4] * 1024 >= s.thp_bytes / 2;
+        r.take(7, &w, per(w[2], w[3]));
         tick("THP write fault", progress);
 
         let w = probes::clear_bandwidth(c, s.clear_bytes, s.clear_passes)?;
-        pinned &= w[1] == 1;
-        v[8].push(w[3] as f64 / w[2].max(1) as f64);
+        r.take(8, &w, per(w[3], w[2]));
         tick("memset bandwidth", progress);
 
         let w = probes::syscall(c, s.syscall_iters)?;
-        pinned &= w[1] == 1;
-        v[9].push(w[2] as f64 / s.syscall_iters as f64);
+        r.take(9, &w, w[2] as f64 / s.syscall_iters as f64);
         tick("getppid", progress);
 
         let w = probes::ping_pong(c, other, s.round_trips)?;
-        pinned &= w[1] == 1;
-        pinned &= w[4] == 1;
-        v[10].push(w[2] as f64 / w[3].max(1) as f64 / 2.0);
+        r.pinned &= w[4] == 1;
+        r.take(10, &w, per(w[2], w[3]) / 2.0);
         tick("cache-line ping-pong", progress);
 
         let w = probes::atomic_rmw(c, s.rmw_iters)?;
-        pinned &= w[1] == 1;
-        v[11].push(w[2] as f64 / s.rmw_iters as f64);
+        r.take(11, &w, w[2] as f64 / s.rmw_iters as f64);
         tick("lock xadd", progress);
 
         let w = probes::dram_chase(c, s.dram_bytes, s.dram_loads)?;
-        pinned &= w[1] == 1;
-        v[12].push(w[2] as f64 / s.dram_loads as f64);
+        r.take(12, &w, w[2] as f64 / s.dram_loads as f64);
         tick("DRAM pointer chase", progress);
     }
+    Ok(r)
+}
+
+/// The figures of `n` rounds' samples (in [`Figures`]' order), each with its exact method.
+fn figures(samples: [Vec<f64>; FIGURES], s: &Sizes, system: &SystemInfo, n: usize) -> Figures {
     let mib = |b: u64| b >> 20;
     let common = format!(
         "thread CPU time (CLOCK_THREAD_CPUTIME_ID) of a freshly forked single-threaded process \
          pinned to the least-loaded CPU, one process per sample, {n} samples"
     );
-    let [munmap, cow, full, dontneed, wf, zf, hzf, thpf, clear, sys, xfer, rmw, dram] = v;
-    let figures = Figures {
+    let [munmap, cow, full, dontneed, wf, zf, hzf, thpf, clear, sys, xfer, rmw, dram] = samples;
+    Figures {
         munmap_4k: Measured::new(
             munmap,
             "ns/page",
@@ -559,7 +601,7 @@ fn measure_rounds(
             format!(
                 "one byte written to each 4 KiB page of a fresh {} MiB MADV_NOHUGEPAGE mapping \
                  (after a warm-up round of the same size whose munmap leaves the frames resident \
-                 on the guest's free lists), / minor faults (getrusage); {common}",
+                 on the kernel's free lists), / minor faults (getrusage); {common}",
                 mib(s.fault_bytes)
             ),
         ),
@@ -649,62 +691,12 @@ fn measure_rounds(
                 s.dram_loads / 8
             ),
         ),
-    };
-    Ok(HostCalibration {
-        format: FORMAT,
-        date,
-        repeat: opts.repeat,
-        sizes: s,
-        system,
-        cpus_used,
-        pinned,
-        huge_zero_page_seen: huge_zero_seen,
-        thp_seen,
-        wall_seconds: started.elapsed().as_secs_f64(),
-        figures,
-        smt: None,
-    })
-}
-
-/// Now, UTC, as `YYYY-MM-DDTHH:MM:SSZ`.
-fn utc_now() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_782), (2026, 11, 25));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-    }
 
     #[test]
     fn a_small_calibration_has_every_figure_positive() {

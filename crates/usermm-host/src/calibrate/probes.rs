@@ -5,14 +5,14 @@
 //! parent chose, does its work, times the step of interest on the child's **thread CPU time**
 //! (`CLOCK_THREAD_CPUTIME_ID`: user and kernel time of this thread, so a preemption by the other
 //! process's work on a shared host does not count), and returns a fixed array of words:
-//! `[errno, pinned, …]`. The parent turns them into samples (`super::run`).
+//! `[errno, pinned, …]`. The parent turns them into samples (`super::run_rounds`).
 
 #![expect(unsafe_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::HostError;
-use crate::measure::{madvise, map_anon, munmap, rollup_kb, run_forked};
+use crate::measure::{madvise, map_anon, munmap, rollup_kb, run_forked_checked};
 use crate::ops::{HPAGE_SIZE, PAGE_SIZE};
 use crate::sys;
 
@@ -25,11 +25,15 @@ const PARTNER_TIMEOUT_NS: u64 = 20_000_000_000;
 pub(super) const PING_BATCH: u64 = 1000;
 const MAX_PING_BATCHES: usize = 512;
 
-/// Runs `work` in a fresh child pinned to `cpu` (if it can be: word 1 says whether it was).
-fn in_child(cpu: Option<usize>, work: impl FnOnce() -> Words) -> Result<Words, HostError> {
+/// Runs `work` in a fresh child pinned to `cpu` (if it can be: word 1 says whether it was); an
+/// errno `work` returns comes back as the error of "calibration child".
+fn in_child(
+    cpu: Option<usize>,
+    work: impl FnOnce() -> Result<Words, i32>,
+) -> Result<Words, HostError> {
     let job = move || -> Words {
         let pinned = cpu.is_some_and(|c| sys::pin_to_cpu(c).is_ok());
-        let mut w = work();
+        let mut w = work().unwrap_or_else(|e| [e.max(1) as u64, 0, 0, 0, 0, 0, 0, 0]);
         w[1] = pinned as u64;
         w
     };
@@ -37,18 +41,7 @@ fn in_child(cpu: Option<usize>, work: impl FnOnce() -> Words) -> Result<Words, H
     // wrappers), reads the clocks, does volatile loads and stores and atomics in mappings the
     // child made itself, and forks a grandchild that does the same before `_exit`: no
     // allocation, locks, stdio or panics.
-    let w = unsafe { run_forked(job)? };
-    if w[0] != 0 {
-        return Err(HostError::Sys {
-            what: "calibration child",
-            errno: w[0] as i32,
-        });
-    }
-    Ok(w)
-}
-
-fn err(e: i32) -> Words {
-    [e.max(1) as u64, 0, 0, 0, 0, 0, 0, 0]
+    unsafe { run_forked_checked("calibration child", job) }
 }
 
 /// The thread CPU time and the minor faults of `work`: what every fault probe reports.
@@ -93,15 +86,12 @@ fn map_rw(len: u64, thp: bool) -> Result<u64, i32> {
 /// munmap of `len` bytes of touched 4 KiB pages: `[_, _, cpu_ns]`.
 pub(super) fn munmap_4k(cpu: Option<usize>, len: u64) -> Result<Words, HostError> {
     in_child(cpu, move || {
-        let p = match map_rw(len, false) {
-            Ok(p) => p,
-            Err(e) => return err(e),
-        };
+        let p = map_rw(len, false)?;
         touch_write(p, len, PAGE_SIZE);
         let c0 = sys::thread_cpu_ns();
         munmap(p, len);
         let c1 = sys::thread_cpu_ns();
-        [0, 0, c1 - c0, 0, 0, 0, 0, 0]
+        Ok([0, 0, c1 - c0, 0, 0, 0, 0, 0])
     })
 }
 
@@ -109,21 +99,12 @@ pub(super) fn munmap_4k(cpu: Option<usize>, len: u64) -> Result<Words, HostError
 /// nothing), then munmap it in the parent (the full teardown): `[_, _, cow_ns, full_ns]`.
 pub(super) fn cow_pair(cpu: Option<usize>, len: u64) -> Result<Words, HostError> {
     in_child(cpu, move || {
-        let p = match map_rw(len, false) {
-            Ok(p) => p,
-            Err(e) => return err(e),
-        };
+        let p = map_rw(len, false)?;
         touch_write(p, len, PAGE_SIZE);
-        let (r, w) = match sys::pipe() {
-            Ok(fds) => fds,
-            Err(e) => return err(e),
-        };
+        let (r, w) = sys::pipe()?;
         // SAFETY: this child is single-threaded (forked), and the grandchild only issues raw
         // system calls and reads the clock before `_exit`.
-        let pid = match unsafe { sys::fork() } {
-            Ok(pid) => pid,
-            Err(e) => return err(e),
-        };
+        let pid = unsafe { sys::fork() }?;
         if pid == 0 {
             sys::set_parent_death_signal(libc::SIGKILL);
             let c0 = sys::thread_cpu_ns();
@@ -140,121 +121,79 @@ pub(super) fn cow_pair(cpu: Option<usize>, len: u64) -> Result<Words, HostError>
                 Ok(0) => break,
                 Ok(n) => have += n,
                 Err(libc::EINTR) => {}
-                Err(e) => return err(e),
+                Err(e) => return Err(e),
             }
         }
         sys::close(r);
         let _ = sys::waitpid(pid, false);
         if have < 8 {
-            return err(libc::ECHILD);
+            return Err(libc::ECHILD);
         }
         let cow = u64::from_ne_bytes(b);
         let c0 = sys::thread_cpu_ns();
         munmap(p, len);
         let c1 = sys::thread_cpu_ns();
-        [0, 0, cow, c1 - c0, 0, 0, 0, 0]
+        Ok([0, 0, cow, c1 - c0, 0, 0, 0, 0])
     })
 }
 
 /// MADV_DONTNEED of `len` bytes of touched 4 KiB pages: `[_, _, cpu_ns]`.
 pub(super) fn dontneed_4k(cpu: Option<usize>, len: u64) -> Result<Words, HostError> {
     in_child(cpu, move || {
-        let p = match map_rw(len, false) {
-            Ok(p) => p,
-            Err(e) => return err(e),
-        };
+        let p = map_rw(len, false)?;
         touch_write(p, len, PAGE_SIZE);
         let c0 = sys::thread_cpu_ns();
         madvise(p, len, libc::MADV_DONTNEED);
         let c1 = sys::thread_cpu_ns();
         munmap(p, len);
-        [0, 0, c1 - c0, 0, 0, 0, 0, 0]
+        Ok([0, 0, c1 - c0, 0, 0, 0, 0, 0])
     })
 }
 
-/// First-touch write faults on 4 KiB pages (after a warm-up round whose munmap leaves the frames
-/// on the guest's free lists, resident): `[_, _, cpu_ns, faults]`.
-pub(super) fn write_fault_4k(cpu: Option<usize>, len: u64) -> Result<Words, HostError> {
+/// First-touch write faults, one write per page: 4 KiB pages (`MADV_NOHUGEPAGE`), or with
+/// `thp` one write per 2 MiB of a 2 MiB-aligned `MADV_HUGEPAGE` range. A warm-up round of the
+/// same size comes first (its munmap leaves the frames on the free lists, resident):
+/// `[_, _, cpu_ns, faults, anon_huge_kb]` (the last only with `thp`: the `AnonHugePages` the
+/// faults added).
+pub(super) fn write_fault(cpu: Option<usize>, len: u64, thp: bool) -> Result<Words, HostError> {
+    let step = if thp { HPAGE_SIZE } else { PAGE_SIZE };
     in_child(cpu, move || {
-        match map_rw(len, false) {
-            Ok(p) => {
-                touch_write(p, len, PAGE_SIZE);
-                munmap(p, len);
-            }
-            Err(e) => return err(e),
+        let p = map_rw(len, thp)?;
+        touch_write(p, len, step);
+        munmap(p, len);
+        let p = map_rw(len, thp)?;
+        let huge_kb = || if thp { rollup_kb(b"AnonHugePages:") } else { 0 };
+        let h0 = huge_kb();
+        let (cpu_ns, faults) = timed_faults(|| {
+            touch_write(p, len, step);
+        });
+        let h1 = huge_kb();
+        munmap(p, len);
+        Ok([0, 0, cpu_ns, faults, h1.saturating_sub(h0), 0, 0, 0])
+    })
+}
+
+/// Read faults on an untouched read-only mapping, one read per page: each maps the shared zero
+/// page (4 KiB pages, `MADV_NOHUGEPAGE`), or with `thp` the huge zero page (one read per 2 MiB
+/// of a 2 MiB-aligned `MADV_HUGEPAGE` range). `[_, _, cpu_ns, faults, huge_zero_seen]`: the
+/// last, with `thp` only, is 1 when a second read in the first region took no fault (a 2 MiB
+/// mapping, not a 4 KiB zero page).
+pub(super) fn read_fault(cpu: Option<usize>, len: u64, thp: bool) -> Result<Words, HostError> {
+    let step = if thp { HPAGE_SIZE } else { PAGE_SIZE };
+    in_child(cpu, move || {
+        let p = map_anon(len, libc::PROT_READ, thp)?;
+        madvise(p, len, crate::measure::thp_advice(thp));
+        let (cpu_ns, faults) = timed_faults(|| {
+            std::hint::black_box(touch_read(p, len, step));
+        });
+        let mut huge_zero_seen = false;
+        if thp {
+            let f1 = sys::minflt();
+            std::hint::black_box(touch_read(p + PAGE_SIZE, PAGE_SIZE, PAGE_SIZE));
+            huge_zero_seen = sys::minflt() == f1;
         }
-        let p = match map_rw(len, false) {
-            Ok(p) => p,
-            Err(e) => return err(e),
-        };
-        let (cpu_ns, faults) = timed_faults(|| {
-            touch_write(p, len, PAGE_SIZE);
-        });
         munmap(p, len);
-        [0, 0, cpu_ns, faults, 0, 0, 0, 0]
-    })
-}
-
-/// Read faults on untouched 4 KiB pages (`MADV_NOHUGEPAGE`, read-only): each maps the shared
-/// zero page. `[_, _, cpu_ns, faults]`.
-pub(super) fn zero_read_fault_4k(cpu: Option<usize>, len: u64) -> Result<Words, HostError> {
-    in_child(cpu, move || {
-        let p = match map_anon(len, libc::PROT_READ, false) {
-            Ok(p) => p,
-            Err(e) => return err(e),
-        };
-        madvise(p, len, libc::MADV_NOHUGEPAGE);
-        let (cpu_ns, faults) = timed_faults(|| {
-            std::hint::black_box(touch_read(p, len, PAGE_SIZE));
-        });
-        munmap(p, len);
-        [0, 0, cpu_ns, faults, 0, 0, 0, 0]
-    })
-}
-
-/// Read faults on untouched 2 MiB-aligned `MADV_HUGEPAGE` regions, one read per 2 MiB: each maps
-/// the huge zero page. `[_, _, cpu_ns, faults, huge_zero_seen]`: the last is 1 when a second
-/// read in the first region took no fault (a 2 MiB mapping, not a 4 KiB zero page).
-pub(super) fn huge_zero_read_fault(cpu: Option<usize>, len: u64) -> Result<Words, HostError> {
-    in_child(cpu, move || {
-        let p = match map_anon(len, libc::PROT_READ, true) {
-            Ok(p) => p,
-            Err(e) => return err(e),
-        };
-        madvise(p, len, libc::MADV_HUGEPAGE);
-        let (cpu_ns, faults) = timed_faults(|| {
-            std::hint::black_box(touch_read(p, len, HPAGE_SIZE));
-        });
-        let f1 = sys::minflt();
-        std::hint::black_box(touch_read(p + PAGE_SIZE, PAGE_SIZE, PAGE_SIZE));
-        let f2 = sys::minflt();
-        munmap(p, len);
-        [0, 0, cpu_ns, faults, (f2 == f1) as u64, 0, 0, 0]
-    })
-}
-
-/// Write faults on 2 MiB-aligned `MADV_HUGEPAGE` regions, one write per 2 MiB, after a warm-up
-/// round: `[_, _, cpu_ns, faults, anon_huge_kb]`.
-pub(super) fn thp_write_fault(cpu: Option<usize>, len: u64) -> Result<Words, HostError> {
-    in_child(cpu, move || {
-        match map_rw(len, true) {
-            Ok(p) => {
-                touch_write(p, len, HPAGE_SIZE);
-                munmap(p, len);
-            }
-            Err(e) => return err(e),
-        }
-        let p = match map_rw(len, true) {
-            Ok(p) => p,
-            Err(e) => return err(e),
-        };
-        let h0 = rollup_kb(b"AnonHugePages:");
-        let (cpu_ns, faults) = timed_faults(|| {
-            touch_write(p, len, HPAGE_SIZE);
-        });
-        let h1 = rollup_kb(b"AnonHugePages:");
-        munmap(p, len);
-        [0, 0, cpu_ns, faults, h1.saturating_sub(h0), 0, 0, 0]
+        Ok([0, 0, cpu_ns, faults, huge_zero_seen as u64, 0, 0, 0])
     })
 }
 
@@ -265,10 +204,7 @@ pub(super) fn clear_bandwidth(
     passes: u64,
 ) -> Result<Words, HostError> {
     in_child(cpu, move || {
-        let p = match map_rw(len, false) {
-            Ok(p) => p,
-            Err(e) => return err(e),
-        };
+        let p = map_rw(len, false)?;
         touch_write(p, len, PAGE_SIZE);
         let c0 = sys::thread_cpu_ns();
         for pass in 0..passes {
@@ -282,7 +218,7 @@ pub(super) fn clear_bandwidth(
         }
         let c1 = sys::thread_cpu_ns();
         munmap(p, len);
-        [0, 0, c1 - c0, len * passes, 0, 0, 0, 0]
+        Ok([0, 0, c1 - c0, len * passes, 0, 0, 0, 0])
     })
 }
 
@@ -296,7 +232,7 @@ pub(super) fn syscall(cpu: Option<usize>, iters: u64) -> Result<Words, HostError
         }
         let c1 = sys::thread_cpu_ns();
         std::hint::black_box(acc);
-        [0, 0, c1 - c0, 0, 0, 0, 0, 0]
+        Ok([0, 0, c1 - c0, 0, 0, 0, 0, 0])
     })
 }
 
@@ -311,7 +247,7 @@ pub(super) fn atomic_rmw(cpu: Option<usize>, iters: u64) -> Result<Words, HostEr
             std::hint::black_box(line.fetch_add(1, Ordering::SeqCst));
         }
         let c1 = sys::thread_cpu_ns();
-        [0, 0, c1 - c0, line.load(Ordering::Relaxed), 0, 0, 0, 0]
+        Ok([0, 0, c1 - c0, line.load(Ordering::Relaxed), 0, 0, 0, 0])
     })
 }
 
@@ -329,17 +265,17 @@ struct Partner {
 
 impl Partner {
     /// Forks the partner, pinned to `other`, to run `body` on the shared line and `_exit`; returns
-    /// once it has said it runs (or the error words of a probe that cannot go on).
-    fn start(other: usize, body: impl FnOnce(&AtomicU64)) -> Result<Partner, Words> {
+    /// once it has said it runs (or the errno that stops the probe).
+    fn start(other: usize, body: impl FnOnce(&AtomicU64)) -> Result<Partner, i32> {
         let flags = (libc::MAP_SHARED | libc::MAP_ANONYMOUS) as u64;
         let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
         // SAFETY: a non-fixed mapping never replaces existing memory.
-        let page = unsafe { sys::mmap(0, PAGE_SIZE, prot, flags, u64::MAX, 0) }.map_err(err)?;
+        let page = unsafe { sys::mmap(0, PAGE_SIZE, prot, flags, u64::MAX, 0) }?;
         let ready = shared_word(page, 64);
         // SAFETY: the calling child is single-threaded (forked); the grandchild only issues raw
         // system calls, reads the clock, computes in registers and uses the shared atomics
         // (`body` is a probe's loop of that kind) before `_exit`.
-        let pid = unsafe { sys::fork() }.map_err(err)?;
+        let pid = unsafe { sys::fork() }?;
         if pid == 0 {
             sys::set_parent_death_signal(libc::SIGKILL);
             let pinned = sys::pin_to_cpu(other).is_ok();
@@ -352,7 +288,7 @@ impl Partner {
             if sys::monotonic_ns() > deadline {
                 sys::kill(pid, libc::SIGKILL);
                 let _ = sys::waitpid(pid, false);
-                return Err(err(libc::ETIMEDOUT));
+                return Err(libc::ETIMEDOUT);
             }
             std::hint::spin_loop();
         }
@@ -410,14 +346,10 @@ pub(super) fn ping_pong(
                     std::hint::spin_loop();
                 }
             }
-        });
-        let partner = match partner {
-            Ok(p) => p,
-            Err(w) => return w,
-        };
+        })?;
         let (line, pid, deadline) = (partner.line(), partner.pid, partner.deadline);
         // Batches of round trips, each timed on its own: a batch during which the partner was
-        // preempted (the other vCPU is shared with other work) is an outlier, and the median
+        // preempted (its CPU may be shared with other work) is an outlier, and the median
         // batch is what one transfer costs while both sides run.
         let batches = (round_trips / PING_BATCH).clamp(1, MAX_PING_BATCHES as u64) as usize;
         let per = round_trips / batches as u64;
@@ -435,7 +367,7 @@ pub(super) fn ping_pong(
                     if spins == 0 && sys::monotonic_ns() > deadline {
                         sys::kill(pid, libc::SIGKILL);
                         let _ = sys::waitpid(pid, false);
-                        return err(libc::ETIMEDOUT);
+                        return Err(libc::ETIMEDOUT);
                     }
                     std::hint::spin_loop();
                 }
@@ -450,7 +382,7 @@ pub(super) fn ping_pong(
                 if sys::monotonic_ns() > deadline {
                     sys::kill(pid, libc::SIGKILL);
                     let _ = sys::waitpid(pid, false);
-                    return err(libc::ETIMEDOUT);
+                    return Err(libc::ETIMEDOUT);
                 }
                 std::hint::spin_loop();
             }
@@ -461,7 +393,7 @@ pub(super) fn ping_pong(
         let median = times[batches / 2];
         let other_pinned = partner.pinned;
         partner.finish();
-        [0, 0, median, per, other_pinned as u64, 0, 0, 0]
+        Ok([0, 0, median, per, other_pinned as u64, 0, 0, 0])
     })
 }
 
@@ -469,10 +401,7 @@ pub(super) fn ping_pong(
 /// `len`-byte THP-backed buffer, `loads` loads: `[_, _, cpu_ns, anon_huge_kb]`.
 pub(super) fn dram_chase(cpu: Option<usize>, len: u64, loads: u64) -> Result<Words, HostError> {
     in_child(cpu, move || {
-        let p = match map_rw(len, true) {
-            Ok(p) => p,
-            Err(e) => return err(e),
-        };
+        let p = map_rw(len, true)?;
         let lines = len / 64;
         let at = |i: u64| (p + i * 64) as usize as *mut u64;
         for i in 0..lines {
@@ -509,7 +438,7 @@ pub(super) fn dram_chase(cpu: Option<usize>, len: u64, loads: u64) -> Result<Wor
         let c1 = sys::thread_cpu_ns();
         std::hint::black_box(idx);
         munmap(p, len);
-        [0, 0, c1 - c0, huge, 0, 0, 0, 0]
+        Ok([0, 0, c1 - c0, huge, 0, 0, 0, 0])
     })
 }
 
@@ -552,17 +481,13 @@ pub(super) fn smt_pair(cpu: Option<usize>, other: usize, rounds: u64) -> Result<
             while stop.load(Ordering::Relaxed) == 0 && sys::monotonic_ns() < deadline {
                 std::hint::black_box(smt_loop(SMT_CHECK_EVERY, 2));
             }
-        });
-        let partner = match partner {
-            Ok(p) => p,
-            Err(w) => return w,
-        };
+        })?;
         let c0 = sys::thread_cpu_ns();
         std::hint::black_box(smt_loop(rounds, 3));
         let paired = sys::thread_cpu_ns() - c0;
         partner.line().store(1, Ordering::SeqCst);
         let other_pinned = partner.pinned;
         partner.finish();
-        [0, 0, alone, paired, other_pinned as u64, 0, 0, 0]
+        Ok([0, 0, alone, paired, other_pinned as u64, 0, 0, 0])
     })
 }

@@ -283,13 +283,9 @@ pub struct CpuWindow {
     pub cpu: usize,
     pub socket: usize,
     pub node: usize,
-    pub busy_ns: u64,
-    pub spin_ns: u64,
-    pub idle_ns: u64,
-    /// Of `busy_ns`, what the SMT factor added beside a running sibling, and beside one
-    /// spinning on a lock (`usermm::vtime::CpuTime`).
-    pub smt_busy_sibling_ns: u64,
-    pub smt_spinning_sibling_ns: u64,
+    /// Its time over the free.
+    #[serde(flatten)]
+    pub time: usermm::vtime::CpuUse,
 }
 
 /// One timed free.

@@ -21,21 +21,11 @@ fn cpu_windows(a: &vtime::Report, b: &vtime::Report) -> Vec<CpuWindow> {
     a.cpus
         .iter()
         .zip(&b.cpus)
-        .map(|(x, y)| {
-            let busy = y.busy_ns.saturating_sub(x.busy_ns);
-            let spin = y.spin_ns.saturating_sub(x.spin_ns);
-            CpuWindow {
-                cpu: y.cpu,
-                socket: y.socket,
-                node: y.node,
-                busy_ns: busy,
-                spin_ns: spin,
-                idle_ns: window.saturating_sub(busy + spin),
-                smt_busy_sibling_ns: y.smt_busy_sibling_ns.saturating_sub(x.smt_busy_sibling_ns),
-                smt_spinning_sibling_ns: y
-                    .smt_spinning_sibling_ns
-                    .saturating_sub(x.smt_spinning_sibling_ns),
-            }
+        .map(|(x, y)| CpuWindow {
+            cpu: y.cpu,
+            socket: y.socket,
+            node: y.node,
+            time: y.time.since(&x.time, window),
         })
         .collect()
 }
@@ -185,7 +175,7 @@ fn sample_free(
         host_preemptions,
         host_sleeps,
         host_loadavg,
-        spin_ns: cpus.iter().map(|c| c.spin_ns).sum(),
+        spin_ns: cpus.iter().map(|c| c.time.spin_ns).sum(),
         memory: match (&v0, &v1) {
             (Some(a), Some(b)) => match (&a.memory, &b.memory) {
                 (Some(x), Some(y)) => Some(y.since(x)),
@@ -240,16 +230,19 @@ fn summarize(
         populate_ns_per_page: f(&|s| s.populate_ns as f64) / pages,
         spin_ms: f(&|s| s.spin_ns as f64) / 1e6,
         spin_share: f(&|s| {
-            let busy: u64 = s.cpus.iter().map(|c| c.busy_ns + c.spin_ns).sum();
+            let busy: u64 = s.cpus.iter().map(|c| c.time.busy_ns + c.time.spin_ns).sum();
             s.spin_ns as f64 / busy.max(1) as f64
         }),
         smt_busy_sibling_ms: f(&|s| {
-            s.cpus.iter().map(|c| c.smt_busy_sibling_ns).sum::<u64>() as f64
+            s.cpus
+                .iter()
+                .map(|c| c.time.smt_busy_sibling_ns)
+                .sum::<u64>() as f64
         }) / 1e6,
         smt_spinning_sibling_ms: f(&|s| {
             s.cpus
                 .iter()
-                .map(|c| c.smt_spinning_sibling_ns)
+                .map(|c| c.time.smt_spinning_sibling_ns)
                 .sum::<u64>() as f64
         }) / 1e6,
         zone_utilisation: f(&|s| s.zone_lock.hold_ns as f64 / s.free_ns.max(1) as f64),

@@ -131,6 +131,30 @@ fn modelled_workers_run_on_the_zapping_tasks_node_and_the_mapping_shares_its_loc
         .map(|(n, _)| n)
         .collect();
     assert_eq!(zones, [task_node], "{:?}", s.zone_lock_per_node);
+    // Each CPU's window covers the same stretch of the free, and keeps its flat record keys.
+    let window = |c: &CpuWindow| c.time.busy_ns + c.time.spin_ns + c.time.idle_ns;
+    assert!(s.cpus.iter().all(|c| window(c) == window(&s.cpus[0])));
+    let json = serde_json::to_value(s.cpus[0]).unwrap();
+    let mut keys: Vec<&str> = json
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "busy_ns",
+            "cpu",
+            "idle_ns",
+            "node",
+            "smt_busy_sibling_ns",
+            "smt_spinning_sibling_ns",
+            "socket",
+            "spin_ns"
+        ]
+    );
     // The same run modelled twice is the same to the nanosecond.
     let again = run(&o).unwrap();
     assert_eq!(again.rows[1].samples[0].free_ns, s.free_ns);

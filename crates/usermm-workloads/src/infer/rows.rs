@@ -62,16 +62,25 @@ fn seed_pages() -> f64 {
 /// The teardown factors' training rows: inline, `max_active` 1 and 8.
 pub fn teardown_rows() -> Vec<TrainingRow> {
     let s = &PARALLEL_FREE;
-    let at = |ma: u32| {
-        s.rows
+    let post = "Aaron Lu, \"[PATCH v2 0/5] mm: support parallel free of memory\", linux-mm \
+                2017-03-15: free() of 320 GiB on a 4-socket Haswell-EX";
+    // The seed's parallel row at `max_active` `ma`.
+    let parallel = |id: &'static str, ma: u32| {
+        let (_, secs, spread_pct) = s
+            .rows
             .iter()
             .find(|r| r.0 == ma)
             .copied()
-            .expect("the seed publishes max_active 1 and 8")
+            .expect("the seed publishes max_active 1 and 8");
+        TrainingRow {
+            id,
+            kind: RowKind::Teardown(Some(ma)),
+            published: secs * 1e9 / seed_pages(),
+            unit: "ns/page",
+            spread: spread_pct / 100.0,
+            cites: format!("seed 000/001 max_active {ma}: {secs} s ±{spread_pct} % ({post})"),
+        }
     };
-    let (t1, t8) = (at(1), at(8));
-    let post = "Aaron Lu, \"[PATCH v2 0/5] mm: support parallel free of memory\", linux-mm \
-                2017-03-15: free() of 320 GiB on a 4-socket Haswell-EX";
     vec![
         TrainingRow {
             id: "000/001 inline",
@@ -84,22 +93,8 @@ pub fn teardown_rows() -> Vec<TrainingRow> {
                 s.vanilla_s, s.vanilla_spread_pct
             ),
         },
-        TrainingRow {
-            id: "000/001 max_active 1",
-            kind: RowKind::Teardown(Some(1)),
-            published: t1.1 * 1e9 / seed_pages(),
-            unit: "ns/page",
-            spread: t1.2 / 100.0,
-            cites: format!("seed 000/001 max_active 1: {} s ±{} % ({post})", t1.1, t1.2),
-        },
-        TrainingRow {
-            id: "000/001 max_active 8",
-            kind: RowKind::Teardown(Some(8)),
-            published: t8.1 * 1e9 / seed_pages(),
-            unit: "ns/page",
-            spread: t8.2 / 100.0,
-            cites: format!("seed 000/001 max_active 8: {} s ±{} % ({post})", t8.1, t8.2),
-        },
+        parallel("000/001 max_active 1", 1),
+        parallel("000/001 max_active 8", 8),
     ]
 }
 

@@ -316,12 +316,7 @@ fn apply_short(
         'S' => o.msync = Some(MsyncMode::Sync),
         'o' => o.readonly = true,
         'w' => o.open_rw = true,
-        'h' => {
-            return Some(Parsed::Usage {
-                diagnostic: None,
-                status: 0,
-            })
-        }
+        'h' => return Some(usage(0)),
         'L' => o.shm_lock = true,
         'D' => {
             o.file_missing = at_optind.is_none();
@@ -338,14 +333,18 @@ fn apply_short(
         'O' => o.anonymous = true,
         'U' => o.hugetlb = true,
         'Z' => o.read_again = true,
-        _ => {
-            return Some(Parsed::Usage {
-                diagnostic: None,
-                status: 1,
-            })
-        }
+        _ => return Some(usage(1)),
     }
     None
+}
+
+/// usemem's `usage(status)`: the help text, exit `status` (0 for `-h`, 1 for an unknown
+/// option).
+fn usage(status: i32) -> Parsed {
+    Parsed::Usage {
+        diagnostic: None,
+        status,
+    }
 }
 
 /// Apply a long-only option.
@@ -374,12 +373,7 @@ fn apply_long(o: &mut UsememOpts, name: &str, v: Option<&str>) -> Option<Parsed>
         "madv-pageout" => o.madv_pageout = true,
         "first-access-speed" => o.first_access_speed = true,
         // numa-cpu, numa-memory: usemem is built without USE_NUMA.
-        _ => {
-            return Some(Parsed::Usage {
-                diagnostic: None,
-                status: 1,
-            })
-        }
+        _ => return Some(usage(1)),
     }
     None
 }

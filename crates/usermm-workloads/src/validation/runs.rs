@@ -370,7 +370,7 @@ fn fastest(rows: &Curve) -> f64 {
 /// Spinning (`wait`, all lock classes or one) over the CPUs' busy and spinning time, %.
 fn spin_shares(row: &BigfreeRow) -> (f64, f64, f64, f64, f64) {
     let s = &row.samples[0];
-    let cpu: u64 = s.cpus.iter().map(|c| c.busy_ns + c.spin_ns).sum();
+    let cpu: u64 = s.cpus.iter().map(|c| c.time.busy_ns + c.time.spin_ns).sum();
     let pct = |x: u64| x as f64 * 100.0 / cpu.max(1) as f64;
     (
         row.spin_share * 100.0,

@@ -268,7 +268,10 @@ pub fn run(
             );
             if let Some(r) = o.report {
                 let (idle, all) = r.cpus.iter().fold((0u64, 0u64), |(i, a), c| {
-                    (i + c.idle_ns, a + c.idle_ns + c.busy_ns + c.spin_ns)
+                    (
+                        i + c.time.idle_ns,
+                        a + c.time.idle_ns + c.time.busy_ns + c.time.spin_ns,
+                    )
                 });
                 rec.idle_percent = Some(100.0 * idle as f64 / all.max(1) as f64);
                 rec.lock_stat = Some(r.lock_stat);

@@ -24,6 +24,11 @@ pub const MAP_POPULATE: u32 = 0x8000;
 pub const MAP_NONBLOCK: u32 = 0x1_0000;
 pub const MAP_HUGETLB: u32 = 0x4_0000;
 pub const MAP_FIXED_NOREPLACE: u32 = 0x10_0000;
+/// Where a `MAP_HUGETLB` mapping's page size (its log2) sits in the flags
+/// (`HUGETLB_FLAG_ENCODE_SHIFT` of `uapi/asm-generic/hugetlb_encode.h`).
+pub const MAP_HUGE_SHIFT: u32 = 26;
+/// `MAP_HUGETLB` of 2 MiB pages: log2(2 MiB) = 21 in the size bits.
+pub const MAP_HUGE_2MB: u32 = 21 << MAP_HUGE_SHIFT;
 /// `LEGACY_MAP_MASK`: the flags `MAP_SHARED_VALIDATE` accepts on a file without `MAP_SYNC`
 /// (`MAP_SHARED`, `MAP_PRIVATE`, `MAP_FIXED`, `MAP_ANONYMOUS`, `MAP_DENYWRITE`,
 /// `MAP_EXECUTABLE`, `MAP_UNINITIALIZED`, `MAP_GROWSDOWN`, `MAP_LOCKED`, `MAP_NORESERVE`,

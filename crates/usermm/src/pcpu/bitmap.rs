@@ -166,24 +166,29 @@ impl Bitmap {
 
     /// The clear runs `[rs, re)` inside `[start, end)`, in order (`for_each_clear_bitrange_from`).
     pub(crate) fn clear_ranges(&self, start: usize, end: usize) -> Vec<(usize, usize)> {
-        let mut out = Vec::new();
-        let mut rs = self.find_next_zero_bit(end, start);
-        while rs < end {
-            let re = self.find_next_bit(end, rs + 1);
-            out.push((rs, re));
-            rs = self.find_next_zero_bit(end, re);
-        }
-        out
+        self.ranges(start, end, Self::find_next_zero_bit, Self::find_next_bit)
     }
 
     /// The set runs `[rs, re)` inside `[start, end)`, in order (`for_each_set_bitrange`).
     pub(crate) fn set_ranges(&self, start: usize, end: usize) -> Vec<(usize, usize)> {
+        self.ranges(start, end, Self::find_next_bit, Self::find_next_zero_bit)
+    }
+
+    /// The runs inside `[start, end)` that begin where `first` finds a bit and end where `past`
+    /// finds one of the other kind.
+    fn ranges(
+        &self,
+        start: usize,
+        end: usize,
+        first: fn(&Self, usize, usize) -> usize,
+        past: fn(&Self, usize, usize) -> usize,
+    ) -> Vec<(usize, usize)> {
         let mut out = Vec::new();
-        let mut rs = self.find_next_bit(end, start);
+        let mut rs = first(self, end, start);
         while rs < end {
-            let re = self.find_next_zero_bit(end, rs + 1);
+            let re = past(self, end, rs + 1);
             out.push((rs, re));
-            rs = self.find_next_bit(end, re);
+            rs = first(self, end, re);
         }
         out
     }

@@ -161,24 +161,18 @@ impl PcpuChunk {
 
     // ----- per-block views of the allocation map ---------------------------------------------
 
-    /// First clear bit of block `i` at or after `from` (block-relative), or `BLOCK`.
+    /// First bit of block `i` at or after `from` (block-relative) that is set (`set`) or clear,
+    /// or `BLOCK`.
     #[inline]
-    fn blk_next_zero(&self, i: u32, from: u32) -> u32 {
+    fn blk_next(&self, i: u32, from: u32, set: bool) -> u32 {
         let base = (i * BLOCK) as usize;
-        (self
-            .alloc_map
-            .find_next_zero_bit(base + BLOCK as usize, base + from as usize)
-            - base) as u32
-    }
-
-    /// First set bit of block `i` at or after `from` (block-relative), or `BLOCK`.
-    #[inline]
-    fn blk_next_set(&self, i: u32, from: u32) -> u32 {
-        let base = (i * BLOCK) as usize;
-        (self
-            .alloc_map
-            .find_next_bit(base + BLOCK as usize, base + from as usize)
-            - base) as u32
+        let (size, from) = (base + BLOCK as usize, base + from as usize);
+        let b = if set {
+            self.alloc_map.find_next_bit(size, from)
+        } else {
+            self.alloc_map.find_next_zero_bit(size, from)
+        };
+        (b - base) as u32
     }
 
     /// Last set bit of block `i` below `end` (block-relative), or `end` when there is none.
@@ -212,11 +206,11 @@ impl PcpuChunk {
         };
         block.right_free = 0;
         loop {
-            let rs = self.blk_next_zero(i, start);
+            let rs = self.blk_next(i, start, false);
             if rs >= BLOCK {
                 break;
             }
-            let re = self.blk_next_set(i, rs + 1);
+            let re = self.blk_next(i, rs + 1, true);
             block.update(rs, re);
             start = re;
         }
@@ -347,10 +341,7 @@ impl PcpuChunk {
     #[doc(alias = "pcpu_block_update_hint_alloc")]
     pub(crate) fn block_update_hint_alloc(&mut self, bit_off: u32, bits: u32) -> i32 {
         let mut nr_empty = 0i32;
-        let s_index = bit_off / BLOCK;
-        let e_index = (bit_off + bits - 1) / BLOCK;
-        let s_off = bit_off % BLOCK;
-        let e_off = (bit_off + bits - 1) % BLOCK + 1;
+        let (s_index, s_off, e_index, e_off) = block_span(bit_off, bits);
 
         // The first block: its first_free moves if the allocation took it; a broken contig hint
         // needs a block rescan, otherwise the edge runs shrink in place.
@@ -361,7 +352,7 @@ impl PcpuChunk {
             }
             let mut s = s;
             if s_off == s.first_free {
-                s.first_free = self.blk_next_zero(s_index, s_off + bits);
+                s.first_free = self.blk_next(s_index, s_off + bits, false);
             }
             if region_overlap(
                 s.scan_hint_start,
@@ -400,7 +391,7 @@ impl PcpuChunk {
             if e.contig_hint == BLOCK {
                 nr_empty += 1;
             }
-            e.first_free = self.blk_next_zero(e_index, e_off);
+            e.first_free = self.blk_next(e_index, e_off, false);
             let mut between_end = e_index;
             if e_off == BLOCK {
                 // Fully covered: reset like the blocks in between.
@@ -463,10 +454,7 @@ impl PcpuChunk {
     #[doc(alias = "pcpu_block_update_hint_free")]
     pub(crate) fn block_update_hint_free(&mut self, bit_off: u32, bits: u32) -> i32 {
         let mut nr_empty = 0i32;
-        let s_index = bit_off / BLOCK;
-        let e_index = (bit_off + bits - 1) / BLOCK;
-        let s_off = bit_off % BLOCK;
-        let e_off = (bit_off + bits - 1) % BLOCK + 1;
+        let (s_index, s_off, e_index, e_off) = block_span(bit_off, bits);
 
         let s = self.md_blocks[s_index as usize];
         let start = if s_off == s.contig_hint + s.contig_hint_start {
@@ -483,7 +471,7 @@ impl PcpuChunk {
         let end = if e_off == e.contig_hint_start {
             e.contig_hint_start + e.contig_hint
         } else {
-            self.blk_next_set(e_index, e_off)
+            self.blk_next(e_index, e_off, true)
         };
 
         let s_end = if s_index == e_index { end } else { BLOCK };
@@ -731,4 +719,17 @@ impl PcpuChunk {
 #[inline]
 fn ffs(x: u32) -> u32 {
     x.trailing_zeros()
+}
+
+/// The blocks `[bit_off, +bits)` spans: the first block and the run's offset in it, the last
+/// block and the run's end in it (block-relative, exclusive: `1..=BLOCK`), as the kernel's
+/// `pcpu_block_update_hint_alloc`/`_free` compute them.
+fn block_span(bit_off: u32, bits: u32) -> (u32, u32, u32, u32) {
+    let last = bit_off + bits - 1;
+    (
+        bit_off / BLOCK,
+        bit_off % BLOCK,
+        last / BLOCK,
+        last % BLOCK + 1,
+    )
 }

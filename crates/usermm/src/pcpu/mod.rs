@@ -588,6 +588,22 @@ impl PcpuAllocator {
         })
     }
 
+    /// `cpu`'s copy of `ptr`, once `[off, off + len)` is checked to lie inside it.
+    fn per_cpu_range(
+        &self,
+        ptr: PcpuPtr,
+        cpu: CpuId,
+        off: usize,
+        len: usize,
+    ) -> Result<PcpuSlice, PcpuError> {
+        if off + len > ptr.size() {
+            return Err(PcpuError::InvalidSize {
+                size: (off + len) as u64,
+            });
+        }
+        self.per_cpu_ptr(ptr, cpu)
+    }
+
     /// Write `data` at `off` into `cpu`'s copy of `ptr`.
     pub fn write(
         &self,
@@ -596,12 +612,8 @@ impl PcpuAllocator {
         off: usize,
         data: &[u8],
     ) -> Result<(), PcpuError> {
-        if off + data.len() > ptr.size() {
-            return Err(PcpuError::InvalidSize {
-                size: (off + data.len()) as u64,
-            });
-        }
-        self.per_cpu_ptr(ptr, cpu)?.write(off, data);
+        self.per_cpu_range(ptr, cpu, off, data.len())?
+            .write(off, data);
         Ok(())
     }
 
@@ -613,12 +625,7 @@ impl PcpuAllocator {
         off: usize,
         buf: &mut [u8],
     ) -> Result<(), PcpuError> {
-        if off + buf.len() > ptr.size() {
-            return Err(PcpuError::InvalidSize {
-                size: (off + buf.len()) as u64,
-            });
-        }
-        self.per_cpu_ptr(ptr, cpu)?.read(off, buf);
+        self.per_cpu_range(ptr, cpu, off, buf.len())?.read(off, buf);
         Ok(())
     }
 

@@ -20,7 +20,7 @@
 //! cpu-clock --call-graph dwarf` of `usermm usemem --readonly -j 4K 4G --thp never`). The
 //! kernel's lock_stat reads `lockstat_clock()`, i.e. `local_clock()`: the TSC, scaled by
 //! `sched_clock`. [`LockstatClock`] does the same: in wall mode it reads the time-stamp
-//! counter (`rdtsc`, ~10 ns here) and scales ticks to ns with a rate it measures against
+//! counter (`rdtsc`, tens of cycles) and scales ticks to ns with a rate it measures against
 //! `CLOCK_MONOTONIC` over its own life — until it has lived [`LOCKSTAT_CALIBRATION_NS`], each
 //! conversion measures the rate so far (the slow path reads `CLOCK_MONOTONIC`); then the rate
 //! is fixed. Each lock has its own clock, so there is no process-wide calibration (and two

@@ -229,8 +229,9 @@
 //! | `vma_modify` | the VMA tree's write-guard mutators | VMA stored, split or removed |
 //!
 //! ## What it costs the host
-//! Measured with `benches/vtime.rs` on this 2-vCPU host (instructions by callgrind, exact;
-//! wall time by `cargo bench -p usermm --bench vtime`, on a loaded host, so approximate):
+//! Measured with `benches/vtime.rs`: instructions by callgrind (exact, and the same on any
+//! x86-64 host); wall time by `cargo bench -p usermm --bench vtime`, which depends on the host
+//! and its load, so the column is an order of magnitude (run the bench to see your host's):
 //!
 //! | operation | instructions | wall |
 //! |---|---|---|
@@ -281,7 +282,7 @@ pub use profile::{
     Transfers, ENGINE_LOCK_CLASSES, ERA_FACTORS, MAX_FACTOR, MIN_FACTOR, NR_ERA_FACTORS, PLAUSIBLE,
     TOPOLOGY_GHZ,
 };
-pub use report::{ContextTime, CpuTime, LineStat, LockStat, Report, SchedStats};
+pub use report::{ContextTime, CpuTime, CpuUse, LineStat, LockStat, Report, SchedStats};
 pub use runtime::{
     join_id, scope, spawn, spawn_named, JoinHandle, Runtime, Scope, ScopedJoinHandle,
 };

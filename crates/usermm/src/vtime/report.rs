@@ -25,6 +25,14 @@ pub struct CpuTime {
     pub core: usize,
     pub thread: usize,
     pub node: usize,
+    #[serde(flatten)]
+    pub time: CpuUse,
+}
+
+/// How one emulated CPU spent a stretch of virtual time: from 0 in a [`CpuTime`], between two
+/// reports in [`CpuUse::since`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CpuUse {
     /// Work, lock acquisitions and line stalls.
     pub busy_ns: u64,
     /// Spinning for a spinlock.
@@ -35,6 +43,26 @@ pub struct CpuTime {
     /// the sibling did: ran (work, stalls) or spun on a lock.
     pub smt_busy_sibling_ns: u64,
     pub smt_spinning_sibling_ns: u64,
+}
+
+impl CpuUse {
+    /// The use between `earlier` (the same CPU in an earlier report) and this one, over a
+    /// window of `window_ns`: what was neither busy nor spinning in it was idle.
+    pub fn since(&self, earlier: &CpuUse, window_ns: u64) -> CpuUse {
+        let busy_ns = self.busy_ns.saturating_sub(earlier.busy_ns);
+        let spin_ns = self.spin_ns.saturating_sub(earlier.spin_ns);
+        CpuUse {
+            busy_ns,
+            spin_ns,
+            idle_ns: window_ns.saturating_sub(busy_ns + spin_ns),
+            smt_busy_sibling_ns: self
+                .smt_busy_sibling_ns
+                .saturating_sub(earlier.smt_busy_sibling_ns),
+            smt_spinning_sibling_ns: self
+                .smt_spinning_sibling_ns
+                .saturating_sub(earlier.smt_spinning_sibling_ns),
+        }
+    }
 }
 
 /// One context (virtual thread).
@@ -137,11 +165,13 @@ impl Report {
                 core: p.core_of(cpu),
                 thread: p.thread_of(cpu),
                 node: p.node_of(cpu),
-                busy_ns: ns(c.busy),
-                spin_ns: ns(c.spin),
-                idle_ns: ns(end.saturating_sub(c.busy + c.spin)),
-                smt_busy_sibling_ns: ns(c.smt_extra_busy),
-                smt_spinning_sibling_ns: ns(c.smt_extra_spin),
+                time: CpuUse {
+                    busy_ns: ns(c.busy),
+                    spin_ns: ns(c.spin),
+                    idle_ns: ns(end.saturating_sub(c.busy + c.spin)),
+                    smt_busy_sibling_ns: ns(c.smt_extra_busy),
+                    smt_spinning_sibling_ns: ns(c.smt_extra_spin),
+                },
             })
             .collect();
         let contexts = st
@@ -241,7 +271,7 @@ impl Report {
 
     /// Busy time summed over every CPU.
     pub fn busy_ns(&self) -> u64 {
-        self.cpus.iter().map(|c| c.busy_ns).sum()
+        self.cpus.iter().map(|c| c.time.busy_ns).sum()
     }
 
     /// The share of the CPUs' busy time spent on lines of `class` (seed 002's "cycles in

@@ -473,13 +473,10 @@ impl Inner {
     /// The running context, outside synchronisation (for clock reads and charges).
     #[inline]
     pub(super) fn with_running<R>(&self, f: impl FnOnce(&mut State, CtxId) -> R) -> Option<R> {
-        let mut st = self.state.borrow_mut();
-        if st.failed {
-            return None;
-        }
-        let me = st.running?;
-        st.apply_pending(me);
-        Some(f(&mut st, me))
+        self.with_running_raw(|st, me| {
+            st.apply_pending(me);
+            f(st, me)
+        })
     }
 
     /// The running context, outside synchronisation, leaving its pending charges pending (a

@@ -55,7 +55,7 @@ pub(super) fn check_host_profile(path: &Path) -> anyhow::Result<()> {
             return crate::args::usage(format!("{flag}: {msg}"));
         }
     };
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpus = usermm_host::facts::usable_cpus();
     let threads = p.topology().hw_threads();
     if p.name() != "this-host" || threads != cpus {
         return crate::args::usage(format!(

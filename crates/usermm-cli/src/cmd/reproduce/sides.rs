@@ -518,133 +518,157 @@ names its profile; every cost of a profile names its source (`--json` prints the
     })
 }
 
+/// One figure's row of the comparison table, beside the seed's published value.
+struct Row<'a> {
+    seed: &'a str,
+    figure: String,
+    role: Role,
+    published: String,
+}
+
+impl<F, R> ExperimentSides<F, R> {
+    /// The comparison section's note on what each side of experiment `name` ran on.
+    fn note(&self, name: &str) -> String {
+        format!(
+            "- {name}: modelled {}; unfitted {}; measured {}\n",
+            side_label(&self.modelled),
+            side_label(&self.unfitted),
+            side_label(&self.measured)
+        )
+    }
+
+    /// Pushes `row` to `t`, with each side's figure that `get` picks, as `fmt` writes it (`-`
+    /// where the side did not run or has no such figure).
+    fn push(
+        &self,
+        t: &mut Table,
+        row: Row<'_>,
+        get: impl Fn(&F) -> Option<f64>,
+        fmt: impl Fn(f64) -> String,
+    ) {
+        let side =
+            |s: &Option<SideRecord<F, R>>| opt(s.as_ref().and_then(|s| get(&s.figures)), &fmt);
+        t.push_row([
+            row.seed.into(),
+            row.figure,
+            row.role.name().into(),
+            row.published,
+            side(&self.modelled),
+            side(&self.unfitted),
+            side(&self.measured),
+        ]);
+    }
+}
+
 /// Seeds 000/001's rows of the comparison table.
 fn bigfree_rows(t: &mut Table, notes: &mut String, b: &BigfreeSides) {
     let x2 = |v: f64| format!("{v:.2}×");
-    let fig = |s: &Option<SideRecord<BigfreeFigures, BigfreeRecord>>| {
-        s.as_ref().map(|s| s.figures.clone())
+    *notes += &b.note("bigfree");
+    let row = |figure: String, max_active: Option<u32>, published: String| Row {
+        seed: "000/001",
+        figure,
+        role: Role::of_bigfree_row(max_active),
+        published,
     };
-    *notes += &format!(
-        "- bigfree: modelled {}; unfitted {}; measured {}\n",
-        side_label(&b.modelled),
-        side_label(&b.unfitted),
-        side_label(&b.measured)
+    b.push(
+        t,
+        row(
+            "vanilla free time (s)".into(),
+            None,
+            format!("{:.2} (320 GiB)", PARALLEL_FREE.vanilla_s),
+        ),
+        |f| f.seconds(None),
+        |v| format!("{v:.3}"),
     );
-    let (m, u, w) = (fig(&b.modelled), fig(&b.unfitted), fig(&b.measured));
-    t.push_row([
-        "000/001".into(),
-        "vanilla free time (s)".into(),
-        Role::of_bigfree_row(None).name().into(),
-        format!("{:.2} (320 GiB)", PARALLEL_FREE.vanilla_s),
-        opt(m.as_ref().and_then(|f| f.seconds(None)), |v| {
-            format!("{v:.3}")
-        }),
-        opt(u.as_ref().and_then(|f| f.seconds(None)), |v| {
-            format!("{v:.3}")
-        }),
-        opt(w.as_ref().and_then(|f| f.seconds(None)), |v| {
-            format!("{v:.3}")
-        }),
-    ]);
     for &(ma, s, _) in PARALLEL_FREE.rows {
         let label = if ma == usermm_workloads::seeds::DEFAULT_WQ_MAX_ACTIVE {
             format!("speedup, default workqueue (max_active {ma})")
         } else {
             format!("speedup, max_active {ma}")
         };
-        t.push_row([
-            "000/001".into(),
-            label,
-            Role::of_bigfree_row(Some(ma)).name().into(),
-            x2(PARALLEL_FREE.vanilla_s / s),
-            opt(m.as_ref().and_then(|f| f.speedup(Some(ma))), x2),
-            opt(u.as_ref().and_then(|f| f.speedup(Some(ma))), x2),
-            opt(w.as_ref().and_then(|f| f.speedup(Some(ma))), x2),
-        ]);
+        b.push(
+            t,
+            row(label, Some(ma), x2(PARALLEL_FREE.vanilla_s / s)),
+            |f| f.speedup(Some(ma)),
+            x2,
+        );
     }
 }
 
 /// Seed 002's rows of the comparison table.
 fn huge_zero_rows(t: &mut Table, notes: &mut String, h: &HugeZeroSides) {
     let x2 = |v: f64| format!("{v:.2}×");
-    *notes += &format!(
-        "- huge-zero: modelled {}; unfitted {}; measured {}\n",
-        side_label(&h.modelled),
-        side_label(&h.unfitted),
-        side_label(&h.measured)
-    );
-    let m = h.modelled.as_ref().map(|s| &s.figures);
-    let u = h.unfitted.as_ref().map(|s| &s.figures);
-    let w = h.measured.as_ref().map(|s| &s.figures);
     let pct = |v: f64| format!("{:.2} %", v * 100.0);
-    t.push_row([
-        "002".into(),
-        "throughput patched/vanilla".into(),
-        Role::Predicted.name().into(),
-        x2(HUGE_ZERO.throughput_ratio),
-        opt(m.map(|f| f.throughput_ratio), x2),
-        opt(u.map(|f| f.throughput_ratio), x2),
-        opt(w.map(|f| f.throughput_ratio), x2),
-    ]);
-    t.push_row([
-        "002".into(),
-        "get_huge_zero_page's line share, vanilla".into(),
-        Role::Fitted.name().into(),
-        pct(HUGE_ZERO.cycles_share_vanilla),
-        opt(m.and_then(|f| f.line_share_vanilla), pct),
-        opt(u.and_then(|f| f.line_share_vanilla), pct),
-        opt(w.and_then(|f| f.line_share_vanilla), pct),
-    ]);
-    t.push_row([
-        "002".into(),
-        "the line's share, patched".into(),
-        Role::Predicted.name().into(),
-        pct(HUGE_ZERO.cycles_share_patched),
-        opt(m.and_then(|f| f.line_share_patched), pct),
-        opt(u.and_then(|f| f.line_share_patched), pct),
-        opt(w.and_then(|f| f.line_share_patched), pct),
-    ]);
+    *notes += &h.note("huge-zero");
+    let row = |figure: &str, role: Role, published: String| Row {
+        seed: "002",
+        figure: figure.into(),
+        role,
+        published,
+    };
+    h.push(
+        t,
+        row(
+            "throughput patched/vanilla",
+            Role::Predicted,
+            x2(HUGE_ZERO.throughput_ratio),
+        ),
+        |f| Some(f.throughput_ratio),
+        x2,
+    );
+    h.push(
+        t,
+        row(
+            "get_huge_zero_page's line share, vanilla",
+            Role::Fitted,
+            pct(HUGE_ZERO.cycles_share_vanilla),
+        ),
+        |f| f.line_share_vanilla,
+        pct,
+    );
+    h.push(
+        t,
+        row(
+            "the line's share, patched",
+            Role::Predicted,
+            pct(HUGE_ZERO.cycles_share_patched),
+        ),
+        |f| f.line_share_patched,
+        pct,
+    );
 }
 
 /// Seed 003's rows of the comparison table.
 fn munmap_rows(t: &mut Table, notes: &mut String, p: &MunmapSides) {
-    *notes += &format!(
-        "- munmap: modelled {}; unfitted {}; measured {}\n",
-        side_label(&p.modelled),
-        side_label(&p.unfitted),
-        side_label(&p.measured)
-    );
-    let m = p.modelled.as_ref().map(|s| &s.figures);
-    let u = p.unfitted.as_ref().map(|s| &s.figures);
-    let w = p.measured.as_ref().map(|s| &s.figures);
+    *notes += &p.note("munmap");
     let us = |v: f64| format!("{v:.1}");
-    t.push_row([
-        "003".into(),
-        "exclusive hold, vanilla (µs)".into(),
-        Role::Predicted.name().into(),
-        format!("{} (80 GB)", MUNMAP_DOWNGRADE.exclusive_vanilla_us),
-        opt(m.map(|f| f.exclusive_hold_us.vanilla), us),
-        opt(u.map(|f| f.exclusive_hold_us.vanilla), us),
-        opt(w.map(|f| f.exclusive_hold_us.vanilla), us),
-    ]);
-    t.push_row([
-        "003".into(),
-        "exclusive hold, patched (µs)".into(),
-        Role::Predicted.name().into(),
-        "µs level".into(),
-        opt(m.map(|f| f.exclusive_hold_us.patched), us),
-        opt(u.map(|f| f.exclusive_hold_us.patched), us),
-        opt(w.map(|f| f.exclusive_hold_us.patched), us),
-    ]);
-    t.push_row([
-        "003".into(),
-        "hold vanilla/patched".into(),
-        Role::Predicted.name().into(),
-        "≥ 10⁵×".into(),
-        opt(m.map(|f| f.ratio), |v| format!("{v:.0}×")),
-        opt(u.map(|f| f.ratio), |v| format!("{v:.0}×")),
-        opt(w.map(|f| f.ratio), |v| format!("{v:.0}×")),
-    ]);
+    let row = |figure: &str, published: String| Row {
+        seed: "003",
+        figure: figure.into(),
+        role: Role::Predicted,
+        published,
+    };
+    p.push(
+        t,
+        row(
+            "exclusive hold, vanilla (µs)",
+            format!("{} (80 GB)", MUNMAP_DOWNGRADE.exclusive_vanilla_us),
+        ),
+        |f| Some(f.exclusive_hold_us.vanilla),
+        us,
+    );
+    p.push(
+        t,
+        row("exclusive hold, patched (µs)", "µs level".into()),
+        |f| Some(f.exclusive_hold_us.patched),
+        us,
+    );
+    p.push(
+        t,
+        row("hold vanilla/patched", "≥ 10⁵×".into()),
+        |f| Some(f.ratio),
+        |v| format!("{v:.0}×"),
+    );
 }
 
 /// The free-time curve three ways (published, modelled and unfitted, measured).

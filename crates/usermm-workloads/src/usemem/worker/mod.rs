@@ -48,19 +48,13 @@ use crate::usemem::sys::{strerror, Gate, MapFd, Stop, Sys};
 /// usemem keeps at most this many allocations to free; beyond, teardown happens at exit.
 pub const MAX_POINTERS: usize = 32;
 
-pub const PROT_READ: u32 = 1;
-pub const PROT_WRITE: u32 = 2;
-pub const MAP_SHARED: u32 = 0x01;
-pub const MAP_PRIVATE: u32 = 0x02;
-pub const MAP_ANONYMOUS: u32 = 0x20;
-pub const MAP_POPULATE: u32 = 0x8000;
-pub const MAP_HUGETLB: u32 = 0x4_0000;
-/// `MAP_HUGE_2MB`: 21 << `MAP_HUGE_SHIFT` (26).
-pub const MAP_HUGE_2MB: u32 = 21 << 26;
-pub const MADV_DONTNEED: i32 = 4;
-pub const MADV_HUGEPAGE: i32 = 14;
-pub const MADV_COLD: i32 = 20;
-pub const MADV_PAGEOUT: i32 = 21;
+/// The mmap(2) and madvise(2) flags usemem passes, with Linux's values: the engine's one
+/// definition, which both [`Sys`] backends take (the host one hands them to the kernel as they
+/// are; a test below checks them against libc's).
+pub use usermm::mm::mman::{
+    MADV_COLD, MADV_DONTNEED, MADV_HUGEPAGE, MADV_PAGEOUT, MAP_ANONYMOUS, MAP_HUGETLB,
+    MAP_HUGE_2MB, MAP_POPULATE, MAP_PRIVATE, MAP_SHARED, PROT_READ, PROT_WRITE,
+};
 const PAGE_SIZE: u64 = 4096;
 
 /// The part of usemem's globals that `main` settles before the workers start.
@@ -329,6 +323,16 @@ impl<'a, S: Sys> Worker<'a, S> {
         End::Exit(status)
     }
 
+    /// `-S`: `msync` the `len` bytes at `p` a walk just covered (usemem skips an empty range).
+    fn msync_walked(&self, p: u64, len: u64) -> R<()> {
+        if let (Some(mode), true) = (self.opts().msync, len > 0) {
+            if let Err(e) = self.sys.msync(p, len, mode.flag()) {
+                return Err(self.fail(format!("msync failed with error {} \n", strerror(e))));
+            }
+        }
+        Ok(())
+    }
+
     /// An error line on stderr, then `exit(1)`.
     fn fail(&self, msg: String) -> End {
         self.sys.err(&msg);
@@ -588,15 +592,7 @@ impl<'a, S: Sys> Worker<'a, S> {
                     self.out(".");
                 }
                 rw += self.rw_once(p, len, true, Some(&mut rep), repeats, false)?;
-                if let Some(mode) = o.msync {
-                    if len > 0 {
-                        if let Err(e) = self.sys.msync(p, len, mode.flag()) {
-                            return Err(
-                                self.fail(format!("msync failed with error {} \n", strerror(e)))
-                            );
-                        }
-                    }
-                }
+                self.msync_walked(p, len)?;
                 rep += 1;
             }
         }
@@ -766,22 +762,4 @@ pub fn bind_cpu(k: u64, interval: i32, nr_cpu: u64) -> Option<u64> {
 }
 
 #[cfg(test)]
-mod test {
-    use super::*;
-
-    #[test]
-    fn lcm_of_strides() {
-        assert_eq!(lcm(1, 0x10000), Some(0x10000));
-        assert_eq!(lcm(3, 0x10000), Some(3 * 0x10000));
-        assert_eq!(lcm(512, 0x10000), Some(0x10000));
-        assert_eq!(lcm(u64::MAX, 0x10000), None);
-    }
-
-    #[test]
-    fn kbps_is_usemems_integer_arithmetic() {
-        assert_eq!(kb_per_sec(1179648, 1314), 876712);
-        assert_eq!(kb_per_sec(50331645, 368527), 133374);
-        assert_eq!(kb_per_sec(72, 1851), 37);
-        assert_eq!(kb_per_sec(3276800, 2848), 1123595);
-    }
-}
+mod test;

@@ -320,15 +320,7 @@ impl<S: Sys> Worker<'_, S> {
                 self.out(".");
             }
             rw += self.rw_once(p, bytes, o.readonly, Some(&mut rep), repeats, false)?;
-            if let Some(mode) = o.msync {
-                if bytes > 0 {
-                    if let Err(e) = self.sys.msync(p, bytes, mode.flag()) {
-                        return Err(
-                            self.fail(format!("msync failed with error {} \n", strerror(e)))
-                        );
-                    }
-                }
-            }
+            self.msync_walked(p, bytes)?;
             rep += 1;
         }
         if o.getchar {

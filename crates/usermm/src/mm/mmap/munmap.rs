@@ -69,23 +69,22 @@ impl Mm {
             downgraded: downgrade,
             ..Default::default()
         };
+        // The zap and the table teardown, under whichever lock the policy left held.
+        let unmap = |st: &mut UnmapStats, downgraded: bool| {
+            self.zap_window(downgraded);
+            (st.pages_zapped, st.tlb_flushes) = self.unmap_region(cpu, &vmas, floor, ceiling);
+        };
         if downgrade {
             let read = tree.downgrade();
             // The lock's own figure: the hold, without the wait for the write lock.
             st.exclusive_ns = read.exclusive_hold_ns().unwrap_or(0);
             let t1 = clock::now();
-            self.zap_window(true);
-            let (z, f) = self.unmap_region(cpu, &vmas, floor, ceiling);
-            st.pages_zapped = z;
-            st.tlb_flushes = f;
+            unmap(&mut st, true);
             drop(vmas);
             st.read_ns = t1.elapsed_ns();
             drop(read);
         } else {
-            self.zap_window(false);
-            let (z, f) = self.unmap_region(cpu, &vmas, floor, ceiling);
-            st.pages_zapped = z;
-            st.tlb_flushes = f;
+            unmap(&mut st, false);
             drop(vmas);
             st.exclusive_ns = tree.unlock();
         }

@@ -42,33 +42,24 @@ impl VmaTree {
                 Some("/anon_hugepage (deleted)"),
             ),
         };
-        let f = vma.flags;
+        // show_map_vma's permission column: one character a flag.
+        let flag = |bit: VmFlags, set: char, clear: char| {
+            if vma.flags.contains(bit) {
+                set
+            } else {
+                clear
+            }
+        };
         let line_start = m.len();
         let _ = write!(
             m,
             "{:08x}-{:08x} {}{}{}{} {:08x} {:02x}:{:02x} {} ",
             vma.start,
             vma.end,
-            if f.contains(VmFlags::VM_READ) {
-                'r'
-            } else {
-                '-'
-            },
-            if f.contains(VmFlags::VM_WRITE) {
-                'w'
-            } else {
-                '-'
-            },
-            if f.contains(VmFlags::VM_EXEC) {
-                'x'
-            } else {
-                '-'
-            },
-            if f.contains(VmFlags::VM_MAYSHARE) {
-                's'
-            } else {
-                'p'
-            },
+            flag(VmFlags::VM_READ, 'r', '-'),
+            flag(VmFlags::VM_WRITE, 'w', '-'),
+            flag(VmFlags::VM_EXEC, 'x', '-'),
+            flag(VmFlags::VM_MAYSHARE, 's', 'p'),
             pgoff,
             dev.0,
             dev.1,

@@ -119,10 +119,9 @@ impl VmaTree {
             end,
             flags,
             kind,
-            file,
-            shmem,
             pgoff,
             anon_vma: anon,
+            ..
         } = vmg;
         vm_bug_on!(start >= end || !page_aligned(start) || !page_aligned(end));
         vm_bug_on!(
@@ -132,31 +131,8 @@ impl VmaTree {
         if flags.intersects(VmFlags::VM_SPECIAL) || !kind.can_merge() {
             return None;
         }
-        let pglen = (end - start) >> PAGE_SHIFT;
-        // can_vma_merge_left / can_vma_merge_after (the new range has no anon_vma yet).
-        let prev = self
-            .vmas
-            .range(..start)
-            .next_back()
-            .map(|(_, p)| p)
-            .filter(|p| {
-                p.end == start
-                    && p.is_mergeable(flags, kind, file, shmem)
-                    && anon_compatible(anon, p.anon_vma())
-                    && p.pgoff + p.pages() == pgoff
-            })
-            .map(|p| (p.start, p.anon_vma()));
-        // can_vma_merge_right / can_vma_merge_before, and prev/next compatible with each other.
-        let next = self
-            .vmas
-            .get(&end)
-            .filter(|n| {
-                n.is_mergeable(flags, kind, file, shmem)
-                    && anon_compatible(anon, n.anon_vma())
-                    && n.pgoff == pgoff + pglen
-                    && prev.is_none_or(|(_, pa)| anon_compatible(pa, n.anon_vma()))
-            })
-            .map(|n| (n.end, n.anon_vma()));
+        let prev = self.mergeable_prev(vmg);
+        let next = self.mergeable_next(vmg, prev);
         match (prev, next) {
             (None, None) => None,
             (Some((ps, pa)), Some((ne, na))) => {
@@ -181,6 +157,46 @@ impl VmaTree {
                 Some(start)
             }
         }
+    }
+
+    /// `can_vma_merge_after` for the range `vmg` describes: the VMA that ends where the range
+    /// starts and may grow over it (mergeable flags, file and offset, a compatible anon_vma),
+    /// as its start and anon_vma.
+    #[doc(alias = "can_vma_merge_after", alias = "can_vma_merge_left")]
+    fn mergeable_prev(&self, vmg: &VmaMergeStruct<'_>) -> Option<(u64, u64)> {
+        self.vmas
+            .range(..vmg.start)
+            .next_back()
+            .map(|(_, p)| p)
+            .filter(|p| {
+                p.end == vmg.start
+                    && p.is_mergeable(vmg.flags, vmg.kind, vmg.file, vmg.shmem)
+                    && anon_compatible(vmg.anon_vma, p.anon_vma())
+                    && p.pgoff + p.pages() == vmg.pgoff
+            })
+            .map(|p| (p.start, p.anon_vma()))
+    }
+
+    /// `can_vma_merge_before` for the range `vmg` describes: the VMA that starts where the range
+    /// ends and may grow down over it, its anon_vma compatible with the range's and with
+    /// `prev`'s (the one [`mergeable_prev`](Self::mergeable_prev) found), as its end and
+    /// anon_vma.
+    #[doc(alias = "can_vma_merge_before", alias = "can_vma_merge_right")]
+    fn mergeable_next(
+        &self,
+        vmg: &VmaMergeStruct<'_>,
+        prev: Option<(u64, u64)>,
+    ) -> Option<(u64, u64)> {
+        let pglen = (vmg.end - vmg.start) >> PAGE_SHIFT;
+        self.vmas
+            .get(&vmg.end)
+            .filter(|n| {
+                n.is_mergeable(vmg.flags, vmg.kind, vmg.file, vmg.shmem)
+                    && anon_compatible(vmg.anon_vma, n.anon_vma())
+                    && n.pgoff == vmg.pgoff + pglen
+                    && prev.is_none_or(|(_, pa)| anon_compatible(pa, n.anon_vma()))
+            })
+            .map(|n| (n.end, n.anon_vma()))
     }
 
     /// The decision half of `vma_merge_existing_range`: which neighbours `[start, end)` (inside
@@ -208,37 +224,22 @@ impl VmaTree {
         {
             return None;
         }
-        let shmem = vma.shmem.as_ref();
         let pgoff = vpgoff + ((start - vstart) >> PAGE_SHIFT);
-        let pglen = (end - start) >> PAGE_SHIFT;
-        let prev = if left_side {
-            self.vmas
-                .range(..key)
-                .next_back()
-                .map(|(_, p)| p)
-                .filter(|p| {
-                    p.end == start
-                        && p.is_mergeable(flags, kind, file, shmem)
-                        && anon_compatible(anon, p.anon_vma())
-                        && p.pgoff + p.pages() == pgoff
-                })
-                .map(|p| (p.start, p.anon_vma()))
-        } else {
-            None
+        let vmg = VmaMergeStruct {
+            start,
+            end,
+            flags,
+            kind,
+            file,
+            shmem: vma.shmem.as_ref(),
+            pgoff,
+            anon_vma: anon,
         };
-        let next = if right_side {
-            self.vmas
-                .get(&end)
-                .filter(|n| {
-                    n.is_mergeable(flags, kind, file, shmem)
-                        && anon_compatible(anon, n.anon_vma())
-                        && n.pgoff == pgoff + pglen
-                        && prev.is_none_or(|(_, pa)| anon_compatible(pa, n.anon_vma()))
-                })
-                .map(|n| (n.end, n.anon_vma()))
-        } else {
-            None
-        };
+        // On the left side `start` is the VMA's own start: the VMA below it is prev.
+        let prev = left_side.then(|| self.mergeable_prev(&vmg)).flatten();
+        let next = right_side
+            .then(|| self.mergeable_next(&vmg, prev))
+            .flatten();
         if prev.is_none() && next.is_none() {
             return None;
         }

@@ -134,23 +134,28 @@ impl Parser {
 
     /// sum := product (('+' | '-') product)*
     fn sum(&mut self) -> Result<Expr, String> {
-        let mut lhs = self.product()?;
-        while let Some(Tok::Op(c @ ('+' | '-'))) = self.peek() {
-            let op = if *c == '+' { Op::Add } else { Op::Sub };
-            self.at += 1;
-            let rhs = self.product()?;
-            lhs = Expr::Bin(Box::new(lhs), op, Box::new(rhs));
-        }
-        Ok(lhs)
+        self.left_assoc(&[('+', Op::Add), ('-', Op::Sub)], Self::product)
     }
 
     /// product := unary (('*' | '/') unary)*
     fn product(&mut self) -> Result<Expr, String> {
-        let mut lhs = self.unary()?;
-        while let Some(Tok::Op(c @ ('*' | '/'))) = self.peek() {
-            let op = if *c == '*' { Op::Mul } else { Op::Div };
+        self.left_assoc(&[('*', Op::Mul), ('/', Op::Div)], Self::unary)
+    }
+
+    /// One precedence level: `operand (op operand)*` for the operators `ops`, folded to the
+    /// left.
+    fn left_assoc(
+        &mut self,
+        ops: &[(char, Op)],
+        operand: fn(&mut Self) -> Result<Expr, String>,
+    ) -> Result<Expr, String> {
+        let mut lhs = operand(self)?;
+        while let Some(op) = match self.peek() {
+            Some(Tok::Op(c)) => ops.iter().find(|(o, _)| o == c).map(|&(_, op)| op),
+            _ => None,
+        } {
             self.at += 1;
-            let rhs = self.unary()?;
+            let rhs = operand(self)?;
             lhs = Expr::Bin(Box::new(lhs), op, Box::new(rhs));
         }
         Ok(lhs)

@@ -51,7 +51,7 @@ use super::{
 };
 
 pub(super) mod resources;
-use resources::{LineClassStat, LockClassStat, VLine, VLock};
+use resources::{ClassIndex, LineClassStat, LockClassStat, VLine, VLock};
 
 pub(super) type CtxId = u32;
 
@@ -203,11 +203,11 @@ pub(super) struct State {
     pub lines: FxHashMap<usize, VLine>,
     pub cvs: FxHashMap<usize, VecDeque<CtxId>>,
     pub lock_classes: Vec<LockClassStat>,
-    pub lock_class_index: FxHashMap<&'static str, u16>,
-    pub lock_class_by_addr: FxHashMap<usize, u16>,
+    /// Where each lock class sits in `lock_classes`.
+    pub lock_class_index: ClassIndex,
     pub line_classes: Vec<LineClassStat>,
-    pub line_class_index: FxHashMap<&'static str, u16>,
-    pub line_class_by_addr: FxHashMap<usize, u16>,
+    /// Where each line class sits in `line_classes`.
+    pub line_class_index: ClassIndex,
     pub counters: SchedCounters,
     /// The line model (`vtime/memory.rs`), once the machine has told the runtime its memmap
     /// and the profile has a `[memory]`.
@@ -244,11 +244,9 @@ impl State {
             lines: FxHashMap::default(),
             cvs: FxHashMap::default(),
             lock_classes: Vec::new(),
-            lock_class_index: FxHashMap::default(),
-            lock_class_by_addr: FxHashMap::default(),
+            lock_class_index: ClassIndex::default(),
             line_classes: Vec::new(),
-            line_class_index: FxHashMap::default(),
-            line_class_by_addr: FxHashMap::default(),
+            line_class_index: ClassIndex::default(),
             counters: SchedCounters::default(),
             mem: None,
             seed: 0,

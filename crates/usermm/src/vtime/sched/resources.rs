@@ -16,6 +16,8 @@
 
 use std::collections::VecDeque;
 
+use rustc_hash::FxHashMap;
+
 use super::super::{
     class::{Acquired, LineClass, LockClass, Mode, WaitKind},
     profile::{LockPrice, Ps},
@@ -196,15 +198,39 @@ fn record(min: &mut Ps, max: &mut Ps, total: &mut Ps, v: Ps) {
     *total = total.saturating_add(v);
 }
 
+/// Where each class of one kind (lock or line) sits in its table: by the class's static's
+/// address first (one integer hash), by name for a new static of a class already seen (two
+/// statics may name one class).
+#[derive(Debug, Default)]
+pub(crate) struct ClassIndex {
+    by_name: FxHashMap<&'static str, u16>,
+    by_addr: FxHashMap<usize, u16>,
+}
+
+impl ClassIndex {
+    /// The class of the static at `addr`, named `name`, if it is known (a new static of a
+    /// known name is remembered by its address from now on).
+    #[inline]
+    pub(crate) fn get(&mut self, addr: usize, name: &'static str) -> Option<u16> {
+        if let Some(&i) = self.by_addr.get(&addr) {
+            return Some(i);
+        }
+        let i = *self.by_name.get(name)?;
+        self.by_addr.insert(addr, i);
+        Some(i)
+    }
+
+    /// Records a new class `i`, named `name`, of the static at `addr`.
+    pub(crate) fn insert(&mut self, addr: usize, name: &'static str, i: u16) {
+        self.by_name.insert(name, i);
+        self.by_addr.insert(addr, i);
+    }
+}
+
 impl State {
     fn lock_class(&mut self, class: &'static LockClass) -> u16 {
-        // By the static's address first (one integer hash), by name for a new static.
         let key = class as *const LockClass as usize;
-        if let Some(&i) = self.lock_class_by_addr.get(&key) {
-            return i;
-        }
-        if let Some(&i) = self.lock_class_index.get(class.name) {
-            self.lock_class_by_addr.insert(key, i);
+        if let Some(i) = self.lock_class_index.get(key, class.name) {
             return i;
         }
         let price = self.model.lock_price(class.name).unwrap_or_else(|| {
@@ -222,18 +248,13 @@ impl State {
             price,
             modes: [ModeStat::default(); 2],
         });
-        self.lock_class_index.insert(class.name, i);
-        self.lock_class_by_addr.insert(key, i);
+        self.lock_class_index.insert(key, class.name, i);
         i
     }
 
     fn line_class(&mut self, class: &'static LineClass) -> u16 {
         let key = class as *const LineClass as usize;
-        if let Some(&i) = self.line_class_by_addr.get(&key) {
-            return i;
-        }
-        if let Some(&i) = self.line_class_index.get(class.name) {
-            self.line_class_by_addr.insert(key, i);
+        if let Some(i) = self.line_class_index.get(key, class.name) {
             return i;
         }
         let i = self.line_classes.len() as u16;
@@ -244,8 +265,7 @@ impl State {
             wait: 0,
             time: 0,
         });
-        self.line_class_index.insert(class.name, i);
-        self.line_class_by_addr.insert(key, i);
+        self.line_class_index.insert(key, class.name, i);
         i
     }
 
