@@ -76,11 +76,12 @@ pub struct HostUsememResult {
 }
 
 /// [`run_forked`] of a `work` whose first word is an errno (0: it ran): its words, or the
-/// error that `what` failed with that errno. The epilogue every measurement child shares.
+/// error that `what` failed with that errno. The epilogue every measurement child shares,
+/// and the harness of the workload bodies `usermm_workloads` runs on the host kernel.
 ///
 /// # Safety
 /// As [`run_forked`]: `work` must be async-signal-safe.
-pub(crate) unsafe fn run_forked_checked<const N: usize, F: FnOnce() -> [u64; N]>(
+pub unsafe fn run_forked_checked<const N: usize, F: FnOnce() -> [u64; N]>(
     what: &'static str,
     work: F,
 ) -> Result<[u64; N], HostError> {

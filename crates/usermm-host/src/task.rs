@@ -22,6 +22,7 @@
 #![expect(unsafe_code)]
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -59,13 +60,30 @@ impl TmpFile {
         }
         Ok(TmpFile { fd, size })
     }
+
+    /// `open("/dev/zero", O_RDWR)`: a file whose private mappings are anonymous memory, each
+    /// at offset 0 a VMA of its own (no two merge). Its size is 0 (the device has none).
+    /// Allocation-free, so a forked child may call it.
+    pub fn dev_zero() -> Result<TmpFile, i32> {
+        let fd = sys::open(c"/dev/zero", libc::O_RDWR)?;
+        // SAFETY: `fd` was just opened and is owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(TmpFile { fd, size: 0 })
+    }
 }
 
 /// One task's mappings, blocks and break (not `Sync`: a task is one thread).
+///
+/// A space made by [`Space::with_capacity`] allocates nothing while it holds at most that
+/// many mappings (a `munmap` that splits one counts as one more), so that a child forked from
+/// a multi-threaded process may use a space its parent made (the parent's copy stays empty).
+/// The mappings are kept in the order made, and a `munmap` of exactly the oldest or the
+/// newest is found at once: a program that unmaps in the order it mapped, or the reverse,
+/// pays no search.
 #[derive(Debug)]
 pub struct Space {
-    /// `(start, len)` of every live mapping made here.
-    maps: RefCell<Vec<(u64, u64)>>,
+    /// `(start, len)` of every live mapping made here, oldest first.
+    maps: RefCell<VecDeque<(u64, u64)>>,
     /// `(address, len)` of every live `malloc` block.
     blocks: RefCell<Vec<(u64, u64)>>,
     /// The break when the space was made; `brk` never goes below it.
@@ -81,10 +99,15 @@ impl Default for Space {
 
 impl Space {
     pub fn new() -> Space {
+        Space::with_capacity(0)
+    }
+
+    /// A space with room for `maps` mappings before it allocates (see the type's doc).
+    pub fn with_capacity(maps: usize) -> Space {
         // SAFETY: sbrk(0) only reads the break.
         let floor = unsafe { libc::sbrk(0) } as u64;
         Space {
-            maps: RefCell::new(Vec::new()),
+            maps: RefCell::new(VecDeque::with_capacity(maps)),
             blocks: RefCell::new(Vec::new()),
             floor,
             moved_brk: Cell::new(false),
@@ -111,39 +134,49 @@ impl Space {
         let fd = file.map_or(u64::MAX, |f| f.fd.as_raw_fd() as u64);
         // SAFETY: no MAP_FIXED: the kernel picks a free range, nothing existing is touched.
         let a = unsafe { sys::mmap(0, len, u64::from(prot), u64::from(flags), fd, 0) }?;
-        self.maps.borrow_mut().push((a, len));
+        self.maps.borrow_mut().push_back((a, len));
         Ok(a)
     }
 
     /// `munmap(addr, len)` of (part of) a mapping made here; anything else is `EINVAL`.
+    /// Allocation-free within the space's capacity (see the type's doc).
     pub fn munmap(&self, addr: u64, len: u64) -> Result<(), i32> {
         let end = addr.saturating_add(len);
-        if !self
-            .maps
-            .borrow()
-            .iter()
-            .any(|&(s, l)| s <= addr && end <= s + l)
-        {
-            return Err(libc::EINVAL);
-        }
+        self.ours(addr, len).map_err(|_| libc::EINVAL)?;
         // SAFETY: the range lies in one of this space's mappings: it holds no Rust object.
         unsafe { sys::munmap(addr, len) }?;
         let mut maps = self.maps.borrow_mut();
-        let mut rest = Vec::new();
-        maps.retain(|&(s, l)| {
+        if maps.front() == Some(&(addr, len)) {
+            maps.pop_front();
+            return Ok(());
+        }
+        if maps.back() == Some(&(addr, len)) {
+            maps.pop_back();
+            return Ok(());
+        }
+        let mut i = 0;
+        while i < maps.len() {
+            let (s, l) = maps[i];
             let e = s + l;
             if e <= addr || s >= end {
-                return true;
+                i += 1;
+                continue;
             }
-            if s < addr {
-                rest.push((s, addr - s));
+            match (s < addr, e > end) {
+                (true, true) => {
+                    maps[i] = (s, addr - s);
+                    // Outside the hole: the loop passes over it.
+                    maps.push_back((end, e - end));
+                }
+                (true, false) => maps[i] = (s, addr - s),
+                (false, true) => maps[i] = (end, e - end),
+                (false, false) => {
+                    let _ = maps.remove(i);
+                    continue;
+                }
             }
-            if e > end {
-                rest.push((end, e - end));
-            }
-            false
-        });
-        maps.extend(rest);
+            i += 1;
+        }
         Ok(())
     }
 
@@ -151,12 +184,10 @@ impl Space {
     /// kernel's answer for an unmapped range).
     fn ours(&self, addr: u64, len: u64) -> Result<(), i32> {
         let end = addr.saturating_add(len);
-        if self
-            .maps
-            .borrow()
-            .iter()
-            .any(|&(s, l)| s <= addr && end <= s + l)
-        {
+        let inside = |&(s, l): &(u64, u64)| s <= addr && end <= s + l;
+        let maps = self.maps.borrow();
+        // The newest and the oldest first (see the type's doc).
+        if maps.back().is_some_and(inside) || maps.iter().any(inside) {
             Ok(())
         } else {
             Err(libc::ENOMEM)
@@ -433,6 +464,11 @@ pub fn host_cores() -> Vec<Vec<usize>> {
 /// ran for (allocation-free, so a forked child may call it).
 pub fn thread_cpu_ns() -> u64 {
     sys::thread_cpu_ns()
+}
+
+/// `CLOCK_MONOTONIC` in ns (the clock `std::time::Instant` reads), allocation-free.
+pub fn monotonic_ns() -> u64 {
+    sys::monotonic_ns()
 }
 
 /// The calling thread's minor faults so far (`getrusage(RUSAGE_THREAD).ru_minflt`).
