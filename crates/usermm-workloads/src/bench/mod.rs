@@ -79,6 +79,7 @@ use usermm::Machine;
 use usermm_host::{measure, HostError};
 
 use crate::stats;
+use crate::task::{child, Stamp};
 
 use self::engine::{
     engine_free_2_threads, engine_mmap_munmap, engine_populate, engine_read, memset_bandwidth,
@@ -375,6 +376,15 @@ pub fn check(opts: &BenchOpts) -> Result<(), BenchError> {
 pub fn machine_config(opts: &BenchOpts, backing: BackingMode) -> Result<MachineConfig, BenchError> {
     let tables = opts.size / 256 + opts.read_size / 256;
     let mem = (opts.size + HPAGE + tables + (64 << 20)).next_multiple_of(HPAGE);
+    config_of(opts, mem, backing)
+}
+
+/// `opts.base` with `mem` bytes of `backing`, validated.
+fn config_of(
+    opts: &BenchOpts,
+    mem: u64,
+    backing: BackingMode,
+) -> Result<MachineConfig, BenchError> {
     let mut c = opts.base.clone();
     c.mem = mem;
     c.backing = backing;
@@ -442,11 +452,17 @@ impl Samples {
     }
 }
 
-fn host_meas(cpu_ns: u64, wall_ns: u64, units: u64) -> Meas {
-    let u = units.max(1) as f64;
-    Meas {
-        cpu: cpu_ns as f64 / u,
-        wall: wall_ns as f64 / u,
+/// Every path's samples, in [`BenchPath::ALL`]'s order.
+struct AllSamples(Vec<Samples>);
+
+impl AllSamples {
+    fn new() -> Self {
+        AllSamples(BenchPath::ALL.iter().map(|_| Samples::default()).collect())
+    }
+
+    fn at(&mut self, p: BenchPath) -> &mut Samples {
+        let i = BenchPath::ALL.iter().position(|&q| q == p).expect("path");
+        &mut self.0[i]
     }
 }
 
@@ -460,161 +476,195 @@ pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResu
     Ok(r)
 }
 
-/// Every path but `wis-page-fault1`, whose machines and runs are its own ([`wis`]).
-fn run_paths(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResult, BenchError> {
-    check(opts)?;
-    let size = opts.size.next_multiple_of(HPAGE);
-    let read_size = opts.read_size.max(HPAGE).next_multiple_of(HPAGE);
-    let pages = size / PAGE;
-    let boot = |mode: BackingMode, name: &'static str| -> Result<Engine, BenchError> {
-        let machine = Machine::new(machine_config(opts, mode)?)
-            .map_err(|e| BenchError::Machine(name, e.to_string()))?;
-        let cpu = machine.cpu(0).expect("cpu 0");
-        Ok(Engine { machine, cpu })
-    };
-    progress("booting the full-backing machine");
-    let full = boot(BackingMode::Full, "full-backing")?;
-    progress("booting the sparse machine");
-    let sparse = boot(BackingMode::Sparse, "sparse")?;
+/// One run of every path but `wis-page-fault1`: its machines, sizes and inputs.
+struct Run<'o> {
+    opts: &'o BenchOpts,
+    size: u64,
+    read_size: u64,
+    pages: u64,
+    full: Engine,
+    sparse: Engine,
+    /// One-page mappings per `mmap-munmap-4k` sample.
+    mmaps: u64,
+    /// `random-write-4k`'s page order (empty when not run).
+    order: Vec<u32>,
+    /// `populate-4k` runs (for itself or for `munmap-4k`).
+    populate_4k: bool,
+}
 
-    let mut s: Vec<Samples> = BenchPath::ALL.iter().map(|_| Samples::default()).collect();
-    let idx = |p: BenchPath| BenchPath::ALL.iter().position(|&q| q == p).expect("path");
-    let populate_4k = opts.wants(BenchPath::Populate4k) || opts.wants(BenchPath::Munmap4k);
+/// A machine of `mode` for the bench.
+fn boot(opts: &BenchOpts, mode: BackingMode, name: &'static str) -> Result<Engine, BenchError> {
+    let machine = Machine::new(machine_config(opts, mode)?)
+        .map_err(|e| BenchError::Machine(name, e.to_string()))?;
+    let cpu = machine.cpu(0).expect("cpu 0");
+    Ok(Engine { machine, cpu })
+}
 
-    // Fresh: each populate path once on a full-backing machine of its own, just booted, whose
-    // frames nobody has owned yet (the host gave them zeroed: nothing is zeroed again).
-    // Warm-up: each path once per engine machine, untimed in the medians; afterwards every
-    // frame of the full machine has had an owner and must be zeroed on allocation, and the
-    // read paths' page-table frames and their metadata (never prefaulted) are resident.
-    // As many mappings on both sides: the engine's limit, and the host child's room under its
-    // own (it starts with this process's mappings).
-    let mut mmaps = opts.mmaps.min(u64::from(opts.base.max_map_count));
-    if opts.host {
-        if let Some(room) = measure::map_count_headroom() {
-            mmaps = mmaps.min(room.saturating_sub(HOST_MAP_SLACK));
+impl<'o> Run<'o> {
+    /// The sizes, both machines, and as many mappings on both sides: the engine's limit, and
+    /// the host child's room under its own (it starts with this process's mappings).
+    fn new(opts: &'o BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<Self, BenchError> {
+        let size = opts.size.next_multiple_of(HPAGE);
+        progress("booting the full-backing machine");
+        let full = boot(opts, BackingMode::Full, "full-backing")?;
+        progress("booting the sparse machine");
+        let sparse = boot(opts, BackingMode::Sparse, "sparse")?;
+        let mut mmaps = opts.mmaps.min(u64::from(opts.base.max_map_count));
+        if opts.host {
+            if let Some(room) = measure::map_count_headroom() {
+                mmaps = mmaps.min(room.saturating_sub(HOST_MAP_SLACK));
+            }
         }
-    }
-    let mmaps = mmaps.max(1);
-
-    progress("fresh machines and warm-up");
-    for (path, thp, wanted) in [
-        (BenchPath::Populate4k, false, populate_4k),
-        (
-            BenchPath::PopulateThp,
-            true,
-            opts.wants(BenchPath::PopulateThp),
-        ),
-    ] {
-        if !wanted {
-            continue;
-        }
-        let fresh = boot(BackingMode::Full, "fresh full-backing")?;
-        s[idx(path)].full_fresh = Some(engine_populate(&fresh, size, thp)?.0.cpu);
-        drop(fresh);
-        engine_populate(&full, size, thp)?;
-        engine_populate(&sparse, size, thp)?;
-    }
-    for e in [&full, &sparse] {
-        if opts.wants(BenchPath::HugeZeroRead) {
-            engine_read(e, read_size, HPAGE, true)?;
-        }
-        if opts.wants(BenchPath::ZeroRead4k) {
-            engine_read(e, size, PAGE, false)?;
-        }
-        if opts.wants(BenchPath::MmapMunmap4k) {
-            engine_mmap_munmap(e, mmaps)?;
-        }
+        let order = if opts.wants(BenchPath::RandomWrite4k) {
+            scale::random_order(size / PAGE, 0x5eed)
+        } else {
+            Vec::new()
+        };
+        Ok(Run {
+            opts,
+            size,
+            read_size: opts.read_size.max(HPAGE).next_multiple_of(HPAGE),
+            pages: size / PAGE,
+            full,
+            sparse,
+            mmaps: mmaps.max(1),
+            order,
+            populate_4k: opts.wants(BenchPath::Populate4k) || opts.wants(BenchPath::Munmap4k),
+        })
     }
 
-    if opts.wants(BenchPath::ForkExit) {
-        for e in [&full, &sparse] {
-            scale::engine_fork_exit(e, scale::FORKS)?;
-        }
+    fn sides(&self) -> [(&Engine, bool); 2] {
+        [(&self.sparse, false), (&self.full, true)]
     }
-    let order = if opts.wants(BenchPath::RandomWrite4k) {
-        let order = scale::random_order(pages, 0x5eed);
-        for e in [&full, &sparse] {
-            scale::engine_random_writes(e, &order)?;
-        }
-        order
-    } else {
-        Vec::new()
-    };
-    let mut node_runs: [[Vec<scale::NodeRun>; 2]; 2] = Default::default();
 
-    let sides = [(&sparse, false), (&full, true)];
-    for rep in 0..opts.repeat {
-        let r = rep + 1;
-        if populate_4k {
+    /// One sample of a path on each engine machine, and on the host when it runs and the
+    /// path has a host side.
+    fn sample(
+        &self,
+        s: &mut Samples,
+        engine: impl Fn(&Engine) -> Result<Meas, BenchError>,
+        host: Option<&dyn Fn() -> Result<Meas, BenchError>>,
+    ) -> Result<(), BenchError> {
+        for (e, is_full) in self.sides() {
+            s.engine(is_full).push(engine(e)?);
+        }
+        if let Some(host) = host.filter(|_| self.opts.host) {
+            s.host.push(host()?);
+        }
+        Ok(())
+    }
+
+    /// Fresh: each populate path once on a full-backing machine of its own, just booted, whose
+    /// frames nobody has owned yet (the host gave them zeroed: nothing is zeroed again).
+    /// Warm-up: each path once per engine machine, untimed in the medians; afterwards every
+    /// frame of the full machine has had an owner and must be zeroed on allocation, and the
+    /// read paths' page-table frames and their metadata (never prefaulted) are resident.
+    fn warm_up(&self, s: &mut AllSamples) -> Result<(), BenchError> {
+        let (opts, size) = (self.opts, self.size);
+        for (path, thp, wanted) in [
+            (BenchPath::Populate4k, false, self.populate_4k),
+            (
+                BenchPath::PopulateThp,
+                true,
+                opts.wants(BenchPath::PopulateThp),
+            ),
+        ] {
+            if !wanted {
+                continue;
+            }
+            let fresh = boot(opts, BackingMode::Full, "fresh full-backing")?;
+            s.at(path).full_fresh = Some(engine_populate(&fresh, size, thp)?.0.cpu);
+            drop(fresh);
+            engine_populate(&self.full, size, thp)?;
+            engine_populate(&self.sparse, size, thp)?;
+        }
+        for (e, _) in self.sides() {
+            if opts.wants(BenchPath::HugeZeroRead) {
+                engine_read(e, self.read_size, HPAGE, true)?;
+            }
+            if opts.wants(BenchPath::ZeroRead4k) {
+                engine_read(e, size, PAGE, false)?;
+            }
+            if opts.wants(BenchPath::MmapMunmap4k) {
+                engine_mmap_munmap(e, self.mmaps)?;
+            }
+            if opts.wants(BenchPath::ForkExit) {
+                scale::engine_fork_exit(e, scale::FORKS)?;
+            }
+            if opts.wants(BenchPath::RandomWrite4k) {
+                scale::engine_random_writes(e, &self.order)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Repeat `r` of the populate paths and the read walks.
+    fn repeat_faults(
+        &self,
+        r: u32,
+        s: &mut AllSamples,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<(), BenchError> {
+        let (opts, size, pages) = (self.opts, self.size, self.pages);
+        if self.populate_4k {
             progress(&format!("repeat {r}: 4 KiB populate and munmap"));
-            for (e, is_full) in sides {
+            for (e, is_full) in self.sides() {
                 let (pop, unmap) = engine_populate(e, size, false)?;
-                s[idx(BenchPath::Populate4k)].engine(is_full).push(pop);
-                s[idx(BenchPath::Munmap4k)].engine(is_full).push(unmap);
+                s.at(BenchPath::Populate4k).engine(is_full).push(pop);
+                s.at(BenchPath::Munmap4k).engine(is_full).push(unmap);
             }
             if opts.host {
-                let [cold, warm] = measure::host_touch_and_munmap_twice(size, false)?;
-                let p = &mut s[idx(BenchPath::Populate4k)];
-                p.host.push(host_meas(
-                    warm.populate_cpu_ns,
-                    warm.wall.populate_ns,
-                    pages,
-                ));
-                p.host_cold.push(cold.populate_cpu_ns as f64 / pages as f64);
-                s[idx(BenchPath::Munmap4k)].host.push(host_meas(
-                    warm.munmap_cpu_ns,
-                    warm.wall.munmap_ns,
-                    pages,
-                ));
+                let [cold, warm] = child::populate_twice(size, false)?;
+                let p = s.at(BenchPath::Populate4k);
+                p.host.push(Meas::of(warm.populate, pages));
+                p.host_cold.push(Meas::of(cold.populate, pages).cpu);
+                s.at(BenchPath::Munmap4k)
+                    .host
+                    .push(Meas::of(warm.munmap, pages));
             }
         }
         if opts.wants(BenchPath::PopulateThp) {
             progress(&format!("repeat {r}: THP populate"));
-            for (e, is_full) in sides {
-                let (pop, _) = engine_populate(e, size, true)?;
-                s[idx(BenchPath::PopulateThp)].engine(is_full).push(pop);
+            let p = s.at(BenchPath::PopulateThp);
+            for (e, is_full) in self.sides() {
+                p.engine(is_full).push(engine_populate(e, size, true)?.0);
             }
             if opts.host {
-                let [cold, warm] = measure::host_touch_and_munmap_twice(size, true)?;
-                let p = &mut s[idx(BenchPath::PopulateThp)];
-                p.host.push(host_meas(
-                    warm.populate_cpu_ns,
-                    warm.wall.populate_ns,
-                    pages,
-                ));
-                p.host_cold.push(cold.populate_cpu_ns as f64 / pages as f64);
+                let [cold, warm] = child::populate_twice(size, true)?;
+                p.host.push(Meas::of(warm.populate, pages));
+                p.host_cold.push(Meas::of(cold.populate, pages).cpu);
             }
         }
-        if opts.wants(BenchPath::HugeZeroRead) {
-            progress(&format!("repeat {r}: huge-zero read faults"));
-            for (e, is_full) in sides {
-                let m = engine_read(e, read_size, HPAGE, true)?;
-                s[idx(BenchPath::HugeZeroRead)].engine(is_full).push(m);
-            }
-            if opts.host {
-                let h = measure::host_read_walk(read_size, HPAGE, true)?;
-                s[idx(BenchPath::HugeZeroRead)].host.push(host_meas(
-                    h.cpu_ns,
-                    h.walk.ns,
-                    h.walk.accesses,
-                ));
-            }
-        }
-        if opts.wants(BenchPath::ZeroRead4k) {
-            progress(&format!("repeat {r}: 4 KiB zero-page read faults"));
-            for (e, is_full) in sides {
-                let m = engine_read(e, size, PAGE, false)?;
-                s[idx(BenchPath::ZeroRead4k)].engine(is_full).push(m);
-            }
-            if opts.host {
-                let h = measure::host_read_walk(size, PAGE, false)?;
-                s[idx(BenchPath::ZeroRead4k)].host.push(host_meas(
-                    h.cpu_ns,
-                    h.walk.ns,
-                    h.walk.accesses,
-                ));
+        for (path, len, step, thp, what) in [
+            (
+                BenchPath::HugeZeroRead,
+                self.read_size,
+                HPAGE,
+                true,
+                "huge-zero",
+            ),
+            (BenchPath::ZeroRead4k, size, PAGE, false, "4 KiB zero-page"),
+        ] {
+            if opts.wants(path) {
+                progress(&format!("repeat {r}: {what} read faults"));
+                let host = || {
+                    let w = child::read_walk(len, step, thp)?;
+                    Ok(Meas::of(w.time, w.accesses))
+                };
+                self.sample(s.at(path), |e| engine_read(e, len, step, thp), Some(&host))?;
             }
         }
+        Ok(())
+    }
+
+    /// Repeat `r` of the other paths but `bigfree-nodes`.
+    fn repeat_rest(
+        &self,
+        r: u32,
+        s: &mut AllSamples,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<(), BenchError> {
+        let opts = self.opts;
         for (path, what) in [
             (BenchPath::BigfreeVirtual, "bigfree"),
             (BenchPath::UsememAbVirtual, "usemem --ab"),
@@ -623,7 +673,7 @@ fn run_paths(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchRe
                 continue;
             }
             progress(&format!("repeat {r}: {what}, wall clock and virtual time"));
-            let x = &mut s[idx(path)];
+            let x = s.at(path);
             for virt in [false, true] {
                 let ns = match path {
                     BenchPath::BigfreeVirtual => vtime_cost::bigfree_cpu(opts.size, virt)?,
@@ -638,139 +688,177 @@ fn run_paths(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchRe
         }
         if opts.wants(BenchPath::Free2Threads) {
             progress(&format!("repeat {r}: free path, 2 threads"));
-            for (e, is_full) in sides {
-                let m = engine_free_2_threads(e, size)?;
-                s[idx(BenchPath::Free2Threads)].engine(is_full).push(m);
-            }
+            let free = |e: &Engine| engine_free_2_threads(e, self.size);
+            self.sample(s.at(BenchPath::Free2Threads), free, None)?;
         }
         if opts.wants(BenchPath::MmapMunmap4k) {
-            progress(&format!("repeat {r}: {mmaps} one-page mmaps, then munmaps"));
-            for (e, is_full) in sides {
-                let m = engine_mmap_munmap(e, mmaps)?;
-                s[idx(BenchPath::MmapMunmap4k)].engine(is_full).push(m);
-            }
-            if opts.host {
-                let h = measure::host_mmap_munmap_pages(mmaps)?;
-                s[idx(BenchPath::MmapMunmap4k)].host.push(host_meas(
-                    h.mmap_cpu_ns + h.munmap_cpu_ns,
-                    h.wall_ns,
-                    h.count,
-                ));
-            }
+            let n = self.mmaps;
+            progress(&format!("repeat {r}: {n} one-page mmaps, then munmaps"));
+            let host = || Ok(Meas::of(child::mmap_munmap_pages(n)?, n));
+            let engine = |e: &Engine| engine_mmap_munmap(e, n);
+            self.sample(s.at(BenchPath::MmapMunmap4k), engine, Some(&host))?;
         }
         if opts.wants(BenchPath::ForkExit) {
             progress(&format!("repeat {r}: {} forks and exits", scale::FORKS));
-            for (e, is_full) in sides {
-                let m = scale::engine_fork_exit(e, scale::FORKS)?;
-                s[idx(BenchPath::ForkExit)].engine(is_full).push(m);
-            }
-            if opts.host {
+            let host = || {
                 let h = measure::host_fork_exit(scale::FORKS)?;
                 let cpu = h.parent_cpu_ns + h.children_cpu_ns;
-                s[idx(BenchPath::ForkExit)]
-                    .host
-                    .push(host_meas(cpu, h.wall_ns, h.count));
-            }
+                let s = Stamp {
+                    cpu_ns: cpu,
+                    wall_ns: h.wall_ns,
+                };
+                Ok(Meas::of(s, h.count))
+            };
+            let engine = |e: &Engine| scale::engine_fork_exit(e, scale::FORKS);
+            self.sample(s.at(BenchPath::ForkExit), engine, Some(&host))?;
         }
         if opts.wants(BenchPath::RandomWrite4k) {
             progress(&format!("repeat {r}: 4 KiB write faults in random order"));
-            for (e, is_full) in sides {
-                let m = scale::engine_random_writes(e, &order)?;
-                s[idx(BenchPath::RandomWrite4k)].engine(is_full).push(m);
-            }
+            let p = s.at(BenchPath::RandomWrite4k);
+            let engine = |e: &Engine| scale::engine_random_writes(e, &self.order);
+            self.sample(p, engine, None)?;
             if opts.host {
-                let [cold, warm] = measure::host_random_writes(&order)?;
-                let p = &mut s[idx(BenchPath::RandomWrite4k)];
-                p.host.push(host_meas(warm.cpu_ns, warm.wall_ns, pages));
-                p.host_cold.push(cold.cpu_ns as f64 / pages as f64);
+                let [cold, warm] = child::random_writes_twice(&self.order)?;
+                p.host.push(Meas::of(warm, self.pages));
+                p.host_cold.push(Meas::of(cold, self.pages).cpu);
             }
         }
-        if opts.wants(BenchPath::BigfreeNodes) {
-            progress(&format!(
-                "repeat {r}: bigfree at 4 and 64 nodes, both clocks"
-            ));
-            for (k, &nodes) in scale::NODES.iter().enumerate() {
-                for (v, virt) in [false, true].into_iter().enumerate() {
-                    let b = scale::bigfree_size(size);
-                    node_runs[v][k].push(scale::bigfree_run(b, nodes, virt)?);
-                }
-            }
-            let last = node_runs[0][1].last().copied().unwrap_or_default();
-            s[idx(BenchPath::BigfreeNodes)].sparse.push(Meas {
-                cpu: last.cpu,
-                wall: last.wall,
-            });
+        Ok(())
+    }
+
+    /// Repeat `r` of `bigfree-nodes`, into `node_runs[clock][nodes]`.
+    fn repeat_nodes(
+        &self,
+        r: u32,
+        s: &mut AllSamples,
+        node_runs: &mut [[Vec<scale::NodeRun>; 2]; 2],
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<(), BenchError> {
+        if !self.opts.wants(BenchPath::BigfreeNodes) {
+            return Ok(());
         }
+        progress(&format!(
+            "repeat {r}: bigfree at 4 and 64 nodes, both clocks"
+        ));
+        for (k, &nodes) in scale::NODES.iter().enumerate() {
+            for (v, virt) in [false, true].into_iter().enumerate() {
+                let b = scale::bigfree_size(self.size);
+                node_runs[v][k].push(scale::bigfree_run(b, nodes, virt)?);
+            }
+        }
+        let last = node_runs[0][1].last().copied().unwrap_or_default();
+        s.at(BenchPath::BigfreeNodes).sparse.push(Meas {
+            cpu: last.cpu,
+            wall: last.wall,
+        });
+        Ok(())
+    }
+}
+
+/// Every path but `wis-page-fault1`, whose machines and runs are its own ([`wis`]).
+fn run_paths(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResult, BenchError> {
+    check(opts)?;
+    let run = Run::new(opts, progress)?;
+    let mut s = AllSamples::new();
+    progress("fresh machines and warm-up");
+    run.warm_up(&mut s)?;
+    let mut node_runs: [[Vec<scale::NodeRun>; 2]; 2] = Default::default();
+    for r in 1..=opts.repeat {
+        run.repeat_faults(r, &mut s, progress)?;
+        run.repeat_rest(r, &mut s, progress)?;
+        run.repeat_nodes(r, &mut s, &mut node_runs, progress)?;
     }
     let [wall_runs, virt_runs] = node_runs;
     let nodes = opts
         .wants(BenchPath::BigfreeNodes)
-        .then(|| scale::NodeScaling::of(scale::bigfree_size(size), &wall_runs, &virt_runs));
+        .then(|| scale::NodeScaling::of(scale::bigfree_size(run.size), &wall_runs, &virt_runs));
 
     progress("memset bandwidth");
     let (memset_gib_s, zero_alloc_4k_gib_s, memset_wall_gib_s) =
-        memset_bandwidth(&full, size.min(256 << 20))?;
-
+        memset_bandwidth(&run.full, run.size.min(256 << 20))?;
     let paths = BenchPath::ALL
         .iter()
-        .zip(s)
+        .zip(s.0)
         .filter(|(p, x)| {
             opts.wants(**p)
                 && !(x.full.cpu.is_empty() && x.sparse.cpu.is_empty() && x.wall_run.is_empty())
         })
-        .map(|(&path, x)| {
-            let wall_cpu = Spread::of(x.wall_run).map(|s| s.median);
-            let virtual_cpu = Spread::of(x.virtual_run).map(|s| s.median);
-            let full_s = Spread::of(x.full.cpu);
-            let sparse_s = Spread::of(x.sparse.cpu);
-            let host_s = Spread::of(x.host.cpu);
-            let med = |s: &Option<Spread>| s.as_ref().map(|s| s.median);
-            let wall = |v: Vec<f64>| Spread::of(v).map(|s| s.median);
-            let (f, sp, h) = (med(&full_s), med(&sparse_s), med(&host_s));
-            let zeroes = matches!(path, BenchPath::Populate4k | BenchPath::PopulateThp);
-            PathResult {
-                path,
-                unit: path.unit(),
-                clock: match path {
-                    BenchPath::Free2Threads => "wall",
-                    BenchPath::BigfreeVirtual | BenchPath::UsememAbVirtual => "process-cpu",
-                    _ => "thread-cpu",
-                },
-                engine_full_ns: f,
-                engine_sparse_ns: sp,
-                host_ns: h,
-                wall_cpu_ns: wall_cpu,
-                virtual_cpu_ns: virtual_cpu,
-                virtual_over_wall: virtual_cpu.zip(wall_cpu).map(|(v, w)| v / w),
-                host_over_full: h.zip(f).map(|(h, f)| h / f),
-                full_over_sparse: f.zip(sp).map(|(f, s)| f / s),
-                full_memset_share: f.filter(|_| zeroes).map(|f| {
-                    let gib_s = PAGE as f64 / f / 1.073_741_824;
-                    gib_s / memset_gib_s
-                }),
-                engine_full_fresh_ns: x.full_fresh,
-                host_cold_ns: Spread::of(x.host_cold).map(|s| s.median),
-                engine_full_wall_ns: wall(x.full.wall),
-                engine_sparse_wall_ns: wall(x.sparse.wall),
-                host_wall_ns: wall(x.host.wall),
-                engine_full: full_s,
-                engine_sparse: sparse_s,
-                host: host_s,
-                nodes: (path == BenchPath::BigfreeNodes)
-                    .then(|| nodes.clone())
-                    .flatten(),
-            }
-        })
+        .map(|(&path, x)| summary(path, x, nodes.as_ref(), memset_gib_s))
         .collect();
     Ok(BenchResult {
         opts: opts.clone(),
-        config_full: full.machine.config().clone(),
-        config_sparse: sparse.machine.config().clone(),
-        host_huge_pages: full.machine.phys().backing().host_huge_pages(),
+        config_full: run.full.machine.config().clone(),
+        config_sparse: run.sparse.machine.config().clone(),
+        host_huge_pages: run.full.machine.phys().backing().host_huge_pages(),
         memset_gib_s,
         zero_alloc_4k_gib_s,
         memset_wall_gib_s,
-        mmaps: opts.wants(BenchPath::MmapMunmap4k).then_some(mmaps),
+        mmaps: opts.wants(BenchPath::MmapMunmap4k).then_some(run.mmaps),
         paths,
     })
+}
+
+/// The medians of the engine's and the host's samples of `path` (on the path's clock), and
+/// the ratios between them: the row's figures with nothing path-specific filled in.
+fn medians(path: BenchPath, clock: &'static str, [full, sparse, host]: [Side; 3]) -> PathResult {
+    let (full_s, sparse_s, host_s) = (
+        Spread::of(full.cpu),
+        Spread::of(sparse.cpu),
+        Spread::of(host.cpu),
+    );
+    let med = |s: &Option<Spread>| s.as_ref().map(|s| s.median);
+    let wall = |v: Vec<f64>| Spread::of(v).map(|s| s.median);
+    let (f, sp, h) = (med(&full_s), med(&sparse_s), med(&host_s));
+    PathResult {
+        path,
+        unit: path.unit(),
+        clock,
+        engine_full_ns: f,
+        engine_sparse_ns: sp,
+        host_ns: h,
+        wall_cpu_ns: None,
+        virtual_cpu_ns: None,
+        virtual_over_wall: None,
+        host_over_full: h.zip(f).map(|(h, f)| h / f),
+        full_over_sparse: f.zip(sp).map(|(f, s)| f / s),
+        full_memset_share: None,
+        engine_full_fresh_ns: None,
+        host_cold_ns: None,
+        engine_full_wall_ns: wall(full.wall),
+        engine_sparse_wall_ns: wall(sparse.wall),
+        host_wall_ns: wall(host.wall),
+        engine_full: full_s,
+        engine_sparse: sparse_s,
+        host: host_s,
+        nodes: None,
+    }
+}
+
+/// One path's row from its samples.
+fn summary(
+    path: BenchPath,
+    x: Samples,
+    nodes: Option<&scale::NodeScaling>,
+    memset_gib_s: f64,
+) -> PathResult {
+    let clock = match path {
+        BenchPath::Free2Threads => "wall",
+        BenchPath::BigfreeVirtual | BenchPath::UsememAbVirtual => "process-cpu",
+        _ => "thread-cpu",
+    };
+    let wall_cpu = Spread::of(x.wall_run).map(|s| s.median);
+    let virtual_cpu = Spread::of(x.virtual_run).map(|s| s.median);
+    let zeroes = matches!(path, BenchPath::Populate4k | BenchPath::PopulateThp);
+    let mut row = medians(path, clock, [x.full, x.sparse, x.host]);
+    row.wall_cpu_ns = wall_cpu;
+    row.virtual_cpu_ns = virtual_cpu;
+    row.virtual_over_wall = virtual_cpu.zip(wall_cpu).map(|(v, w)| v / w);
+    row.full_memset_share = row.engine_full_ns.filter(|_| zeroes).map(|f| {
+        let gib_s = PAGE as f64 / f / 1.073_741_824;
+        gib_s / memset_gib_s
+    });
+    row.engine_full_fresh_ns = x.full_fresh;
+    row.host_cold_ns = Spread::of(x.host_cold).map(|s| s.median);
+    row.nodes = nodes.filter(|_| path == BenchPath::BigfreeNodes).cloned();
+    row
 }

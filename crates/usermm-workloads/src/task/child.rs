@@ -125,3 +125,39 @@ pub fn random_writes_twice(order: &[u32]) -> Result<[Stamp; 2], HostError> {
     let w = unsafe { run_forked_checked("mmap in measurement child", work)? };
     Ok([stamp(&w[1..]), stamp(&w[3..])])
 }
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    const SIZE: u64 = 8 << 20;
+
+    /// The host's side of bench's paths at small sizes: each body ran in its child and gave
+    /// its figures back (the times only as present, never as values).
+    #[test]
+    fn the_bodies_run_in_a_child() {
+        for thp in [false, true] {
+            for r in populate_twice(SIZE, thp).unwrap() {
+                assert!(r.populate.wall_ns > 0 && r.munmap.wall_ns > 0, "{r:?}");
+            }
+        }
+        let w = read_walk(SIZE, 4096, false).unwrap();
+        assert_eq!(w.accesses, SIZE / 4096);
+        assert_eq!(read_walk(SIZE, 2 << 20, true).unwrap().accesses, 4);
+        assert!(mmap_munmap_pages(1000).unwrap().wall_ns > 0);
+        let order: Vec<u32> = (0..512u32).rev().collect();
+        for s in random_writes_twice(&order).unwrap() {
+            assert!(s.wall_ns > 0);
+        }
+    }
+
+    /// A body's failure comes back as its errno.
+    #[test]
+    fn a_failed_body_reports_its_errno() {
+        let e = random_writes_twice(&[0, 5]).unwrap_err();
+        assert!(matches!(e, HostError::Sys { errno: 22, .. }), "{e}");
+        assert!(random_writes_twice(&[]).is_err());
+        let e = read_walk(1 << 60, 4096, false).unwrap_err();
+        assert!(matches!(e, HostError::Sys { .. }), "{e}");
+    }
+}
