@@ -3,26 +3,28 @@
 //! Each path is measured three ways in every repeat, interleaved so that a noisy neighbour hits
 //! all three alike: the engine with sparse backing (data frames never touched: the cost of the
 //! mm work alone), the engine with full backing (every frame real memory, zeroed on allocation
-//! like `clear_page`), and the host kernel doing the same work the same way in a forked
-//! single-threaded child ([`usermm_host::measure`]). Figures are medians over the repeats
-//! ([`crate::stats::median`]), with the spread ([`crate::stats::mad_pct`]) and the minimum and
-//! maximum beside them.
+//! like `clear_page`), and the host kernel doing the same work in a forked single-threaded
+//! child. Every path with a host side is one body over [`crate::task::Task`]
+//! ([`crate::task::bodies`]), run by a task alone on each engine machine and by a host task in
+//! the child ([`crate::task::child`]), timed by the task's clocks; `fork-exit` alone is not
+//! (the trait has no fork). Figures are medians over the repeats ([`crate::stats::median`]),
+//! with the spread ([`crate::stats::mad_pct`]) and the minimum and maximum beside them.
 //!
-//! | path | what one unit is | engine | host kernel |
-//! |---|---|---|---|
-//! | `populate-4k` | a 4 KiB write fault | walk a fresh `MADV_NOHUGEPAGE` mapping, one word per page | the same, one byte per page |
-//! | `populate-thp` | 4 KiB of a THP write fault | the same on a 2 MiB-aligned `MADV_HUGEPAGE` mapping | the same |
-//! | `munmap-4k` | one touched 4 KiB page of a munmap | munmap of the `populate-4k` mapping | the same |
-//! | `huge-zero-read` | one huge-zero-page read fault | read one word per 2 MiB of a read-only `MADV_HUGEPAGE` mapping | the same |
-//! | `zero-read-4k` | one 4 KiB zero-page read fault | read one word per 4 KiB of a read-only `MADV_NOHUGEPAGE` mapping | the same |
-//! | `free-2-threads` | one page of two concurrent munmaps (wall) | two mms on two CPUs unmap their halves at once | — |
-//! | `mmap-munmap-4k` | one mmap and one munmap of a page | 65 530 one-page `/dev/zero` mappings (no two merge), then a munmap of each | the same with libc mmap/munmap |
-//! | `fork-exit` | one fork and exit of a small process | `Mm::fork` of a 16-page mm and the child's `mmput`, ×1 000 | `fork`, `_exit`, `waitpid` ×1 000 |
-//! | `random-write-4k` | a 4 KiB write fault | one write per page of a fresh mapping, pages in a random order | the same, the same order |
-//! | `bigfree-nodes` | a 4 KiB page of bigfree at 64 nodes (sparse) | `bigfree SIZE/4 --max-active 8 --cpus 144` at 4 and 64 nodes, wall and virtual | — |
-//! | `bigfree-virtual` | a 4 KiB page of `bigfree --max-active 8 --seed-only` | process CPU time in virtual time over the same run's on the wall clock | — |
-//! | `usemem-ab-virtual` | a fault of `usemem -n 8 --readonly -j 2M --ab` | the same | — |
-//! | `wis-page-fault1` | a fault of will-it-scale's page_fault1, 1 task (wall) | the test over the engine's task, sparse and full | the same test over the host's task ([`wis`]; a thread on both sides) |
+//! | path | what one unit is | the body (engine and host kernel) |
+//! |---|---|---|
+//! | `populate-4k` | a 4 KiB write fault | write one word per page of a fresh 2 MiB-aligned `MADV_NOHUGEPAGE` mapping |
+//! | `populate-thp` | 4 KiB of a THP write fault | the same with `MADV_HUGEPAGE` |
+//! | `munmap-4k` | one touched 4 KiB page of a munmap | munmap of the `populate-4k` mapping |
+//! | `huge-zero-read` | one huge-zero-page read fault | read one word per 2 MiB of a read-only `MADV_HUGEPAGE` mapping |
+//! | `zero-read-4k` | one 4 KiB zero-page read fault | read one word per 4 KiB of a read-only `MADV_NOHUGEPAGE` mapping |
+//! | `free-2-threads` | one page of two concurrent munmaps (wall) | two mms on two CPUs unmap their halves at once (engine only) |
+//! | `mmap-munmap-4k` | one mmap and one munmap of a page | 65 530 one-page `/dev/zero` mappings (no two merge), then a munmap of each |
+//! | `fork-exit` | one fork and exit of a small process | engine: `Mm::fork` of a 16-page mm and the child's `mmput`, ×1 000; host: `fork`, `_exit`, `waitpid` ×1 000 |
+//! | `random-write-4k` | a 4 KiB write fault | one write per page of a fresh mapping, pages in a random order |
+//! | `bigfree-nodes` | a 4 KiB page of bigfree at 64 nodes (sparse) | `bigfree SIZE/4 --max-active 8 --cpus 144` at 4 and 64 nodes, wall and virtual (engine only) |
+//! | `bigfree-virtual` | a 4 KiB page of `bigfree --max-active 8 --seed-only` | process CPU time in virtual time over the same run's on the wall clock (engine only) |
+//! | `usemem-ab-virtual` | a fault of `usemem -n 8 --readonly -j 2M --ab` | the same (engine only) |
+//! | `wis-page-fault1` | a fault of will-it-scale's page_fault1, 1 task (wall) | the test over the task trait, sparse and full, and on the host ([`wis`]; a thread on both sides) |
 //!
 //! `fork-exit`, `random-write-4k` and `bigfree-nodes` are about scale (module [`scale`]): many
 //! processes, random faults, many nodes. `bigfree-nodes` runs on sparse backing only; its row
@@ -39,12 +41,12 @@
 //! # Same work, same state
 //! - **Warm memory on both sides.** The engine's full-backing machine is built once, with its
 //!   reservation made resident before any clock starts (`prefault`, on in [`default_config`]),
-//!   and a warm-up pass runs
-//!   each path once before the repeats: every timed populate then gets frames that were used
-//!   before and must really be zeroed, as the kernel zeroes every page it faults in, and no
-//!   timed read takes a host fault on a page-table frame or its metadata for the first time.
-//!   The host child runs each populate twice and the second round is the figure: its frames
-//!   are the ones the first round just freed, resident in the guest (on a VM, memory the guest
+//!   and a warm-up pass runs each path once before the repeats: every timed populate then gets
+//!   frames that were used before and must really be zeroed, as the kernel zeroes every page
+//!   it faults in, and no timed read takes a host fault on a page-table frame or its metadata
+//!   for the first time. The host child runs each populate (and the random writes) twice and
+//!   the second round is the figure: its frames are the ones the first round just freed,
+//!   resident in the guest (on a VM, memory the guest
 //!   has not touched for a while may have been handed back to the hypervisor, and its first
 //!   touch then pays a fault there too — that first round is reported as `host_cold_ns`). The
 //!   engine's first pass on never-used frames, which the host just gave it already zeroed, is
@@ -67,6 +69,7 @@
 //! Nothing here asserts a time; the figures are for people (and `--json` for scripts).
 
 mod engine;
+mod run;
 pub mod scale;
 #[cfg(test)]
 mod test;
@@ -75,16 +78,12 @@ pub mod wis;
 
 use serde::Serialize;
 use usermm::config::{BackingMode, MachineConfig, ThpMode};
-use usermm::Machine;
-use usermm_host::{measure, HostError};
+use usermm_host::HostError;
 
 use crate::stats;
-use crate::task::{child, Stamp};
 
-use self::engine::{
-    engine_free_2_threads, engine_mmap_munmap, engine_populate, engine_read, memset_bandwidth,
-    Engine, Meas,
-};
+use self::engine::{memset_bandwidth, Meas};
+use self::run::Run;
 
 const PAGE: u64 = 4096;
 const HPAGE: u64 = 2 << 20;
@@ -474,285 +473,6 @@ pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResu
         r.paths.push(wis::row(opts, progress)?);
     }
     Ok(r)
-}
-
-/// One run of every path but `wis-page-fault1`: its machines, sizes and inputs.
-struct Run<'o> {
-    opts: &'o BenchOpts,
-    size: u64,
-    read_size: u64,
-    pages: u64,
-    full: Engine,
-    sparse: Engine,
-    /// One-page mappings per `mmap-munmap-4k` sample.
-    mmaps: u64,
-    /// `random-write-4k`'s page order (empty when not run).
-    order: Vec<u32>,
-    /// `populate-4k` runs (for itself or for `munmap-4k`).
-    populate_4k: bool,
-}
-
-/// A machine of `mode` for the bench.
-fn boot(opts: &BenchOpts, mode: BackingMode, name: &'static str) -> Result<Engine, BenchError> {
-    let machine = Machine::new(machine_config(opts, mode)?)
-        .map_err(|e| BenchError::Machine(name, e.to_string()))?;
-    let cpu = machine.cpu(0).expect("cpu 0");
-    Ok(Engine { machine, cpu })
-}
-
-impl<'o> Run<'o> {
-    /// The sizes, both machines, and as many mappings on both sides: the engine's limit, and
-    /// the host child's room under its own (it starts with this process's mappings).
-    fn new(opts: &'o BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<Self, BenchError> {
-        let size = opts.size.next_multiple_of(HPAGE);
-        progress("booting the full-backing machine");
-        let full = boot(opts, BackingMode::Full, "full-backing")?;
-        progress("booting the sparse machine");
-        let sparse = boot(opts, BackingMode::Sparse, "sparse")?;
-        let mut mmaps = opts.mmaps.min(u64::from(opts.base.max_map_count));
-        if opts.host {
-            if let Some(room) = measure::map_count_headroom() {
-                mmaps = mmaps.min(room.saturating_sub(HOST_MAP_SLACK));
-            }
-        }
-        let order = if opts.wants(BenchPath::RandomWrite4k) {
-            scale::random_order(size / PAGE, 0x5eed)
-        } else {
-            Vec::new()
-        };
-        Ok(Run {
-            opts,
-            size,
-            read_size: opts.read_size.max(HPAGE).next_multiple_of(HPAGE),
-            pages: size / PAGE,
-            full,
-            sparse,
-            mmaps: mmaps.max(1),
-            order,
-            populate_4k: opts.wants(BenchPath::Populate4k) || opts.wants(BenchPath::Munmap4k),
-        })
-    }
-
-    fn sides(&self) -> [(&Engine, bool); 2] {
-        [(&self.sparse, false), (&self.full, true)]
-    }
-
-    /// One sample of a path on each engine machine, and on the host when it runs and the
-    /// path has a host side.
-    fn sample(
-        &self,
-        s: &mut Samples,
-        engine: impl Fn(&Engine) -> Result<Meas, BenchError>,
-        host: Option<&dyn Fn() -> Result<Meas, BenchError>>,
-    ) -> Result<(), BenchError> {
-        for (e, is_full) in self.sides() {
-            s.engine(is_full).push(engine(e)?);
-        }
-        if let Some(host) = host.filter(|_| self.opts.host) {
-            s.host.push(host()?);
-        }
-        Ok(())
-    }
-
-    /// Fresh: each populate path once on a full-backing machine of its own, just booted, whose
-    /// frames nobody has owned yet (the host gave them zeroed: nothing is zeroed again).
-    /// Warm-up: each path once per engine machine, untimed in the medians; afterwards every
-    /// frame of the full machine has had an owner and must be zeroed on allocation, and the
-    /// read paths' page-table frames and their metadata (never prefaulted) are resident.
-    fn warm_up(&self, s: &mut AllSamples) -> Result<(), BenchError> {
-        let (opts, size) = (self.opts, self.size);
-        for (path, thp, wanted) in [
-            (BenchPath::Populate4k, false, self.populate_4k),
-            (
-                BenchPath::PopulateThp,
-                true,
-                opts.wants(BenchPath::PopulateThp),
-            ),
-        ] {
-            if !wanted {
-                continue;
-            }
-            let fresh = boot(opts, BackingMode::Full, "fresh full-backing")?;
-            s.at(path).full_fresh = Some(engine_populate(&fresh, size, thp)?.0.cpu);
-            drop(fresh);
-            engine_populate(&self.full, size, thp)?;
-            engine_populate(&self.sparse, size, thp)?;
-        }
-        for (e, _) in self.sides() {
-            if opts.wants(BenchPath::HugeZeroRead) {
-                engine_read(e, self.read_size, HPAGE, true)?;
-            }
-            if opts.wants(BenchPath::ZeroRead4k) {
-                engine_read(e, size, PAGE, false)?;
-            }
-            if opts.wants(BenchPath::MmapMunmap4k) {
-                engine_mmap_munmap(e, self.mmaps)?;
-            }
-            if opts.wants(BenchPath::ForkExit) {
-                scale::engine_fork_exit(e, scale::FORKS)?;
-            }
-            if opts.wants(BenchPath::RandomWrite4k) {
-                scale::engine_random_writes(e, &self.order)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Repeat `r` of the populate paths and the read walks.
-    fn repeat_faults(
-        &self,
-        r: u32,
-        s: &mut AllSamples,
-        progress: &mut dyn FnMut(&str),
-    ) -> Result<(), BenchError> {
-        let (opts, size, pages) = (self.opts, self.size, self.pages);
-        if self.populate_4k {
-            progress(&format!("repeat {r}: 4 KiB populate and munmap"));
-            for (e, is_full) in self.sides() {
-                let (pop, unmap) = engine_populate(e, size, false)?;
-                s.at(BenchPath::Populate4k).engine(is_full).push(pop);
-                s.at(BenchPath::Munmap4k).engine(is_full).push(unmap);
-            }
-            if opts.host {
-                let [cold, warm] = child::populate_twice(size, false)?;
-                let p = s.at(BenchPath::Populate4k);
-                p.host.push(Meas::of(warm.populate, pages));
-                p.host_cold.push(Meas::of(cold.populate, pages).cpu);
-                s.at(BenchPath::Munmap4k)
-                    .host
-                    .push(Meas::of(warm.munmap, pages));
-            }
-        }
-        if opts.wants(BenchPath::PopulateThp) {
-            progress(&format!("repeat {r}: THP populate"));
-            let p = s.at(BenchPath::PopulateThp);
-            for (e, is_full) in self.sides() {
-                p.engine(is_full).push(engine_populate(e, size, true)?.0);
-            }
-            if opts.host {
-                let [cold, warm] = child::populate_twice(size, true)?;
-                p.host.push(Meas::of(warm.populate, pages));
-                p.host_cold.push(Meas::of(cold.populate, pages).cpu);
-            }
-        }
-        for (path, len, step, thp, what) in [
-            (
-                BenchPath::HugeZeroRead,
-                self.read_size,
-                HPAGE,
-                true,
-                "huge-zero",
-            ),
-            (BenchPath::ZeroRead4k, size, PAGE, false, "4 KiB zero-page"),
-        ] {
-            if opts.wants(path) {
-                progress(&format!("repeat {r}: {what} read faults"));
-                let host = || {
-                    let w = child::read_walk(len, step, thp)?;
-                    Ok(Meas::of(w.time, w.accesses))
-                };
-                self.sample(s.at(path), |e| engine_read(e, len, step, thp), Some(&host))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Repeat `r` of the other paths but `bigfree-nodes`.
-    fn repeat_rest(
-        &self,
-        r: u32,
-        s: &mut AllSamples,
-        progress: &mut dyn FnMut(&str),
-    ) -> Result<(), BenchError> {
-        let opts = self.opts;
-        for (path, what) in [
-            (BenchPath::BigfreeVirtual, "bigfree"),
-            (BenchPath::UsememAbVirtual, "usemem --ab"),
-        ] {
-            if !opts.wants(path) {
-                continue;
-            }
-            progress(&format!("repeat {r}: {what}, wall clock and virtual time"));
-            let x = s.at(path);
-            for virt in [false, true] {
-                let ns = match path {
-                    BenchPath::BigfreeVirtual => vtime_cost::bigfree_cpu(opts.size, virt)?,
-                    _ => vtime_cost::usemem_ab_cpu(opts.read_size, virt)?,
-                };
-                if virt {
-                    x.virtual_run.push(ns);
-                } else {
-                    x.wall_run.push(ns);
-                }
-            }
-        }
-        if opts.wants(BenchPath::Free2Threads) {
-            progress(&format!("repeat {r}: free path, 2 threads"));
-            let free = |e: &Engine| engine_free_2_threads(e, self.size);
-            self.sample(s.at(BenchPath::Free2Threads), free, None)?;
-        }
-        if opts.wants(BenchPath::MmapMunmap4k) {
-            let n = self.mmaps;
-            progress(&format!("repeat {r}: {n} one-page mmaps, then munmaps"));
-            let host = || Ok(Meas::of(child::mmap_munmap_pages(n)?, n));
-            let engine = |e: &Engine| engine_mmap_munmap(e, n);
-            self.sample(s.at(BenchPath::MmapMunmap4k), engine, Some(&host))?;
-        }
-        if opts.wants(BenchPath::ForkExit) {
-            progress(&format!("repeat {r}: {} forks and exits", scale::FORKS));
-            let host = || {
-                let h = measure::host_fork_exit(scale::FORKS)?;
-                let cpu = h.parent_cpu_ns + h.children_cpu_ns;
-                let s = Stamp {
-                    cpu_ns: cpu,
-                    wall_ns: h.wall_ns,
-                };
-                Ok(Meas::of(s, h.count))
-            };
-            let engine = |e: &Engine| scale::engine_fork_exit(e, scale::FORKS);
-            self.sample(s.at(BenchPath::ForkExit), engine, Some(&host))?;
-        }
-        if opts.wants(BenchPath::RandomWrite4k) {
-            progress(&format!("repeat {r}: 4 KiB write faults in random order"));
-            let p = s.at(BenchPath::RandomWrite4k);
-            let engine = |e: &Engine| scale::engine_random_writes(e, &self.order);
-            self.sample(p, engine, None)?;
-            if opts.host {
-                let [cold, warm] = child::random_writes_twice(&self.order)?;
-                p.host.push(Meas::of(warm, self.pages));
-                p.host_cold.push(Meas::of(cold, self.pages).cpu);
-            }
-        }
-        Ok(())
-    }
-
-    /// Repeat `r` of `bigfree-nodes`, into `node_runs[clock][nodes]`.
-    fn repeat_nodes(
-        &self,
-        r: u32,
-        s: &mut AllSamples,
-        node_runs: &mut [[Vec<scale::NodeRun>; 2]; 2],
-        progress: &mut dyn FnMut(&str),
-    ) -> Result<(), BenchError> {
-        if !self.opts.wants(BenchPath::BigfreeNodes) {
-            return Ok(());
-        }
-        progress(&format!(
-            "repeat {r}: bigfree at 4 and 64 nodes, both clocks"
-        ));
-        for (k, &nodes) in scale::NODES.iter().enumerate() {
-            for (v, virt) in [false, true].into_iter().enumerate() {
-                let b = scale::bigfree_size(self.size);
-                node_runs[v][k].push(scale::bigfree_run(b, nodes, virt)?);
-            }
-        }
-        let last = node_runs[0][1].last().copied().unwrap_or_default();
-        s.at(BenchPath::BigfreeNodes).sparse.push(Meas {
-            cpu: last.cpu,
-            wall: last.wall,
-        });
-        Ok(())
-    }
 }
 
 /// Every path but `wis-page-fault1`, whose machines and runs are its own ([`wis`]).

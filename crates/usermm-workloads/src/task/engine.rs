@@ -161,8 +161,20 @@ pub struct EngineTask<'a> {
     malloc: RefCell<Malloc>,
 }
 
-fn errno(e: usermm::Errno) -> Errno {
+/// An engine error as the errno a C program sees.
+pub(crate) fn errno(e: usermm::Errno) -> Errno {
     e.0
+}
+
+/// `mprotect` of `mm` from `cpu`, its errno alone: the one wrapper of the engine's tasks
+/// (this module's and usemem's).
+pub(crate) fn mprotect(mm: &Mm, cpu: CpuId, addr: u64, len: u64, prot: u32) -> Result<(), Errno> {
+    mm.mprotect(cpu, addr, len, prot).map_err(errno)
+}
+
+/// `madvise` of `mm` from `cpu`, its errno alone (as [`mprotect`]).
+pub(crate) fn madvise(mm: &Mm, cpu: CpuId, addr: u64, len: u64, advice: i32) -> Result<(), Errno> {
+    mm.madvise(cpu, addr, len, advice).map_err(errno)
 }
 
 /// The signal a failed access delivers (`VM_FAULT_OOM` is the OOM killer's SIGKILL).
@@ -228,15 +240,11 @@ impl Task for EngineTask<'_> {
     }
 
     fn mprotect(&self, addr: u64, len: u64, prot: u32) -> Result<(), Errno> {
-        self.mm()
-            .mprotect(self.cpu(), addr, len, prot)
-            .map_err(errno)
+        mprotect(self.mm(), self.cpu(), addr, len, prot)
     }
 
     fn madvise(&self, addr: u64, len: u64, advice: i32) -> Result<(), Errno> {
-        self.mm()
-            .madvise(self.cpu(), addr, len, advice)
-            .map_err(errno)
+        madvise(self.mm(), self.cpu(), addr, len, advice)
     }
 
     fn brk(&self, addr: u64) -> Result<(), Errno> {

@@ -70,6 +70,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub(crate) use self::engine::{
+    errno as engine_errno, madvise as engine_madvise, mprotect as engine_mprotect,
+};
 pub use self::engine::{run_engine, with_lone_task, EngineFile, EngineOut, EngineTask, SLICE};
 pub use self::host::{run_host, HostOut, HostTask};
 
