@@ -1,4 +1,4 @@
-//! The host kernel's side of "the model checked on this host": three small scenarios, measured
+//! The host kernel's side of "the model checked on this host": two small scenarios, measured
 //! on the real kernel, that the engine predicts in virtual time with the `this-host` profile
 //! (`usermm_workloads::host_check` holds the predictions and the comparison).
 //!
@@ -9,28 +9,28 @@
 //!   with `MADV_DONTNEED`, over and over, while another thread munmaps a big populated mapping
 //!   of the same process — the fault latencies (p50, p99) of the accesses that overlap the
 //!   munmap. On 6.18 the faulter takes its VMA's lock, not mmap_lock.
-//! - [`huge_zero_readers`]: one or two processes each reading a fresh 2 MiB-aligned
-//!   `MADV_HUGEPAGE` region one word every 2 MiB (a huge-zero-page read fault each), at once —
-//!   the read-fault throughput of two processes against one.
+//!
+//! Row (c), the huge-zero readers, is one body over `usermm_workloads`'s task trait for the
+//! engine and the host alike (`usermm_workloads::host_check::readers`).
 //!
 //! Mappings are made, advised and unmapped with [`crate::measure`]'s helpers; the only
-//! `unsafe` here is the touch of a region's own pages. Unlike [`crate::measure`], the first
-//! two run threads of *this* process (the point is two
-//! threads of one mm); they map only memory of their own and touch nothing else. Times are wall
+//! `unsafe` here is the touch of a region's own pages. Unlike [`crate::measure`], both run
+//! threads of *this* process (the point is two threads of one mm); they map only memory of
+//! their own and touch nothing else. Times are wall
 //! clock (`CLOCK_MONOTONIC` through `Instant`): a speed-up and a latency are wall-time figures.
 //! Nothing here asserts a time.
 
 #![expect(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::HostError;
-use crate::measure::{self, host_read_walk};
-use crate::ops::{HPAGE_SIZE, PAGE_SIZE};
+use crate::measure;
+use crate::ops::PAGE_SIZE;
 
 /// A private anonymous 4 KiB-page mapping of this process, unmapped on drop.
 struct Region {
@@ -204,76 +204,6 @@ pub fn faults_during_munmap(
         });
         out.munmap_ns.push(ns);
         out.during_ns.extend(during);
-    }
-    Ok(out)
-}
-
-/// [`huge_zero_readers`]'s figures: per repeat, the wall time from the first reader's start to
-/// the last one's end, and the faults all readers took.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct HugeZeroReaders {
-    pub processes: u32,
-    pub bytes_per_process: u64,
-    pub ns: Vec<u64>,
-    pub faults: Vec<u64>,
-}
-
-impl HugeZeroReaders {
-    /// Faults per second of each repeat.
-    pub fn faults_per_sec(&self) -> Vec<f64> {
-        self.ns
-            .iter()
-            .zip(&self.faults)
-            .map(|(ns, f)| *f as f64 / (*ns as f64 / 1e9))
-            .collect()
-    }
-}
-
-/// `processes` forked readers at once, each walking its own fresh `bytes` `MADV_HUGEPAGE`
-/// region one word every 2 MiB (a huge-zero-page read fault each); `repeat` times.
-pub fn huge_zero_readers(
-    processes: u32,
-    bytes: u64,
-    repeat: u32,
-) -> Result<HugeZeroReaders, HostError> {
-    let mut out = HugeZeroReaders {
-        processes,
-        bytes_per_process: bytes,
-        ns: Vec::new(),
-        faults: Vec::new(),
-    };
-    for _ in 0..repeat.max(1) {
-        let go = Arc::new(Barrier::new(processes as usize));
-        let t = Instant::now();
-        let walks: Vec<_> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..processes)
-                .map(|_| {
-                    let go = Arc::clone(&go);
-                    s.spawn(move || {
-                        go.wait();
-                        host_read_walk(bytes, HPAGE_SIZE, true)
-                    })
-                })
-                .collect();
-            hs.into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(HostError::Child("a reader thread panicked".into()))
-                    })
-                })
-                .collect()
-        });
-        let ns = t.elapsed().as_nanos() as u64;
-        let mut faults = 0;
-        let mut longest = 0;
-        for w in walks {
-            let w = w?;
-            faults += w.walk.faults;
-            longest = longest.max(w.walk.ns);
-        }
-        // The readers' own walk times, not the forks around them: the longest walk.
-        out.ns.push(longest.min(ns).max(1));
-        out.faults.push(faults);
     }
     Ok(out)
 }

@@ -261,36 +261,20 @@ pub fn host_touch_and_munmap(size: u64, thp: bool) -> Result<HostFreeResult, Hos
 /// usemem `--readonly` on the host: mmap `size` bytes of private anonymous memory read-only
 /// (2 MiB-aligned, `MADV_HUGEPAGE`), read one 8-byte word every `step` bytes, and report the
 /// minor faults and the time of the walk. On untouched anonymous memory this is a pure zero-page
-/// (or huge-zero-page) fault workload.
+/// (or huge-zero-page) fault workload. (`usermm bench`'s read walks are the task body
+/// `usermm_workloads::task::bodies::read_walk`; this one adds the rss check of `reproduce`'s
+/// huge-zero row.)
 pub fn host_usemem_readonly(size: u64, step: u64) -> Result<HostUsememResult, HostError> {
-    host_read_walk(size, step, true).map(|r| r.walk)
-}
-
-/// Result of [`host_read_walk`].
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HostReadWalk {
-    pub walk: HostUsememResult,
-    /// The child's CPU time over the walk (`CLOCK_THREAD_CPUTIME_ID`: user and system, i.e.
-    /// the kernel's fault handling included), in ns.
-    pub cpu_ns: u64,
-}
-
-/// [`host_usemem_readonly`] with the THP advice chosen: `thp` maps 2 MiB-aligned with
-/// `MADV_HUGEPAGE` (huge-zero-page faults), otherwise `MADV_NOHUGEPAGE` (one 4 KiB zero-page
-/// fault per page touched), so that a 4 KiB zero-page read fault can be compared with the
-/// engine's. Reports the walk's CPU time as well as its wall time.
-pub fn host_read_walk(size: u64, step: u64, thp: bool) -> Result<HostReadWalk, HostError> {
     let len = check_size(size)?;
     let step = step.max(8);
-    let work = move || -> [u64; 7] {
-        let p = match map_anon(len, libc::PROT_READ, thp) {
+    let work = move || -> [u64; 6] {
+        let p = match map_anon(len, libc::PROT_READ, true) {
             Ok(p) => p,
-            Err(e) => return [e as u64, 0, 0, 0, 0, 0, 0],
+            Err(e) => return [e as u64, 0, 0, 0, 0, 0],
         };
-        madvise(p, len, thp_advice(thp));
+        madvise(p, len, thp_advice(true));
         let rss0 = rollup_kb(b"Anonymous:");
         let f0 = sys::minflt();
-        let c0 = sys::thread_cpu_ns();
         let t0 = Instant::now();
         let mut sum = 0u64;
         let mut n = 0u64;
@@ -304,26 +288,22 @@ pub fn host_read_walk(size: u64, step: u64, thp: bool) -> Result<HostReadWalk, H
             off += step;
         }
         let ns = t0.elapsed().as_nanos() as u64;
-        let cpu = sys::thread_cpu_ns() - c0;
         let faults = sys::minflt() - f0;
         let rss1 = rollup_kb(b"Anonymous:");
         std::hint::black_box(sum);
         munmap(p, len);
-        [0, n, faults, ns, rss0, rss1, cpu]
+        [0, n, faults, ns, rss0, rss1]
     };
     // SAFETY: `work` only issues raw system calls, volatile loads from its own fresh mapping,
-    // reads the clocks (vDSO, clock_gettime) and reads a /proc file into a stack buffer.
+    // reads the clock (vDSO) and reads a /proc file into a stack buffer.
     let w = unsafe { run_forked_checked("mmap in measurement child", work)? };
-    Ok(HostReadWalk {
-        walk: HostUsememResult {
-            size: len,
-            step,
-            accesses: w[1],
-            faults: w[2],
-            ns: w[3],
-            anon_rss_delta_kb: w[5] as i64 - w[4] as i64,
-        },
-        cpu_ns: w[6],
+    Ok(HostUsememResult {
+        size: len,
+        step,
+        accesses: w[1],
+        faults: w[2],
+        ns: w[3],
+        anon_rss_delta_kb: w[5] as i64 - w[4] as i64,
     })
 }
 
@@ -494,20 +474,6 @@ mod tests {
         let r8 = host_usemem_readonly(1 << 20, 0).unwrap();
         assert_eq!(r8.step, 8);
         assert_eq!(r8.accesses, (1 << 20) / 8);
-    }
-
-    #[test]
-    fn host_read_walk_without_thp_faults_every_page() {
-        let w = host_read_walk(SIZE, 4096, false).unwrap();
-        assert!(w.cpu_ns > 0);
-        let r = w.walk;
-        assert_eq!(r.accesses, SIZE / 4096);
-        // One zero-page fault per 4 KiB page (a handful more from the child itself).
-        assert!(
-            r.faults >= r.accesses && r.faults <= r.accesses + 64,
-            "{r:?}"
-        );
-        assert!(r.anon_rss_delta_kb < 64, "{r:?}");
     }
 
     #[test]

@@ -88,7 +88,7 @@ pub(super) fn engine_populate(e: &Engine, len: u64, thp: bool) -> Result<(Meas, 
 /// Read one word every `step` bytes of a fresh read-only mapping ([`bodies::read_walk`]):
 /// per access (each a fault).
 pub(super) fn engine_read(e: &Engine, len: u64, step: u64, thp: bool) -> Result<Meas, BenchError> {
-    let w = lone(e, |t| bodies::read_walk(t, len, step, thp))?;
+    let w = lone(e, |t| bodies::read_walk(t, len, step, thp, || ()))?;
     Ok(Meas::of(w.time, w.accesses))
 }
 

@@ -194,7 +194,7 @@ impl<'o> Run<'o> {
             if opts.wants(path) {
                 progress(&format!("repeat {r}: {what} read faults"));
                 let host = || {
-                    let w = child::read_walk(len, step, thp)?;
+                    let (w, _) = child::read_walk(len, step, thp)?;
                     Ok(Meas::of(w.time, w.accesses))
                 };
                 self.sample(s.at(path), |e| engine_read(e, len, step, thp), Some(&host))?;

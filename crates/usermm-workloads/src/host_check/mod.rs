@@ -32,12 +32,12 @@ use serde::Serialize;
 use usermm::config::{BackingMode, MachineConfig, ThpMode, TimeConfig, TimeMode};
 use usermm::machine::MachineError;
 use usermm::mm::mmap::{
-    MapFile, MADV_DONTNEED, MADV_HUGEPAGE, MADV_NOHUGEPAGE, MAP_ANONYMOUS, MAP_FIXED_NOREPLACE,
-    MAP_NORESERVE, MAP_PRIVATE, PROT_READ, PROT_WRITE,
+    MapFile, MADV_DONTNEED, MADV_NOHUGEPAGE, MAP_ANONYMOUS, MAP_NORESERVE, MAP_PRIVATE, PROT_READ,
+    PROT_WRITE,
 };
 use usermm::sync::class::FUTEX;
 use usermm::sync::{clock, thread, Barrier};
-use usermm::{CpuId, Errno, Machine, Mm, Task};
+use usermm::{CpuId, Errno, Machine, Mm};
 use usermm_host::check as host;
 use usermm_host::HostError;
 
@@ -47,13 +47,12 @@ use crate::munmap_test::{self, Latency, MunmapTestOpts};
 use crate::stats;
 
 pub mod page_fault1;
+pub mod readers;
 
 use page_fault1::Pf1Measured;
 
 /// 2 MiB: a huge page, and the stride of the huge-zero readers.
 const HPAGE: u64 = 2 << 20;
-/// Where row (c)'s readers map (2 MiB-aligned, far from anything else).
-const READER_BASE: u64 = 0x2000_0000_0000;
 
 /// Sizes of the four scenarios.
 #[derive(Debug, Clone, Serialize)]
@@ -308,78 +307,12 @@ fn predict_faults(profile: &str, opts: &HostCheckOpts) -> Result<(f64, f64), Hos
     Ok((r.during.faults.p50_ns as f64, r.during.faults.p99_ns as f64))
 }
 
-/// Row (c) on the engine: faults per second of `procs` processes (one mm each, on CPUs 0..)
-/// reading a word every 2 MiB of their own `bytes`, started together.
-fn predict_readers(profile: &str, procs: u16, bytes: u64) -> Result<f64, HostCheckError> {
-    let config = this_host_machine(profile, 0);
-    let machine = Machine::new(config)?;
-    let cpu0 = CpuId(0);
-    let r = machine.run(cpu0, || -> Result<f64, HostCheckError> {
-        let start = Barrier::new(&FUTEX, usize::from(procs));
-        let per_proc: Vec<Result<u64, HostCheckError>> = thread::scope(|s| {
-            let hs: Vec<_> = (0..procs)
-                .map(|i| {
-                    let machine = &machine;
-                    let start = &start;
-                    s.spawn_on(CpuId(i), move || -> Result<u64, HostCheckError> {
-                        let cpu = CpuId(i);
-                        let mm = sys("mm_alloc", Mm::new(machine, cpu))?;
-                        let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
-                        let a = sys(
-                            "mmap",
-                            mm.mmap(
-                                cpu,
-                                READER_BASE,
-                                bytes,
-                                PROT_READ,
-                                flags | MAP_FIXED_NOREPLACE,
-                                MapFile::None,
-                            ),
-                        )?;
-                        sys("madvise", mm.madvise(cpu, a, bytes, MADV_HUGEPAGE))?;
-                        let task = Task::new(Arc::clone(&mm), cpu);
-                        start.wait();
-                        let t = clock::now();
-                        let mut addr = a;
-                        while addr < a + bytes {
-                            task.read_u64(addr).map_err(|_| HostCheckError::Syscall {
-                                op: "read fault",
-                                errno: Errno::EFAULT,
-                            })?;
-                            addr += HPAGE;
-                        }
-                        let ns = t.elapsed_ns();
-                        mm.mmput(cpu);
-                        Ok(ns)
-                    })
-                })
-                .collect();
-            hs.into_iter()
-                .map(|h| {
-                    h.join().unwrap_or(Err(HostCheckError::Syscall {
-                        op: "reader",
-                        errno: Errno::EFAULT,
-                    }))
-                })
-                .collect()
-        });
-        let mut longest = 0;
-        for ns in per_proc {
-            longest = longest.max(ns?);
-        }
-        let faults = u64::from(procs) * (bytes / HPAGE);
-        Ok(faults as f64 / (longest.max(1) as f64 / 1e9))
-    });
-    drop(machine);
-    r?
-}
-
 /// The engine's predictions for `opts` on `profile` (deterministic: the same every run).
 pub fn predict(profile: &str, opts: &HostCheckOpts) -> Result<Predicted, HostCheckError> {
     let (d1, d2) = predict_dontneed(profile, opts.dontneed_bytes)?;
     let (p50, p99) = predict_faults(profile, opts)?;
-    let r1 = predict_readers(profile, 1, opts.reader_bytes)?;
-    let r2 = predict_readers(profile, 2, opts.reader_bytes)?;
+    let r1 = readers::predict(profile, 1, opts.reader_bytes)?;
+    let r2 = readers::predict(profile, 2, opts.reader_bytes)?;
     let page_fault1 = page_fault1::predict(profile, opts)?;
     Ok(Predicted {
         dontneed_one_ns: d1,
@@ -419,8 +352,8 @@ pub fn measure(
     let during = Latency::of_samples(&f.during_ns);
     let ((r1, r2), quiet_readers) = judged(|| {
         Ok((
-            host::huge_zero_readers(1, opts.reader_bytes, opts.repeat)?,
-            host::huge_zero_readers(2, opts.reader_bytes, opts.repeat)?,
+            readers::measure(1, opts.reader_bytes, opts.repeat)?,
+            readers::measure(2, opts.reader_bytes, opts.repeat)?,
         ))
     })?;
     let page_fault1 = page_fault1::measure(opts, runner)?;

@@ -132,14 +132,17 @@ pub struct Walked {
 /// `huge-zero-read`, `zero-read-4k`, the host check's huge-zero readers: a fresh read-only
 /// mapping of `len` bytes, one 8-byte read every `step` bytes (each a read fault of the huge
 /// zero page when `thp` and `step` is 2 MiB, of the 4 KiB zero page when not), timed; then
-/// its munmap, untimed.
+/// its munmap, untimed. `ready` runs between the mapping and the walk's clock (where readers
+/// that start together wait for each other).
 pub fn read_walk<T: Task + ?Sized>(
     t: &T,
     len: u64,
     step: u64,
     thp: bool,
+    ready: impl FnOnce(),
 ) -> Result<Walked, Failed> {
     let a = map_aligned(t, len, PROT_READ, thp)?;
+    ready();
     let t0 = t.now();
     let accesses = t.touch(a, len, step, false)?;
     let time = t.now().since(t0);

@@ -15,6 +15,7 @@
 #![expect(unsafe_code)]
 
 use usermm_host::measure::run_forked_checked;
+use usermm_host::task::thread_minor_faults;
 use usermm_host::HostError;
 
 use super::bodies::{self, Failed, Populated, Walked};
@@ -74,21 +75,23 @@ pub fn populate_twice(len: u64, thp: bool) -> Result<[Populated; 2], HostError> 
     Ok([round(0), round(1)])
 }
 
-/// [`bodies::read_walk`] in a child.
-pub fn read_walk(len: u64, step: u64, thp: bool) -> Result<Walked, HostError> {
+/// [`bodies::read_walk`] in a child, and the child's minor faults over the whole body
+/// (`getrusage`: the walk's, and the few of the child's own, such as its stack's).
+pub fn read_walk(len: u64, step: u64, thp: bool) -> Result<(Walked, u64), HostError> {
     let task = HostTask::alone(4);
     let work = || {
-        words(
-            bodies::read_walk(&task, len, step, thp)
-                .map(|w| [0, w.accesses, w.time.cpu_ns, w.time.wall_ns]),
-        )
+        let f0 = thread_minor_faults();
+        let r = bodies::read_walk(&task, len, step, thp, || ());
+        let faults = thread_minor_faults().saturating_sub(f0);
+        words(r.map(|w| [0, w.accesses, w.time.cpu_ns, w.time.wall_ns, faults]))
     };
-    // SAFETY: as in `populate_twice`.
+    // SAFETY: as in `populate_twice`; `getrusage` is a system call into a stack value.
     let w = unsafe { run_forked_checked("mmap in measurement child", work)? };
-    Ok(Walked {
+    let walk = Walked {
         accesses: w[1],
         time: stamp(&w[2..]),
-    })
+    };
+    Ok((walk, w[4]))
 }
 
 /// [`bodies::mmap_munmap_pages`] of `count` mappings in a child. The caller keeps `count`
@@ -141,9 +144,11 @@ mod test {
                 assert!(r.populate.wall_ns > 0 && r.munmap.wall_ns > 0, "{r:?}");
             }
         }
-        let w = read_walk(SIZE, 4096, false).unwrap();
+        let (w, faults) = read_walk(SIZE, 4096, false).unwrap();
         assert_eq!(w.accesses, SIZE / 4096);
-        assert_eq!(read_walk(SIZE, 2 << 20, true).unwrap().accesses, 4);
+        // One zero-page fault per 4 KiB page (a handful more from the child itself).
+        assert!(faults >= w.accesses && faults < w.accesses + 64, "{faults}");
+        assert_eq!(read_walk(SIZE, 2 << 20, true).unwrap().0.accesses, 4);
         assert!(mmap_munmap_pages(1000).unwrap().wall_ns > 0);
         let order: Vec<u32> = (0..512u32).rev().collect();
         for s in random_writes_twice(&order).unwrap() {
