@@ -497,3 +497,42 @@ pub fn current_brk() -> u64 {
     // SAFETY: sbrk(0) only reads the break.
     unsafe { libc::sbrk(0) as u64 }
 }
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    const PAGE: u64 = 4096;
+    const RW: u32 = (libc::PROT_READ | libc::PROT_WRITE) as u32;
+    const ANON: u32 = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u32;
+
+    /// A munmap of part of a mapping keeps the rest; a hole splits it in two; the records of a
+    /// space made with room never grow (what a forked child relies on), and what was unmapped
+    /// can no longer be touched or unmapped again.
+    #[test]
+    fn munmap_splits_and_trims_within_the_room_given() {
+        let s = Space::with_capacity(4);
+        let room = s.maps.borrow().capacity();
+        let a = s.mmap(8 * PAGE, RW, ANON, None).unwrap();
+        let b = s.mmap(PAGE, RW, ANON, None).unwrap();
+        s.munmap(a + 2 * PAGE, 2 * PAGE).unwrap();
+        assert_eq!(s.write_u8(a + 2 * PAGE, 1), Err(Unmapped));
+        s.write_u8(a + PAGE, 1).unwrap();
+        s.write_u8(a + 4 * PAGE, 1).unwrap();
+        s.munmap(a, PAGE).unwrap();
+        s.munmap(a + 7 * PAGE, PAGE).unwrap();
+        let mut left: Vec<_> = s.maps.borrow().iter().copied().collect();
+        left.sort_unstable();
+        let mut want = vec![(a + PAGE, PAGE), (a + 4 * PAGE, 3 * PAGE), (b, PAGE)];
+        want.sort_unstable();
+        assert_eq!(left, want);
+        assert_eq!(s.maps.borrow().capacity(), room);
+        // The newest and the oldest at once, and a range no longer ours.
+        s.munmap(b, PAGE).unwrap();
+        assert_eq!(s.munmap(a, PAGE), Err(libc::EINVAL));
+        assert_eq!(s.madvise(a + 2 * PAGE, PAGE, 0), Err(libc::ENOMEM));
+        s.munmap(a + PAGE, PAGE).unwrap();
+        s.munmap(a + 4 * PAGE, 3 * PAGE).unwrap();
+        assert!(s.maps.borrow().is_empty());
+    }
+}

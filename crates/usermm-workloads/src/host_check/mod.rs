@@ -11,7 +11,7 @@
 //! |---|---|---|
 //! | (a) | `MADV_DONTNEED` of a touched mapping by two threads on disjoint halves, against one thread | two freers of one mm: one zone and LRU lock, the mm's TLB flushes reaching the other CPU |
 //! | (b) | a thread write-faulting in its own VMA while another munmaps a big mapping: p50, p99 | per-VMA locks and munmap's downgraded mmap_lock (6.18 has both) |
-//! | (c) | huge-zero-page read faults of two processes at once, against one | the huge zero page's shared line under 6.18's per-mm reference |
+//! | (c) | huge-zero-page read faults of two processes at once, against one | the huge zero page's shared line under 6.18's per-mm reference (`readers.rs`: one body over [`crate::task::Task`] on both sides) |
 //! | (d) | will-it-scale's page_fault1 at 1 and 2 tasks, processes and threads: faults/s | the whole fault, zero, map and unmap cycle; two mms against one shared mm (its mmap lock, its TLB flushes reaching the other thread's CPU) (`page_fault1.rs`) |
 //!
 //! The modelled machine is this host as the kernel runs it: the CPUs it has (at least 2), one
