@@ -1,20 +1,18 @@
-//! The host kernel's side of "the model checked on this host": two small scenarios, measured
+//! The host kernel's side of "the model checked on this host": one small scenario, measured
 //! on the real kernel, that the engine predicts in virtual time with the `this-host` profile
 //! (`usermm_workloads::host_check` holds the predictions and the comparison).
 //!
-//! - [`dontneed_split`]: one touched 4 KiB mapping freed by `MADV_DONTNEED`, by one thread, then
-//!   (re-touched) by two threads each freeing a disjoint half at once — the two-freer speed-up
-//!   (both free into the same zone and LRU; their TLB flushes reach each other's CPU).
 //! - [`faults_during_munmap`]: a thread write-faulting pages of its own VMA, then dropping them
 //!   with `MADV_DONTNEED`, over and over, while another thread munmaps a big populated mapping
 //!   of the same process — the fault latencies (p50, p99) of the accesses that overlap the
 //!   munmap. On 6.18 the faulter takes its VMA's lock, not mmap_lock.
 //!
-//! Row (c), the huge-zero readers, is one body over `usermm_workloads`'s task trait for the
-//! engine and the host alike (`usermm_workloads::host_check::readers`).
+//! Rows (a) and (c), the `MADV_DONTNEED` split and the huge-zero readers, are one body each
+//! over `usermm_workloads`'s task trait for the engine and the host alike
+//! (`usermm_workloads::host_check::{dontneed, readers}`).
 //!
 //! Mappings are made, advised and unmapped with [`crate::measure`]'s helpers; the only
-//! `unsafe` here is the touch of a region's own pages. Unlike [`crate::measure`], both run
+//! `unsafe` here is the touch of a region's own pages. Unlike [`crate::measure`], it runs
 //! threads of *this* process (the point is two threads of one mm); they map only memory of
 //! their own and touch nothing else. Times are wall
 //! clock (`CLOCK_MONOTONIC` through `Instant`): a speed-up and a latency are wall-time figures.
@@ -77,51 +75,6 @@ impl Drop for Region {
     fn drop(&mut self) {
         self.unmap();
     }
-}
-
-/// [`dontneed_split`]'s figures, one sample per repeat, each in ns of wall time.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct DontneedSplit {
-    pub bytes: u64,
-    /// One thread's `MADV_DONTNEED` of the whole touched mapping.
-    pub one_thread_ns: Vec<u64>,
-    /// Two threads, each `MADV_DONTNEED` of one half, started together: start to last end.
-    pub two_threads_ns: Vec<u64>,
-}
-
-/// Frees a touched `bytes` mapping by `MADV_DONTNEED` with one thread, then with two threads
-/// on disjoint halves, `repeat` times each (a fresh mapping per repeat).
-pub fn dontneed_split(bytes: u64, repeat: u32) -> Result<DontneedSplit, HostError> {
-    let bytes = bytes.next_multiple_of(2 * PAGE_SIZE);
-    let mut out = DontneedSplit {
-        bytes,
-        one_thread_ns: Vec::new(),
-        two_threads_ns: Vec::new(),
-    };
-    for _ in 0..repeat.max(1) {
-        let r = Region::new(bytes)?;
-        r.touch(0, bytes);
-        let t = Instant::now();
-        r.dontneed(0, bytes);
-        out.one_thread_ns.push(t.elapsed().as_nanos() as u64);
-
-        r.touch(0, bytes);
-        let half = bytes / 2;
-        let start = Barrier::new(2);
-        let t0 = std::thread::scope(|s| {
-            let other = s.spawn(|| {
-                start.wait();
-                r.dontneed(half, half);
-            });
-            start.wait();
-            let t0 = Instant::now();
-            r.dontneed(0, half);
-            let _ = other.join();
-            t0
-        });
-        out.two_threads_ns.push(t0.elapsed().as_nanos() as u64);
-    }
-    Ok(out)
 }
 
 /// Faults that must overlap the munmaps for a quantile to mean something.

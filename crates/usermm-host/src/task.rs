@@ -14,6 +14,10 @@
 //!   to glibc's heap and the Rust objects in it. Above the floor nothing of Rust lives — as
 //!   long as no thread of this process grows glibc's main heap while a brk test runs (the
 //!   runner's sampler does not allocate; test threads allocate from their own arenas).
+//! - **A sibling sees, never unmaps.** A second thread of the task's process gets
+//!   [`Space::sibling`]: it reaches the owner's mappings as they were when it was made, and
+//!   while it lives the owner unmaps nothing (`EBUSY`), so that what it reaches stays mapped.
+//!   A forked child may use a space made before the fork ([`Space::with_capacity`]).
 //! - A space unmaps and frees what is left of its mappings and blocks when dropped, and puts
 //!   the break back to its floor if it moved it, so that a thread that stopped mid-iteration
 //!   leaves this process as it found it.
@@ -24,7 +28,10 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 use crate::sys;
 
@@ -84,6 +91,14 @@ impl TmpFile {
 pub struct Space {
     /// `(start, len)` of every live mapping made here, oldest first.
     maps: RefCell<VecDeque<(u64, u64)>>,
+    /// The mappings of the space this one is a sibling of ([`Space::sibling`]): accessed and
+    /// advised here, never unmapped.
+    borrowed: Vec<(u64, u64)>,
+    /// How many siblings see this space's mappings now (its owner's count when it is one):
+    /// while any does, the owner unmaps nothing (`EBUSY`).
+    lent: Arc<AtomicUsize>,
+    /// This space is a sibling ([`Space::sibling`]).
+    is_sibling: bool,
     /// `(address, len)` of every live `malloc` block.
     blocks: RefCell<Vec<(u64, u64)>>,
     /// The break when the space was made; `brk` never goes below it.
@@ -108,15 +123,36 @@ impl Space {
         let floor = unsafe { libc::sbrk(0) } as u64;
         Space {
             maps: RefCell::new(VecDeque::with_capacity(maps)),
+            borrowed: Vec::new(),
+            lent: Arc::new(AtomicUsize::new(0)),
+            is_sibling: false,
             blocks: RefCell::new(Vec::new()),
             floor,
             moved_brk: Cell::new(false),
         }
     }
 
+    /// A space for another thread of this process: it sees this space's mappings as they
+    /// are now — its accesses, `madvise` and `mprotect` may reach them — but owns none of
+    /// them: it never unmaps them, and while it lives this space unmaps nothing either
+    /// (`EBUSY`), so that what it sees stays mapped. Its own mappings, break and blocks start
+    /// empty, as a new thread's.
+    pub fn sibling(&self) -> Space {
+        let mut borrowed: Vec<(u64, u64)> = self.maps.borrow().iter().copied().collect();
+        borrowed.extend(self.borrowed.iter().copied());
+        self.lent.fetch_add(1, Relaxed);
+        let mut sib = Space::new();
+        sib.borrowed = borrowed;
+        sib.lent = Arc::clone(&self.lent);
+        sib.is_sibling = true;
+        sib
+    }
+
     fn covers(&self, start: u64, end: u64) -> bool {
         let inside = |&(s, l): &(u64, u64)| s <= start && end <= s.saturating_add(l);
-        self.maps.borrow().iter().any(inside) || self.blocks.borrow().iter().any(inside)
+        self.maps.borrow().iter().any(inside)
+            || self.blocks.borrow().iter().any(inside)
+            || self.borrowed.iter().any(inside)
     }
 
     /// `mmap(NULL, len, prot, flags, fd or -1, 0)` (`MAP_FIXED` is refused: nothing existing
@@ -142,7 +178,13 @@ impl Space {
     /// Allocation-free within the space's capacity (see the type's doc).
     pub fn munmap(&self, addr: u64, len: u64) -> Result<(), i32> {
         let end = addr.saturating_add(len);
-        self.ours(addr, len).map_err(|_| libc::EINVAL)?;
+        let mine = |&(s, l): &(u64, u64)| s <= addr && end <= s + l;
+        if !self.maps.borrow().iter().any(mine) {
+            return Err(libc::EINVAL);
+        }
+        if !self.is_sibling && self.lent.load(Acquire) > 0 {
+            return Err(libc::EBUSY);
+        }
         // SAFETY: the range lies in one of this space's mappings: it holds no Rust object.
         unsafe { sys::munmap(addr, len) }?;
         let mut maps = self.maps.borrow_mut();
@@ -187,7 +229,10 @@ impl Space {
         let inside = |&(s, l): &(u64, u64)| s <= addr && end <= s + l;
         let maps = self.maps.borrow();
         // The newest and the oldest first (see the type's doc).
-        if maps.back().is_some_and(inside) || maps.iter().any(inside) {
+        if maps.back().is_some_and(inside)
+            || maps.iter().any(inside)
+            || self.borrowed.iter().any(inside)
+        {
             Ok(())
         } else {
             Err(libc::ENOMEM)
@@ -330,6 +375,9 @@ impl Space {
 
 impl Drop for Space {
     fn drop(&mut self) {
+        if self.is_sibling {
+            self.lent.fetch_sub(1, Release);
+        }
         for (s, l) in self.maps.take() {
             // SAFETY: a mapping this space made: no Rust object lives in it.
             let _ = unsafe { sys::munmap(s, l) };
@@ -534,5 +582,24 @@ mod test {
         s.munmap(a + PAGE, PAGE).unwrap();
         s.munmap(a + 4 * PAGE, 3 * PAGE).unwrap();
         assert!(s.maps.borrow().is_empty());
+    }
+
+    /// A sibling reaches its owner's mappings but cannot unmap them, and while it lives its
+    /// owner cannot either; its own mappings are its own.
+    #[test]
+    fn a_sibling_sees_its_owners_mappings_and_keeps_them_mapped() {
+        let s = Space::new();
+        let a = s.mmap(2 * PAGE, RW, ANON, None).unwrap();
+        let sib = s.sibling();
+        sib.write_u64(a + PAGE, 7).unwrap();
+        assert_eq!(s.read_u64(a + PAGE), Ok(7));
+        sib.madvise(a, 2 * PAGE, libc::MADV_DONTNEED).unwrap();
+        assert_eq!(s.read_u64(a + PAGE), Ok(0));
+        assert_eq!(sib.munmap(a, PAGE), Err(libc::EINVAL));
+        assert_eq!(s.munmap(a, PAGE), Err(libc::EBUSY));
+        let b = sib.mmap(PAGE, RW, ANON, None).unwrap();
+        sib.munmap(b, PAGE).unwrap();
+        drop(sib);
+        s.munmap(a, 2 * PAGE).unwrap();
     }
 }

@@ -11,23 +11,10 @@ use usermm::sync::{thread, Barrier};
 use usermm::{CpuId, Errno, Machine};
 use usermm_host::HostError;
 
+use super::dontneed::failed;
 use super::{this_host_machine, HostCheckError};
-use crate::task::bodies::{self, Failed, Walked, HPAGE};
+use crate::task::bodies::{self, Walked, HPAGE};
 use crate::task::{child, with_lone_task};
-
-/// A body's failure as the check's error.
-fn failed(f: Failed) -> HostCheckError {
-    match f {
-        Failed::Call { what, errno } => HostCheckError::Syscall {
-            op: what,
-            errno: Errno(errno),
-        },
-        Failed::Access(_) => HostCheckError::Syscall {
-            op: "read fault",
-            errno: Errno::EFAULT,
-        },
-    }
-}
 
 /// The engine's faults per second of `procs` processes (one mm each, on CPUs 0..) each
 /// walking its own `bytes`, started together.

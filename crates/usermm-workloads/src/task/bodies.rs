@@ -16,11 +16,11 @@
 //! fault takes is the body's choice, not the THP policy's or the alignment's.
 
 use usermm::mm::mman::{
-    MADV_HUGEPAGE, MADV_NOHUGEPAGE, MAP_ANONYMOUS, MAP_NORESERVE, MAP_PRIVATE, PROT_READ,
-    PROT_WRITE,
+    MADV_DONTNEED, MADV_HUGEPAGE, MADV_NOHUGEPAGE, MAP_ANONYMOUS, MAP_NORESERVE, MAP_PRIVATE,
+    PROT_READ, PROT_WRITE,
 };
 
-use super::{Errno, Stamp, Stop, Task};
+use super::{Beside, Errno, Stamp, Stop, Task};
 
 /// A base page.
 pub const PAGE: u64 = 4096;
@@ -195,4 +195,40 @@ pub fn random_writes<T: Task + ?Sized>(t: &T, order: &[u32]) -> Result<Stamp, Fa
     let time = t.now().since(t0);
     call("munmap", t.munmap(a, len))?;
     Ok(time)
+}
+
+/// [`dontneed_split`]'s two times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DontneedSplit {
+    /// One thread's `MADV_DONTNEED` of the whole mapping.
+    pub one: Stamp,
+    /// Two threads' `MADV_DONTNEED` of a half each, at once: from the start to the last end.
+    pub two: Stamp,
+}
+
+/// The host check's row (a): a fresh `MADV_NOHUGEPAGE` read-write mapping of `bytes` (where
+/// mmap places it), one write per 4 KiB page, freed by `MADV_DONTNEED` of the whole by this
+/// thread, timed; written again, then freed by two threads of this process at once, each
+/// `MADV_DONTNEED` of one half — the first half here, the second on a thread beside this one
+/// on CPU `other` ([`Beside::beside`]) — timed from the start to the last one's end; then
+/// unmapped.
+pub fn dontneed_split<T: Beside>(t: &T, bytes: u64, other: usize) -> Result<DontneedSplit, Failed> {
+    let bytes = bytes.next_multiple_of(2 * PAGE);
+    let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    let a = call("mmap", t.mmap(bytes, PROT_READ | PROT_WRITE, flags, None))?;
+    call("madvise", t.madvise(a, bytes, MADV_NOHUGEPAGE))?;
+    t.touch(a, bytes, PAGE, true)?;
+    let t0 = t.now();
+    call("madvise", t.madvise(a, bytes, MADV_DONTNEED))?;
+    let one = t.now().since(t0);
+    t.touch(a, bytes, PAGE, true)?;
+    let half = bytes / 2;
+    let theirs = |s: &T| s.madvise(a + half, half, MADV_DONTNEED);
+    let mine = || (t.now(), t.madvise(a, half, MADV_DONTNEED));
+    let ((t0, mine), theirs) = t.beside(other, theirs, mine);
+    let two = t.now().since(t0);
+    call("madvise", mine)?;
+    call("madvise (the other thread)", theirs?)?;
+    call("munmap", t.munmap(a, bytes))?;
+    Ok(DontneedSplit { one, two })
 }

@@ -42,7 +42,10 @@ use usermm::sync::{clock, thread, Barrier};
 use usermm::{CpuId, Machine, Mm};
 
 use super::malloc::{Arena, Malloc};
-use super::{engine_cpu, sample_on_wall_clock, Errno, Launch, Mode, OnSample, Stamp, Stop, Task};
+use super::{
+    engine_cpu, panicked, sample_on_wall_clock, Beside, Errno, Launch, Mode, OnSample, Stamp, Stop,
+    Task,
+};
 
 const ENOMEM: Errno = 12;
 
@@ -358,6 +361,33 @@ impl Task for EngineTask<'_> {
     }
 }
 
+impl Beside for EngineTask<'_> {
+    /// The other thread is an engine thread on CPU `cpu` (`thread::scope`), allocating from a
+    /// thread arena of its own; the barrier is the engine's (a futex).
+    fn beside<R: Send, S>(
+        &self,
+        cpu: usize,
+        theirs: impl FnOnce(&Self) -> R + Send,
+        mine: impl FnOnce() -> S,
+    ) -> (S, Result<R, Stop>) {
+        let gate = Barrier::new(&FUTEX, 2);
+        let (proc, index, cpu) = (self.proc, self.index + 1, CpuId(cpu as u16));
+        thread::scope(|s| {
+            let gate = &gate;
+            let other = s.spawn_on(cpu, move || {
+                let mut t = EngineTask::uncounted(proc, cpu);
+                t.index = index;
+                t.malloc = RefCell::new(Malloc::new(Arena::Thread));
+                gate.wait();
+                theirs(&t)
+            });
+            gate.wait();
+            let m = mine();
+            (m, other.join().map_err(|_| panicked()))
+        })
+    }
+}
+
 /// Accesses per TLB-gate hold of [`EngineTask`]'s `write_each` (tens, so that a flush waits
 /// for little: [`usermm::Task::access_words`]).
 const WORD_RUN: usize = 64;
@@ -541,10 +571,7 @@ where
         }
         let joined: Vec<(Stop, Vec<u64>)> = handles
             .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or((Stop::Assert("the task panicked".into()), Vec::new()))
-            })
+            .map(|h| h.join().unwrap_or((panicked(), Vec::new())))
             .collect();
         joined
     });

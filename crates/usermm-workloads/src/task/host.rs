@@ -18,7 +18,10 @@ use usermm_host::usemem::{
     child_ended, die_of_signal, exit_process, fork_process, wait_child, PipeGate,
 };
 
-use super::{bind_set, sample_on_wall_clock, Errno, Launch, Mode, OnSample, Stamp, Stop, Task};
+use super::{
+    bind_set, panicked, sample_on_wall_clock, Beside, Errno, Launch, Mode, OnSample, Stamp, Stop,
+    Task,
+};
 use crate::usemem::sys::strerror;
 
 /// One task on the host kernel.
@@ -118,6 +121,35 @@ impl Task for HostTask<'_> {
             cpu_ns: thread_cpu_ns(),
             wall_ns: monotonic_ns(),
         }
+    }
+}
+
+impl Beside for HostTask<'_> {
+    /// The other thread is a thread of this process (the kernel's scheduler places it),
+    /// with a sibling of this task's space (`usermm_host::task::Space::sibling`: while it
+    /// lives, this task unmaps nothing).
+    fn beside<R: Send, S>(
+        &self,
+        _cpu: usize,
+        theirs: impl FnOnce(&Self) -> R + Send,
+        mine: impl FnOnce() -> S,
+    ) -> (S, Result<R, Stop>) {
+        let sib = HostTask {
+            space: self.space.sibling(),
+            slots: None,
+            index: self.index + 1,
+        };
+        let gate = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            let gate = &gate;
+            let other = s.spawn(move || {
+                gate.wait();
+                theirs(&sib)
+            });
+            gate.wait();
+            let m = mine();
+            (m, other.join().map_err(|_| panicked()))
+        })
     }
 }
 

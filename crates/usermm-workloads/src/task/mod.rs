@@ -189,6 +189,27 @@ pub trait Task {
     }
 }
 
+/// A task that can start a second thread of its process beside it: two threads of one mm,
+/// each on its CPU, whose TLB flushes reach each other (the host check's two freers).
+pub trait Beside: Task + Sized {
+    /// Run `theirs` on a new thread of this task's process, with a task of its own (not
+    /// counted) that reaches this task's mappings, while `mine` runs here; both start
+    /// together, behind a barrier, and both are done when this returns. The new thread runs on
+    /// CPU `cpu` where the backend places threads itself (the engine); on the host kernel the
+    /// scheduler places it. `theirs`'s result is `Err(Stop::Assert)` if its thread panicked.
+    fn beside<R: Send, S>(
+        &self,
+        cpu: usize,
+        theirs: impl FnOnce(&Self) -> R + Send,
+        mine: impl FnOnce() -> S,
+    ) -> (S, Result<R, Stop>);
+}
+
+/// What a thread that panicked leaves instead of its result.
+fn panicked() -> Stop {
+    Stop::Assert("the task panicked".into())
+}
+
 /// A task whose run ends after `limit` operations: `inner` with its own count, for a fixed
 /// number of iterations (a differential test, a benchmark's row) on any backend.
 #[derive(Debug)]
