@@ -1,36 +1,34 @@
-//! The host kernel's side of "the model checked on this host": three small scenarios, measured
+//! The host kernel's side of "the model checked on this host": one small scenario, measured
 //! on the real kernel, that the engine predicts in virtual time with the `this-host` profile
 //! (`usermm_workloads::host_check` holds the predictions and the comparison).
 //!
-//! - [`dontneed_split`]: one touched 4 KiB mapping freed by `MADV_DONTNEED`, by one thread, then
-//!   (re-touched) by two threads each freeing a disjoint half at once — the two-freer speed-up
-//!   (both free into the same zone and LRU; their TLB flushes reach each other's CPU).
 //! - [`faults_during_munmap`]: a thread write-faulting pages of its own VMA, then dropping them
 //!   with `MADV_DONTNEED`, over and over, while another thread munmaps a big populated mapping
 //!   of the same process — the fault latencies (p50, p99) of the accesses that overlap the
 //!   munmap. On 6.18 the faulter takes its VMA's lock, not mmap_lock.
-//! - [`huge_zero_readers`]: one or two processes each reading a fresh 2 MiB-aligned
-//!   `MADV_HUGEPAGE` region one word every 2 MiB (a huge-zero-page read fault each), at once —
-//!   the read-fault throughput of two processes against one.
+//!
+//! Rows (a) and (c), the `MADV_DONTNEED` split and the huge-zero readers, are one body each
+//! over `usermm_workloads`'s task trait for the engine and the host alike
+//! (`usermm_workloads::host_check::{dontneed, readers}`).
 //!
 //! Mappings are made, advised and unmapped with [`crate::measure`]'s helpers; the only
-//! `unsafe` here is the touch of a region's own pages. Unlike [`crate::measure`], the first
-//! two run threads of *this* process (the point is two
-//! threads of one mm); they map only memory of their own and touch nothing else. Times are wall
+//! `unsafe` here is the touch of a region's own pages. Unlike [`crate::measure`], it runs
+//! threads of *this* process (the point is two threads of one mm); they map only memory of
+//! their own and touch nothing else. Times are wall
 //! clock (`CLOCK_MONOTONIC` through `Instant`): a speed-up and a latency are wall-time figures.
 //! Nothing here asserts a time.
 
 #![expect(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::HostError;
-use crate::measure::{self, host_read_walk};
-use crate::ops::{HPAGE_SIZE, PAGE_SIZE};
+use crate::measure;
+use crate::ops::PAGE_SIZE;
 
 /// A private anonymous 4 KiB-page mapping of this process, unmapped on drop.
 struct Region {
@@ -77,51 +75,6 @@ impl Drop for Region {
     fn drop(&mut self) {
         self.unmap();
     }
-}
-
-/// [`dontneed_split`]'s figures, one sample per repeat, each in ns of wall time.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct DontneedSplit {
-    pub bytes: u64,
-    /// One thread's `MADV_DONTNEED` of the whole touched mapping.
-    pub one_thread_ns: Vec<u64>,
-    /// Two threads, each `MADV_DONTNEED` of one half, started together: start to last end.
-    pub two_threads_ns: Vec<u64>,
-}
-
-/// Frees a touched `bytes` mapping by `MADV_DONTNEED` with one thread, then with two threads
-/// on disjoint halves, `repeat` times each (a fresh mapping per repeat).
-pub fn dontneed_split(bytes: u64, repeat: u32) -> Result<DontneedSplit, HostError> {
-    let bytes = bytes.next_multiple_of(2 * PAGE_SIZE);
-    let mut out = DontneedSplit {
-        bytes,
-        one_thread_ns: Vec::new(),
-        two_threads_ns: Vec::new(),
-    };
-    for _ in 0..repeat.max(1) {
-        let r = Region::new(bytes)?;
-        r.touch(0, bytes);
-        let t = Instant::now();
-        r.dontneed(0, bytes);
-        out.one_thread_ns.push(t.elapsed().as_nanos() as u64);
-
-        r.touch(0, bytes);
-        let half = bytes / 2;
-        let start = Barrier::new(2);
-        let t0 = std::thread::scope(|s| {
-            let other = s.spawn(|| {
-                start.wait();
-                r.dontneed(half, half);
-            });
-            start.wait();
-            let t0 = Instant::now();
-            r.dontneed(0, half);
-            let _ = other.join();
-            t0
-        });
-        out.two_threads_ns.push(t0.elapsed().as_nanos() as u64);
-    }
-    Ok(out)
 }
 
 /// Faults that must overlap the munmaps for a quantile to mean something.
@@ -204,76 +157,6 @@ pub fn faults_during_munmap(
         });
         out.munmap_ns.push(ns);
         out.during_ns.extend(during);
-    }
-    Ok(out)
-}
-
-/// [`huge_zero_readers`]'s figures: per repeat, the wall time from the first reader's start to
-/// the last one's end, and the faults all readers took.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct HugeZeroReaders {
-    pub processes: u32,
-    pub bytes_per_process: u64,
-    pub ns: Vec<u64>,
-    pub faults: Vec<u64>,
-}
-
-impl HugeZeroReaders {
-    /// Faults per second of each repeat.
-    pub fn faults_per_sec(&self) -> Vec<f64> {
-        self.ns
-            .iter()
-            .zip(&self.faults)
-            .map(|(ns, f)| *f as f64 / (*ns as f64 / 1e9))
-            .collect()
-    }
-}
-
-/// `processes` forked readers at once, each walking its own fresh `bytes` `MADV_HUGEPAGE`
-/// region one word every 2 MiB (a huge-zero-page read fault each); `repeat` times.
-pub fn huge_zero_readers(
-    processes: u32,
-    bytes: u64,
-    repeat: u32,
-) -> Result<HugeZeroReaders, HostError> {
-    let mut out = HugeZeroReaders {
-        processes,
-        bytes_per_process: bytes,
-        ns: Vec::new(),
-        faults: Vec::new(),
-    };
-    for _ in 0..repeat.max(1) {
-        let go = Arc::new(Barrier::new(processes as usize));
-        let t = Instant::now();
-        let walks: Vec<_> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..processes)
-                .map(|_| {
-                    let go = Arc::clone(&go);
-                    s.spawn(move || {
-                        go.wait();
-                        host_read_walk(bytes, HPAGE_SIZE, true)
-                    })
-                })
-                .collect();
-            hs.into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(HostError::Child("a reader thread panicked".into()))
-                    })
-                })
-                .collect()
-        });
-        let ns = t.elapsed().as_nanos() as u64;
-        let mut faults = 0;
-        let mut longest = 0;
-        for w in walks {
-            let w = w?;
-            faults += w.walk.faults;
-            longest = longest.max(w.walk.ns);
-        }
-        // The readers' own walk times, not the forks around them: the longest walk.
-        out.ns.push(longest.min(ns).max(1));
-        out.faults.push(faults);
     }
     Ok(out)
 }

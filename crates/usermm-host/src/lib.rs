@@ -11,9 +11,9 @@
 //!   COW-child/full teardown pair, `MADV_DONTNEED`, faults, memset, a system call, a line
 //!   transfer, a locked RMW, DRAM latency) and what the system reports, as a
 //!   [`calibrate::HostCalibration`].
-//! - [`measure`]: timed workloads on the host (touch-and-munmap, once or twice in a row, a
-//!   read-only walk with or without THP), each in a freshly forked single-threaded child, on
-//!   the wall clock and the child's CPU clock, for the engine-vs-host comparisons.
+//! - [`measure`]: timed workloads on the host (touch-and-munmap, a read-only walk, fork and
+//!   exit), each in a freshly forked single-threaded child, and the harness that runs
+//!   `usermm_workloads`'s task bodies in such a child, for the engine-vs-host comparisons.
 //! - [`usemem`]: the host kernel as vm-scalability's usemem uses it (files, mappings, word
 //!   accesses, SysV segments, forked processes, pipe barriers, SIGUSR1), for
 //!   `usermm usemem --host`.

@@ -14,6 +14,10 @@
 //!   to glibc's heap and the Rust objects in it. Above the floor nothing of Rust lives — as
 //!   long as no thread of this process grows glibc's main heap while a brk test runs (the
 //!   runner's sampler does not allocate; test threads allocate from their own arenas).
+//! - **A sibling sees, never unmaps.** A second thread of the task's process gets
+//!   [`Space::sibling`]: it reaches the owner's mappings as they were when it was made, and
+//!   while it lives the owner unmaps nothing (`EBUSY`), so that what it reaches stays mapped.
+//!   A forked child may use a space made before the fork ([`Space::with_capacity`]).
 //! - A space unmaps and frees what is left of its mappings and blocks when dropped, and puts
 //!   the break back to its floor if it moved it, so that a thread that stopped mid-iteration
 //!   leaves this process as it found it.
@@ -22,8 +26,12 @@
 #![expect(unsafe_code)]
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 use crate::sys;
 
@@ -59,13 +67,38 @@ impl TmpFile {
         }
         Ok(TmpFile { fd, size })
     }
+
+    /// `open("/dev/zero", O_RDWR)`: a file whose private mappings are anonymous memory, each
+    /// at offset 0 a VMA of its own (no two merge). Its size is 0 (the device has none).
+    /// Allocation-free, so a forked child may call it.
+    pub fn dev_zero() -> Result<TmpFile, i32> {
+        let fd = sys::open(c"/dev/zero", libc::O_RDWR)?;
+        // SAFETY: `fd` was just opened and is owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(TmpFile { fd, size: 0 })
+    }
 }
 
 /// One task's mappings, blocks and break (not `Sync`: a task is one thread).
+///
+/// A space made by [`Space::with_capacity`] allocates nothing while it holds at most that
+/// many mappings (a `munmap` that splits one counts as one more), so that a child forked from
+/// a multi-threaded process may use a space its parent made (the parent's copy stays empty).
+/// The mappings are kept in the order made, and a `munmap` of exactly the oldest or the
+/// newest is found at once: a program that unmaps in the order it mapped, or the reverse,
+/// pays no search.
 #[derive(Debug)]
 pub struct Space {
-    /// `(start, len)` of every live mapping made here.
-    maps: RefCell<Vec<(u64, u64)>>,
+    /// `(start, len)` of every live mapping made here, oldest first.
+    maps: RefCell<VecDeque<(u64, u64)>>,
+    /// The mappings of the space this one is a sibling of ([`Space::sibling`]): accessed and
+    /// advised here, never unmapped.
+    borrowed: Vec<(u64, u64)>,
+    /// How many siblings see this space's mappings now (its owner's count when it is one):
+    /// while any does, the owner unmaps nothing (`EBUSY`).
+    lent: Arc<AtomicUsize>,
+    /// This space is a sibling ([`Space::sibling`]).
+    is_sibling: bool,
     /// `(address, len)` of every live `malloc` block.
     blocks: RefCell<Vec<(u64, u64)>>,
     /// The break when the space was made; `brk` never goes below it.
@@ -81,19 +114,45 @@ impl Default for Space {
 
 impl Space {
     pub fn new() -> Space {
+        Space::with_capacity(0)
+    }
+
+    /// A space with room for `maps` mappings before it allocates (see the type's doc).
+    pub fn with_capacity(maps: usize) -> Space {
         // SAFETY: sbrk(0) only reads the break.
         let floor = unsafe { libc::sbrk(0) } as u64;
         Space {
-            maps: RefCell::new(Vec::new()),
+            maps: RefCell::new(VecDeque::with_capacity(maps)),
+            borrowed: Vec::new(),
+            lent: Arc::new(AtomicUsize::new(0)),
+            is_sibling: false,
             blocks: RefCell::new(Vec::new()),
             floor,
             moved_brk: Cell::new(false),
         }
     }
 
+    /// A space for another thread of this process: it sees this space's mappings as they
+    /// are now — its accesses, `madvise` and `mprotect` may reach them — but owns none of
+    /// them: it never unmaps them, and while it lives this space unmaps nothing either
+    /// (`EBUSY`), so that what it sees stays mapped. Its own mappings, break and blocks start
+    /// empty, as a new thread's.
+    pub fn sibling(&self) -> Space {
+        let mut borrowed: Vec<(u64, u64)> = self.maps.borrow().iter().copied().collect();
+        borrowed.extend(self.borrowed.iter().copied());
+        self.lent.fetch_add(1, Relaxed);
+        let mut sib = Space::new();
+        sib.borrowed = borrowed;
+        sib.lent = Arc::clone(&self.lent);
+        sib.is_sibling = true;
+        sib
+    }
+
     fn covers(&self, start: u64, end: u64) -> bool {
         let inside = |&(s, l): &(u64, u64)| s <= start && end <= s.saturating_add(l);
-        self.maps.borrow().iter().any(inside) || self.blocks.borrow().iter().any(inside)
+        self.maps.borrow().iter().any(inside)
+            || self.blocks.borrow().iter().any(inside)
+            || self.borrowed.iter().any(inside)
     }
 
     /// `mmap(NULL, len, prot, flags, fd or -1, 0)` (`MAP_FIXED` is refused: nothing existing
@@ -111,39 +170,55 @@ impl Space {
         let fd = file.map_or(u64::MAX, |f| f.fd.as_raw_fd() as u64);
         // SAFETY: no MAP_FIXED: the kernel picks a free range, nothing existing is touched.
         let a = unsafe { sys::mmap(0, len, u64::from(prot), u64::from(flags), fd, 0) }?;
-        self.maps.borrow_mut().push((a, len));
+        self.maps.borrow_mut().push_back((a, len));
         Ok(a)
     }
 
     /// `munmap(addr, len)` of (part of) a mapping made here; anything else is `EINVAL`.
+    /// Allocation-free within the space's capacity (see the type's doc).
     pub fn munmap(&self, addr: u64, len: u64) -> Result<(), i32> {
         let end = addr.saturating_add(len);
-        if !self
-            .maps
-            .borrow()
-            .iter()
-            .any(|&(s, l)| s <= addr && end <= s + l)
-        {
+        let mine = |&(s, l): &(u64, u64)| s <= addr && end <= s + l;
+        if !self.maps.borrow().iter().any(mine) {
             return Err(libc::EINVAL);
+        }
+        if !self.is_sibling && self.lent.load(Acquire) > 0 {
+            return Err(libc::EBUSY);
         }
         // SAFETY: the range lies in one of this space's mappings: it holds no Rust object.
         unsafe { sys::munmap(addr, len) }?;
         let mut maps = self.maps.borrow_mut();
-        let mut rest = Vec::new();
-        maps.retain(|&(s, l)| {
+        if maps.front() == Some(&(addr, len)) {
+            maps.pop_front();
+            return Ok(());
+        }
+        if maps.back() == Some(&(addr, len)) {
+            maps.pop_back();
+            return Ok(());
+        }
+        let mut i = 0;
+        while i < maps.len() {
+            let (s, l) = maps[i];
             let e = s + l;
             if e <= addr || s >= end {
-                return true;
+                i += 1;
+                continue;
             }
-            if s < addr {
-                rest.push((s, addr - s));
+            match (s < addr, e > end) {
+                (true, true) => {
+                    maps[i] = (s, addr - s);
+                    // Outside the hole: the loop passes over it.
+                    maps.push_back((end, e - end));
+                }
+                (true, false) => maps[i] = (s, addr - s),
+                (false, true) => maps[i] = (end, e - end),
+                (false, false) => {
+                    let _ = maps.remove(i);
+                    continue;
+                }
             }
-            if e > end {
-                rest.push((end, e - end));
-            }
-            false
-        });
-        maps.extend(rest);
+            i += 1;
+        }
         Ok(())
     }
 
@@ -151,11 +226,12 @@ impl Space {
     /// kernel's answer for an unmapped range).
     fn ours(&self, addr: u64, len: u64) -> Result<(), i32> {
         let end = addr.saturating_add(len);
-        if self
-            .maps
-            .borrow()
-            .iter()
-            .any(|&(s, l)| s <= addr && end <= s + l)
+        let inside = |&(s, l): &(u64, u64)| s <= addr && end <= s + l;
+        let maps = self.maps.borrow();
+        // The newest and the oldest first (see the type's doc).
+        if maps.back().is_some_and(inside)
+            || maps.iter().any(inside)
+            || self.borrowed.iter().any(inside)
         {
             Ok(())
         } else {
@@ -299,6 +375,9 @@ impl Space {
 
 impl Drop for Space {
     fn drop(&mut self) {
+        if self.is_sibling {
+            self.lent.fetch_sub(1, Release);
+        }
         for (s, l) in self.maps.take() {
             // SAFETY: a mapping this space made: no Rust object lives in it.
             let _ = unsafe { sys::munmap(s, l) };
@@ -435,6 +514,11 @@ pub fn thread_cpu_ns() -> u64 {
     sys::thread_cpu_ns()
 }
 
+/// `CLOCK_MONOTONIC` in ns (the clock `std::time::Instant` reads), allocation-free.
+pub fn monotonic_ns() -> u64 {
+    sys::monotonic_ns()
+}
+
 /// The calling thread's minor faults so far (`getrusage(RUSAGE_THREAD).ru_minflt`).
 pub fn thread_minor_faults() -> u64 {
     // SAFETY: rusage is plain old data; all-zero is a valid value.
@@ -460,4 +544,62 @@ pub fn vmstat(keys: &[&str]) -> Vec<u64> {
 pub fn current_brk() -> u64 {
     // SAFETY: sbrk(0) only reads the break.
     unsafe { libc::sbrk(0) as u64 }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    const PAGE: u64 = 4096;
+    const RW: u32 = (libc::PROT_READ | libc::PROT_WRITE) as u32;
+    const ANON: u32 = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u32;
+
+    /// A munmap of part of a mapping keeps the rest; a hole splits it in two; the records of a
+    /// space made with room never grow (what a forked child relies on), and what was unmapped
+    /// can no longer be touched or unmapped again.
+    #[test]
+    fn munmap_splits_and_trims_within_the_room_given() {
+        let s = Space::with_capacity(4);
+        let room = s.maps.borrow().capacity();
+        let a = s.mmap(8 * PAGE, RW, ANON, None).unwrap();
+        let b = s.mmap(PAGE, RW, ANON, None).unwrap();
+        s.munmap(a + 2 * PAGE, 2 * PAGE).unwrap();
+        assert_eq!(s.write_u8(a + 2 * PAGE, 1), Err(Unmapped));
+        s.write_u8(a + PAGE, 1).unwrap();
+        s.write_u8(a + 4 * PAGE, 1).unwrap();
+        s.munmap(a, PAGE).unwrap();
+        s.munmap(a + 7 * PAGE, PAGE).unwrap();
+        let mut left: Vec<_> = s.maps.borrow().iter().copied().collect();
+        left.sort_unstable();
+        let mut want = vec![(a + PAGE, PAGE), (a + 4 * PAGE, 3 * PAGE), (b, PAGE)];
+        want.sort_unstable();
+        assert_eq!(left, want);
+        assert_eq!(s.maps.borrow().capacity(), room);
+        // The newest and the oldest at once, and a range no longer ours.
+        s.munmap(b, PAGE).unwrap();
+        assert_eq!(s.munmap(a, PAGE), Err(libc::EINVAL));
+        assert_eq!(s.madvise(a + 2 * PAGE, PAGE, 0), Err(libc::ENOMEM));
+        s.munmap(a + PAGE, PAGE).unwrap();
+        s.munmap(a + 4 * PAGE, 3 * PAGE).unwrap();
+        assert!(s.maps.borrow().is_empty());
+    }
+
+    /// A sibling reaches its owner's mappings but cannot unmap them, and while it lives its
+    /// owner cannot either; its own mappings are its own.
+    #[test]
+    fn a_sibling_sees_its_owners_mappings_and_keeps_them_mapped() {
+        let s = Space::new();
+        let a = s.mmap(2 * PAGE, RW, ANON, None).unwrap();
+        let sib = s.sibling();
+        sib.write_u64(a + PAGE, 7).unwrap();
+        assert_eq!(s.read_u64(a + PAGE), Ok(7));
+        sib.madvise(a, 2 * PAGE, libc::MADV_DONTNEED).unwrap();
+        assert_eq!(s.read_u64(a + PAGE), Ok(0));
+        assert_eq!(sib.munmap(a, PAGE), Err(libc::EINVAL));
+        assert_eq!(s.munmap(a, PAGE), Err(libc::EBUSY));
+        let b = sib.mmap(PAGE, RW, ANON, None).unwrap();
+        sib.munmap(b, PAGE).unwrap();
+        drop(sib);
+        s.munmap(a, 2 * PAGE).unwrap();
+    }
 }

@@ -22,6 +22,10 @@
 //! through `Machine::run` and reads time from `usermm::sync::clock`, so that with
 //! `time.mode=virtual` its figures are modelled in virtual time ([`TimeLabel`] says which). The host kernel's side of a comparison (its
 //! facts, its timed measurements) is `usermm-host`; the differential tests are `usermm-diff`.
+//!
+//! `unsafe` is denied but in one module, `task::child`: the call that forks a child of this
+//! multi-threaded process to run a task body on the host kernel (its contract, that the child
+//! allocates nothing, is argued there).
 
 #![warn(clippy::allow_attributes)]
 #![warn(unreachable_pub)]

@@ -1,17 +1,19 @@
-//! The engine side of a bench path: a machine, one mapping per sample, timed populate, read,
-//! munmap and two-thread free, and the engine's own zeroing rate (see the parent module for
-//! what each path measures and how it is compared with the host).
+//! The engine side of a bench path: a machine, a task alone on it per sample running the
+//! path's body ([`crate::task::bodies`], the same the host's child runs), the two-thread
+//! free, and the engine's own zeroing rate (see the parent module for what each path
+//! measures and how it is compared with the host).
 
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 use usermm::cpu::CpuId;
-use usermm::mm::mmap::{
-    MapFile, MADV_HUGEPAGE, MADV_NOHUGEPAGE, MAP_ANONYMOUS, MAP_PRIVATE, PROT_READ, PROT_WRITE,
-};
+use usermm::mm::mmap::{PROT_READ, PROT_WRITE};
 use usermm::page_alloc::Gfp;
 use usermm::sync::clock::thread_cpu_ns;
-use usermm::{Machine, Mm, Order, Task};
+use usermm::{Machine, Order};
+
+use crate::task::bodies::{self, Failed};
+use crate::task::{with_lone_task, EngineTask, Stamp, Task};
 
 use super::{engine_err, BenchError, HPAGE, PAGE};
 
@@ -26,6 +28,17 @@ pub(super) struct Engine {
 pub(super) struct Meas {
     pub(super) cpu: f64,
     pub(super) wall: f64,
+}
+
+impl Meas {
+    /// A body's time on both clocks over `units` (at least one).
+    pub(super) fn of(s: Stamp, units: u64) -> Meas {
+        let u = units.max(1) as f64;
+        Meas {
+            cpu: s.cpu_ns as f64 / u,
+            wall: s.wall_ns as f64 / u,
+        }
+    }
 }
 
 /// The measuring thread's two clocks from one instant.
@@ -53,139 +66,83 @@ impl Timer {
     }
 }
 
-/// Map `len` bytes of anonymous memory in a fresh mm, 2 MiB-aligned, with `advice`.
-pub(super) fn engine_map(
+/// Run `body` on a task alone on `e`'s CPU ([`with_lone_task`]: a fresh mm, put outside
+/// the body).
+pub(super) fn lone<R>(
     e: &Engine,
-    len: u64,
-    prot: u32,
-    advice: i32,
-) -> Result<(Task, u64), BenchError> {
-    let mm = Mm::new(&e.machine, e.cpu).map_err(engine_err)?;
-    let raw = mm
-        .mmap(
-            e.cpu,
-            0,
-            len + HPAGE,
-            prot,
-            MAP_PRIVATE | MAP_ANONYMOUS,
-            MapFile::None,
-        )
-        .map_err(engine_err)?;
-    let start = raw.next_multiple_of(HPAGE);
-    if start > raw {
-        mm.munmap(e.cpu, raw, start - raw).map_err(engine_err)?;
-    }
-    let tail = raw + len + HPAGE - (start + len);
-    if tail > 0 {
-        mm.munmap(e.cpu, start + len, tail).map_err(engine_err)?;
-    }
-    mm.madvise(e.cpu, start, len, advice).map_err(engine_err)?;
-    Ok((Task::new(mm, e.cpu), start))
+    body: impl FnOnce(&EngineTask<'_>) -> Result<R, Failed>,
+) -> Result<R, BenchError> {
+    with_lone_task(&e.machine, e.cpu, body)
+        .map_err(engine_err)?
+        .map_err(engine_err)
 }
 
-/// Tear an mm down (its `mmput`) outside any clock.
-pub(super) fn engine_exit(t: Task) {
-    t.mm().mmput(t.cpu());
-}
-
-/// Populate `len` bytes with one write per 4 KiB page, then munmap them: (populate, munmap)
-/// per page.
+/// Populate `len` bytes with one write per 4 KiB page, then munmap them
+/// ([`bodies::populate_and_munmap`]): (populate, munmap) per page.
 pub(super) fn engine_populate(e: &Engine, len: u64, thp: bool) -> Result<(Meas, Meas), BenchError> {
-    let advice = if thp { MADV_HUGEPAGE } else { MADV_NOHUGEPAGE };
-    let (task, start) = engine_map(e, len, PROT_READ | PROT_WRITE, advice)?;
-    let pages = (len / PAGE) as f64;
-    let t = Timer::start();
-    task.walk(start, len, PAGE, true, |w| w)
-        .map_err(engine_err)?;
-    let populate = t.per(pages);
-    let t = Timer::start();
-    task.mm().munmap(e.cpu, start, len).map_err(engine_err)?;
-    let munmap = t.per(pages);
-    engine_exit(task);
-    Ok((populate, munmap))
+    let p = lone(e, |t| bodies::populate_and_munmap(t, len, thp))?;
+    let pages = len / PAGE;
+    Ok((Meas::of(p.populate, pages), Meas::of(p.munmap, pages)))
 }
 
-/// Read one word every `step` bytes of a fresh read-only mapping: per access (each a fault).
+/// Read one word every `step` bytes of a fresh read-only mapping ([`bodies::read_walk`]):
+/// per access (each a fault).
 pub(super) fn engine_read(e: &Engine, len: u64, step: u64, thp: bool) -> Result<Meas, BenchError> {
-    let advice = if thp { MADV_HUGEPAGE } else { MADV_NOHUGEPAGE };
-    let (task, start) = engine_map(e, len, PROT_READ, advice)?;
-    let t = Timer::start();
-    let n = task
-        .walk(start, len, step, false, |w| w)
-        .map_err(engine_err)?;
-    let m = t.per(n.max(1) as f64);
-    engine_exit(task);
-    Ok(m)
+    let w = lone(e, |t| bodies::read_walk(t, len, step, thp, || ()))?;
+    Ok(Meas::of(w.time, w.accesses))
 }
 
-/// `count` one-page private mappings of `/dev/zero` in a fresh mm, one mmap each, then a
-/// munmap of each in the order they were made: per mmap + munmap pair. No two merge (each
-/// maps file offset 0), so the mm holds `count` VMAs at the peak and every mmap searches for
-/// room among them, as on the host side ([`usermm_host::measure::host_mmap_munmap_pages`]).
+/// `count` one-page mappings of `/dev/zero` in a fresh mm, then a munmap of each
+/// ([`bodies::mmap_munmap_pages`]): per mmap + munmap pair.
 pub(super) fn engine_mmap_munmap(e: &Engine, count: u64) -> Result<Meas, BenchError> {
-    let mm = Mm::new(&e.machine, e.cpu).map_err(engine_err)?;
-    let mut addrs = Vec::with_capacity(usize::try_from(count).map_err(engine_err)?);
-    let t = Timer::start();
-    for _ in 0..count {
-        let a = mm
-            .mmap(
-                e.cpu,
-                0,
-                PAGE,
-                PROT_READ | PROT_WRITE,
-                MAP_PRIVATE,
-                MapFile::DevZero,
-            )
-            .map_err(engine_err)?;
-        addrs.push(a);
-    }
-    for &a in &addrs {
-        mm.munmap(e.cpu, a, PAGE).map_err(engine_err)?;
-    }
-    let m = t.per(count.max(1) as f64);
-    engine_exit(Task::new(mm, e.cpu));
-    Ok(m)
+    let mut addrs = vec![0; usize::try_from(count).map_err(engine_err)?];
+    let s = lone(e, |t| bodies::mmap_munmap_pages(t, &mut addrs))?;
+    Ok(Meas::of(s, count))
 }
 
 /// Two mms on two CPUs, each with half of `len` populated, unmap at the same moment: wall ns
 /// per page freed (both clocks of the result are the wall clock).
 pub(super) fn engine_free_2_threads(e: &Engine, len: u64) -> Result<Meas, BenchError> {
     let half = (len / 2).next_multiple_of(PAGE);
-    let mut tasks = Vec::new();
-    for c in 0..2 {
-        let cpu = e.machine.cpu(c).expect("two CPUs");
-        let sub = Engine {
-            machine: Arc::clone(&e.machine),
-            cpu,
-        };
-        let (task, start) = engine_map(&sub, half, PROT_READ | PROT_WRITE, MADV_NOHUGEPAGE)?;
-        task.walk(start, half, PAGE, true, |w| w)
-            .map_err(engine_err)?;
-        tasks.push((task, start));
-    }
-    let barrier = Arc::new(Barrier::new(2));
-    let handles: Vec<_> = tasks
-        .into_iter()
-        .map(|(task, start)| {
-            let b = Arc::clone(&barrier);
-            std::thread::spawn(move || {
-                b.wait();
-                let began = Instant::now();
-                let r = task.mm().munmap(task.cpu(), start, half);
-                let done = Instant::now();
-                engine_exit(task);
-                r.map(|()| (began, done))
-            })
-        })
-        .collect();
+    let barrier = Barrier::new(2);
     // From the first thread's start to the last one's end, each read by the thread itself (a
     // clock read here, after the barrier, could come after both had finished).
+    let spans: Vec<Result<(Instant, Instant), BenchError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|c| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let cpu = e.machine.cpu(c).expect("two CPUs");
+                    let sub = Engine {
+                        machine: Arc::clone(&e.machine),
+                        cpu,
+                    };
+                    lone(&sub, |t| {
+                        let a = bodies::map_aligned(t, half, PROT_READ | PROT_WRITE, false)?;
+                        t.touch(a, half, PAGE, true)?;
+                        barrier.wait();
+                        let began = Instant::now();
+                        let r = t.munmap(a, half);
+                        let done = Instant::now();
+                        r.map(|()| (began, done)).map_err(|errno| Failed::Call {
+                            what: "munmap",
+                            errno,
+                        })
+                    })
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(BenchError::Engine("free thread panicked".into())))
+            })
+            .collect()
+    });
     let mut span: Option<(Instant, Instant)> = None;
-    for h in handles {
-        let (began, done) = h
-            .join()
-            .map_err(|_| BenchError::Engine("free thread panicked".into()))?
-            .map_err(engine_err)?;
+    for r in spans {
+        let (began, done) = r?;
         span = Some(span.map_or((began, done), |(b, d)| (b.min(began), d.max(done))));
     }
     let (began, done) = span.expect("two threads");

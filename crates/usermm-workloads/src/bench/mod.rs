@@ -3,26 +3,28 @@
 //! Each path is measured three ways in every repeat, interleaved so that a noisy neighbour hits
 //! all three alike: the engine with sparse backing (data frames never touched: the cost of the
 //! mm work alone), the engine with full backing (every frame real memory, zeroed on allocation
-//! like `clear_page`), and the host kernel doing the same work the same way in a forked
-//! single-threaded child ([`usermm_host::measure`]). Figures are medians over the repeats
-//! ([`crate::stats::median`]), with the spread ([`crate::stats::mad_pct`]) and the minimum and
-//! maximum beside them.
+//! like `clear_page`), and the host kernel doing the same work in a forked single-threaded
+//! child. Every path with a host side is one body over [`crate::task::Task`]
+//! ([`crate::task::bodies`]), run by a task alone on each engine machine and by a host task in
+//! the child ([`crate::task::child`]), timed by the task's clocks; `fork-exit` alone is not
+//! (the trait has no fork). Figures are medians over the repeats ([`crate::stats::median`]),
+//! with the spread ([`crate::stats::mad_pct`]) and the minimum and maximum beside them.
 //!
-//! | path | what one unit is | engine | host kernel |
-//! |---|---|---|---|
-//! | `populate-4k` | a 4 KiB write fault | walk a fresh `MADV_NOHUGEPAGE` mapping, one word per page | the same, one byte per page |
-//! | `populate-thp` | 4 KiB of a THP write fault | the same on a 2 MiB-aligned `MADV_HUGEPAGE` mapping | the same |
-//! | `munmap-4k` | one touched 4 KiB page of a munmap | munmap of the `populate-4k` mapping | the same |
-//! | `huge-zero-read` | one huge-zero-page read fault | read one word per 2 MiB of a read-only `MADV_HUGEPAGE` mapping | the same |
-//! | `zero-read-4k` | one 4 KiB zero-page read fault | read one word per 4 KiB of a read-only `MADV_NOHUGEPAGE` mapping | the same |
-//! | `free-2-threads` | one page of two concurrent munmaps (wall) | two mms on two CPUs unmap their halves at once | — |
-//! | `mmap-munmap-4k` | one mmap and one munmap of a page | 65 530 one-page `/dev/zero` mappings (no two merge), then a munmap of each | the same with libc mmap/munmap |
-//! | `fork-exit` | one fork and exit of a small process | `Mm::fork` of a 16-page mm and the child's `mmput`, ×1 000 | `fork`, `_exit`, `waitpid` ×1 000 |
-//! | `random-write-4k` | a 4 KiB write fault | one write per page of a fresh mapping, pages in a random order | the same, the same order |
-//! | `bigfree-nodes` | a 4 KiB page of bigfree at 64 nodes (sparse) | `bigfree SIZE/4 --max-active 8 --cpus 144` at 4 and 64 nodes, wall and virtual | — |
-//! | `bigfree-virtual` | a 4 KiB page of `bigfree --max-active 8 --seed-only` | process CPU time in virtual time over the same run's on the wall clock | — |
-//! | `usemem-ab-virtual` | a fault of `usemem -n 8 --readonly -j 2M --ab` | the same | — |
-//! | `wis-page-fault1` | a fault of will-it-scale's page_fault1, 1 task (wall) | the test over the engine's task, sparse and full | the same test over the host's task ([`wis`]; a thread on both sides) |
+//! | path | what one unit is | the body (engine and host kernel) |
+//! |---|---|---|
+//! | `populate-4k` | a 4 KiB write fault | write one word per page of a fresh 2 MiB-aligned `MADV_NOHUGEPAGE` mapping |
+//! | `populate-thp` | 4 KiB of a THP write fault | the same with `MADV_HUGEPAGE` |
+//! | `munmap-4k` | one touched 4 KiB page of a munmap | munmap of the `populate-4k` mapping |
+//! | `huge-zero-read` | one huge-zero-page read fault | read one word per 2 MiB of a read-only `MADV_HUGEPAGE` mapping |
+//! | `zero-read-4k` | one 4 KiB zero-page read fault | read one word per 4 KiB of a read-only `MADV_NOHUGEPAGE` mapping |
+//! | `free-2-threads` | one page of two concurrent munmaps (wall) | two mms on two CPUs unmap their halves at once (engine only) |
+//! | `mmap-munmap-4k` | one mmap and one munmap of a page | 65 530 one-page `/dev/zero` mappings (no two merge), then a munmap of each |
+//! | `fork-exit` | one fork and exit of a small process | engine: `Mm::fork` of a 16-page mm and the child's `mmput`, ×1 000; host: `fork`, `_exit`, `waitpid` ×1 000 |
+//! | `random-write-4k` | a 4 KiB write fault | one write per page of a fresh mapping, pages in a random order |
+//! | `bigfree-nodes` | a 4 KiB page of bigfree at 64 nodes (sparse) | `bigfree SIZE/4 --max-active 8 --cpus 144` at 4 and 64 nodes, wall and virtual (engine only) |
+//! | `bigfree-virtual` | a 4 KiB page of `bigfree --max-active 8 --seed-only` | process CPU time in virtual time over the same run's on the wall clock (engine only) |
+//! | `usemem-ab-virtual` | a fault of `usemem -n 8 --readonly -j 2M --ab` | the same (engine only) |
+//! | `wis-page-fault1` | a fault of will-it-scale's page_fault1, 1 task (wall) | the test over the task trait, sparse and full, and on the host ([`wis`]; a thread on both sides) |
 //!
 //! `fork-exit`, `random-write-4k` and `bigfree-nodes` are about scale (module [`scale`]): many
 //! processes, random faults, many nodes. `bigfree-nodes` runs on sparse backing only; its row
@@ -39,12 +41,12 @@
 //! # Same work, same state
 //! - **Warm memory on both sides.** The engine's full-backing machine is built once, with its
 //!   reservation made resident before any clock starts (`prefault`, on in [`default_config`]),
-//!   and a warm-up pass runs
-//!   each path once before the repeats: every timed populate then gets frames that were used
-//!   before and must really be zeroed, as the kernel zeroes every page it faults in, and no
-//!   timed read takes a host fault on a page-table frame or its metadata for the first time.
-//!   The host child runs each populate twice and the second round is the figure: its frames
-//!   are the ones the first round just freed, resident in the guest (on a VM, memory the guest
+//!   and a warm-up pass runs each path once before the repeats: every timed populate then gets
+//!   frames that were used before and must really be zeroed, as the kernel zeroes every page
+//!   it faults in, and no timed read takes a host fault on a page-table frame or its metadata
+//!   for the first time. The host child runs each populate (and the random writes) twice and
+//!   the second round is the figure: its frames are the ones the first round just freed,
+//!   resident in the guest (on a VM, memory the guest
 //!   has not touched for a while may have been handed back to the hypervisor, and its first
 //!   touch then pays a fault there too — that first round is reported as `host_cold_ns`). The
 //!   engine's first pass on never-used frames, which the host just gave it already zeroed, is
@@ -67,6 +69,7 @@
 //! Nothing here asserts a time; the figures are for people (and `--json` for scripts).
 
 mod engine;
+mod run;
 pub mod scale;
 #[cfg(test)]
 mod test;
@@ -75,15 +78,12 @@ pub mod wis;
 
 use serde::Serialize;
 use usermm::config::{BackingMode, MachineConfig, ThpMode};
-use usermm::Machine;
-use usermm_host::{measure, HostError};
+use usermm_host::HostError;
 
 use crate::stats;
 
-use self::engine::{
-    engine_free_2_threads, engine_mmap_munmap, engine_populate, engine_read, memset_bandwidth,
-    Engine, Meas,
-};
+use self::engine::{memset_bandwidth, Meas};
+use self::run::Run;
 
 const PAGE: u64 = 4096;
 const HPAGE: u64 = 2 << 20;
@@ -375,6 +375,15 @@ pub fn check(opts: &BenchOpts) -> Result<(), BenchError> {
 pub fn machine_config(opts: &BenchOpts, backing: BackingMode) -> Result<MachineConfig, BenchError> {
     let tables = opts.size / 256 + opts.read_size / 256;
     let mem = (opts.size + HPAGE + tables + (64 << 20)).next_multiple_of(HPAGE);
+    config_of(opts, mem, backing)
+}
+
+/// `opts.base` with `mem` bytes of `backing`, validated.
+fn config_of(
+    opts: &BenchOpts,
+    mem: u64,
+    backing: BackingMode,
+) -> Result<MachineConfig, BenchError> {
     let mut c = opts.base.clone();
     c.mem = mem;
     c.backing = backing;
@@ -442,11 +451,17 @@ impl Samples {
     }
 }
 
-fn host_meas(cpu_ns: u64, wall_ns: u64, units: u64) -> Meas {
-    let u = units.max(1) as f64;
-    Meas {
-        cpu: cpu_ns as f64 / u,
-        wall: wall_ns as f64 / u,
+/// Every path's samples, in [`BenchPath::ALL`]'s order.
+struct AllSamples(Vec<Samples>);
+
+impl AllSamples {
+    fn new() -> Self {
+        AllSamples(BenchPath::ALL.iter().map(|_| Samples::default()).collect())
+    }
+
+    fn at(&mut self, p: BenchPath) -> &mut Samples {
+        let i = BenchPath::ALL.iter().position(|&q| q == p).expect("path");
+        &mut self.0[i]
     }
 }
 
@@ -463,314 +478,107 @@ pub fn run(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResu
 /// Every path but `wis-page-fault1`, whose machines and runs are its own ([`wis`]).
 fn run_paths(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchResult, BenchError> {
     check(opts)?;
-    let size = opts.size.next_multiple_of(HPAGE);
-    let read_size = opts.read_size.max(HPAGE).next_multiple_of(HPAGE);
-    let pages = size / PAGE;
-    let boot = |mode: BackingMode, name: &'static str| -> Result<Engine, BenchError> {
-        let machine = Machine::new(machine_config(opts, mode)?)
-            .map_err(|e| BenchError::Machine(name, e.to_string()))?;
-        let cpu = machine.cpu(0).expect("cpu 0");
-        Ok(Engine { machine, cpu })
-    };
-    progress("booting the full-backing machine");
-    let full = boot(BackingMode::Full, "full-backing")?;
-    progress("booting the sparse machine");
-    let sparse = boot(BackingMode::Sparse, "sparse")?;
-
-    let mut s: Vec<Samples> = BenchPath::ALL.iter().map(|_| Samples::default()).collect();
-    let idx = |p: BenchPath| BenchPath::ALL.iter().position(|&q| q == p).expect("path");
-    let populate_4k = opts.wants(BenchPath::Populate4k) || opts.wants(BenchPath::Munmap4k);
-
-    // Fresh: each populate path once on a full-backing machine of its own, just booted, whose
-    // frames nobody has owned yet (the host gave them zeroed: nothing is zeroed again).
-    // Warm-up: each path once per engine machine, untimed in the medians; afterwards every
-    // frame of the full machine has had an owner and must be zeroed on allocation, and the
-    // read paths' page-table frames and their metadata (never prefaulted) are resident.
-    // As many mappings on both sides: the engine's limit, and the host child's room under its
-    // own (it starts with this process's mappings).
-    let mut mmaps = opts.mmaps.min(u64::from(opts.base.max_map_count));
-    if opts.host {
-        if let Some(room) = measure::map_count_headroom() {
-            mmaps = mmaps.min(room.saturating_sub(HOST_MAP_SLACK));
-        }
-    }
-    let mmaps = mmaps.max(1);
-
+    let run = Run::new(opts, progress)?;
+    let mut s = AllSamples::new();
     progress("fresh machines and warm-up");
-    for (path, thp, wanted) in [
-        (BenchPath::Populate4k, false, populate_4k),
-        (
-            BenchPath::PopulateThp,
-            true,
-            opts.wants(BenchPath::PopulateThp),
-        ),
-    ] {
-        if !wanted {
-            continue;
-        }
-        let fresh = boot(BackingMode::Full, "fresh full-backing")?;
-        s[idx(path)].full_fresh = Some(engine_populate(&fresh, size, thp)?.0.cpu);
-        drop(fresh);
-        engine_populate(&full, size, thp)?;
-        engine_populate(&sparse, size, thp)?;
-    }
-    for e in [&full, &sparse] {
-        if opts.wants(BenchPath::HugeZeroRead) {
-            engine_read(e, read_size, HPAGE, true)?;
-        }
-        if opts.wants(BenchPath::ZeroRead4k) {
-            engine_read(e, size, PAGE, false)?;
-        }
-        if opts.wants(BenchPath::MmapMunmap4k) {
-            engine_mmap_munmap(e, mmaps)?;
-        }
-    }
-
-    if opts.wants(BenchPath::ForkExit) {
-        for e in [&full, &sparse] {
-            scale::engine_fork_exit(e, scale::FORKS)?;
-        }
-    }
-    let order = if opts.wants(BenchPath::RandomWrite4k) {
-        let order = scale::random_order(pages, 0x5eed);
-        for e in [&full, &sparse] {
-            scale::engine_random_writes(e, &order)?;
-        }
-        order
-    } else {
-        Vec::new()
-    };
+    run.warm_up(&mut s)?;
     let mut node_runs: [[Vec<scale::NodeRun>; 2]; 2] = Default::default();
-
-    let sides = [(&sparse, false), (&full, true)];
-    for rep in 0..opts.repeat {
-        let r = rep + 1;
-        if populate_4k {
-            progress(&format!("repeat {r}: 4 KiB populate and munmap"));
-            for (e, is_full) in sides {
-                let (pop, unmap) = engine_populate(e, size, false)?;
-                s[idx(BenchPath::Populate4k)].engine(is_full).push(pop);
-                s[idx(BenchPath::Munmap4k)].engine(is_full).push(unmap);
-            }
-            if opts.host {
-                let [cold, warm] = measure::host_touch_and_munmap_twice(size, false)?;
-                let p = &mut s[idx(BenchPath::Populate4k)];
-                p.host.push(host_meas(
-                    warm.populate_cpu_ns,
-                    warm.wall.populate_ns,
-                    pages,
-                ));
-                p.host_cold.push(cold.populate_cpu_ns as f64 / pages as f64);
-                s[idx(BenchPath::Munmap4k)].host.push(host_meas(
-                    warm.munmap_cpu_ns,
-                    warm.wall.munmap_ns,
-                    pages,
-                ));
-            }
-        }
-        if opts.wants(BenchPath::PopulateThp) {
-            progress(&format!("repeat {r}: THP populate"));
-            for (e, is_full) in sides {
-                let (pop, _) = engine_populate(e, size, true)?;
-                s[idx(BenchPath::PopulateThp)].engine(is_full).push(pop);
-            }
-            if opts.host {
-                let [cold, warm] = measure::host_touch_and_munmap_twice(size, true)?;
-                let p = &mut s[idx(BenchPath::PopulateThp)];
-                p.host.push(host_meas(
-                    warm.populate_cpu_ns,
-                    warm.wall.populate_ns,
-                    pages,
-                ));
-                p.host_cold.push(cold.populate_cpu_ns as f64 / pages as f64);
-            }
-        }
-        if opts.wants(BenchPath::HugeZeroRead) {
-            progress(&format!("repeat {r}: huge-zero read faults"));
-            for (e, is_full) in sides {
-                let m = engine_read(e, read_size, HPAGE, true)?;
-                s[idx(BenchPath::HugeZeroRead)].engine(is_full).push(m);
-            }
-            if opts.host {
-                let h = measure::host_read_walk(read_size, HPAGE, true)?;
-                s[idx(BenchPath::HugeZeroRead)].host.push(host_meas(
-                    h.cpu_ns,
-                    h.walk.ns,
-                    h.walk.accesses,
-                ));
-            }
-        }
-        if opts.wants(BenchPath::ZeroRead4k) {
-            progress(&format!("repeat {r}: 4 KiB zero-page read faults"));
-            for (e, is_full) in sides {
-                let m = engine_read(e, size, PAGE, false)?;
-                s[idx(BenchPath::ZeroRead4k)].engine(is_full).push(m);
-            }
-            if opts.host {
-                let h = measure::host_read_walk(size, PAGE, false)?;
-                s[idx(BenchPath::ZeroRead4k)].host.push(host_meas(
-                    h.cpu_ns,
-                    h.walk.ns,
-                    h.walk.accesses,
-                ));
-            }
-        }
-        for (path, what) in [
-            (BenchPath::BigfreeVirtual, "bigfree"),
-            (BenchPath::UsememAbVirtual, "usemem --ab"),
-        ] {
-            if !opts.wants(path) {
-                continue;
-            }
-            progress(&format!("repeat {r}: {what}, wall clock and virtual time"));
-            let x = &mut s[idx(path)];
-            for virt in [false, true] {
-                let ns = match path {
-                    BenchPath::BigfreeVirtual => vtime_cost::bigfree_cpu(opts.size, virt)?,
-                    _ => vtime_cost::usemem_ab_cpu(opts.read_size, virt)?,
-                };
-                if virt {
-                    x.virtual_run.push(ns);
-                } else {
-                    x.wall_run.push(ns);
-                }
-            }
-        }
-        if opts.wants(BenchPath::Free2Threads) {
-            progress(&format!("repeat {r}: free path, 2 threads"));
-            for (e, is_full) in sides {
-                let m = engine_free_2_threads(e, size)?;
-                s[idx(BenchPath::Free2Threads)].engine(is_full).push(m);
-            }
-        }
-        if opts.wants(BenchPath::MmapMunmap4k) {
-            progress(&format!("repeat {r}: {mmaps} one-page mmaps, then munmaps"));
-            for (e, is_full) in sides {
-                let m = engine_mmap_munmap(e, mmaps)?;
-                s[idx(BenchPath::MmapMunmap4k)].engine(is_full).push(m);
-            }
-            if opts.host {
-                let h = measure::host_mmap_munmap_pages(mmaps)?;
-                s[idx(BenchPath::MmapMunmap4k)].host.push(host_meas(
-                    h.mmap_cpu_ns + h.munmap_cpu_ns,
-                    h.wall_ns,
-                    h.count,
-                ));
-            }
-        }
-        if opts.wants(BenchPath::ForkExit) {
-            progress(&format!("repeat {r}: {} forks and exits", scale::FORKS));
-            for (e, is_full) in sides {
-                let m = scale::engine_fork_exit(e, scale::FORKS)?;
-                s[idx(BenchPath::ForkExit)].engine(is_full).push(m);
-            }
-            if opts.host {
-                let h = measure::host_fork_exit(scale::FORKS)?;
-                let cpu = h.parent_cpu_ns + h.children_cpu_ns;
-                s[idx(BenchPath::ForkExit)]
-                    .host
-                    .push(host_meas(cpu, h.wall_ns, h.count));
-            }
-        }
-        if opts.wants(BenchPath::RandomWrite4k) {
-            progress(&format!("repeat {r}: 4 KiB write faults in random order"));
-            for (e, is_full) in sides {
-                let m = scale::engine_random_writes(e, &order)?;
-                s[idx(BenchPath::RandomWrite4k)].engine(is_full).push(m);
-            }
-            if opts.host {
-                let [cold, warm] = measure::host_random_writes(&order)?;
-                let p = &mut s[idx(BenchPath::RandomWrite4k)];
-                p.host.push(host_meas(warm.cpu_ns, warm.wall_ns, pages));
-                p.host_cold.push(cold.cpu_ns as f64 / pages as f64);
-            }
-        }
-        if opts.wants(BenchPath::BigfreeNodes) {
-            progress(&format!(
-                "repeat {r}: bigfree at 4 and 64 nodes, both clocks"
-            ));
-            for (k, &nodes) in scale::NODES.iter().enumerate() {
-                for (v, virt) in [false, true].into_iter().enumerate() {
-                    let b = scale::bigfree_size(size);
-                    node_runs[v][k].push(scale::bigfree_run(b, nodes, virt)?);
-                }
-            }
-            let last = node_runs[0][1].last().copied().unwrap_or_default();
-            s[idx(BenchPath::BigfreeNodes)].sparse.push(Meas {
-                cpu: last.cpu,
-                wall: last.wall,
-            });
-        }
+    for r in 1..=opts.repeat {
+        run.repeat_faults(r, &mut s, progress)?;
+        run.repeat_rest(r, &mut s, progress)?;
+        run.repeat_nodes(r, &mut s, &mut node_runs, progress)?;
     }
     let [wall_runs, virt_runs] = node_runs;
     let nodes = opts
         .wants(BenchPath::BigfreeNodes)
-        .then(|| scale::NodeScaling::of(scale::bigfree_size(size), &wall_runs, &virt_runs));
+        .then(|| scale::NodeScaling::of(scale::bigfree_size(run.size), &wall_runs, &virt_runs));
 
     progress("memset bandwidth");
     let (memset_gib_s, zero_alloc_4k_gib_s, memset_wall_gib_s) =
-        memset_bandwidth(&full, size.min(256 << 20))?;
-
+        memset_bandwidth(&run.full, run.size.min(256 << 20))?;
     let paths = BenchPath::ALL
         .iter()
-        .zip(s)
+        .zip(s.0)
         .filter(|(p, x)| {
             opts.wants(**p)
                 && !(x.full.cpu.is_empty() && x.sparse.cpu.is_empty() && x.wall_run.is_empty())
         })
-        .map(|(&path, x)| {
-            let wall_cpu = Spread::of(x.wall_run).map(|s| s.median);
-            let virtual_cpu = Spread::of(x.virtual_run).map(|s| s.median);
-            let full_s = Spread::of(x.full.cpu);
-            let sparse_s = Spread::of(x.sparse.cpu);
-            let host_s = Spread::of(x.host.cpu);
-            let med = |s: &Option<Spread>| s.as_ref().map(|s| s.median);
-            let wall = |v: Vec<f64>| Spread::of(v).map(|s| s.median);
-            let (f, sp, h) = (med(&full_s), med(&sparse_s), med(&host_s));
-            let zeroes = matches!(path, BenchPath::Populate4k | BenchPath::PopulateThp);
-            PathResult {
-                path,
-                unit: path.unit(),
-                clock: match path {
-                    BenchPath::Free2Threads => "wall",
-                    BenchPath::BigfreeVirtual | BenchPath::UsememAbVirtual => "process-cpu",
-                    _ => "thread-cpu",
-                },
-                engine_full_ns: f,
-                engine_sparse_ns: sp,
-                host_ns: h,
-                wall_cpu_ns: wall_cpu,
-                virtual_cpu_ns: virtual_cpu,
-                virtual_over_wall: virtual_cpu.zip(wall_cpu).map(|(v, w)| v / w),
-                host_over_full: h.zip(f).map(|(h, f)| h / f),
-                full_over_sparse: f.zip(sp).map(|(f, s)| f / s),
-                full_memset_share: f.filter(|_| zeroes).map(|f| {
-                    let gib_s = PAGE as f64 / f / 1.073_741_824;
-                    gib_s / memset_gib_s
-                }),
-                engine_full_fresh_ns: x.full_fresh,
-                host_cold_ns: Spread::of(x.host_cold).map(|s| s.median),
-                engine_full_wall_ns: wall(x.full.wall),
-                engine_sparse_wall_ns: wall(x.sparse.wall),
-                host_wall_ns: wall(x.host.wall),
-                engine_full: full_s,
-                engine_sparse: sparse_s,
-                host: host_s,
-                nodes: (path == BenchPath::BigfreeNodes)
-                    .then(|| nodes.clone())
-                    .flatten(),
-            }
-        })
+        .map(|(&path, x)| summary(path, x, nodes.as_ref(), memset_gib_s))
         .collect();
     Ok(BenchResult {
         opts: opts.clone(),
-        config_full: full.machine.config().clone(),
-        config_sparse: sparse.machine.config().clone(),
-        host_huge_pages: full.machine.phys().backing().host_huge_pages(),
+        config_full: run.full.machine.config().clone(),
+        config_sparse: run.sparse.machine.config().clone(),
+        host_huge_pages: run.full.machine.phys().backing().host_huge_pages(),
         memset_gib_s,
         zero_alloc_4k_gib_s,
         memset_wall_gib_s,
-        mmaps: opts.wants(BenchPath::MmapMunmap4k).then_some(mmaps),
+        mmaps: opts.wants(BenchPath::MmapMunmap4k).then_some(run.mmaps),
         paths,
     })
+}
+
+/// The medians of the engine's and the host's samples of `path` (on the path's clock), and
+/// the ratios between them: the row's figures with nothing path-specific filled in.
+fn medians(path: BenchPath, clock: &'static str, [full, sparse, host]: [Side; 3]) -> PathResult {
+    let (full_s, sparse_s, host_s) = (
+        Spread::of(full.cpu),
+        Spread::of(sparse.cpu),
+        Spread::of(host.cpu),
+    );
+    let med = |s: &Option<Spread>| s.as_ref().map(|s| s.median);
+    let wall = |v: Vec<f64>| Spread::of(v).map(|s| s.median);
+    let (f, sp, h) = (med(&full_s), med(&sparse_s), med(&host_s));
+    PathResult {
+        path,
+        unit: path.unit(),
+        clock,
+        engine_full_ns: f,
+        engine_sparse_ns: sp,
+        host_ns: h,
+        wall_cpu_ns: None,
+        virtual_cpu_ns: None,
+        virtual_over_wall: None,
+        host_over_full: h.zip(f).map(|(h, f)| h / f),
+        full_over_sparse: f.zip(sp).map(|(f, s)| f / s),
+        full_memset_share: None,
+        engine_full_fresh_ns: None,
+        host_cold_ns: None,
+        engine_full_wall_ns: wall(full.wall),
+        engine_sparse_wall_ns: wall(sparse.wall),
+        host_wall_ns: wall(host.wall),
+        engine_full: full_s,
+        engine_sparse: sparse_s,
+        host: host_s,
+        nodes: None,
+    }
+}
+
+/// One path's row from its samples.
+fn summary(
+    path: BenchPath,
+    x: Samples,
+    nodes: Option<&scale::NodeScaling>,
+    memset_gib_s: f64,
+) -> PathResult {
+    let clock = match path {
+        BenchPath::Free2Threads => "wall",
+        BenchPath::BigfreeVirtual | BenchPath::UsememAbVirtual => "process-cpu",
+        _ => "thread-cpu",
+    };
+    let wall_cpu = Spread::of(x.wall_run).map(|s| s.median);
+    let virtual_cpu = Spread::of(x.virtual_run).map(|s| s.median);
+    let zeroes = matches!(path, BenchPath::Populate4k | BenchPath::PopulateThp);
+    let mut row = medians(path, clock, [x.full, x.sparse, x.host]);
+    row.wall_cpu_ns = wall_cpu;
+    row.virtual_cpu_ns = virtual_cpu;
+    row.virtual_over_wall = virtual_cpu.zip(wall_cpu).map(|(v, w)| v / w);
+    row.full_memset_share = row.engine_full_ns.filter(|_| zeroes).map(|f| {
+        let gib_s = PAGE as f64 / f / 1.073_741_824;
+        gib_s / memset_gib_s
+    });
+    row.engine_full_fresh_ns = x.full_fresh;
+    row.host_cold_ns = Spread::of(x.host_cold).map(|s| s.median);
+    row.nodes = nodes.filter(|_| path == BenchPath::BigfreeNodes).cloned();
+    row
 }

@@ -12,9 +12,10 @@
 //!   mappings ([`measure::host_fork_exit`]). The host figure is the forking thread's CPU time
 //!   plus the children's (their exits): the engine's thread does both.
 //! - `random-write-4k`: one write per page of a fresh `MADV_NOHUGEPAGE` mapping, the pages in
-//!   one random order (the same permutation on both sides, [`random_order`]); the engine
-//!   makes its writes in runs of 64 ([`usermm::Task::access_words`]), as usemem's random walk
-//!   does; the host's figure is its second round, as `populate-4k`'s.
+//!   one random order (the same permutation on both sides, [`random_order`]), the same body on
+//!   both ([`crate::task::bodies::random_writes`]: the engine makes its writes in runs of 64
+//!   under one TLB-gate hold, as usemem's random walk does); the host's figure is its second
+//!   round, as `populate-4k`'s.
 //! - `bigfree-nodes`: `usermm bigfree` of a quarter of the bench's size ([`bigfree_size`]) at
 //!   `max_active 8` on 144 CPUs (the seed's machine), once on 4 nodes and once on 64, on the
 //!   wall clock and in virtual time. The figures are
@@ -27,17 +28,17 @@
 
 use serde::Serialize;
 use usermm::config::{BackingMode, TimeMode};
-use usermm::mm::mmap::{MADV_NOHUGEPAGE, PROT_READ, PROT_WRITE};
+use usermm::mm::mmap::{PROT_READ, PROT_WRITE};
 use usermm_host::measure;
 
-use super::engine::{engine_exit, engine_map, Engine, Meas, Timer};
+use super::engine::{lone, Engine, Meas, Timer};
 use super::{engine_err, BenchError, PAGE};
 use crate::bigfree::{self, BigfreeOpts, FreeBy};
+use crate::task::bodies::{self, Failed};
+use crate::task::Task;
 
 /// Forks (and exits) per `fork-exit` sample.
 pub const FORKS: u64 = 1000;
-/// Accesses per TLB gate hold in `random-write-4k`, as usemem's random walk on the engine.
-const RUN: usize = 64;
 /// `bigfree-nodes`: the seed machine's CPUs, the free's workers, and the two node counts.
 const BIGFREE_CPUS: u16 = 144;
 const BIGFREE_MAX_ACTIVE: u32 = 8;
@@ -64,40 +65,32 @@ pub fn random_order(pages: u64, seed: u64) -> Vec<u32> {
     v
 }
 
-/// `count` forks of a small mm, each child put at once: per fork + exit.
+/// `count` forks of a small mm, each child put at once: per fork + exit. The fork is the
+/// engine's own ([`usermm::Mm::fork`]): [`crate::task::Task`] has none, so the host's side
+/// is its own loop ([`measure::host_fork_exit`]); the small mm's pages are written as a body's.
 pub(super) fn engine_fork_exit(e: &Engine, count: u64) -> Result<Meas, BenchError> {
     let len = measure::FORK_TOUCHED_PAGES * PAGE;
-    let (task, start) = engine_map(e, len, PROT_READ | PROT_WRITE, MADV_NOHUGEPAGE)?;
-    task.walk(start, len, PAGE, true, |w| w)
-        .map_err(engine_err)?;
-    let t = Timer::start();
-    for _ in 0..count {
-        let child = task.mm().fork(e.cpu).map_err(engine_err)?;
-        child.mmput(e.cpu);
-    }
-    let m = t.per(count.max(1) as f64);
-    engine_exit(task);
-    Ok(m)
+    let s = lone(e, |t| {
+        let a = bodies::map_aligned(t, len, PROT_READ | PROT_WRITE, false)?;
+        t.touch(a, len, PAGE, true)?;
+        let t0 = t.now();
+        for _ in 0..count {
+            let child = t.mm().fork(t.cpu()).map_err(|e| Failed::Call {
+                what: "fork",
+                errno: e.0,
+            })?;
+            child.mmput(t.cpu());
+        }
+        Ok(t.now().since(t0))
+    })?;
+    Ok(Meas::of(s, count))
 }
 
-/// One write to every page of a fresh mapping, in `order`: per page (each a write fault).
+/// One write to every page of a fresh mapping, in `order` ([`bodies::random_writes`]): per
+/// page (each a write fault).
 pub(super) fn engine_random_writes(e: &Engine, order: &[u32]) -> Result<Meas, BenchError> {
-    let len = order.len() as u64 * PAGE;
-    let (task, start) = engine_map(e, len, PROT_READ | PROT_WRITE, MADV_NOHUGEPAGE)?;
-    let mut run = Vec::with_capacity(RUN);
-    let t = Timer::start();
-    for chunk in order.chunks(RUN) {
-        run.clear();
-        run.extend(
-            chunk
-                .iter()
-                .map(|&i| (start + u64::from(i) * PAGE, Some(u64::from(i)))),
-        );
-        task.access_words(&run).map_err(|(_, f)| engine_err(f))?;
-    }
-    let m = t.per(order.len().max(1) as f64);
-    engine_exit(task);
-    Ok(m)
+    let s = lone(e, |t| bodies::random_writes(t, order))?;
+    Ok(Meas::of(s, order.len() as u64))
 }
 
 /// One `bigfree-nodes` run: ns per page of host CPU (the process's: every thread the run

@@ -28,7 +28,9 @@ use std::time::Duration;
 use usermm::config::BackingMode;
 use usermm::Machine;
 
-use super::{engine_err, BenchError, BenchOpts, BenchPath, PathResult, Spread, HPAGE};
+use super::{
+    config_of, engine_err, medians, BenchError, BenchOpts, BenchPath, PathResult, Side, HPAGE,
+};
 use crate::task::{run_engine, run_host, Affinity, Launch, Mode, Schedule};
 use crate::will_it_scale::Test;
 
@@ -62,11 +64,8 @@ fn per_fault(counts: &[u64], period: Duration) -> Result<f64, BenchError> {
 
 /// A machine of `backing` for one task of page_fault1 at `size`.
 fn machine(opts: &BenchOpts, size: u64, backing: BackingMode) -> Result<Arc<Machine>, BenchError> {
-    let mut c = opts.base.clone();
-    c.mem = (size + size / 256 + (64 << 20)).next_multiple_of(HPAGE);
-    c.backing = backing;
-    c.validate()
-        .map_err(|e| BenchError::Config(format!("invalid machine configuration: {e}")))?;
+    let mem = (size + size / 256 + (64 << 20)).next_multiple_of(HPAGE);
+    let c = config_of(opts, mem, backing)?;
     Machine::new(c).map_err(|e| BenchError::Machine("page_fault1", e.to_string()))
 }
 
@@ -115,31 +114,14 @@ pub(super) fn row(
     }
     sparse.validate().map_err(engine_err)?;
     full.validate().map_err(engine_err)?;
-    let (full_s, sparse_s, host_s) = (Spread::of(f), Spread::of(s), Spread::of(h));
-    let med = |s: &Option<Spread>| s.as_ref().map(|s| s.median);
-    let (fm, sm, hm) = (med(&full_s), med(&sparse_s), med(&host_s));
-    let path = BenchPath::WisPageFault1;
-    Ok(PathResult {
-        path,
-        unit: path.unit(),
-        clock: "wall",
-        engine_full_ns: fm,
-        engine_sparse_ns: sm,
-        host_ns: hm,
-        wall_cpu_ns: None,
-        virtual_cpu_ns: None,
-        virtual_over_wall: None,
-        host_over_full: hm.zip(fm).map(|(h, f)| h / f),
-        full_over_sparse: fm.zip(sm).map(|(f, s)| f / s),
-        full_memset_share: None,
-        engine_full_fresh_ns: None,
-        host_cold_ns: None,
-        engine_full_wall_ns: fm,
-        engine_sparse_wall_ns: sm,
-        host_wall_ns: hm,
-        engine_full: full_s,
-        engine_sparse: sparse_s,
-        host: host_s,
-        nodes: None,
-    })
+    // One clock, the wall clock: each side's samples are its wall and its "CPU" figures.
+    let side = |v: Vec<f64>| Side {
+        cpu: v.clone(),
+        wall: v,
+    };
+    Ok(medians(
+        BenchPath::WisPageFault1,
+        "wall",
+        [side(f), side(s), side(h)],
+    ))
 }

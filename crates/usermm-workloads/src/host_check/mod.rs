@@ -9,9 +9,9 @@
 //!
 //! | row | scenario | the mechanism it exercises |
 //! |---|---|---|
-//! | (a) | `MADV_DONTNEED` of a touched mapping by two threads on disjoint halves, against one thread | two freers of one mm: one zone and LRU lock, the mm's TLB flushes reaching the other CPU |
+//! | (a) | `MADV_DONTNEED` of a touched mapping by two threads on disjoint halves, against one thread | two freers of one mm: one zone and LRU lock, the mm's TLB flushes reaching the other CPU (`dontneed.rs`: one body over [`crate::task::Task`] on both sides) |
 //! | (b) | a thread write-faulting in its own VMA while another munmaps a big mapping: p50, p99 | per-VMA locks and munmap's downgraded mmap_lock (6.18 has both) |
-//! | (c) | huge-zero-page read faults of two processes at once, against one | the huge zero page's shared line under 6.18's per-mm reference |
+//! | (c) | huge-zero-page read faults of two processes at once, against one | the huge zero page's shared line under 6.18's per-mm reference (`readers.rs`: one body over [`crate::task::Task`] on both sides) |
 //! | (d) | will-it-scale's page_fault1 at 1 and 2 tasks, processes and threads: faults/s | the whole fault, zero, map and unmap cycle; two mms against one shared mm (its mmap lock, its TLB flushes reaching the other thread's CPU) (`page_fault1.rs`) |
 //!
 //! The modelled machine is this host as the kernel runs it: the CPUs it has (at least 2), one
@@ -26,18 +26,10 @@
 //! threads + 0.5, steal over 2 %, a task under 90 % of its wall time as CPU) is *host busy*:
 //! its figures are kept, its error is not given, and it counts neither way.
 
-use std::sync::Arc;
-
 use serde::Serialize;
 use usermm::config::{BackingMode, MachineConfig, ThpMode, TimeConfig, TimeMode};
 use usermm::machine::MachineError;
-use usermm::mm::mmap::{
-    MapFile, MADV_DONTNEED, MADV_HUGEPAGE, MADV_NOHUGEPAGE, MAP_ANONYMOUS, MAP_FIXED_NOREPLACE,
-    MAP_NORESERVE, MAP_PRIVATE, PROT_READ, PROT_WRITE,
-};
-use usermm::sync::class::FUTEX;
-use usermm::sync::{clock, thread, Barrier};
-use usermm::{CpuId, Errno, Machine, Mm, Task};
+use usermm::Errno;
 use usermm_host::check as host;
 use usermm_host::HostError;
 
@@ -46,14 +38,14 @@ use usermm_host::quiet::{self, HostLoad, Quietness};
 use crate::munmap_test::{self, Latency, MunmapTestOpts};
 use crate::stats;
 
+pub mod dontneed;
 pub mod page_fault1;
+pub mod readers;
 
 use page_fault1::Pf1Measured;
 
 /// 2 MiB: a huge page, and the stride of the huge-zero readers.
 const HPAGE: u64 = 2 << 20;
-/// Where row (c)'s readers map (2 MiB-aligned, far from anything else).
-const READER_BASE: u64 = 0x2000_0000_0000;
 
 /// Sizes of the four scenarios.
 #[derive(Debug, Clone, Serialize)]
@@ -224,10 +216,6 @@ pub enum HostCheckError {
     WillItScale(String),
 }
 
-fn sys<T>(op: &'static str, r: Result<T, Errno>) -> Result<T, HostCheckError> {
-    r.map_err(|errno| HostCheckError::Syscall { op, errno })
-}
-
 /// This host as its kernel runs it, modelled in virtual time on `profile` (a file or a name),
 /// with RAM for `bytes` of mappings.
 pub fn this_host_machine(profile: &str, bytes: u64) -> MachineConfig {
@@ -256,44 +244,6 @@ pub fn this_host_machine(profile: &str, bytes: u64) -> MachineConfig {
     c
 }
 
-/// Row (a) on the engine: (one thread, two threads) ns to `MADV_DONTNEED` `bytes`.
-fn predict_dontneed(profile: &str, bytes: u64) -> Result<(f64, f64), HostCheckError> {
-    let config = this_host_machine(profile, bytes);
-    let machine = Machine::new(config)?;
-    let cpu0 = CpuId(0);
-    let r = machine.run(cpu0, || -> Result<(f64, f64), HostCheckError> {
-        let mm = sys("mm_alloc", Mm::new(&machine, cpu0))?;
-        let rw = PROT_READ | PROT_WRITE;
-        let anon = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
-        let a = sys("mmap", mm.mmap(cpu0, 0, bytes, rw, anon, MapFile::None))?;
-        sys("madvise", mm.madvise(cpu0, a, bytes, MADV_NOHUGEPAGE))?;
-        mm.populate(cpu0, a, a + bytes, true);
-        let t = clock::now();
-        sys("madvise", mm.madvise(cpu0, a, bytes, MADV_DONTNEED))?;
-        let one = t.elapsed_ns() as f64;
-        mm.populate(cpu0, a, a + bytes, true);
-        let half = bytes / 2;
-        let start = Barrier::new(&FUTEX, 2);
-        let t0 = thread::scope(|s| {
-            let mm1 = Arc::clone(&mm);
-            let start = &start;
-            let other = s.spawn_on(CpuId(1), move || {
-                start.wait();
-                mm1.madvise(CpuId(1), a + half, half, MADV_DONTNEED)
-            });
-            start.wait();
-            let t0 = clock::now();
-            let mine = mm.madvise(cpu0, a, half, MADV_DONTNEED);
-            let theirs = other.join().unwrap_or(Err(Errno::EFAULT));
-            mine.and(theirs).map(|()| t0)
-        });
-        let t0 = sys("madvise (two threads)", t0)?;
-        Ok((one, t0.elapsed_ns() as f64))
-    });
-    drop(machine);
-    r?
-}
-
 /// Row (b) on the engine: the faulter's (p50, p99) ns during the munmap, from seed 003's own
 /// scenario (`munmap_test`) on the modelled host.
 fn predict_faults(profile: &str, opts: &HostCheckOpts) -> Result<(f64, f64), HostCheckError> {
@@ -308,78 +258,12 @@ fn predict_faults(profile: &str, opts: &HostCheckOpts) -> Result<(f64, f64), Hos
     Ok((r.during.faults.p50_ns as f64, r.during.faults.p99_ns as f64))
 }
 
-/// Row (c) on the engine: faults per second of `procs` processes (one mm each, on CPUs 0..)
-/// reading a word every 2 MiB of their own `bytes`, started together.
-fn predict_readers(profile: &str, procs: u16, bytes: u64) -> Result<f64, HostCheckError> {
-    let config = this_host_machine(profile, 0);
-    let machine = Machine::new(config)?;
-    let cpu0 = CpuId(0);
-    let r = machine.run(cpu0, || -> Result<f64, HostCheckError> {
-        let start = Barrier::new(&FUTEX, usize::from(procs));
-        let per_proc: Vec<Result<u64, HostCheckError>> = thread::scope(|s| {
-            let hs: Vec<_> = (0..procs)
-                .map(|i| {
-                    let machine = &machine;
-                    let start = &start;
-                    s.spawn_on(CpuId(i), move || -> Result<u64, HostCheckError> {
-                        let cpu = CpuId(i);
-                        let mm = sys("mm_alloc", Mm::new(machine, cpu))?;
-                        let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
-                        let a = sys(
-                            "mmap",
-                            mm.mmap(
-                                cpu,
-                                READER_BASE,
-                                bytes,
-                                PROT_READ,
-                                flags | MAP_FIXED_NOREPLACE,
-                                MapFile::None,
-                            ),
-                        )?;
-                        sys("madvise", mm.madvise(cpu, a, bytes, MADV_HUGEPAGE))?;
-                        let task = Task::new(Arc::clone(&mm), cpu);
-                        start.wait();
-                        let t = clock::now();
-                        let mut addr = a;
-                        while addr < a + bytes {
-                            task.read_u64(addr).map_err(|_| HostCheckError::Syscall {
-                                op: "read fault",
-                                errno: Errno::EFAULT,
-                            })?;
-                            addr += HPAGE;
-                        }
-                        let ns = t.elapsed_ns();
-                        mm.mmput(cpu);
-                        Ok(ns)
-                    })
-                })
-                .collect();
-            hs.into_iter()
-                .map(|h| {
-                    h.join().unwrap_or(Err(HostCheckError::Syscall {
-                        op: "reader",
-                        errno: Errno::EFAULT,
-                    }))
-                })
-                .collect()
-        });
-        let mut longest = 0;
-        for ns in per_proc {
-            longest = longest.max(ns?);
-        }
-        let faults = u64::from(procs) * (bytes / HPAGE);
-        Ok(faults as f64 / (longest.max(1) as f64 / 1e9))
-    });
-    drop(machine);
-    r?
-}
-
 /// The engine's predictions for `opts` on `profile` (deterministic: the same every run).
 pub fn predict(profile: &str, opts: &HostCheckOpts) -> Result<Predicted, HostCheckError> {
-    let (d1, d2) = predict_dontneed(profile, opts.dontneed_bytes)?;
+    let (d1, d2) = dontneed::predict(profile, opts.dontneed_bytes)?;
     let (p50, p99) = predict_faults(profile, opts)?;
-    let r1 = predict_readers(profile, 1, opts.reader_bytes)?;
-    let r2 = predict_readers(profile, 2, opts.reader_bytes)?;
+    let r1 = readers::predict(profile, 1, opts.reader_bytes)?;
+    let r2 = readers::predict(profile, 2, opts.reader_bytes)?;
     let page_fault1 = page_fault1::predict(profile, opts)?;
     Ok(Predicted {
         dontneed_one_ns: d1,
@@ -410,7 +294,7 @@ pub fn measure(
     opts: &HostCheckOpts,
     runner: &page_fault1::HostRunner<'_>,
 ) -> Result<Measured, HostCheckError> {
-    let (d, quiet_dontneed) = judged(|| host::dontneed_split(opts.dontneed_bytes, opts.repeat))?;
+    let (d, quiet_dontneed) = judged(|| dontneed::measure(opts.dontneed_bytes, opts.repeat))?;
     let as_f = |v: &[u64]| v.iter().map(|x| *x as f64).collect::<Vec<_>>();
     let (f, quiet_munmap) = judged(|| {
         host::faults_during_munmap(opts.munmap_bytes, opts.faulter_bytes, opts.munmap_repeat)
@@ -419,8 +303,8 @@ pub fn measure(
     let during = Latency::of_samples(&f.during_ns);
     let ((r1, r2), quiet_readers) = judged(|| {
         Ok((
-            host::huge_zero_readers(1, opts.reader_bytes, opts.repeat)?,
-            host::huge_zero_readers(2, opts.reader_bytes, opts.repeat)?,
+            readers::measure(1, opts.reader_bytes, opts.repeat)?,
+            readers::measure(2, opts.reader_bytes, opts.repeat)?,
         ))
     })?;
     let page_fault1 = page_fault1::measure(opts, runner)?;

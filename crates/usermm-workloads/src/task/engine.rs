@@ -14,7 +14,13 @@
 //! anonymous (shmem) object, one per mapping: a VMA with an object of its own, which never
 //! merges with its neighbours, as a separate file's mapping does not. It stands in honestly
 //! only for a mapping that is never touched (will-it-scale's mmap2); the tests that write a
-//! file's pages or read them back are refused (`will_it_scale`).
+//! file's pages or read them back are refused (`will_it_scale`). `/dev/zero` is the
+//! engine's own ([`usermm::mm::mmap::MapFile::DevZero`]), mapped as the caller asks.
+//!
+//! # A task alone
+//! [`with_lone_task`] makes one task outside any run: a fresh mm of its own on a CPU the
+//! caller names, not counted, on whatever clock the calling context runs (a bench's thread
+//! on the wall clock, a context of [`Machine::run`] in virtual time).
 //!
 //! # Time slices
 //! The virtual runtime runs a CPU's contexts to their next block, without preemption. When
@@ -29,13 +35,17 @@ use std::time::Duration;
 
 use usermm::config::TimeMode;
 use usermm::mm::mman::{MAP_ANONYMOUS, MAP_SHARED, MAP_TYPE};
+use usermm::mm::mmap::MapFile;
 use usermm::stats::VmStatSnapshot;
 use usermm::sync::class::FUTEX;
 use usermm::sync::{clock, thread, Barrier};
 use usermm::{CpuId, Machine, Mm};
 
 use super::malloc::{Arena, Malloc};
-use super::{engine_cpu, sample_on_wall_clock, Errno, Launch, Mode, OnSample, Stop, Task};
+use super::{
+    engine_cpu, panicked, sample_on_wall_clock, Beside, Errno, Launch, Mode, OnSample, Stamp, Stop,
+    Task,
+};
 
 const ENOMEM: Errno = 12;
 
@@ -44,10 +54,12 @@ const ENOMEM: Errno = 12;
 /// `sysctl_sched_base_slice`), for a machine of 8 or more CPUs.
 pub const SLICE: Duration = Duration::from_millis(3);
 
-/// A temporary file of the engine: its size (see the module doc for how it maps).
+/// A file of the engine: a temporary file of `size` bytes, or `/dev/zero` (see the module
+/// doc for how each maps).
 #[derive(Debug, Clone, Copy)]
 pub struct EngineFile {
     pub size: u64,
+    pub dev_zero: bool,
 }
 
 /// One process: its mm and glibc's cached break (`__curbrk`), shared by its threads.
@@ -55,6 +67,16 @@ pub struct EngineFile {
 struct Proc {
     mm: Arc<Mm>,
     curbrk: AtomicU64,
+}
+
+impl Proc {
+    /// A fresh process: a new mm, no break cached yet.
+    fn new(machine: &Arc<Machine>, cpu: CpuId) -> Result<Proc, usermm::Errno> {
+        Ok(Proc {
+            mm: Mm::new(machine, cpu)?,
+            curbrk: AtomicU64::new(0),
+        })
+    }
 }
 
 /// A counter cell alone on its cache lines.
@@ -142,8 +164,20 @@ pub struct EngineTask<'a> {
     malloc: RefCell<Malloc>,
 }
 
-fn errno(e: usermm::Errno) -> Errno {
+/// An engine error as the errno a C program sees.
+pub(crate) fn errno(e: usermm::Errno) -> Errno {
     e.0
+}
+
+/// `mprotect` of `mm` from `cpu`, its errno alone: the one wrapper of the engine's tasks
+/// (this module's and usemem's).
+pub(crate) fn mprotect(mm: &Mm, cpu: CpuId, addr: u64, len: u64, prot: u32) -> Result<(), Errno> {
+    mm.mprotect(cpu, addr, len, prot).map_err(errno)
+}
+
+/// `madvise` of `mm` from `cpu`, its errno alone (as [`mprotect`]).
+pub(crate) fn madvise(mm: &Mm, cpu: CpuId, addr: u64, len: u64, advice: i32) -> Result<(), Errno> {
+    mm.madvise(cpu, addr, len, advice).map_err(errno)
 }
 
 /// The signal a failed access delivers (`VM_FAULT_OOM` is the OOM killer's SIGKILL).
@@ -154,7 +188,18 @@ fn fault_stop(f: usermm::Fault) -> Stop {
     }
 }
 
-impl EngineTask<'_> {
+impl<'a> EngineTask<'a> {
+    /// Task 0 of `proc` on `cpu`, not counted, allocating from the main arena.
+    fn uncounted(proc: &'a Proc, cpu: CpuId) -> Self {
+        EngineTask {
+            task: usermm::Task::new(Arc::clone(&proc.mm), cpu),
+            index: 0,
+            proc,
+            counter: Counter::None,
+            malloc: RefCell::new(Malloc::new(Arena::Main)),
+        }
+    }
+
     /// The emulated CPU the task runs on.
     pub fn cpu(&self) -> CpuId {
         self.task.cpu()
@@ -180,11 +225,14 @@ impl Task for EngineTask<'_> {
         flags: u32,
         file: Option<&EngineFile>,
     ) -> Result<u64, Errno> {
-        let flags = match file {
-            None => flags,
-            Some(_) => (flags & !MAP_TYPE) | MAP_SHARED | MAP_ANONYMOUS,
+        let (flags, file) = match file {
+            None => (flags, MapFile::None),
+            Some(f) if f.dev_zero => (flags, MapFile::DevZero),
+            Some(_) => (
+                (flags & !MAP_TYPE) | MAP_SHARED | MAP_ANONYMOUS,
+                MapFile::None,
+            ),
         };
-        let file = usermm::mm::mmap::MapFile::None;
         self.mm()
             .mmap(self.cpu(), 0, len, prot, flags, file)
             .map_err(errno)
@@ -195,15 +243,11 @@ impl Task for EngineTask<'_> {
     }
 
     fn mprotect(&self, addr: u64, len: u64, prot: u32) -> Result<(), Errno> {
-        self.mm()
-            .mprotect(self.cpu(), addr, len, prot)
-            .map_err(errno)
+        mprotect(self.mm(), self.cpu(), addr, len, prot)
     }
 
     fn madvise(&self, addr: u64, len: u64, advice: i32) -> Result<(), Errno> {
-        self.mm()
-            .madvise(self.cpu(), addr, len, advice)
-            .map_err(errno)
+        madvise(self.mm(), self.cpu(), addr, len, advice)
     }
 
     fn brk(&self, addr: u64) -> Result<(), Errno> {
@@ -239,7 +283,17 @@ impl Task for EngineTask<'_> {
     }
 
     fn tmpfile(&self, size: u64) -> Result<EngineFile, Errno> {
-        Ok(EngineFile { size })
+        Ok(EngineFile {
+            size,
+            dev_zero: false,
+        })
+    }
+
+    fn dev_zero(&self) -> Result<EngineFile, Errno> {
+        Ok(EngineFile {
+            size: 0,
+            dev_zero: true,
+        })
     }
 
     fn write_u8(&self, addr: u64, v: u8) -> Result<(), Stop> {
@@ -275,6 +329,82 @@ impl Task for EngineTask<'_> {
             Counter::Virtual(v) => v.count(n),
         }
     }
+
+    fn now(&self) -> Stamp {
+        Stamp {
+            cpu_ns: clock::thread_cpu_ns(),
+            wall_ns: clock::now().as_ns(),
+        }
+    }
+
+    /// [`usermm::Task::walk`]: page by page, each page's words under one hold of the TLB
+    /// gate.
+    fn touch(&self, start: u64, len: u64, step: u64, write: bool) -> Result<u64, Stop> {
+        self.task
+            .walk(start, len, step, write, |w| w)
+            .map_err(fault_stop)
+    }
+
+    /// [`usermm::Task::access_words`] in runs of [`WORD_RUN`]: a run's words under one hold of
+    /// the TLB gate, as usemem's random walk does.
+    fn write_each(&self, addrs: &[u64], v: u64) -> Result<(), Stop> {
+        let mut run = [(0, None); WORD_RUN];
+        for chunk in addrs.chunks(WORD_RUN) {
+            for (r, &a) in run.iter_mut().zip(chunk) {
+                *r = (a, Some(v));
+            }
+            self.task
+                .access_words(&run[..chunk.len()])
+                .map_err(|(_, f)| fault_stop(f))?;
+        }
+        Ok(())
+    }
+}
+
+impl Beside for EngineTask<'_> {
+    /// The other thread is an engine thread on CPU `cpu` (`thread::scope`), allocating from a
+    /// thread arena of its own; the barrier is the engine's (a futex).
+    fn beside<R: Send, S>(
+        &self,
+        cpu: usize,
+        theirs: impl FnOnce(&Self) -> R + Send,
+        mine: impl FnOnce() -> S,
+    ) -> (S, Result<R, Stop>) {
+        let gate = Barrier::new(&FUTEX, 2);
+        let (proc, index, cpu) = (self.proc, self.index + 1, CpuId(cpu as u16));
+        thread::scope(|s| {
+            let gate = &gate;
+            let other = s.spawn_on(cpu, move || {
+                let mut t = EngineTask::uncounted(proc, cpu);
+                t.index = index;
+                t.malloc = RefCell::new(Malloc::new(Arena::Thread));
+                gate.wait();
+                theirs(&t)
+            });
+            gate.wait();
+            let m = mine();
+            (m, other.join().map_err(|_| panicked()))
+        })
+    }
+}
+
+/// Accesses per TLB-gate hold of [`EngineTask`]'s `write_each` (tens, so that a flush waits
+/// for little: [`usermm::Task::access_words`]).
+const WORD_RUN: usize = 64;
+
+/// Run `f` with one task alone on `machine`'s `cpu` (see the module doc): a fresh mm, put
+/// after `f` returns (its teardown is not `f`'s), glibc's main arena, not counted.
+pub fn with_lone_task<R>(
+    machine: &Arc<Machine>,
+    cpu: CpuId,
+    f: impl FnOnce(&EngineTask<'_>) -> R,
+) -> Result<R, usermm::Errno> {
+    let proc = Proc::new(machine, cpu)?;
+    let t = EngineTask::uncounted(&proc, cpu);
+    let r = f(&t);
+    drop(t);
+    proc.mm.mmput(cpu);
+    Ok(r)
 }
 
 /// What a run on the engine produced.
@@ -352,19 +482,8 @@ where
 
 /// The parent's mm, its cached break and main arena after its first `malloc`.
 fn make_parent(machine: &Arc<Machine>, tasks: usize) -> Result<(Proc, Malloc), String> {
-    let cpu0 = CpuId(0);
-    let mm = Mm::new(machine, cpu0).map_err(|e| format!("mm_alloc: {e}"))?;
-    let proc = Proc {
-        mm: Arc::clone(&mm),
-        curbrk: AtomicU64::new(0),
-    };
-    let t = EngineTask {
-        task: usermm::Task::new(mm, cpu0),
-        index: 0,
-        proc: &proc,
-        counter: Counter::None,
-        malloc: RefCell::new(Malloc::new(Arena::Main)),
-    };
+    let proc = Proc::new(machine, CpuId(0)).map_err(|e| format!("mm_alloc: {e}"))?;
+    let t = EngineTask::uncounted(&proc, CpuId(0));
     // main.c's `malloc(opt_tasks * sizeof(struct args))` (48 bytes each).
     t.malloc(tasks as u64 * 48)
         .map_err(|e| format!("the parent's malloc: {}", crate::usemem::sys::strerror(e)))?;
@@ -452,10 +571,7 @@ where
         }
         let joined: Vec<(Stop, Vec<u64>)> = handles
             .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or((Stop::Assert("the task panicked".into()), Vec::new()))
-            })
+            .map(|h| h.join().unwrap_or((panicked(), Vec::new())))
             .collect();
         joined
     });

@@ -11,19 +11,25 @@
 //! allocates nothing while they run. Counters live in one shared mapping
 //! ([`usermm_host::task::Slots`]), as `main.c`'s do.
 
-use usermm_host::task::{bind_to_cpus, host_cores, thread_cpu_ns, Slots, Space, TmpFile, Unmapped};
+use usermm_host::task::{
+    bind_to_cpus, host_cores, monotonic_ns, thread_cpu_ns, Slots, Space, TmpFile, Unmapped,
+};
 use usermm_host::usemem::{
     child_ended, die_of_signal, exit_process, fork_process, wait_child, PipeGate,
 };
 
-use super::{bind_set, sample_on_wall_clock, Errno, Launch, Mode, OnSample, Stop, Task};
+use super::{
+    bind_set, panicked, sample_on_wall_clock, Beside, Errno, Launch, Mode, OnSample, Stamp, Stop,
+    Task,
+};
 use crate::usemem::sys::strerror;
 
 /// One task on the host kernel.
 #[derive(Debug)]
 pub struct HostTask<'a> {
     space: Space,
-    slots: &'a Slots,
+    /// Where it counts; none for a task alone ([`HostTask::alone`]).
+    slots: Option<&'a Slots>,
     index: usize,
 }
 
@@ -77,6 +83,10 @@ impl Task for HostTask<'_> {
         TmpFile::new(size)
     }
 
+    fn dev_zero(&self) -> Result<TmpFile, Errno> {
+        TmpFile::dev_zero()
+    }
+
     fn write_u8(&self, addr: u64, v: u8) -> Result<(), Stop> {
         self.space.write_u8(addr, v).map_err(segv(addr))
     }
@@ -95,12 +105,51 @@ impl Task for HostTask<'_> {
 
     #[inline]
     fn count(&self, n: u64) -> Result<(), Stop> {
-        self.slots.add(self.index, n);
-        if self.slots.stopped() {
+        let Some(slots) = self.slots else {
+            return Ok(());
+        };
+        slots.add(self.index, n);
+        if slots.stopped() {
             Err(Stop::Done)
         } else {
             Ok(())
         }
+    }
+
+    fn now(&self) -> Stamp {
+        Stamp {
+            cpu_ns: thread_cpu_ns(),
+            wall_ns: monotonic_ns(),
+        }
+    }
+}
+
+impl Beside for HostTask<'_> {
+    /// The other thread is a thread of this process (the kernel's scheduler places it),
+    /// with a sibling of this task's space (`usermm_host::task::Space::sibling`: while it
+    /// lives, this task unmaps nothing).
+    fn beside<R: Send, S>(
+        &self,
+        _cpu: usize,
+        theirs: impl FnOnce(&Self) -> R + Send,
+        mine: impl FnOnce() -> S,
+    ) -> (S, Result<R, Stop>) {
+        let sib = HostTask {
+            space: self.space.sibling(),
+            slots: None,
+            index: self.index + 1,
+        };
+        let gate = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            let gate = &gate;
+            let other = s.spawn(move || {
+                gate.wait();
+                theirs(&sib)
+            });
+            gate.wait();
+            let m = mine();
+            (m, other.join().map_err(|_| panicked()))
+        })
     }
 }
 
@@ -115,8 +164,19 @@ impl<'a> HostTask<'a> {
     pub fn new(slots: &'a Slots, index: usize) -> Self {
         HostTask {
             space: Space::new(),
-            slots,
+            slots: Some(slots),
             index,
+        }
+    }
+
+    /// Task 0 alone, not counted, with room for `maps` mappings before its space allocates
+    /// (`usermm_host::task::Space::with_capacity`): made before a fork, it serves the
+    /// child, which may not allocate ([`super::child`]).
+    pub fn alone(maps: usize) -> HostTask<'static> {
+        HostTask {
+            space: Space::with_capacity(maps),
+            slots: None,
+            index: 0,
         }
     }
 }

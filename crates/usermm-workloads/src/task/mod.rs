@@ -7,16 +7,29 @@
 //! clock, the engine in virtual time on a profile's machine (`engine.rs`: an [`usermm::Mm`]
 //! per process, an emulated CPU per task), and the host kernel (`host.rs`: real processes or
 //! threads making real system calls, through `usermm_host::task`). will-it-scale's tests are
-//! its first users ([`crate::will_it_scale`]); usemem's `Sys`, bench's paths and the host
-//! check's scenarios are written against narrower traits of their own today and can move here.
+//! its first users ([`crate::will_it_scale`]), bench's paths and the host check's scenarios
+//! its others ([`bodies`]: each written once, run on the engine and, in a forked child, on
+//! the host kernel: [`child`]); usemem's `Sys` is written against a narrower trait of its
+//! own today and can move here.
 //!
 //! # What a task does
 //! The calls of a C program's address-space work: `mmap`, `munmap`, `mprotect`, `madvise`,
 //! glibc's `brk`/`sbrk` (the process's cached break, shared by its threads) and
 //! `malloc`/`free` (glibc's allocator on the host; on the engine its model, `malloc.rs`),
 //! a temporary file to map, and byte and word loads and stores — a real access on the host,
-//! the MMU and a page fault where needed on the engine. [`Task::count`] adds to the task's
-//! operation count (will-it-scale's `(*iterations)++`) and says when the run is over.
+//! the MMU and a page fault where needed on the engine, one at a time or a run of them
+//! ([`Task::touch`], [`Task::write_each`]: a C loop, which the engine does in fewer round
+//! trips through its TLB gate). [`Task::count`] adds to the task's operation count
+//! (will-it-scale's `(*iterations)++`) and says when the run is over; [`Task::now`] reads the
+//! task's two clocks, by which a body times itself.
+//!
+//! # Clocks
+//! [`Task::now`] is a [`Stamp`]: the task's CPU time and the wall time. On the host kernel and
+//! on the engine on the wall clock these are the calling thread's `CLOCK_THREAD_CPUTIME_ID`
+//! (user and system: the kernel's, or the engine's, fault handling included) and
+//! `CLOCK_MONOTONIC`; on the engine in virtual time, the task's context's busy time and its
+//! virtual clock (`usermm::sync::clock`), so that a body timed by them is a deterministic
+//! model figure.
 //!
 //! # Processes and threads
 //! [`Mode::Processes`]: each task is a process forked from one parent, as will-it-scale's
@@ -47,6 +60,8 @@
 //! operations finished before that instant), which is exact and deterministic, and stops at
 //! the last.
 
+pub mod bodies;
+pub mod child;
 mod engine;
 mod host;
 mod malloc;
@@ -55,7 +70,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-pub use self::engine::{run_engine, EngineFile, EngineOut, EngineTask, SLICE};
+pub(crate) use self::engine::{
+    errno as engine_errno, madvise as engine_madvise, mprotect as engine_mprotect,
+};
+pub use self::engine::{run_engine, with_lone_task, EngineFile, EngineOut, EngineTask, SLICE};
 pub use self::host::{run_host, HostOut, HostTask};
 
 /// An errno value (`ENOMEM` = 12, ...).
@@ -82,6 +100,27 @@ impl std::fmt::Display for Stop {
             Stop::Signal { name, detail } => write!(f, "killed by {name} ({detail})"),
             Stop::Assert(what) => write!(f, "Assertion `{what}' failed (SIGABRT)"),
             Stop::NoProgress => write!(f, "stopped: its loop takes no virtual time"),
+        }
+    }
+}
+
+/// A moment on a task's two clocks (see the module doc), ns from their arbitrary origins;
+/// only differences mean something.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Stamp {
+    /// The task's CPU time: its thread's on the host and the wall clock, its context's busy
+    /// time in virtual time.
+    pub cpu_ns: u64,
+    /// The wall clock (`CLOCK_MONOTONIC`), or the task's virtual clock in virtual time.
+    pub wall_ns: u64,
+}
+
+impl Stamp {
+    /// The time from `earlier` to `self` on both clocks (0 where `earlier` is later).
+    pub fn since(self, earlier: Stamp) -> Stamp {
+        Stamp {
+            cpu_ns: self.cpu_ns.saturating_sub(earlier.cpu_ns),
+            wall_ns: self.wall_ns.saturating_sub(earlier.wall_ns),
         }
     }
 }
@@ -113,6 +152,9 @@ pub trait Task {
     fn free(&self, addr: u64);
     /// `mkstemp` in `/tmp`, `ftruncate(size)`, `unlink`: an open file nobody else sees.
     fn tmpfile(&self, size: u64) -> Result<Self::File, Errno>;
+    /// `open("/dev/zero", O_RDWR)`: its private mappings are anonymous memory, and two of them
+    /// at offset 0 never merge.
+    fn dev_zero(&self) -> Result<Self::File, Errno>;
     /// A one-byte store (`c[i] = v`).
     fn write_u8(&self, addr: u64, v: u8) -> Result<(), Stop>;
     fn read_u8(&self, addr: u64) -> Result<u8, Stop>;
@@ -120,6 +162,52 @@ pub trait Task {
     fn read_u64(&self, addr: u64) -> Result<u64, Stop>;
     /// `n` more operations done; `Err(Stop::Done)` once the run is over.
     fn count(&self, n: u64) -> Result<(), Stop>;
+    /// The task's clocks now (see the module doc).
+    fn now(&self) -> Stamp;
+
+    /// One 8-byte access every `step` bytes (at least 8) of `[start, start + len)`, in
+    /// address order: a store when `write` (of the word's offset from `start`, in words),
+    /// else a load (usemem's walk). The number of words accessed.
+    fn touch(&self, start: u64, len: u64, step: u64, write: bool) -> Result<u64, Stop> {
+        let step = step.max(8);
+        let (mut a, mut n) = (start, 0);
+        while a < start.saturating_add(len) {
+            if write {
+                self.write_u64(a, (a - start) / 8)?;
+            } else {
+                self.read_u64(a)?;
+            }
+            n += 1;
+            a = a.saturating_add(step);
+        }
+        Ok(n)
+    }
+
+    /// A store of `v` to each 8-byte word of `addrs`, in order (a loop of [`Task::write_u64`]).
+    fn write_each(&self, addrs: &[u64], v: u64) -> Result<(), Stop> {
+        addrs.iter().try_for_each(|&a| self.write_u64(a, v))
+    }
+}
+
+/// A task that can start a second thread of its process beside it: two threads of one mm,
+/// each on its CPU, whose TLB flushes reach each other (the host check's two freers).
+pub trait Beside: Task + Sized {
+    /// Run `theirs` on a new thread of this task's process, with a task of its own (not
+    /// counted) that reaches this task's mappings, while `mine` runs here; both start
+    /// together, behind a barrier, and both are done when this returns. The new thread runs on
+    /// CPU `cpu` where the backend places threads itself (the engine); on the host kernel the
+    /// scheduler places it. `theirs`'s result is `Err(Stop::Assert)` if its thread panicked.
+    fn beside<R: Send, S>(
+        &self,
+        cpu: usize,
+        theirs: impl FnOnce(&Self) -> R + Send,
+        mine: impl FnOnce() -> S,
+    ) -> (S, Result<R, Stop>);
+}
+
+/// What a thread that panicked leaves instead of its result.
+fn panicked() -> Stop {
+    Stop::Assert("the task panicked".into())
 }
 
 /// A task whose run ends after `limit` operations: `inner` with its own count, for a fixed
@@ -173,6 +261,9 @@ impl<T: Task> Task for Limited<'_, T> {
     fn tmpfile(&self, size: u64) -> Result<T::File, Errno> {
         self.inner.tmpfile(size)
     }
+    fn dev_zero(&self) -> Result<T::File, Errno> {
+        self.inner.dev_zero()
+    }
     fn write_u8(&self, addr: u64, v: u8) -> Result<(), Stop> {
         self.inner.write_u8(addr, v)
     }
@@ -184,6 +275,15 @@ impl<T: Task> Task for Limited<'_, T> {
     }
     fn read_u64(&self, addr: u64) -> Result<u64, Stop> {
         self.inner.read_u64(addr)
+    }
+    fn now(&self) -> Stamp {
+        self.inner.now()
+    }
+    fn touch(&self, start: u64, len: u64, step: u64, write: bool) -> Result<u64, Stop> {
+        self.inner.touch(start, len, step, write)
+    }
+    fn write_each(&self, addrs: &[u64], v: u64) -> Result<(), Stop> {
+        self.inner.write_each(addrs, v)
     }
     /// Counts toward the limit (the inner task does not count them).
     fn count(&self, n: u64) -> Result<(), Stop> {

@@ -43,9 +43,7 @@ impl std::fmt::Debug for EngineSys {
     }
 }
 
-pub(super) fn errno(e: usermm::Errno) -> Errno {
-    e.0
-}
+pub(super) use crate::task::engine_errno as errno;
 
 fn sigsegv(detail: String) -> Stop {
     Stop::Signal {
@@ -280,15 +278,11 @@ impl Sys for EngineSys {
     }
 
     fn mprotect(&self, addr: u64, len: u64, prot: u32) -> Result<(), Errno> {
-        self.mm()
-            .mprotect(self.cpu(), addr, len, prot)
-            .map_err(errno)
+        crate::task::engine_mprotect(self.mm(), self.cpu(), addr, len, prot)
     }
 
     fn madvise(&self, addr: u64, len: u64, advice: i32) -> Result<(), Errno> {
-        self.mm()
-            .madvise(self.cpu(), addr, len, advice)
-            .map_err(errno)
+        crate::task::engine_madvise(self.mm(), self.cpu(), addr, len, advice)
     }
 
     fn mlock(&self, addr: u64, len: u64) -> Result<(), Errno> {
