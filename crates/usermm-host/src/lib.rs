@@ -64,12 +64,12 @@
 
 pub mod backend;
 pub mod calibrate;
-pub mod check;
 mod error;
 pub mod facts;
 pub mod files;
 mod fork;
 pub mod measure;
+pub mod munmap_faults;
 pub mod ops;
 pub mod procfs;
 pub mod quiet;

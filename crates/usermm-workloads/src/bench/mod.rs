@@ -416,12 +416,12 @@ pub fn steps(opts: &BenchOpts) -> u64 {
 
 /// One side's samples on both clocks.
 #[derive(Default)]
-struct Side {
+struct SideSamples {
     cpu: Vec<f64>,
     wall: Vec<f64>,
 }
 
-impl Side {
+impl SideSamples {
     fn push(&mut self, m: Meas) {
         self.cpu.push(m.cpu);
         self.wall.push(m.wall);
@@ -431,9 +431,9 @@ impl Side {
 /// Samples of one path.
 #[derive(Default)]
 struct Samples {
-    full: Side,
-    sparse: Side,
-    host: Side,
+    full: SideSamples,
+    sparse: SideSamples,
+    host: SideSamples,
     full_fresh: Option<f64>,
     host_cold: Vec<f64>,
     /// Virtual time's host cost: process CPU per unit on the wall clock, in virtual time.
@@ -442,7 +442,7 @@ struct Samples {
 }
 
 impl Samples {
-    fn engine(&mut self, full: bool) -> &mut Side {
+    fn engine(&mut self, full: bool) -> &mut SideSamples {
         if full {
             &mut self.full
         } else {
@@ -520,7 +520,11 @@ fn run_paths(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchRe
 
 /// The medians of the engine's and the host's samples of `path` (on the path's clock), and
 /// the ratios between them: the row's figures with nothing path-specific filled in.
-fn medians(path: BenchPath, clock: &'static str, [full, sparse, host]: [Side; 3]) -> PathResult {
+fn medians(
+    path: BenchPath,
+    clock: &'static str,
+    [full, sparse, host]: [SideSamples; 3],
+) -> PathResult {
     let (full_s, sparse_s, host_s) = (
         Spread::of(full.cpu),
         Spread::of(sparse.cpu),

@@ -29,7 +29,8 @@ use usermm::config::BackingMode;
 use usermm::Machine;
 
 use super::{
-    config_of, engine_err, medians, BenchError, BenchOpts, BenchPath, PathResult, Side, HPAGE,
+    config_of, engine_err, medians, BenchError, BenchOpts, BenchPath, PathResult, SideSamples,
+    HPAGE,
 };
 use crate::task::{run_engine, run_host, Affinity, Launch, Mode, Schedule};
 use crate::will_it_scale::Test;
@@ -115,7 +116,7 @@ pub(super) fn row(
     sparse.validate().map_err(engine_err)?;
     full.validate().map_err(engine_err)?;
     // One clock, the wall clock: each side's samples are its wall and its "CPU" figures.
-    let side = |v: Vec<f64>| Side {
+    let side = |v: Vec<f64>| SideSamples {
         cpu: v.clone(),
         wall: v,
     };

@@ -30,7 +30,7 @@ use serde::Serialize;
 use usermm::config::{BackingMode, MachineConfig, ThpMode, TimeConfig, TimeMode};
 use usermm::machine::MachineError;
 use usermm::Errno;
-use usermm_host::check as host;
+use usermm_host::munmap_faults as host;
 use usermm_host::HostError;
 
 use usermm_host::quiet::{self, HostLoad, Quietness};
