@@ -120,6 +120,23 @@ fn usemem_ab_is_deterministic_and_reports_the_huge_zero_line_share() {
     assert!(puts.rmws > 0 && puts.time_ns > 0);
     // The share seed 002 compares is the gets' alone.
     assert_eq!(sv, gets.time_ns as f64 / rep.busy_ns() as f64);
+    // The scheduler's work per fault: the report's counts over vmstat's faults.
+    let per = v.sched_per_fault.as_ref().unwrap();
+    let faults = v.vmstat_delta.get(usermm::stats::VmItem::Pgfault);
+    assert_eq!(per.faults as i64, faults);
+    assert!(
+        faults >= 4 * 128,
+        "{faults}: at least one fault per 2 MiB of each process"
+    );
+    assert_eq!(
+        per.sync_points,
+        rep.sched.sync_points as f64 / faults as f64
+    );
+    assert_eq!(per.resumes, rep.sched.resumes as f64 / faults as f64);
+    assert!(
+        per.sync_points >= 1.0,
+        "{per:?}: a fault takes at least one lock"
+    );
 }
 
 #[test]

@@ -103,9 +103,36 @@ pub struct UsememResult {
     /// line by `get_huge_zero_page` (seed 002's published share; the puts' time is the report's
     /// `huge_zero_refcount.put` line).
     pub huge_zero_line_share: Option<f64>,
+    /// Virtual time: what the model's scheduler did per page fault of the run.
+    pub sched_per_fault: Option<SchedPerFault>,
     /// Virtual time: the run's report (every CPU's busy, spin and idle time, every context's
     /// CPU time, lock_stat per class, the shared lines).
     pub vtime: Option<usermm::vtime::Report>,
+}
+
+/// A virtual run's scheduler work per page fault: its synchronisation points and its context
+/// resumes (each a switch into a context and back), from the run's report (`vtime.sched`),
+/// over the faults vmstat counted (`pgfault`). The host's bookkeeping of the model per fault,
+/// not a modelled figure: what the cost of virtual time is made of.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SchedPerFault {
+    /// `pgfault` of the run.
+    pub faults: u64,
+    pub sync_points: f64,
+    pub resumes: f64,
+}
+
+impl SchedPerFault {
+    /// `None` without a report or without a fault.
+    fn of(report: Option<&usermm::vtime::Report>, faults: i64) -> Option<SchedPerFault> {
+        let faults = u64::try_from(faults).ok().filter(|&f| f > 0)?;
+        let sched = &report?.sched;
+        Some(SchedPerFault {
+            faults,
+            sync_points: sched.sync_points as f64 / faults as f64,
+            resumes: sched.resumes as f64 / faults as f64,
+        })
+    }
 }
 
 /// The cost profile of seed 002's machine (2 sockets, 72 threads), for `time.mode=virtual`.
@@ -154,6 +181,7 @@ pub fn run_args(
     let puts = vm.get(VmItem::HugeZeroRefPut);
     let locks = machine.phys().lock_stats();
     let procs = out.plan.as_ref().map_or(1, |p| p.opts.processes().max(1));
+    let sched_per_fault = SchedPerFault::of(report.as_ref(), vm.get(VmItem::Pgfault));
     Ok(UsememResult {
         config: machine.config().clone(),
         opts: out.plan.as_ref().map(|p| p.opts.clone()),
@@ -179,6 +207,7 @@ pub fn run_args(
         huge_zero_line_share: report
             .as_ref()
             .map(|r| r.line_share(HUGE_ZERO_REFCOUNT.name)),
+        sched_per_fault,
         vtime: report,
     })
 }
