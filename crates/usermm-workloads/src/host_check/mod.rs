@@ -219,9 +219,7 @@ pub enum HostCheckError {
 /// This host as its kernel runs it, modelled in virtual time on `profile` (a file or a name),
 /// with RAM for `bytes` of mappings.
 pub fn this_host_machine(profile: &str, bytes: u64) -> MachineConfig {
-    let cpus = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .clamp(2, 64) as u16;
+    let cpus = usermm_host::facts::usable_cpus().clamp(2, 64) as u16;
     let mut c = MachineConfig {
         mem: (bytes + bytes / 32 + (512 << 20)).next_multiple_of(HPAGE),
         cpus,
