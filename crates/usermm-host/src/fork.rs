@@ -153,19 +153,23 @@ mod test {
         // SAFETY: PR_SET_CHILD_SUBREAPER takes an integer flag and nothing else.
         let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
         assert_eq!(r, 0);
-        let shared = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
-        let slot = std::sync::Arc::clone(&shared);
-        // SAFETY: the middle process forks (raw system calls), stores a pid in an atomic
-        // allocated before the fork (its own copy: the parent reads the pid from the exit
-        // status instead), and exits; the measurement only sleeps until it is killed.
+        // The middle process writes the measurement's pid into a pipe: this process must
+        // wait for that pid alone, as `waitpid(-1)` would reap children other tests forked.
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        let [rd, wr] = fds;
+        // SAFETY: the middle process forks (raw system calls), writes a pid from its stack into
+        // the pipe, and exits; the measurement only sleeps until it is killed.
         let mut middle = unsafe {
             ChildProc::fork(move || {
                 let child = ChildProc::fork(|| loop {
                     libc::pause();
                 });
                 let pid = child.as_ref().map_or(0, ChildProc::pid);
-                slot.store(pid, std::sync::atomic::Ordering::Relaxed);
                 std::mem::forget(child);
+                let bytes = pid.to_ne_bytes();
+                libc::write(wr, bytes.as_ptr().cast(), bytes.len());
                 // Give the measurement time to ask for its death signal (one that finds its
                 // parent gone already ends at once, with status 1).
                 let pause = libc::timespec {
@@ -173,34 +177,60 @@ mod test {
                     tv_nsec: 200_000_000,
                 };
                 libc::nanosleep(&pause, std::ptr::null_mut());
-                // The pid, as the exit status cannot carry it: 0 means the fork failed.
-                sys::exit_now(i32::from(pid != 0));
+                sys::exit_now(0);
             })
         }
         .unwrap();
         let status = sys::waitpid(middle.pid(), false).expect("the middle process is ours");
         middle.exit = Some("reaped".into());
-        assert_eq!(
-            libc::WEXITSTATUS(status),
-            1,
-            "the middle process could not fork"
-        );
+        assert_eq!(libc::WEXITSTATUS(status), 0);
+        let mut bytes = [0u8; 4];
+        // SAFETY: `bytes` has room for the 4 bytes read; `rd` is this test's pipe.
+        let n = unsafe { libc::read(rd, bytes.as_mut_ptr().cast(), bytes.len()) };
+        // SAFETY: both ends are this test's own, closed once.
+        unsafe {
+            libc::close(rd);
+            libc::close(wr);
+        }
+        assert_eq!(n, 4);
+        let pid = libc::pid_t::from_ne_bytes(bytes);
+        assert!(pid > 0, "the middle process could not fork");
         // The orphaned measurement is reparented to this process and must end, killed.
-        let status = loop {
-            let mut st = 0;
-            // SAFETY: `st` is a valid int to write the status into.
-            let pid = unsafe { libc::waitpid(-1, &mut st, 0) };
-            assert!(pid > 0, "no orphan came back to this reaper");
-            if pid != middle.pid() {
-                break st;
-            }
-        };
+        let status = sys::waitpid(pid, false).expect("the orphan came back to this reaper");
         assert!(
             libc::WIFSIGNALED(status),
             "{}",
             sys::describe_status(status)
         );
         assert_eq!(libc::WTERMSIG(status), libc::SIGKILL);
-        drop(shared);
+    }
+
+    /// The lock of a file [`crate::files::open_locked`] took ends when the `LockedFile` is
+    /// dropped, even while a child forked meanwhile holds a copy of its descriptor. (CI once
+    /// saw a second `open_locked` refused after the first was dropped: a concurrent test's
+    /// forked child still had the copy, and closing alone does not end a `flock` lock.)
+    #[test]
+    fn a_locked_file_unlocks_when_dropped_though_a_forked_child_holds_its_descriptor() {
+        let dir = std::env::temp_dir().join(format!("usermm-fork-lock-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("out.lock");
+        let held = crate::files::open_locked("--out", &path, false).unwrap();
+        // SAFETY: the child only sleeps until it is killed.
+        let mut child = unsafe {
+            ChildProc::fork(|| loop {
+                libc::pause();
+            })
+        }
+        .unwrap();
+        drop(held);
+        let again = crate::files::open_locked("--out", &path, false);
+        assert!(
+            child.check_alive().is_ok(),
+            "the child kept its copy throughout"
+        );
+        drop(again.expect("the lock ended with the LockedFile"));
+        drop(child);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

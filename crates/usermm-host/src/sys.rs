@@ -654,6 +654,20 @@ pub fn die_with_parent(cmd: &mut std::process::Command) {
     };
 }
 
+/// `flock(fd, LOCK_UN)` on `file`: the lock of its open file description ends now, even if a
+/// forked child still holds a copy of the descriptor (closing this copy alone would not end
+/// it: a `flock` lock lasts until the last descriptor of the description is closed).
+pub(crate) fn unlock(file: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock only reads its two integer arguments; the fd is open for as long as
+    // `file` is borrowed.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// `flock(fd, LOCK_EX | LOCK_NB)` on `file`: `Ok(true)` when this open file now holds the
 /// exclusive advisory lock (released when it is closed), `Ok(false)` when another holds it.
 /// (`File::try_lock` needs Rust 1.89; the workspace's MSRV is older.)

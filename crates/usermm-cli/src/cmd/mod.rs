@@ -70,10 +70,10 @@ pub fn measuring_lock_path() -> std::path::PathBuf {
 }
 
 /// Take the host-wide lock of the commands that measure this host (`calibrate`, `bench`,
-/// `reproduce`'s host check) for as long as the returned file is open: two measurements at
+/// `reproduce`'s host check) for as long as the returned file lives: two measurements at
 /// once would each measure the other's load. A second one refuses in one line (exit 1),
 /// naming what it is and the lock, rather than report figures of a busy host.
-pub fn lock_for_measuring(what: &str) -> anyhow::Result<std::fs::File> {
+pub fn lock_for_measuring(what: &str) -> anyhow::Result<usermm_host::files::LockedFile> {
     let path = measuring_lock_path();
     let label = format!("{what}: the measuring lock {}", path.display());
     usermm_host::files::open_locked(&label, &path, false).map_err(|e| match e {

@@ -21,7 +21,6 @@
 //! edited or forged line, which a table must not pick silently.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
@@ -115,7 +114,7 @@ const LINE_START: &[u8] = b"{\"id\":\"";
 #[derive(Debug)]
 pub struct Output {
     label: String,
-    file: File,
+    file: files::LockedFile,
     /// What it held when opened.
     pub earlier: Loaded,
 }

@@ -18,8 +18,10 @@
 //! - **Appended outputs and lock files** ([`open_locked`]): opened `O_NOFOLLOW | O_CREAT`,
 //!   never `O_TRUNC`, with `O_NONBLOCK` so that a FIFO planted there cannot block the open;
 //!   `fstat` then checks that what was opened is a regular file, and `flock(LOCK_EX |
-//!   LOCK_NB)` takes it for this run alone. The lock lives as long as the open file and is
-//!   never unlinked: a lock file removed while another run has it open would let a third run
+//!   LOCK_NB)` takes it for this run alone. The lock lives as long as the [`LockedFile`],
+//!   which unlocks before it closes (a child forked meanwhile, holding a copy of the
+//!   descriptor, would otherwise keep the lock until it exits), and the file is never
+//!   unlinked: a lock file removed while another run has it open would let a third run
 //!   lock a new file of the same name, and two runs would both hold "the" lock.
 //! - **Earlier output read back**: an output being appended to is read through the file
 //!   [`open_locked`] opened ([`read_all`]); any other ([`read_regular`]: `--merge`'s inputs, a
@@ -218,11 +220,42 @@ pub fn write_atomic(label: &str, path: &Path, bytes: &[u8]) -> Result<()> {
     tmp.rename_to(path).map_err(|e| io_err(label, e))
 }
 
+/// A file [`open_locked`] took: it derefs to the `File`, and dropping it unlocks the file
+/// (`LOCK_UN`) before closing it.
+///
+/// Closing alone would not do: a `flock` lock belongs to the open file description, and a
+/// child forked meanwhile (a host measurement, a usemem process, a fork probe) holds a copy
+/// of the descriptor until it exits, so the lock would outlive the `File` by as long as the
+/// child lives. `LOCK_UN` through any copy ends it for all of them.
+#[derive(Debug)]
+pub struct LockedFile(File);
+
+impl std::ops::Deref for LockedFile {
+    type Target = File;
+    fn deref(&self) -> &File {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for LockedFile {
+    fn deref_mut(&mut self) -> &mut File {
+        &mut self.0
+    }
+}
+
+impl Drop for LockedFile {
+    fn drop(&mut self) {
+        // An error here would leave the lock to the last close, as without the unlock.
+        let _ = crate::sys::unlock(&self.0);
+    }
+}
+
 /// Open `path` for this run alone: created if missing (mode 0666 less the umask), never
 /// truncated, never through a link, refused unless a regular file, then `flock`ed
 /// exclusively without waiting (refused when another process holds it). With `append`,
-/// writes go to the end. The lock lasts as long as the `File`.
-pub fn open_locked(label: &str, path: &Path, append: bool) -> Result<File> {
+/// writes go to the end. The lock lasts as long as the [`LockedFile`], whatever children
+/// were forked meanwhile.
+pub fn open_locked(label: &str, path: &Path, append: bool) -> Result<LockedFile> {
     check_output(label, path)?;
     let file = OpenOptions::new()
         .read(true)
@@ -238,7 +271,7 @@ pub fn open_locked(label: &str, path: &Path, append: bool) -> Result<File> {
         return Err(refused_kind(label, t));
     }
     match crate::try_lock_exclusive(&file) {
-        Ok(true) => Ok(file),
+        Ok(true) => Ok(LockedFile(file)),
         Ok(false) => Err(FileError::Refused(format!(
             "{label}: another usermm run holds it locked (it is writing there); wait for it to \
              end, or name another"

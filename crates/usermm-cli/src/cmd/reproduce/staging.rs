@@ -44,7 +44,6 @@
 //! by a directory, and could not keep `--sensitivity`'s points for the next run.
 
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::path::{Component, Path, PathBuf};
 
 use usermm_host::files::{self, cleanup::Created, FileError};
@@ -148,7 +147,7 @@ pub(super) struct Staging {
     out: PathBuf,
     label: String,
     marker: Marker,
-    _lock: File,
+    _lock: files::LockedFile,
     stage: Option<Created>,
 }
 
