@@ -178,6 +178,7 @@ fn measured_figures(c: &HostCalibration) -> BTreeMap<String, Input> {
         ("munmap_cow_4k", &f.munmap_cow_4k),
         ("munmap_full_4k", &f.munmap_full_paired_4k),
         ("zero_fault_4k", &f.zero_read_fault_4k),
+        ("write_fault_4k", &f.write_fault_4k),
         ("clear_bytes_per_ns", &f.clear_bandwidth),
         ("dram_latency_ns", &f.dram_latency),
         ("syscall_ns", &f.syscall),
@@ -283,6 +284,14 @@ pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
             "MAX_GATHER_BATCH_COUNT = 10000 / MAX_GATHER_BATCH = 19 (include/asm-generic/tlb.h), \
              the engine's gather.max_batch_count default: a full gather forces a TLB flush \
              every 19 * 510 pages",
+        ),
+        (
+            "lru_add_batch",
+            15.0,
+            "pages",
+            "PAGEVEC_SIZE = 15 (include/linux/pagevec.h, v4.x): a CPU adds new pages to the LRU \
+             15 at a time, one lru_lock acquire each, as the engine's lru.add_batch default \
+             does",
         ),
         (
             "gather_batch",
@@ -403,6 +412,10 @@ fn cost_formula(cost: Cost) -> (String, &'static str) {
         Cost::CopyPage => (
             "clear_bytes_per_ns * copy_fraction".into(),
             "assumption: half of the memset bandwidth measured here (inputs.copy_fraction)",
+        ),
+        Cost::NewAnonFolio => (
+            "write_fault_4k - zero_fault_4k - page_bytes / clear_bytes_per_ns - rmqueue_pcp_ns - lock_xadd_ns - rmqueue_bulk_page_ns - lock_xadd_ns / pcp_batch - lru_add_ns - local_lock_cycles / topology_ghz - lock_xadd_ns / lru_add_batch".into(),
+            "the measured 4 KiB write fault less the measured zero-page read fault, less what the engine charges a write fault besides: the page's clear, its allocation (rmqueue_pcp and the pcp lock, its share of a pcp refill: rmqueue_bulk_page and a zone.lock acquire per pcp_batch pages) and its LRU add (lru_add, the per-CPU batch's local lock, an lru_lock acquire per lru_add_batch pages): what is left is the memcg charge, the new folio's set-up, its rmap and rss accounting, and the engine's whole write fault is the measured one",
         ),
         Cost::FaultEntry => (
             "zero_fault_4k * (1 - share_handle_mm_fault) * (1 - fault_exit_fraction) - fault_lock_acquires * lock_xadd_ns - (pt_alloc_ns + page_bytes / clear_bytes_per_ns + zero_fault_4k * share_set_ptes + lock_xadd_ns + rmqueue_pcp_ns + rmqueue_bulk_page_ns + lock_xadd_ns + lock_xadd_ns / pcp_batch) / ptes_per_table".into(),
@@ -530,9 +543,12 @@ fn topology(c: &HostCalibration) -> Topology {
 /// The this-host profile of `c`, as the engine's profile type.
 pub fn this_host_spec(c: &HostCalibration) -> ProfileSpec {
     let inputs = inputs(c);
-    let values: BTreeMap<&str, f64> = inputs.iter().map(|(k, v)| (k.as_str(), v.value)).collect();
+    let mut values: BTreeMap<&str, f64> =
+        inputs.iter().map(|(k, v)| (k.as_str(), v.value)).collect();
     let tpc = threads_per_core(c);
     let topology = topology(c);
+    // The profile's own clock, as the loader gives it to every formula.
+    values.insert("topology_ghz", topology.ghz);
     let transfer = Transfers {
         smt_sibling: ns_fig(
             &values,

@@ -1,7 +1,8 @@
 //! The this-host profile closes on its own measurements: the engine, run in virtual time with
 //! the profile built from a real calibration, on the host check's model of this host
-//! (`host_check::this_host_machine`), gives back the munmap ns/page and the zero-page read fault
-//! it was derived from, within 2 % (and on the engine's default machine too).
+//! (`host_check::this_host_machine`), gives back the munmap ns/page, the zero-page read fault
+//! and the anonymous write fault it was derived from, within 2 % (and on the engine's default
+//! machine too).
 //!
 //! The fixture `fixtures/host-calibration-2026-11-25.json` is the record printed by
 //! `usermm calibrate --json` (release build, 7 repeats, full sizes) on this host — AMD EPYC
@@ -126,28 +127,24 @@ fn modelled_munmap_ns_per_page(profile: &str, pages: u64) -> f64 {
     .expect("the virtual clock stays below its end")
 }
 
-/// Single-threaded read of one byte per 4 KiB page of a fresh read-only mapping (zero-page
-/// faults), ns/fault.
-fn modelled_zero_fault_ns(profile: &str, pages: u64) -> f64 {
-    let m = machine(profile, 256 << 20);
+/// Single-threaded first touch of each 4 KiB page of a fresh private anonymous mapping,
+/// ns/fault: with `write`, a write (a new zeroed page each), else a read of a read-only
+/// mapping (the zero page each).
+fn modelled_fault_ns(profile: &str, pages: u64, write: bool) -> f64 {
+    let m = machine(profile, (256 << 20).max(2 * pages * PAGE_SIZE));
     let cpu = CpuId(0);
     let len = pages * PAGE_SIZE;
+    let prot = if write { PROT_READ | PROT_WRITE } else { PROT_READ };
     m.run(cpu, || {
         let mm = m.new_mm(cpu).unwrap();
         let addr = mm
-            .mmap(
-                cpu,
-                0,
-                len,
-                PROT_READ,
-                MAP_PRIVATE | MAP_ANONYMOUS,
-                MapFile::None,
-            )
+            .mmap(cpu, 0, len, prot, MAP_PRIVATE | MAP_ANONYMOUS, MapFile::None)
             .unwrap();
         let task = Task::new(mm.clone(), cpu);
         let a = vtime::snapshot().unwrap();
-        task.walk(addr, len, PAGE_SIZE, false, |_| 0).unwrap();
+        task.walk(addr, len, PAGE_SIZE, write, |i| i).unwrap();
         let b = vtime::snapshot().unwrap();
+        assert_eq!(mm.rss_total(), if write { pages as i64 } else { 0 });
         cpu_ns(&a, &b) as f64 / pages as f64
     })
     .expect("the virtual clock stays below its end")
@@ -158,7 +155,7 @@ fn within(modelled: f64, measured: f64, pct: f64) -> bool {
 }
 
 #[test]
-fn the_this_host_profile_gives_back_the_munmap_and_the_zero_fault_it_was_split_from() {
+fn the_this_host_profile_gives_back_the_munmap_and_the_faults_it_was_split_from() {
     AS_HOST_CHECK.with(|f| f.set(true));
     let c = fixture();
     let file = profile_file(&c);
@@ -175,12 +172,20 @@ fn the_this_host_profile_gives_back_the_munmap_and_the_zero_fault_it_was_split_f
     );
 
     let faults = c.sizes.fault_bytes / PAGE_SIZE;
-    let fault = modelled_zero_fault_ns(profile, faults);
+    let fault = modelled_fault_ns(profile, faults, false);
     let measured = c.figures.zero_read_fault_4k.median;
     eprintln!("zero-page read fault: modelled {fault:.2} ns, measured {measured:.2} (median)");
     assert!(
         within(fault, measured, 2.0),
         "modelled zero-page fault {fault:.2} ns vs measured {measured:.2}"
+    );
+
+    let fault = modelled_fault_ns(profile, faults, true);
+    let measured = c.figures.write_fault_4k.median;
+    eprintln!("anonymous write fault: modelled {fault:.2} ns, measured {measured:.2} (median)");
+    assert!(
+        within(fault, measured, 2.0),
+        "modelled write fault {fault:.2} ns vs measured {measured:.2}"
     );
 }
 
@@ -200,9 +205,14 @@ fn the_closure_holds_on_the_engines_default_machine_too() {
         within(munmap, measured, 2.0),
         "{munmap:.2} vs {measured:.2}"
     );
-    let fault = modelled_zero_fault_ns(profile, c.sizes.fault_bytes / PAGE_SIZE);
+    let faults = c.sizes.fault_bytes / PAGE_SIZE;
+    let fault = modelled_fault_ns(profile, faults, false);
     let measured = c.figures.zero_read_fault_4k.median;
     eprintln!("default machine: zero fault modelled {fault:.2} ns, measured {measured:.2}");
+    assert!(within(fault, measured, 2.0), "{fault:.2} vs {measured:.2}");
+    let fault = modelled_fault_ns(profile, faults, true);
+    let measured = c.figures.write_fault_4k.median;
+    eprintln!("default machine: write fault modelled {fault:.2} ns, measured {measured:.2}");
     assert!(within(fault, measured, 2.0), "{fault:.2} vs {measured:.2}");
 }
 
@@ -242,8 +252,10 @@ fn every_figure_is_its_formula_over_named_inputs() {
         );
     }
     assert_eq!(&p.spec().inputs, &ins);
-    // Our evaluator agrees with the loader's.
-    let vals = ins.iter().map(|(k, i)| (k.as_str(), i.value)).collect();
+    // Our evaluator agrees with the loader's (which gives every formula the profile's clock).
+    let mut vals: std::collections::BTreeMap<&str, f64> =
+        ins.iter().map(|(k, i)| (k.as_str(), i.value)).collect();
+    vals.insert("topology_ghz", p.spec().topology.ghz);
     for r in &rows {
         let mine = eval(r.formula.as_deref().unwrap(), &vals).unwrap();
         assert!((mine - r.computed.unwrap()).abs() < 1e-9, "{}", r.field);

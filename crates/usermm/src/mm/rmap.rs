@@ -79,7 +79,8 @@ pub(crate) fn anon_vma_prepare(mm: &Mm, tree: Option<&VmaTree>, vma: &Vma) {
 pub(crate) fn folio_add_new_anon_rmap(mm: &Mm, vma: &Vma, cpu: CpuId, page: Pfn, nr: i64) {
     let machine = mm.machine();
     let m = machine.phys().meta(page);
-    // The fault's store to the new page's struct page: its cost is in the measured fault.
+    // The fault's store to the new page's struct page: its cost is in the measured write
+    // fault (for a 4 KiB page, in `new_anon_folio`, the write fault's part beyond the rest).
     vhook::mem_touch_page(page.0, Touch::Measured);
     if nr == 1 {
         // One RMW on the flags for both bits: this is the anonymous fault's path.

@@ -14,6 +14,7 @@ use crate::page_alloc::Gfp;
 use crate::pgtable::Entry;
 use crate::pgtable::Level;
 use crate::pgtable::_PAGE_SPECIAL;
+use crate::sync::{charge, Cost};
 
 /// `do_anonymous_page`: the first touch of an empty PTE of private anonymous memory. A read
 /// maps the shared zero page (read-only, special, no rss); a write maps a fresh zeroed page,
@@ -33,6 +34,8 @@ pub(super) fn do_anonymous_page(vmf: &VmFault<'_>) -> Result<(), VmFaultError> {
     let page = phys
         .alloc_pages(cpu, Order(0), Gfp::ZERO)
         .map_err(|_| OOM)?;
+    // The memcg charge and the new folio's accounting, paid whether or not the race is won.
+    charge(Cost::NewAnonFolio, 1);
     let Some(pte) = pte.lock_if_same(phys, Level::Pte, Entry::NONE) else {
         let _ = phys.free_pages(cpu, page, Order(0));
         return Ok(());

@@ -47,6 +47,8 @@ pub(super) fn do_wp_page(vmf: &VmFault<'_>) -> Result<(), VmFaultError> {
     let page = phys
         .alloc_pages(cpu, Order(0), Gfp::ZERO)
         .map_err(|_| OOM)?;
+    // The new copy's memcg charge and accounting, as for a first write (`do_anonymous_page`).
+    charge(Cost::NewAnonFolio, 1);
     if !e.special() {
         phys.backing().copy_frame(e.pfn(), page);
         charge(Cost::CopyPage, 1);

@@ -180,6 +180,11 @@ costs! {
     ClearPage = "clear_page", "clear_page", Some(4096);
     /// Copying 4 KiB (`copy_page`).
     CopyPage = "copy_page", "copy_page", Some(4096);
+    /// What a new private anonymous page costs a fault beyond its allocation, its clearing
+    /// and its LRU add: the memcg charge (`mem_cgroup_charge` in `alloc_anon_folio`), the
+    /// folio's first use (`__folio_mark_uptodate`), its rmap and rss accounting
+    /// (`folio_add_new_anon_rmap`), per page of `do_anonymous_page` and `wp_page_copy`.
+    NewAnonFolio = "new_anon_folio", "folio_add_new_anon_rmap", None;
     /// Exception entry of a page fault, up to `handle_mm_fault` (`asm_exc_page_fault`).
     FaultEntry = "fault_entry", "asm_exc_page_fault", None;
     /// Return from a page-fault exception to user space.
