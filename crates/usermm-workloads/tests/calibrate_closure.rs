@@ -134,11 +134,22 @@ fn modelled_fault_ns(profile: &str, pages: u64, write: bool) -> f64 {
     let m = machine(profile, (256 << 20).max(2 * pages * PAGE_SIZE));
     let cpu = CpuId(0);
     let len = pages * PAGE_SIZE;
-    let prot = if write { PROT_READ | PROT_WRITE } else { PROT_READ };
+    let prot = if write {
+        PROT_READ | PROT_WRITE
+    } else {
+        PROT_READ
+    };
     m.run(cpu, || {
         let mm = m.new_mm(cpu).unwrap();
         let addr = mm
-            .mmap(cpu, 0, len, prot, MAP_PRIVATE | MAP_ANONYMOUS, MapFile::None)
+            .mmap(
+                cpu,
+                0,
+                len,
+                prot,
+                MAP_PRIVATE | MAP_ANONYMOUS,
+                MapFile::None,
+            )
             .unwrap();
         let task = Task::new(mm.clone(), cpu);
         let a = vtime::snapshot().unwrap();
