@@ -44,9 +44,11 @@ pub(super) fn do_wp_page(vmf: &VmFault<'_>) -> Result<(), VmFaultError> {
         return Ok(());
     }
     rmap::anon_vma_prepare(mm, vmf.tree, vma);
-    let page = phys
-        .alloc_pages(cpu, Order(0), Gfp::ZERO)
-        .map_err(|_| OOM)?;
+    // A copy of the zero page is a zeroed page (`vma_alloc_zeroed_movable_folio`); any other
+    // copy is allocated as it comes and overwritten whole (`folio_prealloc`, then
+    // `__wp_page_copy_user`): it pays copy_page, not clear_page too.
+    let gfp = if e.special() { Gfp::ZERO } else { Gfp::KERNEL };
+    let page = phys.alloc_pages(cpu, Order(0), gfp).map_err(|_| OOM)?;
     // The new copy's memcg charge and accounting, as for a first write (`do_anonymous_page`).
     charge(Cost::NewAnonFolio, 1);
     if !e.special() {
