@@ -21,7 +21,6 @@
 //! lock held take the guard (or `&mut` of the data it derefs to).
 
 use std::fmt;
-use std::ops::{Deref, DerefMut};
 
 use super::class::LockClass;
 use super::clock;
@@ -60,22 +59,13 @@ pub struct SpinLockGuard<'a, T> {
 }
 
 impl<T> SpinLock<T> {
-    /// An unlocked lock of class `class` around `value` (`spin_lock_init`).
-    #[cfg(not(loom))]
-    pub const fn new(class: &'static LockClass, value: T) -> Self {
-        Self {
-            class,
-            raw: RawMutex::new(value),
-        }
-    }
-
-    /// An unlocked lock of class `class` around `value` (`spin_lock_init`); not `const` under
-    /// loom, whose objects exist only inside a model.
-    #[cfg(loom)]
-    pub fn new(class: &'static LockClass, value: T) -> Self {
-        Self {
-            class,
-            raw: RawMutex::new(value),
+    const_unless_loom! {
+        /// An unlocked lock of class `class` around `value` (`spin_lock_init`).
+        pub fn new(class: &'static LockClass, value: T) -> Self {
+            Self {
+                class,
+                raw: RawMutex::new(value),
+            }
         }
     }
 
@@ -178,26 +168,7 @@ impl<T> fmt::Debug for SpinLock<T> {
     }
 }
 
-impl<T> Deref for SpinLockGuard<'_, T> {
-    type Target = T;
-    #[inline]
-    fn deref(&self) -> &T {
-        &self.inner
-    }
-}
-
-impl<T> DerefMut for SpinLockGuard<'_, T> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.inner
-    }
-}
-
-impl<T: fmt::Debug> fmt::Debug for SpinLockGuard<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.inner, f)
-    }
-}
+guard_deref!(mut SpinLockGuard.inner);
 
 impl<T> SpinLockGuard<'_, T> {
     /// Release the lock while `f` runs, then take it again (the guard stays valid; the data may
@@ -225,16 +196,11 @@ pub struct Mutex<T>(SpinLock<T>);
 pub struct MutexGuard<'a, T>(SpinLockGuard<'a, T>);
 
 impl<T> Mutex<T> {
-    /// An unlocked mutex of class `class` around `value` (`mutex_init`).
-    #[cfg(not(loom))]
-    pub const fn new(class: &'static LockClass, value: T) -> Self {
-        Self(SpinLock::new(class, value))
-    }
-
-    /// An unlocked mutex of class `class` around `value` (`mutex_init`); not `const` under loom.
-    #[cfg(loom)]
-    pub fn new(class: &'static LockClass, value: T) -> Self {
-        Self(SpinLock::new(class, value))
+    const_unless_loom! {
+        /// An unlocked mutex of class `class` around `value` (`mutex_init`).
+        pub fn new(class: &'static LockClass, value: T) -> Self {
+            Self(SpinLock::new(class, value))
+        }
     }
 
     /// `mutex_lock`.
@@ -290,23 +256,5 @@ impl<'a, T> MutexGuard<'a, T> {
     }
 }
 
-impl<T> Deref for MutexGuard<'_, T> {
-    type Target = T;
-    #[inline]
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-impl<T> DerefMut for MutexGuard<'_, T> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.0
-    }
-}
-
-impl<T: fmt::Debug> fmt::Debug for MutexGuard<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
-    }
-}
+guard_deref!(mut MutexGuard.0);
+guard_debug!(SpinLockGuard, MutexGuard);
