@@ -736,18 +736,10 @@ impl Pcpu {
 impl Drop for Pcpu {
     /// Give every frame back to the page allocator (the machine may outlive the allocator).
     fn drop(&mut self) {
-        let vm = self.alloc_mutex.get_mut();
-        let frames = vm
-            .boot_frames
-            .iter()
-            .chain(vm.chunks.iter().flatten().flat_map(|b| b.frames.iter()))
-            .filter(|&&f| f != u32::MAX);
-        for &f in frames {
-            let _ = self.phys.free_pages(
-                CpuId(0),
-                crate::addr::Pfn(f as u64),
-                crate::addr::Order::ZERO,
-            );
+        for pfn in self.alloc_mutex.get_mut().frames() {
+            let _ = self
+                .phys
+                .free_pages(CpuId(0), pfn, crate::addr::Order::ZERO);
         }
     }
 }
