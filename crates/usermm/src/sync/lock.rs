@@ -22,7 +22,7 @@
 
 use std::fmt;
 
-use super::class::LockClass;
+use super::class::{LockClass, LockMap};
 use super::clock;
 use super::primitive::{RawMutex, RawMutexGuard};
 use super::vhook::{self, Mode};
@@ -47,7 +47,7 @@ impl Drop for ExclusiveRelease {
 /// `spinlock_t`: mutual exclusion whose waiters spin (in virtual time; on the host, a
 /// `parking_lot` mutex that spins briefly, then parks).
 pub struct SpinLock<T> {
-    class: &'static LockClass,
+    map: LockMap,
     raw: RawMutex<T>,
 }
 
@@ -63,7 +63,7 @@ impl<T> SpinLock<T> {
         /// An unlocked lock of class `class` around `value` (`spin_lock_init`).
         pub fn new(class: &'static LockClass, value: T) -> Self {
             Self {
-                class,
+                map: LockMap::new(class),
                 raw: RawMutex::new(value),
             }
         }
@@ -71,7 +71,7 @@ impl<T> SpinLock<T> {
 
     #[inline]
     fn id(&self) -> usize {
-        std::ptr::from_ref(self) as usize
+        self.map.id()
     }
 
     #[inline]
@@ -80,7 +80,7 @@ impl<T> SpinLock<T> {
             inner,
             release: ExclusiveRelease {
                 id: self.id(),
-                class: self.class,
+                class: self.map.class(),
             },
         }
     }
@@ -100,7 +100,7 @@ impl<T> SpinLock<T> {
     #[inline]
     pub fn try_lock(&self) -> Option<SpinLockGuard<'_, T>> {
         if vhook::active() {
-            vhook::lock_try_acquire(self.id(), self.class, Mode::Exclusive)?;
+            vhook::lock_try_acquire(self.id(), self.map.class(), Mode::Exclusive)?;
         }
         self.raw.try_lock().map(|g| self.guard(g))
     }
@@ -130,7 +130,7 @@ impl<T> SpinLock<T> {
     #[cold]
     #[inline(never)]
     fn lock_virtual(&self) -> (SpinLockGuard<'_, T>, Option<u64>) {
-        let acq = vhook::lock_acquire(self.id(), self.class, Mode::Exclusive);
+        let acq = vhook::lock_acquire(self.id(), self.map.class(), Mode::Exclusive);
         let g = self.raw.lock();
         (self.guard(g), acq.contended.then_some(acq.waited_ns))
     }
@@ -141,7 +141,7 @@ impl<T> SpinLock<T> {
     }
 
     pub fn class(&self) -> &'static LockClass {
-        self.class
+        self.map.class()
     }
 
     /// Whether the lock is held (for assertions).
@@ -151,18 +151,10 @@ impl<T> SpinLock<T> {
     }
 }
 
-impl<T> Drop for SpinLock<T> {
-    fn drop(&mut self) {
-        if vhook::active() {
-            vhook::lock_forget(self.id());
-        }
-    }
-}
-
 impl<T> fmt::Debug for SpinLock<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SpinLock")
-            .field("class", &self.class.name)
+            .field("class", &self.map.class().name)
             .field("locked", &self.raw.is_locked())
             .finish_non_exhaustive()
     }
@@ -236,7 +228,7 @@ impl<T> Mutex<T> {
 impl<T> fmt::Debug for Mutex<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Mutex")
-            .field("class", &self.0.class.name)
+            .field("class", &self.0.class().name)
             .field("locked", &self.0.is_locked())
             .finish_non_exhaustive()
     }

@@ -1,15 +1,12 @@
 //! The host `RwSem`: `parking_lot::RwLock` + a waiter count, with the virtual-time hooks.
 
-#![expect(unsafe_code)] // fenced (lib.rs, "Unsafe"): `RwSem::into_inner` moving the host lock out
-
 use std::fmt;
-use std::mem::ManuallyDrop;
 use std::sync::atomic::{
     AtomicUsize,
     Ordering::{Acquire, Release},
 };
 
-use crate::sync::class::LockClass;
+use crate::sync::class::{LockClass, LockMap};
 use crate::sync::clock;
 use crate::sync::vhook::{self, Mode};
 
@@ -36,7 +33,7 @@ impl Drop for HoldEnd {
 
 /// `struct rw_semaphore` (see the module documentation of `sync::rwsem`).
 pub struct RwSem<T> {
-    class: &'static LockClass,
+    map: LockMap,
     raw: RawRwSem<T>,
     /// Threads past a failed fast path and not yet holding the lock (`rwsem_is_contended`).
     waiters: AtomicUsize,
@@ -61,7 +58,7 @@ impl<T> RwSem<T> {
     /// `init_rwsem`.
     pub const fn new(class: &'static LockClass, value: T) -> Self {
         Self {
-            class,
+            map: LockMap::new(class),
             raw: parking_lot::RwLock::new(value),
             waiters: AtomicUsize::new(0),
         }
@@ -69,14 +66,14 @@ impl<T> RwSem<T> {
 
     #[inline]
     fn id(&self) -> usize {
-        std::ptr::from_ref(self) as usize
+        self.map.id()
     }
 
     #[inline]
     fn end(&self, mode: Mode) -> HoldEnd {
         HoldEnd {
             id: self.id(),
-            class: self.class,
+            class: self.map.class(),
             mode,
         }
     }
@@ -170,7 +167,7 @@ impl<T> RwSem<T> {
         mode: Mode,
         take: impl FnOnce(&'a RawRwSem<T>) -> G,
     ) -> ((G, HoldEnd), Option<u64>) {
-        let acq = vhook::lock_acquire(self.id(), self.class, mode);
+        let acq = vhook::lock_acquire(self.id(), self.map.class(), mode);
         let inner = take(&self.raw);
         (
             (inner, self.end(mode)),
@@ -186,7 +183,7 @@ impl<T> RwSem<T> {
         try_take: impl FnOnce(&'a RawRwSem<T>) -> Option<G>,
     ) -> Option<(G, HoldEnd)> {
         if vhook::active() {
-            vhook::lock_try_acquire(self.id(), self.class, mode)?;
+            vhook::lock_try_acquire(self.id(), self.map.class(), mode)?;
         }
         let inner = try_take(&self.raw)?;
         Some((inner, self.end(mode)))
@@ -216,34 +213,21 @@ impl<T> RwSem<T> {
 
     /// The data, by ownership.
     pub fn into_inner(self) -> T {
-        if vhook::active() {
-            vhook::lock_forget(self.id());
-        }
-        let this = ManuallyDrop::new(self);
-        // SAFETY: `this` is never used or dropped again, so moving `raw` out of it leaves no
-        // second owner; the other fields are a `&'static` and an integer atomic, which need
-        // no drop.
-        let raw = unsafe { std::ptr::read(&this.raw) };
+        // Virtual time forgets the lock when its map drops, here, as the value leaves.
+        let Self { map, raw, .. } = self;
+        drop(map);
         raw.into_inner()
     }
 
     pub fn class(&self) -> &'static LockClass {
-        self.class
-    }
-}
-
-impl<T> Drop for RwSem<T> {
-    fn drop(&mut self) {
-        if vhook::active() {
-            vhook::lock_forget(self.id());
-        }
+        self.map.class()
     }
 }
 
 impl<T> fmt::Debug for RwSem<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RwSem")
-            .field("class", &self.class.name)
+            .field("class", &self.map.class().name)
             .field("locked", &self.is_locked())
             .field("write_locked", &self.is_write_locked())
             .finish_non_exhaustive()
