@@ -13,43 +13,6 @@
 
 pub use crate::vtime::{LineClass, LockClass, WaitKind};
 
-use super::vhook;
-
-/// `struct lockdep_map` (the `dep_map` inside a `spinlock_t` or an `rw_semaphore`): a lock as
-/// virtual time knows it — its class, and its identity, which is the map's own address (a
-/// non-empty field, so no two live locks share it). Dropping the map, with its lock, tells
-/// virtual time the lock is gone (`vhook::lock_forget`): a lock built later at the same
-/// address starts fresh.
-#[derive(Debug)]
-pub(crate) struct LockMap {
-    class: &'static LockClass,
-}
-
-impl LockMap {
-    pub(crate) const fn new(class: &'static LockClass) -> Self {
-        Self { class }
-    }
-
-    /// The lock's key in virtual time.
-    #[inline]
-    pub(crate) fn id(&self) -> usize {
-        std::ptr::from_ref(self) as usize
-    }
-
-    #[inline]
-    pub(crate) fn class(&self) -> &'static LockClass {
-        self.class
-    }
-}
-
-impl Drop for LockMap {
-    fn drop(&mut self) {
-        if vhook::active() {
-            vhook::lock_forget(self.id());
-        }
-    }
-}
-
 /// `zone->lock`: the buddy free lists of a zone.
 pub static ZONE_LOCK: LockClass = LockClass::new("zone.lock", WaitKind::Spin);
 /// `per_cpu_pages.lock` (`pcp->lock`): one CPU's page lists of one zone.

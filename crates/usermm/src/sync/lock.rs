@@ -22,10 +22,10 @@
 
 use std::fmt;
 
-use super::class::{LockClass, LockMap};
+use super::class::LockClass;
 use super::clock;
 use super::primitive::{RawMutex, RawMutexGuard};
-use super::vhook::{self, Mode};
+use super::vhook::{self, LockMap, Mode};
 
 /// Tells virtual time that an exclusive hold ended. A guard's last field: it drops after the
 /// host guard, i.e. after the host lock is released.

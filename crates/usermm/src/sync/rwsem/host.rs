@@ -6,9 +6,9 @@ use std::sync::atomic::{
     Ordering::{Acquire, Release},
 };
 
-use crate::sync::class::{LockClass, LockMap};
+use crate::sync::class::LockClass;
 use crate::sync::clock;
-use crate::sync::vhook::{self, Mode};
+use crate::sync::vhook::{self, LockMap, Mode};
 
 /// The host lock under an [`RwSem`].
 type RawRwSem<T> = parking_lot::RwLock<T>;
