@@ -43,53 +43,66 @@ fn short(r: &OpResult) -> String {
 }
 
 fn diff_data(x: &[u8], y: &[u8]) -> Result<(), String> {
+    diff_slices(
+        x,
+        y,
+        |a, b| format!("data length {a} vs {b}; "),
+        |differing| match differing.first() {
+            Some(&(first, p, q)) => format!(
+                "{} differing bytes; first at offset {first:#x}: {p:#04x} vs {q:#04x}",
+                differing.len()
+            ),
+            None => String::new(),
+        },
+    )
+}
+
+fn diff_probe(x: &[PageAccess], y: &[PageAccess]) -> Result<(), String> {
+    diff_slices(
+        x,
+        y,
+        |a, b| format!("probe covers {a} vs {b} pages; "),
+        |differing| {
+            let bad: Vec<String> = differing
+                .iter()
+                .take(8)
+                .map(|&(_, p, q)| {
+                    if p.addr != q.addr {
+                        format!("page {:#x} vs page {:#x}", p.addr, q.addr)
+                    } else {
+                        format!("{:#x}: {} vs {}", p.addr, p.perms(), q.perms())
+                    }
+                })
+                .collect();
+            bad.join(", ")
+        },
+    )
+}
+
+/// `Ok` when `x` and `y` are equal; else `Err` with `lengths` of the two lengths when they
+/// differ, followed by `detail` of the elements that differ at the same index (`(index, x's,
+/// y's)`, in order, up to the shorter length).
+fn diff_slices<T: PartialEq>(
+    x: &[T],
+    y: &[T],
+    lengths: impl FnOnce(usize, usize) -> String,
+    detail: impl FnOnce(&[(usize, &T, &T)]) -> String,
+) -> Result<(), String> {
     if x == y {
         return Ok(());
     }
     let mut msg = String::new();
     if x.len() != y.len() {
-        msg.push_str(&format!("data length {} vs {}; ", x.len(), y.len()));
+        msg.push_str(&lengths(x.len(), y.len()));
     }
-    let diffs: Vec<usize> = x
+    let differing: Vec<(usize, &T, &T)> = x
         .iter()
         .zip(y)
         .enumerate()
         .filter(|(_, (p, q))| p != q)
-        .map(|(i, _)| i)
+        .map(|(i, (p, q))| (i, p, q))
         .collect();
-    if let Some(&first) = diffs.first() {
-        msg.push_str(&format!(
-            "{} differing bytes; first at offset {first:#x}: {:#04x} vs {:#04x}",
-            diffs.len(),
-            x[first],
-            y[first]
-        ));
-    }
-    Err(msg)
-}
-
-fn diff_probe(x: &[PageAccess], y: &[PageAccess]) -> Result<(), String> {
-    if x == y {
-        return Ok(());
-    }
-    let mut msg = String::new();
-    if x.len() != y.len() {
-        msg.push_str(&format!("probe covers {} vs {} pages; ", x.len(), y.len()));
-    }
-    let bad: Vec<String> = x
-        .iter()
-        .zip(y)
-        .filter(|(p, q)| p != q)
-        .take(8)
-        .map(|(p, q)| {
-            if p.addr != q.addr {
-                format!("page {:#x} vs page {:#x}", p.addr, q.addr)
-            } else {
-                format!("{:#x}: {} vs {}", p.addr, p.perms(), q.perms())
-            }
-        })
-        .collect();
-    msg.push_str(&bad.join(", "));
+    msg.push_str(&detail(&differing));
     Err(msg)
 }
 

@@ -138,7 +138,7 @@ fn shmem_fault_around(c: &DivContext<'_>) -> bool {
     (shared(c.host_maps)
         || c.history
             .iter()
-            .any(|op| matches!(op, Op::Mmap { flags, .. } if flags & 3 == 1)))
+            .any(|op| matches!(op, Op::Mmap(a) if a.flags & 3 == 1)))
         && h.rss_kb >= e.rss_kb
         && h.minor_faults <= e.minor_faults
         && h.anon_huge_kb == e.anon_huge_kb

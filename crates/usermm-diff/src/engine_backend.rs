@@ -33,8 +33,8 @@ use usermm::{CpuId, Machine, MachineConfig, Mm, Task};
 use usermm_host::facts;
 
 use crate::ops::{
-    parse_maps, AddressSpace, Counters, MapSource, Op, OpResult, PageAccess, ARENA_BASE, ARENA_END,
-    ARENA_SIZE, EINVAL, PAGE_SIZE,
+    parse_maps, AddressSpace, Counters, MapSource, MremapArgs, Op, OpResult, PageAccess,
+    ARENA_BASE, ARENA_END, ARENA_SIZE, EINVAL, PAGE_SIZE,
 };
 
 /// The THP mode the host runs with (`/sys/kernel/mm/transparent_hugepage/enabled`), or
@@ -198,9 +198,9 @@ impl EngineBackend {
         let rwx = VmFlags(VmFlags::VM_READ.0 | VmFlags::VM_WRITE.0 | VmFlags::VM_EXEC.0);
         let failed = match (op, r) {
             // A populating mmap: the new VMA, looked at before a misplaced one is unmapped.
-            (&Op::Mmap { flags, .. }, &OpResult::Ok(addr))
-                if (flags & crate::ops::MAP_POPULATE != 0 && flags & 0x1_0000 == 0)
-                    || flags & crate::ops::MAP_LOCKED != 0 =>
+            (Op::Mmap(a), &OpResult::Ok(addr))
+                if (a.flags & crate::ops::MAP_POPULATE != 0 && a.flags & 0x1_0000 == 0)
+                    || a.flags & crate::ops::MAP_LOCKED != 0 =>
             {
                 let tree = self.mm().mmap_read_lock();
                 tree.vma_lookup(addr)
@@ -250,22 +250,15 @@ impl EngineBackend {
 
     /// An [`Op::Mmap`].
     fn do_mmap(&mut self, op: &Op) -> OpResult {
-        let &Op::Mmap {
-            addr,
-            len,
-            prot,
-            flags,
-            source,
-            offset,
-        } = op
-        else {
+        let Op::Mmap(a) = op else {
             return OpResult::BackendFailure(format!("do_mmap of {op}"));
         };
+        let (addr, len, flags) = (a.addr, a.len, a.flags);
         // arch/x86/kernel/sys_x86_64.c: sys_mmap checks the byte offset first.
-        if !offset.is_multiple_of(PAGE_SIZE) {
+        if !a.offset.is_multiple_of(PAGE_SIZE) {
             return OpResult::Err(EINVAL);
         }
-        let file = match source {
+        let file = match a.source {
             MapSource::Anon => MapFile::None,
             MapSource::DevZero => MapFile::DevZero,
         };
@@ -274,11 +267,11 @@ impl EngineBackend {
             cpu,
             addr,
             len,
-            prot,
+            a.prot,
             flags,
             MapFileAt {
                 file,
-                pgoff: offset / PAGE_SIZE,
+                pgoff: a.offset / PAGE_SIZE,
             },
         ) {
             Ok(a) => a,
@@ -290,6 +283,27 @@ impl EngineBackend {
         self.note_failed_populate(op, &OpResult::Ok(got));
         if !fixed && !inside {
             let _ = self.mm().munmap(cpu, got, len);
+            return OpResult::Misplaced { addr: got };
+        }
+        OpResult::Ok(got)
+    }
+
+    /// An [`Op::Mremap`].
+    fn do_mremap(&mut self, a: &MremapArgs) -> OpResult {
+        let cpu = self.cpu();
+        let got = match self
+            .mm()
+            .mremap(cpu, a.addr, a.old_len, a.new_len, a.flags, a.new_addr)
+        {
+            Ok(got) => got,
+            Err(e) => return OpResult::Err(e.0),
+        };
+        // Moved out of the arena where the kernel chose: unmapped and misplaced, as the host
+        // child reports it.
+        let rounded = a.new_len.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        let inside = (ARENA_BASE..=ARENA_END).contains(&got) && rounded <= ARENA_END - got;
+        if !inside && got != a.addr && a.flags & crate::ops::MREMAP_FIXED == 0 {
+            let _ = self.mm().munmap(cpu, got, a.new_len);
             return OpResult::Misplaced { addr: got };
         }
         OpResult::Ok(got)
@@ -456,7 +470,7 @@ impl EngineBackend {
 impl AddressSpace for EngineBackend {
     fn apply(&mut self, op: &Op) -> OpResult {
         let r = self.apply_inner(op);
-        if !matches!(op, Op::Mmap { .. }) {
+        if !matches!(op, Op::Mmap(_)) {
             // (mmap notes its own, before a misplaced mapping is removed again)
             self.note_failed_populate(op, &r);
         }
@@ -472,7 +486,7 @@ impl EngineBackend {
     fn apply_inner(&mut self, op: &Op) -> OpResult {
         let cpu = self.cpu();
         match op {
-            Op::Mmap { .. } => self.do_mmap(op),
+            Op::Mmap(_) => self.do_mmap(op),
             &Op::Munmap { addr, len } => Self::errno_result(self.mm().munmap(cpu, addr, len)),
             &Op::Mprotect { addr, len, prot } => {
                 Self::errno_result(self.mm().mprotect(cpu, addr, len, prot))
@@ -487,31 +501,7 @@ impl EngineBackend {
             &Op::Probe { addr, len } => self.do_probe(addr, len),
             Op::Maps => self.do_maps(),
             Op::Counters => self.do_counters(),
-            &Op::Mremap {
-                addr,
-                old_len,
-                new_len,
-                flags,
-                new_addr,
-            } => match self
-                .mm()
-                .mremap(cpu, addr, old_len, new_len, flags, new_addr)
-            {
-                Ok(got) => {
-                    // Moved out of the arena where the kernel chose: unmapped and misplaced,
-                    // as the host child reports it.
-                    let rounded = new_len.div_ceil(PAGE_SIZE) * PAGE_SIZE;
-                    let inside =
-                        (ARENA_BASE..=ARENA_END).contains(&got) && rounded <= ARENA_END - got;
-                    if !inside && got != addr && flags & crate::ops::MREMAP_FIXED == 0 {
-                        let _ = self.mm().munmap(cpu, got, new_len);
-                        OpResult::Misplaced { addr: got }
-                    } else {
-                        OpResult::Ok(got)
-                    }
-                }
-                Err(e) => OpResult::Err(e.0),
-            },
+            Op::Mremap(a) => self.do_mremap(a),
             &Op::Brk { off } => self.do_brk(off),
             Op::Fork => self.do_fork(),
             &Op::Switch { proc } => self.do_switch(proc),

@@ -205,13 +205,13 @@ impl Outcome {
 fn changes_vmas(op: &Op) -> bool {
     matches!(
         op,
-        Op::Mmap { .. }
+        Op::Mmap(_)
             | Op::Munmap { .. }
             | Op::Mprotect { .. }
             | Op::Madvise { .. }
             | Op::Mlock { .. }
             | Op::Munlock { .. }
-            | Op::Mremap { .. }
+            | Op::Mremap(_)
             | Op::Fork
             | Op::Switch { .. }
             | Op::Exit

@@ -333,14 +333,14 @@ mod gen {
                 } else {
                     (MapSource::Anon, ty | MAP_ANONYMOUS | placement | extra, 0)
                 };
-                Op::Mmap {
+                Op::Mmap(MmapArgs {
                     addr,
                     len,
                     prot,
                     flags,
                     source,
                     offset,
-                }
+                })
             },
         )
     }
@@ -428,13 +428,13 @@ mod gen {
                 } else {
                     new_len
                 };
-                Op::Mremap {
+                Op::Mremap(MremapArgs {
                     addr,
                     old_len,
                     new_len,
                     flags,
                     new_addr,
-                }
+                })
             },
         )
     }

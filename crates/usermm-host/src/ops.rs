@@ -187,18 +187,56 @@ pub enum MapSource {
     DevZero,
 }
 
+/// The arguments of an [`Op::Mmap`]: `mmap(addr, len, prot, flags, fd(source), offset)`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MmapArgs {
+    pub addr: u64,
+    pub len: u64,
+    /// `PROT_*`, passed verbatim.
+    pub prot: u32,
+    /// `MAP_*`, passed verbatim.
+    pub flags: u32,
+    pub source: MapSource,
+    /// The byte offset into the file.
+    pub offset: u64,
+}
+
+impl fmt::Display for MmapArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "mmap({:#x}, {:#x}, prot={:#x}, flags={:#x}, {:?}, off={:#x})",
+            self.addr, self.len, self.prot, self.flags, self.source, self.offset
+        )
+    }
+}
+
+/// The arguments of an [`Op::Mremap`]: `mremap(addr, old_len, new_len, flags, new_addr)`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MremapArgs {
+    pub addr: u64,
+    pub old_len: u64,
+    pub new_len: u64,
+    /// `MREMAP_*`, passed verbatim.
+    pub flags: u32,
+    pub new_addr: u64,
+}
+
+impl fmt::Display for MremapArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "mremap({:#x}, {:#x}, {:#x}, flags={:#x}, {:#x})",
+            self.addr, self.old_len, self.new_len, self.flags, self.new_addr
+        )
+    }
+}
+
 /// One operation on an address space. Addresses are absolute (see the module docs).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub enum Op {
     /// `mmap(addr, len, prot, flags, fd(source), offset)`; prot and flags are passed verbatim.
-    Mmap {
-        addr: u64,
-        len: u64,
-        prot: u32,
-        flags: u32,
-        source: MapSource,
-        offset: u64,
-    },
+    Mmap(MmapArgs),
     /// `munmap(addr, len)`.
     Munmap { addr: u64, len: u64 },
     /// `mprotect(addr, len, prot)`.
@@ -220,13 +258,7 @@ pub enum Op {
     /// Fault and RSS counters.
     Counters,
     /// `mremap(addr, old_len, new_len, flags, new_addr)`.
-    Mremap {
-        addr: u64,
-        old_len: u64,
-        new_len: u64,
-        flags: u32,
-        new_addr: u64,
-    },
+    Mremap(MremapArgs),
     /// `brk(base + off)` where `base` is the process's break when the backend started (or
     /// `brk(0)` for [`BRK_QUERY`]); the result is the returned break minus `base`.
     Brk { off: u64 },
@@ -242,14 +274,14 @@ pub enum Op {
 impl Op {
     /// A private anonymous mapping: `flags = MAP_PRIVATE | MAP_ANONYMOUS | extra_flags`.
     pub fn mmap_anon(addr: u64, len: u64, prot: u32, extra_flags: u32) -> Op {
-        Op::Mmap {
+        Op::Mmap(MmapArgs {
             addr,
             len,
             prot,
             flags: MAP_PRIVATE | MAP_ANONYMOUS | extra_flags,
             source: MapSource::Anon,
             offset: 0,
-        }
+        })
     }
 
     /// A private anonymous mapping placed exactly at `addr` with `MAP_FIXED_NOREPLACE`.
@@ -259,20 +291,20 @@ impl Op {
 
     /// A private mapping of `/dev/zero` (usemem's default): `flags = MAP_PRIVATE | extra_flags`.
     pub fn mmap_dev_zero(addr: u64, len: u64, prot: u32, extra_flags: u32) -> Op {
-        Op::Mmap {
+        Op::Mmap(MmapArgs {
             addr,
             len,
             prot,
             flags: MAP_PRIVATE | extra_flags,
             source: MapSource::DevZero,
             offset: 0,
-        }
+        })
     }
 
     /// The op's name, for messages.
     pub fn name(&self) -> &'static str {
         match self {
-            Op::Mmap { .. } => "mmap",
+            Op::Mmap(_) => "mmap",
             Op::Munmap { .. } => "munmap",
             Op::Mprotect { .. } => "mprotect",
             Op::Madvise { .. } => "madvise",
@@ -283,7 +315,7 @@ impl Op {
             Op::Probe { .. } => "probe",
             Op::Maps => "maps",
             Op::Counters => "counters",
-            Op::Mremap { .. } => "mremap",
+            Op::Mremap(_) => "mremap",
             Op::Brk { .. } => "brk",
             Op::Fork => "fork",
             Op::Switch { .. } => "switch",
@@ -295,17 +327,7 @@ impl Op {
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Op::Mmap {
-                addr,
-                len,
-                prot,
-                flags,
-                source,
-                offset,
-            } => write!(
-                f,
-                "mmap({addr:#x}, {len:#x}, prot={prot:#x}, flags={flags:#x}, {source:?}, off={offset:#x})"
-            ),
+            Op::Mmap(args) => args.fmt(f),
             Op::Munmap { addr, len } => write!(f, "munmap({addr:#x}, {len:#x})"),
             Op::Mprotect { addr, len, prot } => {
                 write!(f, "mprotect({addr:#x}, {len:#x}, prot={prot:#x})")
@@ -320,16 +342,7 @@ impl fmt::Display for Op {
             Op::Probe { addr, len } => write!(f, "probe({addr:#x}, {len:#x})"),
             Op::Maps => f.write_str("maps"),
             Op::Counters => f.write_str("counters"),
-            Op::Mremap {
-                addr,
-                old_len,
-                new_len,
-                flags,
-                new_addr,
-            } => write!(
-                f,
-                "mremap({addr:#x}, {old_len:#x}, {new_len:#x}, flags={flags:#x}, {new_addr:#x})"
-            ),
+            Op::Mremap(args) => args.fmt(f),
             Op::Brk { off } if *off == BRK_QUERY => f.write_str("brk(0)"),
             Op::Brk { off } => write!(f, "brk(base + {off:#x})"),
             Op::Fork => f.write_str("fork"),

@@ -460,13 +460,15 @@ fn host_oracle_mmap() {
     let mut h = host();
     let a = at(4);
     let anon = MAP_PRIVATE | MAP_ANONYMOUS;
-    let mm = |addr, len, prot, flags, offset| Op::Mmap {
-        addr,
-        len,
-        prot,
-        flags,
-        source: MapSource::Anon,
-        offset,
+    let mm = |addr, len, prot, flags, offset| {
+        Op::Mmap(MmapArgs {
+            addr,
+            len,
+            prot,
+            flags,
+            source: MapSource::Anon,
+            offset,
+        })
     };
     // len 0; MAP_FIXED unaligned; unaligned offset → EINVAL.
     assert_eq!(errno(&mut h, mm(a, 0, RW, anon, 0)), EINVAL);

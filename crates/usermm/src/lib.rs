@@ -95,8 +95,8 @@
 //! - `backing` — the host mappings behind frames and metadata, `ZeroedArray`;
 //! - `page_alloc::meta` — `unsafe impl ZeroValid for PageMeta`;
 //! - `pcpu::region` — the host mapping behind percpu chunks;
-//! - `sync::clock`, `sync::ptlock`, `sync::rwsem` — `clock_gettime` and `rdtsc` (lock_stat's
-//!   TSC clock), parking on an address, moving a lock's value out, loom's cell pointers;
+//! - `sync::clock`, `sync::ptlock`, `sync::rwsem` (its loom twin) — `clock_gettime` and
+//!   `rdtsc` (lock_stat's TSC clock), parking on an address, loom's cell pointers;
 //! - `sync::primitive`, under `--cfg loom` only — the loom parking lot's `unsafe fn`s, which
 //!   keep `parking_lot_core`'s signatures (no unsafe block);
 //! - `vtime::coro` — coroutines whose bodies borrow, and suspending from inside a hook;

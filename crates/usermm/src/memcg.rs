@@ -48,7 +48,8 @@ use serde::Serialize;
 
 use crate::cpu::CpuId;
 use crate::error::Errno;
-use crate::pcpu::{PcpuAllocator, PcpuGfp, PcpuPtr};
+use crate::page_alloc::Gfp;
+use crate::pcpu::{PcpuAllocator, PcpuPtr};
 
 /// Which kernel's `mem_cgroup` layout to allocate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -420,9 +421,9 @@ impl MemCgroups {
             let copies = if o.per_node { self.nr_nodes } else { 1 };
             for _node in 0..copies {
                 let gfp = if o.accounted {
-                    PcpuGfp::ACCOUNT
+                    Gfp::ACCOUNT
                 } else {
-                    PcpuGfp::KERNEL
+                    Gfp::KERNEL
                 };
                 match self
                     .pcpu

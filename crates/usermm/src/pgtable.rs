@@ -161,23 +161,6 @@ pub fn leaf_bits(read: bool, write: bool, exec: bool) -> u64 {
 /// Bits of a table (non-leaf) entry.
 pub const TABLE_BITS: u64 = _PAGE_PRESENT | _PAGE_RW | _PAGE_USER | _PAGE_ACCESSED;
 
-#[inline]
-pub fn pgd_index(addr: u64) -> usize {
-    ((addr >> PGDIR_SHIFT) & 511) as usize
-}
-#[inline]
-pub fn pud_index(addr: u64) -> usize {
-    ((addr >> PUD_SHIFT) & 511) as usize
-}
-#[inline]
-pub fn pmd_index(addr: u64) -> usize {
-    ((addr >> PMD_SHIFT) & 511) as usize
-}
-#[inline]
-pub fn pte_index(addr: u64) -> usize {
-    ((addr >> PAGE_SHIFT) & 511) as usize
-}
-
 /// `pgd_addr_end`, `pud_addr_end`, `pmd_addr_end`: the end of the `size`-aligned span (the
 /// reach of one entry at that level) that holds `addr`, or `end` if that comes first. The
 /// step of every range walk over the tables.
@@ -217,8 +200,14 @@ impl Level {
     }
 
     /// The index of `addr`'s entry in a table of this level (`pgd_index` … `pte_index`).
+    #[doc(
+        alias = "pgd_index",
+        alias = "pud_index",
+        alias = "pmd_index",
+        alias = "pte_index"
+    )]
     #[inline]
-    fn index(self, addr: u64) -> usize {
+    pub fn index(self, addr: u64) -> usize {
         ((addr >> self.shift()) & 511) as usize
     }
 
@@ -547,8 +536,8 @@ mod test {
     fn indexes_split_the_address() {
         let a = (3u64 << 39) | (5 << 30) | (7 << 21) | (11 << 12) | 0x123;
         assert_eq!(
-            (pgd_index(a), pud_index(a), pmd_index(a), pte_index(a)),
-            (3, 5, 7, 11)
+            [Level::Pgd, Level::Pud, Level::Pmd, Level::Pte].map(|l| l.index(a)),
+            [3, 5, 7, 11]
         );
     }
 }

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::thread;
 
 use usermm::config::MachineConfig;
-use usermm::pcpu::{PcpuAllocator, PcpuError, PcpuGfp, PcpuPtr};
+use usermm::page_alloc::Gfp;
+use usermm::pcpu::{PcpuAllocator, PcpuError, PcpuPtr};
 use usermm::{CpuId, Machine};
 
 const THREADS: u16 = 4;
@@ -44,9 +45,9 @@ fn worker(p: &PcpuAllocator, cpu: CpuId, iters: usize, seed: u64) {
         if live.len() < 40 && !r.is_multiple_of(3) {
             let size = [8usize, 24, 200, 1000, 3000][(r >> 8) as usize % 5];
             let gfp = if r.is_multiple_of(7) {
-                PcpuGfp::ATOMIC
+                Gfp::NOWAIT
             } else {
-                PcpuGfp::KERNEL
+                Gfp::KERNEL
             };
             match p.alloc_gfp(cpu, size, 8, gfp) {
                 Ok(a) => {
@@ -57,7 +58,7 @@ fn worker(p: &PcpuAllocator, cpu: CpuId, iters: usize, seed: u64) {
                     }
                     live.push((a, tag));
                 }
-                Err(PcpuError::NoMem) => assert_eq!(gfp, PcpuGfp::ATOMIC),
+                Err(PcpuError::NoMem) => assert_eq!(gfp, Gfp::NOWAIT),
                 Err(e) => panic!("{e}"),
             }
         } else if !live.is_empty() {

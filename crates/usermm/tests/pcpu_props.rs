@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use usermm::config::MachineConfig;
-use usermm::pcpu::{PcpuAllocator, PcpuError, PcpuGfp, PcpuPtr};
+use usermm::page_alloc::Gfp;
+use usermm::pcpu::{PcpuAllocator, PcpuError, PcpuPtr};
 use usermm::{CpuId, Machine};
 
 const CPUS: u16 = 3;
@@ -88,11 +89,7 @@ fn run(ops: Vec<Op>, depopulate: bool) -> Result<u64, TestCaseError> {
                 align_shift,
                 atomic,
             } => {
-                let gfp = if atomic {
-                    PcpuGfp::ATOMIC
-                } else {
-                    PcpuGfp::KERNEL
-                };
+                let gfp = if atomic { Gfp::NOWAIT } else { Gfp::KERNEL };
                 match p.alloc_gfp(c0, size, 1 << align_shift, gfp) {
                     Ok(a) => {
                         prop_assert_eq!(

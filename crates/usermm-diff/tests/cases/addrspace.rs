@@ -22,13 +22,13 @@ const FIXED: u32 = MREMAP_MAYMOVE | MREMAP_FIXED;
 const DONTUNMAP: u32 = MREMAP_MAYMOVE | MREMAP_DONTUNMAP;
 
 fn mremap(addr: u64, old_len: u64, new_len: u64, flags: u32, new_addr: u64) -> Op {
-    Op::Mremap {
+    Op::Mremap(MremapArgs {
         addr,
         old_len,
         new_len,
         flags,
         new_addr,
-    }
+    })
 }
 
 fn mremap_cases() -> Vec<Case> {
@@ -249,14 +249,14 @@ fn fork_cases() -> Vec<Case> {
             c.read(a(1), P).expect(Expect::Bytes(0x42));
         }),
         case("fork_shared_memory", "gVisor fork.cc SharedMemory", |c| {
-            c.op(Op::Mmap {
+            c.op(Op::Mmap(MmapArgs {
                 addr: a(0),
                 len: 2 * P,
                 prot: RW,
                 flags: MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
                 source: MapSource::Anon,
                 offset: 0,
-            })
+            }))
             .ok(a(0));
             c.write(a(0), P, 0x44).ok(P);
             c.op(Op::Fork).ok(1);

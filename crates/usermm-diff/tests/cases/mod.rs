@@ -153,14 +153,14 @@ impl B {
 
     /// `MAP_FIXED_NOREPLACE` private `/dev/zero` mapping at byte offset `off`.
     pub(crate) fn map_zero(&mut self, addr: u64, pages: u64, prot: u32, off: u64) -> &mut Self {
-        self.op(Op::Mmap {
+        self.op(Op::Mmap(MmapArgs {
             addr,
             len: pages * P,
             prot,
             flags: MAP_PRIVATE | MAP_FIXED_NOREPLACE,
             source: MapSource::DevZero,
             offset: off,
-        })
+        }))
         .ok(addr)
     }
 
@@ -337,33 +337,33 @@ fn mmap_cases() -> Vec<Case> {
             c.maps(&[]);
         }),
         case("mmap_offset_unaligned", "B.9 mmap", |c| {
-            c.op(Op::Mmap {
+            c.op(Op::Mmap(MmapArgs {
                 addr: a(0),
                 len: P,
                 prot: RW,
                 flags: MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
                 source: MapSource::Anon,
                 offset: 100,
-            })
+            }))
             .err(EINVAL);
-            c.op(Op::Mmap {
+            c.op(Op::Mmap(MmapArgs {
                 addr: a(0),
                 len: P,
                 prot: RW,
                 flags: MAP_PRIVATE | MAP_FIXED_NOREPLACE,
                 source: MapSource::DevZero,
                 offset: P + 1,
-            })
+            }))
             .err(EINVAL);
             // An aligned offset on anonymous memory is accepted (and ignored).
-            c.op(Op::Mmap {
+            c.op(Op::Mmap(MmapArgs {
                 addr: a(0),
                 len: P,
                 prot: RW,
                 flags: MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
                 source: MapSource::Anon,
                 offset: 16 * P,
-            })
+            }))
             .ok(a(0));
             c.maps(&[(a(0), a(1), "rw-p")]);
         }),
@@ -372,33 +372,33 @@ fn mmap_cases() -> Vec<Case> {
             "do_mmap pgoff overflow, file_mmap_ok",
             |c| {
                 // Anonymous memory ignores the offset.
-                c.op(Op::Mmap {
+                c.op(Op::Mmap(MmapArgs {
                     addr: a(0),
                     len: 2 * P,
                     prot: RW,
                     flags: MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
                     source: MapSource::Anon,
                     offset: MAX_PAGE,
-                })
+                }))
                 .ok(a(0));
                 // A character device's mapping may not reach past ULONG_MAX.
-                c.op(Op::Mmap {
+                c.op(Op::Mmap(MmapArgs {
                     addr: a(4),
                     len: 2 * P,
                     prot: RW,
                     flags: MAP_PRIVATE | MAP_FIXED_NOREPLACE,
                     source: MapSource::DevZero,
                     offset: MAX_PAGE,
-                })
+                }))
                 .err(libc::EOVERFLOW);
-                c.op(Op::Mmap {
+                c.op(Op::Mmap(MmapArgs {
                     addr: a(4),
                     len: 2 * P,
                     prot: RW,
                     flags: MAP_PRIVATE | MAP_FIXED_NOREPLACE,
                     source: MapSource::DevZero,
                     offset: (MAX_PAGE) - 2 * P,
-                })
+                }))
                 .ok(a(4));
                 c.maps_lines(vec![
                     MapsLine::anon(a(0), a(2), "rw-p"),
@@ -407,32 +407,32 @@ fn mmap_cases() -> Vec<Case> {
             },
         ),
         case("mmap_no_type", "B.9 mmap; LTP mmap06", |c| {
-            c.op(Op::Mmap {
+            c.op(Op::Mmap(MmapArgs {
                 addr: a(0),
                 len: P,
                 prot: RW,
                 flags: MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
                 source: MapSource::Anon,
                 offset: 0,
-            })
+            }))
             .err(EINVAL);
-            c.op(Op::Mmap {
+            c.op(Op::Mmap(MmapArgs {
                 addr: a(0),
                 len: P,
                 prot: RW,
                 flags: MAP_SHARED_VALIDATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
                 source: MapSource::Anon,
                 offset: 0,
-            })
+            }))
             .err(EINVAL);
-            c.op(Op::Mmap {
+            c.op(Op::Mmap(MmapArgs {
                 addr: a(0),
                 len: P,
                 prot: RW,
                 flags: MAP_FIXED_NOREPLACE,
                 source: MapSource::DevZero,
                 offset: 0,
-            })
+            }))
             .err(EINVAL);
             c.maps(&[]);
         }),
@@ -442,23 +442,23 @@ fn mmap_cases() -> Vec<Case> {
             |c| {
                 // The map type is checked after the placement: NOREPLACE over a mapping wins.
                 c.map(a(0), 2, RW);
-                c.op(Op::Mmap {
+                c.op(Op::Mmap(MmapArgs {
                     addr: a(0),
                     len: P,
                     prot: RW,
                     flags: MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
                     source: MapSource::Anon,
                     offset: 0,
-                })
+                }))
                 .err(EEXIST);
-                c.op(Op::Mmap {
+                c.op(Op::Mmap(MmapArgs {
                     addr: TASK_SIZE,
                     len: P,
                     prot: RW,
                     flags: MAP_ANONYMOUS | MAP_FIXED,
                     source: MapSource::Anon,
                     offset: 0,
-                })
+                }))
                 .err(ENOMEM);
             },
         ),
@@ -466,23 +466,23 @@ fn mmap_cases() -> Vec<Case> {
             "mmap_anon_without_flag_is_ebadf",
             "B.9 mmap (bad fd)",
             |c| {
-                c.op(Op::Mmap {
+                c.op(Op::Mmap(MmapArgs {
                     addr: a(0),
                     len: P,
                     prot: RW,
                     flags: MAP_PRIVATE | MAP_FIXED_NOREPLACE,
                     source: MapSource::Anon,
                     offset: 0,
-                })
+                }))
                 .err(EBADF);
-                c.op(Op::Mmap {
+                c.op(Op::Mmap(MmapArgs {
                     addr: a(0),
                     len: 0,
                     prot: RW,
                     flags: MAP_PRIVATE,
                     source: MapSource::Anon,
                     offset: 0,
-                })
+                }))
                 .err(EBADF);
             },
         ),
@@ -553,32 +553,32 @@ fn mmap_cases() -> Vec<Case> {
             "B.9 mmap; LTP mmap20",
             |c| {
                 // A file (/dev/zero) with MAP_SHARED_VALIDATE and a flag outside the legacy mask.
-                c.op(Op::Mmap {
+                c.op(Op::Mmap(MmapArgs {
                     addr: a(0),
                     len: P,
                     prot: RW,
                     flags: MAP_SHARED_VALIDATE | MAP_FIXED | 0x0080_0000,
                     source: MapSource::DevZero,
                     offset: 0,
-                })
+                }))
                 .err(EOPNOTSUPP);
-                c.op(Op::Mmap {
+                c.op(Op::Mmap(MmapArgs {
                     addr: a(0),
                     len: P,
                     prot: RW,
                     flags: MAP_SHARED_VALIDATE | MAP_FIXED_NOREPLACE,
                     source: MapSource::DevZero,
                     offset: 0,
-                })
+                }))
                 .err(EOPNOTSUPP);
-                c.op(Op::Mmap {
+                c.op(Op::Mmap(MmapArgs {
                     addr: a(0),
                     len: P,
                     prot: RW,
                     flags: MAP_SHARED_VALIDATE | MAP_FIXED,
                     source: MapSource::DevZero,
                     offset: 0,
-                })
+                }))
                 .ok(a(0));
                 c.op(Op::Maps);
             },
@@ -597,14 +597,14 @@ fn mmap_cases() -> Vec<Case> {
             let mut lines = Vec::new();
             for (i, &(prot, ty, perms)) in prots.iter().enumerate() {
                 let at = a(2 * i as u64);
-                c.op(Op::Mmap {
+                c.op(Op::Mmap(MmapArgs {
                     addr: at,
                     len: P,
                     prot,
                     flags: ty | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
                     source: MapSource::Anon,
                     offset: 0,
-                })
+                }))
                 .ok(at);
                 let mut l = MapsLine::anon(at, at + P, perms);
                 if ty == MAP_SHARED {
@@ -624,14 +624,14 @@ fn mmap_cases() -> Vec<Case> {
         case("mmap_dev_zero_perms_in_maps", "LTP mmap04; B.8 (3)", |c| {
             c.map_zero(a(0), 2, RW, 0);
             c.map_zero(a(4), 2, R, 0);
-            c.op(Op::Mmap {
+            c.op(Op::Mmap(MmapArgs {
                 addr: a(8),
                 len: 2 * P,
                 prot: RW,
                 flags: MAP_SHARED | MAP_FIXED_NOREPLACE,
                 source: MapSource::DevZero,
                 offset: 0,
-            })
+            }))
             .ok(a(8));
             c.maps_lines(vec![
                 zero_line(a(0), a(2), "rw-p", 0),
@@ -946,14 +946,14 @@ fn madvise_cases() -> Vec<Case> {
             |c| {
                 c.op(Op::mmap_anon(a(0), 2 * P, RW, MAP_FIXED_NOREPLACE))
                     .ok(a(0));
-                c.op(Op::Mmap {
+                c.op(Op::Mmap(MmapArgs {
                     addr: a(4),
                     len: 2 * P,
                     prot: RW,
                     flags: MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
                     source: MapSource::Anon,
                     offset: 0,
-                })
+                }))
                 .ok(a(4));
                 c.madvise(a(4), 2 * P, MADV_FREE).err(EINVAL);
                 c.madvise(a(4), 2 * P, MADV_WIPEONFORK).err(EINVAL);
@@ -970,14 +970,14 @@ fn madvise_cases() -> Vec<Case> {
         case("madvise_remove", "LTP madvise02", |c| {
             c.map(a(0), 2, RW);
             c.madvise(a(0), 2 * P, MADV_REMOVE).err(EINVAL);
-            c.op(Op::Mmap {
+            c.op(Op::Mmap(MmapArgs {
                 addr: a(4),
                 len: 2 * P,
                 prot: RW,
                 flags: MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
                 source: MapSource::Anon,
                 offset: 0,
-            })
+            }))
             .ok(a(4));
             c.write(a(4), 2 * P, 7).ok(2 * P);
             c.madvise(a(4), P, MADV_REMOVE).ok(0);
@@ -1367,14 +1367,14 @@ fn merge_cases() -> Vec<Case> {
         ),
         case("merge_shared_anon_never", "mm/vma/merge.rs (probed)", |c| {
             for i in 0..2 {
-                c.op(Op::Mmap {
+                c.op(Op::Mmap(MmapArgs {
                     addr: a(2 * i),
                     len: 2 * P,
                     prot: RW,
                     flags: MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
                     source: MapSource::Anon,
                     offset: 0,
-                });
+                }));
             }
             c.op(Op::Maps);
             c.mprotect(a(0), P, R).ok(0);
@@ -1495,14 +1495,14 @@ fn flag_cases() -> Vec<Case> {
                 MAP_FIXED_NOREPLACE | MAP_GROWSDOWN,
             ))
             .err(EINVAL);
-            c.op(Op::Mmap {
+            c.op(Op::Mmap(MmapArgs {
                 addr: a(0),
                 len: 2 * P,
                 prot: RW,
                 flags: MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE | MAP_GROWSDOWN,
                 source: MapSource::Anon,
                 offset: 0,
-            })
+            }))
             .err(EINVAL);
             c.op(Op::mmap_anon(
                 a(300),
@@ -1574,14 +1574,14 @@ fn flag_cases() -> Vec<Case> {
             "shared_dev_zero_offset_sigbus",
             "shmem_zero_setup i_size",
             |c| {
-                c.op(Op::Mmap {
+                c.op(Op::Mmap(MmapArgs {
                     addr: a(0),
                     len: 4 * P,
                     prot: RW,
                     flags: MAP_SHARED | MAP_FIXED_NOREPLACE,
                     source: MapSource::DevZero,
                     offset: 2 * P,
-                })
+                }))
                 .ok(a(0));
                 c.probe(a(0), 4 * P)
                     .expect(Expect::Probe(probe_vec("rw rw -- --")));

@@ -230,22 +230,13 @@ fn final_result(r: &Reply) -> OpResult {
 impl AddressSpace for HostBackend {
     fn apply(&mut self, op: &Op) -> OpResult {
         match op {
-            &Op::Mmap {
-                addr,
-                len,
-                prot,
-                flags,
-                source,
-                offset,
-            } => {
-                let src = match source {
+            Op::Mmap(a) => {
+                let src = match a.source {
                     MapSource::Anon => SRC_ANON,
                     MapSource::DevZero => SRC_DEV_ZERO,
                 };
-                self.simple(
-                    REQ_MMAP,
-                    &[addr, len, prot.into(), flags.into(), src, offset],
-                )
+                let args = [a.addr, a.len, a.prot.into(), a.flags.into(), src, a.offset];
+                self.simple(REQ_MMAP, &args)
             }
             &Op::Munmap { addr, len } => self.simple(REQ_MUNMAP, &[addr, len]),
             &Op::Mprotect { addr, len, prot } => {
@@ -315,16 +306,10 @@ impl AddressSpace for HostBackend {
                 )),
                 Err(e) => e,
             },
-            &Op::Mremap {
-                addr,
-                old_len,
-                new_len,
-                flags,
-                new_addr,
-            } => self.simple(
-                REQ_MREMAP,
-                &[addr, old_len, new_len, flags.into(), new_addr],
-            ),
+            Op::Mremap(a) => {
+                let args = [a.addr, a.old_len, a.new_len, a.flags.into(), a.new_addr];
+                self.simple(REQ_MREMAP, &args)
+            }
             &Op::Brk { off } => self.simple(REQ_BRK, &[off]),
             Op::Fork => self.simple(REQ_FORK, &[]),
             &Op::Switch { proc } => self.simple(REQ_SWITCH, &[proc.into()]),

@@ -56,10 +56,12 @@ fn page_align(x: u64) -> u64 {
 }
 
 /// `struct vma_remap_struct` (`vrm`): one move of `mremap`, as its steps pass it down — the
-/// source range, its new length, the flags, and the destination (once placed).
+/// source range, its new length, the flags, the destination (once placed), and the CPU the
+/// call runs on (the kernel's `current`).
 #[doc(alias = "vma_remap_struct")]
 #[derive(Debug, Clone, Copy)]
 struct VmaRemap {
+    cpu: CpuId,
     /// The source range's start.
     addr: u64,
     old_len: u64,
@@ -145,6 +147,7 @@ impl Mm {
         }
         let populate = expand && vma.flags.contains(VmFlags::VM_LOCKED);
         let vrm = VmaRemap {
+            cpu,
             addr,
             old_len,
             new_len,
@@ -152,7 +155,7 @@ impl Mm {
             new_addr,
         };
         let result = if implies_new {
-            self.mremap_to(&mut tree, cpu, vrm)
+            self.mremap_to(&mut tree, vrm)
         } else if new_len == old_len {
             Ok(addr)
         } else if !expand {
@@ -161,7 +164,7 @@ impl Mm {
             self.do_munmap_locked(&mut tree, cpu, addr + new_len, end)
                 .map(|()| addr)
         } else {
-            self.expand_vma(&mut tree, cpu, vrm)
+            self.expand_vma(&mut tree, vrm)
         };
         drop(tree);
         if let Ok(at) = result {
@@ -214,13 +217,14 @@ impl Mm {
             }
             check_resize(v, a, l, l, flags)?;
             let vrm = VmaRemap {
+                cpu,
                 addr: a,
                 old_len: l,
                 new_len: l,
                 flags,
                 new_addr: to,
             };
-            let got = self.mremap_to(tree, cpu, vrm)?;
+            let got = self.mremap_to(tree, vrm)?;
             if !seen {
                 res = Ok(got);
             }
@@ -233,84 +237,46 @@ impl Mm {
 
     /// `expand_vma`: in place when `[addr, addr + old_len)` ends the VMA and the space after it
     /// is free (`vma_merge_extend`), else move if allowed.
-    fn expand_vma(
-        &self,
-        tree: &mut VmaWriteGuard<'_>,
-        cpu: CpuId,
-        vrm: VmaRemap,
-    ) -> Result<u64, Errno> {
-        let VmaRemap {
-            addr,
-            old_len,
-            new_len,
-            flags,
-            ..
-        } = vrm;
-        let vma = tree.vma_lookup(addr).expect("checked");
-        let delta = new_len - old_len;
-        if addr + old_len == vma.end && tree.vma_expandable(vma.start, delta) {
+    fn expand_vma(&self, tree: &mut VmaWriteGuard<'_>, vrm: VmaRemap) -> Result<u64, Errno> {
+        let vma = tree.vma_lookup(vrm.addr).expect("checked");
+        let delta = vrm.new_len - vrm.old_len;
+        if vrm.addr + vrm.old_len == vma.end && tree.vma_expandable(vma.start, delta) {
             let key = vma.start;
             tree.merge_extend(key, delta);
-            return Ok(addr);
+            return Ok(vrm.addr);
         }
-        if flags & MREMAP_MAYMOVE == 0 {
+        if vrm.flags & MREMAP_MAYMOVE == 0 {
             return Err(Errno::ENOMEM);
         }
-        let new_addr = new_area(tree, addr, new_len, 0, false)?;
-        self.move_vma(tree, cpu, VmaRemap { new_addr, ..vrm })
+        let new_addr = new_area(tree, vrm.addr, vrm.new_len, 0, false)?;
+        self.move_vma(tree, VmaRemap { new_addr, ..vrm })
     }
 
     /// `mremap_to`: `MREMAP_FIXED` (the target range is unmapped first) or `MREMAP_DONTUNMAP`.
-    fn mremap_to(
-        &self,
-        tree: &mut VmaWriteGuard<'_>,
-        cpu: CpuId,
-        vrm: VmaRemap,
-    ) -> Result<u64, Errno> {
-        let VmaRemap {
-            addr,
-            mut old_len,
-            new_len,
-            flags,
-            new_addr,
-        } = vrm;
-        let fixed = flags & MREMAP_FIXED != 0;
+    fn mremap_to(&self, tree: &mut VmaWriteGuard<'_>, mut vrm: VmaRemap) -> Result<u64, Errno> {
+        let (cpu, addr, new_len) = (vrm.cpu, vrm.addr, vrm.new_len);
+        let fixed = vrm.flags & MREMAP_FIXED != 0;
         if fixed {
-            self.do_munmap_locked(tree, cpu, new_addr, new_addr + new_len)?;
+            self.do_munmap_locked(tree, cpu, vrm.new_addr, vrm.new_addr + new_len)?;
             if tree.vma_lookup(addr).is_none() {
                 return Err(Errno::EFAULT);
             }
         }
-        if new_len < old_len {
-            let end = addr.checked_add(old_len).ok_or(Errno::EINVAL)?;
+        if new_len < vrm.old_len {
+            let end = addr.checked_add(vrm.old_len).ok_or(Errno::EINVAL)?;
             self.do_munmap_locked(tree, cpu, addr + new_len, end)?;
-            old_len = new_len;
+            vrm.old_len = new_len;
         }
-        let to = new_area(tree, addr, new_len, new_addr, fixed)?;
-        let vrm = VmaRemap {
-            old_len,
-            new_addr: to,
-            ..vrm
-        };
-        self.move_vma(tree, cpu, vrm)
+        vrm.new_addr = new_area(tree, addr, new_len, vrm.new_addr, fixed)?;
+        self.move_vma(tree, vrm)
     }
 
     /// `move_vma`: place the new VMA (`copy_vma`), move the page tables, then unmap the old
     /// range — or, for `MREMAP_DONTUNMAP`, keep it (emptied, no longer locked, its anon_vma
     /// unlinked if the whole VMA moved).
-    fn move_vma(
-        &self,
-        tree: &mut VmaWriteGuard<'_>,
-        cpu: CpuId,
-        vrm: VmaRemap,
-    ) -> Result<u64, Errno> {
-        let VmaRemap {
-            addr: old_addr,
-            old_len,
-            new_len,
-            flags,
-            new_addr,
-        } = vrm;
+    fn move_vma(&self, tree: &mut VmaWriteGuard<'_>, vrm: VmaRemap) -> Result<u64, Errno> {
+        let (cpu, old_addr, old_len) = (vrm.cpu, vrm.addr, vrm.old_len);
+        let (new_addr, new_len) = (vrm.new_addr, vrm.new_len);
         if tree.map_count() >= self.machine().max_map_count().saturating_sub(3) {
             return Err(Errno::ENOMEM);
         }
@@ -331,7 +297,7 @@ impl Mm {
             self.do_munmap_locked(tree, cpu, new_addr, new_addr + new_len)?;
             return Err(Errno::ENOMEM);
         }
-        if flags & MREMAP_DONTUNMAP != 0 {
+        if vrm.flags & MREMAP_DONTUNMAP != 0 {
             // The source VMA stays, empty: VM_LOCKED cleared; its anon_vma unlinked when the
             // whole VMA moved.
             if let Some(old) = tree.vma_lookup(old_addr) {

@@ -144,7 +144,7 @@ impl PhysMem {
         }
         let pfn = match self.get_page_from_freelist(cpu, order, bind) {
             Some(p) => p,
-            None if gfp.has(Gfp::NOWAIT) => return Err(AllocError::NoMem),
+            None if gfp.contains(Gfp::NOWAIT) => return Err(AllocError::NoMem),
             None => {
                 // __alloc_pages_slowpath, reduced: drain, shrink, retry.
                 self.lru_add_drain_all();
@@ -158,8 +158,8 @@ impl PhysMem {
         self.prep_new_page(pfn, order);
         // __GFP_ZERO clears only frames an owner had before: known-zero ones are skipped.
         self.backing
-            .prep_new_frames(pfn, order.nr_pages(), gfp.has(Gfp::ZERO));
-        if gfp.has(Gfp::ZERO) {
+            .prep_new_frames(pfn, order.nr_pages(), gfp.contains(Gfp::ZERO));
+        if gfp.contains(Gfp::ZERO) {
             // clear_page per 4 KiB: the modelled kernel zeroes, whatever the backing skips.
             charge(Cost::ClearPage, order.nr_pages());
         }

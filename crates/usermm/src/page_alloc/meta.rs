@@ -219,37 +219,40 @@ impl PfnList {
         std::ptr::from_ref(self) as usize
     }
 
+    /// `list_add`: `pfn` becomes the first entry.
     #[inline]
     pub(crate) fn push_front(&mut self, meta: &[PageMeta], pfn: Pfn) {
-        let p = pfn.0 as u32;
-        // `list_add`: the new entry, the old first entry's `prev`, the head.
-        vhook::mem_touch_list(self.head_line(), [p, self.head, NIL]);
-        let m = &meta[pfn.index()];
-        m.prev.store(NIL, Relaxed);
-        m.next.store(self.head, Relaxed);
-        if self.head == NIL {
-            self.tail = p;
-        } else {
-            meta[self.head as usize].prev.store(p, Relaxed);
-        }
-        self.head = p;
-        self.len += 1;
+        // The new entry, the old first entry's `prev`, the head.
+        vhook::mem_touch_list(self.head_line(), [pfn.0 as u32, self.head, NIL]);
+        self.link_between(meta, pfn, NIL, self.head);
     }
 
+    /// `list_add_tail`: `pfn` becomes the last entry.
     #[inline]
     pub(crate) fn push_back(&mut self, meta: &[PageMeta], pfn: Pfn) {
+        // The new entry, the old last entry's `next`, the head.
+        vhook::mem_touch_list(self.head_line(), [pfn.0 as u32, self.tail, NIL]);
+        self.link_between(meta, pfn, self.tail, NIL);
+    }
+
+    /// `__list_add`: link `pfn` between the adjacent entries `prev` and `next`, `NIL` standing
+    /// for the head on either side.
+    #[inline]
+    fn link_between(&mut self, meta: &[PageMeta], pfn: Pfn, prev: u32, next: u32) {
         let p = pfn.0 as u32;
-        // `list_add_tail`: the new entry, the old last entry's `next`, the head.
-        vhook::mem_touch_list(self.head_line(), [p, self.tail, NIL]);
         let m = &meta[pfn.index()];
-        m.next.store(NIL, Relaxed);
-        m.prev.store(self.tail, Relaxed);
-        if self.tail == NIL {
+        m.prev.store(prev, Relaxed);
+        m.next.store(next, Relaxed);
+        if next == NIL {
+            self.tail = p;
+        } else {
+            meta[next as usize].prev.store(p, Relaxed);
+        }
+        if prev == NIL {
             self.head = p;
         } else {
-            meta[self.tail as usize].next.store(p, Relaxed);
+            meta[prev as usize].next.store(p, Relaxed);
         }
-        self.tail = p;
         self.len += 1;
     }
 
@@ -285,17 +288,19 @@ impl PfnList {
 
     #[inline]
     pub(crate) fn pop_front(&mut self, meta: &[PageMeta]) -> Option<Pfn> {
-        (self.head != NIL).then(|| {
-            let pfn = Pfn(self.head as u64);
-            self.remove(meta, pfn);
-            pfn
-        })
+        self.pop(meta, self.head)
     }
 
     #[inline]
     pub(crate) fn pop_back(&mut self, meta: &[PageMeta]) -> Option<Pfn> {
-        (self.tail != NIL).then(|| {
-            let pfn = Pfn(self.tail as u64);
+        self.pop(meta, self.tail)
+    }
+
+    /// Unlink and return `end`, the first or the last entry (`None`: `NIL`, the list is empty).
+    #[inline]
+    fn pop(&mut self, meta: &[PageMeta], end: u32) -> Option<Pfn> {
+        (end != NIL).then(|| {
+            let pfn = Pfn(end as u64);
             self.remove(meta, pfn);
             pfn
         })

@@ -113,8 +113,9 @@ use crate::sync::class::{
 };
 use crate::sync::{RwSem, SpinLock, StatMutex};
 
-/// Allocation flags (`gfp_t`), the few the engine distinguishes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Allocation flags (`gfp_t`), the few the engine distinguishes: one type for the page
+/// allocator and the percpu allocator, as in the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Gfp(u32);
 
 impl Gfp {
@@ -123,15 +124,22 @@ impl Gfp {
     /// `__GFP_ZERO`: zero the frames (a real memset with full backing, skipped for frames no
     /// owner has had since the host gave them: see [`crate::backing`]).
     pub const ZERO: Gfp = Gfp(1);
-    /// `GFP_NOWAIT`: fail at once rather than drain or shrink (mmu_gather batch pages).
+    /// `GFP_NOWAIT`/`GFP_ATOMIC`: fail at once rather than drain or shrink (mmu_gather batch
+    /// pages); to the percpu allocator, take only populated pages of existing chunks, under
+    /// `pcpu_lock` only.
     pub const NOWAIT: Gfp = Gfp(2);
+    /// `__GFP_ACCOUNT`: charged to a memory cgroup (the percpu allocator records it in its
+    /// stats only).
+    pub const ACCOUNT: Gfp = Gfp(4);
 
     pub const fn union(self, o: Gfp) -> Gfp {
         Gfp(self.0 | o.0)
     }
+
+    /// Every flag of `o` is set.
     #[inline]
-    fn has(self, o: Gfp) -> bool {
-        self.0 & o.0 != 0
+    pub fn contains(self, o: Gfp) -> bool {
+        self.0 & o.0 == o.0
     }
 }
 

@@ -56,6 +56,29 @@ pub(crate) fn region_overlap(a: u32, b: u32, x: u32, y: u32) -> bool {
 }
 
 impl PcpuBlockMd {
+    /// Does the allocation `[off, off + bits)` take bits of the scan hint's run?
+    #[inline]
+    pub(crate) fn scan_hint_overlaps(&self, off: u32, bits: u32) -> bool {
+        region_overlap(
+            self.scan_hint_start,
+            self.scan_hint_start + self.scan_hint,
+            off,
+            off + bits,
+        )
+    }
+
+    /// Does the allocation `[off, off + bits)` take bits of the contig hint's run (and so
+    /// break the hint)?
+    #[inline]
+    pub(crate) fn contig_hint_overlaps(&self, off: u32, bits: u32) -> bool {
+        region_overlap(
+            self.contig_hint_start,
+            self.contig_hint_start + self.contig_hint,
+            off,
+            off + bits,
+        )
+    }
+
     /// `pcpu_init_md_block`: an entirely free block of `nr_bits`.
     pub(crate) fn new(nr_bits: u32) -> Self {
         Self {

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use super::bitmap::Bitmap;
-use super::block::{region_overlap, PcpuBlockMd, PCPU_BITMAP_BLOCK_BITS};
+use super::block::{PcpuBlockMd, PCPU_BITMAP_BLOCK_BITS};
 use super::region::PcpuRegion;
 use super::PCPU_MIN_ALLOC_SIZE;
 use crate::addr::PAGE_SIZE;
@@ -354,20 +354,10 @@ impl PcpuChunk {
             if s_off == s.first_free {
                 s.first_free = self.blk_next(s_index, s_off + bits, false);
             }
-            if region_overlap(
-                s.scan_hint_start,
-                s.scan_hint_start + s.scan_hint,
-                s_off,
-                s_off + bits,
-            ) {
+            if s.scan_hint_overlaps(s_off, bits) {
                 s.scan_hint = 0;
             }
-            let broken = region_overlap(
-                s.contig_hint_start,
-                s.contig_hint_start + s.contig_hint,
-                s_off,
-                s_off + bits,
-            );
+            let broken = s.contig_hint_overlaps(s_off, bits);
             if broken {
                 if s_off == 0 {
                     s.left_free = 0;
@@ -422,22 +412,12 @@ impl PcpuChunk {
         }
 
         let md = &mut self.chunk_md;
-        if region_overlap(
-            md.scan_hint_start,
-            md.scan_hint_start + md.scan_hint,
-            bit_off,
-            bit_off + bits,
-        ) {
+        if md.scan_hint_overlaps(bit_off, bits) {
             md.scan_hint = 0;
         }
         // Only breaking the chunk's contig hint needs a (partial) chunk scan: a smaller run was
         // used otherwise, and the hint still holds.
-        if region_overlap(
-            md.contig_hint_start,
-            md.contig_hint_start + md.contig_hint,
-            bit_off,
-            bit_off + bits,
-        ) {
+        if md.contig_hint_overlaps(bit_off, bits) {
             self.chunk_refresh_hint(false);
         }
         -nr_empty

@@ -126,7 +126,7 @@ use self::vm::PcpuVm;
 use crate::addr::PAGE_SIZE;
 use crate::config::PcpuConfig;
 use crate::cpu::{CpuId, Cpus};
-use crate::page_alloc::PhysMem;
+use crate::page_alloc::{Gfp, PhysMem};
 use crate::sync::workqueue::{Workers, Workqueue};
 
 /// `PCPU_MIN_ALLOC_SHIFT`: the allocation granule is 4 bytes.
@@ -144,33 +144,6 @@ pub enum DepopulatePolicy {
     WholeChunk,
     /// 5.14: isolate chunks with ≥ ¼ empty pages, depopulate them from the top, sideline them.
     Partial,
-}
-
-/// The request flags the allocator distinguishes (a `gfp_t` subset).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PcpuGfp(u8);
-
-impl PcpuGfp {
-    /// `GFP_KERNEL`: may sleep, create chunks and populate pages.
-    pub const KERNEL: PcpuGfp = PcpuGfp(0);
-    /// `GFP_NOWAIT`/`GFP_ATOMIC`: only populated pages of existing chunks, `pcpu_lock` only.
-    pub const ATOMIC: PcpuGfp = PcpuGfp(1);
-    /// `__GFP_ACCOUNT`: charged to a memory cgroup (recorded in the stats only).
-    pub const ACCOUNT: PcpuGfp = PcpuGfp(2);
-
-    pub const fn union(self, o: PcpuGfp) -> PcpuGfp {
-        PcpuGfp(self.0 | o.0)
-    }
-
-    #[inline]
-    pub fn contains(self, o: PcpuGfp) -> bool {
-        self.0 & o.0 == o.0
-    }
-
-    #[inline]
-    fn is_atomic(self) -> bool {
-        self.contains(PcpuGfp::ATOMIC)
-    }
 }
 
 /// Why a percpu request failed.
@@ -392,17 +365,17 @@ impl PcpuAllocator {
     #[doc(alias = "__alloc_percpu")]
     #[doc(alias = "pcpu_alloc")]
     pub fn alloc(&self, cpu: CpuId, size: usize, align: usize) -> Result<PcpuPtr, PcpuError> {
-        self.alloc_gfp(cpu, size, align, PcpuGfp::KERNEL)
+        self.alloc_gfp(cpu, size, align, Gfp::KERNEL)
     }
 
-    /// `__alloc_percpu_gfp`: with [`PcpuGfp::ATOMIC`] only already populated pages are used.
+    /// `__alloc_percpu_gfp`: with [`Gfp::NOWAIT`] only already populated pages are used.
     #[doc(alias = "__alloc_percpu_gfp")]
     pub fn alloc_gfp(
         &self,
         cpu: CpuId,
         size: usize,
         align: usize,
-        gfp: PcpuGfp,
+        gfp: Gfp,
     ) -> Result<PcpuPtr, PcpuError> {
         self.pcpu_alloc(cpu, size as u64, align as u64, false, gfp)
     }
@@ -415,7 +388,7 @@ impl PcpuAllocator {
         size: usize,
         align: usize,
     ) -> Result<PcpuPtr, PcpuError> {
-        self.pcpu_alloc(cpu, size as u64, align as u64, true, PcpuGfp::KERNEL)
+        self.pcpu_alloc(cpu, size as u64, align as u64, true, Gfp::KERNEL)
     }
 
     /// `pcpu_alloc_noprof`.
@@ -425,7 +398,7 @@ impl PcpuAllocator {
         size: u64,
         align: u64,
         reserved: bool,
-        gfp: PcpuGfp,
+        gfp: Gfp,
     ) -> Result<PcpuPtr, PcpuError> {
         let p = &*self.inner;
         if cpu.index() >= p.nr_units as usize {
@@ -441,7 +414,7 @@ impl PcpuAllocator {
         }
         let bits = (size >> PCPU_MIN_ALLOC_SHIFT) as u32;
         let bit_align = (align >> PCPU_MIN_ALLOC_SHIFT) as u32;
-        let atomic = gfp.is_atomic();
+        let atomic = gfp.contains(Gfp::NOWAIT);
 
         // Lock order: pcpu_alloc_mutex -> pcpu_lock.
         let mut vm = (!atomic).then(|| p.alloc_mutex.lock());
@@ -736,18 +709,10 @@ impl Pcpu {
 impl Drop for Pcpu {
     /// Give every frame back to the page allocator (the machine may outlive the allocator).
     fn drop(&mut self) {
-        let vm = self.alloc_mutex.get_mut();
-        let frames = vm
-            .boot_frames
-            .iter()
-            .chain(vm.chunks.iter().flatten().flat_map(|b| b.frames.iter()))
-            .filter(|&&f| f != u32::MAX);
-        for &f in frames {
-            let _ = self.phys.free_pages(
-                CpuId(0),
-                crate::addr::Pfn(f as u64),
-                crate::addr::Order::ZERO,
-            );
+        for pfn in self.alloc_mutex.get_mut().frames() {
+            let _ = self
+                .phys
+                .free_pages(CpuId(0), pfn, crate::addr::Order::ZERO);
         }
     }
 }

@@ -195,30 +195,22 @@ impl SlotLists {
     pub(crate) fn move_to(&mut self, idx: u32, slot: usize, front: bool) {
         self.remove(idx);
         let h = self.heads[slot];
-        if front {
-            *self.link(idx) = Link {
-                prev: NIL,
-                next: h.first,
-                slot: slot as u32,
-            };
-            if h.first == NIL {
-                self.heads[slot].last = idx;
-            } else {
-                self.links[h.first as usize].prev = idx;
-            }
+        // `__list_add` between `prev` and `next` (NIL: the head).
+        let (prev, next) = if front { (NIL, h.first) } else { (h.last, NIL) };
+        *self.link(idx) = Link {
+            prev,
+            next,
+            slot: slot as u32,
+        };
+        if next == NIL {
+            self.heads[slot].last = idx;
+        } else {
+            self.links[next as usize].prev = idx;
+        }
+        if prev == NIL {
             self.heads[slot].first = idx;
         } else {
-            *self.link(idx) = Link {
-                prev: h.last,
-                next: NIL,
-                slot: slot as u32,
-            };
-            if h.last == NIL {
-                self.heads[slot].first = idx;
-            } else {
-                self.links[h.last as usize].next = idx;
-            }
-            self.heads[slot].last = idx;
+            self.links[prev as usize].next = idx;
         }
         self.heads[slot].len += 1;
     }

@@ -232,7 +232,7 @@ mod alloc_free {
         p.flush();
         // Soak up every empty populated page with atomic allocations.
         let mut atomic = Vec::new();
-        while let Ok(a) = p.alloc_gfp(C0, 4096, 4096, PcpuGfp::ATOMIC) {
+        while let Ok(a) = p.alloc_gfp(C0, 4096, 4096, Gfp::NOWAIT) {
             atomic.push(a);
             assert!(atomic.len() < 1000);
         }
@@ -241,7 +241,7 @@ mod alloc_free {
         // The failure scheduled the balance work, which populates HIGH pages.
         p.flush();
         assert!(p.nr_empty_pop_pages() >= 4);
-        assert!(p.alloc_gfp(C0, 4096, 4096, PcpuGfp::ATOMIC).is_ok());
+        assert!(p.alloc_gfp(C0, 4096, 4096, Gfp::NOWAIT).is_ok());
         drop(big);
         p.validate_settled().unwrap();
     }

@@ -278,16 +278,12 @@ impl Pcpu {
             vm.nr_frames,
             self.nr_units
         );
-        let all_frames = vm
-            .boot_frames
-            .iter()
-            .chain(vm.chunks.iter().flatten().flat_map(|b| b.frames.iter()))
-            .filter(|&&f| f != u32::MAX);
-        for &f in all_frames {
-            let m = self.phys.meta(crate::addr::Pfn(f as u64));
+        for pfn in vm.frames() {
+            let m = self.phys.meta(pfn);
             check!(
                 m.test(PG_PERCPU) && m.ref_count() == 1,
-                "P7 frame {f:#x} not a live PG_percpu page"
+                "P7 frame {:#x} not a live PG_percpu page",
+                pfn.0
             );
         }
         check!(

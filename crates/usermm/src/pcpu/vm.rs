@@ -57,6 +57,15 @@ impl PcpuVm {
     fn get_mut(&mut self, idx: u32) -> &mut ChunkBacking {
         self.chunks[idx as usize].as_mut().expect("backed chunk")
     }
+
+    /// Every frame held: the boot area's, then each chunk's populated (page, unit)s.
+    pub(crate) fn frames(&self) -> impl Iterator<Item = Pfn> + '_ {
+        self.boot_frames
+            .iter()
+            .chain(self.chunks.iter().flatten().flat_map(|b| b.frames.iter()))
+            .filter(|&&f| f != NO_FRAME)
+            .map(|&f| Pfn(u64::from(f)))
+    }
 }
 
 impl Pcpu {

@@ -28,18 +28,11 @@ pub struct CondVar {
 }
 
 impl CondVar {
-    #[cfg(not(loom))]
-    pub const fn new() -> Self {
-        Self {
-            raw: RawCondvar::new(),
-        }
-    }
-
-    /// Not `const` under loom.
-    #[cfg(loom)]
-    pub fn new() -> Self {
-        Self {
-            raw: RawCondvar::new(),
+    const_unless_loom! {
+        pub fn new() -> Self {
+            Self {
+                raw: RawCondvar::new(),
+            }
         }
     }
 
@@ -93,21 +86,13 @@ pub struct Completion<T: Copy = ()> {
 }
 
 impl<T: Copy> Completion<T> {
-    /// `init_completion`; `class` names the completion's lock (the subsystem's).
-    #[cfg(not(loom))]
-    pub const fn new(class: &'static LockClass) -> Self {
-        Self {
-            done: Mutex::new(class, None),
-            cond: CondVar::new(),
-        }
-    }
-
-    /// `init_completion`; not `const` under loom.
-    #[cfg(loom)]
-    pub fn new(class: &'static LockClass) -> Self {
-        Self {
-            done: Mutex::new(class, None),
-            cond: CondVar::new(),
+    const_unless_loom! {
+        /// `init_completion`; `class` names the completion's lock (the subsystem's).
+        pub fn new(class: &'static LockClass) -> Self {
+            Self {
+                done: Mutex::new(class, None),
+                cond: CondVar::new(),
+            }
         }
     }
 
@@ -166,36 +151,21 @@ struct BarrierState {
 }
 
 impl Barrier {
-    /// A barrier for `n` threads (`n == 0` behaves as 1); `class` names its lock (a workload's:
-    /// [`FUTEX`](super::class::FUTEX)).
-    #[cfg(not(loom))]
-    pub const fn new(class: &'static LockClass, n: usize) -> Self {
-        Self {
-            state: Mutex::new(
-                class,
-                BarrierState {
-                    arrived: 0,
-                    generation: 0,
-                },
-            ),
-            cond: CondVar::new(),
-            n,
-        }
-    }
-
-    /// A barrier for `n` threads; not `const` under loom.
-    #[cfg(loom)]
-    pub fn new(class: &'static LockClass, n: usize) -> Self {
-        Self {
-            state: Mutex::new(
-                class,
-                BarrierState {
-                    arrived: 0,
-                    generation: 0,
-                },
-            ),
-            cond: CondVar::new(),
-            n,
+    const_unless_loom! {
+        /// A barrier for `n` threads (`n == 0` behaves as 1); `class` names its lock (a
+        /// workload's: [`FUTEX`](super::class::FUTEX)).
+        pub fn new(class: &'static LockClass, n: usize) -> Self {
+            Self {
+                state: Mutex::new(
+                    class,
+                    BarrierState {
+                        arrived: 0,
+                        generation: 0,
+                    },
+                ),
+                cond: CondVar::new(),
+                n,
+            }
         }
     }
 

@@ -21,12 +21,11 @@
 //! lock held take the guard (or `&mut` of the data it derefs to).
 
 use std::fmt;
-use std::ops::{Deref, DerefMut};
 
 use super::class::LockClass;
 use super::clock;
 use super::primitive::{RawMutex, RawMutexGuard};
-use super::vhook::{self, Mode};
+use super::vhook::{self, LockMap, Mode};
 
 /// Tells virtual time that an exclusive hold ended. A guard's last field: it drops after the
 /// host guard, i.e. after the host lock is released.
@@ -48,7 +47,7 @@ impl Drop for ExclusiveRelease {
 /// `spinlock_t`: mutual exclusion whose waiters spin (in virtual time; on the host, a
 /// `parking_lot` mutex that spins briefly, then parks).
 pub struct SpinLock<T> {
-    class: &'static LockClass,
+    map: LockMap,
     raw: RawMutex<T>,
 }
 
@@ -60,28 +59,19 @@ pub struct SpinLockGuard<'a, T> {
 }
 
 impl<T> SpinLock<T> {
-    /// An unlocked lock of class `class` around `value` (`spin_lock_init`).
-    #[cfg(not(loom))]
-    pub const fn new(class: &'static LockClass, value: T) -> Self {
-        Self {
-            class,
-            raw: RawMutex::new(value),
-        }
-    }
-
-    /// An unlocked lock of class `class` around `value` (`spin_lock_init`); not `const` under
-    /// loom, whose objects exist only inside a model.
-    #[cfg(loom)]
-    pub fn new(class: &'static LockClass, value: T) -> Self {
-        Self {
-            class,
-            raw: RawMutex::new(value),
+    const_unless_loom! {
+        /// An unlocked lock of class `class` around `value` (`spin_lock_init`).
+        pub fn new(class: &'static LockClass, value: T) -> Self {
+            Self {
+                map: LockMap::new(class),
+                raw: RawMutex::new(value),
+            }
         }
     }
 
     #[inline]
     fn id(&self) -> usize {
-        std::ptr::from_ref(self) as usize
+        self.map.id()
     }
 
     #[inline]
@@ -90,7 +80,7 @@ impl<T> SpinLock<T> {
             inner,
             release: ExclusiveRelease {
                 id: self.id(),
-                class: self.class,
+                class: self.map.class(),
             },
         }
     }
@@ -110,7 +100,7 @@ impl<T> SpinLock<T> {
     #[inline]
     pub fn try_lock(&self) -> Option<SpinLockGuard<'_, T>> {
         if vhook::active() {
-            vhook::lock_try_acquire(self.id(), self.class, Mode::Exclusive)?;
+            vhook::lock_try_acquire(self.id(), self.map.class(), Mode::Exclusive)?;
         }
         self.raw.try_lock().map(|g| self.guard(g))
     }
@@ -140,7 +130,7 @@ impl<T> SpinLock<T> {
     #[cold]
     #[inline(never)]
     fn lock_virtual(&self) -> (SpinLockGuard<'_, T>, Option<u64>) {
-        let acq = vhook::lock_acquire(self.id(), self.class, Mode::Exclusive);
+        let acq = vhook::lock_acquire(self.id(), self.map.class(), Mode::Exclusive);
         let g = self.raw.lock();
         (self.guard(g), acq.contended.then_some(acq.waited_ns))
     }
@@ -151,7 +141,7 @@ impl<T> SpinLock<T> {
     }
 
     pub fn class(&self) -> &'static LockClass {
-        self.class
+        self.map.class()
     }
 
     /// Whether the lock is held (for assertions).
@@ -161,43 +151,16 @@ impl<T> SpinLock<T> {
     }
 }
 
-impl<T> Drop for SpinLock<T> {
-    fn drop(&mut self) {
-        if vhook::active() {
-            vhook::lock_forget(self.id());
-        }
-    }
-}
-
 impl<T> fmt::Debug for SpinLock<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SpinLock")
-            .field("class", &self.class.name)
+            .field("class", &self.map.class().name)
             .field("locked", &self.raw.is_locked())
             .finish_non_exhaustive()
     }
 }
 
-impl<T> Deref for SpinLockGuard<'_, T> {
-    type Target = T;
-    #[inline]
-    fn deref(&self) -> &T {
-        &self.inner
-    }
-}
-
-impl<T> DerefMut for SpinLockGuard<'_, T> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.inner
-    }
-}
-
-impl<T: fmt::Debug> fmt::Debug for SpinLockGuard<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.inner, f)
-    }
-}
+guard_deref!(mut SpinLockGuard.inner);
 
 impl<T> SpinLockGuard<'_, T> {
     /// Release the lock while `f` runs, then take it again (the guard stays valid; the data may
@@ -225,16 +188,11 @@ pub struct Mutex<T>(SpinLock<T>);
 pub struct MutexGuard<'a, T>(SpinLockGuard<'a, T>);
 
 impl<T> Mutex<T> {
-    /// An unlocked mutex of class `class` around `value` (`mutex_init`).
-    #[cfg(not(loom))]
-    pub const fn new(class: &'static LockClass, value: T) -> Self {
-        Self(SpinLock::new(class, value))
-    }
-
-    /// An unlocked mutex of class `class` around `value` (`mutex_init`); not `const` under loom.
-    #[cfg(loom)]
-    pub fn new(class: &'static LockClass, value: T) -> Self {
-        Self(SpinLock::new(class, value))
+    const_unless_loom! {
+        /// An unlocked mutex of class `class` around `value` (`mutex_init`).
+        pub fn new(class: &'static LockClass, value: T) -> Self {
+            Self(SpinLock::new(class, value))
+        }
     }
 
     /// `mutex_lock`.
@@ -270,7 +228,7 @@ impl<T> Mutex<T> {
 impl<T> fmt::Debug for Mutex<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Mutex")
-            .field("class", &self.0.class.name)
+            .field("class", &self.0.class().name)
             .field("locked", &self.0.is_locked())
             .finish_non_exhaustive()
     }
@@ -290,23 +248,5 @@ impl<'a, T> MutexGuard<'a, T> {
     }
 }
 
-impl<T> Deref for MutexGuard<'_, T> {
-    type Target = T;
-    #[inline]
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-impl<T> DerefMut for MutexGuard<'_, T> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.0
-    }
-}
-
-impl<T: fmt::Debug> fmt::Debug for MutexGuard<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
-    }
-}
+guard_deref!(mut MutexGuard.0);
+guard_debug!(SpinLockGuard, MutexGuard);

@@ -80,6 +80,10 @@
 //! crate's "Lock ordering"); its exclusive-hold histogram and the workqueue's state lock are
 //! leaves.
 
+// The guards' `Deref`/`Debug` and the `const` constructors: first, so every module below has them.
+#[macro_use]
+mod macros;
+
 pub mod class;
 pub mod clock;
 mod condvar;

@@ -69,19 +69,13 @@ pub struct PtLockGuard<'a> {
 }
 
 impl PtLock {
-    /// An unlocked PTL (all-zero, like the one in zeroed metadata).
-    #[cfg(not(loom))]
-    pub const fn new() -> Self {
-        Self {
-            state: AtomicU8::new(0),
-        }
-    }
-
-    /// An unlocked PTL; not `const` under loom (and not all-zero: see the module doc).
-    #[cfg(loom)]
-    pub fn new() -> Self {
-        Self {
-            state: AtomicU8::new(0),
+    const_unless_loom! {
+        /// An unlocked PTL (all-zero, like the one in zeroed metadata; under loom not all-zero:
+        /// see the module doc).
+        pub fn new() -> Self {
+            Self {
+                state: AtomicU8::new(0),
+            }
         }
     }
 

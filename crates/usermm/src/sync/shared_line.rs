@@ -36,13 +36,6 @@ pub trait LineAtomic: Send + Sync {
         ok: Ordering,
         err: Ordering,
     ) -> Result<Self::Value, Self::Value>;
-    fn compare_exchange_weak(
-        &self,
-        cur: Self::Value,
-        new: Self::Value,
-        ok: Ordering,
-        err: Ordering,
-    ) -> Result<Self::Value, Self::Value>;
 }
 
 macro_rules! line_atomic {
@@ -73,16 +66,6 @@ macro_rules! line_atomic {
             fn compare_exchange(&self, c: $v, n: $v, s: Ordering, f: Ordering) -> Result<$v, $v> {
                 <$a>::compare_exchange(self, c, n, s, f)
             }
-            #[inline]
-            fn compare_exchange_weak(
-                &self,
-                c: $v,
-                n: $v,
-                s: Ordering,
-                f: Ordering,
-            ) -> Result<$v, $v> {
-                <$a>::compare_exchange_weak(self, c, n, s, f)
-            }
         }
     };
 }
@@ -93,6 +76,18 @@ line_atomic!(AtomicU64, u64);
 line_atomic!(loom::sync::atomic::AtomicI64, i64);
 #[cfg(loom)]
 line_atomic!(loom::sync::atomic::AtomicU64, u64);
+
+/// [`SharedLine`]'s read-modify-writes: each is one synchronisation point of the line
+/// (`SharedLine::rmw`), then the same operation of the atomic it wraps.
+macro_rules! rmw_ops {
+    ($($op:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)+) => {$(
+        #[inline]
+        pub fn $op(&self, $($arg: $ty),*) -> $ret {
+            self.rmw();
+            self.value.$op($($arg),*)
+        }
+    )+};
+}
 
 /// An atomic shared by every CPU as one cache line, of class `class`.
 pub struct SharedLine<A> {
@@ -131,22 +126,12 @@ impl<A: LineAtomic> SharedLine<A> {
         self.value.store(v, o)
     }
 
-    #[inline]
-    pub fn swap(&self, v: A::Value, o: Ordering) -> A::Value {
-        self.rmw();
-        self.value.swap(v, o)
-    }
-
-    #[inline]
-    pub fn fetch_add(&self, v: A::Value, o: Ordering) -> A::Value {
-        self.rmw();
-        self.value.fetch_add(v, o)
-    }
-
-    #[inline]
-    pub fn fetch_sub(&self, v: A::Value, o: Ordering) -> A::Value {
-        self.rmw();
-        self.value.fetch_sub(v, o)
+    rmw_ops! {
+        swap(v: A::Value, o: Ordering) -> A::Value;
+        fetch_add(v: A::Value, o: Ordering) -> A::Value;
+        fetch_sub(v: A::Value, o: Ordering) -> A::Value;
+        compare_exchange(cur: A::Value, new: A::Value, ok: Ordering, err: Ordering)
+            -> Result<A::Value, A::Value>;
     }
 
     /// [`fetch_sub`](Self::fetch_sub) with its time accounted to `site` (see `rmw_as`).
@@ -154,30 +139,6 @@ impl<A: LineAtomic> SharedLine<A> {
     pub fn fetch_sub_as(&self, site: &'static LineClass, v: A::Value, o: Ordering) -> A::Value {
         self.rmw_as(site);
         self.value.fetch_sub(v, o)
-    }
-
-    #[inline]
-    pub fn compare_exchange(
-        &self,
-        cur: A::Value,
-        new: A::Value,
-        ok: Ordering,
-        err: Ordering,
-    ) -> Result<A::Value, A::Value> {
-        self.rmw();
-        self.value.compare_exchange(cur, new, ok, err)
-    }
-
-    #[inline]
-    pub fn compare_exchange_weak(
-        &self,
-        cur: A::Value,
-        new: A::Value,
-        ok: Ordering,
-        err: Ordering,
-    ) -> Result<A::Value, A::Value> {
-        self.rmw();
-        self.value.compare_exchange_weak(cur, new, ok, err)
     }
 
     /// A read-then-`cmpxchg` loop (`atomic_inc_not_zero`, `atomic_add_unless`): `f` maps the
@@ -188,7 +149,8 @@ impl<A: LineAtomic> SharedLine<A> {
     /// a `cmpxchg` that fails leaves the line exclusive in the failing core's cache, and the
     /// retry a few cycles later finds it there, so the hardware pays one transfer per
     /// successful update, not one per attempt (the read before the first `cmpxchg` is folded
-    /// into that transfer). On the host it is the plain loop.
+    /// into that transfer). On the host it is the plain loop, on a strong `cmpxchg` as the
+    /// kernel's `atomic_try_cmpxchg` is (the same instruction on x86).
     #[doc(alias = "atomic_inc_not_zero")]
     pub fn fetch_update(
         &self,
@@ -199,7 +161,7 @@ impl<A: LineAtomic> SharedLine<A> {
         self.rmw();
         let mut cur = self.value.load(err);
         while let Some(new) = f(cur) {
-            match self.value.compare_exchange_weak(cur, new, ok, err) {
+            match self.value.compare_exchange(cur, new, ok, err) {
                 Ok(v) => return Ok(v),
                 Err(v) => cur = v,
             }

@@ -63,26 +63,7 @@ impl<T> StatMutex<T> {
     }
 }
 
-impl<T> std::ops::Deref for StatMutexGuard<'_, T> {
-    type Target = T;
-    #[inline]
-    fn deref(&self) -> &T {
-        match &self.guard {
-            Some(g) => g,
-            None => unreachable!("guard used after release"),
-        }
-    }
-}
-
-impl<T> std::ops::DerefMut for StatMutexGuard<'_, T> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut T {
-        match &mut self.guard {
-            Some(g) => g,
-            None => unreachable!("guard used after release"),
-        }
-    }
-}
+guard_deref!(mut StatMutexGuard.guard?, "guard used after release");
 
 impl<T> Drop for StatMutexGuard<'_, T> {
     /// Release first, then record: the figures are not taken under the lock.

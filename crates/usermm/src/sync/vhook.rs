@@ -22,7 +22,7 @@
 //! | `lock_acquire` / `lock_release` | `SpinLock`, `Mutex`, `RwSem` (read: `Shared`), `PtLock`, `MutexGuard::unlocked` |
 //! | `lock_try_acquire` | the `try_*` of the same |
 //! | `lock_downgrade` | `RwSemWriteGuard::downgrade` |
-//! | `lock_forget` | dropping a `SpinLock`/`Mutex`/`RwSem`; `PtLock::ptlock_free` |
+//! | `lock_forget` | dropping a `SpinLock`/`Mutex`/`RwSem` (its `LockMap`); `PtLock::ptlock_free` |
 //! | `line_rmw` | every RMW of a `SharedLine` |
 //! | `line_forget` | dropping a `SharedLine` |
 //! | `cv_wait` / `cv_notify` | `CondVar::wait`, `CondVar::notify_*` (and so `Completion`) |
@@ -200,4 +200,39 @@ pub(crate) fn atomic_section() -> vt::AtomicSection {
 #[inline]
 pub(crate) fn sleep_ns(ns: u64) -> bool {
     SEAM && vt::sleep_ns(ns)
+}
+
+/// `struct lockdep_map` (the `dep_map` inside a `spinlock_t` or an `rw_semaphore`): a lock as
+/// virtual time knows it — its class, and its identity, which is the map's own address (a
+/// non-empty field, so no two live locks share it). Dropping the map, with its lock, tells
+/// virtual time the lock is gone ([`lock_forget`]): a lock built later at the same
+/// address starts fresh.
+#[derive(Debug)]
+pub(crate) struct LockMap {
+    class: &'static LockClass,
+}
+
+impl LockMap {
+    pub(crate) const fn new(class: &'static LockClass) -> Self {
+        Self { class }
+    }
+
+    /// The lock's key in virtual time.
+    #[inline]
+    pub(crate) fn id(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
+    #[inline]
+    pub(crate) fn class(&self) -> &'static LockClass {
+        self.class
+    }
+}
+
+impl Drop for LockMap {
+    fn drop(&mut self) {
+        if active() {
+            lock_forget(self.id());
+        }
+    }
 }

@@ -263,15 +263,9 @@ impl VmaTree {
         end: u64,
         flags: VmFlags,
     ) -> Option<u64> {
-        let ExistingMerge {
-            anon,
-            pgoff,
-            left_side,
-            right_side,
-            prev,
-            next,
-        } = self.plan_existing_merge(key, start, end, flags)?;
-        match (prev, next) {
+        let plan = self.plan_existing_merge(key, start, end, flags)?;
+        let anon = plan.anon;
+        match (plan.prev, plan.next) {
             (None, None) => None,
             (Some((ps, pa)), Some((ne, na))) => {
                 // |prev|**vma**|next| → prev extends over both; vma and next are deleted.
@@ -286,7 +280,7 @@ impl VmaTree {
             (Some((ps, pa)), None) => {
                 // |prev|**vma…| → prev extends to `end`; vma shrinks from the left or goes.
                 let mut v = self.vmas.remove(&key).expect("vma");
-                if !right_side {
+                if !plan.right_side {
                     v.pgoff += (end - v.start) >> PAGE_SHIFT;
                     v.start = end;
                     self.vmas.insert(end, v);
@@ -300,13 +294,13 @@ impl VmaTree {
             (None, Some((_, na))) => {
                 // |…**vma**|next| → next extends down to `start`; vma shrinks or goes.
                 let mut n = self.vmas.remove(&end).expect("next");
-                if left_side {
+                if plan.left_side {
                     self.vmas.remove(&key);
                 } else {
                     self.vmas.get_mut(&key).expect("vma").end = start;
                 }
                 n.start = start;
-                n.pgoff = pgoff;
+                n.pgoff = plan.pgoff;
                 n.flags = flags;
                 n.set_anon_vma(first_anon(&[na, anon]));
                 self.vmas.insert(start, n);

@@ -83,7 +83,6 @@
 use serde::Serialize;
 
 use std::fmt;
-use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crossbeam_utils::CachePadded;
@@ -484,26 +483,7 @@ impl<'a, T> MmapWriteGuard<'a, T> {
     }
 }
 
-impl<T> Deref for MmapWriteGuard<'_, T> {
-    type Target = T;
-    #[inline]
-    fn deref(&self) -> &T {
-        match &self.guard {
-            Some(guard) => guard,
-            None => unreachable!("write guard used after its hold ended"),
-        }
-    }
-}
-
-impl<T> DerefMut for MmapWriteGuard<'_, T> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut T {
-        match &mut self.guard {
-            Some(guard) => guard,
-            None => unreachable!("write guard used after its hold ended"),
-        }
-    }
-}
+guard_deref!(mut MmapWriteGuard.guard?, "write guard used after its hold ended");
 
 impl<T> Drop for MmapWriteGuard<'_, T> {
     fn drop(&mut self) {
@@ -511,13 +491,7 @@ impl<T> Drop for MmapWriteGuard<'_, T> {
     }
 }
 
-impl<T: fmt::Debug> fmt::Debug for MmapWriteGuard<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MmapWriteGuard")
-            .field("value", &**self)
-            .finish()
-    }
-}
+guard_debug!(struct MmapWriteGuard);
 
 impl<T> MmapReadGuard<'_, T> {
     /// Whether this read hold came from [`MmapWriteGuard::downgrade`].
@@ -536,16 +510,7 @@ impl<T> MmapReadGuard<'_, T> {
     }
 }
 
-impl<T> Deref for MmapReadGuard<'_, T> {
-    type Target = T;
-    #[inline]
-    fn deref(&self) -> &T {
-        match &self.guard {
-            Some(guard) => guard,
-            None => unreachable!("read guard used after its hold ended"),
-        }
-    }
-}
+guard_deref!(MmapReadGuard.guard?, "read guard used after its hold ended");
 
 impl<T> Drop for MmapReadGuard<'_, T> {
     /// Release first, then record: the figures are not taken under the lock.

@@ -1,10 +1,6 @@
 //! The host `RwSem`: `parking_lot::RwLock` + a waiter count, with the virtual-time hooks.
 
-#![expect(unsafe_code)] // fenced (lib.rs, "Unsafe"): `RwSem::into_inner` moving the host lock out
-
 use std::fmt;
-use std::mem::ManuallyDrop;
-use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{
     AtomicUsize,
     Ordering::{Acquire, Release},
@@ -12,7 +8,10 @@ use std::sync::atomic::{
 
 use crate::sync::class::LockClass;
 use crate::sync::clock;
-use crate::sync::vhook::{self, Mode};
+use crate::sync::vhook::{self, LockMap, Mode};
+
+/// The host lock under an [`RwSem`].
+type RawRwSem<T> = parking_lot::RwLock<T>;
 
 /// Tells virtual time that a hold ended; a guard's last field, so it drops after the host
 /// guard (after the host unlock).
@@ -34,8 +33,8 @@ impl Drop for HoldEnd {
 
 /// `struct rw_semaphore` (see the module documentation of `sync::rwsem`).
 pub struct RwSem<T> {
-    class: &'static LockClass,
-    raw: parking_lot::RwLock<T>,
+    map: LockMap,
+    raw: RawRwSem<T>,
     /// Threads past a failed fast path and not yet holding the lock (`rwsem_is_contended`).
     waiters: AtomicUsize,
 }
@@ -59,7 +58,7 @@ impl<T> RwSem<T> {
     /// `init_rwsem`.
     pub const fn new(class: &'static LockClass, value: T) -> Self {
         Self {
-            class,
+            map: LockMap::new(class),
             raw: parking_lot::RwLock::new(value),
             waiters: AtomicUsize::new(0),
         }
@@ -67,14 +66,14 @@ impl<T> RwSem<T> {
 
     #[inline]
     fn id(&self) -> usize {
-        std::ptr::from_ref(self) as usize
+        self.map.id()
     }
 
     #[inline]
     fn end(&self, mode: Mode) -> HoldEnd {
         HoldEnd {
             id: self.id(),
-            class: self.class,
+            class: self.map.class(),
             mode,
         }
     }
@@ -90,59 +89,17 @@ impl<T> RwSem<T> {
     /// `Some(ns waited)` otherwise (for lock_stat).
     #[inline]
     pub fn read_contended(&self) -> (RwSemReadGuard<'_, T>, Option<u64>) {
-        if vhook::active() {
-            return self.read_virtual();
-        }
-        match self.raw.try_read() {
-            Some(inner) => (
-                RwSemReadGuard {
-                    inner,
-                    _end: self.end(Mode::Shared),
-                },
-                None,
-            ),
-            None => self.read_slow(),
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn read_slow(&self) -> (RwSemReadGuard<'_, T>, Option<u64>) {
-        let t0 = clock::now();
-        self.waiters.fetch_add(1, Release);
-        let inner = self.raw.read();
-        self.waiters.fetch_sub(1, Release);
-        let g = RwSemReadGuard {
-            inner,
-            _end: self.end(Mode::Shared),
-        };
-        (g, Some(t0.elapsed_ns()))
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn read_virtual(&self) -> (RwSemReadGuard<'_, T>, Option<u64>) {
-        let acq = vhook::lock_acquire(self.id(), self.class, Mode::Shared);
-        let inner = self.raw.read();
-        let g = RwSemReadGuard {
-            inner,
-            _end: self.end(Mode::Shared),
-        };
-        (g, acq.contended.then_some(acq.waited_ns))
+        let ((inner, _end), waited) =
+            self.acquire(Mode::Shared, RawRwSem::try_read, RawRwSem::read);
+        (RwSemReadGuard { inner, _end }, waited)
     }
 
     /// `down_read_trylock`.
     #[doc(alias = "down_read_trylock")]
     #[inline]
     pub fn try_read(&self) -> Option<RwSemReadGuard<'_, T>> {
-        if vhook::active() {
-            vhook::lock_try_acquire(self.id(), self.class, Mode::Shared)?;
-        }
-        let inner = self.raw.try_read()?;
-        Some(RwSemReadGuard {
-            inner,
-            _end: self.end(Mode::Shared),
-        })
+        let (inner, _end) = self.try_acquire(Mode::Shared, RawRwSem::try_read)?;
+        Some(RwSemReadGuard { inner, _end })
     }
 
     /// `down_write`.
@@ -155,59 +112,81 @@ impl<T> RwSem<T> {
     /// `down_write`, saying whether it was contended (see [`Self::read_contended`]).
     #[inline]
     pub fn write_contended(&self) -> (RwSemWriteGuard<'_, T>, Option<u64>) {
-        if vhook::active() {
-            return self.write_virtual();
-        }
-        match self.raw.try_write() {
-            Some(inner) => (
-                RwSemWriteGuard {
-                    inner,
-                    end: self.end(Mode::Exclusive),
-                },
-                None,
-            ),
-            None => self.write_slow(),
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn write_slow(&self) -> (RwSemWriteGuard<'_, T>, Option<u64>) {
-        let t0 = clock::now();
-        self.waiters.fetch_add(1, Release);
-        let inner = self.raw.write();
-        self.waiters.fetch_sub(1, Release);
-        let g = RwSemWriteGuard {
-            inner,
-            end: self.end(Mode::Exclusive),
-        };
-        (g, Some(t0.elapsed_ns()))
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn write_virtual(&self) -> (RwSemWriteGuard<'_, T>, Option<u64>) {
-        let acq = vhook::lock_acquire(self.id(), self.class, Mode::Exclusive);
-        let inner = self.raw.write();
-        let g = RwSemWriteGuard {
-            inner,
-            end: self.end(Mode::Exclusive),
-        };
-        (g, acq.contended.then_some(acq.waited_ns))
+        let ((inner, end), waited) =
+            self.acquire(Mode::Exclusive, RawRwSem::try_write, RawRwSem::write);
+        (RwSemWriteGuard { inner, end }, waited)
     }
 
     /// `down_write_trylock`.
     #[doc(alias = "down_write_trylock")]
     #[inline]
     pub fn try_write(&self) -> Option<RwSemWriteGuard<'_, T>> {
+        let (inner, end) = self.try_acquire(Mode::Exclusive, RawRwSem::try_write)?;
+        Some(RwSemWriteGuard { inner, end })
+    }
+
+    /// `down_read` or `down_write` (by `mode`) on the host lock, whose `try_take` and `take`
+    /// are the mode's: the host guard and its hold's end, and the wait as `*_contended` says.
+    /// Virtual time first takes the lock in its own order (`vhook::lock_acquire`), after which
+    /// the host lock is free; on the host a failed fast path counts the thread as a waiter
+    /// while it blocks.
+    #[inline]
+    fn acquire<'a, G>(
+        &'a self,
+        mode: Mode,
+        try_take: impl FnOnce(&'a RawRwSem<T>) -> Option<G>,
+        take: impl FnOnce(&'a RawRwSem<T>) -> G,
+    ) -> ((G, HoldEnd), Option<u64>) {
         if vhook::active() {
-            vhook::lock_try_acquire(self.id(), self.class, Mode::Exclusive)?;
+            return self.acquire_virtual(mode, take);
         }
-        let inner = self.raw.try_write()?;
-        Some(RwSemWriteGuard {
-            inner,
-            end: self.end(Mode::Exclusive),
-        })
+        match try_take(&self.raw) {
+            Some(inner) => ((inner, self.end(mode)), None),
+            None => self.acquire_slow(mode, take),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn acquire_slow<'a, G>(
+        &'a self,
+        mode: Mode,
+        take: impl FnOnce(&'a RawRwSem<T>) -> G,
+    ) -> ((G, HoldEnd), Option<u64>) {
+        let t0 = clock::now();
+        self.waiters.fetch_add(1, Release);
+        let inner = take(&self.raw);
+        self.waiters.fetch_sub(1, Release);
+        ((inner, self.end(mode)), Some(t0.elapsed_ns()))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn acquire_virtual<'a, G>(
+        &'a self,
+        mode: Mode,
+        take: impl FnOnce(&'a RawRwSem<T>) -> G,
+    ) -> ((G, HoldEnd), Option<u64>) {
+        let acq = vhook::lock_acquire(self.id(), self.map.class(), mode);
+        let inner = take(&self.raw);
+        (
+            (inner, self.end(mode)),
+            acq.contended.then_some(acq.waited_ns),
+        )
+    }
+
+    /// `down_*_trylock` (by `mode`), with the mode's `try_take` on the host lock.
+    #[inline]
+    fn try_acquire<'a, G>(
+        &'a self,
+        mode: Mode,
+        try_take: impl FnOnce(&'a RawRwSem<T>) -> Option<G>,
+    ) -> Option<(G, HoldEnd)> {
+        if vhook::active() {
+            vhook::lock_try_acquire(self.id(), self.map.class(), mode)?;
+        }
+        let inner = try_take(&self.raw)?;
+        Some((inner, self.end(mode)))
     }
 
     /// `rwsem_is_contended`: some thread waits for the lock. Advisory.
@@ -234,34 +213,21 @@ impl<T> RwSem<T> {
 
     /// The data, by ownership.
     pub fn into_inner(self) -> T {
-        if vhook::active() {
-            vhook::lock_forget(self.id());
-        }
-        let this = ManuallyDrop::new(self);
-        // SAFETY: `this` is never used or dropped again, so moving `raw` out of it leaves no
-        // second owner; the other fields are a `&'static` and an integer atomic, which need
-        // no drop.
-        let raw = unsafe { std::ptr::read(&this.raw) };
+        // Virtual time forgets the lock when its map drops, here, as the value leaves.
+        let Self { map, raw, .. } = self;
+        drop(map);
         raw.into_inner()
     }
 
     pub fn class(&self) -> &'static LockClass {
-        self.class
-    }
-}
-
-impl<T> Drop for RwSem<T> {
-    fn drop(&mut self) {
-        if vhook::active() {
-            vhook::lock_forget(self.id());
-        }
+        self.map.class()
     }
 }
 
 impl<T> fmt::Debug for RwSem<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RwSem")
-            .field("class", &self.class.name)
+            .field("class", &self.map.class().name)
             .field("locked", &self.is_locked())
             .field("write_locked", &self.is_write_locked())
             .finish_non_exhaustive()
@@ -291,37 +257,6 @@ impl<'a, T> RwSemWriteGuard<'a, T> {
     }
 }
 
-impl<T> Deref for RwSemReadGuard<'_, T> {
-    type Target = T;
-    #[inline]
-    fn deref(&self) -> &T {
-        &self.inner
-    }
-}
-
-impl<T> Deref for RwSemWriteGuard<'_, T> {
-    type Target = T;
-    #[inline]
-    fn deref(&self) -> &T {
-        &self.inner
-    }
-}
-
-impl<T> DerefMut for RwSemWriteGuard<'_, T> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.inner
-    }
-}
-
-impl<T: fmt::Debug> fmt::Debug for RwSemReadGuard<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.inner, f)
-    }
-}
-
-impl<T: fmt::Debug> fmt::Debug for RwSemWriteGuard<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.inner, f)
-    }
-}
+guard_deref!(RwSemReadGuard.inner);
+guard_deref!(mut RwSemWriteGuard.inner);
+guard_debug!(RwSemReadGuard, RwSemWriteGuard);

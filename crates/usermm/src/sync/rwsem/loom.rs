@@ -5,10 +5,7 @@
 
 #![expect(unsafe_code)] // fenced (lib.rs, "Unsafe"): loom's `UnsafeCell` pointers
 
-use std::{
-    fmt,
-    ops::{Deref, DerefMut},
-};
+use std::fmt;
 
 use loom::{
     cell::{ConstPtr, MutPtr, UnsafeCell},
@@ -218,31 +215,30 @@ impl<'a, T> RwSemWriteGuard<'a, T> {
     }
 }
 
-impl<T> Deref for RwSemWriteGuard<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        let ptr = self
-            .ptr
-            .as_ref()
-            .expect("write guard used after its hold ended");
+impl<T> RwSemWriteGuard<'_, T> {
+    fn value(&self) -> &T {
+        let ptr = self.held();
         // SAFETY: `ptr` exists only while this guard holds the lock for write (`writer` set,
         // no readers), so no other pointer to the value is live; the reference is bounded by
         // the borrow of the guard, which outlives neither `ptr` nor the lock.
         unsafe { ptr.deref() }
     }
-}
 
-impl<T> DerefMut for RwSemWriteGuard<'_, T> {
-    fn deref_mut(&mut self) -> &mut T {
-        let ptr = self
-            .ptr
-            .as_ref()
-            .expect("write guard used after its hold ended");
-        // SAFETY: as for `deref`, and `&mut self` makes this the only reference the guard
+    fn value_mut(&mut self) -> &mut T {
+        let ptr = self.held();
+        // SAFETY: as for `value`, and `&mut self` makes this the only reference the guard
         // hands out until it is released.
         unsafe { ptr.deref() }
     }
+
+    fn held(&self) -> &MutPtr<T> {
+        self.ptr
+            .as_ref()
+            .expect("write guard used after its hold ended")
+    }
 }
+
+guard_deref!(mut RwSemWriteGuard => value, value_mut);
 
 impl<T> Drop for RwSemWriteGuard<'_, T> {
     fn drop(&mut self) {
@@ -250,17 +246,8 @@ impl<T> Drop for RwSemWriteGuard<'_, T> {
     }
 }
 
-impl<T: fmt::Debug> fmt::Debug for RwSemWriteGuard<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RwSemWriteGuard")
-            .field("value", &**self)
-            .finish()
-    }
-}
-
-impl<T> Deref for RwSemReadGuard<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
+impl<T> RwSemReadGuard<'_, T> {
+    fn value(&self) -> &T {
         let ptr = self
             .ptr
             .as_ref()
@@ -270,6 +257,8 @@ impl<T> Deref for RwSemReadGuard<'_, T> {
         unsafe { ptr.deref() }
     }
 }
+
+guard_deref!(RwSemReadGuard => value);
 
 impl<T> Drop for RwSemReadGuard<'_, T> {
     fn drop(&mut self) {
@@ -283,10 +272,4 @@ impl<T> Drop for RwSemReadGuard<'_, T> {
     }
 }
 
-impl<T: fmt::Debug> fmt::Debug for RwSemReadGuard<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RwSemReadGuard")
-            .field("value", &**self)
-            .finish()
-    }
-}
+guard_debug!(struct RwSemWriteGuard, RwSemReadGuard);
