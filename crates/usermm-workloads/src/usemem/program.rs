@@ -174,7 +174,7 @@ pub fn main<P: Platform>(
     if opts.mincore {
         let at = prealloc.unwrap_or(0);
         if let Err(e) = sys.mincore(at, opts.size) {
-            sys.err(&format!("mincore failed with error: {}", strerror(e)));
+            report_errno(sys, "mincore failed with error: ", e, "");
             return flushed(sys, pending, 1);
         }
         return flushed(sys, pending, 0);
@@ -312,7 +312,12 @@ fn flushed<S: Sys>(sys: &S, pending: String, status: i32) -> Outcome {
 
 /// usemem's `perror(msg)` with the errno it had: `msg: strerror`.
 fn perror(sys: &impl Sys, msg: &str, e: Errno) {
-    sys.err(&format!("{msg}: {}\n", strerror(e)));
+    report_errno(sys, &format!("{msg}: "), e, "\n");
+}
+
+/// usemem's `fprintf(stderr, "HEAD%sTAIL", strerror(errno))`.
+fn report_errno(sys: &impl Sys, head: &str, e: Errno, tail: &str) {
+    sys.err(&format!("{head}{}{tail}", strerror(e)));
 }
 
 /// `-L`: a SysV segment of `bytes`, one byte written in every page, `SHM_LOCK`, then unlocked
@@ -327,10 +332,7 @@ fn shm_allocate_and_lock(sys: &impl Sys, bytes: u64) -> Result<(), i32> {
     let p = match sys.shmat(id) {
         Ok(p) => p,
         Err(e) => {
-            sys.err(&format!(
-                "SHM attachment failed with error :{}\n",
-                strerror(e)
-            ));
+            report_errno(sys, "SHM attachment failed with error :", e, "\n");
             if id < 0 {
                 perror(sys, "Invalid seg_id\n", e);
             } else {
@@ -369,30 +371,24 @@ fn mincore_hugepages(sys: &impl Sys, bytes: u64) -> i32 {
     let id = match sys.shmget(bytes, true) {
         Ok(id) => id,
         Err(e) => {
-            sys.err(&format!(
-                "Error creating shared segment: {} \n",
-                strerror(e)
-            ));
+            report_errno(sys, "Error creating shared segment: ", e, " \n");
             return 1;
         }
     };
     let p = match sys.shmat(id) {
         Ok(p) => p,
         Err(e) => {
-            sys.err(&format!(
-                "Error attaching shared memory: {} \n",
-                strerror(e)
-            ));
+            report_errno(sys, "Error attaching shared memory: ", e, " \n");
             let _ = sys.shmctl(id, ShmCmd::Remove);
             return 1;
         }
     };
     if let Err(e) = sys.mincore(p, bytes) {
-        sys.err(&format!("mincore failed with error: {}", strerror(e)));
+        report_errno(sys, "mincore failed with error: ", e, "");
         return 1;
     }
     if let Err(e) = sys.mprotect(p, bytes, PROT_WRITE) {
-        sys.err(&format!("mprotect error: {}", strerror(e)));
+        report_errno(sys, "mprotect error: ", e, "");
         return 1;
     }
     let huge = 2u64 << 20;

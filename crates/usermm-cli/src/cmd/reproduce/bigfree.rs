@@ -20,7 +20,7 @@ use usermm_workloads::seeds::ParallelFree;
 
 use super::experiment::{Outcome, Scale};
 use crate::args::TimeArgs;
-use crate::report::{line_plot, Section, Series, Table};
+use crate::report::{line_plot, Series, Table};
 
 /// `bigfree` in `results.json`.
 #[derive(Debug, Serialize)]
@@ -108,17 +108,7 @@ allocator-side fix the review asked for, alone and under the patch.\n".to_string
         seed: r.seed,
         jobs,
     };
-    Ok(Outcome {
-        name: "bigfree",
-        section: Section {
-            heading: "Seeds 000/001: parallel free at teardown".into(),
-            text,
-            tables: vec![t],
-            plots: vec![plot],
-        },
-        record,
-        verdict,
-    })
+    Ok(Outcome::new(text, vec![t], vec![plot], record, verdict))
 }
 
 /// The options of `reproduce`'s bigfree run at `scale`, and whether its jobs are scaled

@@ -15,7 +15,7 @@ use usermm_workloads::usemem::{self, UsememResult};
 use super::experiment::{Outcome, Scale};
 use crate::args::TimeArgs;
 use crate::report::format::{group, pct};
-use crate::report::{bar_plot, Section, Table};
+use crate::report::{bar_plot, Table};
 
 /// `huge-zero` in `results.json`.
 #[derive(Debug, Serialize)]
@@ -127,17 +127,13 @@ patched takes one per mm (`MMF_HUGE_ZERO_PAGE`) and drops it in `mmput`.\n\n{hos
         config: base,
         time: label.clone(),
     };
-    Ok(Outcome {
-        name: "huge-zero",
-        section: Section {
-            heading: "Seed 002: huge zero page reference per mm".into(),
-            text,
-            tables: vec![t],
-            plots: vec![plot, plot2],
-        },
+    Ok(Outcome::new(
+        text,
+        vec![t],
+        vec![plot, plot2],
         record,
         verdict,
-    })
+    ))
 }
 
 /// The seed's table beside the engine's two runs.

@@ -134,8 +134,9 @@ impl<R> Outcome<R> {
     /// The same outcome with its record wrapped as one of [`Record`]'s kinds.
     fn into_record(self, wrap: impl FnOnce(Box<R>) -> Record) -> Outcome<Record> {
         Outcome {
-            name: self.name,
-            section: self.section,
+            text: self.text,
+            tables: self.tables,
+            plots: self.plots,
             verdict: self.verdict,
             record: wrap(Box::new(self.record)),
         }
@@ -289,10 +290,14 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
                 te.elapsed().as_secs_f64(),
                 o.verdict
             );
-            let mut section = o.section;
-            section.heading = format!("{} — {}", section.heading, kind.name());
+            let section = Section {
+                heading: format!("{} — {}", e.heading(), kind.name()),
+                text: o.text,
+                tables: o.tables,
+                plots: o.plots,
+            };
             print_section(g, &section, Some(&o.verdict));
-            verdicts.push((o.name, kind, o.verdict));
+            verdicts.push((e.name(), kind, o.verdict));
             let time_label = record_time(&o.record);
             results.add(kind, &time_label, o.record, args.scale);
             sections.push(section);
@@ -567,6 +572,24 @@ impl Experiment {
             Experiment::HostCheck => "host-check",
             Experiment::Validation => "validation",
             Experiment::WillItScale => "will-it-scale",
+        }
+    }
+
+    /// The heading of the experiment's section of `report.md` (a seed's gets its side's name
+    /// after it).
+    pub fn heading(self) -> &'static str {
+        match self {
+            Experiment::Bigfree => "Seeds 000/001: parallel free at teardown",
+            Experiment::HugeZero => "Seed 002: huge zero page reference per mm",
+            Experiment::Munmap => "Seed 003: munmap under a downgraded mmap lock",
+            Experiment::Percpu => "Seed 004: percpu partial chunk depopulation",
+            Experiment::HostCheck => "The model checked on this host",
+            Experiment::Validation => {
+                "Validation: the seed thread's other runs, predicted (no refit)"
+            }
+            Experiment::WillItScale => {
+                "will-it-scale page_fault1: a published curve, predicted (no refit)"
+            }
         }
     }
 }

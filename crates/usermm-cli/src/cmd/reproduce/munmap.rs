@@ -11,7 +11,7 @@ use usermm_workloads::seeds::{MunmapDowngrade, MUNMAP_DOWNGRADE};
 use super::experiment::{Outcome, Scale};
 use crate::args::TimeArgs;
 use crate::report::format::group;
-use crate::report::{bar_plot, Section, Table};
+use crate::report::{bar_plot, Table};
 
 /// `munmap` in `results.json`.
 #[derive(Debug, Serialize)]
@@ -155,15 +155,5 @@ racing fault finds no VMA (SEGV_MAPERR).\n".to_string();
         ratio: r.ratio,
         time: label,
     };
-    Ok(Outcome {
-        name: "munmap",
-        section: Section {
-            heading: "Seed 003: munmap under a downgraded mmap lock".into(),
-            text,
-            tables: vec![t],
-            plots: vec![plot],
-        },
-        record,
-        verdict,
-    })
+    Ok(Outcome::new(text, vec![t], vec![plot], record, verdict))
 }

@@ -8,7 +8,7 @@ use usermm_workloads::percpu_test::{self, PercpuTestOpts, PercpuTestResult};
 use usermm_workloads::seeds::PERCPU_DEPOPULATE;
 
 use super::experiment::{Outcome, Scale};
-use crate::report::{bar_plot, Section};
+use crate::report::bar_plot;
 
 /// `percpu` in `results.json`.
 #[derive(Debug, Serialize)]
@@ -120,15 +120,5 @@ chunk is free; patched isolates chunks with ≥ ¼ empty populated pages and dep
         patched: r.patched,
         time: time_label,
     };
-    Ok(Outcome {
-        name: "percpu",
-        section: Section {
-            heading: "Seed 004: percpu partial chunk depopulation".into(),
-            text,
-            tables: vec![t],
-            plots: vec![plot],
-        },
-        record,
-        verdict,
-    })
+    Ok(Outcome::new(text, vec![t], vec![plot], record, verdict))
 }
