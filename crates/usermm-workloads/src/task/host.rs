@@ -47,37 +47,7 @@ impl Task for HostTask<'_> {
         self.index
     }
 
-    fn mmap(&self, len: u64, prot: u32, flags: u32, file: Option<&TmpFile>) -> Result<u64, Errno> {
-        self.space.mmap(len, prot, flags, file)
-    }
-
-    fn munmap(&self, addr: u64, len: u64) -> Result<(), Errno> {
-        self.space.munmap(addr, len)
-    }
-
-    fn mprotect(&self, addr: u64, len: u64, prot: u32) -> Result<(), Errno> {
-        self.space.mprotect(addr, len, prot)
-    }
-
-    fn madvise(&self, addr: u64, len: u64, advice: i32) -> Result<(), Errno> {
-        self.space.madvise(addr, len, advice)
-    }
-
-    fn brk(&self, addr: u64) -> Result<(), Errno> {
-        self.space.brk(addr)
-    }
-
-    fn sbrk(&self, incr: i64) -> Result<u64, Errno> {
-        self.space.sbrk(incr)
-    }
-
-    fn malloc(&self, len: u64) -> Result<u64, Errno> {
-        self.space.malloc(len)
-    }
-
-    fn free(&self, addr: u64) {
-        self.space.free(addr);
-    }
+    super::forward_address_space_calls!(space, TmpFile);
 
     fn tmpfile(&self, size: u64) -> Result<TmpFile, Errno> {
         TmpFile::new(size)
