@@ -29,6 +29,17 @@ use super::parse::{parse, usage_text, Parsed};
 use super::sys::{strerror, Errno, MapFd, ShmCmd, Sys};
 use super::worker::{End, Plan, ProcState, Worker, WorkerRecord, PROT_WRITE};
 
+/// The file workers map, as usemem opens it: `open(path, O_RDONLY or O_RDWR | O_CREAT, 0666)`,
+/// or with `memfd` a memfd of `size` bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct FileToOpen<'a> {
+    /// `None` when `-D` found no argument (usemem opens NULL).
+    pub path: Option<&'a str>,
+    pub read_only: bool,
+    pub memfd: bool,
+    pub size: u64,
+}
+
 /// The machine a usemem run runs on: the parent's [`Sys`], the file, the workers.
 pub trait Platform {
     type Sys: Sys;
@@ -36,16 +47,8 @@ pub trait Platform {
     fn main_sys(&self) -> &Self::Sys;
     /// CPUs online (`sysconf(_SC_NPROCESSORS_ONLN)`), for `-b`.
     fn nr_cpu(&self) -> u64;
-    /// Open the file workers map: `open(path, O_RDONLY or O_RDWR | O_CREAT, 0666)`, or a
-    /// memfd of `size` bytes. `path` is `None` when `-D` found no argument (usemem opens
-    /// NULL).
-    fn open(
-        &mut self,
-        path: Option<&str>,
-        read_only: bool,
-        memfd: bool,
-        size: u64,
-    ) -> Result<(), Errno>;
+    /// Open the file workers map ([`FileToOpen`]).
+    fn open(&mut self, file: FileToOpen<'_>) -> Result<(), Errno>;
     /// `posix_fadvise(fd, 0, 0, WILLNEED or DONTNEED)` (usemem ignores its result).
     fn fadvise(&mut self, willneed: bool);
     /// `close(fd)`.
@@ -114,23 +117,13 @@ pub fn main<P: Platform>(
         ));
         return Outcome::exit(1);
     }
-    let file_label = |o: &UsememOpts| match &o.file {
-        Some(f) => f.clone(),
-        None if o.file_missing => "(null)".to_string(),
-        None => "/dev/zero".to_string(),
-    };
     if !opts.malloc {
         let path = if opts.file_missing {
             None
         } else {
             Some(opts.file.clone().unwrap_or_else(|| "/dev/zero".into()))
         };
-        if let Err(e) = p.open(path.as_deref(), opts.prot_readonly(), opts.memfd, opts.size) {
-            p.main_sys().err(&format!(
-                "{name}: failed to open `{}': {}\n",
-                file_label(&opts),
-                strerror(e)
-            ));
+        if !open_file(p, name, &opts, path.as_deref(), opts.memfd) {
             return Outcome::exit(1);
         }
     }
@@ -157,12 +150,7 @@ pub fn main<P: Platform>(
         p.fadvise(true);
         p.close();
         let path = opts.file.clone();
-        if let Err(e) = p.open(path.as_deref(), opts.prot_readonly(), false, opts.size) {
-            p.main_sys().err(&format!(
-                "{name}: failed to open `{}': {}\n",
-                file_label(&opts),
-                strerror(e)
-            ));
+        if !open_file(p, name, &opts, path.as_deref(), false) {
             return flushed(p.main_sys(), pending, 1);
         }
         p.fadvise(false);
@@ -300,6 +288,34 @@ fn parent_allocations<P: Platform>(
         plan.done_bytes = plan.done_bytes.wrapping_add(opts.size / 8);
     }
     Ok((prealloc, pending))
+}
+
+/// [`Platform::open`] of the file at `path` (a memfd when `memfd`), with usemem's message on
+/// stderr if it failed; whether it opened.
+fn open_file<P: Platform>(
+    p: &mut P,
+    name: &str,
+    opts: &UsememOpts,
+    path: Option<&str>,
+    memfd: bool,
+) -> bool {
+    let file = FileToOpen {
+        path,
+        read_only: opts.prot_readonly(),
+        memfd,
+        size: opts.size,
+    };
+    let Err(e) = p.open(file) else {
+        return true;
+    };
+    let label = match &opts.file {
+        Some(f) => f.as_str(),
+        None if opts.file_missing => "(null)",
+        None => "/dev/zero",
+    };
+    let msg = format!("{name}: failed to open `{label}': {}\n", strerror(e));
+    p.main_sys().err(&msg);
+    false
 }
 
 /// `exit(status)` with `pending` still in stdout's buffer: flushed first.

@@ -18,7 +18,7 @@ use usermm::MachineConfig;
 use usermm_workloads::bigfree::{self, Beyond, BigfreeRow, PatchedBest};
 use usermm_workloads::seeds::ParallelFree;
 
-use super::experiment::{Outcome, Scale};
+use super::experiment::{Given, Outcome, Scale};
 use crate::args::TimeArgs;
 use crate::report::{line_plot, Series, Table};
 
@@ -61,12 +61,8 @@ pub struct VanillaFigures {
     pub row: Option<BigfreeRow>,
 }
 
-pub(super) fn run(
-    scale: Scale,
-    quick: bool,
-    out: &Path,
-    time: &TimeArgs,
-) -> anyhow::Result<Outcome<BigfreeRecord>> {
+pub(super) fn run(g: &Given<'_>) -> anyhow::Result<Outcome<BigfreeRecord>> {
+    let (scale, quick, out, time) = (g.scale, g.quick, g.out, g.time);
     let modelled = time.is_virtual();
     let (opts, scaled) = run_opts(scale, quick, time)?;
     let r = bigfree::run_with(&opts, &mut |_| {}).map_err(|e| anyhow::anyhow!("bigfree: {e}"))?;

@@ -1,14 +1,16 @@
 //! What every experiment of `reproduce` is given and gives back, below the experiments and
-//! the module that runs them: the [`Scale`] to run at, and an [`Outcome`] — the body of the
+//! the module that runs them: the [`Scale`] to run at (a seed's experiment is [`Given`] it
+//! with the rest of its inputs), and an [`Outcome`] — the body of the
 //! report section, the one-line verdict, and the experiment's own typed record for
 //! `results.json`. The section's heading and the experiment's name are not the experiment's to
 //! write: they are [`super::Experiment`]'s, set where its outcome is filed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::ValueEnum;
 use serde::Serialize;
 
+use crate::args::TimeArgs;
 use crate::report::Table;
 
 /// `--scale`.
@@ -19,6 +21,17 @@ pub enum Scale {
     Default,
     /// The seeds' own sizes (320 GiB, 100 GiB, 80 GB, 11 000 cgroups).
     Seed,
+}
+
+/// What a seed's experiment is given: the scale, `--quick`, the directory of its side (for its
+/// plots) and the clock it runs on. Each uses what it needs (huge-zero and percpu run the
+/// seed's own size at every scale).
+#[derive(Debug, Clone, Copy)]
+pub struct Given<'a> {
+    pub scale: Scale,
+    pub quick: bool,
+    pub out: &'a Path,
+    pub time: &'a TimeArgs,
 }
 
 /// What one experiment gives the report: its section's prose, tables and plots, its record `R`

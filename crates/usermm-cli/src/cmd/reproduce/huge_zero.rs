@@ -12,8 +12,7 @@ use usermm_host::measure::HostUsememResult;
 use usermm_workloads::seeds::{HugeZero, HUGE_ZERO};
 use usermm_workloads::usemem::{self, UsememResult};
 
-use super::experiment::{Outcome, Scale};
-use crate::args::TimeArgs;
+use super::experiment::{Given, Outcome};
 use crate::report::format::{group, pct};
 use crate::report::{bar_plot, Table};
 
@@ -65,11 +64,8 @@ pub struct HugeZeroRatio {
     pub global_ops: f64,
 }
 
-pub(super) fn run(
-    _scale: Scale,
-    out: &Path,
-    time: &TimeArgs,
-) -> anyhow::Result<Outcome<HugeZeroRecord>> {
+pub(super) fn run(g: &Given<'_>) -> anyhow::Result<Outcome<HugeZeroRecord>> {
+    let (out, time) = (g.out, g.time);
     let seed = HUGE_ZERO;
     let (mut base, opts) = usemem::seed_002_run();
     time.apply(&mut base);

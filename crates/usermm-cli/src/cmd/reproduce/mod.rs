@@ -22,7 +22,7 @@ mod test_verdicts;
 mod validation;
 mod will_it_scale;
 
-pub use experiment::{Outcome, Scale};
+pub use experiment::{Given, Outcome, Scale};
 
 use std::path::PathBuf;
 
@@ -418,15 +418,17 @@ fn run_seed(
     // `out` is the staging directory, which a Ctrl-C removes whole: made under its lock.
     usermm_host::files::cleanup::create_dir_all_within(&dir)?;
     eprintln!("usermm reproduce: {} ({}) ...", e.name(), kind.name());
+    let given = Given {
+        scale: args.scale,
+        quick: args.quick,
+        out: &dir,
+        time,
+    };
     Ok(match e {
-        Experiment::Bigfree => {
-            bigfree::run(args.scale, args.quick, &dir, time)?.into_record(Record::Bigfree)
-        }
-        Experiment::HugeZero => {
-            huge_zero::run(args.scale, &dir, time)?.into_record(Record::HugeZero)
-        }
-        Experiment::Munmap => munmap::run(args.scale, &dir, time)?.into_record(Record::Munmap),
-        Experiment::Percpu => percpu::run(args.scale, &dir, time)?.into_record(Record::Percpu),
+        Experiment::Bigfree => bigfree::run(&given)?.into_record(Record::Bigfree),
+        Experiment::HugeZero => huge_zero::run(&given)?.into_record(Record::HugeZero),
+        Experiment::Munmap => munmap::run(&given)?.into_record(Record::Munmap),
+        Experiment::Percpu => percpu::run(&given)?.into_record(Record::Percpu),
         Experiment::HostCheck | Experiment::Validation | Experiment::WillItScale => {
             unreachable!("run after the seeds' experiments")
         }

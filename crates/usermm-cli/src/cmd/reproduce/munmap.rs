@@ -2,14 +2,11 @@
 //! policies, beside the seed's ftrace figures. Default scale 8 GiB (2 runs a policy); the
 //! seed's 80 GB with `--scale seed`.
 
-use std::path::Path;
-
 use serde::Serialize;
 use usermm_workloads::munmap_test::{self, MunmapTestOpts, PolicyResult, Ratio};
 use usermm_workloads::seeds::{MunmapDowngrade, MUNMAP_DOWNGRADE};
 
-use super::experiment::{Outcome, Scale};
-use crate::args::TimeArgs;
+use super::experiment::{Given, Outcome, Scale};
 use crate::report::format::group;
 use crate::report::{bar_plot, Table};
 
@@ -32,11 +29,8 @@ pub(super) fn size(scale: Scale) -> u64 {
     }
 }
 
-pub(super) fn run(
-    scale: Scale,
-    out: &Path,
-    time: &TimeArgs,
-) -> anyhow::Result<Outcome<MunmapRecord>> {
+pub(super) fn run(g: &Given<'_>) -> anyhow::Result<Outcome<MunmapRecord>> {
+    let (scale, out, time) = (g.scale, g.out, g.time);
     let seed = MUNMAP_DOWNGRADE;
     let size = size(scale);
     let mut opts = MunmapTestOpts::new(size, 1);

@@ -1,13 +1,11 @@
 //! Seed 004 in `reproduce`: the cgroup script both ways, beside the seed's three `Percpu:`
 //! rows. Cheap (well under a second): every scale runs the seed's own.
 
-use std::path::Path;
-
 use serde::Serialize;
 use usermm_workloads::percpu_test::{self, PercpuTestOpts, PercpuTestResult};
 use usermm_workloads::seeds::PERCPU_DEPOPULATE;
 
-use super::experiment::{Outcome, Scale};
+use super::experiment::{Given, Outcome};
 use crate::report::bar_plot;
 
 /// `percpu` in `results.json`.
@@ -38,11 +36,8 @@ pub struct PercpuRatio {
     pub vanilla_plateau: f64,
 }
 
-pub(super) fn run(
-    _scale: Scale,
-    out: &Path,
-    time: &crate::args::TimeArgs,
-) -> anyhow::Result<Outcome<PercpuRecord>> {
+pub(super) fn run(g: &Given<'_>) -> anyhow::Result<Outcome<PercpuRecord>> {
+    let (out, time) = (g.out, g.time);
     let seed = PERCPU_DEPOPULATE;
     let opts = PercpuTestOpts::default();
     let mut base = usermm::MachineConfig::default();

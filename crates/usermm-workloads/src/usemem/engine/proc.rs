@@ -14,7 +14,7 @@ use super::sys::errno;
 use super::sys::EngineSys;
 use super::{host_thread_budget, EngineProcess, FileKind, Hooks, Mapping, RunShared};
 use crate::usemem::io::Io;
-use crate::usemem::program::{self, Outcome, Platform};
+use crate::usemem::program::{self, FileToOpen, Outcome, Platform};
 use crate::usemem::sys::{Errno, Gate, MapFd, Sys};
 use crate::usemem::worker::{bind_cpu, End, Plan, ProcState, Worker, WorkerRecord};
 
@@ -127,13 +127,13 @@ impl Platform for EnginePlatform {
         self.nr_cpus
     }
 
-    fn open(
-        &mut self,
-        path: Option<&str>,
-        read_only: bool,
-        memfd: bool,
-        size: u64,
-    ) -> Result<(), Errno> {
+    fn open(&mut self, file: FileToOpen<'_>) -> Result<(), Errno> {
+        let FileToOpen {
+            path,
+            read_only,
+            memfd,
+            size,
+        } = file;
         let kind = if memfd {
             FileKind::Sized {
                 size,
