@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use usermm_host::usemem::{self as hu, HostFile, PipeGate, Space, WalkError};
 
 use super::io::{Io, StdIo};
-use super::program::{self, FileToOpen, Outcome, Platform};
+use super::program::{FileToOpen, Platform};
 use super::sys::{Access, Errno, Gate, MapFd, ShmCmd, Stop, Sys, WalkOp, EBADF};
 use super::worker::{bind_cpu, End, Plan, ProcState, Worker, WorkerRecord};
 
@@ -265,17 +265,6 @@ impl HostPlatform {
     pub fn quiet_notes(mut self, quiet: bool) -> Self {
         self.main.quiet_notes = quiet;
         self
-    }
-
-    /// Run usemem with `args` on the host; its exit status.
-    pub fn run(
-        &mut self,
-        name: &str,
-        args: &[String],
-        posixly_correct: bool,
-        engine_help: &str,
-    ) -> Outcome {
-        program::main(self, name, args, posixly_correct, engine_help)
     }
 }
 

@@ -23,6 +23,7 @@
 //! | the workers ([`Platform::run_tasks`]) | each prints its own lines; the parent exits 0 |
 //!
 //! The parent's exit status does not depend on the workers': usemem's parent only `wait3`s.
+//! [`Platform::run`] is `main` followed by the parent's [`Platform::exit`].
 
 use super::opts::{memparse, UsememOpts};
 use super::parse::{parse, usage_text, Parsed};
@@ -59,6 +60,26 @@ pub trait Platform {
     /// wait for all. `prealloc` is the parent's preallocation (`None`: NULL). The parent's
     /// copy of [`Plan::inherited_out`] is printed here, when usemem's parent would exit.
     fn run_tasks(&mut self, plan: &Plan, prealloc: Option<u64>) -> Vec<WorkerRecord>;
+    /// usemem's parent exits: what the platform does then (the engine's `mmput` of the
+    /// parent's mm; on the host the process itself lives on, and its memory with it).
+    fn exit(&mut self) {}
+
+    /// Run usemem with `args` (the words after its name) on this platform: [`main`], then
+    /// the parent's [`Platform::exit`].
+    fn run(
+        &mut self,
+        name: &str,
+        args: &[String],
+        posixly_correct: bool,
+        engine_help: &str,
+    ) -> Outcome
+    where
+        Self: Sized,
+    {
+        let out = main(self, name, args, posixly_correct, engine_help);
+        self.exit();
+        out
+    }
 }
 
 /// How a usemem run ended.

@@ -62,9 +62,8 @@ pub struct VanillaFigures {
 }
 
 pub(super) fn run(g: &Given<'_>) -> anyhow::Result<Outcome<BigfreeRecord>> {
-    let (scale, quick, out, time) = (g.scale, g.quick, g.out, g.time);
-    let modelled = time.is_virtual();
-    let (opts, scaled) = run_opts(scale, quick, time)?;
+    let modelled = g.time.is_virtual();
+    let (opts, scaled) = run_opts(g.scale, g.quick, g.time)?;
     let r = bigfree::run_with(&opts, &mut |_| {}).map_err(|e| anyhow::anyhow!("bigfree: {e}"))?;
     let overhead_share = if scaled {
         overhead_share(&opts, &r)?
@@ -79,7 +78,7 @@ pub(super) fn run(g: &Given<'_>) -> anyhow::Result<Outcome<BigfreeRecord>> {
         overhead_share,
     };
     let t = table(&r, &jobs, size);
-    let plot = out.join("bigfree.svg");
+    let plot = g.out.join("bigfree.svg");
     curve_plot(&r, &plot)?;
     let verdict = verdict(&r, modelled);
     let text = "Seeds 000/001 (\"mm: support parallel free of memory\", not merged). The gather hands batch lists \

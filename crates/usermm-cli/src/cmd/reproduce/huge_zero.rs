@@ -65,11 +65,10 @@ pub struct HugeZeroRatio {
 }
 
 pub(super) fn run(g: &Given<'_>) -> anyhow::Result<Outcome<HugeZeroRecord>> {
-    let (out, time) = (g.out, g.time);
     let seed = HUGE_ZERO;
     let (mut base, opts) = usemem::seed_002_run();
-    time.apply(&mut base);
-    time.check(&mut base, None)?;
+    g.time.apply(&mut base);
+    g.time.check(&mut base, None)?;
     let label = usermm_workloads::TimeLabel::of(&base).time;
     // Where usermm's throughput comes from: this host's cores, or the profile's modelled CPUs.
     let where_ = match base.time.mode {
@@ -90,8 +89,8 @@ pub(super) fn run(g: &Given<'_>) -> anyhow::Result<Outcome<HugeZeroRecord>> {
             h.faults, hfps, seed.nproc, engine_fps
         );
     }
-    let plot = out.join("huge_zero_ops.svg");
-    let plot2 = out.join("huge_zero_throughput.svg");
+    let plot = g.out.join("huge_zero_ops.svg");
+    let plot2 = g.out.join("huge_zero_throughput.svg");
     plots(&v, &p, ratio, &where_, &plot, &plot2)?;
     // The mechanism, counted; the seed's one verdict is judged on the modelled timing
     // (`sides::huge_zero_verdict`).

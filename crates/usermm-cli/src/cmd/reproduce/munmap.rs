@@ -30,13 +30,12 @@ pub(super) fn size(scale: Scale) -> u64 {
 }
 
 pub(super) fn run(g: &Given<'_>) -> anyhow::Result<Outcome<MunmapRecord>> {
-    let (scale, out, time) = (g.scale, g.out, g.time);
     let seed = MUNMAP_DOWNGRADE;
-    let size = size(scale);
+    let size = size(g.scale);
     let mut opts = MunmapTestOpts::new(size, 1);
     opts.repeat = 2;
-    time.apply(&mut opts.machine);
-    time.check(&mut opts.machine, None)?;
+    g.time.apply(&mut opts.machine);
+    g.time.check(&mut opts.machine, None)?;
     let label = usermm_workloads::TimeLabel::of(&opts.machine);
     if label.is_modelled() {
         // A virtual run is the same every time, has no host load to stand in for, and needs
@@ -106,7 +105,7 @@ pub(super) fn run(g: &Given<'_>) -> anyhow::Result<Outcome<MunmapRecord>> {
     ] {
         t.push_row([label.into(), "".into(), "".into(), us(ns[0]), us(ns[1])]);
     }
-    let plot = out.join("munmap_hold.svg");
+    let plot = g.out.join("munmap_hold.svg");
     let ms = |us: u64| us as f64 / 1000.0;
     bar_plot(
         &plot,

@@ -37,17 +37,16 @@ pub struct PercpuRatio {
 }
 
 pub(super) fn run(g: &Given<'_>) -> anyhow::Result<Outcome<PercpuRecord>> {
-    let (out, time) = (g.out, g.time);
     let seed = PERCPU_DEPOPULATE;
     let opts = PercpuTestOpts::default();
     let mut base = usermm::MachineConfig::default();
     base.time.profile = percpu_test::DEFAULT_PROFILE.into();
-    time.apply(&mut base);
-    time.check(&mut base, None)?;
+    g.time.apply(&mut base);
+    g.time.check(&mut base, None)?;
     let time_label = usermm_workloads::TimeLabel::of(&base).time;
     let r = percpu_test::run_ab(&opts, &base).map_err(|e| anyhow::anyhow!("percpu-test: {e}"))?;
     let t = crate::cmd::percpu_test::table(&r);
-    let plot = out.join("percpu.svg");
+    let plot = g.out.join("percpu.svg");
     let (v, p) = (&r.vanilla.rows, &r.patched.rows);
     let phase = |name: &str, sv: u64, sp: u64, uv: u64, up: u64| {
         (
