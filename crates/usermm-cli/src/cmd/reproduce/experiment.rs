@@ -11,7 +11,7 @@ use clap::ValueEnum;
 use serde::Serialize;
 
 use crate::args::TimeArgs;
-use crate::report::Table;
+use crate::report::{Section, Table};
 
 /// `--scale`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -60,5 +60,16 @@ impl<R> Outcome<R> {
             record,
             verdict,
         }
+    }
+
+    /// Its section of the report under `heading`, its record and its verdict.
+    pub fn into_parts(self, heading: String) -> (Section, R, String) {
+        let section = Section {
+            heading,
+            text: self.text,
+            tables: self.tables,
+            plots: self.plots,
+        };
+        (section, self.record, self.verdict)
     }
 }

@@ -290,16 +290,12 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
                 te.elapsed().as_secs_f64(),
                 o.verdict
             );
-            let section = Section {
-                heading: format!("{} — {}", e.heading(), kind.name()),
-                text: o.text,
-                tables: o.tables,
-                plots: o.plots,
-            };
-            print_section(g, &section, Some(&o.verdict));
-            verdicts.push((e.name(), kind, o.verdict));
-            let time_label = record_time(&o.record);
-            results.add(kind, &time_label, o.record, args.scale);
+            let (section, record, verdict) =
+                o.into_parts(format!("{} — {}", e.heading(), kind.name()));
+            print_section(g, &section, Some(&verdict));
+            verdicts.push((e.name(), kind, verdict));
+            let time_label = record_time(&record);
+            results.add(kind, &time_label, record, args.scale);
             sections.push(section);
         }
     }
