@@ -101,7 +101,8 @@ pub fn label(flag: &str, path: &Path) -> String {
 
 /// "a FIFO", "a directory", ...: what a non-regular file is, for a message.
 pub fn kind(t: FileType) -> &'static str {
-    const KINDS: [(fn(&FileType) -> bool, &str); 7] = [
+    type Is = fn(&FileType) -> bool;
+    const KINDS: [(Is, &str); 7] = [
         (FileType::is_symlink, "a symbolic link"),
         (FileType::is_dir, "a directory"),
         (FileType::is_fifo, "a FIFO"),
