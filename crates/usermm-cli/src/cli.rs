@@ -17,7 +17,8 @@ use crate::args::{GlobalArgs, MachineArgs};
 use crate::cmd::{
     self, bench::BenchArgs, bigfree::BigfreeArgs, calibrate::CalibrateArgs, infer::InferArgs,
     munmap_test::MunmapTestArgs, percpu_grid::PercpuGridArgs, percpu_test::PercpuTestArgs,
-    reproduce::ReproduceArgs, sweep::SweepArgs, usemem::UsememArgs, will_it_scale::WillItScaleArgs,
+    proc_file::ProcFile, reproduce::ReproduceArgs, sweep::SweepArgs, usemem::UsememArgs,
+    will_it_scale::WillItScaleArgs,
 };
 
 /// usermm: the core of Linux memory management in user space — reproduce the seed experiments,
@@ -70,8 +71,8 @@ pub enum Command {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     let g = &cli.global;
     match &cli.command {
-        Command::Meminfo(a) => cmd::meminfo::run(a, g),
-        Command::Vmstat(a) => cmd::vmstat::run(a, g),
+        Command::Meminfo(a) => cmd::proc_file::run(ProcFile::Meminfo, a, g),
+        Command::Vmstat(a) => cmd::proc_file::run(ProcFile::Vmstat, a, g),
         Command::Usemem(a) => cmd::usemem::run(a, g),
         Command::Bigfree(a) => cmd::bigfree::run(a, g),
         Command::MunmapTest(a) => cmd::munmap_test::run(a, g),

@@ -197,6 +197,28 @@ pub(crate) fn munmap(p: u64, len: u64) {
     let _ = unsafe { sys::munmap(p, len) };
 }
 
+/// The prologue of a measurement child that walks a fresh mapping: [`map_anon`] `len` bytes
+/// with `prot` (2 MiB-aligned when `thp`), advise it [`thp_advice`]`(thp)`, then `body(p)`'s
+/// words; `[errno, 0, …]` if the mapping failed. Child-safe when `body` is.
+fn in_fresh_mapping<const N: usize>(
+    len: u64,
+    prot: i32,
+    thp: bool,
+    body: impl FnOnce(u64) -> [u64; N],
+) -> [u64; N] {
+    match map_anon(len, prot, thp) {
+        Ok(p) => {
+            madvise(p, len, thp_advice(thp));
+            body(p)
+        }
+        Err(e) => {
+            let mut w = [0; N];
+            w[0] = e as u64;
+            w
+        }
+    }
+}
+
 /// A field of `/proc/self/smaps_rollup`, read into a stack buffer (child-safe).
 pub(crate) fn rollup_kb(key: &[u8]) -> u64 {
     let mut buf = [0u8; 4096];
@@ -221,28 +243,25 @@ fn check_size(size: u64) -> Result<u64, HostError> {
 /// munmap.
 pub fn host_touch_and_munmap(size: u64, thp: bool) -> Result<HostFreeResult, HostError> {
     let len = check_size(size)?;
-    let work = move || -> [u64; 6] {
-        let p = match map_anon(len, libc::PROT_READ | libc::PROT_WRITE, thp) {
-            Ok(p) => p,
-            Err(e) => return [e as u64, 0, 0, 0, 0, 0],
-        };
-        madvise(p, len, thp_advice(thp));
-        let thp0 = rollup_kb(b"AnonHugePages:");
-        let f0 = sys::minflt();
-        let t0 = Instant::now();
-        let mut off = 0;
-        while off < len {
-            // SAFETY: p..p+len is a private read-write mapping owned by this child alone.
-            unsafe { std::ptr::write_volatile((p + off) as usize as *mut u8, 1) };
-            off += PAGE_SIZE;
-        }
-        let populate = t0.elapsed().as_nanos() as u64;
-        let faults = sys::minflt() - f0;
-        let thp1 = rollup_kb(b"AnonHugePages:");
-        let t1 = Instant::now();
-        munmap(p, len);
-        let unmap = t1.elapsed().as_nanos() as u64;
-        [0, faults, populate, unmap, thp1.saturating_sub(thp0), 0]
+    let work = move || {
+        in_fresh_mapping(len, libc::PROT_READ | libc::PROT_WRITE, thp, |p| {
+            let thp0 = rollup_kb(b"AnonHugePages:");
+            let f0 = sys::minflt();
+            let t0 = Instant::now();
+            let mut off = 0;
+            while off < len {
+                // SAFETY: p..p+len is a private read-write mapping owned by this child alone.
+                unsafe { std::ptr::write_volatile((p + off) as usize as *mut u8, 1) };
+                off += PAGE_SIZE;
+            }
+            let populate = t0.elapsed().as_nanos() as u64;
+            let faults = sys::minflt() - f0;
+            let thp1 = rollup_kb(b"AnonHugePages:");
+            let t1 = Instant::now();
+            munmap(p, len);
+            let unmap = t1.elapsed().as_nanos() as u64;
+            [0, faults, populate, unmap, thp1.saturating_sub(thp0), 0]
+        })
     };
     // SAFETY: `work` only issues raw system calls, volatile stores into its own fresh mapping,
     // reads the clock (vDSO) and reads a /proc file into a stack buffer.
@@ -267,32 +286,29 @@ pub fn host_touch_and_munmap(size: u64, thp: bool) -> Result<HostFreeResult, Hos
 pub fn host_usemem_readonly(size: u64, step: u64) -> Result<HostUsememResult, HostError> {
     let len = check_size(size)?;
     let step = step.max(8);
-    let work = move || -> [u64; 6] {
-        let p = match map_anon(len, libc::PROT_READ, true) {
-            Ok(p) => p,
-            Err(e) => return [e as u64, 0, 0, 0, 0, 0],
-        };
-        madvise(p, len, thp_advice(true));
-        let rss0 = rollup_kb(b"Anonymous:");
-        let f0 = sys::minflt();
-        let t0 = Instant::now();
-        let mut sum = 0u64;
-        let mut n = 0u64;
-        let mut off = 0;
-        while off + 8 <= len {
-            // SAFETY: p..p+len is a readable private mapping owned by this child alone;
-            // off + 8 <= len and off is 8-aligned when step is (usemem's words).
-            let v = unsafe { std::ptr::read_volatile((p + off) as usize as *const u64) };
-            sum = sum.wrapping_add(v);
-            n += 1;
-            off += step;
-        }
-        let ns = t0.elapsed().as_nanos() as u64;
-        let faults = sys::minflt() - f0;
-        let rss1 = rollup_kb(b"Anonymous:");
-        std::hint::black_box(sum);
-        munmap(p, len);
-        [0, n, faults, ns, rss0, rss1]
+    let work = move || {
+        in_fresh_mapping(len, libc::PROT_READ, true, |p| {
+            let rss0 = rollup_kb(b"Anonymous:");
+            let f0 = sys::minflt();
+            let t0 = Instant::now();
+            let mut sum = 0u64;
+            let mut n = 0u64;
+            let mut off = 0;
+            while off + 8 <= len {
+                // SAFETY: p..p+len is a readable private mapping owned by this child alone;
+                // off + 8 <= len and off is 8-aligned when step is (usemem's words).
+                let v = unsafe { std::ptr::read_volatile((p + off) as usize as *const u64) };
+                sum = sum.wrapping_add(v);
+                n += 1;
+                off += step;
+            }
+            let ns = t0.elapsed().as_nanos() as u64;
+            let faults = sys::minflt() - f0;
+            let rss1 = rollup_kb(b"Anonymous:");
+            std::hint::black_box(sum);
+            munmap(p, len);
+            [0, n, faults, ns, rss0, rss1]
+        })
     };
     // SAFETY: `work` only issues raw system calls, volatile loads from its own fresh mapping,
     // reads the clock (vDSO) and reads a /proc file into a stack buffer.

@@ -50,11 +50,7 @@ pub const MUNMAP_DOWNGRADE_MACHINE: SeedMachine = SeedMachine {
 
 /// Seed 004 names no machine; its figures are memory (kB), the same on either clock, so
 /// virtual time only prices the run: the parallel-free seeds' machine stands in.
-pub const PERCPU_DEPOPULATE_MACHINE: SeedMachine = SeedMachine {
-    profile: "haswell-ex-4s",
-    cpus: 144,
-    nodes: 4,
-};
+pub const PERCPU_DEPOPULATE_MACHINE: SeedMachine = PARALLEL_FREE_MACHINE;
 
 /// Seeds 000/001: "[PATCH v2 0/5] mm: support parallel free of memory" (Aaron Lu, linux-mm,
 /// 2017-03-15; v1 2017-02-24). `free()` of a touched `malloc(320G)`, THP off, timed on

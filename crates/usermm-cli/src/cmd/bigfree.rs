@@ -16,7 +16,7 @@ use usermm_workloads::bigfree::{self, BigfreeError, BigfreeOpts, BigfreeResult, 
 use usermm_workloads::stats;
 
 use crate::args::{parse_nonzero_size_arg, usage, EngineArgs, GlobalArgs};
-use crate::report::format::human_bytes;
+use crate::report::format::{by_size, human_bytes};
 use crate::report::{Progress, Table};
 
 /// The largest host mapping `--host` touches.
@@ -308,14 +308,9 @@ pub fn measure(args: &BigfreeArgs, o: &BigfreeOpts) -> anyhow::Result<BigfreeRec
     })
 }
 
+/// Seconds to about three figures.
 fn secs(s: f64) -> String {
-    if s >= 10.0 {
-        format!("{s:.1}")
-    } else if s >= 0.1 {
-        format!("{s:.2}")
-    } else {
-        format!("{s:.3}")
-    }
+    by_size(s, &[(10.0, 1), (0.1, 2)], 3)
 }
 
 /// The seed's free times beside ours, one row per configuration.

@@ -15,6 +15,7 @@ use usermm_host::files;
 use usermm_workloads::calibrate::THIS_HOST_HEADER;
 
 use crate::args::{usage, GlobalArgs};
+use crate::report::format::by_size;
 use crate::report::{Progress, Table};
 
 #[derive(Debug, Clone, Args)]
@@ -192,12 +193,7 @@ pub fn render(r: &HostCalibration, out: &Path) -> String {
     text
 }
 
+/// A measured cost to about three figures.
 fn fmt(v: f64) -> String {
-    if v >= 1000.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    }
+    by_size(v, &[(1000.0, 0), (10.0, 1)], 2)
 }

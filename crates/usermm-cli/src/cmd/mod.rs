@@ -18,14 +18,13 @@ pub mod bench;
 pub mod bigfree;
 pub mod calibrate;
 pub mod infer;
-pub mod meminfo;
 pub mod munmap_test;
 pub mod percpu_grid;
 pub mod percpu_test;
+pub mod proc_file;
 pub mod reproduce;
 pub mod sweep;
 pub mod usemem;
-pub mod vmstat;
 pub mod will_it_scale;
 
 /// Write `text` to stdout as is.

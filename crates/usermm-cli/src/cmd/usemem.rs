@@ -42,7 +42,7 @@ use serde::Serialize;
 use usermm::config::{BackingMode, MachineConfig, ThpMode, TimeConfig, TimeMode, MAX_MEM_BYTES};
 use usermm::stats::VmItem;
 use usermm_workloads::usemem::{
-    self, host::HostPlatform, memparse, Capture, Hooks, Io, Parsed, StdIo, UsememOpts,
+    self, host::HostPlatform, memparse, Capture, Hooks, Io, Parsed, Platform, StdIo, UsememOpts,
     UsememResult, Usr1,
 };
 

@@ -1,6 +1,7 @@
 //! How figures are written for people: sizes in binary units (`16M`, `1536K`), digit groups
 //! the way the seeds' cover letters print big numbers (`2 485 692`), relative changes (`+164
-//! %`). One function per convention, used by the argument errors, the commands' text output
+//! %`), decimals fewer the larger the figure (`12.3`, `1.23`, `0.123`). One function per
+//! convention, used by the argument errors, the commands' text output
 //! and the report alike.
 
 /// Bytes in the largest binary unit that divides them: `16M`, `1536K`, `16T`, `100`.
@@ -30,6 +31,16 @@ pub fn pct(ratio: f64) -> String {
     format!("{:+.0} %", (ratio - 1.0) * 100.0)
 }
 
+/// `v` with fewer decimals the larger it is: those of the first `(at_least, decimals)` step
+/// that `v` reaches (steps from the largest down), else `finest`.
+pub fn by_size(v: f64, steps: &[(f64, usize)], finest: usize) -> String {
+    let d = steps
+        .iter()
+        .find(|&&(at_least, _)| v >= at_least)
+        .map_or(finest, |&(_, d)| d);
+    format!("{v:.d$}")
+}
+
 #[cfg(test)]
 mod test {
     use super::*;
@@ -38,6 +49,11 @@ mod test {
     fn sizes_and_numbers() {
         assert_eq!(human_bytes(16 << 20), "16M");
         assert_eq!(human_bytes(1536 << 10), "1536K");
+        let steps = [(10.0, 1), (0.1, 2)];
+        assert_eq!(by_size(12.345, &steps, 3), "12.3");
+        assert_eq!(by_size(1.2345, &steps, 3), "1.23");
+        assert_eq!(by_size(0.012345, &steps, 3), "0.012");
+        assert_eq!(by_size(f64::NAN, &steps, 3), "NaN");
         assert_eq!(human_bytes(100), "100");
         assert_eq!(human_bytes(16 << 40), "16T");
         assert_eq!(group(2_485_692), "2 485 692");

@@ -101,23 +101,20 @@ pub fn label(flag: &str, path: &Path) -> String {
 
 /// "a FIFO", "a directory", ...: what a non-regular file is, for a message.
 pub fn kind(t: FileType) -> &'static str {
-    if t.is_symlink() {
-        "a symbolic link"
-    } else if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_file() {
-        "a regular file"
-    } else {
-        "not a regular file"
-    }
+    type Is = fn(&FileType) -> bool;
+    const KINDS: [(Is, &str); 7] = [
+        (FileType::is_symlink, "a symbolic link"),
+        (FileType::is_dir, "a directory"),
+        (FileType::is_fifo, "a FIFO"),
+        (FileType::is_char_device, "a character device"),
+        (FileType::is_block_device, "a block device"),
+        (FileType::is_socket, "a socket"),
+        (FileType::is_file, "a regular file"),
+    ];
+    KINDS
+        .iter()
+        .find(|(is, _)| is(&t))
+        .map_or("not a regular file", |&(_, name)| name)
 }
 
 fn refused_link(label: &str) -> FileError {

@@ -188,3 +188,19 @@ fn a_created_file_or_directory_goes_when_dropped_and_stays_when_kept() {
     only(&d, &["kept"]);
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn kind_names_each_file_type_for_a_message() {
+    let d = scratch("kind");
+    let (file, fifo, link) = (d.join("f"), d.join("p"), d.join("l"));
+    std::fs::write(&file, b"x").unwrap();
+    mkfifo(&fifo);
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    let of = |p: &Path| kind(std::fs::symlink_metadata(p).unwrap().file_type());
+    assert_eq!(of(&d), "a directory");
+    assert_eq!(of(&file), "a regular file");
+    assert_eq!(of(&fifo), "a FIFO");
+    assert_eq!(of(&link), "a symbolic link");
+    assert_eq!(of(Path::new("/dev/null")), "a character device");
+    let _ = std::fs::remove_dir_all(&d);
+}

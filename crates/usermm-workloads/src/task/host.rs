@@ -47,37 +47,7 @@ impl Task for HostTask<'_> {
         self.index
     }
 
-    fn mmap(&self, len: u64, prot: u32, flags: u32, file: Option<&TmpFile>) -> Result<u64, Errno> {
-        self.space.mmap(len, prot, flags, file)
-    }
-
-    fn munmap(&self, addr: u64, len: u64) -> Result<(), Errno> {
-        self.space.munmap(addr, len)
-    }
-
-    fn mprotect(&self, addr: u64, len: u64, prot: u32) -> Result<(), Errno> {
-        self.space.mprotect(addr, len, prot)
-    }
-
-    fn madvise(&self, addr: u64, len: u64, advice: i32) -> Result<(), Errno> {
-        self.space.madvise(addr, len, advice)
-    }
-
-    fn brk(&self, addr: u64) -> Result<(), Errno> {
-        self.space.brk(addr)
-    }
-
-    fn sbrk(&self, incr: i64) -> Result<u64, Errno> {
-        self.space.sbrk(incr)
-    }
-
-    fn malloc(&self, len: u64) -> Result<u64, Errno> {
-        self.space.malloc(len)
-    }
-
-    fn free(&self, addr: u64) {
-        self.space.free(addr);
-    }
+    super::forward_address_space_calls!(space, TmpFile);
 
     fn tmpfile(&self, size: u64) -> Result<TmpFile, Errno> {
         TmpFile::new(size)
@@ -241,16 +211,45 @@ where
         .collect();
     let slots = Slots::new(launch.tasks).map_err(|e| format!("mmap: {}", strerror(e)))?;
     let clocks = Clocks::new(launch.tasks)?;
-    let run = (&slots, &clocks);
+    let start = Start {
+        launch,
+        cpusets: &cpusets,
+        slots: &slots,
+        clocks: &clocks,
+        body: &body,
+    };
     let stops = match launch.mode {
-        Mode::Processes => run_processes(launch, &cpusets, run, &body, on_sample)?,
-        Mode::Threads => run_threads(launch, &cpusets, run, &body, on_sample),
+        Mode::Processes => run_processes(&start, on_sample)?,
+        Mode::Threads => run_threads(&start, on_sample),
     };
     Ok(HostOut {
         stops,
         cpusets,
         cpu_over_wall: clocks.shares(launch.tasks),
     })
+}
+
+/// What every task of a host run starts from: the run, its cpuset, the shared counters and
+/// clocks, the body.
+struct Start<'a, F> {
+    launch: &'a Launch,
+    cpusets: &'a [Vec<usize>],
+    slots: &'a Slots,
+    clocks: &'a Clocks,
+    body: &'a F,
+}
+
+impl<F> Start<'_, F>
+where
+    F: Fn(&HostTask<'_>) -> Result<(), Stop> + Sync,
+{
+    /// Task `i`'s body on `t`, timed by its clocks: how it stopped.
+    fn run_task(&self, i: usize, t: &HostTask<'_>) -> Stop {
+        self.clocks
+            .time(i, || (self.body)(t))
+            .err()
+            .unwrap_or(Stop::Done)
+    }
 }
 
 /// A child's end: its body's stop made real.
@@ -290,33 +289,27 @@ fn describe_status(status: Option<i32>) -> String {
     }
 }
 
-fn run_processes<F>(
-    launch: &Launch,
-    cpusets: &[Vec<usize>],
-    (slots, clocks): (&Slots, &Clocks),
-    body: &F,
-    on_sample: &mut OnSample<'_>,
-) -> Result<Vec<String>, String>
+fn run_processes<F>(st: &Start<'_, F>, on_sample: &mut OnSample<'_>) -> Result<Vec<String>, String>
 where
     F: Fn(&HostTask<'_>) -> Result<(), Stop> + Sync,
 {
     let gate = PipeGate::new().map_err(|e| format!("pipe: {}", strerror(e)))?;
-    let mut pids = Vec::with_capacity(launch.tasks);
-    for (i, set) in cpusets.iter().enumerate() {
+    let mut pids = Vec::with_capacity(st.launch.tasks);
+    for (i, set) in st.cpusets.iter().enumerate() {
         match fork_process() {
             Ok(None) => {
                 if !set.is_empty() {
                     let _ = bind_to_cpus(set);
                 }
                 gate.arrive();
-                let t = HostTask::new(slots, i);
-                let end = clocks.time(i, || body(&t)).err().unwrap_or(Stop::Done);
+                let t = HostTask::new(st.slots, i);
+                let end = st.run_task(i, &t);
                 drop(t);
                 child_exit(end);
             }
             Ok(Some(pid)) => pids.push(pid),
             Err(e) => {
-                slots.stop();
+                st.slots.stop();
                 gate.open_after(0, || 0);
                 for pid in pids {
                     wait_child(pid);
@@ -339,8 +332,8 @@ where
         }
         ended.iter().filter(|e| e.is_some()).count() as u64
     });
-    sample_on_wall_clock(launch, |i| slots.get(i), on_sample);
-    slots.stop();
+    sample_on_wall_clock(st.launch, |i| st.slots.get(i), on_sample);
+    st.slots.stop();
     let stops = pids
         .iter()
         .zip(ended)
@@ -349,19 +342,14 @@ where
     Ok(stops)
 }
 
-fn run_threads<F>(
-    launch: &Launch,
-    cpusets: &[Vec<usize>],
-    (slots, clocks): (&Slots, &Clocks),
-    body: &F,
-    on_sample: &mut OnSample<'_>,
-) -> Vec<String>
+fn run_threads<F>(st: &Start<'_, F>, on_sample: &mut OnSample<'_>) -> Vec<String>
 where
     F: Fn(&HostTask<'_>) -> Result<(), Stop> + Sync,
 {
-    let gate = std::sync::Barrier::new(launch.tasks + 1);
+    let gate = std::sync::Barrier::new(st.launch.tasks + 1);
     std::thread::scope(|s| {
-        let handles: Vec<_> = cpusets
+        let handles: Vec<_> = st
+            .cpusets
             .iter()
             .enumerate()
             .map(|(i, set)| {
@@ -370,9 +358,9 @@ where
                     if !set.is_empty() {
                         let _ = bind_to_cpus(set);
                     }
-                    let t = HostTask::new(slots, i);
+                    let t = HostTask::new(st.slots, i);
                     gate.wait();
-                    clocks.time(i, || body(&t)).err().unwrap_or(Stop::Done)
+                    st.run_task(i, &t)
                 })
             })
             .collect();
@@ -381,8 +369,8 @@ where
         let gate = &gate;
         let sampler = s.spawn(move || {
             gate.wait();
-            sample_on_wall_clock(launch, |i| slots.get(i), on_sample);
-            slots.stop();
+            sample_on_wall_clock(st.launch, |i| st.slots.get(i), on_sample);
+            st.slots.stop();
         });
         let _ = sampler.join();
         handles

@@ -210,6 +210,46 @@ fn panicked() -> Stop {
     Stop::Assert("the task panicked".into())
 }
 
+/// The calls of [`Task`] that change an address space (`mmap`, `munmap`, `mprotect`,
+/// `madvise`, `brk`, `sbrk`, `malloc`, `free`), each forwarded to the method of the same name
+/// and signature of `self.$to` (whose file type is `$file`): for a task that wraps another
+/// ([`Limited`]) or a host address space (`host.rs`).
+macro_rules! forward_address_space_calls {
+    ($to:ident, $file:ty) => {
+        fn mmap(
+            &self,
+            len: u64,
+            prot: u32,
+            flags: u32,
+            file: Option<&$file>,
+        ) -> Result<u64, $crate::task::Errno> {
+            self.$to.mmap(len, prot, flags, file)
+        }
+        fn munmap(&self, addr: u64, len: u64) -> Result<(), $crate::task::Errno> {
+            self.$to.munmap(addr, len)
+        }
+        fn mprotect(&self, addr: u64, len: u64, prot: u32) -> Result<(), $crate::task::Errno> {
+            self.$to.mprotect(addr, len, prot)
+        }
+        fn madvise(&self, addr: u64, len: u64, advice: i32) -> Result<(), $crate::task::Errno> {
+            self.$to.madvise(addr, len, advice)
+        }
+        fn brk(&self, addr: u64) -> Result<(), $crate::task::Errno> {
+            self.$to.brk(addr)
+        }
+        fn sbrk(&self, incr: i64) -> Result<u64, $crate::task::Errno> {
+            self.$to.sbrk(incr)
+        }
+        fn malloc(&self, len: u64) -> Result<u64, $crate::task::Errno> {
+            self.$to.malloc(len)
+        }
+        fn free(&self, addr: u64) {
+            self.$to.free(addr)
+        }
+    };
+}
+use forward_address_space_calls;
+
 /// A task whose run ends after `limit` operations: `inner` with its own count, for a fixed
 /// number of iterations (a differential test, a benchmark's row) on any backend.
 #[derive(Debug)]
@@ -234,30 +274,7 @@ impl<T: Task> Task for Limited<'_, T> {
     fn index(&self) -> usize {
         self.inner.index()
     }
-    fn mmap(&self, len: u64, prot: u32, flags: u32, f: Option<&T::File>) -> Result<u64, Errno> {
-        self.inner.mmap(len, prot, flags, f)
-    }
-    fn munmap(&self, addr: u64, len: u64) -> Result<(), Errno> {
-        self.inner.munmap(addr, len)
-    }
-    fn mprotect(&self, addr: u64, len: u64, prot: u32) -> Result<(), Errno> {
-        self.inner.mprotect(addr, len, prot)
-    }
-    fn madvise(&self, addr: u64, len: u64, advice: i32) -> Result<(), Errno> {
-        self.inner.madvise(addr, len, advice)
-    }
-    fn brk(&self, addr: u64) -> Result<(), Errno> {
-        self.inner.brk(addr)
-    }
-    fn sbrk(&self, incr: i64) -> Result<u64, Errno> {
-        self.inner.sbrk(incr)
-    }
-    fn malloc(&self, len: u64) -> Result<u64, Errno> {
-        self.inner.malloc(len)
-    }
-    fn free(&self, addr: u64) {
-        self.inner.free(addr)
-    }
+    forward_address_space_calls!(inner, T::File);
     fn tmpfile(&self, size: u64) -> Result<T::File, Errno> {
         self.inner.tmpfile(size)
     }

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use usermm_host::usemem::{self as hu, HostFile, PipeGate, Space, WalkError};
 
 use super::io::{Io, StdIo};
-use super::program::{self, Outcome, Platform};
+use super::program::{FileToOpen, Platform};
 use super::sys::{Access, Errno, Gate, MapFd, ShmCmd, Stop, Sys, WalkOp, EBADF};
 use super::worker::{bind_cpu, End, Plan, ProcState, Worker, WorkerRecord};
 
@@ -266,17 +266,6 @@ impl HostPlatform {
         self.main.quiet_notes = quiet;
         self
     }
-
-    /// Run usemem with `args` on the host; its exit status.
-    pub fn run(
-        &mut self,
-        name: &str,
-        args: &[String],
-        posixly_correct: bool,
-        engine_help: &str,
-    ) -> Outcome {
-        program::main(self, name, args, posixly_correct, engine_help)
-    }
 }
 
 /// End this process the way `end` ends a usemem worker process: `exit` flushes what its
@@ -387,17 +376,11 @@ impl Platform for HostPlatform {
         hu::cpus_online()
     }
 
-    fn open(
-        &mut self,
-        path: Option<&str>,
-        read_only: bool,
-        memfd: bool,
-        size: u64,
-    ) -> Result<(), Errno> {
-        let f = if memfd {
-            hu::memfd(path.unwrap_or("/dev/zero"), size)?
+    fn open(&mut self, file: FileToOpen<'_>) -> Result<(), Errno> {
+        let f = if file.memfd {
+            hu::memfd(file.path.unwrap_or("/dev/zero"), file.size)?
         } else {
-            hu::open_create(path, read_only)?
+            hu::open_create(file.path, file.read_only)?
         };
         *self.main.file.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
         Ok(())

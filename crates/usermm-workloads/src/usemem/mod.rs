@@ -62,7 +62,7 @@ pub use self::engine::{EnginePlatform, Hooks, Usr1};
 pub use self::io::{Capture, Io, StdIo};
 pub use self::opts::{memparse, MsyncMode, UsememOpts};
 pub use self::parse::{parse, Parsed};
-pub use self::program::Outcome;
+pub use self::program::{Outcome, Platform};
 pub use self::sys::Sys;
 pub use self::worker::{kb_per_sec, WorkerRecord, MAX_POINTERS};
 

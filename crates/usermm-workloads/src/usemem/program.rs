@@ -23,11 +23,23 @@
 //! | the workers ([`Platform::run_tasks`]) | each prints its own lines; the parent exits 0 |
 //!
 //! The parent's exit status does not depend on the workers': usemem's parent only `wait3`s.
+//! [`Platform::run`] is `main` followed by the parent's [`Platform::exit`].
 
 use super::opts::{memparse, UsememOpts};
 use super::parse::{parse, usage_text, Parsed};
 use super::sys::{strerror, Errno, MapFd, ShmCmd, Sys};
 use super::worker::{End, Plan, ProcState, Worker, WorkerRecord, PROT_WRITE};
+
+/// The file workers map, as usemem opens it: `open(path, O_RDONLY or O_RDWR | O_CREAT, 0666)`,
+/// or with `memfd` a memfd of `size` bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct FileToOpen<'a> {
+    /// `None` when `-D` found no argument (usemem opens NULL).
+    pub path: Option<&'a str>,
+    pub read_only: bool,
+    pub memfd: bool,
+    pub size: u64,
+}
 
 /// The machine a usemem run runs on: the parent's [`Sys`], the file, the workers.
 pub trait Platform {
@@ -36,16 +48,8 @@ pub trait Platform {
     fn main_sys(&self) -> &Self::Sys;
     /// CPUs online (`sysconf(_SC_NPROCESSORS_ONLN)`), for `-b`.
     fn nr_cpu(&self) -> u64;
-    /// Open the file workers map: `open(path, O_RDONLY or O_RDWR | O_CREAT, 0666)`, or a
-    /// memfd of `size` bytes. `path` is `None` when `-D` found no argument (usemem opens
-    /// NULL).
-    fn open(
-        &mut self,
-        path: Option<&str>,
-        read_only: bool,
-        memfd: bool,
-        size: u64,
-    ) -> Result<(), Errno>;
+    /// Open the file workers map ([`FileToOpen`]).
+    fn open(&mut self, file: FileToOpen<'_>) -> Result<(), Errno>;
     /// `posix_fadvise(fd, 0, 0, WILLNEED or DONTNEED)` (usemem ignores its result).
     fn fadvise(&mut self, willneed: bool);
     /// `close(fd)`.
@@ -56,6 +60,26 @@ pub trait Platform {
     /// wait for all. `prealloc` is the parent's preallocation (`None`: NULL). The parent's
     /// copy of [`Plan::inherited_out`] is printed here, when usemem's parent would exit.
     fn run_tasks(&mut self, plan: &Plan, prealloc: Option<u64>) -> Vec<WorkerRecord>;
+    /// usemem's parent exits: what the platform does then (the engine's `mmput` of the
+    /// parent's mm; on the host the process itself lives on, and its memory with it).
+    fn exit(&mut self) {}
+
+    /// Run usemem with `args` (the words after its name) on this platform: [`main`], then
+    /// the parent's [`Platform::exit`].
+    fn run(
+        &mut self,
+        name: &str,
+        args: &[String],
+        posixly_correct: bool,
+        engine_help: &str,
+    ) -> Outcome
+    where
+        Self: Sized,
+    {
+        let out = main(self, name, args, posixly_correct, engine_help);
+        self.exit();
+        out
+    }
 }
 
 /// How a usemem run ended.
@@ -114,23 +138,13 @@ pub fn main<P: Platform>(
         ));
         return Outcome::exit(1);
     }
-    let file_label = |o: &UsememOpts| match &o.file {
-        Some(f) => f.clone(),
-        None if o.file_missing => "(null)".to_string(),
-        None => "/dev/zero".to_string(),
-    };
     if !opts.malloc {
         let path = if opts.file_missing {
             None
         } else {
             Some(opts.file.clone().unwrap_or_else(|| "/dev/zero".into()))
         };
-        if let Err(e) = p.open(path.as_deref(), opts.prot_readonly(), opts.memfd, opts.size) {
-            p.main_sys().err(&format!(
-                "{name}: failed to open `{}': {}\n",
-                file_label(&opts),
-                strerror(e)
-            ));
+        if !open_file(p, name, &opts, path.as_deref(), opts.memfd) {
             return Outcome::exit(1);
         }
     }
@@ -157,12 +171,7 @@ pub fn main<P: Platform>(
         p.fadvise(true);
         p.close();
         let path = opts.file.clone();
-        if let Err(e) = p.open(path.as_deref(), opts.prot_readonly(), false, opts.size) {
-            p.main_sys().err(&format!(
-                "{name}: failed to open `{}': {}\n",
-                file_label(&opts),
-                strerror(e)
-            ));
+        if !open_file(p, name, &opts, path.as_deref(), false) {
             return flushed(p.main_sys(), pending, 1);
         }
         p.fadvise(false);
@@ -174,7 +183,7 @@ pub fn main<P: Platform>(
     if opts.mincore {
         let at = prealloc.unwrap_or(0);
         if let Err(e) = sys.mincore(at, opts.size) {
-            sys.err(&format!("mincore failed with error: {}", strerror(e)));
+            report_errno(sys, "mincore failed with error: ", e, "");
             return flushed(sys, pending, 1);
         }
         return flushed(sys, pending, 0);
@@ -302,6 +311,34 @@ fn parent_allocations<P: Platform>(
     Ok((prealloc, pending))
 }
 
+/// [`Platform::open`] of the file at `path` (a memfd when `memfd`), with usemem's message on
+/// stderr if it failed; whether it opened.
+fn open_file<P: Platform>(
+    p: &mut P,
+    name: &str,
+    opts: &UsememOpts,
+    path: Option<&str>,
+    memfd: bool,
+) -> bool {
+    let file = FileToOpen {
+        path,
+        read_only: opts.prot_readonly(),
+        memfd,
+        size: opts.size,
+    };
+    let Err(e) = p.open(file) else {
+        return true;
+    };
+    let label = match &opts.file {
+        Some(f) => f.as_str(),
+        None if opts.file_missing => "(null)",
+        None => "/dev/zero",
+    };
+    let msg = format!("{name}: failed to open `{label}': {}\n", strerror(e));
+    p.main_sys().err(&msg);
+    false
+}
+
 /// `exit(status)` with `pending` still in stdout's buffer: flushed first.
 fn flushed<S: Sys>(sys: &S, pending: String, status: i32) -> Outcome {
     if !pending.is_empty() {
@@ -312,7 +349,12 @@ fn flushed<S: Sys>(sys: &S, pending: String, status: i32) -> Outcome {
 
 /// usemem's `perror(msg)` with the errno it had: `msg: strerror`.
 fn perror(sys: &impl Sys, msg: &str, e: Errno) {
-    sys.err(&format!("{msg}: {}\n", strerror(e)));
+    report_errno(sys, &format!("{msg}: "), e, "\n");
+}
+
+/// usemem's `fprintf(stderr, "HEAD%sTAIL", strerror(errno))`.
+fn report_errno(sys: &impl Sys, head: &str, e: Errno, tail: &str) {
+    sys.err(&format!("{head}{}{tail}", strerror(e)));
 }
 
 /// `-L`: a SysV segment of `bytes`, one byte written in every page, `SHM_LOCK`, then unlocked
@@ -327,10 +369,7 @@ fn shm_allocate_and_lock(sys: &impl Sys, bytes: u64) -> Result<(), i32> {
     let p = match sys.shmat(id) {
         Ok(p) => p,
         Err(e) => {
-            sys.err(&format!(
-                "SHM attachment failed with error :{}\n",
-                strerror(e)
-            ));
+            report_errno(sys, "SHM attachment failed with error :", e, "\n");
             if id < 0 {
                 perror(sys, "Invalid seg_id\n", e);
             } else {
@@ -369,30 +408,24 @@ fn mincore_hugepages(sys: &impl Sys, bytes: u64) -> i32 {
     let id = match sys.shmget(bytes, true) {
         Ok(id) => id,
         Err(e) => {
-            sys.err(&format!(
-                "Error creating shared segment: {} \n",
-                strerror(e)
-            ));
+            report_errno(sys, "Error creating shared segment: ", e, " \n");
             return 1;
         }
     };
     let p = match sys.shmat(id) {
         Ok(p) => p,
         Err(e) => {
-            sys.err(&format!(
-                "Error attaching shared memory: {} \n",
-                strerror(e)
-            ));
+            report_errno(sys, "Error attaching shared memory: ", e, " \n");
             let _ = sys.shmctl(id, ShmCmd::Remove);
             return 1;
         }
     };
     if let Err(e) = sys.mincore(p, bytes) {
-        sys.err(&format!("mincore failed with error: {}", strerror(e)));
+        report_errno(sys, "mincore failed with error: ", e, "");
         return 1;
     }
     if let Err(e) = sys.mprotect(p, bytes, PROT_WRITE) {
-        sys.err(&format!("mprotect error: {}", strerror(e)));
+        report_errno(sys, "mprotect error: ", e, "");
         return 1;
     }
     let huge = 2u64 << 20;

@@ -18,9 +18,9 @@ use usermm::MachineConfig;
 use usermm_workloads::bigfree::{self, Beyond, BigfreeRow, PatchedBest};
 use usermm_workloads::seeds::ParallelFree;
 
-use super::experiment::{Outcome, Scale};
+use super::experiment::{Given, Outcome, Scale};
 use crate::args::TimeArgs;
-use crate::report::{line_plot, Section, Series, Table};
+use crate::report::{line_plot, Series, Table};
 
 /// `bigfree` in `results.json`.
 #[derive(Debug, Serialize)]
@@ -61,14 +61,9 @@ pub struct VanillaFigures {
     pub row: Option<BigfreeRow>,
 }
 
-pub(super) fn run(
-    scale: Scale,
-    quick: bool,
-    out: &Path,
-    time: &TimeArgs,
-) -> anyhow::Result<Outcome<BigfreeRecord>> {
-    let modelled = time.is_virtual();
-    let (opts, scaled) = run_opts(scale, quick, time)?;
+pub(super) fn run(g: &Given<'_>) -> anyhow::Result<Outcome<BigfreeRecord>> {
+    let modelled = g.time.is_virtual();
+    let (opts, scaled) = run_opts(g.scale, g.quick, g.time)?;
     let r = bigfree::run_with(&opts, &mut |_| {}).map_err(|e| anyhow::anyhow!("bigfree: {e}"))?;
     let overhead_share = if scaled {
         overhead_share(&opts, &r)?
@@ -83,7 +78,7 @@ pub(super) fn run(
         overhead_share,
     };
     let t = table(&r, &jobs, size);
-    let plot = out.join("bigfree.svg");
+    let plot = g.out.join("bigfree.svg");
     curve_plot(&r, &plot)?;
     let verdict = verdict(&r, modelled);
     let text = "Seeds 000/001 (\"mm: support parallel free of memory\", not merged). The gather hands batch lists \
@@ -108,17 +103,7 @@ allocator-side fix the review asked for, alone and under the patch.\n".to_string
         seed: r.seed,
         jobs,
     };
-    Ok(Outcome {
-        name: "bigfree",
-        section: Section {
-            heading: "Seeds 000/001: parallel free at teardown".into(),
-            text,
-            tables: vec![t],
-            plots: vec![plot],
-        },
-        record,
-        verdict,
-    })
+    Ok(Outcome::new(text, vec![t], vec![plot], record, verdict))
 }
 
 /// The options of `reproduce`'s bigfree run at `scale`, and whether its jobs are scaled

@@ -277,7 +277,7 @@ fn section(c: &HostCheck, file: &Path, calibrated: bool) -> Section {
         text += &format!("- *host busy*, {}: {}\n", r.name, r.quiet.why.join("; "));
     }
     Section {
-        heading: "The model checked on this host".into(),
+        heading: super::Experiment::HostCheck.heading().into(),
         text,
         tables: vec![t],
         plots: Vec::new(),

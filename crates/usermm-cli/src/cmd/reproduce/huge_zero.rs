@@ -12,10 +12,9 @@ use usermm_host::measure::HostUsememResult;
 use usermm_workloads::seeds::{HugeZero, HUGE_ZERO};
 use usermm_workloads::usemem::{self, UsememResult};
 
-use super::experiment::{Outcome, Scale};
-use crate::args::TimeArgs;
+use super::experiment::{Given, Outcome};
 use crate::report::format::{group, pct};
-use crate::report::{bar_plot, Section, Table};
+use crate::report::{bar_plot, Table};
 
 /// `huge-zero` in `results.json`.
 #[derive(Debug, Serialize)]
@@ -65,15 +64,11 @@ pub struct HugeZeroRatio {
     pub global_ops: f64,
 }
 
-pub(super) fn run(
-    _scale: Scale,
-    out: &Path,
-    time: &TimeArgs,
-) -> anyhow::Result<Outcome<HugeZeroRecord>> {
+pub(super) fn run(g: &Given<'_>) -> anyhow::Result<Outcome<HugeZeroRecord>> {
     let seed = HUGE_ZERO;
     let (mut base, opts) = usemem::seed_002_run();
-    time.apply(&mut base);
-    time.check(&mut base, None)?;
+    g.time.apply(&mut base);
+    g.time.check(&mut base, None)?;
     let label = usermm_workloads::TimeLabel::of(&base).time;
     // Where usermm's throughput comes from: this host's cores, or the profile's modelled CPUs.
     let where_ = match base.time.mode {
@@ -94,8 +89,8 @@ pub(super) fn run(
             h.faults, hfps, seed.nproc, engine_fps
         );
     }
-    let plot = out.join("huge_zero_ops.svg");
-    let plot2 = out.join("huge_zero_throughput.svg");
+    let plot = g.out.join("huge_zero_ops.svg");
+    let plot2 = g.out.join("huge_zero_throughput.svg");
     plots(&v, &p, ratio, &where_, &plot, &plot2)?;
     // The mechanism, counted; the seed's one verdict is judged on the modelled timing
     // (`sides::huge_zero_verdict`).
@@ -127,17 +122,13 @@ patched takes one per mm (`MMF_HUGE_ZERO_PAGE`) and drops it in `mmput`.\n\n{hos
         config: base,
         time: label.clone(),
     };
-    Ok(Outcome {
-        name: "huge-zero",
-        section: Section {
-            heading: "Seed 002: huge zero page reference per mm".into(),
-            text,
-            tables: vec![t],
-            plots: vec![plot, plot2],
-        },
+    Ok(Outcome::new(
+        text,
+        vec![t],
+        vec![plot, plot2],
         record,
         verdict,
-    })
+    ))
 }
 
 /// The seed's table beside the engine's two runs.

@@ -22,7 +22,7 @@ mod test_verdicts;
 mod validation;
 mod will_it_scale;
 
-pub use experiment::{Outcome, Scale};
+pub use experiment::{Given, Outcome, Scale};
 
 use std::path::PathBuf;
 
@@ -134,8 +134,9 @@ impl<R> Outcome<R> {
     /// The same outcome with its record wrapped as one of [`Record`]'s kinds.
     fn into_record(self, wrap: impl FnOnce(Box<R>) -> Record) -> Outcome<Record> {
         Outcome {
-            name: self.name,
-            section: self.section,
+            text: self.text,
+            tables: self.tables,
+            plots: self.plots,
             verdict: self.verdict,
             record: wrap(Box::new(self.record)),
         }
@@ -289,12 +290,12 @@ pub fn run(args: &ReproduceArgs, g: &GlobalArgs) -> anyhow::Result<()> {
                 te.elapsed().as_secs_f64(),
                 o.verdict
             );
-            let mut section = o.section;
-            section.heading = format!("{} — {}", section.heading, kind.name());
-            print_section(g, &section, Some(&o.verdict));
-            verdicts.push((o.name, kind, o.verdict));
-            let time_label = record_time(&o.record);
-            results.add(kind, &time_label, o.record, args.scale);
+            let (section, record, verdict) =
+                o.into_parts(format!("{} — {}", e.heading(), kind.name()));
+            print_section(g, &section, Some(&verdict));
+            verdicts.push((e.name(), kind, verdict));
+            let time_label = record_time(&record);
+            results.add(kind, &time_label, record, args.scale);
             sections.push(section);
         }
     }
@@ -413,15 +414,17 @@ fn run_seed(
     // `out` is the staging directory, which a Ctrl-C removes whole: made under its lock.
     usermm_host::files::cleanup::create_dir_all_within(&dir)?;
     eprintln!("usermm reproduce: {} ({}) ...", e.name(), kind.name());
+    let given = Given {
+        scale: args.scale,
+        quick: args.quick,
+        out: &dir,
+        time,
+    };
     Ok(match e {
-        Experiment::Bigfree => {
-            bigfree::run(args.scale, args.quick, &dir, time)?.into_record(Record::Bigfree)
-        }
-        Experiment::HugeZero => {
-            huge_zero::run(args.scale, &dir, time)?.into_record(Record::HugeZero)
-        }
-        Experiment::Munmap => munmap::run(args.scale, &dir, time)?.into_record(Record::Munmap),
-        Experiment::Percpu => percpu::run(args.scale, &dir, time)?.into_record(Record::Percpu),
+        Experiment::Bigfree => bigfree::run(&given)?.into_record(Record::Bigfree),
+        Experiment::HugeZero => huge_zero::run(&given)?.into_record(Record::HugeZero),
+        Experiment::Munmap => munmap::run(&given)?.into_record(Record::Munmap),
+        Experiment::Percpu => percpu::run(&given)?.into_record(Record::Percpu),
         Experiment::HostCheck | Experiment::Validation | Experiment::WillItScale => {
             unreachable!("run after the seeds' experiments")
         }
@@ -567,6 +570,24 @@ impl Experiment {
             Experiment::HostCheck => "host-check",
             Experiment::Validation => "validation",
             Experiment::WillItScale => "will-it-scale",
+        }
+    }
+
+    /// The heading of the experiment's section of `report.md` (a seed's gets its side's name
+    /// after it).
+    pub fn heading(self) -> &'static str {
+        match self {
+            Experiment::Bigfree => "Seeds 000/001: parallel free at teardown",
+            Experiment::HugeZero => "Seed 002: huge zero page reference per mm",
+            Experiment::Munmap => "Seed 003: munmap under a downgraded mmap lock",
+            Experiment::Percpu => "Seed 004: percpu partial chunk depopulation",
+            Experiment::HostCheck => "The model checked on this host",
+            Experiment::Validation => {
+                "Validation: the seed thread's other runs, predicted (no refit)"
+            }
+            Experiment::WillItScale => {
+                "will-it-scale page_fault1: a published curve, predicted (no refit)"
+            }
         }
     }
 }

@@ -2,16 +2,13 @@
 //! policies, beside the seed's ftrace figures. Default scale 8 GiB (2 runs a policy); the
 //! seed's 80 GB with `--scale seed`.
 
-use std::path::Path;
-
 use serde::Serialize;
 use usermm_workloads::munmap_test::{self, MunmapTestOpts, PolicyResult, Ratio};
 use usermm_workloads::seeds::{MunmapDowngrade, MUNMAP_DOWNGRADE};
 
-use super::experiment::{Outcome, Scale};
-use crate::args::TimeArgs;
+use super::experiment::{Given, Outcome, Scale};
 use crate::report::format::group;
-use crate::report::{bar_plot, Section, Table};
+use crate::report::{bar_plot, Table};
 
 /// `munmap` in `results.json`.
 #[derive(Debug, Serialize)]
@@ -32,17 +29,13 @@ pub(super) fn size(scale: Scale) -> u64 {
     }
 }
 
-pub(super) fn run(
-    scale: Scale,
-    out: &Path,
-    time: &TimeArgs,
-) -> anyhow::Result<Outcome<MunmapRecord>> {
+pub(super) fn run(g: &Given<'_>) -> anyhow::Result<Outcome<MunmapRecord>> {
     let seed = MUNMAP_DOWNGRADE;
-    let size = size(scale);
+    let size = size(g.scale);
     let mut opts = MunmapTestOpts::new(size, 1);
     opts.repeat = 2;
-    time.apply(&mut opts.machine);
-    time.check(&mut opts.machine, None)?;
+    g.time.apply(&mut opts.machine);
+    g.time.check(&mut opts.machine, None)?;
     let label = usermm_workloads::TimeLabel::of(&opts.machine);
     if label.is_modelled() {
         // A virtual run is the same every time, has no host load to stand in for, and needs
@@ -112,7 +105,7 @@ pub(super) fn run(
     ] {
         t.push_row([label.into(), "".into(), "".into(), us(ns[0]), us(ns[1])]);
     }
-    let plot = out.join("munmap_hold.svg");
+    let plot = g.out.join("munmap_hold.svg");
     let ms = |us: u64| us as f64 / 1000.0;
     bar_plot(
         &plot,
@@ -155,15 +148,5 @@ racing fault finds no VMA (SEGV_MAPERR).\n".to_string();
         ratio: r.ratio,
         time: label,
     };
-    Ok(Outcome {
-        name: "munmap",
-        section: Section {
-            heading: "Seed 003: munmap under a downgraded mmap lock".into(),
-            text,
-            tables: vec![t],
-            plots: vec![plot],
-        },
-        record,
-        verdict,
-    })
+    Ok(Outcome::new(text, vec![t], vec![plot], record, verdict))
 }

@@ -1,14 +1,12 @@
 //! Seed 004 in `reproduce`: the cgroup script both ways, beside the seed's three `Percpu:`
 //! rows. Cheap (well under a second): every scale runs the seed's own.
 
-use std::path::Path;
-
 use serde::Serialize;
 use usermm_workloads::percpu_test::{self, PercpuTestOpts, PercpuTestResult};
 use usermm_workloads::seeds::PERCPU_DEPOPULATE;
 
-use super::experiment::{Outcome, Scale};
-use crate::report::{bar_plot, Section};
+use super::experiment::{Given, Outcome};
+use crate::report::bar_plot;
 
 /// `percpu` in `results.json`.
 #[derive(Debug, Serialize)]
@@ -38,21 +36,17 @@ pub struct PercpuRatio {
     pub vanilla_plateau: f64,
 }
 
-pub(super) fn run(
-    _scale: Scale,
-    out: &Path,
-    time: &crate::args::TimeArgs,
-) -> anyhow::Result<Outcome<PercpuRecord>> {
+pub(super) fn run(g: &Given<'_>) -> anyhow::Result<Outcome<PercpuRecord>> {
     let seed = PERCPU_DEPOPULATE;
     let opts = PercpuTestOpts::default();
     let mut base = usermm::MachineConfig::default();
     base.time.profile = percpu_test::DEFAULT_PROFILE.into();
-    time.apply(&mut base);
-    time.check(&mut base, None)?;
+    g.time.apply(&mut base);
+    g.time.check(&mut base, None)?;
     let time_label = usermm_workloads::TimeLabel::of(&base).time;
     let r = percpu_test::run_ab(&opts, &base).map_err(|e| anyhow::anyhow!("percpu-test: {e}"))?;
     let t = crate::cmd::percpu_test::table(&r);
-    let plot = out.join("percpu.svg");
+    let plot = g.out.join("percpu.svg");
     let (v, p) = (&r.vanilla.rows, &r.patched.rows);
     let phase = |name: &str, sv: u64, sp: u64, uv: u64, up: u64| {
         (
@@ -120,15 +114,5 @@ chunk is free; patched isolates chunks with ≥ ¼ empty populated pages and dep
         patched: r.patched,
         time: time_label,
     };
-    Ok(Outcome {
-        name: "percpu",
-        section: Section {
-            heading: "Seed 004: percpu partial chunk depopulation".into(),
-            text,
-            tables: vec![t],
-            plots: vec![plot],
-        },
-        record,
-        verdict,
-    })
+    Ok(Outcome::new(text, vec![t], vec![plot], record, verdict))
 }

@@ -111,7 +111,7 @@ pub(super) fn run(scale: Scale, test: bool) -> anyhow::Result<(Section, String, 
         }
     }
     let section = Section {
-        heading: "Validation: the seed thread's other runs, predicted (no refit)".into(),
+        heading: super::Experiment::Validation.heading().into(),
         text,
         tables,
         plots: Vec::new(),

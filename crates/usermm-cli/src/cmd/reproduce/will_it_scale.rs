@@ -76,7 +76,7 @@ pub(super) fn run(test: bool) -> anyhow::Result<(Section, String, CurveRecord)> 
         r.opts.period.as_millis()
     );
     let section = Section {
-        heading: "will-it-scale page_fault1: a published curve, predicted (no refit)".into(),
+        heading: super::Experiment::WillItScale.heading().into(),
         text,
         tables: vec![table(&r)],
         plots: Vec::new(),

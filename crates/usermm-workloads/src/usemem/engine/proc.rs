@@ -14,7 +14,7 @@ use super::sys::errno;
 use super::sys::EngineSys;
 use super::{host_thread_budget, EngineProcess, FileKind, Hooks, Mapping, RunShared};
 use crate::usemem::io::Io;
-use crate::usemem::program::{self, Outcome, Platform};
+use crate::usemem::program::{FileToOpen, Platform};
 use crate::usemem::sys::{Errno, Gate, MapFd, Sys};
 use crate::usemem::worker::{bind_cpu, End, Plan, ProcState, Worker, WorkerRecord};
 
@@ -101,22 +101,14 @@ impl EnginePlatform {
             max_threads,
         })
     }
-
-    /// Run usemem with `args` (the words after its name).
-    pub fn run(
-        &mut self,
-        name: &str,
-        args: &[String],
-        posixly_correct: bool,
-        engine_help: &str,
-    ) -> Outcome {
-        let out = program::main(self, name, args, posixly_correct, engine_help);
-        self.main.proc.mm.mmput(self.main.cpu());
-        out
-    }
 }
 
 impl Platform for EnginePlatform {
+    /// The parent's mm goes with it (its workers' went as each ended).
+    fn exit(&mut self) {
+        self.main.proc.mm.mmput(self.main.cpu());
+    }
+
     type Sys = EngineSys;
 
     fn main_sys(&self) -> &EngineSys {
@@ -127,13 +119,13 @@ impl Platform for EnginePlatform {
         self.nr_cpus
     }
 
-    fn open(
-        &mut self,
-        path: Option<&str>,
-        read_only: bool,
-        memfd: bool,
-        size: u64,
-    ) -> Result<(), Errno> {
+    fn open(&mut self, file: FileToOpen<'_>) -> Result<(), Errno> {
+        let FileToOpen {
+            path,
+            read_only,
+            memfd,
+            size,
+        } = file;
         let kind = if memfd {
             FileKind::Sized {
                 size,

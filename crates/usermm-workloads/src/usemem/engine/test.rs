@@ -86,7 +86,7 @@ fn fork_shares_the_preallocation_copy_on_write() {
     // The child exits first: only its two copies go; the parent's pages stay.
     mm.mmput(cpu1);
     assert_eq!(anon(), pages as i64);
-    // The parent's exit (EnginePlatform::run's mmput) gives back the rest.
+    // The parent's exit (EnginePlatform's Platform::exit, an mmput) gives back the rest.
     parent.mm().mmput(CpuId(0));
     assert_eq!(anon(), 0);
     drop(child);
