@@ -669,7 +669,8 @@ pub(crate) fn unlock(file: &std::fs::File) -> std::io::Result<()> {
 }
 
 /// `flock(fd, LOCK_EX | LOCK_NB)` on `file`: `Ok(true)` when this open file now holds the
-/// exclusive advisory lock (released when it is closed), `Ok(false)` when another holds it.
+/// exclusive advisory lock (released by `unlock`, or when the last copy of the descriptor
+/// is closed), `Ok(false)` when another holds it.
 /// (`File::try_lock` needs Rust 1.89; the workspace's MSRV is older.)
 pub fn try_lock_exclusive(file: &std::fs::File) -> std::io::Result<bool> {
     use std::os::fd::AsRawFd;

@@ -289,9 +289,10 @@ pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
             "lru_add_batch",
             15.0,
             "pages",
-            "PAGEVEC_SIZE = 15 (include/linux/pagevec.h, v4.x): a CPU adds new pages to the LRU \
-             15 at a time, one lru_lock acquire each, as the engine's lru.add_batch default \
-             does",
+            "the engine's lru.add_batch default, which the host check's machine keeps: new pages \
+             go to the LRU 15 at a time, one lru_lock acquire each, as v4.x's PAGEVEC_SIZE = 15 \
+             (include/linux/pagevec.h) did; this host's newer kernel batches 31 folios, but \
+             what is deducted here is what the engine charges",
         ),
         (
             "gather_batch",
