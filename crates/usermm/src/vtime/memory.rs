@@ -68,7 +68,6 @@
 
 #![deny(unsafe_code)]
 
-use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::profile::{MemPrice, Placement, Ps};
@@ -106,6 +105,7 @@ type LineState = [u32; 3];
 /// A stamp counts fills by sixteen: capacities are rounded down to a multiple of 16 lines.
 const STAMP_SHIFT: u32 = 4;
 
+#[inline(always)]
 fn stamp_of(fills: u64) -> u32 {
     (fills >> STAMP_SHIFT) as u32
 }
@@ -164,35 +164,57 @@ pub(super) struct Memory {
     /// One `struct page` line per frame, by PFN.
     pages: Vec<LineState>,
     /// Lines known by address (list heads, counters).
-    others: FxHashMap<usize, LineState>,
+    heads: HeadTable,
     caches: Caches,
 }
 
-/// The caches of one run: their fill counts, the prices, and the statistics.
+/// The caches of one run: their fill counts, the prices, the topology a touch reads, and the
+/// statistics. The topology is copied from the run's [`Placement`] into flat tables at
+/// [`Memory::new`], so that a touch reads a CPU's core and socket, and a transfer's price,
+/// with one indexed load each.
 #[derive(Debug)]
 struct Caches {
     price: MemPrice,
+    /// `llc_lines` and `l2_lines` in stamp units (`>> STAMP_SHIFT`).
+    llc_units: u64,
+    l2_units: u64,
     /// Frames per node (the engine's `page_to_nid` divides by it), and nodes.
     frames_per_node: u64,
     nr_nodes: u64,
     /// Socket of each node.
     node_socket: Vec<u16>,
+    /// Per CPU: its machine-wide core and its socket (`Placement::core_of`, `socket_of`).
+    cpu_core: Vec<u32>,
+    cpu_socket: Vec<u32>,
+    /// `transfer[from * nr_cpus + to]`: the profile's transfer price by the CPUs' distance
+    /// (`Placement::distance`).
+    transfer: Vec<Ps>,
+    nr_cpus: usize,
     socket_fills: Vec<u64>,
     core_fills: Vec<u64>,
     /// Per CPU: the PFN after its last DRAM miss on a `struct page` (`u64::MAX`: none).
     stream_next: Vec<u64>,
     counts: [u64; FOUND],
-    accesses: u64,
     measured: u64,
     charged: Ps,
 }
 
+/// The CPU a touch runs on, with its core and socket looked up once for the touches of one
+/// list operation.
+#[derive(Debug, Clone, Copy)]
+struct Toucher {
+    cpu: usize,
+    core: usize,
+    socket: usize,
+}
+
 impl Memory {
     /// A cold memory of `nr_frames` frames, `frames_per_node` to a node, for `placement`'s
-    /// CPUs.
+    /// CPUs, with a line transfer priced `transfer[distance]`.
     pub(super) fn new(
         price: MemPrice,
         placement: &Placement,
+        transfer: &[Ps; 4],
         nr_frames: u64,
         frames_per_node: u64,
     ) -> Self {
@@ -200,23 +222,34 @@ impl Memory {
         let sockets = (0..cpus).map(|c| placement.socket_of(c)).max().unwrap_or(0) + 1;
         let cores = (0..cpus).map(|c| placement.core_of(c)).max().unwrap_or(0) + 1;
         let nr_nodes = placement.nr_nodes() as u64;
+        let mut xfer = Vec::with_capacity(cpus * cpus);
+        for from in 0..cpus {
+            for to in 0..cpus {
+                xfer.push(transfer[placement.distance(from, to) as usize]);
+            }
+        }
         Memory {
             // Zeroed allocations are lazily mapped: a frame's line costs host memory only
             // once it is touched.
             pages: vec![[0; 3]; nr_frames as usize],
-            others: FxHashMap::default(),
+            heads: HeadTable::default(),
             caches: Caches {
                 price,
+                llc_units: price.llc_lines >> STAMP_SHIFT,
+                l2_units: price.l2_lines >> STAMP_SHIFT,
                 frames_per_node: frames_per_node.max(1),
                 nr_nodes,
                 node_socket: (0..nr_nodes as usize)
                     .map(|n| placement.socket_of_node(n) as u16)
                     .collect(),
+                cpu_core: (0..cpus).map(|c| placement.core_of(c) as u32).collect(),
+                cpu_socket: (0..cpus).map(|c| placement.socket_of(c) as u32).collect(),
+                transfer: xfer,
+                nr_cpus: cpus,
                 socket_fills: vec![0; sockets],
                 core_fills: vec![0; cores],
                 stream_next: vec![u64::MAX; cpus],
                 counts: [0; FOUND],
-                accesses: 0,
                 measured: 0,
                 charged: 0,
             },
@@ -224,46 +257,48 @@ impl Memory {
     }
 
     /// CPU `cpu` touches frame `pfn`'s `struct page`; returns the price in ps.
-    pub(super) fn touch_page(
-        &mut self,
-        placement: &Placement,
-        transfer: &[Ps; 4],
-        cpu: usize,
-        pfn: u64,
-        how: Touch,
-    ) -> Ps {
+    pub(super) fn touch_page(&mut self, cpu: usize, pfn: u64, how: Touch) -> Ps {
+        let t = self.caches.toucher(cpu);
+        self.page(t, pfn, how)
+    }
+
+    /// The lines of one list operation by CPU `cpu` (`hooks::mem_touch_list`): the `struct
+    /// page`s of `pfns` (`u32::MAX`: none) in order, then, when `head` is not 0 and the
+    /// first page is one, the list head at address `head` homed on that page's node; each a
+    /// [`Touch::Access`]. Returns the sum of their prices, in ps.
+    pub(super) fn touch_list(&mut self, cpu: usize, head: usize, pfns: [u32; 3]) -> Ps {
+        let t = self.caches.toucher(cpu);
+        let mut ps: Ps = 0;
+        for p in pfns {
+            if p != u32::MAX {
+                ps = ps.saturating_add(self.page(t, u64::from(p), Touch::Access));
+            }
+        }
+        if head != 0 && pfns[0] != u32::MAX {
+            let line = self.heads.get_or_insert(head);
+            let (price, new) =
+                self.caches
+                    .access(t, *line, u64::from(pfns[0]), false, Touch::Access);
+            *line = new;
+            ps = ps.saturating_add(price);
+        }
+        ps
+    }
+
+    #[inline(always)]
+    fn page(&mut self, t: Toucher, pfn: u64, how: Touch) -> Ps {
         let Some(line) = self.pages.get_mut(pfn as usize) else {
             return 0;
         };
-        let (price, new) = self
-            .caches
-            .access(placement, transfer, cpu, *line, pfn, true, how);
-        *line = new;
-        price
-    }
-
-    /// CPU `cpu` touches the line at engine address `id`, homed on frame `home_pfn`'s node.
-    pub(super) fn touch_id(
-        &mut self,
-        placement: &Placement,
-        transfer: &[Ps; 4],
-        cpu: usize,
-        id: usize,
-        home_pfn: u64,
-        how: Touch,
-    ) -> Ps {
-        let line = self.others.entry(id).or_insert([0; 3]);
-        let (price, new) = self
-            .caches
-            .access(placement, transfer, cpu, *line, home_pfn, false, how);
+        let (price, new) = self.caches.access(t, *line, pfn, true, how);
         *line = new;
         price
     }
 
     /// `n` lines this CPU filled into its caches that the model does not track (a cleared or
     /// copied page's data): they age every tracked line of the core and the socket.
-    pub(super) fn fill(&mut self, placement: &Placement, cpu: usize, n: u64) {
-        self.caches.fill(placement, cpu, n);
+    pub(super) fn fill(&mut self, cpu: usize, n: u64) {
+        self.caches.fill(cpu, n);
     }
 
     pub(super) fn stat(&self) -> MemoryStat {
@@ -271,39 +306,119 @@ impl Memory {
     }
 }
 
+/// The list heads' lines, by address: a small open-addressed table (heads are few, a few
+/// per CPU and per node, and never leave it during a run), probed linearly from the
+/// address's Fibonacci hash, at most half full.
+#[derive(Debug)]
+struct HeadTable {
+    /// `(address, state)`; address 0 marks a free slot (no list head lives at 0).
+    slots: Vec<(usize, LineState)>,
+    len: usize,
+    /// `64 - log2(slots.len())`: the hash's top bits index the table.
+    shift: u32,
+}
+
+impl Default for HeadTable {
+    fn default() -> Self {
+        const INITIAL: usize = 64;
+        HeadTable {
+            slots: vec![(0, [0; 3]); INITIAL],
+            len: 0,
+            shift: 64 - INITIAL.trailing_zeros(),
+        }
+    }
+}
+
+impl HeadTable {
+    /// The state of the line at `id` (not 0), cold the first time.
+    #[inline(always)]
+    fn get_or_insert(&mut self, id: usize) -> &mut LineState {
+        debug_assert_ne!(id, 0, "a list head at address 0");
+        let mask = self.slots.len() - 1;
+        let mut i = Self::hash(id, self.shift);
+        loop {
+            let k = self.slots[i].0;
+            if k == id {
+                return &mut self.slots[i].1;
+            }
+            if k == 0 {
+                break;
+            }
+            i = (i + 1) & mask;
+        }
+        self.insert_new(id)
+    }
+
+    #[inline(always)]
+    fn hash(id: usize, shift: u32) -> usize {
+        ((id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize
+    }
+
+    /// A new cold line at `id`, growing the table first when it would be more than half full.
+    #[cold]
+    fn insert_new(&mut self, id: usize) -> &mut LineState {
+        if (self.len + 1) * 2 > self.slots.len() {
+            let old = std::mem::take(&mut self.slots);
+            self.slots = vec![(0, [0; 3]); old.len() * 2];
+            self.shift -= 1;
+            for (k, s) in old.into_iter().filter(|(k, _)| *k != 0) {
+                *self.slot_for_new(k) = (k, s);
+            }
+        }
+        self.len += 1;
+        let slot = self.slot_for_new(id);
+        *slot = (id, [0; 3]);
+        &mut slot.1
+    }
+
+    /// The free slot where `id`, not in the table, goes.
+    fn slot_for_new(&mut self, id: usize) -> &mut (usize, LineState) {
+        let mask = self.slots.len() - 1;
+        let mut i = Self::hash(id, self.shift);
+        while self.slots[i].0 != 0 {
+            i = (i + 1) & mask;
+        }
+        &mut self.slots[i]
+    }
+}
+
 impl Caches {
+    #[inline(always)]
+    fn toucher(&self, cpu: usize) -> Toucher {
+        Toucher {
+            cpu,
+            core: self.cpu_core[cpu] as usize,
+            socket: self.cpu_socket[cpu] as usize,
+        }
+    }
+
     /// The home node of frame `pfn` (the engine's `page_to_nid`).
     fn node_of_pfn(&self, pfn: u64) -> usize {
         (pfn / self.frames_per_node).min(self.nr_nodes - 1) as usize
     }
 
-    /// The touch of a line in `state`, whose memory is on the node of frame `home_pfn` (the
-    /// node is looked up, a division, only when the line comes from DRAM); `page`: the line is
-    /// frame `home_pfn`'s own `struct page` (which the streamer can fetch ahead).
-    #[expect(clippy::too_many_arguments, reason = "one private step of two callers")]
+    /// The touch by `t` of a line in `state`, whose memory is on the node of frame
+    /// `home_pfn` (the node is looked up, a division, only when the line comes from DRAM);
+    /// `page`: the line is frame `home_pfn`'s own `struct page` (which the streamer can fetch
+    /// ahead).
     #[inline(always)]
     fn access(
         &mut self,
-        placement: &Placement,
-        transfer: &[Ps; 4],
-        cpu: usize,
+        t: Toucher,
         state: LineState,
         home_pfn: u64,
         page: bool,
         how: Touch,
     ) -> (Ps, LineState) {
-        let socket = placement.socket_of(cpu);
-        let core = placement.core_of(cpu);
+        let Toucher { cpu, core, socket } = t;
         let (found, in_l2_here, in_llc_here) = if state[0] == 0 {
             (Found::First, false, false)
         } else {
             let w = state[0] as usize - 1;
-            let (wsock, wcore) = (placement.socket_of(w), placement.core_of(w));
+            let (wsock, wcore) = (self.cpu_socket[w] as usize, self.cpu_core[w] as usize);
             let age = |fills: u64, stamp: u32| stamp_of(fills).wrapping_sub(stamp) as u64;
-            let in_llc =
-                age(self.socket_fills[wsock], state[2]) < self.price.llc_lines >> STAMP_SHIFT;
-            let in_l2 = in_llc
-                && age(self.core_fills[wcore], state[1]) < self.price.l2_lines >> STAMP_SHIFT;
+            let in_llc = age(self.socket_fills[wsock], state[2]) < self.llc_units;
+            let in_l2 = in_llc && age(self.core_fills[wcore], state[1]) < self.l2_units;
             if in_l2 && wcore == core {
                 (Found::OwnCache, true, true)
             } else if in_l2 && wsock == socket {
@@ -335,16 +450,6 @@ impl Caches {
         {
             self.stream_next[cpu] = home_pfn + 1;
         }
-        let price = match found {
-            Found::First | Found::OwnCache | Found::SocketLlc => 0,
-            Found::OtherCore | Found::OtherSocket => {
-                let w = state[0] as usize - 1;
-                transfer[placement.distance(w, cpu) as usize]
-            }
-            Found::DramLocal => self.price.dram_local,
-            Found::DramRemote => self.price.dram_remote,
-            Found::DramStream => self.price.dram_stream,
-        };
         if !in_l2_here {
             self.core_fills[core] += 1;
         }
@@ -356,23 +461,28 @@ impl Caches {
             stamp_of(self.core_fills[core]),
             stamp_of(self.socket_fills[socket]),
         ];
-        match how {
-            Touch::Measured => {
-                self.measured += 1;
-                (0, new)
-            }
-            Touch::Access => {
-                self.accesses += 1;
-                self.counts[found as usize] += 1;
-                self.charged = self.charged.saturating_add(price);
-                (price, new)
-            }
+        if how == Touch::Measured {
+            self.measured += 1;
+            return (0, new);
         }
+        let price = match found {
+            Found::First | Found::OwnCache | Found::SocketLlc => 0,
+            Found::OtherCore | Found::OtherSocket => {
+                let w = state[0] as usize - 1;
+                self.transfer[w * self.nr_cpus + cpu]
+            }
+            Found::DramLocal => self.price.dram_local,
+            Found::DramRemote => self.price.dram_remote,
+            Found::DramStream => self.price.dram_stream,
+        };
+        self.counts[found as usize] += 1;
+        self.charged = self.charged.saturating_add(price);
+        (price, new)
     }
 
     /// See [`Memory::fill`].
-    fn fill(&mut self, placement: &Placement, cpu: usize, n: u64) {
-        let (s, c) = (placement.socket_of(cpu), placement.core_of(cpu));
+    fn fill(&mut self, cpu: usize, n: u64) {
+        let (s, c) = (self.cpu_socket[cpu] as usize, self.cpu_core[cpu] as usize);
         self.core_fills[c] = self.core_fills[c].saturating_add(n);
         self.socket_fills[s] = self.socket_fills[s].saturating_add(n);
     }
@@ -380,7 +490,8 @@ impl Caches {
     fn stat(&self) -> MemoryStat {
         let c = &self.counts;
         MemoryStat {
-            accesses: self.accesses,
+            // Every priced touch lands in exactly one bucket.
+            accesses: c.iter().sum(),
             measured: self.measured,
             first: c[Found::First as usize],
             own_cache: c[Found::OwnCache as usize],
@@ -397,3 +508,24 @@ impl Caches {
 
 /// `struct page`s per 4 KiB of the memmap: the L2 streamer does not cross a 4 KiB page.
 const LINES_PER_4K: u64 = 64;
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn head_table_keeps_every_line_through_growth() {
+        let mut t = HeadTable::default();
+        // Addresses 64 bytes apart, as list heads in one array are.
+        let ids: Vec<usize> = (1..=1000).map(|i| 0x7f00_0000_0000 + i * 64).collect();
+        for (n, &id) in ids.iter().enumerate() {
+            assert_eq!(*t.get_or_insert(id), [0; 3], "a new line is cold");
+            *t.get_or_insert(id) = [n as u32 + 1, 2, 3];
+        }
+        for (n, &id) in ids.iter().enumerate() {
+            assert_eq!(*t.get_or_insert(id), [n as u32 + 1, 2, 3]);
+        }
+        assert_eq!(t.len, ids.len());
+        assert!(t.len * 2 <= t.slots.len());
+    }
+}

@@ -249,11 +249,16 @@ impl Runtime {
     /// model starts cold (`vtime/memory.rs`); without, touches stay free.
     pub fn set_memmap(&self, nr_frames: u64, frames_per_node: u64) {
         let mut st = self.inner.state.borrow_mut();
-        st.mem = st
-            .model
-            .profile
-            .memory
-            .map(|price| Memory::new(price, &st.model.placement, nr_frames, frames_per_node));
+        let m = &st.model;
+        st.mem = m.profile.memory.map(|price| {
+            Memory::new(
+                price,
+                &m.placement,
+                &m.profile.transfer_ps,
+                nr_frames,
+                frames_per_node,
+            )
+        });
     }
 
     /// Seeds the jitter of contexts created from now on (`time.seed`).

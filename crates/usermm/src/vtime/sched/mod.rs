@@ -431,8 +431,7 @@ impl State {
     pub(super) fn mem_touch_page(&mut self, id: CtxId, pfn: u64, how: Touch) {
         let Some(mem) = self.mem.as_mut() else { return };
         let cpu = self.ctxs[id as usize].cpu as usize;
-        let m = &self.model;
-        let ps = mem.touch_page(&m.placement, &m.profile.transfer_ps, cpu, pfn, how);
+        let ps = mem.touch_page(cpu, pfn, how);
         if ps > 0 {
             self.busy(id, ps);
         }
@@ -446,23 +445,7 @@ impl State {
     pub(super) fn mem_touch_list(&mut self, id: CtxId, head: usize, pfns: [u32; 3]) {
         let Some(mem) = self.mem.as_mut() else { return };
         let cpu = self.ctxs[id as usize].cpu as usize;
-        let (pl, xfer) = (&self.model.placement, &self.model.profile.transfer_ps);
-        let mut ps: Ps = 0;
-        for p in pfns {
-            if p != u32::MAX {
-                ps = ps.saturating_add(mem.touch_page(pl, xfer, cpu, u64::from(p), Touch::Access));
-            }
-        }
-        if head != 0 && pfns[0] != u32::MAX {
-            ps = ps.saturating_add(mem.touch_id(
-                pl,
-                xfer,
-                cpu,
-                head,
-                u64::from(pfns[0]),
-                Touch::Access,
-            ));
-        }
+        let ps = mem.touch_list(cpu, head, pfns);
         if ps > 0 {
             self.busy(id, ps);
         }
@@ -472,7 +455,7 @@ impl State {
     pub(super) fn mem_fill(&mut self, id: CtxId, lines: u64) {
         if let Some(mem) = self.mem.as_mut() {
             let cpu = self.ctxs[id as usize].cpu as usize;
-            mem.fill(&self.model.placement, cpu, lines);
+            mem.fill(cpu, lines);
         }
     }
 
