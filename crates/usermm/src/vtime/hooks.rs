@@ -29,7 +29,7 @@ use super::{
     class::{Acquired, LineClass, LockClass, Mode},
     memory::Touch,
     profile::Cost,
-    runtime::in_run,
+    runtime::{in_run, push_touch, Touched},
 };
 
 /// A virtual run is active on this host thread (`Machine::run` in virtual mode).
@@ -127,21 +127,24 @@ pub fn charge(cost: Cost, n: u64) {
 }
 
 /// The running CPU touches frame `pfn`'s `struct page` (`vtime/memory.rs`): not a
-/// synchronisation point; its price, by where the line is, is added to the clock at once.
+/// synchronisation point; its price, by where the line is, is added to the clock before
+/// anything reads it (kept until the context's next synchronisation point or clock read and
+/// applied there, in order: `runtime.rs`, `TOUCHES`).
 #[inline]
 pub fn mem_touch_page(pfn: u64, how: Touch) {
     if in_run() {
-        virt::mem_touch_page(pfn, how);
+        push_touch(Touched::Page { pfn, how });
     }
 }
 
 /// The lines of one list operation: the `struct page`s of `pfns` (`u32::MAX` entries
 /// skipped) in order, then, when `head` is not 0, the list head at that address, homed on the
-/// node of the first page; every touch an [`Touch::Access`]. One lookup of the run for all.
+/// node of the first page; every touch an [`Touch::Access`]. Kept and applied as
+/// [`mem_touch_page`]'s are.
 #[inline]
 pub fn mem_touch_list(head: usize, pfns: [u32; 3]) {
     if in_run() {
-        virt::mem_touch_list(head, pfns);
+        push_touch(Touched::List { head, pfns });
     }
 }
 
@@ -186,7 +189,6 @@ pub use super::runtime::AtomicSection;
 mod virt {
     use super::super::{
         class::{Acquired, LineClass, LockClass, Mode},
-        memory::Touch,
         runtime::{current, with_current},
         sched::resources::AcquireStep,
     };
@@ -278,16 +280,6 @@ mod virt {
         if let Some(rt) = current() {
             rt.sync(|st, me| st.cv_notify(me, cv_id, all));
         }
-    }
-
-    #[inline(never)]
-    pub(super) fn mem_touch_page(pfn: u64, how: Touch) {
-        with_current(|rt| rt.with_running_raw(|st, me| st.mem_touch_page(me, pfn, how)));
-    }
-
-    #[inline(never)]
-    pub(super) fn mem_touch_list(head: usize, pfns: [u32; 3]) {
-        with_current(|rt| rt.with_running_raw(|st, me| st.mem_touch_list(me, head, pfns)));
     }
 
     #[inline(never)]

@@ -257,6 +257,7 @@ impl Memory {
     }
 
     /// CPU `cpu` touches frame `pfn`'s `struct page`; returns the price in ps.
+    #[inline]
     pub(super) fn touch_page(&mut self, cpu: usize, pfn: u64, how: Touch) -> Ps {
         let t = self.caches.toucher(cpu);
         self.page(t, pfn, how)
@@ -266,6 +267,7 @@ impl Memory {
     /// page`s of `pfns` (`u32::MAX`: none) in order, then, when `head` is not 0 and the
     /// first page is one, the list head at address `head` homed on that page's node; each a
     /// [`Touch::Access`]. Returns the sum of their prices, in ps.
+    #[inline]
     pub(super) fn touch_list(&mut self, cpu: usize, head: usize, pfns: [u32; 3]) -> Ps {
         let t = self.caches.toucher(cpu);
         let mut ps: Ps = 0;
@@ -411,6 +413,23 @@ impl Caches {
         how: Touch,
     ) -> (Ps, LineState) {
         let Toucher { cpu, core, socket } = t;
+        let (core_stamp, socket_stamp) = (
+            stamp_of(self.core_fills[core]),
+            stamp_of(self.socket_fills[socket]),
+        );
+        // The common case first: this CPU touched the line last and it is still in its L2
+        // (the second row of the module's table, exactly as the general path below finds
+        // it: the same CPU is the same core and socket). No cache fills, no price.
+        if state[0] == cpu as u32 + 1
+            && u64::from(socket_stamp.wrapping_sub(state[2])) < self.llc_units
+            && u64::from(core_stamp.wrapping_sub(state[1])) < self.l2_units
+        {
+            match how {
+                Touch::Measured => self.measured += 1,
+                Touch::Access => self.counts[Found::OwnCache as usize] += 1,
+            }
+            return (0, [state[0], core_stamp, socket_stamp]);
+        }
         let (found, in_l2_here, in_llc_here) = if state[0] == 0 {
             (Found::First, false, false)
         } else {

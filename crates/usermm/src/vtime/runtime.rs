@@ -26,7 +26,7 @@ use corosensei::stack::DefaultStack;
 use super::{
     coro::{self, Resumed},
     jitter,
-    memory::Memory,
+    memory::{Memory, Touch},
     profile::{Cost, Placement, Profile, ProfileError, Ps},
     report::Report,
     sched::{CtxId, Model, Next, State},
@@ -82,6 +82,57 @@ thread_local! {
 
 const _: () = assert!(Cost::COUNT <= 64, "PENDING_MASK has a bit per cost");
 
+/// A line touch of the running context (`hooks::mem_touch_page`, `hooks::mem_touch_list`),
+/// kept in [`TOUCHES`] until the context's next synchronisation point or clock read.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Touched {
+    Page { pfn: u64, how: Touch },
+    List { head: usize, pfns: [u32; 3] },
+}
+
+/// Touches kept before they are applied at once (a list operation makes one; a lock hold of
+/// the engine a few dozen).
+const TOUCH_BUF: usize = 64;
+
+thread_local! {
+    /// The running context's touches since its last synchronisation point or clock read, in
+    /// order; the first [`TOUCH_LEN`] are live. A touch is not a synchronisation point and
+    /// nothing reads what it changes (the line model, the context's clock) before the
+    /// context's next synchronisation point or clock read, where [`State::apply_touches`]
+    /// applies them in order before anything else: the same lines, prices and clock as
+    /// applying each at once, without entering the runtime per touch.
+    static TOUCHES: [Cell<Touched>; TOUCH_BUF] = const {
+        [const { Cell::new(Touched::Page { pfn: 0, how: Touch::Measured }) }; TOUCH_BUF]
+    };
+    static TOUCH_LEN: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Keeps a touch of the running context for its next synchronisation point (applying the
+/// kept ones first when the buffer is full).
+#[inline(always)]
+pub(super) fn push_touch(t: Touched) {
+    let mut n = TOUCH_LEN.get();
+    if n >= TOUCH_BUF {
+        flush_touches();
+        n = 0;
+    }
+    TOUCHES.with(|b| {
+        if let Some(c) = b.get(n) {
+            c.set(t);
+        }
+    });
+    TOUCH_LEN.set(n + 1);
+}
+
+/// The buffer is full: apply its touches now (outside a context, where a touch is a no-op,
+/// they are dropped).
+#[cold]
+#[inline(never)]
+fn flush_touches() {
+    with_current(|rt| rt.with_running_raw(|st, me| st.apply_touches(me)));
+    TOUCH_LEN.set(0);
+}
+
 /// Count `n` units of cost `i` for the running context.
 #[inline(always)]
 pub(super) fn add_pending(i: usize, n: u64) {
@@ -124,6 +175,7 @@ const LINES_PER_PAGE: u64 = 64;
 fn clear_pending() {
     PENDING.with(|p| p.iter().for_each(|c| c.set(0)));
     PENDING_MASK.set(0);
+    TOUCH_LEN.set(0);
 }
 
 /// An [`atomic`](super::hooks::atomic) section: no synchronisation point may be passed while
@@ -346,9 +398,12 @@ impl Drop for DisposeOnUnwind<'_> {
 }
 
 impl State {
-    /// Applies the charges counted since `me`'s last synchronisation point to its clock.
+    /// Applies the touches made and the charges counted since `me`'s last synchronisation
+    /// point to its clock (the touches first: each was priced at once before any charge's
+    /// cache fills were applied).
     #[inline]
     fn apply_pending(&mut self, me: CtxId) {
+        self.apply_touches(me);
         let (ps, fills) = take_pending(&self.model.profile.cost_ps);
         if fills > 0 {
             self.mem_fill(me, fills);
@@ -357,6 +412,32 @@ impl State {
             let sigma = self.model.profile.jitter_ppm;
             let ps = jitter::apply(ps, sigma, &mut self.ctxs[me as usize].rng);
             self.work(me, ps);
+        }
+    }
+}
+
+impl State {
+    /// Applies `me`'s kept touches ([`TOUCHES`]) in order: their prices are busy time,
+    /// unscaled (memory time, like a hand-over), added as one sum (the same clock as one
+    /// charge each: every sum saturates, and nothing reads the clock in between).
+    #[inline]
+    fn apply_touches(&mut self, me: CtxId) {
+        let n = TOUCH_LEN.replace(0);
+        if n == 0 {
+            return;
+        }
+        let Some(mem) = self.mem.as_mut() else { return };
+        let cpu = self.ctxs[me as usize].cpu as usize;
+        let ps = TOUCHES.with(|b| {
+            b.iter().take(n).fold(0 as Ps, |ps, t| {
+                ps.saturating_add(match t.get() {
+                    Touched::Page { pfn, how } => mem.touch_page(cpu, pfn, how),
+                    Touched::List { head, pfns } => mem.touch_list(cpu, head, pfns),
+                })
+            })
+        });
+        if ps > 0 {
+            self.busy(me, ps);
         }
     }
 }

@@ -46,7 +46,7 @@ use super::{
     class::Mode,
     coro::YielderPtr,
     jitter,
-    memory::{Memory, Touch},
+    memory::Memory,
     profile::{LockPrice, Placement, Profile, Ps},
 };
 
@@ -423,32 +423,6 @@ impl State {
         c.busy = c.busy.saturating_add(ps);
         let cpu = &mut self.cpus[c.cpu as usize];
         cpu.busy = cpu.busy.saturating_add(ps);
-    }
-
-    /// `id` touches frame `pfn`'s `struct page` (`vtime/memory.rs`): its price is busy time,
-    /// unscaled (memory time, like a hand-over).
-    #[inline]
-    pub(super) fn mem_touch_page(&mut self, id: CtxId, pfn: u64, how: Touch) {
-        let Some(mem) = self.mem.as_mut() else { return };
-        let cpu = self.ctxs[id as usize].cpu as usize;
-        let ps = mem.touch_page(cpu, pfn, how);
-        if ps > 0 {
-            self.busy(id, ps);
-        }
-    }
-
-    /// `id` touches the lines of one list operation, in order: the `struct page`s of `pfns`
-    /// (`u32::MAX`: none) and, when `head` is not 0, the list head at that address homed on
-    /// the first page's node; each an [`Touch::Access`]. Their prices are busy time, charged
-    /// as one sum (the same clock as one charge each: nothing reads it in between).
-    #[inline]
-    pub(super) fn mem_touch_list(&mut self, id: CtxId, head: usize, pfns: [u32; 3]) {
-        let Some(mem) = self.mem.as_mut() else { return };
-        let cpu = self.ctxs[id as usize].cpu as usize;
-        let ps = mem.touch_list(cpu, head, pfns);
-        if ps > 0 {
-            self.busy(id, ps);
-        }
     }
 
     /// `id` filled `lines` untracked lines into its caches (cleared or copied pages).
