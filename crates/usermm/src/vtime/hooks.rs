@@ -27,9 +27,9 @@
 
 use super::{
     class::{Acquired, LineClass, LockClass, Mode},
-    memory::Touch,
+    memory::{Touch, Touched},
     profile::Cost,
-    runtime::{in_run, push_touch, Touched},
+    runtime::{in_run, push_touch},
 };
 
 /// A virtual run is active on this host thread (`Machine::run` in virtual mode).

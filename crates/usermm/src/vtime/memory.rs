@@ -168,6 +168,16 @@ pub(super) struct Memory {
     caches: Caches,
 }
 
+/// A touch of the lines of the engine (`hooks::mem_touch_page`, `hooks::mem_touch_list`), as
+/// the runtime keeps it until it is applied ([`Memory::touch_all`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Touched {
+    /// Frame `pfn`'s `struct page`.
+    Page { pfn: u64, how: Touch },
+    /// One list operation's lines.
+    List { head: usize, pfns: [u32; 3] },
+}
+
 /// The caches of one run: their fill counts, the prices, the topology a touch reads, and the
 /// statistics. The topology is copied from the run's [`Placement`] into flat tables at
 /// [`Memory::new`], so that a touch reads a CPU's core and socket, and a transfer's price,
@@ -256,33 +266,35 @@ impl Memory {
         }
     }
 
-    /// CPU `cpu` touches frame `pfn`'s `struct page`; returns the price in ps.
+    /// CPU `cpu` makes `touches`, in order; returns the sum of their prices, in ps.
+    ///
+    /// A [`Touched::Page`] is one `struct page`; a [`Touched::List`] is the lines of one list
+    /// operation (`hooks::mem_touch_list`): the `struct page`s of its `pfns` (`u32::MAX`:
+    /// none) in order, then, when `head` is not 0 and the first page is one, the list head
+    /// at address `head` homed on that page's node; each a [`Touch::Access`].
     #[inline]
-    pub(super) fn touch_page(&mut self, cpu: usize, pfn: u64, how: Touch) -> Ps {
-        let t = self.caches.toucher(cpu);
-        self.page(t, pfn, how)
-    }
-
-    /// The lines of one list operation by CPU `cpu` (`hooks::mem_touch_list`): the `struct
-    /// page`s of `pfns` (`u32::MAX`: none) in order, then, when `head` is not 0 and the
-    /// first page is one, the list head at address `head` homed on that page's node; each a
-    /// [`Touch::Access`]. Returns the sum of their prices, in ps.
-    #[inline]
-    pub(super) fn touch_list(&mut self, cpu: usize, head: usize, pfns: [u32; 3]) -> Ps {
+    pub(super) fn touch_all(&mut self, cpu: usize, touches: impl Iterator<Item = Touched>) -> Ps {
         let t = self.caches.toucher(cpu);
         let mut ps: Ps = 0;
-        for p in pfns {
-            if p != u32::MAX {
-                ps = ps.saturating_add(self.page(t, u64::from(p), Touch::Access));
+        for touched in touches {
+            match touched {
+                Touched::Page { pfn, how } => ps = ps.saturating_add(self.page(t, pfn, how)),
+                Touched::List { head, pfns } => {
+                    for p in pfns {
+                        if p != u32::MAX {
+                            ps = ps.saturating_add(self.page(t, u64::from(p), Touch::Access));
+                        }
+                    }
+                    if head != 0 && pfns[0] != u32::MAX {
+                        let line = self.heads.get_or_insert(head);
+                        let (price, new) =
+                            self.caches
+                                .access(t, *line, u64::from(pfns[0]), false, Touch::Access);
+                        *line = new;
+                        ps = ps.saturating_add(price);
+                    }
+                }
             }
-        }
-        if head != 0 && pfns[0] != u32::MAX {
-            let line = self.heads.get_or_insert(head);
-            let (price, new) =
-                self.caches
-                    .access(t, *line, u64::from(pfns[0]), false, Touch::Access);
-            *line = new;
-            ps = ps.saturating_add(price);
         }
         ps
     }
@@ -315,6 +327,8 @@ impl Memory {
 struct HeadTable {
     /// `(address, state)`; address 0 marks a free slot (no list head lives at 0).
     slots: Vec<(usize, LineState)>,
+    /// The slot of the last head looked up (list operations come in runs on one list).
+    last: usize,
     len: usize,
     /// `64 - log2(slots.len())`: the hash's top bits index the table.
     shift: u32,
@@ -325,6 +339,7 @@ impl Default for HeadTable {
         const INITIAL: usize = 64;
         HeadTable {
             slots: vec![(0, [0; 3]); INITIAL],
+            last: 0,
             len: 0,
             shift: 64 - INITIAL.trailing_zeros(),
         }
@@ -336,11 +351,15 @@ impl HeadTable {
     #[inline(always)]
     fn get_or_insert(&mut self, id: usize) -> &mut LineState {
         debug_assert_ne!(id, 0, "a list head at address 0");
+        if self.slots.get(self.last).is_some_and(|s| s.0 == id) {
+            return &mut self.slots[self.last].1;
+        }
         let mask = self.slots.len() - 1;
         let mut i = Self::hash(id, self.shift);
         loop {
             let k = self.slots[i].0;
             if k == id {
+                self.last = i;
                 return &mut self.slots[i].1;
             }
             if k == 0 {

@@ -26,7 +26,7 @@ use corosensei::stack::DefaultStack;
 use super::{
     coro::{self, Resumed},
     jitter,
-    memory::{Memory, Touch},
+    memory::{Memory, Touch, Touched},
     profile::{Cost, Placement, Profile, ProfileError, Ps},
     report::Report,
     sched::{CtxId, Model, Next, State},
@@ -81,14 +81,6 @@ thread_local! {
 }
 
 const _: () = assert!(Cost::COUNT <= 64, "PENDING_MASK has a bit per cost");
-
-/// A line touch of the running context (`hooks::mem_touch_page`, `hooks::mem_touch_list`),
-/// kept in [`TOUCHES`] until the context's next synchronisation point or clock read.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Touched {
-    Page { pfn: u64, how: Touch },
-    List { head: usize, pfns: [u32; 3] },
-}
 
 /// Touches kept before they are applied at once (a list operation makes one; a lock hold of
 /// the engine a few dozen).
@@ -428,14 +420,7 @@ impl State {
         }
         let Some(mem) = self.mem.as_mut() else { return };
         let cpu = self.ctxs[me as usize].cpu as usize;
-        let ps = TOUCHES.with(|b| {
-            b.iter().take(n).fold(0 as Ps, |ps, t| {
-                ps.saturating_add(match t.get() {
-                    Touched::Page { pfn, how } => mem.touch_page(cpu, pfn, how),
-                    Touched::List { head, pfns } => mem.touch_list(cpu, head, pfns),
-                })
-            })
-        });
+        let ps = TOUCHES.with(|b| mem.touch_all(cpu, b.iter().take(n).map(Cell::get)));
         if ps > 0 {
             self.busy(me, ps);
         }
