@@ -248,3 +248,29 @@ fn a_list_operation_prices_its_pages_and_its_head() {
         (6, 3, 2, 1)
     );
 }
+
+/// The runtime keeps a context's touches and applies them at its next clock read or
+/// synchronisation point (`vtime/runtime.rs`, `TOUCHES`): more touches than it keeps at once
+/// (64) between two clock reads are each priced, in order, and all reach the clock.
+#[test]
+fn touches_kept_past_the_buffer_are_each_priced_in_order() {
+    const N: u64 = 200;
+    let rt = mem_rt();
+    let (took, again) = rt.run(0, || {
+        on(1, || {
+            (0..N).for_each(|p| hooks::mem_touch_page(300 + p, Touch::Access))
+        });
+        let t = vtime::now();
+        // Each line is CPU 1's: a transfer each; the second touch of each finds it here.
+        for p in 0..N {
+            hooks::mem_touch_page(300 + p, Touch::Access);
+            hooks::mem_touch_page(300 + p, Touch::Access);
+        }
+        let took = vtime::now() - t;
+        (took, touch(300))
+    });
+    assert_eq!((took, again), (N * T_SOCK, 0));
+    let m = rt.report().memory.expect("a [memory] and a memmap");
+    assert_eq!((m.first, m.other_core, m.own_cache), (N, N, N + 1));
+    assert_eq!(m.charged_ns, N * T_SOCK);
+}

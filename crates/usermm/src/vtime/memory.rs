@@ -16,11 +16,20 @@
 //! - every frame's `struct page` (one line: the kernel's `struct page` is 64 bytes; the
 //!   engine's `PageMeta` is smaller, the line is the kernel's), indexed by PFN in a dense
 //!   table sized at [`Memory::new`] (lazily zeroed host memory: untouched frames cost nothing);
-//! - a list head or a counter, by its address in the engine ([`Memory::touch_id`]): the
-//!   buddy free areas' and the pcp lists' heads, the LRU heads.
+//! - a list head, by its address in the engine (the `PfnList` it heads): the buddy free
+//!   areas' and the pcp lists' heads, the LRU heads, in their own small open-addressed table
+//!   (`HeadTable`: a few per CPU and per node), which remembers the last head looked up
+//!   because list operations come in runs on one list.
 //!
 //! Each line remembers the CPU that touched it last and two stamps: the fill count of that
 //! CPU's core (its L2) and of its socket (its last-level cache) at the moment of the touch.
+//!
+//! The states live here, per run, not in the engine's `PageMeta`: a run starts cold
+//! ([`Memory::new`]) while a machine's metadata outlives its runs, so a state kept in the
+//! frame would need a run generation beside it, and the 12 bytes of a state do not fit the
+//! 4 that `PageMeta`'s 32-byte budget (`page_alloc/meta.rs`) leaves. Indexing the dense table
+//! by PFN is one bounds check and one load, which is why the host's instructions per touch
+//! are spent on the rule below, not on finding the line.
 //!
 //! ## The rule
 //! Every core and every socket counts the lines filled into its cache (a *fill*: a touch the
@@ -46,12 +55,23 @@
 //! unmaps, the fault's store of the page it maps); it moves the line and fills caches, and is
 //! charged nothing.
 //!
-//! A touch is not a synchronisation point: its price is added to the running context's clock
-//! at once (unscaled by SMT: a miss is memory time, like a lock's hand-over), and the state it
-//! reads is the state at that context's clock wherever the line is touched under a lock (the
-//! lock's acquisition was a synchronisation point, and every earlier holder's touches came
-//! before it in virtual time) or handed over through one (a gathered page queued to a worker).
-//! Every line the engine prices is one of those.
+//! A touch is not a synchronisation point: its price is busy time of the running context
+//! (unscaled by SMT: a miss is memory time, like a lock's hand-over), and the state it reads
+//! is the state at that context's clock wherever the line is touched under a lock (the lock's
+//! acquisition was a synchronisation point, and every earlier holder's touches came before it
+//! in virtual time) or handed over through one (a gathered page queued to a worker). Every
+//! line the engine prices is one of those.
+//!
+//! ## How a touch reaches the model (what it costs the host)
+//! The hooks do not enter the runtime per touch: they keep it ([`Touched`]) in a thread-local
+//! buffer, and the runtime applies a context's kept touches in order, through
+//! [`Memory::touch_all`], at the context's next synchronisation point or clock read, before
+//! its pending charges (`runtime.rs`, `TOUCHES`). That is the same model, bit for bit: no
+//! other context runs before that point (a context is only suspended there), nothing reads
+//! the lines or the clock in between, the touches meet the line states and fill counts in the
+//! same order, and their prices add to the same clock (every clock sum saturates, so the
+//! order of the adds cannot matter). The rule's most common row, a line this CPU touched last
+//! and still holds in its L2, is tested first: no fills, no price, the stamps refreshed.
 //!
 //! ## Where it differs from the hardware
 //! - Only the lines named above are tracked. User data, page-table pages and the kernel's

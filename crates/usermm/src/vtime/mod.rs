@@ -104,7 +104,8 @@
 //! is: the toucher's own caches (nothing), another core's L2 (`T(w→me)`), another socket's
 //! LLC (`transfer.other_socket`), or DRAM (`memory.dram_local`/`dram_remote` by the line's
 //! node, `dram_stream` for the next line of a stream). A touch is not a synchronisation
-//! point; its price is busy time at once, unscaled. `jitter.rs` multiplies the work a
+//! point; its price is busy time, unscaled, applied (with the context's other touches, in
+//! order) before the context's next synchronisation point or clock read. `jitter.rs` multiplies the work a
 //! context charged between two synchronisation points by `1 + σ·z` (`[jitter]`, seeded per
 //! context from `time.seed`), so that workers queue on a lock as they would instead of
 //! falling into step. Both are in [`Report::memory`] and the lock_stat columns.

@@ -412,12 +412,17 @@ impl State {
     /// Applies `me`'s kept touches ([`TOUCHES`]) in order: their prices are busy time,
     /// unscaled (memory time, like a hand-over), added as one sum (the same clock as one
     /// charge each: every sum saturates, and nothing reads the clock in between).
-    #[inline]
+    #[inline(always)]
     fn apply_touches(&mut self, me: CtxId) {
         let n = TOUCH_LEN.replace(0);
-        if n == 0 {
-            return;
+        if n != 0 {
+            self.apply_kept_touches(me, n);
         }
+    }
+
+    /// [`State::apply_touches`] for the first `n` (> 0) kept touches.
+    #[inline(never)]
+    fn apply_kept_touches(&mut self, me: CtxId, n: usize) {
         let Some(mem) = self.mem.as_mut() else { return };
         let cpu = self.ctxs[me as usize].cpu as usize;
         let ps = TOUCHES.with(|b| mem.touch_all(cpu, b.iter().take(n).map(Cell::get)));
