@@ -242,7 +242,7 @@
 //! | uncontended lock + unlock (two synchronisation points) | 619 | ~38–41 ns |
 //! | a switch (park one context, resume another; one heap sift) | ≤ 395 | ~42–60 ns |
 //! | a contended hand-over among 8 contexts (two switches) | 1146 | ~116–121 ns |
-//! | a `struct page` touch of the line model (`memory.rs`; callgrind of `bigfree 1G` in a run) | ~110 | — |
+//! | a line touch of the line model (`memory.rs`, kept and applied at the next synchronisation point; callgrind of `bigfree 256M --max-active 4 --time virtual`: 687 M instructions for 8.8 M touches) | ~80 (~45 for the common own-L2 hit) | — |
 //! | for comparison: a host mutex+condvar hand-off | — | ~10 µs |
 //!
 //! What whole runs cost (process CPU time, `/usr/bin/time -f %U+%S`, medians of 5 interleaved

@@ -22,7 +22,7 @@ use super::super::{
     class::{Acquired, LineClass, LockClass, Mode, WaitKind},
     profile::{LockPrice, Ps},
 };
-use super::{CtxId, State, Wait};
+use super::{CtxId, Model, State, Wait};
 
 /// lock_stat columns for one (class, mode), in ps until reported.
 #[derive(Debug, Clone, Copy)]
@@ -167,6 +167,35 @@ impl VLock {
         }
     }
 
+    /// The acquiring RMW of a lock granted to `me` on `cpu` at `now`: from `now` (or when the
+    /// word is free, if later), the class's acquire cost plus a transfer from the word's last
+    /// CPU, times `1 + data_lines` for an exclusive acquisition. Returns when it ends and the
+    /// transfer.
+    #[inline]
+    fn granted_rmw(
+        &mut self,
+        model: &Model,
+        me: CtxId,
+        cpu: u16,
+        now: Ps,
+        price: LockPrice,
+        mode: Mode,
+    ) -> (Ps, Ps) {
+        let start = now.max(self.word_free_at);
+        let xfer = model.transfer(self.word_last, cpu);
+        let lines = match mode {
+            Mode::Exclusive => 1 + price.data_lines as Ps,
+            Mode::Shared => 1,
+        };
+        let end = start
+            .saturating_add(price.acquire)
+            .saturating_add(xfer.saturating_mul(lines));
+        self.word_free_at = end;
+        self.word_last = Some(cpu);
+        self.set_taken(me, mode, end);
+        (end, xfer)
+    }
+
     pub(crate) fn holders(&self) -> impl Iterator<Item = CtxId> + '_ {
         self.writer
             .iter()
@@ -301,6 +330,9 @@ impl State {
         class: &'static LockClass,
         mode: Mode,
     ) -> AcquireStep {
+        if let Some(a) = self.lock_grant_known(me, id, class, mode) {
+            return AcquireStep::Done(a);
+        }
         let ci = self.lock_entry(id, class);
         let lk = self.locks.get_mut(&id).expect("entry made above");
         if lk.grantable(mode) {
@@ -333,6 +365,9 @@ impl State {
         class: &'static LockClass,
         mode: Mode,
     ) -> Option<Acquired> {
+        if let Some(a) = self.lock_grant_known(me, id, class, mode) {
+            return Some(a);
+        }
         let ci = self.lock_entry(id, class);
         let lk = self.locks.get_mut(&id).expect("entry made above");
         if lk.grantable(mode) {
@@ -367,6 +402,31 @@ impl State {
         self.take_granted(me, ci, price, id, mode, since)
     }
 
+    /// The common case of [`State::lock_acquire`] and [`State::lock_try`], with one lookup
+    /// of the lock: a lock already known with this class and grantable in `mode` is taken
+    /// (the same steps as the general path, which looks the lock up again by class first).
+    /// `None`: anything else, for the general path.
+    #[inline]
+    fn lock_grant_known(
+        &mut self,
+        me: CtxId,
+        id: usize,
+        class: &'static LockClass,
+        mode: Mode,
+    ) -> Option<Acquired> {
+        let key = class as *const LockClass as usize;
+        let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
+        let lk = self.locks.get_mut(&id)?;
+        if lk.class_key != key || !lk.grantable(mode) {
+            return None;
+        }
+        let ci = lk.class;
+        let price = self.lock_classes[ci as usize].price;
+        lk.add_holder(me, mode);
+        let (end, xfer) = lk.granted_rmw(&self.model, me, cpu, now, price, mode);
+        Some(self.account_take(me, ci, mode, now, end, xfer, None))
+    }
+
     /// [`State::lock_take`] with the lock's class and price known (no class lookup).
     #[inline]
     fn take_granted(
@@ -378,23 +438,28 @@ impl State {
         mode: Mode,
         since: Option<Ps>,
     ) -> Acquired {
-        let ci = ci as usize;
         let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
         let lk = self.locks.get_mut(&id).expect("a granted lock exists");
-        let start = now.max(lk.word_free_at);
-        let xfer = self.model.transfer(lk.word_last, cpu);
-        let lines = match mode {
-            Mode::Exclusive => 1 + price.data_lines as Ps,
-            Mode::Shared => 1,
-        };
-        let end = start
-            .saturating_add(price.acquire)
-            .saturating_add(xfer.saturating_mul(lines));
-        lk.word_free_at = end;
-        lk.word_last = Some(cpu);
-        lk.set_taken(me, mode, end);
+        let (end, xfer) = lk.granted_rmw(&self.model, me, cpu, now, price, mode);
+        self.account_take(me, ci, mode, now, end, xfer, since)
+    }
+
+    /// The acquiring RMW's time (`now` to `end`, `xfer` the word's transfer) charged to `me`
+    /// and counted in lock_stat.
+    #[expect(clippy::too_many_arguments, reason = "one private step of two callers")]
+    #[inline]
+    fn account_take(
+        &mut self,
+        me: CtxId,
+        ci: u16,
+        mode: Mode,
+        now: Ps,
+        end: Ps,
+        xfer: Ps,
+        since: Option<Ps>,
+    ) -> Acquired {
         self.busy(me, end - now);
-        let st = &mut self.lock_classes[ci].modes[mode as usize];
+        let st = &mut self.lock_classes[ci as usize].modes[mode as usize];
         st.acquisitions += 1;
         if xfer > 0 {
             st.acq_bounces += 1;
