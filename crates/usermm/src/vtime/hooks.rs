@@ -17,8 +17,13 @@
 //! two synchronisation points nothing else runs, so neither the context's CPU nor its SMT
 //! sibling's state can change.
 //!
-//! Inside a run every hook except `charge`, `now_ns`, `thread_cpu_ns` and `lock_forget` is a
-//! synchronisation point: the caller first waits for its turn (its clock the smallest of the
+//! [`mem_touch_page`] and [`mem_touch_list`] are kept likewise: in a run each stores its touch
+//! in a thread-local buffer (a few instructions inline, a call only when the buffer is full),
+//! and the runtime applies the context's touches, in order, at its next synchronisation point
+//! or clock read, before its charges (`vtime/memory.rs`, "How a touch reaches the model").
+//!
+//! Inside a run every hook except `charge`, the two touches, `now_ns`, `thread_cpu_ns`,
+//! `lock_forget` and `line_forget` is a synchronisation point: the caller first waits for its turn (its clock the smallest of the
 //! run's ready contexts), then acts. Because only one context runs at a time and every
 //! contender passes the virtual lock before touching the host lock, the host lock under a run
 //! is always free when taken, and a guard may be held across a context switch.
