@@ -229,7 +229,7 @@ impl Sys for EngineSys {
         let pgoff = (offset as u64) >> 12;
         let a = self
             .mm()
-            .mmap_pgoff(self.cpu(), 0, len, prot, flags, MapFileAt { file, pgoff })
+            .mmap(self.cpu(), 0, len, prot, flags, MapFileAt { file, pgoff })
             .map_err(errno)?;
         self.record(Mapping {
             addr: a,
