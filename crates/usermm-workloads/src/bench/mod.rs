@@ -81,6 +81,7 @@ use usermm::config::{BackingMode, MachineConfig, ThpMode};
 use usermm_host::HostError;
 
 use crate::stats;
+use crate::task::Stamp;
 
 use self::engine::{memset_bandwidth, Meas};
 use self::run::Run;
@@ -442,6 +443,13 @@ struct Samples {
 }
 
 impl Samples {
+    /// The host's cold and warm runs of the path, each over `units`: the warm run as a sample,
+    /// the cold run's CPU time apart.
+    fn push_host(&mut self, cold: Stamp, warm: Stamp, units: u64) {
+        self.host.push(Meas::of(warm, units));
+        self.host_cold.push(Meas::of(cold, units).cpu);
+    }
+
     fn engine(&mut self, full: bool) -> &mut SideSamples {
         if full {
             &mut self.full
@@ -484,9 +492,10 @@ fn run_paths(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchRe
     run.warm_up(&mut s)?;
     let mut node_runs: [[Vec<scale::NodeRun>; 2]; 2] = Default::default();
     for r in 1..=opts.repeat {
-        run.repeat_faults(r, &mut s, progress)?;
-        run.repeat_rest(r, &mut s, progress)?;
-        run.repeat_nodes(r, &mut s, &mut node_runs, progress)?;
+        let mut say = |what: &str| progress(&format!("repeat {r}: {what}"));
+        run.repeat_faults(&mut s, &mut say)?;
+        run.repeat_rest(&mut s, &mut say)?;
+        run.repeat_nodes(&mut s, &mut node_runs, &mut say)?;
     }
     let [wall_runs, virt_runs] = node_runs;
     let nodes = opts
