@@ -9,7 +9,7 @@
 //! Divergences that were found by the differential tests and fixed in the engine are not listed
 //! here; each has a regression test in `crates/usermm/tests/address_space_diff_regressions.rs`:
 //! write-only (`PROT_WRITE`) mappings readable as on x86; the map type checked after the
-//! placement; `/dev/zero` offsets (`Mm::mmap_pgoff`: placement, maps, merging, `EOVERFLOW`);
+//! placement; `/dev/zero` offsets (`Mm::mmap`: placement, maps, merging, `EOVERFLOW`);
 //! `MAP_SHARED_VALIDATE` → `EOPNOTSUPP` and `MAP_GROWSDOWN` → `EINVAL` on files; shared
 //! `/dev/zero` at an offset (pgoff kept, SIGBUS past its shmem object); mprotect's
 //! `VM_ACCOUNT` charge/uncharge (it decides merges); mprotect populating a locked mapping made

@@ -7,7 +7,7 @@
 //!
 //! # How each op maps onto the engine
 //! * **Mmap**: the x86-64 `sys_mmap` check (`offset` not page aligned → `EINVAL`) is done here,
-//!   then [`Mm::mmap_pgoff`] with `MapFile::None` (`MapSource::Anon`, fd −1) or
+//!   then [`Mm::mmap`] with `MapFile::None` (`MapSource::Anon`, fd −1) or
 //!   `MapFile::DevZero`, the offset in pages and the flags verbatim. A non-fixed mapping that
 //!   lands outside the arena is unmapped again and reported as [`OpResult::Misplaced`], exactly
 //!   as the host child does.
@@ -263,7 +263,7 @@ impl EngineBackend {
             MapSource::DevZero => MapFile::DevZero,
         };
         let cpu = self.cpu();
-        let got = match self.mm().mmap_pgoff(
+        let got = match self.mm().mmap(
             cpu,
             addr,
             len,

@@ -54,24 +54,15 @@ impl std::fmt::Display for Errno {
 impl std::error::Error for Errno {}
 
 /// Why a page allocation failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, thiserror::Error)]
 pub enum AllocError {
     /// No free block of the requested order in any zone.
+    #[error("out of memory")]
     NoMem,
     /// An order above `MAX_PAGE_ORDER`.
+    #[error("order above MAX_PAGE_ORDER")]
     BadOrder,
 }
-
-impl std::fmt::Display for AllocError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            AllocError::NoMem => write!(f, "out of memory"),
-            AllocError::BadOrder => write!(f, "order above MAX_PAGE_ORDER"),
-        }
-    }
-}
-
-impl std::error::Error for AllocError {}
 
 impl From<AllocError> for Errno {
     fn from(_: AllocError) -> Errno {

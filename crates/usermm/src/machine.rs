@@ -33,39 +33,21 @@ use crate::sync::Mutex;
 use crate::vtime::{self, Profile};
 
 /// Why a machine could not be built.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum MachineError {
-    Config(ConfigError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     /// The host refused the reservation.
+    #[error("host memory reservation failed: {0}")]
     Host(std::io::Error),
     /// A virtual run's clock reached the end of virtual time (`u64::MAX` ps, about 213 days,
     /// where the scheduler's clocks stop): what it would report is not a time.
-    ClockEnd {
-        profile: String,
-    },
-}
-
-impl std::fmt::Display for MachineError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            MachineError::Config(e) => write!(f, "{e}"),
-            MachineError::Host(e) => write!(f, "host memory reservation failed: {e}"),
-            MachineError::ClockEnd { profile } => write!(
-                f,
-                "the virtual clock reached its end (2^64 ps, about 213 days of modelled time) \
-                 on profile {profile}: its costs times its counts are too large to be a time, \
-                 so the run reports nothing"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for MachineError {}
-
-impl From<ConfigError> for MachineError {
-    fn from(e: ConfigError) -> Self {
-        MachineError::Config(e)
-    }
+    #[error(
+        "the virtual clock reached its end (2^64 ps, about 213 days of modelled time) \
+         on profile {profile}: its costs times its counts are too large to be a time, \
+         so the run reports nothing"
+    )]
+    ClockEnd { profile: String },
 }
 
 /// One emulated machine.

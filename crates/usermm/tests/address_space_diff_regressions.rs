@@ -116,7 +116,7 @@ fn dev_zero_offsets() {
     let free0 = free_pages(&m);
     let mm = Mm::new(&m, C0).unwrap();
     let fl = MAP_PRIVATE | MAP_FIXED_NOREPLACE;
-    mm.mmap_pgoff(
+    mm.mmap(
         C0,
         at(0),
         4 * P,
@@ -128,7 +128,7 @@ fn dev_zero_offsets() {
         },
     )
     .unwrap();
-    mm.mmap_pgoff(
+    mm.mmap(
         C0,
         at(4),
         4 * P,
@@ -140,7 +140,7 @@ fn dev_zero_offsets() {
         },
     )
     .unwrap();
-    mm.mmap_pgoff(
+    mm.mmap(
         C0,
         at(8),
         4 * P,
@@ -158,7 +158,7 @@ fn dev_zero_offsets() {
     assert_eq!((l[1].0, l[1].1, l[1].3), (at(8), at(12), 16 * P));
     let max_pgoff = (u64::MAX >> 12) - 1;
     assert_eq!(
-        mm.mmap_pgoff(
+        mm.mmap(
             C0,
             at(16),
             2 * P,
@@ -174,7 +174,7 @@ fn dev_zero_offsets() {
     // Anonymous memory ignores the offset.
     let anon = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE;
     assert_eq!(
-        mm.mmap_pgoff(
+        mm.mmap(
             C0,
             at(16),
             2 * P,
@@ -262,7 +262,7 @@ fn shared_dev_zero_past_its_object_is_sigbus() {
     let free0 = free_pages(&m);
     let mm = Mm::new(&m, C0).unwrap();
     let t = task(&mm);
-    mm.mmap_pgoff(
+    mm.mmap(
         C0,
         at(0),
         4 * P,

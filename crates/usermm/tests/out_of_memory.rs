@@ -240,7 +240,7 @@ mod outcomes {
         assert_eq!(f.code.signal(), Some("SIGBUS"));
         assert_eq!(f.to_string(), format!("SIGBUS (BUS_ADRERR) at {h2:#x}"));
         let z = mm
-            .mmap_pgoff(
+            .mmap(
                 C0,
                 0,
                 2 * PAGE_SIZE,

@@ -335,7 +335,7 @@ fn apply(
                 MapFile::None
             };
             let addr = aim(placed, addr, pick);
-            if let Ok(a) = mm.mmap_pgoff(cpu, addr, len, prot, flags, MapFileAt { file, pgoff }) {
+            if let Ok(a) = mm.mmap(cpu, addr, len, prot, flags, MapFileAt { file, pgoff }) {
                 assert_eq!(a % PAGE_SIZE, 0, "{c:?} returned {a:#x}");
                 placed.push(a);
             }

@@ -4,16 +4,9 @@
 //! is a failure while running (status 1).
 
 /// A mistake in the arguments: printed on one line, exit status 2.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
 
 /// Whether `e` is a mistake in the arguments (exit status 2): a [`UsageError`], or a path
 /// `usermm_host::files` refused (a link, a device, a directory that is not a report...) before

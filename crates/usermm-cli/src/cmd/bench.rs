@@ -312,9 +312,9 @@ fn render(rec: &BenchRecord) -> String {
     s += &format!(
         "engine zeroing: {:.1} GiB/s in 2 MiB __GFP_ZERO allocations ({:.1} GiB/s wall), \
          {:.1} GiB/s in 4 KiB ones; host huge pages under the full backing: {}\n\n",
-        r.memset_gib_s,
-        r.memset_wall_gib_s,
-        r.zero_alloc_4k_gib_s,
+        r.zeroing.memset_gib_s,
+        r.zeroing.memset_wall_gib_s,
+        r.zeroing.zero_alloc_4k_gib_s,
         if r.host_huge_pages { "yes" } else { "no" }
     );
     s += "targets (the VMA gap index and speed at scale on thread CPU time; virtual \

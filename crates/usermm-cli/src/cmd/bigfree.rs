@@ -279,11 +279,11 @@ pub fn measure(args: &BigfreeArgs, o: &BigfreeOpts) -> anyhow::Result<BigfreeRec
     let runs = bigfree::row_specs(o).len() as u64 * u64::from(o.repeat);
     let bar = Progress::bar(runs * pages, "bigfree");
     let mut on_event = |e: Event<'_>| match e {
-        Event::Start { label, rep, .. } => {
-            bar.set_message(format!("{label} #{} populate", rep + 1))
+        Event::Start { run, .. } => {
+            bar.set_message(format!("{} #{} populate", run.label, run.rep + 1))
         }
         Event::Populated { pages } => bar.inc(pages),
-        Event::Freeing { label, rep } => bar.set_message(format!("{label} #{} free", rep + 1)),
+        Event::Freeing(run) => bar.set_message(format!("{} #{} free", run.label, run.rep + 1)),
         Event::Done { .. } => {}
     };
     let result = bigfree::run_with(o, &mut on_event);

@@ -565,16 +565,10 @@ pub struct UsememAb {
 #[derive(Debug, Serialize)]
 pub struct AbRatio {
     /// patched throughput / vanilla throughput; `None` when vanilla's is 0 (nothing walked:
-    /// `usemem 0`, or a run that failed), where a ratio means nothing.
+    /// `usemem 0`, or a run that failed), where a ratio means nothing. Each side's own figures
+    /// (global refcount operations per mm, faults, the refcount line's share of the busy time)
+    /// are its record's: `huge_zero.ops_per_mm`, `vmstat_delta`, `huge_zero_line_share`.
     pub throughput: Option<f64>,
-    /// Global huge-zero refcount operations per mm, vanilla and patched.
-    pub global_ops_per_mm_vanilla: f64,
-    pub global_ops_per_mm_patched: f64,
-    pub faults_vanilla: i64,
-    pub faults_patched: i64,
-    /// Virtual time: the share of the CPUs' busy time on the huge zero page's refcount line.
-    pub huge_zero_line_share_vanilla: Option<f64>,
-    pub huge_zero_line_share_patched: Option<f64>,
     /// `measured (this host)` or `modelled (profile NAME)`.
     pub time: String,
 }
@@ -627,12 +621,6 @@ fn run_ab(
     let ratio = AbRatio {
         throughput: (vanilla.throughput_kbps != 0)
             .then(|| patched.throughput_kbps as f64 / vanilla.throughput_kbps as f64),
-        global_ops_per_mm_vanilla: vanilla.huge_zero.ops_per_mm,
-        global_ops_per_mm_patched: patched.huge_zero.ops_per_mm,
-        faults_vanilla: vanilla.vmstat_delta.get(VmItem::Pgfault),
-        faults_patched: patched.vmstat_delta.get(VmItem::Pgfault),
-        huge_zero_line_share_vanilla: vanilla.huge_zero_line_share,
-        huge_zero_line_share_patched: patched.huge_zero_line_share,
         time: vanilla.time.clone(),
     };
     let status = vanilla.status.max(patched.status);
@@ -661,8 +649,8 @@ fn run_ab(
             ),
         };
         if let (Some(v), Some(p)) = (
-            rec.ratio.huge_zero_line_share_vanilla,
-            rec.ratio.huge_zero_line_share_patched,
+            rec.vanilla.huge_zero_line_share,
+            rec.patched.huge_zero_line_share,
         ) {
             s += &format!(
                 "huge zero page's refcount line: {:.2} % of the CPUs' busy time vanilla, {:.2} % patched\n",

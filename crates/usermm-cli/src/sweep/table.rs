@@ -9,21 +9,16 @@
 //! The same [`SweepTable`] comes out of a local run and of `--merge` over job outputs — both
 //! build it with [`rows_from_lines`] — so the two print the same table for the same points.
 
-use serde::Serialize;
 use serde_json::Value;
 
-use super::grid::Column;
+use super::grid::{Column, Point};
 use super::store::PointLine;
 use crate::report::Table;
 
-/// One point's row.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One point's row: the point, and its figures.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Row {
-    pub index: usize,
-    pub id: String,
-    pub args: Vec<String>,
-    /// (axis, value) in axis order.
-    pub point: Vec<(String, String)>,
+    pub point: Point,
     /// (column, figure) in column order; `null` where the record has no such figure.
     pub figures: Vec<(String, Value)>,
 }
@@ -97,13 +92,13 @@ pub fn rows_from_lines(lines: Vec<PointLine>, columns: &[Column]) -> Vec<Row> {
                     (c.name.clone(), v)
                 })
                 .collect();
-            Row {
+            let point = Point {
                 index: l.index,
                 id: l.id,
                 args: l.args,
-                point: l.point,
-                figures,
-            }
+                coords: l.point,
+            };
+            Row { point, figures }
         })
         .collect()
 }
@@ -117,11 +112,11 @@ fn push_new(names: &mut Vec<String>, name: &str) {
 impl SweepTable {
     /// The table of `rows` (sorted here by index) for a grid of `points` points.
     pub fn new(mut rows: Vec<Row>, points: usize) -> Self {
-        rows.sort_by(|a, b| (a.index, &a.id).cmp(&(b.index, &b.id)));
+        rows.sort_by(|a, b| (a.point.index, &a.point.id).cmp(&(b.point.index, &b.point.id)));
         let mut axes = Vec::new();
         let mut columns = Vec::new();
         for r in &rows {
-            for (a, _) in &r.point {
+            for (a, _) in &r.point.coords {
                 push_new(&mut axes, a);
             }
             for (c, _) in &r.figures {
@@ -129,7 +124,7 @@ impl SweepTable {
             }
         }
         let missing = (0..points)
-            .filter(|i| rows.binary_search_by_key(i, |r| r.index).is_err())
+            .filter(|i| rows.binary_search_by_key(i, |r| r.point.index).is_err())
             .collect();
         SweepTable {
             points,
@@ -147,9 +142,14 @@ impl SweepTable {
             .chain(self.columns.iter().cloned());
         let mut t = Table::new(title, headers);
         for r in &self.rows {
-            let mut cells = vec![r.index.to_string()];
+            let mut cells = vec![r.point.index.to_string()];
             for a in &self.axes {
-                let v = r.point.iter().find(|(k, _)| k == a).map(|(_, v)| v.clone());
+                let v = r
+                    .point
+                    .coords
+                    .iter()
+                    .find(|(k, _)| k == a)
+                    .map(|(_, v)| v.clone());
                 cells.push(v.unwrap_or_else(|| "-".into()));
             }
             for c in &self.columns {
@@ -170,14 +170,15 @@ impl SweepTable {
             .map(|r| {
                 let point: serde_json::Map<String, Value> = r
                     .point
+                    .coords
                     .iter()
                     .map(|(k, v)| (k.clone(), Value::String(v.clone())))
                     .collect();
                 let figures: serde_json::Map<String, Value> = r.figures.iter().cloned().collect();
                 serde_json::json!({
-                    "index": r.index,
-                    "id": r.id,
-                    "args": r.args,
+                    "index": r.point.index,
+                    "id": r.point.id,
+                    "args": r.point.args,
                     "point": point,
                     "figures": figures,
                 })

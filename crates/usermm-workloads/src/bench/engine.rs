@@ -15,7 +15,7 @@ use usermm::{Machine, Order};
 use crate::task::bodies::{self, Failed};
 use crate::task::{with_lone_task, EngineTask, Stamp, Task};
 
-use super::{engine_err, BenchError, HPAGE, PAGE};
+use super::{engine_err, BenchError, Zeroing, HPAGE, PAGE};
 
 /// One engine machine and the CPU the single-threaded paths run on.
 pub(super) struct Engine {
@@ -167,9 +167,8 @@ fn own_every_frame(e: &Engine) -> Result<(), BenchError> {
 }
 
 /// The engine's zeroing over `bytes` of resident frames that all had an owner, best of three
-/// passes: GiB/s of CPU time in 2 MiB `__GFP_ZERO` allocations, the same in 4 KiB ones, and
-/// GiB/s of wall time in 2 MiB ones. Only the allocations are timed, not the frees.
-pub(super) fn memset_bandwidth(e: &Engine, bytes: u64) -> Result<(f64, f64, f64), BenchError> {
+/// passes. Only the allocations are timed, not the frees.
+pub(super) fn memset_bandwidth(e: &Engine, bytes: u64) -> Result<Zeroing, BenchError> {
     own_every_frame(e)?;
     let phys = e.machine.phys();
     let n = (bytes / HPAGE).max(1);
@@ -196,5 +195,9 @@ pub(super) fn memset_bandwidth(e: &Engine, bytes: u64) -> Result<(f64, f64, f64)
         best_wall = best_wall.max(gib / (m.wall * 1e-9));
         best_4k = best_4k.max(gib_s(pass(Order(0))?));
     }
-    Ok((best_2m, best_4k, best_wall))
+    Ok(Zeroing {
+        memset_gib_s: best_2m,
+        zero_alloc_4k_gib_s: best_4k,
+        memset_wall_gib_s: best_wall,
+    })
 }

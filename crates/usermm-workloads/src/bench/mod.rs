@@ -81,6 +81,7 @@ use usermm::config::{BackingMode, MachineConfig, ThpMode};
 use usermm_host::HostError;
 
 use crate::stats;
+use crate::task::Stamp;
 
 use self::engine::{memset_bandwidth, Meas};
 use self::run::Run;
@@ -288,6 +289,19 @@ pub struct PathResult {
     pub nodes: Option<scale::NodeScaling>,
 }
 
+/// The engine's zeroing over resident frames that all had an owner, best of three passes of
+/// `__GFP_ZERO` allocations (only the allocations timed, not the frees).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Zeroing {
+    /// In 2 MiB `__GFP_ZERO` allocations (GiB/s of CPU time).
+    pub memset_gib_s: f64,
+    /// The same in 4 KiB `__GFP_ZERO` allocations (GiB/s of CPU time): a 4 KiB fault's
+    /// allocation and zeroing together.
+    pub zero_alloc_4k_gib_s: f64,
+    /// `memset_gib_s` on the wall clock.
+    pub memset_wall_gib_s: f64,
+}
+
 /// The whole run.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchResult {
@@ -296,14 +310,8 @@ pub struct BenchResult {
     pub config_sparse: MachineConfig,
     /// Does the host back the full machine's reservation with 2 MiB pages?
     pub host_huge_pages: bool,
-    /// The engine's zeroing over resident frames that all had an owner, in 2 MiB
-    /// `__GFP_ZERO` allocations (GiB/s of CPU time).
-    pub memset_gib_s: f64,
-    /// The same in 4 KiB `__GFP_ZERO` allocations (GiB/s of CPU time): a 4 KiB fault's
-    /// allocation and zeroing together.
-    pub zero_alloc_4k_gib_s: f64,
-    /// `memset_gib_s` on the wall clock.
-    pub memset_wall_gib_s: f64,
+    #[serde(flatten)]
+    pub zeroing: Zeroing,
     /// One-page mappings each `mmap-munmap-4k` sample made, on both sides (`None`: not run).
     pub mmaps: Option<u64>,
     pub paths: Vec<PathResult>,
@@ -442,6 +450,13 @@ struct Samples {
 }
 
 impl Samples {
+    /// The host's cold and warm runs of the path, each over `units`: the warm run as a sample,
+    /// the cold run's CPU time apart.
+    fn push_host(&mut self, cold: Stamp, warm: Stamp, units: u64) {
+        self.host.push(Meas::of(warm, units));
+        self.host_cold.push(Meas::of(cold, units).cpu);
+    }
+
     fn engine(&mut self, full: bool) -> &mut SideSamples {
         if full {
             &mut self.full
@@ -484,9 +499,10 @@ fn run_paths(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchRe
     run.warm_up(&mut s)?;
     let mut node_runs: [[Vec<scale::NodeRun>; 2]; 2] = Default::default();
     for r in 1..=opts.repeat {
-        run.repeat_faults(r, &mut s, progress)?;
-        run.repeat_rest(r, &mut s, progress)?;
-        run.repeat_nodes(r, &mut s, &mut node_runs, progress)?;
+        let mut say = |what: &str| progress(&format!("repeat {r}: {what}"));
+        run.repeat_faults(&mut s, &mut say)?;
+        run.repeat_rest(&mut s, &mut say)?;
+        run.repeat_nodes(&mut s, &mut node_runs, &mut say)?;
     }
     let [wall_runs, virt_runs] = node_runs;
     let nodes = opts
@@ -494,8 +510,7 @@ fn run_paths(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchRe
         .then(|| scale::NodeScaling::of(scale::bigfree_size(run.size), &wall_runs, &virt_runs));
 
     progress("memset bandwidth");
-    let (memset_gib_s, zero_alloc_4k_gib_s, memset_wall_gib_s) =
-        memset_bandwidth(&run.full, run.size.min(256 << 20))?;
+    let zeroing = memset_bandwidth(&run.full, run.size.min(256 << 20))?;
     let paths = BenchPath::ALL
         .iter()
         .zip(s.0)
@@ -503,16 +518,14 @@ fn run_paths(opts: &BenchOpts, progress: &mut dyn FnMut(&str)) -> Result<BenchRe
             opts.wants(**p)
                 && !(x.full.cpu.is_empty() && x.sparse.cpu.is_empty() && x.wall_run.is_empty())
         })
-        .map(|(&path, x)| summary(path, x, nodes.as_ref(), memset_gib_s))
+        .map(|(&path, x)| summary(path, x, nodes.as_ref(), zeroing.memset_gib_s))
         .collect();
     Ok(BenchResult {
         opts: opts.clone(),
         config_full: run.full.machine.config().clone(),
         config_sparse: run.sparse.machine.config().clone(),
         host_huge_pages: run.full.machine.phys().backing().host_huge_pages(),
-        memset_gib_s,
-        zero_alloc_4k_gib_s,
-        memset_wall_gib_s,
+        zeroing,
         mmaps: opts.wants(BenchPath::MmapMunmap4k).then_some(run.mmaps),
         paths,
     })

@@ -144,41 +144,46 @@ impl<'o> Run<'o> {
         Ok(())
     }
 
-    /// Repeat `r` of the populate paths and the read walks.
+    /// A repeat of the populate paths and the read walks (`progress` names the repeat).
     pub(super) fn repeat_faults(
         &self,
-        r: u32,
         s: &mut AllSamples,
         progress: &mut dyn FnMut(&str),
     ) -> Result<(), BenchError> {
         let (opts, size, pages) = (self.opts, self.size, self.pages);
-        if self.populate_4k {
-            progress(&format!("repeat {r}: 4 KiB populate and munmap"));
+        for (path, munmap, thp, wanted, what) in [
+            (
+                BenchPath::Populate4k,
+                Some(BenchPath::Munmap4k),
+                false,
+                self.populate_4k,
+                "4 KiB populate and munmap",
+            ),
+            (
+                BenchPath::PopulateThp,
+                None,
+                true,
+                opts.wants(BenchPath::PopulateThp),
+                "THP populate",
+            ),
+        ] {
+            if !wanted {
+                continue;
+            }
+            progress(what);
             for (e, is_full) in self.sides() {
-                let (pop, unmap) = engine_populate(e, size, false)?;
-                s.at(BenchPath::Populate4k).engine(is_full).push(pop);
-                s.at(BenchPath::Munmap4k).engine(is_full).push(unmap);
+                let (pop, unmap) = engine_populate(e, size, thp)?;
+                s.at(path).engine(is_full).push(pop);
+                if let Some(m) = munmap {
+                    s.at(m).engine(is_full).push(unmap);
+                }
             }
             if opts.host {
-                let [cold, warm] = child::populate_twice(size, false)?;
-                let p = s.at(BenchPath::Populate4k);
-                p.host.push(Meas::of(warm.populate, pages));
-                p.host_cold.push(Meas::of(cold.populate, pages).cpu);
-                s.at(BenchPath::Munmap4k)
-                    .host
-                    .push(Meas::of(warm.munmap, pages));
-            }
-        }
-        if opts.wants(BenchPath::PopulateThp) {
-            progress(&format!("repeat {r}: THP populate"));
-            let p = s.at(BenchPath::PopulateThp);
-            for (e, is_full) in self.sides() {
-                p.engine(is_full).push(engine_populate(e, size, true)?.0);
-            }
-            if opts.host {
-                let [cold, warm] = child::populate_twice(size, true)?;
-                p.host.push(Meas::of(warm.populate, pages));
-                p.host_cold.push(Meas::of(cold.populate, pages).cpu);
+                let [cold, warm] = child::populate_twice(size, thp)?;
+                s.at(path).push_host(cold.populate, warm.populate, pages);
+                if let Some(m) = munmap {
+                    s.at(m).host.push(Meas::of(warm.munmap, pages));
+                }
             }
         }
         for (path, len, step, thp, what) in [
@@ -192,7 +197,7 @@ impl<'o> Run<'o> {
             (BenchPath::ZeroRead4k, size, PAGE, false, "4 KiB zero-page"),
         ] {
             if opts.wants(path) {
-                progress(&format!("repeat {r}: {what} read faults"));
+                progress(&format!("{what} read faults"));
                 let host = || {
                     let (w, _) = child::read_walk(len, step, thp)?;
                     Ok(Meas::of(w.time, w.accesses))
@@ -203,10 +208,9 @@ impl<'o> Run<'o> {
         Ok(())
     }
 
-    /// Repeat `r` of the other paths but `bigfree-nodes`.
+    /// A repeat of the other paths but `bigfree-nodes`.
     pub(super) fn repeat_rest(
         &self,
-        r: u32,
         s: &mut AllSamples,
         progress: &mut dyn FnMut(&str),
     ) -> Result<(), BenchError> {
@@ -218,7 +222,7 @@ impl<'o> Run<'o> {
             if !opts.wants(path) {
                 continue;
             }
-            progress(&format!("repeat {r}: {what}, wall clock and virtual time"));
+            progress(&format!("{what}, wall clock and virtual time"));
             let x = s.at(path);
             for virt in [false, true] {
                 let ns = match path {
@@ -233,19 +237,19 @@ impl<'o> Run<'o> {
             }
         }
         if opts.wants(BenchPath::Free2Threads) {
-            progress(&format!("repeat {r}: free path, 2 threads"));
+            progress("free path, 2 threads");
             let free = |e: &Engine| engine_free_2_threads(e, self.size);
             self.sample(s.at(BenchPath::Free2Threads), free, None)?;
         }
         if opts.wants(BenchPath::MmapMunmap4k) {
             let n = self.mmaps;
-            progress(&format!("repeat {r}: {n} one-page mmaps, then munmaps"));
+            progress(&format!("{n} one-page mmaps, then munmaps"));
             let host = || Ok(Meas::of(child::mmap_munmap_pages(n)?, n));
             let engine = |e: &Engine| engine_mmap_munmap(e, n);
             self.sample(s.at(BenchPath::MmapMunmap4k), engine, Some(&host))?;
         }
         if opts.wants(BenchPath::ForkExit) {
-            progress(&format!("repeat {r}: {} forks and exits", scale::FORKS));
+            progress(&format!("{} forks and exits", scale::FORKS));
             let host = || {
                 let h = measure::host_fork_exit(scale::FORKS)?;
                 let cpu = h.parent_cpu_ns + h.children_cpu_ns;
@@ -259,23 +263,21 @@ impl<'o> Run<'o> {
             self.sample(s.at(BenchPath::ForkExit), engine, Some(&host))?;
         }
         if opts.wants(BenchPath::RandomWrite4k) {
-            progress(&format!("repeat {r}: 4 KiB write faults in random order"));
+            progress("4 KiB write faults in random order");
             let p = s.at(BenchPath::RandomWrite4k);
             let engine = |e: &Engine| scale::engine_random_writes(e, &self.order);
             self.sample(p, engine, None)?;
             if opts.host {
                 let [cold, warm] = child::random_writes_twice(&self.order)?;
-                p.host.push(Meas::of(warm, self.pages));
-                p.host_cold.push(Meas::of(cold, self.pages).cpu);
+                p.push_host(cold, warm, self.pages);
             }
         }
         Ok(())
     }
 
-    /// Repeat `r` of `bigfree-nodes`, into `node_runs[clock][nodes]`.
+    /// A repeat of `bigfree-nodes`, into `node_runs[clock][nodes]`.
     pub(super) fn repeat_nodes(
         &self,
-        r: u32,
         s: &mut AllSamples,
         node_runs: &mut [[Vec<scale::NodeRun>; 2]; 2],
         progress: &mut dyn FnMut(&str),
@@ -283,9 +285,7 @@ impl<'o> Run<'o> {
         if !self.opts.wants(BenchPath::BigfreeNodes) {
             return Ok(());
         }
-        progress(&format!(
-            "repeat {r}: bigfree at 4 and 64 nodes, both clocks"
-        ));
+        progress("bigfree at 4 and 64 nodes, both clocks");
         for (k, &nodes) in scale::NODES.iter().enumerate() {
             for (v, virt) in [false, true].into_iter().enumerate() {
                 let b = scale::bigfree_size(self.size);

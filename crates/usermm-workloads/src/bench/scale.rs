@@ -114,8 +114,13 @@ pub(super) fn bigfree_run(size: u64, nodes: u16, virt: bool) -> Result<NodeRun, 
     }
     let t = Timer::start();
     let c0 = usermm_host::process_cpu_ns();
-    let s = bigfree::run_once(&cfg, size, FreeBy::Munmap, "bench", 0, &mut |_| {})
-        .map_err(engine_err)?;
+    let run = bigfree::RunSpec {
+        size,
+        free_by: FreeBy::Munmap,
+        label: "bench",
+        rep: 0,
+    };
+    let s = bigfree::run_once(&cfg, run, &mut |_| {}).map_err(engine_err)?;
     let cpu = usermm_host::process_cpu_ns().saturating_sub(c0) as f64;
     let pages = (size / PAGE).max(1) as f64;
     let wall = t.per(pages).wall;

@@ -84,7 +84,7 @@ fn engine_only_run_fills_every_path() {
         (scale::NODES, scale::bigfree_size(8 << 20))
     );
     assert!(n.cpu_ratio > 0.0 && n.virtual_ratio > 0.0 && n.virtual_host_cpu_ratio > 0.0);
-    assert!(r.memset_gib_s > 0.0 && r.zero_alloc_4k_gib_s > 0.0);
+    assert!(r.zeroing.memset_gib_s > 0.0 && r.zeroing.zero_alloc_4k_gib_s > 0.0);
     assert_eq!(r.mmaps, Some(2000));
     assert!(r.config_full.prefault && r.config_full.backing == BackingMode::Full);
     assert_eq!(r.config_sparse.backing, BackingMode::Sparse);

@@ -489,23 +489,28 @@ pub enum BigfreeError {
     Leftover(i64),
 }
 
+/// One run of a row: the mapping's size, how it is freed, and the row's label and the repeat
+/// index that name the run in its [`Event`]s.
+#[derive(Debug, Clone, Copy)]
+pub struct RunSpec<'a> {
+    pub size: u64,
+    pub free_by: FreeBy,
+    pub label: &'a str,
+    pub rep: u32,
+}
+
 /// Progress of a run, for a progress bar.
 #[derive(Debug, Clone)]
 pub enum Event<'a> {
-    /// A run starts: row label, repeat index, pages to populate.
-    Start {
-        label: &'a str,
-        rep: u32,
-        pages: u64,
-    },
+    /// A run starts: pages to populate.
+    Start { run: RunSpec<'a>, pages: u64 },
     /// `pages` more were populated.
     Populated { pages: u64 },
     /// The free is being timed.
-    Freeing { label: &'a str, rep: u32 },
+    Freeing(RunSpec<'a>),
     /// The run ended.
     Done {
-        label: &'a str,
-        rep: u32,
+        run: RunSpec<'a>,
         sample: &'a RunSample,
     },
 }

@@ -34,21 +34,15 @@ fn cpu_windows(a: &vtime::Report, b: &vtime::Report) -> Vec<CpuWindow> {
 /// [`Machine::run`] (a virtual run when `cfg.time.mode` says so).
 pub fn run_once(
     cfg: &MachineConfig,
-    size: u64,
-    free_by: FreeBy,
-    label: &str,
-    rep: u32,
+    run: RunSpec<'_>,
     on_event: &mut dyn FnMut(Event<'_>),
 ) -> Result<RunSample, BigfreeError> {
     let machine = Machine::new(cfg.clone())?;
     // The zapping task runs on the last CPU; workers are bound to CPUs 0, 1, 2, ….
     let cpu = CpuId(cfg.cpus - 1);
-    let sample = machine.run(cpu, || {
-        sample_free(&machine, cpu, size, free_by, label, rep, on_event)
-    })??;
+    let sample = machine.run(cpu, || sample_free(&machine, cpu, run, on_event))??;
     on_event(Event::Done {
-        label,
-        rep,
+        run,
         sample: &sample,
     });
     drop(machine);
@@ -59,17 +53,14 @@ pub fn run_once(
 fn sample_free(
     machine: &std::sync::Arc<Machine>,
     cpu: CpuId,
-    size: u64,
-    free_by: FreeBy,
-    label: &str,
-    rep: u32,
+    run: RunSpec<'_>,
     on_event: &mut dyn FnMut(Event<'_>),
 ) -> Result<RunSample, BigfreeError> {
-    let size = size.next_multiple_of(PAGE_SIZE);
+    let size = run.size.next_multiple_of(PAGE_SIZE);
     let pages = size / PAGE_SIZE;
     let host = machine.time_mode() == TimeMode::Wall;
     let mm = machine.new_mm(cpu).map_err(BigfreeError::Mmap)?;
-    on_event(Event::Start { label, rep, pages });
+    on_event(Event::Start { run, pages });
     let addr = mm
         .mmap(
             cpu,
@@ -103,7 +94,7 @@ fn sample_free(
             BigfreeError::Populate { got, want }
         });
     }
-    on_event(Event::Freeing { label, rep });
+    on_event(Event::Freeing(run));
     let phys = machine.phys();
     let wq_before = machine.gather_policy().workqueue().map(|w| w.stats());
     let vm_before = machine.vmstat_snapshot();
@@ -117,7 +108,7 @@ fn sample_free(
     let v0 = vtime::snapshot();
     let c0 = thread_cpu_time_ns();
     let t0 = clock::now();
-    let st = match free_by {
+    let st = match run.free_by {
         FreeBy::Munmap => Some(
             mm.munmap_stats(cpu, addr, size)
                 .map_err(BigfreeError::Munmap)?,
@@ -187,6 +178,11 @@ fn sample_free(
     })
 }
 
+/// One figure of every CPU's use over a sample's free, summed.
+fn all_cpus(s: &RunSample, figure: impl Fn(&vtime::CpuUse) -> u64) -> f64 {
+    s.cpus.iter().map(|c| figure(&c.time)).sum::<u64>() as f64
+}
+
 fn summarize(
     label: String,
     cfg: &MachineConfig,
@@ -230,21 +226,11 @@ fn summarize(
         populate_ns_per_page: f(&|s| s.populate_ns as f64) / pages,
         spin_ms: f(&|s| s.spin_ns as f64) / 1e6,
         spin_share: f(&|s| {
-            let busy: u64 = s.cpus.iter().map(|c| c.time.busy_ns + c.time.spin_ns).sum();
-            s.spin_ns as f64 / busy.max(1) as f64
+            let busy = all_cpus(s, |t| t.busy_ns + t.spin_ns);
+            s.spin_ns as f64 / busy.max(1.0)
         }),
-        smt_busy_sibling_ms: f(&|s| {
-            s.cpus
-                .iter()
-                .map(|c| c.time.smt_busy_sibling_ns)
-                .sum::<u64>() as f64
-        }) / 1e6,
-        smt_spinning_sibling_ms: f(&|s| {
-            s.cpus
-                .iter()
-                .map(|c| c.time.smt_spinning_sibling_ns)
-                .sum::<u64>() as f64
-        }) / 1e6,
+        smt_busy_sibling_ms: f(&|s| all_cpus(s, |t| t.smt_busy_sibling_ns)) / 1e6,
+        smt_spinning_sibling_ms: f(&|s| all_cpus(s, |t| t.smt_spinning_sibling_ns)) / 1e6,
         zone_utilisation: f(&|s| s.zone_lock.hold_ns as f64 / s.free_ns.max(1) as f64),
         lru_utilisation: f(&|s| s.lru_lock.hold_ns as f64 / s.free_ns.max(1) as f64),
         samples,
@@ -272,7 +258,13 @@ pub fn run_with(
     let mut samples: Vec<Vec<RunSample>> = configs.iter().map(|_| Vec::new()).collect();
     for rep in 0..opts.repeat {
         for (i, (label, _, cfg)) in configs.iter().enumerate() {
-            samples[i].push(run_once(cfg, size, opts.free_by, label, rep, on_event)?);
+            let run = RunSpec {
+                size,
+                free_by: opts.free_by,
+                label,
+                rep,
+            };
+            samples[i].push(run_once(cfg, run, on_event)?);
         }
     }
     let mut rows: Vec<BigfreeRow> = configs

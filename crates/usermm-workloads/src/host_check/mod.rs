@@ -159,15 +159,22 @@ impl HostCheckRow {
     }
 }
 
-/// The predictions, in the rows' units.
+/// The figures of rows (a), (b) and (c), each side's in the rows' units.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Predicted {
+pub struct Figures {
     pub dontneed_one_ns: f64,
     pub dontneed_two_ns: f64,
     pub fault_p50_ns: f64,
     pub fault_p99_ns: f64,
     pub readers_one_per_sec: f64,
     pub readers_two_per_sec: f64,
+}
+
+/// The predictions, in the rows' units.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Predicted {
+    #[serde(flatten)]
+    pub figures: Figures,
     /// Row (d): faults per second of each of [`page_fault1::CASES`].
     pub page_fault1: Vec<f64>,
 }
@@ -175,13 +182,10 @@ pub struct Predicted {
 /// The measurements, as medians of the host's repeats.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Measured {
-    pub dontneed_one_ns: f64,
-    pub dontneed_two_ns: f64,
-    pub fault_p50_ns: f64,
-    pub fault_p99_ns: f64,
+    /// Medians of the repeats; the faulter's quantiles over all of them.
+    #[serde(flatten)]
+    pub figures: Figures,
     pub faults_during_munmap: usize,
-    pub readers_one_per_sec: f64,
-    pub readers_two_per_sec: f64,
     /// Row (d), each of [`page_fault1::CASES`].
     pub page_fault1: Vec<Pf1Measured>,
     /// The host around rows (a), (b) and (c)'s measurements.
@@ -264,12 +268,14 @@ pub fn predict(profile: &str, opts: &HostCheckOpts) -> Result<Predicted, HostChe
     let r2 = readers::predict(profile, 2, opts.reader_bytes)?;
     let page_fault1 = page_fault1::predict(profile, opts)?;
     Ok(Predicted {
-        dontneed_one_ns: d1,
-        dontneed_two_ns: d2,
-        fault_p50_ns: p50,
-        fault_p99_ns: p99,
-        readers_one_per_sec: r1,
-        readers_two_per_sec: r2,
+        figures: Figures {
+            dontneed_one_ns: d1,
+            dontneed_two_ns: d2,
+            fault_p50_ns: p50,
+            fault_p99_ns: p99,
+            readers_one_per_sec: r1,
+            readers_two_per_sec: r2,
+        },
         page_fault1,
     })
 }
@@ -307,13 +313,15 @@ pub fn measure(
     })?;
     let page_fault1 = page_fault1::measure(opts, runner)?;
     Ok(Measured {
-        dontneed_one_ns: median(&as_f(&d.one_thread_ns)),
-        dontneed_two_ns: median(&as_f(&d.two_threads_ns)),
-        fault_p50_ns: during.p50_ns as f64,
-        fault_p99_ns: during.p99_ns as f64,
+        figures: Figures {
+            dontneed_one_ns: median(&as_f(&d.one_thread_ns)),
+            dontneed_two_ns: median(&as_f(&d.two_threads_ns)),
+            fault_p50_ns: during.p50_ns as f64,
+            fault_p99_ns: during.p99_ns as f64,
+            readers_one_per_sec: median(&r1.faults_per_sec()),
+            readers_two_per_sec: median(&r2.faults_per_sec()),
+        },
         faults_during_munmap: n,
-        readers_one_per_sec: median(&r1.faults_per_sec()),
-        readers_two_per_sec: median(&r2.faults_per_sec()),
         page_fault1,
         quiet_dontneed,
         quiet_munmap,
@@ -323,36 +331,35 @@ pub fn measure(
 
 /// The rows of the check from both sides.
 pub fn rows(p: &Predicted, m: &Measured) -> Vec<HostCheckRow> {
-    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    // A figure of both sides, and the ratio of two figures on both sides.
+    let both = |f: fn(&Figures) -> f64| (f(&p.figures), f(&m.figures));
+    let ratio = |a: fn(&Figures) -> f64, b: fn(&Figures) -> f64| {
+        let r = |x: &Figures| if b(x) > 0.0 { a(x) / b(x) } else { 0.0 };
+        (r(&p.figures), r(&m.figures))
+    };
     let mut rows = vec![
         HostCheckRow::new(
             "(a) MADV_DONTNEED, two threads on halves vs one thread: speed-up",
             "x",
-            (
-                ratio(p.dontneed_one_ns, p.dontneed_two_ns),
-                ratio(m.dontneed_one_ns, m.dontneed_two_ns),
-            ),
+            ratio(|f| f.dontneed_one_ns, |f| f.dontneed_two_ns),
             &m.quiet_dontneed,
         ),
         HostCheckRow::new(
             "(b) write fault in its own VMA during an munmap: p50",
             "ns",
-            (p.fault_p50_ns, m.fault_p50_ns),
+            both(|f| f.fault_p50_ns),
             &m.quiet_munmap,
         ),
         HostCheckRow::new(
             "(b) write fault in its own VMA during an munmap: p99",
             "ns",
-            (p.fault_p99_ns, m.fault_p99_ns),
+            both(|f| f.fault_p99_ns),
             &m.quiet_munmap,
         ),
         HostCheckRow::new(
             "(c) huge-zero read faults, two processes vs one: throughput ratio",
             "x",
-            (
-                ratio(p.readers_two_per_sec, p.readers_one_per_sec),
-                ratio(m.readers_two_per_sec, m.readers_one_per_sec),
-            ),
+            ratio(|f| f.readers_two_per_sec, |f| f.readers_one_per_sec),
             &m.quiet_readers,
         ),
     ];
@@ -418,11 +425,12 @@ mod tests {
         let a = predict("haswell-ep-2s", &opts).unwrap();
         let b = predict("haswell-ep-2s", &opts).unwrap();
         assert_eq!(a, b);
-        assert!(a.dontneed_two_ns < a.dontneed_one_ns, "{a:?}");
-        let readers = a.readers_two_per_sec / a.readers_one_per_sec;
+        let f = &a.figures;
+        assert!(f.dontneed_two_ns < f.dontneed_one_ns, "{a:?}");
+        let readers = f.readers_two_per_sec / f.readers_one_per_sec;
         assert!(readers > 1.5 && readers <= 2.0 + 1e-9, "{a:?}");
         assert!(
-            a.fault_p99_ns >= a.fault_p50_ns && a.fault_p50_ns > 0.0,
+            f.fault_p99_ns >= f.fault_p50_ns && f.fault_p50_ns > 0.0,
             "{a:?}"
         );
         let pf = &a.page_fault1;
@@ -438,13 +446,15 @@ mod tests {
         let rows = rows(
             &a,
             &Measured {
-                dontneed_one_ns: 2.0,
-                dontneed_two_ns: 1.0,
-                fault_p50_ns: a.fault_p50_ns,
-                fault_p99_ns: a.fault_p99_ns * 2.0,
+                figures: Figures {
+                    dontneed_one_ns: 2.0,
+                    dontneed_two_ns: 1.0,
+                    fault_p50_ns: f.fault_p50_ns,
+                    fault_p99_ns: f.fault_p99_ns * 2.0,
+                    readers_one_per_sec: 1.0,
+                    readers_two_per_sec: 2.0,
+                },
                 faults_during_munmap: 1,
-                readers_one_per_sec: 1.0,
-                readers_two_per_sec: 2.0,
                 page_fault1: (0..4).map(measured).collect(),
                 quiet_dontneed: quiet(false),
                 quiet_munmap: quiet(false),

@@ -175,7 +175,13 @@ pub fn evaluate(kind: RowKind, sizes: &EvalSizes, factors: &EraFactors) -> Resul
                 None => "vanilla".to_string(),
                 Some(n) => format!("max_active {n}"),
             };
-            let s = bigfree::run_once(&cfg, sizes.bigfree, FreeBy::Munmap, &label, 0, &mut |_| {})
+            let run = bigfree::RunSpec {
+                size: sizes.bigfree,
+                free_by: FreeBy::Munmap,
+                label: &label,
+                rep: 0,
+            };
+            let s = bigfree::run_once(&cfg, run, &mut |_| {})
                 .map_err(|e| format!("bigfree {label}: {e}"))?;
             Ok(s.free_ns as f64 / (sizes.bigfree / PAGE_SIZE) as f64)
         }

@@ -21,7 +21,7 @@ use usermm_host::usemem::{self as hu, HostFile, PipeGate, Space, WalkError};
 
 use super::io::{Io, StdIo};
 use super::program::{FileToOpen, Platform};
-use super::sys::{Access, Errno, Gate, MapFd, ShmCmd, Stop, Sys, WalkOp, EBADF};
+use super::sys::{Access, Errno, Gate, MapFd, ShmCmd, Stop, Sys, WalkOp, Words, EBADF};
 use super::worker::{bind_cpu, End, Plan, ProcState, Worker, WorkerRecord};
 
 /// One usemem thread on the host.
@@ -126,13 +126,13 @@ impl Sys for HostSys {
         })
     }
 
-    fn walk(&self, base: u64, from: u64, to: u64, stride: u64, op: WalkOp) -> Result<u64, Stop> {
+    fn walk(&self, words: Words, op: WalkOp) -> Result<u64, Stop> {
         self.space
             .walk(
-                base,
-                from,
-                to,
-                stride,
+                words.base,
+                words.from,
+                words.to,
+                words.stride,
                 hu::WordOp {
                     write: op.write,
                     data: op.data,

@@ -66,6 +66,15 @@ pub struct WalkOp {
     pub verify: bool,
 }
 
+/// The words a walk visits: `from, from + stride, …` below `to` of the word array at `base`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Words {
+    pub base: u64,
+    pub from: u64,
+    pub to: u64,
+    pub stride: u64,
+}
+
 /// Why a walk or an access did not finish.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stop {
@@ -116,9 +125,8 @@ pub trait Sys {
     fn shmctl(&self, id: i32, cmd: ShmCmd) -> Result<(), Errno>;
     /// `fallocate(fd, PUNCH_HOLE | KEEP_SIZE, offset, len)` on the opened file.
     fn punch_hole(&self, offset: u64, len: u64) -> Result<(), Errno>;
-    /// Visit words `from, from + stride, ...` below `to` of the word array at `base`; the
-    /// number of words visited.
-    fn walk(&self, base: u64, from: u64, to: u64, stride: u64, op: WalkOp) -> Result<u64, Stop>;
+    /// Visit `words`; the number of words visited.
+    fn walk(&self, words: Words, op: WalkOp) -> Result<u64, Stop>;
     /// One access to the word at `addr`; a load returns the word.
     fn access(&self, addr: u64, a: Access) -> Result<u64, Stop>;
     /// Accesses in order, as [`Sys::access`] each with the loads' words discarded: a random

@@ -358,16 +358,9 @@ impl Default for MachineConfig {
 }
 
 /// A configuration that cannot make a machine, or a `--set` that does not parse.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct ConfigError(pub String);
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 /// `PCPU_MIN_ALLOC_SIZE`, restated here (config is below pcpu; `pcpu`'s tests hold the two
 /// equal): the first chunk's sizes are counted in these units.

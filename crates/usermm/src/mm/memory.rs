@@ -145,6 +145,33 @@ fn zap_pte_range(tlb: &mut MmuGather<'_>, mm: &Mm, pte_table: Pfn, start: u64, e
     }
 }
 
+/// The bounds of a `free_p?d_range` walk: a table is freed only when the whole aligned span
+/// it maps lies between `floor` and `ceiling` (0: the top of the address space).
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    floor: u64,
+    ceiling: u64,
+}
+
+impl Bounds {
+    /// May the table mapping the `size`-aligned span around `[start, end)` go?
+    fn frees(self, start: u64, end: u64, size: u64) -> bool {
+        if start & !(size - 1) < self.floor {
+            return false;
+        }
+        if self.ceiling != 0 {
+            let c = self.ceiling & !(size - 1);
+            if c == 0 {
+                return false;
+            }
+            if end.wrapping_sub(1) > c.wrapping_sub(1) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
 /// `free_pgd_range`: free the tables that map only `[addr, end)`, within `floor`/`ceiling`.
 pub(crate) fn free_pgd_range(
     tlb: &mut MmuGather<'_>,
@@ -175,41 +202,26 @@ pub(crate) fn free_pgd_range(
     if addr > end.wrapping_sub(1) {
         return;
     }
+    let bounds = Bounds { floor, ceiling };
     for (pgd, _, a, next) in table_entries(phys, mm.pgd(), Level::Pgd, addr, end) {
-        free_pud_range(tlb, pgd, a, next, floor, ceiling);
+        free_pud_range(tlb, pgd, a, next, bounds);
     }
 }
 
-fn free_pud_range(
-    tlb: &mut MmuGather<'_>,
-    pgd: Slot,
-    start: u64,
-    end: u64,
-    floor: u64,
-    ceiling: u64,
-) {
+fn free_pud_range(tlb: &mut MmuGather<'_>, pgd: Slot, start: u64, end: u64, b: Bounds) {
     let mm = tlb.mm();
     let phys = mm.machine().phys();
     let pud_table = pgd.load(phys).pfn();
     for (pud, _, a, next) in table_entries(phys, pud_table, Level::Pud, start, end) {
-        free_pmd_range(tlb, pud, a, next, floor, ceiling);
+        free_pmd_range(tlb, pud, a, next, b);
     }
-    if !span_free(start, end, PGDIR_SIZE, floor, ceiling) {
-        return;
+    if b.frees(start, end, PGDIR_SIZE) {
+        pgtable::pgd_clear(mm, pgd);
+        free_table(tlb, pud_table);
     }
-    pgtable::pgd_clear(mm, pgd);
-    mm.nr_tables.fetch_sub(1, Relaxed);
-    tlb.remove_table(pud_table);
 }
 
-fn free_pmd_range(
-    tlb: &mut MmuGather<'_>,
-    pud: Slot,
-    start: u64,
-    end: u64,
-    floor: u64,
-    ceiling: u64,
-) {
+fn free_pmd_range(tlb: &mut MmuGather<'_>, pud: Slot, start: u64, end: u64, b: Bounds) {
     let mm = tlb.mm();
     let phys = mm.machine().phys();
     let pmd_table = pud.load(phys).pfn();
@@ -217,34 +229,23 @@ fn free_pmd_range(
         if !e.huge() {
             // free_pte_range
             pgtable::pmd_clear_detached(phys, pmd);
-            mm.nr_tables.fetch_sub(1, Relaxed);
-            tlb.remove_table(e.pfn());
+            free_table(tlb, e.pfn());
         }
     }
-    if !span_free(start, end, PUD_SIZE, floor, ceiling) {
-        return;
+    if b.frees(start, end, PUD_SIZE) {
+        pgtable::pud_clear(mm, pud);
+        free_table(tlb, pmd_table);
     }
-    pgtable::pud_clear(mm, pud);
-    mm.nr_tables.fetch_sub(1, Relaxed);
-    tlb.remove_table(pmd_table);
 }
 
-/// May the table mapping the `size`-aligned span around `[start, end)` go?
-fn span_free(start: u64, end: u64, size: u64, floor: u64, ceiling: u64) -> bool {
-    let s = start & !(size - 1);
-    if s < floor {
-        return false;
-    }
-    if ceiling != 0 {
-        let c = ceiling & !(size - 1);
-        if c == 0 {
-            return false;
-        }
-        if end.wrapping_sub(1) > c.wrapping_sub(1) {
-            return false;
-        }
-    }
-    true
+/// `p?d_free_tlb` with `mm_dec_nr_p?ds`: count out a table whose entry was cleared and queue
+/// it in the gather, which frees it after the TLB flush.
+#[doc(alias = "pte_free_tlb")]
+#[doc(alias = "pmd_free_tlb")]
+#[doc(alias = "pud_free_tlb")]
+fn free_table(tlb: &mut MmuGather<'_>, table: Pfn) {
+    tlb.mm().nr_tables.fetch_sub(1, Relaxed);
+    tlb.remove_table(table);
 }
 
 /// `free_pgtables` for a list of detached ranges (address order), between `floor` and

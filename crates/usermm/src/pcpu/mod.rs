@@ -147,34 +147,25 @@ pub enum DepopulatePolicy {
 }
 
 /// Why a percpu request failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, thiserror::Error)]
 pub enum PcpuError {
     /// Size 0 or above the limit (32 KiB or the unit size, whichever is smaller).
+    #[error("illegal percpu allocation size {size}")]
     InvalidSize { size: u64 },
     /// Alignment not a power of two, or above `PAGE_SIZE`.
+    #[error("illegal percpu alignment {align}")]
     InvalidAlign { align: u64 },
     /// No space: no chunk could be created or populated (`ENOMEM`), or an atomic request found
     /// no populated room, or the reserved chunk is full.
+    #[error("percpu allocation failed: out of memory")]
     NoMem,
     /// The pointer names no live allocation (double free, stale pointer).
+    #[error("not a live percpu allocation")]
     BadPointer,
     /// The CPU is not a possible CPU.
+    #[error("not a possible CPU")]
     BadCpu,
 }
-
-impl std::fmt::Display for PcpuError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PcpuError::InvalidSize { size } => write!(f, "illegal percpu allocation size {size}"),
-            PcpuError::InvalidAlign { align } => write!(f, "illegal percpu alignment {align}"),
-            PcpuError::NoMem => write!(f, "percpu allocation failed: out of memory"),
-            PcpuError::BadPointer => write!(f, "not a live percpu allocation"),
-            PcpuError::BadCpu => write!(f, "not a possible CPU"),
-        }
-    }
-}
-
-impl std::error::Error for PcpuError {}
 
 impl From<PcpuError> for crate::error::Errno {
     fn from(e: PcpuError) -> crate::error::Errno {

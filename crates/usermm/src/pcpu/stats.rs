@@ -112,29 +112,18 @@ impl PcpuStats {
         let _ = writeln!(s, "Percpu Memory Statistics");
         let _ = writeln!(s, "Allocation Info:");
         let _ = writeln!(s, "----------------------------------------");
-        for (k, v) in [
-            ("unit_size", self.unit_size),
-            ("nr_units", self.nr_units as u64),
-            ("unit_pages", self.unit_pages as u64),
-            ("nr_slots", self.nr_slots as u64),
-        ] {
-            let _ = writeln!(s, "  {k:<18}: {v:>12}");
+        // PL(X)/PU(X) of percpu_stats_show: a line per field, named as the field.
+        macro_rules! fields {
+            ($src:expr; $($f:ident),+) => {
+                $(line(&mut s, stringify!($f), $src.$f as i64);)+
+            };
         }
+        fields!(self; unit_size, nr_units, unit_pages, nr_slots);
         let _ = writeln!(s, "\nGlobal Stats:");
         let _ = writeln!(s, "----------------------------------------");
-        for (k, v) in [
-            ("nr_alloc", c.nr_alloc as i64),
-            ("nr_dealloc", c.nr_dealloc as i64),
-            ("nr_cur_alloc", c.nr_cur_alloc as i64),
-            ("nr_max_alloc", c.nr_max_alloc as i64),
-            ("nr_chunks", c.nr_chunks as i64),
-            ("nr_max_chunks", c.nr_max_chunks as i64),
-            ("min_alloc_size", c.min_alloc_size as i64),
-            ("max_alloc_size", c.max_alloc_size as i64),
-            ("empty_pop_pages", self.nr_empty_pop_pages),
-        ] {
-            let _ = writeln!(s, "  {k:<18}: {v:>12}");
-        }
+        fields!(c; nr_alloc, nr_dealloc, nr_cur_alloc, nr_max_alloc, nr_chunks, nr_max_chunks,
+            min_alloc_size, max_alloc_size);
+        line(&mut s, "empty_pop_pages", self.nr_empty_pop_pages);
         for ch in &self.chunks {
             let title = match ch.kind {
                 ChunkKind::First => "Chunk: <- First Chunk".to_string(),
@@ -153,9 +142,14 @@ impl PcpuStats {
                 ("slot", ch.slot.map_or(-1, |x| x as i64)),
                 ("isolated", ch.isolated as i64),
             ] {
-                let _ = writeln!(s, "  {k:<18}: {v:>12}");
+                line(&mut s, k, v);
             }
         }
         s
     }
+}
+
+/// One `  name: value` line of the dump (`P(X, Y)` of `percpu-stats.c`).
+fn line(s: &mut String, name: &str, value: i64) {
+    let _ = writeln!(s, "  {name:<18}: {value:>12}");
 }

@@ -80,6 +80,38 @@ mod geometry {
         p.validate().unwrap();
     }
 
+    /// `percpu_stats` in the kernel's layout: the allocation info and the global counters
+    /// named as their fields, then a block per chunk.
+    #[test]
+    fn the_stats_dump_has_the_kernels_layout() {
+        let (_m, p) = machine(false);
+        let text = p.stats().render();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[..3],
+            [
+                "Percpu Memory Statistics",
+                "Allocation Info:",
+                &"-".repeat(40)
+            ]
+        );
+        assert_eq!(lines[3], format!("  {:<18}: {:>12}", "unit_size", 64 << 10));
+        assert_eq!(lines[4], format!("  {:<18}: {:>12}", "nr_units", 4));
+        assert!(text.contains("\nGlobal Stats:\n"), "{text}");
+        assert!(
+            text.contains(&format!("\n  {:<18}: {:>12}\n", "nr_chunks", 2)),
+            "{text}"
+        );
+        assert!(text.contains("\nChunk: <- First Chunk\n"), "{text}");
+        let free = format!("  {:<18}: {:>12}", "free_bytes", (64 - 20) << 10);
+        assert!(lines.contains(&free.as_str()), "{text}");
+        assert!(
+            text.ends_with(&format!("  {:<18}: {:>12}\n", "isolated", 0)),
+            "{text}"
+        );
+        p.validate().unwrap();
+    }
+
     #[test]
     fn dropping_the_allocator_gives_every_frame_back() {
         let (m, p) = machine(true);

@@ -194,7 +194,7 @@ pub(super) fn run(
                 .table
                 .rows
                 .iter()
-                .find(|r| r.index == index)?
+                .find(|r| r.point.index == index)?
                 .figures
                 .iter()
                 .find(|(c, _)| c == col)

@@ -15,7 +15,7 @@ use usermm::{Mm, Task};
 
 use super::{EngineProcess, FileKind, Mapping, RunShared, EPOCH_US, MAP_HUGE_MASK, PAGE};
 use crate::usemem::sys::{
-    Access, Errno, Gate, MapFd, ShmCmd, Stop, Sys, WalkOp, EBADF, EINVAL, ENOMEM,
+    Access, Errno, Gate, MapFd, ShmCmd, Stop, Sys, WalkOp, Words, EBADF, EINVAL, ENOMEM,
 };
 use crate::usemem::worker::{MAP_ANONYMOUS, MAP_HUGETLB, MAP_SHARED, PROT_READ, PROT_WRITE};
 
@@ -144,32 +144,19 @@ impl EngineSys {
         Some(backed_end.saturating_sub(base) / 8)
     }
 
-    pub(super) fn walk_plain(
-        &self,
-        base: u64,
-        from: u64,
-        to: u64,
-        stride: u64,
-        op: WalkOp,
-    ) -> Result<u64, Stop> {
-        let start = base.wrapping_add(from.wrapping_mul(8));
-        let len = (to - from).saturating_mul(8);
-        let value = move |rel: u64| op.data.unwrap_or(from + rel);
+    pub(super) fn walk_plain(&self, w: Words, op: WalkOp) -> Result<u64, Stop> {
+        let start = w.base.wrapping_add(w.from.wrapping_mul(8));
+        let len = (w.to - w.from).saturating_mul(8);
+        let value = move |rel: u64| op.data.unwrap_or(w.from + rel);
         self.task
-            .walk(start, len, stride * 8, op.write, value)
+            .walk(start, len, w.stride * 8, op.write, value)
             .map_err(fault_stop)
     }
 
-    pub(super) fn walk_verify(
-        &self,
-        base: u64,
-        from: u64,
-        to: u64,
-        stride: u64,
-        op: WalkOp,
-    ) -> Result<u64, Stop> {
+    pub(super) fn walk_verify(&self, words: Words, op: WalkOp) -> Result<u64, Stop> {
+        let (base, to, stride) = (words.base, words.to, words.stride);
         let mut n = 0;
-        let mut i = from;
+        let mut i = words.from;
         let mut buf = vec![0u8; PAGE as usize + 8];
         while i < to {
             let addr = base + i * 8;
@@ -189,7 +176,12 @@ impl EngineSys {
                 }
                 j += stride;
             }
-            n += self.walk_plain(base, i, last + 1, stride, op)?;
+            let run = Words {
+                from: i,
+                to: last + 1,
+                ..words
+            };
+            n += self.walk_plain(run, op)?;
             i = match last.checked_add(stride) {
                 Some(x) => x,
                 None => break,
@@ -237,7 +229,7 @@ impl Sys for EngineSys {
         let pgoff = (offset as u64) >> 12;
         let a = self
             .mm()
-            .mmap_pgoff(self.cpu(), 0, len, prot, flags, MapFileAt { file, pgoff })
+            .mmap(self.cpu(), 0, len, prot, flags, MapFileAt { file, pgoff })
             .map_err(errno)?;
         self.record(Mapping {
             addr: a,
@@ -376,7 +368,8 @@ impl Sys for EngineSys {
         Ok(())
     }
 
-    fn walk(&self, base: u64, from: u64, to: u64, stride: u64, op: WalkOp) -> Result<u64, Stop> {
+    fn walk(&self, words: Words, op: WalkOp) -> Result<u64, Stop> {
+        let (base, from, to, stride) = (words.base, words.from, words.to, words.stride);
         if from >= to {
             return Ok(0);
         }
@@ -410,10 +403,11 @@ impl Sys for EngineSys {
         }
         let mut n = 0;
         if from < to {
+            let words = Words { to, ..words };
             n = if verify {
-                self.walk_verify(base, from, to, stride, op)?
+                self.walk_verify(words, op)?
             } else {
-                self.walk_plain(base, from, to, stride, op)?
+                self.walk_plain(words, op)?
             };
         }
         if bus {

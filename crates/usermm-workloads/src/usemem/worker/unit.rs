@@ -8,7 +8,7 @@ use super::{lcm, Worker, MADV_HUGEPAGE, PAGE_SIZE, R};
 /// Most accesses of a random walk handed to the platform at once ([`Sys::access_many`]): on
 /// the engine, one TLB gate hold each.
 const RANDOM_RUN: usize = 64;
-use crate::usemem::sys::{strerror, Access, Gate, Stop, Sys, WalkOp};
+use crate::usemem::sys::{strerror, Access, Gate, Stop, Sys, WalkOp, Words};
 
 impl<S: Sys> Worker<'_, S> {
     /// usemem's `allocate`: map (or malloc) `bytes`, with `--show-addr`, `--madv-thp` and
@@ -58,7 +58,15 @@ impl<S: Sys> Worker<'_, S> {
                 verify: false,
             };
             self.sys
-                .walk(p, 0, bytes / 8, 1, op)
+                .walk(
+                    Words {
+                        base: p,
+                        from: 0,
+                        to: bytes / 8,
+                        stride: 1,
+                    },
+                    op,
+                )
                 .map_err(|s| self.killed(s))?;
         }
         Ok(p)
@@ -240,7 +248,15 @@ impl<S: Sys> Worker<'_, S> {
             };
             words += self
                 .sys
-                .walk(p, from, to, stride, op)
+                .walk(
+                    Words {
+                        base: p,
+                        from,
+                        to,
+                        stride,
+                    },
+                    op,
+                )
                 .map_err(|s| self.killed(s))?;
             if to >= m {
                 // The last word may still be a checkpoint.

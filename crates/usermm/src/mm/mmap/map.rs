@@ -21,7 +21,11 @@ use crate::pgtable::{leaf_bits, Level, TableCursor, _PAGE_SPECIAL};
 use crate::stats::VmItem;
 
 impl Mm {
-    /// `mmap(addr, len, prot, flags, fd, 0)`.
+    /// `mmap(addr, len, prot, flags, fd, pgoff << PAGE_SHIFT)`: `src` is the file and the
+    /// offset in it in pages (a [`MapFile`] alone maps it from its start; the offset places and
+    /// names a `/dev/zero` mapping; anonymous memory ignores it).
+    #[doc(alias = "do_mmap")]
+    #[doc(alias = "mmap_pgoff")]
     pub fn mmap(
         &self,
         cpu: CpuId,
@@ -29,25 +33,9 @@ impl Mm {
         len: u64,
         prot: u32,
         flags: u32,
-        file: MapFile,
+        src: impl Into<MapFileAt>,
     ) -> Result<u64, Errno> {
-        self.mmap_pgoff(cpu, addr, len, prot, flags, file.into())
-    }
-
-    /// `mmap(addr, len, prot, flags, fd, pgoff << PAGE_SHIFT)`: `src` is the file and the
-    /// offset in it in pages (the offset places and names a `/dev/zero` mapping; anonymous
-    /// memory ignores it).
-    #[doc(alias = "do_mmap")]
-    pub fn mmap_pgoff(
-        &self,
-        cpu: CpuId,
-        addr: u64,
-        len: u64,
-        prot: u32,
-        flags: u32,
-        src: MapFileAt,
-    ) -> Result<u64, Errno> {
-        let MapFileAt { file, pgoff } = src;
+        let MapFileAt { file, pgoff } = src.into();
         crate::sync::charge(crate::sync::Cost::Syscall, 1);
         if flags & MAP_ANONYMOUS == 0 && file == MapFile::None {
             return Err(Errno::EBADF);
