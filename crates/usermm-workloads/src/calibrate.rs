@@ -70,6 +70,7 @@ const BORROWED: &[&str] = &[
     "pt_free_ns",
     "tlb_flush_local_ns",
     "tlb_flush_remote_ns",
+    "flush_tlb_func_ns",
     "workqueue_wake_ns",
     "vma_modify_ns",
 ];
@@ -443,6 +444,10 @@ fn cost_formula(cost: Cost) -> (String, &'static str) {
         Cost::TlbFlushRemotePerCpu => (
             "tlb_flush_remote_ns".into(),
             "assumption (see inputs.tlb_flush_remote_ns)",
+        ),
+        Cost::FlushTlbFunc => (
+            "flush_tlb_func_ns".into(),
+            "assumption (see inputs.flush_tlb_func_ns); not in any measured single-thread figure",
         ),
         Cost::WorkqueueWake => ("workqueue_wake_ns".into(), "assumption (see inputs.workqueue_wake_ns)"),
         Cost::Syscall => ("syscall_ns".into(), "getppid measured here"),
