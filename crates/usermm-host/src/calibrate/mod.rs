@@ -457,7 +457,30 @@ pub fn calibrate(
     Ok(c)
 }
 
-/// The figures' rounds (every probe but the SMT probe).
+/// The samples of a probe that pairs two CPUs (the SMT and shootdown probes): `repeat` times,
+/// on the two least-loaded CPUs this process may run on (measuring on the first), `sample`
+/// takes one and says whether both sides were pinned; each is a `what` step of `progress`,
+/// counted from `done` of `total`. Returns the pairs and whether every side was pinned.
+fn paired_samples(
+    repeat: usize,
+    what: &str,
+    (done, total): (usize, usize),
+    progress: Progress<'_>,
+    mut sample: impl FnMut(usize, usize) -> Result<bool, HostError>,
+) -> Result<(Vec<(usize, usize)>, bool), HostError> {
+    let allowed = crate::sys::allowed_cpus();
+    let (mut pairs, mut pinned) = (Vec::with_capacity(repeat), true);
+    for k in 0..repeat {
+        let order = system::cpus_by_idle(&allowed);
+        let (cpu, other) = (order[0], order[1]);
+        pinned &= sample(cpu, other)?;
+        pairs.push((cpu, other));
+        progress(what, done + k + 1, total);
+    }
+    Ok((pairs, pinned))
+}
+
+/// The figures' rounds (every probe but the two that pair CPUs).
 fn measure_rounds(
     opts: &CalibrateOpts,
     progress: Progress<'_>,

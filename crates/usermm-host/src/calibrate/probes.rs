@@ -513,7 +513,7 @@ extern "C" fn shootdown_spinner(arg: *mut libc::c_void) -> libc::c_int {
             n = std::hint::black_box(n + 1);
         }
         count.store(n, Ordering::Relaxed);
-        if n % (SPIN_PUBLISH_EVERY << 16) == 0 && sys::monotonic_ns() > deadline {
+        if n.is_multiple_of(SPIN_PUBLISH_EVERY << 16) && sys::monotonic_ns() > deadline {
             break;
         }
     }

@@ -26,7 +26,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{probes, system, Measured, Progress};
+use super::{paired_samples, probes, Measured, Progress};
 use crate::error::HostError;
 
 /// The probe's result, in the calibration record (`shootdown`, format 3).
@@ -59,27 +59,23 @@ impl ShootdownProbe {
     }
 }
 
-/// `repeat` samples of `flushes` flushes each on the two least-loaded CPUs of `allowed`.
-pub(super) fn probe(
+/// `repeat` samples of `flushes` flushes each, counted by `progress` from `steps.0` of
+/// `steps.1`.
+pub(super) fn run(
     repeat: usize,
     flushes: u64,
-    allowed: &[usize],
-    tick: &mut dyn FnMut(&str),
+    steps: (usize, usize),
+    progress: Progress<'_>,
 ) -> Result<ShootdownProbe, HostError> {
-    let mut pairs = Vec::with_capacity(repeat);
     let (mut sender, mut receiver) = (Vec::with_capacity(repeat), Vec::with_capacity(repeat));
-    let mut pinned = true;
-    for _ in 0..repeat {
-        let order = system::cpus_by_idle(allowed);
-        let (cpu, other) = (order[0], order[1]);
+    let what = "TLB shootdown probe";
+    let (pairs, pinned) = paired_samples(repeat, what, steps, progress, |cpu, other| {
         let w = probes::shootdown_pair(Some(cpu), other, flushes)?;
-        pinned &= w[1] == 1 && w[6] == 1;
-        pairs.push((cpu, other));
         let n = w[5].max(1) as f64;
         sender.push((w[3] as f64 - w[2] as f64) / n);
         receiver.push(w[4] as f64 / n);
-        tick("TLB shootdown probe");
-    }
+        Ok(w[1] == 1 && w[6] == 1)
+    })?;
     let how = |side: &str| {
         format!(
             "{side}; {flushes} rounds of a 4 KiB write and its MADV_DONTNEED in a freshly \
@@ -105,20 +101,5 @@ pub(super) fn probe(
             ),
         ),
         pinned,
-    })
-}
-
-/// Runs the probe as `calibrate` does, its steps counted by `progress` from `done` of `total`.
-pub(super) fn run(
-    repeat: usize,
-    flushes: u64,
-    (done, total): (usize, usize),
-    progress: Progress<'_>,
-) -> Result<ShootdownProbe, HostError> {
-    let allowed = crate::sys::allowed_cpus();
-    let mut step = done;
-    probe(repeat, flushes, &allowed, &mut |what| {
-        step += 1;
-        progress(what, step, total);
     })
 }
