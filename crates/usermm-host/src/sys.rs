@@ -380,6 +380,38 @@ pub(crate) unsafe fn fork_raw() -> Result<libc::pid_t, i32> {
     }
 }
 
+/// `clone(CLONE_VM | SIGCHLD)` through libc's wrapper: a child process that shares the
+/// caller's memory (its mm, as a thread does, so the caller's TLB flushes interrupt it) and
+/// runs `f(arg)` on the stack whose top is `stack_top`, then exits with `f`'s value. The
+/// caller reaps it with [`waitpid`].
+///
+/// # Safety
+/// `stack_top` must be the 16-byte-aligned top of a writable mapping that stays mapped until
+/// the child is reaped; `f` must only issue raw system calls and use atomics in memory that
+/// stays mapped as long (it shares the caller's thread-local storage and must not allocate,
+/// lock or unwind), and `arg` must stay valid for it.
+pub(crate) unsafe fn clone_vm(
+    f: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    stack_top: u64,
+    arg: *mut libc::c_void,
+) -> Result<libc::pid_t, i32> {
+    // SAFETY: forwarded to the caller (see above); CLONE_VM without CLONE_THREAD or
+    // CLONE_SETTLS makes a process, reaped with waitpid thanks to SIGCHLD.
+    let r = unsafe {
+        libc::clone(
+            f,
+            stack_top as usize as *mut libc::c_void,
+            libc::CLONE_VM | libc::SIGCHLD,
+            arg,
+        )
+    };
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(r)
+    }
+}
+
 /// `clock_gettime(CLOCK_THREAD_CPUTIME_ID)`: the calling thread's CPU time (user and system)
 /// in ns, 0 if the call fails. Allocation-free, so usable in a forked child.
 pub(crate) fn thread_cpu_ns() -> u64 {

@@ -70,6 +70,7 @@ const BORROWED: &[&str] = &[
     "pt_free_ns",
     "tlb_flush_local_ns",
     "tlb_flush_remote_ns",
+    "flush_tlb_func_ns",
     "workqueue_wake_ns",
     "vma_modify_ns",
 ];
@@ -335,7 +336,49 @@ pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
     );
     m.insert("smt_sibling_factor".into(), smt_factor(c));
     borrow_inputs(&mut m);
+    shootdown_inputs(c, &mut m);
     m
+}
+
+/// The two sides of a TLB shootdown, measured by the shootdown probe (format 3): the sender's
+/// extra per flush as `tlb_flush_remote_ns`, the interrupted CPU's loss as `flush_tlb_func_ns`.
+/// A side whose median is not positive (the sender's is a difference of two timings), or an
+/// older record, keeps the [`BORROWED`] assumption, which says so.
+fn shootdown_inputs(c: &HostCalibration, m: &mut BTreeMap<String, Input>) {
+    let probe = c.shootdown.as_ref();
+    for (name, fig) in [
+        ("tlb_flush_remote_ns", probe.map(|p| &p.sender)),
+        ("flush_tlb_func_ns", probe.map(|p| &p.receiver)),
+    ] {
+        match fig {
+            Some(f) if f.median > 0.0 => {
+                m.insert(
+                    name.into(),
+                    input(
+                        r4(f.median),
+                        "ns",
+                        InputKind::Measured,
+                        measured_source(c, f),
+                    ),
+                );
+            }
+            _ => {
+                if let Some(i) = m.get_mut(name) {
+                    i.source = format!(
+                        "{} (the calibration record has {})",
+                        i.source,
+                        match fig {
+                            Some(f) => format!(
+                                "a shootdown figure of median {:.1} ns, not positive",
+                                f.median
+                            ),
+                            None => "no shootdown probe: format 1 or 2".into(),
+                        }
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// The [`BORROWED`] inputs, as [`SHARES_FROM`] writes them.
@@ -442,7 +485,11 @@ fn cost_formula(cost: Cost) -> (String, &'static str) {
         ),
         Cost::TlbFlushRemotePerCpu => (
             "tlb_flush_remote_ns".into(),
-            "assumption (see inputs.tlb_flush_remote_ns)",
+            "see inputs.tlb_flush_remote_ns: the shootdown probe's sender side, or an assumption; not in any single-thread figure",
+        ),
+        Cost::FlushTlbFunc => (
+            "flush_tlb_func_ns".into(),
+            "see inputs.flush_tlb_func_ns: the shootdown probe's receiving side, or an assumption; not in any single-thread figure",
         ),
         Cost::WorkqueueWake => ("workqueue_wake_ns".into(), "assumption (see inputs.workqueue_wake_ns)"),
         Cost::Syscall => ("syscall_ns".into(), "getppid measured here"),

@@ -370,3 +370,59 @@ fn the_smt_probe_sets_the_sibling_factor_only_when_the_cpus_share_a_core() {
     assert_eq!((i.kind, i.value), (InputKind::Measured, 1.6));
     assert_eq!(p.spec().smt.sibling_factor, 1.6);
 }
+
+/// The shootdown probe prices both sides of a flush: its sender figure becomes
+/// `tlb_flush_remote_ns` and its receiver figure `flush_tlb_func_ns`, measured inputs that the
+/// costs `tlb_flush_remote_per_cpu` and `flush_tlb_func` then carry; a sender median that is
+/// not positive (a difference of two timings) and a record without the probe keep the
+/// assumption, which says why. Each profile loads.
+#[test]
+fn the_shootdown_probe_prices_both_sides_of_a_flush() {
+    use usermm::vtime::Cost;
+    use usermm_host::calibrate::{Measured, ShootdownProbe, SmtProbe};
+    let load = |c: &HostCalibration| {
+        Profile::from_toml_str(&this_host_profile(c), "this-host").expect("loads")
+    };
+    let old = fixture();
+    let p = load(&old);
+    for name in ["tlb_flush_remote_ns", "flush_tlb_func_ns"] {
+        let i = &p.spec().inputs[name];
+        assert!(
+            i.kind == InputKind::Assumption && i.source.contains("no shootdown probe"),
+            "{name}: {}",
+            i.source
+        );
+    }
+    let mut new = old.clone();
+    new.format = 3;
+    new.smt = Some(SmtProbe {
+        pairs: vec![(0, 1); 3],
+        ratio: Measured::new(vec![0.98; 3], "ratio", "the probe".into()),
+        shared_core: false,
+        pinned: true,
+    });
+    let probe = |sender: f64, receiver: f64| ShootdownProbe {
+        pairs: vec![(0, 1); 3],
+        flushes: 100,
+        sender: Measured::new(vec![sender; 3], "ns", "sender".into()),
+        receiver: Measured::new(vec![receiver; 3], "ns", "receiver".into()),
+        pinned: true,
+    };
+    new.shootdown = Some(probe(2345.0, 1234.5));
+    let p = load(&new);
+    let i = &p.spec().inputs["tlb_flush_remote_ns"];
+    assert_eq!((i.kind, i.value), (InputKind::Measured, 2345.0));
+    let i = &p.spec().inputs["flush_tlb_func_ns"];
+    assert_eq!((i.kind, i.value), (InputKind::Measured, 1234.5));
+    assert_eq!(p.cost_ns(Cost::TlbFlushRemotePerCpu), 2345.0);
+    assert_eq!(p.cost_ns(Cost::FlushTlbFunc), 1234.5);
+
+    new.shootdown = Some(probe(-50.0, 1234.5));
+    let p = load(&new);
+    let i = &p.spec().inputs["tlb_flush_remote_ns"];
+    assert!(
+        i.kind == InputKind::Assumption && i.source.contains("not positive"),
+        "{}",
+        i.source
+    );
+}

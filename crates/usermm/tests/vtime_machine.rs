@@ -214,3 +214,76 @@ fn a_cow_copy_pays_copy_page_and_a_copy_of_the_zero_page_clear_page() {
     );
     moved(copy_zero, base_zero, 0, "the zero page is not copied");
 }
+
+/// A TLB shootdown interrupts the other CPUs of the mm (`flush_tlb_func`): the context that
+/// occupies each of them pays the profile's `flush_tlb_func` once per flush, an idle CPU costs
+/// nobody, and the sender's own charges are unchanged. A thread of the mm spins on CPU 1 for a
+/// fixed number of lock round trips while the task on CPU 0 writes and `MADV_DONTNEED`s one
+/// page `FLUSHES` times; doubling the profile's `flush_tlb_func` moves the spinner's CPU time by
+/// `FLUSHES` times the price (the jitter aside) and the sender's not at all.
+#[test]
+fn a_shootdown_charges_the_occupant_of_each_other_cpu_flush_tlb_func() {
+    use usermm::mm::mman::MADV_DONTNEED;
+    use usermm::sync::{class::FUTEX, thread, Barrier, SpinLock};
+    const FLUSHES: u64 = 20;
+    let run = |factor: f64| {
+        let mut c = virtual_config("haswell-ep-2s");
+        c.time.scale = vec![ScaleCost {
+            key: "flush_tlb_func".into(),
+            factor,
+        }];
+        let m = Machine::new(c).unwrap();
+        let (cpu0, cpu1) = (CpuId(0), CpuId(1));
+        let (sender, receiver) = m
+            .run(cpu0, || {
+                let mm = m.new_mm(cpu0).unwrap();
+                let a = touched(&mm, cpu0, PAGE_SIZE);
+                let met = Barrier::new(&FUTEX, 2);
+                let spin = SpinLock::new(&FUTEX, ());
+                let out = thread::scope(|s| {
+                    let other = s.spawn_on(cpu1, || {
+                        // Reading through the mm puts CPU 1 in its cpumask.
+                        Task::new(mm.clone(), cpu1).read_u64(a).unwrap();
+                        met.wait();
+                        let before = vtime::hooks::thread_cpu_ns().unwrap();
+                        for _ in 0..20_000 {
+                            drop(spin.lock());
+                        }
+                        vtime::hooks::thread_cpu_ns().unwrap() - before
+                    });
+                    met.wait();
+                    let t = Task::new(mm.clone(), cpu0);
+                    let before = vtime::hooks::thread_cpu_ns().unwrap();
+                    for _ in 0..FLUSHES {
+                        t.write_u64(a, 1).unwrap();
+                        mm.madvise(cpu0, a, PAGE_SIZE, MADV_DONTNEED).unwrap();
+                    }
+                    let sent = vtime::hooks::thread_cpu_ns().unwrap() - before;
+                    (sent, other.join().unwrap())
+                });
+                // CPU 1 is idle now, though still in the mask: a flush interrupts nobody.
+                mm.madvise(cpu0, a, PAGE_SIZE, MADV_DONTNEED).unwrap();
+                mm.validate().unwrap();
+                out
+            })
+            .unwrap();
+        let ipis = m.last_run_report().unwrap().sched.ipis;
+        m.validate().unwrap();
+        assert_eq!(
+            ipis, FLUSHES,
+            "one interrupt per flush while CPU 1 is occupied"
+        );
+        (sender, receiver)
+    };
+    let (s1, r1) = run(1.0);
+    let (s2, r2) = run(2.0);
+    let p = vtime::Profile::resolve("haswell-ep-2s").unwrap();
+    let price = p.cost_ns(vtime::Cost::FlushTlbFunc);
+    let want = (FLUSHES as f64 * price) as i64;
+    let moved = r2 as i64 - r1 as i64;
+    assert!(
+        (moved - want).abs() <= want / 10,
+        "the spinner moved by {moved} ns, not {want}"
+    );
+    assert_eq!(s1, s2, "the sender does not pay the receiver's handler");
+}

@@ -178,6 +178,10 @@ pub fn render(r: &HostCalibration, out: &Path) -> String {
         )),
         None => text.push_str("SMT probe: not in this record (format 1)\n"),
     }
+    match &r.shootdown {
+        Some(p) => text.push_str(&format!("{}\n", p.summary())),
+        None => text.push_str("TLB shootdown probe: not in this record (format 1 or 2)\n"),
+    }
     if !r.pinned {
         text.push_str(
             "note: pinning failed in some child; samples ran where the scheduler put them\n",

@@ -29,6 +29,7 @@
 #![deny(unsafe_code)]
 
 mod probes;
+mod shootdown;
 mod smt;
 mod stats;
 mod system;
@@ -40,14 +41,16 @@ use serde::{Deserialize, Serialize};
 use crate::error::HostError;
 use crate::ops::{HPAGE_SIZE, PAGE_SIZE};
 
+pub use shootdown::ShootdownProbe;
 pub use smt::{SmtProbe, SHARED_BELOW};
 pub(crate) use system::parse_cpu_list;
 pub use system::{CacheLevel, SystemInfo};
 
 /// The record's format version (bump when a field changes meaning). 2 added the SMT probe
 /// (`smt`); a format-1 record, which has none, is still read (its profile keeps the rule it
-/// always had: the topology sysfs reports, no SMT factor measured).
-pub const FORMAT: u32 = 2;
+/// always had: the topology sysfs reports, no SMT factor measured). 3 added the TLB shootdown
+/// probe (`shootdown`); an older record's profile keeps the assumed shootdown costs.
+pub const FORMAT: u32 = 3;
 /// The oldest format this usermm reads.
 pub const OLDEST_FORMAT: u32 = 1;
 
@@ -172,6 +175,9 @@ pub struct Sizes {
     /// Rounds of the SMT probe's loop (format 2; 0 in a format-1 record, which has no probe).
     #[serde(default)]
     pub smt_rounds: u64,
+    /// Flushes per sample of the shootdown probe (format 3; 0 in an older record).
+    #[serde(default)]
+    pub shootdown_flushes: u64,
 }
 
 impl Sizes {
@@ -190,6 +196,7 @@ impl Sizes {
             dram_bytes: 512 << 20,
             dram_loads: 4_000_000,
             smt_rounds: 5_000_000,
+            shootdown_flushes: 4000,
         }
     }
 
@@ -208,6 +215,7 @@ impl Sizes {
             dram_bytes: 16 << 20,
             dram_loads: 100_000,
             smt_rounds: 50_000,
+            shootdown_flushes: 200,
         }
     }
 
@@ -225,6 +233,7 @@ impl Sizes {
                 self.round_trips,
                 self.dram_loads,
                 self.smt_rounds,
+                self.shootdown_flushes,
             ]
             .iter()
             .all(|&n| n > 0);
@@ -276,7 +285,7 @@ pub fn validate(r: &HostCalibration) -> Result<(), String> {
     let positive = |v: f64| v.is_finite() && v > 0.0;
     match (&r.smt, r.format) {
         (None, 1) => {}
-        (Some(p), 2) => {
+        (Some(p), 2..) => {
             if p.ratio.samples.len() != r.repeat as usize || p.pairs.len() != r.repeat as usize {
                 return bad(
                     "smt.ratio.samples",
@@ -292,6 +301,38 @@ pub fn validate(r: &HostCalibration) -> Result<(), String> {
         }
         (None, _) => return bad("smt", "missing (format 2 has the SMT probe)".into()),
         (Some(_), _) => return bad("smt", "present in a format-1 record".into()),
+    }
+    match (&r.shootdown, r.format) {
+        (None, ..3) => {}
+        (Some(p), 3..) => {
+            for (field, m) in [
+                ("shootdown.sender", &p.sender),
+                ("shootdown.receiver", &p.receiver),
+            ] {
+                if m.samples.len() != r.repeat as usize || p.pairs.len() != r.repeat as usize {
+                    return bad(
+                        &format!("{field}.samples"),
+                        format!("{} samples for {} repeats", m.samples.len(), r.repeat),
+                    );
+                }
+                if let Some(v) = m.samples.iter().find(|v| !v.is_finite()) {
+                    return bad(&format!("{field}.samples"), format!("{v} (a number of ns)"));
+                }
+            }
+            if let Some(v) = p.receiver.samples.iter().find(|v| **v < 0.0) {
+                return bad(
+                    "shootdown.receiver.samples",
+                    format!("{v} (a loss is not negative)"),
+                );
+            }
+        }
+        (None, _) => {
+            return bad(
+                "shootdown",
+                "missing (format 3 has the shootdown probe)".into(),
+            )
+        }
+        (Some(_), _) => return bad("shootdown", "present in a format-1 or -2 record".into()),
     }
     if !positive(s.cpu_mhz) {
         return bad(
@@ -375,17 +416,20 @@ pub struct HostCalibration {
     /// The SMT probe (format 2): do two of this host's CPUs share a physical core?
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub smt: Option<SmtProbe>,
+    /// The TLB shootdown probe (format 3): what a flush costs its sender and its receiver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shootdown: Option<ShootdownProbe>,
 }
 
 /// One step of the run, for a progress line: `(what, done, total)`.
 pub type Progress<'a> = &'a mut dyn FnMut(&str, usize, usize);
 
 /// Probes per round (a progress bar counts `repeat * PROBES` steps).
-pub const PROBES: usize = 13;
+pub const PROBES: usize = 14;
 
 /// Runs every probe `opts.repeat` times and summarises: the figures' rounds (one sample of
 /// each figure a round, so that a change of the host's load spreads over all of them), then
-/// the SMT probe's samples ([`SmtProbe`]).
+/// the SMT probe's samples ([`SmtProbe`]), then the shootdown probe's ([`ShootdownProbe`]).
 pub fn calibrate(
     opts: &CalibrateOpts,
     progress: Progress<'_>,
@@ -396,16 +440,47 @@ pub fn calibrate(
     let probe = smt::run(
         n,
         opts.sizes.smt_rounds,
-        (n * (PROBES - 1), n * PROBES),
+        (n * (PROBES - 2), n * PROBES),
         progress,
     )?;
     c.pinned &= probe.pinned;
     c.smt = Some(probe);
+    let probe = shootdown::run(
+        n,
+        opts.sizes.shootdown_flushes,
+        (n * (PROBES - 1), n * PROBES),
+        progress,
+    )?;
+    c.pinned &= probe.pinned;
+    c.shootdown = Some(probe);
     c.wall_seconds += t.elapsed().as_secs_f64();
     Ok(c)
 }
 
-/// The figures' rounds (every probe but the SMT probe).
+/// The samples of a probe that pairs two CPUs (the SMT and shootdown probes): `repeat` times,
+/// on the two least-loaded CPUs this process may run on (measuring on the first), `sample`
+/// takes one and says whether both sides were pinned; each is a `what` step of `progress`,
+/// counted from `done` of `total`. Returns the pairs and whether every side was pinned.
+fn paired_samples(
+    repeat: usize,
+    what: &str,
+    (done, total): (usize, usize),
+    progress: Progress<'_>,
+    mut sample: impl FnMut(usize, usize) -> Result<bool, HostError>,
+) -> Result<(Vec<(usize, usize)>, bool), HostError> {
+    let allowed = crate::sys::allowed_cpus();
+    let (mut pairs, mut pinned) = (Vec::with_capacity(repeat), true);
+    for k in 0..repeat {
+        let order = system::cpus_by_idle(&allowed);
+        let (cpu, other) = (order[0], order[1]);
+        pinned &= sample(cpu, other)?;
+        pairs.push((cpu, other));
+        progress(what, done + k + 1, total);
+    }
+    Ok((pairs, pinned))
+}
+
+/// The figures' rounds (every probe but the two that pair CPUs).
 fn measure_rounds(
     opts: &CalibrateOpts,
     progress: Progress<'_>,
@@ -443,6 +518,7 @@ fn measure_rounds(
         wall_seconds: started.elapsed().as_secs_f64(),
         figures,
         smt: None,
+        shootdown: None,
     })
 }
 
@@ -728,14 +804,26 @@ mod tests {
         assert!(smt.pairs.iter().all(|(a, b)| a != b) && smt.ratio.median > 0.0);
         assert_eq!(smt.shared_core, smt.ratio.median < SHARED_BELOW);
         assert!(smt.summary().starts_with("SMT probe: CPUs "));
+        // The shootdown probe likewise; the receiver's loss is never negative.
+        let sd = c.shootdown.as_ref().unwrap();
+        assert_eq!((sd.sender.samples.len(), sd.receiver.samples.len()), (2, 2));
+        assert!(sd.pairs.iter().all(|(a, b)| a != b) && sd.flushes == opts.sizes.shootdown_flushes);
+        assert!(sd.receiver.samples.iter().all(|v| *v >= 0.0));
+        assert!(sd.summary().starts_with("TLB shootdown probe: CPUs "));
         assert_eq!(validate(&c), Ok(()));
         let mut old = c.clone();
+        old.shootdown = None;
+        assert!(validate(&old)
+            .unwrap_err()
+            .starts_with("shootdown: missing"));
+        old.format = 2;
+        assert_eq!(validate(&old), Ok(()));
         old.smt = None;
         assert!(validate(&old).unwrap_err().starts_with("smt: missing"));
         old.format = 1;
         assert_eq!(validate(&old), Ok(()));
-        old.format = 3;
-        assert!(validate(&old).unwrap_err().contains("reads formats 1 to 2"));
+        old.format = 4;
+        assert!(validate(&old).unwrap_err().contains("reads formats 1 to 3"));
         let json = serde_json::to_string(&c).unwrap();
         let back: HostCalibration = serde_json::from_str(&json).unwrap();
         // serde_json's default float parsing may differ in the last bit.

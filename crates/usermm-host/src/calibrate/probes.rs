@@ -491,3 +491,123 @@ pub(super) fn smt_pair(cpu: Option<usize>, other: usize, rounds: u64) -> Result<
         Ok([0, 0, alone, paired, other_pinned as u64, 0, 0, 0])
     })
 }
+
+/// Loop rounds the shootdown probe's spinner runs between two publications of its count.
+const SPIN_PUBLISH_EVERY: u64 = 64;
+/// The shootdown spinner's stack (it calls nothing deeper than `pin_to_cpu`).
+const SPINNER_STACK: u64 = 64 << 10;
+
+/// The shootdown probe's spinner: a `CLONE_VM` child of the probe child, so the same mm.
+/// `arg` is the control page: word 0 the CPU to pin to, 64 `stop`, 128 `ready` (1 + pinned),
+/// 192 the loop count, published every [`SPIN_PUBLISH_EVERY`] rounds.
+extern "C" fn shootdown_spinner(arg: *mut libc::c_void) -> libc::c_int {
+    let page = arg as usize as u64;
+    sys::set_parent_death_signal(libc::SIGKILL);
+    let pinned = sys::pin_to_cpu(shared_word(page, 0).load(Ordering::SeqCst) as usize).is_ok();
+    shared_word(page, 128).store(1 + pinned as u64, Ordering::SeqCst);
+    let (stop, count) = (shared_word(page, 64), shared_word(page, 192));
+    let deadline = sys::monotonic_ns() + PARTNER_TIMEOUT_NS;
+    let mut n = 0u64;
+    while stop.load(Ordering::Relaxed) == 0 {
+        for _ in 0..SPIN_PUBLISH_EVERY {
+            n = std::hint::black_box(n + 1);
+        }
+        count.store(n, Ordering::Relaxed);
+        if n.is_multiple_of(SPIN_PUBLISH_EVERY << 16) && sys::monotonic_ns() > deadline {
+            break;
+        }
+    }
+    0
+}
+
+/// `flushes` rounds of: write one private 4 KiB page, `MADV_DONTNEED` it (one zap, one free,
+/// one ranged TLB flush of the mm). Returns the thread CPU ns they took.
+fn dontneed_rounds(page: u64, flushes: u64) -> u64 {
+    let c0 = sys::thread_cpu_ns();
+    for k in 0..flushes {
+        // SAFETY: `page` is a private page of the probe's own; nothing else lives there.
+        unsafe { std::ptr::write_volatile(page as usize as *mut u64, k) };
+        madvise(page, PAGE_SIZE, libc::MADV_DONTNEED);
+    }
+    sys::thread_cpu_ns() - c0
+}
+
+/// The TLB shootdown probe, on `cpu` with a partner on `other`: [`dontneed_rounds`] while the
+/// partner spins in another process (its CPU runs another mm: no IPI reaches it), then while
+/// it spins as a `CLONE_VM` child of this one (the same mm: every flush interrupts it). The
+/// spinner counts loop rounds; its rate over a window in which this side only reads the clock
+/// is its undisturbed rate, and the wall time it lost during the flushes is the receiving
+/// side's cost. `[_, _, other_mm_cpu_ns, same_mm_cpu_ns, spinner_lost_ns, flushes,
+/// other_pinned]`.
+pub(super) fn shootdown_pair(
+    cpu: Option<usize>,
+    other: usize,
+    flushes: u64,
+) -> Result<Words, HostError> {
+    in_child(cpu, move || {
+        let page = map_anon(PAGE_SIZE, libc::PROT_READ | libc::PROT_WRITE, false)?;
+        // Another mm on the partner's CPU.
+        let partner = Partner::start(other, |stop| {
+            let deadline = sys::monotonic_ns() + PARTNER_TIMEOUT_NS;
+            while stop.load(Ordering::Relaxed) == 0 && sys::monotonic_ns() < deadline {
+                std::hint::spin_loop();
+            }
+        })?;
+        let w0 = sys::monotonic_ns();
+        let other_mm = dontneed_rounds(page, flushes);
+        let window = (sys::monotonic_ns() - w0).max(1_000_000);
+        partner.line().store(1, Ordering::SeqCst);
+        let mut pinned = partner.pinned;
+        partner.finish();
+        // This mm on the partner's CPU: a CLONE_VM spinner.
+        let ctl = map_anon(PAGE_SIZE, libc::PROT_READ | libc::PROT_WRITE, false)?;
+        let stack = map_anon(SPINNER_STACK, libc::PROT_READ | libc::PROT_WRITE, false)?;
+        shared_word(ctl, 0).store(other as u64, Ordering::SeqCst);
+        // SAFETY: the stack and the control page are this child's own mappings, unmapped
+        // only after the spinner is reaped below; the spinner only issues raw system calls
+        // and uses the control page's atomics.
+        let pid = unsafe {
+            sys::clone_vm(
+                shootdown_spinner,
+                stack + SPINNER_STACK,
+                ctl as usize as *mut libc::c_void,
+            )
+        }?;
+        let reap = |pid| {
+            shared_word(ctl, 64).store(1, Ordering::SeqCst);
+            let _ = sys::waitpid(pid, false);
+            munmap(stack, SPINNER_STACK);
+            munmap(ctl, PAGE_SIZE);
+        };
+        let deadline = sys::monotonic_ns() + PARTNER_TIMEOUT_NS;
+        while shared_word(ctl, 128).load(Ordering::SeqCst) == 0 {
+            if sys::monotonic_ns() > deadline {
+                sys::kill(pid, libc::SIGKILL);
+                reap(pid);
+                return Err(libc::ETIMEDOUT);
+            }
+            std::hint::spin_loop();
+        }
+        pinned &= shared_word(ctl, 128).load(Ordering::SeqCst) == 2;
+        let count = shared_word(ctl, 192);
+        // The spinner's undisturbed rate: this side reads the clock only.
+        let (n0, t0) = (count.load(Ordering::Relaxed), sys::monotonic_ns());
+        while sys::monotonic_ns() < t0 + window {
+            std::hint::spin_loop();
+        }
+        let (n1, t1) = (count.load(Ordering::Relaxed), sys::monotonic_ns());
+        let same_mm = dontneed_rounds(page, flushes);
+        let (n2, t2) = (count.load(Ordering::Relaxed), sys::monotonic_ns());
+        reap(pid);
+        munmap(page, PAGE_SIZE);
+        // Rounds per ns undisturbed, and the wall time the rounds of the flush window stand for.
+        let rate = (n1 - n0) as f64 / (t1 - t0).max(1) as f64;
+        let ran_ns = if rate > 0.0 {
+            (n2 - n1) as f64 / rate
+        } else {
+            0.0
+        };
+        let lost = ((t2 - t1) as f64 - ran_ns).max(0.0) as u64;
+        Ok([0, 0, other_mm, same_mm, lost, flushes, pinned as u64, 0])
+    })
+}

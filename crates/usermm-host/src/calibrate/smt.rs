@@ -18,7 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{probes, system, Measured, Progress};
+use super::{paired_samples, probes, Measured, Progress};
 use crate::error::HostError;
 
 /// A median per-thread throughput ratio (with a partner over alone) under this means the two
@@ -57,26 +57,20 @@ impl SmtProbe {
     }
 }
 
-/// `repeat` samples of the probe, `rounds` rounds of the loop each, on the two least-loaded
-/// CPUs of `allowed`; `tick` is told of each.
-pub(super) fn probe(
+/// `repeat` samples of the probe, `rounds` rounds of the loop each, counted by `progress`
+/// from `steps.0` of `steps.1`.
+pub(super) fn run(
     repeat: usize,
     rounds: u64,
-    allowed: &[usize],
-    tick: &mut dyn FnMut(&str),
+    steps: (usize, usize),
+    progress: Progress<'_>,
 ) -> Result<SmtProbe, HostError> {
-    let mut pairs = Vec::with_capacity(repeat);
     let mut ratios = Vec::with_capacity(repeat);
-    let mut pinned = true;
-    for _ in 0..repeat {
-        let order = system::cpus_by_idle(allowed);
-        let (cpu, other) = (order[0], order[1]);
+    let (pairs, pinned) = paired_samples(repeat, "SMT probe", steps, progress, |cpu, other| {
         let w = probes::smt_pair(Some(cpu), other, rounds)?;
-        pinned &= w[1] == 1 && w[4] == 1;
-        pairs.push((cpu, other));
         ratios.push(w[2].max(1) as f64 / w[3].max(1) as f64);
-        tick("SMT probe");
-    }
+        Ok(w[1] == 1 && w[4] == 1)
+    })?;
     let ratio = Measured::new(
         ratios,
         "ratio",
@@ -93,20 +87,5 @@ pub(super) fn probe(
         shared_core: ratio.median < SHARED_BELOW,
         ratio,
         pinned,
-    })
-}
-
-/// Runs the probe as `calibrate` does, its steps counted by `progress` from `done` of `total`.
-pub(super) fn run(
-    repeat: usize,
-    rounds: u64,
-    (done, total): (usize, usize),
-    progress: Progress<'_>,
-) -> Result<SmtProbe, HostError> {
-    let allowed = crate::sys::allowed_cpus();
-    let mut step = done;
-    probe(repeat, rounds, &allowed, &mut |what| {
-        step += 1;
-        progress(what, step, total);
     })
 }

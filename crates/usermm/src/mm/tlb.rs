@@ -19,7 +19,9 @@
 //! configured `tlb.flush_cost_ns` is spun; in a virtual run (docs/two-clocks.md) no gate is taken
 //! (an access is an atomic section, so atomic with respect to every flush) and a flush charges
 //! the profile's `tlb_flush_local` plus `tlb_flush_remote_per_cpu` for each other CPU in
-//! `mm_cpumask` (the IPIs the sender waits for). The counters below are the same on both.
+//! `mm_cpumask` (the IPIs the sender waits for), and the context occupying each of those CPUs
+//! pays `flush_tlb_func`, the interrupt's receiving side (`flush_tlb_func` on the call-function
+//! IPI). The counters below are the same on both.
 //!
 //! # Locks
 //! The TLB gates are taken alone (lock order in `lib.rs`): a flush never waits on them while
@@ -28,14 +30,18 @@
 //!
 //! # Differences from Linux
 //! No lazy TLB mode, no ASIDs/PCIDs, no batched flushing (`arch_tlbbatch`): every flush waits
-//! for every CPU that ever ran the mm (`mm_cpumask` is never trimmed).
+//! for every CPU that ever ran the mm (`mm_cpumask` is never trimmed), so a CPU that has since
+//! switched to another mm's task is interrupted too, and its occupant pays the handler, where
+//! v4.x cleared the CPU's bit at `switch_mm`. The sender does not wait out an interrupts-off
+//! section of the receiver (`free_pcppages_bulk` under `zone->lock` with interrupts off): its
+//! share is the profile's fixed `tlb_flush_remote_per_cpu`.
 
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::Mm;
 use crate::cpu::CpuId;
 use crate::stats::VmItem;
-use crate::sync::tlb_flush_cost;
+use crate::sync::{tlb_flush_cost, tlb_flush_ipi};
 
 /// `tlb_single_page_flush_ceiling`: a flush of at most this many pages invalidates them one
 /// by one (`nr_tlb_local_flush_one` counts each page); a larger or full flush invalidates the
@@ -92,7 +98,10 @@ impl Mm {
         }
         let mut remote = 0u64;
         for c in self.cpus_in_mask() {
-            remote += u64::from(c != cpu);
+            if c != cpu {
+                remote += 1;
+                tlb_flush_ipi(c.index());
+            }
             self.tlb_gate[c].wait_out_accesses();
         }
         if remote > 0 {

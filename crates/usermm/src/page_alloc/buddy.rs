@@ -94,8 +94,31 @@ impl PhysMem {
         let m = &meta[pfn as usize];
         m.flags.store(PG_BUDDY, Relaxed);
         m.private.store(order as u32, Relaxed);
-        fa.lists[order as usize].push_front(meta, Pfn(pfn));
+        if self.buddy_merge_likely(zone, pfn, order) {
+            fa.lists[order as usize].push_back(meta, Pfn(pfn));
+        } else {
+            fa.lists[order as usize].push_front(meta, Pfn(pfn));
+        }
         u64::from(order - start_order)
+    }
+
+    /// `buddy_merge_likely`: the block at `pfn` of `order` stopped merging because its buddy
+    /// is not free, but the buddy of the block one order up is: once this buddy is freed the
+    /// two merge twice, so the block goes to the tail of its free list, where it is taken
+    /// last. Reads that higher buddy's `struct page` (one line under `zone->lock`). Not for
+    /// the two highest orders, as in the kernel. Caller holds `zone.lock`.
+    fn buddy_merge_likely(&self, zone: &Zone, pfn: u64, order: u8) -> bool {
+        if order + 1 >= MAX_PAGE_ORDER {
+            return false;
+        }
+        let higher = pfn & !(1u64 << order);
+        let higher_buddy = higher ^ (1u64 << (order + 1));
+        if higher_buddy < zone.start_pfn || higher_buddy + (2u64 << order) > zone.end_pfn {
+            return false;
+        }
+        vhook::mem_touch_page(higher_buddy, Touch::Access);
+        let hm = &self.meta_slice()[higher_buddy as usize];
+        hm.flags.load(Relaxed) == PG_BUDDY && hm.private.load(Relaxed) == u32::from(order) + 1
     }
 }
 

@@ -69,6 +69,30 @@ mod buddy {
         p.validate().unwrap();
     }
 
+    /// `buddy_merge_likely`: a freed block whose buddy is in use but whose buddy one order up
+    /// is free goes to the tail of its free list (taken last, so that it can merge twice when
+    /// its buddy comes back); any other goes to the head. Six order-5 blocks are carved from
+    /// one 4 MiB block (lowest first, as `expand` leaves the upper halves free): X+192 stays
+    /// free at order 6. Freeing X+64 (higher buddy X, in use) puts it at the head; freeing
+    /// X+128 (buddy X+160 in use, higher buddy X+192 free) puts it behind, so the next two
+    /// order-5 allocations return X+64 and then X+128.
+    #[test]
+    fn a_block_likely_to_merge_goes_to_the_tail() {
+        let p = phys(16 << 20);
+        let o5 = || p.alloc_pages(C0, Order(5), Gfp::KERNEL).unwrap();
+        let blocks: Vec<Pfn> = (0..6).map(|_| o5()).collect();
+        let x = blocks[0].0;
+        assert_eq!(
+            blocks.iter().map(|b| b.0 - x).collect::<Vec<_>>(),
+            [0, 32, 64, 96, 128, 160]
+        );
+        p.free_pages(C0, blocks[2], Order(5)).unwrap();
+        p.free_pages(C0, blocks[4], Order(5)).unwrap();
+        assert_eq!(o5(), blocks[2], "the unlikely merge went to the head");
+        assert_eq!(o5(), blocks[4], "the likely merge went to the tail");
+        p.validate().unwrap();
+    }
+
     #[test]
     fn bad_orders_and_double_frees_are_errors() {
         let p = phys(16 << 20);

@@ -111,7 +111,7 @@ pub use self::ptlock::{PtLock, PtLockGuard};
 pub use self::rwsem::{RwSem, RwSemReadGuard, RwSemWriteGuard};
 pub use self::shared_line::{LineAtomic, SharedLine};
 pub use self::stat_lock::{StatMutex, StatMutexGuard};
-pub use self::tlb_gate::{tlb_flush_cost, TlbGate, TlbGateGuard};
+pub use self::tlb_gate::{tlb_flush_cost, tlb_flush_ipi, TlbGate, TlbGateGuard};
 pub use self::vhook::Cost;
 pub use self::vma_lock::{MmLockSeq, VmaLock, VmaReadGuard};
 pub use self::workqueue::{WorkHandle, WorkOutcome, WorkerStats, Workqueue, WorkqueueStats};

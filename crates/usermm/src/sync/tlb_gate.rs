@@ -17,7 +17,8 @@
 //!   synchronisation point between its walk and its copy (an atomic section, checked in debug
 //!   builds), so it is atomic with respect to every flush. A flush charges the profile's
 //!   `tlb_flush_local` once and `tlb_flush_remote_per_cpu` per other CPU (the IPIs the sender
-//!   waits for) instead of the host spin.
+//!   waits for) instead of the host spin, and each other CPU's occupant pays
+//!   `flush_tlb_func`, the interrupt it takes ([`tlb_flush_ipi`]).
 //!
 //! # Invariant
 //! An access that began before [`TlbGate::wait_out_accesses`] returned has ended (wall mode),
@@ -97,6 +98,18 @@ pub fn tlb_flush_cost(remote_cpus: u64, host_spin_ns: u64) {
         charge(Cost::TlbFlushRemotePerCpu, remote_cpus);
     } else if host_spin_ns > 0 {
         tlb_flush_busy_wait(host_spin_ns);
+    }
+}
+
+/// The receiving side of a shootdown on CPU `cpu`: in virtual time the context occupying it
+/// pays the profile's `flush_tlb_func` (a synchronisation point: the interrupt lands at the
+/// sender's clock, when every other context's clock is at or past it); on the host nothing
+/// beyond [`TlbGate::wait_out_accesses`], the acknowledgement a wall-clock flush waits for.
+#[inline]
+#[doc(alias = "flush_tlb_func")]
+pub fn tlb_flush_ipi(cpu: usize) {
+    if vhook::active() {
+        vhook::ipi(cpu, Cost::FlushTlbFunc);
     }
 }
 

@@ -26,6 +26,7 @@
 //! | `line_rmw` | every RMW of a `SharedLine` |
 //! | `line_forget` | dropping a `SharedLine` |
 //! | `cv_wait` / `cv_notify` | `CondVar::wait`, `CondVar::notify_*` (and so `Completion`) |
+//! | `ipi` | `tlb_flush_ipi`: a shootdown's interrupt, charged to another CPU's occupant |
 //! | `mem_touch_list` / `mem_touch_page` | `PfnList`'s operations; `release_pages`, `__free_one_page`'s buddy check, rmap (the line model, `vtime/memory.rs`) |
 //! | `charge` | `sync::charge`: the named costs of the engine's code (zap, gather, free, faults, TLB flushes, ...) |
 //! | `now_ns` / `thread_cpu_ns` | `clock::now`, `clock::thread_cpu_ns` |
@@ -132,6 +133,15 @@ pub(crate) fn line_forget(id: usize) {
 pub(crate) fn cv_wait(cv_id: usize, mutex_id: usize, mutex_class: &'static LockClass) {
     if SEAM {
         vt::cv_wait(cv_id, mutex_id, mutex_class);
+    }
+}
+
+/// The running CPU interrupts CPU `cpu` (a TLB shootdown's IPI): its occupant pays one
+/// `cost` in virtual time. A synchronisation point.
+#[inline]
+pub(crate) fn ipi(cpu: usize, cost: Cost) {
+    if SEAM {
+        vt::ipi(cpu, cost);
     }
 }
 

@@ -153,6 +153,15 @@ pub fn mem_touch_list(head: usize, pfns: [u32; 3]) {
     }
 }
 
+/// The running CPU interrupts CPU `cpu` (a shootdown's IPI; a synchronisation point): the
+/// context occupying `cpu` pays one `cost` (`flush_tlb_func`) at its clock.
+#[inline]
+pub fn ipi(cpu: usize, cost: Cost) {
+    if in_run() {
+        virt::ipi(cpu, cost);
+    }
+}
+
 /// Virtual now in ns, `None` in wall mode.
 #[inline]
 pub fn now_ns() -> Option<u64> {
@@ -284,6 +293,16 @@ mod virt {
     pub(super) fn cv_notify(cv_id: usize, all: bool) {
         if let Some(rt) = current() {
             rt.sync(|st, me| st.cv_notify(me, cv_id, all));
+        }
+    }
+
+    #[inline(never)]
+    pub(super) fn ipi(cpu: usize, cost: super::Cost) {
+        if let Some(rt) = current() {
+            rt.sync(|st, me| {
+                let ps = st.model.profile.cost_ps[cost.index()];
+                st.ipi(me, cpu, ps);
+            });
         }
     }
 

@@ -124,6 +124,8 @@ pub struct SchedStats {
     pub sync_points: u64,
     /// Synchronisation points where the context had to wait for its turn.
     pub gate_yields: u64,
+    /// Shootdown interrupts taken by another CPU's occupant (`flush_tlb_func`).
+    pub ipis: u64,
 }
 
 /// Everything a runtime modelled so far.
@@ -249,6 +251,7 @@ impl Report {
                 resumes: st.counters.resumes,
                 sync_points: st.counters.sync_points,
                 gate_yields: st.counters.gate_yields,
+                ipis: st.counters.ipis,
             },
         }
     }

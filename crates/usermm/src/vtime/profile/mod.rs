@@ -201,6 +201,10 @@ costs! {
     TlbFlushLocal = "tlb_flush_local", "flush_tlb_mm_range", None;
     /// The sender's cost per remote CPU of a TLB shootdown (`flush_tlb_multi`).
     TlbFlushRemotePerCpu = "tlb_flush_remote_per_cpu", "flush_tlb_multi", None;
+    /// The receiving side of one shootdown, charged to the context that occupies each other
+    /// CPU in `mm_cpumask`: the interrupt's entry, the local flush and the return
+    /// (`flush_tlb_func`, run from the call-function IPI).
+    FlushTlbFunc = "flush_tlb_func", "flush_tlb_func", None;
     /// The queuer's side of `queue_work` waking an idle worker (`try_to_wake_up`).
     WorkqueueWake = "workqueue_wake", "queue_work", None;
     /// Entry and exit of one system call (`entry_SYSCALL_64`).

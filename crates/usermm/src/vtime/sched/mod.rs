@@ -118,6 +118,8 @@ pub(super) struct SchedCounters {
     pub resumes: u64,
     pub sync_points: u64,
     pub gate_yields: u64,
+    /// Interrupts charged to another CPU's occupant ([`State::ipi`]).
+    pub ipis: u64,
 }
 
 /// The profile resolved for one run's CPUs.
@@ -332,10 +334,18 @@ impl State {
     }
 
     /// The context the scheduler resumes next: the smallest ready key, after it has its CPU.
+    ///
+    /// A key older than its context's clock (an interrupt charged the context while it waited
+    /// in the heap, [`State::ipi`]) is put back at the clock it has now: it never runs early.
     pub(super) fn next(&mut self) -> Next {
         while let Some(k) = self.pop_ready() {
             let id = k as u32;
             let c = &self.ctxs[id as usize];
+            if self.key_of(id) != k {
+                debug_assert!(self.key_of(id) > k, "vtime: a ready clock went back");
+                self.push_ready(id);
+                continue;
+            }
             if !c.on_cpu {
                 let cpu = c.cpu as usize;
                 if self.cpus[cpu].occupant.is_some() {
@@ -423,6 +433,25 @@ impl State {
         c.busy = c.busy.saturating_add(ps);
         let cpu = &mut self.cpus[c.cpu as usize];
         cpu.busy = cpu.busy.saturating_add(ps);
+    }
+
+    /// The running context `me` interrupts CPU `cpu` (a TLB shootdown's call-function IPI):
+    /// the context that occupies it, if any and not `me`, pays `ps` (jittered by its own
+    /// generator) as work at its clock — spinning, runnable or about to run, an occupant takes
+    /// the interrupt. An idle CPU costs nobody anything. A runnable occupant's heap key is then
+    /// older than its clock; [`State::next`] puts it back where it belongs.
+    #[doc(alias = "flush_tlb_func")]
+    pub(super) fn ipi(&mut self, me: CtxId, cpu: usize, ps: Ps) {
+        let Some(r) = self.cpus.get(cpu).and_then(|c| c.occupant) else {
+            return;
+        };
+        if r == me || ps == 0 {
+            return;
+        }
+        let sigma = self.model.profile.jitter_ppm;
+        let ps = jitter::apply(ps, sigma, &mut self.ctxs[r as usize].rng);
+        self.work(r, ps);
+        self.counters.ipis += 1;
     }
 
     /// `id` filled `lines` untracked lines into its caches (cleared or copied pages).
