@@ -17,7 +17,7 @@
 //! (`flush_tlb_multi`). **The receiver's figure** is the partner's: it counts rounds of a
 //! register loop, its undisturbed rate is taken over a window in which the measuring side only
 //! reads the clock, and the wall time its rounds fall short of during the flushes, over the
-//! flushes, is what each interrupt cost it (entry, `flush_tlb_func`, exit, and on this guest
+//! flushes, is what each interrupt cost it (entry, `flush_tlb_func`, exit, and in a virtual machine
 //! the exits to the hypervisor on both sides); a negative shortfall (noise) counts as 0.
 //!
 //! The CPUs are the two least loaded, as for the SMT probe; one sample a round, after every
