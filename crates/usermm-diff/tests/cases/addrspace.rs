@@ -355,6 +355,27 @@ fn fork_cases() -> Vec<Case> {
             c.read(b + (2 << 20), 64).expect(Expect::Bytes(0));
             c.write(b + 16 * P, 64, 0x50).ok(64);
         }),
+        // A THP that fork shared and the child let go of is not PageAnonExclusive again until
+        // a write fault reuses it: a split by mprotect gives its subpages read-only PTEs that
+        // mprotect(PROT_WRITE) may not make writable, so the two pages written after it fault
+        // (the engine once took the counts for exclusivity and wrote without a fault; found by
+        // diff_generated_c, seed 0xd545ad92f88a5ebc).
+        case(
+            "fork_exit_thp_split_mprotect",
+            "generated_c, minimised",
+            |c| {
+                let b = a(0) + (16 << 20);
+                c.op(Op::mmap_anon_at(b, 4 << 20, RW)).ok(b);
+                c.madvise(b, 4 << 20, libc::MADV_HUGEPAGE).ok(0);
+                c.write(b, 4096, 0x51).ok(4096);
+                c.op(Op::Fork).ok(1);
+                c.op(Op::Exit).ok(1);
+                c.mprotect(b + 14 * P, 4 << 20, libc::PROT_WRITE as u32);
+                c.counters(None, None, None);
+                c.write(b + 0xa6_02e, 5674, 0x52).ok(5674);
+                c.counters(Some(2), None, None);
+            },
+        ),
     ]
 }
 

@@ -49,7 +49,7 @@ use crate::addr::{Pfn, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PTRS_PER_TABLE};
 use crate::config::{HugeZeroWriteFault, ThpMode};
 use crate::cpu::CpuId;
 use crate::error::Errno;
-use crate::page_alloc::meta::{PG_ANON, PG_HUGETLB, PG_MLOCKED};
+use crate::page_alloc::meta::{PG_ANON, PG_ANON_EXCLUSIVE, PG_HUGETLB, PG_MLOCKED};
 use crate::page_alloc::{Gfp, PhysMem};
 use crate::pgtable::{
     self, Level, LockedSlot, TableCursor, TablePair, _PAGE_PRESENT, _PAGE_PROTNONE, _PAGE_PSE,
@@ -184,6 +184,10 @@ pub(crate) fn do_huge_pmd_wp_page(vmf: &VmFault<'_>) -> Option<Result<(), VmFaul
             // An exclusive THP (it lost its write bit to mprotect, or the other side of a
             // fork let go of it): reuse it.
             if let Some(pmd) = pmd.lock_if_same(phys, Level::Pmd, e) {
+                if vma.is_cow_mapping() {
+                    // folio_move_anon_rmap + SetPageAnonExclusive: this mm's alone again.
+                    rmap::wp_reuse_anon(phys, e.pfn());
+                }
                 pmd.set(Entry::new(e.pfn(), vma.leaf_bits(true) | _PAGE_PSE));
             }
             return Some(Ok(()));
@@ -289,6 +293,8 @@ pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
     };
     let bits = old.0 & !(_PAGE_PSE) & 0x8000_0000_0000_0fff;
     let pfn = old.pfn();
+    // anon_exclusive of __split_huge_pmd_locked: the subpages inherit the THP's flag.
+    let exclusive = phys.meta(pfn).test(PG_ANON_EXCLUSIVE);
     if old.special() {
         // The huge zero page: 512 read-only zero-page PTEs. The PMD's reference goes away.
         let zero = machine.zero_pfn();
@@ -302,7 +308,7 @@ pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
         vm_bug_on!(phys.meta(pfn).test(PG_HUGETLB), "splitting a hugetlb PMD");
         pmd.table().populate(&table, |i| {
             let p = pfn.add(i as u64);
-            rmap::folio_add_anon_rmap_pte(phys, p);
+            rmap::folio_add_anon_rmap_pte(phys, p, false);
             Entry::new(p, bits)
         });
         phys.meta(pfn)
@@ -324,7 +330,7 @@ pub(crate) fn split_huge_pmd(mm: &Mm, cpu: CpuId, slot: Slot, haddr: u64) {
         pmd.table().populate(&table, |i| {
             let p = pfn.add(i as u64);
             let m = phys.meta(p);
-            rmap::folio_add_anon_rmap_pte(phys, p);
+            rmap::folio_add_anon_rmap_pte(phys, p, exclusive);
             m.set(PG_ANON);
             if mlocked {
                 m.set(PG_MLOCKED);
@@ -529,7 +535,7 @@ pub(crate) fn change_huge_pmd(
         || if phys.meta(e.pfn()).test(PG_HUGETLB) {
             phys.meta(e.pfn()).map_count() == 1
         } else {
-            rmap::pmd_exclusive(phys, e.pfn())
+            rmap::pmd_anon_exclusive(phys, e.pfn())
         };
     let w = write && !e.special() && excl;
     let b = if w { leaf } else { leaf_ro };

@@ -54,7 +54,7 @@ impl FaultZap {
         let old = phys.alloc_pages(cpu, Order(0), Gfp::ZERO).ok()?;
         let new = phys.alloc_pages(cpu, Order(0), Gfp::ZERO).ok()?;
         phys.meta(old).set(PG_ANON);
-        rmap::folio_add_anon_rmap_pte(&phys, old);
+        rmap::folio_add_anon_rmap_pte(&phys, old, true);
         Slot::offset(table, Level::Pte, ADDR)
             .lock(&phys, Level::Pte)
             .set(Entry::new(old, leaf_bits(true, false, false)));
@@ -97,7 +97,7 @@ impl FaultZap {
     fn replace(&self, write: impl Fn(Entry)) {
         let phys = &*self.phys;
         write(Entry::NONE);
-        rmap::folio_add_anon_rmap_pte(phys, self.new);
+        rmap::folio_add_anon_rmap_pte(phys, self.new, true);
         self.rss.fetch_add(1, Relaxed);
         write(Entry::new(self.new, leaf_bits(true, true, false)));
         self.rss.fetch_sub(1, Relaxed);

@@ -87,7 +87,8 @@ pub(crate) fn folio_add_new_anon_rmap(mm: &Mm, vma: &Vma, cpu: CpuId, page: Pfn,
         m.set(PG_ANON | PG_ANON_EXCLUSIVE);
         m.mapcount.store(1, Relaxed);
     } else {
-        m.set(PG_ANON);
+        // A new THP is this mm's alone: its head carries the folio's PageAnonExclusive.
+        m.set(PG_ANON | PG_ANON_EXCLUSIVE);
         m.private.store(1, Relaxed);
     }
     if vma.flags.contains(VmFlags::VM_LOCKED) {
@@ -120,7 +121,13 @@ pub(crate) fn entire_mapcount(head: &PageMeta) -> i32 {
 /// Returns whether this is the folio's first mapping of any kind.
 #[inline]
 pub(crate) fn folio_try_dup_anon_rmap_pmd(phys: &PhysMem, head: Pfn) -> bool {
-    let first = phys.meta(head).private.fetch_add(1, Relaxed) == 0;
+    // Shared now (fork): neither side may make its PMD, or the PTEs of a split, writable
+    // without a write fault, even after the other side lets go.
+    let m = phys.meta(head);
+    if m.test(PG_ANON_EXCLUSIVE) {
+        m.clear(PG_ANON_EXCLUSIVE);
+    }
+    let first = m.private.fetch_add(1, Relaxed) == 0;
     first && !pte_mapped(phys, head)
 }
 
@@ -135,17 +142,25 @@ pub(crate) fn folio_remove_rmap_pmd(phys: &PhysMem, head: Pfn) -> bool {
 
 /// A PTE of a PMD split now maps subpage `pfn` of an anonymous THP
 /// (`folio_add_anon_rmap_ptes` as `__split_huge_pmd_locked` calls it, one page at a time): one
-/// mapcount on the subpage. The folio reference is the caller's to take.
+/// mapcount on the subpage. The folio reference is the caller's to take. The subpage is
+/// `PageAnonExclusive` only if the THP was (`RMAP_EXCLUSIVE`): counts are not enough, since
+/// a THP shared by fork and let go by the other side stays non-exclusive until a write fault
+/// reuses it.
 #[inline]
-pub(crate) fn folio_add_anon_rmap_pte(phys: &PhysMem, pfn: Pfn) {
+pub(crate) fn folio_add_anon_rmap_pte(phys: &PhysMem, pfn: Pfn, exclusive: bool) {
     phys.meta(pfn).mapcount.fetch_add(1, Relaxed);
-    // A split keeps the PMD's exclusivity per subpage (RMAP_EXCLUSIVE in
-    // __split_huge_pmd_locked): mapped once, the subpage is this mm's alone.
-    if total_mapcount(phys, pfn) == 1 {
+    if exclusive {
         phys.meta(pfn).set(PG_ANON_EXCLUSIVE);
     } else {
         phys.meta(pfn).clear(PG_ANON_EXCLUSIVE);
     }
+}
+
+/// `can_change_pmd_writable` for an anonymous THP: mapped by this PMD alone and
+/// `PageAnonExclusive` (a new THP, or one a write fault reused since fork shared it).
+#[inline]
+pub(crate) fn pmd_anon_exclusive(phys: &PhysMem, head: Pfn) -> bool {
+    pmd_exclusive(phys, head) && phys.meta(head).test(PG_ANON_EXCLUSIVE)
 }
 
 /// A PTE now maps the shmem page `pfn` (`folio_add_file_rmap_pte`); the reference it holds
