@@ -52,19 +52,66 @@ impl NodeId {
 /// The CPU topology: how many CPUs and nodes, and which node each CPU sits on.
 ///
 /// CPUs are spread over nodes in contiguous blocks, as firmware numbers sockets: with 8 CPUs on 2
-/// nodes, CPUs 0–3 are node 0 and 4–7 node 1. With more nodes than CPUs (fake NUMA splitting
-/// each node's memory), CPU `c` sits on node `c · nodes / cpus`, the first of its share of
-/// nodes; the others have memory and no CPU, as a memory-only node has.
+/// nodes, CPUs 0–3 are node 0 and 4–7 node 1. With more nodes than CPUs (memory-only nodes),
+/// CPU `c` sits on node `c · nodes / cpus`, the first of its share of nodes; the others have
+/// memory and no CPU.
+///
+/// # NUMA emulation (`numa=fake=N`)
+/// A machine built on a profile whose hardware has fewer nodes than the run asks for
+/// ([`Cpus::emulated`]) splits its physical nodes as x86's NUMA emulation does
+/// (`arch/x86/mm/numa_emulation.c`, `split_nodes_interleave`, the same from v3.x to 6.x):
+/// - the RAM is cut into `N` equal emulated nodes handed out round robin over the physical
+///   nodes, so emulated node `i` is memory of physical node `i % P`;
+/// - `__apicid_to_node` is rewritten to the *first* emulated node of each CPU's physical node:
+///   `cpu_to_node(c)` is the physical node of `c` (emulated node `p < P` is the first carved
+///   from physical node `p`), and the other emulated nodes have memory and no CPU in
+///   `cpu_to_node`'s view (`numa_add_cpu` still puts every CPU of `p` in each of their
+///   `cpumask_of_node`, which the engine does not read);
+/// - distances are the physical ones: the emulated nodes of one physical node are
+///   `LOCAL_DISTANCE` apart, so a zonelist tries them right after the local node
+///   (`page_alloc/zonemask.rs`).
+///
+/// So the workqueue's per-node pools (built from `cpu_to_node`) and every allocation's local
+/// node stay per physical node, and what emulation adds is zones and LRU locks.
 #[derive(Debug, Clone)]
 pub struct Cpus {
     nr_cpus: u16,
     nr_nodes: u16,
+    /// Physical nodes: `nr_nodes` unless emulated ([`Cpus::emulated`]).
+    nr_phys: u16,
 }
 
 impl Cpus {
     pub fn new(nr_cpus: u16, nr_nodes: u16) -> Self {
         debug_assert!(nr_cpus >= 1 && nr_nodes >= 1);
-        Self { nr_cpus, nr_nodes }
+        Self {
+            nr_cpus,
+            nr_nodes,
+            nr_phys: nr_nodes,
+        }
+    }
+
+    /// `nr_nodes` nodes emulated on a machine with `nr_phys` physical nodes (`numa=fake=`,
+    /// see the type's doc); no emulation when `nr_nodes <= nr_phys`.
+    #[doc(alias = "numa_emulation")]
+    pub fn emulated(nr_cpus: u16, nr_nodes: u16, nr_phys: u16) -> Self {
+        let c = Self::new(nr_cpus, nr_nodes);
+        Self {
+            nr_phys: nr_phys.clamp(1, nr_nodes),
+            ..c
+        }
+    }
+
+    /// The physical nodes the nodes were emulated on (`nr_nodes()` without emulation).
+    pub fn nr_phys(&self) -> usize {
+        self.nr_phys as usize
+    }
+
+    /// The physical node of `node` (`emu_nid_to_phys`): itself without emulation.
+    #[doc(alias = "emu_nid_to_phys")]
+    #[inline]
+    pub fn phys_of(&self, node: NodeId) -> usize {
+        node.index() % self.nr_phys()
     }
 
     #[doc(alias = "nr_cpu_ids")]
@@ -90,7 +137,24 @@ impl Cpus {
     #[doc(alias = "cpu_to_node")]
     #[inline]
     pub fn node_of(&self, cpu: CpuId) -> NodeId {
-        NodeId(node_of_cpu(cpu.index(), self.nr_cpus as usize, self.nr_nodes as usize) as u16)
+        let (cpus, nodes, phys) = (
+            self.nr_cpus as usize,
+            self.nr_nodes as usize,
+            self.nr_phys as usize,
+        );
+        NodeId(emulated_node_of_cpu(cpu.index(), cpus, nodes, phys) as u16)
+    }
+}
+
+/// The node of CPU `cpu` of `cpus` when `nodes` nodes are emulated on `phys` physical ones
+/// (the rule of [`Cpus::emulated`]: the first emulated node of the CPU's physical node, which
+/// is that physical node's number); [`node_of_cpu`] when nothing is emulated.
+#[inline]
+pub fn emulated_node_of_cpu(cpu: usize, cpus: usize, nodes: usize, phys: usize) -> usize {
+    if phys >= nodes {
+        node_of_cpu(cpu, cpus, nodes)
+    } else {
+        node_of_cpu(cpu, cpus, phys.max(1))
     }
 }
 
@@ -162,6 +226,27 @@ mod test {
         assert_eq!(c.node_of(CpuId(36)).0, 1);
         assert_eq!(c.node_of(CpuId(143)).0, 3);
         assert!(c.get(144).is_none());
+    }
+
+    /// numa=fake=16 on a 4-socket, 144-CPU machine: every CPU on the first emulated node of
+    /// its physical node (that node's own number), nodes 4-15 memory-only, node n the memory
+    /// of physical node n % 4; and no emulation when the nodes do not outnumber the physical.
+    #[test]
+    fn emulated_nodes_interleave_over_the_physical_ones() {
+        let c = Cpus::emulated(144, 16, 4);
+        let nodes: Vec<u16> = [0, 35, 36, 71, 72, 143]
+            .iter()
+            .map(|&n| c.node_of(CpuId(n)).0)
+            .collect();
+        assert_eq!(nodes, [0, 0, 1, 1, 2, 3]);
+        assert_eq!((c.nr_nodes(), c.nr_phys()), (16, 4));
+        let phys: Vec<usize> = (0..8).map(|n| c.phys_of(NodeId(n))).collect();
+        assert_eq!(phys, [0, 1, 2, 3, 0, 1, 2, 3]);
+        let plain = Cpus::emulated(144, 4, 4);
+        assert!(plain
+            .all()
+            .all(|cpu| plain.node_of(cpu) == Cpus::new(144, 4).node_of(cpu)));
+        assert_eq!(Cpus::emulated(8, 2, 4).nr_phys(), 2);
     }
 
     #[test]

@@ -97,7 +97,12 @@ impl Machine {
             TimeMode::Wall => Workers::Host,
             TimeMode::Virtual => Workers::Virtual,
         };
-        let cpus = Cpus::new(config.cpus, config.nodes);
+        // On a profile's machine, nodes beyond its own are emulated as `numa=fake=` does
+        // (`cpu.rs`, "NUMA emulation"); without a profile every node is a node.
+        let cpus = match &profile {
+            Some(p) => Cpus::emulated(config.cpus, config.nodes, p.topology().nodes as u16),
+            None => Cpus::new(config.cpus, config.nodes),
+        };
         let stat = Arc::new(VmStat::new(cpus.nr_possible()));
         let phys = Arc::new(
             PhysMem::new(&config, cpus.clone(), Arc::clone(&stat)).map_err(MachineError::Host)?,

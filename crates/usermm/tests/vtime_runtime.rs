@@ -435,16 +435,21 @@ fn new_rejects_cpus_and_nodes_that_do_not_fit_the_profile() {
     let rt = Runtime::new(Arc::clone(&p), 72, 8).unwrap();
     assert_eq!(rt.placement().socket_of_node(7), 1);
     assert_eq!(rt.report().nr_nodes, 8);
-    // ... and more nodes than CPUs (MAX_NUMNODES 1024): CPU c on node c * 1024 / 72, the
-    // nodes between memory-only, on the socket of the CPU below them.
+    // ... and more nodes than CPUs (MAX_NUMNODES 1024), emulated as numa=fake=1024 does: each
+    // CPU on its socket's first node, node n the memory of socket n % 2.
     let rt = Runtime::new(p, 72, 1024).unwrap();
     let pl = rt.placement();
     assert_eq!(
-        (pl.node_of(0), pl.node_of(1), pl.node_of(71)),
-        (0, 14, 1009)
+        (
+            pl.node_of(0),
+            pl.node_of(35),
+            pl.node_of(36),
+            pl.node_of(71)
+        ),
+        (0, 0, 1, 1)
     );
-    assert_eq!(pl.socket_of_node(13), 0);
-    assert_eq!(pl.socket_of_node(1023), 1);
+    assert_eq!(pl.socket_of_node(13), 1);
+    assert_eq!(pl.socket_of_node(1022), 0);
     assert_eq!(rt.report().nr_nodes, 1024);
 }
 

@@ -233,8 +233,9 @@ pub struct EngineArgs {
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_CPUS)))]
     pub cpus: Option<u16>,
-    /// NUMA nodes: one zone and one LRU each, up to 1024 (MAX_NUMNODES); more than --cpus
-    /// makes memory-only nodes, as fake NUMA does.
+    /// NUMA nodes: one zone and one LRU each, up to 1024 (MAX_NUMNODES); in virtual time, more
+    /// than the profile's are emulated as numa=fake=N does (each CPU on its socket's first
+    /// node); on the wall clock, more than --cpus makes memory-only nodes.
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_NODES)))]
     pub nodes: Option<u16>,

@@ -173,7 +173,9 @@ pub fn default_config(
 /// seed's size exactly the seed's machine (512 GiB); at 32 GiB four nodes of 32 GiB and a
 /// little, the mapping on the zapping task's node. (Emulated RAM in the seed's proportion alone
 /// — 12.8 GiB nodes for 32 GiB — let 16 workers in flight spread over two nodes' locks, which
-/// the seed's never did.) A no-op on the wall clock or when the profile does not resolve (the
+/// the seed's never did.) More `nodes` than the profile's are emulated on the same RAM: each
+/// physical node's share is cut into `nodes / physical nodes` equal nodes (`numa=fake=N`). A
+/// no-op on the wall clock or when the profile does not resolve (the
 /// caller reports that).
 pub fn fit_seed_machine(
     c: &mut MachineConfig,
@@ -199,15 +201,18 @@ pub fn fit_seed_machine(
         if let Some(gib) = t.memory_gib {
             let seed = seeds::PARALLEL_FREE.size as u128;
             let proportional = (size as u128 * (u128::from(gib) << 30)).div_ceil(seed) as u64;
+            // More nodes than the profile's are emulated (`numa=fake=`): the RAM is the
+            // physical nodes', cut into equal emulated nodes.
             let nodes = u64::from(c.nodes);
+            let phys = nodes.min(u64::from(t.nodes.max(1)));
             let seed_node = (gib << 30) / u64::from(t.nodes.max(1));
             let whole = size.saturating_add(overhead_bytes(size, c.cpus));
             // Never less than SIZE and its overhead in all; whole MiB per node.
-            let per_node = (proportional / nodes)
+            let per_phys = (proportional / phys)
                 .max(whole.min(seed_node))
-                .max(whole.div_ceil(nodes))
-                .next_multiple_of(1 << 20);
-            c.mem = (per_node * u64::from(c.nodes)).min(usermm::config::MAX_MEM_BYTES);
+                .max(whole.div_ceil(phys));
+            let per_node = (per_phys * phys).div_ceil(nodes).next_multiple_of(1 << 20);
+            c.mem = (per_node * nodes).min(usermm::config::MAX_MEM_BYTES);
         }
     }
 }

@@ -159,3 +159,50 @@ fn modelled_workers_run_on_the_zapping_tasks_node_and_the_mapping_shares_its_loc
     let again = run(&o).unwrap();
     assert_eq!(again.rows[1].samples[0].free_ns, s.free_ns);
 }
+
+/// `--nodes 16` on the 4-node seed machine is `numa=fake=16`: the same RAM cut into sixteen
+/// nodes, node n on physical node n % 4; the workers stay on the task's socket (its first
+/// emulated node's pool) and the mapping, too big for one emulated node, fills the emulated
+/// nodes of the task's physical node, each with its own zone.lock and lru_lock.
+#[test]
+fn emulated_nodes_split_the_same_ram_and_the_mapping_spreads_over_the_tasks_socket() {
+    let size = 1u64 << 30;
+    let fitted = |nodes: Option<u16>| {
+        let mut o = BigfreeOpts::new(size, &[8]);
+        o.base.time.mode = TimeMode::Virtual;
+        if let Some(n) = nodes {
+            o.base.nodes = n;
+        }
+        fit_seed_machine(&mut o.base, size, None, nodes, None);
+        o
+    };
+    let four = fitted(None);
+    let mut o = fitted(Some(16));
+    assert_eq!(o.base.nodes, 16);
+    // The same RAM (to the MiB per node of rounding), four times as many nodes.
+    assert!(o.base.mem >= four.base.mem && o.base.mem - four.base.mem < 16 << 20);
+    assert!(
+        o.base.mem / 16 < size,
+        "an emulated node holds a quarter of the mapping"
+    );
+    (o.threshold_pages, o.max_batch_count) = seed_scaled_job(size);
+    o.pcp_tune_rows = false;
+    let r = run(&o).unwrap();
+    let s = &r.rows[1].samples[0];
+    let task_node = s.cpus.last().unwrap().node;
+    let task_socket = s.cpus.last().unwrap().socket;
+    assert!(task_node < 4, "every CPU sits on a first emulated node");
+    assert!(s
+        .worker_cpus
+        .iter()
+        .all(|&c| s.cpus[usize::from(c)].socket == task_socket));
+    let zones: Vec<usize> = s
+        .zone_lock_per_node
+        .iter()
+        .enumerate()
+        .filter(|(_, z)| z.acquisitions > 0)
+        .map(|(n, _)| n)
+        .collect();
+    let t = task_node;
+    assert_eq!(zones, [t, t + 4, t + 8, t + 12], "{zones:?}");
+}

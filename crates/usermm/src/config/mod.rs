@@ -759,7 +759,8 @@ impl MachineConfig {
     /// The cost profile of a virtual machine (`None` in wall mode), loaded and checked against
     /// the CPUs and nodes: an unknown name, a malformed or incomplete file, or more CPUs than
     /// the profile's hardware threads are errors naming the field. `nodes` may exceed the
-    /// profile's sockets (fake NUMA: costs follow the sockets).
+    /// profile's nodes: they are then emulated (`numa=fake=`, `cpu.rs`; costs follow the
+    /// sockets).
     pub fn resolve_profile(&self) -> Result<Option<Arc<Profile>>, ConfigError> {
         if self.time.mode == TimeMode::Wall {
             return Ok(None);

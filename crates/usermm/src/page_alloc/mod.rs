@@ -355,7 +355,8 @@ impl PhysMem {
             })
             .collect();
         let lru_add_batch = cfg.lru.add_batch as usize;
-        let zone_mask = zonemask::ZoneMask::new(nr_nodes as usize, cpus.nr_possible());
+        let zone_mask =
+            zonemask::ZoneMask::new(nr_nodes as usize, cpus.nr_possible(), cpus.nr_phys());
         let pm = PhysMem {
             nr_frames,
             meta,

@@ -515,6 +515,59 @@ mod zonelist_order {
     }
 }
 
+mod numa_emulation {
+    use super::*;
+
+    /// The nodes a CPU allocates from, in order, until `want` nodes have served it.
+    fn fallback_order(p: &PhysMem, cpu: CpuId, want: usize) -> (Vec<usize>, Vec<Pfn>) {
+        let (mut seen, mut held) = (vec![], vec![]);
+        while let Ok(pfn) = p.alloc_pages(cpu, Order(0), Gfp::KERNEL.union(Gfp::NOWAIT)) {
+            let n = p.node_of(pfn);
+            if seen.last() != Some(&n) {
+                seen.push(n);
+            }
+            held.push(pfn);
+            if seen.len() == want {
+                break;
+            }
+        }
+        (seen, held)
+    }
+
+    /// `numa=fake=8` on 4 physical nodes (8 CPUs, two a physical node): every CPU sits on
+    /// the first emulated node of its physical node, and its zonelist tries the other
+    /// emulated node of that physical node (`LOCAL_DISTANCE`) before any remote one, where
+    /// the walk without emulation goes on from node 0.
+    #[test]
+    fn an_emulated_node_falls_back_to_its_physical_siblings_first() {
+        let cfg = MachineConfig {
+            mem: 8 * (4 << 20),
+            cpus: 8,
+            nodes: 8,
+            ..Default::default()
+        };
+        cfg.validate().unwrap();
+        let cpus = Cpus::emulated(8, 8, 4);
+        let nodes: Vec<u16> = cpus.all().map(|c| cpus.node_of(c).0).collect();
+        assert_eq!(nodes, [0, 0, 1, 1, 2, 2, 3, 3]);
+        assert_eq!(cpus.phys_of(NodeId(6)), 2);
+        let p = PhysMem::new(&cfg, cpus, Arc::new(VmStat::new(8))).unwrap();
+        let (seen, held) = fallback_order(&p, CpuId(5), 3);
+        assert_eq!(seen, [2, 6, 0]);
+        p.release_pages(C1, &held);
+        p.drain_all_pages();
+        p.validate().unwrap();
+        // Negative control: the same machine unemulated spreads the CPUs over all 8 nodes
+        // and falls back from node 0 up.
+        let p = phys_with(8 * (4 << 20), 8, 8, |_| {});
+        let (seen, held) = fallback_order(&p, CpuId(5), 3);
+        assert_eq!(seen, [5, 0, 1]);
+        p.release_pages(C1, &held);
+        p.drain_all_pages();
+        p.validate().unwrap();
+    }
+}
+
 mod concurrent {
     use super::*;
 

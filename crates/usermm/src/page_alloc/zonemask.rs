@@ -14,6 +14,12 @@
 //! order, only the zones whose bit is set in either; a bit is changed with an atomic only
 //! when it flips, so the common allocation and free write nothing here.
 //!
+//! The zonelist order is the local node, then the nodes at `LOCAL_DISTANCE` from it (under NUMA
+//! emulation, the other emulated nodes of its physical node: `cpu.rs`), then every other node,
+//! each group from node 0 up. Linux's `build_zonelists` orders by distance too; among nodes at
+//! one distance it takes the higher-numbered first and then rotates by `node_load`, which the
+//! engine does not model (the seeds' machines have one remote distance).
+//!
 //! # Invariant
 //! At every release of a zone's lock, its buddy bit says whether its free count is above
 //! zero; at every release of a pcp lock, that CPU's bit for the zone says whether its lists
@@ -29,6 +35,9 @@ use crate::cpu::{CpuId, PerCpu};
 #[derive(Debug)]
 pub(super) struct ZoneMask {
     nodes: usize,
+    /// Under NUMA emulation, per physical node: the bits of its emulated nodes (node `n` is on
+    /// physical node `n % phys`). Empty without emulation.
+    same_phys: Box<[Box<[u64]>]>,
     /// Bit `n`: zone `n`'s buddy has a page.
     buddy: Box<[AtomicU64]>,
     /// Per CPU, bit `n`: zone `n`'s pcp lists of that CPU hold a page.
@@ -58,9 +67,25 @@ fn get(map: &[AtomicU64], n: usize) -> bool {
 }
 
 impl ZoneMask {
-    pub(super) fn new(nodes: usize, nr_cpus: usize) -> Self {
+    /// The bitmaps of `nodes` zones, for `nr_cpus` CPUs, the nodes emulated on `phys` physical
+    /// nodes (`phys >= nodes`: no emulation).
+    pub(super) fn new(nodes: usize, nr_cpus: usize, phys: usize) -> Self {
+        let same_phys = if phys < nodes {
+            (0..phys)
+                .map(|p| {
+                    let mut m = vec![0u64; nodes.div_ceil(64)];
+                    for n in (p..nodes).step_by(phys) {
+                        m[n / 64] |= 1 << (n % 64);
+                    }
+                    m.into_boxed_slice()
+                })
+                .collect()
+        } else {
+            Box::default()
+        };
         ZoneMask {
             nodes,
+            same_phys,
             buddy: words(nodes),
             pcp: PerCpu::new(nr_cpus, |_| words(nodes)),
         }
@@ -88,7 +113,8 @@ impl ZoneMask {
     }
 
     /// The zonelist walk of `local` on `cpu`: `try_zone(n)` for each zone that may serve, in
-    /// zonelist order (`local`, then every other node from 0 up), until one returns a page.
+    /// zonelist order (`local`, then the emulated nodes of its physical node, then every other
+    /// node, each from 0 up), until one returns a page.
     /// `with_pcp`: the allocation can be served from pcp lists (a pcp order), so this CPU's
     /// pcp bits count too. Visits only zones whose bit is set: O(nodes / 64) beyond them.
     #[inline]
@@ -114,19 +140,31 @@ impl ZoneMask {
                 return Some(p);
             }
         }
-        for w in 0..self.buddy.len() {
-            let mut m = word(w);
-            if w == lw {
-                m &= !lb;
-            }
-            while m != 0 {
-                let n = w * 64 + m.trailing_zeros() as usize;
-                m &= m - 1;
-                if n >= self.nodes {
-                    break;
+        // With emulation: first the nodes of `local`'s physical node (`near`), then the rest.
+        let near = self.same_phys.get(local % self.same_phys.len().max(1));
+        let passes: &[bool] = if near.is_some() {
+            &[true, false]
+        } else {
+            &[false]
+        };
+        for &in_near in passes {
+            for w in 0..self.buddy.len() {
+                let mut m = word(w);
+                if w == lw {
+                    m &= !lb;
                 }
-                if let Some(p) = try_zone(n) {
-                    return Some(p);
+                if let Some(near) = near {
+                    m &= if in_near { near[w] } else { !near[w] };
+                }
+                while m != 0 {
+                    let n = w * 64 + m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    if n >= self.nodes {
+                        break;
+                    }
+                    if let Some(p) = try_zone(n) {
+                        return Some(p);
+                    }
                 }
             }
         }

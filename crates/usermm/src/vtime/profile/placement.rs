@@ -33,13 +33,16 @@ pub enum Distance {
 /// which CPUs share a core, a socket — is the same.
 ///
 /// # Fake NUMA
-/// `nr_nodes` may exceed the sockets (`numa=fake=`): nodes are carved out of the sockets in
-/// contiguous blocks of CPUs, each with its own zone and LRU lock in the engine. Costs follow
-/// sockets, never nodes: two CPUs on different fake nodes of one socket are `SameSocket` apart.
+/// `nr_nodes` may exceed the profile's nodes (`numa=fake=`): the nodes are emulated as x86's
+/// NUMA emulation does (`crate::cpu::Cpus::emulated`): node `i` is memory of physical node
+/// `i % nodes`, and every CPU sits on the first emulated node of its physical node, the
+/// others having memory and no CPU. Costs follow sockets, never nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
     nr_cpus: usize,
     nr_nodes: usize,
+    /// The profile's (physical) nodes: fewer than `nr_nodes` under emulation.
+    nr_phys: usize,
     socket: Vec<u16>,
     /// Machine-wide core number (`socket * cores_per_socket + core`).
     core: Vec<u32>,
@@ -66,6 +69,7 @@ impl Placement {
         let mut p = Placement {
             nr_cpus,
             nr_nodes,
+            nr_phys: (t.nodes as usize).max(1),
             socket: Vec::with_capacity(nr_cpus),
             core: Vec::with_capacity(nr_cpus),
             thread: Vec::with_capacity(nr_cpus),
@@ -77,8 +81,9 @@ impl Placement {
             p.socket.push(socket as u16);
             p.core.push((socket * cps + local % cps) as u32);
             p.thread.push((local / cps) as u8);
-            p.node
-                .push(crate::cpu::node_of_cpu(cpu, nr_cpus, nr_nodes) as u16);
+            p.node.push(
+                crate::cpu::emulated_node_of_cpu(cpu, nr_cpus, nr_nodes, t.nodes as usize) as u16,
+            );
         }
         Ok(p)
     }
@@ -112,8 +117,14 @@ impl Placement {
         self.node[cpu] as usize
     }
 
-    /// The socket holding `node`'s memory (the socket of its first CPU).
+    /// The socket holding `node`'s memory: the socket of the first CPU of its physical node
+    /// (under emulation, node `node % physical nodes`).
     pub fn socket_of_node(&self, node: usize) -> usize {
+        let node = if self.nr_nodes > self.nr_phys {
+            node % self.nr_phys
+        } else {
+            node
+        };
         match self.node.iter().position(|n| *n as usize == node) {
             Some(cpu) => self.socket_of(cpu),
             // A memory-only node (more nodes than CPUs): the socket of the last CPU on a

@@ -250,9 +250,17 @@ fn placement_fills_cores_before_siblings_and_follows_sockets() {
 #[test]
 fn nodes_agree_with_the_engines_cpu_to_node_and_fake_numa_follows_sockets() {
     let p = Profile::builtin("haswell-ex-4s").unwrap();
-    for (cpus, nodes) in [(144, 4), (144, 8), (72, 4), (8, 2), (10, 3)] {
+    for (cpus, nodes) in [
+        (144, 4),
+        (144, 8),
+        (144, 16),
+        (72, 4),
+        (8, 2),
+        (10, 3),
+        (8, 64),
+    ] {
         let pl = Placement::new(&p, cpus, nodes).unwrap();
-        let engine = Cpus::new(cpus as u16, nodes as u16);
+        let engine = Cpus::emulated(cpus as u16, nodes as u16, 4);
         for c in 0..cpus {
             assert_eq!(
                 pl.node_of(c),
@@ -261,13 +269,19 @@ fn nodes_agree_with_the_engines_cpu_to_node_and_fake_numa_follows_sockets() {
             );
         }
     }
-    // numa=fake: 8 nodes on 4 sockets, two per socket; costs follow the sockets.
+    // numa=fake=8 on 4 sockets: node i is memory of physical node i % 4, and every CPU of a
+    // socket sits on that socket's first emulated node (numa_emulation's __apicid_to_node).
     let fake = Placement::new(&p, 144, 8).unwrap();
     assert_eq!(
         (0..8).map(|n| fake.socket_of_node(n)).collect::<Vec<_>>(),
-        [0, 0, 1, 1, 2, 2, 3, 3]
+        [0, 1, 2, 3, 0, 1, 2, 3]
     );
-    assert_ne!(fake.node_of(0), fake.node_of(20));
+    assert_eq!((fake.node_of(0), fake.node_of(35)), (0, 0));
+    assert_eq!((fake.node_of(36), fake.node_of(143)), (1, 3));
+    assert!(
+        (0..144).all(|c| fake.node_of(c) < 4),
+        "nodes 4-7 have no CPU"
+    );
     assert_eq!(fake.distance(0, 20), Distance::SameSocket);
 }
 
