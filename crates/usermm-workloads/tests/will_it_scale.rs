@@ -214,6 +214,23 @@ fn the_published_curve_is_predicted_row_by_row_and_deterministically() {
         assert!(r.predicted > 0, "{r:?}");
         let e = r.predicted as f64 / r.published as f64 - 1.0;
         assert!((r.error - e).abs() < 1e-12 && r.within == (e.abs() <= 0.25));
+        // Every fault's page goes on and off the LRU under lru_lock; zone->lock only when
+        // the pcp lists run dry or over (a 64 KiB mapping's pages may never leave them).
+        assert!(
+            r.lru_lock_ns_per_fault > 0.0 && r.zone_lock_ns_per_fault >= 0.0,
+            "{r:?}"
+        );
+        // The bound is one second over the published faults of the busiest zone's tasks.
+        let share = if r.tasks <= 22 { 1.0 } else { 0.5 };
+        assert!((r.zone_lock_bound_ns - 1e9 / (r.published as f64 * share)).abs() < 1e-6);
     }
     assert_eq!(a.within, a.rows.iter().filter(|r| r.within).count());
+    // A note for each row below its band whose zone->lock work is past its bound, and only
+    // those.
+    let noted = a
+        .rows
+        .iter()
+        .filter(|r| !r.within && r.error < 0.0 && r.zone_lock_ns_per_fault > r.zone_lock_bound_ns)
+        .count();
+    assert_eq!(a.notes.len(), noted, "{:?}", a.notes);
 }

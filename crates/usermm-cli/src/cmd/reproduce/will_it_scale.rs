@@ -23,6 +23,9 @@ fn table(r: &CurveRecord) -> Table {
             "band",
             "within",
             "idle (modelled)",
+            "zone.lock ns/fault",
+            "lru_lock ns/fault",
+            "zone.lock bound",
         ],
     );
     for row in &r.rows {
@@ -35,6 +38,9 @@ fn table(r: &CurveRecord) -> Table {
             row.band.label(),
             if row.within { "yes" } else { "NO" }.into(),
             format!("{:.1} %", row.idle_percent),
+            format!("{:.0}", row.zone_lock_ns_per_fault),
+            format!("{:.0}", row.lru_lock_ns_per_fault),
+            format!("{:.0}", row.zone_lock_bound_ns),
         ]);
     }
     t
@@ -63,7 +69,7 @@ pub(super) fn run(test: bool) -> anyhow::Result<(Section, String, CurveRecord)> 
         "usermm reproduce: will-it-scale done in {:.1} s: {verdict}",
         te.elapsed().as_secs_f64()
     );
-    let text = format!(
+    let mut text = format!(
         "will-it-scale's page_fault1 (each task: mmap 128 MiB anonymous, write one byte per \
          page, munmap; a fault counted per page) modelled in virtual time on `{}`, the \
          posting's machine (docs/profiles.md), beside the curve published for it. Every row is \
@@ -75,6 +81,17 @@ pub(super) fn run(test: bool) -> anyhow::Result<(Section, String, CurveRecord)> 
         r.opts.seconds,
         r.opts.period.as_millis()
     );
+    text.push_str(
+        "The lock columns are modelled: each lock's hold time over the run per fault (every \
+         zone, every node), and the most zone->lock could be held per fault at the published \
+         rate had the busiest zone's lock never been free.\n",
+    );
+    for n in &r.notes {
+        text.push_str(&format!("\n- {n}"));
+    }
+    if !r.notes.is_empty() {
+        text.push('\n');
+    }
     let section = Section {
         heading: super::Experiment::WillItScale.heading().into(),
         text,
