@@ -305,6 +305,43 @@ fn usemem_negative_sleep_holds_until_killed() {
     assert_usage_error(&["usemem", "1M", "-s", "-1", "--ab"], "--ab");
 }
 
+/// `--percpu-stats` prints each side's `/sys/kernel/debug/percpu_stats` after the deletion
+/// phase, in the kernel's layout; without it the text has none.
+#[test]
+fn percpu_test_prints_percpu_stats_when_asked() {
+    let o = usermm(&[
+        "percpu-test",
+        "--cgroups",
+        "10x3",
+        "--cpus",
+        "4",
+        "--percpu-stats",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert_eq!(out.matches("Percpu Memory Statistics").count(), 2, "{out}");
+    let patched = out
+        .split("# patched: /sys/kernel/debug/percpu_stats after deleting")
+        .nth(1)
+        .expect("a patched block");
+    for field in [
+        "unit_size",
+        "nr_units",
+        "nr_cur_alloc",
+        "empty_pop_pages",
+        "Chunk: <- First Chunk",
+    ] {
+        assert!(patched.contains(field), "{field}: {patched}");
+    }
+    // One unit per possible CPU, as the kernel lays a chunk out.
+    assert!(
+        patched.contains("  nr_units          :            4"),
+        "{patched}"
+    );
+    let o = usermm(&["percpu-test", "--cgroups", "10x3", "--cpus", "4"]);
+    assert!(!stdout(&o).contains("Percpu Memory Statistics"));
+}
+
 /// The percpu table's title is the run's own script (it printed the seed's 1000 × 10 for any
 /// shape), and says what the seed columns are when they differ.
 #[test]

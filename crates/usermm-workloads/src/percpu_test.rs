@@ -137,6 +137,10 @@ pub struct PercpuTestResult {
     pub after_cleanup_kb: u64,
     /// Allocator state after the deletion phase.
     pub pcpu_after_delete: PcpuSummary,
+    /// `/sys/kernel/debug/percpu_stats` after the deletion phase, as the kernel prints it
+    /// (`usermm percpu-test --percpu-stats` prints it; not in the JSON record).
+    #[serde(skip)]
+    pub percpu_stats_after_delete: String,
     pub memcg_after_delete: MemcgCounts,
     pub wall_seconds: f64,
     /// `measured (this host)` or `modelled (profile NAME)`: how `wall_seconds` was obtained
@@ -390,6 +394,7 @@ fn script(
         over_ideal: after_delete_kb as f64 / ideal.max(1) as f64,
         after_cleanup_kb,
         pcpu_after_delete: PcpuSummary::from(&stats),
+        percpu_stats_after_delete: stats.render(),
         memcg_after_delete,
         wall_seconds: t0.elapsed_ns() as f64 / 1e9,
         time: machine.time_label(),

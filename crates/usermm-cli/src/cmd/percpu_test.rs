@@ -90,6 +90,10 @@ pub struct PercpuTestArgs {
     /// Per-cgroup percpu allocations of this kernel era.
     #[arg(long, value_name = "ERA", default_value = "2021")]
     pub recipe: Recipe,
+    /// Also print each side's /sys/kernel/debug/percpu_stats after the deletion phase (the
+    /// kernel's text: allocation info, global stats, a block per chunk).
+    #[arg(long)]
+    pub percpu_stats: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -233,7 +237,7 @@ pub fn run(args: &PercpuTestArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     }
     let r = percpu_test::run_ab(&args.opts(), &cfg).map_err(|e| anyhow!("percpu-test: {e}"))?;
     super::emit(g, &r, |r| {
-        format!(
+        let mut text = format!(
             "{}\nvanilla after deleting / after creating: {:.3} (seed {:.3})\nrun time: vanilla {:.3} s, patched {:.3} s, {}\n",
             table(r).render_text(),
             r.vanilla_plateau,
@@ -241,7 +245,16 @@ pub fn run(args: &PercpuTestArgs, g: &GlobalArgs) -> anyhow::Result<()> {
             r.vanilla.wall_seconds,
             r.patched.wall_seconds,
             r.vanilla.time,
-        )
+        );
+        if args.percpu_stats {
+            for (side, run) in [("vanilla", &r.vanilla), ("patched", &r.patched)] {
+                text.push_str(&format!(
+                    "\n# {side}: /sys/kernel/debug/percpu_stats after deleting\n{}",
+                    run.percpu_stats_after_delete
+                ));
+            }
+        }
+        text
     })
 }
 
