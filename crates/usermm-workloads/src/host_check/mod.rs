@@ -21,7 +21,8 @@
 //!
 //! # A busy host
 //! Before and after each measurement the check reads the load average and the steal time, and
-//! row (d) also each task's CPU time against its wall time; a row measured while the host was
+//! rows (c) and (d) also each reader's or task's CPU time against its wall time (a load
+//! average lags a minute behind a build that starts beside a measurement); a row measured while the host was
 //! not quiet (the rule is [`usermm_host::quiet`]'s: load average over the measurement's own
 //! threads + 0.5, steal over 2 %, a task under 90 % of its wall time as CPU) is *host busy*:
 //! its figures are kept, its error is not given, and it counts neither way.
@@ -305,12 +306,18 @@ pub fn measure(
     })?;
     let n = f.during_ns.len();
     let during = Latency::of_samples(&f.during_ns);
-    let ((r1, r2), quiet_readers) = judged(|| {
-        Ok((
-            readers::measure(1, opts.reader_bytes, opts.repeat)?,
-            readers::measure(2, opts.reader_bytes, opts.repeat)?,
-        ))
-    })?;
+    // The readers' own CPU shares judge them too: a load average lags a minute behind a
+    // build that starts beside them.
+    let before = HostLoad::now();
+    let r1 = readers::measure(1, opts.reader_bytes, opts.repeat)?;
+    let r2 = readers::measure(2, opts.reader_bytes, opts.repeat)?;
+    let shares = r1
+        .cpu_over_wall
+        .iter()
+        .chain(&r2.cpu_over_wall)
+        .copied()
+        .collect();
+    let quiet_readers = quiet::judge(before, HostLoad::now(), 2, shares);
     let page_fault1 = page_fault1::measure(opts, runner)?;
     Ok(Measured {
         figures: Figures {

@@ -63,13 +63,16 @@ pub(super) fn predict(profile: &str, procs: u16, bytes: u64) -> Result<f64, Host
 }
 
 /// [`measure`]'s figures: per repeat, the longest reader's walk and the faults all readers
-/// took.
+/// took; per reader, the least share of its walk's wall time it had as CPU time over the
+/// repeats (what tells a reader that waited for a CPU: `usermm_host::quiet::judge`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct HugeZeroReaders {
     pub processes: u32,
     pub bytes_per_process: u64,
     pub ns: Vec<u64>,
     pub faults: Vec<u64>,
+    #[serde(default)]
+    pub cpu_over_wall: Vec<f64>,
 }
 
 impl HugeZeroReaders {
@@ -91,6 +94,7 @@ pub fn measure(processes: u32, bytes: u64, repeat: u32) -> Result<HugeZeroReader
         bytes_per_process: bytes,
         ns: Vec::new(),
         faults: Vec::new(),
+        cpu_over_wall: vec![f64::INFINITY; processes as usize],
     };
     for _ in 0..repeat.max(1) {
         let go = std::sync::Barrier::new(processes as usize);
@@ -115,14 +119,37 @@ pub fn measure(processes: u32, bytes: u64, repeat: u32) -> Result<HugeZeroReader
         });
         let ns = t.elapsed().as_nanos() as u64;
         let (mut faults, mut longest) = (0, 0);
-        for w in walks {
+        for (i, w) in walks.into_iter().enumerate() {
             let (walk, f) = w?;
             faults += f;
             longest = longest.max(walk.time.wall_ns);
+            let share = walk.time.cpu_ns as f64 / walk.time.wall_ns.max(1) as f64;
+            out.cpu_over_wall[i] = out.cpu_over_wall[i].min(share);
         }
         // The readers' own walk times, not the forks around them: the longest walk.
         out.ns.push(longest.min(ns).max(1));
         out.faults.push(faults);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    /// Each reader's least CPU share over the repeats is kept, one per reader: the figure the
+    /// host check's quietness rule reads for row (c). A reader's walk is CPU-bound (each read
+    /// a fault in the kernel, counted as its own CPU time), so its share is positive and not
+    /// far above 1 (the two clocks are read a few instructions apart).
+    #[test]
+    fn readers_report_their_cpu_share_of_the_walk() {
+        let r = measure(2, 16 << 20, 2).unwrap();
+        assert_eq!((r.ns.len(), r.faults.len()), (2, 2));
+        assert_eq!(r.cpu_over_wall.len(), 2, "{r:?}");
+        assert!(
+            r.cpu_over_wall.iter().all(|&s| s > 0.0 && s < 1.5),
+            "{:?}",
+            r.cpu_over_wall
+        );
+    }
 }

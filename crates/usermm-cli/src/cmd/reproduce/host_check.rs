@@ -243,10 +243,10 @@ fn section(c: &HostCheck, file: &Path, calibrated: bool) -> Section {
          tasks, as processes and as threads, the same test body on the engine and on this \
          host's kernel.\n\n\
          Before and after each measurement the load average and the steal time are read, and \
-         for (d) each task's CPU time against its wall time: a row measured while the host was \
-         not quiet (load average over the measurement's own threads + {}, steal over {} %, a \
-         task under {:.0} % of its wall time as CPU) is *host busy*: no error is given for it \
-         and it counts neither way.\n\n\
+         for (c) and (d) each reader's or task's CPU time against its wall time: a row measured \
+         while the host was not quiet (load average over the measurement's own threads + {}, \
+         steal over {} %, a reader or task under {:.0} % of its wall time as CPU) is *host \
+         busy*: no error is given for it and it counts neither way.\n\n\
          The populated mappings are sized to the host: each at most 1 GiB and a quarter of \
          the memory available, so that the check's RSS stays under 2 GiB.\n\n\
          A row outside ±30 % is a miss of the model and is reported as one.\n",
