@@ -87,6 +87,16 @@ fn seed_scaled_jobs_keep_the_seeds_job_count() {
     assert!(u64::from(b) * 510 >= t && u64::from(b - 1) * 510 < t);
 }
 
+/// The nodes whose zone.lock a sample's free took.
+fn zones_taken(s: &RunSample) -> Vec<usize> {
+    s.zone_lock_per_node
+        .iter()
+        .enumerate()
+        .filter(|(_, z)| z.acquisitions > 0)
+        .map(|(n, _)| n)
+        .collect()
+}
+
 /// The modelled seed machine: every hardware thread of the profile, RAM shaped as the seed's
 /// (the seed's own at its size; smaller, nodes that hold the whole mapping, as the seed's node
 /// held every job in flight), and the free workers on the zapping task's node (v4.11's
@@ -123,13 +133,7 @@ fn modelled_workers_run_on_the_zapping_tasks_node_and_the_mapping_shares_its_loc
         s.worker_cpus
     );
     // Every worker freed into the task's node's zone: one zone.lock took part.
-    let zones: Vec<usize> = s
-        .zone_lock_per_node
-        .iter()
-        .enumerate()
-        .filter(|(_, z)| z.acquisitions > 0)
-        .map(|(n, _)| n)
-        .collect();
+    let zones = zones_taken(s);
     assert_eq!(zones, [task_node], "{:?}", s.zone_lock_per_node);
     // Each CPU's window covers the same stretch of the free, and keeps its flat record keys.
     let window = |c: &CpuWindow| c.time.busy_ns + c.time.spin_ns + c.time.idle_ns;
@@ -196,13 +200,7 @@ fn emulated_nodes_split_the_same_ram_and_the_mapping_spreads_over_the_tasks_sock
         .worker_cpus
         .iter()
         .all(|&c| s.cpus[usize::from(c)].socket == task_socket));
-    let zones: Vec<usize> = s
-        .zone_lock_per_node
-        .iter()
-        .enumerate()
-        .filter(|(_, z)| z.acquisitions > 0)
-        .map(|(n, _)| n)
-        .collect();
+    let zones = zones_taken(s);
     let t = task_node;
     assert_eq!(zones, [t, t + 4, t + 8, t + 12], "{zones:?}");
 }
