@@ -50,7 +50,12 @@ pub struct Runtime {
 
 pub(super) struct Inner {
     pub state: RefCell<State>,
+    /// Every context's coroutine, by id; the scheduler holds this borrowed while it runs and
+    /// resumes them in place.
     coros: RefCell<Vec<Option<coro::Context>>>,
+    /// Coroutines created while the scheduler runs (a context spawning another), moved into
+    /// `coros` by the scheduler when the running context suspends.
+    spawned: RefCell<Vec<(CtxId, coro::Context)>>,
     stacks: RefCell<Vec<DefaultStack>>,
 }
 
@@ -283,6 +288,7 @@ impl Runtime {
             inner: Rc::new(Inner {
                 state: RefCell::new(state),
                 coros: RefCell::new(Vec::new()),
+                spawned: RefCell::new(Vec::new()),
                 stacks: RefCell::new(Vec::new()),
             }),
         })
@@ -381,6 +387,21 @@ impl Runtime {
     }
 }
 
+/// Moves the coroutines created since the last call from `spawned` to their places in
+/// `coros`.
+#[inline]
+fn adopt(coros: &mut Vec<Option<coro::Context>>, spawned: &mut Vec<(CtxId, coro::Context)>) {
+    if spawned.is_empty() {
+        return;
+    }
+    for (id, ctx) in spawned.drain(..) {
+        if coros.len() <= id as usize {
+            coros.resize_with(id as usize + 1, || None);
+        }
+        coros[id as usize] = Some(ctx);
+    }
+}
+
 struct DisposeOnUnwind<'a>(&'a Rc<Inner>);
 
 impl Drop for DisposeOnUnwind<'_> {
@@ -459,50 +480,56 @@ impl Inner {
             }
         };
         let ctx = coro::new_context(stack, Box::new(body));
-        let mut coros = self.coros.borrow_mut();
-        if coros.len() <= id as usize {
-            coros.resize_with(id as usize + 1, || None);
-        }
-        coros[id as usize] = Some(ctx);
+        self.spawned.borrow_mut().push((id, ctx));
         id
     }
 
+    /// Resumes the smallest ready context until none is left. The coroutines stay in
+    /// `coros`, borrowed by this loop alone and resumed in place; those a context spawned
+    /// wait in `spawned` until it suspends.
     fn schedule(&self) -> Result<(), Failure> {
-        loop {
-            let next = self.state.borrow_mut().next();
-            let id = match next {
-                Next::Run(id) => id,
-                Next::Done => return Ok(()),
-                Next::Deadlock(msg) => {
-                    self.fail();
-                    return Err(Failure::Deadlock(msg));
-                }
-            };
-            let mut ctx = self.coros.borrow_mut()[id as usize]
-                .take()
-                .expect("vtime: a ready context has a coroutine");
-            let resumed = ctx.resume();
-            self.state.borrow_mut().running = None;
-            match resumed {
-                Resumed::Suspended => self.coros.borrow_mut()[id as usize] = Some(ctx),
-                Resumed::Finished => {
-                    let mut stacks = self.stacks.borrow_mut();
-                    if stacks.len() < STACK_POOL {
-                        stacks.push(ctx.into_stack());
+        let failure = {
+            let mut coros = self.coros.borrow_mut();
+            loop {
+                adopt(&mut coros, &mut self.spawned.borrow_mut());
+                let next = self.state.borrow_mut().next();
+                let id = match next {
+                    Next::Run(id) => id,
+                    Next::Done => return Ok(()),
+                    Next::Deadlock => {
+                        break Failure::Deadlock(self.state.borrow().deadlock_report());
                     }
-                }
-                Resumed::Panicked(p) => {
-                    self.fail();
-                    return Err(Failure::Panic(p));
+                };
+                let slot = &mut coros[id as usize];
+                let ctx = slot
+                    .as_mut()
+                    .expect("vtime: a ready context has a coroutine");
+                match ctx.resume() {
+                    Resumed::Suspended => {}
+                    Resumed::Finished => {
+                        let stack = slot.take().map(coro::Context::into_stack);
+                        let mut stacks = self.stacks.borrow_mut();
+                        if stacks.len() < STACK_POOL {
+                            stacks.extend(stack);
+                        }
+                    }
+                    Resumed::Panicked(p) => break Failure::Panic(p),
                 }
             }
-        }
+        };
+        self.fail();
+        Err(failure)
     }
 
     /// The run failed: hooks become no-ops, contexts are disposed of, newest first.
     fn fail(&self) {
-        self.state.borrow_mut().failed = true;
-        let coros = std::mem::take(&mut *self.coros.borrow_mut());
+        {
+            let mut st = self.state.borrow_mut();
+            st.failed = true;
+            st.running = None;
+        }
+        let mut coros = std::mem::take(&mut *self.coros.borrow_mut());
+        adopt(&mut coros, &mut self.spawned.borrow_mut());
         for c in coros.into_iter().rev().flatten() {
             coro::dispose(c);
         }

@@ -176,10 +176,13 @@ impl Model {
     }
 }
 
+/// What [`State::next`] found (small enough to come back in registers: the deadlock's
+/// report is made by [`State::deadlock_report`] when the scheduler meets one).
+#[derive(Debug, Clone, Copy)]
 pub(super) enum Next {
     Run(CtxId),
     Done,
-    Deadlock(String),
+    Deadlock,
 }
 
 /// Everything a run's contexts share, behind the runtime's one `RefCell`.
@@ -337,7 +340,12 @@ impl State {
     ///
     /// A key older than its context's clock (an interrupt charged the context while it waited
     /// in the heap, [`State::ipi`]) is put back at the clock it has now: it never runs early.
+    ///
+    /// The context that ran last is not running any more (it suspended or finished): the
+    /// scheduler calls this right after it came back.
+    #[inline]
     pub(super) fn next(&mut self) -> Next {
+        self.running = None;
         while let Some(k) = self.pop_ready() {
             let id = k as u32;
             let c = &self.ctxs[id as usize];
@@ -362,7 +370,7 @@ impl State {
         if self.live == 0 {
             Next::Done
         } else {
-            Next::Deadlock(self.deadlock_report())
+            Next::Deadlock
         }
     }
 
@@ -500,7 +508,8 @@ impl State {
         format!("ctx {id} `{}` (cpu{})", c.name, c.cpu)
     }
 
-    fn deadlock_report(&self) -> String {
+    #[cold]
+    pub(super) fn deadlock_report(&self) -> String {
         let mut s = String::new();
         let blocked: Vec<CtxId> = (0..self.ctxs.len() as CtxId)
             .filter(|&i| self.ctxs[i as usize].wait != Wait::Done)
