@@ -446,7 +446,10 @@ impl State {
     fn apply_kept_touches(&mut self, me: CtxId, n: usize) {
         let Some(mem) = self.mem.as_mut() else { return };
         let cpu = self.ctxs[me as usize].cpu as usize;
-        let ps = TOUCHES.with(|b| mem.touch_all(cpu, b.iter().take(n).map(Cell::get)));
+        let ps = TOUCHES.with(|b| {
+            let kept = b.get(..n).unwrap_or(b);
+            mem.touch_all(cpu, kept.iter().map(Cell::get))
+        });
         if ps > 0 {
             self.busy(me, ps);
         }

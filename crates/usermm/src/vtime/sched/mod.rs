@@ -402,11 +402,24 @@ impl State {
     /// Charges `ps` of work to `id`: busy time, times the SMT factor while another hardware
     /// thread of its core is busy (has an occupant) at the moment of the charge; the extra is
     /// labelled by whether every busy sibling was spinning on a lock.
+    ///
+    /// The scaling is out of line: most charges run with the sibling idle, and the fast path
+    /// is then a test and [`State::busy`].
     #[inline]
     pub(super) fn work(&mut self, id: CtxId, ps: Ps) {
         let cpu = self.ctxs[id as usize].cpu as usize;
         let core = self.model.core[cpu] as usize;
-        let ps = if self.core_busy[core] >= 2 {
+        if self.core_busy[core] >= 2 {
+            self.work_smt(id, cpu, core, ps);
+        } else {
+            self.busy(id, ps);
+        }
+    }
+
+    /// [`State::work`] while another hardware thread of `core` is busy.
+    #[inline(never)]
+    fn work_smt(&mut self, id: CtxId, cpu: usize, core: usize, ps: Ps) {
+        let ps = {
             let scaled = (ps as u128 * self.model.profile.smt_milli as u128 / 1000) as Ps;
             let extra = scaled - ps;
             // A sibling that occupies its CPU while queued on a lock is spinning (a sleeping
@@ -423,8 +436,6 @@ impl State {
                 c.smt_extra_busy = c.smt_extra_busy.saturating_add(extra);
             }
             scaled
-        } else {
-            ps
         };
         self.busy(id, ps);
     }
