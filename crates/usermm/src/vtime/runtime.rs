@@ -389,11 +389,8 @@ impl Runtime {
 
 /// Moves the coroutines created since the last call from `spawned` to their places in
 /// `coros`.
-#[inline]
+#[cold]
 fn adopt(coros: &mut Vec<Option<coro::Context>>, spawned: &mut Vec<(CtxId, coro::Context)>) {
-    if spawned.is_empty() {
-        return;
-    }
     for (id, ctx) in spawned.drain(..) {
         if coros.len() <= id as usize {
             coros.resize_with(id as usize + 1, || None);
@@ -494,7 +491,12 @@ impl Inner {
         let failure = {
             let mut coros = self.coros.borrow_mut();
             loop {
-                adopt(&mut coros, &mut self.spawned.borrow_mut());
+                {
+                    let mut spawned = self.spawned.borrow_mut();
+                    if !spawned.is_empty() {
+                        adopt(&mut coros, &mut spawned);
+                    }
+                }
                 let next = self.state.borrow_mut().next();
                 let id = match next {
                     Next::Run(id) => id,
