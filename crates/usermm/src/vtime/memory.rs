@@ -71,7 +71,10 @@
 //! the lines or the clock in between, the touches meet the line states and fill counts in the
 //! same order, and their prices add to the same clock (every clock sum saturates, so the
 //! order of the adds cannot matter). The rule's most common row, a line this CPU touched last
-//! and still holds in its L2, is tested first: no fills, no price, the stamps refreshed.
+//! and still holds in its L2, is tested first: no fills, no price, the stamps refreshed. The
+//! test reads the toucher's core and socket stamps once per batch and again only after a
+//! touch that took the general path (the only kind that fills a cache, hence moves them), and
+//! its hits are added to the statistics once per batch: the same test on the same stamps.
 //!
 //! ## Where it differs from the hardware
 //! - Only the lines named above are tracked. User data, page-table pages and the kernel's
