@@ -33,8 +33,9 @@
 use super::{
     class::{Acquired, LineClass, LockClass, Mode},
     memory::{Touch, Touched},
+    pending::push_touch,
     profile::Cost,
-    runtime::{in_run, push_touch},
+    runtime::in_run,
 };
 
 /// A virtual run is active on this host thread (`Machine::run` in virtual mode).
@@ -128,13 +129,13 @@ pub fn cv_notify(cv_id: usize, all: bool) {
 /// never read in wall mode.
 #[inline(always)]
 pub fn charge(cost: Cost, n: u64) {
-    super::runtime::add_pending(cost.index(), n);
+    super::pending::add_pending(cost.index(), n);
 }
 
 /// The running CPU touches frame `pfn`'s `struct page` (`vtime/memory.rs`): not a
 /// synchronisation point; its price, by where the line is, is added to the clock before
 /// anything reads it (kept until the context's next synchronisation point or clock read and
-/// applied there, in order: `runtime.rs`, `TOUCHES`).
+/// applied there, in order: `pending.rs`, `TOUCHES`).
 #[inline]
 pub fn mem_touch_page(pfn: u64, how: Touch) {
     if in_run() {

@@ -66,7 +66,7 @@
 //! The hooks do not enter the runtime per touch: they keep it ([`Touched`]) in a thread-local
 //! buffer, and the runtime applies a context's kept touches in order, through
 //! [`Memory::touch_all`], at the context's next synchronisation point or clock read, before
-//! its pending charges (`runtime.rs`, `TOUCHES`). That is the same model, bit for bit: no
+//! its pending charges (`pending.rs`, `TOUCHES`). That is the same model, bit for bit: no
 //! other context runs before that point (a context is only suspended there), nothing reads
 //! the lines or the clock in between, the touches meet the line states and fill counts in the
 //! same order, and their prices add to the same clock (every clock sum saturates, so the

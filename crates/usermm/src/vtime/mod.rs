@@ -286,6 +286,7 @@ mod coro;
 pub mod hooks;
 mod jitter;
 mod memory;
+mod pending;
 mod profile;
 mod report;
 mod runtime;
