@@ -258,16 +258,18 @@
 //!
 //! | run | instructions |
 //! |---|---|
-//! | A: `bigfree 256M --max-active 4 --time virtual` | 1.95 × 10⁹ |
+//! | A: `bigfree 256M --max-active 4 --time virtual` | 1.97 × 10⁹ |
 //! | B: `usemem -n 8 --readonly -j 0x200000 8G --ab -q --time virtual --profile haswell-ex-4s --cpus 8 --nodes 2 --thp always --backing sparse --mem 2G` (the bench row's machine) | 0.72 × 10⁹ |
 //! | B on the wall clock (`--time wall`, no profile; the engine's own work) | 0.19 × 10⁹ |
 //!
-//! B makes 65 536 faults (two machines), each about 12 synchronisation points and 7 switches
-//! in the vanilla machine (`sched_per_fault` in its `--json`): every switch is to a context
+//! B makes 65 536 faults (two machines), each about 12 synchronisation points and 7.5 switches
+//! in the vanilla machine, 10 and 6.3 in the patched one (`sched_per_fault` in its `--json`):
+//! every switch is to a context
 //! with a smaller clock, none to the context that yielded (the scheduler's order is the
-//! model's, so the count is the model's too). Of B's virtual-time part the line model's touches
-//! are about a fifth, applying the pending charges (their jitter, the SMT test) a sixth, the
-//! switches a sixth, the lock and line resources a third (hash lookups, lock_stat's columns).
+//! model's, so the count is the model's too). Of B's virtual-time part (its instructions less
+//! the wall run's) the line model's touches are about a fifth, applying the pending charges
+//! (their jitter, the SMT test) a fifth, the switches a sixth, and the hooks of the locks and
+//! lines with their synchronisation points a third (hash lookups, lock_stat's columns).
 //!
 //! On the wall clock the seam itself costs the engine's fault paths 7–17 %
 //! of thread CPU time against a build without it (`--features usermm/no_vtime_seam`, `usermm
