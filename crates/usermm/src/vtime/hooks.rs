@@ -35,7 +35,7 @@ use super::{
     memory::{Touch, Touched},
     pending::push_touch,
     profile::Cost,
-    runtime::in_run,
+    runtime::{in_run, with_current},
 };
 
 /// A virtual run is active on this host thread (`Machine::run` in virtual mode).
@@ -139,7 +139,7 @@ pub fn charge(cost: Cost, n: u64) {
 #[inline]
 pub fn mem_touch_page(pfn: u64, how: Touch) {
     if in_run() {
-        push_touch(Touched::Page { pfn, how });
+        push_touch(Touched::Page { pfn, how }, flush_touches);
     }
 }
 
@@ -150,8 +150,16 @@ pub fn mem_touch_page(pfn: u64, how: Touch) {
 #[inline]
 pub fn mem_touch_list(head: usize, pfns: [u32; 3]) {
     if in_run() {
-        push_touch(Touched::List { head, pfns });
+        push_touch(Touched::List { head, pfns }, flush_touches);
     }
+}
+
+/// The touch buffer is full: apply the kept touches now (`pending.rs`; outside a context,
+/// where a touch is a no-op, they are dropped).
+#[cold]
+#[inline(never)]
+fn flush_touches() {
+    with_current(|rt| rt.with_running_raw(|st, me| st.apply_touches(me)));
 }
 
 /// The running CPU interrupts CPU `cpu` (a shootdown's IPI; a synchronisation point): the

@@ -17,7 +17,6 @@ use super::{
     jitter,
     memory::{Touch, Touched},
     profile::{Cost, Ps},
-    runtime::with_current,
     sched::{CtxId, State},
 };
 
@@ -50,13 +49,14 @@ thread_local! {
     static TOUCH_LEN: Cell<usize> = const { Cell::new(0) };
 }
 
-/// Keeps a touch of the running context for its next synchronisation point (applying the
-/// kept ones first when the buffer is full).
+/// Keeps a touch of the running context for its next synchronisation point; when the
+/// buffer is full, `flush` first applies the kept ones (`hooks.rs`, which reaches the run;
+/// outside a context they are dropped) and the buffer starts again.
 #[inline(always)]
-pub(super) fn push_touch(t: Touched) {
+pub(super) fn push_touch(t: Touched, flush: impl FnOnce()) {
     let mut n = TOUCH_LEN.get();
     if n >= TOUCH_BUF {
-        flush_touches();
+        flush();
         n = 0;
     }
     TOUCHES.with(|b| {
@@ -65,15 +65,6 @@ pub(super) fn push_touch(t: Touched) {
         }
     });
     TOUCH_LEN.set(n + 1);
-}
-
-/// The buffer is full: apply its touches now (outside a context, where a touch is a no-op,
-/// they are dropped).
-#[cold]
-#[inline(never)]
-fn flush_touches() {
-    with_current(|rt| rt.with_running_raw(|st, me| st.apply_touches(me)));
-    TOUCH_LEN.set(0);
 }
 
 /// Count `n` units of cost `i` for the running context.
@@ -145,7 +136,7 @@ impl State {
     /// unscaled (memory time, like a hand-over), added as one sum (the same clock as one
     /// charge each: every sum saturates, and nothing reads the clock in between).
     #[inline(always)]
-    fn apply_touches(&mut self, me: CtxId) {
+    pub(super) fn apply_touches(&mut self, me: CtxId) {
         let n = TOUCH_LEN.replace(0);
         if n != 0 {
             self.apply_kept_touches(me, n);
