@@ -354,6 +354,7 @@ impl Memory {
 
     /// `n` lines this CPU filled into its caches that the model does not track (a cleared or
     /// copied page's data): they age every tracked line of the core and the socket.
+    #[inline]
     pub(super) fn fill(&mut self, cpu: usize, n: u64) {
         self.caches.fill(cpu, n);
     }
@@ -622,6 +623,7 @@ impl Caches {
     }
 
     /// See [`Memory::fill`].
+    #[inline]
     fn fill(&mut self, cpu: usize, n: u64) {
         let (s, c) = (self.cpu_socket[cpu] as usize, self.cpu_core[cpu] as usize);
         self.core_fills[c] = self.core_fills[c].saturating_add(n);

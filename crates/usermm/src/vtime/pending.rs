@@ -54,7 +54,9 @@ thread_local! {
 /// outside a context they are dropped) and the buffer starts again.
 #[inline(always)]
 pub(super) fn push_touch(t: Touched, flush: impl FnOnce()) {
-    let mut n = TOUCH_LEN.get();
+    // Through `with` (the cell's own methods), which inlines into the engine's call sites
+    // where the key's `get`/`set` may not.
+    let mut n = TOUCH_LEN.with(Cell::get);
     if n >= TOUCH_BUF {
         flush();
         n = 0;
@@ -64,7 +66,7 @@ pub(super) fn push_touch(t: Touched, flush: impl FnOnce()) {
             c.set(t);
         }
     });
-    TOUCH_LEN.set(n + 1);
+    TOUCH_LEN.with(|l| l.set(n + 1));
 }
 
 /// Count `n` units of cost `i` for the running context.
@@ -75,7 +77,7 @@ pub(super) fn add_pending(i: usize, n: u64) {
             c.set(c.get().wrapping_add(n));
         }
     });
-    PENDING_MASK.set(PENDING_MASK.get() | 1u64 << (i & 63));
+    PENDING_MASK.with(|m| m.set(m.get() | 1u64 << (i & 63)));
 }
 
 /// The pending counts, cleared: their price at `cost_ps`, in ps, and the lines of the pages
