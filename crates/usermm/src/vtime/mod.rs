@@ -241,7 +241,7 @@
 //! | `charge` in a run (a count and a bit of the pending mask; the bench's loop folds to nothing) | ~100 | — |
 //! | uncontended lock + unlock (two synchronisation points; `lock`) | 538 | ~38–41 ns |
 //! | a switch (park one context, resume another in place; one heap sift; with its `work` and synchronisation point; `switch`) | 355 | ~42–60 ns |
-//! | a contended acquisition among 8 contexts (a hand-over: two switches; `contended`) | 1262 | ~116–121 ns |
+//! | a contended acquisition among 8 contexts (a hand-over: two switches; `contended`) | 1270 | ~116–121 ns |
 //! | a line touch of the line model (`memory.rs`, kept and applied at the next synchronisation point; callgrind of `bigfree 256M --max-active 4 --time virtual`: about 520 M instructions for 8.8 M touches) | ~60 (~20 for the common own-L2 hit, tested against stamps held for the batch) | — |
 //! | for comparison: a host mutex+condvar hand-off | — | ~10 µs |
 //!
@@ -258,7 +258,7 @@
 //!
 //! | run | instructions |
 //! |---|---|
-//! | A: `bigfree 256M --max-active 4 --time virtual` | 1.97 × 10⁹ |
+//! | A: `bigfree 256M --max-active 4 --time virtual` | 1.98 × 10⁹ |
 //! | B: `usemem -n 8 --readonly -j 0x200000 8G --ab -q --time virtual --profile haswell-ex-4s --cpus 8 --nodes 2 --thp always --backing sparse --mem 2G` (the bench row's machine) | 0.72 × 10⁹ |
 //! | B on the wall clock (`--time wall`, no profile; the engine's own work) | 0.19 × 10⁹ |
 //!
