@@ -33,8 +33,9 @@
 use super::{
     class::{Acquired, LineClass, LockClass, Mode},
     memory::{Touch, Touched},
+    pending::push_touch,
     profile::Cost,
-    runtime::{in_run, push_touch},
+    runtime::{in_run, with_current},
 };
 
 /// A virtual run is active on this host thread (`Machine::run` in virtual mode).
@@ -128,17 +129,17 @@ pub fn cv_notify(cv_id: usize, all: bool) {
 /// never read in wall mode.
 #[inline(always)]
 pub fn charge(cost: Cost, n: u64) {
-    super::runtime::add_pending(cost.index(), n);
+    super::pending::add_pending(cost.index(), n);
 }
 
 /// The running CPU touches frame `pfn`'s `struct page` (`vtime/memory.rs`): not a
 /// synchronisation point; its price, by where the line is, is added to the clock before
 /// anything reads it (kept until the context's next synchronisation point or clock read and
-/// applied there, in order: `runtime.rs`, `TOUCHES`).
+/// applied there, in order: `pending.rs`, `TOUCHES`).
 #[inline]
 pub fn mem_touch_page(pfn: u64, how: Touch) {
     if in_run() {
-        push_touch(Touched::Page { pfn, how });
+        push_touch(Touched::Page { pfn, how }, flush_touches);
     }
 }
 
@@ -149,8 +150,16 @@ pub fn mem_touch_page(pfn: u64, how: Touch) {
 #[inline]
 pub fn mem_touch_list(head: usize, pfns: [u32; 3]) {
     if in_run() {
-        push_touch(Touched::List { head, pfns });
+        push_touch(Touched::List { head, pfns }, flush_touches);
     }
+}
+
+/// The touch buffer is full: apply the kept touches now (`pending.rs`; outside a context,
+/// where a touch is a no-op, they are dropped).
+#[cold]
+#[inline(never)]
+fn flush_touches() {
+    with_current(|rt| rt.with_running_raw(|st, me| st.apply_touches(me)));
 }
 
 /// The running CPU interrupts CPU `cpu` (a shootdown's IPI; a synchronisation point): the

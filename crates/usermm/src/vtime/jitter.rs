@@ -88,7 +88,9 @@ fn round_non_negative(x: f64) -> Ps {
     if !(0.0..9.0e18).contains(&x) {
         return x.round() as Ps;
     }
-    let t = x as Ps;
+    // Through i64 (one instruction on baseline x86-64, where the unsigned conversion takes a
+    // dozen): `x` is below 9e18 < 2^63, so the truncation is the same.
+    let t = x as i64 as Ps;
     if x - to_f64(t) >= 0.5 {
         t + 1
     } else {

@@ -66,12 +66,15 @@
 //! The hooks do not enter the runtime per touch: they keep it ([`Touched`]) in a thread-local
 //! buffer, and the runtime applies a context's kept touches in order, through
 //! [`Memory::touch_all`], at the context's next synchronisation point or clock read, before
-//! its pending charges (`runtime.rs`, `TOUCHES`). That is the same model, bit for bit: no
+//! its pending charges (`pending.rs`, `TOUCHES`). That is the same model, bit for bit: no
 //! other context runs before that point (a context is only suspended there), nothing reads
 //! the lines or the clock in between, the touches meet the line states and fill counts in the
 //! same order, and their prices add to the same clock (every clock sum saturates, so the
 //! order of the adds cannot matter). The rule's most common row, a line this CPU touched last
-//! and still holds in its L2, is tested first: no fills, no price, the stamps refreshed.
+//! and still holds in its L2, is tested first: no fills, no price, the stamps refreshed. The
+//! test reads the toucher's core and socket stamps once per batch and again only after a
+//! touch that took the general path (the only kind that fills a cache, hence moves them), and
+//! its hits are added to the statistics once per batch: the same test on the same stamps.
 //!
 //! ## Where it differs from the hardware
 //! - Only the lines named above are tracked. User data, page-table pages and the kernel's
@@ -292,51 +295,132 @@ impl Memory {
     /// operation (`hooks::mem_touch_list`): the `struct page`s of its `pfns` (`u32::MAX`:
     /// none) in order, then, when `head` is not 0 and the first page is one, the list head
     /// at address `head` homed on that page's node; each a [`Touch::Access`].
+    ///
+    /// The rule's most common row (the toucher's own L2) is tested here against the
+    /// toucher's stamps held in registers ([`Own`]), which only a touch that fills a cache
+    /// changes: such a touch goes through [`Caches::access`] and the stamps are read again.
     #[inline]
     pub(super) fn touch_all(&mut self, cpu: usize, touches: impl Iterator<Item = Touched>) -> Ps {
         let t = self.caches.toucher(cpu);
+        let mut own = Own::of(&self.caches, t);
         let mut ps: Ps = 0;
         for touched in touches {
             match touched {
-                Touched::Page { pfn, how } => ps = ps.saturating_add(self.page(t, pfn, how)),
+                Touched::Page { pfn, how } => {
+                    ps = ps.saturating_add(self.page(t, &mut own, pfn, how));
+                }
                 Touched::List { head, pfns } => {
                     for p in pfns {
                         if p != u32::MAX {
-                            ps = ps.saturating_add(self.page(t, u64::from(p), Touch::Access));
+                            let price = self.page(t, &mut own, u64::from(p), Touch::Access);
+                            ps = ps.saturating_add(price);
                         }
                     }
                     if head != 0 && pfns[0] != u32::MAX {
                         let line = self.heads.get_or_insert(head);
-                        let (price, new) =
-                            self.caches
-                                .access(t, *line, u64::from(pfns[0]), false, Touch::Access);
-                        *line = new;
-                        ps = ps.saturating_add(price);
+                        if !own.hit(line, Touch::Access) {
+                            let (price, new) = self.caches.access(
+                                t,
+                                *line,
+                                u64::from(pfns[0]),
+                                false,
+                                Touch::Access,
+                            );
+                            *line = new;
+                            ps = ps.saturating_add(price);
+                            own.refresh(&self.caches, t);
+                        }
                     }
                 }
             }
         }
+        own.settle(&mut self.caches);
         ps
     }
 
     #[inline(always)]
-    fn page(&mut self, t: Toucher, pfn: u64, how: Touch) -> Ps {
+    fn page(&mut self, t: Toucher, own: &mut Own, pfn: u64, how: Touch) -> Ps {
         let Some(line) = self.pages.get_mut(pfn as usize) else {
             return 0;
         };
+        if own.hit(line, how) {
+            return 0;
+        }
         let (price, new) = self.caches.access(t, *line, pfn, true, how);
         *line = new;
+        own.refresh(&self.caches, t);
         price
     }
 
     /// `n` lines this CPU filled into its caches that the model does not track (a cleared or
     /// copied page's data): they age every tracked line of the core and the socket.
+    #[inline]
     pub(super) fn fill(&mut self, cpu: usize, n: u64) {
         self.caches.fill(cpu, n);
     }
 
     pub(super) fn stat(&self) -> MemoryStat {
         self.caches.stat()
+    }
+}
+
+/// The toucher's side of the own-L2 row of the rule, for the touches of one
+/// [`Memory::touch_all`]: its CPU's tag, its core's and socket's stamps as of the last fill,
+/// the capacities, and the row's hits counted here and added to the statistics at the end.
+#[derive(Debug, Clone, Copy)]
+struct Own {
+    tag: u32,
+    core_stamp: u32,
+    socket_stamp: u32,
+    l2_units: u64,
+    llc_units: u64,
+    accesses: u64,
+    measured: u64,
+}
+
+impl Own {
+    #[inline(always)]
+    fn of(c: &Caches, t: Toucher) -> Own {
+        Own {
+            tag: t.cpu as u32 + 1,
+            core_stamp: stamp_of(c.core_fills[t.core]),
+            socket_stamp: stamp_of(c.socket_fills[t.socket]),
+            l2_units: c.l2_units,
+            llc_units: c.llc_units,
+            accesses: 0,
+            measured: 0,
+        }
+    }
+
+    /// Reads the stamps again after a touch that may have filled the caches.
+    #[inline(always)]
+    fn refresh(&mut self, c: &Caches, t: Toucher) {
+        self.core_stamp = stamp_of(c.core_fills[t.core]);
+        self.socket_stamp = stamp_of(c.socket_fills[t.socket]);
+    }
+
+    /// The line is this CPU's and still in its L2 ([`Caches::access`]'s first test, on the
+    /// same stamps): its stamps are refreshed, nothing filled, nothing charged.
+    #[inline(always)]
+    fn hit(&mut self, line: &mut LineState, how: Touch) -> bool {
+        let hit = line[0] == self.tag
+            && u64::from(self.socket_stamp.wrapping_sub(line[2])) < self.llc_units
+            && u64::from(self.core_stamp.wrapping_sub(line[1])) < self.l2_units;
+        if hit {
+            match how {
+                Touch::Measured => self.measured += 1,
+                Touch::Access => self.accesses += 1,
+            }
+            *line = [self.tag, self.core_stamp, self.socket_stamp];
+        }
+        hit
+    }
+
+    /// Adds the hits counted since the last [`Own::of`] to the statistics.
+    #[inline(always)]
+    fn settle(self, c: &mut Caches) {
+        c.counts[Found::OwnCache as usize] += self.accesses;
+        c.measured += self.measured;
     }
 }
 
@@ -539,6 +623,7 @@ impl Caches {
     }
 
     /// See [`Memory::fill`].
+    #[inline]
     fn fill(&mut self, cpu: usize, n: u64) {
         let (s, c) = (self.cpu_socket[cpu] as usize, self.cpu_core[cpu] as usize);
         self.core_fills[c] = self.core_fills[c].saturating_add(n);

@@ -237,12 +237,12 @@
 //! | operation | instructions | wall |
 //! |---|---|---|
 //! | a hook outside a run (flag test; with the bench loop; `charge` too) | ~10 | ~2–4 ns |
-//! | a synchronisation point on the fast path (no switch) | 68 | ~4–6 ns |
+//! | a synchronisation point on the fast path (no switch; `sync`) | 93 | ~4–6 ns |
 //! | `charge` in a run (a count and a bit of the pending mask; the bench's loop folds to nothing) | ~100 | — |
-//! | uncontended lock + unlock (two synchronisation points) | 619 | ~38–41 ns |
-//! | a switch (park one context, resume another; one heap sift) | ≤ 395 | ~42–60 ns |
-//! | a contended hand-over among 8 contexts (two switches) | 1146 | ~116–121 ns |
-//! | a line touch of the line model (`memory.rs`, kept and applied at the next synchronisation point; callgrind of `bigfree 256M --max-active 4 --time virtual`: 687 M instructions for 8.8 M touches) | ~80 (~45 for the common own-L2 hit) | — |
+//! | uncontended lock + unlock (two synchronisation points; `lock`) | 538 | ~38–41 ns |
+//! | a switch (park one context, resume another in place; one heap sift; with its `work` and synchronisation point; `switch`) | 355 | ~42–60 ns |
+//! | a contended acquisition among 8 contexts (a hand-over: two switches; `contended`) | 1270 | ~116–121 ns |
+//! | a line touch of the line model (`memory.rs`, kept and applied at the next synchronisation point; callgrind of `bigfree 256M --max-active 4 --time virtual`: about 520 M instructions for 8.8 M touches) | ~60 (~20 for the common own-L2 hit, tested against stamps held for the batch) | — |
 //! | for comparison: a host mutex+condvar hand-off | — | ~10 µs |
 //!
 //! What whole runs cost (process CPU time, `/usr/bin/time -f %U+%S`, medians of 5 interleaved
@@ -251,7 +251,27 @@
 //! same): `bigfree 8G --max-active 8 --seed-only` takes 2.9× the wall-clock run's CPU in
 //! virtual time (the line model's ~34 touches per page are about half of it), `usemem -n 8
 //! --readonly -j 0x200000 128G --ab` 4.1× (about 12 synchronisation points per fault, 8 of
-//! them a switch). On the wall clock the seam itself costs the engine's fault paths 7–17 %
+//! them a switch).
+//!
+//! Whole runs in instructions (callgrind, `valgrind --tool=callgrind usermm ...`; exact, so
+//! they compare builds on a loaded host), with the release build of this tree:
+//!
+//! | run | instructions |
+//! |---|---|
+//! | A: `bigfree 256M --max-active 4 --time virtual` | 1.98 × 10⁹ |
+//! | B: `usemem -n 8 --readonly -j 0x200000 8G --ab -q --time virtual --profile haswell-ex-4s --cpus 8 --nodes 2 --thp always --backing sparse --mem 2G` (the bench row's machine) | 0.72 × 10⁹ |
+//! | B on the wall clock (`--time wall`, no profile; the engine's own work) | 0.19 × 10⁹ |
+//!
+//! B makes 65 536 faults (two machines), each about 12 synchronisation points and 7.5 switches
+//! in the vanilla machine, 10 and 6.3 in the patched one (`sched_per_fault` in its `--json`):
+//! every switch is to a context
+//! with a smaller clock, none to the context that yielded (the scheduler's order is the
+//! model's, so the count is the model's too). Of B's virtual-time part (its instructions less
+//! the wall run's) the line model's touches are about a fifth, applying the pending charges
+//! (their jitter, the SMT test) a fifth, the switches a sixth, and the hooks of the locks and
+//! lines with their synchronisation points a third (hash lookups, lock_stat's columns).
+//!
+//! On the wall clock the seam itself costs the engine's fault paths 7–17 %
 //! of thread CPU time against a build without it (`--features usermm/no_vtime_seam`, `usermm
 //! bench --only populate-4k` and `zero-read-4k`, interleaved): about 15 flag tests per fault
 //! and the inlining they change, not any work of the runtime.
@@ -268,6 +288,7 @@ mod coro;
 pub mod hooks;
 mod jitter;
 mod memory;
+mod pending;
 mod profile;
 mod report;
 mod runtime;

@@ -25,9 +25,9 @@ use corosensei::stack::DefaultStack;
 
 use super::{
     coro::{self, Resumed},
-    jitter,
-    memory::{Memory, Touch, Touched},
-    profile::{Cost, Placement, Profile, ProfileError, Ps},
+    memory::Memory,
+    pending::clear_pending,
+    profile::{Placement, Profile, ProfileError, Ps},
     report::Report,
     sched::{CtxId, Model, Next, State},
 };
@@ -50,7 +50,12 @@ pub struct Runtime {
 
 pub(super) struct Inner {
     pub state: RefCell<State>,
+    /// Every context's coroutine, by id; the scheduler holds this borrowed while it runs and
+    /// resumes them in place.
     coros: RefCell<Vec<Option<coro::Context>>>,
+    /// Coroutines created while the scheduler runs (a context spawning another), moved into
+    /// `coros` by the scheduler when the running context suspends.
+    spawned: RefCell<Vec<(CtxId, coro::Context)>>,
     stacks: RefCell<Vec<DefaultStack>>,
 }
 
@@ -71,103 +76,6 @@ thread_local! {
     static ACTIVE: Cell<bool> = const { Cell::new(false) };
     /// Depth of [`hooks::atomic`](super::hooks::atomic) sections (debug builds check it).
     static ATOMIC_DEPTH: Cell<u32> = const { Cell::new(0) };
-    /// Units of each [`Cost`] charged since the running context's last synchronisation point
-    /// (see [`hooks::charge`](super::hooks::charge)); on the wall clock, never read.
-    static PENDING: [Cell<u64>; Cost::COUNT] = const { [const { Cell::new(0) }; Cost::COUNT] };
-    /// Bit `i` set: count `i` of `PENDING` may be non-zero (so that applying the charges
-    /// visits only the costs charged since the last synchronisation point, usually two or
-    /// three of them).
-    static PENDING_MASK: Cell<u64> = const { Cell::new(0) };
-}
-
-const _: () = assert!(Cost::COUNT <= 64, "PENDING_MASK has a bit per cost");
-
-/// Touches kept before they are applied at once (a list operation makes one; a lock hold of
-/// the engine a few dozen).
-const TOUCH_BUF: usize = 64;
-
-thread_local! {
-    /// The running context's touches since its last synchronisation point or clock read, in
-    /// order; the first [`TOUCH_LEN`] are live. A touch is not a synchronisation point and
-    /// nothing reads what it changes (the line model, the context's clock) before the
-    /// context's next synchronisation point or clock read, where [`State::apply_touches`]
-    /// applies them in order before anything else: the same lines, prices and clock as
-    /// applying each at once, without entering the runtime per touch.
-    static TOUCHES: [Cell<Touched>; TOUCH_BUF] = const {
-        [const { Cell::new(Touched::Page { pfn: 0, how: Touch::Measured }) }; TOUCH_BUF]
-    };
-    static TOUCH_LEN: Cell<usize> = const { Cell::new(0) };
-}
-
-/// Keeps a touch of the running context for its next synchronisation point (applying the
-/// kept ones first when the buffer is full).
-#[inline(always)]
-pub(super) fn push_touch(t: Touched) {
-    let mut n = TOUCH_LEN.get();
-    if n >= TOUCH_BUF {
-        flush_touches();
-        n = 0;
-    }
-    TOUCHES.with(|b| {
-        if let Some(c) = b.get(n) {
-            c.set(t);
-        }
-    });
-    TOUCH_LEN.set(n + 1);
-}
-
-/// The buffer is full: apply its touches now (outside a context, where a touch is a no-op,
-/// they are dropped).
-#[cold]
-#[inline(never)]
-fn flush_touches() {
-    with_current(|rt| rt.with_running_raw(|st, me| st.apply_touches(me)));
-    TOUCH_LEN.set(0);
-}
-
-/// Count `n` units of cost `i` for the running context.
-#[inline(always)]
-pub(super) fn add_pending(i: usize, n: u64) {
-    PENDING.with(|p| {
-        if let Some(c) = p.get(i) {
-            c.set(c.get().wrapping_add(n));
-        }
-    });
-    PENDING_MASK.set(PENDING_MASK.get() | 1u64 << (i & 63));
-}
-
-/// The pending counts, cleared: their price at `cost_ps`, in ps, and the lines of the pages
-/// they cleared or copied (which fill the caches, `vtime/memory.rs`). The costs are summed in
-/// index order, as a sum over every count would (the others are zero).
-#[inline]
-fn take_pending(cost_ps: &[Ps; Cost::COUNT]) -> (Ps, u64) {
-    let mut mask = PENDING_MASK.replace(0);
-    if mask == 0 {
-        return (0, 0);
-    }
-    PENDING.with(|p| {
-        let (clear, copy) = (Cost::ClearPage.index(), Cost::CopyPage.index());
-        let pages = p[clear].get() + p[copy].get();
-        let mut ps: Ps = 0;
-        while mask != 0 {
-            let i = mask.trailing_zeros() as usize;
-            mask &= mask - 1;
-            if let (Some(c), Some(&price)) = (p.get(i), cost_ps.get(i)) {
-                ps = ps.saturating_add(c.replace(0).saturating_mul(price));
-            }
-        }
-        (ps, pages.saturating_mul(LINES_PER_PAGE))
-    })
-}
-
-/// Cache lines in a 4 KiB page.
-const LINES_PER_PAGE: u64 = 64;
-
-/// Drops whatever was counted outside a context (wall-mode code before the run).
-fn clear_pending() {
-    PENDING.with(|p| p.iter().for_each(|c| c.set(0)));
-    PENDING_MASK.set(0);
-    TOUCH_LEN.set(0);
 }
 
 /// An [`atomic`](super::hooks::atomic) section: no synchronisation point may be passed while
@@ -283,6 +191,7 @@ impl Runtime {
             inner: Rc::new(Inner {
                 state: RefCell::new(state),
                 coros: RefCell::new(Vec::new()),
+                spawned: RefCell::new(Vec::new()),
                 stacks: RefCell::new(Vec::new()),
             }),
         })
@@ -381,54 +290,23 @@ impl Runtime {
     }
 }
 
+/// Moves the coroutines created since the last call from `spawned` to their places in
+/// `coros`.
+#[cold]
+fn adopt(coros: &mut Vec<Option<coro::Context>>, spawned: &mut Vec<(CtxId, coro::Context)>) {
+    for (id, ctx) in spawned.drain(..) {
+        if coros.len() <= id as usize {
+            coros.resize_with(id as usize + 1, || None);
+        }
+        coros[id as usize] = Some(ctx);
+    }
+}
+
 struct DisposeOnUnwind<'a>(&'a Rc<Inner>);
 
 impl Drop for DisposeOnUnwind<'_> {
     fn drop(&mut self) {
         self.0.fail();
-    }
-}
-
-impl State {
-    /// Applies the touches made and the charges counted since `me`'s last synchronisation
-    /// point to its clock (the touches first: each was priced at once before any charge's
-    /// cache fills were applied).
-    #[inline]
-    fn apply_pending(&mut self, me: CtxId) {
-        self.apply_touches(me);
-        let (ps, fills) = take_pending(&self.model.profile.cost_ps);
-        if fills > 0 {
-            self.mem_fill(me, fills);
-        }
-        if ps > 0 {
-            let sigma = self.model.profile.jitter_ppm;
-            let ps = jitter::apply(ps, sigma, &mut self.ctxs[me as usize].rng);
-            self.work(me, ps);
-        }
-    }
-}
-
-impl State {
-    /// Applies `me`'s kept touches ([`TOUCHES`]) in order: their prices are busy time,
-    /// unscaled (memory time, like a hand-over), added as one sum (the same clock as one
-    /// charge each: every sum saturates, and nothing reads the clock in between).
-    #[inline(always)]
-    fn apply_touches(&mut self, me: CtxId) {
-        let n = TOUCH_LEN.replace(0);
-        if n != 0 {
-            self.apply_kept_touches(me, n);
-        }
-    }
-
-    /// [`State::apply_touches`] for the first `n` (> 0) kept touches.
-    #[inline(never)]
-    fn apply_kept_touches(&mut self, me: CtxId, n: usize) {
-        let Some(mem) = self.mem.as_mut() else { return };
-        let cpu = self.ctxs[me as usize].cpu as usize;
-        let ps = TOUCHES.with(|b| mem.touch_all(cpu, b.iter().take(n).map(Cell::get)));
-        if ps > 0 {
-            self.busy(me, ps);
-        }
     }
 }
 
@@ -459,50 +337,61 @@ impl Inner {
             }
         };
         let ctx = coro::new_context(stack, Box::new(body));
-        let mut coros = self.coros.borrow_mut();
-        if coros.len() <= id as usize {
-            coros.resize_with(id as usize + 1, || None);
-        }
-        coros[id as usize] = Some(ctx);
+        self.spawned.borrow_mut().push((id, ctx));
         id
     }
 
+    /// Resumes the smallest ready context until none is left. The coroutines stay in
+    /// `coros`, borrowed by this loop alone and resumed in place; those a context spawned
+    /// wait in `spawned` until it suspends.
     fn schedule(&self) -> Result<(), Failure> {
-        loop {
-            let next = self.state.borrow_mut().next();
-            let id = match next {
-                Next::Run(id) => id,
-                Next::Done => return Ok(()),
-                Next::Deadlock(msg) => {
-                    self.fail();
-                    return Err(Failure::Deadlock(msg));
-                }
-            };
-            let mut ctx = self.coros.borrow_mut()[id as usize]
-                .take()
-                .expect("vtime: a ready context has a coroutine");
-            let resumed = ctx.resume();
-            self.state.borrow_mut().running = None;
-            match resumed {
-                Resumed::Suspended => self.coros.borrow_mut()[id as usize] = Some(ctx),
-                Resumed::Finished => {
-                    let mut stacks = self.stacks.borrow_mut();
-                    if stacks.len() < STACK_POOL {
-                        stacks.push(ctx.into_stack());
+        let failure = {
+            let mut coros = self.coros.borrow_mut();
+            loop {
+                {
+                    let mut spawned = self.spawned.borrow_mut();
+                    if !spawned.is_empty() {
+                        adopt(&mut coros, &mut spawned);
                     }
                 }
-                Resumed::Panicked(p) => {
-                    self.fail();
-                    return Err(Failure::Panic(p));
+                let next = self.state.borrow_mut().next();
+                let id = match next {
+                    Next::Run(id) => id,
+                    Next::Done => return Ok(()),
+                    Next::Deadlock => {
+                        break Failure::Deadlock(self.state.borrow().deadlock_report());
+                    }
+                };
+                let slot = &mut coros[id as usize];
+                let ctx = slot
+                    .as_mut()
+                    .expect("vtime: a ready context has a coroutine");
+                match ctx.resume() {
+                    Resumed::Suspended => {}
+                    Resumed::Finished => {
+                        let stack = slot.take().map(coro::Context::into_stack);
+                        let mut stacks = self.stacks.borrow_mut();
+                        if stacks.len() < STACK_POOL {
+                            stacks.extend(stack);
+                        }
+                    }
+                    Resumed::Panicked(p) => break Failure::Panic(p),
                 }
             }
-        }
+        };
+        self.fail();
+        Err(failure)
     }
 
     /// The run failed: hooks become no-ops, contexts are disposed of, newest first.
     fn fail(&self) {
-        self.state.borrow_mut().failed = true;
-        let coros = std::mem::take(&mut *self.coros.borrow_mut());
+        {
+            let mut st = self.state.borrow_mut();
+            st.failed = true;
+            st.running = None;
+        }
+        let mut coros = std::mem::take(&mut *self.coros.borrow_mut());
+        adopt(&mut coros, &mut self.spawned.borrow_mut());
         for c in coros.into_iter().rev().flatten() {
             coro::dispose(c);
         }

@@ -176,10 +176,13 @@ impl Model {
     }
 }
 
+/// What [`State::next`] found (small enough to come back in registers: the deadlock's
+/// report is made by [`State::deadlock_report`] when the scheduler meets one).
+#[derive(Debug, Clone, Copy)]
 pub(super) enum Next {
     Run(CtxId),
     Done,
-    Deadlock(String),
+    Deadlock,
 }
 
 /// Everything a run's contexts share, behind the runtime's one `RefCell`.
@@ -337,7 +340,12 @@ impl State {
     ///
     /// A key older than its context's clock (an interrupt charged the context while it waited
     /// in the heap, [`State::ipi`]) is put back at the clock it has now: it never runs early.
+    ///
+    /// The context that ran last is not running any more (it suspended or finished): the
+    /// scheduler calls this right after it came back.
+    #[inline]
     pub(super) fn next(&mut self) -> Next {
+        self.running = None;
         while let Some(k) = self.pop_ready() {
             let id = k as u32;
             let c = &self.ctxs[id as usize];
@@ -362,7 +370,7 @@ impl State {
         if self.live == 0 {
             Next::Done
         } else {
-            Next::Deadlock(self.deadlock_report())
+            Next::Deadlock
         }
     }
 
@@ -394,11 +402,24 @@ impl State {
     /// Charges `ps` of work to `id`: busy time, times the SMT factor while another hardware
     /// thread of its core is busy (has an occupant) at the moment of the charge; the extra is
     /// labelled by whether every busy sibling was spinning on a lock.
+    ///
+    /// The scaling is out of line: most charges run with the sibling idle, and the fast path
+    /// is then a test and [`State::busy`].
     #[inline]
     pub(super) fn work(&mut self, id: CtxId, ps: Ps) {
         let cpu = self.ctxs[id as usize].cpu as usize;
         let core = self.model.core[cpu] as usize;
-        let ps = if self.core_busy[core] >= 2 {
+        if self.core_busy[core] >= 2 {
+            self.work_smt(id, cpu, core, ps);
+        } else {
+            self.busy(id, ps);
+        }
+    }
+
+    /// [`State::work`] while another hardware thread of `core` is busy.
+    #[inline(never)]
+    fn work_smt(&mut self, id: CtxId, cpu: usize, core: usize, ps: Ps) {
+        let ps = {
             let scaled = (ps as u128 * self.model.profile.smt_milli as u128 / 1000) as Ps;
             let extra = scaled - ps;
             // A sibling that occupies its CPU while queued on a lock is spinning (a sleeping
@@ -415,8 +436,6 @@ impl State {
                 c.smt_extra_busy = c.smt_extra_busy.saturating_add(extra);
             }
             scaled
-        } else {
-            ps
         };
         self.busy(id, ps);
     }
@@ -500,7 +519,8 @@ impl State {
         format!("ctx {id} `{}` (cpu{})", c.name, c.cpu)
     }
 
-    fn deadlock_report(&self) -> String {
+    #[cold]
+    pub(super) fn deadlock_report(&self) -> String {
         let mut s = String::new();
         let blocked: Vec<CtxId> = (0..self.ctxs.len() as CtxId)
             .filter(|&i| self.ctxs[i as usize].wait != Wait::Done)

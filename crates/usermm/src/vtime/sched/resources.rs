@@ -601,12 +601,9 @@ impl State {
             );
         }
         let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
-        let ci = if std::ptr::eq(site, class) {
-            self.lines[&id].class
-        } else {
-            self.line_class(site)
-        };
+        let site_ci = (!std::ptr::eq(site, class)).then(|| self.line_class(site));
         let ln = self.lines.get_mut(&id).expect("made above");
+        let ci = site_ci.unwrap_or(ln.class);
         let start = now.max(ln.free_at);
         let xfer = self.model.transfer(ln.last, cpu);
         let end = start
