@@ -77,10 +77,12 @@
 //! its hits are added to the statistics once per batch: the same test on the same stamps.
 //!
 //! ## Where it differs from the hardware
-//! - Only the lines named above are tracked. User data, page-table pages and the kernel's
-//!   other data are not lines here, and their traffic does not fill the caches: the LLC holds
-//!   struct pages and list heads only, so it keeps them longer than a real one would while
-//!   `clear_page` streams through it.
+//! - Only the lines named above are tracked. A page the engine clears or copies fills its 64
+//!   lines into the toucher's L2 and LLC ([`Memory::fill`]: they age the tracked lines, as
+//!   `clear_page` streaming through a real cache does), but they are not lines here; other
+//!   user data, page-table pages and the kernel's other data neither are lines nor fill the
+//!   caches, so the caches keep struct pages and list heads longer than a real one would
+//!   beside that traffic.
 //! - LRU by fill count ignores associativity, the L1, the LLC's non-uniform slices, the
 //!   directory and any prefetcher other than the streamer's next-line rule above.
 //! - An LLC hit is charged nothing beyond the constants although the one-thread measurement
