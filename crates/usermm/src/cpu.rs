@@ -59,7 +59,8 @@ impl NodeId {
 /// # NUMA emulation (`numa=fake=N`)
 /// A machine built on a profile whose hardware has fewer nodes than the run asks for
 /// ([`Cpus::emulated`]) splits its physical nodes as x86's NUMA emulation does
-/// (`arch/x86/mm/numa_emulation.c`, `split_nodes_interleave`, the same from v3.x to 6.x):
+/// (`arch/x86/mm/numa_emulation.c`, `split_nodes_interleave`; read in a v3.0-era tree and in
+/// v5.10, alike):
 /// - the RAM is cut into `N` equal emulated nodes handed out round robin over the physical
 ///   nodes, so emulated node `i` is memory of physical node `i % P`;
 /// - `__apicid_to_node` is rewritten to the *first* emulated node of each CPU's physical node:
