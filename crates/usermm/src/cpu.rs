@@ -112,7 +112,7 @@ impl Cpus {
     #[doc(alias = "emu_nid_to_phys")]
     #[inline]
     pub fn phys_of(&self, node: NodeId) -> usize {
-        node.index() % self.nr_phys()
+        phys_of_node(node.index(), self.nr_nodes as usize, self.nr_phys())
     }
 
     #[doc(alias = "nr_cpu_ids")]
@@ -157,6 +157,14 @@ pub fn emulated_node_of_cpu(cpu: usize, cpus: usize, nodes: usize, phys: usize) 
     } else {
         node_of_cpu(cpu, cpus, phys.max(1))
     }
+}
+
+/// The physical node of node `node` of `nodes` emulated on `phys` physical nodes (the rule of
+/// [`Cpus::emulated`]: node `i` is memory of physical node `i % phys`); `node` itself when
+/// nothing is emulated (`phys >= nodes`).
+#[inline]
+pub fn phys_of_node(node: usize, nodes: usize, phys: usize) -> usize {
+    node % phys.clamp(1, nodes.max(1))
 }
 
 /// `MAX_NUMNODES` with `NODES_SHIFT` 10: the most nodes a machine may have (fake NUMA's

@@ -35,7 +35,7 @@ pub enum Distance {
 /// # Fake NUMA
 /// `nr_nodes` may exceed the profile's nodes (`numa=fake=`): the nodes are emulated as x86's
 /// NUMA emulation does (`crate::cpu::Cpus::emulated`): node `i` is memory of physical node
-/// `i % nodes`, and every CPU sits on the first emulated node of its physical node, the
+/// `i % the profile's nodes`, and every CPU sits on the first emulated node of its physical node, the
 /// others having memory and no CPU. Costs follow sockets, never nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
@@ -120,11 +120,7 @@ impl Placement {
     /// The socket holding `node`'s memory: the socket of the first CPU of its physical node
     /// (under emulation, node `node % physical nodes`).
     pub fn socket_of_node(&self, node: usize) -> usize {
-        let node = if self.nr_nodes > self.nr_phys {
-            node % self.nr_phys
-        } else {
-            node
-        };
+        let node = crate::cpu::phys_of_node(node, self.nr_nodes, self.nr_phys);
         match self.node.iter().position(|n| *n as usize == node) {
             Some(cpu) => self.socket_of(cpu),
             // A memory-only node (more nodes than CPUs): the socket of the last CPU on a
