@@ -6,7 +6,7 @@ mod vtime_support;
 use std::sync::Arc;
 
 use usermm::vtime::{
-    self, hooks, Figure, MemorySpec, Profile, ProfileSpec, Quantity, Runtime, Touch,
+    self, hooks, Figure, ListOp, MemorySpec, Profile, ProfileSpec, Quantity, Runtime, Touch,
 };
 use vtime_support::*;
 
@@ -227,16 +227,17 @@ fn a_list_operation_prices_its_pages_and_its_head() {
     let rt = mem_rt();
     let costs = rt.run(0, || {
         let t = vtime::now();
-        hooks::mem_touch_list(head, [40, NONE, NONE]);
+        hooks::mem_touch_list(ListOp::Add, head, [40, NONE, NONE]);
         let first = vtime::now() - t;
         on(16, move || {
             let t = vtime::now();
-            // A new entry 41 (never touched) before 40, which CPU 0 wrote, and the head.
-            hooks::mem_touch_list(head, [41, 40, NONE]);
+            // A new entry 41 (never touched) before 40, which CPU 0 wrote, and the head: the
+            // head is read first (for 40), so 40's transfer follows the head's.
+            hooks::mem_touch_list(ListOp::Add, head, [41, 40, NONE]);
             let add = vtime::now() - t;
             let t = vtime::now();
             // No head: only the entry, now this CPU's own.
-            hooks::mem_touch_list(0, [41, NONE, NONE]);
+            hooks::mem_touch_list(ListOp::Add, 0, [41, NONE, NONE]);
             (first, add, vtime::now() - t)
         })
     });
@@ -273,4 +274,43 @@ fn touches_kept_past_the_buffer_are_each_priced_in_order() {
     let m = rt.report().memory.expect("a [memory] and a memmap");
     assert_eq!((m.first, m.other_core, m.own_cache), (N, N, N + 1));
     assert_eq!(m.charged_ns, N * T_SOCK);
+}
+
+/// `list_del` reads the entry, then writes both neighbours: the two writes' misses are in
+/// flight together (`vtime/store_buffer.rs`), so the operation costs the entry's transfer and
+/// one more, not two; a locked RMW after it (`put_page_testzero`) waits for both first, a
+/// plain load does not.
+#[test]
+fn a_list_del_overlaps_the_stores_to_its_neighbours() {
+    let rt = mem_rt();
+    // CPU 0 writes four lines; CPU 16, on the other socket, unlinks the second from between
+    // the first and the third, then touches the fourth as `then` says.
+    let del_then = |base: u64, then: Option<Touch>| {
+        on(0, move || {
+            (0..4).for_each(|p| hooks::mem_touch_page(base + p, Touch::Access))
+        });
+        on(16, move || {
+            let t = vtime::now();
+            let b = base as u32;
+            hooks::mem_touch_list(ListOp::Del, 0, [b + 1, b, b + 2]);
+            if let Some(how) = then {
+                hooks::mem_touch_page(base + 3, how);
+            }
+            vtime::now() - t
+        })
+    };
+    let costs = rt.run(0, move || {
+        (
+            del_then(500, None),
+            del_then(600, Some(Touch::Access)),
+            del_then(700, Some(Touch::Rmw)),
+        )
+    });
+    // The entry, then both neighbours at once; a plain load of the fourth line runs beside
+    // the stores, a locked RMW waits for them.
+    assert_eq!(costs, (2 * T_REMOTE, 2 * T_REMOTE, 3 * T_REMOTE));
+    let m = rt.report().memory.unwrap();
+    // Hidden: one neighbour's transfer, then one neighbour's and the load's, then one's.
+    assert_eq!(m.overlapped_ns, 4 * T_REMOTE);
+    assert_eq!(m.charged_ns, 7 * T_REMOTE);
 }

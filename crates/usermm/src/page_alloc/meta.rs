@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU8, Ordering::Relaxed};
 use crate::addr::Pfn;
 use crate::backing::ZeroValid;
 use crate::sync::primitive::atomic::AtomicI32 as PrimAtomicI32;
+use crate::sync::vhook::ListOp;
 use crate::sync::{vhook, PtLock};
 
 /// No frame: the end of a list.
@@ -223,7 +224,11 @@ impl PfnList {
     #[inline]
     pub(crate) fn push_front(&mut self, meta: &[PageMeta], pfn: Pfn) {
         // The new entry, the old first entry's `prev`, the head.
-        vhook::mem_touch_list(self.head_line(), [pfn.0 as u32, self.head, NIL]);
+        vhook::mem_touch_list(
+            ListOp::Add,
+            self.head_line(),
+            [pfn.0 as u32, self.head, NIL],
+        );
         self.link_between(meta, pfn, NIL, self.head);
     }
 
@@ -231,7 +236,11 @@ impl PfnList {
     #[inline]
     pub(crate) fn push_back(&mut self, meta: &[PageMeta], pfn: Pfn) {
         // The new entry, the old last entry's `next`, the head.
-        vhook::mem_touch_list(self.head_line(), [pfn.0 as u32, self.tail, NIL]);
+        vhook::mem_touch_list(
+            ListOp::Add,
+            self.head_line(),
+            [pfn.0 as u32, self.tail, NIL],
+        );
         self.link_between(meta, pfn, self.tail, NIL);
     }
 
@@ -268,7 +277,7 @@ impl PfnList {
         } else {
             0
         };
-        vhook::mem_touch_list(head, [pfn.0 as u32, p, n]);
+        vhook::mem_touch_list(ListOp::Del, head, [pfn.0 as u32, p, n]);
         if p == NIL {
             debug_assert_eq!(self.head, pfn.0 as u32);
             self.head = n;

@@ -48,8 +48,8 @@ impl PhysMem {
                 }
             }
             // `folio_put_testzero`: the first write of the page's line on the freeing CPU
-            // (a worker's line was last written by the zapping CPU).
-            vhook::mem_touch_page(pfn.0, Touch::Access);
+            // (a worker's line was last written by the zapping CPU), a locked RMW.
+            vhook::mem_touch_page(pfn.0, Touch::Rmw);
             match self.put_testzero(pfn) {
                 Ok(true) => {}
                 Ok(false) => continue,

@@ -48,8 +48,8 @@ use super::class::{LineClass, LockClass};
 use crate::vtime::hooks as vt;
 
 pub use crate::vtime::Cost;
-pub(crate) use crate::vtime::Touch;
 pub(crate) use crate::vtime::{Acquired, Mode};
+pub(crate) use crate::vtime::{ListOp, Touch};
 
 /// The seam is compiled in: not under loom, nor with the `no_vtime_seam` feature (the build
 /// that wall-mode paths are measured against). Without it every hook below is its wall-mode
@@ -166,9 +166,9 @@ pub(crate) fn charge(cost: Cost, n: u64) {
 /// entries skipped) and, when `head` is not 0, the list head at that address, homed on the
 /// node of the first page. One flag test in wall mode.
 #[inline]
-pub(crate) fn mem_touch_list(head: usize, pfns: [u32; 3]) {
+pub(crate) fn mem_touch_list(op: ListOp, head: usize, pfns: [u32; 3]) {
     if active() {
-        vt::mem_touch_list(head, pfns);
+        vt::mem_touch_list(op, head, pfns);
     }
 }
 

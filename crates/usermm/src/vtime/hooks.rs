@@ -32,7 +32,7 @@
 
 use super::{
     class::{Acquired, LineClass, LockClass, Mode},
-    memory::{Touch, Touched},
+    memory::{ListOp, Touch, Touched},
     pending::push_touch,
     profile::Cost,
     runtime::{in_run, with_current},
@@ -148,9 +148,9 @@ pub fn mem_touch_page(pfn: u64, how: Touch) {
 /// node of the first page; every touch an [`Touch::Access`]. Kept and applied as
 /// [`mem_touch_page`]'s are.
 #[inline]
-pub fn mem_touch_list(head: usize, pfns: [u32; 3]) {
+pub fn mem_touch_list(op: ListOp, head: usize, pfns: [u32; 3]) {
     if in_run() {
-        push_touch(Touched::List { head, pfns }, flush_touches);
+        push_touch(Touched::List { head, pfns, op }, flush_touches);
     }
 }
 

@@ -53,7 +53,10 @@
 //! A touch is either an [`Touch::Access`], priced by the table, or [`Touch::Measured`]: an
 //! access whose cost a measured constant already holds (the zap's read of the page it
 //! unmaps, the fault's store of the page it maps); it moves the line and fills caches, and is
-//! charged nothing.
+//! charged nothing. What the priced touches of one batch cost the clock together is
+//! `store_buffer.rs`'s rule: a load's price adds up, a store's overlaps what follows it, a
+//! [`Touch::Rmw`] waits for the stores before it; a list operation ([`ListOp`]) reads one
+//! line and writes the others.
 //!
 //! A touch is not a synchronisation point: its price is busy time of the running context
 //! (unscaled by SMT: a miss is memory time, like a lock's hand-over), and the state it reads
@@ -88,22 +91,42 @@
 //! - An LLC hit is charged nothing beyond the constants although the one-thread measurement
 //!   mostly hit its L2 (a difference of about ten nanoseconds per line).
 //! - A line's state is its last toucher's: a line read by two sockets is in one LLC here.
-//! - The DRAM figures are latencies of one dependent load; several misses in flight at once
-//!   (memory-level parallelism) are not modelled, except the streamer's.
+//! - The DRAM figures are latencies of one dependent load. Misses in flight at once
+//!   (memory-level parallelism) are modelled for stores only (`store_buffer.rs`: a list
+//!   operation's writes overlap one another and the loads after them, up to the core's fill
+//!   buffers), and for the streamer's next line; the loads the engine names are each one the
+//!   code needs before it goes on, so their prices add up.
 
 #![deny(unsafe_code)]
 
 use serde::Serialize;
 
 use super::profile::{MemPrice, Placement, Ps};
+use super::store_buffer::{head_key, page_key, StoreBuffer};
 
 /// How a touch is priced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Touch {
-    /// Priced by where the line is (the module's table).
+    /// A load, priced by where the line is (the module's table); it stalls the CPU
+    /// (`store_buffer.rs`).
     Access,
     /// A measured constant already holds its cost: the line moves, nothing is charged.
     Measured,
+    /// A locked read-modify-write (`put_page_testzero`): priced as [`Touch::Access`], after
+    /// the CPU's stores in flight complete (`store_buffer.rs`).
+    Rmw,
+}
+
+/// The kind of a list operation's touches (`hooks::mem_touch_list`): which of its lines
+/// are read before the CPU can go on, and which are only written (`store_buffer.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListOp {
+    /// `list_del`: the entry is read for its links; both neighbours (and the head, when it is
+    /// one) are written.
+    Del,
+    /// `list_add`, `list_add_tail`: the head is read for the entry it links to; the new entry
+    /// and that neighbour are written.
+    Add,
 }
 
 /// Where a touch found its line (the statistics' buckets).
@@ -160,6 +183,9 @@ pub struct MemoryStat {
     pub dram_stream: u64,
     /// Total charged for priced touches, in ns.
     pub charged_ns: u64,
+    /// What priced store misses cost beyond `charged_ns` but overlapped with later misses
+    /// (`store_buffer.rs`), in ns.
+    pub overlapped_ns: u64,
 }
 
 impl MemoryStat {
@@ -177,6 +203,7 @@ impl MemoryStat {
             dram_remote: self.dram_remote - before.dram_remote,
             dram_stream: self.dram_stream - before.dram_stream,
             charged_ns: self.charged_ns - before.charged_ns,
+            overlapped_ns: self.overlapped_ns - before.overlapped_ns,
         }
     }
 }
@@ -200,7 +227,11 @@ pub(super) enum Touched {
     /// Frame `pfn`'s `struct page`.
     Page { pfn: u64, how: Touch },
     /// One list operation's lines.
-    List { head: usize, pfns: [u32; 3] },
+    List {
+        head: usize,
+        pfns: [u32; 3],
+        op: ListOp,
+    },
 }
 
 /// The caches of one run: their fill counts, the prices, the topology a touch reads, and the
@@ -232,6 +263,8 @@ struct Caches {
     counts: [u64; FOUND],
     measured: u64,
     charged: Ps,
+    /// Priced store misses hidden behind later ones (`store_buffer.rs`).
+    overlapped: Ps,
 }
 
 /// The CPU a touch runs on, with its core and socket looked up once for the touches of one
@@ -287,16 +320,21 @@ impl Memory {
                 counts: [0; FOUND],
                 measured: 0,
                 charged: 0,
+                overlapped: 0,
             },
         }
     }
 
-    /// CPU `cpu` makes `touches`, in order; returns the sum of their prices, in ps.
+    /// CPU `cpu` makes `touches`, in order; returns their price, in ps: the loads' prices
+    /// added up and the stores' overlapped with them, as the CPU's store buffer and fill
+    /// buffers allow (`store_buffer.rs`), ending when the last store completes.
     ///
     /// A [`Touched::Page`] is one `struct page`; a [`Touched::List`] is the lines of one list
     /// operation (`hooks::mem_touch_list`): the `struct page`s of its `pfns` (`u32::MAX`:
-    /// none) in order, then, when `head` is not 0 and the first page is one, the list head
-    /// at address `head` homed on that page's node; each a [`Touch::Access`].
+    /// none) and, when `head` is not 0 and the first page is one, the list head at address
+    /// `head` homed on that page's node; each priced as a [`Touch::Access`], the line read
+    /// first ([`ListOp`]: the entry of a `Del`, the head of an `Add`) as a load and the
+    /// others as stores.
     ///
     /// The rule's most common row (the toucher's own L2) is tested here against the
     /// toucher's stamps held in registers ([`Own`]), which only a touch that fills a cache
@@ -305,39 +343,61 @@ impl Memory {
     pub(super) fn touch_all(&mut self, cpu: usize, touches: impl Iterator<Item = Touched>) -> Ps {
         let t = self.caches.toucher(cpu);
         let mut own = Own::of(&self.caches, t);
-        let mut ps: Ps = 0;
+        let mut sb = StoreBuffer::default();
         for touched in touches {
             match touched {
                 Touched::Page { pfn, how } => {
-                    ps = ps.saturating_add(self.page(t, &mut own, pfn, how));
+                    let price = self.page(t, &mut own, pfn, how);
+                    match how {
+                        Touch::Rmw => sb.rmw(page_key(pfn), price),
+                        Touch::Access | Touch::Measured => sb.load(page_key(pfn), price),
+                    }
                 }
-                Touched::List { head, pfns } => {
-                    for p in pfns {
+                Touched::List { head, pfns, op } => {
+                    let head = if pfns[0] == u32::MAX { 0 } else { head };
+                    if op == ListOp::Add && head != 0 {
+                        let price = self.head(t, &mut own, head, pfns[0]);
+                        sb.load(head_key(head), price);
+                    }
+                    for (i, p) in pfns.into_iter().enumerate() {
                         if p != u32::MAX {
                             let price = self.page(t, &mut own, u64::from(p), Touch::Access);
-                            ps = ps.saturating_add(price);
+                            if i == 0 && op == ListOp::Del {
+                                sb.load(page_key(u64::from(p)), price);
+                            } else {
+                                sb.store(page_key(u64::from(p)), price);
+                            }
                         }
                     }
-                    if head != 0 && pfns[0] != u32::MAX {
-                        let line = self.heads.get_or_insert(head);
-                        if !own.hit(line, Touch::Access) {
-                            let (price, new) = self.caches.access(
-                                t,
-                                *line,
-                                u64::from(pfns[0]),
-                                false,
-                                Touch::Access,
-                            );
-                            *line = new;
-                            ps = ps.saturating_add(price);
-                            own.refresh(&self.caches, t);
-                        }
+                    if op == ListOp::Del && head != 0 {
+                        let price = self.head(t, &mut own, head, pfns[0]);
+                        sb.store(head_key(head), price);
                     }
                 }
             }
         }
         own.settle(&mut self.caches);
+        let (ps, hidden) = sb.finish();
+        // `access` counted every price as charged; what the stores' overlap hid was not.
+        self.caches.charged = self.caches.charged.saturating_sub(hidden);
+        self.caches.overlapped = self.caches.overlapped.saturating_add(hidden);
         ps
+    }
+
+    /// The list head at `head`, homed on frame `home`'s node, touched by `t` (an
+    /// [`Touch::Access`]); its price.
+    #[inline(always)]
+    fn head(&mut self, t: Toucher, own: &mut Own, head: usize, home: u32) -> Ps {
+        let line = self.heads.get_or_insert(head);
+        if own.hit(line, Touch::Access) {
+            return 0;
+        }
+        let (price, new) = self
+            .caches
+            .access(t, *line, u64::from(home), false, Touch::Access);
+        *line = new;
+        own.refresh(&self.caches, t);
+        price
     }
 
     #[inline(always)]
@@ -411,7 +471,7 @@ impl Own {
         if hit {
             match how {
                 Touch::Measured => self.measured += 1,
-                Touch::Access => self.accesses += 1,
+                Touch::Access | Touch::Rmw => self.accesses += 1,
             }
             *line = [self.tag, self.core_stamp, self.socket_stamp];
         }
@@ -551,7 +611,7 @@ impl Caches {
         {
             match how {
                 Touch::Measured => self.measured += 1,
-                Touch::Access => self.counts[Found::OwnCache as usize] += 1,
+                Touch::Access | Touch::Rmw => self.counts[Found::OwnCache as usize] += 1,
             }
             return (0, [state[0], core_stamp, socket_stamp]);
         }
@@ -647,6 +707,7 @@ impl Caches {
             dram_remote: c[Found::DramRemote as usize],
             dram_stream: c[Found::DramStream as usize],
             charged_ns: self.charged / 1000,
+            overlapped_ns: self.overlapped / 1000,
         }
     }
 }

@@ -293,10 +293,11 @@ mod profile;
 mod report;
 mod runtime;
 mod sched;
+mod store_buffer;
 
 pub use class::{Acquired, LineClass, LockClass, Mode, WaitKind};
 pub use hooks::charge;
-pub use memory::{MemoryStat, Touch};
+pub use memory::{ListOp, MemoryStat, Touch};
 pub use profile::{
     builtin_era, builtin_era_names, check_era, compact_number, evaluate, parse_era, Cost, Distance,
     Era, EraChoice, EraFactor, EraFactors, EraSpec, Figure, FormulaRow, Input, InputKind,
