@@ -214,11 +214,12 @@ fn note(row: &CurveRow) -> Option<String> {
     Some(format!(
         "{} {}: {:+.1} %. The model holds zone->lock {:.0} ns a fault (rmqueue_bulk and \
          free_pcppages_bulk, 31 pages a hold); the posting's {} faults/s leave at most {:.0} ns \
-         even with the busiest zone's lock never free. Each struct-page line met under the \
-         lock, last written by another CPU, is priced as one dependent transfer; the misses \
-         overlapped (memory-level parallelism: Aaron Lu's prefetch of the buddy outside the \
-         lock gained 8.9 % on a 2-socket Broadwell, linux-mm 2018-01-23) is what the model \
-         lacks.",
+         even with the busiest zone's lock never free. Under the lock the model overlaps \
+         the stores' misses (the store buffer) but prices each load of a struct-page line \
+         another CPU wrote as one dependent transfer; loads overlapped (the next page's \
+         buddy reached by the out-of-order window, or fetched ahead: Aaron Lu's prefetch of \
+         the buddy outside the lock gained 8.9 % on a 2-socket Broadwell, linux-mm \
+         2018-01-23) is what the model lacks.",
         row.tasks,
         row.mode.name(),
         row.error * 100.0,
