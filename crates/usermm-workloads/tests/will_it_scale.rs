@@ -223,6 +223,8 @@ fn the_published_curve_is_predicted_row_by_row_and_deterministically() {
         // The bound is one second over the published faults of the busiest zone's tasks.
         let share = if r.tasks <= 22 { 1.0 } else { 0.5 };
         assert!((r.zone_lock_bound_ns - 1e9 / (r.published as f64 * share)).abs() < 1e-6);
+        // The window asked for, or longer where it held too few of a task's iterations.
+        assert!(r.measured_periods >= opts.seconds, "{r:?}");
     }
     assert_eq!(a.within, a.rows.iter().filter(|r| r.within).count());
     // A note for each row below its band whose zone->lock work is past its bound, and only

@@ -26,6 +26,7 @@ fn table(r: &CurveRecord) -> Table {
             "zone.lock ns/fault",
             "lru_lock ns/fault",
             "zone.lock bound",
+            "periods",
         ],
     );
     for row in &r.rows {
@@ -41,6 +42,7 @@ fn table(r: &CurveRecord) -> Table {
             format!("{:.0}", row.zone_lock_ns_per_fault),
             format!("{:.0}", row.lru_lock_ns_per_fault),
             format!("{:.0}", row.zone_lock_bound_ns),
+            row.measured_periods.to_string(),
         ]);
     }
     t
@@ -75,11 +77,13 @@ pub(super) fn run(test: bool) -> anyhow::Result<(Section, String, CurveRecord)> 
          posting's machine (docs/profiles.md), beside the curve published for it. Every row is \
          *predicted*: no figure of the curve is an input of the profile or trains a factor. \
          Each row is its own run, will-it-scale's `average:` over {} measured periods of {} ms \
-         of virtual time after its six of warm-up; tasks are placed one per core, then on the \
-         cores' second threads.\n",
+         of virtual time after its six of warm-up, or more (the `periods` column) where that \
+         window held fewer than {} iterations of one task at the row's modelled rate; tasks are \
+         placed one per core, then on the cores' second threads.\n",
         r.machine.profile,
         r.opts.seconds,
-        r.opts.period.as_millis()
+        r.opts.period.as_millis(),
+        usermm_workloads::will_it_scale::curve::WINDOW_ITERATIONS
     );
     text.push_str(
         "The lock columns are modelled: each lock's hold time over the run per fault (every \
