@@ -162,9 +162,10 @@ pub(crate) fn charge(cost: Cost, n: u64) {
     }
 }
 
-/// The lines of one list operation (`page_alloc/meta.rs`): up to three `struct page`s (`NIL`
-/// entries skipped) and, when `head` is not 0, the list head at that address, homed on the
-/// node of the first page. One flag test in wall mode.
+/// The lines of one list operation `op` (`page_alloc/meta.rs`): up to three `struct page`s
+/// (`NIL` entries skipped) and, when `head` is not 0, the list head at that address, homed on
+/// the node of the first page; `op` says which line it reads and which it writes. One flag
+/// test in wall mode.
 #[inline]
 pub(crate) fn mem_touch_list(op: ListOp, head: usize, pfns: [u32; 3]) {
     if active() {

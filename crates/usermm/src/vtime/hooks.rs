@@ -143,9 +143,10 @@ pub fn mem_touch_page(pfn: u64, how: Touch) {
     }
 }
 
-/// The lines of one list operation: the `struct page`s of `pfns` (`u32::MAX` entries
-/// skipped) in order, then, when `head` is not 0, the list head at that address, homed on the
-/// node of the first page; every touch an [`Touch::Access`]. Kept and applied as
+/// The lines of one list operation `op`: the `struct page`s of `pfns` (`u32::MAX` entries
+/// skipped) and, when `head` is not 0, the list head at that address, homed on the node of
+/// the first page; each priced as a [`Touch::Access`], the line `op` reads first as a load and
+/// the lines it writes as stores (`vtime/store_buffer.rs`). Kept and applied as
 /// [`mem_touch_page`]'s are.
 #[inline]
 pub fn mem_touch_list(op: ListOp, head: usize, pfns: [u32; 3]) {
