@@ -28,18 +28,27 @@ use super::primitive::{RawMutex, RawMutexGuard};
 use super::vhook::{self, LockMap, Mode};
 
 /// Tells virtual time that an exclusive hold ended. A guard's last field: it drops after the
-/// host guard, i.e. after the host lock is released.
+/// host guard, i.e. after the host lock is released. It keeps the lock's map; the id and
+/// class are derived from it at the release, and only in virtual time (a wall-mode guard
+/// stores one word for them, not two).
 #[derive(Debug)]
-struct ExclusiveRelease {
-    id: usize,
-    class: &'static LockClass,
+struct ExclusiveRelease<'a> {
+    map: &'a LockMap,
 }
 
-impl Drop for ExclusiveRelease {
+impl ExclusiveRelease<'_> {
+    #[inline]
+    fn id_class(&self) -> (usize, &'static LockClass) {
+        (self.map.id(), self.map.class())
+    }
+}
+
+impl Drop for ExclusiveRelease<'_> {
     #[inline]
     fn drop(&mut self) {
         if vhook::active() {
-            vhook::lock_release(self.id, self.class, Mode::Exclusive);
+            let (id, class) = self.id_class();
+            vhook::lock_release(id, class, Mode::Exclusive);
         }
     }
 }
@@ -55,7 +64,7 @@ pub struct SpinLock<T> {
 #[must_use = "if unused the lock is released at once"]
 pub struct SpinLockGuard<'a, T> {
     inner: RawMutexGuard<'a, T>,
-    release: ExclusiveRelease,
+    release: ExclusiveRelease<'a>,
 }
 
 impl<T> SpinLock<T> {
@@ -78,10 +87,7 @@ impl<T> SpinLock<T> {
     fn guard<'a>(&'a self, inner: RawMutexGuard<'a, T>) -> SpinLockGuard<'a, T> {
         SpinLockGuard {
             inner,
-            release: ExclusiveRelease {
-                id: self.id(),
-                class: self.map.class(),
-            },
+            release: ExclusiveRelease { map: &self.map },
         }
     }
 
@@ -169,7 +175,7 @@ impl<T> SpinLockGuard<'_, T> {
         if !vhook::active() {
             return RawMutexGuard::unlocked(&mut s.inner, f);
         }
-        let (id, class) = (s.release.id, s.release.class);
+        let (id, class) = s.release.id_class();
         RawMutexGuard::unlocked(&mut s.inner, || {
             vhook::lock_release(id, class, Mode::Exclusive);
             let r = f();
@@ -243,7 +249,7 @@ impl<'a, T> MutexGuard<'a, T> {
 
     /// The host guard and the lock's identity, for [`CondVar`](super::CondVar).
     pub(super) fn parts(&mut self) -> (&mut RawMutexGuard<'a, T>, usize, &'static LockClass) {
-        let (id, class) = (self.0.release.id, self.0.release.class);
+        let (id, class) = self.0.release.id_class();
         (&mut self.0.inner, id, class)
     }
 }

@@ -82,6 +82,7 @@ use crate::page_alloc::PhysMem;
 use crate::pgtable::{self, Level, PtAllocError, Walk, _PAGE_SPECIAL};
 use crate::pgtable::{Entry, Slot};
 use crate::stats::VmItem;
+use crate::sync::vhook::{on_clock, Clock};
 use crate::sync::{charge, Cost};
 
 /// How an access failed: the signal and `si_code` Linux would raise (`SIGSEGV` with
@@ -206,10 +207,13 @@ pub(crate) fn fault_vma_locked(
 #[doc(alias = "do_user_addr_fault")]
 #[doc(alias = "asm_exc_page_fault")]
 pub fn handle_mm_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<(), Fault> {
-    charge(Cost::FaultEntry, 1);
-    let r = do_user_addr_fault(mm, cpu, addr, write);
-    charge(Cost::FaultExit, 1);
-    r
+    // One test of the clock for the two charges (`vhook::Clock`).
+    on_clock!(c => {
+        c.charge(Cost::FaultEntry, 1);
+        let r = do_user_addr_fault(mm, cpu, addr, write);
+        c.charge(Cost::FaultExit, 1);
+        r
+    })
 }
 
 fn do_user_addr_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<(), Fault> {
