@@ -216,6 +216,9 @@ pub fn handle_mm_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<()
     })
 }
 
+// Inlined into both clocks' instances of `handle_mm_fault` (a call of its own costs more
+// than the flag test saved).
+#[inline(always)]
 fn do_user_addr_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<(), Fault> {
     // The FAULT_FLAG_VMA_LOCK attempt (lock_vma.rs): `Some` when it ran under the VMA's lock.
     if mm.vma_index.is_some() {
