@@ -48,6 +48,13 @@ pub struct RwSemReadGuard<'a, T> {
     _end: HoldEnd<'a>,
 }
 
+/// Shared access taken by an operation that knows it runs on the wall clock
+/// ([`RwSem::read_wall`]): the host guard alone, with no release hook to test at its drop.
+#[must_use = "if unused the RwSem is released at once"]
+pub(crate) struct RwSemWallReadGuard<'a, T> {
+    inner: parking_lot::RwLockReadGuard<'a, T>,
+}
+
 /// Exclusive access to an [`RwSem`]'s data; dropping it is `up_write`.
 #[must_use = "if unused the RwSem is released at once"]
 pub struct RwSemWriteGuard<'a, T> {
@@ -92,6 +99,28 @@ impl<T> RwSem<T> {
         let ((inner, _end), waited) =
             self.acquire(Mode::Shared, RawRwSem::try_read, RawRwSem::read);
         (RwSemReadGuard { inner, _end }, waited)
+    }
+
+    /// `down_read` by a caller that has tested the clock already and is on the wall clock
+    /// (`vhook::Wall`; a TLB gate's access): the host lock only, no hook and no test of the
+    /// seam's flag, here or at the release.
+    #[inline]
+    pub(crate) fn read_wall(&self, _clock: vhook::Wall) -> RwSemWallReadGuard<'_, T> {
+        let inner = match self.raw.try_read() {
+            Some(inner) => inner,
+            None => self.read_wall_slow(),
+        };
+        RwSemWallReadGuard { inner }
+    }
+
+    /// [`Self::read_wall`]'s wait, counted as a waiter (as `acquire_slow` does).
+    #[cold]
+    #[inline(never)]
+    fn read_wall_slow(&self) -> parking_lot::RwLockReadGuard<'_, T> {
+        self.waiters.fetch_add(1, Release);
+        let inner = self.raw.read();
+        self.waiters.fetch_sub(1, Release);
+        inner
     }
 
     /// `down_read_trylock`.
@@ -257,5 +286,6 @@ impl<'a, T> RwSemWriteGuard<'a, T> {
 }
 
 guard_deref!(RwSemReadGuard.inner);
+guard_deref!(RwSemWallReadGuard.inner);
 guard_deref!(mut RwSemWriteGuard.inner);
-guard_debug!(RwSemReadGuard, RwSemWriteGuard);
+guard_debug!(RwSemReadGuard, RwSemWriteGuard, RwSemWallReadGuard);

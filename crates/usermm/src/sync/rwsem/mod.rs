@@ -23,9 +23,13 @@
 mod host;
 #[cfg(not(loom))]
 pub use host::{RwSem, RwSemReadGuard, RwSemWriteGuard};
+#[cfg(not(loom))]
+pub(crate) use host::RwSemWallReadGuard;
 
 #[cfg(loom)]
 #[path = "loom.rs"]
 mod loom_impl;
 #[cfg(loom)]
 pub use loom_impl::{RwSem, RwSemReadGuard, RwSemWriteGuard};
+#[cfg(loom)]
+pub(crate) use loom_impl::RwSemWallReadGuard;
