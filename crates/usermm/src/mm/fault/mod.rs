@@ -83,7 +83,7 @@ use crate::pgtable::{self, Level, PtAllocError, Walk, _PAGE_SPECIAL};
 use crate::pgtable::{Entry, Slot};
 use crate::stats::VmItem;
 use crate::sync::vhook::{on_clock, Clock};
-use crate::sync::{charge, Cost};
+use crate::sync::Cost;
 
 /// How an access failed: the signal and `si_code` Linux would raise (`SIGSEGV` with
 /// `SEGV_MAPERR`/`SEGV_ACCERR`, `SIGBUS` with `BUS_ADRERR`), or the fault handler's
@@ -335,7 +335,9 @@ pub(crate) fn handle_vma_fault(
     addr: u64,
     write: bool,
 ) -> Result<(), VmFaultError> {
-    let r = vma_fault(VmFault::new(mm, tree, vma, cpu, addr, write));
+    let vmf = VmFault::new(mm, tree, vma, cpu, addr, write);
+    // One test of the clock for the walk's charges (`vhook::Clock`).
+    let r = on_clock!(c => vma_fault(c, vmf));
     if r == Err(VmFaultError::Oom) {
         mm.machine().vmstat().inc(cpu, VmItem::Oom);
     }
@@ -343,7 +345,8 @@ pub(crate) fn handle_vma_fault(
 }
 
 #[doc(alias = "__handle_mm_fault")]
-fn vma_fault(mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
+#[inline(always)]
+fn vma_fault(c: impl Clock, mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
     let (mm, vma, cpu, addr) = (vmf.mm, vmf.vma, vmf.cpu, vmf.address);
     let phys = mm.machine().phys();
     if matches!(vma.kind, VmaKind::Hugetlb) {
@@ -355,7 +358,7 @@ fn vma_fault(mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
         return Err(VmFaultError::Sigbus);
     }
     // pgd_offset, pud_alloc, pmd_alloc.
-    charge(Cost::PtWalkLevel, 3);
+    c.charge(Cost::PtWalkLevel, 3);
     let pmd = pgtable::pmd_alloc(mm, cpu, addr)?;
     vmf.pmd = Some(pmd);
     let e = pmd.load(phys);
@@ -387,7 +390,7 @@ fn vma_fault(mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
         Err(PtAllocError::NoMem) => return Err(OOM),
     };
     vmf.pte = Some(Slot::offset(pte_table, Level::Pte, addr));
-    charge(Cost::PtWalkLevel, 1);
+    c.charge(Cost::PtWalkLevel, 1);
     handle_pte_fault(vmf)
 }
 
