@@ -165,7 +165,10 @@ impl PhysMem {
         gfp: Gfp,
         bind: Option<usize>,
     ) -> Result<Pfn, AllocError> {
-        on_clock!(c => self.alloc_pages_on(c, cpu, order, gfp, bind))
+        // The zonelist's first node, found outside the two clocks' instances (each would
+        // otherwise keep its own out-of-line copy of `cpu_to_node`).
+        let local = self.cpus.node_of(cpu).index().min(self.nodes.len() - 1);
+        on_clock!(c => self.alloc_pages_on(c, cpu, local, order, gfp, bind))
     }
 
     #[inline(always)]
@@ -173,6 +176,7 @@ impl PhysMem {
         &self,
         c: impl Clock,
         cpu: CpuId,
+        local: usize,
         order: Order,
         gfp: Gfp,
         bind: Option<usize>,
@@ -180,7 +184,7 @@ impl PhysMem {
         if order.0 > MAX_PAGE_ORDER {
             return Err(AllocError::BadOrder);
         }
-        let pfn = match self.get_page_from_freelist(c, cpu, order, bind) {
+        let pfn = match self.get_page_from_freelist(c, cpu, local, order, bind) {
             Some(p) => p,
             None if gfp.contains(Gfp::NOWAIT) => return Err(AllocError::NoMem),
             None => {
@@ -189,7 +193,7 @@ impl PhysMem {
                 self.drain_all_pages();
                 self.shrink_all(cpu);
                 self.drain_all_pages();
-                self.get_page_from_freelist(c, cpu, order, bind)
+                self.get_page_from_freelist(c, cpu, local, order, bind)
                     .ok_or(AllocError::NoMem)?
             }
         };
@@ -206,16 +210,16 @@ impl PhysMem {
         Ok(pfn)
     }
 
-    /// `get_page_from_freelist`: the zonelist of `cpu`'s node, or node `bind`'s zone alone;
-    /// on the allocation's clock `c`.
+    /// `get_page_from_freelist`: the zonelist of `local` (`cpu`'s node), or node `bind`'s
+    /// zone alone; on the allocation's clock `c`.
     pub(super) fn get_page_from_freelist(
         &self,
         c: impl Clock,
         cpu: CpuId,
+        local: usize,
         order: Order,
         bind: Option<usize>,
     ) -> Option<Pfn> {
-        let local = self.cpus.node_of(cpu).index().min(self.nodes.len() - 1);
         let pcp = pcp_index(order);
         let try_zone = |nid: usize| {
             let zone = &self.nodes[nid].zone;

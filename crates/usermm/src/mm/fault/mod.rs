@@ -377,7 +377,7 @@ fn vma_fault(c: impl Clock, mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
                 return Ok(());
             }
             vmf.pte = Some(Slot::offset(table.pfn(), Level::Pte, addr));
-            return handle_pte_fault(vmf);
+            return handle_pte_fault(c, vmf);
         }
         // huge_pmd_set_accessed: someone else mapped it, or a split holds the PMD lock with
         // the PMD invalidated; take the lock so the retried access finds the result.
@@ -391,12 +391,13 @@ fn vma_fault(c: impl Clock, mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
     };
     vmf.pte = Some(Slot::offset(pte_table, Level::Pte, addr));
     c.charge(Cost::PtWalkLevel, 1);
-    handle_pte_fault(vmf)
+    handle_pte_fault(c, vmf)
 }
 
 /// `handle_pte_fault`: load the entry at `vmf.pte` (`orig_pte`) and hand the fault to the
 /// handler for what it holds.
-fn handle_pte_fault(mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
+/// On the fault's clock `c`.
+fn handle_pte_fault(c: impl Clock, mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
     let phys = vmf.mm.machine().phys();
     let pte = vmf.pte();
     let e = pte.load(phys);
@@ -405,7 +406,7 @@ fn handle_pte_fault(mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
         if matches!(vmf.vma.kind, VmaKind::SharedAnon) {
             return anon::shmem_fault(&vmf);
         }
-        return anon::do_anonymous_page(&vmf);
+        return anon::do_anonymous_page(c, &vmf);
     }
     if vmf.write && e.present() && !e.writable() {
         return wp::do_wp_page(&vmf);
