@@ -25,13 +25,20 @@ impl PhysMem {
     /// allocates nothing.
     #[doc(alias = "folio_add_lru")]
     pub(crate) fn lru_cache_add(&self, cpu: CpuId, pfn: Pfn) {
+        on_clock!(c => self.lru_cache_add_on(c, cpu, pfn));
+    }
+
+    /// [`Self::lru_cache_add`] on the clock `c` it found: the batch lock and the commit test
+    /// no flag.
+    #[inline(always)]
+    fn lru_cache_add_on(&self, c: impl Clock, cpu: CpuId, pfn: Pfn) {
         self.get_page(pfn);
         self.meta(pfn).set(PG_LRU_BATCH);
-        let mut b = self.lru_add[cpu].lock();
+        let mut b = c.spin_lock(&self.lru_add[cpu]);
         b.push(pfn);
         if b.len() >= self.lru_add_batch {
             // Lock order: lru_add batch -> lru_lock; lru_add batch -> pcp lock -> zone.lock
-            self.lru_add_batch_commit(cpu, &b);
+            self.lru_add_batch_commit_on(c, cpu, &b);
             b.clear();
         }
     }

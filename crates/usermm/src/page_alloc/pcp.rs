@@ -162,7 +162,7 @@ impl PhysMem {
         idx: usize,
     ) -> Option<Pfn> {
         let meta = self.meta_slice();
-        let mut pcp = zone.pcp[cpu].lock();
+        let mut pcp = c.spin_lock(&zone.pcp[cpu]);
         // An allocation ends a run of frees: drains shrink back towards `batch`.
         pcp.free_count >>= 1;
         if pcp.lists[idx].is_empty() {
@@ -232,8 +232,8 @@ impl PhysMem {
     /// `free_unref_page_list`: blocks with no references left go to this CPU's pcp lists,
     /// keeping one pcp lock across consecutive blocks of the same zone; on the clock `c` of
     /// the free it is part of.
-    pub(super) fn free_unref_page_list(&self, c: impl Clock, cpu: CpuId, blocks: &[(Pfn, Order)]) {
-        let mut held: Option<(usize, crate::sync::SpinLockGuard<'_, PerCpuPages>)> = None;
+    pub(super) fn free_unref_page_list<C: Clock>(&self, c: C, cpu: CpuId, blocks: &[(Pfn, Order)]) {
+        let mut held: Option<(usize, C::SpinGuard<'_, PerCpuPages>)> = None;
         let mut freed = 0i64;
         for &(pfn, order) in blocks {
             if self.meta(pfn).test(PG_HUGETLB) {
@@ -258,7 +258,7 @@ impl PhysMem {
             }
             if held.as_ref().map(|(n, _)| *n) != Some(nid) {
                 drop(held.take());
-                held = Some((nid, zone.pcp[cpu].lock()));
+                held = Some((nid, c.spin_lock(&zone.pcp[cpu])));
             }
             let pcp = &mut held.as_mut().expect("locked").1;
             self.pcp_commit(c, cpu, zone, pcp, pfn, order);

@@ -60,6 +60,13 @@ pub struct SpinLock<T> {
     raw: RawMutex<T>,
 }
 
+/// A [`SpinLock`] held by an operation that knows it runs on the wall clock
+/// ([`SpinLock::lock_wall`]): the host guard alone, no release hook to test at its drop.
+#[must_use = "if unused the lock is released at once"]
+pub(crate) struct SpinLockWallGuard<'a, T> {
+    inner: RawMutexGuard<'a, T>,
+}
+
 /// Exclusive access to a [`SpinLock`]'s data; dropping it is `spin_unlock`.
 #[must_use = "if unused the lock is released at once"]
 pub struct SpinLockGuard<'a, T> {
@@ -99,6 +106,16 @@ impl<T> SpinLock<T> {
             return self.lock_virtual().0;
         }
         self.guard(self.raw.lock())
+    }
+
+    /// `spin_lock` by a caller that has tested the clock already and is on the wall clock
+    /// (`vhook::Wall`, through `vhook::Clock::spin_lock`): the host lock only, no hook and no
+    /// test of the seam's flag, here or at the release.
+    #[inline]
+    pub(crate) fn lock_wall(&self, _clock: vhook::Wall) -> SpinLockWallGuard<'_, T> {
+        SpinLockWallGuard {
+            inner: self.raw.lock(),
+        }
     }
 
     /// `spin_trylock`.
@@ -167,6 +184,7 @@ impl<T> fmt::Debug for SpinLock<T> {
 }
 
 guard_deref!(mut SpinLockGuard.inner);
+guard_deref!(mut SpinLockWallGuard.inner);
 
 impl<T> SpinLockGuard<'_, T> {
     /// Release the lock while `f` runs, then take it again (the guard stays valid; the data may
@@ -255,4 +273,4 @@ impl<'a, T> MutexGuard<'a, T> {
 }
 
 guard_deref!(mut MutexGuard.0);
-guard_debug!(SpinLockGuard, MutexGuard);
+guard_debug!(SpinLockGuard, MutexGuard, SpinLockWallGuard);
