@@ -14,7 +14,11 @@
 //! `lock`: `vhook::lock_acquire` then the host lock; `try_lock`:
 //! `vhook::lock_try_acquire`; the guard's drop: the host unlock then
 //! `vhook::lock_release`; dropping the lock: `vhook::lock_forget`. Each is behind one
-//! `vhook::active` test, so the host path pays a thread-local load and a branch.
+//! `vhook::active` test, so the host path pays a thread-local load and a branch. The guard
+//! keeps the lock's `LockMap` (one word); the id and class the release hook needs are derived
+//! from it only in virtual time. An operation that has decided its clock already
+//! (`vhook::Clock`) takes the lock with `lock_wall` on the wall clock: the host guard alone,
+//! with no test at either end (what `no_vtime_seam` builds for every lock).
 //!
 //! # Guards are the proof
 //! A [`SpinLockGuard`] or [`MutexGuard`] is the only way to the data; functions that need the

@@ -12,6 +12,12 @@
 //! primitives first test `active` (one thread-local load and a branch) and take the host path
 //! when it is false, so wall mode pays only that test.
 //!
+//! Where the hooks cluster (an allocator call's list operations, buddy checks, charges and
+//! pcp lock; `release_pages`; an LRU-add batch; a fault's walk and charges; a TLB gate's
+//! access), the operation reads the flag once at its entry ([`on_clock!`]) and passes a
+//! zero-sized [`Clock`] down: on [`Wall`] its inner hooks compile to nothing, as in a
+//! `no_vtime_seam` build, so they take no thread-local test each.
+//!
 //! Each hook forwards, one for one, to [`crate::vtime::hooks`], the runtime's side of the
 //! contract; the types they exchange ([`Mode`], [`Acquired`], [`Cost`], and the classes) are
 //! the runtime's, re-exported here, so that a class static is one object for both. Outside a
