@@ -13,14 +13,15 @@ use crate::addr::{Order, Pfn, MAX_PAGE_ORDER};
 use crate::cpu::CpuId;
 use crate::error::AllocError;
 use crate::stats::VmItem;
-use crate::sync::vhook::{on_clock, Clock, Touch};
+use crate::sync::vhook::{on_clock, Touch};
 use crate::sync::Cost;
+use crate::sync::SpinClock;
 
 impl PhysMem {
     /// `__rmqueue_smallest` + `expand`, on the caller's clock `c`. Caller holds `zone.lock`.
     pub(super) fn rmqueue_smallest(
         &self,
-        c: impl Clock,
+        c: impl SpinClock,
         zone: &Zone,
         fa: &mut FreeArea,
         order: Order,
@@ -60,7 +61,7 @@ impl PhysMem {
     /// under the lock).
     pub(super) fn free_one_page_locked(
         &self,
-        c: impl Clock,
+        c: impl SpinClock,
         zone: &Zone,
         fa: &mut FreeArea,
         pfn: Pfn,
@@ -109,7 +110,7 @@ impl PhysMem {
     /// two merge twice, so the block goes to the tail of its free list, where it is taken
     /// last. Reads that higher buddy's `struct page` (one line under `zone->lock`). Not for
     /// the two highest orders, as in the kernel. Caller holds `zone.lock`.
-    fn buddy_merge_likely(&self, c: impl Clock, zone: &Zone, pfn: u64, order: u8) -> bool {
+    fn buddy_merge_likely(&self, c: impl SpinClock, zone: &Zone, pfn: u64, order: u8) -> bool {
         if order + 1 >= MAX_PAGE_ORDER {
             return false;
         }
@@ -174,7 +175,7 @@ impl PhysMem {
     #[inline(always)]
     fn alloc_pages_on(
         &self,
-        c: impl Clock,
+        c: impl SpinClock,
         cpu: CpuId,
         local: usize,
         order: Order,
@@ -214,7 +215,7 @@ impl PhysMem {
     /// zone alone; on the allocation's clock `c`.
     pub(super) fn get_page_from_freelist(
         &self,
-        c: impl Clock,
+        c: impl SpinClock,
         cpu: CpuId,
         local: usize,
         order: Order,

@@ -13,8 +13,9 @@ use super::{Lruvec, PhysMem};
 use crate::addr::Pfn;
 use crate::cpu::CpuId;
 use crate::stats::VmItem;
-use crate::sync::vhook::{on_clock, Clock};
+use crate::sync::vhook::on_clock;
 use crate::sync::Cost;
+use crate::sync::SpinClock;
 
 impl PhysMem {
     /// `lru_cache_add` / `folio_add_lru`: queue a newly mapped page for the LRU in this CPU's
@@ -31,7 +32,7 @@ impl PhysMem {
     /// [`Self::lru_cache_add`] on the clock `c` it found: the batch lock and the commit test
     /// no flag.
     #[inline(always)]
-    fn lru_cache_add_on(&self, c: impl Clock, cpu: CpuId, pfn: Pfn) {
+    fn lru_cache_add_on(&self, c: impl SpinClock, cpu: CpuId, pfn: Pfn) {
         self.get_page(pfn);
         self.meta(pfn).set(PG_LRU_BATCH);
         let mut b = c.spin_lock(&self.lru_add[cpu]);
@@ -49,7 +50,7 @@ impl PhysMem {
     }
 
     /// [`Self::lru_add_batch_commit`] on the clock `c` it found.
-    fn lru_add_batch_commit_on(&self, c: impl Clock, cpu: CpuId, batch: &[Pfn]) {
+    fn lru_add_batch_commit_on(&self, c: impl SpinClock, cpu: CpuId, batch: &[Pfn]) {
         let meta = self.meta_slice();
         let mut held: Option<(usize, crate::sync::StatMutexGuard<'_, Lruvec>)> = None;
         let (mut anon, mut unevictable) = (0i64, 0i64);

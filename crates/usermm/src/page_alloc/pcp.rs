@@ -11,8 +11,9 @@ use super::{pcp_index, PerCpuPages, PhysMem, Zone, NR_PCP_LISTS, PCP_BATCH_SCALE
 use crate::addr::{Order, Pfn};
 use crate::cpu::CpuId;
 use crate::stats::VmItem;
-use crate::sync::vhook::{on_clock, Clock};
+use crate::sync::vhook::on_clock;
 use crate::sync::Cost;
+use crate::sync::SpinClock;
 
 impl PhysMem {
     /// `free_pcppages_bulk`: move `count` pages from a pcp to the buddy, oldest first,
@@ -22,7 +23,7 @@ impl PhysMem {
     /// clock of the free (or drain) it is part of.
     pub(super) fn free_pcppages_bulk(
         &self,
-        c: impl Clock,
+        c: impl SpinClock,
         cpu: CpuId,
         zone: &Zone,
         pcp: &mut PerCpuPages,
@@ -90,7 +91,7 @@ impl PhysMem {
     #[inline]
     pub(super) fn pcp_commit(
         &self,
-        c: impl Clock,
+        c: impl SpinClock,
         cpu: CpuId,
         zone: &Zone,
         pcp: &mut PerCpuPages,
@@ -155,7 +156,7 @@ impl PhysMem {
     /// `batch` pages when empty; on the allocation's clock `c`.
     pub(super) fn rmqueue_pcplist(
         &self,
-        c: impl Clock,
+        c: impl SpinClock,
         cpu: CpuId,
         zone: &Zone,
         order: Order,
@@ -215,7 +216,7 @@ impl PhysMem {
         on_clock!(c => self.drain_all_pages_on(c));
     }
 
-    fn drain_all_pages_on(&self, c: impl Clock) {
+    fn drain_all_pages_on(&self, c: impl SpinClock) {
         for node in self.nodes.iter() {
             for cpu in self.cpus.all() {
                 let mut pcp = node.zone.pcp[cpu].lock();
@@ -232,7 +233,12 @@ impl PhysMem {
     /// `free_unref_page_list`: blocks with no references left go to this CPU's pcp lists,
     /// keeping one pcp lock across consecutive blocks of the same zone; on the clock `c` of
     /// the free it is part of.
-    pub(super) fn free_unref_page_list<C: Clock>(&self, c: C, cpu: CpuId, blocks: &[(Pfn, Order)]) {
+    pub(super) fn free_unref_page_list<C: SpinClock>(
+        &self,
+        c: C,
+        cpu: CpuId,
+        blocks: &[(Pfn, Order)],
+    ) {
         let mut held: Option<(usize, C::SpinGuard<'_, PerCpuPages>)> = None;
         let mut freed = 0i64;
         for &(pfn, order) in blocks {

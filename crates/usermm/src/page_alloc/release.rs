@@ -11,8 +11,9 @@ use super::{Lruvec, PhysMem};
 use crate::addr::{Order, Pfn};
 use crate::cpu::CpuId;
 use crate::stats::VmItem;
-use crate::sync::vhook::{on_clock, Clock, Touch};
+use crate::sync::vhook::{on_clock, Touch};
 use crate::sync::Cost;
+use crate::sync::SpinClock;
 
 impl PhysMem {
     /// `release_pages`: drop one reference on each page; those that reach zero leave the LRU
@@ -26,7 +27,7 @@ impl PhysMem {
     }
 
     /// [`Self::release_pages`] on the clock `c` it found: its loop's hooks test no flag.
-    fn release_pages_on(&self, c: impl Clock, cpu: CpuId, pages: &[Pfn]) {
+    fn release_pages_on(&self, c: impl SpinClock, cpu: CpuId, pages: &[Pfn]) {
         let meta = self.meta_slice();
         // Sized at the first page that is really freed: releasing the references of an LRU-add
         // batch (pages still mapped) allocates nothing.

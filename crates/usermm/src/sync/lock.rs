@@ -29,7 +29,7 @@ use std::fmt;
 use super::class::LockClass;
 use super::clock;
 use super::primitive::{RawMutex, RawMutexGuard};
-use super::vhook::{self, LockMap, Mode};
+use super::vhook::{self, Clock, Current, LockMap, Mode, Virtual, Wall};
 
 /// Tells virtual time that an exclusive hold ended. A guard's last field: it drops after the
 /// host guard, i.e. after the host lock is released. It keeps the lock's map; the id and
@@ -69,6 +69,42 @@ pub struct SpinLock<T> {
 #[must_use = "if unused the lock is released at once"]
 pub(crate) struct SpinLockWallGuard<'a, T> {
     inner: RawMutexGuard<'a, T>,
+}
+
+/// A [`Clock`] that can take a [`SpinLock`]: on [`Wall`] the host guard alone
+/// ([`SpinLock::lock_wall`]), otherwise the seam's guard with its release hook.
+pub(crate) trait SpinClock: Clock {
+    type SpinGuard<'a, T: 'a>: std::ops::DerefMut<Target = T>;
+
+    /// `spin_lock` on this clock.
+    fn spin_lock<T>(self, lock: &SpinLock<T>) -> Self::SpinGuard<'_, T>;
+}
+
+impl SpinClock for Wall {
+    type SpinGuard<'a, T: 'a> = SpinLockWallGuard<'a, T>;
+
+    #[inline(always)]
+    fn spin_lock<T>(self, lock: &SpinLock<T>) -> SpinLockWallGuard<'_, T> {
+        lock.lock_wall(self)
+    }
+}
+
+impl SpinClock for Virtual {
+    type SpinGuard<'a, T: 'a> = SpinLockGuard<'a, T>;
+
+    #[inline(always)]
+    fn spin_lock<T>(self, lock: &SpinLock<T>) -> SpinLockGuard<'_, T> {
+        lock.lock()
+    }
+}
+
+impl SpinClock for Current {
+    type SpinGuard<'a, T: 'a> = SpinLockGuard<'a, T>;
+
+    #[inline(always)]
+    fn spin_lock<T>(self, lock: &SpinLock<T>) -> SpinLockGuard<'_, T> {
+        lock.lock()
+    }
 }
 
 /// Exclusive access to a [`SpinLock`]'s data; dropping it is `spin_unlock`.
@@ -113,7 +149,7 @@ impl<T> SpinLock<T> {
     }
 
     /// `spin_lock` by a caller that has tested the clock already and is on the wall clock
-    /// (`vhook::Wall`, through `vhook::Clock::spin_lock`): the host lock only, no hook and no
+    /// (`vhook::Wall`, through `SpinClock::spin_lock`): the host lock only, no hook and no
     /// test of the seam's flag, here or at the release.
     #[inline]
     pub(crate) fn lock_wall(&self, _clock: vhook::Wall) -> SpinLockWallGuard<'_, T> {

@@ -51,8 +51,6 @@
 #![cfg_attr(loom, allow(dead_code))] // the loom RwSem calls no hooks
 
 use super::class::{LineClass, LockClass};
-use super::lock::SpinLockWallGuard;
-use super::{SpinLock, SpinLockGuard};
 use crate::vtime::hooks as vt;
 
 pub use crate::vtime::Cost;
@@ -222,15 +220,8 @@ pub(crate) fn sleep_ns(ns: u64) -> bool {
 /// so the flag cannot change under one. Enter an operation through [`on_clock!`], which reads
 /// the flag once and instantiates the operation for each clock.
 pub(crate) trait Clock: Copy + std::fmt::Debug {
-    /// What [`Clock::spin_lock`] holds: the host guard alone on the wall clock, the seam's
-    /// guard (with its release hook) otherwise.
-    type SpinGuard<'a, T: 'a>: std::ops::DerefMut<Target = T>;
-
     /// The operation runs in virtual time (the hooks below call the runtime).
     fn is_virtual(self) -> bool;
-
-    /// `spin_lock` on this clock.
-    fn spin_lock<T>(self, lock: &SpinLock<T>) -> Self::SpinGuard<'_, T>;
 
     /// [`charge`] on this clock.
     #[inline(always)]
@@ -272,44 +263,23 @@ pub(crate) struct Virtual;
 pub(crate) struct Current;
 
 impl Clock for Wall {
-    type SpinGuard<'a, T: 'a> = SpinLockWallGuard<'a, T>;
-
     #[inline(always)]
     fn is_virtual(self) -> bool {
         false
     }
-
-    #[inline(always)]
-    fn spin_lock<T>(self, lock: &SpinLock<T>) -> SpinLockWallGuard<'_, T> {
-        lock.lock_wall(self)
-    }
 }
 
 impl Clock for Virtual {
-    type SpinGuard<'a, T: 'a> = SpinLockGuard<'a, T>;
-
     #[inline(always)]
     fn is_virtual(self) -> bool {
         SEAM
     }
-
-    #[inline(always)]
-    fn spin_lock<T>(self, lock: &SpinLock<T>) -> SpinLockGuard<'_, T> {
-        lock.lock()
-    }
 }
 
 impl Clock for Current {
-    type SpinGuard<'a, T: 'a> = SpinLockGuard<'a, T>;
-
     #[inline(always)]
     fn is_virtual(self) -> bool {
         active()
-    }
-
-    #[inline(always)]
-    fn spin_lock<T>(self, lock: &SpinLock<T>) -> SpinLockGuard<'_, T> {
-        lock.lock()
     }
 }
 
