@@ -71,7 +71,8 @@ pub struct Machine {
     max_map_count: usize,
     next_mm_id: AtomicU64,
     /// The clock every mm's mmap lock times its read holds on (a sibling of it): the host's
-    /// TSC resolved once, at boot.
+    /// TSC (a wall machine with an invariant one) or `now` (a virtual machine), resolved once,
+    /// at boot.
     lockstat_clock: crate::sync::clock::LockstatClock,
     /// The percpu allocator (`mm/percpu.c`): first and reserved chunks built at boot.
     pcpu: Arc<PcpuAllocator>,
@@ -150,6 +151,8 @@ impl Machine {
                     MachineError::Config(ConfigError(format!("percpu first chunk: {e}")))
                 })?,
         );
+        let lockstat_clock =
+            crate::sync::clock::LockstatClock::for_machine(config.time.mode == TimeMode::Virtual);
         Ok(Arc::new(Machine {
             config,
             cpus,
@@ -164,7 +167,7 @@ impl Machine {
             thp,
             max_map_count,
             next_mm_id: AtomicU64::new(1),
-            lockstat_clock: crate::sync::clock::LockstatClock::new(),
+            lockstat_clock,
             pcpu,
             profile,
             last_report: Mutex::new(&UNMODELLED, None),

@@ -72,6 +72,7 @@ use crate::page_alloc::meta::PG_PGTABLE;
 use crate::page_alloc::{Gfp, PhysMem};
 use crate::stats::VmItem;
 use crate::sync::class::{PMD_LOCK, PTL};
+use crate::sync::vhook::{Clock, Current};
 use crate::sync::{charge, Cost, LockClass, SpinLockGuard};
 
 mod cursor;
@@ -262,7 +263,13 @@ impl Slot {
     /// (`page_table_lock`) — or by [`pmd_clear_detached`] (invariant 1's exception).
     #[inline]
     fn store(&self, phys: &PhysMem, e: Entry) {
-        charge(Cost::SetPte, 1);
+        self.store_on(Current, phys, e);
+    }
+
+    /// [`Self::store`], its charge on clock `c` (`vhook::Clock`: a fault's).
+    #[inline]
+    fn store_on(&self, c: impl Clock, phys: &PhysMem, e: Entry) {
+        c.charge(Cost::SetPte, 1);
         self.atomic(phys).store(e.0, Release)
     }
 
@@ -351,6 +358,12 @@ impl<'a> LockedSlot<'a> {
     #[inline]
     pub(crate) fn set(&self, e: Entry) {
         self.slot().store(self.table.phys, e)
+    }
+
+    /// [`Self::set`], its charge on clock `c` (the fault's).
+    #[inline]
+    pub(crate) fn set_on(&self, c: impl Clock, e: Entry) {
+        self.slot().store_on(c, self.table.phys, e)
     }
 }
 

@@ -13,20 +13,22 @@ use crate::addr::{Order, Pfn, MAX_PAGE_ORDER};
 use crate::cpu::CpuId;
 use crate::error::AllocError;
 use crate::stats::VmItem;
-use crate::sync::vhook::{self, Touch};
-use crate::sync::{charge, Cost};
+use crate::sync::vhook::{on_clock, Touch};
+use crate::sync::Cost;
+use crate::sync::SpinClock;
 
 impl PhysMem {
-    /// `__rmqueue_smallest` + `expand`. Caller holds `zone.lock`.
+    /// `__rmqueue_smallest` + `expand`, on the caller's clock `c`. Caller holds `zone.lock`.
     pub(super) fn rmqueue_smallest(
         &self,
+        c: impl SpinClock,
         zone: &Zone,
         fa: &mut FreeArea,
         order: Order,
     ) -> Option<Pfn> {
         let meta = self.meta_slice();
         for cur in order.0..=MAX_PAGE_ORDER {
-            if let Some(pfn) = fa.lists[cur as usize].pop_front(meta) {
+            if let Some(pfn) = fa.lists[cur as usize].pop_front_on(c, meta) {
                 let m = &meta[pfn.index()];
                 m.flags.store(0, Relaxed);
                 m.private.store(0, Relaxed);
@@ -38,7 +40,7 @@ impl PhysMem {
                     let hm = &meta[half.index()];
                     hm.flags.store(PG_BUDDY, Relaxed);
                     hm.private.store(high as u32, Relaxed);
-                    fa.lists[high as usize].push_front(meta, half);
+                    fa.lists[high as usize].push_front_on(c, meta, half);
                 }
                 // Written only under zone.lock (held): a plain update, no locked RMW.
                 let nr = zone.free_pages.load(Relaxed) - order.nr_pages();
@@ -53,12 +55,13 @@ impl PhysMem {
     }
 
     /// `__free_one_page`: merge with free buddies and put the block on its free list.
-    /// The frames' metadata must already be clean. Caller holds `zone.lock`.
+    /// The frames' metadata must already be clean. Caller holds `zone.lock`; `c` is its clock.
     ///
     /// Returns the merge steps it took (for the caller to charge `__free_one_page`'s cost
     /// under the lock).
     pub(super) fn free_one_page_locked(
         &self,
+        c: impl SpinClock,
         zone: &Zone,
         fa: &mut FreeArea,
         pfn: Pfn,
@@ -81,11 +84,11 @@ impl PhysMem {
             let bm = &meta[buddy as usize];
             // `page_is_buddy` reads the buddy's struct page: a line another CPU may have
             // written (the hot miss under zone->lock).
-            vhook::mem_touch_page(buddy, Touch::Access);
+            c.mem_touch_page(buddy, Touch::Access);
             if bm.flags.load(Relaxed) != PG_BUDDY || bm.private.load(Relaxed) != order as u32 {
                 break;
             }
-            fa.lists[order as usize].remove(meta, Pfn(buddy));
+            fa.lists[order as usize].remove_on(c, meta, Pfn(buddy));
             bm.flags.store(0, Relaxed);
             bm.private.store(0, Relaxed);
             pfn &= buddy;
@@ -94,10 +97,10 @@ impl PhysMem {
         let m = &meta[pfn as usize];
         m.flags.store(PG_BUDDY, Relaxed);
         m.private.store(order as u32, Relaxed);
-        if self.buddy_merge_likely(zone, pfn, order) {
-            fa.lists[order as usize].push_back(meta, Pfn(pfn));
+        if self.buddy_merge_likely(c, zone, pfn, order) {
+            fa.lists[order as usize].push_back_on(c, meta, Pfn(pfn));
         } else {
-            fa.lists[order as usize].push_front(meta, Pfn(pfn));
+            fa.lists[order as usize].push_front_on(c, meta, Pfn(pfn));
         }
         u64::from(order - start_order)
     }
@@ -107,7 +110,7 @@ impl PhysMem {
     /// two merge twice, so the block goes to the tail of its free list, where it is taken
     /// last. Reads that higher buddy's `struct page` (one line under `zone->lock`). Not for
     /// the two highest orders, as in the kernel. Caller holds `zone.lock`.
-    fn buddy_merge_likely(&self, zone: &Zone, pfn: u64, order: u8) -> bool {
+    fn buddy_merge_likely(&self, c: impl SpinClock, zone: &Zone, pfn: u64, order: u8) -> bool {
         if order + 1 >= MAX_PAGE_ORDER {
             return false;
         }
@@ -116,7 +119,7 @@ impl PhysMem {
         if higher_buddy < zone.start_pfn || higher_buddy + (2u64 << order) > zone.end_pfn {
             return false;
         }
-        vhook::mem_touch_page(higher_buddy, Touch::Access);
+        c.mem_touch_page(higher_buddy, Touch::Access);
         let hm = &self.meta_slice()[higher_buddy as usize];
         hm.flags.load(Relaxed) == PG_BUDDY && hm.private.load(Relaxed) == u32::from(order) + 1
     }
@@ -155,6 +158,7 @@ impl PhysMem {
         self.alloc_pages_in(cpu, order, gfp, None)
     }
 
+    /// The allocation on the clock it finds: the one test of the flag an allocation takes.
     fn alloc_pages_in(
         &self,
         cpu: CpuId,
@@ -162,10 +166,26 @@ impl PhysMem {
         gfp: Gfp,
         bind: Option<usize>,
     ) -> Result<Pfn, AllocError> {
+        // The zonelist's first node, found outside the two clocks' instances (each would
+        // otherwise keep its own out-of-line copy of `cpu_to_node`).
+        let local = self.cpus.node_of(cpu).index().min(self.nodes.len() - 1);
+        on_clock!(c => self.alloc_pages_on(c, cpu, local, order, gfp, bind))
+    }
+
+    #[inline(always)]
+    fn alloc_pages_on(
+        &self,
+        c: impl SpinClock,
+        cpu: CpuId,
+        local: usize,
+        order: Order,
+        gfp: Gfp,
+        bind: Option<usize>,
+    ) -> Result<Pfn, AllocError> {
         if order.0 > MAX_PAGE_ORDER {
             return Err(AllocError::BadOrder);
         }
-        let pfn = match self.get_page_from_freelist(cpu, order, bind) {
+        let pfn = match self.get_page_from_freelist(c, cpu, local, order, bind) {
             Some(p) => p,
             None if gfp.contains(Gfp::NOWAIT) => return Err(AllocError::NoMem),
             None => {
@@ -174,7 +194,7 @@ impl PhysMem {
                 self.drain_all_pages();
                 self.shrink_all(cpu);
                 self.drain_all_pages();
-                self.get_page_from_freelist(cpu, order, bind)
+                self.get_page_from_freelist(c, cpu, local, order, bind)
                     .ok_or(AllocError::NoMem)?
             }
         };
@@ -184,31 +204,33 @@ impl PhysMem {
             .prep_new_frames(pfn, order.nr_pages(), gfp.contains(Gfp::ZERO));
         if gfp.contains(Gfp::ZERO) {
             // clear_page per 4 KiB: the modelled kernel zeroes, whatever the backing skips.
-            charge(Cost::ClearPage, order.nr_pages());
+            c.charge(Cost::ClearPage, order.nr_pages());
         }
         self.stat
             .add(cpu, VmItem::PgallocNormal, order.nr_pages() as i64);
         Ok(pfn)
     }
 
-    /// `get_page_from_freelist`: the zonelist of `cpu`'s node, or node `bind`'s zone alone.
+    /// `get_page_from_freelist`: the zonelist of `local` (`cpu`'s node), or node `bind`'s
+    /// zone alone; on the allocation's clock `c`.
     pub(super) fn get_page_from_freelist(
         &self,
+        c: impl SpinClock,
         cpu: CpuId,
+        local: usize,
         order: Order,
         bind: Option<usize>,
     ) -> Option<Pfn> {
-        let local = self.cpus.node_of(cpu).index().min(self.nodes.len() - 1);
         let pcp = pcp_index(order);
         let try_zone = |nid: usize| {
             let zone = &self.nodes[nid].zone;
             match pcp {
-                Some(idx) => self.rmqueue_pcplist(cpu, zone, order, idx),
+                Some(idx) => self.rmqueue_pcplist(c, cpu, zone, order, idx),
                 None if zone.free_pages.load(Relaxed) < order.nr_pages() => None,
                 None => {
                     let mut fa = zone.lock.lock();
-                    let p = self.rmqueue_smallest(zone, &mut fa, order);
-                    charge(Cost::RmqueueBulkPage, 1);
+                    let p = self.rmqueue_smallest(c, zone, &mut fa, order);
+                    c.charge(Cost::RmqueueBulkPage, 1);
                     drop(fa);
                     if p.is_some() {
                         self.stat
@@ -301,7 +323,7 @@ impl PhysMem {
     pub(crate) fn free_pages(&self, cpu: CpuId, pfn: Pfn, order: Order) -> Result<(), PageError> {
         let order = self.check_free(pfn, Some(order))?;
         if self.put_testzero(pfn)? {
-            self.free_unref_page_list(cpu, &[(pfn, order)]);
+            on_clock!(c => self.free_unref_page_list(c, cpu, &[(pfn, order)]));
         }
         Ok(())
     }

@@ -13,7 +13,9 @@ use super::{Lruvec, PhysMem};
 use crate::addr::Pfn;
 use crate::cpu::CpuId;
 use crate::stats::VmItem;
-use crate::sync::{charge, Cost};
+use crate::sync::vhook::on_clock;
+use crate::sync::Cost;
+use crate::sync::SpinClock;
 
 impl PhysMem {
     /// `lru_cache_add` / `folio_add_lru`: queue a newly mapped page for the LRU in this CPU's
@@ -24,19 +26,31 @@ impl PhysMem {
     /// allocates nothing.
     #[doc(alias = "folio_add_lru")]
     pub(crate) fn lru_cache_add(&self, cpu: CpuId, pfn: Pfn) {
+        on_clock!(c => self.lru_cache_add_on(c, cpu, pfn));
+    }
+
+    /// [`Self::lru_cache_add`] on the clock `c` it found: the batch lock and the commit test
+    /// no flag.
+    #[inline(always)]
+    fn lru_cache_add_on(&self, c: impl SpinClock, cpu: CpuId, pfn: Pfn) {
         self.get_page(pfn);
         self.meta(pfn).set(PG_LRU_BATCH);
-        let mut b = self.lru_add[cpu].lock();
+        let mut b = c.spin_lock(&self.lru_add[cpu]);
         b.push(pfn);
         if b.len() >= self.lru_add_batch {
             // Lock order: lru_add batch -> lru_lock; lru_add batch -> pcp lock -> zone.lock
-            self.lru_add_batch_commit(cpu, &b);
+            self.lru_add_batch_commit_on(c, cpu, &b);
             b.clear();
         }
     }
 
     /// `__pagevec_lru_add` then drop the batch's references (`release_pages`).
     pub(super) fn lru_add_batch_commit(&self, cpu: CpuId, batch: &[Pfn]) {
+        on_clock!(c => self.lru_add_batch_commit_on(c, cpu, batch));
+    }
+
+    /// [`Self::lru_add_batch_commit`] on the clock `c` it found.
+    fn lru_add_batch_commit_on(&self, c: impl SpinClock, cpu: CpuId, batch: &[Pfn]) {
         let meta = self.meta_slice();
         let mut held: Option<(usize, crate::sync::StatMutexGuard<'_, Lruvec>)> = None;
         let (mut anon, mut unevictable) = (0i64, 0i64);
@@ -45,7 +59,7 @@ impl PhysMem {
         for &pfn in batch {
             let nid = self.node_of(pfn);
             if held.as_ref().map(|(n, _)| *n) != Some(nid) {
-                charge(Cost::LruAdd, std::mem::take(&mut adds));
+                c.charge(Cost::LruAdd, std::mem::take(&mut adds));
                 drop(held.take());
                 held = Some((nid, self.nodes[nid].lru.lock()));
             }
@@ -58,16 +72,16 @@ impl PhysMem {
                 1
             };
             if m.test(PG_MLOCKED) {
-                vec.unevictable.push_back(meta, pfn);
+                vec.unevictable.push_back_on(c, meta, pfn);
                 unevictable += nr;
             } else {
-                vec.inactive_anon.push_back(meta, pfn);
+                vec.inactive_anon.push_back_on(c, meta, pfn);
                 anon += nr;
             }
             m.clear(PG_LRU_BATCH);
             m.set(PG_LRU);
         }
-        charge(Cost::LruAdd, adds);
+        c.charge(Cost::LruAdd, adds);
         drop(held);
         self.stat.add(cpu, VmItem::NrInactiveAnon, anon);
         self.stat.add(cpu, VmItem::NrUnevictable, unevictable);

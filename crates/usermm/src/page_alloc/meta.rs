@@ -35,8 +35,8 @@ use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU8, Ordering::Relaxed};
 use crate::addr::Pfn;
 use crate::backing::ZeroValid;
 use crate::sync::primitive::atomic::AtomicI32 as PrimAtomicI32;
-use crate::sync::vhook::ListOp;
-use crate::sync::{vhook, PtLock};
+use crate::sync::vhook::{Clock, Current, ListOp};
+use crate::sync::PtLock;
 
 /// No frame: the end of a list.
 pub const NIL: u32 = u32::MAX;
@@ -220,13 +220,14 @@ impl PfnList {
         std::ptr::from_ref(self) as usize
     }
 
-    /// `list_add`: `pfn` becomes the first entry.
+    /// `list_add`: `pfn` becomes the first entry; its hook on clock `c` (`vhook::Clock`: the
+    /// hooks of an operation that decided its clock once).
     #[inline]
-    pub(crate) fn push_front(&mut self, meta: &[PageMeta], pfn: Pfn) {
+    pub(crate) fn push_front_on(&mut self, c: impl Clock, meta: &[PageMeta], pfn: Pfn) {
         // The new entry, the old first entry's `prev`, the head.
-        vhook::mem_touch_list(
+        c.mem_touch_list(
             ListOp::Add,
-            self.head_line(),
+            || self.head_line(),
             [pfn.0 as u32, self.head, NIL],
         );
         self.link_between(meta, pfn, NIL, self.head);
@@ -235,10 +236,16 @@ impl PfnList {
     /// `list_add_tail`: `pfn` becomes the last entry.
     #[inline]
     pub(crate) fn push_back(&mut self, meta: &[PageMeta], pfn: Pfn) {
+        self.push_back_on(Current, meta, pfn);
+    }
+
+    /// [`Self::push_back`] on clock `c`.
+    #[inline]
+    pub(crate) fn push_back_on(&mut self, c: impl Clock, meta: &[PageMeta], pfn: Pfn) {
         // The new entry, the old last entry's `next`, the head.
-        vhook::mem_touch_list(
+        c.mem_touch_list(
             ListOp::Add,
-            self.head_line(),
+            || self.head_line(),
             [pfn.0 as u32, self.tail, NIL],
         );
         self.link_between(meta, pfn, self.tail, NIL);
@@ -268,16 +275,22 @@ impl PfnList {
     /// Unlink `pfn`, which must be on this list.
     #[inline]
     pub(crate) fn remove(&mut self, meta: &[PageMeta], pfn: Pfn) {
+        self.remove_on(Current, meta, pfn);
+    }
+
+    /// [`Self::remove`] on clock `c`.
+    #[inline]
+    pub(crate) fn remove_on(&mut self, c: impl Clock, meta: &[PageMeta], pfn: Pfn) {
         let m = &meta[pfn.index()];
         let (n, p) = (m.next.load(Relaxed), m.prev.load(Relaxed));
         // `list_del`: the entry and both neighbours; the head only when the entry was first
         // or last (an empty list's head is rewritten too).
-        let head = if p == NIL || n == NIL {
-            self.head_line()
-        } else {
-            0
-        };
-        vhook::mem_touch_list(ListOp::Del, head, [pfn.0 as u32, p, n]);
+        let head_line = self.head_line();
+        c.mem_touch_list(
+            ListOp::Del,
+            || if p == NIL || n == NIL { head_line } else { 0 },
+            [pfn.0 as u32, p, n],
+        );
         if p == NIL {
             debug_assert_eq!(self.head, pfn.0 as u32);
             self.head = n;
@@ -295,22 +308,24 @@ impl PfnList {
         self.len -= 1;
     }
 
+    /// `list_first_entry` + `list_del`, on clock `c`.
     #[inline]
-    pub(crate) fn pop_front(&mut self, meta: &[PageMeta]) -> Option<Pfn> {
-        self.pop(meta, self.head)
+    pub(crate) fn pop_front_on(&mut self, c: impl Clock, meta: &[PageMeta]) -> Option<Pfn> {
+        self.pop_on(c, meta, self.head)
     }
 
+    /// `list_last_entry` + `list_del`, on clock `c`.
     #[inline]
-    pub(crate) fn pop_back(&mut self, meta: &[PageMeta]) -> Option<Pfn> {
-        self.pop(meta, self.tail)
+    pub(crate) fn pop_back_on(&mut self, c: impl Clock, meta: &[PageMeta]) -> Option<Pfn> {
+        self.pop_on(c, meta, self.tail)
     }
 
     /// Unlink and return `end`, the first or the last entry (`None`: `NIL`, the list is empty).
     #[inline]
-    fn pop(&mut self, meta: &[PageMeta], end: u32) -> Option<Pfn> {
+    fn pop_on(&mut self, c: impl Clock, meta: &[PageMeta], end: u32) -> Option<Pfn> {
         (end != NIL).then(|| {
             let pfn = Pfn(end as u64);
-            self.remove(meta, pfn);
+            self.remove_on(c, meta, pfn);
             pfn
         })
     }
@@ -332,6 +347,7 @@ impl PfnList {
 mod test {
     use super::*;
     use crate::backing::ZeroedArray;
+    use crate::sync::vhook::Wall;
 
     #[test]
     fn page_meta_fits_in_32_bytes() {
@@ -364,7 +380,7 @@ mod test {
         for i in 0..5 {
             l.push_back(meta, Pfn(i));
         }
-        l.push_front(meta, Pfn(7));
+        l.push_front_on(Current, meta, Pfn(7));
         assert_eq!(
             l.iter(meta).map(|p| p.0).collect::<Vec<_>>(),
             [7, 0, 1, 2, 3, 4]
@@ -373,10 +389,10 @@ mod test {
         l.remove(meta, Pfn(7));
         l.remove(meta, Pfn(4));
         assert_eq!(l.iter(meta).map(|p| p.0).collect::<Vec<_>>(), [0, 1, 3]);
-        assert_eq!(l.pop_back(meta), Some(Pfn(3)));
-        assert_eq!(l.pop_front(meta), Some(Pfn(0)));
-        assert_eq!(l.pop_front(meta), Some(Pfn(1)));
-        assert_eq!(l.pop_front(meta), None);
+        assert_eq!(l.pop_back_on(Current, meta), Some(Pfn(3)));
+        assert_eq!(l.pop_front_on(Wall, meta), Some(Pfn(0)));
+        assert_eq!(l.pop_front_on(Current, meta), Some(Pfn(1)));
+        assert_eq!(l.pop_front_on(Current, meta), None);
         assert!(l.is_empty());
     }
 }

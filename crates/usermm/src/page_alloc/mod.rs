@@ -111,6 +111,7 @@ use crate::stats::{LockStatSnapshot, VmItem, VmStat};
 use crate::sync::class::{
     HUGETLB_LOCK, LRU_ADD_BATCH, LRU_LOCK, PCP_LOCK, SHRINKER_RWSEM, ZONE_LOCK,
 };
+use crate::sync::clock::LockstatClock;
 use crate::sync::{RwSem, SpinLock, StatMutex};
 
 /// Allocation flags (`gfp_t`), the few the engine distinguishes: one type for the page
@@ -331,6 +332,8 @@ impl PhysMem {
         if cfg.prefault {
             backing.prefault()?;
         }
+        // Every lock of a virtual machine is used in its runs: lock_stat stamps on `now`.
+        let virtual_time = cfg.time.mode == crate::config::TimeMode::Virtual;
         let nodes = (0..nr_nodes)
             .map(|n| {
                 let start = n * frames_per_node;
@@ -344,13 +347,23 @@ impl PhysMem {
                         node: NodeId(n as u16),
                         start_pfn: start,
                         end_pfn: end,
-                        lock: StatMutex::new(&ZONE_LOCK, "&zone->lock", FreeArea::default()),
+                        lock: StatMutex::with_clock(
+                            &ZONE_LOCK,
+                            "&zone->lock",
+                            FreeArea::default(),
+                            LockstatClock::for_machine(virtual_time),
+                        ),
                         free_pages: AtomicU64::new(0),
                         pcp: PerCpu::new(cpus.nr_possible(), |_| {
                             SpinLock::new(&PCP_LOCK, PerCpuPages::default())
                         }),
                     },
-                    lru: StatMutex::new(&LRU_LOCK, "&lruvec->lru_lock", Lruvec::default()),
+                    lru: StatMutex::with_clock(
+                        &LRU_LOCK,
+                        "&lruvec->lru_lock",
+                        Lruvec::default(),
+                        LockstatClock::for_machine(virtual_time),
+                    ),
                 }
             })
             .collect();

@@ -11,15 +11,19 @@ use super::{pcp_index, PerCpuPages, PhysMem, Zone, NR_PCP_LISTS, PCP_BATCH_SCALE
 use crate::addr::{Order, Pfn};
 use crate::cpu::CpuId;
 use crate::stats::VmItem;
-use crate::sync::{charge, Cost};
+use crate::sync::vhook::on_clock;
+use crate::sync::Cost;
+use crate::sync::SpinClock;
 
 impl PhysMem {
     /// `free_pcppages_bulk`: move `count` pages from a pcp to the buddy, oldest first,
     /// round-robin over the lists. Caller holds the pcp lock; takes `zone.lock`. With
     /// `pcp.pick_outside_lock` (v4.18–v5.17, Aaron Lu's follow-up to seeds 000/001) the pages
-    /// are taken off the pcp lists first and `zone.lock` covers only the merges.
+    /// are taken off the pcp lists first and `zone.lock` covers only the merges. `c`: the
+    /// clock of the free (or drain) it is part of.
     pub(super) fn free_pcppages_bulk(
         &self,
+        c: impl SpinClock,
         cpu: CpuId,
         zone: &Zone,
         pcp: &mut PerCpuPages,
@@ -35,7 +39,7 @@ impl PhysMem {
                 .find(|&i| !pcp.lists[i].is_empty())
                 .expect("pcp count > 0 with empty lists");
             idx = list + 1;
-            let pfn = pcp.lists[list].pop_back(meta).expect("non-empty");
+            let pfn = pcp.lists[list].pop_back_on(c, meta).expect("non-empty");
             let m = &meta[pfn.index()];
             let order = Order(m.order.load(Relaxed));
             m.flags.store(0, Relaxed);
@@ -55,10 +59,10 @@ impl PhysMem {
             let mut fa = zone.lock.lock();
             let mut merges = 0;
             for &(pfn, order) in &picked {
-                merges += self.free_one_page_locked(zone, &mut fa, pfn, order);
+                merges += self.free_one_page_locked(c, zone, &mut fa, pfn, order);
             }
-            charge(Cost::FreePcppagesBulkPage, picked.len() as u64);
-            charge(Cost::FreeOneMerge, merges);
+            c.charge(Cost::FreePcppagesBulkPage, picked.len() as u64);
+            c.charge(Cost::FreeOneMerge, merges);
             drop(fa);
             picked.clear();
             pcp.picked = picked;
@@ -71,10 +75,10 @@ impl PhysMem {
                 todo -= order.nr_pages() as i64;
                 freed += order.nr_pages();
                 blocks += 1;
-                merges += self.free_one_page_locked(zone, &mut fa, pfn, order);
+                merges += self.free_one_page_locked(c, zone, &mut fa, pfn, order);
             }
-            charge(Cost::FreePcppagesBulkPage, blocks);
-            charge(Cost::FreeOneMerge, merges);
+            c.charge(Cost::FreePcppagesBulkPage, blocks);
+            c.charge(Cost::FreeOneMerge, merges);
             drop(fa);
         }
         self.zone_mask
@@ -87,6 +91,7 @@ impl PhysMem {
     #[inline]
     pub(super) fn pcp_commit(
         &self,
+        c: impl SpinClock,
         cpu: CpuId,
         zone: &Zone,
         pcp: &mut PerCpuPages,
@@ -97,14 +102,14 @@ impl PhysMem {
         let m = self.meta(pfn);
         m.flags.store(PG_PCP, Relaxed);
         m.order.store(o.0, Relaxed);
-        pcp.lists[idx].push_front(self.meta_slice(), pfn);
+        pcp.lists[idx].push_front_on(c, self.meta_slice(), pfn);
         let nr = o.nr_pages() as u32;
         pcp.count += nr;
         self.zone_mask
             .set_pcp(cpu, zone.node.index(), pcp.count > 0);
         if !self.pcp_auto_tune {
             if pcp.count >= self.pcp_high {
-                self.free_pcppages_bulk(cpu, zone, pcp, self.pcp_batch);
+                self.free_pcppages_bulk(c, cpu, zone, pcp, self.pcp_batch);
             }
             return;
         }
@@ -114,7 +119,7 @@ impl PhysMem {
         let high = self.nr_pcp_high(pcp);
         if pcp.count >= high {
             let n = self.nr_pcp_free(pcp, high);
-            self.free_pcppages_bulk(cpu, zone, pcp, n);
+            self.free_pcppages_bulk(c, cpu, zone, pcp, n);
         }
     }
 
@@ -148,16 +153,17 @@ impl PhysMem {
     }
 
     /// `rmqueue_pcplist`: take a block from this CPU's list, refilling it from the buddy with
-    /// `batch` pages when empty.
+    /// `batch` pages when empty; on the allocation's clock `c`.
     pub(super) fn rmqueue_pcplist(
         &self,
+        c: impl SpinClock,
         cpu: CpuId,
         zone: &Zone,
         order: Order,
         idx: usize,
     ) -> Option<Pfn> {
         let meta = self.meta_slice();
-        let mut pcp = zone.pcp[cpu].lock();
+        let mut pcp = c.spin_lock(&zone.pcp[cpu]);
         // An allocation ends a run of frees: drains shrink back towards `batch`.
         pcp.free_count >>= 1;
         if pcp.lists[idx].is_empty() {
@@ -176,17 +182,17 @@ impl PhysMem {
             let mut fa = zone.lock.lock();
             let mut got = 0u64;
             for _ in 0..blocks {
-                let Some(pfn) = self.rmqueue_smallest(zone, &mut fa, order) else {
+                let Some(pfn) = self.rmqueue_smallest(c, zone, &mut fa, order) else {
                     break;
                 };
                 let m = &meta[pfn.index()];
                 m.flags.store(PG_PCP, Relaxed);
                 m.order.store(order.0, Relaxed);
-                pcp.lists[idx].push_back(meta, pfn);
+                pcp.lists[idx].push_back_on(c, meta, pfn);
                 pcp.count += order.nr_pages() as u32;
                 got += order.nr_pages();
             }
-            charge(Cost::RmqueueBulkPage, got >> order.0);
+            c.charge(Cost::RmqueueBulkPage, got >> order.0);
             drop(fa);
             if got == 0 {
                 return None;
@@ -194,8 +200,8 @@ impl PhysMem {
             self.stat.add(cpu, VmItem::NrFreePages, -(got as i64));
             self.stat.inc(cpu, VmItem::PcpRefill);
         }
-        let pfn = pcp.lists[idx].pop_front(meta)?;
-        charge(Cost::RmqueuePcp, 1);
+        let pfn = pcp.lists[idx].pop_front_on(c, meta)?;
+        c.charge(Cost::RmqueuePcp, 1);
         pcp.count -= order.nr_pages() as u32;
         self.zone_mask
             .set_pcp(cpu, zone.node.index(), pcp.count > 0);
@@ -207,12 +213,16 @@ impl PhysMem {
 
     /// `drain_all_pages`: return every CPU's pcp pages to the buddy.
     pub fn drain_all_pages(&self) {
+        on_clock!(c => self.drain_all_pages_on(c));
+    }
+
+    fn drain_all_pages_on(&self, c: impl SpinClock) {
         for node in self.nodes.iter() {
             for cpu in self.cpus.all() {
                 let mut pcp = node.zone.pcp[cpu].lock();
                 let n = pcp.count;
                 if n > 0 {
-                    self.free_pcppages_bulk(cpu, &node.zone, &mut pcp, n);
+                    self.free_pcppages_bulk(c, cpu, &node.zone, &mut pcp, n);
                 }
             }
         }
@@ -221,9 +231,15 @@ impl PhysMem {
 
 impl PhysMem {
     /// `free_unref_page_list`: blocks with no references left go to this CPU's pcp lists,
-    /// keeping one pcp lock across consecutive blocks of the same zone.
-    pub(super) fn free_unref_page_list(&self, cpu: CpuId, blocks: &[(Pfn, Order)]) {
-        let mut held: Option<(usize, crate::sync::SpinLockGuard<'_, PerCpuPages>)> = None;
+    /// keeping one pcp lock across consecutive blocks of the same zone; on the clock `c` of
+    /// the free it is part of.
+    pub(super) fn free_unref_page_list<C: SpinClock>(
+        &self,
+        c: C,
+        cpu: CpuId,
+        blocks: &[(Pfn, Order)],
+    ) {
+        let mut held: Option<(usize, C::SpinGuard<'_, PerCpuPages>)> = None;
         let mut freed = 0i64;
         for &(pfn, order) in blocks {
             if self.meta(pfn).test(PG_HUGETLB) {
@@ -235,12 +251,12 @@ impl PhysMem {
             let nid = self.node_of(pfn);
             let zone = &self.nodes[nid].zone;
             // free_unref_page: prepare and put on the pcp list (or the buddy, below).
-            charge(Cost::FreeUnrefPage, 1);
+            c.charge(Cost::FreeUnrefPage, 1);
             if pcp_index(order).is_none() {
                 held = None;
                 let mut fa = zone.lock.lock();
-                let merges = self.free_one_page_locked(zone, &mut fa, pfn, order);
-                charge(Cost::FreeOneMerge, merges);
+                let merges = self.free_one_page_locked(c, zone, &mut fa, pfn, order);
+                c.charge(Cost::FreeOneMerge, merges);
                 drop(fa);
                 self.stat
                     .add(cpu, VmItem::NrFreePages, order.nr_pages() as i64);
@@ -248,10 +264,10 @@ impl PhysMem {
             }
             if held.as_ref().map(|(n, _)| *n) != Some(nid) {
                 drop(held.take());
-                held = Some((nid, zone.pcp[cpu].lock()));
+                held = Some((nid, c.spin_lock(&zone.pcp[cpu])));
             }
             let pcp = &mut held.as_mut().expect("locked").1;
-            self.pcp_commit(cpu, zone, pcp, pfn, order);
+            self.pcp_commit(c, cpu, zone, pcp, pfn, order);
         }
         if freed != 0 {
             self.stat.add(cpu, VmItem::Pgfree, freed);

@@ -11,8 +11,9 @@ use super::{Lruvec, PhysMem};
 use crate::addr::{Order, Pfn};
 use crate::cpu::CpuId;
 use crate::stats::VmItem;
-use crate::sync::vhook::{self, Touch};
-use crate::sync::{charge, Cost};
+use crate::sync::vhook::{on_clock, Touch};
+use crate::sync::Cost;
+use crate::sync::SpinClock;
 
 impl PhysMem {
     /// `release_pages`: drop one reference on each page; those that reach zero leave the LRU
@@ -22,6 +23,11 @@ impl PhysMem {
     #[doc(alias = "free_pages_and_swap_cache")]
     #[doc(alias = "folios_put_refs")]
     pub(crate) fn release_pages(&self, cpu: CpuId, pages: &[Pfn]) {
+        on_clock!(c => self.release_pages_on(c, cpu, pages));
+    }
+
+    /// [`Self::release_pages`] on the clock `c` it found: its loop's hooks test no flag.
+    fn release_pages_on(&self, c: impl SpinClock, cpu: CpuId, pages: &[Pfn]) {
         let meta = self.meta_slice();
         // Sized at the first page that is really freed: releasing the references of an LRU-add
         // batch (pages still mapped) allocates nothing.
@@ -42,14 +48,14 @@ impl PhysMem {
             if lru.is_some() {
                 lock_batch += 1;
                 if lock_batch == self.lru_lock_batch {
-                    charge(Cost::LruDel, std::mem::take(&mut dels));
+                    c.charge(Cost::LruDel, std::mem::take(&mut dels));
                     lru = None;
                     lock_batch = 0;
                 }
             }
             // `folio_put_testzero`: the first write of the page's line on the freeing CPU
             // (a worker's line was last written by the zapping CPU), a locked RMW.
-            vhook::mem_touch_page(pfn.0, Touch::Rmw);
+            c.mem_touch_page(pfn.0, Touch::Rmw);
             match self.put_testzero(pfn) {
                 Ok(true) => {}
                 Ok(false) => continue,
@@ -62,7 +68,7 @@ impl PhysMem {
             if f & PG_LRU != 0 {
                 let nid = self.node_of(pfn);
                 if lru.as_ref().map(|(n, _)| *n) != Some(nid) {
-                    charge(Cost::LruDel, std::mem::take(&mut dels));
+                    c.charge(Cost::LruDel, std::mem::take(&mut dels));
                     drop(lru.take());
                     lock_batch = 0;
                     lru = Some((nid, self.nodes[nid].lru.lock()));
@@ -75,10 +81,10 @@ impl PhysMem {
                     1
                 };
                 if f & PG_MLOCKED != 0 {
-                    vec.unevictable.remove(meta, pfn);
+                    vec.unevictable.remove_on(c, meta, pfn);
                     unevictable_removed += nr;
                 } else {
-                    vec.inactive_anon.remove(meta, pfn);
+                    vec.inactive_anon.remove_on(c, meta, pfn);
                     lru_removed += nr;
                 }
                 // __ClearPageLRU: the last reference is gone, nobody else writes the flags.
@@ -94,7 +100,7 @@ impl PhysMem {
             }
             to_free.push((pfn, order));
         }
-        charge(Cost::LruDel, dels);
+        c.charge(Cost::LruDel, dels);
         drop(lru);
         if lru_removed != 0 {
             self.stat.add(cpu, VmItem::NrInactiveAnon, -lru_removed);
@@ -103,6 +109,6 @@ impl PhysMem {
             self.stat
                 .add(cpu, VmItem::NrUnevictable, -unevictable_removed);
         }
-        self.free_unref_page_list(cpu, &to_free);
+        self.free_unref_page_list(c, cpu, &to_free);
     }
 }

@@ -28,7 +28,13 @@
 //! Linux's `nonstop_tsc`) or not x86-64, the clock reads [`now`] instead.
 //!
 //! In a virtual run, [`LockstatClock`] reads [`now`]: this is the one place where hold times
-//! meet the host's TSC, so the virtual clock replaces it here and nowhere else.
+//! meet the host's TSC, so the virtual clock replaces it here and nowhere else. Which of the
+//! two a clock reads is resolved once, when it is built for its machine
+//! ([`LockstatClock::for_machine`]: a virtual machine's clocks never read the TSC), so that
+//! a stamp takes one test of the clock's own flag, not that and the seam's thread-local as
+//! well. A clock built on its own ([`LockstatClock::new`], a test's lock) resolves it by
+//! whether it is built inside a virtual run; debug builds check that a TSC clock is never
+//! read inside one.
 
 #![expect(unsafe_code)] // fenced (lib.rs, "Unsafe"): `clock_gettime`, `rdtsc`
 
@@ -125,7 +131,8 @@ pub enum LockstatStamp {
 #[doc(alias = "local_clock")]
 #[derive(Debug)]
 pub struct LockstatClock {
-    /// The TSC is usable: resolved once, at construction.
+    /// Stamps are TSC ticks: the host has an invariant TSC and the clock belongs to a wall
+    /// machine. Resolved once, at construction.
     tsc: bool,
     /// `CLOCK_MONOTONIC` ns and TSC ticks read together at construction.
     born_ns: u64,
@@ -141,9 +148,16 @@ impl Default for LockstatClock {
 }
 
 impl LockstatClock {
-    /// A clock on the TSC where the host has an invariant one, on [`now`] otherwise.
+    /// A clock on the TSC where the host has an invariant one and this is not built inside
+    /// a virtual run, on [`now`] otherwise.
     pub fn new() -> Self {
-        Self::with_tsc(invariant_tsc())
+        Self::for_machine(vhook::active())
+    }
+
+    /// The clock of a machine's locks: on [`now`] for a virtual machine (`virtual_time`),
+    /// whose every lock is used in its runs only; else as [`Self::new`] on the host.
+    pub fn for_machine(virtual_time: bool) -> Self {
+        Self::with_tsc(!virtual_time && invariant_tsc())
     }
 
     /// A clock on the same counter, origin and rate (once fixed) as this one: what a new
@@ -169,10 +183,15 @@ impl LockstatClock {
         }
     }
 
-    /// `lockstat_clock()`: now.
+    /// `lockstat_clock()`: now. One test: a clock that may be read in a virtual run does not
+    /// read the TSC (see the module documentation).
     #[inline]
     pub fn now(&self) -> LockstatStamp {
-        if self.tsc && !vhook::active() {
+        debug_assert!(
+            !(self.tsc && vhook::active()),
+            "a wall machine's lock_stat clock read in a virtual run"
+        );
+        if self.tsc {
             LockstatStamp::Tsc(rdtsc())
         } else {
             LockstatStamp::Ktime(now())

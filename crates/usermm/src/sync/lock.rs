@@ -14,7 +14,11 @@
 //! `lock`: `vhook::lock_acquire` then the host lock; `try_lock`:
 //! `vhook::lock_try_acquire`; the guard's drop: the host unlock then
 //! `vhook::lock_release`; dropping the lock: `vhook::lock_forget`. Each is behind one
-//! `vhook::active` test, so the host path pays a thread-local load and a branch.
+//! `vhook::active` test, so the host path pays a thread-local load and a branch. The guard
+//! keeps the lock's `LockMap` (one word); the id and class the release hook needs are derived
+//! from it only in virtual time. An operation that has decided its clock already
+//! (`vhook::Clock`) takes the lock with `lock_wall` on the wall clock: the host guard alone,
+//! with no test at either end (what `no_vtime_seam` builds for every lock).
 //!
 //! # Guards are the proof
 //! A [`SpinLockGuard`] or [`MutexGuard`] is the only way to the data; functions that need the
@@ -25,21 +29,30 @@ use std::fmt;
 use super::class::LockClass;
 use super::clock;
 use super::primitive::{RawMutex, RawMutexGuard};
-use super::vhook::{self, LockMap, Mode};
+use super::vhook::{self, Clock, Current, LockMap, Mode, Virtual, Wall};
 
 /// Tells virtual time that an exclusive hold ended. A guard's last field: it drops after the
-/// host guard, i.e. after the host lock is released.
+/// host guard, i.e. after the host lock is released. It keeps the lock's map; the id and
+/// class are derived from it at the release, and only in virtual time (a wall-mode guard
+/// stores one word for them, not two).
 #[derive(Debug)]
-struct ExclusiveRelease {
-    id: usize,
-    class: &'static LockClass,
+struct ExclusiveRelease<'a> {
+    map: &'a LockMap,
 }
 
-impl Drop for ExclusiveRelease {
+impl ExclusiveRelease<'_> {
+    #[inline]
+    fn id_class(&self) -> (usize, &'static LockClass) {
+        (self.map.id(), self.map.class())
+    }
+}
+
+impl Drop for ExclusiveRelease<'_> {
     #[inline]
     fn drop(&mut self) {
         if vhook::active() {
-            vhook::lock_release(self.id, self.class, Mode::Exclusive);
+            let (id, class) = self.id_class();
+            vhook::lock_release(id, class, Mode::Exclusive);
         }
     }
 }
@@ -51,11 +64,54 @@ pub struct SpinLock<T> {
     raw: RawMutex<T>,
 }
 
+/// A [`SpinLock`] held by an operation that knows it runs on the wall clock
+/// ([`SpinLock::lock_wall`]): the host guard alone, no release hook to test at its drop.
+#[must_use = "if unused the lock is released at once"]
+pub(crate) struct SpinLockWallGuard<'a, T> {
+    inner: RawMutexGuard<'a, T>,
+}
+
+/// A [`Clock`] that can take a [`SpinLock`]: on [`Wall`] the host guard alone
+/// ([`SpinLock::lock_wall`]), otherwise the seam's guard with its release hook.
+pub(crate) trait SpinClock: Clock {
+    type SpinGuard<'a, T: 'a>: std::ops::DerefMut<Target = T>;
+
+    /// `spin_lock` on this clock.
+    fn spin_lock<T>(self, lock: &SpinLock<T>) -> Self::SpinGuard<'_, T>;
+}
+
+impl SpinClock for Wall {
+    type SpinGuard<'a, T: 'a> = SpinLockWallGuard<'a, T>;
+
+    #[inline(always)]
+    fn spin_lock<T>(self, lock: &SpinLock<T>) -> SpinLockWallGuard<'_, T> {
+        lock.lock_wall(self)
+    }
+}
+
+impl SpinClock for Virtual {
+    type SpinGuard<'a, T: 'a> = SpinLockGuard<'a, T>;
+
+    #[inline(always)]
+    fn spin_lock<T>(self, lock: &SpinLock<T>) -> SpinLockGuard<'_, T> {
+        lock.lock()
+    }
+}
+
+impl SpinClock for Current {
+    type SpinGuard<'a, T: 'a> = SpinLockGuard<'a, T>;
+
+    #[inline(always)]
+    fn spin_lock<T>(self, lock: &SpinLock<T>) -> SpinLockGuard<'_, T> {
+        lock.lock()
+    }
+}
+
 /// Exclusive access to a [`SpinLock`]'s data; dropping it is `spin_unlock`.
 #[must_use = "if unused the lock is released at once"]
 pub struct SpinLockGuard<'a, T> {
     inner: RawMutexGuard<'a, T>,
-    release: ExclusiveRelease,
+    release: ExclusiveRelease<'a>,
 }
 
 impl<T> SpinLock<T> {
@@ -78,10 +134,7 @@ impl<T> SpinLock<T> {
     fn guard<'a>(&'a self, inner: RawMutexGuard<'a, T>) -> SpinLockGuard<'a, T> {
         SpinLockGuard {
             inner,
-            release: ExclusiveRelease {
-                id: self.id(),
-                class: self.map.class(),
-            },
+            release: ExclusiveRelease { map: &self.map },
         }
     }
 
@@ -93,6 +146,16 @@ impl<T> SpinLock<T> {
             return self.lock_virtual().0;
         }
         self.guard(self.raw.lock())
+    }
+
+    /// `spin_lock` by a caller that has tested the clock already and is on the wall clock
+    /// (`vhook::Wall`, through `SpinClock::spin_lock`): the host lock only, no hook and no
+    /// test of the seam's flag, here or at the release.
+    #[inline]
+    pub(crate) fn lock_wall(&self, _clock: vhook::Wall) -> SpinLockWallGuard<'_, T> {
+        SpinLockWallGuard {
+            inner: self.raw.lock(),
+        }
     }
 
     /// `spin_trylock`.
@@ -161,6 +224,7 @@ impl<T> fmt::Debug for SpinLock<T> {
 }
 
 guard_deref!(mut SpinLockGuard.inner);
+guard_deref!(mut SpinLockWallGuard.inner);
 
 impl<T> SpinLockGuard<'_, T> {
     /// Release the lock while `f` runs, then take it again (the guard stays valid; the data may
@@ -169,7 +233,7 @@ impl<T> SpinLockGuard<'_, T> {
         if !vhook::active() {
             return RawMutexGuard::unlocked(&mut s.inner, f);
         }
-        let (id, class) = (s.release.id, s.release.class);
+        let (id, class) = s.release.id_class();
         RawMutexGuard::unlocked(&mut s.inner, || {
             vhook::lock_release(id, class, Mode::Exclusive);
             let r = f();
@@ -243,10 +307,10 @@ impl<'a, T> MutexGuard<'a, T> {
 
     /// The host guard and the lock's identity, for [`CondVar`](super::CondVar).
     pub(super) fn parts(&mut self) -> (&mut RawMutexGuard<'a, T>, usize, &'static LockClass) {
-        let (id, class) = (self.0.release.id, self.0.release.class);
+        let (id, class) = self.0.release.id_class();
         (&mut self.0.inner, id, class)
     }
 }
 
 guard_deref!(mut MutexGuard.0);
-guard_debug!(SpinLockGuard, MutexGuard);
+guard_debug!(SpinLockGuard, MutexGuard, SpinLockWallGuard);

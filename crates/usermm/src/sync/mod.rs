@@ -103,6 +103,7 @@ pub mod workqueue;
 pub use self::class::{LineClass, LockClass, WaitKind};
 pub use self::clock::Ktime;
 pub use self::condvar::{Barrier, Completion, CondVar};
+pub(crate) use self::lock::SpinClock;
 pub use self::lock::{Mutex, MutexGuard, SpinLock, SpinLockGuard};
 pub use self::mmap_lock::{
     HoldTimeSummary, MmapLock, MmapLockInfo, MmapLockStats, MmapReadGuard, MmapWriteGuard,

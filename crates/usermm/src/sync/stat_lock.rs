@@ -31,10 +31,20 @@ pub struct StatMutexGuard<'a, T> {
 impl<T> StatMutex<T> {
     /// A lock of class `class` whose lock_stat line is named `name` (`&zone->lock`).
     pub fn new(class: &'static LockClass, name: &'static str, value: T) -> Self {
+        Self::with_clock(class, name, value, LockstatClock::new())
+    }
+
+    /// [`Self::new`] with hold times on `clock` (a machine's: [`LockstatClock::for_machine`]).
+    pub fn with_clock(
+        class: &'static LockClass,
+        name: &'static str,
+        value: T,
+        clock: LockstatClock,
+    ) -> Self {
         Self {
             inner: SpinLock::new(class, value),
             stat: LockStat::new(name),
-            clock: LockstatClock::new(),
+            clock,
         }
     }
 

@@ -29,8 +29,9 @@
 //! which is safe because accesses never take a PTL.
 
 use super::class::TLB_GATE;
+use super::rwsem::RwSemWallReadGuard;
 use super::vhook;
-use super::{charge, Cost, RwSem, RwSemReadGuard};
+use super::{charge, Cost, RwSem};
 
 /// One CPU's TLB gate (see the module doc).
 #[derive(Debug)]
@@ -42,7 +43,7 @@ pub struct TlbGate {
 /// section (virtual time).
 #[must_use = "the access is over when the guard is dropped"]
 pub struct TlbGateGuard<'a> {
-    _read: Option<RwSemReadGuard<'a, ()>>,
+    _read: Option<RwSemWallReadGuard<'a, ()>>,
     _section: Option<crate::vtime::hooks::AtomicSection>,
 }
 
@@ -61,13 +62,19 @@ impl TlbGate {
         }
     }
 
-    /// Start an access on this gate's CPU.
+    /// Start an access on this gate's CPU. One test of the clock: the wall path takes the
+    /// host lock with no hook of its own (`RwSem::read_wall`).
     #[inline]
     pub fn enter(&self) -> TlbGateGuard<'_> {
-        let virt = vhook::active();
+        if vhook::active() {
+            return TlbGateGuard {
+                _read: None,
+                _section: Some(vhook::atomic_section()),
+            };
+        }
         TlbGateGuard {
-            _read: (!virt).then(|| self.lock.read()),
-            _section: virt.then(vhook::atomic_section),
+            _read: Some(self.lock.read_wall(vhook::Wall)),
+            _section: None,
         }
     }
 

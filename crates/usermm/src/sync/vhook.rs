@@ -12,6 +12,12 @@
 //! primitives first test `active` (one thread-local load and a branch) and take the host path
 //! when it is false, so wall mode pays only that test.
 //!
+//! Where the hooks cluster (an allocator call's list operations, buddy checks, charges and
+//! pcp lock; `release_pages`; an LRU-add batch; a fault's walk and charges; a TLB gate's
+//! access), the operation reads the flag once at its entry ([`on_clock!`]) and passes a
+//! zero-sized [`Clock`] down: on [`Wall`] its inner hooks compile to nothing, as in a
+//! `no_vtime_seam` build, so they take no thread-local test each.
+//!
 //! Each hook forwards, one for one, to [`crate::vtime::hooks`], the runtime's side of the
 //! contract; the types they exchange ([`Mode`], [`Acquired`], [`Cost`], and the classes) are
 //! the runtime's, re-exported here, so that a class static is one object for both. Outside a
@@ -27,7 +33,7 @@
 //! | `line_forget` | dropping a `SharedLine` |
 //! | `cv_wait` / `cv_notify` | `CondVar::wait`, `CondVar::notify_*` (and so `Completion`) |
 //! | `ipi` | `tlb_flush_ipi`: a shootdown's interrupt, charged to another CPU's occupant |
-//! | `mem_touch_list` / `mem_touch_page` | `PfnList`'s operations; `release_pages`, `__free_one_page`'s buddy check, rmap (the line model, `vtime/memory.rs`) |
+//! | `mem_touch_list` / `mem_touch_page` | `PfnList`'s operations; `release_pages`, `__free_one_page`'s buddy check, rmap (the line model, `vtime/memory.rs`); [`Clock`]'s methods, on an operation's decided clock |
 //! | `charge` | `sync::charge`: the named costs of the engine's code (zap, gather, free, faults, TLB flushes, ...) |
 //! | `now_ns` / `thread_cpu_ns` | `clock::now`, `clock::thread_cpu_ns` |
 //! | `sleep_ns` | `thread::sleep` |
@@ -162,17 +168,6 @@ pub(crate) fn charge(cost: Cost, n: u64) {
     }
 }
 
-/// The lines of one list operation `op` (`page_alloc/meta.rs`): up to three `struct page`s
-/// (`NIL` entries skipped) and, when `head` is not 0, the list head at that address, homed on
-/// the node of the first page; `op` says which line it reads and which it writes. One flag
-/// test in wall mode.
-#[inline]
-pub(crate) fn mem_touch_list(op: ListOp, head: usize, pfns: [u32; 3]) {
-    if active() {
-        vt::mem_touch_list(op, head, pfns);
-    }
-}
-
 /// One `struct page` touched: priced (`Access`) or only moved (`Measured`).
 #[inline]
 pub(crate) fn mem_touch_page(pfn: u64, how: Touch) {
@@ -212,6 +207,98 @@ pub(crate) fn atomic_section() -> vt::AtomicSection {
 pub(crate) fn sleep_ns(ns: u64) -> bool {
     SEAM && vt::sleep_ns(ns)
 }
+
+/// Which clock an engine operation runs on, decided once at its entry (an allocator call, a
+/// pcp drain, a `release_pages` batch) and passed down, so that the hooks of its inner loops
+/// (the list operations of `page_alloc/meta.rs`, `__free_one_page`'s buddy checks, the
+/// charges) take no thread-local test each: [`Wall`] compiles every hook out, as the
+/// `no_vtime_seam` build does, [`Virtual`] calls the runtime without asking, and [`Current`]
+/// asks [`active`] at each hook (what every hook outside such an operation does).
+///
+/// The kernel has nothing like it: its code runs on one clock. The decision is exact because
+/// a virtual run is entered and left only by `Machine::run`, never inside an engine operation,
+/// so the flag cannot change under one. Enter an operation through [`on_clock!`], which reads
+/// the flag once and instantiates the operation for each clock.
+pub(crate) trait Clock: Copy + std::fmt::Debug {
+    /// The operation runs in virtual time (the hooks below call the runtime).
+    fn is_virtual(self) -> bool;
+
+    /// [`charge`] on this clock.
+    #[inline(always)]
+    fn charge(self, cost: Cost, n: u64) {
+        if SEAM && self.is_virtual() {
+            vt::charge(cost, n);
+        }
+    }
+
+    /// The lines of one list operation `op` (`page_alloc/meta.rs`): up to three `struct page`s
+    /// (`NIL` entries skipped) and, when `head()` is not 0, the list head at that address,
+    /// homed on the node of the first page; `op` says which line it reads and which it writes
+    /// (`vtime/store_buffer.rs`). `head` is called only in virtual time.
+    #[inline(always)]
+    fn mem_touch_list(self, op: ListOp, head: impl FnOnce() -> usize, pfns: [u32; 3]) {
+        if SEAM && self.is_virtual() {
+            vt::mem_touch_list(op, head(), pfns);
+        }
+    }
+
+    /// [`mem_touch_page`] on this clock.
+    #[inline(always)]
+    fn mem_touch_page(self, pfn: u64, how: Touch) {
+        if SEAM && self.is_virtual() {
+            vt::mem_touch_page(pfn, how);
+        }
+    }
+}
+
+/// The wall clock: every hook is nothing.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wall;
+
+/// A virtual run is active on this host thread (tested once, by [`on_clock!`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Virtual;
+
+/// Not decided: each hook tests [`active`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Current;
+
+impl Clock for Wall {
+    #[inline(always)]
+    fn is_virtual(self) -> bool {
+        false
+    }
+}
+
+impl Clock for Virtual {
+    #[inline(always)]
+    fn is_virtual(self) -> bool {
+        SEAM
+    }
+}
+
+impl Clock for Current {
+    #[inline(always)]
+    fn is_virtual(self) -> bool {
+        active()
+    }
+}
+
+/// `on_clock!(c => expr)`: `expr` with `c` bound to [`Virtual`] in a virtual run and to
+/// [`Wall`] outside one: one flag test, and `expr` compiled once per clock (without the seam,
+/// only the wall instance is reachable).
+macro_rules! on_clock {
+    ($c:ident => $e:expr) => {
+        if $crate::sync::vhook::active() {
+            let $c = $crate::sync::vhook::Virtual;
+            $e
+        } else {
+            let $c = $crate::sync::vhook::Wall;
+            $e
+        }
+    };
+}
+pub(crate) use on_clock;
 
 /// `struct lockdep_map` (the `dep_map` inside a `spinlock_t` or an `rw_semaphore`): a lock as
 /// virtual time knows it — its class, and its identity, which is the map's own address (a

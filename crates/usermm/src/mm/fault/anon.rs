@@ -14,19 +14,21 @@ use crate::page_alloc::Gfp;
 use crate::pgtable::Entry;
 use crate::pgtable::Level;
 use crate::pgtable::_PAGE_SPECIAL;
-use crate::sync::{charge, Cost};
+use crate::sync::vhook::Clock;
+use crate::sync::Cost;
 
 /// `do_anonymous_page`: the first touch of an empty PTE of private anonymous memory. A read
 /// maps the shared zero page (read-only, special, no rss); a write maps a fresh zeroed page,
-/// allocated before the PTL is taken and freed again if the entry was filled meanwhile.
-pub(super) fn do_anonymous_page(vmf: &VmFault<'_>) -> Result<(), VmFaultError> {
+/// allocated before the PTL is taken and freed again if the entry was filled meanwhile. Its
+/// charges on the fault's clock `c`.
+pub(super) fn do_anonymous_page(c: impl Clock, vmf: &VmFault<'_>) -> Result<(), VmFaultError> {
     let (mm, vma, cpu, pte) = (vmf.mm, vmf.vma, vmf.cpu, vmf.pte());
     let machine = mm.machine();
     let phys = machine.phys();
     if !vmf.write {
         if let Some(pte) = pte.lock_if_same(phys, Level::Pte, Entry::NONE) {
             let b = vma.leaf_bits(false) | _PAGE_SPECIAL;
-            pte.set(Entry::new(machine.zero_pfn(), b));
+            pte.set_on(c, Entry::new(machine.zero_pfn(), b));
         }
         return Ok(());
     }
@@ -35,13 +37,13 @@ pub(super) fn do_anonymous_page(vmf: &VmFault<'_>) -> Result<(), VmFaultError> {
         .alloc_pages(cpu, Order(0), Gfp::ZERO)
         .map_err(|_| OOM)?;
     // The memcg charge and the new folio's accounting, paid whether or not the race is won.
-    charge(Cost::NewAnonFolio, 1);
+    c.charge(Cost::NewAnonFolio, 1);
     let Some(pte) = pte.lock_if_same(phys, Level::Pte, Entry::NONE) else {
         let _ = phys.free_pages(cpu, page, Order(0));
         return Ok(());
     };
     rmap::folio_add_new_anon_rmap(mm, vma, cpu, page, 1);
-    pte.set(Entry::new(page, vma.leaf_bits(true)));
+    pte.set_on(c, Entry::new(page, vma.leaf_bits(true)));
     drop(pte);
     phys.lru_cache_add(cpu, page);
     Ok(())

@@ -82,7 +82,8 @@ use crate::page_alloc::PhysMem;
 use crate::pgtable::{self, Level, PtAllocError, Walk, _PAGE_SPECIAL};
 use crate::pgtable::{Entry, Slot};
 use crate::stats::VmItem;
-use crate::sync::{charge, Cost};
+use crate::sync::vhook::{on_clock, Clock};
+use crate::sync::Cost;
 
 /// How an access failed: the signal and `si_code` Linux would raise (`SIGSEGV` with
 /// `SEGV_MAPERR`/`SEGV_ACCERR`, `SIGBUS` with `BUS_ADRERR`), or the fault handler's
@@ -206,12 +207,18 @@ pub(crate) fn fault_vma_locked(
 #[doc(alias = "do_user_addr_fault")]
 #[doc(alias = "asm_exc_page_fault")]
 pub fn handle_mm_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<(), Fault> {
-    charge(Cost::FaultEntry, 1);
-    let r = do_user_addr_fault(mm, cpu, addr, write);
-    charge(Cost::FaultExit, 1);
-    r
+    // One test of the clock for the two charges (`vhook::Clock`).
+    on_clock!(c => {
+        c.charge(Cost::FaultEntry, 1);
+        let r = do_user_addr_fault(mm, cpu, addr, write);
+        c.charge(Cost::FaultExit, 1);
+        r
+    })
 }
 
+// Inlined into both clocks' instances of `handle_mm_fault` (a call of its own costs more
+// than the flag test saved).
+#[inline(always)]
 fn do_user_addr_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<(), Fault> {
     // The FAULT_FLAG_VMA_LOCK attempt (lock_vma.rs): `Some` when it ran under the VMA's lock.
     if mm.vma_index.is_some() {
@@ -328,7 +335,9 @@ pub(crate) fn handle_vma_fault(
     addr: u64,
     write: bool,
 ) -> Result<(), VmFaultError> {
-    let r = vma_fault(VmFault::new(mm, tree, vma, cpu, addr, write));
+    let vmf = VmFault::new(mm, tree, vma, cpu, addr, write);
+    // One test of the clock for the walk's charges (`vhook::Clock`).
+    let r = on_clock!(c => vma_fault(c, vmf));
     if r == Err(VmFaultError::Oom) {
         mm.machine().vmstat().inc(cpu, VmItem::Oom);
     }
@@ -336,7 +345,8 @@ pub(crate) fn handle_vma_fault(
 }
 
 #[doc(alias = "__handle_mm_fault")]
-fn vma_fault(mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
+#[inline(always)]
+fn vma_fault(c: impl Clock, mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
     let (mm, vma, cpu, addr) = (vmf.mm, vmf.vma, vmf.cpu, vmf.address);
     let phys = mm.machine().phys();
     if matches!(vma.kind, VmaKind::Hugetlb) {
@@ -348,7 +358,7 @@ fn vma_fault(mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
         return Err(VmFaultError::Sigbus);
     }
     // pgd_offset, pud_alloc, pmd_alloc.
-    charge(Cost::PtWalkLevel, 3);
+    c.charge(Cost::PtWalkLevel, 3);
     let pmd = pgtable::pmd_alloc(mm, cpu, addr)?;
     vmf.pmd = Some(pmd);
     let e = pmd.load(phys);
@@ -367,7 +377,7 @@ fn vma_fault(mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
                 return Ok(());
             }
             vmf.pte = Some(Slot::offset(table.pfn(), Level::Pte, addr));
-            return handle_pte_fault(vmf);
+            return handle_pte_fault(c, vmf);
         }
         // huge_pmd_set_accessed: someone else mapped it, or a split holds the PMD lock with
         // the PMD invalidated; take the lock so the retried access finds the result.
@@ -380,13 +390,14 @@ fn vma_fault(mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
         Err(PtAllocError::NoMem) => return Err(OOM),
     };
     vmf.pte = Some(Slot::offset(pte_table, Level::Pte, addr));
-    charge(Cost::PtWalkLevel, 1);
-    handle_pte_fault(vmf)
+    c.charge(Cost::PtWalkLevel, 1);
+    handle_pte_fault(c, vmf)
 }
 
 /// `handle_pte_fault`: load the entry at `vmf.pte` (`orig_pte`) and hand the fault to the
 /// handler for what it holds.
-fn handle_pte_fault(mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
+/// On the fault's clock `c`.
+fn handle_pte_fault(c: impl Clock, mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
     let phys = vmf.mm.machine().phys();
     let pte = vmf.pte();
     let e = pte.load(phys);
@@ -395,7 +406,7 @@ fn handle_pte_fault(mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
         if matches!(vmf.vma.kind, VmaKind::SharedAnon) {
             return anon::shmem_fault(&vmf);
         }
-        return anon::do_anonymous_page(&vmf);
+        return anon::do_anonymous_page(c, &vmf);
     }
     if vmf.write && e.present() && !e.writable() {
         return wp::do_wp_page(&vmf);

@@ -14,19 +14,20 @@ use crate::sync::vhook::{self, LockMap, Mode};
 type RawRwSem<T> = parking_lot::RwLock<T>;
 
 /// Tells virtual time that a hold ended; a guard's last field, so it drops after the host
-/// guard (after the host unlock).
+/// guard (after the host unlock). It keeps the lock's map, not its id and class: those are
+/// derived from the map at the release, and only in virtual time, so a wall-mode guard
+/// stores one word for them.
 #[derive(Debug)]
-struct HoldEnd {
-    id: usize,
-    class: &'static LockClass,
+struct HoldEnd<'a> {
+    map: &'a LockMap,
     mode: Mode,
 }
 
-impl Drop for HoldEnd {
+impl Drop for HoldEnd<'_> {
     #[inline]
     fn drop(&mut self) {
         if vhook::active() {
-            vhook::lock_release(self.id, self.class, self.mode);
+            vhook::lock_release(self.map.id(), self.map.class(), self.mode);
         }
     }
 }
@@ -44,14 +45,21 @@ pub struct RwSem<T> {
 pub struct RwSemReadGuard<'a, T> {
     inner: parking_lot::RwLockReadGuard<'a, T>,
     /// Only its drop matters (after `inner`'s).
-    _end: HoldEnd,
+    _end: HoldEnd<'a>,
+}
+
+/// Shared access taken by an operation that knows it runs on the wall clock
+/// ([`RwSem::read_wall`]): the host guard alone, with no release hook to test at its drop.
+#[must_use = "if unused the RwSem is released at once"]
+pub(crate) struct RwSemWallReadGuard<'a, T> {
+    inner: parking_lot::RwLockReadGuard<'a, T>,
 }
 
 /// Exclusive access to an [`RwSem`]'s data; dropping it is `up_write`.
 #[must_use = "if unused the RwSem is released at once"]
 pub struct RwSemWriteGuard<'a, T> {
     inner: parking_lot::RwLockWriteGuard<'a, T>,
-    end: HoldEnd,
+    end: HoldEnd<'a>,
 }
 
 impl<T> RwSem<T> {
@@ -70,10 +78,9 @@ impl<T> RwSem<T> {
     }
 
     #[inline]
-    fn end(&self, mode: Mode) -> HoldEnd {
+    fn end(&self, mode: Mode) -> HoldEnd<'_> {
         HoldEnd {
-            id: self.id(),
-            class: self.map.class(),
+            map: &self.map,
             mode,
         }
     }
@@ -92,6 +99,28 @@ impl<T> RwSem<T> {
         let ((inner, _end), waited) =
             self.acquire(Mode::Shared, RawRwSem::try_read, RawRwSem::read);
         (RwSemReadGuard { inner, _end }, waited)
+    }
+
+    /// `down_read` by a caller that has tested the clock already and is on the wall clock
+    /// (`vhook::Wall`; a TLB gate's access): the host lock only, no hook and no test of the
+    /// seam's flag, here or at the release.
+    #[inline]
+    pub(crate) fn read_wall(&self, _clock: vhook::Wall) -> RwSemWallReadGuard<'_, T> {
+        let inner = match self.raw.try_read() {
+            Some(inner) => inner,
+            None => self.read_wall_slow(),
+        };
+        RwSemWallReadGuard { inner }
+    }
+
+    /// [`Self::read_wall`]'s wait, counted as a waiter (as `acquire_slow` does).
+    #[cold]
+    #[inline(never)]
+    fn read_wall_slow(&self) -> parking_lot::RwLockReadGuard<'_, T> {
+        self.waiters.fetch_add(1, Release);
+        let inner = self.raw.read();
+        self.waiters.fetch_sub(1, Release);
+        inner
     }
 
     /// `down_read_trylock`.
@@ -136,7 +165,7 @@ impl<T> RwSem<T> {
         mode: Mode,
         try_take: impl FnOnce(&'a RawRwSem<T>) -> Option<G>,
         take: impl FnOnce(&'a RawRwSem<T>) -> G,
-    ) -> ((G, HoldEnd), Option<u64>) {
+    ) -> ((G, HoldEnd<'a>), Option<u64>) {
         if vhook::active() {
             return self.acquire_virtual(mode, take);
         }
@@ -152,7 +181,7 @@ impl<T> RwSem<T> {
         &'a self,
         mode: Mode,
         take: impl FnOnce(&'a RawRwSem<T>) -> G,
-    ) -> ((G, HoldEnd), Option<u64>) {
+    ) -> ((G, HoldEnd<'a>), Option<u64>) {
         let t0 = clock::now();
         self.waiters.fetch_add(1, Release);
         let inner = take(&self.raw);
@@ -166,7 +195,7 @@ impl<T> RwSem<T> {
         &'a self,
         mode: Mode,
         take: impl FnOnce(&'a RawRwSem<T>) -> G,
-    ) -> ((G, HoldEnd), Option<u64>) {
+    ) -> ((G, HoldEnd<'a>), Option<u64>) {
         let acq = vhook::lock_acquire(self.id(), self.map.class(), mode);
         let inner = take(&self.raw);
         (
@@ -181,7 +210,7 @@ impl<T> RwSem<T> {
         &'a self,
         mode: Mode,
         try_take: impl FnOnce(&'a RawRwSem<T>) -> Option<G>,
-    ) -> Option<(G, HoldEnd)> {
+    ) -> Option<(G, HoldEnd<'a>)> {
         if vhook::active() {
             vhook::lock_try_acquire(self.id(), self.map.class(), mode)?;
         }
@@ -239,18 +268,17 @@ impl<'a, T> RwSemWriteGuard<'a, T> {
     #[doc(alias = "downgrade_write")]
     pub fn downgrade(self) -> RwSemReadGuard<'a, T> {
         let RwSemWriteGuard { inner, end } = self;
-        let (id, class) = (end.id, end.class);
+        let map = end.map;
         // The hold goes on, as a read hold: no release.
         std::mem::forget(end);
         let inner = parking_lot::RwLockWriteGuard::downgrade(inner);
         if vhook::active() {
-            vhook::lock_downgrade(id, class);
+            vhook::lock_downgrade(map.id(), map.class());
         }
         RwSemReadGuard {
             inner,
             _end: HoldEnd {
-                id,
-                class,
+                map,
                 mode: Mode::Shared,
             },
         }
@@ -258,5 +286,6 @@ impl<'a, T> RwSemWriteGuard<'a, T> {
 }
 
 guard_deref!(RwSemReadGuard.inner);
+guard_deref!(RwSemWallReadGuard.inner);
 guard_deref!(mut RwSemWriteGuard.inner);
-guard_debug!(RwSemReadGuard, RwSemWriteGuard);
+guard_debug!(RwSemReadGuard, RwSemWriteGuard, RwSemWallReadGuard);

@@ -40,6 +40,9 @@ pub struct RwSem<T> {
 // at a time (needs `T: Send`) — the bounds of `std::sync::RwLock`.
 unsafe impl<T: Send + Sync> Sync for RwSem<T> {}
 
+/// The host build's guard of `read_wall`; under loom a read guard.
+pub(crate) type RwSemWallReadGuard<'a, T> = RwSemReadGuard<'a, T>;
+
 /// Shared access to a loom [`RwSem`]'s value.
 #[must_use = "if unused the RwSem is released at once"]
 pub struct RwSemReadGuard<'a, T> {
@@ -106,6 +109,11 @@ impl<T> RwSem<T> {
             ptr: Some(self.value.get()),
         };
         (g, waited.then_some(0))
+    }
+
+    /// The host build's `read_wall`: under loom the same as [`Self::read`] (no hooks here).
+    pub(crate) fn read_wall(&self, _clock: crate::sync::vhook::Wall) -> RwSemWallReadGuard<'_, T> {
+        self.read()
     }
 
     pub fn try_read(&self) -> Option<RwSemReadGuard<'_, T>> {

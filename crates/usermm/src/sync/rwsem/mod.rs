@@ -22,10 +22,14 @@
 #[cfg(not(loom))]
 mod host;
 #[cfg(not(loom))]
+pub(crate) use host::RwSemWallReadGuard;
+#[cfg(not(loom))]
 pub use host::{RwSem, RwSemReadGuard, RwSemWriteGuard};
 
 #[cfg(loom)]
 #[path = "loom.rs"]
 mod loom_impl;
+#[cfg(loom)]
+pub(crate) use loom_impl::RwSemWallReadGuard;
 #[cfg(loom)]
 pub use loom_impl::{RwSem, RwSemReadGuard, RwSemWriteGuard};
