@@ -258,7 +258,7 @@
 //!
 //! | run | instructions |
 //! |---|---|
-//! | A: `bigfree 256M --max-active 4 --time virtual` | 1.98 × 10⁹ |
+//! | A: `bigfree 256M --max-active 4 --time virtual` | 1.94 × 10⁹ |
 //! | B: `usemem -n 8 --readonly -j 0x200000 8G --ab -q --time virtual --profile haswell-ex-4s --cpus 8 --nodes 2 --thp always --backing sparse --mem 2G` (the bench row's machine) | 0.72 × 10⁹ |
 //! | B on the wall clock (`--time wall`, no profile; the engine's own work) | 0.19 × 10⁹ |
 //!
@@ -270,6 +270,16 @@
 //! the wall run's) the line model's touches are about a fifth, applying the pending charges
 //! (their jitter, the SMT test) a fifth, the switches a sixth, and the hooks of the locks and
 //! lines with their synchronisation points a third (hash lookups, lock_stat's columns).
+//!
+//! Where a long virtual bigfree's host time goes (`perf record` of `bigfree 4G --time virtual
+//! --max-active 8 --profile haswell-ex-4s`, `perf report --no-children`; the 32 GiB run has
+//! the same top entries): the line model's touches (`memory.rs`, `Memory::touch_all`) about a
+//! fifth, applying the pending charges (`apply_pending`: most of it the jitter's arithmetic)
+//! a sixth, the lock hooks' table (`lock_grant_known`, `lock_release`) a tenth, and the
+//! engine's own allocator and free paths most of the rest. `touch_all` is kept out of line so
+//! that it is named: inlined, it was reported as `std::thread::local::LocalKey::with`, the
+//! closure it sat in. The charges reach their thread-local through one access each, inlined
+//! (`pending.rs`).
 //!
 //! On the wall clock the seam itself costs the engine's fault paths 7–17 %
 //! of thread CPU time against a build without it (`--features usermm/no_vtime_seam`, `usermm

@@ -20,17 +20,24 @@ use super::{
     sched::{CtxId, State},
 };
 
-thread_local! {
-    /// Units of each [`Cost`] charged since the running context's last synchronisation point
-    /// (see [`hooks::charge`](super::hooks::charge)); on the wall clock, never read.
-    static PENDING: [Cell<u64>; Cost::COUNT] = const { [const { Cell::new(0) }; Cost::COUNT] };
-    /// Bit `i` set: count `i` of `PENDING` may be non-zero (so that applying the charges
-    /// visits only the costs charged since the last synchronisation point, usually two or
-    /// three of them).
-    static PENDING_MASK: Cell<u64> = const { Cell::new(0) };
+/// What the running context has charged since its last synchronisation point (see
+/// [`hooks::charge`](super::hooks::charge)); on the wall clock, never read. The counts and
+/// their mask share one thread-local so that a charge reaches both through one access.
+struct Charges {
+    /// Units of each [`Cost`].
+    counts: [Cell<u64>; Cost::COUNT],
+    /// Bit `i` set: count `i` may be non-zero (so that applying the charges visits only the
+    /// costs charged since the last synchronisation point, usually two or three of them).
+    mask: Cell<u64>,
 }
 
-const _: () = assert!(Cost::COUNT <= 64, "PENDING_MASK has a bit per cost");
+thread_local! {
+    static PENDING: Charges = const {
+        Charges { counts: [const { Cell::new(0) }; Cost::COUNT], mask: Cell::new(0) }
+    };
+}
+
+const _: () = assert!(Cost::COUNT <= 64, "the pending mask has a bit per cost");
 
 /// Touches kept before they are applied at once (a list operation makes one; a lock hold of
 /// the engine a few dozen).
@@ -72,12 +79,15 @@ pub(super) fn push_touch(t: Touched, flush: impl FnOnce()) {
 /// Count `n` units of cost `i` for the running context.
 #[inline(always)]
 pub(super) fn add_pending(i: usize, n: u64) {
+    // One access for the count and its bit: a charge is made at nearly every step of the
+    // engine's per-page loops, and each `with` the compiler leaves out of line is a call
+    // through the key's accessor.
     PENDING.with(|p| {
-        if let Some(c) = p.get(i) {
+        if let Some(c) = p.counts.get(i) {
             c.set(c.get().wrapping_add(n));
         }
+        p.mask.set(p.mask.get() | 1u64 << (i & 63));
     });
-    PENDING_MASK.with(|m| m.set(m.get() | 1u64 << (i & 63)));
 }
 
 /// The pending counts, cleared: their price at `cost_ps`, in ps, and the lines of the pages
@@ -85,18 +95,18 @@ pub(super) fn add_pending(i: usize, n: u64) {
 /// index order, as a sum over every count would (the others are zero).
 #[inline]
 fn take_pending(cost_ps: &[Ps; Cost::COUNT]) -> (Ps, u64) {
-    let mut mask = PENDING_MASK.replace(0);
-    if mask == 0 {
-        return (0, 0);
-    }
     PENDING.with(|p| {
-        let (clear, copy) = (Cost::ClearPage.index(), Cost::CopyPage.index());
-        let pages = p[clear].get() + p[copy].get();
+        let mut mask = p.mask.replace(0);
+        if mask == 0 {
+            return (0, 0);
+        }
+        let c = &p.counts;
+        let pages = c[Cost::ClearPage.index()].get() + c[Cost::CopyPage.index()].get();
         let mut ps: Ps = 0;
         while mask != 0 {
             let i = mask.trailing_zeros() as usize;
             mask &= mask - 1;
-            if let (Some(c), Some(&price)) = (p.get(i), cost_ps.get(i)) {
+            if let (Some(c), Some(&price)) = (c.get(i), cost_ps.get(i)) {
                 ps = ps.saturating_add(c.replace(0).saturating_mul(price));
             }
         }
@@ -109,8 +119,10 @@ const LINES_PER_PAGE: u64 = 64;
 
 /// Drops whatever was counted outside a context (wall-mode code before the run).
 pub(super) fn clear_pending() {
-    PENDING.with(|p| p.iter().for_each(|c| c.set(0)));
-    PENDING_MASK.set(0);
+    PENDING.with(|p| {
+        p.counts.iter().for_each(|c| c.set(0));
+        p.mask.set(0);
+    });
     TOUCH_LEN.set(0);
 }
 
