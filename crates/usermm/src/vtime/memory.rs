@@ -69,11 +69,12 @@
 //! The hooks do not enter the runtime per touch: they keep it ([`Touched`]) in a thread-local
 //! buffer, and the runtime applies a context's kept touches in order, through
 //! [`Memory::touch_all`], at the context's next synchronisation point or clock read, before
-//! its pending charges (`pending.rs`, `TOUCHES`). That is the same model, bit for bit: no
-//! other context runs before that point (a context is only suspended there), nothing reads
-//! the lines or the clock in between, the touches meet the line states and fill counts in the
-//! same order, and their prices add to the same clock (every clock sum saturates, so the
-//! order of the adds cannot matter). The rule's most common row, a line this CPU touched last
+//! its pending charges (`pending.rs`, `TOUCHES`). No other context runs before that point (a
+//! context is only suspended there) and nothing reads the lines or the clock in between, so
+//! the touches meet the line states and fill counts in the order they were made. The batch
+//! they form, the touches between two synchronisation points, is also the span over which
+//! the CPU's stores overlap (`store_buffer.rs`): what the batch costs the clock is that rule's
+//! price, not the sum of its touches' prices. The rule's most common row, a line this CPU touched last
 //! and still holds in its L2, is tested first: no fills, no price, the stamps refreshed. The
 //! test reads the toucher's core and socket stamps once per batch and again only after a
 //! touch that took the general path (the only kind that fills a cache, hence moves them), and

@@ -48,8 +48,10 @@ thread_local! {
     /// order; the first [`TOUCH_LEN`] are live. A touch is not a synchronisation point and
     /// nothing reads what it changes (the line model, the context's clock) before the
     /// context's next synchronisation point or clock read, where [`State::apply_touches`]
-    /// applies them in order before anything else: the same lines, prices and clock as
-    /// applying each at once, without entering the runtime per touch.
+    /// applies them in order before anything else, as one batch: the batch is the span over
+    /// which a CPU's stores overlap (`store_buffer.rs`), so it is part of the model, and it
+    /// also spares the runtime an entry per touch. A buffer that fills ends its batch early
+    /// (`store_buffer.rs`, "Where it differs from the hardware").
     static TOUCHES: [Cell<Touched>; TOUCH_BUF] = const {
         [const { Cell::new(Touched::Page { pfn: 0, how: Touch::Measured }) }; TOUCH_BUF]
     };
