@@ -262,7 +262,12 @@ mod alloc_free {
         let big = fill(&p, 11, 4096);
         let _ = p.stats();
         p.flush();
-        // Soak up every empty populated page with atomic allocations.
+        // Soak up every empty populated page with atomic allocations. The balance work the first
+        // of them schedules takes pcpu_alloc_mutex, which an atomic request never does; holding
+        // the mutex keeps that work from repopulating while we soak, as a busy system_wq would.
+        // Without it the worker could keep pace with the loop (a regression: CI failed at the
+        // bound below when it did).
+        let held = p.inner.alloc_mutex.lock();
         let mut atomic = Vec::new();
         while let Ok(a) = p.alloc_gfp(C0, 4096, 4096, Gfp::NOWAIT) {
             atomic.push(a);
@@ -270,6 +275,7 @@ mod alloc_free {
         }
         let failures = p.stats().counters.atomic_alloc_failures;
         assert!(failures >= 1);
+        drop(held);
         // The failure scheduled the balance work, which populates HIGH pages.
         p.flush();
         assert!(p.nr_empty_pop_pages() >= 4);
