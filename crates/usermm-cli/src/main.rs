@@ -29,7 +29,10 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(status) => return status,
     };
-    match cli::run(cli) {
+    let result = cli::run(cli);
+    // After a Ctrl-C the run dies of it, whatever it got done meanwhile.
+    usermm_host::files::cleanup::end_if_interrupted();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {

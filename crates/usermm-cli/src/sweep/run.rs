@@ -14,7 +14,9 @@
 //!
 //! A child is told to end with the sweep (`usermm_host::die_with_parent`: SIGTERM when the
 //! worker thread that started it ends, as it does when the sweep dies): after a Ctrl-C or a
-//! `kill` of the sweep no point runs on, orphaned, writing reports nobody reads.
+//! `kill` of the sweep no point runs on, orphaned, writing reports nobody reads. Nor does a
+//! worker start another point once the signal has come
+//! (`usermm_host::files::cleanup::interrupted`).
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -192,7 +194,8 @@ pub fn run_points(
             let tx = tx.clone();
             let (todo, next, stop) = (&todo, &next, &stop);
             s.spawn(move || loop {
-                if stop.load(Ordering::Relaxed) {
+                // After a Ctrl-C no point starts: the run is about to die of it.
+                if stop.load(Ordering::Relaxed) || usermm_host::files::cleanup::interrupted() {
                     break;
                 }
                 let i = next.fetch_add(1, Ordering::Relaxed);

@@ -24,6 +24,15 @@
 //! caught action but not the thread, so `usermm_host`'s fork wrappers put the two signals
 //! back to their default action in the child; `exec` resets them by itself.
 //!
+//! # After the signal
+//! The handler's thread needs a CPU to run, and on a busy machine the main thread may get
+//! there first: finish its work, rename its report into place and exit with status 0 while
+//! the thread waits (a CI failure of 2026-11-29). So the signal also sets a flag at once, in
+//! the handler itself ([`interrupted`]); from then on nothing is committed — [`Created::rename_to`]
+//! and [`Created::keep`] wait for the thread instead — and a command ends through
+//! [`end_if_interrupted`], which waits too. The run dies of its signal whichever thread ran
+//! first, and leaves nothing behind.
+//!
 //! Nothing is registered by commands that write no files (usemem, bigfree, ...): the thread
 //! is never started there, and usemem's processes stay single-threaded, as its forks need.
 
@@ -31,7 +40,8 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -56,6 +66,33 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
 
 fn registry() -> MutexGuard<'static, Registry> {
     REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Set by the signal handler itself (not its thread), and only once the thread that ends the
+/// run is there to act on it.
+static INTERRUPTED: LazyLock<Arc<AtomicBool>> = LazyLock::new(|| Arc::new(AtomicBool::new(false)));
+
+/// Whether SIGINT or SIGTERM has come: the cleanup thread is sweeping, or about to, and then
+/// ends the process. A loop of work may stop taking more.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// If a signal has come, wait for the cleanup thread to end the process by it; else return.
+/// A command calls this before it exits, so a run never ends with its own status after a
+/// Ctrl-C.
+pub fn end_if_interrupted() {
+    if interrupted() {
+        wait_for_the_end();
+    }
+}
+
+/// Park until the cleanup thread's sweep ends the process (it needs the registry: the caller
+/// must not hold it).
+fn wait_for_the_end() -> ! {
+    loop {
+        std::thread::park();
+    }
 }
 
 /// A file or directory this run created and has not finished: removed when dropped, or by
@@ -126,17 +163,27 @@ impl Created {
 
     /// `rename` it to `to` and forget it (an error leaves it registered, and dropping it then
     /// removes it).
+    /// After a signal it does neither: it waits for the cleanup thread, which removes it.
     pub fn rename_to(mut self, to: &Path) -> io::Result<()> {
         let mut r = registry();
+        if interrupted() {
+            drop(r);
+            wait_for_the_end();
+        }
         std::fs::rename(&self.path, to)?;
         forget(&mut r, self.id);
         self.done = true;
         Ok(())
     }
 
-    /// Leave it where it is and forget it.
+    /// Leave it where it is and forget it (after a signal: wait, as [`Created::rename_to`]).
     pub fn keep(mut self) {
-        forget(&mut registry(), self.id);
+        let mut r = registry();
+        if interrupted() {
+            drop(r);
+            wait_for_the_end();
+        }
+        forget(&mut r, self.id);
         self.done = true;
     }
 }
@@ -180,7 +227,7 @@ fn watch(r: &mut Registry) {
     let Ok(mut caught) = signal_hook::iterator::Signals::new(&signals) else {
         return;
     };
-    let _ = std::thread::Builder::new()
+    let started = std::thread::Builder::new()
         .name("usermm-cleanup".into())
         .spawn(move || {
             let Some(sig) = caught.forever().next() else {
@@ -194,11 +241,58 @@ fn watch(r: &mut Registry) {
             let _ = signal_hook::low_level::emulate_default_handler(sig);
             std::process::exit(128 + sig);
         });
+    // The flag only with the thread: without it no one would end a run that waits on it.
+    if started.is_ok() {
+        for &s in &signals {
+            let _ = signal_hook::flag::register(s, Arc::clone(&INTERRUPTED));
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    /// The CI failure of 2026-11-29: a Ctrl-C'd `reproduce --sensitivity` exited with status
+    /// 0, its main thread having finished while the cleanup thread waited for a CPU. Here the
+    /// race is won by the main thread every time: the signal is raised in it (its handler runs
+    /// before `raise` returns) and it goes straight on to rename its file into place and exit.
+    /// The run must still die of the signal and leave nothing behind. (The test runs itself as
+    /// a child process, which the signal ends.)
+    #[test]
+    fn after_a_signal_nothing_is_committed_and_the_run_dies_of_it() {
+        const CHILD: &str = "USERMM_CLEANUP_TEST_CHILD";
+        if let Some(dir) = std::env::var_os(CHILD) {
+            let dir = PathBuf::from(dir);
+            let (_f, tmp) = create_file(&dir, OsStr::new("out"), |p| File::create_new(p)).unwrap();
+            signal_hook::low_level::raise(libc::SIGTERM).unwrap();
+            assert!(interrupted());
+            // Either of these may block until the thread ends the process.
+            let _ = tmp.rename_to(&dir.join("out"));
+            end_if_interrupted();
+            std::process::exit(0);
+        }
+        let base = std::env::temp_dir().join(format!("usermm-signal-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir(&base).unwrap();
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "files::cleanup::tests::after_a_signal_nothing_is_committed_and_the_run_dies_of_it",
+                "--nocapture",
+            ])
+            .env(CHILD, &base)
+            .status()
+            .unwrap();
+        let left: Vec<_> = std::fs::read_dir(&base)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        std::fs::remove_dir_all(&base).unwrap();
+        assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
 
     /// The CI failure of 2026-11-28: a Ctrl-C'd `reproduce` left `.usermm-staging` behind
     /// because its main thread made a subdirectory in it while the handler was removing it.
