@@ -21,7 +21,8 @@
 //! the profile's `tlb_flush_local` plus `tlb_flush_remote_per_cpu` for each other CPU in
 //! `mm_cpumask` (the IPIs the sender waits for), and the context occupying each of those CPUs
 //! pays `flush_tlb_func`, the interrupt's receiving side (`flush_tlb_func` on the call-function
-//! IPI). The counters below are the same on both.
+//! IPI); a handler that outlasts the sender's share keeps the sender waiting for the rest
+//! (`vtime::sched::State::ipi`). The counters below are the same on both.
 //!
 //! # Locks
 //! The TLB gates are taken alone (lock order in `lib.rs`): a flush never waits on them while

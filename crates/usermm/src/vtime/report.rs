@@ -126,6 +126,9 @@ pub struct SchedStats {
     pub gate_yields: u64,
     /// Shootdown interrupts taken by another CPU's occupant (`flush_tlb_func`).
     pub ipis: u64,
+    /// Of those, the ones whose handler outlasted the sender's round trip
+    /// (`tlb_flush_remote_per_cpu`): the sender spun until the handler was done.
+    pub ipi_waits: u64,
 }
 
 /// Everything a runtime modelled so far.
@@ -252,6 +255,7 @@ impl Report {
                 sync_points: st.counters.sync_points,
                 gate_yields: st.counters.gate_yields,
                 ipis: st.counters.ipis,
+                ipi_waits: st.counters.ipi_waits,
             },
         }
     }

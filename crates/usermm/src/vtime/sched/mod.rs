@@ -47,7 +47,7 @@ use super::{
     coro::YielderPtr,
     jitter,
     memory::Memory,
-    profile::{LockPrice, Placement, Profile, Ps},
+    profile::{Cost, LockPrice, Placement, Profile, Ps},
 };
 
 pub(super) mod resources;
@@ -120,6 +120,9 @@ pub(super) struct SchedCounters {
     pub gate_yields: u64,
     /// Interrupts charged to another CPU's occupant ([`State::ipi`]).
     pub ipis: u64,
+    /// Of those, the ones whose handler outlasted the sender's round trip, so that the sender
+    /// spun for the rest ([`State::ipi`]).
+    pub ipi_waits: u64,
 }
 
 /// The profile resolved for one run's CPUs.
@@ -459,7 +462,15 @@ impl State {
     /// generator) as work at its clock — spinning, runnable or about to run, an occupant takes
     /// the interrupt. An idle CPU costs nobody anything. A runnable occupant's heap key is then
     /// older than its clock; [`State::next`] puts it back where it belongs.
-    #[doc(alias = "flush_tlb_func")]
+    ///
+    /// The sender waits for the handler (`csd_lock_wait`: `flush_tlb_multi` asks every target
+    /// to run `flush_tlb_func` and returns when each has). What it pays per target is the
+    /// profile's `tlb_flush_remote_per_cpu` (charged by the flush itself), a round trip that
+    /// contains a handler; a handler longer than that round trip keeps the sender spinning
+    /// for the difference, charged here. Without it a receiver could be interrupted for longer
+    /// than its senders spend sending — more than all of its time, with a profile whose
+    /// receiving side is much dearer than its sending side — and make no progress at all.
+    #[doc(alias = "flush_tlb_func", alias = "csd_lock_wait")]
     pub(super) fn ipi(&mut self, me: CtxId, cpu: usize, ps: Ps) {
         let Some(r) = self.cpus.get(cpu).and_then(|c| c.occupant) else {
             return;
@@ -471,6 +482,13 @@ impl State {
         let ps = jitter::apply(ps, sigma, &mut self.ctxs[r as usize].rng);
         self.work(r, ps);
         self.counters.ipis += 1;
+        let round_trip = self.model.profile.cost_ps[Cost::TlbFlushRemotePerCpu.index()];
+        let beyond = ps.saturating_sub(round_trip);
+        if beyond > 0 {
+            let until = self.ctxs[me as usize].now.saturating_add(beyond);
+            self.spin_until(me, until);
+            self.counters.ipi_waits += 1;
+        }
     }
 
     /// `id` filled `lines` untracked lines into its caches (cleared or copied pages).
