@@ -6,9 +6,9 @@
 //! - seed 002 (`seeds::HUGE_ZERO`): `get_huge_zero_page`'s share of the cycles, vanilla — the
 //!   fault factor (`era_fault`).
 //!
-//! Each teardown row is compared as time per page (the seed freed 320 GiB; `reproduce`'s
-//! default scale frees 32 GiB on the seed's machine, its memory shaped as the seed's for the
-//! free, in 1 GiB jobs: [`bigfree::seed_model_opts`]); the share as a share. A row's band is
+//! Each teardown row is compared as time per page (the seed freed 320 GiB; the rows here free
+//! 32 GiB on the seed's machine, its memory shaped as the seed's for the free, in 1 GiB jobs:
+//! [`bigfree::seed_model_opts`], [`EvalSizes`]); the share as a share. A row's band is
 //! its published spread or ±10 %, whichever is wider.
 
 use usermm::config::TimeMode;
@@ -133,7 +133,9 @@ pub fn era_text(factors: &EraFactors) -> String {
 /// Sizes of the evaluation runs (the defaults are `reproduce`'s; tests shrink them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct EvalSizes {
-    /// The bigfree mapping (32 GiB: `reproduce`'s default scale).
+    /// The bigfree mapping: 32 GiB, four 1 GiB jobs a worker at the training rows' widest
+    /// (`max_active` 8). `reproduce` runs the seed's table at 64 GiB, two jobs a worker at its
+    /// widest (32): `cmd/reproduce/bigfree.rs` in the CLI says why.
     pub bigfree: u64,
     /// usemem's SIZE for seed 002 (100 GiB: the seed's own).
     pub usemem: u64,

@@ -1,15 +1,23 @@
 //! Seeds 000/001 in `reproduce`: one touched 4K mapping freed by munmap, vanilla then one row
 //! per `max_active`, beside the seed's table. The measured side frees 16 GiB (3 runs a row),
-//! the modelled side 32 GiB (one run: virtual time repeats itself) in the seed's own 1 GiB
+//! the modelled side 64 GiB (one run: virtual time repeats itself) in the seed's own 1 GiB
 //! jobs; the seed's 320 GiB with `--scale seed`.
 //!
-//! Why 32 jobs are enough: the widest row is zapper-bound in the model, so the pipeline's
-//! fill and drain (one job zapped before the first worker starts, one job freed after the
-//! last zap) are a one-job tail; at 32 jobs the speedups differ from a 64-job run (64 GiB) by
-//! under 2 % (measured on the model: max_active 1, 8, 32 gave 1.67, 2.26, 2.20 at 32 jobs and
-//! 1.66, 2.29, 2.24 at 64). `--quick` runs 16 GiB with the jobs scaled down to keep the seed's
-//! 320 (`bigfree::seed_scaled_job`), and reports the share of the max_active 8 row's time that
-//! the scaling costs (the same row with 1 GiB jobs beside it).
+//! Why 64 jobs: the widest row (`max_active` 32) needs work for every worker at once. The seed
+//! had 320 jobs, ten for each of 32 workers; with one each (32 GiB) the zapping task hands out
+//! the last job before the first workers are done, the 32 never run together, and the row
+//! cannot show what they cost each other — lock holds slowed by busy SMT siblings, the zapping
+//! task sharing its core from the 18th worker on (`sync/workqueue/numa.rs`). Measured on the
+//! model (`usermm bigfree SIZE --time virtual --profile haswell-ex-4s --max-active 8,32
+//! --era inferred --seed-only`, 2026-11-29): max_active 32 over 8 in time is 1.056 at 32 GiB,
+//! 1.255 at 64, 1.329 at 96 and 1.305 at 320 (the seed: 1.302). Two jobs a worker is the least
+//! that gets there. Between 32 and 64 GiB the speedups of max_active 1, 4, 8 and 16 move by
+//! under 2 %, max_active 2's by 7.5 % (2.00× to 1.85×; the seed 1.91×). The era factors
+//! are inferred at 32 GiB (`infer::rows::EvalSizes`: four jobs a worker at the training rows'
+//! widest, `max_active` 8), so the fitted rows shown here are run at another size than the fit
+//! and keep its residuals only to about 2 %. `--quick` runs 16 GiB with the jobs scaled down to
+//! keep the seed's 320 (`bigfree::seed_scaled_job`), and reports the share of the max_active 8
+//! row's time that the scaling costs (the same row with 1 GiB jobs beside it).
 
 use std::path::Path;
 
@@ -118,7 +126,7 @@ fn run_opts(
     let (size, repeat) = match scale {
         Scale::Seed => (seed_size, 1),
         // A virtual run is the same every time: one run a row.
-        Scale::Default if modelled && !quick => (32u64 << 30, 1),
+        Scale::Default if modelled && !quick => (64u64 << 30, 1),
         Scale::Default if modelled => (16u64 << 30, 1),
         Scale::Default => (16u64 << 30, 3),
     };

@@ -96,7 +96,7 @@ pub struct ReproduceArgs {
     /// Faster, less faithful: the modelled bigfree at 16 GiB with its jobs scaled down to
     /// keep the seed's 320 (every per-job cost then comes 20x as often per page; the report
     /// gives the share that costs at max_active 8). Without it the modelled bigfree frees
-    /// 32 GiB in the seed's own 1 GiB jobs.
+    /// 64 GiB in the seed's own 1 GiB jobs.
     #[arg(long)]
     pub quick: bool,
     /// After the seeds, run each modelled timing seed again with one input halved and doubled

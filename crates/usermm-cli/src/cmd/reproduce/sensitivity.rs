@@ -75,7 +75,7 @@ fn studies(quick: bool, bigfree: bool, others: &[&str]) -> Vec<Study> {
         let (size, job) = if quick {
             ("16G", "")
         } else {
-            ("32G", " --threshold 262144 --max-batch-count 515")
+            ("64G", " --threshold 262144 --max-batch-count 515")
         };
         v.push(Study {
             seed: "000/001",
