@@ -19,14 +19,15 @@ use crate::sync::Cost;
 
 /// `do_anonymous_page`: the first touch of an empty PTE of private anonymous memory. A read
 /// maps the shared zero page (read-only, special, no rss); a write maps a fresh zeroed page,
-/// allocated before the PTL is taken and freed again if the entry was filled meanwhile. Its
-/// charges on the fault's clock `c`.
-pub(super) fn do_anonymous_page(c: impl Clock, vmf: &VmFault<'_>) -> Result<(), VmFaultError> {
-    let (mm, vma, cpu, pte) = (vmf.mm, vmf.vma, vmf.cpu, vmf.pte());
+/// allocated before the PTL is taken and freed again if the entry was filled meanwhile. On
+/// the fault's clock (`vmf.clock`): the PTE lock, the charges, the allocation, the rmap's
+/// touch and the LRU-add test no flag.
+pub(super) fn do_anonymous_page<C: Clock>(vmf: &VmFault<'_, C>) -> Result<(), VmFaultError> {
+    let (c, mm, vma, cpu, pte) = (vmf.clock, vmf.mm, vmf.vma, vmf.cpu, vmf.pte());
     let machine = mm.machine();
     let phys = machine.phys();
     if !vmf.write {
-        if let Some(pte) = pte.lock_if_same(phys, Level::Pte, Entry::NONE) {
+        if let Some(pte) = pte.lock_if_same_on(c, phys, Level::Pte, Entry::NONE) {
             let b = vma.leaf_bits(false) | _PAGE_SPECIAL;
             pte.set_on(c, Entry::new(machine.zero_pfn(), b));
         }
@@ -38,7 +39,7 @@ pub(super) fn do_anonymous_page(c: impl Clock, vmf: &VmFault<'_>) -> Result<(), 
         .map_err(|_| OOM)?;
     // The memcg charge and the new folio's accounting, paid whether or not the race is won.
     c.charge(Cost::NewAnonFolio, 1);
-    let Some(pte) = pte.lock_if_same(phys, Level::Pte, Entry::NONE) else {
+    let Some(pte) = pte.lock_if_same_on(c, phys, Level::Pte, Entry::NONE) else {
         let _ = phys.free_pages(cpu, page, Order(0));
         return Ok(());
     };
