@@ -239,24 +239,29 @@ fn do_user_addr_fault(
             return r;
         }
     }
-    {
-        let tree = mm.mmap_lock.read_on(c);
-        let below_stack = tree
-            .find_vma(addr)
-            .is_some_and(|v| v.start > addr && v.flags.contains(VmFlags::VM_GROWSDOWN));
-        if !below_stack {
-            return fault_locked(c, mm, &tree, cpu, addr, write);
-        }
+    let mut tree = mm.mmap_lock.read_on(c);
+    let below_stack = tree
+        .find_vma(addr)
+        .is_some_and(|v| v.start > addr && v.flags.contains(VmFlags::VM_GROWSDOWN));
+    if below_stack {
+        drop(tree);
+        grow_stack(mm, addr)?;
+        tree = mm.mmap_lock.read_on(c);
     }
-    {
-        let mut tree = mm.mmap_lock.write();
-        expand_downwards(mm, &mut tree, addr).map_err(|_| Fault {
-            addr,
-            code: SegvCode::MapErr,
-        })?;
-    }
-    let tree = mm.mmap_lock.read_on(c);
+    // One call site, so that each clock's instance inlines the fault once.
     fault_locked(c, mm, &tree, cpu, addr, write)
+}
+
+/// `lock_mm_and_find_vma`'s upgrade: with the mmap lock dropped, take it for write and grow
+/// the stack VMA above `addr` down to it (`expand_stack_locked`). Out of line: rare.
+#[cold]
+#[inline(never)]
+fn grow_stack(mm: &Mm, addr: u64) -> Result<(), Fault> {
+    let mut tree = mm.mmap_lock.write();
+    expand_downwards(mm, &mut tree, addr).map_err(|_| Fault {
+        addr,
+        code: SegvCode::MapErr,
+    })
 }
 
 /// `RLIMIT_STACK` (the usual 8 MiB soft limit): a stack VMA may not grow beyond it.
@@ -298,7 +303,9 @@ fn expand_downwards(mm: &Mm, tree: &mut VmaWriteGuard<'_>, addr: u64) -> Result<
     }
 }
 
-/// The fault, with the mmap lock already held (read or write), on the clock `c`.
+/// The fault, with the mmap lock already held (read or write), on the clock `c`. Inlined into
+/// its one caller's instances, as it was before the clock was carried down.
+#[inline(always)]
 pub(crate) fn fault_locked(
     c: impl Clock,
     mm: &Mm,
