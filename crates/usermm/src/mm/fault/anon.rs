@@ -14,7 +14,7 @@ use crate::page_alloc::Gfp;
 use crate::pgtable::Entry;
 use crate::pgtable::Level;
 use crate::pgtable::_PAGE_SPECIAL;
-use crate::sync::vhook::Clock;
+use crate::sync::SpinClock;
 use crate::sync::Cost;
 
 /// `do_anonymous_page`: the first touch of an empty PTE of private anonymous memory. A read
@@ -22,7 +22,7 @@ use crate::sync::Cost;
 /// allocated before the PTL is taken and freed again if the entry was filled meanwhile. On
 /// the fault's clock (`vmf.clock`): the PTE lock, the charges, the allocation, the rmap's
 /// touch and the LRU-add test no flag.
-pub(super) fn do_anonymous_page<C: Clock>(vmf: &VmFault<'_, C>) -> Result<(), VmFaultError> {
+pub(super) fn do_anonymous_page<C: SpinClock>(vmf: &VmFault<'_, C>) -> Result<(), VmFaultError> {
     let (c, mm, vma, cpu, pte) = (vmf.clock, vmf.mm, vmf.vma, vmf.cpu, vmf.pte());
     let machine = mm.machine();
     let phys = machine.phys();
@@ -35,7 +35,7 @@ pub(super) fn do_anonymous_page<C: Clock>(vmf: &VmFault<'_, C>) -> Result<(), Vm
     }
     rmap::anon_vma_prepare(mm, vmf.tree, vma);
     let page = phys
-        .alloc_pages(cpu, Order(0), Gfp::ZERO)
+        .alloc_pages_on_clock(c, cpu, Order(0), Gfp::ZERO)
         .map_err(|_| OOM)?;
     // The memcg charge and the new folio's accounting, paid whether or not the race is won.
     c.charge(Cost::NewAnonFolio, 1);
@@ -43,10 +43,10 @@ pub(super) fn do_anonymous_page<C: Clock>(vmf: &VmFault<'_, C>) -> Result<(), Vm
         let _ = phys.free_pages(cpu, page, Order(0));
         return Ok(());
     };
-    rmap::folio_add_new_anon_rmap(mm, vma, cpu, page, 1);
+    rmap::folio_add_new_anon_rmap(c, mm, vma, cpu, page, 1);
     pte.set_on(c, Entry::new(page, vma.leaf_bits(true)));
     drop(pte);
-    phys.lru_cache_add(cpu, page);
+    phys.lru_cache_add_on(c, cpu, page);
     Ok(())
 }
 

@@ -83,6 +83,7 @@ use crate::pgtable::{self, Level, PtAllocError, Walk, _PAGE_SPECIAL};
 use crate::pgtable::{Entry, Slot};
 use crate::stats::VmItem;
 use crate::sync::vhook::{on_clock, Clock};
+use crate::sync::SpinClock;
 use crate::sync::Cost;
 
 /// How an access failed: the signal and `si_code` Linux would raise (`SIGSEGV` with
@@ -178,7 +179,7 @@ pub(crate) fn access_ok(vma: &Vma, write: bool) -> bool {
 /// The fault in `vma`, read-locked by `lock_vma_under_rcu` (no mmap lock): the access check,
 /// then `handle_mm_fault` with `FAULT_FLAG_VMA_LOCK`.
 pub(crate) fn fault_vma_locked(
-    c: impl Clock,
+    c: impl SpinClock,
     mm: &Mm,
     vma: &Vma,
     cpu: CpuId,
@@ -224,7 +225,7 @@ pub fn handle_mm_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<()
 // than the flag test saved).
 #[inline(always)]
 fn do_user_addr_fault(
-    c: impl Clock,
+    c: impl SpinClock,
     mm: &Mm,
     cpu: CpuId,
     addr: u64,
@@ -307,7 +308,7 @@ fn expand_downwards(mm: &Mm, tree: &mut VmaWriteGuard<'_>, addr: u64) -> Result<
 /// its one caller's instances, as it was before the clock was carried down.
 #[inline(always)]
 pub(crate) fn fault_locked(
-    c: impl Clock,
+    c: impl SpinClock,
     mm: &Mm,
     tree: &VmaTree,
     cpu: CpuId,
@@ -360,7 +361,7 @@ pub(crate) fn handle_vma_fault(
 
 /// [`handle_vma_fault`] on the clock `c` the fault decided: one instance per clock.
 #[inline(never)]
-fn handle_vma_fault_on<C: Clock>(
+fn handle_vma_fault_on<C: SpinClock>(
     c: C,
     mm: &Mm,
     tree: Option<&VmaTree>,
@@ -379,7 +380,7 @@ fn handle_vma_fault_on<C: Clock>(
 
 #[doc(alias = "__handle_mm_fault")]
 #[inline(always)]
-fn vma_fault<C: Clock>(mut vmf: VmFault<'_, C>) -> Result<(), VmFaultError> {
+fn vma_fault<C: SpinClock>(mut vmf: VmFault<'_, C>) -> Result<(), VmFaultError> {
     let c = vmf.clock;
     let (mm, vma, cpu, addr) = (vmf.mm, vmf.vma, vmf.cpu, vmf.address);
     let phys = mm.machine().phys();
@@ -430,7 +431,7 @@ fn vma_fault<C: Clock>(mut vmf: VmFault<'_, C>) -> Result<(), VmFaultError> {
 
 /// `handle_pte_fault`: load the entry at `vmf.pte` (`orig_pte`) and hand the fault to the
 /// handler for what it holds, on the fault's clock.
-fn handle_pte_fault<C: Clock>(mut vmf: VmFault<'_, C>) -> Result<(), VmFaultError> {
+fn handle_pte_fault<C: SpinClock>(mut vmf: VmFault<'_, C>) -> Result<(), VmFaultError> {
     let phys = vmf.mm.machine().phys();
     let pte = vmf.pte();
     let e = pte.load(phys);
