@@ -419,7 +419,12 @@ fn a_virtual_runs_faults_reach_the_virtual_hooks() {
     let r = m.last_run_report().unwrap();
     let lock = |class: &str, mode| {
         let l = r.lock(class, mode).unwrap();
-        (l.acquisitions, l.contentions, l.holdtime_total_ns, l.waittime_total_ns)
+        (
+            l.acquisitions,
+            l.contentions,
+            l.holdtime_total_ns,
+            l.waittime_total_ns,
+        )
     };
     let mmap = lock("mmap_lock", vtime::Mode::Shared);
     let ptl = lock("ptl", vtime::Mode::Exclusive);
@@ -437,7 +442,10 @@ fn a_virtual_runs_faults_reach_the_virtual_hooks() {
     // a virtual while, and the new pages' struct pages were touched in the line model.
     assert!(mmap.0 >= 4 * PAGES && mmap.2 > 0, "{mmap:?}");
     assert!(ptl.0 >= 4 * PAGES && ptl.2 > 0, "{ptl:?}");
-    assert!(mem.is_none_or(|(_, measured)| measured >= 2 * PAGES), "{mem:?}");
+    assert!(
+        mem.is_none_or(|(_, measured)| measured >= 2 * PAGES),
+        "{mem:?}"
+    );
     assert!(mmap_stats.read.acquisitions >= 4 * PAGES && mmap_stats.read.holdtime_total_ns > 0);
     // Each CPU's end, the run's end, `mmap_lock` read and `ptl` lock_stat (acquisitions,
     // contentions, hold and wait totals in ns), the line model's (priced, measured) touches,
@@ -453,4 +461,3 @@ fn a_virtual_runs_faults_reach_the_virtual_hooks() {
     );
     assert_eq!(figures, expected);
 }
-

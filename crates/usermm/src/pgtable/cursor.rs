@@ -95,7 +95,10 @@ impl<'a, C: ClockKind> TableCursor<'a, C> {
     /// [`PtLock::lock_on`]: crate::sync::PtLock::lock_on
     #[inline]
     pub(crate) fn lock_on(clock: C, phys: &'a PhysMem, table: Pfn, level: Level) -> Self {
-        let ptl = phys.meta(table).ptl.lock_on(clock, level.split_lock_class());
+        let ptl = phys
+            .meta(table)
+            .ptl
+            .lock_on(clock, level.split_lock_class());
         TableCursor {
             phys,
             table,

@@ -226,7 +226,7 @@ pub(crate) fn sleep_ns(ns: u64) -> bool {
 /// it at its release; those guards are public, so what they ask of it is the public, sealed
 /// [`ClockKind`], and the hooks are this crate-private extension of it.
 pub(crate) trait Clock: ClockKind {
-/// [`charge`] on this clock.
+    /// [`charge`] on this clock.
     #[inline(always)]
     fn charge(self, cost: Cost, n: u64) {
         if SEAM && self.is_virtual() {

@@ -14,8 +14,8 @@ use crate::page_alloc::Gfp;
 use crate::pgtable::Entry;
 use crate::pgtable::Level;
 use crate::pgtable::_PAGE_SPECIAL;
-use crate::sync::SpinClock;
 use crate::sync::Cost;
+use crate::sync::SpinClock;
 
 /// `do_anonymous_page`: the first touch of an empty PTE of private anonymous memory. A read
 /// maps the shared zero page (read-only, special, no rss); a write maps a fresh zeroed page,

@@ -83,8 +83,8 @@ use crate::pgtable::{self, Level, PtAllocError, Walk, _PAGE_SPECIAL};
 use crate::pgtable::{Entry, Slot};
 use crate::stats::VmItem;
 use crate::sync::vhook::{on_clock, Clock};
-use crate::sync::SpinClock;
 use crate::sync::Cost;
+use crate::sync::SpinClock;
 
 /// How an access failed: the signal and `si_code` Linux would raise (`SIGSEGV` with
 /// `SEGV_MAPERR`/`SEGV_ACCERR`, `SIGBUS` with `BUS_ADRERR`), or the fault handler's

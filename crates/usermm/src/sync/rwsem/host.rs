@@ -157,8 +157,12 @@ impl<T> RwSem<T> {
     /// `down_write`, saying whether it was contended (see [`Self::read_contended`]).
     #[inline]
     pub fn write_contended(&self) -> (RwSemWriteGuard<'_, T>, Option<u64>) {
-        let ((inner, end), waited) =
-            self.acquire(Current, Mode::Exclusive, RawRwSem::try_write, RawRwSem::write);
+        let ((inner, end), waited) = self.acquire(
+            Current,
+            Mode::Exclusive,
+            RawRwSem::try_write,
+            RawRwSem::write,
+        );
         (RwSemWriteGuard { inner, end }, waited)
     }
 
