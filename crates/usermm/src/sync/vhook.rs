@@ -13,8 +13,9 @@
 //! when it is false, so wall mode pays only that test.
 //!
 //! Where the hooks cluster (an allocator call's list operations, buddy checks, charges and
-//! pcp lock; `release_pages`; an LRU-add batch; a fault's walk and charges; a TLB gate's
-//! access), the operation reads the flag once at its entry ([`on_clock!`]) and passes a
+//! pcp lock; `release_pages`; an LRU-add batch; a fault, from its mmap lock down to its PTE
+//! lock, allocation, rmap and LRU-add; a TLB gate's access), the operation reads the flag
+//! once at its entry ([`on_clock!`]) and passes a
 //! zero-sized [`Clock`] down: on [`Wall`] its inner hooks compile to nothing, as in a
 //! `no_vtime_seam` build, so they take no thread-local test each.
 //!

@@ -66,7 +66,9 @@
 //! `tests/loom_mmap_lock.rs`), and a lock in virtual time in a virtual run. This file adds only
 //! the instrumentation, the same in every build; its times come from [`clock`], so in a virtual
 //! run they are virtual waits and holds (under loom, waits are not timed: a contended
-//! acquisition records 0 ns).
+//! acquisition records 0 ns). A fault, which decided its clock at its entry
+//! (`vhook::on_clock!`), takes the read side with [`MmapLock::read_on`]: the guard carries that
+//! clock, and the rwsem's hooks test no flag at the acquisition or the release.
 //!
 //! # Differences from Linux
 //! - On the host, built on `parking_lot::RwLock` (task-fair: new readers queue behind a parked writer, as
