@@ -72,7 +72,7 @@ use crate::page_alloc::meta::PG_PGTABLE;
 use crate::page_alloc::{Gfp, PhysMem};
 use crate::stats::VmItem;
 use crate::sync::class::{PMD_LOCK, PTL};
-use crate::sync::vhook::{Clock, Current};
+use crate::sync::vhook::{Clock, ClockKind, Current};
 use crate::sync::{charge, Cost, LockClass, SpinLockGuard};
 
 mod cursor;
@@ -287,8 +287,19 @@ impl Slot {
     #[doc(alias = "pmd_lock")]
     #[inline]
     pub(crate) fn lock(self, phys: &PhysMem, level: Level) -> LockedSlot<'_> {
+        self.lock_on(Current, phys, level)
+    }
+
+    /// [`Slot::lock`] on the clock `clock` (a fault's: `PtLock::lock_on`).
+    #[inline]
+    pub(crate) fn lock_on<C: ClockKind>(
+        self,
+        clock: C,
+        phys: &PhysMem,
+        level: Level,
+    ) -> LockedSlot<'_, C> {
         LockedSlot {
-            table: TableCursor::lock(phys, self.table, level),
+            table: TableCursor::lock_on(clock, phys, self.table, level),
             index: self.index,
         }
     }
@@ -302,21 +313,33 @@ impl Slot {
         level: Level,
         seen: Entry,
     ) -> Option<LockedSlot<'_>> {
-        let l = self.lock(phys, level);
+        self.lock_if_same_on(Current, phys, level, seen)
+    }
+
+    /// [`Slot::lock_if_same`] on the clock `clock` (a fault's).
+    #[inline]
+    pub(crate) fn lock_if_same_on<C: ClockKind>(
+        self,
+        clock: C,
+        phys: &PhysMem,
+        level: Level,
+        seen: Entry,
+    ) -> Option<LockedSlot<'_, C>> {
+        let l = self.lock_on(clock, phys, level);
         l.same(seen).then_some(l)
     }
 }
 
 /// A [`Slot`] whose table page's split lock is held: the one-entry [`TableCursor`] of the
 /// fault paths. Dropping it unlocks. (Lock order, `lib.rs`: PMD lock -> PTE lock; a fault
-/// holds one.)
+/// holds one.) `C` is the clock the lock was taken on, as for the cursor.
 #[must_use = "if unused the page-table lock is released at once"]
-pub(crate) struct LockedSlot<'a> {
-    table: TableCursor<'a>,
+pub(crate) struct LockedSlot<'a, C: ClockKind = Current> {
+    table: TableCursor<'a, C>,
     index: usize,
 }
 
-impl<'a> LockedSlot<'a> {
+impl<'a, C: ClockKind> LockedSlot<'a, C> {
     /// The entry, as it is under the lock.
     #[inline]
     pub(crate) fn get(&self) -> Entry {
@@ -334,7 +357,7 @@ impl<'a> LockedSlot<'a> {
 
     /// The locked table the slot is in (a PMD table's deposit list is under the same lock).
     #[inline]
-    pub(crate) fn table(&self) -> &TableCursor<'a> {
+    pub(crate) fn table(&self) -> &TableCursor<'a, C> {
         &self.table
     }
 

@@ -366,3 +366,98 @@ fn shootdowns_cannot_starve_the_cpu_they_interrupt() {
     let sched = m.last_run_report().unwrap().sched;
     assert!(sched.ipi_waits > 0 && sched.ipi_waits <= sched.ipis);
 }
+
+/// Negative control for the fault's clock decided once (`handle_mm_fault`'s `on_clock!`, the
+/// guards that carry it: `MmapReadGuard`, `PtLockGuard`, `VmFault`): in a virtual run the
+/// fault path still takes its locks, charges and line touches in virtual time. Two tasks of
+/// one mm, on two CPUs, each write-fault and read-fault (zero page) their own pages; the
+/// run's lock_stat and times are the model's, the same figures as before the clock was
+/// carried down, and not zero — a fault that took its locks on
+/// the wall clock would leave `mmap_lock` and `ptl` unacquired in virtual time and the run
+/// shorter.
+#[test]
+fn a_virtual_runs_faults_reach_the_virtual_hooks() {
+    use usermm::sync::{clock, thread};
+    const PAGES: u64 = 32;
+    let m = Machine::new(virtual_config("haswell-ep-2s")).unwrap();
+    let (ends, mmap_stats) = m
+        .run(CpuId(0), || {
+            let mm = m.new_mm(CpuId(0)).unwrap();
+            let map = |prot| {
+                mm.mmap(
+                    CpuId(0),
+                    0,
+                    2 * PAGES * PAGE_SIZE,
+                    prot,
+                    MAP_PRIVATE | MAP_ANONYMOUS,
+                    MapFile::None,
+                )
+                .unwrap()
+            };
+            let (rw, ro) = (map(PROT_READ | PROT_WRITE), map(PROT_READ));
+            let ends: Vec<u64> = thread::scope(|s| {
+                let hs: Vec<_> = (0..2u16)
+                    .map(|cpu| {
+                        let mm = mm.clone();
+                        s.spawn_on(CpuId(cpu), move || {
+                            let t = Task::new(mm, CpuId(cpu));
+                            for i in 0..PAGES {
+                                let off = (u64::from(cpu) * PAGES + i) * PAGE_SIZE;
+                                t.write_u64(rw + off, 1).unwrap();
+                                assert_eq!(t.read_u64(ro + off).unwrap(), 0);
+                            }
+                            clock::now().as_ns()
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            mm.validate().unwrap();
+            (ends, mm.mmap_lock_info().stats())
+        })
+        .unwrap();
+    let r = m.last_run_report().unwrap();
+    let lock = |class: &str, mode| {
+        let l = r.lock(class, mode).unwrap();
+        (
+            l.acquisitions,
+            l.contentions,
+            l.holdtime_total_ns,
+            l.waittime_total_ns,
+        )
+    };
+    let mmap = lock("mmap_lock", vtime::Mode::Shared);
+    let ptl = lock("ptl", vtime::Mode::Exclusive);
+    let mem = r.memory.as_ref().map(|s| (s.accesses, s.measured));
+    let figures = (
+        ends.clone(),
+        r.end_ns,
+        mmap,
+        ptl,
+        mem,
+        mmap_stats.read.acquisitions,
+        mmap_stats.read.holdtime_total_ns,
+    );
+    // Every fault took the mmap lock for read and a PTE lock in virtual time, held them for
+    // a virtual while, and the new pages' struct pages were touched in the line model.
+    assert!(mmap.0 >= 4 * PAGES && mmap.2 > 0, "{mmap:?}");
+    assert!(ptl.0 >= 4 * PAGES && ptl.2 > 0, "{ptl:?}");
+    assert!(
+        mem.is_none_or(|(_, measured)| measured >= 2 * PAGES),
+        "{mem:?}"
+    );
+    assert!(mmap_stats.read.acquisitions >= 4 * PAGES && mmap_stats.read.holdtime_total_ns > 0);
+    // Each CPU's end, the run's end, `mmap_lock` read and `ptl` lock_stat (acquisitions,
+    // contentions, hold and wait totals in ns), the line model's (priced, measured) touches,
+    // and the mm's own read-side figures: main's (at 9c215d4), to the ns.
+    let expected = (
+        vec![86449, 85984],
+        103255,
+        (128, 0, 93859, 0),
+        (130, 2, 4422, 238),
+        Some((1355, 128)),
+        128,
+        93856,
+    );
+    assert_eq!(figures, expected);
+}

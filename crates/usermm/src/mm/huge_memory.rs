@@ -57,6 +57,7 @@ use crate::pgtable::{
 };
 use crate::pgtable::{Entry, Slot};
 use crate::stats::VmItem;
+use crate::sync::vhook::Current;
 use crate::sync::{charge, Cost};
 
 /// Is an anonymous VMA eligible for THP at this address?
@@ -112,7 +113,7 @@ fn alloc_anon_thp(mm: &Mm, cpu: CpuId) -> Option<Pfn> {
 #[doc(alias = "map_anon_folio_pmd")]
 fn map_anon_thp_pmd(mm: &Mm, vma: &Vma, cpu: CpuId, pmd: &LockedSlot<'_>, page: Pfn) {
     let machine = mm.machine();
-    rmap::folio_add_new_anon_rmap(mm, vma, cpu, page, 512);
+    rmap::folio_add_new_anon_rmap(Current, mm, vma, cpu, page, 512);
     machine
         .vmstat()
         .inc(cpu, VmItem::NrAnonTransparentHugepages);

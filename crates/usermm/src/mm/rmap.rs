@@ -48,7 +48,7 @@
 //! No rmap trees (no `anon_vma` interval trees, no `page->index`): nothing walks from a page
 //! to the mms mapping it. No `PageAnonExclusive`: "exclusive" is decided from the counts.
 
-use crate::sync::vhook::{self, Touch};
+use crate::sync::vhook::{self, Clock, Touch};
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::vma::{VmFlags, Vma, VmaTree};
@@ -76,12 +76,20 @@ pub(crate) fn anon_vma_prepare(mm: &Mm, tree: Option<&VmaTree>, vma: &Vma) {
 /// Account a new anonymous page of `nr` base pages mapped in `vma` (`folio_add_new_anon_rmap`:
 /// one PTE mapping of an order-0 page, or the entire mapping of a THP), with this mm's rss
 /// and the mlock counters. The caller holds the PTL (or PMD lock) of the entry it will set.
-pub(crate) fn folio_add_new_anon_rmap(mm: &Mm, vma: &Vma, cpu: CpuId, page: Pfn, nr: i64) {
+/// Its line touch on the caller's clock `c` (a fault's decided clock, or `Current`).
+pub(crate) fn folio_add_new_anon_rmap(
+    c: impl Clock,
+    mm: &Mm,
+    vma: &Vma,
+    cpu: CpuId,
+    page: Pfn,
+    nr: i64,
+) {
     let machine = mm.machine();
     let m = machine.phys().meta(page);
     // The fault's store to the new page's struct page: its cost is in the measured write
     // fault (for a 4 KiB page, in `new_anon_folio`, the write fault's part beyond the rest).
-    vhook::mem_touch_page(page.0, Touch::Measured);
+    c.mem_touch_page(page.0, Touch::Measured);
     if nr == 1 {
         // One RMW on the flags for both bits: this is the anonymous fault's path.
         m.set(PG_ANON | PG_ANON_EXCLUSIVE);

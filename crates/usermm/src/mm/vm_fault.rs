@@ -10,12 +10,17 @@
 //! Differences from Linux: no `gfp_mask`, `pgoff`, `cow_page`, `prealloc_pte` or `ptl` (the
 //! handlers allocate as they go, and the PTL is taken by `Slot::lock_if_same`, which returns
 //! the guard); `tree` stands in for what the kernel reaches through `vma->vm_mm` under the mmap
-//! lock.
+//! lock. And one field the kernel has no need of: `clock`, the clock the fault runs on
+//! (`vhook::Clock`), decided once at the fault's entry (`vhook::on_clock!`) and carried
+//! down, so that the handlers it reaches take their locks and charges on it without testing
+//! the seam's flag at each hook. A handler not yet written for a decided clock takes the
+//! fault as [`VmFault::undecided`] (on `Current`: each of its hooks tests the flag).
 
 use super::vma::{Vma, VmaTree};
 use super::Mm;
 use crate::cpu::CpuId;
 use crate::pgtable::{Entry, Slot};
+use crate::sync::vhook::{Clock, Current};
 
 /// `struct vm_fault`: one fault, as the handlers below pass it down — what it is (the mm, the
 /// VMA, the address, the access) from the start, and where it is in the tables once the walk
@@ -23,7 +28,10 @@ use crate::pgtable::{Entry, Slot};
 /// the handler re-checks under the PTL).
 #[doc(alias = "vm_fault")]
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct VmFault<'a> {
+pub(crate) struct VmFault<'a, C: Clock = Current> {
+    /// The clock the fault runs on (module doc): `Wall` or `Virtual` below
+    /// `handle_vma_fault`, `Current` for a handler that tests the flag per hook.
+    pub(crate) clock: C,
     /// `vma->vm_mm`.
     pub(crate) mm: &'a Mm,
     /// The VMAs, when the fault holds the mmap lock; `None` under the VMA's own lock
@@ -44,9 +52,10 @@ pub(crate) struct VmFault<'a> {
     pub(crate) orig_pte: Entry,
 }
 
-impl<'a> VmFault<'a> {
-    /// A fault at `address` in `vma`, not yet walked.
+impl<'a, C: Clock> VmFault<'a, C> {
+    /// A fault at `address` in `vma` on the clock `clock`, not yet walked.
     pub(crate) fn new(
+        clock: C,
         mm: &'a Mm,
         tree: Option<&'a VmaTree>,
         vma: &'a Vma,
@@ -55,6 +64,7 @@ impl<'a> VmFault<'a> {
         write: bool,
     ) -> Self {
         VmFault {
+            clock,
             mm,
             tree,
             vma,
@@ -75,6 +85,34 @@ impl<'a> VmFault<'a> {
     /// `vmf->pte`. Set before any PTE-level handler runs.
     pub(crate) fn pte(&self) -> Slot {
         self.pte.expect("vmf->pte is set by handle_pte_fault")
+    }
+
+    /// The same fault on `Current`, for a handler whose hooks test the flag each (module doc).
+    pub(crate) fn undecided(&self) -> VmFault<'a> {
+        let VmFault {
+            clock: _,
+            mm,
+            tree,
+            vma,
+            cpu,
+            address,
+            write,
+            pmd,
+            pte,
+            orig_pte,
+        } = *self;
+        VmFault {
+            clock: Current,
+            mm,
+            tree,
+            vma,
+            cpu,
+            address,
+            write,
+            pmd,
+            pte,
+            orig_pte,
+        }
     }
 }
 

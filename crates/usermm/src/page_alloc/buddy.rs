@@ -166,10 +166,45 @@ impl PhysMem {
         gfp: Gfp,
         bind: Option<usize>,
     ) -> Result<Pfn, AllocError> {
-        // The zonelist's first node, found outside the two clocks' instances (each would
-        // otherwise keep its own out-of-line copy of `cpu_to_node`).
-        let local = self.cpus.node_of(cpu).index().min(self.nodes.len() - 1);
-        on_clock!(c => self.alloc_pages_on(c, cpu, local, order, gfp, bind))
+        let local = self.local_node(cpu);
+        on_clock!(c => self.alloc_pages_decided(c, cpu, local, order, gfp, bind))
+    }
+
+    /// The zonelist's first node, found outside the clocks' instances (each would otherwise
+    /// keep its own out-of-line copy of `cpu_to_node`).
+    #[inline]
+    fn local_node(&self, cpu: CpuId) -> usize {
+        self.cpus.node_of(cpu).index().min(self.nodes.len() - 1)
+    }
+
+    /// [`Self::alloc_pages`] on a clock the caller decided already (a fault's, at its entry):
+    /// no test of the flag.
+    #[inline]
+    pub(crate) fn alloc_pages_on_clock(
+        &self,
+        c: impl SpinClock,
+        cpu: CpuId,
+        order: Order,
+        gfp: Gfp,
+    ) -> Result<Pfn, AllocError> {
+        let local = self.local_node(cpu);
+        self.alloc_pages_decided(c, cpu, local, order, gfp, self.membind)
+    }
+
+    /// The allocation on the clock `c`: one out-of-line instance per clock, which both the
+    /// callers that decide here ([`Self::alloc_pages_in`]) and those that decided before
+    /// ([`Self::alloc_pages_on_clock`]) call.
+    #[inline(never)]
+    fn alloc_pages_decided<C: SpinClock>(
+        &self,
+        c: C,
+        cpu: CpuId,
+        local: usize,
+        order: Order,
+        gfp: Gfp,
+        bind: Option<usize>,
+    ) -> Result<Pfn, AllocError> {
+        self.alloc_pages_on(c, cpu, local, order, gfp, bind)
     }
 
     #[inline(always)]

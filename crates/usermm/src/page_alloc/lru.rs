@@ -29,10 +29,10 @@ impl PhysMem {
         on_clock!(c => self.lru_cache_add_on(c, cpu, pfn));
     }
 
-    /// [`Self::lru_cache_add`] on the clock `c` it found: the batch lock and the commit test
-    /// no flag.
+    /// [`Self::lru_cache_add`] on the clock `c` it found (or a fault's, decided at its entry):
+    /// the batch lock and the commit test no flag.
     #[inline(always)]
-    fn lru_cache_add_on(&self, c: impl SpinClock, cpu: CpuId, pfn: Pfn) {
+    pub(crate) fn lru_cache_add_on(&self, c: impl SpinClock, cpu: CpuId, pfn: Pfn) {
         self.get_page(pfn);
         self.meta(pfn).set(PG_LRU_BATCH);
         let mut b = c.spin_lock(&self.lru_add[cpu]);

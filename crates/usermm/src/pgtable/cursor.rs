@@ -55,19 +55,21 @@ use crate::sync::primitive::atomic::Ordering::{Relaxed, Release};
 use super::{Entry, Level};
 use crate::addr::Pfn;
 use crate::page_alloc::PhysMem;
+use crate::sync::vhook::{ClockKind, Current};
 use crate::sync::{charge, Cost, PtLockGuard};
 
 /// A PTE or PMD table page whose split lock is held: its entries, read and written by virtual
-/// address. Dropping it unlocks.
+/// address. Dropping it unlocks. `C` is the clock its lock was taken on ([`PtLockGuard`]):
+/// [`Current`] unless a fault that decided its clock took it ([`TableCursor::lock_on`]).
 #[must_use = "if unused the page-table lock is released at once"]
-pub(crate) struct TableCursor<'a> {
+pub(crate) struct TableCursor<'a, C: ClockKind = Current> {
     pub(super) phys: &'a PhysMem,
     table: Pfn,
     level: Level,
-    _ptl: PtLockGuard<'a>,
+    _ptl: PtLockGuard<'a, C>,
 }
 
-impl std::fmt::Debug for TableCursor<'_> {
+impl<C: ClockKind> std::fmt::Debug for TableCursor<'_, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TableCursor")
             .field("table", &self.table)
@@ -83,7 +85,20 @@ impl<'a> TableCursor<'a> {
     #[doc(alias = "pmd_lock")]
     #[inline]
     pub(crate) fn lock(phys: &'a PhysMem, table: Pfn, level: Level) -> Self {
-        let ptl = phys.meta(table).ptl.lock(level.split_lock_class());
+        Self::lock_on(Current, phys, table, level)
+    }
+}
+
+impl<'a, C: ClockKind> TableCursor<'a, C> {
+    /// [`TableCursor::lock`] on the clock `clock` ([`PtLock::lock_on`]).
+    ///
+    /// [`PtLock::lock_on`]: crate::sync::PtLock::lock_on
+    #[inline]
+    pub(crate) fn lock_on(clock: C, phys: &'a PhysMem, table: Pfn, level: Level) -> Self {
+        let ptl = phys
+            .meta(table)
+            .ptl
+            .lock_on(clock, level.split_lock_class());
         TableCursor {
             phys,
             table,

@@ -16,7 +16,11 @@
 //!
 //! The class ([`PTL`](super::class::PTL) or [`PMD_LOCK`](super::class::PMD_LOCK)) is given at
 //! each acquisition: a PMD table's ptl is the PMD lock. In a virtual run the lock calls the
-//! [`vhook`](super::vhook) hooks like every seam lock.
+//! [`vhook`](super::vhook) hooks like every seam lock. The guard carries the clock it was
+//! taken on (a [`ClockKind`], [`Current`] unless said): [`PtLock::lock`] tests the seam's flag
+//! at the acquisition and at the release; [`PtLock::lock_on`], for an operation that has
+//! decided its clock (a fault), tests nothing on [`Wall`](super::vhook::Wall) and calls the
+//! hooks without asking on [`Virtual`](super::vhook::Virtual).
 //! It has no destructor (the metadata array is never dropped element by element): the
 //! page-table free path calls [`PtLock::ptlock_free`], as the kernel's `pagetable_dtor` does.
 //!
@@ -45,7 +49,7 @@ use super::primitive::atomic::{
 use super::primitive::parking::{
     self, ParkResult, SpinWait, UnparkResult, UnparkToken, DEFAULT_PARK_TOKEN, DEFAULT_UNPARK_TOKEN,
 };
-use super::vhook::{self, Mode};
+use super::vhook::{self, ClockKind, Current, Mode};
 
 /// The lock is held.
 const LOCKED: u8 = 1;
@@ -61,11 +65,14 @@ pub struct PtLock {
     state: AtomicU8,
 }
 
-/// Holding a [`PtLock`]; dropping it is `spin_unlock(ptl)`.
+/// Holding a [`PtLock`]; dropping it is `spin_unlock(ptl)`. `C` is the clock the hold is on
+/// (module doc): on [`Current`] the release tests the seam's flag, on a decided clock it
+/// does not.
 #[must_use = "if unused the page-table lock is released at once"]
-pub struct PtLockGuard<'a> {
+pub struct PtLockGuard<'a, C: ClockKind = Current> {
     lock: &'a PtLock,
     class: &'static LockClass,
+    clock: C,
 }
 
 impl PtLock {
@@ -89,7 +96,18 @@ impl PtLock {
     #[doc(alias = "pmd_lock")]
     #[inline]
     pub fn lock(&self, class: &'static LockClass) -> PtLockGuard<'_> {
-        if vhook::active() {
+        self.lock_on(Current, class)
+    }
+
+    /// [`Self::lock`] on the clock `clock` (module doc): on a decided clock no test of the
+    /// seam's flag, here or at the release.
+    #[inline]
+    pub(crate) fn lock_on<C: ClockKind>(
+        &self,
+        clock: C,
+        class: &'static LockClass,
+    ) -> PtLockGuard<'_, C> {
+        if clock.is_virtual() {
             vhook::lock_acquire(self.id(), class, Mode::Exclusive);
         }
         if self
@@ -99,7 +117,11 @@ impl PtLock {
         {
             self.lock_slow();
         }
-        PtLockGuard { lock: self, class }
+        PtLockGuard {
+            lock: self,
+            class,
+            clock,
+        }
     }
 
     /// `spin_trylock(ptl)`.
@@ -117,7 +139,13 @@ impl PtLock {
                 .state
                 .compare_exchange_weak(state, state | LOCKED, Acquire, Relaxed)
             {
-                Ok(_) => return Some(PtLockGuard { lock: self, class }),
+                Ok(_) => {
+                    return Some(PtLockGuard {
+                        lock: self,
+                        class,
+                        clock: Current,
+                    })
+                }
                 Err(s) => state = s,
             }
         }
@@ -229,11 +257,11 @@ impl PtLock {
     }
 }
 
-impl Drop for PtLockGuard<'_> {
+impl<C: ClockKind> Drop for PtLockGuard<'_, C> {
     #[inline]
     fn drop(&mut self) {
         self.lock.unlock();
-        if vhook::active() {
+        if self.clock.is_virtual() {
             vhook::lock_release(self.lock.id(), self.class, Mode::Exclusive);
         }
     }
@@ -247,7 +275,7 @@ impl fmt::Debug for PtLock {
     }
 }
 
-impl fmt::Debug for PtLockGuard<'_> {
+impl<C: ClockKind> fmt::Debug for PtLockGuard<'_, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PtLockGuard")
             .field("class", &self.class.name)

@@ -13,8 +13,9 @@
 //! when it is false, so wall mode pays only that test.
 //!
 //! Where the hooks cluster (an allocator call's list operations, buddy checks, charges and
-//! pcp lock; `release_pages`; an LRU-add batch; a fault's walk and charges; a TLB gate's
-//! access), the operation reads the flag once at its entry ([`on_clock!`]) and passes a
+//! pcp lock; `release_pages`; an LRU-add batch; a fault, from its mmap lock down to its PTE
+//! lock, allocation, rmap and LRU-add; a TLB gate's access), the operation reads the flag
+//! once at its entry ([`on_clock!`]) and passes a
 //! zero-sized [`Clock`] down: on [`Wall`] its inner hooks compile to nothing, as in a
 //! `no_vtime_seam` build, so they take no thread-local test each.
 //!
@@ -209,20 +210,23 @@ pub(crate) fn sleep_ns(ns: u64) -> bool {
 }
 
 /// Which clock an engine operation runs on, decided once at its entry (an allocator call, a
-/// pcp drain, a `release_pages` batch) and passed down, so that the hooks of its inner loops
-/// (the list operations of `page_alloc/meta.rs`, `__free_one_page`'s buddy checks, the
-/// charges) take no thread-local test each: [`Wall`] compiles every hook out, as the
-/// `no_vtime_seam` build does, [`Virtual`] calls the runtime without asking, and [`Current`]
-/// asks [`active`] at each hook (what every hook outside such an operation does).
+/// pcp drain, a `release_pages` batch, a fault) and passed down, so that the hooks of its
+/// inner loops (the list operations of `page_alloc/meta.rs`, `__free_one_page`'s buddy checks,
+/// the charges, the fault's locks) take no thread-local test each: [`Wall`] compiles every
+/// hook out, as the `no_vtime_seam` build does, [`Virtual`] calls the runtime without asking,
+/// and [`Current`] asks [`active`] at each hook (what every hook outside such an operation
+/// does).
 ///
 /// The kernel has nothing like it: its code runs on one clock. The decision is exact because
 /// a virtual run is entered and left only by `Machine::run`, never inside an engine operation,
 /// so the flag cannot change under one. Enter an operation through [`on_clock!`], which reads
 /// the flag once and instantiates the operation for each clock.
-pub(crate) trait Clock: Copy + std::fmt::Debug {
-    /// The operation runs in virtual time (the hooks below call the runtime).
-    fn is_virtual(self) -> bool;
-
+///
+/// A lock guard that outlives the call which took it (`PtLockGuard`, `RwSemReadGuard`,
+/// `MmapReadGuard`) carries its clock as a type parameter, defaulting to [`Current`], and asks
+/// it at its release; those guards are public, so what they ask of it is the public, sealed
+/// [`ClockKind`], and the hooks are this crate-private extension of it.
+pub(crate) trait Clock: ClockKind {
     /// [`charge`] on this clock.
     #[inline(always)]
     fn charge(self, cost: Cost, n: u64) {
@@ -251,33 +255,52 @@ pub(crate) trait Clock: Copy + std::fmt::Debug {
     }
 }
 
+impl<C: ClockKind> Clock for C {}
+
+mod sealed {
+    /// Only this module's three clocks are [`ClockKind`](super::ClockKind)s.
+    pub trait Sealed {}
+}
+
+/// What a lock guard asks of its [`Clock`]: whether its hold is in virtual time. Public only
+/// because the guards that carry a clock are; sealed (implemented by [`Wall`], [`Virtual`]
+/// and [`Current`] alone).
+pub trait ClockKind: Copy + std::fmt::Debug + sealed::Sealed {
+    /// The operation runs in virtual time (the hooks call the runtime).
+    fn is_virtual(self) -> bool;
+}
+
 /// The wall clock: every hook is nothing.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Wall;
+pub struct Wall;
 
 /// A virtual run is active on this host thread (tested once, by [`on_clock!`]).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Virtual;
+pub struct Virtual;
 
 /// Not decided: each hook tests [`active`].
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Current;
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Current;
 
-impl Clock for Wall {
+impl sealed::Sealed for Wall {}
+impl sealed::Sealed for Virtual {}
+impl sealed::Sealed for Current {}
+
+impl ClockKind for Wall {
     #[inline(always)]
     fn is_virtual(self) -> bool {
         false
     }
 }
 
-impl Clock for Virtual {
+impl ClockKind for Virtual {
     #[inline(always)]
     fn is_virtual(self) -> bool {
         SEAM
     }
 }
 
-impl Clock for Current {
+impl ClockKind for Current {
     #[inline(always)]
     fn is_virtual(self) -> bool {
         active()

@@ -14,19 +14,20 @@ use crate::page_alloc::Gfp;
 use crate::pgtable::Entry;
 use crate::pgtable::Level;
 use crate::pgtable::_PAGE_SPECIAL;
-use crate::sync::vhook::Clock;
 use crate::sync::Cost;
+use crate::sync::SpinClock;
 
 /// `do_anonymous_page`: the first touch of an empty PTE of private anonymous memory. A read
 /// maps the shared zero page (read-only, special, no rss); a write maps a fresh zeroed page,
-/// allocated before the PTL is taken and freed again if the entry was filled meanwhile. Its
-/// charges on the fault's clock `c`.
-pub(super) fn do_anonymous_page(c: impl Clock, vmf: &VmFault<'_>) -> Result<(), VmFaultError> {
-    let (mm, vma, cpu, pte) = (vmf.mm, vmf.vma, vmf.cpu, vmf.pte());
+/// allocated before the PTL is taken and freed again if the entry was filled meanwhile. On
+/// the fault's clock (`vmf.clock`): the PTE lock, the charges, the allocation, the rmap's
+/// touch and the LRU-add test no flag.
+pub(super) fn do_anonymous_page<C: SpinClock>(vmf: &VmFault<'_, C>) -> Result<(), VmFaultError> {
+    let (c, mm, vma, cpu, pte) = (vmf.clock, vmf.mm, vmf.vma, vmf.cpu, vmf.pte());
     let machine = mm.machine();
     let phys = machine.phys();
     if !vmf.write {
-        if let Some(pte) = pte.lock_if_same(phys, Level::Pte, Entry::NONE) {
+        if let Some(pte) = pte.lock_if_same_on(c, phys, Level::Pte, Entry::NONE) {
             let b = vma.leaf_bits(false) | _PAGE_SPECIAL;
             pte.set_on(c, Entry::new(machine.zero_pfn(), b));
         }
@@ -34,18 +35,18 @@ pub(super) fn do_anonymous_page(c: impl Clock, vmf: &VmFault<'_>) -> Result<(), 
     }
     rmap::anon_vma_prepare(mm, vmf.tree, vma);
     let page = phys
-        .alloc_pages(cpu, Order(0), Gfp::ZERO)
+        .alloc_pages_on_clock(c, cpu, Order(0), Gfp::ZERO)
         .map_err(|_| OOM)?;
     // The memcg charge and the new folio's accounting, paid whether or not the race is won.
     c.charge(Cost::NewAnonFolio, 1);
-    let Some(pte) = pte.lock_if_same(phys, Level::Pte, Entry::NONE) else {
+    let Some(pte) = pte.lock_if_same_on(c, phys, Level::Pte, Entry::NONE) else {
         let _ = phys.free_pages(cpu, page, Order(0));
         return Ok(());
     };
-    rmap::folio_add_new_anon_rmap(mm, vma, cpu, page, 1);
+    rmap::folio_add_new_anon_rmap(c, mm, vma, cpu, page, 1);
     pte.set_on(c, Entry::new(page, vma.leaf_bits(true)));
     drop(pte);
-    phys.lru_cache_add(cpu, page);
+    phys.lru_cache_add_on(c, cpu, page);
     Ok(())
 }
 

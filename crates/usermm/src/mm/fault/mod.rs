@@ -84,6 +84,7 @@ use crate::pgtable::{Entry, Slot};
 use crate::stats::VmItem;
 use crate::sync::vhook::{on_clock, Clock};
 use crate::sync::Cost;
+use crate::sync::SpinClock;
 
 /// How an access failed: the signal and `si_code` Linux would raise (`SIGSEGV` with
 /// `SEGV_MAPERR`/`SEGV_ACCERR`, `SIGBUS` with `BUS_ADRERR`), or the fault handler's
@@ -178,6 +179,7 @@ pub(crate) fn access_ok(vma: &Vma, write: bool) -> bool {
 /// The fault in `vma`, read-locked by `lock_vma_under_rcu` (no mmap lock): the access check,
 /// then `handle_mm_fault` with `FAULT_FLAG_VMA_LOCK`.
 pub(crate) fn fault_vma_locked(
+    c: impl SpinClock,
     mm: &Mm,
     vma: &Vma,
     cpu: CpuId,
@@ -191,7 +193,7 @@ pub(crate) fn fault_vma_locked(
         });
     }
     mm.machine().vmstat().inc(cpu, VmItem::Pgfault);
-    handle_vma_fault(mm, None, vma, cpu, addr, write).map_err(|e| Fault {
+    handle_vma_fault_on(c, mm, None, vma, cpu, addr, write).map_err(|e| Fault {
         addr,
         code: e.code(),
     })
@@ -204,13 +206,16 @@ pub(crate) fn fault_vma_locked(
 ///
 /// One call is one page-fault exception: its entry and exit are charged around it (virtual
 /// time; nothing on the host).
+///
+/// The fault's clock is decided here, once (`vhook::on_clock!`), and carried down: the mmap
+/// lock, the walk's charges, the PTE lock and `do_anonymous_page`'s allocation, rmap and
+/// LRU-add take no other test of the seam's flag (`VmFault::clock`).
 #[doc(alias = "do_user_addr_fault")]
 #[doc(alias = "asm_exc_page_fault")]
 pub fn handle_mm_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<(), Fault> {
-    // One test of the clock for the two charges (`vhook::Clock`).
     on_clock!(c => {
         c.charge(Cost::FaultEntry, 1);
-        let r = do_user_addr_fault(mm, cpu, addr, write);
+        let r = do_user_addr_fault(c, mm, cpu, addr, write);
         c.charge(Cost::FaultExit, 1);
         r
     })
@@ -219,33 +224,45 @@ pub fn handle_mm_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<()
 // Inlined into both clocks' instances of `handle_mm_fault` (a call of its own costs more
 // than the flag test saved).
 #[inline(always)]
-fn do_user_addr_fault(mm: &Mm, cpu: CpuId, addr: u64, write: bool) -> Result<(), Fault> {
+fn do_user_addr_fault(
+    c: impl SpinClock,
+    mm: &Mm,
+    cpu: CpuId,
+    addr: u64,
+    write: bool,
+) -> Result<(), Fault> {
     // The FAULT_FLAG_VMA_LOCK attempt (lock_vma.rs): `Some` when it ran under the VMA's lock.
     if mm.vma_index.is_some() {
-        let r =
-            mm.with_vma_read_locked(cpu, addr, |vma| fault_vma_locked(mm, vma, cpu, addr, write));
+        let r = mm.with_vma_read_locked(cpu, addr, |vma| {
+            fault_vma_locked(c, mm, vma, cpu, addr, write)
+        });
         if let Some(r) = r {
             return r;
         }
     }
-    {
-        let tree = mm.mmap_lock.read();
-        let below_stack = tree
-            .find_vma(addr)
-            .is_some_and(|v| v.start > addr && v.flags.contains(VmFlags::VM_GROWSDOWN));
-        if !below_stack {
-            return fault_locked(mm, &tree, cpu, addr, write);
-        }
+    let mut tree = mm.mmap_lock.read_on(c);
+    let below_stack = tree
+        .find_vma(addr)
+        .is_some_and(|v| v.start > addr && v.flags.contains(VmFlags::VM_GROWSDOWN));
+    if below_stack {
+        drop(tree);
+        grow_stack(mm, addr)?;
+        tree = mm.mmap_lock.read_on(c);
     }
-    {
-        let mut tree = mm.mmap_lock.write();
-        expand_downwards(mm, &mut tree, addr).map_err(|_| Fault {
-            addr,
-            code: SegvCode::MapErr,
-        })?;
-    }
-    let tree = mm.mmap_lock.read();
-    fault_locked(mm, &tree, cpu, addr, write)
+    // One call site, so that each clock's instance inlines the fault once.
+    fault_locked(c, mm, &tree, cpu, addr, write)
+}
+
+/// `lock_mm_and_find_vma`'s upgrade: with the mmap lock dropped, take it for write and grow
+/// the stack VMA above `addr` down to it (`expand_stack_locked`). Out of line: rare.
+#[cold]
+#[inline(never)]
+fn grow_stack(mm: &Mm, addr: u64) -> Result<(), Fault> {
+    let mut tree = mm.mmap_lock.write();
+    expand_downwards(mm, &mut tree, addr).map_err(|_| Fault {
+        addr,
+        code: SegvCode::MapErr,
+    })
 }
 
 /// `RLIMIT_STACK` (the usual 8 MiB soft limit): a stack VMA may not grow beyond it.
@@ -287,8 +304,11 @@ fn expand_downwards(mm: &Mm, tree: &mut VmaWriteGuard<'_>, addr: u64) -> Result<
     }
 }
 
-/// The fault, with the mmap lock already held (read or write).
+/// The fault, with the mmap lock already held (read or write), on the clock `c`. Inlined into
+/// its one caller's instances, as it was before the clock was carried down.
+#[inline(always)]
 pub(crate) fn fault_locked(
+    c: impl SpinClock,
     mm: &Mm,
     tree: &VmaTree,
     cpu: CpuId,
@@ -308,7 +328,7 @@ pub(crate) fn fault_locked(
         });
     }
     mm.machine().vmstat().inc(cpu, VmItem::Pgfault);
-    handle_vma_fault(mm, Some(tree), vma, cpu, addr, write).map_err(|e| Fault {
+    handle_vma_fault_on(c, mm, Some(tree), vma, cpu, addr, write).map_err(|e| Fault {
         addr,
         code: e.code(),
     })
@@ -326,7 +346,8 @@ impl VmFaultError {
     }
 }
 
-/// `__handle_mm_fault` for one VMA; an out-of-memory outcome counts `oom` (module doc).
+/// `__handle_mm_fault` for one VMA; an out-of-memory outcome counts `oom` (module doc). For
+/// a caller outside a fault (`mm_populate`): decides the clock, once.
 pub(crate) fn handle_vma_fault(
     mm: &Mm,
     tree: Option<&VmaTree>,
@@ -335,9 +356,22 @@ pub(crate) fn handle_vma_fault(
     addr: u64,
     write: bool,
 ) -> Result<(), VmFaultError> {
-    let vmf = VmFault::new(mm, tree, vma, cpu, addr, write);
-    // One test of the clock for the walk's charges (`vhook::Clock`).
-    let r = on_clock!(c => vma_fault(c, vmf));
+    on_clock!(c => handle_vma_fault_on(c, mm, tree, vma, cpu, addr, write))
+}
+
+/// [`handle_vma_fault`] on the clock `c` the fault decided: one instance per clock.
+#[inline(never)]
+fn handle_vma_fault_on<C: SpinClock>(
+    c: C,
+    mm: &Mm,
+    tree: Option<&VmaTree>,
+    vma: &Vma,
+    cpu: CpuId,
+    addr: u64,
+    write: bool,
+) -> Result<(), VmFaultError> {
+    let vmf = VmFault::new(c, mm, tree, vma, cpu, addr, write);
+    let r = vma_fault(vmf);
     if r == Err(VmFaultError::Oom) {
         mm.machine().vmstat().inc(cpu, VmItem::Oom);
     }
@@ -346,11 +380,12 @@ pub(crate) fn handle_vma_fault(
 
 #[doc(alias = "__handle_mm_fault")]
 #[inline(always)]
-fn vma_fault(c: impl Clock, mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
+fn vma_fault<C: SpinClock>(mut vmf: VmFault<'_, C>) -> Result<(), VmFaultError> {
+    let c = vmf.clock;
     let (mm, vma, cpu, addr) = (vmf.mm, vmf.vma, vmf.cpu, vmf.address);
     let phys = mm.machine().phys();
     if matches!(vma.kind, VmaKind::Hugetlb) {
-        return hugetlb::hugetlb_fault(&vmf);
+        return hugetlb::hugetlb_fault(&vmf.undecided());
     }
     if matches!(vma.kind, VmaKind::PfnMap) {
         // Populated at map time; an empty entry in a VM_PFNMAP VMA, which has no ->fault:
@@ -363,12 +398,12 @@ fn vma_fault(c: impl Clock, mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
     vmf.pmd = Some(pmd);
     let e = pmd.load(phys);
     if e.is_none() && huge_memory::thp_eligible(mm, vma, addr) {
-        if let Some(done) = huge_memory::do_huge_pmd_anonymous_page(&vmf) {
+        if let Some(done) = huge_memory::do_huge_pmd_anonymous_page(&vmf.undecided()) {
             return done;
         }
     } else if e.huge() {
         if vmf.write && !e.writable() {
-            if let Some(done) = huge_memory::do_huge_pmd_wp_page(&vmf) {
+            if let Some(done) = huge_memory::do_huge_pmd_wp_page(&vmf.undecided()) {
                 return done;
             }
             // VM_FAULT_FALLBACK: the PMD was split; the written page is a PTE fault now.
@@ -377,11 +412,11 @@ fn vma_fault(c: impl Clock, mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
                 return Ok(());
             }
             vmf.pte = Some(Slot::offset(table.pfn(), Level::Pte, addr));
-            return handle_pte_fault(c, vmf);
+            return handle_pte_fault(vmf);
         }
         // huge_pmd_set_accessed: someone else mapped it, or a split holds the PMD lock with
         // the PMD invalidated; take the lock so the retried access finds the result.
-        drop(pmd.lock(phys, Level::Pmd));
+        drop(pmd.lock_on(c, phys, Level::Pmd));
         return Ok(());
     }
     let pte_table = match pgtable::pte_alloc(mm, cpu, pmd) {
@@ -391,37 +426,36 @@ fn vma_fault(c: impl Clock, mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
     };
     vmf.pte = Some(Slot::offset(pte_table, Level::Pte, addr));
     c.charge(Cost::PtWalkLevel, 1);
-    handle_pte_fault(c, vmf)
+    handle_pte_fault(vmf)
 }
 
 /// `handle_pte_fault`: load the entry at `vmf.pte` (`orig_pte`) and hand the fault to the
-/// handler for what it holds.
-/// On the fault's clock `c`.
-fn handle_pte_fault(c: impl Clock, mut vmf: VmFault<'_>) -> Result<(), VmFaultError> {
+/// handler for what it holds, on the fault's clock.
+fn handle_pte_fault<C: SpinClock>(mut vmf: VmFault<'_, C>) -> Result<(), VmFaultError> {
     let phys = vmf.mm.machine().phys();
     let pte = vmf.pte();
     let e = pte.load(phys);
     vmf.orig_pte = e;
     if e.is_none() {
         if matches!(vmf.vma.kind, VmaKind::SharedAnon) {
-            return anon::shmem_fault(&vmf);
+            return anon::shmem_fault(&vmf.undecided());
         }
-        return anon::do_anonymous_page(c, &vmf);
+        return anon::do_anonymous_page(&vmf);
     }
     if vmf.write && e.present() && !e.writable() {
-        return wp::do_wp_page(&vmf);
+        return wp::do_wp_page(&vmf.undecided());
     }
     if e.maps_frame() && !e.present() {
         // PROT_NONE entry in a VMA that now allows the access: a stale protection. A page
         // shared copy-on-write stays read-only (the write fault then copies it).
-        if let Some(pte) = pte.lock_if_same(phys, Level::Pte, e) {
+        if let Some(pte) = pte.lock_if_same_on(vmf.clock, phys, Level::Pte, e) {
             let vma = vmf.vma;
             let w =
                 !e.special() && (!vma.is_cow_mapping() || rmap::pte_anon_exclusive(phys, e.pfn()));
-            pte.set(Entry::new(
-                e.pfn(),
-                vma.leaf_bits(w) | (e.0 & _PAGE_SPECIAL),
-            ));
+            pte.set_on(
+                vmf.clock,
+                Entry::new(e.pfn(), vma.leaf_bits(w) | (e.0 & _PAGE_SPECIAL)),
+            );
         }
     }
     Ok(())

@@ -17,6 +17,7 @@ use crate::page_alloc::Gfp;
 use crate::pgtable::Entry;
 use crate::pgtable::Level;
 use crate::stats::VmItem;
+use crate::sync::vhook::Current;
 use crate::sync::{charge, Cost};
 
 /// `do_wp_page`: write to a present read-only PTE in a writable VMA.
@@ -62,7 +63,7 @@ pub(super) fn do_wp_page(vmf: &VmFault<'_>) -> Result<(), VmFaultError> {
     // ptep_clear_flush: the old translation must be gone before the new one appears.
     pte.set(Entry::NONE);
     mm.flush_tlb(cpu, Some(1));
-    rmap::folio_add_new_anon_rmap(mm, vma, cpu, page, 1);
+    rmap::folio_add_new_anon_rmap(Current, mm, vma, cpu, page, 1);
     pte.set(Entry::new(page, vma.leaf_bits(true)));
     let old = (!e.special()).then(|| unmap_cow_source(mm, cpu, e.pfn()));
     drop(pte);

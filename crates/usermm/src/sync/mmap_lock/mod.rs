@@ -66,7 +66,9 @@
 //! `tests/loom_mmap_lock.rs`), and a lock in virtual time in a virtual run. This file adds only
 //! the instrumentation, the same in every build; its times come from [`clock`], so in a virtual
 //! run they are virtual waits and holds (under loom, waits are not timed: a contended
-//! acquisition records 0 ns).
+//! acquisition records 0 ns). A fault, which decided its clock at its entry
+//! (`vhook::on_clock!`), takes the read side with [`MmapLock::read_on`]: the guard carries that
+//! clock, and the rwsem's hooks test no flag at the acquisition or the release.
 //!
 //! # Differences from Linux
 //! - On the host, built on `parking_lot::RwLock` (task-fair: new readers queue behind a parked writer, as
@@ -92,6 +94,7 @@ use super::class::{MMAP_LOCK, MMAP_LOCK_HIST};
 use super::clock::{self, Ktime, LockstatClock, LockstatStamp};
 use super::lock::SpinLock;
 use super::rwsem::{RwSem, RwSemReadGuard, RwSemWriteGuard};
+use super::vhook::{ClockKind, Current};
 use super::vma_lock::MmLockSeq;
 use crate::stats::lockstat::{LockStat, LockStatSnapshot, StripedLockStat};
 use std::sync::Arc;
@@ -171,12 +174,14 @@ pub struct MmapLock<T> {
     clock: LockstatClock,
 }
 
-/// Shared access to an [`MmapLock`]'s value; dropping it is `mmap_read_unlock`.
+/// Shared access to an [`MmapLock`]'s value; dropping it is `mmap_read_unlock`. `C` is the
+/// clock the hold is on: [`Current`] unless a fault that decided its clock took it
+/// ([`MmapLock::read_on`]), whose guard tests no flag at its release.
 #[doc(alias = "mmap_read_unlock")]
 #[must_use = "if unused the MmapLock is released at once"]
-pub struct MmapReadGuard<'a, T> {
+pub struct MmapReadGuard<'a, T, C: ClockKind = Current> {
     /// `None` only inside `drop`, after the lock was released.
-    guard: Option<RwSemReadGuard<'a, T>>,
+    guard: Option<RwSemReadGuard<'a, T, C>>,
     lock: &'a MmapLock<T>,
     since: LockstatStamp,
     /// `Some(exclusive hold in ns)` when this guard came from a downgrade.
@@ -225,7 +230,15 @@ impl<T> MmapLock<T> {
     #[doc(alias = "mmap_read_lock")]
     #[inline]
     pub fn read(&self) -> MmapReadGuard<'_, T> {
-        let (guard, waited) = self.rwsem.read_contended();
+        self.read_on(Current)
+    }
+
+    /// [`Self::read`] on the clock `clock`, decided by the caller (a fault, `vhook::on_clock!`):
+    /// the rwsem's hooks test no flag, here or at the release ([`RwSem::read_contended_on`]).
+    /// The lock_stat figures are the same on every clock.
+    #[inline]
+    pub(crate) fn read_on<C: ClockKind>(&self, clock: C) -> MmapReadGuard<'_, T, C> {
+        let (guard, waited) = self.rwsem.read_contended_on(clock);
         match waited {
             None => self.read_stat.record_uncontended(),
             Some(ns) => self.read_stat.record_contended(ns),
@@ -493,7 +506,7 @@ impl<T> Drop for MmapWriteGuard<'_, T> {
 
 guard_debug!(struct MmapWriteGuard);
 
-impl<T> MmapReadGuard<'_, T> {
+impl<T, C: ClockKind> MmapReadGuard<'_, T, C> {
     /// Whether this read hold came from [`MmapWriteGuard::downgrade`].
     pub fn is_downgraded(&self) -> bool {
         self.downgraded_from_ns.is_some()
@@ -510,9 +523,18 @@ impl<T> MmapReadGuard<'_, T> {
     }
 }
 
-guard_deref!(MmapReadGuard.guard?, "read guard used after its hold ended");
+impl<T, C: ClockKind> std::ops::Deref for MmapReadGuard<'_, T, C> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        match &self.guard {
+            Some(guard) => guard,
+            None => unreachable!("read guard used after its hold ended"),
+        }
+    }
+}
 
-impl<T> Drop for MmapReadGuard<'_, T> {
+impl<T, C: ClockKind> Drop for MmapReadGuard<'_, T, C> {
     /// Release first, then record: the figures are not taken under the lock.
     #[inline]
     fn drop(&mut self) {
@@ -522,7 +544,7 @@ impl<T> Drop for MmapReadGuard<'_, T> {
     }
 }
 
-impl<T: fmt::Debug> fmt::Debug for MmapReadGuard<'_, T> {
+impl<T: fmt::Debug, C: ClockKind> fmt::Debug for MmapReadGuard<'_, T, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MmapReadGuard")
             .field("value", &**self)

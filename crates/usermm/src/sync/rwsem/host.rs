@@ -8,7 +8,7 @@ use std::sync::atomic::{
 
 use crate::sync::class::LockClass;
 use crate::sync::clock;
-use crate::sync::vhook::{self, LockMap, Mode};
+use crate::sync::vhook::{self, ClockKind, Current, LockMap, Mode};
 
 /// The host lock under an [`RwSem`].
 type RawRwSem<T> = parking_lot::RwLock<T>;
@@ -16,17 +16,19 @@ type RawRwSem<T> = parking_lot::RwLock<T>;
 /// Tells virtual time that a hold ended; a guard's last field, so it drops after the host
 /// guard (after the host unlock). It keeps the lock's map, not its id and class: those are
 /// derived from the map at the release, and only in virtual time, so a wall-mode guard
-/// stores one word for them.
+/// stores one word for them. `clock` is the hold's: on [`Current`] the release tests the
+/// seam's flag, on a decided clock it does not (`RwSem::read_contended_on`).
 #[derive(Debug)]
-struct HoldEnd<'a> {
+struct HoldEnd<'a, C: ClockKind = Current> {
     map: &'a LockMap,
     mode: Mode,
+    clock: C,
 }
 
-impl Drop for HoldEnd<'_> {
+impl<C: ClockKind> Drop for HoldEnd<'_, C> {
     #[inline]
     fn drop(&mut self) {
-        if vhook::active() {
+        if self.clock.is_virtual() {
             vhook::lock_release(self.map.id(), self.map.class(), self.mode);
         }
     }
@@ -40,12 +42,14 @@ pub struct RwSem<T> {
     waiters: AtomicUsize,
 }
 
-/// Shared access to an [`RwSem`]'s data; dropping it is `up_read`.
+/// Shared access to an [`RwSem`]'s data; dropping it is `up_read`. `C` is the clock the
+/// hold is on: [`Current`] (the release tests the seam's flag) unless an operation that
+/// decided its clock took it ([`RwSem::read_contended_on`]).
 #[must_use = "if unused the RwSem is released at once"]
-pub struct RwSemReadGuard<'a, T> {
+pub struct RwSemReadGuard<'a, T, C: ClockKind = Current> {
     inner: parking_lot::RwLockReadGuard<'a, T>,
     /// Only its drop matters (after `inner`'s).
-    _end: HoldEnd<'a>,
+    _end: HoldEnd<'a, C>,
 }
 
 /// Shared access taken by an operation that knows it runs on the wall clock
@@ -78,10 +82,11 @@ impl<T> RwSem<T> {
     }
 
     #[inline]
-    fn end(&self, mode: Mode) -> HoldEnd<'_> {
+    fn end<C: ClockKind>(&self, clock: C, mode: Mode) -> HoldEnd<'_, C> {
         HoldEnd {
             map: &self.map,
             mode,
+            clock,
         }
     }
 
@@ -96,8 +101,19 @@ impl<T> RwSem<T> {
     /// `Some(ns waited)` otherwise (for lock_stat).
     #[inline]
     pub fn read_contended(&self) -> (RwSemReadGuard<'_, T>, Option<u64>) {
+        self.read_contended_on(Current)
+    }
+
+    /// [`Self::read_contended`] on the clock `clock`, decided by the caller (a fault's mmap
+    /// lock): on [`Wall`](vhook::Wall) no test of the seam's flag here or at the release, on
+    /// [`Virtual`](vhook::Virtual) the hooks without asking.
+    #[inline]
+    pub(crate) fn read_contended_on<C: ClockKind>(
+        &self,
+        clock: C,
+    ) -> (RwSemReadGuard<'_, T, C>, Option<u64>) {
         let ((inner, _end), waited) =
-            self.acquire(Mode::Shared, RawRwSem::try_read, RawRwSem::read);
+            self.acquire(clock, Mode::Shared, RawRwSem::try_read, RawRwSem::read);
         (RwSemReadGuard { inner, _end }, waited)
     }
 
@@ -141,8 +157,12 @@ impl<T> RwSem<T> {
     /// `down_write`, saying whether it was contended (see [`Self::read_contended`]).
     #[inline]
     pub fn write_contended(&self) -> (RwSemWriteGuard<'_, T>, Option<u64>) {
-        let ((inner, end), waited) =
-            self.acquire(Mode::Exclusive, RawRwSem::try_write, RawRwSem::write);
+        let ((inner, end), waited) = self.acquire(
+            Current,
+            Mode::Exclusive,
+            RawRwSem::try_write,
+            RawRwSem::write,
+        );
         (RwSemWriteGuard { inner, end }, waited)
     }
 
@@ -160,46 +180,49 @@ impl<T> RwSem<T> {
     /// the host lock is free; on the host a failed fast path counts the thread as a waiter
     /// while it blocks.
     #[inline]
-    fn acquire<'a, G>(
+    fn acquire<'a, G, C: ClockKind>(
         &'a self,
+        clock: C,
         mode: Mode,
         try_take: impl FnOnce(&'a RawRwSem<T>) -> Option<G>,
         take: impl FnOnce(&'a RawRwSem<T>) -> G,
-    ) -> ((G, HoldEnd<'a>), Option<u64>) {
-        if vhook::active() {
-            return self.acquire_virtual(mode, take);
+    ) -> ((G, HoldEnd<'a, C>), Option<u64>) {
+        if clock.is_virtual() {
+            return self.acquire_virtual(clock, mode, take);
         }
         match try_take(&self.raw) {
-            Some(inner) => ((inner, self.end(mode)), None),
-            None => self.acquire_slow(mode, take),
+            Some(inner) => ((inner, self.end(clock, mode)), None),
+            None => self.acquire_slow(clock, mode, take),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn acquire_slow<'a, G>(
+    fn acquire_slow<'a, G, C: ClockKind>(
         &'a self,
+        clock: C,
         mode: Mode,
         take: impl FnOnce(&'a RawRwSem<T>) -> G,
-    ) -> ((G, HoldEnd<'a>), Option<u64>) {
+    ) -> ((G, HoldEnd<'a, C>), Option<u64>) {
         let t0 = clock::now();
         self.waiters.fetch_add(1, Release);
         let inner = take(&self.raw);
         self.waiters.fetch_sub(1, Release);
-        ((inner, self.end(mode)), Some(t0.elapsed_ns()))
+        ((inner, self.end(clock, mode)), Some(t0.elapsed_ns()))
     }
 
     #[cold]
     #[inline(never)]
-    fn acquire_virtual<'a, G>(
+    fn acquire_virtual<'a, G, C: ClockKind>(
         &'a self,
+        clock: C,
         mode: Mode,
         take: impl FnOnce(&'a RawRwSem<T>) -> G,
-    ) -> ((G, HoldEnd<'a>), Option<u64>) {
+    ) -> ((G, HoldEnd<'a, C>), Option<u64>) {
         let acq = vhook::lock_acquire(self.id(), self.map.class(), mode);
         let inner = take(&self.raw);
         (
-            (inner, self.end(mode)),
+            (inner, self.end(clock, mode)),
             acq.contended.then_some(acq.waited_ns),
         )
     }
@@ -215,7 +238,7 @@ impl<T> RwSem<T> {
             vhook::lock_try_acquire(self.id(), self.map.class(), mode)?;
         }
         let inner = try_take(&self.raw)?;
-        Some((inner, self.end(mode)))
+        Some((inner, self.end(Current, mode)))
     }
 
     /// `rwsem_is_contended`: some thread waits for the lock. Advisory.
@@ -280,12 +303,26 @@ impl<'a, T> RwSemWriteGuard<'a, T> {
             _end: HoldEnd {
                 map,
                 mode: Mode::Shared,
+                clock: Current,
             },
         }
     }
 }
 
-guard_deref!(RwSemReadGuard.inner);
+impl<T, C: ClockKind> std::ops::Deref for RwSemReadGuard<'_, T, C> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        &self.inner
+    }
+}
+
+impl<T: fmt::Debug, C: ClockKind> fmt::Debug for RwSemReadGuard<'_, T, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
 guard_deref!(RwSemWallReadGuard.inner);
 guard_deref!(mut RwSemWriteGuard.inner);
-guard_debug!(RwSemReadGuard, RwSemWriteGuard, RwSemWallReadGuard);
+guard_debug!(RwSemWriteGuard, RwSemWallReadGuard);

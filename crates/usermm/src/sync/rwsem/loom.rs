@@ -13,6 +13,7 @@ use loom::{
 };
 
 use crate::sync::class::LockClass;
+use crate::sync::vhook::{ClockKind, Current};
 
 /// The lock word, as a small state machine protected by a loom mutex.
 #[derive(Debug, Default)]
@@ -43,12 +44,14 @@ unsafe impl<T: Send + Sync> Sync for RwSem<T> {}
 /// The host build's guard of `read_wall`; under loom a read guard.
 pub(crate) type RwSemWallReadGuard<'a, T> = RwSemReadGuard<'a, T>;
 
-/// Shared access to a loom [`RwSem`]'s value.
+/// Shared access to a loom [`RwSem`]'s value. `C`, the host guard's clock, is only carried
+/// (no hooks under loom).
 #[must_use = "if unused the RwSem is released at once"]
-pub struct RwSemReadGuard<'a, T> {
+pub struct RwSemReadGuard<'a, T, C: ClockKind = Current> {
     lock: &'a RwSem<T>,
     /// Taken and dropped in `Drop::drop` before `readers` is decremented.
     ptr: Option<ConstPtr<T>>,
+    _clock: C,
 }
 
 /// Exclusive access to a loom [`RwSem`]'s value.
@@ -101,12 +104,21 @@ impl<T> RwSem<T> {
 
     /// Waits are not timed under loom: a contended acquisition reports `Some(0)`.
     pub fn read_contended(&self) -> (RwSemReadGuard<'_, T>, Option<u64>) {
+        self.read_contended_on(Current)
+    }
+
+    /// The host build's `read_contended_on`: the clock is only carried.
+    pub(crate) fn read_contended_on<C: ClockKind>(
+        &self,
+        clock: C,
+    ) -> (RwSemReadGuard<'_, T, C>, Option<u64>) {
         let (mut st, waited) = self.wait_while(self.state(), |s| s.writer);
         st.readers += 1;
         drop(st);
         let g = RwSemReadGuard {
             lock: self,
             ptr: Some(self.value.get()),
+            _clock: clock,
         };
         (g, waited.then_some(0))
     }
@@ -126,6 +138,7 @@ impl<T> RwSem<T> {
         Some(RwSemReadGuard {
             lock: self,
             ptr: Some(self.value.get()),
+            _clock: Current,
         })
     }
 
@@ -210,6 +223,7 @@ impl<'a, T> RwSemWriteGuard<'a, T> {
         RwSemReadGuard {
             lock: self.lock,
             ptr: Some(self.lock.value.get()),
+            _clock: Current,
         }
     }
 
@@ -254,7 +268,7 @@ impl<T> Drop for RwSemWriteGuard<'_, T> {
     }
 }
 
-impl<T> RwSemReadGuard<'_, T> {
+impl<T, C: ClockKind> RwSemReadGuard<'_, T, C> {
     fn value(&self) -> &T {
         let ptr = self
             .ptr
@@ -266,9 +280,15 @@ impl<T> RwSemReadGuard<'_, T> {
     }
 }
 
-guard_deref!(RwSemReadGuard => value);
+impl<T, C: ClockKind> std::ops::Deref for RwSemReadGuard<'_, T, C> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        self.value()
+    }
+}
 
-impl<T> Drop for RwSemReadGuard<'_, T> {
+impl<T, C: ClockKind> Drop for RwSemReadGuard<'_, T, C> {
     fn drop(&mut self) {
         // The read access ends before a writer can be admitted.
         drop(self.ptr.take());
@@ -280,4 +300,12 @@ impl<T> Drop for RwSemReadGuard<'_, T> {
     }
 }
 
-guard_debug!(struct RwSemWriteGuard, RwSemReadGuard);
+guard_debug!(struct RwSemWriteGuard);
+
+impl<T: fmt::Debug, C: ClockKind> fmt::Debug for RwSemReadGuard<'_, T, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwSemReadGuard")
+            .field("value", &**self)
+            .finish()
+    }
+}
