@@ -92,6 +92,11 @@ pub struct PageMeta {
     pub(crate) order: AtomicU8,
     /// The split PTE-page lock of a page-table page (`ptlock_ptr`).
     pub(crate) ptl: PtLock,
+    /// The virtual-time line model's state of this frame's `struct page` line: its last
+    /// toucher (with the run's generation) and two fill stamps (`vtime/memory.rs`). Only a
+    /// virtual run's runtime reads or writes it, between two synchronisation points of the
+    /// running context; the engine never does.
+    pub(crate) line: [AtomicU32; 3],
 }
 
 // SAFETY: every field is an integer atomic (valid at zero) or a `PtLock`, which is one
@@ -113,6 +118,7 @@ unsafe impl ZeroValid for PageMeta {
             pt_entries: AtomicU16::new(0),
             order: AtomicU8::new(0),
             ptl: PtLock::new(),
+            line: [AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0)],
         }
     }
 }

@@ -309,6 +309,10 @@ pub struct PhysMem {
     /// `mm.membind`: the one node a task's allocations may come from (`MPOL_BIND`), resolved
     /// once here; `None`: the zonelist of the allocating CPU's node.
     membind: Option<usize>,
+    /// Runs of the virtual-time line model on this memmap so far: the next one's generation
+    /// comes from it (`vtime/memory.rs`, `PageMeta::line`). Not a figure: only a virtual
+    /// machine's runs count it.
+    line_runs: AtomicU64,
 }
 
 impl std::fmt::Debug for PhysMem {
@@ -397,6 +401,7 @@ impl PhysMem {
             stat,
             zone_mask,
             membind: cfg.mm.membind.map(usize::from),
+            line_runs: AtomicU64::new(0),
         };
         for node in pm.nodes.iter() {
             pm.free_range_boot(&node.zone);
@@ -446,8 +451,14 @@ impl PhysMem {
     }
 
     #[inline]
-    fn meta_slice(&self) -> &[PageMeta] {
+    pub(crate) fn meta_slice(&self) -> &[PageMeta] {
         self.meta.as_slice()
+    }
+
+    /// Counts a run of the line model on this memmap; its number, from 1 (the line model
+    /// takes it modulo its generations).
+    pub(crate) fn next_line_run(&self) -> u64 {
+        self.line_runs.fetch_add(1, Relaxed) + 1
     }
 
     /// The metadata of a frame (`pfn_to_page`). Panics on a PFN beyond memory: callers inside

@@ -105,7 +105,13 @@
 
 #![deny(unsafe_code)]
 
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::Arc;
+
 use serde::Serialize;
+
+use crate::backing::ZeroedArray;
+use crate::page_alloc::{PageMeta, PhysMem};
 
 use super::profile::{MemPrice, Placement, Ps};
 use super::store_buffer::{head_key, page_key, StoreBuffer};
@@ -151,10 +157,43 @@ enum Found {
 
 const FOUND: usize = 8;
 
-/// A line's state: `[last toucher + 1 (0: never), its core's fill stamp, its socket's]`.
-/// Stamps count fills in units of `1 << STAMP_SHIFT` and wrap at 2^32 units (2^36 fills):
-/// 12 bytes a frame, and a line would have to wait 2^36 fills of its cache to alias.
+/// A line's state: `[tag of its last toucher, its core's fill stamp, its socket's]`. The tag
+/// is the run's generation in the high 16 bits and the toucher's CPU + 1 in the low 16
+/// ([`tag_of`]); a tag of another generation (or 0, a frame no run touched) is a line never
+/// touched in this run. Stamps count fills in units of `1 << STAMP_SHIFT` and wrap at 2^32
+/// units (2^36 fills): 12 bytes a frame, and a line would have to wait 2^36 fills of its cache
+/// to alias.
 type LineState = [u32; 3];
+
+/// The CPU bits of a tag (`MAX_CPUS` is 4096: CPU + 1 fits).
+const TAG_CPU_MASK: u32 = 0xFFFF;
+
+/// Generations a memmap's line states count before they start again at 1 (which first clears
+/// every state the memmap holds, [`Memory::new`]).
+const GENERATIONS: u32 = 0xFFFF;
+
+/// The tag of CPU `cpu` in the run whose tags carry `gen_bits` (`generation << 16`).
+#[inline(always)]
+fn tag_of(gen_bits: u32, cpu: usize) -> u32 {
+    gen_bits | (cpu as u32 + 1)
+}
+
+/// A `struct page` line's state as the engine's `PageMeta` keeps it (`PageMeta::line`).
+#[inline(always)]
+fn load(line: &[AtomicU32; 3]) -> LineState {
+    [
+        line[0].load(Relaxed),
+        line[1].load(Relaxed),
+        line[2].load(Relaxed),
+    ]
+}
+
+#[inline(always)]
+fn store(line: &[AtomicU32; 3], s: LineState) {
+    line[0].store(s[0], Relaxed);
+    line[1].store(s[1], Relaxed);
+    line[2].store(s[2], Relaxed);
+}
 
 /// A stamp counts fills by sixteen: capacities are rounded down to a multiple of 16 lines.
 const STAMP_SHIFT: u32 = 4;
@@ -215,15 +254,73 @@ impl MemoryStat {
 }
 
 /// The line model of one run: every tracked line's state beside the caches' fill counts and
-/// what the touches cost. The two line tables and the caches are separate fields, so that a
-/// touch updates its line in place while the caches price it (no table is moved per touch).
+/// what the touches cost. The memmap, the head table and the caches are separate fields, so
+/// that a touch updates its line in place while the caches price it.
 #[derive(Debug)]
 pub(super) struct Memory {
-    /// One `struct page` line per frame, by PFN.
-    pages: Vec<LineState>,
+    /// Where the `struct page` lines' states live: one per frame, in its `PageMeta`.
+    memmap: Memmap,
     /// Lines known by address (list heads, counters).
     heads: HeadTable,
     caches: Caches,
+}
+
+/// The memmap whose `PageMeta`s hold a run's `struct page` line states.
+pub(crate) enum Memmap {
+    /// A machine's own (`Machine::run`): its frames' metadata outlives the run, so its states
+    /// carry the run's generation.
+    Machine(Arc<PhysMem>),
+    /// The runtime's own, for a runtime told only the memmap's size (`Runtime::set_memmap`):
+    /// lazily zeroed, never shared, one run's.
+    Own(ZeroedArray<PageMeta>),
+}
+
+impl std::fmt::Debug for Memmap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self {
+            Memmap::Machine(_) => "machine",
+            Memmap::Own(_) => "own",
+        };
+        write!(f, "Memmap({kind}, {} frames)", self.frames().len())
+    }
+}
+
+impl Memmap {
+    /// A memmap of `nr_frames` frames of the runtime's own.
+    pub(crate) fn own(nr_frames: u64) -> Memmap {
+        Memmap::Own(
+            ZeroedArray::new(nr_frames as usize)
+                .expect("the line model's memmap: a lazily zeroed host mapping"),
+        )
+    }
+
+    #[inline(always)]
+    fn frames(&self) -> &[PageMeta] {
+        match self {
+            Memmap::Machine(phys) => phys.meta_slice(),
+            Memmap::Own(a) => a.as_slice(),
+        }
+    }
+
+    /// This run's generation, 1..=[`GENERATIONS`]: the machine's count of the line model's
+    /// runs (`PhysMem::next_line_run`), wrapped. When it starts again at 1, every state a
+    /// run left behind is cleared first, so no state of an earlier run with the same
+    /// generation can look warm.
+    fn start_run(&self) -> u32 {
+        let Memmap::Machine(phys) = self else {
+            return 1;
+        };
+        let run = phys.next_line_run();
+        let generation = ((run - 1) % u64::from(GENERATIONS)) as u32 + 1;
+        if generation == 1 && run > 1 {
+            for m in phys.meta_slice() {
+                if m.line[0].load(Relaxed) != 0 {
+                    store(&m.line, [0; 3]);
+                }
+            }
+        }
+        generation
+    }
 }
 
 /// A touch of the lines of the engine (`hooks::mem_touch_page`, `hooks::mem_touch_list`), as
@@ -246,6 +343,8 @@ pub(super) enum Touched {
 /// with one indexed load each.
 #[derive(Debug)]
 struct Caches {
+    /// This run's generation, in a tag's high bits ([`tag_of`]).
+    gen_bits: u32,
     price: MemPrice,
     /// `llc_lines` and `l2_lines` in stamp units (`>> STAMP_SHIFT`).
     llc_units: u64,
@@ -273,26 +372,33 @@ struct Caches {
     overlapped: Ps,
 }
 
-/// The CPU a touch runs on, with its core and socket looked up once for the touches of one
-/// list operation.
+/// The CPU a touch runs on, with its tag, core and socket looked up once for the touches of
+/// one batch.
 #[derive(Debug, Clone, Copy)]
 struct Toucher {
     cpu: usize,
+    tag: u32,
     core: usize,
     socket: usize,
 }
 
 impl Memory {
-    /// A cold memory of `nr_frames` frames, `frames_per_node` to a node, for `placement`'s
-    /// CPUs, with a line transfer priced `transfer[distance]`.
+    /// A cold memory of `memmap`'s frames, `frames_per_node` to a node, for `placement`'s
+    /// CPUs, with a line transfer priced `transfer[distance]`: a run of the line model on
+    /// that memmap, of the next generation.
     pub(super) fn new(
         price: MemPrice,
         placement: &Placement,
         transfer: &[Ps; 4],
-        nr_frames: u64,
+        memmap: Memmap,
         frames_per_node: u64,
     ) -> Self {
         let cpus = placement.nr_cpus();
+        assert!(
+            cpus < TAG_CPU_MASK as usize,
+            "vtime: the line model tags CPUs in 16 bits"
+        );
+        let generation = memmap.start_run();
         let sockets = (0..cpus).map(|c| placement.socket_of(c)).max().unwrap_or(0) + 1;
         let cores = (0..cpus).map(|c| placement.core_of(c)).max().unwrap_or(0) + 1;
         let nr_nodes = placement.nr_nodes() as u64;
@@ -303,11 +409,10 @@ impl Memory {
             }
         }
         Memory {
-            // Zeroed allocations are lazily mapped: a frame's line costs host memory only
-            // once it is touched.
-            pages: vec![[0; 3]; nr_frames as usize],
+            memmap,
             heads: HeadTable::default(),
             caches: Caches {
+                gen_bits: generation << 16,
                 price,
                 llc_units: price.llc_lines >> STAMP_SHIFT,
                 l2_units: price.l2_lines >> STAMP_SHIFT,
@@ -351,13 +456,19 @@ impl Memory {
     /// the call costs nothing beside the touches).
     #[inline(never)]
     pub(super) fn touch_all(&mut self, cpu: usize, touches: impl Iterator<Item = Touched>) -> Ps {
-        let t = self.caches.toucher(cpu);
-        let mut own = Own::of(&self.caches, t);
+        let Memory {
+            memmap,
+            heads,
+            caches,
+        } = self;
+        let frames = memmap.frames();
+        let t = caches.toucher(cpu);
+        let mut own = Own::of(caches, t);
         let mut sb = StoreBuffer::default();
         for touched in touches {
             match touched {
                 Touched::Page { pfn, how } => {
-                    let price = self.page(t, &mut own, pfn, how);
+                    let price = page(caches, frames, t, &mut own, pfn, how);
                     match how {
                         Touch::Rmw => sb.rmw(page_key(pfn), price),
                         Touch::Access | Touch::Measured => sb.load(page_key(pfn), price),
@@ -366,12 +477,13 @@ impl Memory {
                 Touched::List { head, pfns, op } => {
                     let head = if pfns[0] == u32::MAX { 0 } else { head };
                     if op == ListOp::Add && head != 0 {
-                        let price = self.head(t, &mut own, head, pfns[0]);
+                        let price = head_line(caches, heads, t, &mut own, head, pfns[0]);
                         sb.load(head_key(head), price);
                     }
                     for (i, p) in pfns.into_iter().enumerate() {
                         if p != u32::MAX {
-                            let price = self.page(t, &mut own, u64::from(p), Touch::Access);
+                            let price =
+                                page(caches, frames, t, &mut own, u64::from(p), Touch::Access);
                             if i == 0 && op == ListOp::Del {
                                 sb.load(page_key(u64::from(p)), price);
                             } else {
@@ -380,48 +492,18 @@ impl Memory {
                         }
                     }
                     if op == ListOp::Del && head != 0 {
-                        let price = self.head(t, &mut own, head, pfns[0]);
+                        let price = head_line(caches, heads, t, &mut own, head, pfns[0]);
                         sb.store(head_key(head), price);
                     }
                 }
             }
         }
-        own.settle(&mut self.caches);
+        own.settle(caches);
         let (ps, hidden) = sb.finish();
         // `access` counted every price as charged; what the stores' overlap hid was not.
-        self.caches.charged = self.caches.charged.saturating_sub(hidden);
-        self.caches.overlapped = self.caches.overlapped.saturating_add(hidden);
+        caches.charged = caches.charged.saturating_sub(hidden);
+        caches.overlapped = caches.overlapped.saturating_add(hidden);
         ps
-    }
-
-    /// The list head at `head`, homed on frame `home`'s node, touched by `t` (an
-    /// [`Touch::Access`]); its price.
-    #[inline(always)]
-    fn head(&mut self, t: Toucher, own: &mut Own, head: usize, home: u32) -> Ps {
-        let line = self.heads.get_or_insert(head);
-        if own.hit(line, Touch::Access) {
-            return 0;
-        }
-        let (price, new) = self
-            .caches
-            .access(t, *line, u64::from(home), false, Touch::Access);
-        *line = new;
-        own.refresh(&self.caches, t);
-        price
-    }
-
-    #[inline(always)]
-    fn page(&mut self, t: Toucher, own: &mut Own, pfn: u64, how: Touch) -> Ps {
-        let Some(line) = self.pages.get_mut(pfn as usize) else {
-            return 0;
-        };
-        if own.hit(line, how) {
-            return 0;
-        }
-        let (price, new) = self.caches.access(t, *line, pfn, true, how);
-        *line = new;
-        own.refresh(&self.caches, t);
-        price
     }
 
     /// `n` lines this CPU filled into its caches that the model does not track (a cleared or
@@ -434,6 +516,53 @@ impl Memory {
     pub(super) fn stat(&self) -> MemoryStat {
         self.caches.stat()
     }
+}
+
+/// The list head at `head`, homed on frame `home`'s node, touched by `t` (an
+/// [`Touch::Access`]); its price.
+#[inline(always)]
+fn head_line(
+    caches: &mut Caches,
+    heads: &mut HeadTable,
+    t: Toucher,
+    own: &mut Own,
+    head: usize,
+    home: u32,
+) -> Ps {
+    let line = heads.get_or_insert(head);
+    if own.hit(line, Touch::Access) {
+        *line = own.fresh();
+        return 0;
+    }
+    let (price, new) = caches.access(t, *line, u64::from(home), false, Touch::Access);
+    *line = new;
+    own.refresh(caches, t);
+    price
+}
+
+/// Frame `pfn`'s `struct page` line, in its `PageMeta` of `frames`, touched by `t`; its price
+/// (0 for a frame beyond the memmap: not a line).
+#[inline(always)]
+fn page(
+    caches: &mut Caches,
+    frames: &[PageMeta],
+    t: Toucher,
+    own: &mut Own,
+    pfn: u64,
+    how: Touch,
+) -> Ps {
+    let Some(m) = frames.get(pfn as usize) else {
+        return 0;
+    };
+    let state = load(&m.line);
+    if own.hit(&state, how) {
+        store(&m.line, own.fresh());
+        return 0;
+    }
+    let (price, new) = caches.access(t, state, pfn, true, how);
+    store(&m.line, new);
+    own.refresh(caches, t);
+    price
 }
 
 /// The toucher's side of the own-L2 row of the rule, for the touches of one
@@ -454,7 +583,7 @@ impl Own {
     #[inline(always)]
     fn of(c: &Caches, t: Toucher) -> Own {
         Own {
-            tag: t.cpu as u32 + 1,
+            tag: t.tag,
             core_stamp: stamp_of(c.core_fills[t.core]),
             socket_stamp: stamp_of(c.socket_fills[t.socket]),
             l2_units: c.l2_units,
@@ -471,10 +600,11 @@ impl Own {
         self.socket_stamp = stamp_of(c.socket_fills[t.socket]);
     }
 
-    /// The line is this CPU's and still in its L2 ([`Caches::access`]'s first test, on the
-    /// same stamps): its stamps are refreshed, nothing filled, nothing charged.
+    /// Whether the line is this CPU's, of this run, and still in its L2 ([`Caches::access`]'s
+    /// first test, on the same stamps): then nothing is filled or charged, and the caller
+    /// gives the line [`Own::fresh`] stamps.
     #[inline(always)]
-    fn hit(&mut self, line: &mut LineState, how: Touch) -> bool {
+    fn hit(&mut self, line: &LineState, how: Touch) -> bool {
         let hit = line[0] == self.tag
             && u64::from(self.socket_stamp.wrapping_sub(line[2])) < self.llc_units
             && u64::from(self.core_stamp.wrapping_sub(line[1])) < self.l2_units;
@@ -483,9 +613,14 @@ impl Own {
                 Touch::Measured => self.measured += 1,
                 Touch::Access | Touch::Rmw => self.accesses += 1,
             }
-            *line = [self.tag, self.core_stamp, self.socket_stamp];
         }
         hit
+    }
+
+    /// The state of a line this CPU touches now, hitting its own L2.
+    #[inline(always)]
+    fn fresh(&self) -> LineState {
+        [self.tag, self.core_stamp, self.socket_stamp]
     }
 
     /// Adds the hits counted since the last [`Own::of`] to the statistics.
@@ -584,6 +719,7 @@ impl Caches {
     fn toucher(&self, cpu: usize) -> Toucher {
         Toucher {
             cpu,
+            tag: tag_of(self.gen_bits, cpu),
             core: self.cpu_core[cpu] as usize,
             socket: self.cpu_socket[cpu] as usize,
         }
@@ -607,7 +743,12 @@ impl Caches {
         page: bool,
         how: Touch,
     ) -> (Ps, LineState) {
-        let Toucher { cpu, core, socket } = t;
+        let Toucher {
+            cpu,
+            tag,
+            core,
+            socket,
+        } = t;
         let (core_stamp, socket_stamp) = (
             stamp_of(self.core_fills[core]),
             stamp_of(self.socket_fills[socket]),
@@ -615,7 +756,7 @@ impl Caches {
         // The common case first: this CPU touched the line last and it is still in its L2
         // (the second row of the module's table, exactly as the general path below finds
         // it: the same CPU is the same core and socket). No cache fills, no price.
-        if state[0] == cpu as u32 + 1
+        if state[0] == tag
             && u64::from(socket_stamp.wrapping_sub(state[2])) < self.llc_units
             && u64::from(core_stamp.wrapping_sub(state[1])) < self.l2_units
         {
@@ -625,10 +766,10 @@ impl Caches {
             }
             return (0, [state[0], core_stamp, socket_stamp]);
         }
-        let (found, in_l2_here, in_llc_here) = if state[0] == 0 {
+        let (found, in_l2_here, in_llc_here) = if state[0] & !TAG_CPU_MASK != self.gen_bits {
             (Found::First, false, false)
         } else {
-            let w = state[0] as usize - 1;
+            let w = (state[0] & TAG_CPU_MASK) as usize - 1;
             let (wsock, wcore) = (self.cpu_socket[w] as usize, self.cpu_core[w] as usize);
             let age = |fills: u64, stamp: u32| stamp_of(fills).wrapping_sub(stamp) as u64;
             let in_llc = age(self.socket_fills[wsock], state[2]) < self.llc_units;
@@ -671,7 +812,7 @@ impl Caches {
             self.socket_fills[socket] += 1;
         }
         let new = [
-            cpu as u32 + 1,
+            tag,
             stamp_of(self.core_fills[core]),
             stamp_of(self.socket_fills[socket]),
         ];
@@ -682,7 +823,7 @@ impl Caches {
         let price = match found {
             Found::First | Found::OwnCache | Found::SocketLlc => 0,
             Found::OtherCore | Found::OtherSocket => {
-                let w = state[0] as usize - 1;
+                let w = (state[0] & TAG_CPU_MASK) as usize - 1;
                 self.transfer[w * self.nr_cpus + cpu]
             }
             Found::DramLocal => self.price.dram_local,

@@ -23,9 +23,11 @@ use std::{
 
 use corosensei::stack::DefaultStack;
 
+use crate::page_alloc::PhysMem;
+
 use super::{
     coro::{self, Resumed},
-    memory::Memory,
+    memory::{Memmap, Memory},
     pending::clear_pending,
     profile::{Placement, Profile, ProfileError, Ps},
     report::Report,
@@ -197,10 +199,23 @@ impl Runtime {
         })
     }
 
-    /// Tells the runtime the machine's memmap: `nr_frames` frames, `frames_per_node` to a node
-    /// (the engine's `page_to_nid`). With a profile that has a `[memory]`, the run's line
+    /// Tells the runtime the size of the memmap its runs touch: `nr_frames` frames,
+    /// `frames_per_node` to a node (the engine's `page_to_nid`), their line states in a
+    /// memmap of the runtime's own. With a profile that has a `[memory]`, the run's line
     /// model starts cold (`vtime/memory.rs`); without, touches stay free.
     pub fn set_memmap(&self, nr_frames: u64, frames_per_node: u64) {
+        self.set_lines(frames_per_node, || Memmap::own(nr_frames));
+    }
+
+    /// [`Runtime::set_memmap`] with a machine's own memmap, whose `PageMeta`s keep the line
+    /// states (`Machine::run`): the run's line model starts cold there too, a generation
+    /// after the machine's previous run.
+    pub(crate) fn set_machine_memmap(&self, phys: Arc<PhysMem>) {
+        let per_node = phys.frames_per_node();
+        self.set_lines(per_node, || Memmap::Machine(phys));
+    }
+
+    fn set_lines(&self, frames_per_node: u64, memmap: impl FnOnce() -> Memmap) {
         let mut st = self.inner.state.borrow_mut();
         let m = &st.model;
         st.mem = m.profile.memory.map(|price| {
@@ -208,7 +223,7 @@ impl Runtime {
                 price,
                 &m.placement,
                 &m.profile.transfer_ps,
-                nr_frames,
+                memmap(),
                 frames_per_node,
             )
         });
