@@ -312,7 +312,7 @@ pub struct PhysMem {
     /// Runs of the virtual-time line model on this memmap so far: the next one's generation
     /// comes from it (`vtime/memory.rs`, `PageMeta::line`). Not a figure: only a virtual
     /// machine's runs count it.
-    line_runs: AtomicU64,
+    pub(crate) line_runs: AtomicU64,
 }
 
 impl std::fmt::Debug for PhysMem {

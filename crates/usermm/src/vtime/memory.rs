@@ -14,8 +14,8 @@
 //! ## Lines and their state
 //! A *line* is 64 bytes the engine touches on a modelled path:
 //! - every frame's `struct page` (one line: the kernel's `struct page` is 64 bytes; the
-//!   engine's `PageMeta` is smaller, the line is the kernel's), indexed by PFN in a dense
-//!   table sized at [`Memory::new`] (lazily zeroed host memory: untouched frames cost nothing);
+//!   engine's `PageMeta` is smaller, the line is the kernel's), its state kept in the frame's
+//!   own `PageMeta` (`PageMeta::line`, below);
 //! - a list head, by its address in the engine (the `PfnList` it heads): the buddy free
 //!   areas' and the pcp lists' heads, the LRU heads, in their own small open-addressed table
 //!   (`HeadTable`: a few per CPU and per node), which remembers the last head looked up
@@ -24,12 +24,52 @@
 //! Each line remembers the CPU that touched it last and two stamps: the fill count of that
 //! CPU's core (its L2) and of its socket (its last-level cache) at the moment of the touch.
 //!
-//! The states live here, per run, not in the engine's `PageMeta`: a run starts cold
-//! ([`Memory::new`]) while a machine's metadata outlives its runs, so a state kept in the
-//! frame would need a run generation beside it, and the 12 bytes of a state do not fit the
-//! 4 that `PageMeta`'s 32-byte budget (`page_alloc/meta.rs`) leaves. Indexing the dense table
-//! by PFN is one bounds check and one load, which is why the host's instructions per touch
-//! are spent on the rule below, not on finding the line.
+//! ## Where a `struct page`'s state lives
+//! In the engine's `PageMeta` of the frame, 12 bytes after its 28 (`page_alloc/meta.rs`).
+//! The touches a batch applies are the `struct page`s the engine has just read and written
+//! (a list operation's links, `release_pages`' reference count, the buddy's flags), so their
+//! `PageMeta`s are in the host's caches when [`Memory::touch_all`] runs; a state in a table of
+//! its own, by PFN, was a host cache miss per page once the table outgrew those caches (the
+//! hottest instruction of the line model in `perf record` of `usermm bigfree 4G --time
+//! virtual --max-active 8 --profile haswell-ex-4s`). Beside the metadata, a touch loads a line
+//! the engine already brought in (a 40-byte `PageMeta` shares host lines with its
+//! neighbours: the state lies in the same host line as the list links in six frames of
+//! eight, in the next one in the other two).
+//!
+//! What it costs:
+//! - A wall-clock machine never writes the state, and its memmap grows from 28 to 40 bytes a
+//!   frame: a fault or a free touches the same `PageMeta` fields at a stride of 40 bytes
+//!   instead of 28 (more host lines per run of frames, no more instructions: the figures are
+//!   in `page_alloc/meta.rs`).
+//! - A virtual run's memory is unchanged: the 12 bytes a frame moved from the table, which
+//!   every frame the run touched kept resident (0.94 GiB of a 320 GiB bigfree), into the
+//!   memmap, which that run keeps resident anyway.
+//! - An interleaved layout (frame `i`'s metadata and state in one host line, without making
+//!   `PageMeta` bigger) does not fit: 28 + 12 bytes divide 64 into no whole number of frames,
+//!   and a 64-byte slot per frame would spend 24 more bytes a frame than this.
+//!
+//! **A run starts cold while the memmap outlives it.** A machine's `PageMeta`s live as long as
+//! the machine; each [`Machine::run`](crate::machine::Machine::run) of a virtual machine is a
+//! run of the model that must find every line untouched. So a state's toucher is a *tag*: the
+//! run's generation in its high 16 bits, the CPU + 1 in the low 16 (`MAX_CPUS` is 4096). The
+//! machine counts its runs (`PhysMem::next_line_run`); a run's generation is that count modulo
+//! 65 535, from 1, so an all-zero `PageMeta` is untouched in every run, and a state whose tag
+//! is of another generation is a line this run never touched (the table's first row). When
+//! the count comes round to generation 1 again, the run first clears every state of the
+//! memmap (a walk over it, once in 65 535 runs), so no state of a run 65 535 runs ago can pass
+//! as this run's. Clearing at every run's start instead would walk the whole memmap, and make
+//! it resident, each time; a generation costs no byte (the tag had 16 spare bits) and one mask
+//! in the general path. Two machines' runs never share a state: each has its own memmap and
+//! count. A runtime used without a machine (`Runtime::set_memmap`: tests, benches) gets a
+//! lazily zeroed memmap of its own, for one run.
+//!
+//! **Who reads and writes it.** Only the virtual-time runtime, in [`Memory::touch_all`], on
+//! the host thread that runs every context of the run, while one context is suspended at a
+//! synchronisation point or clock read (`pending.rs`). The engine never reads it (no engine
+//! invariant involves it, so `validate()` ignores it), and a wall-clock machine never writes
+//! it. The words are `AtomicU32`s accessed `Relaxed` (a plain load and store on x86-64), not
+//! plain integers: `PageMeta` is shared with the engine's host threads, so the memmap is only
+//! ever reached through `&PageMeta`, and this module stays without `unsafe`.
 //!
 //! ## The rule
 //! Every core and every socket counts the lines filled into its cache (a *fill*: a touch the
@@ -80,10 +120,9 @@
 //! touch that took the general path (the only kind that fills a cache, hence moves them), and
 //! its hits are added to the statistics once per batch: the same test on the same stamps.
 //! Where the host's time goes in a long run (`perf record` of `usermm bigfree 4G --time
-//! virtual --max-active 8 --profile haswell-ex-4s`): the touches are about a fifth of it, and
-//! their hottest instruction is the load of the page's line state from `pages`, a table of
-//! 12 bytes a frame beside the engine's memmap (a cache miss per page once the table outgrows
-//! the host's caches; every frame a run touches stays resident: 0.94 GiB of a 320 GiB bigfree).
+//! virtual --max-active 8 --profile haswell-ex-4s`): the touches were about a fifth of it, and
+//! their hottest instruction the load of the page's line state from a table of its own, a
+//! host cache miss per page; hence the state's place in `PageMeta` (above).
 //!
 //! ## Where it differs from the hardware
 //! - Only the lines named above are tracked. A page the engine clears or copies fills its 64
@@ -556,7 +595,9 @@ fn page(
     };
     let state = load(&m.line);
     if own.hit(&state, how) {
-        store(&m.line, own.fresh());
+        // The tag is this CPU's already: only the stamps move.
+        m.line[1].store(own.core_stamp, Relaxed);
+        m.line[2].store(own.socket_stamp, Relaxed);
         return 0;
     }
     let (price, new) = caches.access(t, state, pfn, true, how);
@@ -869,6 +910,100 @@ const LINES_PER_4K: u64 = 64;
 #[cfg(test)]
 mod test {
     use super::*;
+    use crate::config::MachineConfig;
+    use crate::cpu::Cpus;
+    use crate::vtime::profile::Profile;
+    use crate::stats::VmStat;
+
+    /// A 64 MiB machine's memmap (2 CPUs, 1 node).
+    fn phys() -> Arc<PhysMem> {
+        let cfg = MachineConfig {
+            mem: 64 << 20,
+            cpus: 2,
+            nodes: 1,
+            ..Default::default()
+        };
+        cfg.validate().unwrap();
+        let stat = Arc::new(VmStat::new(2));
+        Arc::new(PhysMem::new(&cfg, Cpus::new(2, 1), stat).unwrap())
+    }
+
+    /// A run of the line model on `memmap`, with haswell-ex-4s's prices, 16 CPUs, 4 nodes.
+    fn run_on(memmap: Memmap) -> Memory {
+        let p = Profile::builtin("haswell-ex-4s").unwrap();
+        let placement = Placement::new(&p, 16, 4).unwrap();
+        let per_node = memmap.frames().len() as u64 / 4;
+        Memory::new(
+            p.memory.unwrap(),
+            &placement,
+            &p.transfer_ps,
+            memmap,
+            per_node,
+        )
+    }
+
+    /// `cpu` loads the `struct page`s of `pfns` (each a batch of its own); the statistics
+    /// since `before`.
+    fn load_pages(m: &mut Memory, cpu: usize, pfns: std::ops::Range<u64>) -> MemoryStat {
+        let before = m.stat();
+        for pfn in pfns {
+            let how = Touch::Access;
+            m.touch_all(cpu, std::iter::once(Touched::Page { pfn, how }));
+        }
+        m.stat().since(&before)
+    }
+
+    #[test]
+    fn a_run_starts_cold_on_a_machine_that_ran_before() {
+        let phys = phys();
+        let mut first = run_on(Memmap::Machine(Arc::clone(&phys)));
+        let s = load_pages(&mut first, 3, 100..200);
+        assert_eq!((s.first, s.own_cache), (100, 0));
+        let s = load_pages(&mut first, 3, 100..200);
+        assert_eq!((s.first, s.own_cache), (0, 100));
+        drop(first);
+        // The states stay in the machine's PageMetas ...
+        assert_eq!(phys.meta_slice()[150].line[0].load(Relaxed), tag_of(1 << 16, 3));
+        // ... and the next run sees none of them: its generation is the next.
+        let mut second = run_on(Memmap::Machine(Arc::clone(&phys)));
+        let s = load_pages(&mut second, 3, 100..200);
+        assert_eq!((s.first, s.own_cache), (100, 0), "{s:?}");
+        assert_eq!(phys.meta_slice()[150].line[0].load(Relaxed), tag_of(2 << 16, 3));
+    }
+
+    #[test]
+    fn generations_start_again_only_after_clearing_the_memmap() {
+        let phys = phys();
+        let mut first = run_on(Memmap::Machine(Arc::clone(&phys)));
+        load_pages(&mut first, 3, 100..200);
+        drop(first);
+        // The run after the last generation is generation 1 again: the first run's states
+        // would carry its tags, so they are cleared.
+        phys.line_runs.store(u64::from(GENERATIONS), Relaxed);
+        let mut again = run_on(Memmap::Machine(Arc::clone(&phys)));
+        assert_eq!(again.caches.gen_bits, 1 << 16);
+        assert_eq!(phys.meta_slice()[150].line[0].load(Relaxed), 0);
+        let s = load_pages(&mut again, 3, 100..200);
+        assert_eq!((s.first, s.own_cache), (100, 0), "{s:?}");
+    }
+
+    #[test]
+    fn two_machines_side_by_side_keep_their_own_states() {
+        let (pa, pb) = (phys(), phys());
+        let mut a = run_on(Memmap::Machine(Arc::clone(&pa)));
+        let mut b = run_on(Memmap::Machine(Arc::clone(&pb)));
+        load_pages(&mut a, 3, 100..200);
+        // The same frames of the other machine, touched on another CPU: new lines there.
+        let s = load_pages(&mut b, 9, 100..200);
+        assert_eq!((s.first, s.other_core), (100, 0), "{s:?}");
+        // ... which took nothing from the first machine's lines.
+        let s = load_pages(&mut a, 3, 100..200);
+        assert_eq!((s.first, s.own_cache), (0, 100), "{s:?}");
+        // And a run of the runtime's own memmap is its own too.
+        let mut own = run_on(Memmap::own(pa.nr_frames()));
+        let s = load_pages(&mut own, 3, 100..200);
+        assert_eq!((s.first, s.own_cache), (100, 0), "{s:?}");
+    }
 
     #[test]
     fn head_table_keeps_every_line_through_growth() {
