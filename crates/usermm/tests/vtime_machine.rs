@@ -312,7 +312,11 @@ fn each_run_of_a_machine_starts_its_lines_cold() {
     // states carried over, it would find them in DRAM (their stamps long aged) instead.
     for run in [&second, &third] {
         assert_eq!(run.first, first.first, "{first:?} {run:?}");
-        assert_eq!(run.dram_local + run.dram_remote + run.dram_stream, 0, "{run:?}");
+        assert_eq!(
+            run.dram_local + run.dram_remote + run.dram_stream,
+            0,
+            "{run:?}"
+        );
     }
     m.validate().unwrap();
 }

@@ -912,8 +912,8 @@ mod test {
     use super::*;
     use crate::config::MachineConfig;
     use crate::cpu::Cpus;
-    use crate::vtime::profile::Profile;
     use crate::stats::VmStat;
+    use crate::vtime::profile::Profile;
 
     /// A 64 MiB machine's memmap (2 CPUs, 1 node).
     fn phys() -> Arc<PhysMem> {
@@ -963,12 +963,18 @@ mod test {
         assert_eq!((s.first, s.own_cache), (0, 100));
         drop(first);
         // The states stay in the machine's PageMetas ...
-        assert_eq!(phys.meta_slice()[150].line[0].load(Relaxed), tag_of(1 << 16, 3));
+        assert_eq!(
+            phys.meta_slice()[150].line[0].load(Relaxed),
+            tag_of(1 << 16, 3)
+        );
         // ... and the next run sees none of them: its generation is the next.
         let mut second = run_on(Memmap::Machine(Arc::clone(&phys)));
         let s = load_pages(&mut second, 3, 100..200);
         assert_eq!((s.first, s.own_cache), (100, 0), "{s:?}");
-        assert_eq!(phys.meta_slice()[150].line[0].load(Relaxed), tag_of(2 << 16, 3));
+        assert_eq!(
+            phys.meta_slice()[150].line[0].load(Relaxed),
+            tag_of(2 << 16, 3)
+        );
     }
 
     #[test]
