@@ -55,6 +55,7 @@ use crate::backing::ZeroValid;
 use crate::sync::primitive::atomic::AtomicI32 as PrimAtomicI32;
 use crate::sync::vhook::{Clock, Current, ListOp};
 use crate::sync::PtLock;
+use crate::vtime::lines::{LineStore, PageLine};
 
 /// No frame: the end of a list.
 pub const NIL: u32 = u32::MAX;
@@ -114,7 +115,7 @@ pub struct PageMeta {
     /// toucher (with the run's generation) and two fill stamps (`vtime/memory.rs`). Only a
     /// virtual run's runtime reads or writes it, between two synchronisation points of the
     /// running context; the engine never does.
-    pub(crate) line: [AtomicU32; 3],
+    pub(crate) line: PageLine,
 }
 
 // SAFETY: every field is an integer atomic (valid at zero) or a `PtLock`, which is one
@@ -136,7 +137,7 @@ unsafe impl ZeroValid for PageMeta {
             pt_entries: AtomicU16::new(0),
             order: AtomicU8::new(0),
             ptl: PtLock::new(),
-            line: [AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0)],
+            line: PageLine::new(),
         }
     }
 }
@@ -193,6 +194,15 @@ impl PageMeta {
     #[inline]
     pub(crate) fn set_deposit_next(&self, next: Option<Pfn>) {
         self.next.store(link_of(next), Relaxed);
+    }
+}
+
+/// The line model finds a frame's `struct page` line state in its metadata
+/// (`vtime/lines.rs`).
+impl LineStore for [PageMeta] {
+    #[inline(always)]
+    fn line(&self, pfn: u64) -> Option<&PageLine> {
+        self.get(pfn as usize).map(|m| &m.line)
     }
 }
 

@@ -113,6 +113,8 @@ use crate::sync::class::{
 };
 use crate::sync::clock::LockstatClock;
 use crate::sync::{RwSem, SpinLock, StatMutex};
+use crate::vtime::lines::LineRuns;
+use crate::vtime::{LineModel, Memmap, Touched};
 
 /// Allocation flags (`gfp_t`), the few the engine distinguishes: one type for the page
 /// allocator and the percpu allocator, as in the kernel.
@@ -312,7 +314,7 @@ pub struct PhysMem {
     /// Runs of the virtual-time line model on this memmap so far: the next one's generation
     /// comes from it (`vtime/memory.rs`, `PageMeta::line`). Not a figure: only a virtual
     /// machine's runs count it.
-    pub(crate) line_runs: AtomicU64,
+    line_runs: LineRuns,
 }
 
 impl std::fmt::Debug for PhysMem {
@@ -401,7 +403,7 @@ impl PhysMem {
             stat,
             zone_mask,
             membind: cfg.mm.membind.map(usize::from),
-            line_runs: AtomicU64::new(0),
+            line_runs: LineRuns::default(),
         };
         for node in pm.nodes.iter() {
             pm.free_range_boot(&node.zone);
@@ -451,14 +453,8 @@ impl PhysMem {
     }
 
     #[inline]
-    pub(crate) fn meta_slice(&self) -> &[PageMeta] {
+    fn meta_slice(&self) -> &[PageMeta] {
         self.meta.as_slice()
-    }
-
-    /// Counts a run of the line model on this memmap; its number, from 1 (the line model
-    /// takes it modulo its generations).
-    pub(crate) fn next_line_run(&self) -> u64 {
-        self.line_runs.fetch_add(1, Relaxed) + 1
     }
 
     /// The metadata of a frame (`pfn_to_page`). Panics on a PFN beyond memory: callers inside
@@ -552,5 +548,29 @@ impl PhysMem {
             .filter(|s| s.count() > 0)
             .map(|s| s.scan(cpu))
             .sum()
+    }
+}
+
+/// A virtual machine's memmap, to the line model: its `PageMeta`s keep the `struct page`
+/// lines' states, and it counts the model's runs (`vtime/lines.rs`).
+impl Memmap for PhysMem {
+    fn next_line_run(&self) -> u64 {
+        self.line_runs.next()
+    }
+
+    fn clear_lines(&self) {
+        for m in self.meta_slice() {
+            m.line.clear();
+        }
+    }
+
+    #[inline]
+    fn touch_all(
+        &self,
+        model: &mut LineModel,
+        cpu: usize,
+        touches: &[std::cell::Cell<Touched>],
+    ) -> u64 {
+        model.touch_all(self.meta_slice(), cpu, touches)
     }
 }

@@ -25,51 +25,9 @@
 //! CPU's core (its L2) and of its socket (its last-level cache) at the moment of the touch.
 //!
 //! ## Where a `struct page`'s state lives
-//! In the engine's `PageMeta` of the frame, 12 bytes after its 28 (`page_alloc/meta.rs`).
-//! The touches a batch applies are the `struct page`s the engine has just read and written
-//! (a list operation's links, `release_pages`' reference count, the buddy's flags), so their
-//! `PageMeta`s are in the host's caches when [`Memory::touch_all`] runs; a state in a table of
-//! its own, by PFN, was a host cache miss per page once the table outgrew those caches (the
-//! hottest instruction of the line model in `perf record` of `usermm bigfree 4G --time
-//! virtual --max-active 8 --profile haswell-ex-4s`). Beside the metadata, a touch loads a line
-//! the engine already brought in (a 40-byte `PageMeta` shares host lines with its
-//! neighbours: the state lies in the same host line as the list links in six frames of
-//! eight, in the next one in the other two).
-//!
-//! What it costs:
-//! - A wall-clock machine never writes the state, and its memmap grows from 28 to 40 bytes a
-//!   frame: a fault or a free touches the same `PageMeta` fields at a stride of 40 bytes
-//!   instead of 28 (more host lines per run of frames, no more instructions: the figures are
-//!   in `page_alloc/meta.rs`).
-//! - A virtual run's memory is unchanged: the 12 bytes a frame moved from the table, which
-//!   every frame the run touched kept resident (0.94 GiB of a 320 GiB bigfree), into the
-//!   memmap, which that run keeps resident anyway.
-//! - An interleaved layout (frame `i`'s metadata and state in one host line, without making
-//!   `PageMeta` bigger) does not fit: 28 + 12 bytes divide 64 into no whole number of frames,
-//!   and a 64-byte slot per frame would spend 24 more bytes a frame than this.
-//!
-//! **A run starts cold while the memmap outlives it.** A machine's `PageMeta`s live as long as
-//! the machine; each [`Machine::run`](crate::machine::Machine::run) of a virtual machine is a
-//! run of the model that must find every line untouched. So a state's toucher is a *tag*: the
-//! run's generation in its high 16 bits, the CPU + 1 in the low 16 (`MAX_CPUS` is 4096). The
-//! machine counts its runs (`PhysMem::next_line_run`); a run's generation is that count modulo
-//! 65 535, from 1, so an all-zero `PageMeta` is untouched in every run, and a state whose tag
-//! is of another generation is a line this run never touched (the table's first row). When
-//! the count comes round to generation 1 again, the run first clears every state of the
-//! memmap (a walk over it, once in 65 535 runs), so no state of a run 65 535 runs ago can pass
-//! as this run's. Clearing at every run's start instead would walk the whole memmap, and make
-//! it resident, each time; a generation costs no byte (the tag had 16 spare bits) and one mask
-//! in the general path. Two machines' runs never share a state: each has its own memmap and
-//! count. A runtime used without a machine (`Runtime::set_memmap`: tests, benches) gets a
-//! lazily zeroed memmap of its own, for one run.
-//!
-//! **Who reads and writes it.** Only the virtual-time runtime, in [`Memory::touch_all`], on
-//! the host thread that runs every context of the run, while one context is suspended at a
-//! synchronisation point or clock read (`pending.rs`). The engine never reads it (no engine
-//! invariant involves it, so `validate()` ignores it), and a wall-clock machine never writes
-//! it. The words are `AtomicU32`s accessed `Relaxed` (a plain load and store on x86-64), not
-//! plain integers: `PageMeta` is shared with the engine's host threads, so the memmap is only
-//! ever reached through `&PageMeta`, and this module stays without `unsafe`.
+//! In the frame's own `PageMeta`, beside the metadata the engine has just used; a run starts
+//! cold there by a generation in the tag. `vtime/lines.rs` says why, what it costs and who
+//! touches it.
 //!
 //! ## The rule
 //! Every core and every socket counts the lines filled into its cache (a *fill*: a touch the
@@ -144,13 +102,12 @@
 
 #![deny(unsafe_code)]
 
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::cell::Cell;
 use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::backing::ZeroedArray;
-use crate::page_alloc::{PageMeta, PhysMem};
+use super::lines::{tag_of, HeadTable, LineState, LineStore, PageLine, GENERATIONS, TAG_CPU_MASK};
 
 use super::profile::{MemPrice, Placement, Ps};
 use super::store_buffer::{head_key, page_key, StoreBuffer};
@@ -195,44 +152,6 @@ enum Found {
 }
 
 const FOUND: usize = 8;
-
-/// A line's state: `[tag of its last toucher, its core's fill stamp, its socket's]`. The tag
-/// is the run's generation in the high 16 bits and the toucher's CPU + 1 in the low 16
-/// ([`tag_of`]); a tag of another generation (or 0, a frame no run touched) is a line never
-/// touched in this run. Stamps count fills in units of `1 << STAMP_SHIFT` and wrap at 2^32
-/// units (2^36 fills): 12 bytes a frame, and a line would have to wait 2^36 fills of its cache
-/// to alias.
-type LineState = [u32; 3];
-
-/// The CPU bits of a tag (`MAX_CPUS` is 4096: CPU + 1 fits).
-const TAG_CPU_MASK: u32 = 0xFFFF;
-
-/// Generations a memmap's line states count before they start again at 1 (which first clears
-/// every state the memmap holds, [`Memory::new`]).
-const GENERATIONS: u32 = 0xFFFF;
-
-/// The tag of CPU `cpu` in the run whose tags carry `gen_bits` (`generation << 16`).
-#[inline(always)]
-fn tag_of(gen_bits: u32, cpu: usize) -> u32 {
-    gen_bits | (cpu as u32 + 1)
-}
-
-/// A `struct page` line's state as the engine's `PageMeta` keeps it (`PageMeta::line`).
-#[inline(always)]
-fn load(line: &[AtomicU32; 3]) -> LineState {
-    [
-        line[0].load(Relaxed),
-        line[1].load(Relaxed),
-        line[2].load(Relaxed),
-    ]
-}
-
-#[inline(always)]
-fn store(line: &[AtomicU32; 3], s: LineState) {
-    line[0].store(s[0], Relaxed);
-    line[1].store(s[1], Relaxed);
-    line[2].store(s[2], Relaxed);
-}
 
 /// A stamp counts fills by sixteen: capacities are rounded down to a multiple of 16 lines.
 const STAMP_SHIFT: u32 = 4;
@@ -292,80 +211,68 @@ impl MemoryStat {
     }
 }
 
-/// The line model of one run: every tracked line's state beside the caches' fill counts and
-/// what the touches cost. The memmap, the head table and the caches are separate fields, so
-/// that a touch updates its line in place while the caches price it.
+/// The line model of one run: where its `struct page` lines' states live, and the rest of
+/// the model ([`LineModel`]).
 #[derive(Debug)]
 pub(super) struct Memory {
-    /// Where the `struct page` lines' states live: one per frame, in its `PageMeta`.
-    memmap: Memmap,
+    lines: Lines,
+    model: LineModel,
+}
+
+/// Where a run's `struct page` line states live (`lines.rs`).
+enum Lines {
+    /// A machine's memmap: each frame's `PageMeta` (`Machine::run`).
+    Machine(Arc<dyn Memmap>),
+    /// The runtime's own, for a runtime told only the memmap's size (`Runtime::set_memmap`).
+    Own(Vec<PageLine>),
+}
+
+impl std::fmt::Debug for Lines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Lines::Machine(_) => f.write_str("Lines::Machine"),
+            Lines::Own(v) => write!(f, "Lines::Own({} frames)", v.len()),
+        }
+    }
+}
+
+/// The line model but the `struct page` lines' states: the list heads' lines beside the
+/// caches' fill counts and what the touches cost. The head table and the caches are separate
+/// fields, so that a touch updates its line in place while the caches price it.
+#[derive(Debug)]
+pub(crate) struct LineModel {
     /// Lines known by address (list heads, counters).
     heads: HeadTable,
     caches: Caches,
 }
 
-/// The memmap whose `PageMeta`s hold a run's `struct page` line states.
-pub(crate) enum Memmap {
-    /// A machine's own (`Machine::run`): its frames' metadata outlives the run, so its states
-    /// carry the run's generation.
-    Machine(Arc<PhysMem>),
-    /// The runtime's own, for a runtime told only the memmap's size (`Runtime::set_memmap`):
-    /// lazily zeroed, never shared, one run's.
-    Own(ZeroedArray<PageMeta>),
+/// A machine's memmap as the line model sees it (`PhysMem`): it outlives the runs, counts
+/// them, and hands its frames' line states to the model one batch at a time.
+pub(crate) trait Memmap: Send + Sync {
+    /// Counts a run of the line model on this memmap; its number, from 1.
+    fn next_line_run(&self) -> u64;
+    /// Sets every frame's line state back to never touched.
+    fn clear_lines(&self);
+    /// `model.touch_all` with this memmap's frames as the [`LineStore`].
+    fn touch_all(&self, model: &mut LineModel, cpu: usize, touches: &[Cell<Touched>]) -> Ps;
 }
 
-impl std::fmt::Debug for Memmap {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match self {
-            Memmap::Machine(_) => "machine",
-            Memmap::Own(_) => "own",
-        };
-        write!(f, "Memmap({kind}, {} frames)", self.frames().len())
+/// This run's generation on `memmap`, 1..=[`GENERATIONS`]: the memmap's count of runs,
+/// wrapped. When it comes round to 1 again, every state a run left behind is cleared first,
+/// so that no state of an earlier run with the same generation can look warm.
+pub(crate) fn start_run(memmap: &dyn Memmap) -> u32 {
+    let run = memmap.next_line_run();
+    let generation = ((run - 1) % u64::from(GENERATIONS)) as u32 + 1;
+    if generation == 1 && run > 1 {
+        memmap.clear_lines();
     }
-}
-
-impl Memmap {
-    /// A memmap of `nr_frames` frames of the runtime's own.
-    pub(crate) fn own(nr_frames: u64) -> Memmap {
-        Memmap::Own(
-            ZeroedArray::new(nr_frames as usize)
-                .expect("the line model's memmap: a lazily zeroed host mapping"),
-        )
-    }
-
-    #[inline(always)]
-    fn frames(&self) -> &[PageMeta] {
-        match self {
-            Memmap::Machine(phys) => phys.meta_slice(),
-            Memmap::Own(a) => a.as_slice(),
-        }
-    }
-
-    /// This run's generation, 1..=[`GENERATIONS`]: the machine's count of the line model's
-    /// runs (`PhysMem::next_line_run`), wrapped. When it starts again at 1, every state a
-    /// run left behind is cleared first, so no state of an earlier run with the same
-    /// generation can look warm.
-    fn start_run(&self) -> u32 {
-        let Memmap::Machine(phys) = self else {
-            return 1;
-        };
-        let run = phys.next_line_run();
-        let generation = ((run - 1) % u64::from(GENERATIONS)) as u32 + 1;
-        if generation == 1 && run > 1 {
-            for m in phys.meta_slice() {
-                if m.line[0].load(Relaxed) != 0 {
-                    store(&m.line, [0; 3]);
-                }
-            }
-        }
-        generation
-    }
+    generation
 }
 
 /// A touch of the lines of the engine (`hooks::mem_touch_page`, `hooks::mem_touch_list`), as
 /// the runtime keeps it until it is applied ([`Memory::touch_all`]).
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Touched {
+pub(crate) enum Touched {
     /// Frame `pfn`'s `struct page`.
     Page { pfn: u64, how: Touch },
     /// One list operation's lines.
@@ -378,7 +285,7 @@ pub(super) enum Touched {
 
 /// The caches of one run: their fill counts, the prices, the topology a touch reads, and the
 /// statistics. The topology is copied from the run's [`Placement`] into flat tables at
-/// [`Memory::new`], so that a touch reads a CPU's core and socket, and a transfer's price,
+/// [`LineModel::new`], so that a touch reads a CPU's core and socket, and a transfer's price,
 /// with one indexed load each.
 #[derive(Debug)]
 struct Caches {
@@ -422,14 +329,65 @@ struct Toucher {
 }
 
 impl Memory {
-    /// A cold memory of `memmap`'s frames, `frames_per_node` to a node, for `placement`'s
-    /// CPUs, with a line transfer priced `transfer[distance]`: a run of the line model on
-    /// that memmap, of the next generation.
-    pub(super) fn new(
+    /// A cold memory of a machine's memmap: a run of the line model there, of the memmap's
+    /// next generation (`lines.rs`).
+    pub(super) fn on_machine(
         price: MemPrice,
         placement: &Placement,
         transfer: &[Ps; 4],
-        memmap: Memmap,
+        memmap: Arc<dyn Memmap>,
+        frames_per_node: u64,
+    ) -> Self {
+        let generation = start_run(&*memmap);
+        Memory {
+            lines: Lines::Machine(memmap),
+            model: LineModel::new(price, placement, transfer, generation, frames_per_node),
+        }
+    }
+
+    /// A cold memory of `nr_frames` frames of the runtime's own.
+    pub(super) fn own(
+        price: MemPrice,
+        placement: &Placement,
+        transfer: &[Ps; 4],
+        nr_frames: u64,
+        frames_per_node: u64,
+    ) -> Self {
+        Memory {
+            lines: Lines::Own((0..nr_frames).map(|_| PageLine::new()).collect()),
+            model: LineModel::new(price, placement, transfer, 1, frames_per_node),
+        }
+    }
+
+    /// CPU `cpu` makes `touches`, in order; their price ([`LineModel::touch_all`]). One
+    /// dynamic call per batch reaches a machine's memmap, whose type the model does not name.
+    #[inline]
+    pub(super) fn touch_all(&mut self, cpu: usize, touches: &[Cell<Touched>]) -> Ps {
+        match &self.lines {
+            Lines::Machine(m) => m.touch_all(&mut self.model, cpu, touches),
+            Lines::Own(v) => self.model.touch_all(v.as_slice(), cpu, touches),
+        }
+    }
+
+    /// See [`LineModel::fill`].
+    #[inline]
+    pub(super) fn fill(&mut self, cpu: usize, n: u64) {
+        self.model.fill(cpu, n);
+    }
+
+    pub(super) fn stat(&self) -> MemoryStat {
+        self.model.caches.stat()
+    }
+}
+
+impl LineModel {
+    /// A cold model for `placement`'s CPUs, a line transfer priced `transfer[distance]`, the
+    /// run's `generation` (1..=`GENERATIONS`, `lines.rs`) and `frames_per_node`.
+    fn new(
+        price: MemPrice,
+        placement: &Placement,
+        transfer: &[Ps; 4],
+        generation: u32,
         frames_per_node: u64,
     ) -> Self {
         let cpus = placement.nr_cpus();
@@ -437,7 +395,6 @@ impl Memory {
             cpus < TAG_CPU_MASK as usize,
             "vtime: the line model tags CPUs in 16 bits"
         );
-        let generation = memmap.start_run();
         let sockets = (0..cpus).map(|c| placement.socket_of(c)).max().unwrap_or(0) + 1;
         let cores = (0..cpus).map(|c| placement.core_of(c)).max().unwrap_or(0) + 1;
         let nr_nodes = placement.nr_nodes() as u64;
@@ -447,8 +404,7 @@ impl Memory {
                 xfer.push(transfer[placement.distance(from, to) as usize]);
             }
         }
-        Memory {
-            memmap,
+        LineModel {
             heads: HeadTable::default(),
             caches: Caches {
                 gen_bits: generation << 16,
@@ -490,21 +446,24 @@ impl Memory {
     /// toucher's stamps held in registers ([`Own`]), which only a touch that fills a cache
     /// changes: such a touch goes through [`Caches::access`] and the stamps are read again.
     ///
+    /// The `struct page` lines' states are `frames`' (a machine's `PageMeta`s or the
+    /// runtime's own table), reached through [`LineStore`], inlined.
+    ///
     /// Out of line, so that a profile names it: inlined, its loop sat in the closure that
     /// reads the kept touches and was reported as `LocalKey::with` (called once per batch,
     /// the call costs nothing beside the touches).
     #[inline(never)]
-    pub(super) fn touch_all(&mut self, cpu: usize, touches: impl Iterator<Item = Touched>) -> Ps {
-        let Memory {
-            memmap,
-            heads,
-            caches,
-        } = self;
-        let frames = memmap.frames();
+    pub(crate) fn touch_all<S: LineStore + ?Sized>(
+        &mut self,
+        frames: &S,
+        cpu: usize,
+        touches: &[Cell<Touched>],
+    ) -> Ps {
+        let LineModel { heads, caches } = self;
         let t = caches.toucher(cpu);
         let mut own = Own::of(caches, t);
         let mut sb = StoreBuffer::default();
-        for touched in touches {
+        for touched in touches.iter().map(Cell::get) {
             match touched {
                 Touched::Page { pfn, how } => {
                     let price = page(caches, frames, t, &mut own, pfn, how);
@@ -548,12 +507,8 @@ impl Memory {
     /// `n` lines this CPU filled into its caches that the model does not track (a cleared or
     /// copied page's data): they age every tracked line of the core and the socket.
     #[inline]
-    pub(super) fn fill(&mut self, cpu: usize, n: u64) {
+    fn fill(&mut self, cpu: usize, n: u64) {
         self.caches.fill(cpu, n);
-    }
-
-    pub(super) fn stat(&self) -> MemoryStat {
-        self.caches.stat()
     }
 }
 
@@ -579,29 +534,28 @@ fn head_line(
     price
 }
 
-/// Frame `pfn`'s `struct page` line, in its `PageMeta` of `frames`, touched by `t`; its price
-/// (0 for a frame beyond the memmap: not a line).
+/// Frame `pfn`'s `struct page` line, in `frames`, touched by `t`; its price (0 for a frame
+/// beyond the memmap: not a line).
 #[inline(always)]
-fn page(
+fn page<S: LineStore + ?Sized>(
     caches: &mut Caches,
-    frames: &[PageMeta],
+    frames: &S,
     t: Toucher,
     own: &mut Own,
     pfn: u64,
     how: Touch,
 ) -> Ps {
-    let Some(m) = frames.get(pfn as usize) else {
+    let Some(line) = frames.line(pfn) else {
         return 0;
     };
-    let state = load(&m.line);
+    let state = line.load();
     if own.hit(&state, how) {
         // The tag is this CPU's already: only the stamps move.
-        m.line[1].store(own.core_stamp, Relaxed);
-        m.line[2].store(own.socket_stamp, Relaxed);
+        line.store_stamps(own.core_stamp, own.socket_stamp);
         return 0;
     }
     let (price, new) = caches.access(t, state, pfn, true, how);
-    store(&m.line, new);
+    line.store(new);
     own.refresh(caches, t);
     price
 }
@@ -669,89 +623,6 @@ impl Own {
     fn settle(self, c: &mut Caches) {
         c.counts[Found::OwnCache as usize] += self.accesses;
         c.measured += self.measured;
-    }
-}
-
-/// The list heads' lines, by address: a small open-addressed table (heads are few, a few
-/// per CPU and per node, and never leave it during a run), probed linearly from the
-/// address's Fibonacci hash, at most half full.
-#[derive(Debug)]
-struct HeadTable {
-    /// `(address, state)`; address 0 marks a free slot (no list head lives at 0).
-    slots: Vec<(usize, LineState)>,
-    /// The slot of the last head looked up (list operations come in runs on one list).
-    last: usize,
-    len: usize,
-    /// `64 - log2(slots.len())`: the hash's top bits index the table.
-    shift: u32,
-}
-
-impl Default for HeadTable {
-    fn default() -> Self {
-        const INITIAL: usize = 64;
-        HeadTable {
-            slots: vec![(0, [0; 3]); INITIAL],
-            last: 0,
-            len: 0,
-            shift: 64 - INITIAL.trailing_zeros(),
-        }
-    }
-}
-
-impl HeadTable {
-    /// The state of the line at `id` (not 0), cold the first time.
-    #[inline(always)]
-    fn get_or_insert(&mut self, id: usize) -> &mut LineState {
-        debug_assert_ne!(id, 0, "a list head at address 0");
-        if self.slots.get(self.last).is_some_and(|s| s.0 == id) {
-            return &mut self.slots[self.last].1;
-        }
-        let mask = self.slots.len() - 1;
-        let mut i = Self::hash(id, self.shift);
-        loop {
-            let k = self.slots[i].0;
-            if k == id {
-                self.last = i;
-                return &mut self.slots[i].1;
-            }
-            if k == 0 {
-                break;
-            }
-            i = (i + 1) & mask;
-        }
-        self.insert_new(id)
-    }
-
-    #[inline(always)]
-    fn hash(id: usize, shift: u32) -> usize {
-        ((id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize
-    }
-
-    /// A new cold line at `id`, growing the table first when it would be more than half full.
-    #[cold]
-    fn insert_new(&mut self, id: usize) -> &mut LineState {
-        if (self.len + 1) * 2 > self.slots.len() {
-            let old = std::mem::take(&mut self.slots);
-            self.slots = vec![(0, [0; 3]); old.len() * 2];
-            self.shift -= 1;
-            for (k, s) in old.into_iter().filter(|(k, _)| *k != 0) {
-                *self.slot_for_new(k) = (k, s);
-            }
-        }
-        self.len += 1;
-        let slot = self.slot_for_new(id);
-        *slot = (id, [0; 3]);
-        &mut slot.1
-    }
-
-    /// The free slot where `id`, not in the table, goes.
-    fn slot_for_new(&mut self, id: usize) -> &mut (usize, LineState) {
-        let mask = self.slots.len() - 1;
-        let mut i = Self::hash(id, self.shift);
-        while self.slots[i].0 != 0 {
-            i = (i + 1) & mask;
-        }
-        &mut self.slots[i]
     }
 }
 
@@ -908,122 +779,5 @@ impl Caches {
 const LINES_PER_4K: u64 = 64;
 
 #[cfg(test)]
-mod test {
-    use super::*;
-    use crate::config::MachineConfig;
-    use crate::cpu::Cpus;
-    use crate::stats::VmStat;
-    use crate::vtime::profile::Profile;
-
-    /// A 64 MiB machine's memmap (2 CPUs, 1 node).
-    fn phys() -> Arc<PhysMem> {
-        let cfg = MachineConfig {
-            mem: 64 << 20,
-            cpus: 2,
-            nodes: 1,
-            ..Default::default()
-        };
-        cfg.validate().unwrap();
-        let stat = Arc::new(VmStat::new(2));
-        Arc::new(PhysMem::new(&cfg, Cpus::new(2, 1), stat).unwrap())
-    }
-
-    /// A run of the line model on `memmap`, with haswell-ex-4s's prices, 16 CPUs, 4 nodes.
-    fn run_on(memmap: Memmap) -> Memory {
-        let p = Profile::builtin("haswell-ex-4s").unwrap();
-        let placement = Placement::new(&p, 16, 4).unwrap();
-        let per_node = memmap.frames().len() as u64 / 4;
-        Memory::new(
-            p.memory.unwrap(),
-            &placement,
-            &p.transfer_ps,
-            memmap,
-            per_node,
-        )
-    }
-
-    /// `cpu` loads the `struct page`s of `pfns` (each a batch of its own); the statistics
-    /// since `before`.
-    fn load_pages(m: &mut Memory, cpu: usize, pfns: std::ops::Range<u64>) -> MemoryStat {
-        let before = m.stat();
-        for pfn in pfns {
-            let how = Touch::Access;
-            m.touch_all(cpu, std::iter::once(Touched::Page { pfn, how }));
-        }
-        m.stat().since(&before)
-    }
-
-    #[test]
-    fn a_run_starts_cold_on_a_machine_that_ran_before() {
-        let phys = phys();
-        let mut first = run_on(Memmap::Machine(Arc::clone(&phys)));
-        let s = load_pages(&mut first, 3, 100..200);
-        assert_eq!((s.first, s.own_cache), (100, 0));
-        let s = load_pages(&mut first, 3, 100..200);
-        assert_eq!((s.first, s.own_cache), (0, 100));
-        drop(first);
-        // The states stay in the machine's PageMetas ...
-        assert_eq!(
-            phys.meta_slice()[150].line[0].load(Relaxed),
-            tag_of(1 << 16, 3)
-        );
-        // ... and the next run sees none of them: its generation is the next.
-        let mut second = run_on(Memmap::Machine(Arc::clone(&phys)));
-        let s = load_pages(&mut second, 3, 100..200);
-        assert_eq!((s.first, s.own_cache), (100, 0), "{s:?}");
-        assert_eq!(
-            phys.meta_slice()[150].line[0].load(Relaxed),
-            tag_of(2 << 16, 3)
-        );
-    }
-
-    #[test]
-    fn generations_start_again_only_after_clearing_the_memmap() {
-        let phys = phys();
-        let mut first = run_on(Memmap::Machine(Arc::clone(&phys)));
-        load_pages(&mut first, 3, 100..200);
-        drop(first);
-        // The run after the last generation is generation 1 again: the first run's states
-        // would carry its tags, so they are cleared.
-        phys.line_runs.store(u64::from(GENERATIONS), Relaxed);
-        let mut again = run_on(Memmap::Machine(Arc::clone(&phys)));
-        assert_eq!(again.caches.gen_bits, 1 << 16);
-        assert_eq!(phys.meta_slice()[150].line[0].load(Relaxed), 0);
-        let s = load_pages(&mut again, 3, 100..200);
-        assert_eq!((s.first, s.own_cache), (100, 0), "{s:?}");
-    }
-
-    #[test]
-    fn two_machines_side_by_side_keep_their_own_states() {
-        let (pa, pb) = (phys(), phys());
-        let mut a = run_on(Memmap::Machine(Arc::clone(&pa)));
-        let mut b = run_on(Memmap::Machine(Arc::clone(&pb)));
-        load_pages(&mut a, 3, 100..200);
-        // The same frames of the other machine, touched on another CPU: new lines there.
-        let s = load_pages(&mut b, 9, 100..200);
-        assert_eq!((s.first, s.other_core), (100, 0), "{s:?}");
-        // ... which took nothing from the first machine's lines.
-        let s = load_pages(&mut a, 3, 100..200);
-        assert_eq!((s.first, s.own_cache), (0, 100), "{s:?}");
-        // And a run of the runtime's own memmap is its own too.
-        let mut own = run_on(Memmap::own(pa.nr_frames()));
-        let s = load_pages(&mut own, 3, 100..200);
-        assert_eq!((s.first, s.own_cache), (100, 0), "{s:?}");
-    }
-
-    #[test]
-    fn head_table_keeps_every_line_through_growth() {
-        let mut t = HeadTable::default();
-        // Addresses 64 bytes apart, as list heads in one array are.
-        let ids: Vec<usize> = (1..=1000).map(|i| 0x7f00_0000_0000 + i * 64).collect();
-        for (n, &id) in ids.iter().enumerate() {
-            assert_eq!(*t.get_or_insert(id), [0; 3], "a new line is cold");
-            *t.get_or_insert(id) = [n as u32 + 1, 2, 3];
-        }
-        for (n, &id) in ids.iter().enumerate() {
-            assert_eq!(*t.get_or_insert(id), [n as u32 + 1, 2, 3]);
-        }
-        assert_eq!(t.len, ids.len());
-        assert!(t.len * 2 <= t.slots.len());
-    }
-}
+#[path = "memory_test.rs"]
+mod test;

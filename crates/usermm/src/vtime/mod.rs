@@ -297,6 +297,7 @@ mod class;
 mod coro;
 pub mod hooks;
 mod jitter;
+pub(crate) mod lines;
 mod memory;
 mod pending;
 mod profile;
@@ -307,6 +308,7 @@ mod store_buffer;
 
 pub use class::{Acquired, LineClass, LockClass, Mode, WaitKind};
 pub use hooks::charge;
+pub(crate) use memory::{LineModel, Memmap, Touched};
 pub use memory::{ListOp, MemoryStat, Touch};
 pub use profile::{
     builtin_era, builtin_era_names, check_era, compact_number, evaluate, parse_era, Cost, Distance,

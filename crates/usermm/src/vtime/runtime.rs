@@ -23,8 +23,6 @@ use std::{
 
 use corosensei::stack::DefaultStack;
 
-use crate::page_alloc::PhysMem;
-
 use super::{
     coro::{self, Resumed},
     memory::{Memmap, Memory},
@@ -204,26 +202,31 @@ impl Runtime {
     /// memmap of the runtime's own. With a profile that has a `[memory]`, the run's line
     /// model starts cold (`vtime/memory.rs`); without, touches stay free.
     pub fn set_memmap(&self, nr_frames: u64, frames_per_node: u64) {
-        self.set_lines(frames_per_node, || Memmap::own(nr_frames));
-    }
-
-    /// [`Runtime::set_memmap`] with a machine's own memmap, whose `PageMeta`s keep the line
-    /// states (`Machine::run`): the run's line model starts cold there too, a generation
-    /// after the machine's previous run.
-    pub(crate) fn set_machine_memmap(&self, phys: Arc<PhysMem>) {
-        let per_node = phys.frames_per_node();
-        self.set_lines(per_node, || Memmap::Machine(phys));
-    }
-
-    fn set_lines(&self, frames_per_node: u64, memmap: impl FnOnce() -> Memmap) {
         let mut st = self.inner.state.borrow_mut();
         let m = &st.model;
         st.mem = m.profile.memory.map(|price| {
-            Memory::new(
+            Memory::own(
                 price,
                 &m.placement,
                 &m.profile.transfer_ps,
-                memmap(),
+                nr_frames,
+                frames_per_node,
+            )
+        });
+    }
+
+    /// [`Runtime::set_memmap`] with a machine's own memmap, whose `PageMeta`s keep the line
+    /// states (`Machine::run`), `frames_per_node` to a node: the run's line model starts cold
+    /// there too, a generation after the machine's previous run (`vtime/lines.rs`).
+    pub(crate) fn set_machine_memmap(&self, memmap: Arc<dyn Memmap>, frames_per_node: u64) {
+        let mut st = self.inner.state.borrow_mut();
+        let m = &st.model;
+        st.mem = m.profile.memory.map(|price| {
+            Memory::on_machine(
+                price,
+                &m.placement,
+                &m.profile.transfer_ps,
+                Arc::clone(&memmap),
                 frames_per_node,
             )
         });
