@@ -14,19 +14,19 @@
 //! | `next`, `prev` | list links as PFNs ([`NIL`] = none) — 32-bit, so at most 16 TiB; on a PMD table page `next` heads its deposit list, on a deposited table it links the list (`pmd_huge_pte`, `pgtable->lru`) |
 //! | `order` | compound order on a head page, or the order of a block on a pcp list |
 //! | `ptl` | the split page-table lock (`ptdesc->ptl`) of a page-table page |
-//! | `line` | not the kernel's: the virtual-time line model's state of this `struct page`'s cache line (its last toucher with the run's generation, two fill stamps; `vtime/memory.rs`) |
+//! | `line` | not the kernel's: the virtual-time line model's state of this `struct page`'s cache line (its last toucher with the run's generation, two fill stamps; `vtime/lines.rs`) |
 //!
 //! The engine's own fields take 28 bytes. `line` takes 12 more, so that a virtual run's touch
 //! of a `struct page` finds its state beside the metadata the engine has just used, in the
 //! host line it already brought in, instead of in a table of its own by PFN (a host cache
-//! miss per page: `vtime/memory.rs`, "Where a `struct page`'s state lives"). A wall-clock
-//! machine never uses `line` and pays for it in memmap size (40 bytes a frame instead of 28)
-//! and in host lines per run of frames. Callgrind (`--cache-sim=yes --LL=8388608,16,64`) of
+//! miss per page: `vtime/lines.rs`). A wall-clock machine never uses `line` and pays for it
+//! in memmap size (40 bytes a frame instead of 28) and in host lines per run of frames. Callgrind (`--cache-sim=yes --LL=8388608,16,64`) of
 //! `usermm bench --only P --no-host --repeat 1 --size 64M`, the touch loop inclusive per
-//! fault, 28 → 40 bytes: `zero-read-4k` 1002 → 1061 instructions (of which about 52 are the
-//! VMA tree's B-tree search, which the compiler stopped inlining into `find_vma` in that
-//! build: not the layout), LL misses unchanged (4381 → 4393 in the run); `populate-4k` 2638
-//! → 2676 instructions, LL misses +1.1 % (the frames' zeroing dominates them). The field is
+//! fault, 28 → 40 bytes: `zero-read-4k` 1002 → 998 instructions, LL misses unchanged (4381
+//! → 4393 in the run); `populate-4k` 2638 → 2612 instructions, D1 read misses +2.6 %, LL
+//! misses +1.1 % (the frames' zeroing dominates them). The instructions move with the
+//! compiler's inlining from build to build (one intermediate build of this change had
+//! `zero-read-4k` at 1061: `find_vma`'s B-tree search out of line), not with the layout. The field is
 //! last so that the engine's fields keep their offsets.
 //!
 //! # Invariants
@@ -40,7 +40,7 @@
 //!    (`line` is outside the engine's invariants: all-zero there is "never touched", and a
 //!    frame keeps its line state whatever the engine does with it.)
 //! 4. Only the virtual-time runtime reads or writes `line`, on the one host thread of a run,
-//!    between two synchronisation points (`vtime/memory.rs`); the engine never does.
+//!    between two synchronisation points (`vtime/lines.rs`); the engine never does.
 //!
 //! # Differences from Linux
 //! `_mapcount` is 0-based (Linux starts at −1). There are no migratetypes and no page
@@ -112,7 +112,7 @@ pub struct PageMeta {
     /// The split PTE-page lock of a page-table page (`ptlock_ptr`).
     pub(crate) ptl: PtLock,
     /// The virtual-time line model's state of this frame's `struct page` line: its last
-    /// toucher (with the run's generation) and two fill stamps (`vtime/memory.rs`). Only a
+    /// toucher (with the run's generation) and two fill stamps (`vtime/lines.rs`). Only a
     /// virtual run's runtime reads or writes it, between two synchronisation points of the
     /// running context; the engine never does.
     pub(crate) line: PageLine,
