@@ -1,6 +1,6 @@
 //! One host-memory check for every command: what a run will commit of this host (the
-//! machine's page metadata and per-CPU lists at boot, per frame it allocates its metadata,
-//! line state and page tables, full backing's data, a workload's own keep) is estimated from
+//! machine's page metadata and per-CPU lists at boot, per frame it allocates its metadata
+//! (with a virtual run's line state) and page tables, full backing's data, a workload's own keep) is estimated from
 //! the machine's shape and refused in one line when it does not fit. The budget is pinned
 //! with `USERMM_HOST_MEM_AVAILABLE` so that the refusals do not depend on this host.
 

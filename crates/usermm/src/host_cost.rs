@@ -11,10 +11,10 @@
 //!   metadata per `MAX_ORDER` block of 4 MiB, i.e. 1/1024 of the RAM), the per-CPU page lists
 //!   of every zone (one cache-padded `per_cpu_pages` per node and CPU), and a few per-CPU
 //!   structures. With `prefault=on` full backing also commits all of the RAM at boot.
-//! - **Each frame a run allocates** (a data page or a page-table page): its `PageMeta`; its
-//!   line state in a virtual run (`vtime/memory.rs`: three words per frame); the page-table
-//!   entry that maps it (page tables are always real memory: 8 bytes a 4 KiB page); and with
-//!   full backing its 4 KiB of data.
+//! - **Each frame a run allocates** (a data page or a page-table page): its `PageMeta`
+//!   (which holds a virtual run's line state too: `vtime/memory.rs`, so the two clocks cost
+//!   the same); the page-table entry that maps it (page tables are always real memory: 8
+//!   bytes a 4 KiB page); and with full backing its 4 KiB of data.
 //!
 //! What the host's own page tables cost for these mappings is below 1/500 of them and is
 //! included as such. Host threads and what a workload keeps for itself (histograms, records)
@@ -23,15 +23,12 @@
 #![deny(unsafe_code)]
 
 use crate::addr::{MAX_PAGE_ORDER, PAGE_SIZE};
-use crate::config::{BackingMode, MachineConfig, TimeMode};
+use crate::config::{BackingMode, MachineConfig};
 
 /// Host bytes per emulated CPU outside the zones' per-CPU lists: the LRU add batch, the
 /// zone mask words, the vmstat diffs, the workqueue and percpu allocator slots (a rounded
 /// upper bound of their cache-padded slots).
 const PER_CPU_BYTES: u64 = 4096;
-
-/// Host bytes of one frame's line state in a virtual run (`vtime/memory.rs`).
-const LINE_STATE_BYTES: u64 = 3 * 8;
 
 /// Host bytes of the page-table entry that maps one 4 KiB page.
 const PTE_BYTES: u64 = 8;
@@ -61,9 +58,6 @@ pub fn host_bytes(cfg: &MachineConfig, touched: u64) -> u64 {
     };
     let touched_frames = touched.min(cfg.mem) / PAGE_SIZE;
     let mut per_frame = std::mem::size_of::<crate::page_alloc::PageMeta>() as u64 + PTE_BYTES;
-    if cfg.time.mode == TimeMode::Virtual {
-        per_frame += LINE_STATE_BYTES;
-    }
     if cfg.backing == BackingMode::Full && !cfg.prefault {
         per_frame += PAGE_SIZE;
     }
@@ -101,18 +95,16 @@ mod test {
         let meta = std::mem::size_of::<crate::page_alloc::PageMeta>() as u64;
         assert!(run >= (1 << 28) * (meta + 8), "{run}");
         assert!(run < (1 << 28) * (meta + 8 + 1), "{run}");
-        // Full backing adds the data; a virtual run the line state.
+        // Full backing adds the data; a virtual run nothing (its line states are in the
+        // PageMetas).
         let full = MachineConfig {
             backing: BackingMode::Full,
             ..c.clone()
         };
         assert!(host_bytes(&full, 1 << 30) - host_bytes(&full, 0) > 1 << 30);
         let mut v = c.clone();
-        v.time.mode = TimeMode::Virtual;
-        assert_eq!(
-            host_bytes(&v, 1 << 30) - host_bytes(&c, 1 << 30),
-            (1 << 18) * LINE_STATE_BYTES * 513 / 512
-        );
+        v.time.mode = crate::config::TimeMode::Virtual;
+        assert_eq!(host_bytes(&v, 1 << 30), host_bytes(&c, 1 << 30));
         // Nothing overflows at the largest shapes.
         let big = MachineConfig {
             mem: crate::config::MAX_MEM_BYTES,

@@ -200,7 +200,7 @@ impl Machine {
             self.cpus.nr_nodes(),
         )
         .expect("the profile was checked against the CPUs and nodes at construction");
-        rt.set_memmap(self.phys.nr_frames(), self.phys.frames_per_node());
+        rt.set_machine_memmap(Arc::clone(&self.phys) as _, self.phys.frames_per_node());
         rt.set_seed(self.config.time.seed);
         let r = rt.run(cpu.index(), || {
             let r = f();

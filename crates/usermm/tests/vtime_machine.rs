@@ -461,3 +461,36 @@ fn a_virtual_runs_faults_reach_the_virtual_hooks() {
     );
     assert_eq!(figures, expected);
 }
+
+/// Each run of a virtual machine starts with every line cold, although the machine's
+/// `PageMeta`s, which keep the `struct page` lines' states (`vtime/memory.rs`), outlive it:
+/// the same frames touched again in later runs are first touches there, as in the first.
+#[test]
+fn each_run_of_a_machine_starts_its_lines_cold() {
+    let m = Machine::new(virtual_config("haswell-ex-4s")).unwrap();
+    let cpu = CpuId(7);
+    let mm = m.run(cpu, || m.new_mm(cpu).unwrap()).unwrap();
+    let size = 4 << 20;
+    let one_run = || {
+        m.run(cpu, || {
+            let a = touched(&mm, cpu, size);
+            mm.munmap(cpu, a, size).unwrap();
+        })
+        .unwrap();
+        m.last_run_report().unwrap().memory.unwrap()
+    };
+    let first = one_run();
+    let second = one_run();
+    let third = one_run();
+    // The second run reuses the first one's frames (freed to the same lists): if their
+    // states carried over, it would find them in DRAM (their stamps long aged) instead.
+    for run in [&second, &third] {
+        assert_eq!(run.first, first.first, "{first:?} {run:?}");
+        assert_eq!(
+            run.dram_local + run.dram_remote + run.dram_stream,
+            0,
+            "{run:?}"
+        );
+    }
+    m.validate().unwrap();
+}

@@ -113,6 +113,8 @@ use crate::sync::class::{
 };
 use crate::sync::clock::LockstatClock;
 use crate::sync::{RwSem, SpinLock, StatMutex};
+use crate::vtime::lines::LineRuns;
+use crate::vtime::{LineModel, Memmap, Touched};
 
 /// Allocation flags (`gfp_t`), the few the engine distinguishes: one type for the page
 /// allocator and the percpu allocator, as in the kernel.
@@ -309,6 +311,10 @@ pub struct PhysMem {
     /// `mm.membind`: the one node a task's allocations may come from (`MPOL_BIND`), resolved
     /// once here; `None`: the zonelist of the allocating CPU's node.
     membind: Option<usize>,
+    /// Runs of the virtual-time line model on this memmap so far: the next one's generation
+    /// comes from it (`vtime/memory.rs`, `PageMeta::line`). Not a figure: only a virtual
+    /// machine's runs count it.
+    line_runs: LineRuns,
 }
 
 impl std::fmt::Debug for PhysMem {
@@ -397,6 +403,7 @@ impl PhysMem {
             stat,
             zone_mask,
             membind: cfg.mm.membind.map(usize::from),
+            line_runs: LineRuns::default(),
         };
         for node in pm.nodes.iter() {
             pm.free_range_boot(&node.zone);
@@ -541,5 +548,29 @@ impl PhysMem {
             .filter(|s| s.count() > 0)
             .map(|s| s.scan(cpu))
             .sum()
+    }
+}
+
+/// A virtual machine's memmap, to the line model: its `PageMeta`s keep the `struct page`
+/// lines' states, and it counts the model's runs (`vtime/lines.rs`).
+impl Memmap for PhysMem {
+    fn next_line_run(&self) -> u64 {
+        self.line_runs.next()
+    }
+
+    fn clear_lines(&self) {
+        for m in self.meta_slice() {
+            m.line.clear();
+        }
+    }
+
+    #[inline]
+    fn touch_all(
+        &self,
+        model: &mut LineModel,
+        cpu: usize,
+        touches: &[std::cell::Cell<Touched>],
+    ) -> u64 {
+        model.touch_all(self.meta_slice(), cpu, touches)
     }
 }

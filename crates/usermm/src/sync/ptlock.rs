@@ -2,8 +2,8 @@
 //! (`ptdesc->ptl`, reached by `pte_lockptr`/`pmd_lockptr`).
 //!
 //! It must be **valid at all-zero** — `PageMeta` lives in lazily zeroed host memory and a
-//! frame becomes a page-table page without any constructor running — and **small**: `PageMeta`
-//! stays within 32 bytes. So it is its own one-byte state word, parking through
+//! frame becomes a page-table page without any constructor running — and **small**: the
+//! engine's fields of `PageMeta` take 28 bytes (`page_alloc/meta.rs`). So it is its own one-byte state word, parking through
 //! `parking_lot_core` (the parking lot under `parking_lot`), and not a `parking_lot::Mutex`,
 //! whose layout is private to that crate and could change under us.
 //!

@@ -14,8 +14,8 @@
 //! ## Lines and their state
 //! A *line* is 64 bytes the engine touches on a modelled path:
 //! - every frame's `struct page` (one line: the kernel's `struct page` is 64 bytes; the
-//!   engine's `PageMeta` is smaller, the line is the kernel's), indexed by PFN in a dense
-//!   table sized at [`Memory::new`] (lazily zeroed host memory: untouched frames cost nothing);
+//!   engine's `PageMeta` is smaller, the line is the kernel's), its state kept in the frame's
+//!   own `PageMeta` (`PageMeta::line`, below);
 //! - a list head, by its address in the engine (the `PfnList` it heads): the buddy free
 //!   areas' and the pcp lists' heads, the LRU heads, in their own small open-addressed table
 //!   (`HeadTable`: a few per CPU and per node), which remembers the last head looked up
@@ -24,12 +24,10 @@
 //! Each line remembers the CPU that touched it last and two stamps: the fill count of that
 //! CPU's core (its L2) and of its socket (its last-level cache) at the moment of the touch.
 //!
-//! The states live here, per run, not in the engine's `PageMeta`: a run starts cold
-//! ([`Memory::new`]) while a machine's metadata outlives its runs, so a state kept in the
-//! frame would need a run generation beside it, and the 12 bytes of a state do not fit the
-//! 4 that `PageMeta`'s 32-byte budget (`page_alloc/meta.rs`) leaves. Indexing the dense table
-//! by PFN is one bounds check and one load, which is why the host's instructions per touch
-//! are spent on the rule below, not on finding the line.
+//! ## Where a `struct page`'s state lives
+//! In the frame's own `PageMeta`, beside the metadata the engine has just used; a run starts
+//! cold there by a generation in the tag. `vtime/lines.rs` says why, what it costs and who
+//! touches it.
 //!
 //! ## The rule
 //! Every core and every socket counts the lines filled into its cache (a *fill*: a touch the
@@ -80,10 +78,9 @@
 //! touch that took the general path (the only kind that fills a cache, hence moves them), and
 //! its hits are added to the statistics once per batch: the same test on the same stamps.
 //! Where the host's time goes in a long run (`perf record` of `usermm bigfree 4G --time
-//! virtual --max-active 8 --profile haswell-ex-4s`): the touches are about a fifth of it, and
-//! their hottest instruction is the load of the page's line state from `pages`, a table of
-//! 12 bytes a frame beside the engine's memmap (a cache miss per page once the table outgrows
-//! the host's caches; every frame a run touches stays resident: 0.94 GiB of a 320 GiB bigfree).
+//! virtual --max-active 8 --profile haswell-ex-4s`): the touches were about a fifth of it, and
+//! their hottest instruction the load of the page's line state from a table of its own, a
+//! host cache miss per page; hence the state's place in `PageMeta` (above).
 //!
 //! ## Where it differs from the hardware
 //! - Only the lines named above are tracked. A page the engine clears or copies fills its 64
@@ -105,7 +102,12 @@
 
 #![deny(unsafe_code)]
 
+use std::cell::Cell;
+use std::sync::Arc;
+
 use serde::Serialize;
+
+use super::lines::{tag_of, HeadTable, LineState, LineStore, PageLine, GENERATIONS, TAG_CPU_MASK};
 
 use super::profile::{MemPrice, Placement, Ps};
 use super::store_buffer::{head_key, page_key, StoreBuffer};
@@ -150,11 +152,6 @@ enum Found {
 }
 
 const FOUND: usize = 8;
-
-/// A line's state: `[last toucher + 1 (0: never), its core's fill stamp, its socket's]`.
-/// Stamps count fills in units of `1 << STAMP_SHIFT` and wrap at 2^32 units (2^36 fills):
-/// 12 bytes a frame, and a line would have to wait 2^36 fills of its cache to alias.
-type LineState = [u32; 3];
 
 /// A stamp counts fills by sixteen: capacities are rounded down to a multiple of 16 lines.
 const STAMP_SHIFT: u32 = 4;
@@ -214,22 +211,68 @@ impl MemoryStat {
     }
 }
 
-/// The line model of one run: every tracked line's state beside the caches' fill counts and
-/// what the touches cost. The two line tables and the caches are separate fields, so that a
-/// touch updates its line in place while the caches price it (no table is moved per touch).
+/// The line model of one run: where its `struct page` lines' states live, and the rest of
+/// the model ([`LineModel`]).
 #[derive(Debug)]
 pub(super) struct Memory {
-    /// One `struct page` line per frame, by PFN.
-    pages: Vec<LineState>,
+    lines: Lines,
+    model: LineModel,
+}
+
+/// Where a run's `struct page` line states live (`lines.rs`).
+enum Lines {
+    /// A machine's memmap: each frame's `PageMeta` (`Machine::run`).
+    Machine(Arc<dyn Memmap>),
+    /// The runtime's own, for a runtime told only the memmap's size (`Runtime::set_memmap`).
+    Own(Vec<PageLine>),
+}
+
+impl std::fmt::Debug for Lines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Lines::Machine(_) => f.write_str("Lines::Machine"),
+            Lines::Own(v) => write!(f, "Lines::Own({} frames)", v.len()),
+        }
+    }
+}
+
+/// The line model but the `struct page` lines' states: the list heads' lines beside the
+/// caches' fill counts and what the touches cost. The head table and the caches are separate
+/// fields, so that a touch updates its line in place while the caches price it.
+#[derive(Debug)]
+pub(crate) struct LineModel {
     /// Lines known by address (list heads, counters).
     heads: HeadTable,
     caches: Caches,
 }
 
+/// A machine's memmap as the line model sees it (`PhysMem`): it outlives the runs, counts
+/// them, and hands its frames' line states to the model one batch at a time.
+pub(crate) trait Memmap: Send + Sync {
+    /// Counts a run of the line model on this memmap; its number, from 1.
+    fn next_line_run(&self) -> u64;
+    /// Sets every frame's line state back to never touched.
+    fn clear_lines(&self);
+    /// `model.touch_all` with this memmap's frames as the [`LineStore`].
+    fn touch_all(&self, model: &mut LineModel, cpu: usize, touches: &[Cell<Touched>]) -> Ps;
+}
+
+/// This run's generation on `memmap`, 1..=[`GENERATIONS`]: the memmap's count of runs,
+/// wrapped. When it comes round to 1 again, every state a run left behind is cleared first,
+/// so that no state of an earlier run with the same generation can look warm.
+pub(crate) fn start_run(memmap: &dyn Memmap) -> u32 {
+    let run = memmap.next_line_run();
+    let generation = ((run - 1) % u64::from(GENERATIONS)) as u32 + 1;
+    if generation == 1 && run > 1 {
+        memmap.clear_lines();
+    }
+    generation
+}
+
 /// A touch of the lines of the engine (`hooks::mem_touch_page`, `hooks::mem_touch_list`), as
 /// the runtime keeps it until it is applied ([`Memory::touch_all`]).
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Touched {
+pub(crate) enum Touched {
     /// Frame `pfn`'s `struct page`.
     Page { pfn: u64, how: Touch },
     /// One list operation's lines.
@@ -242,10 +285,12 @@ pub(super) enum Touched {
 
 /// The caches of one run: their fill counts, the prices, the topology a touch reads, and the
 /// statistics. The topology is copied from the run's [`Placement`] into flat tables at
-/// [`Memory::new`], so that a touch reads a CPU's core and socket, and a transfer's price,
+/// [`LineModel::new`], so that a touch reads a CPU's core and socket, and a transfer's price,
 /// with one indexed load each.
 #[derive(Debug)]
 struct Caches {
+    /// This run's generation, in a tag's high bits ([`tag_of`]).
+    gen_bits: u32,
     price: MemPrice,
     /// `llc_lines` and `l2_lines` in stamp units (`>> STAMP_SHIFT`).
     llc_units: u64,
@@ -273,26 +318,83 @@ struct Caches {
     overlapped: Ps,
 }
 
-/// The CPU a touch runs on, with its core and socket looked up once for the touches of one
-/// list operation.
+/// The CPU a touch runs on, with its tag, core and socket looked up once for the touches of
+/// one batch.
 #[derive(Debug, Clone, Copy)]
 struct Toucher {
     cpu: usize,
+    tag: u32,
     core: usize,
     socket: usize,
 }
 
 impl Memory {
-    /// A cold memory of `nr_frames` frames, `frames_per_node` to a node, for `placement`'s
-    /// CPUs, with a line transfer priced `transfer[distance]`.
-    pub(super) fn new(
+    /// A cold memory of a machine's memmap: a run of the line model there, of the memmap's
+    /// next generation (`lines.rs`).
+    pub(super) fn on_machine(
+        price: MemPrice,
+        placement: &Placement,
+        transfer: &[Ps; 4],
+        memmap: Arc<dyn Memmap>,
+        frames_per_node: u64,
+    ) -> Self {
+        let generation = start_run(&*memmap);
+        Memory {
+            lines: Lines::Machine(memmap),
+            model: LineModel::new(price, placement, transfer, generation, frames_per_node),
+        }
+    }
+
+    /// A cold memory of `nr_frames` frames of the runtime's own.
+    pub(super) fn own(
         price: MemPrice,
         placement: &Placement,
         transfer: &[Ps; 4],
         nr_frames: u64,
         frames_per_node: u64,
     ) -> Self {
+        Memory {
+            lines: Lines::Own((0..nr_frames).map(|_| PageLine::new()).collect()),
+            model: LineModel::new(price, placement, transfer, 1, frames_per_node),
+        }
+    }
+
+    /// CPU `cpu` makes `touches`, in order; their price ([`LineModel::touch_all`]). One
+    /// dynamic call per batch reaches a machine's memmap, whose type the model does not name.
+    #[inline]
+    pub(super) fn touch_all(&mut self, cpu: usize, touches: &[Cell<Touched>]) -> Ps {
+        match &self.lines {
+            Lines::Machine(m) => m.touch_all(&mut self.model, cpu, touches),
+            Lines::Own(v) => self.model.touch_all(v.as_slice(), cpu, touches),
+        }
+    }
+
+    /// See [`LineModel::fill`].
+    #[inline]
+    pub(super) fn fill(&mut self, cpu: usize, n: u64) {
+        self.model.fill(cpu, n);
+    }
+
+    pub(super) fn stat(&self) -> MemoryStat {
+        self.model.caches.stat()
+    }
+}
+
+impl LineModel {
+    /// A cold model for `placement`'s CPUs, a line transfer priced `transfer[distance]`, the
+    /// run's `generation` (1..=`GENERATIONS`, `lines.rs`) and `frames_per_node`.
+    fn new(
+        price: MemPrice,
+        placement: &Placement,
+        transfer: &[Ps; 4],
+        generation: u32,
+        frames_per_node: u64,
+    ) -> Self {
         let cpus = placement.nr_cpus();
+        assert!(
+            cpus < TAG_CPU_MASK as usize,
+            "vtime: the line model tags CPUs in 16 bits"
+        );
         let sockets = (0..cpus).map(|c| placement.socket_of(c)).max().unwrap_or(0) + 1;
         let cores = (0..cpus).map(|c| placement.core_of(c)).max().unwrap_or(0) + 1;
         let nr_nodes = placement.nr_nodes() as u64;
@@ -302,12 +404,10 @@ impl Memory {
                 xfer.push(transfer[placement.distance(from, to) as usize]);
             }
         }
-        Memory {
-            // Zeroed allocations are lazily mapped: a frame's line costs host memory only
-            // once it is touched.
-            pages: vec![[0; 3]; nr_frames as usize],
+        LineModel {
             heads: HeadTable::default(),
             caches: Caches {
+                gen_bits: generation << 16,
                 price,
                 llc_units: price.llc_lines >> STAMP_SHIFT,
                 l2_units: price.l2_lines >> STAMP_SHIFT,
@@ -346,18 +446,27 @@ impl Memory {
     /// toucher's stamps held in registers ([`Own`]), which only a touch that fills a cache
     /// changes: such a touch goes through [`Caches::access`] and the stamps are read again.
     ///
+    /// The `struct page` lines' states are `frames`' (a machine's `PageMeta`s or the
+    /// runtime's own table), reached through [`LineStore`], inlined.
+    ///
     /// Out of line, so that a profile names it: inlined, its loop sat in the closure that
     /// reads the kept touches and was reported as `LocalKey::with` (called once per batch,
     /// the call costs nothing beside the touches).
     #[inline(never)]
-    pub(super) fn touch_all(&mut self, cpu: usize, touches: impl Iterator<Item = Touched>) -> Ps {
-        let t = self.caches.toucher(cpu);
-        let mut own = Own::of(&self.caches, t);
+    pub(crate) fn touch_all<S: LineStore + ?Sized>(
+        &mut self,
+        frames: &S,
+        cpu: usize,
+        touches: &[Cell<Touched>],
+    ) -> Ps {
+        let LineModel { heads, caches } = self;
+        let t = caches.toucher(cpu);
+        let mut own = Own::of(caches, t);
         let mut sb = StoreBuffer::default();
-        for touched in touches {
+        for touched in touches.iter().map(Cell::get) {
             match touched {
                 Touched::Page { pfn, how } => {
-                    let price = self.page(t, &mut own, pfn, how);
+                    let price = page(caches, frames, t, &mut own, pfn, how);
                     match how {
                         Touch::Rmw => sb.rmw(page_key(pfn), price),
                         Touch::Access | Touch::Measured => sb.load(page_key(pfn), price),
@@ -366,12 +475,13 @@ impl Memory {
                 Touched::List { head, pfns, op } => {
                     let head = if pfns[0] == u32::MAX { 0 } else { head };
                     if op == ListOp::Add && head != 0 {
-                        let price = self.head(t, &mut own, head, pfns[0]);
+                        let price = head_line(caches, heads, t, &mut own, head, pfns[0]);
                         sb.load(head_key(head), price);
                     }
                     for (i, p) in pfns.into_iter().enumerate() {
                         if p != u32::MAX {
-                            let price = self.page(t, &mut own, u64::from(p), Touch::Access);
+                            let price =
+                                page(caches, frames, t, &mut own, u64::from(p), Touch::Access);
                             if i == 0 && op == ListOp::Del {
                                 sb.load(page_key(u64::from(p)), price);
                             } else {
@@ -380,60 +490,74 @@ impl Memory {
                         }
                     }
                     if op == ListOp::Del && head != 0 {
-                        let price = self.head(t, &mut own, head, pfns[0]);
+                        let price = head_line(caches, heads, t, &mut own, head, pfns[0]);
                         sb.store(head_key(head), price);
                     }
                 }
             }
         }
-        own.settle(&mut self.caches);
+        own.settle(caches);
         let (ps, hidden) = sb.finish();
         // `access` counted every price as charged; what the stores' overlap hid was not.
-        self.caches.charged = self.caches.charged.saturating_sub(hidden);
-        self.caches.overlapped = self.caches.overlapped.saturating_add(hidden);
+        caches.charged = caches.charged.saturating_sub(hidden);
+        caches.overlapped = caches.overlapped.saturating_add(hidden);
         ps
-    }
-
-    /// The list head at `head`, homed on frame `home`'s node, touched by `t` (an
-    /// [`Touch::Access`]); its price.
-    #[inline(always)]
-    fn head(&mut self, t: Toucher, own: &mut Own, head: usize, home: u32) -> Ps {
-        let line = self.heads.get_or_insert(head);
-        if own.hit(line, Touch::Access) {
-            return 0;
-        }
-        let (price, new) = self
-            .caches
-            .access(t, *line, u64::from(home), false, Touch::Access);
-        *line = new;
-        own.refresh(&self.caches, t);
-        price
-    }
-
-    #[inline(always)]
-    fn page(&mut self, t: Toucher, own: &mut Own, pfn: u64, how: Touch) -> Ps {
-        let Some(line) = self.pages.get_mut(pfn as usize) else {
-            return 0;
-        };
-        if own.hit(line, how) {
-            return 0;
-        }
-        let (price, new) = self.caches.access(t, *line, pfn, true, how);
-        *line = new;
-        own.refresh(&self.caches, t);
-        price
     }
 
     /// `n` lines this CPU filled into its caches that the model does not track (a cleared or
     /// copied page's data): they age every tracked line of the core and the socket.
     #[inline]
-    pub(super) fn fill(&mut self, cpu: usize, n: u64) {
+    fn fill(&mut self, cpu: usize, n: u64) {
         self.caches.fill(cpu, n);
     }
+}
 
-    pub(super) fn stat(&self) -> MemoryStat {
-        self.caches.stat()
+/// The list head at `head`, homed on frame `home`'s node, touched by `t` (an
+/// [`Touch::Access`]); its price.
+#[inline(always)]
+fn head_line(
+    caches: &mut Caches,
+    heads: &mut HeadTable,
+    t: Toucher,
+    own: &mut Own,
+    head: usize,
+    home: u32,
+) -> Ps {
+    let line = heads.get_or_insert(head);
+    if own.hit(line, Touch::Access) {
+        *line = own.fresh();
+        return 0;
     }
+    let (price, new) = caches.access(t, *line, u64::from(home), false, Touch::Access);
+    *line = new;
+    own.refresh(caches, t);
+    price
+}
+
+/// Frame `pfn`'s `struct page` line, in `frames`, touched by `t`; its price (0 for a frame
+/// beyond the memmap: not a line).
+#[inline(always)]
+fn page<S: LineStore + ?Sized>(
+    caches: &mut Caches,
+    frames: &S,
+    t: Toucher,
+    own: &mut Own,
+    pfn: u64,
+    how: Touch,
+) -> Ps {
+    let Some(line) = frames.line(pfn) else {
+        return 0;
+    };
+    let state = line.load();
+    if own.hit(&state, how) {
+        // The tag is this CPU's already: only the stamps move.
+        line.store_stamps(own.core_stamp, own.socket_stamp);
+        return 0;
+    }
+    let (price, new) = caches.access(t, state, pfn, true, how);
+    line.store(new);
+    own.refresh(caches, t);
+    price
 }
 
 /// The toucher's side of the own-L2 row of the rule, for the touches of one
@@ -454,7 +578,7 @@ impl Own {
     #[inline(always)]
     fn of(c: &Caches, t: Toucher) -> Own {
         Own {
-            tag: t.cpu as u32 + 1,
+            tag: t.tag,
             core_stamp: stamp_of(c.core_fills[t.core]),
             socket_stamp: stamp_of(c.socket_fills[t.socket]),
             l2_units: c.l2_units,
@@ -471,10 +595,11 @@ impl Own {
         self.socket_stamp = stamp_of(c.socket_fills[t.socket]);
     }
 
-    /// The line is this CPU's and still in its L2 ([`Caches::access`]'s first test, on the
-    /// same stamps): its stamps are refreshed, nothing filled, nothing charged.
+    /// Whether the line is this CPU's, of this run, and still in its L2 ([`Caches::access`]'s
+    /// first test, on the same stamps): then nothing is filled or charged, and the caller
+    /// gives the line [`Own::fresh`] stamps.
     #[inline(always)]
-    fn hit(&mut self, line: &mut LineState, how: Touch) -> bool {
+    fn hit(&mut self, line: &LineState, how: Touch) -> bool {
         let hit = line[0] == self.tag
             && u64::from(self.socket_stamp.wrapping_sub(line[2])) < self.llc_units
             && u64::from(self.core_stamp.wrapping_sub(line[1])) < self.l2_units;
@@ -483,9 +608,14 @@ impl Own {
                 Touch::Measured => self.measured += 1,
                 Touch::Access | Touch::Rmw => self.accesses += 1,
             }
-            *line = [self.tag, self.core_stamp, self.socket_stamp];
         }
         hit
+    }
+
+    /// The state of a line this CPU touches now, hitting its own L2.
+    #[inline(always)]
+    fn fresh(&self) -> LineState {
+        [self.tag, self.core_stamp, self.socket_stamp]
     }
 
     /// Adds the hits counted since the last [`Own::of`] to the statistics.
@@ -496,94 +626,12 @@ impl Own {
     }
 }
 
-/// The list heads' lines, by address: a small open-addressed table (heads are few, a few
-/// per CPU and per node, and never leave it during a run), probed linearly from the
-/// address's Fibonacci hash, at most half full.
-#[derive(Debug)]
-struct HeadTable {
-    /// `(address, state)`; address 0 marks a free slot (no list head lives at 0).
-    slots: Vec<(usize, LineState)>,
-    /// The slot of the last head looked up (list operations come in runs on one list).
-    last: usize,
-    len: usize,
-    /// `64 - log2(slots.len())`: the hash's top bits index the table.
-    shift: u32,
-}
-
-impl Default for HeadTable {
-    fn default() -> Self {
-        const INITIAL: usize = 64;
-        HeadTable {
-            slots: vec![(0, [0; 3]); INITIAL],
-            last: 0,
-            len: 0,
-            shift: 64 - INITIAL.trailing_zeros(),
-        }
-    }
-}
-
-impl HeadTable {
-    /// The state of the line at `id` (not 0), cold the first time.
-    #[inline(always)]
-    fn get_or_insert(&mut self, id: usize) -> &mut LineState {
-        debug_assert_ne!(id, 0, "a list head at address 0");
-        if self.slots.get(self.last).is_some_and(|s| s.0 == id) {
-            return &mut self.slots[self.last].1;
-        }
-        let mask = self.slots.len() - 1;
-        let mut i = Self::hash(id, self.shift);
-        loop {
-            let k = self.slots[i].0;
-            if k == id {
-                self.last = i;
-                return &mut self.slots[i].1;
-            }
-            if k == 0 {
-                break;
-            }
-            i = (i + 1) & mask;
-        }
-        self.insert_new(id)
-    }
-
-    #[inline(always)]
-    fn hash(id: usize, shift: u32) -> usize {
-        ((id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize
-    }
-
-    /// A new cold line at `id`, growing the table first when it would be more than half full.
-    #[cold]
-    fn insert_new(&mut self, id: usize) -> &mut LineState {
-        if (self.len + 1) * 2 > self.slots.len() {
-            let old = std::mem::take(&mut self.slots);
-            self.slots = vec![(0, [0; 3]); old.len() * 2];
-            self.shift -= 1;
-            for (k, s) in old.into_iter().filter(|(k, _)| *k != 0) {
-                *self.slot_for_new(k) = (k, s);
-            }
-        }
-        self.len += 1;
-        let slot = self.slot_for_new(id);
-        *slot = (id, [0; 3]);
-        &mut slot.1
-    }
-
-    /// The free slot where `id`, not in the table, goes.
-    fn slot_for_new(&mut self, id: usize) -> &mut (usize, LineState) {
-        let mask = self.slots.len() - 1;
-        let mut i = Self::hash(id, self.shift);
-        while self.slots[i].0 != 0 {
-            i = (i + 1) & mask;
-        }
-        &mut self.slots[i]
-    }
-}
-
 impl Caches {
     #[inline(always)]
     fn toucher(&self, cpu: usize) -> Toucher {
         Toucher {
             cpu,
+            tag: tag_of(self.gen_bits, cpu),
             core: self.cpu_core[cpu] as usize,
             socket: self.cpu_socket[cpu] as usize,
         }
@@ -607,7 +655,12 @@ impl Caches {
         page: bool,
         how: Touch,
     ) -> (Ps, LineState) {
-        let Toucher { cpu, core, socket } = t;
+        let Toucher {
+            cpu,
+            tag,
+            core,
+            socket,
+        } = t;
         let (core_stamp, socket_stamp) = (
             stamp_of(self.core_fills[core]),
             stamp_of(self.socket_fills[socket]),
@@ -615,7 +668,7 @@ impl Caches {
         // The common case first: this CPU touched the line last and it is still in its L2
         // (the second row of the module's table, exactly as the general path below finds
         // it: the same CPU is the same core and socket). No cache fills, no price.
-        if state[0] == cpu as u32 + 1
+        if state[0] == tag
             && u64::from(socket_stamp.wrapping_sub(state[2])) < self.llc_units
             && u64::from(core_stamp.wrapping_sub(state[1])) < self.l2_units
         {
@@ -625,10 +678,10 @@ impl Caches {
             }
             return (0, [state[0], core_stamp, socket_stamp]);
         }
-        let (found, in_l2_here, in_llc_here) = if state[0] == 0 {
+        let (found, in_l2_here, in_llc_here) = if state[0] & !TAG_CPU_MASK != self.gen_bits {
             (Found::First, false, false)
         } else {
-            let w = state[0] as usize - 1;
+            let w = (state[0] & TAG_CPU_MASK) as usize - 1;
             let (wsock, wcore) = (self.cpu_socket[w] as usize, self.cpu_core[w] as usize);
             let age = |fills: u64, stamp: u32| stamp_of(fills).wrapping_sub(stamp) as u64;
             let in_llc = age(self.socket_fills[wsock], state[2]) < self.llc_units;
@@ -671,7 +724,7 @@ impl Caches {
             self.socket_fills[socket] += 1;
         }
         let new = [
-            cpu as u32 + 1,
+            tag,
             stamp_of(self.core_fills[core]),
             stamp_of(self.socket_fills[socket]),
         ];
@@ -682,7 +735,7 @@ impl Caches {
         let price = match found {
             Found::First | Found::OwnCache | Found::SocketLlc => 0,
             Found::OtherCore | Found::OtherSocket => {
-                let w = state[0] as usize - 1;
+                let w = (state[0] & TAG_CPU_MASK) as usize - 1;
                 self.transfer[w * self.nr_cpus + cpu]
             }
             Found::DramLocal => self.price.dram_local,
@@ -726,22 +779,5 @@ impl Caches {
 const LINES_PER_4K: u64 = 64;
 
 #[cfg(test)]
-mod test {
-    use super::*;
-
-    #[test]
-    fn head_table_keeps_every_line_through_growth() {
-        let mut t = HeadTable::default();
-        // Addresses 64 bytes apart, as list heads in one array are.
-        let ids: Vec<usize> = (1..=1000).map(|i| 0x7f00_0000_0000 + i * 64).collect();
-        for (n, &id) in ids.iter().enumerate() {
-            assert_eq!(*t.get_or_insert(id), [0; 3], "a new line is cold");
-            *t.get_or_insert(id) = [n as u32 + 1, 2, 3];
-        }
-        for (n, &id) in ids.iter().enumerate() {
-            assert_eq!(*t.get_or_insert(id), [n as u32 + 1, 2, 3]);
-        }
-        assert_eq!(t.len, ids.len());
-        assert!(t.len * 2 <= t.slots.len());
-    }
-}
+#[path = "memory_test.rs"]
+mod test;

@@ -166,7 +166,7 @@ impl State {
         let cpu = self.ctxs[me as usize].cpu as usize;
         let ps = TOUCHES.with(|b| {
             let kept = b.get(..n).unwrap_or(b);
-            mem.touch_all(cpu, kept.iter().map(Cell::get))
+            mem.touch_all(cpu, kept)
         });
         if ps > 0 {
             self.busy(me, ps);

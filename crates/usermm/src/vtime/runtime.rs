@@ -25,7 +25,7 @@ use corosensei::stack::DefaultStack;
 
 use super::{
     coro::{self, Resumed},
-    memory::Memory,
+    memory::{Memmap, Memory},
     pending::clear_pending,
     profile::{Placement, Profile, ProfileError, Ps},
     report::Report,
@@ -197,18 +197,36 @@ impl Runtime {
         })
     }
 
-    /// Tells the runtime the machine's memmap: `nr_frames` frames, `frames_per_node` to a node
-    /// (the engine's `page_to_nid`). With a profile that has a `[memory]`, the run's line
+    /// Tells the runtime the size of the memmap its runs touch: `nr_frames` frames,
+    /// `frames_per_node` to a node (the engine's `page_to_nid`), their line states in a
+    /// memmap of the runtime's own. With a profile that has a `[memory]`, the run's line
     /// model starts cold (`vtime/memory.rs`); without, touches stay free.
     pub fn set_memmap(&self, nr_frames: u64, frames_per_node: u64) {
         let mut st = self.inner.state.borrow_mut();
         let m = &st.model;
         st.mem = m.profile.memory.map(|price| {
-            Memory::new(
+            Memory::own(
                 price,
                 &m.placement,
                 &m.profile.transfer_ps,
                 nr_frames,
+                frames_per_node,
+            )
+        });
+    }
+
+    /// [`Runtime::set_memmap`] with a machine's own memmap, whose `PageMeta`s keep the line
+    /// states (`Machine::run`), `frames_per_node` to a node: the run's line model starts cold
+    /// there too, a generation after the machine's previous run (`vtime/lines.rs`).
+    pub(crate) fn set_machine_memmap(&self, memmap: Arc<dyn Memmap>, frames_per_node: u64) {
+        let mut st = self.inner.state.borrow_mut();
+        let m = &st.model;
+        st.mem = m.profile.memory.map(|price| {
+            Memory::on_machine(
+                price,
+                &m.placement,
+                &m.profile.transfer_ps,
+                Arc::clone(&memmap),
                 frames_per_node,
             )
         });
