@@ -312,9 +312,9 @@ fn a_shootdown_charges_the_occupant_of_each_other_cpu_flush_tlb_func() {
 
 /// A test run of 2026-11-29 at a load average of 10–13: a this-host profile calibrated on the
 /// busy host had a receiving side of 122 µs against a sending side of 10 µs, and the host
-/// check's modelled munmap never finished (the CLI test ran 53 minutes before it was stopped): its faulter's shootdowns interrupted the munmapper for longer than
-/// the faulter took to send them, so the munmapper's clock ran ahead of the faulter's without
-/// end. A sender waits for each handler, so a receiver is never interrupted for more than its
+/// check's modelled munmap never finished (the CLI test ran 53 minutes before it was
+/// stopped): its faulter's shootdowns interrupted the munmapper for longer than the faulter
+/// took to send them, so the munmapper's clock ran ahead of the faulter's without end. A sender waits for each handler, so a receiver is never interrupted for more than its
 /// senders spend: here a fixed piece of work on CPU 1 finishes while CPU 0 flushes as fast as
 /// it can, with `flush_tlb_func` a hundred times its round trip.
 #[test]
