@@ -100,9 +100,9 @@ pub struct ReproduceArgs {
     #[arg(long)]
     pub quick: bool,
     /// After the seeds, run each modelled timing seed again with one input halved and doubled
-    /// at a time, and report which three inputs move each headline most (5.5 minutes for the
-    /// three timing seeds on a 2-core host, measured with seeds 000/001 at 32 GiB; they run at
-    /// 64 GiB now, so longer). Resumable: the points are kept in
+    /// at a time, and report which three inputs move each headline most (about 9 minutes for
+    /// the three timing seeds on a quiet 2-core host, beyond the seeds' own runs; measured
+    /// 2026-11-29). Resumable: the points are kept in
     /// DIR/sensitivity/, and a later run into DIR reuses every point found there (delete
     /// that directory to run them afresh).
     #[arg(long)]
