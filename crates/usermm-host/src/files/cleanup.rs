@@ -41,7 +41,7 @@ use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -70,7 +70,7 @@ fn registry() -> MutexGuard<'static, Registry> {
 
 /// Set by the signal handler itself (not its thread), and only once the thread that ends the
 /// run is there to act on it.
-static INTERRUPTED: LazyLock<Arc<AtomicBool>> = LazyLock::new(|| Arc::new(AtomicBool::new(false)));
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 /// Whether SIGINT or SIGTERM has come: the cleanup thread is sweeping, or about to, and then
 /// ends the process. A loop of work may stop taking more.
@@ -244,7 +244,7 @@ fn watch(r: &mut Registry) {
     // The flag only with the thread: without it no one would end a run that waits on it.
     if started.is_ok() {
         for &s in &signals {
-            let _ = signal_hook::flag::register(s, Arc::clone(&INTERRUPTED));
+            let _ = signal_hook::flag::register(s, &INTERRUPTED);
         }
     }
 }
