@@ -34,16 +34,61 @@ fn points_band_is_in_percentage_points() {
 }
 
 #[test]
-fn side_and_same_bands_judge_a_direction() {
-    let s = Band::Side(1.0);
-    // ma 16 slower than ma 8 in the posting (1.015): a faster ma 16 misses, however close.
-    assert!(s.within(1.015, 1.2));
-    assert!(!s.within(1.015, 0.999));
+fn a_direction_is_judged_beyond_the_postings_noise_and_a_tie_within_it() {
+    let tie = direction_tie();
+    // Twice √2 × the median of seeds 000/001's spreads (2.8, 0.5, 5.5, 0.16, 0.97, 0.77,
+    // 0.46 and 5.8 %: 0.87 %).
+    assert!((tie - 2.0 * 2f64.sqrt() * 0.0087).abs() < 1e-12, "{tie}");
+    let s = Band::Side { at: 1.0, tie };
+    // A step beyond the tie (node-bound 8 over 4, 0.957) is a direction: its side, however
+    // close to 1 the prediction comes.
     assert!(s.within(0.957, 0.5));
+    assert!(s.within(0.957, 0.999));
     assert!(!s.within(0.957, 1.001));
-    assert!(Band::Same.within(8.0, 8.0));
-    assert!(!Band::Same.within(8.0, 16.0));
-    assert_eq!(Band::Same.error(8.0, 16.0), 8.0);
+    assert!(!s.within(0.957, 1.0));
+    // A step within it (node-bound 16 over 8, 1.015) is a tie: the predicted step must lie
+    // within the tie of the published one, on either side of 1.
+    assert!(s.within(1.015, 0.994));
+    assert!(s.within(1.015, 1.039));
+    assert!(!s.within(1.015, 1.041));
+    assert!(!s.within(1.015, 0.99));
+    // Two-node, 2 GiB jobs, 4 over 2: a tie in the posting (1.021), a clear step in a model
+    // that makes 4 workers 14.5 % faster.
+    assert!(!s.within(1.021, 0.855));
+    assert!(!s.within(1.015, f64::NAN));
+    assert_eq!(s.error(1.015, 0.994), 0.994 - 1.015);
+    assert_eq!(
+        serde_json::to_value(s).unwrap(),
+        serde_json::json!({"kind": "side", "value": {"at": 1.0, "tie": tie}})
+    );
+}
+
+#[test]
+fn the_fastest_setting_is_judged_among_those_the_posting_cannot_order() {
+    let tie = direction_tie();
+    // The two-node posting's 2 GiB rows: 2 is fastest, 8 (+1.3 %) and 4 (+2.1 %) are tied
+    // with it; a row 5.9 % slower is not.
+    let curve = [(2, 1.605), (4, 1.639), (8, 1.626), (16, 1.70)];
+    let among = tied_with_fastest(&curve, tie);
+    assert_eq!(among.list(), [2, 4, 8]);
+    let b = Band::Among(among);
+    assert!(b.within(2.0, 8.0));
+    assert!(b.within(2.0, 2.0));
+    assert!(!b.within(2.0, 16.0));
+    assert!(!b.within(2.0, 3.0));
+    assert!(!b.within(2.0, 0.0));
+    assert!(!b.within(2.0, f64::NAN));
+    assert_eq!(b.error(2.0, 8.0), 6.0);
+    assert_eq!(b.label(), "one of 2, 4, 8");
+    assert_eq!(
+        serde_json::to_value(b).unwrap(),
+        serde_json::json!({"kind": "among", "value": [2, 4, 8]})
+    );
+    // A curve with one clear fastest: that one alone.
+    assert_eq!(
+        tied_with_fastest(&[(4, 2.07), (8, 1.98), (16, 2.05)], tie).list(),
+        [8]
+    );
 }
 
 #[test]
