@@ -290,10 +290,10 @@ pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
             "lru_add_batch",
             15.0,
             "pages",
-            "the engine's lru.add_batch default, which the host check's machine keeps: new pages \
-             go to the LRU 15 at a time, one lru_lock acquire each, as v4.x's PAGEVEC_SIZE = 15 \
-             (include/linux/pagevec.h) did; this host's newer kernel batches 31 folios, but \
-             what is deducted here is what the engine charges",
+            "the engine's lru.add_batch default, which the host check's machine keeps when the \
+             calibration record has no LRU-add probe (format 1 to 3): new pages go to the LRU \
+             15 at a time, one lru_lock acquire each, as v4.x's PAGEVEC_SIZE = 15 \
+             (include/linux/pagevec.h) did",
         ),
         (
             "gather_batch",
@@ -337,7 +337,88 @@ pub fn inputs(c: &HostCalibration) -> BTreeMap<String, Input> {
     m.insert("smt_sibling_factor".into(), smt_factor(c));
     borrow_inputs(&mut m);
     shootdown_inputs(c, &mut m);
+    lru_add_inputs(c, &mut m);
     m
+}
+
+/// The LRU-add batch, measured by the LRU-add probe (format 4): its period as `lru_add_batch`
+/// (the host check's machine takes it as `lru.add_batch`, [`lru_add_batch`]), and what its
+/// fault pays beyond an ordinary one, less the lruvec lock's acquire the engine charges there,
+/// per folio, as `lru_add_ns`. An older record, or a probe whose samples did not agree on one
+/// period, keeps the engine's default batch and the [`BORROWED`] assumption, which says so.
+fn lru_add_inputs(c: &HostCalibration, m: &mut BTreeMap<String, Input>) {
+    let probe = c.lru_add.as_ref();
+    let batch = probe
+        .and_then(|p| p.batch())
+        .filter(|&b| b <= usermm::config::MAX_LRU_ADD_BATCH);
+    let lock = m.get("lock_xadd_ns").map_or(0.0, |i| i.value);
+    match (probe, batch) {
+        (Some(p), Some(b)) if p.drain.median > lock => {
+            m.insert(
+                "lru_add_batch".into(),
+                input(
+                    f64::from(b),
+                    "pages",
+                    InputKind::Measured,
+                    format!(
+                        "{}; every sample's slow faults recurred every {b} faults: this \
+                         kernel's LRU-add batch (6.18: PAGEVEC_SIZE = 31, \
+                         include/linux/pagevec.h, since \"increase PAGEVEC_SIZE from 15 to \
+                         31\", LKML 2024-03; v4.x: 15)",
+                        measured_source(c, &p.period)
+                    ),
+                ),
+            );
+            m.insert(
+                "lru_add_ns".into(),
+                input(
+                    r4((p.drain.median - lock) / f64::from(b)),
+                    "ns",
+                    InputKind::Measured,
+                    format!(
+                        "(drain - lock_xadd_ns) / lru_add_batch: the batch's fault beyond the \
+                         median fault, less the lruvec lock's acquire, per folio moved \
+                         (folio_batch_move_lru: lru_add, the list link, the LRU size \
+                         counters); drain {:.1} ns: {}",
+                        p.drain.median,
+                        measured_source(c, &p.drain)
+                    ),
+                ),
+            );
+        }
+        _ => {
+            let why = match probe {
+                None => "no LRU-add probe: format 1 to 3".to_string(),
+                Some(p) if batch.is_none() => format!(
+                    "an LRU-add probe whose samples found no one period ({:?})",
+                    p.period.samples
+                ),
+                Some(p) => format!(
+                    "an LRU-add drain of median {:.1} ns, not above the lock's acquire",
+                    p.drain.median
+                ),
+            };
+            if let Some(i) = m.get_mut("lru_add_ns") {
+                i.source = format!("{} (the calibration record has {why})", i.source);
+            }
+        }
+    }
+}
+
+/// The LRU-add batch of the this-host profile at `profile` (a path or a built-in name): its
+/// `lru_add_batch` input, measured by the LRU-add probe, or the engine's default when the
+/// profile has none (a built-in profile, or one from an older calibration record).
+pub fn lru_add_batch(profile: &str) -> u32 {
+    Profile::resolve(profile)
+        .ok()
+        .and_then(|p| p.spec().inputs.get("lru_add_batch").map(|i| i.value))
+        .filter(|v| {
+            v.fract() == 0.0 && *v >= 1.0 && *v <= f64::from(usermm::config::MAX_LRU_ADD_BATCH)
+        })
+        .map_or(
+            usermm::config::MachineConfig::default().lru.add_batch,
+            |v| v as u32,
+        )
 }
 
 /// The two sides of a TLB shootdown, measured by the shootdown probe (format 3): the sender's
@@ -443,7 +524,10 @@ fn cost_formula(cost: Cost) -> (String, &'static str) {
             "0".into(),
             "included in free_pcppages_bulk_page: the zone->lock section's share covers __free_one_page with its merge steps",
         ),
-        Cost::LruAdd => ("lru_add_ns".into(), "assumption (see inputs.lru_add_ns)"),
+        Cost::LruAdd => (
+            "lru_add_ns".into(),
+            "per folio of an LRU-add batch, moved by the fault that fills it: measured by the LRU-add probe, or an assumption for an older record (see inputs.lru_add_ns)",
+        ),
         Cost::RmqueuePcp => ("rmqueue_pcp_ns".into(), "assumption (see inputs.rmqueue_pcp_ns)"),
         Cost::RmqueueBulkPage => (
             "rmqueue_bulk_page_ns".into(),

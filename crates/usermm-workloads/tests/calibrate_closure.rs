@@ -426,3 +426,133 @@ fn the_shootdown_probe_prices_both_sides_of_a_flush() {
         i.source
     );
 }
+
+/// The fixture (a format-1 record) with an LRU-add probe added: a **synthetic** probe, not a
+/// measurement, with the shape this host's 6.18 kernel gave the probe (the slow fault every
+/// 31st, about 3.3 µs beyond a 1.1 µs median; `usermm calibrate`, 2026-11-29).
+fn with_lru_add_probe(drain_ns: f64, period: f64) -> HostCalibration {
+    use usermm_host::calibrate::{LruAddProbe, Measured};
+    let mut c = fixture();
+    let n = c.repeat as usize;
+    let m = |v: f64, unit: &str| Measured::new(vec![v; n], unit, "synthetic (a test)".into());
+    c.lru_add = Some(LruAddProbe {
+        cpus: vec![0; n],
+        faults: 16384,
+        fault: m(1100.0, "ns"),
+        drain: m(drain_ns, "ns"),
+        period: m(period, "faults"),
+        pinned: true,
+    });
+    c
+}
+
+/// Each fault of `faults` single-threaded first-touch write faults on the host check's machine,
+/// ns, in order.
+fn modelled_write_fault_each(profile: &str, faults: u64) -> Vec<u64> {
+    let m = usermm_workloads::host_check::this_host_machine(profile, 256 << 20);
+    let m = Machine::new(m).unwrap();
+    let cpu = CpuId(0);
+    let len = faults * PAGE_SIZE;
+    m.run(cpu, || {
+        let mm = m.new_mm(cpu).unwrap();
+        let addr = mm
+            .mmap(
+                cpu,
+                0,
+                len,
+                PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS,
+                MapFile::None,
+            )
+            .unwrap();
+        let task = Task::new(mm.clone(), cpu);
+        (0..faults)
+            .map(|i| {
+                let a = vtime::snapshot().unwrap();
+                task.walk(addr + i * PAGE_SIZE, PAGE_SIZE, PAGE_SIZE, true, |i| i)
+                    .unwrap();
+                let b = vtime::snapshot().unwrap();
+                cpu_ns(&a, &b)
+            })
+            .collect()
+    })
+    .expect("the virtual clock stays below its end")
+}
+
+/// A measured LRU-add batch moves the LRU's cost from every fault to the batch's one: the
+/// profile's `lru_add_batch` is the probe's period and `lru_add_ns` its drain per folio less
+/// the lock's acquire, both *measured*; the host check's machine takes the batch; the mean
+/// fault still closes on the measured write fault; and the modelled batch fault pays the
+/// measured drain beyond the median fault.
+#[test]
+fn a_measured_lru_add_batch_puts_its_cost_on_the_batchs_fault_and_keeps_the_mean() {
+    AS_HOST_CHECK.with(|f| f.set(true));
+    let c = with_lru_add_probe(3300.0, 31.0);
+    let ins = inputs(&c);
+    let lock = ins["lock_xadd_ns"].value;
+    assert_eq!(ins["lru_add_batch"].value, 31.0);
+    assert_eq!(ins["lru_add_batch"].kind, InputKind::Measured);
+    let per_folio = ins["lru_add_ns"].value;
+    assert!(
+        (per_folio - (3300.0 - lock) / 31.0).abs() < 1e-3,
+        "{per_folio}"
+    );
+    assert_eq!(ins["lru_add_ns"].kind, InputKind::Measured);
+    let file = profile_file(&c);
+    let profile = file.path().to_str().unwrap();
+    assert_eq!(
+        usermm_workloads::host_check::this_host_machine(profile, 1 << 30)
+            .lru
+            .add_batch,
+        31
+    );
+    // The mean closes, as for the fixture's own profile.
+    let fault = modelled_fault_ns(profile, c.sizes.fault_bytes / PAGE_SIZE, true);
+    let measured = c.figures.write_fault_4k.median;
+    assert!(within(fault, measured, 2.0), "{fault:.2} vs {measured:.2}");
+    // One fault in 31 is the batch's: it pays the drain beyond the median fault.
+    let each = modelled_write_fault_each(profile, 31 * 6);
+    let mut sorted = each.clone();
+    sorted.sort_unstable();
+    let median = sorted[sorted.len() / 2] as f64;
+    let slow: Vec<usize> = (0..each.len())
+        .filter(|&i| each[i] as f64 > median + 1500.0)
+        .collect();
+    assert!(
+        slow.len() >= 5 && slow.windows(2).all(|w| w[1] - w[0] == 31),
+        "slow faults at {slow:?} (median {median} ns)"
+    );
+    let extra = each[slow[1]] as f64 - median;
+    assert!(
+        within(extra, 3300.0, 10.0),
+        "the batch's fault pays {extra} ns beyond the median"
+    );
+}
+
+/// Without the probe (a format-3 record), or with samples that do not agree on a period, the
+/// profile keeps the engine's default batch and the assumed per-folio cost, and says why.
+#[test]
+fn without_a_measured_period_the_lru_add_inputs_stay_the_assumption() {
+    let old = inputs(&fixture());
+    assert_eq!(old["lru_add_batch"].value, 15.0);
+    assert_eq!(old["lru_add_ns"].kind, InputKind::Assumption);
+    assert!(old["lru_add_ns"].source.contains("no LRU-add probe"));
+    let mut c = with_lru_add_probe(3300.0, 31.0);
+    if let Some(p) = c.lru_add.as_mut() {
+        p.period.samples[0] = 30.0;
+    }
+    let ins = inputs(&c);
+    assert_eq!(ins["lru_add_batch"].value, 15.0);
+    assert!(
+        ins["lru_add_ns"].source.contains("no one period"),
+        "{}",
+        ins["lru_add_ns"].source
+    );
+    let file = profile_file(&c);
+    assert_eq!(
+        usermm_workloads::host_check::this_host_machine(file.path().to_str().unwrap(), 1 << 30)
+            .lru
+            .add_batch,
+        15
+    );
+}

@@ -182,6 +182,10 @@ pub fn render(r: &HostCalibration, out: &Path) -> String {
         Some(p) => text.push_str(&format!("{}\n", p.summary())),
         None => text.push_str("TLB shootdown probe: not in this record (format 1 or 2)\n"),
     }
+    match &r.lru_add {
+        Some(p) => text.push_str(&format!("{}\n", p.summary())),
+        None => text.push_str("LRU-add probe: not in this record (format 1 to 3)\n"),
+    }
     if !r.pinned {
         text.push_str(
             "note: pinning failed in some child; samples ran where the scheduler put them\n",

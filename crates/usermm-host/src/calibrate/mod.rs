@@ -28,6 +28,7 @@
 
 #![deny(unsafe_code)]
 
+mod lru_add;
 mod probes;
 mod shootdown;
 mod smt;
@@ -42,6 +43,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::HostError;
 use crate::ops::{HPAGE_SIZE, PAGE_SIZE};
 
+pub use lru_add::LruAddProbe;
 pub use shootdown::ShootdownProbe;
 pub use smt::{SmtProbe, SHARED_BELOW};
 pub(crate) use system::parse_cpu_list;
@@ -51,8 +53,10 @@ pub use validate::validate;
 /// The record's format version (bump when a field changes meaning). 2 added the SMT probe
 /// (`smt`); a format-1 record, which has none, is still read (its profile keeps the rule it
 /// always had: the topology sysfs reports, no SMT factor measured). 3 added the TLB shootdown
-/// probe (`shootdown`); an older record's profile keeps the assumed shootdown costs.
-pub const FORMAT: u32 = 3;
+/// probe (`shootdown`); an older record's profile keeps the assumed shootdown costs. 4 added the
+/// LRU-add probe (`lru_add`); an older record's profile keeps the engine's default batch and the
+/// assumed per-folio cost.
+pub const FORMAT: u32 = 4;
 /// The oldest format this usermm reads.
 pub const OLDEST_FORMAT: u32 = 1;
 
@@ -180,6 +184,10 @@ pub struct Sizes {
     /// Flushes per sample of the shootdown probe (format 3; 0 in an older record).
     #[serde(default)]
     pub shootdown_flushes: u64,
+    /// Loops per sample of the LRU-add probe, each a fault on every page of its 1 MiB VMA
+    /// (format 4; 0 in an older record).
+    #[serde(default)]
+    pub lru_add_loops: u64,
 }
 
 impl Sizes {
@@ -199,6 +207,7 @@ impl Sizes {
             dram_loads: 4_000_000,
             smt_rounds: 5_000_000,
             shootdown_flushes: 4000,
+            lru_add_loops: 64,
         }
     }
 
@@ -218,6 +227,7 @@ impl Sizes {
             dram_loads: 100_000,
             smt_rounds: 50_000,
             shootdown_flushes: 200,
+            lru_add_loops: 4,
         }
     }
 
@@ -236,6 +246,7 @@ impl Sizes {
                 self.dram_loads,
                 self.smt_rounds,
                 self.shootdown_flushes,
+                self.lru_add_loops,
             ]
             .iter()
             .all(|&n| n > 0);
@@ -293,17 +304,21 @@ pub struct HostCalibration {
     /// The TLB shootdown probe (format 3): what a flush costs its sender and its receiver.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shootdown: Option<ShootdownProbe>,
+    /// The LRU-add probe (format 4): the period of the LRU-add batch's slow fault and its cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lru_add: Option<LruAddProbe>,
 }
 
 /// One step of the run, for a progress line: `(what, done, total)`.
 pub type Progress<'a> = &'a mut dyn FnMut(&str, usize, usize);
 
 /// Probes per round (a progress bar counts `repeat * PROBES` steps).
-pub const PROBES: usize = 14;
+pub const PROBES: usize = 15;
 
 /// Runs every probe `opts.repeat` times and summarises: the figures' rounds (one sample of
 /// each figure a round, so that a change of the host's load spreads over all of them), then
-/// the SMT probe's samples ([`SmtProbe`]), then the shootdown probe's ([`ShootdownProbe`]).
+/// the SMT probe's samples ([`SmtProbe`]), the shootdown probe's ([`ShootdownProbe`]), then the
+/// LRU-add probe's ([`LruAddProbe`]).
 pub fn calibrate(
     opts: &CalibrateOpts,
     progress: Progress<'_>,
@@ -314,7 +329,7 @@ pub fn calibrate(
     let probe = smt::run(
         n,
         opts.sizes.smt_rounds,
-        (n * (PROBES - 2), n * PROBES),
+        (n * (PROBES - 3), n * PROBES),
         progress,
     )?;
     c.pinned &= probe.pinned;
@@ -322,11 +337,19 @@ pub fn calibrate(
     let probe = shootdown::run(
         n,
         opts.sizes.shootdown_flushes,
-        (n * (PROBES - 1), n * PROBES),
+        (n * (PROBES - 2), n * PROBES),
         progress,
     )?;
     c.pinned &= probe.pinned;
     c.shootdown = Some(probe);
+    let probe = lru_add::run(
+        n,
+        opts.sizes.lru_add_loops,
+        (n * (PROBES - 1), n * PROBES),
+        progress,
+    )?;
+    c.pinned &= probe.pinned;
+    c.lru_add = Some(probe);
     c.wall_seconds += t.elapsed().as_secs_f64();
     Ok(c)
 }
@@ -354,7 +377,8 @@ fn paired_samples(
     Ok((pairs, pinned))
 }
 
-/// The figures' rounds (every probe but the two that pair CPUs).
+/// The figures' rounds (every probe but the three that follow them: the SMT and shootdown
+/// probes, which pair CPUs, and the LRU-add probe).
 fn measure_rounds(
     opts: &CalibrateOpts,
     progress: Progress<'_>,
@@ -393,6 +417,7 @@ fn measure_rounds(
         figures,
         smt: None,
         shootdown: None,
+        lru_add: None,
     })
 }
 
@@ -414,7 +439,7 @@ impl Rounds {
     }
 }
 
-/// `n` rounds of every probe but the SMT probe's, each round on the least-loaded CPU of
+/// `n` rounds of every figure's probe, each round on the least-loaded CPU of
 /// `allowed` (its ping-pong partner on the next).
 fn run_rounds(
     s: &Sizes,
@@ -684,8 +709,21 @@ mod tests {
         assert!(sd.pairs.iter().all(|(a, b)| a != b) && sd.flushes == opts.sizes.shootdown_flushes);
         assert!(sd.receiver.samples.iter().all(|v| *v >= 0.0));
         assert!(sd.summary().starts_with("TLB shootdown probe: CPUs "));
+        // The LRU-add probe: a sample a round, every fault of every loop timed.
+        let la = c.lru_add.as_ref().unwrap();
+        assert_eq!((la.drain.samples.len(), la.cpus.len()), (2, 2));
+        assert_eq!(
+            la.faults,
+            opts.sizes.lru_add_loops * probes::LRU_ADD_VMA_PAGES
+        );
+        assert!(la.fault.median > 0.0 && la.drain.samples.iter().all(|v| *v >= 0.0));
+        assert!(la.summary().starts_with("LRU-add probe: "));
         assert_eq!(validate(&c), Ok(()));
         let mut old = c.clone();
+        old.lru_add = None;
+        assert!(validate(&old).unwrap_err().starts_with("lru_add: missing"));
+        old.format = 3;
+        assert_eq!(validate(&old), Ok(()));
         old.shootdown = None;
         assert!(validate(&old)
             .unwrap_err()
@@ -696,8 +734,8 @@ mod tests {
         assert!(validate(&old).unwrap_err().starts_with("smt: missing"));
         old.format = 1;
         assert_eq!(validate(&old), Ok(()));
-        old.format = 4;
-        assert!(validate(&old).unwrap_err().contains("reads formats 1 to 3"));
+        old.format = 5;
+        assert!(validate(&old).unwrap_err().contains("reads formats 1 to 4"));
         let json = serde_json::to_string(&c).unwrap();
         let back: HostCalibration = serde_json::from_str(&json).unwrap();
         // serde_json's default float parsing may differ in the last bit.

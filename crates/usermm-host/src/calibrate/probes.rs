@@ -39,8 +39,9 @@ fn in_child(
     };
     // SAFETY: every probe below only issues raw system calls (through `sys` and `measure`'s
     // wrappers), reads the clocks, does volatile loads and stores and atomics in mappings the
-    // child made itself, and forks a grandchild that does the same before `_exit`: no
-    // allocation, locks, stdio or panics.
+    // child made itself (and sorts numbers in place there: `sort_unstable` allocates nothing),
+    // and forks a grandchild that does the same before `_exit`: no allocation, locks, stdio or
+    // panics.
     unsafe { run_forked_checked("calibration child", job) }
 }
 
@@ -609,5 +610,85 @@ pub(super) fn shootdown_pair(
         };
         let lost = ((t2 - t1) as f64 - ran_ns).max(0.0) as u64;
         Ok([0, 0, other_mm, same_mm, lost, flushes, pinned as u64, 0])
+    })
+}
+
+/// Pages of the LRU-add probe's VMA: faulted one by one, then dropped with `MADV_DONTNEED`.
+pub(super) const LRU_ADD_VMA_PAGES: u64 = 256;
+/// The longest period the LRU-add probe looks for between two slow faults (a folio batch).
+pub(super) const LRU_ADD_MAX_PERIOD: usize = 128;
+
+/// The LRU-add probe: `loops` times, write-fault each page of a private 4 KiB-page VMA of
+/// [`LRU_ADD_VMA_PAGES`] pages in turn, timing every fault alone on the monotonic clock, then
+/// `MADV_DONTNEED` the VMA. A new anonymous folio goes to this CPU's LRU-add batch, and every
+/// batch-th fault moves the whole batch to the LRU under the lruvec lock (`folio_batch_move_lru`):
+/// that fault is slow, and the slow ones recur with the batch's period.
+/// `[_, _, median_ns, drain_extra_ns, period, faults, slow]`: the median fault; the median of
+/// the slowest `faults / period` faults less it (the drain); the commonest gap between two
+/// faults slower than halfway from the median to the 99th percentile (the period: 0 if no gap
+/// below [`LRU_ADD_MAX_PERIOD`] recurs); and how many faults were that slow.
+pub(super) fn lru_add_drain(cpu: Option<usize>, loops: u64) -> Result<Words, HostError> {
+    in_child(cpu, move || {
+        let len = LRU_ADD_VMA_PAGES * PAGE_SIZE;
+        let n = (LRU_ADD_VMA_PAGES * loops) as usize;
+        let lat_bytes = (n as u64 * 4).next_multiple_of(PAGE_SIZE);
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        let p = map_rw(len, false)?;
+        let seq = map_anon(lat_bytes, rw, false)?;
+        let sorted = map_anon(lat_bytes, rw, false)?;
+        // SAFETY: `seq` and `sorted` are private read-write mappings of `lat_bytes` ≥ 4·n bytes,
+        // made above by this child alone, page-aligned (so u32-aligned) and zero-filled; nothing
+        // else refers to them until they are unmapped below.
+        let (seq_s, sorted_s) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(seq as usize as *mut u32, n),
+                std::slice::from_raw_parts_mut(sorted as usize as *mut u32, n),
+            )
+        };
+        // A warm-up loop: the page tables and the first free pages are in place.
+        touch_write(p, len, PAGE_SIZE);
+        madvise(p, len, libc::MADV_DONTNEED);
+        let mut i = 0;
+        for _ in 0..loops {
+            for page in 0..LRU_ADD_VMA_PAGES {
+                let t0 = sys::monotonic_ns();
+                // SAFETY: `p..p+len` is a private read-write mapping of this child alone.
+                unsafe { std::ptr::write_volatile((p + page * PAGE_SIZE) as usize as *mut u8, 1) };
+                let t1 = sys::monotonic_ns();
+                seq_s[i] = (t1 - t0).min(u64::from(u32::MAX)) as u32;
+                i += 1;
+            }
+            madvise(p, len, libc::MADV_DONTNEED);
+        }
+        sorted_s.copy_from_slice(seq_s);
+        sorted_s.sort_unstable();
+        let median = u64::from(sorted_s[n / 2]);
+        let p99 = u64::from(sorted_s[n - 1 - n / 100]);
+        let slow = median + (p99.saturating_sub(median)) / 2;
+        let mut gaps = [0u32; LRU_ADD_MAX_PERIOD];
+        let (mut last, mut slow_n) = (None, 0u64);
+        for (k, &v) in seq_s.iter().enumerate() {
+            if u64::from(v) > slow && slow > median {
+                slow_n += 1;
+                if let Some(g) = last
+                    .map(|l: usize| k - l)
+                    .filter(|&g| g < LRU_ADD_MAX_PERIOD)
+                {
+                    gaps[g] += 1;
+                }
+                last = Some(k);
+            }
+        }
+        let period = (2..LRU_ADD_MAX_PERIOD)
+            .max_by_key(|&g| (gaps[g], std::cmp::Reverse(g)))
+            .filter(|&g| gaps[g] >= 2)
+            .unwrap_or(0);
+        let drain = n.checked_div(period).map_or(0, |k| {
+            u64::from(sorted_s[n - 1 - k.max(1) / 2]).saturating_sub(median)
+        });
+        munmap(sorted, lat_bytes);
+        munmap(seq, lat_bytes);
+        munmap(p, len);
+        Ok([0, 0, median, drain, period as u64, n as u64, slow_n, 0])
     })
 }

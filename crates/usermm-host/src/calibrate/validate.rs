@@ -1,7 +1,8 @@
 //! The checks of a calibration record read back (`usermm calibrate --from RECORD`):
 //! [`validate`] refuses a record that `usermm calibrate --json` cannot have written, naming
 //! the record's own field: a format this usermm does not read, a probe its format must have
-//! (SMT from 2, shootdown from 3) or must not, samples missing or not positive, an impossible
+//! (SMT from 2, shootdown from 3, LRU-add from 4) or must not, samples missing or not positive,
+//! an impossible
 //! system.
 
 use super::{HostCalibration, FORMAT, MAX_REPEAT, OLDEST_FORMAT, SHARED_BELOW};
@@ -74,6 +75,34 @@ pub fn validate(r: &HostCalibration) -> Result<(), String> {
             )
         }
         (Some(_), _) => return bad("shootdown", "present in a format-1 or -2 record".into()),
+    }
+    match (&r.lru_add, r.format) {
+        (None, ..4) => {}
+        (Some(p), 4..) => {
+            for (field, m) in [
+                ("lru_add.fault", &p.fault),
+                ("lru_add.drain", &p.drain),
+                ("lru_add.period", &p.period),
+            ] {
+                if m.samples.len() != r.repeat as usize || p.cpus.len() != r.repeat as usize {
+                    return bad(
+                        &format!("{field}.samples"),
+                        format!("{} samples for {} repeats", m.samples.len(), r.repeat),
+                    );
+                }
+                if let Some(v) = m.samples.iter().find(|v| !(v.is_finite() && **v >= 0.0)) {
+                    return bad(&format!("{field}.samples"), format!("{v} (not negative)"));
+                }
+            }
+            if let Some(v) = p.fault.samples.iter().find(|v| !positive(**v)) {
+                return bad("lru_add.fault.samples", format!("{v} (a fault takes time)"));
+            }
+            if let Some(v) = p.period.samples.iter().find(|v| v.fract() != 0.0) {
+                return bad("lru_add.period.samples", format!("{v} (a count of faults)"));
+            }
+        }
+        (None, _) => return bad("lru_add", "missing (format 4 has the LRU-add probe)".into()),
+        (Some(_), _) => return bad("lru_add", "present in a record older than format 4".into()),
     }
     if !positive(s.cpu_mhz) {
         return bad(

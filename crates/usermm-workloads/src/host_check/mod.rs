@@ -16,7 +16,8 @@
 //!
 //! The modelled machine is this host as the kernel runs it: the CPUs it has (at least 2), one
 //! node, pcp auto-tuning, per-VMA locks, munmap under a downgraded lock, the per-mm huge zero
-//! reference, THP `madvise`. Row (a)'s and (c)'s figures are speed-ups (a ratio of wall times
+//! reference, THP `madvise`, and the LRU-add batch calibrate measured (31 folios on 6.18, whose
+//! fault is a faulting thread's 99th percentile: `usermm_host::calibrate::LruAddProbe`). Row (a)'s and (c)'s figures are speed-ups (a ratio of wall times
 //! on each side), row (b)'s are latencies in ns, row (d)'s faults per second.
 //!
 //! # A busy host
@@ -241,6 +242,9 @@ pub fn this_host_machine(profile: &str, bytes: u64) -> MachineConfig {
         ..MachineConfig::default()
     };
     c.pcp.auto_tune = true;
+    // This kernel's LRU-add batch, as calibrate measured it (6.18: 31 folios); the engine's
+    // default (v4.x's 15) for a profile without the measurement.
+    c.lru.add_batch = crate::calibrate::lru_add_batch(profile);
     c.vma.per_vma_lock = true;
     c.munmap.downgrade = true;
     c.huge_zero.per_mm_ref = true;
