@@ -1,7 +1,7 @@
 //! `calibrate --from RECORD` refuses a record that cannot be one `usermm calibrate --json`
 //! wrote, naming the record's own field (not a field of the profile it would derive): a
 //! format of another version, a format-2 record without its SMT probe, a format-3 record without
-//! its shootdown probe, samples missing, no CPUs, a negative clock, an empty or
+//! its shootdown probe, a format-4 record without its LRU-add probe, samples missing, no CPUs, a negative clock, an empty or
 //! zero-sized cache (the last made the model 11.7x slower).
 
 mod common;
@@ -22,7 +22,7 @@ fn impossible_records_are_refused_naming_their_field() {
     let dir = std::env::temp_dir().join(format!("usermm-from-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cases: Vec<Case> = vec![
-        ("format: 4", Box::new(|r| r["format"] = json!(4))),
+        ("format: 5", Box::new(|r| r["format"] = json!(5))),
         // Format 2 carries the SMT probe; the fixture, a format-1 record, has none.
         ("smt: missing", Box::new(|r| r["format"] = json!(2))),
         // Format 3 carries the shootdown probe too.
@@ -32,6 +32,19 @@ fn impossible_records_are_refused_naming_their_field() {
                 r["format"] = json!(3);
                 r["smt"] = json!({"pairs": vec![[0, 1]; 7], "ratio": r["figures"]["syscall"].clone(),
                                   "shared_core": false, "pinned": true});
+            }),
+        ),
+        // Format 4 carries the LRU-add probe too.
+        (
+            "lru_add: missing",
+            Box::new(|r| {
+                r["format"] = json!(4);
+                r["smt"] = json!({"pairs": vec![[0, 1]; 7], "ratio": r["figures"]["syscall"].clone(),
+                                  "shared_core": false, "pinned": true});
+                r["shootdown"] = json!({"pairs": vec![[0, 1]; 7], "flushes": 4000,
+                                        "sender": r["figures"]["syscall"].clone(),
+                                        "receiver": r["figures"]["syscall"].clone(),
+                                        "pinned": true});
             }),
         ),
         (
