@@ -494,3 +494,26 @@ fn each_run_of_a_machine_starts_its_lines_cold() {
     }
     m.validate().unwrap();
 }
+
+/// v4.10's shared lines beside the lists (`page_alloc`'s `FreeArea` and `Lruvec`): every LRU
+/// add and delete writes the memcg's LRU sizes, and every change of a free list's length its
+/// order's `nr_free`, each a touch of a field line in the line model. Populating and
+/// unmapping `PAGES` pages adds and deletes each on the LRU once (two touches a page) and
+/// takes the pages from the buddy and gives most back (at least one `nr_free` a page freed
+/// to the buddy, which all but the pcp lists' last `high` pages are).
+#[test]
+fn the_free_path_touches_the_free_areas_and_the_lru_sizes() {
+    const PAGES: u64 = 4096;
+    let m = Machine::new(virtual_config("haswell-ex-4s")).unwrap();
+    let cpu = CpuId(3);
+    m.run(cpu, || {
+        let mm = m.new_mm(cpu).unwrap();
+        let a = touched(&mm, cpu, PAGES * PAGE_SIZE);
+        mm.munmap(cpu, a, PAGES * PAGE_SIZE).unwrap();
+    })
+    .unwrap();
+    let mem = m.last_run_report().unwrap().memory.unwrap();
+    assert!(mem.field_lines >= 3 * PAGES - 1024, "{mem:?}");
+    assert!(mem.field_lines <= mem.accesses, "{mem:?}");
+    m.validate().unwrap();
+}
