@@ -265,7 +265,13 @@ impl PfnList {
     /// [`Self::push_front_on`] with the head priced as the line `head` (a key of the line
     /// model: a list whose head shares a line with other fields, `FreeArea`).
     #[inline]
-    pub(crate) fn push_front_at(&mut self, c: impl Clock, meta: &[PageMeta], pfn: Pfn, head: usize) {
+    pub(crate) fn push_front_at(
+        &mut self,
+        c: impl Clock,
+        meta: &[PageMeta],
+        pfn: Pfn,
+        head: usize,
+    ) {
         // The new entry, the old first entry's `prev`, the head.
         c.mem_touch_list(ListOp::Add, || head, [pfn.0 as u32, self.head, NIL]);
         self.link_between(meta, pfn, NIL, self.head);
@@ -328,7 +334,13 @@ impl PfnList {
 
     /// [`Self::remove_on`] with the head priced as the line `head_line`.
     #[inline]
-    pub(crate) fn remove_at(&mut self, c: impl Clock, meta: &[PageMeta], pfn: Pfn, head_line: usize) {
+    pub(crate) fn remove_at(
+        &mut self,
+        c: impl Clock,
+        meta: &[PageMeta],
+        pfn: Pfn,
+        head_line: usize,
+    ) {
         let m = &meta[pfn.index()];
         let (n, p) = (m.next.load(Relaxed), m.prev.load(Relaxed));
         // `list_del`: the entry and both neighbours; the head only when the entry was first
@@ -364,7 +376,12 @@ impl PfnList {
 
     /// [`Self::pop_front_on`] with the head priced as the line `head`.
     #[inline]
-    pub(crate) fn pop_front_at(&mut self, c: impl Clock, meta: &[PageMeta], head: usize) -> Option<Pfn> {
+    pub(crate) fn pop_front_at(
+        &mut self,
+        c: impl Clock,
+        meta: &[PageMeta],
+        head: usize,
+    ) -> Option<Pfn> {
         self.pop_at(c, meta, self.head, head)
     }
 

@@ -16,15 +16,11 @@
 //! - every frame's `struct page` (one line: the kernel's `struct page` is 64 bytes; the
 //!   engine's `PageMeta` is smaller, the line is the kernel's), its state kept in the frame's
 //!   own `PageMeta` (`PageMeta::line`, below);
-//! - a list head, by its address in the engine (the `PfnList` it heads): the pcp lists' heads
-//!   and the LRU heads, in their own small open-addressed table (`HeadTable`: a few per CPU
-//!   and per node), which remembers the last head looked up because list operations come in
-//!   runs on one list;
-//! - a line of a kernel structure the engine lays out as v4.10 did, by a key the structure
-//!   makes ([`Touched::Line`], in the same table): the buddy free area's lines, which hold
-//!   the free list heads and each order's `nr_free` (`page_alloc/buddy.rs`, `FreeArea`), and
-//!   the line of the memcg's per-node LRU sizes (`lru_zone_size`) that every LRU add and
-//!   delete writes (`page_alloc/mod.rs`, `Lruvec`).
+//! - a list head, by its address in the engine (the `PfnList` it heads), in a small
+//!   open-addressed table (`HeadTable`: a few per CPU and per node), which remembers the last
+//!   head looked up because list operations come in runs on one list; and, in the same table
+//!   by a key of its structure ([`Touched::Line`]), a line laid out as v4.10 did: the zone's
+//!   `free_area[]` (heads and `nr_free`), the memcg's LRU sizes (`page_alloc/mod.rs`).
 //!
 //! Each line remembers the CPU that touched it last and two stamps: the fill count of that
 //! CPU's core (its L2) and of its socket (its last-level cache) at the moment of the touch.
@@ -189,8 +185,7 @@ pub struct MemoryStat {
     pub dram_remote: u64,
     /// Fetched from DRAM at streaming cost (the next line of a stream).
     pub dram_stream: u64,
-    /// Of `accesses`, the touches of a structure's field line ([`Touched::Line`]: the free
-    /// areas' `nr_free` and heads, the memcg LRU sizes), wherever they were found.
+    /// Of `accesses`, the touches of a structure's line ([`Touched::Line`]).
     pub field_lines: u64,
     /// Total charged for priced touches, in ns.
     pub charged_ns: u64,
@@ -290,9 +285,8 @@ pub(crate) enum Touched {
         pfns: [u32; 3],
         op: ListOp,
     },
-    /// One line of a structure, by its key `addr` (not 0; in the list heads' table), homed on
-    /// frame `home`'s node: a load (`store` false) or a store whose value nothing after it
-    /// waits for (`store_buffer.rs`).
+    /// A structure's line by its key `addr` (not 0), homed on frame `home`'s node: a load,
+    /// or a store nothing after it waits for (`store_buffer.rs`).
     Line { addr: usize, home: u32, store: bool },
 }
 
@@ -326,7 +320,6 @@ struct Caches {
     stream_next: Vec<u64>,
     counts: [u64; FOUND],
     measured: u64,
-    /// Touches of structure field lines ([`Touched::Line`]).
     field_lines: u64,
     charged: Ps,
     /// Priced store misses hidden behind later ones (`store_buffer.rs`).
@@ -513,11 +506,7 @@ impl LineModel {
                 Touched::Line { addr, home, store } => {
                     caches.field_lines += 1;
                     let price = head_line(caches, heads, t, &mut own, addr, home);
-                    if store {
-                        sb.store(head_key(addr), price);
-                    } else {
-                        sb.load(head_key(addr), price);
-                    }
+                    sb.load_or_store(head_key(addr), price, store);
                 }
             }
         }
