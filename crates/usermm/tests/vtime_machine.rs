@@ -449,17 +449,16 @@ fn a_virtual_runs_faults_reach_the_virtual_hooks() {
     assert!(mmap_stats.read.acquisitions >= 4 * PAGES && mmap_stats.read.holdtime_total_ns > 0);
     // Each CPU's end, the run's end, `mmap_lock` read and `ptl` lock_stat (acquisitions,
     // contentions, hold and wait totals in ns), the line model's (priced, measured) touches,
-    // and the mm's own read-side figures, to the ns: at 8b630e6, which added v4.10's free-area
-    // and LRU-size lines (249 more priced touches; 9c215d4 had 1355 and CPU 0 ending 44 ns
-    // later, at 86449).
+    // and the mm's own read-side figures, to the ns: with v4.10's free-area and LRU-size lines
+    // (249 more priced touches than 9c215d4's 1355) and the era factors inferred with them.
     let expected = (
-        vec![86405, 85984],
-        103211,
-        (128, 0, 93815, 0),
-        (130, 2, 4422, 238),
+        vec![86407, 85986],
+        103202,
+        (128, 0, 93818, 0),
+        (130, 2, 4389, 238),
         Some((1604, 128)),
         128,
-        93812,
+        93816,
     );
     assert_eq!(figures, expected);
 }
