@@ -314,3 +314,40 @@ fn a_list_del_overlaps_the_stores_to_its_neighbours() {
     assert_eq!(m.overlapped_ns, 4 * T_REMOTE);
     assert_eq!(m.charged_ns, 7 * T_REMOTE);
 }
+
+/// A structure's field line (`hooks::mem_touch_line`: a free area's `nr_free`, a memcg's LRU
+/// sizes) is a line by its key, homed on a frame's node: another socket's store to it pays
+/// the transfer but overlaps what follows, a load of it stalls; each is counted in
+/// `field_lines`.
+#[test]
+fn a_field_line_is_a_line_by_its_key_and_its_store_overlaps() {
+    let key = (1usize << 62) | 0x40;
+    let rt = mem_rt();
+    let costs = rt.run(0, move || {
+        on(0, move || hooks::mem_touch_line(key, 5, true));
+        on(16, move || {
+            // A store to the line CPU 0 wrote, then a load of page 9 that CPU 0 holds too:
+            // the store's transfer runs beside the load's.
+            on(0, || {
+                touch(9);
+            });
+            let t = vtime::now();
+            hooks::mem_touch_line(key, 5, true);
+            hooks::mem_touch_page(9, Touch::Access);
+            let store_then_load = vtime::now() - t;
+            // Back on CPU 0: a load of the line stalls for the transfer.
+            let load = on(0, move || {
+                let t = vtime::now();
+                hooks::mem_touch_line(key, 5, false);
+                vtime::now() - t
+            });
+            (store_then_load, load)
+        })
+    });
+    assert_eq!(costs, (T_REMOTE, T_REMOTE));
+    let m = rt.report().memory.unwrap();
+    assert_eq!(m.field_lines, 3);
+    // The key's line: first, remote, remote; page 9: first, remote.
+    assert_eq!((m.first, m.other_socket), (2, 3), "{m:?}");
+    assert_eq!(m.overlapped_ns, T_REMOTE);
+}

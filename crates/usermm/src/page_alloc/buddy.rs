@@ -28,7 +28,7 @@ impl PhysMem {
     ) -> Option<Pfn> {
         let meta = self.meta_slice();
         for cur in order.0..=MAX_PAGE_ORDER {
-            if let Some(pfn) = fa.lists[cur as usize].pop_front_on(c, meta) {
+            if let Some(pfn) = fa.pop_front(c, meta, cur as usize) {
                 let m = &meta[pfn.index()];
                 m.flags.store(0, Relaxed);
                 m.private.store(0, Relaxed);
@@ -40,7 +40,7 @@ impl PhysMem {
                     let hm = &meta[half.index()];
                     hm.flags.store(PG_BUDDY, Relaxed);
                     hm.private.store(high as u32, Relaxed);
-                    fa.lists[high as usize].push_front_on(c, meta, half);
+                    fa.push_front(c, meta, high as usize, half);
                 }
                 // Written only under zone.lock (held): a plain update, no locked RMW.
                 let nr = zone.free_pages.load(Relaxed) - order.nr_pages();
@@ -88,7 +88,7 @@ impl PhysMem {
             if bm.flags.load(Relaxed) != PG_BUDDY || bm.private.load(Relaxed) != order as u32 {
                 break;
             }
-            fa.lists[order as usize].remove_on(c, meta, Pfn(buddy));
+            fa.remove(c, meta, order as usize, Pfn(buddy));
             bm.flags.store(0, Relaxed);
             bm.private.store(0, Relaxed);
             pfn &= buddy;
@@ -98,9 +98,9 @@ impl PhysMem {
         m.flags.store(PG_BUDDY, Relaxed);
         m.private.store(order as u32, Relaxed);
         if self.buddy_merge_likely(c, zone, pfn, order) {
-            fa.lists[order as usize].push_back_on(c, meta, Pfn(pfn));
+            fa.push_back(c, meta, order as usize, Pfn(pfn));
         } else {
-            fa.lists[order as usize].push_front_on(c, meta, Pfn(pfn));
+            fa.push_front(c, meta, order as usize, Pfn(pfn));
         }
         u64::from(order - start_order)
     }

@@ -13,7 +13,7 @@ use super::{Lruvec, PhysMem};
 use crate::addr::Pfn;
 use crate::cpu::CpuId;
 use crate::stats::VmItem;
-use crate::sync::vhook::on_clock;
+use crate::sync::vhook::{on_clock, Current};
 use crate::sync::Cost;
 use crate::sync::SpinClock;
 
@@ -78,6 +78,8 @@ impl PhysMem {
                 vec.inactive_anon.push_back_on(c, meta, pfn);
                 anon += nr;
             }
+            // `add_page_to_lru_list` -> `update_lru_size`: the memcg's LRU size.
+            vec.touch_lru_size(c, pfn);
             m.clear(PG_LRU_BATCH);
             m.set(PG_LRU);
         }
@@ -127,6 +129,9 @@ impl PhysMem {
                 vec.unevictable.remove(meta, pfn);
                 vec.inactive_anon.push_back(meta, pfn);
             }
+            // The delete's and the add's `update_lru_size`.
+            vec.touch_lru_size(Current, pfn);
+            vec.touch_lru_size(Current, pfn);
             let nr = if m.test(PG_HEAD) {
                 1i64 << m.order.load(Relaxed)
             } else {

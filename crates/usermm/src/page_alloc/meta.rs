@@ -258,12 +258,22 @@ impl PfnList {
     /// hooks of an operation that decided its clock once).
     #[inline]
     pub(crate) fn push_front_on(&mut self, c: impl Clock, meta: &[PageMeta], pfn: Pfn) {
+        let head = self.head_line();
+        self.push_front_at(c, meta, pfn, head);
+    }
+
+    /// [`Self::push_front_on`] with the head priced as the line `head` (a key of the line
+    /// model: a list whose head shares a line with other fields, `FreeArea`).
+    #[inline]
+    pub(crate) fn push_front_at(
+        &mut self,
+        c: impl Clock,
+        meta: &[PageMeta],
+        pfn: Pfn,
+        head: usize,
+    ) {
         // The new entry, the old first entry's `prev`, the head.
-        c.mem_touch_list(
-            ListOp::Add,
-            || self.head_line(),
-            [pfn.0 as u32, self.head, NIL],
-        );
+        c.mem_touch_list(ListOp::Add, || head, [pfn.0 as u32, self.head, NIL]);
         self.link_between(meta, pfn, NIL, self.head);
     }
 
@@ -276,12 +286,15 @@ impl PfnList {
     /// [`Self::push_back`] on clock `c`.
     #[inline]
     pub(crate) fn push_back_on(&mut self, c: impl Clock, meta: &[PageMeta], pfn: Pfn) {
+        let head = self.head_line();
+        self.push_back_at(c, meta, pfn, head);
+    }
+
+    /// [`Self::push_back_on`] with the head priced as the line `head`.
+    #[inline]
+    pub(crate) fn push_back_at(&mut self, c: impl Clock, meta: &[PageMeta], pfn: Pfn, head: usize) {
         // The new entry, the old last entry's `next`, the head.
-        c.mem_touch_list(
-            ListOp::Add,
-            || self.head_line(),
-            [pfn.0 as u32, self.tail, NIL],
-        );
+        c.mem_touch_list(ListOp::Add, || head, [pfn.0 as u32, self.tail, NIL]);
         self.link_between(meta, pfn, self.tail, NIL);
     }
 
@@ -315,11 +328,23 @@ impl PfnList {
     /// [`Self::remove`] on clock `c`.
     #[inline]
     pub(crate) fn remove_on(&mut self, c: impl Clock, meta: &[PageMeta], pfn: Pfn) {
+        let head = self.head_line();
+        self.remove_at(c, meta, pfn, head);
+    }
+
+    /// [`Self::remove_on`] with the head priced as the line `head_line`.
+    #[inline]
+    pub(crate) fn remove_at(
+        &mut self,
+        c: impl Clock,
+        meta: &[PageMeta],
+        pfn: Pfn,
+        head_line: usize,
+    ) {
         let m = &meta[pfn.index()];
         let (n, p) = (m.next.load(Relaxed), m.prev.load(Relaxed));
         // `list_del`: the entry and both neighbours; the head only when the entry was first
         // or last (an empty list's head is rewritten too).
-        let head_line = self.head_line();
         c.mem_touch_list(
             ListOp::Del,
             || if p == NIL || n == NIL { head_line } else { 0 },
@@ -345,21 +370,35 @@ impl PfnList {
     /// `list_first_entry` + `list_del`, on clock `c`.
     #[inline]
     pub(crate) fn pop_front_on(&mut self, c: impl Clock, meta: &[PageMeta]) -> Option<Pfn> {
-        self.pop_on(c, meta, self.head)
+        let head = self.head_line();
+        self.pop_at(c, meta, self.head, head)
+    }
+
+    /// [`Self::pop_front_on`] with the head priced as the line `head`.
+    #[inline]
+    pub(crate) fn pop_front_at(
+        &mut self,
+        c: impl Clock,
+        meta: &[PageMeta],
+        head: usize,
+    ) -> Option<Pfn> {
+        self.pop_at(c, meta, self.head, head)
     }
 
     /// `list_last_entry` + `list_del`, on clock `c`.
     #[inline]
     pub(crate) fn pop_back_on(&mut self, c: impl Clock, meta: &[PageMeta]) -> Option<Pfn> {
-        self.pop_on(c, meta, self.tail)
+        let head = self.head_line();
+        self.pop_at(c, meta, self.tail, head)
     }
 
-    /// Unlink and return `end`, the first or the last entry (`None`: `NIL`, the list is empty).
+    /// Unlink and return `end`, the first or the last entry (`None`: `NIL`, the list is
+    /// empty), the head priced as the line `head`.
     #[inline]
-    fn pop_on(&mut self, c: impl Clock, meta: &[PageMeta], end: u32) -> Option<Pfn> {
+    fn pop_at(&mut self, c: impl Clock, meta: &[PageMeta], end: u32, head: usize) -> Option<Pfn> {
         (end != NIL).then(|| {
             let pfn = Pfn(end as u64);
-            self.remove_on(c, meta, pfn);
+            self.remove_at(c, meta, pfn, head);
             pfn
         })
     }

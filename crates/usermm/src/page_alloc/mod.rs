@@ -112,7 +112,7 @@ use crate::sync::class::{
     HUGETLB_LOCK, LRU_ADD_BATCH, LRU_LOCK, PCP_LOCK, SHRINKER_RWSEM, ZONE_LOCK,
 };
 use crate::sync::clock::LockstatClock;
-use crate::sync::{RwSem, SpinLock, StatMutex};
+use crate::sync::{RwSem, SpinClock, SpinLock, StatMutex};
 use crate::vtime::lines::LineRuns;
 use crate::vtime::{LineModel, Memmap, Touched};
 
@@ -234,9 +234,94 @@ struct PerCpuPages {
 }
 
 /// The buddy lists of a zone, under `zone.lock`.
+///
+/// In a virtual run its lines are v4.10's `zone->free_area[]`, not the engine's: each order's
+/// `struct free_area` is `free_list[MIGRATE_TYPES]` (a 16-byte `list_head` each) then
+/// `nr_free`, 104 bytes with the six migratetypes of a kernel with `CONFIG_CMA` and
+/// `CONFIG_MEMORY_ISOLATION` (an assumption: the seed's config is not published; without CMA
+/// an area is 88 bytes), the array starting on a line of its own (`ZONE_PADDING`). The
+/// engine has no migratetypes: its lists are the `MIGRATE_MOVABLE` ones, where user pages
+/// go. So a list operation prices its head as the line of `free_list[MIGRATE_MOVABLE]` of
+/// its order ([`FreeArea::head_line`]), and every change of a list's length writes that
+/// order's `nr_free` ([`FreeArea::nr_free_line`]), as `__free_one_page`, `__rmqueue_smallest`
+/// and `expand` do: fifteen lines for the eleven orders, against one line per order before,
+/// and the lines every holder of `zone->lock` writes.
 #[derive(Debug, Default)]
 struct FreeArea {
     lists: [PfnList; MAX_PAGE_ORDER as usize + 1],
+}
+
+/// v4.10's `struct free_area` in bytes: `free_list[6]` (16 bytes each) and `nr_free` (8).
+const FREE_AREA_BYTES: usize = 6 * 16 + 8;
+/// Offset of `free_list[MIGRATE_MOVABLE]` (migratetype 1) in a `struct free_area`.
+const FREE_LIST_MOVABLE: usize = 16;
+/// Offset of `nr_free` in a `struct free_area`.
+const NR_FREE: usize = 6 * 16;
+/// Tag of the line model's keys for v4.10's free-area lines (bit 62: no user-space address
+/// has it, so no key of an engine list head takes it).
+const FREE_AREA_KEY: usize = 1 << 62;
+/// Tag of the line model's keys for a memcg's per-node LRU sizes (bit 61).
+const LRU_SIZE_KEY: usize = 1 << 61;
+
+impl FreeArea {
+    /// The line model's key for line `line` of this zone's `free_area[]`: the area's address
+    /// (unique per zone) shifted clear of the line index, tagged.
+    #[inline(always)]
+    fn line_key(&self, line: usize) -> usize {
+        FREE_AREA_KEY | (std::ptr::from_ref(self) as usize) << 5 | line
+    }
+
+    /// The line of `free_area[order].free_list[MIGRATE_MOVABLE]`.
+    #[inline(always)]
+    fn head_line(&self, order: usize) -> usize {
+        self.line_key((order * FREE_AREA_BYTES + FREE_LIST_MOVABLE) / 64)
+    }
+
+    /// The line of `free_area[order].nr_free`.
+    #[inline(always)]
+    fn nr_free_line(&self, order: usize) -> usize {
+        self.line_key((order * FREE_AREA_BYTES + NR_FREE) / 64)
+    }
+
+    /// `area->nr_free++` or `--`: a store into the order's line, homed on `pfn`'s node (the
+    /// zone's), whose value nothing after it waits for.
+    #[inline(always)]
+    fn touch_nr_free(&self, c: impl SpinClock, order: usize, pfn: Pfn) {
+        c.mem_touch_line(|| self.nr_free_line(order), pfn, true);
+    }
+
+    /// `list_first_entry` + `list_del` + `nr_free--` on the order's list.
+    #[inline]
+    fn pop_front(&mut self, c: impl SpinClock, meta: &[PageMeta], order: usize) -> Option<Pfn> {
+        let head = self.head_line(order);
+        let pfn = self.lists[order].pop_front_at(c, meta, head)?;
+        self.touch_nr_free(c, order, pfn);
+        Some(pfn)
+    }
+
+    /// `list_add` + `nr_free++`.
+    #[inline]
+    fn push_front(&mut self, c: impl SpinClock, meta: &[PageMeta], order: usize, pfn: Pfn) {
+        let head = self.head_line(order);
+        self.lists[order].push_front_at(c, meta, pfn, head);
+        self.touch_nr_free(c, order, pfn);
+    }
+
+    /// `list_add_tail` + `nr_free++`.
+    #[inline]
+    fn push_back(&mut self, c: impl SpinClock, meta: &[PageMeta], order: usize, pfn: Pfn) {
+        let head = self.head_line(order);
+        self.lists[order].push_back_at(c, meta, pfn, head);
+        self.touch_nr_free(c, order, pfn);
+    }
+
+    /// `list_del` + `nr_free--` (a buddy taken off to merge).
+    #[inline]
+    fn remove(&mut self, c: impl SpinClock, meta: &[PageMeta], order: usize, pfn: Pfn) {
+        let head = self.head_line(order);
+        self.lists[order].remove_at(c, meta, pfn, head);
+        self.touch_nr_free(c, order, pfn);
+    }
 }
 
 #[derive(Debug)]
@@ -253,10 +338,33 @@ struct Zone {
 }
 
 /// `struct lruvec` (anon only).
+///
+/// In a virtual run every add and delete also writes the line of the LRU sizes beside it:
+/// v4.10's `update_lru_size` adds to the node's and the zone's per-CPU vmstat differentials
+/// (this CPU's own lines) and, with `CONFIG_MEMCG`, to `mz->lru_zone_size[zid][lru]` of the
+/// page's memcg per-node structure (`mem_cgroup_update_lru_size`), which follows the
+/// 128-byte `lruvec` in `struct mem_cgroup_per_node`: `lru_zone_size[ZONE_NORMAL]` is its
+/// fourth line, one line every CPU that adds or deletes on this node writes (all tasks in one
+/// memcg, the root one here; memcg on as a distribution kernel has it, an assumption).
 #[derive(Debug, Default)]
 struct Lruvec {
     inactive_anon: PfnList,
     unevictable: PfnList,
+}
+
+impl Lruvec {
+    /// `mem_cgroup_update_lru_size` (`*lru_size += nr_pages`): a store into the line of
+    /// `lru_zone_size[ZONE_NORMAL]`, homed on `pfn`'s node, whose value nothing after it
+    /// waits for (the kernel reads it back only for a warning).
+    #[doc(alias = "mem_cgroup_update_lru_size")]
+    #[inline(always)]
+    fn touch_lru_size(&self, c: impl SpinClock, pfn: Pfn) {
+        c.mem_touch_line(
+            || LRU_SIZE_KEY | (std::ptr::from_ref(self) as usize) << 5 | 3,
+            pfn,
+            true,
+        );
+    }
 }
 
 #[derive(Debug)]

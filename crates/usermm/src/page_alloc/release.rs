@@ -87,6 +87,8 @@ impl PhysMem {
                     vec.inactive_anon.remove_on(c, meta, pfn);
                     lru_removed += nr;
                 }
+                // `del_page_from_lru_list` -> `update_lru_size`: the memcg's LRU size.
+                vec.touch_lru_size(c, pfn);
                 // __ClearPageLRU: the last reference is gone, nobody else writes the flags.
                 m.flags.store(f & !PG_LRU, Relaxed);
             }

@@ -659,3 +659,37 @@ mod scale {
         p.validate().unwrap();
     }
 }
+
+/// In a virtual run the free area's lines are v4.10's `zone->free_area[]` (`FreeArea`): an
+/// order's `free_list[MIGRATE_MOVABLE]` and its `nr_free` on the lines of 104-byte areas laid
+/// end to end from a line boundary; fifteen lines for the eleven orders, some shared between
+/// one order's `nr_free` and the next order's head; the memcg's LRU sizes on a line of their
+/// own, apart from every free-area line.
+#[test]
+fn free_area_lines_are_v4_10_struct_free_area() {
+    let p = phys(64 << 20);
+    let fa = p.nodes[0].zone.lock.lock();
+    let line = |key: usize| key & 31;
+    let heads: Vec<usize> = (0..=MAX_PAGE_ORDER as usize)
+        .map(|o| line(fa.head_line(o)))
+        .collect();
+    let nr_free: Vec<usize> = (0..=MAX_PAGE_ORDER as usize)
+        .map(|o| line(fa.nr_free_line(o)))
+        .collect();
+    assert_eq!(heads, [0, 1, 3, 5, 6, 8, 10, 11, 13, 14, 16]);
+    assert_eq!(nr_free, [1, 3, 4, 6, 8, 9, 11, 12, 14, 16, 17]);
+    let mut all: Vec<usize> = (0..=MAX_PAGE_ORDER as usize)
+        .flat_map(|o| [fa.head_line(o), fa.nr_free_line(o)])
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), 15);
+    // Another zone's lines are other lines.
+    drop(fa);
+    let q = phys_with(64 << 20, 2, 2, |_| {});
+    let (a, b) = (q.nodes[0].zone.lock.lock(), q.nodes[1].zone.lock.lock());
+    assert_ne!(a.head_line(0), b.head_line(0));
+    drop((a, b));
+    // The LRU sizes' key carries a tag of its own.
+    assert_eq!(FREE_AREA_KEY & LRU_SIZE_KEY, 0);
+}

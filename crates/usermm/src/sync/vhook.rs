@@ -34,7 +34,7 @@
 //! | `line_forget` | dropping a `SharedLine` |
 //! | `cv_wait` / `cv_notify` | `CondVar::wait`, `CondVar::notify_*` (and so `Completion`) |
 //! | `ipi` | `tlb_flush_ipi`: a shootdown's interrupt, charged to another CPU's occupant |
-//! | `mem_touch_list` / `mem_touch_page` | `PfnList`'s operations; `release_pages`, `__free_one_page`'s buddy check, rmap (the line model, `vtime/memory.rs`); [`Clock`]'s methods, on an operation's decided clock |
+//! | `mem_touch_list` / `mem_touch_page` / `mem_touch_line` | `PfnList`'s operations; `release_pages`, `__free_one_page`'s buddy check, rmap; the free areas' and the LRU sizes' lines (the line model, `vtime/memory.rs`); [`Clock`]'s methods, on an operation's decided clock |
 //! | `charge` | `sync::charge`: the named costs of the engine's code (zap, gather, free, faults, TLB flushes, ...) |
 //! | `now_ns` / `thread_cpu_ns` | `clock::now`, `clock::thread_cpu_ns` |
 //! | `sleep_ns` | `thread::sleep` |
@@ -52,6 +52,7 @@
 #![cfg_attr(loom, allow(dead_code))] // the loom RwSem calls no hooks
 
 use super::class::{LineClass, LockClass};
+use crate::addr::Pfn;
 use crate::vtime::hooks as vt;
 
 pub use crate::vtime::Cost;
@@ -243,6 +244,16 @@ pub(crate) trait Clock: ClockKind {
     fn mem_touch_list(self, op: ListOp, head: impl FnOnce() -> usize, pfns: [u32; 3]) {
         if SEAM && self.is_virtual() {
             vt::mem_touch_list(op, head(), pfns);
+        }
+    }
+
+    /// One line of a structure laid out as v4.10 did, by its key `addr()` (not 0), homed on
+    /// frame `home`'s node: a load, or (`store`) a store nothing after it waits for
+    /// (`vtime/hooks.rs`, `mem_touch_line`). `addr` is called only in virtual time.
+    #[inline(always)]
+    fn mem_touch_line(self, addr: impl FnOnce() -> usize, home: Pfn, store: bool) {
+        if SEAM && self.is_virtual() {
+            vt::mem_touch_line(addr(), home.0 as u32, store);
         }
     }
 

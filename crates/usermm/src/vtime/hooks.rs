@@ -155,6 +155,18 @@ pub fn mem_touch_list(op: ListOp, head: usize, pfns: [u32; 3]) {
     }
 }
 
+/// One line of a kernel structure the engine lays out as v4.10 did (a free area's
+/// `nr_free` or list head, a memcg's LRU sizes), by the key `addr` (not 0) the structure
+/// makes, homed on frame `home`'s node: a load, or (`store`) a store whose value nothing
+/// after it waits for (`vtime/store_buffer.rs`). Kept and applied as [`mem_touch_page`]'s
+/// are.
+#[inline]
+pub fn mem_touch_line(addr: usize, home: u32, store: bool) {
+    if in_run() {
+        push_touch(Touched::Line { addr, home, store }, flush_touches);
+    }
+}
+
 /// The touch buffer is full: apply the kept touches now (`pending.rs`; outside a context,
 /// where a touch is a no-op, they are dropped).
 #[cold]

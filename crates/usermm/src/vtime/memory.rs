@@ -16,10 +16,11 @@
 //! - every frame's `struct page` (one line: the kernel's `struct page` is 64 bytes; the
 //!   engine's `PageMeta` is smaller, the line is the kernel's), its state kept in the frame's
 //!   own `PageMeta` (`PageMeta::line`, below);
-//! - a list head, by its address in the engine (the `PfnList` it heads): the buddy free
-//!   areas' and the pcp lists' heads, the LRU heads, in their own small open-addressed table
-//!   (`HeadTable`: a few per CPU and per node), which remembers the last head looked up
-//!   because list operations come in runs on one list.
+//! - a list head, by its address in the engine (the `PfnList` it heads), in a small
+//!   open-addressed table (`HeadTable`: a few per CPU and per node), which remembers the last
+//!   head looked up because list operations come in runs on one list; and, in the same table
+//!   by a key of its structure ([`Touched::Line`]), a line laid out as v4.10 did: the zone's
+//!   `free_area[]` (heads and `nr_free`), the memcg's LRU sizes (`page_alloc/mod.rs`).
 //!
 //! Each line remembers the CPU that touched it last and two stamps: the fill count of that
 //! CPU's core (its L2) and of its socket (its last-level cache) at the moment of the touch.
@@ -184,6 +185,8 @@ pub struct MemoryStat {
     pub dram_remote: u64,
     /// Fetched from DRAM at streaming cost (the next line of a stream).
     pub dram_stream: u64,
+    /// Of `accesses`, the touches of a structure's line ([`Touched::Line`]).
+    pub field_lines: u64,
     /// Total charged for priced touches, in ns.
     pub charged_ns: u64,
     /// What priced store misses cost beyond `charged_ns` but overlapped with later misses
@@ -205,6 +208,7 @@ impl MemoryStat {
             dram_local: self.dram_local - before.dram_local,
             dram_remote: self.dram_remote - before.dram_remote,
             dram_stream: self.dram_stream - before.dram_stream,
+            field_lines: self.field_lines - before.field_lines,
             charged_ns: self.charged_ns - before.charged_ns,
             overlapped_ns: self.overlapped_ns - before.overlapped_ns,
         }
@@ -281,6 +285,9 @@ pub(crate) enum Touched {
         pfns: [u32; 3],
         op: ListOp,
     },
+    /// A structure's line by its key `addr` (not 0), homed on frame `home`'s node: a load,
+    /// or a store nothing after it waits for (`store_buffer.rs`).
+    Line { addr: usize, home: u32, store: bool },
 }
 
 /// The caches of one run: their fill counts, the prices, the topology a touch reads, and the
@@ -313,6 +320,7 @@ struct Caches {
     stream_next: Vec<u64>,
     counts: [u64; FOUND],
     measured: u64,
+    field_lines: u64,
     charged: Ps,
     /// Priced store misses hidden behind later ones (`store_buffer.rs`).
     overlapped: Ps,
@@ -425,6 +433,7 @@ impl LineModel {
                 stream_next: vec![u64::MAX; cpus],
                 counts: [0; FOUND],
                 measured: 0,
+                field_lines: 0,
                 charged: 0,
                 overlapped: 0,
             },
@@ -493,6 +502,11 @@ impl LineModel {
                         let price = head_line(caches, heads, t, &mut own, head, pfns[0]);
                         sb.store(head_key(head), price);
                     }
+                }
+                Touched::Line { addr, home, store } => {
+                    caches.field_lines += 1;
+                    let price = head_line(caches, heads, t, &mut own, addr, home);
+                    sb.load_or_store(head_key(addr), price, store);
                 }
             }
         }
@@ -769,6 +783,7 @@ impl Caches {
             dram_local: c[Found::DramLocal as usize],
             dram_remote: c[Found::DramRemote as usize],
             dram_stream: c[Found::DramStream as usize],
+            field_lines: self.field_lines,
             charged_ns: self.charged / 1000,
             overlapped_ns: self.overlapped / 1000,
         }

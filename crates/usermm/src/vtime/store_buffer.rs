@@ -107,6 +107,16 @@ impl StoreBuffer {
         self.load(key, price);
     }
 
+    /// [`Self::store`] when `store`, else [`Self::load`] (a structure's line, `memory.rs`).
+    #[inline(always)]
+    pub(super) fn load_or_store(&mut self, key: u64, price: Ps, store: bool) {
+        if store {
+            self.store(key, price)
+        } else {
+            self.load(key, price)
+        }
+    }
+
     /// A store to the line `key`, whose miss costs `price` (0: the line was at hand).
     #[inline(always)]
     pub(super) fn store(&mut self, key: u64, price: Ps) {
