@@ -306,7 +306,7 @@ mod runtime;
 mod sched;
 mod store_buffer;
 
-pub use class::{Acquired, LineClass, LockClass, Mode, WaitKind};
+pub use class::{Acquired, LineClass, LockClass, Mode, Slot, WaitKind};
 pub use hooks::charge;
 pub(crate) use memory::{LineModel, Memmap, Touched};
 pub use memory::{ListOp, MemoryStat, Touch};
