@@ -135,6 +135,7 @@ impl VLock {
         self.writer.is_none() && (mode == Mode::Shared || self.readers.is_empty())
     }
 
+    #[inline(always)]
     fn add_holder(&mut self, ctx: CtxId, mode: Mode) {
         match mode {
             Mode::Exclusive => self.writer = Some((ctx, Ps::MAX)),
@@ -142,6 +143,7 @@ impl VLock {
         }
     }
 
+    #[inline(always)]
     fn set_taken(&mut self, ctx: CtxId, mode: Mode, t: Ps) {
         let slot = match mode {
             Mode::Exclusive => self.writer.as_mut(),
@@ -153,6 +155,7 @@ impl VLock {
     }
 
     /// Removes `ctx` as a holder in `mode`; returns when it had taken the lock.
+    #[inline(always)]
     fn remove_holder(&mut self, ctx: CtxId, mode: Mode) -> Option<Ps> {
         match mode {
             Mode::Exclusive => match self.writer {
