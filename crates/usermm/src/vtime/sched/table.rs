@@ -11,8 +11,9 @@
 //! time it meets them (and again whenever the hint is wrong).
 //!
 //! # Invariants
-//! - `entries[i].0` is the address of the resource that owns entry `i`, or 0 when the entry
-//!   is vacant (no host object lives at address 0).
+//! - `entries[i].0` is the address of the resource that owns entry `i`, or [`VACANT`] when
+//!   the entry is vacant (no host object lives at the last address; an id is any other
+//!   `usize`, 0 included: the tests name locks by small numbers).
 //! - `index` maps every owner's address to its entry, and nothing else: an address has at
 //!   most one entry, so "the entry at the slot's index has my address" proves it is mine.
 //!   That check is what makes a slot a hint that cannot mislead: a slot written in an earlier
@@ -31,6 +32,9 @@
 use rustc_hash::FxHashMap;
 
 use super::super::class::Slot;
+
+/// The id of a vacant entry.
+const VACANT: usize = usize::MAX;
 
 /// Resource states by index, with their addresses.
 #[derive(Debug)]
@@ -80,7 +84,7 @@ impl<T> Table<T> {
 
     /// Gives the resource at `id`, which has no entry, the entry `v`; `slot` is set to it.
     pub(in crate::vtime) fn insert(&mut self, id: usize, v: T, slot: Option<&Slot>) -> u32 {
-        debug_assert!(id != 0 && !self.index.contains_key(&id));
+        debug_assert!(id != VACANT && !self.index.contains_key(&id));
         let i = match self.free.pop() {
             Some(i) => {
                 self.entries[i as usize] = (id, v);
@@ -103,7 +107,7 @@ impl<T> Table<T> {
     /// entry is reused, unreachable).
     pub(in crate::vtime) fn remove(&mut self, id: usize) {
         if let Some(i) = self.index.remove(&id) {
-            self.entries[i as usize].0 = 0;
+            self.entries[i as usize].0 = VACANT;
             self.free.push(i);
         }
     }
@@ -174,5 +178,21 @@ mod tests {
         assert_eq!(t.find(0x300, Some(&a)), Some(ic));
         assert_eq!(*t.by_id(0x300).unwrap(), "c");
         assert_eq!(t.len(), 1);
+    }
+
+    /// Regression: 0 is an id like any other (the runtime's tests name locks 0, 1, ...);
+    /// only a vacant entry matches nobody.
+    #[test]
+    fn id_zero_is_a_resource_and_vacant_entries_match_nobody() {
+        let mut t: Table<&str> = Table::default();
+        let z = Slot::new();
+        let i0 = t.insert(0, "zero", Some(&z));
+        assert_eq!(t.find(0, Some(&z)), Some(i0));
+        assert_eq!(t.find(0, None), Some(i0));
+        t.remove(0);
+        assert_eq!(t.find(0, Some(&z)), None);
+        assert_eq!(t.find(0, None), None);
+        let i = t.insert(0, "zero again", None);
+        assert_eq!(t.find(0, Some(&z)), Some(i));
     }
 }
