@@ -322,3 +322,182 @@ fn a_barrier_releases_every_task_when_the_last_arrives() {
         "{ends:?}"
     );
 }
+
+/// The objects of [`a_slot_written_elsewhere_changes_no_figure`]'s scenario.
+struct SlotObjects {
+    a: SpinLock<u64>,
+    b: SpinLock<u64>,
+    c: SpinLock<u64>,
+    line: SharedLine<AtomicU64>,
+}
+
+impl SlotObjects {
+    fn new() -> Self {
+        SlotObjects {
+            a: SpinLock::new(&SPIN, 0),
+            b: SpinLock::new(&SPIN, 0),
+            c: SpinLock::new(&SPIN, 0),
+            line: SharedLine::new(&LINE, AtomicU64::new(0)),
+        }
+    }
+
+    /// A run that meets `c` on CPU 16 (socket 1) first, then `a` and `b` on CPU 0: the
+    /// entries c, a, b in the run's table, each lock word left on a different CPU.
+    fn first_run(&self, rt: &vtime::Runtime) {
+        rt.run(31, || {
+            thread::scope(|s| {
+                s.spawn_on(CpuId(16), || {
+                    drop(self.c.lock());
+                    self.line.fetch_add(1, Relaxed);
+                })
+                .join()
+                .unwrap();
+                s.spawn_on(CpuId(0), || {
+                    drop(self.a.lock());
+                    drop(self.b.lock());
+                })
+                .join()
+                .unwrap();
+            })
+        });
+    }
+
+    /// The run compared: CPU 16 holds `c` long while CPUs 1-4 take `a` and `b` in turn and
+    /// hit the line. Each context's end.
+    fn second_run(&self, rt: &vtime::Runtime) -> Vec<u64> {
+        rt.run(31, || {
+            thread::scope(|s| {
+                s.spawn_on(CpuId(16), || {
+                    let _g = self.c.lock();
+                    vtime::work(50_000);
+                });
+                let hs: Vec<_> = (1..5u16)
+                    .map(|cpu| {
+                        s.spawn_on(CpuId(cpu), move || {
+                            for i in 0..20u16 {
+                                let l = if (i + cpu) % 2 == 0 { &self.a } else { &self.b };
+                                let mut g = l.lock();
+                                vtime::work(300);
+                                *g += 1;
+                                drop(g);
+                                self.line.fetch_add(1, Relaxed);
+                            }
+                            clock::now().as_ns()
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            })
+        })
+    }
+}
+
+/// Regression for the flat lock table (`vtime/sched/table.rs`): a lock's or line's slot is
+/// only a hint. Written by another machine's run (one that met the objects in another order,
+/// so that the hints point at other locks' entries or past the table), left from a lock taken
+/// outside any run, or from a run's forgotten lock whose entry a new lock took, it must not
+/// change a figure: the run gives what the same run with fresh objects gives.
+#[test]
+fn a_slot_written_elsewhere_changes_no_figure() {
+    let want_rt = rt();
+    let fresh = SlotObjects::new();
+    fresh.first_run(&want_rt);
+    let want = fresh.second_run(&want_rt);
+    let want_report = want_rt.report();
+    assert!(
+        want_report
+            .lock("test.spin", Mode::Exclusive)
+            .unwrap()
+            .contentions
+            > 0
+    );
+
+    let o = SlotObjects::new();
+    // Taken and released outside any run: no run knows them.
+    drop(o.a.lock());
+    drop(o.c.lock());
+    let (rt_a, rt_b) = (rt(), rt());
+    o.first_run(&rt_a);
+    // Another machine meets `a`, then `b`, and the line after a line of its own: every slot
+    // now names an entry of the other machine's table. In `rt_a`'s, `a`'s names `c`'s entry
+    // (held through the second run), `b`'s names `a`'s, the line's is past the end.
+    let other = SlotObjects::new();
+    rt_b.run(31, || {
+        drop(o.a.lock());
+        drop(o.b.lock());
+        other.line.fetch_add(1, Relaxed);
+        o.line.fetch_add(1, Relaxed);
+    });
+    assert_eq!(o.second_run(&rt_a), want);
+    assert_eq!(rt_a.report(), want_report);
+
+    // A lock that dies in a run frees its entry, and the next new lock takes it: the dead
+    // lock's slot value, carried by a lock that never ran here, does not find it.
+    let rt_c = rt();
+    let (x, y) = (SpinLock::new(&SPIN, 0u64), Mutex::new(&MUTEX, 0u64));
+    rt_c.run(0, || {
+        let dying = SpinLock::new(&SPIN, 0u64);
+        let g = dying.lock();
+        drop(g);
+        drop(dying);
+        let g = y.lock();
+        vtime::work(1000);
+        drop(g);
+        drop(x.lock());
+    });
+    let r = rt_c.report();
+    assert_eq!(
+        r.lock("test.spin", Mode::Exclusive).unwrap().acquisitions,
+        2
+    );
+    assert_eq!(r.lock("test.spin", Mode::Exclusive).unwrap().contentions, 0);
+    assert_eq!(
+        r.lock("test.mutex", Mode::Exclusive).unwrap().acquisitions,
+        1
+    );
+}
+
+/// The flat lock table's hint checked against ground truth: a lock whose slot names another
+/// lock's entry (written by another machine's run) is found by its address, so it is free
+/// while the other lock is held, and the other lock's lock_stat is untouched.
+#[test]
+fn a_lock_whose_slot_names_a_held_lock_is_still_free() {
+    let (held, free) = (Mutex::new(&MUTEX, ()), SpinLock::new(&SPIN, ()));
+    let (rt_a, rt_b) = (rt(), rt());
+    // rt_a's table: `held` first, `free` second.
+    rt_a.run(0, || {
+        drop(held.lock());
+        drop(free.lock());
+    });
+    // rt_b's: `free` first, so its slot names `held`'s entry in rt_a.
+    rt_b.run(0, || drop(free.lock()));
+    let end = rt_a.run(0, || {
+        thread::scope(|s| {
+            s.spawn_on(CpuId(1), || {
+                let _g = held.lock();
+                vtime::work(100_000);
+            });
+            s.spawn_on(CpuId(2), || {
+                let start = clock::now().as_ns();
+                drop(free.lock());
+                clock::now().as_ns() - start
+            })
+            .join()
+            .unwrap()
+        })
+    });
+    assert!(
+        end < 100_000,
+        "the free lock waited for the held one: {end} ns"
+    );
+    let r = rt_a.report();
+    assert_eq!(r.lock("test.spin", Mode::Exclusive).unwrap().contentions, 0);
+    assert_eq!(
+        r.lock("test.spin", Mode::Exclusive).unwrap().acquisitions,
+        2
+    );
+    assert_eq!(
+        r.lock("test.mutex", Mode::Exclusive).unwrap().acquisitions,
+        2
+    );
+}

@@ -40,19 +40,11 @@ struct ExclusiveRelease<'a> {
     map: &'a LockMap,
 }
 
-impl ExclusiveRelease<'_> {
-    #[inline]
-    fn id_class(&self) -> (usize, &'static LockClass) {
-        (self.map.id(), self.map.class())
-    }
-}
-
 impl Drop for ExclusiveRelease<'_> {
     #[inline]
     fn drop(&mut self) {
         if vhook::active() {
-            let (id, class) = self.id_class();
-            vhook::lock_release(id, class, Mode::Exclusive);
+            vhook::lock_release_map(self.map, Mode::Exclusive);
         }
     }
 }
@@ -126,11 +118,6 @@ impl<T> SpinLock<T> {
     }
 
     #[inline]
-    fn id(&self) -> usize {
-        self.map.id()
-    }
-
-    #[inline]
     fn guard<'a>(&'a self, inner: RawMutexGuard<'a, T>) -> SpinLockGuard<'a, T> {
         SpinLockGuard {
             inner,
@@ -163,7 +150,7 @@ impl<T> SpinLock<T> {
     #[inline]
     pub fn try_lock(&self) -> Option<SpinLockGuard<'_, T>> {
         if vhook::active() {
-            vhook::lock_try_acquire(self.id(), self.map.class(), Mode::Exclusive)?;
+            vhook::lock_try_acquire_map(&self.map, Mode::Exclusive)?;
         }
         self.raw.try_lock().map(|g| self.guard(g))
     }
@@ -193,7 +180,7 @@ impl<T> SpinLock<T> {
     #[cold]
     #[inline(never)]
     fn lock_virtual(&self) -> (SpinLockGuard<'_, T>, Option<u64>) {
-        let acq = vhook::lock_acquire(self.id(), self.map.class(), Mode::Exclusive);
+        let acq = vhook::lock_acquire_map(&self.map, Mode::Exclusive);
         let g = self.raw.lock();
         (self.guard(g), acq.contended.then_some(acq.waited_ns))
     }
@@ -233,11 +220,11 @@ impl<T> SpinLockGuard<'_, T> {
         if !vhook::active() {
             return RawMutexGuard::unlocked(&mut s.inner, f);
         }
-        let (id, class) = s.release.id_class();
+        let map = s.release.map;
         RawMutexGuard::unlocked(&mut s.inner, || {
-            vhook::lock_release(id, class, Mode::Exclusive);
+            vhook::lock_release_map(map, Mode::Exclusive);
             let r = f();
-            vhook::lock_acquire(id, class, Mode::Exclusive);
+            vhook::lock_acquire_map(map, Mode::Exclusive);
             r
         })
     }
@@ -307,8 +294,8 @@ impl<'a, T> MutexGuard<'a, T> {
 
     /// The host guard and the lock's identity, for [`CondVar`](super::CondVar).
     pub(super) fn parts(&mut self) -> (&mut RawMutexGuard<'a, T>, usize, &'static LockClass) {
-        let (id, class) = self.0.release.id_class();
-        (&mut self.0.inner, id, class)
+        let map = self.0.release.map;
+        (&mut self.0.inner, map.id(), map.class())
     }
 }
 

@@ -93,11 +93,18 @@ macro_rules! rmw_ops {
 pub struct SharedLine<A> {
     value: A,
     class: &'static LineClass,
+    /// Where the running machine's table keeps the line's virtual state (a checked hint:
+    /// `vtime/sched/table.rs`).
+    slot: vhook::Slot,
 }
 
 impl<A: LineAtomic> SharedLine<A> {
     pub const fn new(class: &'static LineClass, value: A) -> Self {
-        Self { value, class }
+        Self {
+            value,
+            class,
+            slot: vhook::Slot::new(),
+        }
     }
 
     #[inline]
@@ -110,7 +117,12 @@ impl<A: LineAtomic> SharedLine<A> {
     #[inline]
     fn rmw_as(&self, site: &'static LineClass) {
         if vhook::active() {
-            vhook::line_rmw(std::ptr::from_ref(self) as usize, self.class, site);
+            vhook::line_rmw_slot(
+                std::ptr::from_ref(self) as usize,
+                &self.slot,
+                self.class,
+                site,
+            );
         }
     }
 

@@ -19,6 +19,11 @@
 //! zero-sized [`Clock`] down: on [`Wall`] its inner hooks compile to nothing, as in a
 //! `no_vtime_seam` build, so they take no thread-local test each.
 //!
+//! A lock with a [`LockMap`] and a [`SharedLine`](super::SharedLine) carry a [`Slot`]: the
+//! index of their state in the running machine's table, which the `*_map`/`*_slot` hooks hand
+//! to the runtime so that it finds the state without hashing the address
+//! (`vtime/sched/table.rs`; the runtime checks the hint, so it is never wrong, only slow).
+//!
 //! Each hook forwards, one for one, to [`crate::vtime::hooks`], the runtime's side of the
 //! contract; the types they exchange ([`Mode`], [`Acquired`], [`Cost`], and the classes) are
 //! the runtime's, re-exported here, so that a class static is one object for both. Outside a
@@ -26,11 +31,12 @@
 //!
 //! | hook | called by |
 //! |---|---|
-//! | `lock_acquire` / `lock_release` | `SpinLock`, `Mutex`, `RwSem` (read: `Shared`), `PtLock`, `MutexGuard::unlocked` |
-//! | `lock_try_acquire` | the `try_*` of the same |
-//! | `lock_downgrade` | `RwSemWriteGuard::downgrade` |
+//! | `lock_acquire_map` / `lock_release_map` | `SpinLock`, `Mutex`, `RwSem` (read: `Shared`), `MutexGuard::unlocked` (through their `LockMap`) |
+//! | `lock_acquire` / `lock_release` | `PtLock` (no `LockMap`: its id and class are passed) |
+//! | `lock_try_acquire_map` / `lock_try_acquire` | the `try_*` of the same |
+//! | `lock_downgrade_map` | `RwSemWriteGuard::downgrade` |
 //! | `lock_forget` | dropping a `SpinLock`/`Mutex`/`RwSem` (its `LockMap`); `PtLock::ptlock_free` |
-//! | `line_rmw` | every RMW of a `SharedLine` |
+//! | `line_rmw_slot` | every RMW of a `SharedLine` |
 //! | `line_forget` | dropping a `SharedLine` |
 //! | `cv_wait` / `cv_notify` | `CondVar::wait`, `CondVar::notify_*` (and so `Completion`) |
 //! | `ipi` | `tlb_flush_ipi`: a shootdown's interrupt, charged to another CPU's occupant |
@@ -56,7 +62,7 @@ use crate::addr::Pfn;
 use crate::vtime::hooks as vt;
 
 pub use crate::vtime::Cost;
-pub(crate) use crate::vtime::{Acquired, Mode};
+pub(crate) use crate::vtime::{Acquired, Mode, Slot};
 pub(crate) use crate::vtime::{ListOp, Touch};
 
 /// The seam is compiled in: not under loom, nor with the `no_vtime_seam` feature (the build
@@ -102,11 +108,37 @@ pub(crate) fn lock_release(id: usize, class: &'static LockClass, mode: Mode) {
     }
 }
 
-/// `downgrade_write`: exclusive -> shared, waking queued readers.
+/// [`lock_acquire`] of a lock with a [`LockMap`]: its id, class and slot from the map.
 #[inline]
-pub(crate) fn lock_downgrade(id: usize, class: &'static LockClass) {
+pub(crate) fn lock_acquire_map(map: &LockMap, mode: Mode) -> Acquired {
+    if !SEAM {
+        return Acquired::default();
+    }
+    vt::lock_acquire_slot(map.id(), &map.slot, map.class, mode)
+}
+
+/// [`lock_try_acquire`] of a lock with a [`LockMap`].
+#[inline]
+pub(crate) fn lock_try_acquire_map(map: &LockMap, mode: Mode) -> Option<Acquired> {
+    if !SEAM {
+        return Some(Acquired::default());
+    }
+    vt::lock_try_acquire_slot(map.id(), &map.slot, map.class, mode)
+}
+
+/// [`lock_release`] of a lock with a [`LockMap`].
+#[inline]
+pub(crate) fn lock_release_map(map: &LockMap, mode: Mode) {
     if SEAM {
-        vt::lock_downgrade(id, class);
+        vt::lock_release_slot(map.id(), &map.slot, map.class, mode);
+    }
+}
+
+/// `downgrade_write` of a lock with a [`LockMap`]: exclusive -> shared, waking queued readers.
+#[inline]
+pub(crate) fn lock_downgrade_map(map: &LockMap) {
+    if SEAM {
+        vt::lock_downgrade_slot(map.id(), &map.slot, map.class);
     }
 }
 
@@ -118,11 +150,17 @@ pub(crate) fn lock_forget(id: usize) {
     }
 }
 
-/// Before an RMW on a modelled shared line of `class`, its time accounted to `site`.
+/// Before an RMW on a modelled shared line of `class`, its time accounted to `site`; `slot`:
+/// the index of the line's state in the run's table, carried by the line.
 #[inline]
-pub(crate) fn line_rmw(id: usize, class: &'static LineClass, site: &'static LineClass) {
+pub(crate) fn line_rmw_slot(
+    id: usize,
+    slot: &Slot,
+    class: &'static LineClass,
+    site: &'static LineClass,
+) {
     if SEAM {
-        vt::line_rmw(id, class, site);
+        vt::line_rmw_slot(id, slot, class, site);
     }
 }
 
@@ -339,14 +377,25 @@ pub(crate) use on_clock;
 /// non-empty field, so no two live locks share it). Dropping the map, with its lock, tells
 /// virtual time the lock is gone ([`lock_forget`]): a lock built later at the same
 /// address starts fresh.
+///
+/// It also carries the [`Slot`] where the running machine's table keeps the lock's virtual
+/// state (the kernel's `lockdep_map` caches its class pointer the same way), so that the
+/// `*_map` hooks find it by index, not by hashing the address (`vtime/sched/table.rs`). The
+/// slot is a hint the runtime checks, so a map used by several runs, or by none, is safe.
+/// Four bytes (eight with padding) more per lock; the page-table lock, which has no room,
+/// has no map and no slot.
 #[derive(Debug)]
 pub(crate) struct LockMap {
     class: &'static LockClass,
+    slot: Slot,
 }
 
 impl LockMap {
     pub(crate) const fn new(class: &'static LockClass) -> Self {
-        Self { class }
+        Self {
+            class,
+            slot: Slot::new(),
+        }
     }
 
     /// The lock's key in virtual time.

@@ -62,3 +62,34 @@ pub struct Acquired {
     pub contended: bool,
     pub waited_ns: u64,
 }
+
+/// Where the running machine's table of lock (or line) states keeps one host lock (or line):
+/// an index the host object carries for the runtime (`sched/table.rs`), so that a hook finds
+/// the object's virtual state without hashing its address.
+///
+/// It is a hint, never trusted: the runtime checks that the entry at the index is this
+/// object's (its address) before it uses it, and otherwise finds the entry by address and
+/// writes the index back. So a slot written by another run (machines outlive runs; two
+/// machines may run side by side in one process), by a lock that lived at the same address
+/// before, or never written at all (0) costs one lookup by address, never a wrong entry.
+/// Relaxed atomics: in a run one host thread reads and writes it; across threads it is only
+/// a hint, and an `AtomicU32` keeps the lock `Sync` at the cost of a plain load and store.
+#[derive(Debug, Default)]
+pub struct Slot(std::sync::atomic::AtomicU32);
+
+impl Slot {
+    /// An unwritten slot (index 0, checked like any other).
+    pub const fn new() -> Self {
+        Slot(std::sync::atomic::AtomicU32::new(0))
+    }
+
+    #[inline]
+    pub(crate) fn get(&self) -> u32 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    #[inline]
+    pub(crate) fn set(&self, i: u32) {
+        self.0.store(i, std::sync::atomic::Ordering::Relaxed);
+    }
+}

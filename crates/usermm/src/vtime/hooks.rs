@@ -7,6 +7,12 @@
 //! to behave as in wall mode (`lock_acquire` → uncontended, `lock_try_acquire` → `Some`,
 //! `now_ns` → `None`, `sleep_ns` → `false`).
 //!
+//! The lock and line hooks come in two forms: by address (`lock_acquire(id, ..)`), and with
+//! the [`Slot`] the host object carries (`lock_acquire_slot(id, slot, ..)`): the index of the
+//! object's state in the run's table (`sched/table.rs`), checked against `id` before use, so
+//! that the common case is an index and a compare instead of a hash lookup. Both reach the
+//! same state by the same address; the slot changes no figure.
+//!
 //! Each hook is `#[inline]` and only tests the thread-local flag; the work of a run is in an
 //! out-of-line function (`virt::*`), so that wall mode pays a load and a branch, not a call.
 //!
@@ -31,7 +37,7 @@
 #![deny(unsafe_code)]
 
 use super::{
-    class::{Acquired, LineClass, LockClass, Mode},
+    class::{Acquired, LineClass, LockClass, Mode, Slot},
     memory::{ListOp, Touch, Touched},
     pending::push_touch,
     profile::Cost,
@@ -51,7 +57,22 @@ pub fn lock_acquire(id: usize, class: &'static LockClass, mode: Mode) -> Acquire
     if !in_run() {
         return Acquired::default();
     }
-    virt::lock_acquire(id, class, mode)
+    virt::lock_acquire(id, None, class, mode)
+}
+
+/// [`lock_acquire`] of a lock that carries a [`Slot`]: the run finds its state through it
+/// (`sched/table.rs`).
+#[inline]
+pub fn lock_acquire_slot(
+    id: usize,
+    slot: &Slot,
+    class: &'static LockClass,
+    mode: Mode,
+) -> Acquired {
+    if !in_run() {
+        return Acquired::default();
+    }
+    virt::lock_acquire(id, Some(slot), class, mode)
 }
 
 /// try-lock: `None` when the lock is held (or has waiters) in virtual time at the caller's
@@ -61,14 +82,36 @@ pub fn lock_try_acquire(id: usize, class: &'static LockClass, mode: Mode) -> Opt
     if !in_run() {
         return Some(Acquired::default());
     }
-    virt::lock_try_acquire(id, class, mode)
+    virt::lock_try_acquire(id, None, class, mode)
+}
+
+/// [`lock_try_acquire`] of a lock that carries a [`Slot`].
+#[inline]
+pub fn lock_try_acquire_slot(
+    id: usize,
+    slot: &Slot,
+    class: &'static LockClass,
+    mode: Mode,
+) -> Option<Acquired> {
+    if !in_run() {
+        return Some(Acquired::default());
+    }
+    virt::lock_try_acquire(id, Some(slot), class, mode)
 }
 
 /// After releasing the host lock.
 #[inline]
 pub fn lock_release(id: usize, _class: &'static LockClass, mode: Mode) {
     if in_run() {
-        virt::lock_release(id, mode);
+        virt::lock_release(id, None, mode);
+    }
+}
+
+/// [`lock_release`] of a lock that carries a [`Slot`].
+#[inline]
+pub fn lock_release_slot(id: usize, slot: &Slot, _class: &'static LockClass, mode: Mode) {
+    if in_run() {
+        virt::lock_release(id, Some(slot), mode);
     }
 }
 
@@ -76,7 +119,15 @@ pub fn lock_release(id: usize, _class: &'static LockClass, mode: Mode) {
 #[inline]
 pub fn lock_downgrade(id: usize, _class: &'static LockClass) {
     if in_run() {
-        virt::lock_downgrade(id);
+        virt::lock_downgrade(id, None);
+    }
+}
+
+/// [`lock_downgrade`] of a lock that carries a [`Slot`].
+#[inline]
+pub fn lock_downgrade_slot(id: usize, slot: &Slot, _class: &'static LockClass) {
+    if in_run() {
+        virt::lock_downgrade(id, Some(slot));
     }
 }
 
@@ -93,7 +144,15 @@ pub fn lock_forget(id: usize) {
 #[inline]
 pub fn line_rmw(id: usize, class: &'static LineClass, site: &'static LineClass) {
     if in_run() {
-        virt::line_rmw(id, class, site);
+        virt::line_rmw(id, None, class, site);
+    }
+}
+
+/// [`line_rmw`] of a line that carries a [`Slot`].
+#[inline]
+pub fn line_rmw_slot(id: usize, slot: &Slot, class: &'static LineClass, site: &'static LineClass) {
+    if in_run() {
+        virt::line_rmw(id, Some(slot), class, site);
     }
 }
 
@@ -224,23 +283,28 @@ pub use super::runtime::AtomicSection;
 /// The hooks' work inside a run, out of line.
 mod virt {
     use super::super::{
-        class::{Acquired, LineClass, LockClass, Mode},
+        class::{Acquired, LineClass, LockClass, Mode, Slot},
         runtime::{current, with_current},
         sched::resources::AcquireStep,
     };
 
     #[inline(never)]
-    pub(super) fn lock_acquire(id: usize, class: &'static LockClass, mode: Mode) -> Acquired {
+    pub(super) fn lock_acquire(
+        id: usize,
+        slot: Option<&Slot>,
+        class: &'static LockClass,
+        mode: Mode,
+    ) -> Acquired {
         let Some(rt) = current() else {
             return Acquired::default();
         };
-        match rt.sync(|st, me| st.lock_acquire(me, id, class, mode)) {
+        match rt.sync(|st, me| st.lock_acquire(me, id, slot, class, mode)) {
             None => Acquired::default(),
             Some(AcquireStep::Done(a)) => a,
             Some(AcquireStep::Wait { since }) => {
                 // Resumed only once the lock was handed to us, and only as the smallest clock.
                 rt.block();
-                rt.with_running(|st, me| st.lock_take(me, id, mode, Some(since)))
+                rt.with_running(|st, me| st.lock_take(me, id, slot, mode, Some(since)))
                     .unwrap_or_default()
             }
         }
@@ -249,27 +313,28 @@ mod virt {
     #[inline(never)]
     pub(super) fn lock_try_acquire(
         id: usize,
+        slot: Option<&Slot>,
         class: &'static LockClass,
         mode: Mode,
     ) -> Option<Acquired> {
         let Some(rt) = current() else {
             return Some(Acquired::default());
         };
-        rt.sync(|st, me| st.lock_try(me, id, class, mode))
+        rt.sync(|st, me| st.lock_try(me, id, slot, class, mode))
             .unwrap_or(Some(Acquired::default()))
     }
 
     #[inline(never)]
-    pub(super) fn lock_release(id: usize, mode: Mode) {
+    pub(super) fn lock_release(id: usize, slot: Option<&Slot>, mode: Mode) {
         if let Some(rt) = current() {
-            rt.sync(|st, me| st.lock_release(me, id, mode));
+            rt.sync(|st, me| st.lock_release(me, id, slot, mode));
         }
     }
 
     #[inline(never)]
-    pub(super) fn lock_downgrade(id: usize) {
+    pub(super) fn lock_downgrade(id: usize, slot: Option<&Slot>) {
         if let Some(rt) = current() {
-            rt.sync(|st, me| st.lock_downgrade(me, id));
+            rt.sync(|st, me| st.lock_downgrade(me, id, slot));
         }
     }
 
@@ -289,9 +354,14 @@ mod virt {
     }
 
     #[inline(never)]
-    pub(super) fn line_rmw(id: usize, class: &'static LineClass, site: &'static LineClass) {
+    pub(super) fn line_rmw(
+        id: usize,
+        slot: Option<&Slot>,
+        class: &'static LineClass,
+        site: &'static LineClass,
+    ) {
         if let Some(rt) = current() {
-            rt.sync(|st, me| st.line_rmw(me, id, class, site));
+            rt.sync(|st, me| st.line_rmw(me, id, slot, class, site));
         }
     }
 
@@ -308,7 +378,7 @@ mod virt {
         }
         rt.block();
         drop(rt);
-        lock_acquire(mutex_id, mutex_class, Mode::Exclusive);
+        lock_acquire(mutex_id, None, mutex_class, Mode::Exclusive);
     }
 
     #[inline(never)]

@@ -258,9 +258,23 @@
 //!
 //! | run | instructions |
 //! |---|---|
-//! | A: `bigfree 256M --max-active 4 --time virtual` | 2.14 × 10⁹ (the same before the line states moved into `PageMeta`, `lines.rs`, with 70 % fewer LL misses since: cachegrind, an 8 MiB LL) |
-//! | B: `usemem -n 8 --readonly -j 0x200000 8G --ab -q --time virtual --profile haswell-ex-4s --cpus 8 --nodes 2 --thp always --backing sparse --mem 2G` (the bench row's machine) | 0.72 × 10⁹ |
-//! | B on the wall clock (`--time wall`, no profile; the engine's own work) | 0.19 × 10⁹ |
+//! | A: `bigfree 256M --max-active 4 --time virtual` | 2.05 × 10⁹ (2.11 × 10⁹ at 659c6da, before the flat lock table; the line states' move into `PageMeta`, `lines.rs`, changed no count but cut LL misses 70 %: cachegrind, an 8 MiB LL) |
+//! | B: `usemem -n 8 --readonly -j 0x200000 8G --ab -q --time virtual --profile haswell-ex-4s --cpus 8 --nodes 2 --thp always --backing sparse --mem 2G` (the bench row's machine) | 0.75 × 10⁹ (0.77 × 10⁹ at 659c6da) |
+//! | B on the wall clock (`--time wall`, no profile; the engine's own work) | 0.17 × 10⁹ |
+//! | C: `bigfree 1G --max-active 8 --seed-only --cpus 12 --nodes 4 --threshold 32768 --time virtual --profile haswell-ex-4s` (the `bigfree-virtual` bench row, smaller) | 3.94 × 10⁹ (4.07 × 10⁹ at 659c6da) |
+//! | C on the wall clock (`--time wall`, no profile) | 1.02 × 10⁹: virtual/wall 3.88 (4.00 at 659c6da) |
+//! | D: `usemem -n 8 --readonly -j 0x200000 32G --ab --time virtual --profile haswell-ex-4s --cpus 8 --nodes 2 --thp always` (the `usemem-ab-virtual` row, smaller) | 2.94 × 10⁹ (3.03 × 10⁹ at 659c6da) |
+//! | D on the wall clock | 0.68 × 10⁹: virtual/wall 4.30 (4.41 at 659c6da) |
+//!
+//! Rows A–D with the release build of 9c740fd (`CARGO_PROFILE_RELEASE_DEBUG=line-tables-only`).
+//! What 9c740fd cut (issue 33), per acquisition and release in C: the lock's state found by
+//! the index its object carries instead of a hash probe (`sched/table.rs`; a `PtLock`, which
+//! has no room for one, still hashes), the common acquisition and the release inlined into
+//! their hooks (each call layer cost its register saves), and a `memcpy` of the store buffer
+//! per batch of touches (`store_buffer.rs`): 3 % of C's and D's instructions, the
+//! virtual/wall ratio down by 0.1. What is left of a lock hook is spread thin: the run's
+//! `RefCell` and `Rc`, bounds checks, lock_stat's columns, the jitter's draw (about 58
+//! instructions) and the register saves of two out-of-line calls.
 //!
 //! B makes 65 536 faults (two machines), each about 12 synchronisation points and 7.5 switches
 //! in the vanilla machine, 10 and 6.3 in the patched one (`sched_per_fault` in its `--json`):
@@ -269,13 +283,15 @@
 //! model's, so the count is the model's too). Of B's virtual-time part (its instructions less
 //! the wall run's) the line model's touches are about a fifth, applying the pending charges
 //! (their jitter, the SMT test) a fifth, the switches a sixth, and the hooks of the locks and
-//! lines with their synchronisation points a third (hash lookups, lock_stat's columns).
+//! lines with their synchronisation points a third (measured before 9c740fd, when a hash
+//! lookup found each lock; lock_stat's columns).
 //!
 //! Where a long virtual bigfree's host time goes (`perf record` of `bigfree 4G --time virtual
 //! --max-active 8 --profile haswell-ex-4s`, `perf report --no-children`; the 32 GiB run has
 //! the same top entries): the line model's touches (`memory.rs`, `Memory::touch_all`) about a
 //! fifth, applying the pending charges (`apply_pending`: most of it the jitter's arithmetic)
-//! a sixth, the lock hooks' table (`lock_grant_known`, `lock_release`) a tenth, and the
+//! a sixth, the lock hooks' table (`lock_grant_known`, `lock_release`; since 9c740fd an index,
+//! not a hash, and inlined into `hooks::virt::lock_acquire`/`lock_release`) a tenth, and the
 //! engine's own allocator and free paths most of the rest. `touch_all` is kept out of line so
 //! that it is named: inlined, it was reported as `std::thread::local::LocalKey::with`, the
 //! closure it sat in. The charges reach their thread-local through one access each, inlined
@@ -306,7 +322,7 @@ mod runtime;
 mod sched;
 mod store_buffer;
 
-pub use class::{Acquired, LineClass, LockClass, Mode, WaitKind};
+pub use class::{Acquired, LineClass, LockClass, Mode, Slot, WaitKind};
 pub use hooks::charge;
 pub(crate) use memory::{LineModel, Memmap, Touched};
 pub use memory::{ListOp, MemoryStat, Touch};

@@ -29,7 +29,7 @@ impl<C: ClockKind> Drop for HoldEnd<'_, C> {
     #[inline]
     fn drop(&mut self) {
         if self.clock.is_virtual() {
-            vhook::lock_release(self.map.id(), self.map.class(), self.mode);
+            vhook::lock_release_map(self.map, self.mode);
         }
     }
 }
@@ -74,11 +74,6 @@ impl<T> RwSem<T> {
             raw: parking_lot::RwLock::new(value),
             waiters: AtomicUsize::new(0),
         }
-    }
-
-    #[inline]
-    fn id(&self) -> usize {
-        self.map.id()
     }
 
     #[inline]
@@ -219,7 +214,7 @@ impl<T> RwSem<T> {
         mode: Mode,
         take: impl FnOnce(&'a RawRwSem<T>) -> G,
     ) -> ((G, HoldEnd<'a, C>), Option<u64>) {
-        let acq = vhook::lock_acquire(self.id(), self.map.class(), mode);
+        let acq = vhook::lock_acquire_map(&self.map, mode);
         let inner = take(&self.raw);
         (
             (inner, self.end(clock, mode)),
@@ -235,7 +230,7 @@ impl<T> RwSem<T> {
         try_take: impl FnOnce(&'a RawRwSem<T>) -> Option<G>,
     ) -> Option<(G, HoldEnd<'a>)> {
         if vhook::active() {
-            vhook::lock_try_acquire(self.id(), self.map.class(), mode)?;
+            vhook::lock_try_acquire_map(&self.map, mode)?;
         }
         let inner = try_take(&self.raw)?;
         Some((inner, self.end(Current, mode)))
@@ -296,7 +291,7 @@ impl<'a, T> RwSemWriteGuard<'a, T> {
         std::mem::forget(end);
         let inner = parking_lot::RwLockWriteGuard::downgrade(inner);
         if vhook::active() {
-            vhook::lock_downgrade(map.id(), map.class());
+            vhook::lock_downgrade_map(map);
         }
         RwSemReadGuard {
             inner,

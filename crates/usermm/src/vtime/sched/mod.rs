@@ -51,7 +51,9 @@ use super::{
 };
 
 pub(super) mod resources;
+mod table;
 use resources::{ClassIndex, LineClassStat, LockClassStat, VLine, VLock};
+use table::Table;
 
 pub(super) type CtxId = u32;
 
@@ -207,8 +209,10 @@ pub(super) struct State {
     pub end: Ps,
     /// A run failed (panic or deadlock): every hook is a no-op from now on.
     pub failed: bool,
-    pub locks: FxHashMap<usize, VLock>,
-    pub lines: FxHashMap<usize, VLine>,
+    /// Every lock's and shared line's state, by the index its host object carries
+    /// (`table.rs`).
+    pub locks: Table<VLock>,
+    pub lines: Table<VLine>,
     pub cvs: FxHashMap<usize, VecDeque<CtxId>>,
     pub lock_classes: Vec<LockClassStat>,
     /// Where each lock class sits in `lock_classes`.
@@ -248,8 +252,8 @@ impl State {
             live: 0,
             end: 0,
             failed: false,
-            locks: FxHashMap::default(),
-            lines: FxHashMap::default(),
+            locks: Table::default(),
+            lines: Table::default(),
             cvs: FxHashMap::default(),
             lock_classes: Vec::new(),
             lock_class_index: ClassIndex::default(),
@@ -492,6 +496,7 @@ impl State {
     }
 
     /// `id` filled `lines` untracked lines into its caches (cleared or copied pages).
+    #[inline]
     pub(super) fn mem_fill(&mut self, id: CtxId, lines: u64) {
         if let Some(mem) = self.mem.as_mut() {
             let cpu = self.ctxs[id as usize].cpu as usize;
@@ -560,7 +565,7 @@ impl State {
             let _ = write!(s, "\n  {} at {} ns ", self.ctx_label(id), c.now / 1000);
             let _ = match c.wait {
                 Wait::Lock { id: lock, mode } => {
-                    let l = &self.locks[&lock];
+                    let l = self.locks.by_id(lock).expect("a waited-for lock exists");
                     let holders: Vec<String> = l.holders().map(|h| self.ctx_label(h)).collect();
                     write!(
                         s,

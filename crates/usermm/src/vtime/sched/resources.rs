@@ -1,6 +1,8 @@
 //! Virtual resources: locks (spinlock, mutex, rwsem), shared lines, condition variables.
 //!
-//! Each is keyed by an id (the host object's address) and lives in the run's [`State`]. Every
+//! Each is keyed by an id (the host object's address) and lives in the run's [`State`]: a lock
+//! or a line in a flat table found by the index its host object carries (`table.rs`), a
+//! condition variable's queue in a map by address. Every
 //! function here is called by a hook *after* the caller passed its synchronisation point, so it
 //! runs at the smallest clock of the run and sees each resource as a real machine would at
 //! that instant. The formulas are those of the module essay (`vtime/mod.rs`, "Resources").
@@ -19,7 +21,7 @@ use std::collections::VecDeque;
 use rustc_hash::FxHashMap;
 
 use super::super::{
-    class::{Acquired, LineClass, LockClass, Mode, WaitKind},
+    class::{Acquired, LineClass, LockClass, Mode, Slot, WaitKind},
     profile::{LockPrice, Ps},
 };
 use super::{CtxId, Model, State, Wait};
@@ -133,6 +135,7 @@ impl VLock {
         self.writer.is_none() && (mode == Mode::Shared || self.readers.is_empty())
     }
 
+    #[inline(always)]
     fn add_holder(&mut self, ctx: CtxId, mode: Mode) {
         match mode {
             Mode::Exclusive => self.writer = Some((ctx, Ps::MAX)),
@@ -140,6 +143,7 @@ impl VLock {
         }
     }
 
+    #[inline(always)]
     fn set_taken(&mut self, ctx: CtxId, mode: Mode, t: Ps) {
         let slot = match mode {
             Mode::Exclusive => self.writer.as_mut(),
@@ -151,6 +155,7 @@ impl VLock {
     }
 
     /// Removes `ctx` as a holder in `mode`; returns when it had taken the lock.
+    #[inline(always)]
     fn remove_holder(&mut self, ctx: CtxId, mode: Mode) -> Option<Ps> {
         match mode {
             Mode::Exclusive => match self.writer {
@@ -298,47 +303,76 @@ impl State {
         i
     }
 
-    /// The lock `id` of `class`, created on first use (or re-created when an idle lock's
-    /// address was reused by a lock of another class). One lookup when the lock is known.
+    /// The entry of lock `id` of `class` (found through `slot` when it holds it), created on
+    /// first use (or re-created when an idle lock's address was reused by a lock of another
+    /// class). One lookup when the lock is known.
     #[inline]
-    fn lock_entry(&mut self, id: usize, class: &'static LockClass) -> u16 {
+    fn lock_entry(&mut self, id: usize, slot: Option<&Slot>, class: &'static LockClass) -> u32 {
         let key = class as *const LockClass as usize;
-        match self.locks.get(&id) {
-            Some(lk) if lk.class_key == key => lk.class,
-            _ => self.lock_entry_slow(id, class),
+        match self.locks.find(id, slot) {
+            Some(i) if self.locks.get(i).class_key == key => i,
+            found => self.lock_entry_slow(id, slot, class, found),
         }
     }
 
     #[cold]
-    fn lock_entry_slow(&mut self, id: usize, class: &'static LockClass) -> u16 {
+    fn lock_entry_slow(
+        &mut self,
+        id: usize,
+        slot: Option<&Slot>,
+        class: &'static LockClass,
+        found: Option<u32>,
+    ) -> u32 {
         let key = class as *const LockClass as usize;
         let ci = self.lock_class(class);
-        let lk = self.locks.entry(id).or_insert_with(|| VLock::new(ci, key));
+        let i = match found {
+            Some(i) => i,
+            None => self.locks.insert(id, VLock::new(ci, key), slot),
+        };
+        let lk = self.locks.get_mut(i);
         if lk.class != ci && lk.idle() {
             *lk = VLock::new(ci, key);
         }
         lk.class_key = key;
-        lk.class
+        i
     }
 
-    /// `me` asks for lock `id` in `mode`: granted at once, or queued (a sleeping waiter
-    /// leaves its CPU).
+    /// `me` asks for lock `id` (its table entry hinted by `slot`) in `mode`: granted at once,
+    /// or queued (a sleeping waiter leaves its CPU). The common case, a known lock granted at
+    /// once, is inlined into the hook: every call layer costs its register saves, a tenth of
+    /// the hook (callgrind).
+    #[inline(always)]
     pub(crate) fn lock_acquire(
         &mut self,
         me: CtxId,
         id: usize,
+        slot: Option<&Slot>,
         class: &'static LockClass,
         mode: Mode,
     ) -> AcquireStep {
-        if let Some(a) = self.lock_grant_known(me, id, class, mode) {
+        if let Some(a) = self.lock_grant_known(me, id, slot, class, mode) {
             return AcquireStep::Done(a);
         }
-        let ci = self.lock_entry(id, class);
-        let lk = self.locks.get_mut(&id).expect("entry made above");
+        self.lock_acquire_slow(me, id, slot, class, mode)
+    }
+
+    /// [`State::lock_acquire`] past its common case: a new lock, or one not grantable now.
+    #[inline(never)]
+    fn lock_acquire_slow(
+        &mut self,
+        me: CtxId,
+        id: usize,
+        slot: Option<&Slot>,
+        class: &'static LockClass,
+        mode: Mode,
+    ) -> AcquireStep {
+        let i = self.lock_entry(id, slot, class);
+        let lk = self.locks.get_mut(i);
+        let ci = lk.class;
         if lk.grantable(mode) {
             lk.add_holder(me, mode);
             let price = self.lock_classes[ci as usize].price;
-            return AcquireStep::Done(self.take_granted(me, ci, price, id, mode, None));
+            return AcquireStep::Done(self.take_granted(me, ci, price, i, mode, None));
         }
         let spin = class.wait == WaitKind::Spin;
         lk.waiters.push_back(Waiter {
@@ -362,19 +396,21 @@ impl State {
         &mut self,
         me: CtxId,
         id: usize,
+        slot: Option<&Slot>,
         class: &'static LockClass,
         mode: Mode,
     ) -> Option<Acquired> {
-        if let Some(a) = self.lock_grant_known(me, id, class, mode) {
+        if let Some(a) = self.lock_grant_known(me, id, slot, class, mode) {
             return Some(a);
         }
-        let ci = self.lock_entry(id, class);
-        let lk = self.locks.get_mut(&id).expect("entry made above");
+        let i = self.lock_entry(id, slot, class);
+        let lk = self.locks.get_mut(i);
+        let ci = lk.class;
+        let price = self.lock_classes[ci as usize].price;
         if lk.grantable(mode) {
             lk.add_holder(me, mode);
-            return Some(self.lock_take(me, id, mode, None));
+            return Some(self.take_granted(me, ci, price, i, mode, None));
         }
-        let price = self.lock_classes[ci as usize].price;
         let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
         let start = now.max(lk.word_free_at);
         let end = start
@@ -394,29 +430,33 @@ impl State {
         &mut self,
         me: CtxId,
         id: usize,
+        slot: Option<&Slot>,
         mode: Mode,
         since: Option<Ps>,
     ) -> Acquired {
-        let ci = self.locks.get(&id).expect("a granted lock exists").class;
+        let i = self.locks.find(id, slot).expect("a granted lock exists");
+        let ci = self.locks.get(i).class;
         let price = self.lock_classes[ci as usize].price;
-        self.take_granted(me, ci, price, id, mode, since)
+        self.take_granted(me, ci, price, i, mode, since)
     }
 
     /// The common case of [`State::lock_acquire`] and [`State::lock_try`], with one lookup
     /// of the lock: a lock already known with this class and grantable in `mode` is taken
     /// (the same steps as the general path, which looks the lock up again by class first).
     /// `None`: anything else, for the general path.
-    #[inline]
+    #[inline(always)]
     fn lock_grant_known(
         &mut self,
         me: CtxId,
         id: usize,
+        slot: Option<&Slot>,
         class: &'static LockClass,
         mode: Mode,
     ) -> Option<Acquired> {
         let key = class as *const LockClass as usize;
         let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
-        let lk = self.locks.get_mut(&id)?;
+        let i = self.locks.find(id, slot)?;
+        let lk = self.locks.get_mut(i);
         if lk.class_key != key || !lk.grantable(mode) {
             return None;
         }
@@ -427,19 +467,19 @@ impl State {
         Some(self.account_take(me, ci, mode, now, end, xfer, None))
     }
 
-    /// [`State::lock_take`] with the lock's class and price known (no class lookup).
+    /// [`State::lock_take`] with the lock's entry, class and price known (no lookup).
     #[inline]
     fn take_granted(
         &mut self,
         me: CtxId,
         ci: u16,
         price: LockPrice,
-        id: usize,
+        i: u32,
         mode: Mode,
         since: Option<Ps>,
     ) -> Acquired {
         let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
-        let lk = self.locks.get_mut(&id).expect("a granted lock exists");
+        let lk = self.locks.get_mut(i);
         let (end, xfer) = lk.granted_rmw(&self.model, me, cpu, now, price, mode);
         self.account_take(me, ci, mode, now, end, xfer, since)
     }
@@ -447,7 +487,7 @@ impl State {
     /// The acquiring RMW's time (`now` to `end`, `xfer` the word's transfer) charged to `me`
     /// and counted in lock_stat.
     #[expect(clippy::too_many_arguments, reason = "one private step of two callers")]
-    #[inline]
+    #[inline(always)]
     fn account_take(
         &mut self,
         me: CtxId,
@@ -486,13 +526,15 @@ impl State {
     }
 
     /// The releasing RMW (a transfer if the word moved away since the caller took it), then
-    /// the hand-over to the head of the queue.
-    pub(crate) fn lock_release(&mut self, me: CtxId, id: usize, mode: Mode) {
+    /// the hand-over to the head of the queue (out of line: rare).
+    #[inline(always)]
+    pub(crate) fn lock_release(&mut self, me: CtxId, id: usize, slot: Option<&Slot>, mode: Mode) {
         let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
         // A lock taken before the run began has no virtual state: nothing to release.
-        let Some(lk) = self.locks.get_mut(&id) else {
+        let Some(i) = self.locks.find(id, slot) else {
             return;
         };
+        let lk = self.locks.get_mut(i);
         let taken = lk.remove_holder(me, mode);
         let start = now.max(lk.word_free_at);
         let end = start.saturating_add(self.model.transfer(lk.word_last, cpu));
@@ -512,17 +554,18 @@ impl State {
             );
         }
         if waiters {
-            self.grant_waiters(id, end);
+            self.grant_waiters(i, end);
         }
     }
 
     /// `downgrade_write`: the writer `me` becomes a reader, and queued readers at the head of
     /// the queue (up to the first writer) get the lock with it.
-    pub(crate) fn lock_downgrade(&mut self, me: CtxId, id: usize) {
+    pub(crate) fn lock_downgrade(&mut self, me: CtxId, id: usize, slot: Option<&Slot>) {
         let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
-        let Some(lk) = self.locks.get_mut(&id) else {
+        let Some(i) = self.locks.find(id, slot) else {
             return;
         };
+        let lk = self.locks.get_mut(i);
         let Some(taken) = lk.remove_holder(me, Mode::Exclusive) else {
             return;
         };
@@ -543,16 +586,17 @@ impl State {
             now - taken,
         );
         modes[Mode::Shared as usize].acquisitions += 1;
-        self.grant_waiters(id, end);
+        self.grant_waiters(i, end);
     }
 
-    /// Hands the lock, released or downgraded at `t`, to the head of its queue: one writer, or
-    /// every reader up to the first writer (the v4.x `__rwsem_mark_wake`). A spinner has spun
-    /// until `t`; a sleeper runs at `t` + the wake-up latency. Each then takes the lock with
-    /// [`State::lock_take`] when it runs.
-    fn grant_waiters(&mut self, id: usize, t: Ps) {
+    /// Hands the lock of entry `i`, released or downgraded at `t`, to the head of its queue:
+    /// one writer, or every reader up to the first writer (the v4.x `__rwsem_mark_wake`). A
+    /// spinner has spun until `t`; a sleeper runs at `t` + the wake-up latency. Each then
+    /// takes the lock with [`State::lock_take`] when it runs.
+    #[inline(never)]
+    fn grant_waiters(&mut self, i: u32, t: Ps) {
         loop {
-            let lk = self.locks.get_mut(&id).expect("lock exists");
+            let lk = self.locks.get_mut(i);
             let Some(&w) = lk.waiters.front() else { break };
             if !lk.free_for(w.mode) {
                 break;
@@ -573,36 +617,44 @@ impl State {
 
     /// The lock at `id` is gone (its host object is dropped).
     pub(crate) fn lock_forget(&mut self, id: usize) {
-        self.locks.remove(&id);
+        self.locks.remove(id);
     }
 
-    /// An RMW on a shared line: starts when the line's previous RMW ended (or at the caller's
-    /// clock, if later) and costs `atomic_rmw` plus a transfer from the line's last CPU.
+    /// An RMW on a shared line (its table entry hinted by `slot`): starts when the line's
+    /// previous RMW ended (or at the caller's clock, if later) and costs `atomic_rmw` plus a
+    /// transfer from the line's last CPU.
     pub(crate) fn line_rmw(
         &mut self,
         me: CtxId,
         id: usize,
+        slot: Option<&Slot>,
         class: &'static LineClass,
         site: &'static LineClass,
     ) {
         let key = class as *const LineClass as usize;
-        let known = matches!(self.lines.get(&id), Some(ln) if ln.class_key == key);
-        if !known {
-            // A new line, or the address now holds a line of another class.
-            let ci = self.line_class(class);
-            self.lines.insert(
-                id,
-                VLine {
+        let i = match self.lines.find(id, slot) {
+            Some(i) if self.lines.get(i).class_key == key => i,
+            found => {
+                // A new line, or the address now holds a line of another class.
+                let ci = self.line_class(class);
+                let fresh = VLine {
                     class: ci,
                     class_key: key,
                     free_at: 0,
                     last: None,
-                },
-            );
-        }
+                };
+                match found {
+                    Some(i) => {
+                        *self.lines.get_mut(i) = fresh;
+                        i
+                    }
+                    None => self.lines.insert(id, fresh, slot),
+                }
+            }
+        };
         let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
         let site_ci = (!std::ptr::eq(site, class)).then(|| self.line_class(site));
-        let ln = self.lines.get_mut(&id).expect("made above");
+        let ln = self.lines.get_mut(i);
         let ci = site_ci.unwrap_or(ln.class);
         let start = now.max(ln.free_at);
         let xfer = self.model.transfer(ln.last, cpu);
@@ -623,14 +675,14 @@ impl State {
 
     /// The line at `id` is gone.
     pub(crate) fn line_forget(&mut self, id: usize) {
-        self.lines.remove(&id);
+        self.lines.remove(id);
     }
 
     /// `me` waits on `cv`: queued, the mutex released (handed over if someone waits), off its
     /// CPU until notified.
     pub(crate) fn cv_wait_begin(&mut self, me: CtxId, cv: usize, mutex: usize) {
         self.cvs.entry(cv).or_default().push_back(me);
-        self.lock_release(me, mutex, Mode::Exclusive);
+        self.lock_release(me, mutex, None, Mode::Exclusive);
         self.ctxs[me as usize].wait = Wait::Cv { id: cv };
         self.vacate(me);
     }
