@@ -99,24 +99,34 @@ fn cpu_ns(a: &vtime::Report, b: &vtime::Report) -> u64 {
     t(b) - t(a)
 }
 
+/// A fresh mm on `cpu` with one private anonymous mapping of `len` bytes, and its task.
+fn anon_mapping(
+    m: &std::sync::Arc<Machine>,
+    cpu: CpuId,
+    len: u64,
+    prot: u32,
+) -> (std::sync::Arc<usermm::Mm>, u64, Task) {
+    let mm = m.new_mm(cpu).unwrap();
+    let addr = mm
+        .mmap(
+            cpu,
+            0,
+            len,
+            prot,
+            MAP_PRIVATE | MAP_ANONYMOUS,
+            MapFile::None,
+        )
+        .unwrap();
+    (mm.clone(), addr, Task::new(mm, cpu))
+}
+
 /// Single-threaded touch of `pages` 4 KiB pages, then the modelled munmap, ns/page.
 fn modelled_munmap_ns_per_page(profile: &str, pages: u64) -> f64 {
     let m = machine(profile, (pages * PAGE_SIZE) * 2);
     let cpu = CpuId(0);
     let len = pages * PAGE_SIZE;
     m.run(cpu, || {
-        let mm = m.new_mm(cpu).unwrap();
-        let addr = mm
-            .mmap(
-                cpu,
-                0,
-                len,
-                PROT_READ | PROT_WRITE,
-                MAP_PRIVATE | MAP_ANONYMOUS,
-                MapFile::None,
-            )
-            .unwrap();
-        let task = Task::new(mm.clone(), cpu);
+        let (mm, addr, task) = anon_mapping(&m, cpu, len, PROT_READ | PROT_WRITE);
         task.walk(addr, len, PAGE_SIZE, true, |i| i).unwrap();
         assert_eq!(mm.rss_total(), pages as i64);
         let a = vtime::snapshot().unwrap();
@@ -140,18 +150,7 @@ fn modelled_fault_ns(profile: &str, pages: u64, write: bool) -> f64 {
         PROT_READ
     };
     m.run(cpu, || {
-        let mm = m.new_mm(cpu).unwrap();
-        let addr = mm
-            .mmap(
-                cpu,
-                0,
-                len,
-                prot,
-                MAP_PRIVATE | MAP_ANONYMOUS,
-                MapFile::None,
-            )
-            .unwrap();
-        let task = Task::new(mm.clone(), cpu);
+        let (mm, addr, task) = anon_mapping(&m, cpu, len, prot);
         let a = vtime::snapshot().unwrap();
         task.walk(addr, len, PAGE_SIZE, write, |i| i).unwrap();
         let b = vtime::snapshot().unwrap();
@@ -454,18 +453,7 @@ fn modelled_write_fault_each(profile: &str, faults: u64) -> Vec<u64> {
     let cpu = CpuId(0);
     let len = faults * PAGE_SIZE;
     m.run(cpu, || {
-        let mm = m.new_mm(cpu).unwrap();
-        let addr = mm
-            .mmap(
-                cpu,
-                0,
-                len,
-                PROT_READ | PROT_WRITE,
-                MAP_PRIVATE | MAP_ANONYMOUS,
-                MapFile::None,
-            )
-            .unwrap();
-        let task = Task::new(mm.clone(), cpu);
+        let (_mm, addr, task) = anon_mapping(&m, cpu, len, PROT_READ | PROT_WRITE);
         (0..faults)
             .map(|i| {
                 let a = vtime::snapshot().unwrap();
