@@ -425,6 +425,15 @@ fn sweep_refuses_devices_fifos_and_links_unread() {
 /// the signal.
 #[test]
 fn sensitivity_resumes_and_ctrl_c_leaves_nothing_behind() {
+    // A shell starts a background job with SIGINT ignored, and an ignored signal stays ignored
+    // across exec: usermm then keeps it so (as a background job should) and the Ctrl-C below
+    // would do nothing. Catching SIGINT here instead (a handler is reset to the default by
+    // exec) gives the child the disposition a terminal's foreground job has.
+    signal_hook::flag::register(
+        signal_hook::consts::SIGINT,
+        std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    )
+    .unwrap();
     let d = scratch("item17");
     let out = d.join("r");
     let mut child = Command::new(env!("CARGO_BIN_EXE_usermm"))
