@@ -416,6 +416,13 @@ fn double_dash_makes_the_rest_operands() {
 /// `usemem`.
 #[test]
 fn detached_worker_is_named_usemem() {
+    // The SIGINT below must reach a worker with the default action: a test run from a shell's
+    // background job has SIGINT ignored, which exec keeps; a handler here is reset by it.
+    signal_hook::flag::register(
+        signal_hook::consts::SIGINT,
+        std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    )
+    .unwrap();
     let d = Dir::new("comm");
     for host in ["0", "1"] {
         let pidf = d.path("pid");
