@@ -76,34 +76,7 @@ pub fn validate(r: &HostCalibration) -> Result<(), String> {
         }
         (Some(_), _) => return bad("shootdown", "present in a format-1 or -2 record".into()),
     }
-    match (&r.lru_add, r.format) {
-        (None, ..4) => {}
-        (Some(p), 4..) => {
-            for (field, m) in [
-                ("lru_add.fault", &p.fault),
-                ("lru_add.drain", &p.drain),
-                ("lru_add.period", &p.period),
-            ] {
-                if m.samples.len() != r.repeat as usize || p.cpus.len() != r.repeat as usize {
-                    return bad(
-                        &format!("{field}.samples"),
-                        format!("{} samples for {} repeats", m.samples.len(), r.repeat),
-                    );
-                }
-                if let Some(v) = m.samples.iter().find(|v| !(v.is_finite() && **v >= 0.0)) {
-                    return bad(&format!("{field}.samples"), format!("{v} (not negative)"));
-                }
-            }
-            if let Some(v) = p.fault.samples.iter().find(|v| !positive(**v)) {
-                return bad("lru_add.fault.samples", format!("{v} (a fault takes time)"));
-            }
-            if let Some(v) = p.period.samples.iter().find(|v| v.fract() != 0.0) {
-                return bad("lru_add.period.samples", format!("{v} (a count of faults)"));
-            }
-        }
-        (None, _) => return bad("lru_add", "missing (format 4 has the LRU-add probe)".into()),
-        (Some(_), _) => return bad("lru_add", "present in a record older than format 4".into()),
-    }
+    lru_add(r)?;
     if !positive(s.cpu_mhz) {
         return bad(
             "system.cpu_mhz",
@@ -159,6 +132,42 @@ pub fn validate(r: &HostCalibration) -> Result<(), String> {
         if !positive(m.median) {
             return bad(&format!("{field}.median"), format!("{}", m.median));
         }
+    }
+    Ok(())
+}
+
+/// The LRU-add probe's part of [`validate`]: present from format 4 on, a sample a repeat in
+/// each of its figures, none negative, a positive fault and whole periods.
+fn lru_add(r: &HostCalibration) -> Result<(), String> {
+    let bad = |field: &str, why: String| Err(format!("{field}: {why}"));
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    match (&r.lru_add, r.format) {
+        (None, ..4) => {}
+        (Some(p), 4..) => {
+            for (field, m) in [
+                ("lru_add.fault", &p.fault),
+                ("lru_add.drain", &p.drain),
+                ("lru_add.period", &p.period),
+            ] {
+                if m.samples.len() != r.repeat as usize || p.cpus.len() != r.repeat as usize {
+                    return bad(
+                        &format!("{field}.samples"),
+                        format!("{} samples for {} repeats", m.samples.len(), r.repeat),
+                    );
+                }
+                if let Some(v) = m.samples.iter().find(|v| !(v.is_finite() && **v >= 0.0)) {
+                    return bad(&format!("{field}.samples"), format!("{v} (not negative)"));
+                }
+            }
+            if let Some(v) = p.fault.samples.iter().find(|v| !positive(**v)) {
+                return bad("lru_add.fault.samples", format!("{v} (a fault takes time)"));
+            }
+            if let Some(v) = p.period.samples.iter().find(|v| v.fract() != 0.0) {
+                return bad("lru_add.period.samples", format!("{v} (a count of faults)"));
+            }
+        }
+        (None, _) => return bad("lru_add", "missing (format 4 has the LRU-add probe)".into()),
+        (Some(_), _) => return bad("lru_add", "present in a record older than format 4".into()),
     }
     Ok(())
 }
