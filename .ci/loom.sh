@@ -44,9 +44,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The models need speed, not line tables: no debuginfo in this build (it compiles the whole
-# dependency tree again under --cfg loom, so this is most of the script's cold time).
+# dependency tree again under --cfg loom, so this is most of the script's cold time). Its own
+# directory under the caller's target directory (CARGO_TARGET_DIR, else ./target): a build with
+# other RUSTFLAGS would otherwise rebuild the caller's artefacts each time.
 RUSTFLAGS="--cfg loom" \
-    CARGO_TARGET_DIR=target/loom \
+    CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
     CARGO_PROFILE_RELEASE_DEBUG=0 \
     LOOM_MAX_PREEMPTIONS=3 \
     cargo test -p usermm --release \
