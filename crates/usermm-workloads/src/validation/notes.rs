@@ -162,10 +162,10 @@ pub(super) fn hpe(rows: &[ValidationRow], f: &BigfreeResult, v1: Option<u32>) ->
         notes.push(format!(
             "The v1 row is lock-bound in the model: lru_lock is held {:.1} ns a page of the \
              row's {:.1} ns; the posting's {published:.1} ns a page says its bottleneck section \
-             cost more on that machine. The model frees node-locally (each node holds the \
-             mapping) and prices transfers with 2-socket figures, while the posting's 1 TB \
-             spilled over eight nodes of a 64-socket fabric; and v4.10's locked sections were \
-             dearer than this host's proportion, as the node-bound split shows.",
+             cost more on that machine. The model prices the transfers and remote loads of a \
+             64-socket fabric with 2-socket figures (no figure for it was published), and \
+             v4.10's locked sections were dearer than this host's proportion, as the \
+             node-bound split shows.",
             hold_per_page(x, false),
             x.ns_per_page
         ));

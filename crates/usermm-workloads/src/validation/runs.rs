@@ -23,10 +23,14 @@
 //!   CPUs (within `MAX_CPUS`), 64 nodes. v1 at its defaults: the v1 series (2017-02-24) already
 //!   held all five patches, so its default is the cover letter's "with default setting" row —
 //!   1 GiB jobs (`ASYNC_FREE_THRESHOLD`, `MAX_GATHER_BATCH_COUNT` 515) on `batch_free_wq`
-//!   allocated with max_active 0, i.e. `WQ_DFL_ACTIVE` (256). Each node holds the whole
-//!   mapping (16 GiB at the default scale, 32 GiB at `--scale seed`: [`Sizes::seed`]), so
-//!   the free is node-local; the posting's 1 TB filled eight 128 GiB nodes from the zapping
-//!   task's outward, seven of them remote to the task and its workers.
+//!   allocated with max_active 0, i.e. `WQ_DFL_ACTIVE` (256). The whole run is scaled down
+//!   as one ([`whole_run_scaled`]): the posting's 1 TB filled eight 128 GiB nodes from the
+//!   zapping task's outward, seven of them remote to the task and its workers, and with 256
+//!   jobs of 1 GiB in flight its workers shared two nodes' locks at a time; so the nodes are
+//!   the posting's RAM in proportion to the mapping (2 GiB at 16 GiB: the mapping on eight of
+//!   them) and the jobs the patch's in the same proportion (4096 pages at 16 GiB). The rule
+//!   the other runs follow — each node holding the whole mapping up to the posting's node —
+//!   rests on their few jobs in flight sharing one node's locks, which v1's 256 did not.
 //! - **munmap-hold**: seed 003's own modelled run (`munmap_test`, the machine `reproduce` uses),
 //!   vanilla only: its exclusive hold per page.
 
@@ -79,8 +83,8 @@ pub struct Sizes {
 
 impl Sizes {
     /// A tenth of the postings' mappings, near enough (12 GiB of 120, 20 GiB of 100), HPE's
-    /// 1 TiB as 16 GiB (16 jobs: the pipeline's one-job fill and drain are a sixteenth of the
-    /// run), and seed 003's 8 GiB of `reproduce`'s default scale.
+    /// 1 TiB as 16 GiB (its run scaled by 1/64: 2 GiB nodes, 1024 jobs of 4096 pages), and
+    /// seed 003's 8 GiB of `reproduce`'s default scale.
     pub const DEFAULT: Sizes = Sizes {
         node_bound: 12 << 30,
         two_node: 20 << 30,
@@ -89,9 +93,9 @@ impl Sizes {
     };
 
     /// The postings' own (seed 003's "80 GB" as `reproduce --scale seed` maps it), but HPE's:
-    /// its 1 TiB would need the posting's whole 8 TiB emulated (each node holds the mapping up
-    /// to the posting's 128 GiB node), whose page metadata alone this host cannot hold; 32 GiB
-    /// (32 jobs, the pipeline's fill and drain about 3 % of the run) is the most that fits.
+    /// its 1 TiB would need the posting's whole 8 TiB emulated, whose page metadata alone this
+    /// host cannot hold; 32 GiB (the posting's run scaled by 1/32: 256 GiB emulated, jobs of
+    /// 8192 pages) is the size this run has been measured at.
     pub fn seed() -> Sizes {
         Sizes {
             node_bound: NODE_BOUND_FREE.size,
@@ -197,6 +201,41 @@ fn seed_shaped(
     Ok(c)
 }
 
+/// A machine and a job size of `profile`'s shape for freeing `size`, the posting's run scaled
+/// down as a whole by `size / posting size`: every hardware thread a CPU, a node per profile
+/// node, each node the posting's RAM in that proportion (so the mapping spans as many nodes as
+/// the posting's did, filled from the zapping task's node outward), and the patch's job
+/// (`ASYNC_FREE_THRESHOLD`, gathered in `DIV_ROUND_UP(threshold, 510)` batch pages, as
+/// `bigfree::seed_scaled_job` sizes it) in the same proportion, so that a row's jobs in flight
+/// span as many nodes' locks as the posting's did. Returns the machine and
+/// `(threshold_pages, max_batch_count)`.
+fn whole_run_scaled(
+    profile: &str,
+    size: u64,
+    posting: (u64, u64),
+    max_active: &[u32],
+) -> Result<(MachineConfig, (u64, u32)), String> {
+    let (posting_size, posting_ram) = posting;
+    let mut c = bigfree::default_config(size, max_active, None, None);
+    c.time.mode = TimeMode::Virtual;
+    c.time.profile = profile.into();
+    let p = usermm::vtime::Profile::resolve(profile).map_err(|e| e.to_string())?;
+    let t = p.topology();
+    c.cpus = t.hw_threads().min(usize::from(usermm::config::MAX_CPUS)) as u16;
+    c.nodes = (t.nodes as u16).clamp(1, c.cpus);
+    let nodes = u64::from(c.nodes);
+    let proportional = (u128::from(size) * u128::from(posting_ram)).div_ceil(posting_size.into());
+    let whole = size.saturating_add(bigfree::overhead_bytes(size, c.cpus));
+    let per_node = ((proportional / u128::from(nodes)) as u64)
+        .max(whole.div_ceil(nodes))
+        .next_multiple_of(1 << 20);
+    c.mem = (per_node * nodes).min(usermm::config::MAX_MEM_BYTES);
+    let threshold = (u128::from(bigfree::DEFAULT_THRESHOLD_PAGES) * u128::from(size))
+        .div_ceil(posting_size.into()) as u64;
+    let threshold = threshold.clamp(510, bigfree::DEFAULT_THRESHOLD_PAGES);
+    Ok((c, (threshold, threshold.div_ceil(510) as u32)))
+}
+
 /// The jobs of `run` for one era: (run, tag, job).
 fn jobs_of(opts: &ValidationOpts, run: Run, era: &str) -> Result<Vec<(Run, u8, Job)>, String> {
     let div = opts.job_divisor.max(1);
@@ -247,8 +286,15 @@ fn jobs_of(opts: &ValidationOpts, run: Run, era: &str) -> Result<Vec<(Run, u8, J
             // v1's defaults: 1 GiB jobs, `batch_free_wq` with max_active 0 (WQ_DFL_ACTIVE).
             let ma = [seeds::DEFAULT_WQ_MAX_ACTIVE];
             let profile = seeds::HPE_FREE_MACHINE.profile;
-            let c = with_era(seed_shaped(profile, size, (h.size, h.ram), &ma)?);
-            let b = bigfree(size, &ma, c, bigfree::PATCHED_MAX_BATCH_COUNT);
+            let (c, job) = whole_run_scaled(profile, size, (h.size, h.ram), &ma)?;
+            let (threshold_pages, batches) = job;
+            let b = Job::Bigfree(Box::new(BigfreeOpts {
+                threshold_pages: (threshold_pages / div).max(1),
+                max_batch_count: (u64::from(batches) / div).max(1) as u32,
+                pcp_tune_rows: false,
+                base: with_era(c),
+                ..BigfreeOpts::new(size, &ma)
+            }));
             vec![(run, 0, b)]
         }
         Run::MunmapHold => {
@@ -702,46 +748,5 @@ fn munmap_rows(
 }
 
 #[cfg(test)]
-mod budget_test {
-    use super::*;
-
-    /// The whole default validation ran both HPE eras side by side and peaked at 2.86 GB,
-    /// over `reproduce`'s 2 GiB. At the default sizes every run fits the budget alone (none
-    /// needs to run over it), the two HPE runs do not fit it together, and two of any other
-    /// runs do (the cores stay busy).
-    #[test]
-    fn hpe_runs_alone_and_the_rest_pair_up_within_the_budget() {
-        let opts = ValidationOpts::new(Sizes::DEFAULT);
-        let mut est: Vec<(Run, u64)> = Vec::new();
-        for &r in &opts.runs {
-            for era in ERAS {
-                for (run, _, job) in jobs_of(&opts, r, era).unwrap() {
-                    est.push((run, host_bytes(&job)));
-                }
-            }
-        }
-        for &(run, b) in &est {
-            assert!(b <= HOST_BUDGET, "{run:?}: {b} bytes");
-        }
-        let hpe: Vec<u64> = est
-            .iter()
-            .filter(|e| e.0 == Run::Hpe)
-            .map(|e| e.1)
-            .collect();
-        assert_eq!(hpe.len(), 2);
-        assert!(hpe[0] + hpe[1] > HOST_BUDGET, "{hpe:?}");
-        // The HPE machine commits more than 1 GiB before its run (1/1024 of its 1 TiB).
-        assert!(hpe[0] > 1 << 30, "{hpe:?}");
-        let rest: Vec<u64> = est
-            .iter()
-            .filter(|e| e.0 != Run::Hpe)
-            .map(|e| e.1)
-            .collect();
-        let mut big = rest.clone();
-        big.sort_unstable();
-        assert!(
-            big[big.len() - 1] + big[big.len() - 2] <= HOST_BUDGET,
-            "{big:?}"
-        );
-    }
-}
+#[path = "runs_test.rs"]
+mod budget_test;
