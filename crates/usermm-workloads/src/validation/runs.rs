@@ -173,14 +173,27 @@ fn pages(bytes: u64) -> f64 {
     (bytes / PAGE_SIZE) as f64
 }
 
+/// How a run's emulated RAM is cut into nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NodeRule {
+    /// Each node `max(the posting's RAM in proportion to the mapping, the whole mapping up to
+    /// the posting's node size)` (the rule of `bigfree::fit_seed_machine`: a row's few jobs in
+    /// flight share one node's locks, as the posting's did).
+    WholeMappingPerNode,
+    /// Each node the posting's RAM in proportion to the mapping: the mapping spans as many
+    /// nodes as the posting's did.
+    Proportional,
+}
+
 /// A machine of `profile`'s shape in virtual time for freeing `size`: every hardware thread a
-/// CPU, a node per profile node, each node `max(the posting's RAM in proportion to the mapping,
-/// the whole mapping up to the posting's node size)` (the rule of `bigfree::fit_seed_machine`).
+/// CPU, a node per profile node, each node sized by `rule` (never less than the mapping and
+/// its overhead in all; whole MiB).
 fn seed_shaped(
     profile: &str,
     size: u64,
     posting: (u64, u64),
     max_active: &[u32],
+    rule: NodeRule,
 ) -> Result<MachineConfig, String> {
     let (posting_size, posting_ram) = posting;
     let mut c = bigfree::default_config(size, max_active, None, None);
@@ -193,8 +206,12 @@ fn seed_shaped(
     let nodes = u64::from(c.nodes);
     let proportional = (u128::from(size) * u128::from(posting_ram)).div_ceil(posting_size.into());
     let whole = size.saturating_add(bigfree::overhead_bytes(size, c.cpus));
+    let one_node = match rule {
+        NodeRule::WholeMappingPerNode => whole.min(posting_ram / nodes),
+        NodeRule::Proportional => 0,
+    };
     let per_node = ((proportional / u128::from(nodes)) as u64)
-        .max(whole.min(posting_ram / nodes))
+        .max(one_node)
         .max(whole.div_ceil(nodes))
         .next_multiple_of(1 << 20);
     c.mem = (per_node * nodes).min(usermm::config::MAX_MEM_BYTES);
@@ -202,12 +219,11 @@ fn seed_shaped(
 }
 
 /// A machine and a job size of `profile`'s shape for freeing `size`, the posting's run scaled
-/// down as a whole by `size / posting size`: every hardware thread a CPU, a node per profile
-/// node, each node the posting's RAM in that proportion (so the mapping spans as many nodes as
-/// the posting's did, filled from the zapping task's node outward), and the patch's job
-/// (`ASYNC_FREE_THRESHOLD`, gathered in `DIV_ROUND_UP(threshold, 510)` batch pages, as
-/// `bigfree::seed_scaled_job` sizes it) in the same proportion, so that a row's jobs in flight
-/// span as many nodes' locks as the posting's did. Returns the machine and
+/// down as a whole by `size / posting size`: the nodes [`NodeRule::Proportional`] (the mapping
+/// spans as many nodes as the posting's did, filled from the zapping task's node outward), and
+/// the patch's job (`ASYNC_FREE_THRESHOLD`, gathered in `DIV_ROUND_UP(threshold, 510)` batch
+/// pages, as `bigfree::seed_scaled_job` sizes it) in the same proportion, so that a row's jobs
+/// in flight span as many nodes' locks as the posting's did. Returns the machine and
 /// `(threshold_pages, max_batch_count)`.
 fn whole_run_scaled(
     profile: &str,
@@ -215,21 +231,8 @@ fn whole_run_scaled(
     posting: (u64, u64),
     max_active: &[u32],
 ) -> Result<(MachineConfig, (u64, u32)), String> {
-    let (posting_size, posting_ram) = posting;
-    let mut c = bigfree::default_config(size, max_active, None, None);
-    c.time.mode = TimeMode::Virtual;
-    c.time.profile = profile.into();
-    let p = usermm::vtime::Profile::resolve(profile).map_err(|e| e.to_string())?;
-    let t = p.topology();
-    c.cpus = t.hw_threads().min(usize::from(usermm::config::MAX_CPUS)) as u16;
-    c.nodes = (t.nodes as u16).clamp(1, c.cpus);
-    let nodes = u64::from(c.nodes);
-    let proportional = (u128::from(size) * u128::from(posting_ram)).div_ceil(posting_size.into());
-    let whole = size.saturating_add(bigfree::overhead_bytes(size, c.cpus));
-    let per_node = ((proportional / u128::from(nodes)) as u64)
-        .max(whole.div_ceil(nodes))
-        .next_multiple_of(1 << 20);
-    c.mem = (per_node * nodes).min(usermm::config::MAX_MEM_BYTES);
+    let c = seed_shaped(profile, size, posting, max_active, NodeRule::Proportional)?;
+    let posting_size = posting.0;
     let threshold = (u128::from(bigfree::DEFAULT_THRESHOLD_PAGES) * u128::from(size))
         .div_ceil(posting_size.into()) as u64;
     let threshold = threshold.clamp(510, bigfree::DEFAULT_THRESHOLD_PAGES);
@@ -260,7 +263,13 @@ fn jobs_of(opts: &ValidationOpts, run: Run, era: &str) -> Result<Vec<(Run, u8, J
             let ma: Vec<u32> = nb.rows.iter().map(|r| r.0).collect();
             let size = opts.sizes.node_bound;
             let ex = seeds::PARALLEL_FREE_MACHINE.profile;
-            let mut c = seed_shaped(ex, size, (nb.size, nb.ram), &ma)?;
+            let mut c = seed_shaped(
+                ex,
+                size,
+                (nb.size, nb.ram),
+                &ma,
+                NodeRule::WholeMappingPerNode,
+            )?;
             c.mm.membind = Some(nb.membind);
             let b = bigfree(size, &ma, with_era(c), bigfree::PATCHED_MAX_BATCH_COUNT);
             vec![(run, 0, b)]
@@ -270,7 +279,13 @@ fn jobs_of(opts: &ValidationOpts, run: Run, era: &str) -> Result<Vec<(Run, u8, J
             let size = opts.sizes.two_node;
             let ma: Vec<u32> = tn.rows_1g.iter().map(|r| r.0).collect();
             let ep = seeds::HUGE_ZERO_MACHINE.profile;
-            let c = with_era(seed_shaped(ep, size, (tn.size, tn.ram), &ma)?);
+            let c = with_era(seed_shaped(
+                ep,
+                size,
+                (tn.size, tn.ram),
+                &ma,
+                NodeRule::WholeMappingPerNode,
+            )?);
             vec![
                 (
                     run,
