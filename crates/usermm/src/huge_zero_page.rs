@@ -27,8 +27,8 @@
 //! tests `is_huge_zero_page` before touching the page), so the seed's v4.8 drops a zapped
 //! mm's references in runs, one per gathered PMD, back to back in one loop
 //! ([`HugeZeroPage::release_put`]). With the 4.9 patch `release_pages` skips the page instead;
-//! the gathering itself went in 5.14 ("remove unnecessary tlb_remove_page_size() for huge zero
-//! pmd", Miaohe Lin, 2021), which the engine does not follow (one zap path for both policies).
+//! the gathering itself went with "remove unnecessary tlb_remove_page_size() for huge zero
+//! pmd" (Miaohe Lin, 2021), which the engine does not follow (one zap path for both policies).
 //! A split (`__split_huge_zero_page_pmd`) and a write fault that replaces the PMD put at once,
 //! as v4.8 did ([`HugeZeroPage::zap_put`]).
 //!

@@ -24,7 +24,7 @@
 //! frees are `pub(crate)`): a page handed to `remove_page` is freed, so only the zap, which
 //! has just cleared the entry mapping it, may hand one. The huge zero page is the exception
 //! that is gathered and never freed: its entry drops the zapped PMD's reference on it when
-//! its batch is released (v4.7–v5.13; `crate::huge_zero_page`, "Where a zap's put happens").
+//! its batch is released (v4.7 to 2021's removal of that gathering; `crate::huge_zero_page`, "Where a zap's put happens").
 //!
 //! # The two free policies (`free.policy`, resolved once in [`GatherPolicy`])
 //! - `inline`: `tlb_flush_mmu_free` releases every batch in the zapping task, in chunks of at

@@ -2,7 +2,7 @@
 //! reference per page, take the last ones off the LRU under their node's `lru_lock` (batched
 //! as `SWAP_CLUSTER_MAX` does) and hand them to `free_unref_page_list`.
 //!
-//! A gathered batch may hold the huge zero page (a zapped huge-zero PMD); as in v4.7–v4.8,
+//! A gathered batch may hold the huge zero page (a zapped huge-zero PMD); as in v4.7 and v4.8,
 //! its reference goes to `put_huge_zero_page` from this loop (`release_gathered`), with
 //! the per-mm policy it is skipped.
 //!
