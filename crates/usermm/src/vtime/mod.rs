@@ -79,8 +79,8 @@
 //! - **Shared line** ([`hooks::line_rmw`], e.g. the huge zero page's refcount): an RMW starts at
 //!   `max(clock, end of the line's previous RMW)` and costs `A + T(last→me)`; its requester's
 //!   CPU is busy all along (a stalled atomic is CPU time, as `perf` would show). N CPUs
-//!   hammering one line with K RMWs each, each RMW long after its CPU's previous one, end at
-//!   `A + (N·K − 1)·(A + T)`. The CPU that loses the line keeps its copy until half-way
+//!   hammering one line with K RMWs each, each RMW long after its CPU's previous one: the
+//!   line's last RMW ends at `A + (N·K − 1)·(A + T)`. The CPU that loses the line keeps its copy until half-way
 //!   through the transfer away from it (an assumption, `HOLDER_KEEPS_LINE`): an RMW it
 //!   issues before then costs `A` alone and queues behind nothing (back-to-back RMWs of one
 //!   CPU, as v4.8's `release_pages` dropping huge-zero references).
