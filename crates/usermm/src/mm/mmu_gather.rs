@@ -70,8 +70,9 @@ struct Batch {
 /// Release `pages` in chunks of `MAX_NR_FOLIOS_PER_FREE` (`tlb_batch_pages_flush`); a
 /// gathered huge zero page's reference is dropped in its place (`release_gathered`).
 fn free_batch_pages(phys: &PhysMem, hz: &HugeZeroPage, cpu: CpuId, pages: &[Pfn]) {
+    let huge_zero = hz.pfn();
     for chunk in pages.chunks(MAX_NR_FOLIOS_PER_FREE) {
-        phys.release_gathered(cpu, chunk, hz);
+        phys.release_gathered(cpu, chunk, huge_zero, &mut || hz.release_put(cpu));
     }
 }
 

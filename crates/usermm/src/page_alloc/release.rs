@@ -14,7 +14,6 @@ use super::meta::*;
 use super::{Lruvec, PhysMem};
 use crate::addr::{Order, Pfn};
 use crate::cpu::CpuId;
-use crate::huge_zero_page::HugeZeroPage;
 use crate::stats::VmItem;
 use crate::sync::vhook::{on_clock, Touch};
 use crate::sync::Cost;
@@ -32,11 +31,17 @@ impl PhysMem {
     }
 
     /// [`Self::release_pages`] of a flushed `mmu_gather` batch, which may hold the huge zero
-    /// page (a zapped huge-zero PMD): as v4.8's loop, each such entry is handed to
-    /// [`HugeZeroPage::release_put`] (`is_huge_zero_page` → `put_huge_zero_page`) and
-    /// skipped, in its place among the batch's pages.
-    pub(crate) fn release_gathered(&self, cpu: CpuId, pages: &[Pfn], hz: &HugeZeroPage) {
-        on_clock!(c => self.release_pages_on(c, cpu, pages, Some(hz)));
+    /// page `huge_zero` (a zapped huge-zero PMD): as v4.8's loop, each such entry calls `put`
+    /// (`is_huge_zero_page` → `put_huge_zero_page`: the gather passes
+    /// `HugeZeroPage::release_put`) and is skipped, in its place among the batch's pages.
+    pub(crate) fn release_gathered(
+        &self,
+        cpu: CpuId,
+        pages: &[Pfn],
+        huge_zero: Option<Pfn>,
+        put: &mut dyn FnMut(),
+    ) {
+        on_clock!(c => self.release_pages_on(c, cpu, pages, huge_zero.map(|p| (p, put))));
     }
 
     /// [`Self::release_pages`] on the clock `c` it found: its loop's hooks test no flag.
@@ -45,7 +50,7 @@ impl PhysMem {
         c: impl SpinClock,
         cpu: CpuId,
         pages: &[Pfn],
-        hz: Option<&HugeZeroPage>,
+        mut huge_zero: Option<(Pfn, &mut dyn FnMut())>,
     ) {
         let meta = self.meta_slice();
         // Sized at the first page that is really freed: releasing the references of an LRU-add
@@ -60,14 +65,11 @@ impl PhysMem {
         let mut dels = 0u64;
         for &pfn in pages {
             let m = &meta[pfn.index()];
-            let huge_zero = if m.flags() & PG_RESERVED != 0 {
-                match hz {
-                    Some(hz) if hz.pfn() == Some(pfn) => Some(hz),
-                    _ => continue,
-                }
-            } else {
-                None
-            };
+            let reserved = m.flags() & PG_RESERVED != 0;
+            let is_huge_zero = reserved && matches!(huge_zero, Some((hz, _)) if hz == pfn);
+            if reserved && !is_huge_zero {
+                continue;
+            }
             // Do not hold the lru lock for too long (SWAP_CLUSTER_MAX).
             if lru.is_some() {
                 lock_batch += 1;
@@ -78,8 +80,10 @@ impl PhysMem {
                 }
             }
             // `is_huge_zero_page` comes before the page's refcount is touched.
-            if let Some(hz) = huge_zero {
-                hz.release_put(cpu);
+            if is_huge_zero {
+                if let Some((_, put)) = huge_zero.as_mut() {
+                    put();
+                }
                 continue;
             }
             // `folio_put_testzero`: the first write of the page's line on the freeing CPU
