@@ -119,8 +119,9 @@ fn usecs(out: &str, intro: &str) -> u64 {
 fn usemem_user_work_takes_virtual_time() {
     let one = usecs(&virtual_usemem(&["1M"]), "");
     let many = usecs(&virtual_usemem(&["1M", "-r", "100"]), "");
-    // The first walk also faults its pages in; the 99 more cost their lines each.
-    assert!(many > 10 * one.max(1), "-r 100: {many} µs vs {one} µs once");
+    // The first walk also faults its pages in (dearer since the era's fault factor, 1.515,
+    // applies: 10 times as long was 9.6 then); the 99 more cost their lines each.
+    assert!(many > 5 * one.max(1), "-r 100: {many} µs vs {one} µs once");
     let again = virtual_usemem(&["16M", "-Z"]);
     assert!(usecs(&again, "read again") > 0, "{again}");
     // -e: the delay ends (it polls a clock the accesses move).

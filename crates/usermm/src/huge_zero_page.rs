@@ -12,12 +12,25 @@
 //!
 //! # The two policies
 //! - `per_mm_ref = off` (vanilla): every read fault that maps it does `get` (an
-//!   `atomic_inc_not_zero` CAS loop on the one global counter) and every zap of such a PMD does
-//!   `put`. 72 processes faulting 2 MiB steps hammer one cache line: 54 % of cycles in the seed.
+//!   `atomic_inc_not_zero` CAS loop on the one global counter) and every PMD of it that is
+//!   zapped, split or replaced gives a `put`. 72 processes faulting 2 MiB steps hammer one cache
+//!   line: 54 % of cycles in the seed.
 //! - `per_mm_ref = on` (merged in 4.9): the first use in an mm takes one reference and sets
 //!   `MMF_HUGE_ZERO_PAGE`; later faults only test the flag; `__mmput` drops it after
 //!   `exit_mmap`. Zaps touch nothing. The reference is not inherited: a forked child takes its own when it
 //!   copies a huge-zero PMD (`mm/fork.rs`), since `MMF_HUGE_ZERO_PAGE` is not copied.
+//!
+//! # Where a zap's put happens
+//! Since v4.7 ("thp: keep huge zero page pinned until tlb flush", Kirill Shutemov, 2016) the
+//! zap does not put: `zap_huge_pmd` gathers the page into the `mmu_gather`
+//! (`tlb_remove_page_size`) and `release_pages` puts it when the gather is flushed (its loop
+//! tests `is_huge_zero_page` before touching the page), so the seed's v4.8 drops a zapped
+//! mm's references in runs, one per gathered PMD, back to back in one loop
+//! ([`HugeZeroPage::release_put`]). With the 4.9 patch `release_pages` skips the page instead;
+//! the gathering itself went with "remove unnecessary tlb_remove_page_size() for huge zero
+//! pmd" (Miaohe Lin, 2021), which the engine does not follow (one zap path for both policies).
+//! A split (`__split_huge_zero_page_pmd`) and a write fault that replaces the PMD put at once,
+//! as v4.8 did ([`HugeZeroPage::zap_put`]).
 //!
 //! # Invariants
 //! 1. While the page exists, `refcount ≥ 1` (the shrinker's bias); only the shrinker moves it
@@ -188,8 +201,17 @@ impl HugeZeroPage {
         }
     }
 
-    /// A huge-zero PMD was zapped or split away.
+    /// A huge-zero PMD was split away or replaced (v4.8 puts at once there).
     pub(crate) fn zap_put(&self, cpu: CpuId) {
+        if !self.per_mm_ref {
+            self.put_huge_zero_page(cpu);
+        }
+    }
+
+    /// `release_pages` met the huge zero page in a flushed gather (a zapped huge-zero PMD):
+    /// v4.8 drops that PMD's reference here; with the per-mm reference there is none to drop.
+    #[doc(alias = "release_pages")]
+    pub(crate) fn release_put(&self, cpu: CpuId) {
         if !self.per_mm_ref {
             self.put_huge_zero_page(cpu);
         }

@@ -288,6 +288,11 @@ impl Machine {
         &self.huge_zero
     }
 
+    /// The huge zero page, shared (a parallel free's worker job holds it beside `phys_arc`).
+    pub(crate) fn huge_zero_arc(&self) -> Arc<HugeZeroPage> {
+        Arc::clone(&self.huge_zero)
+    }
+
     pub fn gather_policy(&self) -> &GatherPolicy {
         &self.gather
     }

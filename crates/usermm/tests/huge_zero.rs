@@ -89,6 +89,45 @@ fn global_counter_operations_per_policy() {
     }
 }
 
+/// v4.7's "thp: keep huge zero page pinned until tlb flush": `zap_huge_pmd` gathers the huge
+/// zero page (`tlb_remove_page_size`) and `release_pages` drops the PMD's reference when the
+/// gather is flushed — a full gather forces a flush in mid-zap, whose references go then —
+/// where the engine used to put at zap time and gather nothing. With the per-mm reference the
+/// page is gathered all the same and skipped.
+#[test]
+fn a_zap_gathers_the_huge_zero_page_and_release_pages_puts_it() {
+    use usermm::mm::mmu_gather::{MAX_GATHER_BATCH, MMU_GATHER_BUNDLE};
+    // The on-stack slots and one batch page, then one entry more: one forced flush.
+    let n = (MMU_GATHER_BUNDLE + MAX_GATHER_BATCH + 1) as u64;
+    for per_mm in [false, true] {
+        let m = machine_with(|c| {
+            c.thp = ThpMode::Always;
+            c.huge_zero.per_mm_ref = per_mm;
+            c.gather.max_batch_count = 1;
+        });
+        let free0 = free_pages(&m);
+        let mm = Mm::new(&m, C0).unwrap();
+        let len = n << 21;
+        let a = ro_walk(&mm, C0, len);
+        let hz = m.huge_zero();
+        let held = if per_mm { 1 } else { n as i64 };
+        assert_eq!(hz.refcount(), 1 + held, "per_mm_ref={per_mm}");
+        let vm0 = m.vmstat_snapshot();
+        mm.munmap(C0, a, len).unwrap();
+        let d = m.vmstat_snapshot().since(&vm0);
+        assert_eq!(d.get(VmItem::GatherBatchAlloc), 1, "per_mm_ref={per_mm}");
+        assert_eq!(d.get(VmItem::GatherForcedFlush), 1, "per_mm_ref={per_mm}");
+        assert_eq!(
+            d.get(VmItem::HugeZeroRefPut),
+            if per_mm { 0 } else { n as i64 },
+            "per_mm_ref={per_mm}"
+        );
+        assert_eq!(hz.refcount(), if per_mm { 2 } else { 1 });
+        mm.validate().unwrap();
+        exit_and_check(&m, mm, free0);
+    }
+}
+
 #[test]
 fn write_after_huge_zero_read_both_eras() {
     for (wf, thp_allocs, splits, rss) in [

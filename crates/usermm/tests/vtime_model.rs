@@ -264,6 +264,8 @@ fn rwsem_readers_share_a_waiting_writer_blocks_new_readers_and_downgrade_hands_o
 
 #[test]
 fn a_shared_line_hammered_by_n_cpus_serialises_every_rmw() {
+    // Each CPU works T_sock after each RMW: its next one comes after its copy is gone (half
+    // a transfer into the next CPU's), so none is served from a kept copy.
     let (n, k) = (4u64, 100u64);
     let rt = rt();
     let ends = rt.run(31, || {
@@ -273,6 +275,7 @@ fn a_shared_line_hammered_by_n_cpus_serialises_every_rmw() {
                     s.spawn(cpu, move || {
                         for _ in 0..k {
                             hooks::line_rmw(0x1000, &LINE, &LINE);
+                            vtime::work(T_SOCK);
                         }
                         vtime::now()
                     })
@@ -283,15 +286,49 @@ fn a_shared_line_hammered_by_n_cpus_serialises_every_rmw() {
     });
     // Round robin: the first RMW is local (A); every later one waits for the previous and
     // pulls the line from the previous CPU: A + T_sock.
-    assert_eq!(*ends.iter().max().unwrap(), A + (n * k - 1) * (A + T_SOCK));
+    let line_end = A + (n * k - 1) * (A + T_SOCK);
+    assert_eq!(*ends.iter().max().unwrap(), line_end + T_SOCK);
     let r = rt.report();
     let l = r.line("test.line").unwrap();
-    assert_eq!((l.rmws, l.bounces), (n * k, n * k - 1));
-    // Nothing else ran: all the CPUs' busy time is time on the line.
-    assert_eq!(l.time_ns, r.busy_ns());
-    assert_eq!(r.line_share("test.line"), 1.0);
+    assert_eq!((l.rmws, l.bounces, l.kept), (n * k, n * k - 1, 0));
+    // Besides the work, all the CPUs' busy time is time on the line.
+    assert_eq!(l.time_ns + n * k * T_SOCK, r.busy_ns());
     // Each CPU waited for the N-1 others between two of its RMWs.
-    assert_eq!(l.wait_ns, l.time_ns - (A + (n * k - 1) * (A + T_SOCK)));
+    assert_eq!(l.wait_ns, l.time_ns - n * k * A - (n * k - 1) * T_SOCK);
+}
+
+/// A CPU issuing RMWs back to back keeps the line until half-way through the transfer that
+/// takes it away (`HOLDER_KEEPS_LINE`): the RMWs it starts and ends before then are done in its
+/// own copy (A each, no queue, no transfer); the next one queues as usual.
+#[test]
+fn back_to_back_rmws_use_the_copy_kept_until_half_the_transfer_away() {
+    let rt = rt();
+    let ends = rt.run(31, || {
+        vtime::scope(|s| {
+            let hs: Vec<_> = [(0usize, 4u32), (1, 3)]
+                .into_iter()
+                .map(|(cpu, k)| {
+                    s.spawn(cpu, move || {
+                        for _ in 0..k {
+                            hooks::line_rmw(0x3000, &LINE, &LINE);
+                        }
+                        vtime::now()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join()).collect::<Vec<_>>()
+        })
+    });
+    // CPU 0: [0, A] local; CPU 1's transfer runs [A, 2A + T] and CPU 0's copy lasts until
+    // A + T/2 = 30: its RMWs at 10 and 20 are kept; the one at 30 would end past it, so it
+    // queues behind CPU 1's, pulls the line back over [60, 110] and leaves CPU 1 its copy
+    // until 80, in which CPU 1 does its RMWs at 60 and 70.
+    assert_eq!((A, T_SOCK), (10, 40));
+    assert_eq!(ends, vec![110, 80]);
+    let r = rt.report();
+    let l = r.line("test.line").unwrap();
+    assert_eq!((l.rmws, l.bounces, l.kept), (7, 2, 4));
+    assert_eq!((l.wait_ns, l.time_ns), (10 + 30, 110 + 80));
 }
 
 #[test]

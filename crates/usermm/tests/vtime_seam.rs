@@ -208,17 +208,22 @@ fn a_shared_line_hammered_by_n_cpus_serialises_every_rmw() {
     let (n, k) = (4u64, 100u64);
     let rt = rt();
     let line = SharedLine::new(&LINE, AtomicU64::new(0));
+    // Work after each RMW: the next one comes after the CPU's copy is gone (no kept RMW).
     let ends = rt.run(31, || {
-        n_by_k(&[0, 1, 2, 3], k, 0, &line, |l, _| {
+        n_by_k(&[0, 1, 2, 3], k, T_SOCK, &line, |l, h| {
             l.fetch_add(1, Relaxed);
+            vtime::work(h);
         })
     });
-    assert_eq!(*ends.iter().max().unwrap(), A + (n * k - 1) * (A + T_SOCK));
+    assert_eq!(
+        *ends.iter().max().unwrap(),
+        A + (n * k - 1) * (A + T_SOCK) + T_SOCK
+    );
     assert_eq!(line.load(Relaxed), n * k);
     let r = rt.report();
     let l = r.line("test.line").unwrap();
-    assert_eq!((l.rmws, l.bounces), (n * k, n * k - 1));
-    assert_eq!(r.line_share("test.line"), 1.0);
+    assert_eq!((l.rmws, l.bounces, l.kept), (n * k, n * k - 1, 0));
+    assert_eq!(l.time_ns + n * k * T_SOCK, r.busy_ns());
 }
 
 /// The engine's `Workqueue` with `max_active` M over J equal jobs of `d`, in a profile where

@@ -243,7 +243,13 @@ pub(crate) fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u
     }
     let pfn = old.pfn();
     if old.special() {
-        machine.huge_zero().zap_put(cpu);
+        // The huge zero page is gathered like any page (`tlb_remove_page_size`, v4.7's
+        // "thp: keep huge zero page pinned until tlb flush"): its reference is dropped after
+        // the TLB flush, by `release_pages` (`HugeZeroPage::release_put`), not here.
+        charge(Cost::GatherPage, 1);
+        if tlb.remove_page(pfn) {
+            tlb.forced_flush();
+        }
         return Some(512);
     }
     let m = phys.meta(pfn);

@@ -22,7 +22,9 @@
 //!
 //! A gather is built only inside the crate (its constructor and every method that queues or
 //! frees are `pub(crate)`): a page handed to `remove_page` is freed, so only the zap, which
-//! has just cleared the entry mapping it, may hand one.
+//! has just cleared the entry mapping it, may hand one. The huge zero page is the exception
+//! that is gathered and never freed: its entry drops the zapped PMD's reference on it when
+//! its batch is released (v4.7 to 2021's removal of that gathering; `crate::huge_zero_page`, "Where a zap's put happens").
 //!
 //! # The two free policies (`free.policy`, resolved once in [`GatherPolicy`])
 //! - `inline`: `tlb_flush_mmu_free` releases every batch in the zapping task, in chunks of at
@@ -45,6 +47,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::addr::{Order, Pfn};
 use crate::cpu::CpuId;
+use crate::huge_zero_page::HugeZeroPage;
 use crate::mm::Mm;
 use crate::page_alloc::meta::PG_KERNEL;
 use crate::page_alloc::{Gfp, PhysMem};
@@ -64,10 +67,12 @@ struct Batch {
     pages: Vec<Pfn>,
 }
 
-/// Release `pages` in chunks of `MAX_NR_FOLIOS_PER_FREE` (`tlb_batch_pages_flush`).
-fn free_batch_pages(phys: &PhysMem, cpu: CpuId, pages: &[Pfn]) {
+/// Release `pages` in chunks of `MAX_NR_FOLIOS_PER_FREE` (`tlb_batch_pages_flush`); a
+/// gathered huge zero page's reference is dropped in its place (`release_gathered`).
+fn free_batch_pages(phys: &PhysMem, hz: &HugeZeroPage, cpu: CpuId, pages: &[Pfn]) {
+    let huge_zero = hz.pfn();
     for chunk in pages.chunks(MAX_NR_FOLIOS_PER_FREE) {
-        phys.release_pages(cpu, chunk);
+        phys.release_gathered(cpu, chunk, huge_zero, &mut || hz.release_put(cpu));
     }
 }
 
@@ -270,13 +275,14 @@ impl<'a> MmuGather<'a> {
                 self.hand_off(p);
             }
         }
-        free_batch_pages(self.phys, self.cpu, &self.local);
+        let hz = self.mm.machine().huge_zero();
+        free_batch_pages(self.phys, hz, self.cpu, &self.local);
         self.local.clear();
         for b in &mut self.batches {
             if b.pages.is_empty() {
                 break;
             }
-            free_batch_pages(self.phys, self.cpu, &b.pages);
+            free_batch_pages(self.phys, hz, self.cpu, &b.pages);
             b.pages.clear();
         }
         self.active = None;
@@ -294,9 +300,10 @@ impl<'a> MmuGather<'a> {
         }
         let batches = std::mem::take(&mut self.batches);
         let phys = self.mm.machine().phys_arc();
+        let hz = self.mm.machine().huge_zero_arc();
         let handle = p.wq.queue(move |cpu| {
             for b in &batches {
-                free_batch_pages(&phys, cpu, &b.pages);
+                free_batch_pages(&phys, &hz, cpu, &b.pages);
             }
             free_batch_frames(&phys, cpu, &batches);
         });

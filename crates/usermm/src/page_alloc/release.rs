@@ -2,6 +2,10 @@
 //! reference per page, take the last ones off the LRU under their node's `lru_lock` (batched
 //! as `SWAP_CLUSTER_MAX` does) and hand them to `free_unref_page_list`.
 //!
+//! A gathered batch may hold the huge zero page (a zapped huge-zero PMD); as in v4.7 and v4.8,
+//! its reference goes to `put_huge_zero_page` from this loop (`release_gathered`), with
+//! the per-mm policy it is skipped.
+//!
 //! Mirrors `mm/swap.c`. The `lru_lock` is dropped before any pcp lock is taken.
 
 use std::sync::atomic::Ordering::Relaxed;
@@ -23,11 +27,31 @@ impl PhysMem {
     #[doc(alias = "free_pages_and_swap_cache")]
     #[doc(alias = "folios_put_refs")]
     pub(crate) fn release_pages(&self, cpu: CpuId, pages: &[Pfn]) {
-        on_clock!(c => self.release_pages_on(c, cpu, pages));
+        on_clock!(c => self.release_pages_on(c, cpu, pages, None));
+    }
+
+    /// [`Self::release_pages`] of a flushed `mmu_gather` batch, which may hold the huge zero
+    /// page `huge_zero` (a zapped huge-zero PMD): as v4.8's loop, each such entry calls `put`
+    /// (`is_huge_zero_page` → `put_huge_zero_page`: the gather passes
+    /// `HugeZeroPage::release_put`) and is skipped, in its place among the batch's pages.
+    pub(crate) fn release_gathered(
+        &self,
+        cpu: CpuId,
+        pages: &[Pfn],
+        huge_zero: Option<Pfn>,
+        put: &mut dyn FnMut(),
+    ) {
+        on_clock!(c => self.release_pages_on(c, cpu, pages, huge_zero.map(|p| (p, put))));
     }
 
     /// [`Self::release_pages`] on the clock `c` it found: its loop's hooks test no flag.
-    fn release_pages_on(&self, c: impl SpinClock, cpu: CpuId, pages: &[Pfn]) {
+    fn release_pages_on(
+        &self,
+        c: impl SpinClock,
+        cpu: CpuId,
+        pages: &[Pfn],
+        mut huge_zero: Option<(Pfn, &mut dyn FnMut())>,
+    ) {
         let meta = self.meta_slice();
         // Sized at the first page that is really freed: releasing the references of an LRU-add
         // batch (pages still mapped) allocates nothing.
@@ -41,7 +65,9 @@ impl PhysMem {
         let mut dels = 0u64;
         for &pfn in pages {
             let m = &meta[pfn.index()];
-            if m.flags() & PG_RESERVED != 0 {
+            let reserved = m.flags() & PG_RESERVED != 0;
+            let is_huge_zero = reserved && matches!(huge_zero, Some((hz, _)) if hz == pfn);
+            if reserved && !is_huge_zero {
                 continue;
             }
             // Do not hold the lru lock for too long (SWAP_CLUSTER_MAX).
@@ -52,6 +78,13 @@ impl PhysMem {
                     lru = None;
                     lock_batch = 0;
                 }
+            }
+            // `is_huge_zero_page` comes before the page's refcount is touched.
+            if is_huge_zero {
+                if let Some((_, put)) = huge_zero.as_mut() {
+                    put();
+                }
+                continue;
             }
             // `folio_put_testzero`: the first write of the page's line on the freeing CPU
             // (a worker's line was last written by the zapping CPU), a locked RMW.

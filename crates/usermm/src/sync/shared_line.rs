@@ -4,7 +4,8 @@
 //! Every read-modify-write is a synchronisation point: in a virtual run it calls
 //! `vhook::line_rmw` first, which serialises RMWs on the line and charges the cache-line
 //! transfer when the line comes from another CPU: where seed 002's 54 % of cycles on one
-//! counter come from. Plain loads and stores are not (a load of a line nobody writes stays in every
+//! counter come from. A CPU's RMWs issued back to back right after it lost the line may still
+//! find it in its cache (`vtime/sched/resources.rs`, `HOLDER_KEEPS_LINE`). Plain loads and stores are not (a load of a line nobody writes stays in every
 //! cache). On the host it is the bare atomic.
 //!
 //! Only atomics that are one line shared by every CPU belong here. Per-CPU counters

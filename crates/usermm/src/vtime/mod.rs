@@ -79,7 +79,11 @@
 //! - **Shared line** ([`hooks::line_rmw`], e.g. the huge zero page's refcount): an RMW starts at
 //!   `max(clock, end of the line's previous RMW)` and costs `A + T(last→me)`; its requester's
 //!   CPU is busy all along (a stalled atomic is CPU time, as `perf` would show). N CPUs
-//!   hammering one line with K RMWs each end at `A + (N·K − 1)·(A + T)`.
+//!   hammering one line with K RMWs each, each RMW long after its CPU's previous one: the
+//!   line's last RMW ends at `A + (N·K − 1)·(A + T)`. The CPU that loses the line keeps its copy until half-way
+//!   through the transfer away from it (an assumption, `HOLDER_KEEPS_LINE`): an RMW it
+//!   issues before then costs `A` alone and queues behind nothing (back-to-back RMWs of one
+//!   CPU, as v4.8's `release_pages` dropping huge-zero references).
 //! - **Condition variable** ([`hooks::cv_wait`]/[`hooks::cv_notify`]): a waiter queues, releases
 //!   the mutex (handing it over if someone waits) and leaves its CPU; a notify wakes the first
 //!   waiter (or all) at the notifier's clock `+ W`, FIFO; each then re-acquires the mutex.
@@ -135,7 +139,9 @@
 //! - SMT slowdown is one factor, read at each charge (see above).
 //! - A loop that polls without charging any cost makes no virtual progress: engine retry
 //!   loops must charge something (they do, through the costs of what they retry).
-//! - Shared lines serve RMWs strictly in time order. A read-then-`cmpxchg` loop written with
+//! - Shared lines serve RMWs in time order, but for the holder's RMWs in its still-valid
+//!   copy (above), which the hand-off under way does not wait for (the invalidation would
+//!   wait for a locked instruction in progress, at most `A`). A read-then-`cmpxchg` loop written with
 //!   `SharedLine::fetch_update` (the huge zero page's `atomic_inc_not_zero`) is one RMW: on the
 //!   hardware a failed `cmpxchg` leaves the line in the failing core's cache and the retry finds
 //!   it there. A loop of separate `compare_exchange` calls would instead queue every retry

@@ -108,6 +108,9 @@ pub struct LineStat {
     pub rmws: u64,
     /// RMWs whose line came from another CPU.
     pub bounces: u64,
+    /// RMWs done in the copy a CPU still held while a transfer away from it was under way
+    /// (back-to-back RMWs of one CPU, `vtime/sched/resources.rs`, `HOLDER_KEEPS_LINE`).
+    pub kept: u64,
     /// Time RMWs waited for the line (queued behind other CPUs' RMWs).
     pub wait_ns: u64,
     /// Virtual CPU time spent on the line: from each RMW's request to its end (wait, transfer
@@ -233,6 +236,7 @@ impl Report {
                 class: l.name.to_string(),
                 rmws: l.rmws,
                 bounces: l.bounces,
+                kept: l.kept,
                 wait_ns: ns(l.wait),
                 time_ns: ns(l.time),
             })

@@ -79,6 +79,8 @@ pub(in crate::vtime) struct LineClassStat {
     pub rmws: u64,
     /// RMWs whose line came from another CPU.
     pub bounces: u64,
+    /// RMWs done in a copy the CPU still held while a transfer away from it was under way.
+    pub kept: u64,
     /// Time RMWs waited for the line's previous RMW to end.
     pub wait: Ps,
     /// Time from each RMW's request to its end (wait, transfer and the atomic itself).
@@ -216,7 +218,22 @@ pub(in crate::vtime) struct VLine {
     class_key: usize,
     free_at: Ps,
     last: Option<u16>,
+    /// Per CPU that lost the line to a transfer, until when its copy stays valid (the
+    /// invalidation's arrival, [`HOLDER_KEEPS_LINE`]); indexed by CPU, grown on demand.
+    kept_until: Vec<Ps>,
 }
+
+/// How far into a transfer away from it the previous holder still has the line, as a
+/// fraction `(numerator, denominator)` of that transfer: **an assumption**, one half. A
+/// hand-off is the requester's read-for-ownership travelling (through the line's home) to the
+/// holder, and the line travelling back; the holder's copy is invalidated when the request
+/// reaches it, somewhere inside the transfer the profile prices as one figure
+/// (core-to-core-latency's CAS ping-pong), and no published figure splits it. Until then an
+/// RMW the holder issues finds the line in its own cache. Only a CPU that issues RMWs on one
+/// line back to back can use that window: v4.8's `release_pages` dropping a gather's
+/// huge-zero references one after another (`crate::huge_zero_page`, "Where a zap's put
+/// happens"); a fault's `get` comes microseconds after the previous one, long after.
+pub(in crate::vtime) const HOLDER_KEEPS_LINE: (u64, u64) = (1, 2);
 
 /// What `lock_acquire` decided.
 pub(in crate::vtime) enum AcquireStep {
@@ -296,6 +313,7 @@ impl State {
             name: class.name,
             rmws: 0,
             bounces: 0,
+            kept: 0,
             wait: 0,
             time: 0,
         });
@@ -642,6 +660,7 @@ impl State {
                     class_key: key,
                     free_at: 0,
                     last: None,
+                    kept_until: Vec::new(),
                 };
                 match found {
                     Some(i) => {
@@ -654,13 +673,36 @@ impl State {
         };
         let (cpu, now) = (self.ctxs[me as usize].cpu, self.ctxs[me as usize].now);
         let site_ci = (!std::ptr::eq(site, class)).then(|| self.line_class(site));
+        let rmw = self.model.profile.atomic_rmw_ps;
         let ln = self.lines.get_mut(i);
         let ci = site_ci.unwrap_or(ln.class);
+        // A CPU whose copy has not been invalidated yet (the request that takes the line from
+        // it is still on its way) does its RMW in its own cache, at no transfer and behind no
+        // queue: the RMWs already queued are not moved, as the hand-off under way is not.
+        if ln.last != Some(cpu)
+            && ln
+                .kept_until
+                .get(usize::from(cpu))
+                .is_some_and(|&until| now.saturating_add(rmw) <= until)
+        {
+            self.busy(me, rmw);
+            let st = &mut self.line_classes[ci as usize];
+            st.rmws += 1;
+            st.kept += 1;
+            st.time = st.time.saturating_add(rmw);
+            return;
+        }
         let start = now.max(ln.free_at);
         let xfer = self.model.transfer(ln.last, cpu);
-        let end = start
-            .saturating_add(self.model.profile.atomic_rmw_ps)
-            .saturating_add(xfer);
+        let end = start.saturating_add(rmw).saturating_add(xfer);
+        if let (Some(prev), true) = (ln.last, xfer > 0) {
+            let (num, den) = HOLDER_KEEPS_LINE;
+            let prev = usize::from(prev);
+            if ln.kept_until.len() <= prev {
+                ln.kept_until.resize(prev + 1, 0);
+            }
+            ln.kept_until[prev] = start.saturating_add(xfer * num / den);
+        }
         ln.free_at = end;
         ln.last = Some(cpu);
         self.busy(me, end - now);
