@@ -134,3 +134,19 @@ fn host_profile_is_checked_first_and_must_be_this_hosts() {
     );
     assert!(!out.exists(), "a report was started");
 }
+
+/// `reproduce --jobs`: a whole number of host threads, at least 1, refused in one line before
+/// anything runs.
+#[test]
+fn reproduce_jobs_is_at_least_one_host_thread() {
+    for (bad, says) in [
+        ("0", "at least 1 host thread"),
+        ("-1", "expected a number of host threads, got '-1'"),
+        ("two", "expected a number of host threads, got 'two'"),
+        ("", "expected a number of host threads"),
+    ] {
+        let jobs = format!("--jobs={bad}");
+        let args = ["reproduce", "--only", "percpu", "--time", "virtual", &jobs];
+        assert_usage_error(&args, says);
+    }
+}

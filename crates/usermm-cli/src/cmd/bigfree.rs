@@ -193,6 +193,10 @@ pub fn opts(args: &BigfreeArgs) -> anyhow::Result<BigfreeOpts> {
         },
         pcp_tune_rows: !args.seed_only,
         base,
+        // One run at a time: `usermm sweep` (and `reproduce --sensitivity` through it) runs
+        // several of these processes side by side already, each budgeted on its own.
+        threads: 1,
+        host_budget: 0,
     };
     if let Err(e) = bigfree::check(&o) {
         return match e {

@@ -41,6 +41,28 @@
 //! (who paid: the task or the workers). The host facts of a sample (preemptions, sleeps, load)
 //! are 0 there: nothing of the host enters a virtual result.
 //!
+//! # Rows side by side (virtual time)
+//! A virtual row is single-threaded on the host and deterministic on its own machine: nothing
+//! of the host, and nothing of another row, enters its figures. So with
+//! [`BigfreeOpts::threads`] above 1 the runs of a virtual table go on up to that many host
+//! threads ([`crate::parallel::map_within`]), started in row order (repeats interleaved as
+//! below), within [`BigfreeOpts::host_budget`] by each run's estimate ([`host_bytes`]: its
+//! machine with the whole mapping touched; a run over the budget runs alone). The samples, the
+//! rows, the record and every table built from them come back in row order, the same to the
+//! byte as one run after another. Wall-clock runs always go one at a time: they measure the
+//! host, and a row beside them would be part of what they measure. `threads` defaults to 1:
+//! the callers that already put several tables side by side (the validation set, `usermm
+//! infer`, `usermm sweep`) keep their tables' rows serial; `usermm reproduce` passes its
+//! `--jobs`.
+//!
+//! Progress ([`Event`]) still reaches the caller's callback on the caller's thread (it need not
+//! be `Send`): the runs in flight send their events over a channel, and the caller's thread
+//! delivers them in the order they arrive. Each run's own events keep their order (start,
+//! populated, freeing, done); those of two runs in flight interleave, so a consumer tells them
+//! apart by the [`RunSpec`] in `Start`, `Freeing` and `Done` (`Populated` carries only pages:
+//! a progress bar adds them up whichever run they came from). After a run fails, no further
+//! run starts, the runs in flight finish, and the first failure in row order is returned.
+//!
 //! # Differences from the seed's test
 //! The seed timed `free()` of a `malloc(320G)` (glibc munmaps it) on 4 nodes / 144 threads;
 //! here the mapping is `mmap`ed and `munmap`ed directly on the emulated machine.
@@ -103,6 +125,15 @@ pub struct BigfreeOpts {
     /// Add the two pcp auto-tune rows (see the module doc); skipped when `base` tunes already.
     pub pcp_tune_rows: bool,
     pub base: MachineConfig,
+    /// Host threads the runs of a virtual table may take at once (1: one after another; see
+    /// "Rows side by side" in the module doc). Wall-clock runs always go one at a time. Not a
+    /// figure's input, so not recorded.
+    #[serde(skip)]
+    pub threads: usize,
+    /// Host bytes the runs in flight may hold together, by their estimates
+    /// ([`host_bytes`]); a run over it runs alone. Not recorded either.
+    #[serde(skip)]
+    pub host_budget: u64,
 }
 
 impl BigfreeOpts {
@@ -119,8 +150,19 @@ impl BigfreeOpts {
             free_by: FreeBy::Munmap,
             pcp_tune_rows: true,
             base: default_config(size, max_active, None, None),
+            threads: 1,
+            host_budget: usermm_host::facts::mem_available_bytes().unwrap_or(0),
         }
     }
+}
+
+/// The host memory one run of `opts` holds at its peak: its machine after the whole mapping
+/// and its page tables were touched (`usermm::host_cost`). Every row of a table has the base's
+/// shape (rows differ in the free's policy, not in the machine), so one estimate serves all.
+pub fn host_bytes(opts: &BigfreeOpts) -> u64 {
+    let size = opts.size.next_multiple_of(PAGE_SIZE);
+    let touched = size.saturating_add(overhead_bytes(size, opts.base.cpus));
+    usermm::host_cost::host_bytes(&opts.base, touched)
 }
 
 /// The machine of a bigfree run unless told otherwise: `mem` = [`default_mem`], sparse

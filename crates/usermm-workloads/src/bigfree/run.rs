@@ -1,5 +1,6 @@
 //! Running the rows: one fresh machine per run, through `Machine::run` (see the parent
-//! module for what is measured and how the two clocks differ), and the table from the samples.
+//! module for what is measured, how the two clocks differ and how virtual rows go side by
+//! side on host threads), and the table from the samples.
 
 use usermm::config::{MachineConfig, TimeMode};
 use usermm::cpu::CpuId;
@@ -240,7 +241,9 @@ fn summarize(
 /// Run the vanilla row, then one row per `max_active`, each `repeat` times on fresh machines.
 ///
 /// Runs are interleaved (vanilla, ma₁, ma₂, …, then again) so that slow drifts of a shared
-/// host (other jobs, thermal) spread over every row instead of biasing one.
+/// host (other jobs, thermal) spread over every row instead of biasing one. In virtual time
+/// with `opts.threads` above 1 they go side by side on host threads, started in that order
+/// (the module doc, "Rows side by side"); the result is the same.
 pub fn run_with(
     opts: &BigfreeOpts,
     on_event: &mut dyn FnMut(Event<'_>),
@@ -255,17 +258,29 @@ pub fn run_with(
             (label, ma, c)
         })
         .collect();
-    let mut samples: Vec<Vec<RunSample>> = configs.iter().map(|_| Vec::new()).collect();
-    for rep in 0..opts.repeat {
-        for (i, (label, _, cfg)) in configs.iter().enumerate() {
-            let run = RunSpec {
-                size,
-                free_by: opts.free_by,
-                label,
-                rep,
-            };
-            samples[i].push(run_once(cfg, run, on_event)?);
+    // Every run as (row, repeat), interleaved.
+    let runs: Vec<(usize, u32)> = (0..opts.repeat)
+        .flat_map(|rep| (0..configs.len()).map(move |i| (i, rep)))
+        .collect();
+    let spec = |&(i, rep): &(usize, u32)| RunSpec {
+        size,
+        free_by: opts.free_by,
+        label: &configs[i].0,
+        rep,
+    };
+    let side_by_side = opts.base.time.mode == TimeMode::Virtual && opts.threads > 1;
+    let outs: Vec<RunSample> = if side_by_side {
+        run_side_by_side(opts, &configs, &runs, &spec, on_event)?
+    } else {
+        let mut v = Vec::with_capacity(runs.len());
+        for r in &runs {
+            v.push(run_once(&configs[r.0].2, spec(r), on_event)?);
         }
+        v
+    };
+    let mut samples: Vec<Vec<RunSample>> = configs.iter().map(|_| Vec::new()).collect();
+    for (&(i, _), s) in runs.iter().zip(outs) {
+        samples[i].push(s);
     }
     let mut rows: Vec<BigfreeRow> = configs
         .iter()
@@ -355,6 +370,82 @@ pub fn run_with(
     })
 }
 
+/// A run's progress, sent from the host thread that runs it to the caller's.
+enum Note {
+    Start(u64),
+    Populated(u64),
+    Freeing,
+    Done(Box<RunSample>),
+}
+
+/// `runs` of a virtual table on up to `opts.threads` host threads within `opts.host_budget`
+/// ([`crate::parallel::map_within`]), their samples in `runs`' order. `on_event` is called
+/// on the caller's thread only, as the runs' notes arrive (see the module doc); after a run
+/// fails, the runs not yet started are skipped and the first failure in `runs`' order is
+/// returned (a run started after the failure comes after it in `runs`: runs start in order).
+fn run_side_by_side<'a>(
+    opts: &BigfreeOpts,
+    configs: &'a [(String, Option<u32>, MachineConfig)],
+    runs: &[(usize, u32)],
+    spec: &(dyn Fn(&(usize, u32)) -> RunSpec<'a> + Sync),
+    on_event: &mut dyn FnMut(Event<'_>),
+) -> Result<Vec<RunSample>, BigfreeError> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let cost = host_bytes(opts);
+    let failed = AtomicBool::new(false);
+    let jobs: Vec<usize> = (0..runs.len()).collect();
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, Note)>();
+    let outs = std::thread::scope(|sc| {
+        let failed = &failed;
+        let worker = sc.spawn(move || {
+            crate::parallel::map_within(&jobs, opts.threads, opts.host_budget, &|_| cost, &|&j| {
+                if failed.load(Ordering::Relaxed) {
+                    return None;
+                }
+                let tx = tx.clone();
+                let r = &runs[j];
+                let out = run_once(&configs[r.0].2, spec(r), &mut |e| {
+                    let note = match e {
+                        Event::Start { pages, .. } => Note::Start(pages),
+                        Event::Populated { pages } => Note::Populated(pages),
+                        Event::Freeing(_) => Note::Freeing,
+                        Event::Done { sample, .. } => Note::Done(Box::new(sample.clone())),
+                    };
+                    // The receiver lives until every sender is gone.
+                    let _ = tx.send((j, note));
+                });
+                if out.is_err() {
+                    failed.store(true, Ordering::Relaxed);
+                }
+                Some(out)
+            })
+        });
+        for (j, note) in rx {
+            let run = spec(&runs[j]);
+            match note {
+                Note::Start(pages) => on_event(Event::Start { run, pages }),
+                Note::Populated(pages) => on_event(Event::Populated { pages }),
+                Note::Freeing => on_event(Event::Freeing(run)),
+                Note::Done(sample) => on_event(Event::Done {
+                    run,
+                    sample: &sample,
+                }),
+            }
+        }
+        worker
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    });
+    let mut v = Vec::with_capacity(outs.len());
+    for out in outs {
+        match out {
+            Some(r) => v.push(r?),
+            None => unreachable!("a run is skipped only after an earlier one failed"),
+        }
+    }
+    Ok(v)
+}
+
 /// The pcp auto-tune rows' summary, when they ran (vanilla untuned, two tuned rows after).
 fn beyond_of(rows: &[BigfreeRow]) -> Option<Beyond> {
     let vanilla = rows.first().filter(|r| !r.pcp_auto_tune)?;
@@ -405,15 +496,9 @@ pub fn run_table(
     on_event: &mut dyn FnMut(Event<'_>),
 ) -> Result<BigfreeResult, BigfreeError> {
     let opts = BigfreeOpts {
-        size,
-        max_active: max_active.to_vec(),
-        threshold_pages: DEFAULT_THRESHOLD_PAGES,
-        max_batch_count: PATCHED_MAX_BATCH_COUNT,
-        batch_switch: BatchSwitch::V2017,
         repeat,
-        free_by: FreeBy::Munmap,
-        pcp_tune_rows: true,
         base: base.clone(),
+        ..BigfreeOpts::new(size, max_active)
     };
     run_with(&opts, on_event)
 }

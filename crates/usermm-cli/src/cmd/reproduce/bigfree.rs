@@ -71,7 +71,11 @@ pub struct VanillaFigures {
 
 pub(super) fn run(g: &Given<'_>) -> anyhow::Result<Outcome<BigfreeRecord>> {
     let modelled = g.time.is_virtual();
-    let (opts, scaled) = run_opts(g.scale, g.quick, g.time)?;
+    let (mut opts, scaled) = run_opts(g.scale, g.quick, g.time)?;
+    // The rows side by side within what this host may give (`bigfree`'s module doc, "Rows
+    // side by side"): a virtual run's figures do not depend on it.
+    opts.threads = g.jobs;
+    opts.host_budget = crate::args::host_memory_budget().unwrap_or(0);
     let r = bigfree::run_with(&opts, &mut |_| {}).map_err(|e| anyhow::anyhow!("bigfree: {e}"))?;
     let overhead_share = if scaled {
         overhead_share(&opts, &r)?

@@ -32,6 +32,8 @@ pub struct Given<'a> {
     pub quick: bool,
     pub out: &'a Path,
     pub time: &'a TimeArgs,
+    /// Host threads for virtual runs that may go side by side (`--jobs`).
+    pub jobs: usize,
 }
 
 /// What one experiment gives the report: its section's prose, tables and plots, its record `R`

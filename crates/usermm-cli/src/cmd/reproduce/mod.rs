@@ -107,12 +107,32 @@ pub struct ReproduceArgs {
     /// that directory to run them afresh).
     #[arg(long)]
     pub sensitivity: bool,
+    /// Host threads for the modelled runs that may go side by side (the bigfree table's
+    /// rows, the validation set's runs), at least 1; default: the CPUs this process may use.
+    /// Each virtual run is deterministic on its own machine: no figure depends on it.
+    #[arg(long, value_name = "N", value_parser = parse_jobs)]
+    pub jobs: Option<usize>,
     /// Wall or virtual time; without --profile each experiment models its seed's machine.
     #[command(flatten)]
     pub time: TimeArgs,
 }
 
+/// `--jobs N`: a whole number of host threads, at least 1.
+fn parse_jobs(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("at least 1 host thread".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("expected a number of host threads, got '{s}'")),
+    }
+}
+
 impl ReproduceArgs {
+    /// Host threads for runs that may go side by side: `--jobs`, else the CPUs this process
+    /// may use.
+    pub fn jobs(&self) -> usize {
+        self.jobs.unwrap_or_else(usermm_host::facts::usable_cpus)
+    }
+
     /// The experiments to run, in the seeds' order, each once.
     pub fn experiments(&self) -> Vec<Experiment> {
         Experiment::ALL
@@ -420,6 +440,7 @@ fn run_seed(
         quick: args.quick,
         out: &dir,
         time,
+        jobs: args.jobs(),
     };
     Ok(match e {
         Experiment::Bigfree => bigfree::run(&given)?.into_record(Record::Bigfree),
@@ -441,7 +462,8 @@ fn run_predicted_sets(
 ) -> anyhow::Result<[Option<(Section, String)>; 2]> {
     let mut out = [None, None];
     if args.experiments().contains(&Experiment::Validation) {
-        let (section, verdict, record) = validation::run(args.scale, args.validation_test_sizes)?;
+        let (section, verdict, record) =
+            validation::run(args.scale, args.validation_test_sizes, args.jobs())?;
         print_section(g, &section, Some(&verdict));
         results.validation = Some(record);
         out[0] = Some((section, verdict));

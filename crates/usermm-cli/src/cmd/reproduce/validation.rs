@@ -61,11 +61,19 @@ fn table(title: String, rows: &[&ValidationRow]) -> Table {
     t
 }
 
-/// Run the validation set at `scale`: its section, its verdict line and its record.
-pub(super) fn run(scale: Scale, test: bool) -> anyhow::Result<(Section, String, Validation)> {
+/// Run the validation set at `scale` on up to `jobs` host threads: its section, its verdict
+/// line and its record.
+pub(super) fn run(
+    scale: Scale,
+    test: bool,
+    jobs: usize,
+) -> anyhow::Result<(Section, String, Validation)> {
     eprintln!("usermm reproduce: validation (modelled, era factors and unfitted) ...");
     let te = std::time::Instant::now();
-    let o = opts(scale, test);
+    let o = ValidationOpts {
+        threads: jobs,
+        ..opts(scale, test)
+    };
     let v = validation::run(&o, &|what| {
         eprintln!("usermm reproduce: validation: {what} ...");
     })
