@@ -107,7 +107,47 @@ pub static KNOWN: &[KnownDivergence] = &[
                  whose range holds a whole 2 MiB-aligned block.",
         matches: pt_reclaim,
     },
+    KnownDivergence {
+        id: "mremap-maymove-placement",
+        reason: "mremap with MREMAP_MAYMOVE and without MREMAP_FIXED puts the moved mapping where \
+                 get_unmapped_area's top-down search finds room, outside the arena (both \
+                 backends then unmap it and report it Misplaced), and the host process's address \
+                 space there (its libraries, heap and stacks) is not the engine's: each places it \
+                 as the kernel would, at a different address. Whether a 2 MiB-aligned block lies \
+                 inside the new range then differs, and with it whether populating the grown part \
+                 of a locked VM_HUGEPAGE mapping maps a THP (one fault) or 4 KiB pages (one \
+                 each). Found by diff_generated_b, seed 0x51e5031c92276e27: the engine's range \
+                 began 0x1f0000 into its 2 MiB block (a whole block inside, 16 faults), the \
+                 host's 0xd2000 into it (none, 527). Recognised: a Counters mismatch after such a \
+                 growing mremap of a range mlock had locked, with the arena's Rss and \
+                 AnonHugePages equal and the host's faults above the engine's by at most 511 a \
+                 move.",
+        matches: mremap_maymove_placement,
+    },
 ];
+
+fn mremap_maymove_placement(c: &DivContext<'_>) -> bool {
+    let (OpResult::Counters(h), OpResult::Counters(e)) = (c.host, c.engine) else {
+        return false;
+    };
+    let moves = c
+        .history
+        .iter()
+        .filter(|op| {
+            matches!(op, Op::Mremap(m)
+                if m.flags & crate::ops::MREMAP_MAYMOVE != 0
+                    && m.flags & crate::ops::MREMAP_FIXED == 0
+                    && m.new_len > m.old_len)
+        })
+        .count() as u64;
+    let locked = c.history.iter().any(|op| matches!(op, Op::Mlock { .. }));
+    moves > 0
+        && locked
+        && h.rss_kb == e.rss_kb
+        && h.anon_huge_kb == e.anon_huge_kb
+        && h.minor_faults > e.minor_faults
+        && h.minor_faults - e.minor_faults <= 511 * moves
+}
 
 fn pt_reclaim(c: &DivContext<'_>) -> bool {
     let (OpResult::Counters(h), OpResult::Counters(e)) = (c.host, c.engine) else {
