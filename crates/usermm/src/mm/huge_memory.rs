@@ -242,44 +242,48 @@ pub(crate) fn zap_huge_pmd(tlb: &mut MmuGather<'_>, mm: &Mm, slot: Slot, addr: u
         mm.nr_tables.fetch_sub(1, Relaxed);
     }
     let pfn = old.pfn();
-    if old.special() {
-        // The huge zero page is gathered like any page (`tlb_remove_page_size`, v4.7's
-        // "thp: keep huge zero page pinned until tlb flush"): its reference is dropped after
-        // the TLB flush, by `release_pages` (`HugeZeroPage::release_put`), not here.
-        charge(Cost::GatherPage, 1);
-        if tlb.remove_page(pfn) {
-            tlb.forced_flush();
-        }
-        return Some(512);
-    }
-    let m = phys.meta(pfn);
-    if m.test(PG_HUGETLB) {
-        rmap::hugetlb_remove_rmap(phys, pfn);
-    } else {
-        let rss = if m.test(PG_ANON) {
-            RssItem::AnonPages
-        } else {
-            RssItem::ShmemPages
-        };
-        mm.add_rss(cpu, rss, -512);
-        let last_pmd = rmap::entire_mapcount(m) == 1;
-        if rmap::folio_remove_rmap_pmd(phys, pfn) {
-            machine.vmstat().add(cpu, VmItem::NrAnonPages, -512);
-            if m.test(PG_MLOCKED) {
-                machine.vmstat().add(cpu, VmItem::NrMlock, -512);
-            }
-        }
-        if last_pmd {
-            machine
-                .vmstat()
-                .add(cpu, VmItem::NrAnonTransparentHugepages, -1);
-        }
+    // The huge zero page has no rmap or rss to drop; it is gathered like any page
+    // (`tlb_remove_page_size`, v4.7's "thp: keep huge zero page pinned until tlb flush"), and
+    // its reference is dropped after the TLB flush, by `release_pages`
+    // (`HugeZeroPage::release_put`), not here.
+    if !old.special() {
+        zap_huge_pmd_rmap(mm, cpu, pfn);
     }
     charge(Cost::GatherPage, 1);
     if tlb.remove_page(pfn) {
         tlb.forced_flush();
     }
     Some(512)
+}
+
+/// What `zap_huge_pmd` drops for a mapped THP or hugetlb page (not the huge zero page): its
+/// PMD mapping in the rmap, the mm's rss and the node's counters.
+fn zap_huge_pmd_rmap(mm: &Mm, cpu: CpuId, pfn: Pfn) {
+    let machine = mm.machine();
+    let phys = machine.phys();
+    let m = phys.meta(pfn);
+    if m.test(PG_HUGETLB) {
+        rmap::hugetlb_remove_rmap(phys, pfn);
+        return;
+    }
+    let rss = if m.test(PG_ANON) {
+        RssItem::AnonPages
+    } else {
+        RssItem::ShmemPages
+    };
+    mm.add_rss(cpu, rss, -512);
+    let last_pmd = rmap::entire_mapcount(m) == 1;
+    if rmap::folio_remove_rmap_pmd(phys, pfn) {
+        machine.vmstat().add(cpu, VmItem::NrAnonPages, -512);
+        if m.test(PG_MLOCKED) {
+            machine.vmstat().add(cpu, VmItem::NrMlock, -512);
+        }
+    }
+    if last_pmd {
+        machine
+            .vmstat()
+            .add(cpu, VmItem::NrAnonTransparentHugepages, -1);
+    }
 }
 
 /// `__split_huge_pmd`: replace a huge PMD by its deposited PTE table mapping the same memory
