@@ -381,8 +381,8 @@ enum Note {
 /// `runs` of a virtual table on up to `opts.threads` host threads within `opts.host_budget`
 /// ([`crate::parallel::map_within`]), their samples in `runs`' order. `on_event` is called
 /// on the caller's thread only, as the runs' notes arrive (see the module doc); after a run
-/// fails, the runs not yet started are skipped and the first failure in `runs`' order is
-/// returned (a run started after the failure comes after it in `runs`: runs start in order).
+/// fails, the runs not yet under way are skipped and the first failure in `runs`' order is
+/// returned.
 fn run_side_by_side<'a>(
     opts: &BigfreeOpts,
     configs: &'a [(String, Option<u32>, MachineConfig)],
@@ -436,12 +436,13 @@ fn run_side_by_side<'a>(
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p))
     });
+    // A run is skipped (`None`) only after another failed, and that failure is among the
+    // outcomes: skipping the `None`s returns it. (A run may be skipped before a failed run that
+    // started after it: a thread can take its run and find the flag set by a later run that
+    // failed first.)
     let mut v = Vec::with_capacity(outs.len());
-    for out in outs {
-        match out {
-            Some(r) => v.push(r?),
-            None => unreachable!("a run is skipped only after an earlier one failed"),
-        }
+    for out in outs.into_iter().flatten() {
+        v.push(out?);
     }
     Ok(v)
 }
