@@ -118,10 +118,20 @@ fn usecs(out: &str, intro: &str) -> u64 {
 #[test]
 fn usemem_user_work_takes_virtual_time() {
     let one = usecs(&virtual_usemem(&["1M"]), "");
+    let half = usecs(&virtual_usemem(&["1M", "-r", "51"]), "");
     let many = usecs(&virtual_usemem(&["1M", "-r", "100"]), "");
     // The first walk also faults its pages in (dearer since the era's fault factor, 1.515,
     // applies: 10 times as long was 9.6 then); the 99 more cost their lines each.
     assert!(many > 5 * one.max(1), "-r 100: {many} µs vs {one} µs once");
+    // Every walk after the first costs the same virtual time (its lines, none faulted): the
+    // 99 more cost 99/50 of the 50 more, within 5 % (47 µs a walk, 2026-11-29).
+    let (d50, d99) = (half.saturating_sub(one), many.saturating_sub(one));
+    assert!(d50 > 0, "-r 51: {half} µs vs {one} µs once");
+    let (a, b) = (d99 * 50, d50 * 99);
+    assert!(
+        a.abs_diff(b) * 20 <= b,
+        "99 more walks {d99} µs vs 50 more {d50} µs"
+    );
     let again = virtual_usemem(&["16M", "-Z"]);
     assert!(usecs(&again, "read again") > 0, "{again}");
     // -e: the delay ends (it polls a clock the accesses move).
