@@ -247,8 +247,9 @@ fn host_probe_keeps_data() {
 /// be its own. Regression (h48, `diff_generated_b` seed 0x43f528565c8e08bd): the two processes
 /// shared the loopback pipe, and the new one's rewarm (a load and a store of one byte per page
 /// of its stack, through that pipe) ran while the old one served the next request, so either
-/// could take the other's bytes: a read came back with one foreign byte (often 0x7f, from a
-/// stack address) at the start of a page and the rest of the pipe's contents one byte late.
+/// could take the other's bytes: a read came back with one foreign byte (often 0x7f, one of
+/// the new process's stack) at the start of a page and the rest of the pipe's contents one
+/// byte late.
 /// Each round forks, reads, and lets the new process exit again, 20 rounds on each of 5
 /// backends: before the fix 16, 18 and 19 of the 100 reads were mixed in three runs on a 2-core
 /// host (0.3 s a run), so a return of the race cannot pass unseen.
