@@ -7,6 +7,10 @@
 //! * `diff_generated_*`: random op sequences (proptest), at least 2 000 of 20+ ops in total,
 //!   compared step by step; a disagreement is shrunk to a minimal sequence and printed. The
 //!   ops include mremap, brk, fork and switching between and exiting the two processes.
+//! * `diff_replay_generated` (ignored, a tool): one generated sequence, by its number in a
+//!   test's stream, replayed many times with a count of each outcome — how a disagreement that
+//!   a replay does not repeat is told apart (a host that raced, an engine path only some runs
+//!   take). A failing `diff_generated_*` prints the line that runs it.
 //!
 //! Disagreements listed in `usermm_diff::divergences` end a sequence as "known"; anything
 //! else fails.
@@ -506,14 +510,11 @@ static OPS: AtomicU64 = AtomicU64::new(0);
 static KNOWN_SEQS: AtomicU64 = AtomicU64::new(0);
 static FLAKES: AtomicU64 = AtomicU64::new(0);
 
-/// Run `cases` (times `USERMM_TEST_SCALE`) generated sequences from test `name`'s seed; panic
-/// with a minimised sequence and the replay line on an unexplained disagreement.
-fn generated(name: &str, cases: u32) {
-    use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
-    let t = Instant::now();
-    usermm_testscale::announce(name);
+/// The proptest runner that draws test `name`'s `cases` sequences from its seed: the same
+/// sequences, in the same order, for [`generated`] and [`diff_replay_generated`].
+fn runner_for(name: &str, cases: u32) -> proptest::test_runner::TestRunner {
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
     let seed = usermm_testscale::seed_for(name);
-    let cases = usermm_testscale::scaled_u32(cases);
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
@@ -523,7 +524,19 @@ fn generated(name: &str, cases: u32) {
         max_shrink_iters: 400,
         ..Config::default()
     };
-    let mut runner = TestRunner::new_with_rng(config, rng);
+    TestRunner::new_with_rng(config, rng)
+}
+
+/// Run `cases` (times `USERMM_TEST_SCALE`) generated sequences from test `name`'s seed; panic
+/// with a minimised sequence, the replay line and the line that replays the failing sequence
+/// alone (its number in the stream, for [`diff_replay_generated`]) on an unexplained
+/// disagreement.
+fn generated(name: &str, cases: u32) {
+    use proptest::test_runner::TestCaseError;
+    let t = Instant::now();
+    usermm_testscale::announce(name);
+    let cases = usermm_testscale::scaled_u32(cases);
+    let mut runner = runner_for(name, cases);
     let m = machine();
     let opts = RunOptions::default();
     #[derive(Default)]
@@ -591,11 +604,23 @@ fn generated(name: &str, cases: u32) {
         }
         Ok(out)
     };
-    let result = runner.run(&gen::sequence(), |seq| match check(&seq, true) {
-        Ok(o) if o.acceptable() => Ok(()),
-        Ok(Outcome::Diverged(m)) => Err(TestCaseError::fail(m.diff.clone())),
-        Ok(_) => unreachable!(),
-        Err(e) => Err(TestCaseError::fail(e)),
+    // Sequences drawn before the first failure (then proptest shrinks: no new draws).
+    let drawn = std::cell::Cell::new(0usize);
+    let first_failure = std::cell::Cell::new(None::<usize>);
+    let result = runner.run(&gen::sequence(), |seq| {
+        if first_failure.get().is_none() {
+            drawn.set(drawn.get() + 1);
+        }
+        let r = match check(&seq, true) {
+            Ok(o) if o.acceptable() => Ok(()),
+            Ok(Outcome::Diverged(m)) => Err(TestCaseError::fail(m.diff.clone())),
+            Ok(_) => unreachable!(),
+            Err(e) => Err(TestCaseError::fail(e)),
+        };
+        if r.is_err() && first_failure.get().is_none() {
+            first_failure.set(Some(drawn.get() - 1));
+        }
+        r
     });
     if let Err(e) = result {
         let (why, failing) = match &e {
@@ -611,8 +636,16 @@ fn generated(name: &str, cases: u32) {
             Ok(o) => format!("(no longer diverges: {o:?})"),
             Err(e) => e,
         };
+        let short = name.rsplit('_').next().unwrap_or(name);
+        let alone = first_failure.get().map_or(String::new(), |i| {
+            format!(
+                "\nthe sequence that first failed, alone: {} {REPLAY_VAR}={short}:{i}:100 cargo test \
+                 -p usermm-diff --test differential diff_replay_generated -- --ignored --nocapture",
+                usermm_testscale::replay()
+            )
+        });
         panic!(
-            "{name}: generated sequence diverged: {why}\n\nminimal sequence ({} ops):\n{}\n{detail}\nreplay: {}",
+            "{name}: generated sequence diverged: {why}\n\nminimal sequence ({} ops):\n{}\n{detail}\nreplay: {}{alone}",
             minimal.len(),
             minimal.iter().map(|o| format!("  {o}")).collect::<Vec<_>>().join("\n"),
             usermm_testscale::replay(),
@@ -663,4 +696,75 @@ fn diff_generated_c() {
 #[test]
 fn diff_generated_d() {
     generated("differential::generated_d", 500);
+}
+
+/// What [`diff_replay_generated`] replays: `TEST:CASE:TIMES`, e.g. `b:48:100`.
+const REPLAY_VAR: &str = "USERMM_DIFF_REPLAY";
+
+/// Not part of the suite (ignored): replay one generated sequence many times, to tell a host
+/// flake or a race from an engine bug. `USERMM_DIFF_REPLAY=TEST:CASE:TIMES` names the test
+/// (`a`..`d`), the sequence's number in its stream (from 0; a failure of `diff_generated_*`
+/// prints it) and how often to run it; `USERMM_TEST_SEED` and `USERMM_TEST_SCALE` must be the
+/// failing run's. Prints the sequence, every disagreement, and the count of each outcome; it
+/// fails only if the engine's invariants break. Without `TIMES` it only prints the sequence;
+/// with `CASE` empty (`b::`) it prints every sequence of the stream.
+#[test]
+#[ignore = "a tool: run with USERMM_DIFF_REPLAY=TEST:CASE:TIMES"]
+fn diff_replay_generated() {
+    let Ok(spec) = std::env::var(REPLAY_VAR) else {
+        eprintln!("{REPLAY_VAR} unset: nothing to replay");
+        return;
+    };
+    let mut it = spec.split(':');
+    let (test, case, times) = (it.next(), it.next(), it.next());
+    let name = format!("differential::generated_{}", test.unwrap_or("a"));
+    let mut runner = runner_for(&name, usermm_testscale::scaled_u32(500));
+    let seqs = std::cell::RefCell::new(Vec::new());
+    // Draw the stream exactly as `generated` does (a passing run draws every case once).
+    let _ = runner.run(&gen::sequence(), |seq| {
+        seqs.borrow_mut().push(seq);
+        Ok(())
+    });
+    let seqs = seqs.into_inner();
+    let Some(i) = case.and_then(|c| c.parse::<usize>().ok()) else {
+        for (i, seq) in seqs.iter().enumerate() {
+            println!("{name} sequence {i} ({} ops):", seq.len());
+            for (j, op) in seq.iter().enumerate() {
+                println!("  #{j:<3} {op}");
+            }
+        }
+        return;
+    };
+    let seq = &seqs[i];
+    println!("{name} sequence {i} ({} ops):", seq.len());
+    for (j, op) in seq.iter().enumerate() {
+        println!("  #{j:<3} {op}");
+    }
+    let times: u32 = times.and_then(|t| t.parse().ok()).unwrap_or(0);
+    let m = machine();
+    let opts = RunOptions::default();
+    let mut counts = std::collections::BTreeMap::<&str, u32>::new();
+    for k in 0..times {
+        let mut engine = EngineBackend::on_machine(&m).expect("engine backend");
+        let out = run_sequence(&mut || new_host(), &mut engine, seq, opts);
+        engine
+            .validate()
+            .unwrap_or_else(|e| panic!("replay {k}: engine invariants: {e}"));
+        let kind = match &out {
+            Outcome::Agreed { .. } => "agreed",
+            Outcome::Known { id, .. } => id,
+            Outcome::HostFlake { mismatch } => {
+                println!(
+                    "replay {k}: host flake (a fresh host agreed with the engine):\n{mismatch}"
+                );
+                "host flake"
+            }
+            Outcome::Diverged(mismatch) => {
+                println!("replay {k}: diverged:\n{mismatch}");
+                "diverged"
+            }
+        };
+        *counts.entry(kind).or_default() += 1;
+    }
+    println!("{name} sequence {i}: {times} replays: {counts:?}");
 }
