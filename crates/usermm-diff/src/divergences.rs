@@ -294,7 +294,9 @@ pub struct HostCause {
 /// when a fresh host agrees with the engine *and* one of these matches, each of which requires
 /// the kernel's own count of the event; a disagreement that a fresh host does not repeat but no
 /// cause explains fails like any other (it was a race of the harness, h48's shared loopback
-/// pipe, until proven otherwise). 24 000 generated sequences on the fixed backend
+/// pipe, until proven otherwise). The counts are system-wide, so another process's fallback or
+/// collapse in the same window counts too; the direction each cause demands of the counters
+/// keeps that from explaining anything else. 24 000 generated sequences on the fixed backend
 /// (h50, 2026-11-29) met neither cause; they are listed because both are the kernel's
 /// documented behaviour on a busy or fragmented host, which a CI runner may be.
 pub static HOST_NONDETERMINISM: &[HostCause] = &[
