@@ -296,9 +296,18 @@ pub struct HostCause {
 /// cause explains fails like any other (it was a race of the harness, h48's shared loopback
 /// pipe, until proven otherwise). The counts are system-wide, so another process's fallback or
 /// collapse in the same window counts too; the direction each cause demands of the counters
-/// keeps that from explaining anything else. 24 000 generated sequences on the fixed backend
-/// (h50, 2026-11-29) met neither cause; they are listed because both are the kernel's
-/// documented behaviour on a busy or fragmented host, which a CI runner may be.
+/// keeps that from explaining anything else.
+///
+/// What was seen (h50, 2026-11-29; seeds 0x5001..0x5006 at `USERMM_TEST_SCALE=2`, the four
+/// generated tests, 24 000 sequences): on the host backend before the loopback fix, 5 host
+/// flakes — 4 the shared pipe's race (one byte at a page start in a read after a fork) and 1
+/// khugepaged collapse (`generated_a` sequence 368: between two back-to-back Counters ops the
+/// host's 2 MiB block, PTE-mapped since a 4-page MADV_DONTNEED, became PMD-mapped again with
+/// those 4 pages, +16 kB Rss, no fault; `thp_collapse_alloc` grew from 65 to 73 over that run);
+/// on the fixed backend, none (and no collapse counted). 1 500 replays of that sequence on the
+/// fixed backend gave 1 collapse again. No THP fault fallback was counted on this host since
+/// boot; that cause is listed because it is the kernel's documented behaviour on a fragmented
+/// host, which a CI runner may be.
 pub static HOST_NONDETERMINISM: &[HostCause] = &[
     HostCause {
         id: "thp-fault-fallback",
