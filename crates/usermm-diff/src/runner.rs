@@ -8,17 +8,24 @@
 //!   of its pages (capped) plus one page on each side, and a read of its first bytes.
 //! * **Known divergences**: a disagreement is looked up in [`crate::divergences`]; a listed one
 //!   ends the sequence as [`Outcome::Known`] (the two address spaces may differ from then on).
-//! * **Host non-determinism**: before an unexplained disagreement is reported, the executed
-//!   prefix is replayed on a fresh host; if that host agrees with the engine the first one was
-//!   disturbed (e.g. `khugepaged`, a failed THP allocation) and the outcome is
-//!   [`Outcome::HostFlake`].
+//! * **Host non-determinism, named**: before an unexplained disagreement is reported, the
+//!   executed prefix is replayed on a fresh host. If that host agrees with the engine *and* one
+//!   of the named causes of [`divergences::HOST_NONDETERMINISM`] matches — each needs the
+//!   kernel's own count of its event (`/proc/vmstat`, e.g. `thp_fault_fallback` for a THP the
+//!   host could not allocate, `thp_collapse_alloc` for khugepaged) to have grown while the
+//!   sequence ran — the first host was disturbed and the outcome is [`Outcome::HostFlake`],
+//!   with the cause. A fresh host agreeing is not enough on its own: until 2026-11-29 it was,
+//!   and it hid a race of the harness for weeks (h48: the host backend's loopback pipe shared
+//!   across a fork gave a read one byte of the other process). Such a disagreement is
+//!   [`Outcome::Diverged`], marked [`Mismatch::replay_agreed`], so the next race of our own
+//!   fails instead of hiding.
 
 use std::fmt;
 
 use usermm_host::HostBackend;
 
 use crate::compare::compare;
-use crate::divergences::{self, DivContext};
+use crate::divergences::{self, DivContext, HostEvents};
 use crate::ops::{
     normalize_maps, AddressSpace, MapsLine, Op, OpResult, ARENA_BASE, ARENA_END, PAGE_SIZE,
     PROT_READ, PROT_WRITE,
@@ -122,6 +129,8 @@ pub struct RunOptions {
     pub closing_check: bool,
     /// Pages probed per VMA at most in the closing check.
     pub probe_cap_pages: u64,
+    /// Where the host's event counts come from ([`HostEvents::read`]; a test may fake them).
+    pub host_events: fn() -> HostEvents,
 }
 
 impl Default for RunOptions {
@@ -130,6 +139,7 @@ impl Default for RunOptions {
             maps_after_each: true,
             closing_check: true,
             probe_cap_pages: 64,
+            host_events: HostEvents::read,
         }
     }
 }
@@ -147,6 +157,9 @@ pub struct Mismatch {
     pub diff: String,
     pub host_maps: Vec<MapsLine>,
     pub engine_maps: Vec<MapsLine>,
+    /// A fresh host, replaying `executed`, agreed with the engine on the last op (and no named
+    /// cause of host non-determinism explained the first host): suspect the harness.
+    pub replay_agreed: bool,
 }
 
 impl fmt::Display for Mismatch {
@@ -158,6 +171,14 @@ impl fmt::Display for Mismatch {
         writeln!(f, "host:   {}", self.host)?;
         writeln!(f, "engine: {}", self.engine)?;
         writeln!(f, "diff:   {}", self.diff)?;
+        if self.replay_agreed {
+            writeln!(
+                f,
+                "note:   a fresh host agreed with the engine, and no named host cause \
+                 (divergences::HOST_NONDETERMINISM) matched: a race of the harness, or a host \
+                 non-determinism to name there with the kernel's reason"
+            )?;
+        }
         writeln!(f, "host maps after the op:")?;
         for l in &self.host_maps {
             writeln!(f, "  {l}")?;
@@ -180,8 +201,12 @@ pub enum Outcome {
         id: &'static str,
         mismatch: Box<Mismatch>,
     },
-    /// The host disagreed with itself on a replay; nothing is concluded.
-    HostFlake { mismatch: Box<Mismatch> },
+    /// The host disagreed with itself on a replay, and `cause` (an id of
+    /// [`divergences::HOST_NONDETERMINISM`]) explains why; nothing is concluded.
+    HostFlake {
+        cause: &'static str,
+        mismatch: Box<Mismatch>,
+    },
     /// An unexplained disagreement.
     Diverged(Box<Mismatch>),
 }
@@ -196,7 +221,7 @@ impl Outcome {
         match self {
             Outcome::Agreed { ops, .. } => *ops,
             Outcome::Known { mismatch, .. }
-            | Outcome::HostFlake { mismatch }
+            | Outcome::HostFlake { mismatch, .. }
             | Outcome::Diverged(mismatch) => mismatch.executed.len(),
         }
     }
@@ -274,6 +299,7 @@ pub fn run_sequence(
     ops: &[Op],
     opts: RunOptions,
 ) -> Outcome {
+    let events_before = (opts.host_events)();
     let mut host = new_host();
     let mut executed: Vec<Op> = Vec::new();
     let mut results: Vec<OpResult> = Vec::new();
@@ -300,7 +326,8 @@ pub fn run_sequence(
         if let Err(diff) = compare(&h, &e) {
             let host_maps = maps_of(host.as_mut());
             let engine_maps = maps_of(engine);
-            let mismatch = Mismatch {
+            let events = (opts.host_events)().since(&events_before);
+            let mut mismatch = Mismatch {
                 index: i,
                 executed: executed.clone(),
                 host: h.clone(),
@@ -308,6 +335,7 @@ pub fn run_sequence(
                 diff,
                 host_maps,
                 engine_maps,
+                replay_agreed: false,
             };
             let ctx = DivContext {
                 op: &op,
@@ -323,10 +351,15 @@ pub fn run_sequence(
                     mismatch: Box::new(mismatch),
                 };
             }
+            let cause = divergences::host_cause(&ctx, &events);
             if !h.is_backend_failure() && host_replay_agrees(new_host, &executed, &e) {
-                return Outcome::HostFlake {
-                    mismatch: Box::new(mismatch),
-                };
+                if let Some(cause) = cause {
+                    return Outcome::HostFlake {
+                        cause: cause.id,
+                        mismatch: Box::new(mismatch),
+                    };
+                }
+                mismatch.replay_agreed = true;
             }
             return Outcome::Diverged(Box::new(mismatch));
         }
@@ -372,4 +405,180 @@ pub fn minimize(ops: &[Op], still_fails: &mut dyn FnMut(&[Op]) -> bool) -> Vec<O
         }
     }
     cur
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::ops::Counters;
+
+    /// A backend that answers every op the same way, except for what it is told to get wrong.
+    struct Fake {
+        counters: Counters,
+        /// Reads return this first byte instead of 0.
+        first_byte: u8,
+    }
+
+    impl AddressSpace for Fake {
+        fn apply(&mut self, op: &Op) -> OpResult {
+            match *op {
+                Op::Read { len, .. } => {
+                    let mut d = vec![0u8; len as usize];
+                    d[0] = self.first_byte;
+                    OpResult::Data(d)
+                }
+                Op::Counters => OpResult::Counters(self.counters),
+                Op::Maps => OpResult::Maps(Vec::new()),
+                _ => OpResult::Ok(0),
+            }
+        }
+
+        fn name(&self) -> &str {
+            "fake"
+        }
+    }
+
+    fn counters(rss_kb: u64, anon_huge_kb: u64, minor_faults: u64) -> Counters {
+        Counters {
+            minor_faults,
+            rss_kb,
+            anon_huge_kb,
+            ..Counters::default()
+        }
+    }
+
+    thread_local! {
+        /// Calls of [`ticking_events`] on this thread.
+        static TICKS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// Host events that grow by one of each between any two reads.
+    fn ticking_events() -> HostEvents {
+        let t = TICKS.with(|c| {
+            c.set(c.get() + 1);
+            c.get()
+        });
+        HostEvents {
+            thp_fault_fallback: t,
+            thp_collapse_alloc: t,
+        }
+    }
+
+    fn quiet_events() -> HostEvents {
+        HostEvents::default()
+    }
+
+    fn opts(host_events: fn() -> HostEvents) -> RunOptions {
+        RunOptions {
+            maps_after_each: false,
+            closing_check: false,
+            probe_cap_pages: 1,
+            host_events,
+        }
+    }
+
+    /// Run `ops` with a first host that answers like `first` and every later (fresh) host like
+    /// `later`, against an engine that answers like `engine`.
+    fn run(first: Fake, later: fn() -> Fake, engine: Fake, ops: &[Op], o: RunOptions) -> Outcome {
+        let mut first = Some(first);
+        let mut new_host = || -> Box<dyn AddressSpace> {
+            match first.take() {
+                Some(f) => Box::new(f),
+                None => Box::new(later()),
+            }
+        };
+        let mut engine = engine;
+        run_sequence(&mut new_host, &mut engine, ops, o)
+    }
+
+    fn plain() -> Fake {
+        Fake {
+            counters: counters(2048, 2048, 1),
+            first_byte: 0,
+        }
+    }
+
+    /// Regression (h48, h50): a host that gave one read a foreign byte once — the loopback pipe
+    /// shared across a fork — was accepted as a host flake because a fresh host agreed; the
+    /// allowance hid that race of the harness for weeks. A fresh host agreeing is not enough:
+    /// with no named cause the sequence diverges, marked as such, even while the kernel counts
+    /// THP events.
+    #[test]
+    fn a_replay_agreeing_alone_is_not_a_host_flake() {
+        let read = [Op::Read {
+            addr: ARENA_BASE,
+            len: PAGE_SIZE,
+        }];
+        let raced = Fake {
+            first_byte: 0x7f,
+            ..plain()
+        };
+        match run(raced, plain, plain(), &read, opts(ticking_events)) {
+            Outcome::Diverged(m) => {
+                assert!(m.replay_agreed, "{m}");
+                assert!(m.to_string().contains("a fresh host agreed"), "{m}");
+            }
+            o => panic!("expected a divergence, got {o:?}"),
+        }
+    }
+
+    /// A THP the first host could not allocate (4 KiB instead, more faults, less Rss) is a host
+    /// flake only while the kernel counted a THP fault fallback; without that count it is a
+    /// divergence, and one a fresh host repeats is one whatever the kernel counted.
+    #[test]
+    fn thp_fallback_is_a_host_flake_only_with_the_kernels_count() {
+        let ops = [Op::Counters];
+        let fell_back = || Fake {
+            counters: counters(4, 0, 1),
+            ..plain()
+        };
+        match run(fell_back(), plain, plain(), &ops, opts(ticking_events)) {
+            Outcome::HostFlake { cause, .. } => assert_eq!(cause, "thp-fault-fallback"),
+            o => panic!("expected a host flake, got {o:?}"),
+        }
+        match run(fell_back(), plain, plain(), &ops, opts(quiet_events)) {
+            Outcome::Diverged(m) => assert!(m.replay_agreed, "{m}"),
+            o => panic!("expected a divergence, got {o:?}"),
+        }
+        let always = || Fake {
+            counters: counters(4, 0, 1),
+            ..plain()
+        };
+        match run(fell_back(), always, plain(), &ops, opts(ticking_events)) {
+            Outcome::Diverged(m) => assert!(!m.replay_agreed, "{m}"),
+            o => panic!("expected a divergence, got {o:?}"),
+        }
+    }
+
+    /// A range khugepaged collapsed on the first host (more AnonHugePages, no more faults) is
+    /// a host flake with the kernel's collapse count; the wrong direction is not. The numbers
+    /// are those of the collapse seen in `diff_generated_a` (seed 0x5001, scale 2, sequence
+    /// 368): a 2 MiB block PTE-mapped after a 4-page MADV_DONTNEED, whole and PMD-mapped again.
+    #[test]
+    fn khugepaged_collapse_needs_its_direction_and_count() {
+        let ops = [Op::Counters];
+        let small = || Fake {
+            counters: counters(2056, 0, 14),
+            ..plain()
+        };
+        let collapsed = Fake {
+            counters: counters(2072, 2048, 14),
+            ..plain()
+        };
+        match run(collapsed, small, small(), &ops, opts(ticking_events)) {
+            Outcome::HostFlake { cause, .. } => assert_eq!(cause, "khugepaged-collapse"),
+            o => panic!("expected a host flake, got {o:?}"),
+        }
+        // More faults with more AnonHugePages is no collapse.
+        let odd = Fake {
+            counters: counters(2072, 2048, 15),
+            ..plain()
+        };
+        match run(odd, small, small(), &ops, opts(ticking_events)) {
+            Outcome::Diverged(m) => assert!(m.replay_agreed, "{m}"),
+            o => panic!("expected a divergence, got {o:?}"),
+        }
+    }
 }
