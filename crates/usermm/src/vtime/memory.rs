@@ -482,24 +482,30 @@ impl LineModel {
                     }
                 }
                 Touched::List { head, pfns, op } => {
-                    let head = if pfns[0] == u32::MAX { 0 } else { head };
-                    if op == ListOp::Add && head != 0 {
-                        let price = head_line(caches, heads, t, &mut own, head, pfns[0]);
-                        sb.load(head_key(head), price);
-                    }
-                    for (i, p) in pfns.into_iter().enumerate() {
-                        if p != u32::MAX {
-                            let price =
-                                page(caches, frames, t, &mut own, u64::from(p), Touch::Access);
-                            if i == 0 && op == ListOp::Del {
-                                sb.load(page_key(u64::from(p)), price);
-                            } else {
-                                sb.store(page_key(u64::from(p)), price);
+                    // One arm per kind, so that the order of the lines and which of them is
+                    // read is decided once per operation, not per line.
+                    let [first, second, third] = pfns;
+                    let head = if first == u32::MAX { 0 } else { head };
+                    match op {
+                        ListOp::Add => {
+                            if head != 0 {
+                                let price = head_line(caches, heads, t, &mut own, head, first);
+                                sb.load(head_key(head), price);
+                            }
+                            list_store(caches, frames, t, &mut own, &mut sb, first);
+                        }
+                        ListOp::Del => {
+                            if first != u32::MAX {
+                                let pfn = u64::from(first);
+                                let price = page(caches, frames, t, &mut own, pfn, Touch::Access);
+                                sb.load(page_key(pfn), price);
                             }
                         }
                     }
+                    list_store(caches, frames, t, &mut own, &mut sb, second);
+                    list_store(caches, frames, t, &mut own, &mut sb, third);
                     if op == ListOp::Del && head != 0 {
-                        let price = head_line(caches, heads, t, &mut own, head, pfns[0]);
+                        let price = head_line(caches, heads, t, &mut own, head, first);
                         sb.store(head_key(head), price);
                     }
                 }
@@ -546,6 +552,23 @@ fn head_line(
     *line = new;
     own.refresh(caches, t);
     price
+}
+
+/// A line a list operation writes: frame `p`'s `struct page` (none for `u32::MAX`), a store.
+#[inline(always)]
+fn list_store<S: LineStore + ?Sized>(
+    caches: &mut Caches,
+    frames: &S,
+    t: Toucher,
+    own: &mut Own,
+    sb: &mut StoreBuffer,
+    p: u32,
+) {
+    if p != u32::MAX {
+        let pfn = u64::from(p);
+        let price = page(caches, frames, t, own, pfn, Touch::Access);
+        sb.store(page_key(pfn), price);
+    }
 }
 
 /// Frame `pfn`'s `struct page` line, in `frames`, touched by `t`; its price (0 for a frame
