@@ -17,8 +17,7 @@
 //!   engine's `PageMeta` is smaller, the line is the kernel's), its state kept in the frame's
 //!   own `PageMeta` (`PageMeta::line`, below);
 //! - a list head, by its address in the engine (the `PfnList` it heads), in a small
-//!   open-addressed table (`HeadTable`: a few per CPU and per node), which remembers the last
-//!   head looked up because list operations come in runs on one list; and, in the same table
+//!   open-addressed table (`HeadTable`: a few per CPU and per node); and, in the same table
 //!   by a key of its structure ([`Touched::Line`]), a line laid out as v4.10 did: the zone's
 //!   `free_area[]` (heads and `nr_free`), the memcg's LRU sizes (`page_alloc/mod.rs`).
 //!
