@@ -321,6 +321,7 @@ pub mod hooks;
 mod jitter;
 pub(crate) mod lines;
 mod memory;
+mod memory_stat;
 mod pending;
 mod profile;
 mod report;
@@ -331,7 +332,8 @@ mod store_buffer;
 pub use class::{Acquired, LineClass, LockClass, Mode, Slot, WaitKind};
 pub use hooks::charge;
 pub(crate) use memory::{LineModel, Memmap, Touched};
-pub use memory::{ListOp, MemoryStat, Touch};
+pub use memory::{ListOp, Touch};
+pub use memory_stat::MemoryStat;
 pub use profile::{
     builtin_era, builtin_era_names, check_era, compact_number, evaluate, parse_era, Cost, Distance,
     Era, EraChoice, EraFactor, EraFactors, EraSpec, Figure, FormulaRow, Input, InputKind,
