@@ -17,8 +17,7 @@
 //!   engine's `PageMeta` is smaller, the line is the kernel's), its state kept in the frame's
 //!   own `PageMeta` (`PageMeta::line`, below);
 //! - a list head, by its address in the engine (the `PfnList` it heads), in a small
-//!   open-addressed table (`HeadTable`: a few per CPU and per node), which remembers the last
-//!   head looked up because list operations come in runs on one list; and, in the same table
+//!   open-addressed table (`HeadTable`: a few per CPU and per node); and, in the same table
 //!   by a key of its structure ([`Touched::Line`]), a line laid out as v4.10 did: the zone's
 //!   `free_area[]` (heads and `nr_free`), the memcg's LRU sizes (`page_alloc/mod.rs`).
 //!
@@ -106,7 +105,7 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use serde::Serialize;
+use super::memory_stat::MemoryStat;
 
 use super::lines::{tag_of, HeadTable, LineState, LineStore, PageLine, GENERATIONS, TAG_CPU_MASK};
 
@@ -160,59 +159,6 @@ const STAMP_SHIFT: u32 = 4;
 #[inline(always)]
 fn stamp_of(fills: u64) -> u32 {
     (fills >> STAMP_SHIFT) as u32
-}
-
-/// What the lines cost a run, by where they were found (`Report::memory`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct MemoryStat {
-    /// Touches priced by the table (`Touch::Access`).
-    pub accesses: u64,
-    /// Touches whose cost a measured constant holds (`Touch::Measured`).
-    pub measured: u64,
-    /// Touches of a line nobody had touched in the run.
-    pub first: u64,
-    /// Found in the toucher's own core's L2.
-    pub own_cache: u64,
-    /// Found modified in another core's L2 (a transfer).
-    pub other_core: u64,
-    /// Found in the toucher's socket's LLC.
-    pub socket_llc: u64,
-    /// Found in another socket's LLC.
-    pub other_socket: u64,
-    /// Fetched from local DRAM at latency.
-    pub dram_local: u64,
-    /// Fetched from another socket's DRAM at latency.
-    pub dram_remote: u64,
-    /// Fetched from DRAM at streaming cost (the next line of a stream).
-    pub dram_stream: u64,
-    /// Of `accesses`, the touches of a structure's line ([`Touched::Line`]).
-    pub field_lines: u64,
-    /// Total charged for priced touches, in ns.
-    pub charged_ns: u64,
-    /// What priced store misses cost beyond `charged_ns` but overlapped with later misses
-    /// (`store_buffer.rs`), in ns.
-    pub overlapped_ns: u64,
-}
-
-impl MemoryStat {
-    /// What happened between `before` and `self` (two snapshots of one run).
-    pub fn since(&self, before: &MemoryStat) -> MemoryStat {
-        MemoryStat {
-            accesses: self.accesses - before.accesses,
-            measured: self.measured - before.measured,
-            first: self.first - before.first,
-            own_cache: self.own_cache - before.own_cache,
-            other_core: self.other_core - before.other_core,
-            socket_llc: self.socket_llc - before.socket_llc,
-            other_socket: self.other_socket - before.other_socket,
-            dram_local: self.dram_local - before.dram_local,
-            dram_remote: self.dram_remote - before.dram_remote,
-            dram_stream: self.dram_stream - before.dram_stream,
-            field_lines: self.field_lines - before.field_lines,
-            charged_ns: self.charged_ns - before.charged_ns,
-            overlapped_ns: self.overlapped_ns - before.overlapped_ns,
-        }
-    }
 }
 
 /// The line model of one run: where its `struct page` lines' states live, and the rest of
@@ -482,24 +428,30 @@ impl LineModel {
                     }
                 }
                 Touched::List { head, pfns, op } => {
-                    let head = if pfns[0] == u32::MAX { 0 } else { head };
-                    if op == ListOp::Add && head != 0 {
-                        let price = head_line(caches, heads, t, &mut own, head, pfns[0]);
-                        sb.load(head_key(head), price);
-                    }
-                    for (i, p) in pfns.into_iter().enumerate() {
-                        if p != u32::MAX {
-                            let price =
-                                page(caches, frames, t, &mut own, u64::from(p), Touch::Access);
-                            if i == 0 && op == ListOp::Del {
-                                sb.load(page_key(u64::from(p)), price);
-                            } else {
-                                sb.store(page_key(u64::from(p)), price);
+                    // One arm per kind, so that the order of the lines and which of them is
+                    // read is decided once per operation, not per line.
+                    let [first, second, third] = pfns;
+                    let head = if first == u32::MAX { 0 } else { head };
+                    match op {
+                        ListOp::Add => {
+                            if head != 0 {
+                                let price = head_line(caches, heads, t, &mut own, head, first);
+                                sb.load(head_key(head), price);
+                            }
+                            list_store(caches, frames, t, &mut own, &mut sb, first);
+                        }
+                        ListOp::Del => {
+                            if first != u32::MAX {
+                                let pfn = u64::from(first);
+                                let price = page(caches, frames, t, &mut own, pfn, Touch::Access);
+                                sb.load(page_key(pfn), price);
                             }
                         }
                     }
+                    list_store(caches, frames, t, &mut own, &mut sb, second);
+                    list_store(caches, frames, t, &mut own, &mut sb, third);
                     if op == ListOp::Del && head != 0 {
-                        let price = head_line(caches, heads, t, &mut own, head, pfns[0]);
+                        let price = head_line(caches, heads, t, &mut own, head, first);
                         sb.store(head_key(head), price);
                     }
                 }
@@ -546,6 +498,23 @@ fn head_line(
     *line = new;
     own.refresh(caches, t);
     price
+}
+
+/// A line a list operation writes: frame `p`'s `struct page` (none for `u32::MAX`), a store.
+#[inline(always)]
+fn list_store<S: LineStore + ?Sized>(
+    caches: &mut Caches,
+    frames: &S,
+    t: Toucher,
+    own: &mut Own,
+    sb: &mut StoreBuffer,
+    p: u32,
+) {
+    if p != u32::MAX {
+        let pfn = u64::from(p);
+        let price = page(caches, frames, t, own, pfn, Touch::Access);
+        sb.store(page_key(pfn), price);
+    }
 }
 
 /// Frame `pfn`'s `struct page` line, in `frames`, touched by `t`; its price (0 for a frame

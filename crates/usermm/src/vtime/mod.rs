@@ -264,15 +264,23 @@
 //!
 //! | run | instructions |
 //! |---|---|
-//! | A: `bigfree 256M --max-active 4 --time virtual` | 2.05 × 10⁹ (2.11 × 10⁹ at 659c6da, before the flat lock table; the line states' move into `PageMeta`, `lines.rs`, changed no count but cut LL misses 70 %: cachegrind, an 8 MiB LL) |
-//! | B: `usemem -n 8 --readonly -j 0x200000 8G --ab -q --time virtual --profile haswell-ex-4s --cpus 8 --nodes 2 --thp always --backing sparse --mem 2G` (the bench row's machine) | 0.75 × 10⁹ (0.77 × 10⁹ at 659c6da) |
-//! | B on the wall clock (`--time wall`, no profile; the engine's own work) | 0.17 × 10⁹ |
-//! | C: `bigfree 1G --max-active 8 --seed-only --cpus 12 --nodes 4 --threshold 32768 --time virtual --profile haswell-ex-4s` (the `bigfree-virtual` bench row, smaller) | 3.94 × 10⁹ (4.07 × 10⁹ at 659c6da) |
-//! | C on the wall clock (`--time wall`, no profile) | 1.02 × 10⁹: virtual/wall 3.88 (4.00 at 659c6da) |
-//! | D: `usemem -n 8 --readonly -j 0x200000 32G --ab --time virtual --profile haswell-ex-4s --cpus 8 --nodes 2 --thp always` (the `usemem-ab-virtual` row, smaller) | 2.94 × 10⁹ (3.03 × 10⁹ at 659c6da) |
-//! | D on the wall clock | 0.68 × 10⁹: virtual/wall 4.30 (4.41 at 659c6da) |
+//! | A: `bigfree 256M --max-active 4 --time virtual` | 2.07 × 10⁹ (2.24 × 10⁹ at f503bef) |
+//! | B: `usemem -n 8 --readonly -j 0x200000 8G --ab -q --time virtual --profile haswell-ex-4s --cpus 8 --nodes 2 --thp always --backing sparse --mem 2G` (the bench row's machine) | 0.77 × 10⁹ (0.80 × 10⁹ at f503bef) |
+//! | B on the wall clock (`--time wall`, no profile; the engine's own work) | 0.18 × 10⁹ |
+//! | C: `bigfree 1G --max-active 8 --seed-only --cpus 12 --nodes 4 --threshold 32768 --time virtual --profile haswell-ex-4s` (the `bigfree-virtual` bench row, smaller) | 3.97 × 10⁹ (4.33 × 10⁹ at f503bef) |
+//! | C on the wall clock (`--time wall`, no profile) | 1.01 × 10⁹: virtual/wall 3.92 (4.27 at f503bef) |
+//! | D: `usemem -n 8 --readonly -j 0x200000 32G --ab --time virtual --profile haswell-ex-4s --cpus 8 --nodes 2 --thp always` (the `usemem-ab-virtual` row, smaller) | 3.02 × 10⁹ (3.14 × 10⁹ at f503bef) |
+//! | D on the wall clock | 0.71 × 10⁹: virtual/wall 4.25 (4.43 at f503bef) |
 //!
-//! Rows A–D with the release build of 9c740fd (`CARGO_PROFILE_RELEASE_DEBUG=line-tables-only`).
+//! Rows A–D with the release build of branch h49-pop (2026-11-29), after the list operation's
+//! arms of `Memory::touch_all` and the head table without its memo of the last head (`lines.rs`);
+//! a populated page of `bigfree 1G --time virtual --max-active 1` went from 5395 to 5062
+//! instructions (the populate's inclusive count over its 1 048 576 faults). Earlier rounds, with
+//! the release build of 9c740fd (`CARGO_PROFILE_RELEASE_DEBUG=line-tables-only`): A 2.05 × 10⁹
+//! (2.11 × 10⁹ at 659c6da, before the flat lock table; the line states' move into `PageMeta`,
+//! `lines.rs`, changed no count but cut LL misses 70 %: cachegrind, an 8 MiB LL), B 0.75 × 10⁹
+//! (0.77), C 3.94 × 10⁹ (4.07), virtual/wall 3.88 (4.00), D 2.94 × 10⁹ (3.03), virtual/wall
+//! 4.30 (4.41); the tree grew between 9c740fd and f503bef.
 //! What 9c740fd cut (issue 33), per acquisition and release in C: the lock's state found by
 //! the index its object carries instead of a hash probe (`sched/table.rs`; a `PtLock`, which
 //! has no room for one, still hashes), the common acquisition and the release inlined into
@@ -280,7 +288,12 @@
 //! per batch of touches (`store_buffer.rs`): 3 % of C's and D's instructions, the
 //! virtual/wall ratio down by 0.1. What is left of a lock hook is spread thin: the run's
 //! `RefCell` and `Rc`, bounds checks, lock_stat's columns, the jitter's draw (about 58
-//! instructions) and the register saves of two out-of-line calls.
+//! instructions) and the register saves of two out-of-line calls. Two tries that cost more
+//! than they spared (h49, 2026-11-29, `bigfree 1G --time virtual --max-active 1`): the test for
+//! nothing pending inlined into every synchronisation point, before the call of
+//! `apply_pending` (+0.1 to +0.4 % of the run), and the store buffer kept in the line model
+//! between batches instead of written zero on the stack per batch (+1.3 %: its sums then went
+//! through a pointer).
 //!
 //! B makes 65 536 faults (two machines), each about 12 synchronisation points and 7.5 switches
 //! in the vanilla machine, 10 and 6.3 in the patched one (`sched_per_fault` in its `--json`):
@@ -321,6 +334,7 @@ pub mod hooks;
 mod jitter;
 pub(crate) mod lines;
 mod memory;
+mod memory_stat;
 mod pending;
 mod profile;
 mod report;
@@ -331,7 +345,8 @@ mod store_buffer;
 pub use class::{Acquired, LineClass, LockClass, Mode, Slot, WaitKind};
 pub use hooks::charge;
 pub(crate) use memory::{LineModel, Memmap, Touched};
-pub use memory::{ListOp, MemoryStat, Touch};
+pub use memory::{ListOp, Touch};
+pub use memory_stat::MemoryStat;
 pub use profile::{
     builtin_era, builtin_era_names, check_era, compact_number, evaluate, parse_era, Cost, Distance,
     Era, EraChoice, EraFactor, EraFactors, EraSpec, Figure, FormulaRow, Input, InputKind,

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::{
     class::{Mode, WaitKind},
-    memory::MemoryStat,
+    memory_stat::MemoryStat,
     profile::Ps,
     sched::State,
 };

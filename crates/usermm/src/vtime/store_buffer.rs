@@ -90,6 +90,11 @@ impl StoreBuffer {
     /// `price`: it waits for a store to the same line in flight, then stalls for its price.
     #[inline(always)]
     pub(super) fn load(&mut self, key: u64, price: Ps) {
+        if self.n == 0 && price == 0 {
+            // Nothing in flight to wait for and nothing to add (a line at hand, the common
+            // case): the sums below would not move.
+            return;
+        }
         if self.n != 0 {
             if let Some(i) = self.key[..self.n].iter().position(|&k| k == key) {
                 self.elapsed = self.elapsed.max(self.done[i]);
