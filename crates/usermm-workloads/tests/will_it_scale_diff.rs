@@ -4,7 +4,10 @@
 //!
 //! Both sides run the body the same way ([`Limited`]: a warm-up, then the measured
 //! operations, stopping at the same point of the loop), in thread mode: the host task is a
-//! thread of this process, counted with `RUSAGE_THREAD`, its VMAs and rss those of the
+//! thread of this process bound to one hardware thread (as will-it-scale binds its tasks by
+//! default: a task that moves between a fault and the zap leaves the folios it faulted in the
+//! first CPU's LRU-add batch, which the zap's `lru_add_drain` on the second does not drain, so
+//! they are freed later, outside the window), counted with `RUSAGE_THREAD`, its VMAs and rss those of the
 //! mappings it made and of its break (`/proc/self/smaps`); the engine task a thread of the parent mm, its rss the mm's. `/proc/vmstat` is the whole host's, so other processes add to it: its
 //! counters are taken over the quietest of a few tries and held to the engine's from above,
 //! within a small allowance (the kernel also frees page tables after an RCU grace period).
@@ -47,7 +50,7 @@ fn launch() -> Launch {
     Launch {
         tasks: 1,
         mode: Mode::Threads,
-        affinity: Affinity::None,
+        affinity: Affinity::Pus,
         schedule: Schedule {
             period: Duration::from_millis(1),
             periods: 1,
