@@ -695,25 +695,28 @@ fn generated(name: &str, cases: u32) {
     );
 }
 
-/// 4 × 500 = 2 000 generated sequences of 20–40 ops (times `USERMM_TEST_SCALE`).
+/// Sequences each generated test draws (times `USERMM_TEST_SCALE`): 4 × 500 = 2 000 of 20–40
+/// ops. [`diff_replay_generated`] draws the same stream.
+const GENERATED_CASES: u32 = 500;
+
 #[test]
 fn diff_generated_a() {
-    generated("differential::generated_a", 500);
+    generated("differential::generated_a", GENERATED_CASES);
 }
 
 #[test]
 fn diff_generated_b() {
-    generated("differential::generated_b", 500);
+    generated("differential::generated_b", GENERATED_CASES);
 }
 
 #[test]
 fn diff_generated_c() {
-    generated("differential::generated_c", 500);
+    generated("differential::generated_c", GENERATED_CASES);
 }
 
 #[test]
 fn diff_generated_d() {
-    generated("differential::generated_d", 500);
+    generated("differential::generated_d", GENERATED_CASES);
 }
 
 /// What [`diff_replay_generated`] replays: `TEST:CASE:TIMES`, e.g. `b:48:100`.
@@ -736,7 +739,7 @@ fn diff_replay_generated() {
     let mut it = spec.split(':');
     let (test, case, times) = (it.next(), it.next(), it.next());
     let name = format!("differential::generated_{}", test.unwrap_or("a"));
-    let mut runner = runner_for(&name, usermm_testscale::scaled_u32(500));
+    let mut runner = runner_for(&name, usermm_testscale::scaled_u32(GENERATED_CASES));
     let seqs = std::cell::RefCell::new(Vec::new());
     // Draw the stream exactly as `generated` does (a passing run draws every case once).
     let _ = runner.run(&gen::sequence(), |seq| {
@@ -753,7 +756,12 @@ fn diff_replay_generated() {
         }
         return;
     };
-    let seq = &seqs[i];
+    let Some(seq) = seqs.get(i) else {
+        panic!(
+            "{name} draws {} sequences at this scale; there is no {i}",
+            seqs.len()
+        );
+    };
     println!("{name} sequence {i} ({} ops):", seq.len());
     for (j, op) in seq.iter().enumerate() {
         println!("  #{j:<3} {op}");
